@@ -1,0 +1,3 @@
+from ddp_profile.cli import main
+
+raise SystemExit(main())

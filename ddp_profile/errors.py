@@ -1,0 +1,49 @@
+"""One exception family. Every user mistake raises a subclass of :class:`DdpProfileError` whose message
+names the file, table or column involved and says what to do; the CLI prints it as one line on stderr and
+exits with the class's ``exit_code``. Anything else escaping is a bug and shows a traceback.
+
+Exit codes (documented in the README):
+    0  success
+    1  internal error (a bug: please report it with --debug output)
+    2  usage error (bad arguments, bad config values)
+    3  input error (missing, unreadable or invalid trace file)
+    4  trace lacks data the command needs (e.g. no CUDA kernels, no NVTX)
+    5  output error (cannot write the output)
+    130 interrupted (Ctrl-C); no partial output is left behind
+"""
+
+from __future__ import annotations
+
+
+class DdpProfileError(Exception):
+    """Base class of every error the toolkit raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(DdpProfileError):
+    """Bad arguments or configuration values."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A run configuration failed validation."""
+
+
+class TraceError(DdpProfileError):
+    """A trace file is missing, unreadable or not an nsys SQLite export."""
+
+    exit_code = 3
+
+
+class MissingDataError(DdpProfileError):
+    """The export lacks a table or column a command needs (name the nsys option that records it)."""
+
+    exit_code = 4
+
+
+class OutputError(DdpProfileError):
+    """An output could not be written."""
+
+    exit_code = 5

@@ -1,0 +1,41 @@
+"""NVTX names shared by the training harness (which emits them) and the parser (which reads them).
+
+Changing a value here changes both sides at once; traces recorded with older names stay readable through
+the regex fallbacks in the analysis (``STEP_PATTERN`` etc.).
+"""
+
+DOMAIN = "ddp_profile"
+
+# One range per training step; its payload is the step index. The message is f"{STEP} {index}".
+STEP = "step"
+FORWARD = "forward"
+BACKWARD = "backward"
+OPTIMIZER = "optimizer"
+# The wait inside finish_gradient_synchronization().
+GRAD_WAIT = "grad_sync_wait"
+# One range per collective launch; payload = size in bytes. Message: f"{ALLREDUCE_PREFIX} b{bucket} {nbytes}B".
+ALLREDUCE_PREFIX = "allreduce"
+# Marker emitted once per process at start-up: f"{RANK_MARKER} {rank}/{world_size}" (payload = rank).
+RANK_MARKER = "ddp_profile.rank"
+
+# NVTX categories (shown as groups in the nsys GUI).
+CATEGORY_PHASE = 1
+CATEGORY_STEP = 2
+CATEGORY_BUCKET = 3
+CATEGORY_META = 4
+
+# Colours by phase (ARGB names accepted by the nvtx package).
+COLORS = {
+    STEP: "grey",
+    FORWARD: "blue",
+    BACKWARD: "green",
+    OPTIMIZER: "purple",
+    GRAD_WAIT: "red",
+    ALLREDUCE_PREFIX: "orange",
+}
+
+# Default regexes the analysis uses to recognise phases in any trace (overridable on the CLI).
+STEP_PATTERN = r"^(step(\s*#?\d+)?|step \d+|iteration.*|ProfilerStep#\d+|train_step.*)$"
+FORWARD_PATTERN = r"^(forward|fwd)\b"
+BACKWARD_PATTERN = r"^(backward|bwd)\b"
+OPTIMIZER_PATTERN = r"^(optimizer|optim|opt_step)\b"

@@ -1,0 +1,64 @@
+"""Column contracts of every DataFrame the library returns. Declared once, used by producers (which end by
+selecting exactly these columns, in this order) and by consumers (reports, tests). One time unit: ns.
+Append new columns at the end; never rename one without updating every consumer.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+# ---- loader (ddp_profile.nsys) -------------------------------------------------------------------------
+# kind: "compute" | "nccl" | "memcpy" | "memset".  collective/algorithm/protocol/dtype: parsed from NCCL
+# kernel names (None for other kinds).  launch_ns / launch_tid: the CUDA API call that launched the kernel
+# (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
+# bytes: memcpy/memset size, <NA> for kernels.
+KERNEL_COLUMNS = [
+    "rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind",
+    "collective", "algorithm", "protocol", "dtype",
+    "correlation_id", "launch_ns", "launch_tid", "bytes",
+]
+# payload: the range's integer payload where present (<NA> otherwise). depth: nesting depth within its
+# (pid, tid) push/pop stack, 0 = outermost.  end_ns is <NA> for ranges never closed.
+NVTX_COLUMNS = ["rank", "pid", "tid", "domain", "name", "start_ns", "end_ns", "depth", "payload", "category"]
+GPU_COLUMNS = ["file", "device", "name", "sm_count", "memory_bytes", "bus_location"]
+# rank_source: how the rank was determined: "nvtx-marker" | "filename" | "nccl" | "device-order".
+RANK_COLUMNS = ["rank", "pid", "device", "gpu_name", "file", "host", "rank_source"]
+
+# ---- analysis (ddp_profile.analysis) -------------------------------------------------------------------
+STEP_METRIC_COLUMNS = [
+    "rank", "step", "start_ns", "end_ns", "step_ns",
+    "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
+    "forward_ns", "backward_ns", "optimizer_ns",
+    "backward_end_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
+]
+RANK_OVERLAP_COLUMNS = ["rank", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "overlap_pct"]
+# Per kernel name, nsys nccl_gpu_overlap_trace semantics: for NCCL kernels, the duration-weighted share of
+# their time during which a compute kernel ran on the same (pid, device); for compute kernels, vice versa.
+KERNEL_OVERLAP_COLUMNS = ["kind", "name", "count", "total_ns", "overlapped_ns", "overlap_pct"]
+COLLECTIVE_COLUMNS = [
+    "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
+    "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",
+]
+COST_MODEL_COLUMNS = ["collective", "n_points", "o_us", "w_gb_per_s", "r2", "min_bytes", "max_bytes"]
+CONTENTION_COLUMNS = [
+    "name", "n_alone", "n_overlapped", "alone_median_ns", "overlapped_median_ns", "slowdown_pct", "lost_ns",
+]
+# One row per run in a comparison (strategies, bucket sweep, scaling).
+COMPARISON_COLUMNS = [
+    "run", "strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
+    "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct", "overlap_pct",
+    "speedup_vs_1gpu", "efficiency_pct",
+]
+
+
+def empty_frame(columns: list[str]) -> pd.DataFrame:
+    """An empty frame with the given columns (so consumers never special-case 'no rows')."""
+    return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+
+
+def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """End every producer with this: exactly the contract's columns, in order (missing ones are a bug)."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise AssertionError(f"frame lacks contracted columns {missing}")
+    return df.loc[:, columns].reset_index(drop=True)

@@ -62,3 +62,8 @@ def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     if missing:
         raise AssertionError(f"frame lacks contracted columns {missing}")
     return df.loc[:, columns].reset_index(drop=True)
+
+# GPU-projected phase windows (timeline bands, per-step breakdown). phase: "step" | "forward" | "backward" |
+# "optimizer" | "grad_wait". start/end: first/last GPU activity of kernels launched inside the host range
+# (by launch time within the process), or the host range itself when no kernel was launched in it.
+PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns", "host_end_ns"]

@@ -1,0 +1,191 @@
+"""Pure interval algebra over numpy arrays of half-open intervals ``[start, end)`` in integer nanoseconds.
+
+Every analysis number (compute time, overlap, exposed communication, the communication tail) is built from
+these few functions, so they are small, vectorised (no Python loop per interval) and never mutate their
+inputs. A *set* is a pair ``(starts, ends)`` of equal-length 1-D arrays. A *normalised* set is sorted,
+disjoint, non-touching and has no empty intervals; :func:`normalize` produces one from anything, and every
+function returning a set returns a normalised one.
+
+Half-open means touching intervals do not overlap: ``[0, 5)`` and ``[5, 9)`` share no time, and their union
+is ``[0, 9)``. Empty or inverted intervals (``end <= start``) cover nothing and are dropped.
+
+Complexity: O(n log n) for the sort in :func:`normalize` and the sweep, O((n + m) log n) for
+:func:`covered_length`; suitable for millions of kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "normalize", "union", "intersect", "difference", "total_length", "clip", "covered_length",
+    "window_length",
+]
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+def _arrays(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(starts, dtype=np.int64).ravel()
+    e = np.asarray(ends, dtype=np.int64).ravel()
+    if s.shape != e.shape:
+        raise ValueError(f"starts and ends differ in length ({s.size} vs {e.size})")
+    return s, e
+
+
+def normalize(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Sort and merge overlapping or touching intervals; drop empty ones. Returns new arrays.
+
+    ::
+
+        in :  [---)   [-----)
+                  [-----)        [--)[--)
+        out:  [-------------)    [------)
+    """
+    s, e = _arrays(starts, ends)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if s.size == 0:
+        return _EMPTY.copy(), _EMPTY.copy()
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # A new merged interval starts where the start lies beyond everything seen so far (strictly: touching
+    # intervals merge because [a, b) and [b, c) cover [a, c) without a gap).
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    last = np.append(first[1:], s.size) - 1
+    return s[first].copy(), reach[last].copy()
+
+
+def _sweep(*sets) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Elementary segments between all boundaries of normalised sets, and each set's coverage of them.
+
+    Returns ``(bounds, covers)``: segment k is ``[bounds[k], bounds[k+1])`` and ``covers[i][k]`` is True
+    when set i covers it. Sets must be normalised (disjoint), so coverage per set is 0 or 1.
+    """
+    bounds = np.unique(np.concatenate([np.concatenate([s, e]) for s, e in sets] + [_EMPTY]))
+    covers = []
+    if bounds.size < 2:
+        return bounds, [np.zeros(0, dtype=bool) for _ in sets]
+    mids = bounds[:-1]
+    for s, e in sets:
+        # Segment starting at `mid` lies inside interval j iff s[j] <= mid < e[j]; j = last start <= mid.
+        j = np.searchsorted(s, mids, side="right") - 1
+        inside = j >= 0
+        inside[inside] = mids[inside] < e[j[inside]]
+        covers.append(inside)
+    return bounds, covers
+
+
+def _segments(bounds: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if bounds.size < 2:
+        return _EMPTY.copy(), _EMPTY.copy()
+    return normalize(bounds[:-1][mask], bounds[1:][mask])
+
+
+def union(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Time covered by a or b.
+
+    ::
+
+        a:   [----)      [--)
+        b:      [----)        [--)
+        out: [-------)   [--) [--)
+    """
+    s1, e1 = _arrays(*a)
+    s2, e2 = _arrays(*b)
+    return normalize(np.concatenate([s1, s2]), np.concatenate([e1, e2]))
+
+
+def intersect(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Time covered by both a and b (each may be unnormalised).
+
+    ::
+
+        a:   [------)    [--)
+        b:      [-------------)
+        out:    [---)    [--)
+    """
+    na, nb = normalize(*a), normalize(*b)
+    bounds, (ca, cb) = _sweep(na, nb)
+    return _segments(bounds, ca & cb)
+
+
+def difference(a, b) -> tuple[np.ndarray, np.ndarray]:
+    """Time covered by a but not by b (each may be unnormalised).
+
+    ::
+
+        a:   [----------)
+        b:      [--)  [-----)
+        out: [--)  [--)
+    """
+    na, nb = normalize(*a), normalize(*b)
+    bounds, (ca, cb) = _sweep(na, nb)
+    return _segments(bounds, ca & ~cb)
+
+
+def total_length(starts, ends) -> int:
+    """|∪ intervals|: the time covered at least once (overlaps counted once).
+
+    ::
+
+        [----)            4
+           [----)    ->   + 3 (only the part not yet covered)  = 7
+    """
+    s, e = normalize(starts, ends)
+    return int((e - s).sum())
+
+
+def clip(starts, ends, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut every interval to the window ``[lo, hi)`` and drop what falls outside (result normalised).
+
+    ::
+
+        window:      |-----------|
+        in :    [------)   [--)     [--)
+        out:         [-)   [--)
+    """
+    s, e = _arrays(starts, ends)
+    return normalize(np.clip(s, lo, hi), np.clip(e, lo, hi))
+
+
+def _cumulative(ns: np.ndarray, ne: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """F(t) = |S ∩ (-inf, t)| for a normalised set S, vectorised over t."""
+    cum = np.concatenate([[0], np.cumsum(ne - ns)])
+    k = np.searchsorted(ns, t, side="right")  # intervals that start at or before t
+    out = cum[k].astype(np.int64)
+    has = k > 0
+    # The interval k-1 may still be running at t: subtract the part after t.
+    out[has] -= np.maximum(ne[k[has] - 1] - t[has], 0)
+    return out
+
+
+def covered_length(q_starts, q_ends, starts, ends) -> np.ndarray:
+    """For each query interval (any order, may overlap), the length of it covered by the set S.
+
+    ``out[i] = |[q_starts[i], q_ends[i]) ∩ ∪S|``, computed as ``F(q_end) − F(q_start)`` with
+    ``F(t) = |∪S ∩ (−∞, t)|`` from a prefix sum over the normalised set and one binary search per query
+    end: O((n + m) log n), no loop per query. Used for per-kernel overlap and per-step clipping.
+
+    ::
+
+        S:      [-----)    [--------)
+        query:     [----------)          -> 3 + 3 = 6 covered
+    """
+    qs, qe = _arrays(q_starts, q_ends)
+    ns, ne = normalize(starts, ends)
+    if qs.size == 0:
+        return _EMPTY.copy()
+    if ns.size == 0:
+        return np.zeros(qs.size, dtype=np.int64)
+    qe = np.maximum(qe, qs)  # inverted queries cover nothing
+    return _cumulative(ns, ne, qe) - _cumulative(ns, ne, qs)
+
+
+def window_length(q_starts, q_ends) -> np.ndarray:
+    """Length of each query window, ``max(0, end − start)`` (helper kept here so units stay in one place)."""
+    qs, qe = _arrays(q_starts, q_ends)
+    return np.maximum(qe - qs, 0)

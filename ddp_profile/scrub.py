@@ -1,0 +1,351 @@
+"""Remove from an nsys SQLite export what must not be shared, keep everything the analysis reads.
+
+Why a separate, stdlib-only module: the profiling scripts run ``python -m ddp_profile.scrub IN -o OUT`` on the
+GPU machine right after ``nsys export``, where only Python's standard library (plus torch) can be relied on.
+So no pandas, numpy or sqlite-utils here.
+
+What an export embeds (checked on nsys 2025.3 exports) and what happens to it:
+
+* environment variables: ``META_DATA_CAPTURE`` rows whose name mentions ENV, every ``TARGET_INFO_SYSTEM_ENV``
+  row, and any ``KEY=VALUE`` value in META_DATA_* / TARGET_INFO_* tables -> deleted / ``<env>``;
+* absolute paths anywhere in a text column (StringIds, META_DATA_*, PROCESSES.name, the command line,
+  ANALYSIS_FILE.filename, DIAGNOSTIC_EVENT.text, ...) -> their last component (a home folder -> ``<path>``);
+* host names (META_DATA_EXPORT.EXPORT_HOST, META_DATA_CAPTURE.DEVICE_DISPLAY_NAME, TARGET_INFO_SYSTEM_ENV
+  host rows) -> a stable pseudonym ``host-<8 hex>`` (the same host gives the same pseudonym, so the loader
+  can still tell whether files share a clock); user names -> ``<user>``;
+* token-like secrets (``hf_...``, ``ghp_...``, ``sk-...``, AWS keys) anywhere -> ``<secret>``;
+* captured stdout/stderr: ``ProcessStreams`` rows are deleted and the StringIds they (and
+  ``ANALYSIS_FILE.contentId``) point to are emptied;
+* host processes with no CUDA or NVTX activity (kernel threads, daemons): their ``PROCESSES`` and
+  ``ThreadNames`` rows are deleted.
+
+The result is always VACUUMed, so deleted text does not survive in free pages. ``slim`` also drops tables
+the analysis never reads. A ``DDP_PROFILE_SCRUB`` table records what was removed (``inspect`` shows it).
+Output is written to a temporary file in the destination folder and moved into place with ``os.replace``;
+the input is only ever read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import lzma
+import os
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from ddp_profile.errors import DdpProfileError, OutputError, TraceError, UsageError
+
+RECORD_TABLE = "DDP_PROFILE_SCRUB"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+COMPRESSED = {".xz": lzma.open, ".gz": gzip.open}
+
+# Tables the analysis reads (ddp_profile.nsys.sql); --slim keeps only these (plus the ENUM_* tables).
+ANALYSIS_TABLES = {
+    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds", "PROCESSES", "ThreadNames",
+    "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_SESSION_START_TIME",
+    "TARGET_INFO_CUDA_CONTEXT_INFO", "TARGET_INFO_CUDA_STREAM", "META_DATA_EXPORT", "META_DATA_CAPTURE",
+    "ANALYSIS_DETAILS", RECORD_TABLE,
+}
+# Tables whose rows tie a globalPid/globalTid to CUDA or NVTX activity: a process seen in none is unrelated.
+ACTIVITY_PID_COLUMNS = [
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+    ("NVTX_EVENTS", "globalTid"), ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalTid"),
+]
+TID_MASK = 0xFFFFFF  # globalTid = globalPid | tid (low 24 bits): Nsight Systems' serialized GlobalId
+
+_SEG = r"[^\s/\\'\"=:;,()\[\]{}<>|`]+"
+PATH_RE = re.compile(rf"(?<![\w.~\-])(?:~|[A-Za-z]:)?(?:/{_SEG})+/?|(?<![\w.])[A-Za-z]:(?:\\{_SEG})+")
+HOME_RE = re.compile(r"^(?:/home|/Users|/users|/u|/scratch|/data|/mnt/home)/([^/]+)")
+SECRET_RE = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_\w{8,}|sk-[A-Za-z0-9_\-]{8,}"
+    r"|xox[abpr]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,}|wandb_[A-Za-z0-9]{8,})"
+)
+ENV_ASSIGN_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=")
+NOT_A_HOST = {"", "localhost", "local (cli)", "<host>", "unknown", "none"}
+
+
+def _tables(con: sqlite3.Connection) -> list[str]:
+    return [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+
+
+def _text_columns(con: sqlite3.Connection, table: str) -> list[str]:
+    cols = con.execute(f'PRAGMA table_info("{table}")').fetchall()
+    return [c[1] for c in cols if c[2].upper() in ("", "TEXT") or "CHAR" in c[2].upper()]
+
+
+def _meta_values(con: sqlite3.Connection, tables: set[str], table: str, name_sql: str) -> list[str]:
+    if table not in tables:
+        return []
+    return [r[0] for r in con.execute(f'SELECT value FROM "{table}" WHERE {name_sql}') if r[0]]
+
+
+def pseudonym(host: str) -> str:
+    """Stable stand-in for a host name: equal hosts stay equal across separately scrubbed files."""
+    return "host-" + hashlib.sha256(host.strip().lower().encode()).hexdigest()[:8]
+
+
+class _Scrubber:
+    """Holds what to replace (hosts, users) and counts what was changed; ``text`` is the row function."""
+
+    def __init__(self, hosts: set[str], users: set[str]):
+        self.hosts = {h: pseudonym(h) for h in hosts}
+        self.users = set(users)
+        words = sorted(self.hosts.keys() | self.users, key=len, reverse=True)
+        self.word_re = (
+            re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words) + r")(?![A-Za-z0-9])", re.I)
+            if words else None
+        )
+        self.counts = {"paths": 0, "hosts": 0, "users": 0, "secrets": 0}
+
+    def _path(self, m: re.Match) -> str:
+        path = m.group(0).rstrip("/\\")
+        base = re.split(r"[/\\]", path)[-1]
+        home = HOME_RE.match(path)
+        if home:
+            self.users.add(home.group(1))
+        self.counts["paths"] += 1
+        if not base or (home and base == home.group(1)) or base in self.users:
+            return "<path>"
+        return base
+
+    def _word(self, m: re.Match) -> str:
+        word = m.group(0)
+        for host, alias in self.hosts.items():
+            if word.lower() == host.lower():
+                self.counts["hosts"] += 1
+                return alias
+        self.counts["users"] += 1
+        return "<user>"
+
+    def text(self, value):
+        if not isinstance(value, str):
+            return value
+        new = SECRET_RE.sub("<secret>", value)
+        if new != value:
+            self.counts["secrets"] += 1
+        if "/" in new or "\\" in new:
+            new = PATH_RE.sub(self._path, new)
+        if self.word_re is not None:
+            new = self.word_re.sub(self._word, new)
+        return new
+
+    def dirty(self, value) -> int:
+        return int(isinstance(value, str) and self.text(value) != value)
+
+
+def _find_hosts_users(con: sqlite3.Connection, tables: set[str]) -> tuple[set[str], set[str]]:
+    hosts = set(_meta_values(con, tables, "META_DATA_EXPORT", "name LIKE '%HOST%'"))
+    hosts |= set(_meta_values(con, tables, "META_DATA_CAPTURE", "name LIKE '%HOST%' OR name = 'DEVICE_DISPLAY_NAME'"))
+    hosts |= set(_meta_values(con, tables, "TARGET_INFO_SYSTEM_ENV", "name LIKE '%host%'"))
+    hosts |= {h.split(".")[0] for h in hosts}
+    hosts = {h.strip() for h in hosts if h.strip().lower() not in NOT_A_HOST and not h.startswith("host-")}
+    users = set(_meta_values(con, tables, "META_DATA_EXPORT", "name LIKE '%USER%'"))
+    users |= set(_meta_values(con, tables, "META_DATA_CAPTURE", "name LIKE '%USER%'"))
+    for table in ("META_DATA_CAPTURE", "META_DATA_EXPORT", "TARGET_INFO_SYSTEM_ENV"):
+        for value in _meta_values(con, tables, table, "1"):
+            for m in PATH_RE.finditer(value):
+                home = HOME_RE.match(m.group(0))
+                if home:
+                    users.add(home.group(1))
+    users = {u.strip() for u in users if len(u.strip()) >= 2 and u.strip() not in ("root", "<user>")}
+    return hosts, users
+
+
+def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str, int]:
+    """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed."""
+    tables = set(_tables(con))
+    if not tables & {"StringIds", "META_DATA_EXPORT", "CUPTI_ACTIVITY_KIND_KERNEL"}:
+        raise TraceError("not an nsys SQLite export (no StringIds / META_DATA_EXPORT table)")
+    hosts, users = _find_hosts_users(con, tables)
+    counts: dict[str, int] = {}
+
+    def run(key: str, sql: str, table: str) -> None:
+        if table in tables:
+            counts[key] = counts.get(key, 0) + con.execute(sql).rowcount
+
+    run("env_rows", "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'", "META_DATA_CAPTURE")
+    run("env_rows", "DELETE FROM TARGET_INFO_SYSTEM_ENV", "TARGET_INFO_SYSTEM_ENV")
+    con.create_function("_ddp_env", 1, lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))))
+    for table in sorted(t for t in tables if t.startswith(("META_DATA_", "TARGET_INFO_"))):
+        for col in _text_columns(con, table):
+            run("env_values", f'UPDATE "{table}" SET "{col}" = \'<env>\' WHERE _ddp_env("{col}")', table)
+
+    # Captured program output: the strings first (they are found through ProcessStreams), then the rows.
+    if "StringIds" in tables:
+        sources = []
+        if "ProcessStreams" in tables:
+            sources.append("SELECT contentId FROM ProcessStreams")
+        if "ANALYSIS_FILE" in tables:
+            sources.append("SELECT contentId FROM ANALYSIS_FILE WHERE contentId IS NOT NULL")
+        if sources:
+            run("output_strings", f"UPDATE StringIds SET value = '' WHERE value != '' AND id IN "
+                f"({' UNION '.join(sources)})", "StringIds")
+    run("output_streams", "DELETE FROM ProcessStreams", "ProcessStreams")
+
+    # Unrelated host processes: no kernel, copy, API call or NVTX event belongs to them.
+    active = [f'SELECT DISTINCT "{c}" - ("{c}" & {TID_MASK}) FROM "{t}"' for t, c in ACTIVITY_PID_COLUMNS if t in tables]
+    if active:
+        con.execute("CREATE TEMP TABLE _ddp_active(globalPid INTEGER PRIMARY KEY)")
+        con.execute(f"INSERT OR IGNORE INTO _ddp_active {' UNION '.join(active)}")
+        run("processes", "DELETE FROM PROCESSES WHERE globalPid NOT IN (SELECT globalPid FROM _ddp_active)",
+            "PROCESSES")
+        run("thread_names", f"DELETE FROM ThreadNames WHERE globalTid - (globalTid & {TID_MASK}) "
+            "NOT IN (SELECT globalPid FROM _ddp_active)", "ThreadNames")
+
+    # Paths, host and user names, secrets: every text column of every table.
+    scrubber = _Scrubber(hosts, users)
+    con.create_function("_ddp_dirty", 1, scrubber.dirty)
+    con.create_function("_ddp_text", 1, scrubber.text)
+    for table in sorted(tables):
+        if table == RECORD_TABLE or table.startswith("ENUM_"):
+            continue
+        for col in _text_columns(con, table):
+            con.execute(f'UPDATE "{table}" SET "{col}" = _ddp_text("{col}") WHERE _ddp_dirty("{col}")')
+    for key in ("paths", "hosts", "users", "secrets"):
+        counts[key] = scrubber.counts[key] // 2  # dirty() and text() each count one replacement
+    counts["host_names"] = len(hosts)
+
+    if slim:
+        for table in sorted(tables - ANALYSIS_TABLES):
+            if not table.startswith("ENUM_"):
+                con.execute(f'DROP TABLE "{table}"')
+                counts["tables_dropped"] = counts.get("tables_dropped", 0) + 1
+    _record(con, counts, hosts, slim)
+    return counts
+
+
+def _record(con: sqlite3.Connection, counts: dict[str, int], hosts: set[str], slim: bool) -> None:
+    con.execute(f"CREATE TABLE IF NOT EXISTS {RECORD_TABLE} (item TEXT NOT NULL, count INTEGER, note TEXT)")
+    notes = {"host_names": ", ".join(sorted({pseudonym(h) for h in hosts})) or None}
+    rows = [(k, v, notes.get(k)) for k, v in sorted(counts.items())]
+    rows.append(("slim", int(slim), "tables the analysis never reads were dropped" if slim else None))
+    con.executemany(f"INSERT INTO {RECORD_TABLE} VALUES (?, ?, ?)", rows)
+
+
+def _copy_input(src: Path, dst: Path) -> None:
+    """Copy (decompressing .xz/.gz) the input to ``dst`` and check it is an SQLite file."""
+    opener = COMPRESSED.get(src.suffix)
+    try:
+        with (opener(src, "rb") if opener else open(src, "rb")) as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout, 16 << 20)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise TraceError(f"{src}: cannot read ({exc})") from exc
+    with open(dst, "rb") as f:
+        if f.read(16) != SQLITE_MAGIC:
+            raise TraceError(f"{src}: not an SQLite file; export the report with "
+                             f"`nsys export --type sqlite -o X.sqlite X.nsys-rep`")
+
+
+def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = False,
+               compress: str | None = None) -> dict[str, int]:
+    """Scrub ``src`` into ``dst`` (``dst`` may equal ``src`` for in-place). Atomic; ``src`` is only read.
+
+    ``compress="xz"`` writes an xz-compressed file (give ``dst`` the ``.xz`` suffix yourself or not: it is
+    added when missing). Returns the counts also stored in the ``DDP_PROFILE_SCRUB`` table.
+    """
+    src, dst = Path(src), Path(dst)
+    if not src.is_file():
+        raise TraceError(f"{src}: no such file")
+    if src.suffix in (".nsys-rep", ".qdstrm"):
+        raise TraceError(f"{src}: a report, not an SQLite export; run `nsys export --type sqlite -o "
+                         f"{src.with_suffix('.sqlite').name} {src.name}` first")
+    if compress not in (None, "xz"):
+        raise UsageError(f"--compress {compress}: only 'xz' is supported")
+    if compress == "xz" and dst.suffix != ".xz":
+        dst = dst.with_name(dst.name + ".xz")
+    folder = dst.parent if str(dst.parent) else Path(".")
+    if not folder.is_dir():
+        raise OutputError(f"{dst}: folder {folder} does not exist")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    final_tmp = tmp
+    try:
+        _copy_input(src, tmp)
+        con = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            con.execute("PRAGMA journal_mode=OFF")  # a private temp copy: atomicity comes from os.replace
+            con.execute("PRAGMA synchronous=OFF")
+            con.execute("BEGIN")
+            try:
+                counts = scrub_connection(con, slim=slim)
+            except sqlite3.DatabaseError as exc:
+                raise TraceError(f"{src}: not a readable nsys SQLite export ({exc})") from exc
+            con.execute("COMMIT")
+            con.execute("VACUUM")  # deleted text must not survive in free pages
+        finally:
+            con.close()
+        if compress == "xz":
+            fd, xz_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
+            os.close(fd)
+            final_tmp = Path(xz_name)
+            with open(tmp, "rb") as fin, lzma.open(final_tmp, "wb", preset=6) as fout:
+                shutil.copyfileobj(fin, fout, 16 << 20)
+            tmp.unlink()
+        os.chmod(final_tmp, 0o644)
+        os.replace(final_tmp, dst)
+    except BaseException:
+        for p in {tmp, final_tmp}:
+            p.unlink(missing_ok=True)
+        raise
+    return counts
+
+
+def output_path(src: Path, out: Path | None, n_inputs: int, in_place: bool) -> Path:
+    """Where ``src``'s scrubbed copy goes: itself (in place), into folder ``out``, or file ``out``."""
+    if in_place:
+        return src
+    if out is None:
+        raise UsageError("give -o OUT (file or folder) or --in-place")
+    if out.is_dir() or n_inputs > 1:
+        if not out.is_dir():
+            raise UsageError(f"-o {out}: with several inputs, OUT must be an existing folder")
+        name = src.name[: -len(src.suffix)] if src.suffix in COMPRESSED else src.name
+        return out / name
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The scrub options, shared by ``python -m ddp_profile.scrub`` and ``ddp-profile scrub``."""
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="nsys SQLite export(s) (.sqlite[.xz|.gz])")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", type=Path, metavar="OUT", help="output file, or folder for several inputs")
+    where.add_argument("--in-place", action="store_true", help="replace each input (atomically) by its scrubbed copy")
+    parser.add_argument("--slim", action="store_true", help="also drop tables the analysis never reads")
+    parser.add_argument("--compress", choices=["xz"], help="write OUT.xz (lzma) instead of a plain .sqlite")
+
+
+def run_args(args: argparse.Namespace, out=sys.stdout) -> int:
+    inputs = list(args.inputs)
+    for src in inputs:
+        dst = output_path(src, args.output, len(inputs), args.in_place)
+        if dst.resolve() == src.resolve() and not args.in_place:
+            raise UsageError(f"-o {dst} is the input itself; use --in-place to replace it")
+        counts = scrub_file(src, dst, slim=args.slim, compress=args.compress)
+        summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v)
+        shown = dst.with_name(dst.name + ".xz") if args.compress and dst.suffix != ".xz" else dst
+        print(f"scrubbed {src} -> {shown} ({summary or 'nothing to remove'})", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ddp_profile.scrub", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_args(args)
+    except DdpProfileError as exc:
+        print(f"ddp_profile.scrub: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

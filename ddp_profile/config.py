@@ -1,0 +1,178 @@
+"""Typed run configuration for the training harness, validated on creation.
+
+A :class:`RunConfig` is everything that decides what one profiled run does; it is written verbatim into
+the run JSON, so a trace can always be traced back to the knobs that made it. Invalid values raise
+:class:`ddp_profile.errors.ConfigError` at construction, before any process group or GPU is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ddp_profile.errors import ConfigError
+
+STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+DTYPES = ("fp32", "bf16")
+OPTIMIZERS = ("adamw", "sgd")
+MLP_MODEL = "mlp"
+
+
+@dataclass(frozen=True)
+class TransformerPreset:
+    """Shape of a CS336 Transformer LM (no biases, untied head, RoPE theta 10000)."""
+
+    d_model: int
+    """Width of the residual stream."""
+    d_ff: int
+    """Hidden width of the SwiGLU feed-forward."""
+    num_layers: int
+    """Number of pre-norm Transformer blocks."""
+    num_heads: int
+    """Attention heads; d_model must divide evenly."""
+    vocab_size: int = 10000
+    """Token vocabulary (CS336 uses 10000)."""
+    context_length: int = 2048
+    """Longest sequence the model accepts (RoPE is computed on the fly, so this only bounds inputs)."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency."""
+
+
+# The CS336 assignment's table, plus `tiny` for tests (fast on CPU, still every component).
+TRANSFORMER_PRESETS: dict[str, TransformerPreset] = {
+    "tiny": TransformerPreset(d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=64),
+    "small": TransformerPreset(768, 3072, 12, 12),
+    "medium": TransformerPreset(1024, 4096, 24, 16),
+    "large": TransformerPreset(1280, 5120, 36, 20),
+    "xl": TransformerPreset(1600, 6400, 48, 25),
+    "2.7B": TransformerPreset(2560, 10240, 32, 32),
+}
+
+MODELS = (*TRANSFORMER_PRESETS, MLP_MODEL)
+
+
+@dataclass(frozen=True)
+class MLPPreset:
+    """The scaling study's MLP: Linear(in, hidden) + ReLU, (depth - 2) x Linear(hidden, hidden) + ReLU,
+    Linear(hidden, out)."""
+
+    in_features: int = 4096
+    """Input width."""
+    hidden: int = 4096
+    """Hidden width."""
+    out_features: int = 2048
+    """Output width."""
+    depth: int = 8
+    """Number of Linear layers (at least 2)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run of the harness. Field values end up in the run JSON."""
+
+    strategy: str = "bucketed"
+    """Gradient-synchronisation strategy: one of STRATEGIES."""
+    model: str = "tiny"
+    """Model preset: a TRANSFORMER_PRESETS key or "mlp"."""
+    batch: int = 4
+    """Sequences (or MLP rows) per rank per step."""
+    seq_len: int = 256
+    """Tokens per sequence (ignored by the MLP)."""
+    steps: int = 5
+    """Measured steps (inside the cudaProfilerApi capture range)."""
+    warmup: int = 3
+    """Steps run before measuring (allocator, NCCL communicators, cuBLAS heuristics settle here)."""
+    bucket_mb: float = 25.0
+    """Bucket cap in MiB for `bucketed` and `torch_ddp` (ignored by the others)."""
+    dtype: str = "fp32"
+    """"fp32" or "bf16" (bf16 autocast around forward and loss; parameters and grads stay fp32)."""
+    tf32: bool = False
+    """Allow TF32 matmuls in fp32 runs (faster compute, so communication matters more)."""
+    seed: int = 0
+    """Seed for model initialisation (rank 0's copy wins at wrap time) and for the random data."""
+    optimizer: str = "adamw"
+    """"adamw" (the realistic case) or "sgd" (tests: makes multi-rank vs single-rank equality exact)."""
+    lr: float = 1e-4
+    """Learning rate."""
+    mlp_depth: int = 8
+    """Linear layers of the MLP model."""
+    backend: str = ""
+    """Process-group backend; empty means nccl on GPU, gloo on CPU."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def bucket_bytes(self) -> int:
+        return int(self.bucket_mb * 1024 * 1024)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: RunConfig) -> None:
+    """Raise ConfigError naming the field and the allowed values for the first bad field."""
+    _check(cfg.strategy in STRATEGIES, f"strategy {cfg.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
+    _check(cfg.model in MODELS, f"model {cfg.model!r} is unknown; choose one of {', '.join(MODELS)}")
+    _check(cfg.dtype in DTYPES, f"dtype {cfg.dtype!r} is unknown; choose fp32 or bf16")
+    _check(cfg.optimizer in OPTIMIZERS, f"optimizer {cfg.optimizer!r} is unknown; choose adamw or sgd")
+    _check(cfg.backend in ("", "gloo", "nccl"), f"backend {cfg.backend!r} is unknown; choose gloo or nccl")
+    for name in ("batch", "seq_len", "steps"):
+        value = getattr(cfg, name)
+        _check(isinstance(value, int) and value >= 1, f"{name} must be a positive integer, got {value!r}")
+    _check(isinstance(cfg.warmup, int) and cfg.warmup >= 0, f"warmup must be >= 0, got {cfg.warmup!r}")
+    _check(cfg.bucket_mb > 0, f"bucket_mb must be > 0 MiB, got {cfg.bucket_mb!r}")
+    _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
+    _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
+    if cfg.model in TRANSFORMER_PRESETS:
+        ctx = TRANSFORMER_PRESETS[cfg.model].context_length
+        _check(cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}")
+
+
+def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset:
+    """The preset object for a model name (ConfigError if unknown)."""
+    if name == MLP_MODEL:
+        return MLPPreset(depth=mlp_depth)
+    try:
+        return TRANSFORMER_PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"model {name!r} is unknown; choose one of {', '.join(MODELS)}") from None
+
+
+def bucket_label(cfg: RunConfig) -> str:
+    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `naive`."""
+    if cfg.strategy in ("bucketed", "torch_ddp"):
+        mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
+        return f"{cfg.strategy}-{mb}mb"
+    return cfg.strategy
+
+
+def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
+    """`<strategy>[-<N>mb]_<model>_<dtype>[-tf32]_<world>x<gpu>`, e.g. `bucketed-25mb_xl_fp32_2xh100`."""
+    dtype = cfg.dtype + ("-tf32" if cfg.tf32 and cfg.dtype == "fp32" else "")
+    model = cfg.model if cfg.model != MLP_MODEL else f"mlp{cfg.mlp_depth}"
+    return f"{bucket_label(cfg)}_{model}_{dtype}_{world_size}x{gpu_short}"
+
+
+__all__ = [
+    "DTYPES",
+    "MLPPreset",
+    "MODELS",
+    "OPTIMIZERS",
+    "RunConfig",
+    "STRATEGIES",
+    "TRANSFORMER_PRESETS",
+    "TransformerPreset",
+    "bucket_label",
+    "model_preset",
+    "run_name",
+    "validate",
+]

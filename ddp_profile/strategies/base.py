@@ -1,0 +1,110 @@
+"""The protocol every gradient-synchronisation strategy implements, and the helpers they share.
+
+A strategy wraps a model; the loop calls, per step:
+
+    strategy.on_train_batch_start()          # reset per-step state (hooks' handles, bucket counters)
+    loss = loss_fn(strategy(x), y)           # forward through strategy.module
+    loss.backward()                          # overlapping strategies launch collectives from hooks here
+    strategy.finish_gradient_synchronization()   # returns when every grad holds the mean over ranks
+    optimizer.step()
+
+With NCCL, "returns" means the averaged values are ordered before any later work on the current CUDA
+stream (Work.wait() makes the stream wait, not the host); with gloo it is a host-side wait.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_profile import nvtx_names as names
+from ddp_profile import nvtx_ranges
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    module: nn.Module
+
+    def __call__(self, *args, **kwargs): ...
+
+    def on_train_batch_start(self) -> None: ...
+
+    def finish_gradient_synchronization(self) -> None: ...
+
+    def layout(self) -> dict: ...
+
+
+def world() -> tuple[int, int]:
+    """(rank, world_size), or (0, 1) when no process group is initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def broadcast_state(module: nn.Module) -> None:
+    """Copy rank 0's parameters and buffers (trainable, frozen and tied alike) to every rank.
+
+    `parameters()`/`buffers()` yield each shared tensor once, so tied weights are sent once.
+    """
+    _, world_size = world()
+    if world_size == 1:
+        return
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
+
+def grad_params(module: nn.Module) -> list[nn.Parameter]:
+    """Unique parameters that take part in gradient averaging, in registration order."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Wrapper(nn.Module):
+    """Common base: holds `.module`, forwards calls, does the wrap-time broadcast.
+
+    Subclasses override the two step hooks. `layout()` describes how gradients are grouped into
+    collectives, for the run JSON.
+    """
+
+    name = "base"
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        self.rank, self.world_size = world()
+        broadcast_state(module)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def on_train_batch_start(self) -> None:
+        pass
+
+    def finish_gradient_synchronization(self) -> None:
+        pass
+
+    def layout(self) -> dict:
+        """Collective groups: {"buckets": count, "bucket_bytes": [...], "bucket_params": [[names]]}."""
+        params = grad_params(self.module)
+        return layout_from_groups(self.module, [[p] for p in params])
+
+
+def layout_from_groups(module: nn.Module, groups: list[list[nn.Parameter]]) -> dict:
+    index_to_name = {id(p): n for n, p in module.named_parameters()}
+    return {
+        "buckets": len(groups),
+        "bucket_bytes": [sum(nbytes(p) for p in g) for g in groups],
+        "bucket_params": [[index_to_name.get(id(p), "?") for p in g] for g in groups],
+    }
+
+
+def wait_phase():
+    """The NVTX range the loop's analysis calls the gradient-synchronisation wait."""
+    return nvtx_ranges.phase(names.GRAD_WAIT)

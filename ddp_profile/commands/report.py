@@ -1,0 +1,36 @@
+"""`ddp-profile report`: render traces into a folder of self-contained HTML pages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ddp_profile.errors import UsageError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="render interactive offline HTML reports (default: traces/ -> reports/)",
+        description="Load every run (a run folder with *.sqlite[.xz] + run.json, a single export, or a folder "
+                    "of run folders), analyse it and write index, per-run, comparison and bucket-sweep pages. "
+                    "The output folder is replaced atomically. Exit 0 when every run rendered, 3 when some "
+                    "failed (the report lists them) or none was found.")
+    p.add_argument("paths", nargs="*", default=["traces"], help="runs or folders of runs (default: traces/)")
+    p.add_argument("-o", "--output", default="reports", help="output folder (default: reports/)")
+    p.add_argument("--jobs", type=int, default=1, help="runs loaded in parallel (default: 1)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ddp_profile.report import build_report
+
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
+    sizes, failures = build_report(args.paths, Path(args.output), jobs=args.jobs)
+    out = Path(args.output)
+    print(f"wrote {len(sizes)} page(s) to {out}/ (open {out / 'index.html'} in a browser; works offline)")
+    if failures:
+        print(f"ddp-profile report: {len(failures)} run(s) failed to load; listed on the index page",
+              file=sys.stderr)
+        return 3
+    return 0

@@ -48,6 +48,9 @@ COMPARISON_COLUMNS = [
     "run", "strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
     "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct", "overlap_pct",
     "speedup_vs_1gpu", "efficiency_pct",
+    # appended by the analysis (issue 5): Amdahl serial fraction (Karp-Flatt) and the cost model's
+    # predicted overlap overhead n_b*o + s/(n_b*w) for comparison with comm_tail_ns.
+    "serial_fraction", "predicted_overhead_ns",
 ]
 
 

@@ -17,7 +17,7 @@ def S(*pairs):
 
 
 def pairs(x):
-    return list(zip(x[0].tolist(), x[1].tolist()))
+    return list(zip(x[0].tolist(), x[1].tolist(), strict=False))
 
 
 # ---- edge-case table -----------------------------------------------------------------------------------
@@ -80,7 +80,7 @@ iset = st.lists(interval, max_size=8).map(lambda ps: S(*ps) if ps else S())
 
 def grid(x):
     g = np.zeros(GRID, dtype=bool)
-    for s, e in zip(*x):
+    for s, e in zip(*x, strict=False):
         g[s:e] = True
     return g
 
@@ -88,7 +88,7 @@ def grid(x):
 def from_grid(g):
     """Maximal runs of True cells, as (start, end) pairs."""
     d = np.diff(np.concatenate([[0], g.astype(int), [0]]))
-    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=False))
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,150 @@
+"""The analysis engine: one front function delegating to one module per analysis.
+
+``analyze(trace)`` takes a loaded trace (attributes ``kernels``, ``nvtx``, ``gpus``, ``ranks``, ``meta``,
+``run``; see ``ddp_profile.schema``) and returns an :class:`Analysis` holding one frame per analysis:
+
+- ``windows``: steps and phases found in NVTX and projected onto the GPU by launch time;
+- ``steps``: per (rank, step) compute / comm / overlap / exposed comm / tail / idle;
+- ``overlap``: per kernel name (nsys ``nccl_gpu_overlap_trace`` semantics) and per rank (HTA semantics);
+- ``collectives``: NCCL kernels matched across ranks, wait vs transfer, bytes and bus bandwidth;
+- ``costmodel``: alpha-beta fit, predicted overhead, optimal bucket size;
+- ``contention``: compute slowdown while NCCL runs;
+- ``compare``: several runs side by side, scaling efficiency and Amdahl's serial fraction.
+
+Each module's docstring defines its numbers as formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis import collectives as _coll
+from ddp_profile.analysis import contention as _cont
+from ddp_profile.analysis import costmodel as _cm
+from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import steps as _steps
+from ddp_profile.analysis import windows as _win
+from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
+from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
+
+__all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
+           "amdahl_serial_fraction", "JSON_SECTIONS"]
+
+# Section of to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
+JSON_SECTIONS = {
+    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
+    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
+}
+JSON_VERSION = 1
+
+
+@dataclass
+class Analysis:
+    """Everything ``analyze`` computed for one trace; every frame follows its ``schema`` contract."""
+
+    steps: pd.DataFrame
+    phases: pd.DataFrame
+    rank_overlap: pd.DataFrame
+    kernel_overlap: pd.DataFrame
+    collectives: pd.DataFrame
+    cost_model: pd.DataFrame
+    contention: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        """Headline numbers: medians over (rank, step) rows, whole-trace overlap, counts. NaN -> None."""
+        s = self.steps
+
+        def med(col):
+            return _clean(s[col].median()) if not s.empty else None
+
+        ro = self.rank_overlap
+        comm = float(ro["comm_ns"].sum()) if not ro.empty else 0.0
+        out = {
+            "n_ranks": int(ro["rank"].nunique()) if not ro.empty else 0,
+            "n_steps": int(s["step"].nunique()) if not s.empty else 0,
+            "step_ns": med("step_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
+            "overlap_ns": med("overlap_ns"), "exposed_comm_ns": med("exposed_comm_ns"),
+            "comm_tail_ns": med("comm_tail_ns"), "idle_ns": med("idle_ns"), "comm_pct": med("comm_pct"),
+            "exposed_comm_pct": med("exposed_comm_pct"),
+            # Whole trace, all ranks pooled: Σ overlap / Σ comm.
+            "overlap_pct": _clean(100.0 * ro["overlap_ns"].sum() / comm) if comm > 0 else None,
+            "n_collectives": len(self.collectives),
+            "wait_pct_of_comm": _clean(100.0 * self.collectives["wait_ns"].sum()
+                                       / self.collectives["duration_ns"].sum())
+            if len(self.collectives) and self.collectives["duration_ns"].sum() > 0 else None,
+        }
+        return out
+
+    def to_json_dict(self) -> dict:
+        """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
+        null. Per kernel name, NCCL rows also carry ``compute_overlap_pct`` (= overlap_pct)."""
+        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes)}
+        for key, attr in JSON_SECTIONS.items():
+            out[key] = records(getattr(self, attr))
+        for row in out["kernels"]:
+            if row.get("kind") == "nccl":
+                row["compute_overlap_pct"] = row["overlap_pct"]
+        return out
+
+
+def _clean(v):
+    """A JSON-safe scalar: numpy -> Python, NaN/NA -> None."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return None if math.isnan(v) else float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def records(df: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-safe dicts."""
+    cols = list(df.columns)
+    return [{c: _clean(v) for c, v in zip(cols, row, strict=False)} for row in df.itertuples(index=False, name=None)]
+
+
+def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
+            steps="all") -> Analysis:
+    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints."""
+    notes: list[str] = []
+    kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+    karr = KernelArrays(kernels)
+    if len(kernels) == 0:
+        notes.append("the trace has no GPU kernels (profile with `nsys profile -t cuda`)")
+    elif (karr.launch < 0).all():
+        notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
+                     "the GPU; profile with `nsys profile -t cuda,nvtx`")
+    host_steps, step_notes = _win.find_steps(trace.nvtx, step_pattern)
+    notes += step_notes
+    host_steps = _win.select_steps(host_steps, steps)
+    host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
+    windows = _win.phase_windows(host_steps, host_phases, karr)
+    step_frame = _steps.step_metrics(windows, karr)
+    if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
+        notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
+                     "range 'backward' or pass --phase backward=REGEX)")
+    if len({*kernels["rank"].dropna().unique()}) and kernels.groupby("rank")["device"].nunique().gt(1).any():
+        notes.append("a rank used several GPUs: its kernel sets are merged across them")
+    covered = _ov.overlapped_by_other_class(karr)
+    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes)
+    return Analysis(
+        steps=step_frame,
+        phases=schema.select(windows, schema.PHASE_COLUMNS),
+        rank_overlap=_ov.rank_overlap(karr),
+        kernel_overlap=_ov.kernel_overlap(karr, covered),
+        collectives=coll,
+        cost_model=_cm.cost_model(coll, notes),
+        contention=_cont.contention(karr, covered),
+        notes=notes,
+    )
+

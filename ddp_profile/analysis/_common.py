@@ -1,0 +1,61 @@
+"""Small helpers shared by the analysis modules: frame columns to numpy, kernel classes, grouping."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import intervals as iv
+
+COMPUTE = "compute"
+NCCL = "nccl"
+COPY_KINDS = ("memcpy", "memset")
+
+
+def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
+    """A nullable integer column as int64 numpy, missing values replaced by ``fill``."""
+    return pd.to_numeric(series, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
+
+
+def positions(df: pd.DataFrame, keys: list[str]) -> dict:
+    """Positional row indices per group key (missing keys form no group); one pass, no per-row Python."""
+    if df.empty:
+        return {}
+    return {k: np.asarray(v) for k, v in df.reset_index(drop=True).groupby(keys, sort=True).indices.items()}
+
+
+class KernelArrays:
+    """Start/end/launch arrays of one kernels frame plus class masks, computed once per analysis."""
+
+    def __init__(self, kernels: pd.DataFrame):
+        k = kernels.reset_index(drop=True)
+        self.frame = k
+        self.start = ints(k["start_ns"], 0)
+        self.end = ints(k["end_ns"], 0)
+        self.launch = ints(k["launch_ns"], -1)
+        kind = k["kind"].astype("object").to_numpy()
+        self.is_compute = kind == COMPUTE
+        self.is_nccl = kind == NCCL
+        self.is_copy = np.isin(kind, COPY_KINDS)
+        self.pid = ints(k["pid"], -1)
+        self.rank = ints(k["rank"], -1)
+
+    def sets(self, idx: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Normalised interval sets (merged across streams) of the rows ``idx``, by kernel class."""
+        s, e = self.start[idx], self.end[idx]
+        out = {
+            COMPUTE: iv.normalize(s[self.is_compute[idx]], e[self.is_compute[idx]]),
+            NCCL: iv.normalize(s[self.is_nccl[idx]], e[self.is_nccl[idx]]),
+            "copy": iv.normalize(s[self.is_copy[idx]], e[self.is_copy[idx]]),
+            "all": iv.normalize(s, e),
+        }
+        out["overlap"] = iv.intersect(out[COMPUTE], out[NCCL])
+        return out
+
+
+def pct(num, den):
+    """100·num/den as float, NaN where den is 0 (vectorised)."""
+    num = np.asarray(num, dtype=float)
+    den = np.asarray(den, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)

@@ -1,0 +1,139 @@
+"""The collective table: every NCCL kernel, matched across ranks, its time split into waiting and transfer.
+
+Issue order: ``seq`` numbers each rank's NCCL kernels per (pid, device, stream) in GPU start order (one
+stream = one communicator's queue). Streams of a rank are numbered by first use, and the collective
+``(stream number, seq)`` is the same operation on every rank (all ranks issue a communicator's collectives
+in the same order; NCCL requires it).
+
+Waiting vs transfer. A collective can only progress once its last peer has arrived, so for kernel k of
+operation c::
+
+    wait_ns     = min(duration_ns, max(0, max_{peers p of c} start_p − start_k))
+    transfer_ns = duration_ns − wait_ns
+
+    rank 0:  [---- wait ----|== transfer ==]
+    rank 1:                 [== transfer ==]      <- last to arrive: wait 0
+
+(Assumes the ranks' clocks agree, which holds for processes on one host in one nsys report.)
+
+Bucket and bytes come from the harness's NVTX range around each collective launch (message
+``"allreduce b<bucket> <bytes>B"``, payload = bytes): a kernel belongs to the latest such range of its
+process that started at or before its launch (``launch_ns``, runtime or driver API) and had not ended.
+
+Bus bandwidth (NCCL's convention, comparable across world sizes n)::
+
+    busbw_gb_per_s = bytes · f(n) / transfer_ns     (bytes per ns = GB/s)
+    f = 2(n−1)/n for all-reduce; (n−1)/n for all-gather and reduce-scatter; 1 for the rest
+
+``step``: the step whose host range (same process) contains the kernel's launch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import nvtx_names as nn
+from ddp_profile import schema
+from ddp_profile.analysis._common import KernelArrays, ints
+
+_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d+)\s+(\d+)\s*B")
+
+
+def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
+    """NCCL's bus-bandwidth factor per row (NaN where undefined, e.g. all-reduce on one rank)."""
+    key = collective.astype("object").fillna("").astype(str).str.lower().str.replace(r"[^a-z]", "", regex=True)
+    n = np.asarray(n, dtype=float)
+    f = np.ones(len(key))
+    ar = key.str.contains("allreduce").to_numpy()
+    ring = key.str.contains("allgather|reducescatter").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(ar, 2 * (n - 1) / n, f)
+        f = np.where(ring, (n - 1) / n, f)
+    return np.where(f > 0, f, np.nan)
+
+
+def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> np.ndarray:
+    """Index of the latest range (same pid) with start <= t <= end, else -1; vectorised per pid."""
+    out = np.full(t.size, -1, dtype=np.int64)
+    for p in np.unique(pid):
+        rows = np.flatnonzero(rpid == p)
+        if rows.size == 0:
+            continue
+        rows = rows[np.argsort(rs[rows], kind="stable")]
+        k = np.flatnonzero(pid == p)
+        j = np.searchsorted(rs[rows], t[k], side="right") - 1
+        ok = (j >= 0) & (t[k] >= 0)
+        ok[ok] = t[k][ok] <= re_[rows[j[ok]]]
+        out[k[ok]] = rows[j[ok]]
+    return out
+
+
+def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
+    if nvtx is None or nvtx.empty:
+        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": []})
+    names = nvtx["name"].astype("object").fillna("").astype(str)
+    hit = names.str.startswith(nn.ALLREDUCE_PREFIX) & nvtx["end_ns"].notna()
+    r = nvtx.loc[hit]
+    parsed = names[hit].str.extract(_BUCKET_RX)
+    nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
+    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
+                         "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
+                         "bytes": nbytes.to_numpy(dtype=float)})
+
+
+def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame,
+                     notes: list[str]) -> pd.DataFrame:
+    """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step)."""
+    idx = np.flatnonzero(karr.is_nccl)
+    if idx.size == 0:
+        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    k = karr.frame.iloc[idx]
+    df = pd.DataFrame({
+        "rank": karr.rank[idx], "pid": karr.pid[idx], "device": ints(k["device"]), "stream": ints(k["stream"]),
+        "collective": k["collective"].to_numpy(), "algorithm": k["algorithm"].to_numpy(),
+        "protocol": k["protocol"].to_numpy(), "dtype": k["dtype"].to_numpy(),
+        "start_ns": karr.start[idx], "end_ns": karr.end[idx], "launch": karr.launch[idx],
+    }).sort_values(["rank", "pid", "device", "stream", "start_ns"], kind="stable").reset_index(drop=True)
+    df["duration_ns"] = df["end_ns"] - df["start_ns"]
+    df["seq"] = df.groupby(["pid", "device", "stream"]).cumcount()
+    first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
+    df["comm"] = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
+    grp = df.groupby(["comm", "seq"])
+    df["_n"] = grp["rank"].transform("nunique")
+    last_arrival = grp["start_ns"].transform("max")
+    df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
+    df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
+    names = df["collective"].astype("object").fillna("?")
+    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
+        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
+                     "split pairs kernels by issue order and may be wrong for some collectives")
+    if df["_n"].nunique() > 1:
+        notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
+    # Step of each kernel, by launch time.
+    if steps is not None and not steps.empty:
+        j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), ints(steps["pid"]),
+                    ints(steps["host_start_ns"]), ints(steps["host_end_ns"]))
+        df["step"] = pd.array(np.where(j >= 0, steps["step"].to_numpy()[np.maximum(j, 0)], 0), dtype="Int64")
+        df.loc[j < 0, "step"] = pd.NA
+    else:
+        df["step"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    b = _buckets(nvtx)
+    j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), b["pid"].to_numpy(np.int64),
+                b["start_ns"].to_numpy(np.int64), b["end_ns"].to_numpy(np.int64))
+    has = j >= 0
+    df["bucket"] = pd.array(np.where(has, b["bucket"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
+                            dtype="Float64").astype("Int64")
+    df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
+                           dtype="Float64").astype("Int64")
+    if not has.any():
+        notes.append(f"no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL launches: bytes, "
+                     "bus bandwidth and the cost model need them (record with the ddp-profile harness)")
+    f = bus_factor(df["collective"], df["_n"].to_numpy())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
+    df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
+    return schema.select(df, schema.COLLECTIVE_COLUMNS)

@@ -1,0 +1,71 @@
+"""Overlap of communication and computation over the whole trace, in two published conventions.
+
+Per kernel (the semantics of nsys's ``nccl_gpu_overlap_trace`` recipe, so numbers can be cross-checked
+against NVIDIA's tool): for each NCCL kernel k, the time during which at least one compute kernel ran on
+the same process and GPU; for each compute kernel, the same with NCCL kernels::
+
+    overlapped_ns(k) = |[k.start, k.end) ∩ ∪{other-class kernels of k's (pid, device)}|
+    per (kind, name): overlap_pct = 100 · Σ overlapped_ns / Σ duration_ns   (duration-weighted)
+
+    compute:  [-----]   [--]
+    nccl k:      [---------)      overlapped_ns(k) = 2 + 2 = 4 of 9 -> 44 %
+
+Per rank (Holistic Trace Analysis' convention): C, N = unions of the rank's compute and NCCL kernels::
+
+    overlap_ns = |C ∩ N|,  exposed_comm_ns = |N| − |C ∩ N|,  overlap_pct = 100 · |C ∩ N| / |N|
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import intervals as iv
+from ddp_profile import schema
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, pct, positions
+
+
+def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
+    """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
+    copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class."""
+    out = np.zeros(len(karr.start), dtype=np.int64)
+    for _, idx in positions(karr.frame, ["pid", "device"]).items():
+        comp = idx[karr.is_compute[idx]]
+        nccl = idx[karr.is_nccl[idx]]
+        if comp.size and nccl.size:
+            out[nccl] = iv.covered_length(karr.start[nccl], karr.end[nccl], karr.start[comp], karr.end[comp])
+            out[comp] = iv.covered_length(karr.start[comp], karr.end[comp], karr.start[nccl], karr.end[nccl])
+    return out
+
+
+def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
+    """KERNEL_OVERLAP_COLUMNS: per (kind, name) of compute and NCCL kernels, duration-weighted overlap."""
+    keep = karr.is_compute | karr.is_nccl
+    if not keep.any():
+        return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
+    df = pd.DataFrame({
+        "kind": karr.frame["kind"].to_numpy()[keep], "name": karr.frame["name"].to_numpy()[keep],
+        "dur": (karr.end - karr.start)[keep], "ov": covered[keep],
+    })
+    g = df.groupby(["kind", "name"], sort=False).agg(count=("dur", "size"), total_ns=("dur", "sum"),
+                                                     overlapped_ns=("ov", "sum")).reset_index()
+    g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
+    g["_nccl"] = g["kind"] != NCCL
+    g = g.sort_values(["_nccl", "total_ns"], ascending=[True, False], kind="stable")
+    return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
+
+
+def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
+    """RANK_OVERLAP_COLUMNS over the whole trace, per rank (HTA semantics)."""
+    rows = []
+    for rank, idx in positions(karr.frame, ["rank"]).items():
+        rank = rank[0] if isinstance(rank, tuple) else rank
+        sets = karr.sets(idx)
+        c, n = iv.total_length(*sets[COMPUTE]), iv.total_length(*sets[NCCL])
+        o = iv.total_length(*sets["overlap"])
+        rows.append({"rank": rank, "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
+    if not rows:
+        return schema.empty_frame(schema.RANK_OVERLAP_COLUMNS)
+    out = pd.DataFrame(rows)
+    out["overlap_pct"] = pct(out["overlap_ns"], out["comm_ns"])
+    return schema.select(out, schema.RANK_OVERLAP_COLUMNS)

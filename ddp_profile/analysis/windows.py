@@ -1,0 +1,203 @@
+"""Training steps and their phases, found in the NVTX ranges and projected onto the GPU.
+
+Which ranges are steps (per process):
+  1. the project's own ranges: domain ``nvtx_names.DOMAIN``, message ``"step <i>"`` (payload = i);
+  2. otherwise any range, in any domain but NCCL's, whose message matches ``nvtx_names.STEP_PATTERN``
+     (``step3``, ``iteration 7``, ``ProfilerStep#12``...), or the user's ``step_pattern`` regex.
+  When matching ranges nest, only the outermost (smallest NVTX depth) are steps. Step index: the payload
+  for the project's ranges, else the last integer in the message, else the order within the process.
+
+Projection onto the GPU (by *launch time within the process*, any thread)::
+
+    host (any thread of pid):   |==== backward range ====|
+    launches (autograd thread):    ^    ^      ^
+    GPU:                             [k1]  [k2]     [k3]
+    GPU window of the range:         [-----------------]
+                                     first GPU start .. last GPU end of kernels with
+                                     host_start <= launch_ns <= host_end
+
+  Kernels are attributed to a range when the CUDA call that launched them (runtime or driver API) happened
+  inside the range on the same process, whatever the thread: PyTorch launches backward kernels and DDP's
+  all-reduces from autograd threads, so projecting by thread (as ``nsys stats -r nvtx_gpu_proj_trace``
+  does) loses them. A range that launched nothing keeps its host interval as its window.
+
+Phases (``forward``, ``backward``, ``optimizer``, ``grad_wait``; regexes overridable) belong to the step
+whose host range contains their start. Several ranges of one phase in one step (e.g. gradient
+accumulation) give one window from the earliest GPU start to the latest GPU end.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import nvtx_names as nn
+from ddp_profile import schema
+from ddp_profile.analysis._common import ints
+
+DEFAULT_PHASE_PATTERNS = {
+    "forward": nn.FORWARD_PATTERN,
+    "backward": nn.BACKWARD_PATTERN,
+    "optimizer": nn.OPTIMIZER_PATTERN,
+    "grad_wait": rf"^{re.escape(nn.GRAD_WAIT)}\b",
+}
+RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
+_PROJECT_STEP = re.compile(rf"^{re.escape(nn.STEP)}( \d+)?$")
+
+
+def _closed(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """Closed ranges outside NCCL's own domain (those name collectives, never phases)."""
+    if nvtx is None or nvtx.empty:
+        return schema.empty_frame(schema.NVTX_COLUMNS)
+    dom = nvtx["domain"].astype("object").fillna("")
+    keep = nvtx["end_ns"].notna() & nvtx["name"].notna() & (dom != "NCCL")
+    return nvtx.loc[keep].reset_index(drop=True)
+
+
+def _matches(names: pd.Series, pattern: str) -> np.ndarray:
+    rx = re.compile(pattern)
+    # Unique names are few even when ranges are many: match each once.
+    uniq = pd.unique(names.astype(str))
+    hit = {u: bool(rx.search(u)) for u in uniq}
+    return names.astype(str).map(hit).to_numpy(dtype=bool)
+
+
+def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """Step host ranges per process: RANGE_COLUMNS with phase "step". Returns (frame, notes)."""
+    notes: list[str] = []
+    ranges = _closed(nvtx)
+    if ranges.empty:
+        notes.append("no NVTX ranges in the trace: per-step metrics need step ranges (profile with "
+                     "`nsys profile -t cuda,nvtx` and wrap each step in an NVTX range)")
+        return schema.empty_frame(RANGE_COLUMNS), notes
+    if step_pattern is None:
+        dom = ranges["domain"].astype("object").fillna("")
+        own = (dom == nn.DOMAIN).to_numpy() & _matches(ranges["name"], _PROJECT_STEP.pattern)
+        if own.any():
+            hit, source = own, "project"
+        else:
+            hit, source = _matches(ranges["name"], nn.STEP_PATTERN), "pattern"
+    else:
+        try:
+            hit, source = _matches(ranges["name"], step_pattern), "pattern"
+        except re.error as exc:
+            from ddp_profile.errors import UsageError
+
+            raise UsageError(f"--step-pattern {step_pattern!r} is not a valid regex: {exc}") from exc
+    steps = ranges.loc[hit].copy()
+    if steps.empty:
+        pat = step_pattern or nn.STEP_PATTERN
+        notes.append(f"no NVTX range matches the step pattern {pat!r}: per-step metrics are missing "
+                     "(name each step's range e.g. 'step 3', or pass --step-pattern REGEX)")
+        return schema.empty_frame(RANGE_COLUMNS), notes
+    depth = ints(steps["depth"], 0)
+    steps = steps.loc[depth == steps.assign(_d=depth).groupby("pid")["_d"].transform("min").to_numpy()]
+    steps = steps.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
+    index = pd.to_numeric(steps["payload"], errors="coerce") if source == "project" else None
+    if index is None or index.isna().any():
+        index = pd.to_numeric(steps["name"].astype(str).str.extract(r"(\d+)\D*$")[0], errors="coerce")
+    ordinal = steps.groupby("pid").cumcount()
+    if index.isna().any() or index.groupby(steps["pid"]).apply(lambda s: s.duplicated().any()).any():
+        index = ordinal
+    out = pd.DataFrame({
+        "rank": steps["rank"].to_numpy(), "pid": ints(steps["pid"]), "step": index.astype("int64").to_numpy(),
+        "phase": "step", "host_start_ns": ints(steps["start_ns"]), "host_end_ns": ints(steps["end_ns"]),
+    })
+    return out, notes
+
+
+def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str] | None = None) -> pd.DataFrame:
+    """Phase host ranges (RANGE_COLUMNS) assigned to the step containing their start, same process."""
+    pats = dict(DEFAULT_PHASE_PATTERNS)
+    pats.update(patterns or {})
+    ranges = _closed(nvtx)
+    if ranges.empty or steps.empty:
+        return schema.empty_frame(RANGE_COLUMNS)
+    pid = ints(ranges["pid"])
+    start = ints(ranges["start_ns"])
+    parts = []
+    for phase, pat in pats.items():
+        hit = _matches(ranges["name"], pat)
+        for p, sg in steps.groupby("pid"):
+            sel = np.flatnonzero(hit & (pid == p))
+            if sel.size == 0:
+                continue
+            hs, he = sg["host_start_ns"].to_numpy(), sg["host_end_ns"].to_numpy()
+            j = np.searchsorted(hs, start[sel], side="right") - 1
+            ok = j >= 0
+            ok[ok] = start[sel][ok] <= he[j[ok]]
+            sel, j = sel[ok], j[ok]
+            parts.append(pd.DataFrame({
+                "rank": sg["rank"].to_numpy()[j], "pid": p, "step": sg["step"].to_numpy()[j], "phase": phase,
+                "host_start_ns": start[sel], "host_end_ns": ints(ranges["end_ns"])[sel],
+            }))
+    if not parts:
+        return schema.empty_frame(RANGE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
+            pid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range.
+
+    Returns (gpu_start, gpu_end, launched_any). Per process the kernels are sorted by launch time once; each
+    range is then a contiguous slice found by binary search (one loop step per *range*, not per kernel).
+    """
+    n = len(ranges)
+    gs = np.zeros(n, dtype=np.int64)
+    ge = np.zeros(n, dtype=np.int64)
+    anyk = np.zeros(n, dtype=bool)
+    rpid = ints(ranges["pid"]) if n else np.zeros(0, np.int64)
+    hs = ints(ranges["host_start_ns"]) if n else np.zeros(0, np.int64)
+    he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
+    for p in np.unique(rpid):
+        rows = np.flatnonzero(rpid == p)
+        kk = np.flatnonzero((pid == p) & (launch >= 0))
+        order = kk[np.argsort(launch[kk], kind="stable")]
+        lt, ks, ke = launch[order], start[order], end[order]
+        lo = np.searchsorted(lt, hs[rows], side="left")
+        hi = np.searchsorted(lt, he[rows], side="right")
+        for r, a, b in zip(rows, lo, hi, strict=False):
+            if b > a:
+                gs[r], ge[r], anyk[r] = ks[a:b].min(), ke[a:b].max(), True
+    gs = np.where(anyk, gs, hs)
+    ge = np.where(anyk, ge, he)
+    return gs, ge, anyk
+
+
+def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFrame:
+    """PHASE_COLUMNS + pid: every step and phase with its GPU window (merged per (rank, step, phase))."""
+    ranges = pd.concat([steps, phases], ignore_index=True) if not phases.empty else steps.copy()
+    if ranges.empty:
+        return schema.empty_frame(schema.PHASE_COLUMNS + ["pid"])
+    gs, ge, _ = project(ranges, karr.start, karr.end, karr.launch, karr.pid)
+    ranges = ranges.assign(start_ns=gs, end_ns=ge)
+    out = ranges.groupby(["rank", "pid", "step", "phase"], sort=False).agg(
+        start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
+        host_start_ns=("host_start_ns", "min"), host_end_ns=("host_end_ns", "max"),
+    ).reset_index()
+    order = {"step": 0, "forward": 1, "backward": 2, "grad_wait": 3, "optimizer": 4}
+    out["_o"] = out["phase"].map(order).fillna(9)
+    out = out.sort_values(["rank", "step", "_o", "start_ns"], kind="stable")
+    # pid is kept (after the contract's columns) for later projections; analyze() drops it for the user.
+    return schema.select(out, schema.PHASE_COLUMNS + ["pid"])
+
+
+def select_steps(steps: pd.DataFrame, which) -> pd.DataFrame:
+    """Keep steps by index: "all", "A:B" (Python slice over step indices, e.g. "2:" skips warm-up), or ints."""
+    if steps.empty or which in (None, "all"):
+        return steps
+    if isinstance(which, str):
+        try:
+            parts = [int(x) if x.strip() else None for x in which.split(":")]
+        except ValueError as exc:
+            from ddp_profile.errors import UsageError
+
+            raise UsageError(f"steps {which!r}: use 'all', 'A:B' or a list of step indices") from exc
+        uniq = np.unique(steps["step"].to_numpy())
+        keep = uniq[slice(*parts)] if len(parts) > 1 else np.array(parts[:1])
+    else:
+        keep = np.asarray(list(which))
+    return steps.loc[steps["step"].isin(keep)].reset_index(drop=True)

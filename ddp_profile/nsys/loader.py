@@ -1,0 +1,380 @@
+"""``load_trace``: nsys SQLite export(s) -> :class:`ddp_profile.trace.Trace` with fixed-schema frames.
+
+Inputs are only read: plain files are opened ``mode=ro&immutable=1``; ``.xz`` / ``.gz`` files are
+decompressed into memory and deserialized. Queries live in :mod:`ddp_profile.nsys.sql`; this module turns
+their integer arrays into frames (names are resolved once per distinct id, never per row).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+import os
+import sqlite3
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.errors import MissingDataError, TraceError
+from ddp_profile.nsys import names as nccl_names
+from ddp_profile.nsys import ranks as rank_rules
+from ddp_profile.nsys import sql
+from ddp_profile.trace import Trace
+
+SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
+DECOMPRESS = {".xz": lzma.decompress, ".gz": gzip.decompress}
+KINDS = ["compute", "nccl", "memcpy", "memset"]
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def find_exports(paths) -> list[Path]:
+    """Expand ``paths`` (a path or list; folders give their ``*.sqlite[.xz|.gz]``) into export files."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[Path] = []
+    for item in map(Path, items):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
+            if not found:
+                raise TraceError(f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports")
+            files.extend(found)
+        else:
+            files.append(item)
+    if not files:
+        raise TraceError("no trace files given")
+    return files
+
+
+def _check_header(path: Path, head: bytes, size: int) -> None:
+    if head[:16] != SQLITE_MAGIC:
+        raise TraceError(f"{path}: not an SQLite file (expected an nsys export: "
+                         "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    n_pages = int.from_bytes(head[28:32], "big")
+    valid = head[92:96] == head[24:28]  # the header's page count is valid only when these match
+    if valid and n_pages and page_size * n_pages > size:
+        raise TraceError(f"{path}: truncated ({size} bytes, header says {page_size * n_pages}); copy it again")
+
+
+def open_export(path: Path) -> sqlite3.Connection:
+    """Open one export read-only; compressed ones are decompressed into memory. Never writes ``path``."""
+    name = path.name
+    if name.endswith((".nsys-rep", ".qdrep", ".qdstrm")):
+        out = name.rsplit(".", 1)[0] + ".sqlite"
+        raise TraceError(f"{path}: an nsys report, not an SQLite export; run "
+                         f"`nsys export --type sqlite -o {out} {name}` and load {out}")
+    if not path.is_file():
+        raise TraceError(f"{path}: no such file")
+    try:
+        if path.suffix in DECOMPRESS:
+            data = DECOMPRESS[path.suffix](path.read_bytes())
+            _check_header(path, data[:100], len(data))
+            con = sqlite3.connect(":memory:", check_same_thread=False)
+            con.deserialize(data)
+        else:
+            with open(path, "rb") as f:
+                _check_header(path, f.read(100), path.stat().st_size)
+            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+            con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        have = sql.tables(con)
+    except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:
+        raise TraceError(f"{path}: cannot read as SQLite ({exc})") from exc
+    if not have & {sql.STRINGS, "META_DATA_EXPORT"}:
+        con.close()
+        raise TraceError(f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT)")
+    return con
+
+
+def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """launch (start, tid) per activity, matched on (pid, correlationId); -1 where no API row matches."""
+    out_ns = np.full(len(pid), -1, dtype=np.int64)
+    out_tid = np.full(len(pid), -1, dtype=np.int64)
+    if len(launch) == 0 or len(pid) == 0:
+        return out_ns, out_tid
+    lkey = (launch[:, 0] << 32) | (launch[:, 1] & 0xFFFFFFFF)
+    order = np.argsort(lkey, kind="stable")
+    lkey = lkey[order]
+    key = (pid << 32) | (corr & 0xFFFFFFFF)
+    pos = np.clip(np.searchsorted(lkey, key), 0, len(lkey) - 1)
+    hit = (lkey[pos] == key) & (corr > 0)
+    out_ns[hit] = launch[order[pos[hit]], 2]
+    out_tid[hit] = launch[order[pos[hit]], 3]
+    return out_ns, out_tid
+
+
+def _read_kernels(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray]:
+    parts, kinds, labels = [], [], []
+    for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
+        if table in have:
+            rows = sql.gpu_activities(con, table)
+            parts.append(rows)
+            kinds.append(np.full(len(rows), code, dtype=np.int8))
+    rows = np.concatenate(parts) if parts else np.empty((0, 8), dtype=np.int64)
+    kind = np.concatenate(kinds) if kinds else np.empty(0, dtype=np.int8)
+    # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
+    ids = rows[:, 5]
+    is_kernel = kind == 0
+    kernel_ids, inverse = np.unique(ids[is_kernel], return_inverse=True)
+    lookup = sql.strings(con, kernel_ids)
+    labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
+    codes = np.empty(len(rows), dtype=np.int64)
+    codes[is_kernel] = inverse
+    nccl = np.array([nccl_names.is_nccl(n) for n in labels], dtype=bool)
+    if is_kernel.any():
+        kind[is_kernel] = np.where(nccl[inverse], 1, 0)
+    for k, fixed in ((2, None), (3, "[CUDA memset]")):
+        sel = kind == k
+        if not sel.any():
+            continue
+        if fixed:
+            labels.append(fixed)
+            codes[sel] = len(labels) - 1
+        else:
+            copy_kinds, inv = np.unique(ids[sel], return_inverse=True)
+            base = len(labels)
+            labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
+            codes[sel] = base + inv
+    launch_ns, launch_tid = _join_launches(rows[:, 0], rows[:, 6], sql.launches(con, have))
+    return {"pid": rows[:, 0], "device": rows[:, 1], "stream": rows[:, 2], "start": rows[:, 3],
+            "end": rows[:, 4], "corr": rows[:, 6], "bytes": rows[:, 7], "kind": kind, "code": codes,
+            "labels": labels, "launch_ns": launch_ns, "launch_tid": launch_tid}
+
+
+def _read_file(index: int, path: Path) -> dict:
+    con = open_export(path)
+    try:
+        have = sql.tables(con)
+        if sql.KERNEL not in have:
+            raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
+                                   "profile with `nsys profile -t cuda,nvtx ...`")
+        meta = sql.metadata(con, have)
+        out = {
+            "index": index, "path": path, "kernels": _read_kernels(con, have),
+            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+            "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
+            "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
+            "nvtx": None, "domains": {},
+        }
+        if sql.NVTX in have:
+            out["nvtx"] = sql.nvtx_ranges(con, have)
+            out["domains"] = sql.nvtx_domains(con, have)
+        return out
+    except sqlite3.DatabaseError as exc:
+        raise TraceError(f"{path}: unreadable or damaged export ({exc})") from exc
+    finally:
+        con.close()
+
+
+def _nvtx_depth(keys: np.ndarray, start: np.ndarray, end: np.ndarray, pushpop: np.ndarray) -> np.ndarray:
+    """Nesting depth of push/pop ranges within their (file, pid, tid, domain) stack (NVTX keeps one stack
+    per domain and thread); start/end ranges and marks are not stacked and get depth 0."""
+    depth = np.zeros(len(start), dtype=np.int64)
+    idx = np.flatnonzero(pushpop)
+    if len(idx) == 0:
+        return depth
+    order = idx[np.lexsort((-end[idx], start[idx], keys[idx]))]
+    stack: list[int] = []
+    last_key = None
+    for i, k, s, e in zip(order.tolist(), keys[order].tolist(), start[order].tolist(), end[order].tolist()):
+        if k != last_key:
+            stack, last_key = [], k
+        while stack and stack[-1] <= s:
+            stack.pop()
+        depth[i] = len(stack)
+        stack.append(e)
+    return depth
+
+
+def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
+    frames = []
+    for f, off in zip(files, offsets):
+        if f["nvtx"] is None or len(f["nvtx"][0]) == 0:
+            continue
+        ints, texts = f["nvtx"]
+        domains = f["domains"]
+        pid, domain_id = ints[:, 0], ints[:, 2]
+        frames.append(pd.DataFrame({
+            "file": f["index"], "pid": pid, "tid": ints[:, 1],
+            "domain": [domains.get((p, d), "") if d else "" for p, d in zip(pid.tolist(), domain_id.tolist())],
+            "name": texts, "start_ns": ints[:, 3] + off,
+            "end_ns": pd.array(np.where(ints[:, 7] == 1, ints[:, 4] + off, 0), dtype="Int64"),
+            "_open": ints[:, 7] == 0, "_raw_end": ints[:, 4] + off,
+            "payload": pd.array(ints[:, 5], dtype="Int64"), "_has_payload": ints[:, 8] == 1,
+            "category": pd.array(ints[:, 6], dtype="Int64"), "_has_category": ints[:, 9] == 1,
+            "_pushpop": ints[:, 10] == sql.NVTX_PUSHPOP, "domain_id": domain_id,
+        }))
+    cols = ["file"] + schema.NVTX_COLUMNS
+    if not frames:
+        df = schema.empty_frame(cols)
+        return df.astype({"pid": "int64", "tid": "int64", "start_ns": "int64", "end_ns": "Int64",
+                          "depth": "int64", "payload": "Int64", "category": "Int64", "rank": "Int64"})
+    df = pd.concat(frames, ignore_index=True)
+    df.loc[df["_open"], "end_ns"] = pd.NA
+    df.loc[~df["_has_payload"], "payload"] = pd.NA
+    df.loc[~df["_has_category"], "category"] = pd.NA
+    keys = pd.MultiIndex.from_frame(df[["file", "pid", "tid", "domain_id"]]).codes
+    key = np.zeros(len(df), dtype=np.int64)
+    for level in keys:
+        key = key * (int(level.max()) + 2) + level
+    end_for_depth = np.where(df["_open"], np.iinfo(np.int64).max, df["_raw_end"].to_numpy())
+    df["depth"] = _nvtx_depth(key, df["start_ns"].to_numpy(), end_for_depth, df["_pushpop"].to_numpy())
+    df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    df["name"] = df["name"].astype("string")
+    df["domain"] = df["domain"].astype("category")
+    return df[cols]
+
+
+def _kernel_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
+    frames = []
+    for f, off in zip(files, offsets):
+        k = f["kernels"]
+        labels = k["labels"]
+        parsed = [nccl_names.parse_nccl(n) for n in labels]
+        codes = k["code"]
+        frame = {"file": np.full(len(codes), f["index"]), "pid": k["pid"], "device": k["device"],
+                 "stream": k["stream"], "start_ns": k["start"] + off, "end_ns": k["end"] + off,
+                 "name": np.array(labels, dtype=object)[codes] if labels else np.array([], dtype=object),
+                 "kind": np.array(KINDS, dtype=object)[k["kind"]]}
+        for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
+            vals = np.array([p[j] for p in parsed], dtype=object)
+            frame[col] = vals[codes] if len(vals) else np.array([], dtype=object)
+        frame["correlation_id"] = k["corr"]
+        frame["launch_ns"] = pd.array(np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, 0), dtype="Int64")
+        frame["launch_ns"][k["launch_ns"] < 0] = pd.NA
+        frame["launch_tid"] = pd.array(k["launch_tid"], dtype="Int64")
+        frame["launch_tid"][k["launch_tid"] < 0] = pd.NA
+        frame["bytes"] = pd.array(k["bytes"], dtype="Int64")
+        frame["bytes"][k["bytes"] < 0] = pd.NA
+        frames.append(pd.DataFrame(frame))
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("name", "collective", "algorithm", "protocol", "dtype"):
+        df[col] = df[col].astype("category")
+    df["kind"] = pd.Categorical(df["kind"], categories=KINDS)
+    return df
+
+
+def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
+    """Per-file offsets (ns) putting every file on the first-started file's session clock."""
+    if len(files) == 1:
+        return [0], {"method": "single-file", "offsets_ns": {str(files[0]["path"]): 0}}
+    utc = [f["utc_ns"] for f in files]
+    if any(u is None for u in utc):
+        warnings.append("some files lack TARGET_INFO_SESSION_START_TIME: their clocks were not aligned")
+        return [0] * len(files), {"method": "none", "offsets_ns": {str(f["path"]): 0 for f in files}}
+    base = min(utc)
+    offsets = [u - base for u in utc]
+    hosts = {f["host"] for f in files}
+    method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
+    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets)}}
+
+
+def _find_run_json(paths: list[Path]) -> dict | None:
+    for folder in dict.fromkeys(p.resolve().parent for p in paths):
+        candidate = folder / "run.json"
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, ValueError) as exc:
+                raise TraceError(f"{candidate}: not valid JSON ({exc})") from exc
+    return None
+
+
+def _processes(kernels: pd.DataFrame, files: list[dict]) -> pd.DataFrame:
+    """One row per (file, pid) that ran GPU work, with its device (the one most of its work ran on)."""
+    if kernels.empty:
+        return pd.DataFrame(columns=["file", "pid", "device", "host_order"])
+    counts = kernels.groupby(["file", "pid", "device"], observed=True).size().rename("n").reset_index()
+    procs = counts.sort_values("n", ascending=False).drop_duplicates(["file", "pid"])[["file", "pid", "device"]]
+    host_order = {h: i for i, h in enumerate(dict.fromkeys(f["host"] for f in files))}
+    procs["host_order"] = [host_order[files[f]["host"]] for f in procs["file"]]
+    return procs.reset_index(drop=True)
+
+
+def _gpu_frame(files: list[dict]) -> pd.DataFrame:
+    rows = [(str(f["path"]), *g) for f in files for g in f["gpus"]]
+    df = pd.DataFrame(rows, columns=schema.GPU_COLUMNS)
+    return df.astype({"device": "int64", "sm_count": "Int64", "memory_bytes": "Int64"})
+
+
+def _check_same_run(files: list[dict], kernels: pd.DataFrame) -> None:
+    """Files of one run overlap in time once aligned; disjoint spans mean different runs were mixed."""
+    if len(files) < 2 or kernels.empty:
+        return
+    spans = kernels.groupby("file")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    if spans["start_ns"].max() > spans["end_ns"].min():
+        names = ", ".join(files[i]["path"].name for i in spans.index)
+        raise TraceError(f"files do not overlap in time ({names}): they come from different runs; "
+                         "load one run's files together")
+
+
+def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
+    """Load one run from nsys SQLite export(s): one file holding all ranks, one file per rank, or a folder.
+
+    ``jobs`` > 1 reads files in parallel threads; ``progress(message)`` is called as each file is read.
+    Raises TraceError (unreadable, not an export, contradictory ranks, mixed runs) or MissingDataError
+    (no CUDA kernels). A trace without NVTX loads with an empty ``nvtx`` frame and a warning in ``meta``.
+    """
+    files_in = find_exports(paths)
+
+    def read(item):
+        result = _read_file(*item)
+        if progress:
+            progress(f"read {item[1]}")
+        return result
+
+    if jobs > 1 and len(files_in) > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            files = list(pool.map(read, enumerate(files_in)))
+    else:
+        files = [read(item) for item in enumerate(files_in)]
+    warnings: list[str] = []
+    offsets, clock = _clock(files, warnings)
+    kernels = _kernel_frame(files, offsets)
+    _check_same_run(files, kernels)
+    nvtx = _nvtx_frame(files, offsets)
+    if all(f["nvtx"] is None for f in files):
+        warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
+                        "phase and step analysis is unavailable")
+    stems = [f["path"].name.split(".sqlite")[0] for f in files]
+    procs, source = rank_rules.assign_ranks(_processes(kernels, files), nvtx, stems)
+    rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"])}
+    kernels["rank"] = [rank_of[k] for k in zip(kernels["file"].tolist(), kernels["pid"].tolist())] \
+        if len(kernels) < 1000 else _map_ranks(kernels, rank_of)
+    kernels = kernels.sort_values(["rank", "start_ns"], kind="stable")
+    if not nvtx.empty:
+        nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist())],
+                                dtype="Int64")
+        nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
+    gpus = _gpu_frame(files)
+    gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
+    procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
+    procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]
+    procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"])]
+    meta = {
+        "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
+        "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
+        "files": [{"path": str(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
+                   "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
+                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets)],
+        "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
+        "warnings": warnings,
+    }
+    return Trace(
+        kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
+        nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
+        gpus=gpus, ranks=schema.select(procs, schema.RANK_COLUMNS), meta=meta,
+        run=_find_run_json(files_in), paths=files_in,
+    )
+
+
+def _map_ranks(df: pd.DataFrame, rank_of: dict) -> np.ndarray:
+    """Vectorised (file, pid) -> rank for large frames."""
+    keys = df["file"].to_numpy(np.int64) * (1 << 32) + df["pid"].to_numpy(np.int64)
+    table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
+    uniq, inv = np.unique(keys, return_inverse=True)
+    return np.array([table[int(k)] for k in uniq], dtype=np.int64)[inv]

@@ -1,0 +1,211 @@
+"""The only module that knows nsys table and column names: named queries over one SQLite export.
+
+Schema facts relied on (checked on a real nsys 2025.3.2 export, schema 3.20.3, see tests/data/README.md):
+
+* Tables with no data are absent from an export, and columns differ across nsys versions (2023.4 has no
+  ``greenContextId``; NVTX payload columns vary), so every query is built from the columns present.
+* ``globalPid`` / ``globalTid`` are serialized GlobalIds: pid = (globalPid >> 24) & 0xFFFFFF,
+  tid = globalTid & 0xFFFFFF.
+* Kernel, memcpy and memset rows name the CUDA call that launched them by ``correlationId``, which is unique
+  only within a process: join on (pid, correlationId). NCCL kernels are launched through the driver API
+  (``cuLaunchKernelEx``), whose rows are in CUPTI_ACTIVITY_KIND_RUNTIME too (eventClass 1).
+* Kernel names are StringIds references (``shortName``: the base name; ``demangledName``: with templates).
+* NVTX text is in ``text`` (non-registered strings) or, via ``textId``, in StringIds (registered strings,
+  e.g. NCCL's ranges): ``COALESCE(text, StringIds.value)``. Domain names come from NvtxDomainCreate events
+  (eventType 75, ``text`` = name) keyed by (process, domainId); domainId 0 is the default domain.
+* Push/pop ranges are exported as single NvtxPushPopRange rows (eventType 59), start/end ranges as
+  NvtxStartEndRange (60), marks as NvtxMark (34, ``end`` NULL).
+* Timestamps are ns relative to the session start, whose wall-clock time is
+  TARGET_INFO_SESSION_START_TIME.utcEpochNs.
+
+Every function takes an open connection and returns plain Python / numpy values; callers never see SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+NVTX = "NVTX_EVENTS"
+STRINGS = "StringIds"
+SCRUB_RECORD = "DDP_PROFILE_SCRUB"
+
+# ENUM_NSYS_EVENT_TYPE ids (stable across 2023.4-2025.x; read from the enum table when present).
+NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
+# ENUM_CUDA_MEMCPY_OPER labels (same ids in 2023.4-2025.x).
+MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+                9: "HtoH", 10: "PtoP"}
+PID_SQL = "(({col} >> 24) & 16777215)"  # pid from a serialized GlobalId
+TID_SQL = "({col} & 16777215)"  # tid from a serialized globalTid
+
+
+def tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def columns(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
+
+
+def _ints(con: sqlite3.Connection, sql: str, ncols: int) -> np.ndarray:
+    """Run an all-integer query (NULLs already COALESCEd away) into an (n, ncols) int64 array in one go."""
+    rows = con.execute(sql).fetchall()
+    if not rows:
+        return np.empty((0, ncols), dtype=np.int64)
+    return np.array(rows, dtype=np.int64)
+
+
+def metadata(con: sqlite3.Connection, have: set[str]) -> dict[str, str]:
+    """META_DATA_EXPORT name -> value (EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION, EXPORT_HOST, ...)."""
+    if "META_DATA_EXPORT" not in have:
+        return {}
+    return {n: v for n, v in con.execute("SELECT name, value FROM META_DATA_EXPORT")}
+
+
+def capture_host(con: sqlite3.Connection, have: set[str]) -> str | None:
+    """The profiled host's name: TARGET_INFO_SYSTEM_ENV host row, else DEVICE_DISPLAY_NAME, else EXPORT_HOST."""
+    queries = [
+        ("TARGET_INFO_SYSTEM_ENV", "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name LIKE '%host%name%'"),
+        ("META_DATA_CAPTURE", "SELECT value FROM META_DATA_CAPTURE WHERE name = 'DEVICE_DISPLAY_NAME'"),
+        ("META_DATA_EXPORT", "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_HOST'"),
+    ]
+    for table, sql in queries:
+        if table in have:
+            row = con.execute(sql).fetchone()
+            if row and row[0]:
+                return row[0]
+    return None
+
+
+def session_start_utc_ns(con: sqlite3.Connection, have: set[str]) -> int | None:
+    if "TARGET_INFO_SESSION_START_TIME" not in have:
+        return None
+    row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def scrub_record(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
+    if SCRUB_RECORD not in have:
+        return []
+    return con.execute(f"SELECT item, count, note FROM {SCRUB_RECORD}").fetchall()
+
+
+def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
+    """StringIds values for the given ids (one query; ids are few: names are deduplicated by nsys)."""
+    wanted = np.unique(ids[ids >= 0])
+    if len(wanted) == 0:
+        return {}
+    con.execute("CREATE TEMP TABLE IF NOT EXISTS _ddp_ids(id INTEGER PRIMARY KEY)")
+    con.execute("DELETE FROM _ddp_ids")
+    con.executemany("INSERT INTO _ddp_ids VALUES (?)", ((int(i),) for i in wanted))
+    return dict(con.execute(f"SELECT s.id, s.value FROM {STRINGS} s JOIN _ddp_ids USING (id)"))
+
+
+def gpu_activities(con: sqlite3.Connection, table: str) -> np.ndarray:
+    """Rows (pid, device, stream, start, end, name_id, correlation_id, bytes) of one activity table.
+
+    Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = -1.
+    Memcpy: name_id = copyKind; memset: name_id = -1; bytes = the size. Missing values are -1.
+    """
+    cols = columns(con, table)
+    if table == KERNEL:
+        name_id = f"COALESCE({'shortName' if 'shortName' in cols else 'demangledName'}, -1)"
+        nbytes = "-1"
+    elif table == MEMCPY:  # copyKind references ENUM_CUDA_MEMCPY_OPER (MEMCPY_KINDS below)
+        name_id, nbytes = ("COALESCE(copyKind, -1)" if "copyKind" in cols else "-1"), "COALESCE(bytes, -1)"
+    else:
+        name_id, nbytes = "-1", "COALESCE(bytes, -1)"
+    corr = "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1"
+    sql = (f"SELECT {PID_SQL.format(col='globalPid')}, deviceId, streamId, start, end, {name_id}, {corr}, "
+           f"{nbytes} FROM {table}")
+    return _ints(con, sql, 8)
+
+
+def launches(con: sqlite3.Connection, have: set[str]) -> np.ndarray:
+    """Rows (pid, correlation_id, start, tid) of CUDA runtime/driver API calls that carry a correlationId."""
+    if RUNTIME not in have:
+        return np.empty((0, 4), dtype=np.int64)
+    sql = (f"SELECT {PID_SQL.format(col='globalTid')}, correlationId, start, {TID_SQL.format(col='globalTid')} "
+           f"FROM {RUNTIME} WHERE correlationId IS NOT NULL AND correlationId != 0")
+    return _ints(con, sql, 4)
+
+
+def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:
+    """NVTX event type ids by name (ENUM_NSYS_EVENT_TYPE when exported, else the documented constants)."""
+    ids = {"NvtxMark": NVTX_MARK, "NvtxPushPopRange": NVTX_PUSHPOP, "NvtxStartEndRange": NVTX_STARTEND,
+           "NvtxDomainCreate": NVTX_DOMAIN_CREATE}
+    if "ENUM_NSYS_EVENT_TYPE" in have:
+        found = dict(con.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
+                                 f"({','.join(repr(n) for n in ids)})"))
+        ids.update(found)
+    return ids
+
+
+def nvtx_ranges(con: sqlite3.Connection, have: set[str]) -> tuple[np.ndarray, list[str | None]]:
+    """NVTX ranges and marks: int rows (pid, tid, domain_id, start, end, payload, category, has_end,
+    has_payload, has_category, event_type) and their texts (``COALESCE(text, StringIds.value)``).
+
+    Marks get end = start. Missing values are flagged by the has_* columns (their value column holds 0).
+    """
+    cols = columns(con, NVTX)
+    types = nvtx_event_types(con, have)
+    wanted = ", ".join(str(types[n]) for n in ("NvtxMark", "NvtxPushPopRange", "NvtxStartEndRange"))
+    text = "e.text" if "text" in cols else "NULL"
+    join = ""
+    if "textId" in cols and STRINGS in have:
+        text = f"COALESCE({text}, s.value)"
+        join = f"LEFT JOIN {STRINGS} s ON s.id = e.textId"
+    payload_cols = [c for c in ("int64Value", "uint64Value", "int32Value", "uint32Value") if c in cols]
+    payload = f"COALESCE({', '.join('e.' + c for c in payload_cols)}, NULL)" if payload_cols else "NULL"
+    domain = "COALESCE(e.domainId, 0)" if "domainId" in cols else "0"
+    category = "e.category" if "category" in cols else "NULL"
+    sql = (
+        f"SELECT {PID_SQL.format(col='e.globalTid')}, {TID_SQL.format(col='e.globalTid')}, {domain}, e.start, "
+        f"COALESCE(e.end, e.start), COALESCE({payload}, 0), COALESCE({category}, 0), e.end IS NOT NULL "
+        f"OR e.eventType = {types['NvtxMark']}, {payload} IS NOT NULL, {category} IS NOT NULL, e.eventType, "
+        f"{text} FROM {NVTX} e {join} WHERE e.eventType IN ({wanted}) ORDER BY e.start"
+    )
+    rows = con.execute(sql).fetchall()
+    if not rows:
+        return np.empty((0, 11), dtype=np.int64), []
+    texts = [r[11] for r in rows]
+    ints = np.array([r[:11] for r in rows], dtype=np.int64)
+    return ints, texts
+
+
+def nvtx_domains(con: sqlite3.Connection, have: set[str]) -> dict[tuple[int, int], str]:
+    """(pid, domainId) -> domain name, from NvtxDomainCreate events. Domain 0 (the default) is not listed."""
+    cols = columns(con, NVTX)
+    if "domainId" not in cols:
+        return {}
+    types = nvtx_event_types(con, have)
+    text = "text" if "text" in cols else "NULL"
+    if "textId" in cols and STRINGS in have:
+        text = f"COALESCE({text}, (SELECT value FROM {STRINGS} WHERE id = textId))"
+    sql = (f"SELECT {PID_SQL.format(col='globalTid')}, domainId, {text} FROM {NVTX} "
+           f"WHERE eventType = {types['NvtxDomainCreate']}")
+    return {(int(p), int(d)): (t or "") for p, d, t in con.execute(sql)}
+
+
+def gpus(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
+    """(device, name, sm_count, memory_bytes, bus_location) per GPU. device is the CUDA device ordinal:
+    ``cuDevice`` where exported (it matches kernels' deviceId), else ``id``."""
+    if "TARGET_INFO_GPU" not in have:
+        return []
+    cols = columns(con, "TARGET_INFO_GPU")
+    dev = "cuDevice" if "cuDevice" in cols else "id"
+    pick = [c if c in cols else "NULL" for c in ("name", "smCount", "totalMemory", "busLocation")]
+    return con.execute(f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU ORDER BY {dev}").fetchall()
+
+
+def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
+    """(start, end) of the capture from ANALYSIS_DETAILS, when exported."""
+    if "ANALYSIS_DETAILS" not in have:
+        return None
+    row = con.execute("SELECT MIN(startTime), MAX(stopTime) FROM ANALYSIS_DETAILS").fetchone()
+    return (int(row[0]), int(row[1])) if row and row[0] is not None else None

@@ -1,0 +1,116 @@
+"""`ddp-profile analyze PATH...`: load nsys SQLite export(s) of one run, print or write the analysis."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ddp_profile.errors import OutputError, UsageError
+
+SECTIONS = {
+    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
+    "collectives": "collectives", "model": "cost_model", "contention": "contention",
+}
+JSON_KEY = {"model": "cost_model"}
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze", help="per-step compute, communication, overlap, exposed comm and tail of one run",
+        description="Analyse nsys SQLite export(s) of one run (one file per rank or one file for all). "
+                    "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
+                    "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
+                    "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
+                    "contention (compute slowdown under NCCL).",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
+                   help="table (default), json (all sections, stable keys) or csv (one section)")
+    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
+                   help="what to output (default: all; csv: steps)")
+    p.add_argument("--step-pattern", metavar="REGEX", default=None,
+                   help="regex for step NVTX range names (default: the project's 'step N' ranges, "
+                        "else names like step3, iteration 7, ProfilerStep#12)")
+    p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX",
+                   help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
+    p.add_argument("--steps", default="all", metavar="A:B",
+                   help="steps to keep, as a slice over step indices, e.g. 2: to skip warm-up (default all)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
+    p.set_defaults(func=run)
+
+
+def _phases(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, rx = item.partition("=")
+        if not sep or name not in ("forward", "backward", "optimizer", "grad_wait") or not rx:
+            raise UsageError(f"--phase {item!r}: use NAME=REGEX with NAME forward, backward, optimizer or grad_wait")
+        out[name] = rx
+    return out
+
+
+def render(res, fmt: str, section: str | None) -> str:
+    """The analysis as text in the requested format (pure; the CLI writes it)."""
+    import pandas as pd
+
+    if fmt == "csv":
+        section = section or "steps"
+        if section == "all":
+            raise UsageError("--format csv writes one table: pick --section steps|phases|ranks|kernels|"
+                             "collectives|model|contention")
+        return getattr(res, SECTIONS[section]).to_csv(index=False)
+    section = section or "all"
+    chosen = list(SECTIONS) if section == "all" else [section]
+    if fmt == "json":
+        full = res.to_json_dict()
+        keep = {"version", "summary", "notes"} | {JSON_KEY.get(s, s) for s in chosen}
+        return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
+    lines = []
+    summary = res.summary()
+    lines.append("summary: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary.items()))
+    for note in res.notes:
+        lines.append(f"note: {note}")
+    with pd.option_context("display.width", 200, "display.max_columns", 40, "display.max_colwidth", 60):
+        for s in chosen:
+            df = getattr(res, SECTIONS[s])
+            lines.append(f"\n== {s} ({len(df)} rows) ==")
+            lines.append(df.to_string(index=False) if len(df) else "(none)")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temp file in the same folder + os.replace, so a failure leaves no partial file."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)  # type: ignore[possibly-undefined]
+        except (OSError, UnboundLocalError):
+            pass
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def run(args) -> int:
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+
+    phases = _phases(args.phase)
+    trace = load_trace([Path(p) for p in args.paths])
+    res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+    text = render(res, args.format, args.section)
+    if args.output:
+        write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0

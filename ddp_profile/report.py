@@ -451,7 +451,7 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str]) -> s
                 f"{esc(', '.join(r.name for r in g.runs))})</li>" for g in mine) + "</ul>")
     comp = _compare(runs) if runs else pd.DataFrame()
     rows = []
-    for r, rec in zip(runs, comp.to_dict("records") if len(comp) else [{}] * len(runs)):
+    for r, rec in zip(runs, comp.to_dict("records") if len(comp) else [{}] * len(runs), strict=False):
         cells = "".join(f"<td>{esc(_fmt(_ms(c, rec.get(c))))}</td>" for c in INDEX_COLUMNS)
         rows.append(f"<tr><td><a href='{esc(r.page)}'>{esc(r.name)}</a></td>{cells}</tr>")
     head = "".join(f"<th>{esc(c.replace('_ns', '_ms'))}</th>" for c in INDEX_COLUMNS)

@@ -28,9 +28,10 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
             t0 = (10_000 + step * step_us * 2) * US
             for phase, (a, b) in {"forward": (0, 300), "backward": (300, 700), "optimizer": (750, 900)}.items():
                 edges = np.linspace(a, b, kernels_per_phase + 1)
+                gap = min(5.0, (b - a) / kernels_per_phase / 4)  # idle µs between kernels
                 for i in range(kernels_per_phase):
                     nm = HOSTILE if (hostile and i == 0) else f"{phase}_gemm_{i}"
-                    k_rows.append((rank, pid, rank, 7, t0 + int(edges[i] * US), t0 + int((edges[i + 1] - 5) * US),
+                    k_rows.append((rank, pid, rank, 7, t0 + int(edges[i] * US), t0 + int((edges[i + 1] - gap) * US),
                                    nm, "compute", None, None, None, None, len(k_rows), t0, 1, pd.NA))
                 phase_rows.append((rank, step, phase, t0 + a * US, t0 + b * US, t0 + a * US, t0 + b * US))
             phase_rows.append((rank, step, "step", t0, t0 + 900 * US, t0, t0 + 900 * US))

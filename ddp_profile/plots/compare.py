@@ -37,7 +37,7 @@ def strategy_bars(comparison: pd.DataFrame, *, source: str = ""):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    labels = [html.escape(run_label(r)) for r in comparison.to_dict("records")]
+    labels = [html.escape(run_label(r), quote=False) for r in comparison.to_dict("records")]
     fig = make_subplots(rows=1, cols=len(PANELS), subplot_titles=list(PANELS))
     for i, (_title, (col, scale)) in enumerate(PANELS.items(), start=1):
         y = (pd.to_numeric(comparison[col], errors="coerce") * scale).round(3)
@@ -62,7 +62,7 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
     runs = list(dict.fromkeys(k["run"]))
     lanes = [(r, lane) for r in runs for lane in ("compute", "comm")]
     row_of = {key: i for i, key in enumerate(lanes)}
-    k["row"] = [row_of[(r, lane)] for r, lane in zip(k["run"], k["lane"])]
+    k["row"] = [row_of[(r, lane)] for r, lane in zip(k["run"], k["lane"], strict=False)]
     span = float(k["end_ns"].max() - k["start_ns"].min()) if len(k) else 1.0
     fig = go.Figure()
     for kind in ("compute", "nccl", "memcpy", "memset"):
@@ -73,8 +73,8 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
         end = np.maximum.reduceat(en, first) if len(first) else en
         count = np.diff(np.r_[first, len(gid)]) if len(first) else first
         names = s["name"].astype(str).to_numpy()[first] if len(first) else []
-        text = [html.escape(n) if c == 1 else f"{c} kernels merged, first {html.escape(n)}"
-                for n, c in zip(names, count)]
+        text = [html.escape(n, quote=False) if c == 1 else f"{c} kernels merged, first {html.escape(n, quote=False)}"
+                for n, c in zip(names, count, strict=False)]
         fig.add_trace(go.Bar(orientation="h", name=KIND_LABELS[kind], base=(st[first] / 1e6).round(5),
                              x=((end - st[first]) / 1e6).round(5), y=row[first], hovertext=text,
                              hovertemplate="%{hovertext}<br>%{x:.3f} ms<extra></extra>", width=0.8,
@@ -82,10 +82,11 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
     fig.update_layout(
         title=titled("Does it overlap? One step per strategy, aligned at step start", source),
         barmode="overlay", template="plotly_white", height=max(260, 130 + 34 * len(lanes)),
-        margin={"l": 190, "r": 20, "t": 80, "b": 40}, legend={"orientation": "h", "y": -0.15},
+        margin={"l": 190, "r": 20, "t": 80, "b": 40}, legend={"orientation": "h", "y": -0.3},
         xaxis={"title": {"text": "time since step start (ms)"}},
         yaxis={"title": {"text": "run · lane (rank 0)"}, "tickvals": list(range(len(lanes))),
-               "ticktext": [f"{html.escape(str(r))} · {lane}" for r, lane in lanes], "autorange": "reversed",
+               "ticktext": [f"{html.escape(str(r), quote=False)} · {lane}" for r, lane in lanes],
+               "autorange": "reversed",
                "fixedrange": True},
     )
     return fig

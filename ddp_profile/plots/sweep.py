@@ -49,7 +49,7 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
     for name, g in col.groupby("collective", dropna=False):
         t = pd.to_numeric(g["transfer_ns"], errors="coerce").fillna(pd.to_numeric(g["duration_ns"]))
         fig.add_trace(go.Scatter(x=g["bytes"].astype(float).tolist(), y=(t / 1e3).round(3).tolist(),
-                                 mode="markers", name=f"{html.escape(str(name))} (measured)",
+                                 mode="markers", name=f"{html.escape(str(name), quote=False)} (measured)",
                                  marker={"size": 5, "opacity": 0.6}))
     for row in cost_model.to_dict("records"):
         lo, hi = row.get("min_bytes"), row.get("max_bytes")
@@ -59,7 +59,7 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
         ys = float(row["o_us"]) + xs / (float(row["w_gb_per_s"]) * 1e3)  # GB/s = 1e3 bytes per µs
         r2 = row.get("r2")
         fig.add_trace(go.Scatter(x=xs.tolist(), y=ys.round(3).tolist(), mode="lines", name=(
-            f"{html.escape(str(row['collective']))} fit: o={float(row['o_us']):.1f} µs, "
+            f"{html.escape(str(row['collective']), quote=False)} fit: o={float(row['o_us']):.1f} µs, "
             f"w={float(row['w_gb_per_s']):.1f} GB/s" + ("" if pd.isna(r2) else f", R²={float(r2):.3f}"))))
     fig.update_layout(title=titled("α-β fit: collective time vs message size", source),
                       template="plotly_white", height=420, margin={"l": 60, "r": 20, "t": 80, "b": 50},

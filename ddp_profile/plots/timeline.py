@@ -15,7 +15,12 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.plots._common import (
-    KIND_COLORS, KIND_LABELS, PHASE_COLORS, fmt_bytes, merge_small_bars, titled,
+    KIND_COLORS,
+    KIND_LABELS,
+    PHASE_COLORS,
+    fmt_bytes,
+    merge_small_bars,
+    titled,
 )
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]
@@ -77,7 +82,7 @@ def _prepare(kernels, collectives, rows):
         k["bytes_v"] = k["bytes_v"].fillna(pd.to_numeric(k["c_bytes"], errors="coerce"))
     codes, uniques = pd.factorize(k["name"].astype("string").fillna("?"))
     k["name_i"] = codes
-    return k.sort_values(["row", "start_ns"]), [html.escape(str(u)) for u in uniques]
+    return k.sort_values(["row", "start_ns"]), [html.escape(str(u), quote=False) for u in uniques]
 
 
 def _bars(row, start, end, name_i, bucket, nbytes, w0, min_ns) -> dict:
@@ -170,7 +175,7 @@ def _tail_rows(steps, step_ids, nvtx_row) -> pd.DataFrame:
 def _customdata(names: list[str], t: dict) -> list[list[str]]:
     """Hover fields per bar; STEP_SWITCH_JS's ddpCustom() builds the same strings in the browser."""
     out = []
-    for x, n, b, by, c in zip(t["x"], t["n"], t["b"], t["by"], t["c"]):
+    for x, n, b, by, c in zip(t["x"], t["n"], t["b"], t["by"], t["c"], strict=False):
         dur = f"{x * 1000:.1f} µs" if c == 1 else f"{c} kernels merged · span {x * 1000:.1f} µs"
         out.append([names[n], dur, "–" if b < 0 else str(b), fmt_bytes(by)])
     return out
@@ -183,7 +188,7 @@ def figure_for_step(data: dict, index: int = 0, source: str = ""):
     st = data["steps"][index]
     colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + ["#222222"]
     fig = go.Figure()
-    for i, (name, t) in enumerate(zip(TRACE_NAMES, st["traces"])):
+    for i, (name, t) in enumerate(zip(TRACE_NAMES, st["traces"], strict=False)):
         tail = i == len(TRACE_NAMES) - 1
         fig.add_trace(go.Bar(
             orientation="h", name=name, base=t["base"], x=t["x"], y=t["y"], customdata=_customdata(
@@ -193,7 +198,7 @@ def figure_for_step(data: dict, index: int = 0, source: str = ""):
     n = len(data["rows"])
     fig.update_layout(
         title=titled(f"Timeline · {st['label']}", source), barmode="overlay", bargap=0,
-        height=max(260, 130 + 26 * n), hovermode="closest", legend={"orientation": "h", "y": -0.15},
+        height=max(260, 130 + 26 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
         margin={"l": 150, "r": 20, "t": 70, "b": 40}, template="plotly_white",
         xaxis={"title": {"text": "time since step start (ms)"}, "zeroline": False},
         yaxis={"title": {"text": "rank · stream"}, "tickvals": list(range(n)), "ticktext": data["rows"],

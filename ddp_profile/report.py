@@ -101,12 +101,18 @@ def discover(paths: list) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def _say(message: str) -> None:
+    print(f"report:   {message}", file=sys.stderr, flush=True)
+
+
 def load_one(path: Path):
-    """Load and analyse one run (runs in a worker process under --jobs)."""
+    """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
-    trace = load_trace(path)
+    t0 = time.perf_counter()
+    trace = load_trace(path, progress=_say)
+    _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
     return trace, analyze(trace)
 
 
@@ -308,7 +314,10 @@ def render_run_page(run: Run) -> str:
         figure_div(figure_for_step(data, idx, src), "timeline", switch),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps"),
         "<h2>Collectives</h2>",
-        figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta"),
+        figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta")
+        if a.collectives["bytes"].notna().any() else
+        "<p class='note'>No collective sizes in this trace (the ddp-profile harness records them as NVTX "
+        "ranges), so no α-β plot.</p>",
         table(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
         table(collective_summary(a.collectives), "Collectives by bucket (medians)"),
         table(a.contention, "Contention: compute kernels slowed while NCCL runs"),

@@ -65,7 +65,9 @@ def _sweep(*sets) -> tuple[np.ndarray, list[np.ndarray]]:
     Returns ``(bounds, covers)``: segment k is ``[bounds[k], bounds[k+1])`` and ``covers[i][k]`` is True
     when set i covers it. Sets must be normalised (disjoint), so coverage per set is 0 or 1.
     """
-    bounds = np.unique(np.concatenate([np.concatenate([s, e]) for s, e in sets] + [_EMPTY]))
+    bounds = np.sort(np.concatenate([np.concatenate([s, e]) for s, e in sets] + [_EMPTY]))
+    if bounds.size:  # dedupe a sorted array (cheaper than np.unique's hashing on millions of values)
+        bounds = bounds[np.concatenate([[True], bounds[1:] != bounds[:-1]])]
     covers = []
     if bounds.size < 2:
         return bounds, [np.zeros(0, dtype=bool) for _ in sets]

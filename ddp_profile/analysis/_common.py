@@ -40,6 +40,13 @@ class KernelArrays:
         self.pid = ints(k["pid"], -1)
         self.rank = ints(k["rank"], -1)
 
+    def rank_sets(self, rank) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """:meth:`sets` of one rank's kernels, computed once and cached (steps and overlap both use them)."""
+        cache = self.__dict__.setdefault("_rank_sets", {})
+        if rank not in cache:
+            cache[rank] = self.sets(np.flatnonzero(self.rank == rank))
+        return cache[rank]
+
     def sets(self, idx: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Normalised interval sets (merged across streams) of the rows ``idx``, by kernel class."""
         s, e = self.start[idx], self.end[idx]

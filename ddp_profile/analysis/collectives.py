@@ -44,14 +44,15 @@ _BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d+)\s+(\d+)\s*
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
     """NCCL's bus-bandwidth factor per row (NaN where undefined, e.g. all-reduce on one rank)."""
-    key = collective.astype("object").fillna("").astype(str).str.lower().str.replace(r"[^a-z]", "", regex=True)
+    names = collective.astype("object").fillna("").astype(str)
+    kind = {}
+    for u in pd.unique(names):  # few distinct names: classify each once
+        key = re.sub(r"[^a-z]", "", u.lower())
+        kind[u] = 2 if "allreduce" in key else 1 if ("allgather" in key or "reducescatter" in key) else 0
+    k = names.map(kind).to_numpy(dtype=np.int64)
     n = np.asarray(n, dtype=float)
-    f = np.ones(len(key))
-    ar = key.str.contains("allreduce").to_numpy()
-    ring = key.str.contains("allgather|reducescatter").to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(ar, 2 * (n - 1) / n, f)
-        f = np.where(ring, (n - 1) / n, f)
+        f = np.where(k == 2, 2 * (n - 1) / n, np.where(k == 1, (n - 1) / n, 1.0))
     return np.where(f > 0, f, np.nan)
 
 

@@ -58,12 +58,11 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     """RANK_OVERLAP_COLUMNS over the whole trace, per rank (HTA semantics)."""
     rows = []
-    for rank, idx in positions(karr.frame, ["rank"]).items():
-        rank = rank[0] if isinstance(rank, tuple) else rank
-        sets = karr.sets(idx)
+    for rank in np.unique(karr.rank[karr.rank >= 0]):
+        sets = karr.rank_sets(rank)
         c, n = iv.total_length(*sets[COMPUTE]), iv.total_length(*sets[NCCL])
         o = iv.total_length(*sets["overlap"])
-        rows.append({"rank": rank, "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
+        rows.append({"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
     if not rows:
         return schema.empty_frame(schema.RANK_OVERLAP_COLUMNS)
     out = pd.DataFrame(rows)

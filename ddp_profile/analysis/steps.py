@@ -56,9 +56,8 @@ def step_metrics(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     if steps.empty:
         return schema.empty_frame(schema.STEP_METRIC_COLUMNS)
     parts = []
-    rank_rows = karr.rank
     for rank, sg in steps.groupby("rank", sort=True):
-        sets = karr.sets(np.flatnonzero(rank_rows == rank))
+        sets = karr.rank_sets(rank)
         ws, we = sg["start_ns"].to_numpy(np.int64), sg["end_ns"].to_numpy(np.int64)
         cov = {k: iv.covered_length(ws, we, *sets[k]) for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
         step_ns = iv.window_length(ws, we)

@@ -180,7 +180,7 @@ def _nvtx_depth(keys: np.ndarray, start: np.ndarray, end: np.ndarray, pushpop: n
     order = idx[np.lexsort((-end[idx], start[idx], keys[idx]))]
     stack: list[int] = []
     last_key = None
-    for i, k, s, e in zip(order.tolist(), keys[order].tolist(), start[order].tolist(), end[order].tolist()):
+    for i, k, s, e in zip(order.tolist(), keys[order].tolist(), start[order].tolist(), end[order].tolist(), strict=False):
         if k != last_key:
             stack, last_key = [], k
         while stack and stack[-1] <= s:
@@ -192,7 +192,7 @@ def _nvtx_depth(keys: np.ndarray, start: np.ndarray, end: np.ndarray, pushpop: n
 
 def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
     frames = []
-    for f, off in zip(files, offsets):
+    for f, off in zip(files, offsets, strict=False):
         if f["nvtx"] is None or len(f["nvtx"][0]) == 0:
             continue
         ints, texts = f["nvtx"]
@@ -200,7 +200,7 @@ def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
         pid, domain_id = ints[:, 0], ints[:, 2]
         frames.append(pd.DataFrame({
             "file": f["index"], "pid": pid, "tid": ints[:, 1],
-            "domain": [domains.get((p, d), "") if d else "" for p, d in zip(pid.tolist(), domain_id.tolist())],
+            "domain": [domains.get((p, d), "") if d else "" for p, d in zip(pid.tolist(), domain_id.tolist(), strict=False)],
             "name": texts, "start_ns": ints[:, 3] + off,
             "end_ns": pd.array(np.where(ints[:, 7] == 1, ints[:, 4] + off, 0), dtype="Int64"),
             "_open": ints[:, 7] == 0, "_raw_end": ints[:, 4] + off,
@@ -231,7 +231,7 @@ def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
 
 def _kernel_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
     frames = []
-    for f, off in zip(files, offsets):
+    for f, off in zip(files, offsets, strict=False):
         k = f["kernels"]
         labels = k["labels"]
         parsed = [nccl_names.parse_nccl(n) for n in labels]
@@ -270,7 +270,7 @@ def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     offsets = [u - base for u in utc]
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
-    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets)}}
+    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
 
 def _find_run_json(paths: list[Path]) -> dict | None:
@@ -342,25 +342,25 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
                         "phase and step analysis is unavailable")
     stems = [f["path"].name.split(".sqlite")[0] for f in files]
     procs, source = rank_rules.assign_ranks(_processes(kernels, files), nvtx, stems)
-    rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"])}
-    kernels["rank"] = [rank_of[k] for k in zip(kernels["file"].tolist(), kernels["pid"].tolist())] \
+    rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)}
+    kernels["rank"] = [rank_of[k] for k in zip(kernels["file"].tolist(), kernels["pid"].tolist(), strict=False)] \
         if len(kernels) < 1000 else _map_ranks(kernels, rank_of)
     kernels = kernels.sort_values(["rank", "start_ns"], kind="stable")
     if not nvtx.empty:
-        nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist())],
+        nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist(), strict=False)],
                                 dtype="Int64")
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = _gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
     procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
     procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]
-    procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"])]
+    procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)]
     meta = {
         "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
         "files": [{"path": str(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
-                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets)],
+                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
         "warnings": warnings,
     }

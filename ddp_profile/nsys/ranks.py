@@ -37,7 +37,7 @@ def marker_ranks(nvtx: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
         return found
     names = nvtx["name"].astype("string")
     hits = nvtx[names.str.startswith(nvtx_names.RANK_MARKER, na=False)]
-    for file_idx, pid, name in zip(hits["file"], hits["pid"], hits["name"]):
+    for file_idx, pid, name in zip(hits["file"], hits["pid"], hits["name"], strict=False):
         m = MARKER_RE.match(str(name))
         if m:
             found[(int(file_idx), int(pid))] = (int(m.group(1)), int(m.group(2)))
@@ -50,7 +50,7 @@ def assign_ranks(procs: pd.DataFrame, nvtx: pd.DataFrame, files: list[str]) -> t
     from runs of different world sizes)."""
     procs = procs.sort_values(["host_order", "device", "pid"]).reset_index(drop=True)
     markers = marker_ranks(nvtx)
-    keys = list(zip(procs["file"], procs["pid"]))
+    keys = list(zip(procs["file"], procs["pid"], strict=False))
     if markers and all(k in markers for k in keys):
         worlds = {w for _, w in markers.values()}
         if len(worlds) > 1:
@@ -67,7 +67,7 @@ def assign_ranks(procs: pd.DataFrame, nvtx: pd.DataFrame, files: list[str]) -> t
     dup = procs["rank"][procs["rank"].duplicated()]
     if not dup.empty:
         where = procs[procs["rank"].isin(dup)]
-        detail = ", ".join(f"{files[f]} pid {p}" for f, p in zip(where["file"], where["pid"]))
+        detail = ", ".join(f"{files[f]} pid {p}" for f, p in zip(where["file"], where["pid"], strict=False))
         raise TraceError(f"rank {int(dup.iloc[0])} appears more than once ({source}): {detail}; "
                          "were files from different runs mixed?")
     procs["rank_source"] = source

@@ -1,0 +1,50 @@
+"""Condense a loaded trace into plain data for ``ddp-profile inspect`` (JSON-serialisable dict)."""
+
+from __future__ import annotations
+
+from ddp_profile.trace import Trace
+
+
+def summarize(trace: Trace) -> dict:
+    """Files, versions, scrubbed flag, ranks, kernel counts by kind, NCCL kernels by collective, NVTX
+    ranges by (domain, name), and the time span covered by GPU work (ns)."""
+    k, n = trace.kernels, trace.nvtx
+    kinds = k.groupby("kind", observed=False).size()
+    nccl = k[k["kind"] == "nccl"]
+    by_coll = nccl.groupby("collective", observed=True).size() if not nccl.empty else {}
+    ranges = (n.assign(domain=n["domain"].astype(str)).groupby(["domain", "name"], observed=True).size()
+              if not n.empty else {})
+    return {
+        "files": [{"path": f["path"], "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
+                   "scrubbed": f["scrubbed"], "offset_ns": f["offset_ns"]} for f in trace.meta["files"]],
+        "nsys_version": trace.meta["nsys_version"], "schema_version": trace.meta["schema_version"],
+        "scrubbed": trace.meta["scrubbed"], "rank_source": trace.meta["rank_source"],
+        "clock": trace.meta["clock"]["method"],
+        "ranks": [{"rank": int(r.rank), "pid": int(r.pid), "device": int(r.device), "gpu_name": r.gpu_name,
+                   "rank_source": r.rank_source} for r in trace.ranks.itertuples()],
+        "kernels_by_kind": {str(kind): int(c) for kind, c in kinds.items()},
+        "nccl_by_collective": {str(c): int(v) for c, v in dict(by_coll).items()},
+        "nvtx_ranges": [{"domain": d, "name": name, "count": int(c)} for (d, name), c in dict(ranges).items()],
+        "time_span_ns": [int(k["start_ns"].min()), int(k["end_ns"].max())] if not k.empty else None,
+        "warnings": list(trace.meta["warnings"]),
+    }
+
+
+def format_table(summary: dict) -> str:
+    """Human-readable rendering of :func:`summarize`'s result."""
+    lines = [f"nsys {summary['nsys_version']} (schema {summary['schema_version']}), "
+             f"{'scrubbed' if summary['scrubbed'] else 'NOT scrubbed'}, clock: {summary['clock']}"]
+    lines += [f"  file {f['path']}  nsys {f['nsys_version']}  offset {f['offset_ns']} ns"
+              f"{'  scrubbed' if f['scrubbed'] else ''}" for f in summary["files"]]
+    lines.append(f"ranks (source: {summary['rank_source']}):")
+    lines += [f"  rank {r['rank']}  pid {r['pid']}  device {r['device']}  {r['gpu_name']}" for r in summary["ranks"]]
+    lines.append("kernels: " + ", ".join(f"{k} {v}" for k, v in summary["kernels_by_kind"].items()))
+    if summary["nccl_by_collective"]:
+        lines.append("NCCL kernels: " + ", ".join(f"{k} {v}" for k, v in summary["nccl_by_collective"].items()))
+    lines.append("NVTX ranges (domain / name: count):")
+    lines += [f"  {r['domain'] or '(default)'} / {r['name']}: {r['count']}" for r in summary["nvtx_ranges"]]
+    if summary["time_span_ns"]:
+        a, b = summary["time_span_ns"]
+        lines.append(f"time span: {a} .. {b} ns ({(b - a) / 1e9:.3f} s)")
+    lines += [f"warning: {w}" for w in summary["warnings"]]
+    return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import itertools
 import json
 import os
 import platform
@@ -88,6 +89,29 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+_BARRIER_ROUNDS = itertools.count()
+
+
+def host_barrier(tag: str) -> None:
+    """Wait until every rank reaches this point, without launching a collective kernel.
+
+    Used at the capture-range boundaries so all ranks start and stop profiling together, and so that no
+    extra NCCL kernel (which dist.barrier() would launch) lands inside the captured window.
+    """
+    rank, world_size = world()
+    if world_size == 1:
+        return
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):  # private API moved: fall back to a real barrier
+        dist.barrier()
+        return
+    key = f"ddp_profile/{tag}/{next(_BARRIER_ROUNDS)}"  # fresh key each call: every rank counts alike
+    store.add(key, 1)
+    while store.add(key, 0) < world_size:
+        time.sleep(0.0005)
+
+
 def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32") -> dict:
     """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
     "host_step_ms": wall ms per measured step, "final_loss": float}."""
@@ -105,6 +129,7 @@ def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, d
     for i, (x, y) in enumerate(batches):
         if i == warmup:
             _sync(device)
+            host_barrier("capture-start")
             if cuda:
                 torch.cuda.profiler.start()
             nvtx_ranges.rank_marker(rank, world_size)  # inside the capture range, so nsys records it
@@ -128,6 +153,7 @@ def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, d
         if timed:
             host_ms.append((time.perf_counter() - t0) * 1e3)
     _sync(device)
+    host_barrier("capture-stop")
     if cuda and measured > 0:
         torch.cuda.profiler.stop()
     step_ms = [a.elapsed_time(b) for a, b in events] if cuda else list(host_ms)
@@ -215,6 +241,7 @@ def write_json(record: dict, path: Path) -> Path:
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, indent=1)
             f.write("\n")
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a run record is meant to be shared
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

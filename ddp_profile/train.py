@@ -41,7 +41,7 @@ def gpu_short_name(device: torch.device) -> str:
     if device.type != "cuda":
         return "cpu"
     full = torch.cuda.get_device_name(device).upper()
-    for known in ("H200", "H100", "A100", "B200", "GH200", "L40S", "A10G", "V100"):
+    for known in ("GH200", "H200", "H100", "A100", "B200", "L40S", "A10G", "V100"):
         if known in full:
             return known.lower()
     return "".join(c for c in full.split()[-1].lower() if c.isalnum()) or "gpu"

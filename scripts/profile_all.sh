@@ -22,6 +22,7 @@
 #   SMALL_MODEL=small SMALL_SEQ=128   model and sequence length of the smoke and small sets   e.g. SMALL_MODEL=tiny
 #   DEADLINE_AT=         epoch seconds; a run is skipped if it would likely end after it   e.g. $(( $(date +%s) + 500 ))
 #   XL_RUN_S=45 SMALL_RUN_S=20   expected seconds per run, used with DEADLINE_AT
+#   SKIP_EXISTING=0      1: skip runs whose traces/<run>/ already holds an export (to finish a set later)
 #   INSPECT=1            run `ddp-profile inspect` on each finished run (warnings only)
 #   CAMPAIGN_LIST=       file that receives the folder of every finished run
 #   PYTHON, NSYS, TRACES, PER_RANK: passed to profile.sh
@@ -44,6 +45,7 @@ DEADLINE_AT=${DEADLINE_AT:-}
 XL_RUN_S=${XL_RUN_S:-45}
 SMALL_RUN_S=${SMALL_RUN_S:-20}
 INSPECT=${INSPECT:-1}
+SKIP_EXISTING=${SKIP_EXISTING:-0}
 CAMPAIGN_LIST=${CAMPAIGN_LIST:-}
 PYTHON=${PYTHON:-python3}
 export PYTHON
@@ -107,6 +109,13 @@ for set in $SETS; do
         fi
         if [ -n "$DEADLINE_AT" ] && [ $(( $(date +%s) + est )) -gt "$DEADLINE_AT" ]; then
             SKIPPED+=("$label (deadline)"); echo "-- skip $label: too close to the deadline"; continue
+        fi
+        if [ "$SKIP_EXISTING" = 1 ]; then
+            # shellcheck disable=SC2086
+            name=$("$PYTHON" -m ddp_profile.train --strategy "$strategy" $args --nproc "$n" --print-run-name)
+            if ls "${TRACES:-$ROOT/traces}/$name"/*.sqlite* >/dev/null 2>&1; then
+                echo "-- skip $label: traces/$name already has an export"; continue
+            fi
         fi
         start=$(date +%s)
         dirfile=$(mktemp "$LOGDIR/.dir.XXXXXX")

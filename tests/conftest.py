@@ -1,0 +1,52 @@
+"""Shared fixtures: the real 2025.3 sample export and builders of synthetic exports (ddp_profile.synth)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SAMPLE = DATA / "ddp_mlp_2xh200.sqlite"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def sample_path() -> Path:
+    """The committed real export itself (read-only use only)."""
+    return SAMPLE
+
+
+@pytest.fixture
+def sample_export(tmp_path) -> Path:
+    """A private copy of the real 2-rank 2025.3 export (safe to scrub, rename, compress)."""
+    dst = tmp_path / SAMPLE.name
+    shutil.copyfile(SAMPLE, dst)
+    return dst
+
+
+@pytest.fixture
+def build_export(tmp_path):
+    """``build_export(name, **kwargs)`` -> path of an export written by ddp_profile.synth.build_export."""
+    from ddp_profile import synth
+
+    def make(name: str = "synth.sqlite", **kwargs) -> Path:
+        return synth.build_export(tmp_path / name, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def ddp_run(tmp_path):
+    """``ddp_run(name, **kwargs)`` -> truth dict of ddp_profile.synth.synth_ddp_run (known overlap)."""
+    from ddp_profile import synth
+
+    def make(name: str = "run.sqlite", **kwargs) -> dict:
+        return synth.synth_ddp_run(tmp_path / name, **kwargs)
+
+    return make

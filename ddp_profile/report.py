@@ -415,7 +415,10 @@ def sweep_model(group: Group, comp: pd.DataFrame):
     if not len(c0) or not np.isfinite([o_ns, w]).all() or w <= 0:
         return None, None
     total = float(c0.groupby("step")["bytes"].sum().median())
-    sizes = np.geomspace(max(total / 1000, 1 << 16), total, 60)
+    measured = comp["bucket_size_mb"].dropna().astype(float) * 2**20
+    lo = min([total / 1000, *measured]) if len(measured) else total / 1000
+    hi = max([total, *measured]) if len(measured) else total
+    sizes = np.geomspace(max(lo, 1 << 16), max(hi, 1 << 17), 60)
     pred = [float(predict_overhead(o_ns, w, total, max(1, int(np.ceil(total / b))))) for b in sizes]
     curve = pd.DataFrame({"bucket_size_mb": sizes / 2**20, "predicted_ns": pred})
     return curve, float(optimal_bucket_bytes(o_ns, w, total)) / 2**20

@@ -4,14 +4,20 @@ titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import HOSTILE, make_run
+from report_synth import make_run
 
 from ddp_profile.plots import (
-    alpha_beta_figure, bucket_sweep_figure, describe_source, overlap_picture, step_breakdown, strategy_bars,
-    timeline_figure, timeline_steps,
+    alpha_beta_figure,
+    bucket_sweep_figure,
+    describe_source,
+    overlap_picture,
+    step_breakdown,
+    strategy_bars,
+    timeline_figure,
+    timeline_steps,
 )
 from ddp_profile.plots._common import merge_small_bars
-from ddp_profile.plots.timeline import TRACE_NAMES, figure_for_step
+from ddp_profile.plots.timeline import TRACE_NAMES
 
 pytest.importorskip("plotly")
 SRC = describe_source({"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl", "dtype": "fp32"}, None, [3, 4])

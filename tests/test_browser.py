@@ -1,0 +1,116 @@
+"""Real-browser check of a whole report (Chromium via Playwright): every page loads without console
+errors, every figure renders, hover labels show kernel names as text, the step selector swaps the
+timeline, no injected script runs. Screenshots go to test-artifacts/ (git-ignored)."""
+
+from pathlib import Path
+
+import pytest
+from report_synth import patch_analysis, run_set
+
+from ddp_profile import report
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Chromium not installed at {CHROMIUM} "
+                       "(apt-get install chromium; CI installs it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    patch_analysis(mp)
+    out = tmp_path_factory.mktemp("site") / "reports"
+    try:
+        report.write_report(run_set(hostile_run=True), out)
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync = pytest.importorskip("playwright.sync_api")
+    with sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _open(browser, path: Path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    problems = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: problems.append(f"remote request {r.url}")
+            if not r.url.startswith(("file:", "data:", "blob:")) else None)
+    page.goto(path.as_uri())
+    page.wait_for_load_state("load")
+    return page, problems
+
+
+def _expected_figures(path: Path) -> int:
+    """Figures the page asks for (one Plotly.newPlot each); run pages have 2-3, comparisons 2."""
+    n = path.read_text().count("Plotly.newPlot(")
+    assert n == 0 if path.name == "index.html" else n >= 2, path.name
+    return n
+
+
+def test_every_page_loads_and_every_figure_renders(site, browser):
+    pages = sorted(site.glob("*.html"))
+    assert len(pages) == 13
+    for path in pages:
+        page, problems = _open(browser, path)
+        n = _expected_figures(path)
+        page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=10_000)
+        drawn = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
+            d => d.querySelectorAll('.main-svg .trace, .main-svg .point, canvas').length)""")
+        assert all(c > 0 for c in drawn), (path.name, drawn)
+        assert page.evaluate("typeof window.__pwned") == "undefined", path.name
+        assert problems == [], (path.name, problems)
+        page.close()
+
+
+def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page, problems = _open(browser, site / "run-hostile-run.html")
+    page.wait_for_selector("#timeline .main-svg")
+    # Hover the first compute bar with the mouse, at its pixel position on the plot.
+    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout;
+        const t = d.data[0]; const i = t.customdata.findIndex(c => c[0].includes('pwned'));
+        return {x: fl._size.l + fl.xaxis.l2p(t.base[i] + t.x[i] / 2), y: fl._size.t + fl.yaxis.l2p(t.y[i])}; }""")
+    rect = page.locator("#timeline .main-svg").first.bounding_box()
+    page.mouse.move(rect["x"] + box["x"], rect["y"] + box["y"])
+    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=5_000).text_content()
+    assert "<script>window.__pwned=1</script>" in label  # shown literally, as text
+    page.screenshot(path=str(ARTIFACTS / "report-run-hover.png"), full_page=True)
+
+    title_before = page.evaluate("document.getElementById('timeline').layout.title.text")
+    assert "step 1" in title_before
+    page.select_option("#step-select", "2")
+    page.wait_for_function("document.getElementById('timeline').layout.title.text.includes('step 2')")
+    counts = page.evaluate("""() => { const t = document.getElementById('timeline').data[0];
+        return [t.x.length, t.customdata.length, t.customdata[0][1]]; }""")
+    assert counts[0] == counts[1] == 2 * 3 * 4 and counts[2].endswith("µs")  # 2 ranks × 3 phases × 4 kernels
+    page.screenshot(path=str(ARTIFACTS / "report-run-step2.png"), full_page=True)
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    assert problems == []
+    page.close()
+
+
+def test_comparison_and_index_screenshots(site, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    for path in [site / "index.html", *site.glob("strategies-*.html"), *site.glob("sweep-*.html")]:
+        page, problems = _open(browser, path)
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(ARTIFACTS / f"report-{path.stem[:40]}.png"), full_page=True)
+        assert problems == [] and page.evaluate("typeof window.__pwned") == "undefined"
+        links = page.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))")
+        for href in links:  # every link resolves to a page in the folder
+            assert (site / href).exists(), (path.name, href)
+        page.close()

@@ -7,7 +7,8 @@ So no pandas, numpy or sqlite-utils here.
 What an export embeds (checked on nsys 2025.3 exports) and what happens to it:
 
 * environment variables: ``META_DATA_CAPTURE`` rows whose name mentions ENV, every ``TARGET_INFO_SYSTEM_ENV``
-  row, and any ``KEY=VALUE`` value in META_DATA_* / TARGET_INFO_* tables -> deleted / ``<env>``;
+  row, any ``KEY=VALUE`` value in META_DATA_* / TARGET_INFO_* tables, and any string anywhere holding a
+  NUL/newline-separated environment block (2023.4 keeps these in StringIds) -> deleted / ``<env>``;
 * absolute paths anywhere in a text column (StringIds, META_DATA_*, PROCESSES.name, the command line,
   ANALYSIS_FILE.filename, DIAGNOSTIC_EVENT.text, ...) -> their last component (a home folder -> ``<path>``);
 * host names (META_DATA_EXPORT.EXPORT_HOST, META_DATA_CAPTURE.DEVICE_DISPLAY_NAME, TARGET_INFO_SYSTEM_ENV
@@ -69,6 +70,9 @@ SECRET_RE = re.compile(
     r"|xox[abpr]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,}|wandb_[A-Za-z0-9]{8,})"
 )
 ENV_ASSIGN_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=")
+# A process environment block (seen in StringIds of a real 2023.4 export): NUL- or newline-separated
+# KEY=VALUE entries. Two such entries in one string make it an environment block.
+ENV_BLOCK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\x00\n]*[\x00\n]+[A-Za-z_][A-Za-z0-9_]*=")
 NOT_A_HOST = {"", "localhost", "local (cli)", "<host>", "unknown", "none"}
 
 
@@ -103,7 +107,7 @@ class _Scrubber:
             re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words) + r")(?![A-Za-z0-9])", re.I)
             if words else None
         )
-        self.counts = {"paths": 0, "hosts": 0, "users": 0, "secrets": 0}
+        self.counts = {"paths": 0, "hosts": 0, "users": 0, "secrets": 0, "env_blocks": 0}
 
     def _path(self, m: re.Match) -> str:
         path = m.group(0).rstrip("/\\")
@@ -128,6 +132,9 @@ class _Scrubber:
     def text(self, value):
         if not isinstance(value, str):
             return value
+        if ("\x00" in value or "\n" in value) and ENV_BLOCK_RE.search(value):
+            self.counts["env_blocks"] += 1
+            return "<env>"
         new = SECRET_RE.sub("<secret>", value)
         if new != value:
             self.counts["secrets"] += 1
@@ -209,7 +216,7 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
             continue
         for col in _text_columns(con, table):
             con.execute(f'UPDATE "{table}" SET "{col}" = _ddp_text("{col}") WHERE _ddp_dirty("{col}")')
-    for key in ("paths", "hosts", "users", "secrets"):
+    for key in ("paths", "hosts", "users", "secrets", "env_blocks"):
         counts[key] = scrubber.counts[key] // 2  # dirty() and text() each count one replacement
     counts["host_names"] = len(hosts)
 

@@ -38,6 +38,8 @@ def dirty_export(build_export):
     con = sqlite3.connect(path)  # a diagnostic message with a path and the host name, as nsys writes
     con.execute("CREATE TABLE DIAGNOSTIC_EVENT (timestamp INTEGER, text TEXT, globalPid INTEGER)")
     con.execute("INSERT INTO DIAGNOSTIC_EVENT VALUES (0, 'see /home/alice/runs/out.log on gpu-node-42', 0)")
+    # nsys 2023.4 keeps process environment blocks (NUL-separated) in StringIds
+    con.execute("INSERT INTO StringIds VALUES (9999, ?)", ("LANG=C.UTF-8\x00WANDB_KEY=zzSECRETzz\x00X=1",))
     con.commit()
     con.close()
     return path
@@ -51,7 +53,7 @@ def test_planted_secrets_are_gone_from_every_byte(dirty_export, tmp_path):
     counts = scrub.scrub_file(dirty_export, out)
     assert sha256(dirty_export) == before  # input untouched
     data = out.read_bytes()
-    for secret in SECRETS + ["gpu-node-42"]:
+    for secret in SECRETS + ["gpu-node-42", "zzSECRETzz", "WANDB_KEY"]:
         assert secret.encode() not in data, secret
     assert counts["env_rows"] >= 2 and counts["processes"] == 1 and counts["output_strings"] == 1
     con = sqlite3.connect(f"file:{out}?mode=ro", uri=True)

@@ -1,13 +1,16 @@
 """`torch_ddp`: PyTorch's DistributedDataParallel with `bucket_cap_mb`, as the reference implementation.
 
 Left as stock as possible (no comm hook, so no per-bucket NVTX range): it is the yardstick. Buffers are
-broadcast once at wrap time like every other strategy (broadcast_buffers=False), not before each forward.
+broadcast once at wrap time like every other strategy (broadcast_buffers=False, plus one explicit buffer
+broadcast, because DDP's constructor then syncs parameters only), not before each forward.
 DDP's own buckets are rebuilt after the first step in gradient-ready order; `layout()` reports the sizes
 DDP logs, falling back to the project's packing of the same cap.
 """
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
 from torch import nn
 
 from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, world
@@ -24,6 +27,10 @@ class TorchDDP(Wrapper):
         self.module = module
         self.ddp = None
         if self.world_size > 1:
+            # With broadcast_buffers=False DDP's constructor syncs parameters only; send buffers here.
+            with torch.no_grad():
+                for buffer in module.buffers():
+                    dist.broadcast(buffer.data, src=0)
             device_ids = None
             first = next(module.parameters())
             if first.is_cuda:

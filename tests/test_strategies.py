@@ -1,0 +1,257 @@
+"""Strategies on CPU with gloo, world size 2.
+
+One spawn of two processes runs every case (starting a process costs seconds, a case milliseconds); the
+main process then compares each rank's results with single-process training on the full batch.
+The toy model has the three awkward cases: a tied weight (embedding = head), a frozen parameter and a
+buffer. SGD keeps the comparison tight: averaged shard gradients equal the full-batch gradient up to
+float rounding, so parameters after several steps agree to ~1e-6.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_profile import nvtx_names, nvtx_ranges
+from ddp_profile.errors import ConfigError
+from ddp_profile.launch import spawn_local
+from ddp_profile.models import build_model
+from ddp_profile.strategies import REGISTRY, create, pack_buckets
+from ddp_profile.train import loss_fn, run_steps
+
+VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
+
+
+class Toy(nn.Module):
+    """Tied embedding/head, a frozen layer, a buffer, and a bias (so tensors of different sizes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.lin = nn.Linear(DIM, DIM)
+        self.frozen = nn.Linear(DIM, DIM)
+        self.frozen.requires_grad_(False)
+        self.register_buffer("scale", torch.rand(DIM) + 0.5)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.emb.weight  # tied
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        x = torch.tanh(self.lin(x)) * self.scale
+        return self.head(self.frozen(x) + x)
+
+
+# (case id, model, strategy, bucket MiB). Small caps force several buckets on these tiny models.
+CASES = [
+    ("none", "toy", "none", 25.0),
+    ("naive", "toy", "naive", 25.0),
+    ("flat", "toy", "flat", 25.0),
+    ("overlap", "toy", "overlap", 25.0),
+    ("bucketed-one", "toy", "bucketed", 25.0),
+    ("bucketed-many", "toy", "bucketed", 0.00002),
+    ("torch_ddp", "toy", "torch_ddp", 25.0),
+    ("torch_ddp-many", "toy", "torch_ddp", 0.00002),
+    ("tiny-overlap", "tiny", "overlap", 25.0),
+    ("tiny-bucketed", "tiny", "bucketed", 0.01),
+    ("tiny-torch_ddp", "tiny", "torch_ddp", 0.01),
+]
+
+
+def make_model(kind: str) -> nn.Module:
+    return Toy() if kind == "toy" else build_model("tiny")
+
+
+def global_batches(kind: str, world_size: int) -> list[tuple]:
+    gen = torch.Generator().manual_seed(7)
+    vocab = VOCAB if kind == "toy" else 97
+    out = []
+    for _ in range(WARMUP + STEPS):
+        tokens = torch.randint(0, vocab, (BATCH * world_size, SEQ + 1), generator=gen)
+        out.append((tokens[:, :-1], tokens[:, 1:]))
+    return out
+
+
+def state(model: nn.Module) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in [*model.parameters(), *model.buffers()]]
+
+
+class Recorder:
+    """Stands in for the nvtx Domain: records (kind, message, payload) of every range and mark."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.lock = threading.Lock()
+
+    def get_event_attributes(self, message=None, color=None, category=None, payload=None):
+        return (message, payload, category)
+
+    def push_range(self, attributes):
+        with self.lock:
+            self.events.append(("push", *attributes))
+
+    def pop_range(self):
+        with self.lock:
+            self.events.append(("pop", None, None, None))
+
+    def mark(self, attributes):
+        with self.lock:
+            self.events.append(("mark", *attributes))
+
+
+def _worker(info, outdir: str) -> None:
+    recorder = Recorder()
+    nvtx_ranges._DOMAIN = recorder
+    nvtx_ranges._attributes.cache_clear()
+    for case_id, kind, strategy_name, mb in CASES:
+        torch.manual_seed(100 + info.rank)  # ranks start different; wrapping must make them equal
+        model = make_model(kind)
+        before = state(model)
+        strategy = create(strategy_name, model, bucket_mb=mb)
+        after_wrap = state(model)
+        batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
+                   for x, y in global_batches(kind, info.world_size)]
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        recorder.events.clear()
+        run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
+        torch.save(
+            {"before": before, "after_wrap": after_wrap, "final": state(model), "layout": strategy.layout(),
+             "events": list(recorder.events)},
+            f"{outdir}/{case_id}_rank{info.rank}.pt",
+        )
+        dist.barrier()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("strategies")
+    spawn_local(2, _worker, str(outdir))
+    return {(case[0], rank): torch.load(outdir / f"{case[0]}_rank{rank}.pt") for case in CASES for rank in (0, 1)}
+
+
+def reference(kind: str) -> list[torch.Tensor]:
+    """Single process, full global batch, rank 0's initial weights, no communication."""
+    torch.manual_seed(100)
+    model = make_model(kind)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    run_steps(create("none", model), optimizer, global_batches(kind, 2), torch.device("cpu"), warmup=WARMUP)
+    return state(model)
+
+
+def assert_states_close(a, b, atol=1e-5):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, atol=atol, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_wrapping_makes_every_rank_hold_rank0_state(results, case):
+    r0, r1 = results[(case[0], 0)], results[(case[0], 1)]
+    # Different seeds made the ranks differ before wrapping (so this test can fail) ...
+    assert any(not torch.equal(a, b) for a, b in zip(r0["before"], r1["before"]))
+    # ... and wrapping copied rank 0's parameters and buffers, frozen and tied ones included.
+    for a, b, orig in zip(r0["after_wrap"], r1["after_wrap"], r0["before"]):
+        assert torch.equal(a, b)
+        assert torch.equal(a, orig)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2] != "none"], ids=[c[0] for c in CASES if c[2] != "none"])
+def test_training_on_shards_equals_single_process_full_batch(results, case):
+    expected = reference(case[1])
+    for rank in (0, 1):
+        assert_states_close(results[(case[0], rank)]["final"], expected)
+
+
+def test_none_does_not_synchronise(results):
+    r0, r1 = results[("none", 0)], results[("none", 1)]
+    assert any(not torch.equal(a, b) for a, b in zip(r0["final"], r1["final"]))
+
+
+def _ranges(events, prefix):
+    return [(msg, payload) for kind, msg, payload, _ in events if kind == "push" and msg.startswith(prefix)]
+
+
+def test_nvtx_ranges_describe_steps_phases_and_each_bucket_launch(results):
+    res = results[("bucketed-many", 1)]
+    events = res["events"]
+    steps = _ranges(events, nvtx_names.STEP + " ")
+    assert steps == [(f"step {i}", i) for i in range(WARMUP + STEPS)]
+    for phase in (nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER, nvtx_names.GRAD_WAIT):
+        assert len(_ranges(events, phase)) == WARMUP + STEPS
+    marks = [msg for kind, msg, payload, _ in events if kind == "mark"]
+    assert marks == [f"{nvtx_names.RANK_MARKER} 1/2"]
+    # One launch per bucket per step, message "allreduce b<i> <bytes>B", payload = bytes = layout's size.
+    layout = res["layout"]
+    assert layout["buckets"] == 3  # 20-byte cap: each of the three gradient tensors alone
+    launches = _ranges(events, nvtx_names.ALLREDUCE_PREFIX)
+    assert len(launches) == layout["buckets"] * (WARMUP + STEPS)
+    seen = set()
+    for msg, payload in launches:
+        bucket, nbytes = map(int, re.fullmatch(r"allreduce b(\d+) (\d+)B", msg).groups())
+        assert nbytes == payload == layout["bucket_bytes"][bucket]
+        seen.add(bucket)
+    assert seen == set(range(layout["buckets"]))
+    pushes = sum(1 for e in events if e[0] == "push")
+    assert pushes == sum(1 for e in events if e[0] == "pop")
+
+
+def test_tied_and_frozen_parameters_in_layouts(results):
+    for case_id in ("naive", "overlap", "flat", "bucketed-one", "bucketed-many"):
+        names = [n for bucket in results[(case_id, 0)]["layout"]["bucket_params"] for n in bucket]
+        assert sorted(names) == ["emb.weight", "lin.bias", "lin.weight"], case_id  # head.weight is emb.weight
+    one = results[("bucketed-one", 0)]["layout"]
+    assert one["buckets"] == 1 and one["bucket_bytes"] == [4 * (VOCAB * DIM + DIM * DIM + DIM)]
+
+
+# ---- bucket packing (pure) ----
+
+def test_pack_buckets_closes_a_bucket_once_it_reaches_the_cap():
+    assert pack_buckets([4, 4, 4, 10], 8) == [[3], [2, 1], [0]]
+    assert pack_buckets([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]
+    assert pack_buckets([1, 1, 1], 100) == [[2, 1, 0]]
+
+
+def test_tensor_larger_than_the_bucket_is_never_split():
+    # Walking backwards: 1 byte opens a bucket, the 100-byte tensor joins it and closes it.
+    assert pack_buckets([1, 100, 1], 10) == [[2, 1], [0]]
+    assert pack_buckets([100], 10) == [[0]]
+
+
+def test_different_dtypes_never_share_a_bucket():
+    assert pack_buckets([4, 4, 4], 100, keys=["f32", "bf16", "f32"]) == [[2, 0], [1]]
+
+
+def test_pack_buckets_matches_pytorch_reducer_assignment():
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 12)
+        numels = [rng.choice([1, 3, 10, 100, 1000]) for _ in range(n)]
+        cap = rng.choice([4, 40, 400, 4000])
+        tensors = [torch.empty(k) for k in numels]
+        # PyTorch's reducer receives tensors in reverse order, labelled by their original index.
+        theirs = dist._compute_bucket_assignment_by_size(list(reversed(tensors)), [cap], [False] * n,
+                                                          list(reversed(range(n))))[0]
+        assert pack_buckets([4 * k for k in numels], cap) == theirs
+
+
+def test_bucketed_layout_names_members_by_parameter():
+    model = nn.Sequential(nn.Linear(256, 256, bias=False), nn.Linear(256, 1024, bias=False), nn.Linear(4, 4, bias=False))
+    layout = create("bucketed", model, bucket_mb=0.5).layout()  # 256 KiB, 1 MiB, 64 B tensors; cap 512 KiB
+    assert layout["bucket_params"] == [["2.weight", "1.weight"], ["0.weight"]]
+    assert layout["bucket_bytes"] == [64 + 1024 * 1024, 256 * 1024]
+
+
+def test_registry_has_every_strategy_and_rejects_unknown():
+    assert set(REGISTRY) == {"none", "naive", "flat", "overlap", "bucketed", "torch_ddp"}
+    with pytest.raises(ConfigError, match="strategy 'ring'"):
+        create("ring", nn.Linear(2, 2))
+
+
+def test_single_process_loss_function_shapes():
+    logits = torch.zeros(2, 3, 5)
+    assert loss_fn(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(torch.log(torch.tensor(5.0)).item())

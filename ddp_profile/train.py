@@ -226,7 +226,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "timing_source": "cuda_events" if device.type == "cuda" else "host",
     }
     # Slowest rank per step is the step time the job actually sees; its median is the headline number.
-    slowest = [max(col) for col in zip(*record["step_ms_per_rank"])]
+    slowest = [max(col) for col in zip(*record["step_ms_per_rank"], strict=True)]
     record["step_ms_slowest_rank"] = slowest
     record["step_ms_median"] = sorted(slowest)[len(slowest) // 2] if slowest else None
     return record

@@ -145,7 +145,7 @@ def reference(kind: str) -> list[torch.Tensor]:
 
 def assert_states_close(a, b, atol=1e-5):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         torch.testing.assert_close(x, y, atol=atol, rtol=1e-5)
 
 
@@ -153,9 +153,9 @@ def assert_states_close(a, b, atol=1e-5):
 def test_wrapping_makes_every_rank_hold_rank0_state(results, case):
     r0, r1 = results[(case[0], 0)], results[(case[0], 1)]
     # Different seeds made the ranks differ before wrapping (so this test can fail) ...
-    assert any(not torch.equal(a, b) for a, b in zip(r0["before"], r1["before"]))
+    assert any(not torch.equal(a, b) for a, b in zip(r0["before"], r1["before"], strict=True))
     # ... and wrapping copied rank 0's parameters and buffers, frozen and tied ones included.
-    for a, b, orig in zip(r0["after_wrap"], r1["after_wrap"], r0["before"]):
+    for a, b, orig in zip(r0["after_wrap"], r1["after_wrap"], r0["before"], strict=True):
         assert torch.equal(a, b)
         assert torch.equal(a, orig)
 
@@ -169,7 +169,7 @@ def test_training_on_shards_equals_single_process_full_batch(results, case):
 
 def test_none_does_not_synchronise(results):
     r0, r1 = results[("none", 0)], results[("none", 1)]
-    assert any(not torch.equal(a, b) for a, b in zip(r0["final"], r1["final"]))
+    assert any(not torch.equal(a, b) for a, b in zip(r0["final"], r1["final"], strict=True))
 
 
 def _ranges(events, prefix):

@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
     if info is not None and args.nproc != 1 and args.nproc != info.world_size:
         raise UsageError("--nproc conflicts with torchrun's WORLD_SIZE; drop --nproc under torchrun")
     if args.print_run_name:
-        from ddp_profile.train import gpu_short_name
         import torch
+
+        from ddp_profile.train import gpu_short_name
 
         on_gpu = default_backend(cfg.backend) == "nccl"
         device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")

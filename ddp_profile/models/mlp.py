@@ -16,7 +16,7 @@ class ScalingMLP(nn.Module):
         self.preset = preset
         widths = [preset.in_features] + [preset.hidden] * (preset.depth - 1) + [preset.out_features]
         layers: list[nn.Module] = []
-        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:], strict=True)):
             layers.append(nn.Linear(a, b, bias=False))
             if i < preset.depth - 1:
                 layers.append(nn.ReLU())

@@ -108,7 +108,7 @@ class Bucketed(Wrapper):
                     self._launch(bucket)
                 bucket.handle.wait()
                 grads = [p.grad for p in bucket.params if p.grad is not None]
-                views = [v for p, v in zip(bucket.params, bucket.views) if p.grad is not None]
+                views = [v for p, v in zip(bucket.params, bucket.views, strict=True) if p.grad is not None]
                 if grads:
                     torch._foreach_copy_(grads, views)
                 bucket.handle = None

@@ -24,6 +24,24 @@ def positions(df: pd.DataFrame, keys: list[str]) -> dict:
     return {k: np.asarray(v) for k, v in df.reset_index(drop=True).groupby(keys, sort=True).indices.items()}
 
 
+def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
+    """Positional row indices per distinct tuple of integer columns (order of the groups unspecified).
+
+    Hash-factorises each column (few distinct values: pids, devices), combines the codes into one, and
+    splits one stable argsort: row order inside each group is preserved. Cheaper than a DataFrame groupby
+    on millions of rows."""
+    if len(cols[0]) == 0:
+        return []
+    code = np.zeros(len(cols[0]), dtype=np.int64)
+    for c in cols:
+        k, u = pd.factorize(c)
+        code = code * (len(u) + 1) + k
+    code, _ = pd.factorize(code)
+    order = np.argsort(code, kind="stable")
+    cuts = np.flatnonzero(np.diff(code[order])) + 1
+    return np.split(order, cuts)
+
+
 class KernelArrays:
     """Start/end/launch arrays of one kernels frame plus class masks, computed once per analysis."""
 
@@ -39,6 +57,14 @@ class KernelArrays:
         self.is_copy = np.isin(kind, COPY_KINDS)
         self.pid = ints(k["pid"], -1)
         self.rank = ints(k["rank"], -1)
+        self.device = ints(k["device"], -1)
+        # Kernel names as integer codes (order of first appearance) and their distinct values: grouping by
+        # name then works on integers, whatever the column's dtype (categorical from the loader, or object).
+        self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
+
+    def name_values(self) -> np.ndarray:
+        """Distinct names as an object array indexed by ``name_code``; code -1 (no name) gives None."""
+        return np.append(np.asarray(self.names, dtype=object), None)
 
     def rank_sets(self, rank) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """:meth:`sets` of one rank's kernels, computed once and cached (steps and overlap both use them)."""

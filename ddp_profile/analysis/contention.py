@@ -32,15 +32,18 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     cov = covered[comp]
     alone = cov == 0
     over = (dur > 0) & (2 * cov >= dur)
-    df = pd.DataFrame({"name": karr.frame["name"].to_numpy()[comp], "dur": dur, "alone": alone, "over": over})
-    df = df.loc[alone | over]
-    a = df.loc[df["alone"]].groupby("name")["dur"].agg(n_alone="size", alone_median_ns="median")
-    o = df.loc[df["over"]].groupby("name")["dur"].agg(n_overlapped="size", overlapped_median_ns="median",
+    # Grouped on integer name codes (cheap), names attached after; rows ordered by name as before sorting.
+    df = pd.DataFrame({"code": karr.name_code[comp], "dur": dur, "alone": alone, "over": over})
+    df = df.loc[(alone | over) & (df["code"].to_numpy() >= 0)]
+    a = df.loc[df["alone"]].groupby("code")["dur"].agg(n_alone="size", alone_median_ns="median")
+    o = df.loc[df["over"]].groupby("code")["dur"].agg(n_overlapped="size", overlapped_median_ns="median",
                                                       _sum="sum")
     g = a.join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
+    g["name"] = karr.name_values()[g["code"].to_numpy()]
+    g = g.sort_values("name", kind="stable")
     g["slowdown_pct"] = 100.0 * (g["overlapped_median_ns"] / g["alone_median_ns"] - 1.0)
     g["lost_ns"] = g["_sum"] - g["n_overlapped"] * g["alone_median_ns"]
     g = g.sort_values("lost_ns", ascending=False, kind="stable")

@@ -22,14 +22,14 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, pct, positions
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, int_groups, pct
 
 
 def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
     copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class."""
     out = np.zeros(len(karr.start), dtype=np.int64)
-    for _, idx in positions(karr.frame, ["pid", "device"]).items():
+    for idx in int_groups(karr.pid, karr.device):
         comp = idx[karr.is_compute[idx]]
         nccl = idx[karr.is_nccl[idx]]
         if comp.size and nccl.size:
@@ -43,16 +43,27 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
     keep = karr.is_compute | karr.is_nccl
     if not keep.any():
         return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
-    df = pd.DataFrame({
-        "kind": karr.frame["kind"].to_numpy()[keep], "name": karr.frame["name"].to_numpy()[keep],
-        "dur": (karr.end - karr.start)[keep], "ov": covered[keep],
+    # Group on integer codes: (kind, name) pairs in order of first appearance, sums by bincount.
+    kind = np.where(karr.is_nccl, 1, 0)[keep]
+    pair, first = pd.factorize(karr.name_code[keep] * 2 + kind)
+    dur = (karr.end - karr.start)[keep]
+    n = len(first)
+    g = pd.DataFrame({
+        "kind": np.where(first % 2 == 1, NCCL, COMPUTE).astype(object),
+        "name": karr.name_values()[first // 2],
+        "count": np.bincount(pair, minlength=n),
+        "total_ns": _int_sums(pair, dur, n), "overlapped_ns": _int_sums(pair, covered[keep], n),
     })
-    g = df.groupby(["kind", "name"], sort=False).agg(count=("dur", "size"), total_ns=("dur", "sum"),
-                                                     overlapped_ns=("ov", "sum")).reset_index()
     g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
     g["_nccl"] = g["kind"] != NCCL
     g = g.sort_values(["_nccl", "total_ns"], ascending=[True, False], kind="stable")
     return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
+
+
+def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 per-group sums (bincount sums in float64, exact only below 2^53: split in two halves)."""
+    hi, lo = values >> 26, values & ((1 << 26) - 1)
+    return (np.bincount(groups, hi, n).astype(np.int64) << 26) + np.bincount(groups, lo, n).astype(np.int64)
 
 
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:

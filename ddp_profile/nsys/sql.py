@@ -52,14 +52,17 @@ def columns(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-CHUNK_ROWS = 1 << 20  # rows per group_concat string (~20 MB of text per column at most)
+CHUNK_ROWS = 1 << 18  # rows per group_concat string (~5 MB of text per column at most)
 
 
 def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> np.ndarray:
     """Rows lo < rowid <= hi as a (len(exprs), n) int64 array: one scan, one ``group_concat`` per column."""
     texts = con.execute(f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
                         f"WHERE rowid > ? AND rowid <= ?{cond}", (lo, hi)).fetchone()
-    cols = [np.fromstring(t, dtype=np.int64, sep=",") if t else np.empty(0, np.int64) for t in texts]
+    try:
+        cols = [np.fromstring(t, dtype=np.int64, sep=",") if t else np.empty(0, np.int64) for t in texts]
+    except (ValueError, TypeError) as exc:  # text, real or blob where nsys writes integers: a damaged export
+        raise sqlite3.DataError(f"{table}: a non-integer value where nsys writes integers ({exc})") from exc
     if len({len(c) for c in cols}) > 1:
         raise sqlite3.DatabaseError(f"{table}: columns of rows {lo + 1}..{hi} differ in length")
     return np.stack(cols)
@@ -76,18 +79,18 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     up; each chunk's lengths are checked.
     """
     cond = f" AND ({where})" if where else ""
-    n, lo, hi = con.execute(f"SELECT COUNT(*), MIN(rowid), MAX(rowid) FROM {table} WHERE 1{cond}").fetchone()
-    out = np.empty((len(exprs), n), dtype=np.int64)  # filled in place: no second copy of the table
+    lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()  # O(log n): rowid b-tree
+    if lo is None:
+        return np.empty((0, len(exprs)), dtype=np.int64)
+    # Filled in place (no second copy of the table); hi - lo + 1 bounds the row count without a COUNT scan.
+    out = np.empty((len(exprs), hi - lo + 1), dtype=np.int64)
     done = 0
-    for first in range(lo - 1, hi, CHUNK_ROWS) if n else ():
+    for first in range(lo - 1, hi, CHUNK_ROWS):
         part = _chunk(con, exprs, table, cond, first, first + CHUNK_ROWS)
-        if done + part.shape[1] > n:
-            raise sqlite3.DatabaseError(f"{table}: more rows than counted")
         out[:, done:done + part.shape[1]] = part
         done += part.shape[1]
-    if done != n:
-        raise sqlite3.DatabaseError(f"{table}: {done} rows read, {n} counted")
-    return out.T
+    # Filtered rows (or rowid gaps) leave spare capacity: give it back when it is worth a copy.
+    return (out[:, :done].copy() if done < 0.9 * out.shape[1] else out[:, :done]).T
 
 
 def metadata(con: sqlite3.Connection, have: set[str]) -> dict[str, str]:
@@ -133,7 +136,8 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
     con.execute("CREATE TEMP TABLE IF NOT EXISTS _ddp_ids(id INTEGER PRIMARY KEY)")
     con.execute("DELETE FROM _ddp_ids")
     con.executemany("INSERT INTO _ddp_ids VALUES (?)", ((int(i),) for i in wanted))
-    return dict(con.execute(f"SELECT s.id, s.value FROM {STRINGS} s JOIN _ddp_ids USING (id)"))
+    return dict(con.execute(f"SELECT s.id, CAST(s.value AS TEXT) FROM {STRINGS} s JOIN _ddp_ids USING (id) "
+                            "WHERE s.value IS NOT NULL"))
 
 
 def gpu_activities(con: sqlite3.Connection, table: str) -> np.ndarray:
@@ -177,7 +181,9 @@ def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:
     if "ENUM_NSYS_EVENT_TYPE" in have:
         found = dict(con.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
                                  f"({','.join(repr(n) for n in ids)})"))
-        ids.update(found)
+        # These ids are pasted into later queries: only integers are taken (a damaged or hostile enum table
+        # must neither break nor inject SQL); anything else keeps the documented constant.
+        ids.update({n: i for n, i in found.items() if type(i) is int})
     return ids
 
 
@@ -209,7 +215,10 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str]) -> tuple[np.ndarray, li
     if not rows:
         return np.empty((0, 11), dtype=np.int64), []
     texts = [r[11] for r in rows]
-    ints = np.array([r[:11] for r in rows], dtype=np.int64)
+    try:
+        ints = np.array([r[:11] for r in rows], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError) as exc:  # NULL/text/blob where nsys writes integers
+        raise sqlite3.DataError(f"{NVTX}: a NULL or non-integer value where nsys writes integers ({exc})") from exc
     return ints, texts
 
 
@@ -234,8 +243,12 @@ def gpus(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
         return []
     cols = columns(con, "TARGET_INFO_GPU")
     dev = "cuDevice" if "cuDevice" in cols else "id"
-    pick = [c if c in cols else "NULL" for c in ("name", "smCount", "totalMemory", "busLocation")]
-    return con.execute(f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU ORDER BY {dev}").fetchall()
+    # Only well-typed values pass (a damaged row must not break the frame): integers stay, others -> NULL.
+    ints = {c: f"CASE WHEN typeof({c}) = 'integer' THEN {c} END" for c in ("smCount", "totalMemory")}
+    pick = [ints.get(c, f"CAST({c} AS TEXT)") if c in cols else "NULL"
+            for c in ("name", "smCount", "totalMemory", "busLocation")]
+    return con.execute(f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU WHERE typeof({dev}) = 'integer' "
+                       f"ORDER BY {dev}").fetchall()
 
 
 def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:

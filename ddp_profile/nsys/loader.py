@@ -61,6 +61,13 @@ def _check_header(path: Path, head: bytes, size: int) -> None:
         raise TraceError(f"{path}: truncated ({size} bytes, header says {page_size * n_pages}); copy it again")
 
 
+def _short(exc: BaseException, limit: int = 200) -> str:
+    """An exception's text fit for a one-line message: whitespace collapsed, cut to ``limit`` characters
+    (SQLite quotes the offending value, which in a damaged export can be a whole column's text)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def open_export(path: Path) -> sqlite3.Connection:
     """Open one export read-only; compressed ones are decompressed into memory. Never writes ``path``."""
     name = path.name
@@ -69,7 +76,7 @@ def open_export(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: an nsys report, not an SQLite export; run "
                          f"`nsys export --type sqlite -o {out} {name}` and load {out}")
     if not path.is_file():
-        raise TraceError(f"{path}: no such file")
+        raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
             data = DECOMPRESS[path.suffix](path.read_bytes())
@@ -83,10 +90,11 @@ def open_export(path: Path) -> sqlite3.Connection:
             con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         have = sql.tables(con)
     except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:
-        raise TraceError(f"{path}: cannot read as SQLite ({exc})") from exc
+        raise TraceError(f"{path}: cannot read as SQLite ({_short(exc)}); check that it is readable and complete") from exc
     if not have & {sql.STRINGS, "META_DATA_EXPORT"}:
         con.close()
-        raise TraceError(f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT)")
+        raise TraceError(f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT); "
+                         "pass a file made by `nsys export --type sqlite`")
     return con
 
 
@@ -119,7 +127,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarr
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
     ids = rows[:, 5]
     is_kernel = kind == 0
-    kernel_ids, inverse = np.unique(ids[is_kernel], return_inverse=True)
+    inverse, kernel_ids = pd.factorize(ids[is_kernel])  # hashing, not sorting: names are few, rows many
     lookup = sql.strings(con, kernel_ids)
     labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
     codes = np.empty(len(rows), dtype=np.int64)
@@ -164,8 +172,10 @@ def _read_file(index: int, path: Path) -> dict:
             out["nvtx"] = sql.nvtx_ranges(con, have)
             out["domains"] = sql.nvtx_domains(con, have)
         return out
-    except sqlite3.DatabaseError as exc:
-        raise TraceError(f"{path}: unreadable or damaged export ({exc})") from exc
+    except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
+        # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
+        # wrong type where nsys writes another (this function only converts the file's own data).
+        raise TraceError(f"{path}: unreadable or damaged export ({_short(exc)}); export it again from the .nsys-rep") from exc
     finally:
         con.close()
 
@@ -229,33 +239,79 @@ def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
     return df[cols]
 
 
-def _kernel_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
-    frames = []
-    for f, off in zip(files, offsets, strict=False):
-        k = f["kernels"]
-        labels = k["labels"]
-        parsed = [nccl_names.parse_nccl(n) for n in labels]
-        codes = k["code"]
-        frame = {"file": np.full(len(codes), f["index"]), "pid": k["pid"], "device": k["device"],
-                 "stream": k["stream"], "start_ns": k["start"] + off, "end_ns": k["end"] + off,
-                 "name": np.array(labels, dtype=object)[codes] if labels else np.array([], dtype=object),
-                 "kind": np.array(KINDS, dtype=object)[k["kind"]]}
-        for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
-            vals = np.array([p[j] for p in parsed], dtype=object)
-            frame[col] = vals[codes] if len(vals) else np.array([], dtype=object)
-        frame["correlation_id"] = k["corr"]
-        frame["launch_ns"] = pd.array(np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, 0), dtype="Int64")
-        frame["launch_ns"][k["launch_ns"] < 0] = pd.NA
-        frame["launch_tid"] = pd.array(k["launch_tid"], dtype="Int64")
-        frame["launch_tid"][k["launch_tid"] < 0] = pd.NA
-        frame["bytes"] = pd.array(k["bytes"], dtype="Int64")
-        frame["bytes"][k["bytes"] < 0] = pd.NA
-        frames.append(pd.DataFrame(frame))
-    df = pd.concat(frames, ignore_index=True)
-    for col in ("name", "collective", "algorithm", "protocol", "dtype"):
-        df[col] = df[col].astype("category")
-    df["kind"] = pd.Categorical(df["kind"], categories=KINDS)
-    return df
+def _global_codes(files: list[dict]) -> tuple[list[np.ndarray], list[str]]:
+    """Per-file label codes remapped onto one sorted list of distinct labels (the category order pandas
+    gives ``astype("category")``), so names stay integer codes end to end: never one string per row."""
+    labels = sorted({lab for f in files for lab in f["kernels"]["labels"]})
+    where = {lab: i for i, lab in enumerate(labels)}
+    codes = []
+    for f in files:
+        remap = np.array([where[lab] for lab in f["kernels"]["labels"]], dtype=np.int32)
+        codes.append(remap[f["kernels"]["code"]] if len(remap) else np.zeros(0, np.int32))
+    return codes, labels
+
+
+def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:
+    """Rows' ``values[code]`` as a categorical built from codes (None -> missing), categories sorted."""
+    cats = sorted({v for v in values if v is not None})
+    where = {v: i for i, v in enumerate(cats)}
+    remap = np.array([where.get(v, -1) if v is not None else -1 for v in values] or [-1], dtype=np.int32)
+    return pd.Categorical.from_codes(remap[codes] if len(values) else np.full(len(codes), -1, np.int32),
+                                     categories=pd.Index(cats) if cats else pd.Index([], dtype=object))
+
+
+def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
+    """Int64 column with <NA> where the reader put -1 (no launch row, no byte count)."""
+    missing = values < 0
+    return pd.arrays.IntegerArray(np.where(missing, 0, values), missing)
+
+
+def _kernel_arrays(files: list[dict], offsets: list[int]) -> dict[str, np.ndarray]:
+    """All files' GPU activity as concatenated numpy columns (times on the common clock)."""
+    codes, labels = _global_codes(files)
+    ks = [f["kernels"] for f in files]
+    cat = np.concatenate
+    return {
+        "file": cat([np.full(len(k["code"]), f["index"], dtype=np.int64) for f, k in zip(files, ks, strict=True)]),
+        "pid": cat([k["pid"] for k in ks]), "device": cat([k["device"] for k in ks]),
+        "stream": cat([k["stream"] for k in ks]),
+        "start_ns": cat([k["start"] + off for k, off in zip(ks, offsets, strict=True)]),
+        "end_ns": cat([k["end"] + off for k, off in zip(ks, offsets, strict=True)]),
+        "code": cat(codes), "labels": labels, "kind": cat([k["kind"] for k in ks]),
+        "correlation_id": cat([k["corr"] for k in ks]),
+        "launch_ns": cat([np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, -1) for k, off in zip(ks, offsets, strict=True)]),
+        "launch_tid": cat([k["launch_tid"] for k in ks]), "bytes": cat([k["bytes"] for k in ks]),
+    }
+
+
+def _kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, consume: bool = False) -> pd.DataFrame:
+    """KERNEL_COLUMNS (+ file) from :func:`_kernel_arrays`, rows taken in ``order``. Names and NCCL fields
+    are categoricals built from integer codes (parsed once per distinct name); no object column per row.
+
+    Memory: with ``consume`` each input column is dropped from ``arr`` as soon as its reordered copy exists,
+    and the frame adopts the arrays (``copy=False``: no consolidation into one 2-D block, which would copy
+    every integer column once more)."""
+    def take(col):
+        a = arr.pop(col) if consume else arr[col]
+        return a[order] if order is not None else a
+
+    labels = arr["labels"]
+    code = take("code")
+    parsed = [nccl_names.parse_nccl(n) for n in labels]
+    frame = {"file": take("file"), "rank": take("rank") if "rank" in arr else None}
+    for col in ("pid", "device", "stream", "start_ns", "end_ns"):
+        frame[col] = take(col)
+    frame["name"] = _categorical(code, labels)
+    frame["kind"] = pd.Categorical.from_codes(take("kind").astype(np.int8), categories=KINDS)
+    for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
+        frame[col] = _categorical(code, [p[j] for p in parsed])
+    del code
+    frame["correlation_id"] = take("correlation_id")
+    for col in ("launch_ns", "launch_tid", "bytes"):
+        frame[col] = _nullable(take(col))
+    if frame["rank"] is None:
+        del frame["rank"]
+    return pd.DataFrame(frame, copy=False)
 
 
 def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
@@ -284,12 +340,18 @@ def _find_run_json(paths: list[Path]) -> dict | None:
     return None
 
 
-def _processes(kernels: pd.DataFrame, files: list[dict]) -> pd.DataFrame:
+def _processes(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame:
     """One row per (file, pid) that ran GPU work, with its device (the one most of its work ran on)."""
-    if kernels.empty:
+    if len(arr["pid"]) == 0:
         return pd.DataFrame(columns=["file", "pid", "device", "host_order"])
-    counts = kernels.groupby(["file", "pid", "device"], observed=True).size().rename("n").reset_index()
-    procs = counts.sort_values("n", ascending=False).drop_duplicates(["file", "pid"])[["file", "pid", "device"]]
+    # Few distinct (file, pid, device): hash them (pd.factorize) rather than sort millions of rows.
+    # Packed key: file (< 2^15) | pid (< 2^24, see sql.PID_SQL) | device + 1 (< 2^16).
+    codes, uniq = pd.factorize((arr["file"] << 48) | (arr["pid"] << 16) | ((arr["device"] + 1) & 0xFFFF))
+    counts = pd.DataFrame({"file": uniq >> 48, "pid": (uniq >> 16) & 0xFFFFFFFF, "device": (uniq & 0xFFFF) - 1,
+                           "n": np.bincount(codes, minlength=len(uniq))})
+    counts = counts.sort_values(["file", "pid", "device"], kind="stable")
+    procs = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(["file", "pid"])
+    procs = procs[["file", "pid", "device"]]
     host_order = {h: i for i, h in enumerate(dict.fromkeys(f["host"] for f in files))}
     procs["host_order"] = [host_order[files[f]["host"]] for f in procs["file"]]
     return procs.reset_index(drop=True)
@@ -301,25 +363,58 @@ def _gpu_frame(files: list[dict]) -> pd.DataFrame:
     return df.astype({"device": "int64", "sm_count": "Int64", "memory_bytes": "Int64"})
 
 
-def _check_same_run(files: list[dict], kernels: pd.DataFrame) -> None:
+def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
     """Files of one run overlap in time once aligned; disjoint spans mean different runs were mixed."""
-    if len(files) < 2 or kernels.empty:
+    if len(files) < 2 or len(arr["file"]) == 0:
         return
-    spans = kernels.groupby("file")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    spans = pd.DataFrame({"file": arr["file"], "start_ns": arr["start_ns"], "end_ns": arr["end_ns"]}).groupby(
+        "file").agg({"start_ns": "min", "end_ns": "max"})
     if spans["start_ns"].max() > spans["end_ns"].min():
         names = ", ".join(files[i]["path"].name for i in spans.index)
         raise TraceError(f"files do not overlap in time ({names}): they come from different runs; "
                          "load one run's files together")
 
 
+def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> None:
+    """No GPU activity at all (``n_rows`` = 0), or activity ending before it starts (``kernels``: such rows),
+    gives no honest numbers: say so rather than return a trace whose analysis is silently empty or negative."""
+    if n_rows == 0:
+        names = ", ".join(str(f["path"]) for f in files)
+        raise MissingDataError(f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
+                               "`nsys profile -t cuda,nvtx` and check the capture range covers training steps")
+    bad = (kernels["end_ns"] < kernels["start_ns"]).to_numpy()
+    if bad.any():
+        first = kernels[bad].iloc[0]
+        raise TraceError(f"{files[int(first['file'])]['path']}: {int(bad.sum())} GPU activity row(s) end before "
+                         f"they start (first: {str(first['name'])!r} at {int(first['start_ns'])} ns); the export is "
+                         "damaged: export it again from the .nsys-rep")
+
+
+def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
+    """Ranges still open when the capture stopped are normal (a step cut by the capture end): keep and warn."""
+    if nvtx.empty:
+        return
+    open_ = nvtx["end_ns"].isna().to_numpy()
+    if open_.any():
+        warnings.append(f"{int(open_.sum())} NVTX range(s) were never closed (e.g. "
+                        f"{str(nvtx.loc[open_, 'name'].iloc[0])!r}): kept with end_ns missing; analyses that "
+                        "need an end skip them")
+
+
 def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     """Load one run from nsys SQLite export(s): one file holding all ranks, one file per rank, or a folder.
 
-    ``jobs`` > 1 reads files in parallel threads; ``progress(message)`` is called as each file is read.
+    ``jobs`` > 1 reads files in parallel threads (SQLite scans run with the GIL released, so per-rank files
+    load concurrently); ``progress(message)`` is called as each file is read, ``progress=True`` draws a
+    file-count bar on stderr (:class:`ddp_profile.nsys.progress.ProgressBar`).
     Raises TraceError (unreadable, not an export, contradictory ranks, mixed runs) or MissingDataError
     (no CUDA kernels). A trace without NVTX loads with an empty ``nvtx`` frame and a warning in ``meta``.
     """
     files_in = find_exports(paths)
+    if progress is True:
+        from ddp_profile.nsys.progress import ProgressBar
+
+        progress = ProgressBar(len(files_in))
 
     def read(item):
         result = _read_file(*item)
@@ -334,18 +429,23 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         files = [read(item) for item in enumerate(files_in)]
     warnings: list[str] = []
     offsets, clock = _clock(files, warnings)
-    kernels = _kernel_frame(files, offsets)
-    _check_same_run(files, kernels)
+    arr = _kernel_arrays(files, offsets)
+    for f in files:  # concatenated into ``arr``: drop the per-file copies now
+        f["kernels"] = None
+    _check_kernels(files, _kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
+    _check_same_run(files, arr)
     nvtx = _nvtx_frame(files, offsets)
+    _open_ranges_warning(nvtx, warnings)
     if all(f["nvtx"] is None for f in files):
         warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
                         "phase and step analysis is unavailable")
     stems = [f["path"].name.split(".sqlite")[0] for f in files]
-    procs, source = rank_rules.assign_ranks(_processes(kernels, files), nvtx, stems)
+    procs, source = rank_rules.assign_ranks(_processes(arr, files), nvtx, stems)
     rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)}
-    kernels["rank"] = [rank_of[k] for k in zip(kernels["file"].tolist(), kernels["pid"].tolist(), strict=False)] \
-        if len(kernels) < 1000 else _map_ranks(kernels, rank_of)
-    kernels = kernels.sort_values(["rank", "start_ns"], kind="stable")
+    arr["rank"] = _map_ranks(arr["file"], arr["pid"], rank_of)
+    # Sorted by (rank, start_ns), stable: one lexsort, then each column taken once as the frame is built.
+    kernels = _kernel_frame(arr, _rank_time_order(arr["rank"], arr["start_ns"]), consume=True)
+    del arr
     if not nvtx.empty:
         nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist(), strict=False)],
                                 dtype="Int64")
@@ -372,9 +472,20 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     )
 
 
-def _map_ranks(df: pd.DataFrame, rank_of: dict) -> np.ndarray:
-    """Vectorised (file, pid) -> rank for large frames."""
-    keys = df["file"].to_numpy(np.int64) * (1 << 32) + df["pid"].to_numpy(np.int64)
+def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:
+    """Vectorised (file, pid) -> rank: one lookup per distinct process, not per row."""
+    keys = file * (1 << 32) + pid
     table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
-    uniq, inv = np.unique(keys, return_inverse=True)
+    inv, uniq = pd.factorize(keys)
     return np.array([table[int(k)] for k in uniq], dtype=np.int64)[inv]
+
+
+def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Row order by (rank, start), stable: a stable sort by start (exports are nearly time-ordered, which
+    timsort exploits), then a stable sort by rank (radix sort when ranks fit 16 bits). Same result as
+    ``np.lexsort((start, rank))`` at a fraction of its cost on millions of rows."""
+    by_time = np.argsort(start, kind="stable")
+    r = rank[by_time]
+    if len(r) and r.min() >= np.iinfo(np.int16).min and r.max() <= np.iinfo(np.int16).max:
+        r = r.astype(np.int16)
+    return by_time[np.argsort(r, kind="stable")]

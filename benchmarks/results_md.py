@@ -1,0 +1,137 @@
+"""Turn one bench_analyzer.py run into benchmarks/RESULTS.md (tables + the README's Performance section)
+and benchmarks/results.json. Every figure comes from the run's measurements; nothing is typed by hand."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.5, 2.0, 5.0
+
+
+def _atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+
+
+def _ok(flag: bool) -> str:
+    return "met" if flag else "NOT met"
+
+
+def targets(res: dict) -> list[str]:
+    """One line per issue-8 target, judged from the measurements (sizes of 1 M kernels and more)."""
+    big = [s for s in res["sizes"] if s["rows"] >= 900_000]
+    lines = []
+    if big:
+        worst = max(big, key=lambda s: s["ratio"])
+        lines.append(f"Full analysis <= {TARGET_RATIO}x the floor at >= 1M kernels: {_ok(worst['ratio'] <= TARGET_RATIO)} "
+                     f"(" + ", ".join(f"{s['size']}: {s['ratio']:.2f}x" for s in big) + ")")
+        mem = max(big, key=lambda s: s["mem_ratio"])
+        lines.append(f"Peak memory <= {TARGET_MEM}x the kernel columns as int64: {_ok(mem['mem_ratio'] <= TARGET_MEM)} "
+                     f"(" + ", ".join(f"{s['size']}: +{s['peak_over_base_mb']:.0f} MB over the process's "
+                                      f"{s['analyze']['rss_before_kb'] / 1024:.0f} MB start = {s['mem_ratio']:.2f}x "
+                                      f"{s['kernel_cols_int64_mb']:.0f} MB" for s in big) + ")")
+    nsys = [s for s in res["sizes"] if s["nsys"].get("available")]
+    if nsys:
+        lines.append("Faster than `nsys stats -r cuda_gpu_kern_sum`: " + ", ".join(
+            f"{s['size']}: {s['analyze']['seconds']:.2f} s vs {s['nsys']['seconds']:.2f} s" for s in nsys))
+    else:
+        lines.append("Faster than `nsys stats -r cuda_gpu_kern_sum`: not measured (nsys is not installed on this "
+                     "machine; Debian's nsight-systems 2023.4 is not available here)")
+    pr = res.get("per_rank")
+    if pr:
+        one, many = pr["by_jobs"]["1"], pr["by_jobs"][str(pr["jobs"])]
+        lines.append(f"Per-rank files load in parallel (--jobs) with a progress bar: {pr['files']} files, "
+                     f"load {one['load_s']:.2f} s with 1 job, {many['load_s']:.2f} s with {pr['jobs']} "
+                     f"({one['load_s'] / many['load_s']:.2f}x)")
+    r = res.get("render")
+    if r:
+        line = f"Report of a {r['size']}-kernel run: page written in {r['render_s']:.2f} s ({r['page_mb']:.1f} MB)"
+        if "browser_open_s" in r:
+            line += (f"; opens in headless Chromium in {r['browser_open_s']:.2f} s (target < {TARGET_PAGE_S:g} s: "
+                     f"{_ok(r['browser_open_s'] < TARGET_PAGE_S)})")
+        else:
+            line += "; browser open time not measured (run with --browser)"
+        lines.append(line)
+    return lines
+
+
+def table(res: dict) -> str:
+    head = ("| kernels | rows | file MB | floor s | floor Mrows/s | group_concat read s | load s | analyze s | "
+            "load+analyze s | Mrows/s | ratio to floor | floor us/row | total us/row | peak over start MB | "
+            "kernel cols int64 MB | memory ratio |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+    for s in res["sizes"]:
+        a, f = s["analyze"], s["floor"]
+        out.append(f"| {s['size']} | {s['rows']:,} | {s['file_mb']:.0f} | {f['seconds']:.2f} | "
+                   f"{s['rows'] / f['seconds'] / 1e6:.2f} | {s['floor_concat']['seconds']:.2f} | {a['load_s']:.2f} | "
+                   f"{a['analyze_s']:.2f} | {a['seconds']:.2f} | {s['rows'] / a['seconds'] / 1e6:.2f} | "
+                   f"{s['ratio']:.2f} | {1e6 * f['seconds'] / s['rows']:.2f} | {1e6 * a['seconds'] / s['rows']:.2f} | "
+                   f"{s['peak_over_base_mb']:.0f} | {s['kernel_cols_int64_mb']:.0f} | {s['mem_ratio']:.2f} |")
+    return "\n".join(out)
+
+
+def readme_section(res: dict) -> str:
+    m = res["machine"]
+    lines = [
+        "## Performance",
+        "",
+        f"Measured with `{res['command']}` on {m['cores']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, "
+        f"Python {m['python']}, SQLite {m['sqlite']} ({res['date']}); synthetic exports in the nsys 2025.3 schema "
+        f"({res['sizes'][0]['analyze']['n_ranks']} ranks, compute and NCCL kernels on two streams, NVTX steps, "
+        "phases and bucket ranges, one runtime-API row per kernel). Full tables: `benchmarks/RESULTS.md`.",
+        "",
+        "The *floor* is the plainest complete read of the kernel columns the analysis needs "
+        f"({', '.join('`' + c + '`' for c in ('start', 'end', 'deviceId', 'streamId', 'globalPid', 'correlationId', 'shortName'))})"
+        " from `CUPTI_ACTIVITY_KIND_KERNEL` into a numpy array with Python's `sqlite3`; *load+analyze* is "
+        "`load_trace` + `analyze` (also reading the runtime-API table for launch times and NVTX): per-step metrics, "
+        "per-kernel and per-rank overlap, collective table, cost model, contention.",
+        "",
+        "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in res["sizes"]:
+        a, f = s["analyze"], s["floor"]
+        lines.append(f"| {s['rows']:,} | {f['seconds']:.2f} s ({s['rows'] / f['seconds'] / 1e6:.2f} M rows/s) | "
+                     f"{a['seconds']:.2f} s ({s['rows'] / a['seconds'] / 1e6:.2f} M rows/s) | {s['ratio']:.2f}x | "
+                     f"{s['peak_over_base_mb']:.0f} MB | {s['kernel_cols_int64_mb']:.0f} MB |")
+    lines += ["", *[f"- {t}" for t in targets(res)], ""]
+    return "\n".join(lines)
+
+
+def write_results(res: dict, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    m = res["machine"]
+    md = [
+        "# Analyzer benchmark results",
+        "",
+        "Generated by `benchmarks/bench_analyzer.py`; do not edit by hand (run it again).",
+        "",
+        f"- Command: `{res['command']}`",
+        f"- Date: {res['date']}",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}",
+        f"- Software: Python {m['python']}, numpy {m['numpy']}, pandas {m['pandas']}, SQLite {m['sqlite']}; "
+        f"nsys: {m['nsys'] or 'not installed'}",
+        "",
+        "Times are the minimum of the repeats, each in a fresh process, file in the page cache, imports excluded. "
+        "Memory is the measuring process's peak RSS (`ru_maxrss`) above its RSS before the measured work.",
+        "",
+        table(res),
+        "",
+        "## Targets",
+        "",
+        *[f"- {t}" for t in targets(res)],
+        "",
+        "## README section (paste as is)",
+        "",
+        readme_section(res),
+    ]
+    path = out / "RESULTS.md"
+    _atomic(path, "\n".join(md) + "\n")
+    _atomic(out / "results.json", json.dumps(res, indent=1, default=str) + "\n")
+    return path

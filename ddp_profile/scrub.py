@@ -166,6 +166,19 @@ def _find_hosts_users(con: sqlite3.Connection, tables: set[str]) -> tuple[set[st
     return hosts, users
 
 
+def _string_refs(con: sqlite3.Connection, tables: set[str]) -> str:
+    """SQL selecting every StringIds id still referenced (integer columns named ``*nameId``, ``*textId``,
+    ``*Name``, ``contentId``, ... in any other table), so emptying unrelated strings never blanks a kernel
+    name, NVTX text or thread name that something kept still points to."""
+    parts = []
+    for table in sorted(tables - {"StringIds"}):
+        for _, col, ctype, *_ in con.execute(f'PRAGMA table_info("{table}")'):
+            low = col.lower()
+            if "INT" in ctype.upper() and low.endswith(("nameid", "textid", "name", "contentid", "stringid")):
+                parts.append(f'SELECT "{col}" FROM "{table}" WHERE "{col}" IS NOT NULL')
+    return " UNION ".join(parts)
+
+
 def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str, int]:
     """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed."""
     tables = set(_tables(con))
@@ -180,6 +193,9 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
 
     run("env_rows", "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'", "META_DATA_CAPTURE")
     run("env_rows", "DELETE FROM TARGET_INFO_SYSTEM_ENV", "TARGET_INFO_SYSTEM_ENV")
+    # The working folder is a path in full (its last component is usually a private project name).
+    run("working_dir", "UPDATE META_DATA_CAPTURE SET value = '<path>' WHERE name LIKE '%WORKING_DIR%'",
+        "META_DATA_CAPTURE")
     con.create_function("_ddp_env", 1, lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))))
     for table in sorted(t for t in tables if t.startswith(("META_DATA_", "TARGET_INFO_"))):
         for col in _text_columns(con, table):
@@ -202,10 +218,23 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
     if active:
         con.execute("CREATE TEMP TABLE _ddp_active(globalPid INTEGER PRIMARY KEY)")
         con.execute(f"INSERT OR IGNORE INTO _ddp_active {' UNION '.join(active)}")
+        # Their names also live on in StringIds (thread names by nameId; process names as unreferenced
+        # strings, seen in a real 2025.3 export): collected before the rows go, emptied after.
+        gone = f"globalTid - (globalTid & {TID_MASK}) NOT IN (SELECT globalPid FROM _ddp_active)"
+        con.execute("CREATE TEMP TABLE _ddp_gone(id INTEGER, name TEXT)")
+        if "ThreadNames" in tables:
+            con.execute(f"INSERT INTO _ddp_gone SELECT nameId, NULL FROM ThreadNames WHERE {gone}")
+        if "PROCESSES" in tables and "name" in _text_columns(con, "PROCESSES"):
+            con.execute("INSERT INTO _ddp_gone SELECT NULL, name FROM PROCESSES WHERE globalPid NOT IN "
+                        "(SELECT globalPid FROM _ddp_active)")
         run("processes", "DELETE FROM PROCESSES WHERE globalPid NOT IN (SELECT globalPid FROM _ddp_active)",
             "PROCESSES")
-        run("thread_names", f"DELETE FROM ThreadNames WHERE globalTid - (globalTid & {TID_MASK}) "
-            "NOT IN (SELECT globalPid FROM _ddp_active)", "ThreadNames")
+        run("thread_names", f"DELETE FROM ThreadNames WHERE {gone}", "ThreadNames")
+        if "StringIds" in tables:
+            refs = _string_refs(con, tables)
+            run("process_strings", "UPDATE StringIds SET value = '' WHERE value != '' AND (id IN (SELECT id FROM "
+                "_ddp_gone) OR value IN (SELECT name FROM _ddp_gone))"
+                f"{f' AND id NOT IN ({refs})' if refs else ''}", "StringIds")
 
     # Paths, host and user names, secrets: every text column of every table.
     scrubber = _Scrubber(hosts, users)

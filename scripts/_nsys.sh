@@ -59,8 +59,14 @@ post_process() {
         [ -e "$rep" ] || { echo "error: no .nsys-rep in $dir" >&2; return 1; }
         base=${rep%.nsys-rep}
         raw=$base.unscrubbed.sqlite
-        "$NSYS" export --type sqlite --force-overwrite=true -o "$raw" "$rep" >/dev/null
-        "$python" -m ddp_profile.scrub "$raw" -o "$base.sqlite" "${scrub_args[@]}"
+        # The raw export never outlives this loop, also when export or scrub fails (callers may run this
+        # under `&&`, where set -e is off, so failures are returned explicitly).
+        if ! "$NSYS" export --type sqlite --force-overwrite=true -o "$raw" "$rep" >/dev/null; then
+            rm -f "$raw"; echo "error: nsys export failed for $rep" >&2; return 1
+        fi
+        if ! "$python" -m ddp_profile.scrub "$raw" -o "$base.sqlite" "${scrub_args[@]}"; then
+            rm -f "$raw"; echo "error: scrubbing $raw failed; the unscrubbed export was deleted" >&2; return 1
+        fi
         rm -f "$raw"
     done
 }

@@ -270,10 +270,14 @@ def _copy_input(src: Path, dst: Path) -> None:
     """Copy (decompressing .xz/.gz) the input to ``dst`` and check it is an SQLite file."""
     opener = COMPRESSED.get(src.suffix)
     try:
-        with (opener(src, "rb") if opener else open(src, "rb")) as fin, open(dst, "wb") as fout:
+        fin = opener(src, "rb") if opener else open(src, "rb")
+    except OSError as exc:
+        raise TraceError(f"{src}: cannot read ({exc.strerror or exc}); check its permissions") from exc
+    try:
+        with fin, open(dst, "wb") as fout:
             shutil.copyfileobj(fin, fout, 16 << 20)
-    except (OSError, EOFError, lzma.LZMAError) as exc:
-        raise TraceError(f"{src}: cannot read ({exc})") from exc
+    except (EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:  # other OSErrors: writing failed (disk full)
+        raise TraceError(f"{src}: cannot read ({exc}); copy it again") from exc
     with open(dst, "rb") as f:
         if f.read(16) != SQLITE_MAGIC:
             raise TraceError(f"{src}: not an SQLite file; export the report with "
@@ -300,7 +304,10 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
     folder = dst.parent if str(dst.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"{dst}: folder {folder} does not exist")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise OutputError(f"{dst}: cannot write in {folder} ({exc.strerror or exc}); choose another -o") from exc
     os.close(fd)
     tmp = Path(tmp_name)
     final_tmp = tmp
@@ -315,6 +322,8 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                 counts = scrub_connection(con, slim=slim)
             except sqlite3.DatabaseError as exc:
                 raise TraceError(f"{src}: not a readable nsys SQLite export ({exc})") from exc
+            except TraceError as exc:  # name the file the user gave, not the temporary copy
+                raise TraceError(f"{src}: {exc}; pass a file made by `nsys export --type sqlite`") from exc
             con.execute("COMMIT")
             con.execute("VACUUM")  # deleted text must not survive in free pages
         finally:
@@ -328,9 +337,13 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
         os.replace(final_tmp, dst)
-    except BaseException:
+    except BaseException as exc:
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)
+        full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)  # VACUUM on a full disk
+        if isinstance(exc, OSError) or full:  # the input was read already: the output failed (disk full, rights)
+            raise OutputError(f"{dst}: cannot write the scrubbed copy ({exc.strerror or exc}); nothing was "
+                              "written") from exc
         raise
     return counts
 

@@ -436,3 +436,47 @@ def test_sigint_mid_report_exits_130_and_keeps_previous_report(tmp_path):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("ddp-profile report: interrupted")
     assert _hashes(reports) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.sqlite", "reports"]
+
+
+# ---- scrub: the same rules (inputs only read, one line, output atomic) ------------------------------------
+
+@pytest.mark.parametrize("case", ["missing path", "empty file", "random bytes", "text file", "SQLite, not nsys",
+                                  ".nsys-rep given", "corrupt .sqlite.xz"])
+def test_scrub_bad_input(case, tmp_path):
+    name, make, _, needles = next(c for c in ERROR_CASES if c[0] == case)
+    paths = make(tmp_path)
+    before = _hashes(tmp_path)
+    proc = _cli(["scrub", *paths, "-o", "clean.sqlite"], tmp_path)
+    line = _error_line(proc, "scrub")
+    assert proc.returncode == 3 and needles[0] in line, line
+    assert _hashes(tmp_path) == before and not list(tmp_path.glob("*clean*")) and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("where", ["disk full", "folder under a file"])
+def test_scrub_output_errors(where, tmp_path):
+    _good(tmp_path)
+    (tmp_path / "blocker").write_text("a file")
+    before = _hashes(tmp_path)
+    if where == "disk full":
+        proc = _cli(["scrub", "good.sqlite", "-o", "clean.sqlite"], tmp_path, DISK_FULL_PRELUDE)
+    else:
+        proc = _cli(["scrub", "good.sqlite", "-o", "blocker/clean.sqlite"], tmp_path)
+    line = _error_line(proc, "scrub")
+    assert proc.returncode == 5 and "clean.sqlite" in line, line
+    assert _hashes(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "good.sqlite"]
+
+
+def test_scrub_disk_full_library(tmp_path, monkeypatch):
+    from ddp_profile import scrub
+
+    _good(tmp_path)
+    real = open
+
+    def full_open(p, mode="r", *a, **k):  # writing the temporary copy fails part-way, as on a full disk
+        if "w" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(p))
+        return real(p, mode, *a, **k)
+    monkeypatch.setattr(scrub, "open", full_open, raising=False)
+    with pytest.raises(OutputError, match="No space left"):
+        scrub.scrub_file(tmp_path / "good.sqlite", tmp_path / "clean.sqlite")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.sqlite"]

@@ -51,10 +51,15 @@ class KernelArrays:
         self.start = ints(k["start_ns"], 0)
         self.end = ints(k["end_ns"], 0)
         self.launch = ints(k["launch_ns"], -1)
-        kind = k["kind"].astype("object").to_numpy()
-        self.is_compute = kind == COMPUTE
-        self.is_nccl = kind == NCCL
-        self.is_copy = np.isin(kind, COPY_KINDS)
+        kind = k["kind"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):  # classify each category once, then index by code
+            cats = np.append(np.asarray(kind.cat.categories, dtype=object), None)
+            codes = kind.cat.codes.to_numpy()
+            self.is_compute, self.is_nccl = (cats == COMPUTE)[codes], (cats == NCCL)[codes]
+            self.is_copy = np.isin(cats, COPY_KINDS)[codes]
+        else:
+            kind = kind.astype("object").to_numpy()
+            self.is_compute, self.is_nccl, self.is_copy = kind == COMPUTE, kind == NCCL, np.isin(kind, COPY_KINDS)
         self.pid = ints(k["pid"], -1)
         self.rank = ints(k["rank"], -1)
         self.device = ints(k["device"], -1)

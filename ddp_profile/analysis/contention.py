@@ -33,11 +33,13 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     alone = cov == 0
     over = (dur > 0) & (2 * cov >= dur)
     # Grouped on integer name codes (cheap), names attached after; rows ordered by name as before sorting.
-    df = pd.DataFrame({"code": karr.name_code[comp], "dur": dur, "alone": alone, "over": over})
-    df = df.loc[(alone | over) & (df["code"].to_numpy() >= 0)]
-    a = df.loc[df["alone"]].groupby("code")["dur"].agg(n_alone="size", alone_median_ns="median")
-    o = df.loc[df["over"]].groupby("code")["dur"].agg(n_overlapped="size", overlapped_median_ns="median",
-                                                      _sum="sum")
+    code = karr.name_code[comp]
+    named = code >= 0
+    a, o = (named & alone), (named & over)
+    a = pd.DataFrame({"code": code[a], "dur": dur[a]}).groupby("code")["dur"].agg(n_alone="size",
+                                                                                   alone_median_ns="median")
+    o = pd.DataFrame({"code": code[o], "dur": dur[o]}).groupby("code")["dur"].agg(
+        n_overlapped="size", overlapped_median_ns="median", _sum="sum")
     g = a.join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:

@@ -45,8 +45,7 @@ def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray) -> n
     """Latest GPU end of kernels selected by ``mask`` launched inside each host range (NaN if none)."""
     from ddp_profile.analysis.windows import project
 
-    sel = np.flatnonzero(mask)
-    _, ge, anyk = project(ranges, karr.start[sel], karr.end[sel], karr.launch[sel], karr.pid[sel])
+    _, ge, anyk = project(ranges, karr.start, karr.end, karr.launch, karr.pid, mask)
     return np.where(anyk, ge.astype(float), np.nan)
 
 

@@ -139,8 +139,9 @@ def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str
 
 
 def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
-            pid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range.
+            pid: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range;
+    ``mask`` restricts the kernels considered (cheaper than passing copies of the selected rows).
 
     Returns (gpu_start, gpu_end, launched_any). Per process the kernels are sorted by launch time once; each
     range is then a contiguous slice found by binary search (one loop step per *range*, not per kernel).
@@ -154,7 +155,7 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
     for p in np.unique(rpid):
         rows = np.flatnonzero(rpid == p)
-        kk = np.flatnonzero((pid == p) & (launch >= 0))
+        kk = np.flatnonzero((pid == p) & (launch >= 0) & (True if mask is None else mask))
         order = kk[np.argsort(launch[kk], kind="stable")]
         lt, ks, ke = launch[order], start[order], end[order]
         lo = np.searchsorted(lt, hs[rows], side="left")

@@ -55,8 +55,8 @@ def columns(con: sqlite3.Connection, table: str) -> set[str]:
 CHUNK_ROWS = 1 << 18  # rows per group_concat string (~5 MB of text per column at most)
 
 
-def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> np.ndarray:
-    """Rows lo < rowid <= hi as a (len(exprs), n) int64 array: one scan, one ``group_concat`` per column."""
+def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> list[np.ndarray]:
+    """Rows lo < rowid <= hi as one int64 array per expression: one scan, one ``group_concat`` per column."""
     texts = con.execute(f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
                         f"WHERE rowid > ? AND rowid <= ?{cond}", (lo, hi)).fetchone()
     try:
@@ -65,7 +65,7 @@ def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo:
         raise sqlite3.DataError(f"{table}: a non-integer value where nsys writes integers ({exc})") from exc
     if len({len(c) for c in cols}) > 1:
         raise sqlite3.DatabaseError(f"{table}: columns of rows {lo + 1}..{hi} differ in length")
-    return np.stack(cols)
+    return cols
 
 
 def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "") -> np.ndarray:
@@ -83,12 +83,20 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     if lo is None:
         return np.empty((0, len(exprs)), dtype=np.int64)
     # Filled in place (no second copy of the table); hi - lo + 1 bounds the row count without a COUNT scan.
+    # Integer literals (a column this table lacks) are filled, not read.
     out = np.empty((len(exprs), hi - lo + 1), dtype=np.int64)
+    read = [i for i, e in enumerate(exprs) if not e.lstrip("-").isdigit()]
     done = 0
-    for first in range(lo - 1, hi, CHUNK_ROWS):
-        part = _chunk(con, exprs, table, cond, first, first + CHUNK_ROWS)
-        out[:, done:done + part.shape[1]] = part
-        done += part.shape[1]
+    for first in range(lo - 1, hi, CHUNK_ROWS) if read else ():
+        part = _chunk(con, [exprs[i] for i in read], table, cond, first, first + CHUNK_ROWS)
+        for i, col in zip(read, part, strict=True):
+            out[i, done:done + len(col)] = col
+        done += len(part[0])
+    if not read:
+        done = con.execute(f"SELECT COUNT(*) FROM {table} WHERE 1{cond}").fetchone()[0]
+    for i, e in enumerate(exprs):
+        if i not in read:
+            out[i, :done] = int(e)
     # Filtered rows (or rowid gaps) leave spare capacity: give it back when it is worth a copy.
     return (out[:, :done].copy() if done < 0.9 * out.shape[1] else out[:, :done]).T
 
@@ -157,12 +165,7 @@ def gpu_activities(con: sqlite3.Connection, table: str) -> np.ndarray:
     corr = "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1"
     exprs = [PID_SQL.format(col="COALESCE(globalPid, 0)"), "COALESCE(deviceId, -1)", "COALESCE(streamId, -1)",
              "start", "COALESCE(end, start)", name_id, corr, nbytes]
-    read = [e for e in exprs if e != "-1"]  # constant columns are filled in numpy, not read
-    cols = int_columns(con, table, read)
-    out = np.full((len(cols), len(exprs)), -1, dtype=np.int64, order="F")
-    for j, i in enumerate(i for i, e in enumerate(exprs) if e != "-1"):
-        out[:, i] = cols[:, j]
-    return out
+    return int_columns(con, table, exprs)
 
 
 def launches(con: sqlite3.Connection, have: set[str]) -> np.ndarray:

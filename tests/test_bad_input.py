@@ -480,3 +480,58 @@ def test_scrub_disk_full_library(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="No space left"):
         scrub.scrub_file(tmp_path / "good.sqlite", tmp_path / "clean.sqlite")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.sqlite"]
+
+
+# ---- --export: .nsys-rep converted with the user's nsys, only when asked ----------------------------------
+
+def _fake_nsys(tmp_path: Path, ok: bool = True) -> Path:
+    """A stand-in ``nsys``: `nsys export ... -o OUT REP` copies a prepared export to OUT (or fails)."""
+    home = tmp_path / "nsys-home"
+    home.mkdir()
+    prepared = _good(home)
+    script = home / "nsys"
+    body = ('while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out=$2; fi; shift; done\n'
+            f'cp "{prepared}" "$out"\n') if ok else 'echo "ImportError: cannot open report" >&2; exit 1\n'
+    script.write_text("#!/bin/bash\n" + body)
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("command", ["inspect", "analyze"])
+def test_export_flag_converts_with_nsys(command, tmp_path):
+    nsys = _fake_nsys(tmp_path)
+    (tmp_path / "run.nsys-rep").write_bytes(b"report bytes")
+    before = _hashes(tmp_path)
+    proc = subprocess.run([PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, NSYS=str(nsys)))
+    assert proc.returncode == 0, proc.stderr
+    assert "exported run.nsys-rep -> run.sqlite" in proc.stderr
+    assert (tmp_path / "run.sqlite").is_file() and not list(tmp_path.glob(".*exporting*"))
+    after = _hashes(tmp_path)
+    assert {k: v for k, v in after.items() if not k.endswith("run.sqlite")} == before  # inputs untouched
+    # A second run uses the export as it is (never overwritten).
+    proc = subprocess.run([PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, NSYS=str(nsys)))
+    assert proc.returncode == 0 and "using the existing export" in proc.stderr and _hashes(tmp_path) == after
+
+
+@pytest.mark.parametrize("situation", ["nsys missing", "nsys fails"])
+def test_export_flag_errors(situation, tmp_path):
+    (tmp_path / "run.nsys-rep").write_bytes(b"report bytes")
+    env = dict(os.environ)
+    env.pop("NSYS", None)
+    if situation == "nsys missing":
+        env["PATH"] = str(Path(PY).parent)  # python only: no nsys to be found
+    else:
+        env["NSYS"] = str(_fake_nsys(tmp_path, ok=False))
+    before = _hashes(tmp_path)
+    proc = subprocess.run([PY, "-m", "ddp_profile", "inspect", "run.nsys-rep", "--export"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, env=env)
+    line = _error_line(proc, "inspect")
+    assert proc.returncode == 3 and "run.nsys-rep" in line, line
+    if situation == "nsys missing":
+        assert "nsys export --type sqlite -o run.sqlite run.nsys-rep" in line
+    else:
+        assert "cannot open report" in line
+    assert _hashes(tmp_path) == before and not (tmp_path / "run.sqlite").exists()
+    assert not list(tmp_path.glob(".*exporting*"))

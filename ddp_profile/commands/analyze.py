@@ -27,6 +27,8 @@ def register(subparsers) -> None:
                     "contention (compute slowdown under NCCL).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
+    p.add_argument("--export", action="store_true",
+                   help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
                    help="table (default), json (all sections, stable keys) or csv (one section)")
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
@@ -106,7 +108,12 @@ def run(args) -> int:
     from ddp_profile.nsys.loader import load_trace
 
     phases = _phases(args.phase)
-    trace = load_trace([Path(p) for p in args.paths])
+    paths = [Path(p) for p in args.paths]
+    if args.export:
+        from ddp_profile.nsys.export import export_reports
+
+        paths = export_reports(paths)
+    trace = load_trace(paths)
     res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)
     if args.output:

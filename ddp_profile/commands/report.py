@@ -18,6 +18,8 @@ def register(subparsers) -> None:
     p.add_argument("paths", nargs="*", default=["traces"], help="runs or folders of runs (default: traces/)")
     p.add_argument("-o", "--output", default="reports", help="output folder (default: reports/)")
     p.add_argument("--jobs", type=int, default=1, help="runs loaded in parallel (default: 1)")
+    p.add_argument("--export", action="store_true",
+                   help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
     p.set_defaults(func=run)
 
 
@@ -26,7 +28,12 @@ def run(args) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
-    sizes, failures = build_report(args.paths, Path(args.output), jobs=args.jobs)
+    paths = args.paths
+    if args.export:
+        from ddp_profile.nsys.export import export_reports
+
+        paths = export_reports(paths)
+    sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs)
     out = Path(args.output)
     print(f"wrote {len(sizes)} page(s) to {out}/ (open {out / 'index.html'} in a browser; works offline)")
     if failures:

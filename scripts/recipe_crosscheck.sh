@@ -28,7 +28,7 @@ for rep in "$@"; do
         # Keep only the data tables: the notebook and logs hold absolute paths of this machine.
         find "$tmp" -type f ! \( -name '*.parquet' -o -name '*.csv' \) -delete
         find "$tmp" -name '*.parquet' -print0 | while IFS= read -r -d '' pq; do
-            "$PYTHON" -c 'import sys, pandas as pd; pd.read_parquet(sys.argv[1]).to_csv(sys.argv[1][:-8] + ".csv", index=False)' "$pq" \
+            "$PYTHON" -c 'import sys, pandas as pd; pd.read_parquet(sys.argv[1]).to_csv(sys.argv[1][:-8] + ".csv")' "$pq" \
                 && rm -f "$pq" || echo "recipe: could not convert $pq to CSV (pandas/pyarrow missing?)"
         done
         rm -rf "$dest"; mv "$tmp" "$dest"; rm -f "$tmp.log"

@@ -1,0 +1,41 @@
+"""Docs that cannot drift: every CLI sub-command is documented in the README, the README's test command is
+the one .ci/run runs, and the quick start has exactly two commands."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ddp_profile.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_every_subcommand_is_registered_and_documented():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    registered = set(sub.choices)
+    assert registered == set(COMMANDS), f"commands not registered: {set(COMMANDS) - registered}"
+    for name in COMMANDS:
+        assert f"`ddp-profile {name}" in README, f"README does not document `ddp-profile {name}`"
+        help_text = sub.choices[name].format_help()
+        assert "usage: ddp-profile " + name in help_text
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_readme_test_command():
+    block = README.split("## Quick start", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [ln for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    assert len(commands) == 2, commands
+    assert "ddp-profile report" in commands[0] and ".ci/run" in commands[1]
+    tests_block = README.split("## Tests", 1)[1].split("```bash", 1)[1].split("```", 1)[0].strip()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests_block in ci, f"README test command {tests_block!r} is not what .ci/run runs"
+
+
+def test_exit_codes_in_readme_match_the_error_classes():
+    from ddp_profile import errors
+
+    table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
+    for cls in (errors.UsageError, errors.TraceError, errors.MissingDataError, errors.OutputError):
+        assert str(cls.exit_code) in table, f"exit code {cls.exit_code} ({cls.__name__}) not in README"

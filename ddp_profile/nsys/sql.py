@@ -68,7 +68,8 @@ def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo:
     return cols
 
 
-def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "") -> np.ndarray:
+def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
+                map_chunks=None) -> np.ndarray:
     """Integer columns of a table as an (n, len(exprs)) int64 array (column-major: each column contiguous).
 
     Why not ``cursor.fetchall()``: building one Python tuple and int per value costs ~150 ns each and 10M
@@ -77,6 +78,10 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     must be non-NULL (COALESCE it: group_concat skips NULLs, which would misalign columns). Rows are read
     in rowid ranges (every nsys table is a rowid table), all columns of a range in one scan, so they line
     up; each chunk's lengths are checked.
+
+    ``map_chunks(fn, firsts)``, when given, runs ``fn(connection, first)`` for each chunk (e.g. on worker
+    threads with their own read-only connections: SQLite scans release the GIL) and yields the results in
+    order; chunks are independent rowid ranges, so the result is the same either way.
     """
     cond = f" AND ({where})" if where else ""
     lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()  # O(log n): rowid b-tree
@@ -87,8 +92,14 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     out = np.empty((len(exprs), hi - lo + 1), dtype=np.int64)
     read = [i for i, e in enumerate(exprs) if not e.lstrip("-").isdigit()]
     done = 0
-    for first in range(lo - 1, hi, CHUNK_ROWS) if read else ():
-        part = _chunk(con, [exprs[i] for i in read], table, cond, first, first + CHUNK_ROWS)
+    wanted = [exprs[i] for i in read]
+    firsts = range(lo - 1, hi, CHUNK_ROWS) if read else range(0)
+
+    def one(c, first):
+        return _chunk(c, wanted, table, cond, first, first + CHUNK_ROWS)
+
+    parts = map_chunks(one, firsts) if map_chunks else (one(con, first) for first in firsts)
+    for part in parts:
         for i, col in zip(read, part, strict=True):
             out[i, done:done + len(col)] = col
         done += len(part[0])
@@ -148,7 +159,7 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
                             "WHERE s.value IS NOT NULL"))
 
 
-def gpu_activities(con: sqlite3.Connection, table: str) -> np.ndarray:
+def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> np.ndarray:
     """Rows (pid, device, stream, start, end, name_id, correlation_id, bytes) of one activity table.
 
     Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = -1.
@@ -165,16 +176,16 @@ def gpu_activities(con: sqlite3.Connection, table: str) -> np.ndarray:
     corr = "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1"
     exprs = [PID_SQL.format(col="COALESCE(globalPid, 0)"), "COALESCE(deviceId, -1)", "COALESCE(streamId, -1)",
              "start", "COALESCE(end, start)", name_id, corr, nbytes]
-    return int_columns(con, table, exprs)
+    return int_columns(con, table, exprs, map_chunks=map_chunks)
 
 
-def launches(con: sqlite3.Connection, have: set[str]) -> np.ndarray:
+def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> np.ndarray:
     """Rows (pid, correlation_id, start, tid) of CUDA runtime/driver API calls that carry a correlationId."""
     if RUNTIME not in have:
         return np.empty((0, 4), dtype=np.int64)
     return int_columns(con, RUNTIME, [PID_SQL.format(col="COALESCE(globalTid, 0)"), "correlationId", "start",
                                       TID_SQL.format(col="COALESCE(globalTid, 0)")],
-                       where="correlationId IS NOT NULL AND correlationId != 0")
+                       where="correlationId IS NOT NULL AND correlationId != 0", map_chunks=map_chunks)
 
 
 def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:

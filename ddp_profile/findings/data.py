@@ -1,0 +1,227 @@
+"""Gathering for the findings: load every committed run, analyse it, and keep the few numbers each
+question needs as one flat record per run (:class:`RunData`).
+
+Every number the findings print comes from here, from the trace (``analyze``) or from the run's own JSON
+written by the harness (configuration, CUDA-event and host step timers). Nothing is typed by hand.
+
+Runs live in two sets that must never share an axis: ``traces/<run>/`` (the 2-GPU campaign host) and
+``traces/scaling/<run>/`` (the 4-GPU host). Run names repeat across the two, so a run's key is
+``(set, name)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import nvtx_names as nn
+from ddp_profile.errors import TraceError
+
+MAIN, SCALING = "main", "scaling"
+SUFFIXES = (".sqlite", ".sqlite.xz")
+
+
+@dataclass
+class RunData:
+    """One run's facts. Times in ns; ``*_spread`` are (min, max) over the (rank, step) rows whose median is
+    the headline value."""
+
+    set: str
+    name: str
+    folder: Path
+    meta: dict
+    trace: object = field(repr=False)
+    analysis: object = field(repr=False)
+    row: dict = field(default_factory=dict)  # compare_runs row (schema.COMPARISON_COLUMNS)
+    summary: dict = field(default_factory=dict)  # Analysis.summary()
+    spread: dict = field(default_factory=dict)  # column -> (min, max) over (rank, step) rows
+    host: dict = field(default_factory=dict)  # host-side timers (harness JSON and NVTX)
+    contention: dict = field(default_factory=dict)
+    collectives: dict = field(default_factory=dict)
+
+    # ---- run facts from the JSON ----
+    @property
+    def strategy(self) -> str:
+        return str(self.meta.get("strategy") or "?")
+
+    @property
+    def model(self) -> str:
+        return str(self.meta.get("model") or "?")
+
+    @property
+    def dtype(self) -> str:
+        return str(self.meta.get("dtype") or "?")
+
+    @property
+    def world_size(self) -> int:
+        return int(self.meta.get("world_size") or 1)
+
+    @property
+    def config(self) -> dict:
+        return self.meta.get("config") or {}
+
+    @property
+    def bucket_mb(self) -> float | None:
+        """Bucket cap of bucketed and torch_ddp runs (None for the others, whose config value is unused)."""
+        if self.strategy in ("bucketed", "torch_ddp") and self.config.get("bucket_mb") is not None:
+            return float(self.config["bucket_mb"])
+        return None
+
+    @property
+    def label(self) -> str:
+        b = self.bucket_mb
+        return f"{self.strategy} {b:g} MB" if b is not None and self.strategy == "bucketed" else self.strategy
+
+    @property
+    def units_per_rank_step(self) -> tuple[float, str]:
+        """Work per rank per step: samples for the MLP (a row is one sample), tokens for language models."""
+        batch = float(self.config.get("batch") or 0)
+        if self.model == "mlp":
+            return batch, "samples"
+        return batch * float(self.config.get("seq_len") or 0), "tokens"
+
+    def v(self, key: str) -> float:
+        """A compare_runs value as float (NaN when missing)."""
+        x = self.row.get(key)
+        return float(x) if x is not None and not pd.isna(x) else float("nan")
+
+
+def find_runs(root: Path) -> list[tuple[str, Path]]:
+    """(set, folder) of every run folder: ``root/<run>/`` (main) and ``root/scaling/<run>/`` (scaling)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise TraceError(f"{root}: no such folder; pass the traces/ folder holding the run folders")
+    out = []
+    for set_name, base in ((MAIN, root), (SCALING, root / "scaling")):
+        if not base.is_dir():
+            continue
+        for d in sorted(base.iterdir()):
+            if d.is_dir() and any(f.name.endswith(SUFFIXES) for f in d.iterdir()):
+                out.append((set_name, d))
+    if not out:
+        raise TraceError(f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
+                         "scripts/profile_all.sh or pass the traces/ folder")
+    return out
+
+
+def read_meta(folder: Path) -> dict:
+    """The harness's run JSON: ``<folder>/<folder name>.json`` (or ``run.json``)."""
+    for cand in (folder / f"{folder.name}.json", folder / "run.json"):
+        if cand.is_file():
+            try:
+                return json.loads(cand.read_text())
+            except (OSError, ValueError) as exc:
+                raise TraceError(f"{cand}: not valid JSON ({exc})") from exc
+    raise TraceError(f"{folder}: no run JSON ({folder.name}.json); the findings need the harness's run facts")
+
+
+def _spread(steps: pd.DataFrame, cols) -> dict:
+    return {c: (float(steps[c].min()), float(steps[c].max())) if len(steps) and steps[c].notna().any()
+            else (float("nan"), float("nan")) for c in cols}
+
+
+def host_timers(meta: dict, nvtx: pd.DataFrame) -> dict:
+    """Host-side estimates a student would use: the harness's host step timer and CUDA-event step timer
+    (from the JSON, pooled over ranks and steps), and the host duration of the ``grad_sync_wait`` NVTX range
+    (launching the all-reduces and waiting for them, as a host timer around that code measures it)."""
+    out = {}
+    for key in ("host_step_ms_per_rank", "step_ms_per_rank"):
+        vals = np.array([x for r in (meta.get(key) or []) for x in r], dtype=float) * 1e6
+        out[key.replace("_ms_per_rank", "_ns")] = (float(np.median(vals)), float(vals.min()), float(vals.max())) \
+            if vals.size else (float("nan"),) * 3
+    w = nvtx.loc[nvtx["name"].astype("object") == nn.GRAD_WAIT] if nvtx is not None and len(nvtx) else nvtx
+    if w is not None and len(w) and w["end_ns"].notna().any():
+        d = (w["end_ns"] - w["start_ns"]).dropna().astype(float).to_numpy()
+        out["grad_wait_ns"] = (float(np.median(d)), float(d.min()), float(d.max()))
+    else:
+        out["grad_wait_ns"] = (float("nan"),) * 3
+    return out
+
+
+def contention_facts(analysis) -> dict:
+    """Total compute time lost to contention per (rank, step), and the duration-weighted slowdown."""
+    c = analysis.contention
+    n = max(1, len(analysis.steps))
+    if c is None or not len(c):
+        return {"lost_per_step_ns": 0.0, "slowdown_pct": float("nan"), "n_names": 0}
+    alone = (c["n_overlapped"] * c["alone_median_ns"]).sum()
+    return {"lost_per_step_ns": float(c["lost_ns"].sum()) / n,
+            "slowdown_pct": 100.0 * float(c["lost_ns"].sum()) / float(alone) if alone > 0 else float("nan"),
+            "n_names": int(len(c))}
+
+
+def collective_facts(analysis) -> dict:
+    """Per (rank, step): all-reduce count and bytes; whole-run wait vs transfer split of NCCL kernel time."""
+    col = analysis.collectives
+    if col is None or not len(col):
+        return {"n_per_step": 0.0, "bytes_per_step": 0.0, "wait_ns": 0.0, "transfer_ns": 0.0}
+    c = col.loc[col["step"].notna()]
+    per = c.groupby(["rank", "step"]).agg(n=("seq", "size"), b=("bytes", "sum"))
+    return {"n_per_step": float(per["n"].median()) if len(per) else 0.0,
+            "bytes_per_step": float(per["b"].median()) if len(per) else 0.0,
+            "wait_ns": float(col["wait_ns"].sum()), "transfer_ns": float(col["transfer_ns"].sum())}
+
+
+def load_run(set_name: str, folder: Path) -> RunData:
+    """Load, analyse and summarise one run folder."""
+    from ddp_profile.analysis import analyze, compare_runs
+    from ddp_profile.nsys.loader import load_trace
+
+    meta = read_meta(folder)
+    trace = load_trace(folder)
+    trace.run = meta  # the loader looks for run.json; the campaign names it <run>.json
+    res = analyze(trace)
+    row = compare_runs([(trace, res)]).iloc[0].to_dict()
+    cols = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct"]
+    return RunData(set=set_name, name=folder.name, folder=folder, meta=meta, trace=trace, analysis=res, row=row,
+                   summary=res.summary(), spread=_spread(res.steps, cols), host=host_timers(meta, trace.nvtx),
+                   contention=contention_facts(res), collectives=collective_facts(res))
+
+
+def load_all(root: Path, progress=None) -> list[RunData]:
+    """Every run under ``root`` (see :func:`find_runs`), in folder order."""
+    runs = []
+    found = find_runs(root)
+    for i, (s, d) in enumerate(found, 1):
+        if progress:
+            progress(f"[{i}/{len(found)}] {s}: {d.name}")
+        runs.append(load_run(s, d))
+    return runs
+
+
+def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
+    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set."""
+    path = Path(root) / ("scaling" if set_name == SCALING else "") / "machine.txt"
+    gpus, links = [], set()
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) >= 2 and parts[0].isdigit():
+                gpus.append(parts[1])
+            links |= {t for t in line.split() if t.startswith("NV") and t[2:].isdigit()}
+    if not gpus:
+        names = {r.meta.get("gpu_name") for r in runs if r.set == set_name} - {None}
+        n = max((r.world_size for r in runs if r.set == set_name), default=0)
+        gpus = [", ".join(sorted(names)) or "unknown GPU"] * n
+    name = ", ".join(sorted(set(gpus)))
+    link = f"NVLink {'/'.join(sorted(links))} between every GPU pair" if links else "interconnect not recorded"
+    return f"{len(gpus)}× {name} on one host, {link} (from {path.as_posix()})"
+
+
+def grad_wait_phase(analysis) -> dict:
+    """The ``grad_sync_wait`` range on both clocks, medians over (rank, step): host duration, GPU span of the
+    kernels launched inside it, and the GPU's lag behind the host at its start and end. A host range that
+    ends before its kernels finish timed the launches, not the communication."""
+    p = analysis.phases
+    g = p.loc[p["phase"] == "grad_wait"] if p is not None and len(p) else p
+    if g is None or not len(g):
+        return {}
+    f = g.astype({c: "float64" for c in ("start_ns", "end_ns", "host_start_ns", "host_end_ns")})
+    return {"host_ns": float((f["host_end_ns"] - f["host_start_ns"]).median()),
+            "gpu_span_ns": float((f["end_ns"] - f["start_ns"]).median()),
+            "start_lag_ns": float((f["start_ns"] - f["host_start_ns"]).median()),
+            "end_lag_ns": float((f["end_ns"] - f["host_end_ns"]).median())}

@@ -1,0 +1,89 @@
+"""Number formatting and data-driven wording, so prose cannot contradict the numbers beside it.
+
+Every comparative word in the findings comes from :func:`compare` or :func:`ranges_overlap` applied to the
+measured values; tests swap two runs' values and check the word flips.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+
+def ms(ns: float) -> str:
+    """ns -> "12.3 ms" with precision by size (3 significant-ish digits)."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "n/a"
+    x = ns / 1e6
+    return f"{x:.1f} ms" if abs(x) >= 100 else f"{x:.2f} ms" if abs(x) >= 1 else f"{x:.3f} ms"
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}%"
+
+
+def num(x: float, digits: int = 2) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def mb(nbytes: float) -> str:
+    return "n/a" if nbytes is None or math.isnan(nbytes) else f"{nbytes / 2**20:.1f} MiB"
+
+
+def spread(lo: float, hi: float) -> str:
+    """"min–max" of a (lo, hi) pair of ns."""
+    return f"{ms(lo)[:-3]}–{ms(hi)}"
+
+
+def compare(a: float, b: float, lower: str = "faster", higher: str = "slower", same: str = "as fast as",
+            rel_tol: float = 0.0) -> str:
+    """The word for a relative to b: ``lower`` when a < b, ``higher`` when a > b, ``same`` when equal within
+    ``rel_tol``; "n/a" when either is missing."""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)):
+        return "n/a"
+    if abs(a - b) <= rel_tol * abs(b):
+        return same
+    return lower if a < b else higher
+
+
+def rel(a: float, b: float) -> str:
+    """|a/b − 1| as a percentage string (the size of the difference named by :func:`compare`)."""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)) or b == 0:
+        return "n/a"
+    return pct(100.0 * abs(a / b - 1.0))
+
+
+def ranges_overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two (min, max) spreads overlap: then a median order over 4–5 steps is not established."""
+    return not (a[1] < b[0] or b[1] < a[0])
+
+
+def certainty(a: tuple[float, float], b: tuple[float, float]) -> str:
+    """A clause qualifying a comparison by the step-to-step spreads."""
+    if ranges_overlap(a, b):
+        return "but their step-time ranges overlap, so these few steps do not establish the order"
+    return "and their step-time ranges do not overlap"
+
+
+@dataclass
+class Section:
+    """One question's answer: ordered blocks of ("p", text) | ("table", DataFrame, caption) | ("fig", key,
+    caption) | ("links", [(text, href)])."""
+
+    key: str
+    title: str
+    blocks: list = field(default_factory=list)
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, df: pd.DataFrame, caption: str) -> None:
+        self.blocks.append(("table", df, caption))
+
+    def fig(self, key: str, caption: str) -> None:
+        self.blocks.append(("fig", key, caption))
+
+    def links(self, pairs: list[tuple[str, str]]) -> None:
+        self.blocks.append(("links", list(pairs)))

@@ -1,0 +1,85 @@
+"""Rendering the findings: Markdown (FINDINGS.md) and one offline HTML page (findings.html) from the same
+sections. Figures are plotly figures built in :mod:`ddp_profile.findings.figures`; the HTML uses the report
+module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON escaped for ``<script>``)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from ddp_profile.errors import OutputError
+
+
+def _md_cell(v) -> str:
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(df: pd.DataFrame, link_col: str = "report page") -> str:
+    cols = list(df.columns)
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False):
+        cells = [f"[{v}]({v})" if c == link_col and v else _md_cell(v) for c, v in zip(cols, row, strict=False)]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def to_markdown(title: str, intro: list[str], sections: list) -> str:
+    lines = [f"# {title}", ""] + [x + "\n" for x in intro]
+    for s in sections:
+        lines += [f"## {s.title}", ""]
+        for b in s.blocks:
+            if b[0] == "p":
+                lines += [b[1], ""]
+            elif b[0] == "table":
+                lines += [f"*{b[2]}*", "", _md_table(b[1]), ""]
+            elif b[0] == "fig":
+                lines += [f"*Figure ({b[1]}): {b[2]} See findings.html.*", ""]
+            elif b[0] == "links":
+                lines += [", ".join(f"[{t}]({h})" for t, h in b[1]), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
+    from ddp_profile.report import esc, figure_div, page
+
+    parts = [f"<p>{esc(x)}</p>" for x in intro]
+    parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
+    for s in sections:
+        parts.append(f"<h2 id='{esc(s.key)}'>{esc(s.title)}</h2>")
+        for b in s.blocks:
+            if b[0] == "p":
+                parts.append(f"<p>{esc(b[1])}</p>")
+            elif b[0] == "table":
+                parts.append(_html_table(b[1], b[2]))
+            elif b[0] == "fig" and figures.get(b[1]) is not None:
+                parts.append(f"<p class='note'>{esc(b[2])}</p>" + figure_div(figures[b[1]], f"fig-{b[1]}"))
+            elif b[0] == "links":
+                parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in b[1]) + "</p>")
+    return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings")
+
+
+def _html_table(df: pd.DataFrame, caption: str) -> str:
+    from ddp_profile.report import esc
+
+    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
+    body = "".join("<tr>" + "".join(
+        f"<td><a href='{esc(v)}'>{esc(v)}</a></td>" if c == "report page" and v else f"<td>{esc(v)}</td>"
+        for c, v in zip(df.columns, row, strict=False)) + "</tr>" for row in df.itertuples(index=False))
+    return f"<h3>{esc(caption)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Temp file in the same folder, then os.replace: readers never see a half-written file."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc

@@ -109,8 +109,11 @@ def q2_flat(rs, page, machine) -> Section:
         f"{ms(pred_f)} for one call: the {nb:.0f} calls cost {ms(nb * o)} of fixed overhead. Measured, flat's single "
         f"all-reduce takes {ms(f.v('comm_ns'))}, {compare(f.v('comm_ns'), pred_f, 'less', 'more', 'exactly')} than "
         f"the fit's one-call prediction (a single huge message reaches a bus bandwidth the fit over small and "
-        f"medium messages does not capture). Flat pays for it in copies: flattening and unflattening the "
-        f"gradients costs {ms(copy_f)} of memcpy per step against naive's {ms(copy_n)}. Neither overlaps "
+        f"medium messages does not capture). Flattening costs elsewhere: flat's compute kernels (which include "
+        f"the copies into and out of the flat buffer) take {ms(f.v('compute_ns'))} per step, "
+        f"{ms(abs(f.v('compute_ns') - n.v('compute_ns')))} {compare(f.v('compute_ns'), n.v('compute_ns'), 'less', 'more', 'no different')} "
+        f"than naive's, and memcpy {ms(copy_f)} against {ms(copy_n)}. "
+        f"Neither overlaps "
         f"(overlap {pct(f.v('overlap_pct'))} and {pct(n.v('overlap_pct'))}); both leave the whole transfer after "
         f"backward (tails {ms(f.v('comm_tail_ns'))} and {ms(n.v('comm_tail_ns'))}).")
     return s
@@ -206,8 +209,9 @@ def q4_buckets(rs, page, machine) -> Section:
         "but buckets are unequal here (the last one is the embedding-sized tensor or a partial bucket), and the "
         "step time is set less by the tail than by compute: the compute column moves by "
         f"{ms(max(x['_r'].v('compute_ns') for x in rows) - min(x['_r'].v('compute_ns') for x in rows))} across the "
-        "sweep, more than the tails differ, because more, smaller buckets overlap more NCCL with compute and slow "
-        "it (question 6).")
+        f"sweep and is {compare(rows[0]['_r'].v('compute_ns'), rows[-1]['_r'].v('compute_ns'), 'lower', 'higher', 'the same')} "
+        f"at {rows[0]['cap']} than at {rows[-1]['cap']}: more, smaller buckets mean more NCCL kernels running "
+        "beside compute, each slowing it (question 6).")
     s.p("What would make the sweep match the textbook expectation (a U-shaped step time with a clear optimum): "
         "communication that is a larger share of the step. On this host NVLink NV18 moves all gradients in a "
         f"few tens of ms against ≈{ms(rows[0]['_r'].v('compute_ns'))} of fp32 compute, so any bucket size hides most "

@@ -63,16 +63,20 @@ def q6_contention(rs, page, machine) -> Section:
     ov = rs.get("overlap")
     n = rs.get("naive")
     if ov is not None and n is not None and base is not None:
-        added = ov.v("compute_ns") - base.v("compute_ns")
         hidden = n.v("exposed_comm_ns") - ov.v("exposed_comm_ns")
-        s.p(f"Compute kernels that overlap NCCL run {pct(ov.contention['slowdown_pct'])} slower in the overlap "
-            f"run, losing {ms(ov.contention['lost_per_step_ns'])} of compute per rank and step; its total compute "
-            f"time is {ms(added)} {compare(added, 0, 'below', 'above', 'equal to')} the {base.label} run's. "
-            f"Overlap hides {ms(hidden)} of communication that naive exposes, so contention "
-            f"{'gives back ' + pct(100 * added / hidden, 0) + ' of that gain' if hidden > 0 else 'cannot be judged'}"
-            f". Across the table, the runs that overlap most also lose the most compute, which is why strategies "
-            f"that overlap are not faster by the full amount of communication they hide: the GPU's SMs and memory "
-            f"bandwidth are shared with NCCL's kernels.")
+        gain = n.v("step_ns") - ov.v("step_ns")
+        lost = ov.contention["lost_per_step_ns"]
+        s.p(f"Compute kernels that overlap NCCL run {pct(ov.contention['slowdown_pct'])} slower (duration-weighted) "
+            f"in the overlap run, losing {ms(lost)} of compute per rank and step; its total compute is "
+            f"{ms(abs(ov.v('compute_ns') - n.v('compute_ns')))} "
+            f"{compare(ov.v('compute_ns'), n.v('compute_ns'), 'below', 'above', 'equal to')} naive's. Overlap hides "
+            f"{ms(hidden)} of the communication naive exposes, yet the step is only {ms(gain)} "
+            f"{'shorter' if gain >= 0 else 'longer'}; the contention loss accounts for "
+            f"{pct(100 * lost / (hidden - gain), 0) if hidden - gain > 0 else 'n/a'} of that shortfall of "
+            f"{ms(hidden - gain)}. So contention explains "
+            f"{'most' if hidden - gain > 0 and lost >= 0.5 * (hidden - gain) else 'only part'} of why overlapping "
+            "is not faster by the full communication it hides; the rest is other compute growth (extra copy and "
+            "hook kernels, caching-allocator work) visible in the compute column.")
     return s
 
 
@@ -147,8 +151,10 @@ def q8_dtype(a, b, page, machine) -> Section:
         f"bf16 order {' < '.join(b[k].label for k in rank_b)}.")
     if "none" in keys:
         ca, cb = a["none"].v("compute_ns"), b["none"].v("compute_ns")
+        dts = sorted({str(x) for x in b["naive"].analysis.collectives["dtype"].dropna().unique()}) \
+            if "naive" in b else []
         s.p(f"bf16 cuts the 1-GPU compute per step from {ms(ca)} to {ms(cb)} ({ca / cb:.1f}× less) while the "
-            f"gradients all-reduced stay fp32 in these strategies, so communication becomes a far larger share of "
+            f"all-reduces move {'/'.join(dts) or 'unknown-dtype'} data (NCCL kernel names of the bf16 naive run), so communication becomes a far larger share of "
             f"the GPU's work (e.g. naive: {pct(a['naive'].v('comm_pct'))} → {pct(b['naive'].v('comm_pct'))} of the "
             f"step). But the bf16 steps are not GPU-bound: the GPU idles "
             f"{ms(float(b['none'].analysis.steps['idle_ns'].median()))} of the 1-GPU step, and the step-to-step "

@@ -7,8 +7,7 @@ import math
 import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
-from ddp_profile.findings.questions_a import step_row
-from ddp_profile.findings.text import Section, certainty, compare, ms, num, pct, ranges_overlap, spread
+from ddp_profile.findings.text import Section, compare, ms, num, pct, ranges_overlap, spread
 
 
 def q5_torch(sets, page, machine) -> Section:
@@ -45,6 +44,9 @@ def q5_torch(sets, page, machine) -> Section:
 def q6_contention(rs, page, machine) -> Section:
     s = Section("q6", "6. Overlap contention: how much compute slows while NCCL runs")
     base = rs.get("none") or rs.get("naive")
+    if base is None:
+        s.p("Set A has neither a 1-GPU nor a naive run: nothing to compare against.")
+        return s
     s.p(f"Machine: {machine}. A compute kernel instance counts as overlapped when NCCL ran during at least half "
         "of it; slowdown compares the median duration of the same kernel name overlapped vs alone; lost time is "
         "Σ(overlapped duration − alone median), per rank and step.")
@@ -137,6 +139,9 @@ def q8_dtype(a, b, page, machine) -> Section:
     s = Section("q8", "8. fp32 vs bf16: how the ranking of strategies changes")
     s.p(f"Machine: {machine}. Set A (XL fp32) vs set B (XL bf16 autocast), strategies present in both.")
     keys = [k for k in b if k in a]
+    if not keys:
+        s.p("Sets A and B share no strategy: nothing to rank.")
+        return s
     rank_a = sorted(keys, key=lambda k: a[k].v("step_ns"))
     rank_b = sorted(keys, key=lambda k: b[k].v("step_ns"))
     rows = [{"strategy": b[k].label, "fp32 step": ms(a[k].v("step_ns")), "fp32 rank": rank_a.index(k) + 1,

@@ -1,0 +1,94 @@
+"""Findings: generated from real (small) runs, every question present, numbers equal the analysis values,
+and comparative words follow the data (swapping two runs flips them)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ddp_profile.findings import build_findings, page_for, run_sets
+from ddp_profile.findings import questions_a as qa
+from ddp_profile.findings.data import load_run
+from ddp_profile.findings.text import compare, ms, ranges_overlap
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
+         "bucketed-10mb_small_fp32_2xh200", "torch_ddp-25mb_small_fp32_2xh200"]
+SCALING = ["bucketed-25mb_mlp8_fp32_1xh200", "bucketed-25mb_mlp8_fp32_2xh200"]
+
+pytestmark = pytest.mark.skipif(not (TRACES / SMALL[0]).is_dir(), reason="committed traces not present")
+
+
+@pytest.fixture(scope="module")
+def small():
+    runs = [load_run("main", TRACES / n) for n in SMALL]
+    return run_sets(runs)["small"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("traces")
+    for n in SMALL:
+        shutil.copytree(TRACES / n, root / n)
+    (root / "scaling").mkdir()
+    for n in SCALING:
+        shutil.copytree(TRACES / "scaling" / n, root / "scaling" / n)
+    shutil.copy(TRACES / "machine.txt", root / "machine.txt")
+    out = tmp_path_factory.mktemp("out")
+    sizes = build_findings(root, out)
+    return out, sizes
+
+
+def test_compare_words_follow_the_data():
+    assert compare(1.0, 2.0) == "faster" and compare(2.0, 1.0) == "slower" and compare(1.0, 1.0) == "as fast as"
+    assert compare(float("nan"), 1.0) == "n/a"
+    assert ranges_overlap((1, 3), (2, 4)) and not ranges_overlap((1, 2), (3, 4))
+
+
+def test_document_has_every_question_and_html(built):
+    out, sizes = built
+    md = (out / "FINDINGS.md").read_text()
+    for i in range(1, 9):
+        assert f"\n## {i}. " in md, f"question {i} heading missing"
+    html = (out / "findings.html").read_text()
+    assert "<script src=\"plotly.min.js\">" in html and (out / "plotly.min.js").stat().st_size > 1_000_000
+    assert "fig-scaling" in html  # the scaling figure is embedded (scaling runs were given)
+    assert "http://" not in html.replace("http://www.w3.org", "")  # nothing remote
+    assert set(sizes) >= {"FINDINGS.md", "findings.html"}
+
+
+def test_scaling_numbers_equal_the_analysis(built):
+    out, _ = built
+    md = (out / "FINDINGS.md").read_text()
+    r2 = load_run("scaling", TRACES / "scaling" / SCALING[1])
+    assert ms(r2.v("step_ns")) in md
+    r1 = load_run("scaling", TRACES / "scaling" / SCALING[0])
+    eff = 100 * r1.v("step_ns") / r2.v("step_ns")  # weak scaling: same work per GPU
+    assert f"{eff:.1f}%" in md
+
+
+def test_q1_numbers_are_the_analysis_values(small):
+    s = qa.q1_naive(small, page_for, "machine")
+    text = " ".join(b[1] for b in s.blocks if b[0] == "p")
+    n = small["naive"]
+    assert ms(n.v("step_ns")) in text and ms(n.v("comm_ns")) in text and ms(n.host["grad_wait_ns"][0]) in text
+    assert f"{n.v('comm_pct'):.1f}%" in text
+
+
+def test_flat_vs_naive_word_flips_when_runs_swap(small):
+    text = " ".join(b[1] for b in qa.q2_flat(small, page_for, "m").blocks if b[0] == "p")
+    swapped = dict(small, naive=small["flat"], flat=small["naive"])
+    text2 = " ".join(b[1] for b in qa.q2_flat(swapped, page_for, "m").blocks if b[0] == "p")
+    word = compare(small["flat"].v("step_ns"), small["naive"].v("step_ns"))
+    other = {"faster": "slower", "slower": "faster"}[word]
+    assert f"Flat is {word} than naive" in text
+    assert f"Flat is {other} than naive" in text2
+
+
+def test_overlap_words_follow_step_times(small):
+    text = " ".join(b[1] for b in qa.q3_overlap(small, page_for, "m").blocks if b[0] == "p")
+    ov, n = small["overlap"], small["naive"]
+    assert f"The step is {compare(ov.v('step_ns'), n.v('step_ns'))} than naive" in text
+    assert ms(ov.v("exposed_comm_ns")) in text

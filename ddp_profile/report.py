@@ -17,50 +17,30 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from ddp_profile.errors import OutputError, TraceError
+from ddp_profile.report_runs import (  # noqa: F401  (re-exported: the page-naming API)
+    TRACE_SUFFIXES,
+    Group,
+    Run,
+    discover,
+    discover_runs,
+    group_page_name,
+    group_runs,
+    normalise_meta,
+    run_json,
+    run_page_name,
+    slug,
+    strategy_key,
+)
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 PLOTLY_JS = "plotly.min.js"
-TRACE_SUFFIXES = (".sqlite", ".sqlite.xz")
-OVERLAP_STRATEGIES = ("naive", "overlap", "bucketed")
-
-
-@dataclass
-class Run:
-    """One loaded, analysed run and the page it gets."""
-
-    name: str
-    trace: object
-    analysis: object
-    meta: dict = field(default_factory=dict)  # run.json (empty for a bare export)
-
-    @property
-    def page(self) -> str:
-        return f"run-{slug(self.name)}.html"
-
-
-@dataclass
-class Group:
-    """Runs compared on one page. kind: "strategies" | "scaling" | "sweep"."""
-
-    kind: str
-    title: str
-    runs: list
-
-    @property
-    def page(self) -> str:
-        return f"{self.kind}-{slug(self.title)}.html"
-
-
-def slug(text: str) -> str:
-    """File-name-safe form of a run or group name."""
-    s = "".join(c if c.isalnum() or c in "-_." else "-" for c in str(text)).strip("-.")
-    return s[:120] or "run"
+# The "does it overlap?" picture: one run per strategy, in this order (bucketed: the size nearest 25 MB).
+OVERLAP_STRATEGIES = ("naive", "overlap", "bucketed", "torch_ddp")
 
 
 def script_json(obj) -> str:
@@ -78,50 +58,34 @@ def esc(value) -> str:
 
 # ---- finding and loading runs ---------------------------------------------------------------------------
 
-def _is_trace(p: Path) -> bool:
-    return p.is_file() and p.name.endswith(TRACE_SUFFIXES)
-
-
-def discover(paths: list) -> list[Path]:
-    """Run locations from CLI paths: a trace file, a run folder (holds exports), or a folder of run
-    folders (e.g. ``traces/``)."""
-    found = []
-    for p in map(Path, paths):
-        if not p.exists():
-            raise TraceError(f"{p}: no such file or folder; pass a run folder, an nsys SQLite export or traces/")
-        if p.is_file():
-            if not _is_trace(p):
-                raise TraceError(f"{p}: not an nsys SQLite export (*.sqlite or *.sqlite.xz); "
-                                 f"convert .nsys-rep with `nsys export --type sqlite -o {p.stem}.sqlite {p}`")
-            found.append(p)
-        elif any(_is_trace(c) for c in p.iterdir()):
-            found.append(p)
-        else:
-            found.extend(sorted(c for c in p.iterdir() if c.is_dir() and any(_is_trace(f) for f in c.iterdir())))
-    return list(dict.fromkeys(found))
-
-
 def _say(message: str) -> None:
     print(f"report:   {message}", file=sys.stderr, flush=True)
 
 
 def load_one(path: Path):
-    """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr)."""
+    """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr).
+    The run's JSON (``<run>.json`` or ``run.json``) is attached when the loader did not find one."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
+    if not getattr(trace, "run", None):
+        trace.run = run_json(Path(path))
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
     return trace, analyze(trace)
 
 
-def load_runs(paths: list[Path], jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
-    """Load and analyse every run, reporting progress on ``progress`` (stderr by default). Returns the runs
-    and one message per run that failed (the report lists them; the CLI exits non-zero)."""
+def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
+    """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
+    locations or (location, run id) pairs from :func:`discover_runs`. Returns the runs and one message per
+    run that failed (the report lists them; the CLI exits non-zero)."""
     from ddp_profile.errors import DdpProfileError
 
     out = progress or sys.stderr
+    pairs = [p if isinstance(p, tuple) else (Path(p), None) for p in paths]
+    ids = {str(p): rid for p, rid in pairs}
+    paths = [p for p, _ in pairs]
     runs, failures, t0 = [], [], time.perf_counter()
 
     def done(i, path, result):
@@ -130,9 +94,12 @@ def load_runs(paths: list[Path], jobs: int = 1, progress=None) -> tuple[list[Run
             print(f"report: [{i}/{len(paths)}] FAILED {path}: {result}", file=out, flush=True)
             return
         trace, analysis = result
-        meta = dict(getattr(trace, "run", None) or {})
-        name = meta.get("run_name") or (path.name if path.is_dir() else path.name.split(".sqlite")[0])
-        runs.append(Run(str(name), trace, analysis, meta))
+        meta = normalise_meta(getattr(trace, "run", None) or {})
+        rid = ids.get(str(path)) or meta.get("run_name") or \
+            (path.name if path.is_dir() else path.name.split(".sqlite")[0])
+        folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
+        name = str(rid)
+        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder))
         print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 
@@ -154,41 +121,11 @@ def load_runs(paths: list[Path], jobs: int = 1, progress=None) -> tuple[list[Run
                 except DdpProfileError as exc:
                     result = exc
                 done(i, p, result)
-    names = [r.name for r in runs]
-    for r in runs:  # two folders with one run_name: keep both pages apart
-        if names.count(r.name) > 1:
-            r.name = f"{r.name}-{len([n for n in names if n == r.name])}-{id(r) % 10000}"
+    names = [r.run_id for r in runs]
+    for i, r in enumerate(runs):  # bare locations with one run_name: keep both pages apart
+        if names.count(r.run_id) > 1 and names.index(r.run_id) != i:
+            r.run_id = r.name = f"{r.run_id}~{i + 1}"
     return runs, failures
-
-
-# ---- grouping -------------------------------------------------------------------------------------------
-
-def _hw(run: Run) -> tuple:
-    m = run.meta
-    return (m.get("model"), m.get("dtype"), m.get("gpu_name"))
-
-
-def group_runs(runs: list[Run]) -> list[Group]:
-    """Comparisons that make sense: same model, dtype and GPU; strategies at one world size (plus 1-GPU
-    baselines for efficiency); bucket sweeps; scaling of one strategy over world sizes."""
-    groups = []
-    with_meta = [r for r in runs if r.meta.get("strategy") and r.meta.get("world_size")]
-    for hw in dict.fromkeys(_hw(r) for r in with_meta):
-        same = [r for r in with_meta if _hw(r) == hw]
-        base = [r for r in same if int(r.meta["world_size"]) == 1]
-        hw_text = " ".join(str(v) for v in hw if v)
-        for ws in sorted({int(r.meta["world_size"]) for r in same} - {1}):
-            at = [r for r in same if int(r.meta["world_size"]) == ws]
-            if len({r.meta["strategy"] for r in at}) >= 2:
-                groups.append(Group("strategies", f"{hw_text} x{ws}", base + at))
-            sweep = [r for r in at if r.meta.get("bucket_size_mb") is not None and r.meta["strategy"] == "bucketed"]
-            if len({float(r.meta["bucket_size_mb"]) for r in sweep}) >= 2:
-                groups.append(Group("sweep", f"{hw_text} x{ws}", sweep))
-        for strategy in dict.fromkeys(r.meta["strategy"] for r in same if int(r.meta["world_size"]) > 1):
-            runs_s = base + [r for r in same if r.meta["strategy"] == strategy and int(r.meta["world_size"]) > 1]
-            if len({int(r.meta["world_size"]) for r in runs_s}) >= 2:
-                groups.append(Group("scaling", f"{hw_text} {strategy}", runs_s))
-    return groups
 
 
 # ---- page pieces ----------------------------------------------------------------------------------------
@@ -223,7 +160,10 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200) -> str:
     body = "".join("<tr>" + "".join(f"<td>{esc(_fmt(v))}</td>" for v in row) + "</tr>"
                    for row in df.head(max_rows).itertuples(index=False))
     note = f"<p class='note'>first {max_rows} of {len(df)} rows</p>" if cut else ""
-    return f"<h3>{esc(caption)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    grid = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    if len(df) > 25:  # long tables fold away so the figures stay on the first screens
+        return f"<details><summary><h3>{esc(caption)} ({len(df)} rows)</h3></summary>{grid}</details>"
+    return f"<h3>{esc(caption)}</h3>{grid}"
 
 
 def _fmt(v):
@@ -240,7 +180,8 @@ def page(title: str, body: str, subtitle: str = "") -> str:
 table{{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}}td,th{{border:1px solid #ddd;padding:2px 6px;
 text-align:right}}th{{background:#f4f4f4}}td:first-child,th:first-child{{text-align:left}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em}}.note,.empty{{color:#777}}.fail{{color:#b00}}
-code{{background:#f4f4f4;padding:1px 3px}}</style>
+code{{background:#f4f4f4;padding:1px 3px}}
+summary h3{{display:inline;cursor:pointer}}</style>
 <script src="{PLOTLY_JS}"></script></head><body>
 <p><a href="index.html">← all runs</a></p><h1>{esc(title)}</h1><p class="note">{esc(subtitle)}</p>
 {body}
@@ -341,6 +282,10 @@ def _costmodel():
 def _compare(runs: list[Run]) -> pd.DataFrame:
     comp = _compare_runs([(r.trace, r.analysis) for r in runs]).copy()
     comp["page"] = [r.page for r in runs]
+    comp["run"] = [r.name for r in runs]  # the run id, unique in the report
+    # bucket size only where the strategy has buckets (the harness records its default for all)
+    comp["bucket_size_mb"] = [r.meta.get("bucket_size_mb") if r.meta else b
+                              for r, b in zip(runs, comp["bucket_size_mb"], strict=False)]
     return comp
 
 
@@ -362,26 +307,86 @@ def _one_step(run: Run, label: str) -> pd.DataFrame:
                          "start_ns": k["start_ns"].astype("int64") - w0, "end_ns": k["end_ns"].astype("int64") - w0})
 
 
+def overlap_runs(runs: list[Run]) -> list[Run]:
+    """One multi-GPU run per strategy of OVERLAP_STRATEGIES (bucketed: the bucket size nearest 25 MB), in
+    that order; every multi-GPU run when none of those strategies is present."""
+    multi = [r for r in runs if int(r.meta.get("world_size") or 1) > 1]
+    picked = []
+    for strategy in OVERLAP_STRATEGIES:
+        mine = [r for r in multi if r.meta.get("strategy") == strategy]
+        if mine:
+            picked.append(min(mine, key=lambda r: abs(float(r.meta.get("bucket_size_mb") or 25.0) - 25.0)))
+    return picked or multi
+
+
+def _links(runs: list[Run]) -> str:
+    return "<h2>Runs</h2><ul>" + "".join(f"<li><a href='{esc(r.page)}'>{esc(r.name)}</a></li>"
+                                         for r in runs) + "</ul>"
+
+
 def render_group_page(group: Group) -> str:
-    """Strategy or scaling comparison: side-by-side bars, the overlap picture, the numbers."""
+    """Strategy comparison: side-by-side bars, the overlap picture, the numbers."""
     from ddp_profile.plots import overlap_picture, strategy_bars
     from ddp_profile.plots.compare import run_label
 
     comp = _compare(group.runs)
     src = _group_source(group)
-    multi = [r for r in group.runs if int(r.meta.get("world_size") or 1) > 1]
-    picked = [r for r in multi if r.meta.get("strategy") in OVERLAP_STRATEGIES] or multi
+    picked = overlap_runs(group.runs)
     picture = pd.concat([_one_step(r, run_label(r.meta)) for r in picked], ignore_index=True) \
         if picked else pd.DataFrame(columns=["run", "kind", "name", "start_ns", "end_ns"])
-    links = "".join(f"<li><a href='{esc(r.page)}'>{esc(r.name)}</a></li>" for r in group.runs)
+    base = [r for r in group.runs if int(r.meta.get("world_size") or 1) == 1]
     body = "\n".join([
+        "<p>Every run here was recorded on the same host. Times are medians over profiled steps and ranks. "
+        + (f"Efficiency vs 1 GPU = step time of <a href='{esc(base[0].page)}'>{esc(base[0].name)}</a> / step "
+           "time of the run (fixed per-GPU batch: 100 % is perfect scaling)." if base else
+           "No 1-GPU run of this model and dtype here, so no efficiency.") + "</p>",
         figure_div(strategy_bars(comp, source=src), "bars"),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
         "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
-        table(comp.drop(columns=["page"]), "Numbers"), f"<h2>Runs</h2><ul>{links}</ul>",
+        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
     ])
-    return page(f"{group.kind.capitalize()}: {group.title}", body, src)
+    return page(f"Strategies: {group.title}", body, src)
+
+
+def _ms_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """ns columns shown as ms (renamed *_ms)."""
+    out = df.copy()
+    for c in [c for c in out.columns if c.endswith("_ns")]:
+        out[c] = pd.to_numeric(out[c], errors="coerce") / 1e6
+    return out.rename(columns={c: c[:-3] + "_ms" for c in out.columns if c.endswith("_ns")})
+
+
+def scaling_frame(runs: list[Run]) -> pd.DataFrame:
+    """compare_runs per strategy (each against its own 1-GPU run), plus samples_per_s = world_size · batch
+    / step time (batch: the run JSON's per-GPU batch; NaN when unknown)."""
+    parts = []
+    for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_size_mb")) for r in runs):
+        mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_size_mb")) == key),
+                      key=strategy_key)
+        comp = _compare(mine)
+        batch = [((r.meta.get("config") or {}).get("batch") or r.meta.get("batch")) for r in mine]
+        comp["samples_per_s"] = [float(b) * float(w) / (t / 1e9) if b and t and t == t else float("nan")
+                                 for b, w, t in zip(batch, comp["world_size"], comp["step_ns"], strict=False)]
+        parts.append(comp)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def render_scaling_page(group: Group) -> str:
+    """Throughput vs GPUs with the ideal line, efficiency, comm share and Amdahl serial fraction."""
+    from ddp_profile.plots.scaling import scaling_figure
+
+    comp = scaling_frame(group.runs)
+    src = _group_source(group)
+    body = "\n".join([
+        "<p>Weak scaling with a fixed per-GPU batch, every run from the same host. Ideal = n × the 1-GPU "
+        "throughput of the same strategy; efficiency = step time(1 GPU) / step time(n GPUs); serial fraction "
+        "f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S (Karp–Flatt); comm share = "
+        "NCCL kernel time / step time (median over ranks and steps).</p>",
+        figure_div(scaling_figure(comp, source=src), "scaling"),
+        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
+    ])
+    return page(f"Scaling: {group.title}", body, src)
 
 
 def _group_source(group: Group) -> str:
@@ -397,30 +402,50 @@ def _group_source(group: Group) -> str:
     return describe_source(meta, None, steps or None)
 
 
-def sweep_model(group: Group, comp: pd.DataFrame):
-    """(curve frame [bucket_size_mb, predicted_ns], optimum_mb) from the fitted α-β model of the run with the
-    most collectives, or (None, None) when no fit exists. total bytes / buckets per step come from rank 0's
-    collectives in one step."""
+def pooled_fit(group: Group) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(collectives with known bytes of every run in the sweep, α-β fit over them). One host, one model:
+    pooling the 1 MiB … 1000 MiB runs gives the fit the widest range of message sizes."""
+    from ddp_profile.analysis.costmodel import cost_model
+
+    cols = [r.analysis.collectives for r in group.runs if r.analysis.collectives is not None
+            and len(r.analysis.collectives) and r.analysis.collectives["bytes"].notna().any()]
+    if not cols:
+        return pd.DataFrame(), pd.DataFrame()
+    pooled = pd.concat(cols, ignore_index=True)
+    return pooled, cost_model(pooled, [])
+
+
+def sweep_model(group: Group, comp: pd.DataFrame, fit_frame: pd.DataFrame | None = None):
+    """(curve frame [bucket_size_mb, predicted_ns], optimum_mb) from a fitted α-β model (``fit_frame``, the
+    pooled fit; default: the fit of the run with the most collectives), or (None, None) when no fit exists.
+    s, the gradient bytes per step, is the median over the sweep's runs of rank 0's all-reduce bytes per
+    step. Sizes in MiB (2^20 bytes), as the harness's bucket_mb."""
     import numpy as np
 
     predict_overhead, optimal_bucket_bytes = _costmodel()
     best = max(group.runs, key=lambda r: len(r.analysis.collectives))
-    cm = best.analysis.cost_model
-    col = best.analysis.collectives
-    if cm is None or not len(cm) or not len(col):
+    cm = fit_frame if fit_frame is not None and len(fit_frame) else best.analysis.cost_model
+    if cm is None or not len(cm):
         return None, None
     fit = cm.sort_values("n_points").iloc[-1]
     o_ns, w = float(fit["o_us"]) * 1e3, float(fit["w_gb_per_s"])  # 1 GB/s = 1 byte/ns
-    c0 = col[(col["rank"] == col["rank"].min()) & col["step"].notna()]
-    if not len(c0) or not np.isfinite([o_ns, w]).all() or w <= 0:
+    totals = []
+    for r in group.runs:
+        col = r.analysis.collectives
+        c0 = col[(col["rank"] == col["rank"].min()) & col["step"].notna() & col["bytes"].notna()] \
+            if col is not None and len(col) else None
+        if c0 is not None and len(c0):
+            totals.append(float(c0.groupby("step")["bytes"].sum().median()))
+    if not totals or not np.isfinite([o_ns, w]).all() or w <= 0 or o_ns <= 0:
         return None, None
-    total = float(c0.groupby("step")["bytes"].sum().median())
+    total = float(np.median(totals))
     measured = comp["bucket_size_mb"].dropna().astype(float) * 2**20
     lo = min([total / 1000, *measured]) if len(measured) else total / 1000
     hi = max([total, *measured]) if len(measured) else total
     sizes = np.geomspace(max(lo, 1 << 16), max(hi, 1 << 17), 60)
     pred = [float(predict_overhead(o_ns, w, total, max(1, int(np.ceil(total / b))))) for b in sizes]
     curve = pd.DataFrame({"bucket_size_mb": sizes / 2**20, "predicted_ns": pred})
+    curve.attrs.update(o_us=o_ns / 1e3, w_gb_per_s=w, total_mb=total / 2**20)
     return curve, float(optimal_bucket_bytes(o_ns, w, total)) / 2**20
 
 
@@ -429,15 +454,25 @@ def render_sweep_page(group: Group) -> str:
 
     comp = _compare(group.runs)
     src = _group_source(group)
-    curve, opt = sweep_model(group, comp)
-    pooled = pd.concat([r.analysis.collectives for r in group.runs], ignore_index=True)
-    best = max(group.runs, key=lambda r: len(r.analysis.collectives))
+    pooled, fit = pooled_fit(group)
+    curve, opt = sweep_model(group, comp, fit)
+    model_text = ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct "
+                  "sizes), so no model curve.</p>") if curve is None else (
+        f"<p>Model: overhead(n_b) = n_b·o + s/(n_b·w) with s = {curve.attrs['total_mb']:,.0f} MiB of gradients "
+        f"per step (rank 0's all-reduce bytes), n_b = ⌈s / bucket size⌉, and o = {curve.attrs['o_us']:.1f} µs, "
+        f"w = {curve.attrs['w_gb_per_s']:.1f} GB/s from the α-β fit below (all runs of this sweep pooled). "
+        f"Its optimum b* = √(s·w·o) = {opt:.3g} MiB. The model counts only what bucketing adds (per-bucket "
+        "overhead and the last bucket's exposed transfer); compare its shape with the measured comm tail.</p>")
+    ddp = [r for r in group.runs if r.meta.get("strategy") == "torch_ddp"]
     body = "\n".join([
-        figure_div(bucket_sweep_figure(comp, curve, opt, source=src), "sweep"),
-        "<p>Model: predicted communication overhead for the measured gradient size split into buckets, using "
-        f"the α-β fit of run <a href='{esc(best.page)}'>{esc(best.name)}</a>.</p>",
-        figure_div(alpha_beta_figure(pooled, best.analysis.cost_model, source=src), "alphabeta"),
-        table(comp.drop(columns=["page"]), "Numbers"),
+        figure_div(bucket_sweep_figure(comp, curve, opt, source=src), "sweep"), model_text,
+        "<p class='note'>torch_ddp (PyTorch DDP at its bucket cap) is shown as single points: its "
+        "all-reduces carry no per-bucket NVTX ranges, so its message sizes are unknown and it is not in "
+        "the fit.</p>" if ddp else "",
+        figure_div(alpha_beta_figure(pooled, fit, source=src), "alphabeta") if len(pooled) else
+        "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
+        table(fit, "α-β fit (t = o + bytes / w), all runs of the sweep pooled"),
+        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
     ])
     return page(f"Bucket sweep: {group.title}", body, src)
 
@@ -533,7 +568,8 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
             print(f"report: [{i}/{len(runs)}] page {r.page} ({sizes[r.page] / 1e6:.1f} MB, "
                   f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)
         for g in groups:
-            _write(tmp / g.page, render_sweep_page(g) if g.kind == "sweep" else render_group_page(g))
+            render = {"sweep": render_sweep_page, "scaling": render_scaling_page}.get(g.kind, render_group_page)
+            _write(tmp / g.page, render(g))
             sizes[g.page] = (tmp / g.page).stat().st_size
         _write(tmp / "index.html", render_index(runs, groups, list(failures)))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
@@ -544,7 +580,7 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`."""
-    found = discover(paths)
+    found = discover_runs(paths)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")

@@ -23,8 +23,8 @@ def run_label(row) -> str:
     """'bucketed 25 MB ×2' — short, unique enough within one comparison."""
     label = str(row.get("strategy") or row.get("run"))
     mb = row.get("bucket_size_mb")
-    if mb is not None and not pd.isna(mb) and str(row.get("strategy")) == "bucketed":
-        label += f" {float(mb):g} MB"
+    if mb is not None and not pd.isna(mb) and str(row.get("strategy")) in ("bucketed", "torch_ddp"):
+        label += f" {float(mb):g} MiB"
     ws = row.get("world_size")
     if ws is not None and not pd.isna(ws):
         label += f" ×{int(ws)}"

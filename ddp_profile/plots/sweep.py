@@ -12,29 +12,50 @@ from ddp_profile.plots._common import titled
 
 def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = None,
                         optimum_mb: float | None = None, *, source: str = ""):
-    """Time per step and comm tail vs bucket size (COMPARISON_COLUMNS rows with bucket_size_mb), the
-    fitted overhead model as a line (``model`` columns: bucket_size_mb, predicted_ns) and its optimum as a
-    vertical marker. Log x axis: sweeps are usually powers of two."""
+    """Two panels vs bucket size (COMPARISON_COLUMNS rows with bucket_size_mb, MiB): left, time per step;
+    right, the measured comm tail and exposed comm with the fitted overhead model (``model`` columns:
+    bucket_size_mb, predicted_ns) and its optimum b* as a vertical marker. torch_ddp rows are single
+    markers. Log x axis: sweeps span decades. Separate panels because the step (hundreds of ms) would
+    flatten the tail (often < 1 ms) on a shared axis."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     c = comparison.dropna(subset=["bucket_size_mb"]).sort_values("bucket_size_mb")
+    strategy = c["strategy"].astype("object") if "strategy" in c else pd.Series("bucketed", index=c.index)
+    others = c[strategy == "torch_ddp"]
+    c = c[strategy != "torch_ddp"]
     x = c["bucket_size_mb"].astype(float).tolist()
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=x, y=(c["step_ns"] / 1e6).round(3).tolist(), mode="lines+markers",
-                             name="time per step (measured)"))
-    fig.add_trace(go.Scatter(x=x, y=(c["comm_tail_ns"] / 1e6).round(3).tolist(), mode="lines+markers",
-                             name="comm tail (measured)"))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=[
+        "time per step (ms)", "comm tail, exposed comm and model overhead (ms)"])
+    series = [("step_ns", "bucketed: time per step", 1, "#4C78A8"),
+              ("comm_tail_ns", "bucketed: comm tail", 2, "#E45756"),
+              ("exposed_comm_ns", "bucketed: exposed comm", 2, "#F58518")]
+    for col, name, panel, color in series:
+        fig.add_trace(go.Scatter(x=x, y=(c[col] / 1e6).round(3).tolist(), mode="lines+markers", name=name,
+                                 line={"color": color},
+                                 hovertemplate="%{x:g} MiB: %{y:.2f} ms<extra>" + name + "</extra>"),
+                      row=1, col=panel)
+    for col, name, panel, symbol in (("step_ns", "time per step", 1, "diamond"),
+                                     ("comm_tail_ns", "comm tail", 2, "x")):
+        if len(others):
+            fig.add_trace(go.Scatter(x=others["bucket_size_mb"].astype(float).tolist(),
+                                     y=(others[col] / 1e6).round(3).tolist(), mode="markers",
+                                     name=f"torch_ddp: {name}", marker={"symbol": symbol, "size": 11,
+                                                                        "color": "#54A24B"}),
+                          row=1, col=panel)
     if model is not None and len(model):
         m = model.sort_values("bucket_size_mb")
         fig.add_trace(go.Scatter(x=m["bucket_size_mb"].tolist(), y=(m["predicted_ns"] / 1e6).round(4).tolist(),
-                                 mode="lines", name="overhead model (fitted α-β)", line={"dash": "dash"}))
+                                 mode="lines", name="model n_b·o + s/(n_b·w)",
+                                 line={"dash": "dash", "color": "#72B7B2"}), row=1, col=2)
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
-        fig.add_vline(x=float(optimum_mb), line_dash="dot", line_color="#E45756",
-                      annotation_text=f"model optimum {optimum_mb:.3g} MB")
-    fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", height=420,
-                      margin={"l": 60, "r": 20, "t": 80, "b": 50},
-                      xaxis={"title": {"text": "bucket size (MB)"}, "type": "log"},
-                      yaxis={"title": {"text": "time (ms)"}})
+        fig.add_vline(x=float(optimum_mb), line_dash="dot", line_color="#B279A2", row=1, col=2,
+                      annotation_text=f"b* = {optimum_mb:.3g} MiB")
+    fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
+    fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="time (ms)", type="log", row=1, col=2)
+    fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", height=460,
+                      margin={"l": 60, "r": 20, "t": 90, "b": 60}, legend={"orientation": "h", "y": -0.25})
     return fig
 
 

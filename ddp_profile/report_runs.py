@@ -1,0 +1,233 @@
+"""Which runs a report holds, what each is called, and which runs may be compared on one page.
+
+No HTML here (``ddp_profile.report`` writes pages); this module decides names and groups.
+
+Run ids and page names
+----------------------
+A run's id is the path of its run folder relative to the folder the user passed, with ``/`` separators:
+``traces/naive_small_fp32_2xh200`` -> ``naive_small_fp32_2xh200`` and
+``traces/scaling/bucketed-25mb_xl_fp32_2xh200`` -> ``scaling/bucketed-25mb_xl_fp32_2xh200``. A run folder
+passed directly is named by its folder name, a single export by its file name without ``.sqlite[.xz]``.
+Ids repeated across several passed folders get ``~2``, ``~3``, ... so every run has its own page.
+
+:func:`run_page_name` maps an id to its page: ``run-`` + id with ``/`` written as ``--`` + ``.html``
+(``run-scaling--bucketed-25mb_xl_fp32_2xh200.html``); characters other than letters, digits, ``-_.~`` become
+``-``. :func:`group_page_name` names comparison pages the same way:
+``<kind>-[<folder>--]<model>-<dtype>-<gpu>[-x<world size>].html``, kind = strategies | sweep | scaling.
+
+Why the folder is part of every group key: the campaign folders come from different machines (the
+top-level runs from a 2-GPU host, ``scaling/`` from a 4-GPU host) and reuse run names; timings from two
+hosts are never put on one axis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddp_profile.errors import TraceError
+
+TRACE_SUFFIXES = (".sqlite", ".sqlite.xz")
+# Strategies in the order the pages show them (unknown ones after, alphabetically).
+STRATEGY_ORDER = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+
+
+def slug(text: str) -> str:
+    """File-name-safe form of a run id or group part."""
+    s = "".join(c if c.isalnum() or c in "-_.~" else "-" for c in str(text)).strip("-.")
+    return s[:150] or "run"
+
+
+def run_page_name(run_id: str) -> str:
+    """'scaling/bucketed-25mb_xl_fp32_2xh200' -> 'run-scaling--bucketed-25mb_xl_fp32_2xh200.html'."""
+    return f"run-{slug(str(run_id).replace('/', '--'))}.html"
+
+
+def group_page_name(kind: str, folder: str, model, dtype, gpu, world_size=None) -> str:
+    """('sweep', '', 'xl', 'fp32', 'NVIDIA H200', 2) -> 'sweep-xl-fp32-NVIDIA-H200-x2.html';
+    ('scaling', 'scaling', 'mlp8', 'fp32', 'NVIDIA H200') -> 'scaling-scaling--mlp8-fp32-NVIDIA-H200.html'."""
+    parts = [str(folder).replace("/", "--") + "--"] if folder else []
+    parts.append("-".join(str(v) for v in (model, dtype, gpu) if v not in (None, "")) or "runs")
+    if world_size is not None:
+        parts.append(f"-x{int(world_size)}")
+    return f"{kind}-{slug(''.join(parts))}.html"
+
+
+@dataclass
+class Run:
+    """One loaded, analysed run and the page it gets. ``run_id`` (see the module docstring) defaults to
+    ``name``; ``folder`` is the campaign folder the run came from ('' for the top level)."""
+
+    name: str
+    trace: object
+    analysis: object
+    meta: dict = field(default_factory=dict)  # the run's JSON (empty for a bare export)
+    run_id: str | None = None
+    folder: str = ""
+
+    @property
+    def page(self) -> str:
+        return run_page_name(self.run_id or self.name)
+
+
+@dataclass
+class Group:
+    """Runs compared on one page. kind: "strategies" | "scaling" | "sweep"."""
+
+    kind: str
+    title: str
+    runs: list
+    page_name: str | None = None
+    folder: str = ""
+
+    @property
+    def page(self) -> str:
+        return self.page_name or f"{self.kind}-{slug(self.title)}.html"
+
+
+# ---- discovery ------------------------------------------------------------------------------------------
+
+def _is_trace(p: Path) -> bool:
+    return p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+
+
+def _holds_traces(folder: Path) -> bool:
+    try:
+        return any(_is_trace(c) for c in folder.iterdir())
+    except OSError:
+        return False
+
+
+def discover_runs(paths: list) -> list[tuple[Path, str]]:
+    """(location, run id) per run: a trace file, a run folder (holds exports), or any folder whose
+    sub-folders (at any depth) hold run folders. Sorted by id within each passed folder; ids unique."""
+    found: list[tuple[Path, str]] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise TraceError(f"{p}: no such file or folder; pass a run folder, an nsys SQLite export or traces/")
+        if p.is_file():
+            if not _is_trace(p):
+                raise TraceError(f"{p}: not an nsys SQLite export (*.sqlite or *.sqlite.xz); "
+                                 f"convert .nsys-rep with `nsys export --type sqlite -o {p.stem}.sqlite {p}`")
+            found.append((p, p.name.split(".sqlite")[0]))
+        elif _holds_traces(p):
+            found.append((p, p.resolve().name))
+        else:
+            runs = []
+            for root, dirs, _files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                here = Path(root)
+                if here != p and _holds_traces(here):
+                    runs.append((here, here.relative_to(p).as_posix()))
+                    dirs[:] = []  # a run folder's sub-folders (e.g. recipe/) are part of that run
+            found.extend(sorted(runs, key=lambda r: r[1]))
+    seen_paths, out, ids = set(), [], {}
+    for path, rid in found:
+        key = path.resolve()
+        if key in seen_paths:
+            continue
+        seen_paths.add(key)
+        ids[rid] = ids.get(rid, 0) + 1
+        out.append((path, rid if ids[rid] == 1 else f"{rid}~{ids[rid]}"))
+    return out
+
+
+def discover(paths: list) -> list[Path]:
+    """Run locations only (see :func:`discover_runs`)."""
+    return [p for p, _ in discover_runs(paths)]
+
+
+def run_json(path: Path) -> dict | None:
+    """The harness's record of a run: ``run.json`` or ``<run>.json`` beside the export (the campaign
+    writes ``<run>/<run>.json``), or the only ``*.json`` in the run folder. None when there is none."""
+    folder = path if path.is_dir() else path.parent
+    stem = (path.name if path.is_dir() else path.name.split(".sqlite")[0])
+    candidates = [folder / "run.json", folder / f"{stem}.json"]
+    if path.is_dir():
+        jsons = sorted(folder.glob("*.json"))
+        if len(jsons) == 1:
+            candidates.append(jsons[0])
+    for c in candidates:
+        if c.is_file():
+            try:
+                data = json.loads(c.read_text())
+            except (OSError, ValueError) as exc:
+                raise TraceError(f"{c}: not valid JSON ({exc}); fix or remove it") from exc
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def normalise_meta(meta: dict) -> dict:
+    """run JSON -> the flat keys pages use: run_name, strategy, model, dtype, world_size, bucket_size_mb,
+    gpu_name (top-level keys win; ``config`` fills gaps; the campaign writes ``run`` and ``config.bucket_mb``)."""
+    m = dict(meta or {})
+    cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+    for key, alts in (("run_name", ("run_name", "run", "name")), ("strategy", ("strategy",)),
+                      ("model", ("model",)), ("dtype", ("dtype",)), ("world_size", ("world_size",)),
+                      ("bucket_size_mb", ("bucket_size_mb", "bucket_mb")), ("gpu_name", ("gpu_name",))):
+        if m.get(key) is None:
+            for src in (m, cfg):
+                v = next((src.get(a) for a in alts if src.get(a) is not None), None)
+                if v is not None:
+                    m[key] = v
+                    break
+    if m.get("strategy") not in ("bucketed", "torch_ddp"):
+        m["bucket_size_mb"] = None  # strategies without buckets: a config default, not a setting
+    return m
+
+
+# ---- grouping -------------------------------------------------------------------------------------------
+
+def _ws(run: Run) -> int:
+    return int(run.meta["world_size"])
+
+
+def strategy_key(run: Run) -> tuple:
+    s = str(run.meta.get("strategy"))
+    mb = run.meta.get("bucket_size_mb")
+    return (STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else len(STRATEGY_ORDER), s,
+            float(mb) if mb is not None else 0.0, _ws(run))
+
+
+def _hw_text(folder, model, dtype, gpu) -> str:
+    where = f"{folder}/ · " if folder else ""
+    return where + " · ".join(str(v) for v in (gpu, f"model {model}", dtype) if v)
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    """Comparisons that make sense, all within one (folder, model, dtype, GPU):
+
+    - strategies: every strategy at one world size n > 1, plus one 1-GPU baseline (``none`` if present) for
+      efficiency vs 1 GPU;
+    - sweep: the ``bucketed`` runs at one world size with at least two bucket sizes (plus torch_ddp there);
+    - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page.
+    """
+    groups = []
+    usable = [r for r in runs if r.meta.get("strategy") and r.meta.get("world_size")]
+    keys = dict.fromkeys((r.folder, r.meta.get("model"), r.meta.get("dtype"), r.meta.get("gpu_name"))
+                         for r in usable)
+    for key in keys:
+        folder, model, dtype, gpu = key
+        same = sorted((r for r in usable if (r.folder, r.meta.get("model"), r.meta.get("dtype"),
+                                             r.meta.get("gpu_name")) == key), key=strategy_key)
+        ones = [r for r in same if _ws(r) == 1]
+        base = [r for r in ones if r.meta["strategy"] == "none"][:1] or ones[:1]
+        hw = _hw_text(folder, model, dtype, gpu)
+        for ws in sorted({_ws(r) for r in same} - {1}):
+            at = [r for r in same if _ws(r) == ws]
+            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb")) for r in at}) >= 2:
+                groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
+                                    group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
+            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None]
+            if len({float(r.meta["bucket_size_mb"]) for r in sweep}) >= 2:
+                ddp = [r for r in at if r.meta["strategy"] == "torch_ddp"]
+                groups.append(Group("sweep", f"{hw} · {ws} GPUs", sweep + ddp,
+                                    group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
+        scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]
+                                           and o.meta.get("bucket_size_mb") == r.meta.get("bucket_size_mb")}) >= 2]
+        if scaling:
+            groups.append(Group("scaling", hw, scaling,
+                                group_page_name("scaling", folder, model, dtype, gpu), folder))
+    return groups

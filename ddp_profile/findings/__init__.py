@@ -20,14 +20,14 @@ __all__ = ["build_findings", "run_sets", "page_for"]
 
 
 def page_for(r) -> str:
-    """The report page of a run. TODO(report ids): use report.run_page_name once it exists; until then the
-    report names pages run-<slug(folder name)>.html, which collides between traces/ and traces/scaling/."""
+    """The report page of a run: ``report.run_page_name`` of its id relative to the traces folder
+    (``<run>`` or ``scaling/<run>``), as `ddp-profile report traces` names it."""
     try:
         from ddp_profile.report import run_page_name
     except ImportError:
         from ddp_profile.report import slug
         return f"run-{slug(r.name)}.html"
-    return run_page_name(r.folder)
+    return run_page_name(f"{'scaling/' if r.set == SCALING else ''}{r.name}")
 
 
 def key_of(r) -> str:

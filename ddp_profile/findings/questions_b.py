@@ -77,8 +77,8 @@ def q6_contention(rs, page, machine) -> Section:
             f"{pct(100 * lost / (hidden - gain), 0) if hidden - gain > 0 else 'n/a'} of that shortfall of "
             f"{ms(hidden - gain)}. So contention explains "
             f"{'most' if hidden - gain > 0 and lost >= 0.5 * (hidden - gain) else 'only part'} of why overlapping "
-            "is not faster by the full communication it hides; the rest is other compute growth (extra copy and "
-            "hook kernels, caching-allocator work) visible in the compute column.")
+            "is not faster by the full communication it hides; the remainder is not attributed to slowed kernels by "
+            "this analysis.")
     return s
 
 
@@ -102,7 +102,7 @@ def q7_scaling(srs, page, machine) -> tuple[Section, pd.DataFrame]:
         return s, df
     df["_eff"] = math.nan
     df["_f"] = math.nan
-    for (m, st), g in df.groupby(["model", "strategy"]):
+    for _key, g in df.groupby(["model", "strategy"]):
         one = g[g["GPUs"] == 1]
         if not len(one):
             continue

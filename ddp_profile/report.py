@@ -98,7 +98,8 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
         rid = ids.get(str(path)) or meta.get("run_name") or \
             (path.name if path.is_dir() else path.name.split(".sqlite")[0])
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
-        name = str(rid)
+        given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
+        name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
         runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder))
         print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)

@@ -187,7 +187,8 @@ ERROR_CASES = [
      ["a_rank0", "b_rank0", "different runs"]),
     ("mixed runs", mk_mixed_runs, {"inspect": 3, "analyze": 3, "report": 3},
      ["run_rank0.sqlite", "run_rank1.sqlite", "load one run's files together"]),
-    ("folder without exports", mk_empty_folder, {"inspect": 3, "analyze": 3, "report": 3}, ["nothing", "export"]),
+    ("folder without exports", mk_empty_folder, {"inspect": 3, "analyze": 3, "report": 3},
+     ["nothing", ("nsys export --type sqlite", "pass export paths")]),
     ("unreadable file", mk_unreadable, {"inspect": 3, "analyze": 3, "report": 3}, ["locked.sqlite", "readable"]),
 ]
 LIBRARY_ERROR = {"no CUDA trace": MissingDataError, "zero kernels": MissingDataError}

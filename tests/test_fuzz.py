@@ -16,7 +16,7 @@ import os
 import sqlite3
 import tempfile
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +41,7 @@ ODD_VALUES = [None, 0, -1, 1, 2**62, -(2**62), 2**63 - 1, -(2**63), 1.5, float("
 NON_UTF8 = "CAST(X'C3FF41E9' AS TEXT)"  # bytes that are not UTF-8, stored with TEXT affinity
 
 
-@lru_cache(maxsize=None)
+@cache
 def base_export(kind: str) -> bytes:
     """Bytes of a small, valid export: a 2-rank DDP run in each layout, or a file with copies and an open
     NVTX range. Built once per session."""
@@ -66,7 +66,7 @@ def base_export(kind: str) -> bytes:
 KINDS = ["ddp-2025.3", "ddp-2024.x", "ddp-2023.4", "copies"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def base_schema(kind: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     con = _open(base_export(kind))
     tables = sorted(r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'"))

@@ -92,10 +92,10 @@ def test_browser_runs_no_injected_script_and_shows_the_text(site, browser, tmp_p
     for path in pages:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         remote, errors, dialogs = [], [], []
-        page.on("request", lambda r: remote.append(r.url) if not r.url.startswith(("file:", "data:", "blob:"))
-                else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.on("request", lambda r, out=remote: out.append(r.url)
+                if not r.url.startswith(("file:", "data:", "blob:")) else None)
+        page.on("pageerror", lambda e, out=errors: out.append(str(e)))
+        page.on("dialog", lambda d, out=dialogs: (out.append(d.message), d.dismiss()))
         page.goto(path.as_uri())
         page.wait_for_load_state("load")
         page.wait_for_timeout(300)

@@ -41,7 +41,8 @@ def find_exports(paths) -> list[Path]:
         if item.is_dir():
             found = sorted(p for p in item.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
             if not found:
-                raise TraceError(f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports")
+                raise TraceError(f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports; pass the run "
+                                 "folder with the exports (make them with `nsys export --type sqlite`, or --export)")
             files.extend(found)
         else:
             files.append(item)

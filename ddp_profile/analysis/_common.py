@@ -13,7 +13,10 @@ COPY_KINDS = ("memcpy", "memset")
 
 
 def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
-    """A nullable integer column as int64 numpy, missing values replaced by ``fill``."""
+    """A nullable integer column as int64 numpy, missing values replaced by ``fill``. A plain int64 column
+    comes back as a read-only view, not a copy (a 10M-kernel trace keeps ~32 B/row less)."""
+    if series.dtype == np.int64:
+        return series.to_numpy()
     return pd.to_numeric(series, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
 
 

@@ -237,7 +237,14 @@ def machine() -> dict:
     import pandas as pd
     return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem_kb / 2**20, 1),
             "python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__,
-            "sqlite": sqlite3.sqlite_version, "os": platform.platform(), "nsys": shutil.which("nsys")}
+            "sqlite": sqlite3.sqlite_version, "os": platform.platform(), "nsys": shutil.which("nsys"),
+            "loadavg_start": _loadavg()}
+
+
+def _loadavg() -> str:
+    """1/5/15-minute load averages: other work on the machine slows every figure alike (a shared VM)."""
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def bench_size(n: int, args) -> dict:
@@ -321,6 +328,7 @@ def main(argv=None) -> int:
         results["render"] = dict(r, size=args.render_size)
         print(f"report of {args.render_size}: rendered in {r['render_s']:.2f} s ({r['page_mb']:.1f} MB page)"
               + (f", opened in Chromium in {r['browser_open_s']:.2f} s" if "browser_open_s" in r else ""), flush=True)
+    info["loadavg_end"] = _loadavg()
     md = write_results(results, Path(args.out))
     print(f"wrote {md} and {md.with_name('results.json')}")
     return 0

@@ -114,7 +114,9 @@ def write_results(res: dict, out: Path) -> Path:
         "",
         f"- Command: `{res['command']}`",
         f"- Date: {res['date']}",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}",
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM; {m['os']}; load average "
+        f"{m.get('loadavg_start')} at the start, {m.get('loadavg_end')} at the end (a shared machine: other "
+        "work slows floor and analysis alike, which is why they alternate and the minimum is kept)",
         f"- Software: Python {m['python']}, numpy {m['numpy']}, pandas {m['pandas']}, SQLite {m['sqlite']}; "
         f"nsys: {m['nsys'] or 'not installed'}",
         "",

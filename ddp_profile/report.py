@@ -36,6 +36,7 @@ from ddp_profile.report_runs import (  # noqa: F401  (re-exported: the page-nami
     slug,
     strategy_key,
 )
+from ddp_profile.report_sweep import pooled_fit, render_sweep_page, sweep_model  # noqa: F401  (re-exported)
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 PLOTLY_JS = "plotly.min.js"
@@ -274,12 +275,6 @@ def _compare_runs(pairs):
     return compare_runs(pairs)
 
 
-def _costmodel():
-    from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
-
-    return predict_overhead, optimal_bucket_bytes
-
-
 def _compare(runs: list[Run]) -> pd.DataFrame:
     comp = _compare_runs([(r.trace, r.analysis) for r in runs]).copy()
     comp["page"] = [r.page for r in runs]
@@ -403,88 +398,13 @@ def _group_source(group: Group) -> str:
     return describe_source(meta, None, steps or None)
 
 
-def pooled_fit(group: Group) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(collectives with known bytes of every run in the sweep, α-β fit over them). One host, one model:
-    pooling the 1 MiB … 1000 MiB runs gives the fit the widest range of message sizes."""
-    from ddp_profile.analysis.costmodel import cost_model
-
-    cols = [r.analysis.collectives for r in group.runs if r.analysis.collectives is not None
-            and len(r.analysis.collectives) and r.analysis.collectives["bytes"].notna().any()]
-    if not cols:
-        return pd.DataFrame(), pd.DataFrame()
-    pooled = pd.concat(cols, ignore_index=True)
-    return pooled, cost_model(pooled, [])
-
-
-def sweep_model(group: Group, comp: pd.DataFrame, fit_frame: pd.DataFrame | None = None):
-    """(curve frame [bucket_size_mb, predicted_ns], optimum_mb) from a fitted α-β model (``fit_frame``, the
-    pooled fit; default: the fit of the run with the most collectives), or (None, None) when no fit exists.
-    s, the gradient bytes per step, is the median over the sweep's runs of rank 0's all-reduce bytes per
-    step. Sizes in MiB (2^20 bytes), as the harness's bucket_mb."""
-    import numpy as np
-
-    predict_overhead, optimal_bucket_bytes = _costmodel()
-    best = max(group.runs, key=lambda r: len(r.analysis.collectives))
-    cm = fit_frame if fit_frame is not None and len(fit_frame) else best.analysis.cost_model
-    if cm is None or not len(cm):
-        return None, None
-    fit = cm.sort_values("n_points").iloc[-1]
-    o_ns, w = float(fit["o_us"]) * 1e3, float(fit["w_gb_per_s"])  # 1 GB/s = 1 byte/ns
-    totals = []
-    for r in group.runs:
-        col = r.analysis.collectives
-        c0 = col[(col["rank"] == col["rank"].min()) & col["step"].notna() & col["bytes"].notna()] \
-            if col is not None and len(col) else None
-        if c0 is not None and len(c0):
-            totals.append(float(c0.groupby("step")["bytes"].sum().median()))
-    if not totals or not np.isfinite([o_ns, w]).all() or w <= 0 or o_ns <= 0:
-        return None, None
-    total = float(np.median(totals))
-    measured = comp["bucket_size_mb"].dropna().astype(float) * 2**20
-    lo = min([total / 1000, *measured]) if len(measured) else total / 1000
-    hi = max([total, *measured]) if len(measured) else total
-    sizes = np.geomspace(max(lo, 1 << 16), max(hi, 1 << 17), 60)
-    pred = [float(predict_overhead(o_ns, w, total, max(1, int(np.ceil(total / b))))) for b in sizes]
-    curve = pd.DataFrame({"bucket_size_mb": sizes / 2**20, "predicted_ns": pred})
-    curve.attrs.update(o_us=o_ns / 1e3, w_gb_per_s=w, total_mb=total / 2**20)
-    return curve, float(optimal_bucket_bytes(o_ns, w, total)) / 2**20
-
-
-def render_sweep_page(group: Group) -> str:
-    from ddp_profile.plots import alpha_beta_figure, bucket_sweep_figure
-
-    comp = _compare(group.runs)
-    src = _group_source(group)
-    pooled, fit = pooled_fit(group)
-    curve, opt = sweep_model(group, comp, fit)
-    model_text = ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct "
-                  "sizes), so no model curve.</p>") if curve is None else (
-        f"<p>Model: overhead(n_b) = n_b·o + s/(n_b·w) with s = {curve.attrs['total_mb']:,.0f} MiB of gradients "
-        f"per step (rank 0's all-reduce bytes), n_b = ⌈s / bucket size⌉, and o = {curve.attrs['o_us']:.1f} µs, "
-        f"w = {curve.attrs['w_gb_per_s']:.1f} GB/s from the α-β fit below (all runs of this sweep pooled). "
-        f"Its optimum b* = √(s·w·o) = {opt:.3g} MiB. The model counts only what bucketing adds (per-bucket "
-        "overhead and the last bucket's exposed transfer); compare its shape with the measured comm tail.</p>")
-    ddp = [r for r in group.runs if r.meta.get("strategy") == "torch_ddp"]
-    body = "\n".join([
-        figure_div(bucket_sweep_figure(comp, curve, opt, source=src), "sweep"), model_text,
-        "<p class='note'>torch_ddp (PyTorch DDP at its bucket cap) is shown as single points: its "
-        "all-reduces carry no per-bucket NVTX ranges, so its message sizes are unknown and it is not in "
-        "the fit.</p>" if ddp else "",
-        figure_div(alpha_beta_figure(pooled, fit, source=src), "alphabeta") if len(pooled) else
-        "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
-        table(fit, "α-β fit (t = o + bytes / w), all runs of the sweep pooled"),
-        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
-    ])
-    return page(f"Bucket sweep: {group.title}", body, src)
-
-
 # ---- index, folder writing, entry points ----------------------------------------------------------------
 
 INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
                  "exposed_comm_ns", "comm_tail_ns", "overlap_pct", "efficiency_pct"]
 
 
-def render_index(runs: list[Run], groups: list[Group], failures: list[str]) -> str:
+def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False) -> str:
     """Every run with its headline numbers, then the comparisons, then what failed to load."""
     parts = []
     if failures:
@@ -506,6 +426,9 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str]) -> s
     parts.insert(0, f"<h2>Runs</h2><table><thead><tr><th>run</th>{head}</tr></thead><tbody>{''.join(rows)}"
                     "</tbody></table><p class='note'>Times are medians over profiled steps and ranks, in ms; "
                     "efficiency is against the 1-GPU run of the same model, dtype and GPU where one exists.</p>")
+    if findings:
+        parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
+                        "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")
     return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)")
 
 
@@ -552,8 +475,11 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progress=None) -> dict:
-    """Render every page into ``out_dir`` atomically; returns {page name: bytes}."""
+def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progress=None,
+                 findings_root: Path | None = None) -> dict:
+    """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
+    campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
+    are built from the same already-analysed runs and land in the same atomic swap."""
     from plotly.offline import get_plotlyjs
 
     out = progress or sys.stderr
@@ -569,26 +495,67 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
             print(f"report: [{i}/{len(runs)}] page {r.page} ({sizes[r.page] / 1e6:.1f} MB, "
                   f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)
         for g in groups:
-            render = {"sweep": render_sweep_page, "scaling": render_scaling_page}.get(g.kind, render_group_page)
-            _write(tmp / g.page, render(g))
+            if g.kind == "sweep":
+                text = render_sweep_page(g, runs)
+            else:
+                text = {"scaling": render_scaling_page}.get(g.kind, render_group_page)(g)
+            _write(tmp / g.page, text)
             sizes[g.page] = (tmp / g.page).stat().st_size
-        _write(tmp / "index.html", render_index(runs, groups, list(failures)))
+        if findings_root is not None:
+            sizes.update(_write_findings(findings_root, runs, tmp, out))
+        _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
 
     write_report_dir(out_dir, fill)
     return sizes
 
 
-def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None) -> tuple[dict, list[str]]:
-    """Find, load, analyse and render; the library behind `ddp-profile report`."""
+def findings_root_of(paths: list) -> Path | None:
+    """The campaign folder the findings can answer from: the single folder passed, when the findings
+    builder finds run folders in it (``<root>/<run>/``, ``<root>/scaling/<run>/``); else None."""
+    from ddp_profile.errors import DdpProfileError
+    from ddp_profile.findings.data import find_runs
+
+    if len(paths) != 1 or not Path(paths[0]).is_dir():
+        return None
+    try:
+        find_runs(Path(paths[0]))
+    except DdpProfileError:
+        return None
+    return Path(paths[0])
+
+
+def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
+    from ddp_profile.findings import build_findings
+    from ddp_profile.findings.data import from_report_runs
+
+    t0 = time.perf_counter()
+    data = from_report_runs(root, runs)
+    if not data:
+        print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
+        return {}
+    written = build_findings(root, tmp, runs=data)
+    print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
+    return written
+
+
+def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
+                 findings: bool = True) -> tuple[dict, list[str]]:
+    """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
+    FINDINGS.md and findings.html are written too when the input is one campaign folder (see
+    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped."""
     found = discover_runs(paths)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
+    root = findings_root_of(paths) if findings else None
+    if findings and root is None:
+        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
+              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
     runs, failures = load_runs(found, jobs, progress)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
-    return write_report(runs, out_dir, failures, progress), failures
+    return write_report(runs, out_dir, failures, progress, findings_root=root), failures
 
 
 def benchmark_run_page(run: Run) -> dict:

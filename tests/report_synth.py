@@ -92,21 +92,10 @@ def fake_compare_runs(pairs):
     return schema.select(pd.DataFrame(rows), schema.COMPARISON_COLUMNS)
 
 
-def fake_costmodel():
-    def predict(o_ns, w, total, n):
-        return n * o_ns + total / w / n  # shape only: latency grows with n, the tail shrinks
-
-    def optimal(o_ns, w, total):
-        return total / max(1.0, np.sqrt(total / w / o_ns))
-
-    return predict, optimal
-
-
 def patch_analysis(monkeypatch):
     import ddp_profile.report as report
 
     monkeypatch.setattr(report, "_compare_runs", fake_compare_runs)
-    monkeypatch.setattr(report, "_costmodel", fake_costmodel)
 
 
 def run_set(hostile_run=False):

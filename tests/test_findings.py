@@ -38,7 +38,7 @@ def built(tmp_path_factory):
     shutil.copy(TRACES / "machine.txt", root / "machine.txt")
     out = tmp_path_factory.mktemp("out")
     sizes = build_findings(root, out)
-    return out, sizes
+    return out, sizes, root
 
 
 def test_compare_words_follow_the_data():
@@ -48,7 +48,7 @@ def test_compare_words_follow_the_data():
 
 
 def test_document_has_every_question_and_html(built):
-    out, sizes = built
+    out, sizes, _ = built
     md = (out / "FINDINGS.md").read_text()
     for i in range(1, 9):
         assert f"\n## {i}. " in md, f"question {i} heading missing"
@@ -60,7 +60,7 @@ def test_document_has_every_question_and_html(built):
 
 
 def test_scaling_numbers_equal_the_analysis(built):
-    out, _ = built
+    out, _, _ = built
     md = (out / "FINDINGS.md").read_text()
     r2 = load_run("scaling", TRACES / "scaling" / SCALING[1])
     assert ms(r2.v("step_ns")) in md
@@ -92,3 +92,55 @@ def test_overlap_words_follow_step_times(small):
     ov, n = small["overlap"], small["naive"]
     assert f"The step is {compare(ov.v('step_ns'), n.v('step_ns'))} than naive" in text
     assert ms(ov.v("exposed_comm_ns")) in text
+
+
+def test_torch_verdict_words_follow_the_ratios():
+    import pandas as pd
+
+    from ddp_profile.findings.questions_b import torch_verdict
+
+    class Ref:
+        def v(self, _):
+            return 100e6
+
+    faster = pd.DataFrame({"run": ["a", "b"], "÷ torch_ddp": ["0.900", "1.100"], "_ratio": [0.9, 1.1]})
+    slower = pd.DataFrame({"run": ["a", "b"], "÷ torch_ddp": ["1.050", "1.100"], "_ratio": [1.05, 1.1]})
+    t1, t2 = torch_verdict("S", faster, Ref()), torch_verdict("S", slower, Ref())
+    assert "1 of 2 hand-written strategies are faster" in t1 and "fastest is a at 0.900×" in t1
+    assert "closest" not in t1
+    assert "no hand-written strategy is faster" in t2 and "closest is a at 1.050×" in t2
+
+
+def test_findings_and_sweep_page_state_one_fit(small):
+    """q4 and the report's sweep page both use costmodel.sweep_fit over the same runs: same o, w and b*."""
+    from ddp_profile.analysis.costmodel import fit_params
+    from ddp_profile.findings.text import mb, num
+    from ddp_profile.report import Group, Run
+    from ddp_profile.report_sweep import pooled_fit
+
+    fit = qa.shared_fit(small)
+    o, w, _ = fit_params(fit)
+    text = " ".join(b[1] for b in qa.q4_buckets(small, page_for, "m", fit).blocks if b[0] == "p")
+    assert f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s" in text
+    assert f"b* = √(s·w·o) = {mb(float(fit['b_star_bytes'].iloc[0]))}" in text
+    runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_size_mb=r.bucket_mb)) for r in small.values()]
+    _, fit2, members = pooled_fit(Group("sweep", "t", [x for x in runs if x.meta.get("strategy") == "bucketed"]),
+                                  runs)
+    assert fit2.equals(fit) and len(members) == int(fit["n_runs"].iloc[0]) >= 2
+
+
+def test_report_main_job_writes_findings(built, tmp_path):
+    """`ddp-profile report <campaign>` writes the findings in its atomic swap; `--no-findings` and a
+    non-campaign input skip them."""
+    from ddp_profile.report import build_report
+
+    root = built[2]
+    out = tmp_path / "reports"
+    sizes, failures = build_report([root], out)
+    assert not failures and {"FINDINGS.md", "findings.html", "index.html"} <= set(sizes)
+    assert (out / "FINDINGS.md").read_text().startswith("# Findings")
+    assert "findings.html" in (out / "index.html").read_text()
+    sizes, _ = build_report([root], out, findings=False)
+    assert "FINDINGS.md" not in sizes and not (out / "FINDINGS.md").exists()
+    sizes, _ = build_report([root / SMALL[0]], out)  # one run folder: no campaign, no findings
+    assert "FINDINGS.md" not in sizes

@@ -99,7 +99,7 @@ def _comparison(n):
 def test_strategy_bars_four_panels_gaps_not_zeros():
     fig = strategy_bars(_comparison(3), source=SRC)
     assert len(fig.data) == 4
-    assert list(fig.data[0].x) == ["naive ×2", "overlap ×2", "bucketed 25 MB ×2"]
+    assert list(fig.data[0].x) == ["naive ×2", "overlap ×2", "bucketed 25 MiB ×2"]
     assert list(fig.data[0].y) == [3.0, 2.0, 1.5]
     assert fig.data[3].y[1] is None               # no 1-GPU baseline: a gap, not 0
     assert "H100" in fig.layout.title.text
@@ -119,11 +119,12 @@ def test_bucket_sweep_marks_model_and_optimum():
     comp = _comparison(3).assign(bucket_size_mb=[1.0, 25.0, 100.0])
     model = pd.DataFrame({"bucket_size_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})
     fig = bucket_sweep_figure(comp, model, 12.5, source=SRC)
-    assert [tr.name for tr in fig.data] == ["time per step (measured)", "comm tail (measured)",
-                                           "overhead model (fitted α-β)"]
-    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket size (MB)"
-    assert fig.layout.shapes[0].x0 == 12.5 and "12.5 MB" in fig.layout.annotations[0].text
-    assert len(bucket_sweep_figure(comp, None, None).data) == 2
+    assert [tr.name for tr in fig.data] == ["bucketed: time per step", "bucketed: comm tail",
+                                           "bucketed: exposed comm", "model n_b·o + s/(n_b·w)"]
+    assert list(fig.data[3].x) == [1.0, 10.0, 100.0] and list(fig.data[3].y) == [0.5, 0.2, 0.4]  # ms
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket size (MiB, log scale)"
+    assert fig.layout.shapes[0].x0 == 12.5 and "b* = 12.5 MiB" in fig.layout.annotations[-1].text
+    assert len(bucket_sweep_figure(comp, None, None).data) == 3  # measured series only, no model
 
 
 def test_alpha_beta_points_and_fit_line():

@@ -77,3 +77,65 @@ def cost_model(collectives: pd.DataFrame, notes: list[str], min_sizes: int = 3) 
             notes.append("cost model: no collective with known bytes (needs the harness's NVTX ranges)")
         return schema.empty_frame(schema.COST_MODEL_COLUMNS)
     return schema.select(pd.DataFrame(rows), schema.COST_MODEL_COLUMNS)
+
+
+# ---- the one sweep model shared by the report's sweep page and the findings ------------------------------
+
+SWEEP_FIT_COLUMNS = [*schema.COST_MODEL_COLUMNS, "n_runs", "grad_bytes_per_step", "b_star_bytes"]
+
+
+def gradient_bytes_per_step(collectives: pd.DataFrame) -> float:
+    """s: the bytes all-reduced per (rank, step), median over (rank, step) rows with known sizes; NaN if none."""
+    if collectives is None or not len(collectives):
+        return float("nan")
+    c = collectives.loc[collectives["step"].notna() & collectives["bytes"].notna()]
+    if not len(c):
+        return float("nan")
+    return float(c.groupby(["rank", "step"])["bytes"].sum().median())
+
+
+def sweep_fit(collectives_frames, min_sizes: int = 3) -> pd.DataFrame:
+    """ONE α-β fit for a host/model/dtype: every run whose collectives carry sizes (naive, flat, overlap,
+    bucketed; torch_ddp carries none) pooled, so the fit spans the widest range of message sizes.
+
+    Returns one row (SWEEP_FIT_COLUMNS): the COST_MODEL_COLUMNS of the collective type with the most points
+    (the all-reduce), plus n_runs pooled, s = ``grad_bytes_per_step`` (median over the pooled runs of
+    :func:`gradient_bytes_per_step`) and b* = √(s·w·o) in bytes. Empty when no fit exists. The report's
+    sweep page and the findings both call this, so they state the same o, w and b*."""
+    frames = [c for c in collectives_frames
+              if c is not None and len(c) and c["bytes"].notna().any()]
+    if not frames:
+        return pd.DataFrame(columns=SWEEP_FIT_COLUMNS)
+    cm = cost_model(pd.concat(frames, ignore_index=True), [], min_sizes)
+    if not len(cm):
+        return pd.DataFrame(columns=SWEEP_FIT_COLUMNS)
+    row = cm.sort_values("n_points", kind="stable").iloc[[-1]].reset_index(drop=True)
+    s = float(np.nanmedian([gradient_bytes_per_step(c) for c in frames]))
+    row["n_runs"] = len(frames)
+    row["grad_bytes_per_step"] = s
+    o_ns, w = float(row["o_us"].iloc[0]) * 1e3, float(row["w_gb_per_s"].iloc[0])
+    row["b_star_bytes"] = optimal_bucket_bytes(o_ns, w, s) if np.isfinite([o_ns, w, s]).all() else float("nan")
+    return row[SWEEP_FIT_COLUMNS]
+
+
+def fit_params(fit: pd.DataFrame) -> tuple[float, float, float]:
+    """(o_ns, w_bytes_per_ns, r2) of a :func:`sweep_fit` row; NaNs when there is no usable fit."""
+    if fit is None or not len(fit):
+        return float("nan"), float("nan"), float("nan")
+    row = fit.iloc[0]
+    o, w, r2 = float(row["o_us"]) * 1e3, float(row["w_gb_per_s"]), float(row["r2"])
+    return (o, w, r2) if np.isfinite([o, w]).all() and w > 0 else (float("nan"), float("nan"), r2)
+
+
+def sweep_prediction(fit: pd.DataFrame, total_bytes: float, bucket_counts) -> np.ndarray:
+    """overhead(n_b) = n_b·o + s/(n_b·w) in ns for each bucket count, with o and w from :func:`sweep_fit`.
+
+    ``bucket_counts`` should be the counts the runs really had (the harness's ``bucket_count``): tensors are
+    never split, so a small cap gives far fewer buckets than ⌈s/cap⌉. NaN where the fit or a count is missing."""
+    o, w, _ = fit_params(fit)
+    out = []
+    for n in bucket_counts:
+        n = float(n) if n is not None else float("nan")
+        ok = np.isfinite([o, w, n, total_bytes]).all() and n > 0
+        out.append(predict_overhead(o, w, total_bytes, n) if ok else float("nan"))
+    return np.asarray(out, dtype=float)

@@ -1,4 +1,4 @@
-"""`ddp-profile report`: render traces into a folder of self-contained HTML pages."""
+"""`ddp-profile report`: render traces into a folder of self-contained HTML pages (and the findings)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,19 @@ from ddp_profile.errors import UsageError
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "report", help="render interactive offline HTML reports (default: traces/ -> reports/)",
+        "report", help="render interactive offline HTML reports and the findings (default: traces/ -> reports/)",
         description="Load every run (a run folder with *.sqlite[.xz] + run.json, a single export, or a folder "
                     "of run folders), analyse it and write index, per-run, comparison and bucket-sweep pages. "
-                    "The output folder is replaced atomically. Exit 0 when every run rendered, 3 when some "
-                    "failed (the report lists them) or none was found.")
+                    "When the input is one campaign folder (run folders in it and in its scaling/), FINDINGS.md "
+                    "and findings.html are written too, from the same loaded runs. The output folder is "
+                    "replaced atomically. Exit 0 when every run rendered, 3 when some failed (the report "
+                    "lists them) or none was found.")
     p.add_argument("paths", nargs="*", default=["traces"], help="runs or folders of runs (default: traces/)")
     p.add_argument("-o", "--output", default="reports", help="output folder (default: reports/)")
     p.add_argument("--jobs", type=int, default=1, help="runs loaded in parallel (default: 1)")
+    p.add_argument("--no-findings", action="store_true",
+                   help="skip FINDINGS.md and findings.html (written by default when the input is a campaign "
+                        "folder such as traces/)")
     p.add_argument("--export", action="store_true",
                    help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
     p.set_defaults(func=run)
@@ -33,9 +38,11 @@ def run(args) -> int:
         from ddp_profile.nsys.export import export_reports
 
         paths = export_reports(paths)
-    sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs)
+    sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
+                                   findings=not getattr(args, "no_findings", False))
     out = Path(args.output)
-    print(f"wrote {len(sizes)} page(s) to {out}/ (open {out / 'index.html'} in a browser; works offline)")
+    extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
+    print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")
     if failures:
         print(f"ddp-profile report: {len(failures)} run(s) failed to load; listed on the index page",
               file=sys.stderr)

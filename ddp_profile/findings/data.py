@@ -168,18 +168,44 @@ def collective_facts(analysis) -> dict:
 
 def load_run(set_name: str, folder: Path) -> RunData:
     """Load, analyse and summarise one run folder."""
-    from ddp_profile.analysis import analyze, compare_runs
+    from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     meta = read_meta(folder)
     trace = load_trace(folder)
     trace.run = meta  # the loader looks for run.json; the campaign names it <run>.json
-    res = analyze(trace)
+    return summarise(set_name, folder, meta, trace, analyze(trace))
+
+
+def summarise(set_name: str, folder: Path, meta: dict, trace, res) -> RunData:
+    """A RunData from an already loaded and analysed run (the report's runs are reused this way, so the
+    main job loads every trace once)."""
+    from ddp_profile.analysis import compare_runs
+
     row = compare_runs([(trace, res)]).iloc[0].to_dict()
     cols = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct"]
-    return RunData(set=set_name, name=folder.name, folder=folder, meta=meta, trace=trace, analysis=res, row=row,
-                   summary=res.summary(), spread=_spread(res.steps, cols), host=host_timers(meta, trace.nvtx),
-                   contention=contention_facts(res), collectives=collective_facts(res))
+    return RunData(set=set_name, name=Path(folder).name, folder=Path(folder), meta=meta, trace=trace, analysis=res,
+                   row=row, summary=res.summary(), spread=_spread(res.steps, cols),
+                   host=host_timers(meta, trace.nvtx), contention=contention_facts(res),
+                   collectives=collective_facts(res))
+
+
+def from_report_runs(root: Path, report_runs) -> list[RunData]:
+    """RunData for the report's runs that :func:`find_runs` finds under ``root`` (matched by their id, the
+    folder path relative to ``root``), in folder order; raises TraceError when ``root`` holds no campaign.
+    Runs the report could not load, or without a run JSON, are left out."""
+    by_id = {str(r.run_id or r.name): r for r in report_runs}
+    out = []
+    for s, d in find_runs(root):
+        rel = d.relative_to(root).as_posix()
+        r = by_id.get(rel)
+        if r is None:
+            continue
+        meta = getattr(r.trace, "run", None)
+        if not meta:  # a bare export without the harness's JSON: nothing the questions can use
+            continue
+        out.append(summarise(s, d, meta, r.trace, r.analysis))
+    return out
 
 
 def load_all(root: Path, progress=None) -> list[RunData]:

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
+from ddp_profile.analysis.costmodel import fit_params, sweep_fit, sweep_prediction
 from ddp_profile.findings.data import grad_wait_phase
 from ddp_profile.findings.text import Section, certainty, compare, mb, ms, num, pct, rel, spread
 
@@ -71,22 +71,42 @@ def q1_naive(rs, page, machine) -> Section:
     return s
 
 
-def _ab(run) -> tuple[float, float, float]:
-    """(o_ns, w_bytes_per_ns, r2) of the run's all-reduce fit, NaNs when absent."""
-    cm = run.analysis.cost_model
-    if cm is None or not len(cm):
-        return math.nan, math.nan, math.nan
-    row = cm.sort_values("n_points").iloc[-1]
-    return float(row["o_us"]) * 1e3, float(row["w_gb_per_s"]), float(row["r2"])
+def shared_fit(rs) -> pd.DataFrame:
+    """The set's one α-β fit (:func:`~ddp_profile.analysis.costmodel.sweep_fit`): every multi-GPU run of the set
+    whose collectives carry sizes, pooled, exactly as the report's sweep page pools them."""
+    return sweep_fit([r.analysis.collectives for r in rs.values() if r.world_size > 1])
 
 
-def q2_flat(rs, page, machine) -> Section:
+def size(nbytes: float) -> str:
+    """Bytes as kB below 1 MiB, else MiB."""
+    return mb(nbytes) if not np.isfinite(nbytes) or nbytes >= 2**20 else f"{nbytes / 1e3:.1f} kB"
+
+
+def fit_members(rs) -> list:
+    return [r for r in rs.values() if r.world_size > 1 and r.analysis.collectives is not None
+            and len(r.analysis.collectives) and r.analysis.collectives["bytes"].notna().any()]
+
+
+def fit_sentence(fit, rs) -> str:
+    """"o = … µs, w = … GB/s (r² = …) from one fit over N all-reduces of runs …" (or why there is none)."""
+    o, w, r2 = fit_params(fit)
+    if not np.isfinite([o, w]).all():
+        return "no α-β fit (no collectives with at least 3 distinct sizes)"
+    row = fit.iloc[0]
+    return (f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s (r² = {num(r2, 3)}) from one least-squares fit over "
+            f"{int(row['n_points'])} all-reduce kernels ({size(float(row['min_bytes']))} to "
+            f"{size(float(row['max_bytes']))}) of the {int(row['n_runs'])} runs whose collectives carry sizes "
+            f"({', '.join(r.label for r in fit_members(rs))}), the same fit as the report's bucket-sweep page")
+
+
+def q2_flat(rs, page, machine, fit=None) -> Section:
     s = Section("q2", "2. Flat vs naive: one large all-reduce vs many small ones")
     n, f = rs.get("naive"), rs.get("flat")
     if n is None or f is None:
         s.p("Set A lacks a naive or flat run.")
         return s
-    o, w, r2 = _ab(n)
+    fit = shared_fit(rs) if fit is None else fit
+    o, w, _ = fit_params(fit)
     nb = n.collectives["n_per_step"]
     sbytes = n.collectives["bytes_per_step"]
     steps = n.analysis.steps
@@ -97,19 +117,21 @@ def q2_flat(rs, page, machine) -> Section:
                                                 "copies (memcpy) per step": ms(float(r.analysis.steps['copy_ns'].median()))})
                       for r in (n, f)])
     s.table(t, "Naive vs flat (XL fp32)")
-    pred_n = predict_overhead(o, w, sbytes, nb) if np.isfinite([o, w]).all() and w > 0 else math.nan
-    pred_f = predict_overhead(o, w, sbytes, 1) if np.isfinite([o, w]).all() and w > 0 else math.nan
+    ok = np.isfinite([o, w]).all()
+    pred_n = nb * o + sbytes / w if ok else math.nan  # nb calls moving s bytes in total
+    pred_f = o + sbytes / w if ok else math.nan
     s.p(f"Flat is {compare(f.v('step_ns'), n.v('step_ns'))} than naive by {ms(abs(f.v('step_ns') - n.v('step_ns')))} "
         f"per step ({rel(f.v('step_ns'), n.v('step_ns'))}), {certainty(f.spread['step_ns'], n.spread['step_ns'])}. "
         f"Its NCCL time is {ms(f.v('comm_ns'))} against naive's {ms(n.v('comm_ns'))} "
-        f"({compare(f.v('comm_ns'), n.v('comm_ns'), 'less', 'more', 'the same')}). The α-β fit of naive's "
-        f"{len(n.analysis.collectives)} all-reduce kernels (6.4 kB to 64 MB) gives a per-call overhead o = "
-        f"{num(o / 1e3, 1)} µs and a bandwidth w = {num(w, 0)} GB/s (r² = {num(r2, 3)}). With "
-        f"s = {mb(sbytes)} of gradients per step it predicts n·o + s/w = {ms(pred_n)} for {nb:.0f} calls and "
-        f"{ms(pred_f)} for one call: the {nb:.0f} calls cost {ms(nb * o)} of fixed overhead. Measured, flat's single "
-        f"all-reduce takes {ms(f.v('comm_ns'))}, {compare(f.v('comm_ns'), pred_f, 'less', 'more', 'exactly')} than "
-        f"the fit's one-call prediction (a single huge message reaches a bus bandwidth the fit over small and "
-        f"medium messages does not capture). Flattening costs elsewhere: flat's compute kernels (which include "
+        f"({compare(f.v('comm_ns'), n.v('comm_ns'), 'less', 'more', 'the same')}). The α-β model has "
+        f"{fit_sentence(fit, rs)}. With s = {mb(sbytes)} of gradients per step it predicts n·o + s/w = "
+        f"{ms(pred_n)} for naive's {nb:.0f} calls ({ms(nb * o)} of it fixed per-call overhead; measured "
+        f"{ms(n.v('comm_ns'))}, {rel(pred_n, n.v('comm_ns'))} off) and o + s/w = {ms(pred_f)} for flat's one call "
+        f"(measured {ms(f.v('comm_ns'))}, {rel(pred_f, f.v('comm_ns'))} off). One straight line through messages "
+        f"of {size(float(fit['min_bytes'].iloc[0])) if len(fit) else 'n/a'} to "
+        f"{size(float(fit['max_bytes'].iloc[0])) if len(fit) else 'n/a'} is pulled by the largest ones, so it "
+        f"describes naive's many small calls {'poorly' if abs(pred_n / n.v('comm_ns') - 1) > 0.1 else 'fairly well'}. "
+        f"Flattening costs elsewhere: flat's compute kernels (which include "
         f"the copies into and out of the flat buffer) take {ms(f.v('compute_ns'))} per step, "
         f"{ms(abs(f.v('compute_ns') - n.v('compute_ns')))} {compare(f.v('compute_ns'), n.v('compute_ns'), 'less', 'more', 'no different')} "
         f"than naive's, and memcpy {ms(copy_f)} against {ms(copy_n)}. "
@@ -158,21 +180,21 @@ def _bucket_layout(r) -> dict:
             "max": float(bb.max()) if bb.size else math.nan, "total": total}
 
 
-def q4_buckets(rs, page, machine) -> Section:
+def q4_buckets(rs, page, machine, fit=None) -> Section:
     s = Section("q4", "4. Bucketed at 1, 10, 25, 100, 1000 MB")
     bk = sorted([r for k, r in rs.items() if k.startswith("bucketed")], key=lambda r: r.bucket_mb)
     n = rs.get("naive")
     if not bk:
         s.p("No bucketed runs in set A.")
         return s
-    o, w, r2 = _ab(n) if n is not None else (math.nan,) * 3
-    s.p(f"Machine: {machine}. Runs: {', '.join(r.name for r in bk)}; α-β fit from {n.name if n else 'n/a'} "
-        f"(the widest range of message sizes).")
+    fit = shared_fit(rs) if fit is None else fit
+    o, w, r2 = fit_params(fit)
+    s_bytes = float(fit["grad_bytes_per_step"].iloc[0]) if len(fit) else math.nan
+    s.p(f"Machine: {machine}. Runs: {', '.join(r.name for r in bk)}.")
     rows = []
-    for r in bk:
+    preds = sweep_prediction(fit, s_bytes, [_bucket_layout(r)["n"] for r in bk])  # measured bucket counts
+    for r, pred in zip(bk, preds, strict=True):
         lay = _bucket_layout(r)
-        pred = predict_overhead(o, w, r.collectives["bytes_per_step"], r.collectives["n_per_step"]) \
-            if np.isfinite([o, w]).all() and w > 0 and r.collectives["n_per_step"] > 0 else math.nan
         rows.append({"cap": f"{r.bucket_mb:g} MB", "step (median)": ms(r.v("step_ns")),
                      "step min–max": spread(*r.spread["step_ns"]), "buckets": lay["n"],
                      "size ÷ cap": lay["size_over_cap"], "buckets > cap": lay["over_cap"],
@@ -194,18 +216,26 @@ def q4_buckets(rs, page, machine) -> Section:
                         f"{x['buckets > cap']} above the cap" for x in small) + ".")
     best = min(rows, key=lambda x: x["_r"].v("step_ns"))
     curve_rows = [x for x in rows if np.isfinite(x["_pred"])]
-    bstar = optimal_bucket_bytes(o, w, rows[0]["_r"].collectives["bytes_per_step"]) if np.isfinite([o, w]).all() \
-        else math.nan
+    bstar = float(fit["b_star_bytes"].iloc[0]) if len(fit) else math.nan
     pred_best = min(curve_rows, key=lambda x: x["_pred"]) if curve_rows else None
     tail_best = min(rows, key=lambda x: x["_r"].v("comm_tail_ns"))
-    s.p(f"Fitted model (o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s, r² = {num(r2, 3)}): the optimum bucket is "
-        f"b* = √(s·w·o) = {mb(bstar)}; among the measured caps the model's smallest overhead is at "
-        f"{pred_best['cap'] if pred_best else 'n/a'}. Measured, the shortest tail is at {tail_best['cap']} "
-        f"({tail_best['tail (measured)']}) and the fastest step at {best['cap']} ({best['step (median)']}, range "
-        f"{best['step min–max']}). The model's numbers are "
+    ratios = [x["_pred"] / x["_r"].v("comm_tail_ns") for x in curve_rows if x["_r"].v("comm_tail_ns") > 0]
+    same = pred_best is not None and pred_best["cap"] == tail_best["cap"]
+    s.p(f"The model overhead(n_b) = n_b·o + s/(n_b·w) uses {fit_sentence(fit, rs)}, s = {mb(s_bytes)}, and each "
+        f"run's measured bucket count n_b (the column 'buckets', not size ÷ cap). For equal buckets its optimum is "
+        f"b* = √(s·w·o) = {mb(bstar)} (the value the report's sweep page marks); among the measured caps the "
+        f"model's smallest overhead is at {pred_best['cap'] if pred_best else 'n/a'}. Measured, the shortest tail "
+        f"is at {tail_best['cap']} ({tail_best['tail (measured)']}) and the fastest step at {best['cap']} "
+        f"({best['step (median)']}, range {best['step min–max']}); "
+        + ("the model's best cap and the measured one agree. " if same else
+           "the model does not pick the measured best cap. ")
+        + (f"Model ÷ measured tail runs from {min(ratios):.2f}× to {max(ratios):.2f}×: "
+           if ratios else "")
         + ", ".join(f"{x['cap']}: {x['model n_b·o + s/(n_b·w)']} vs {x['tail (measured)']} measured"
                     for x in rows) +
-        ". The model charges every bucket its full overhead o and the last bucket's whole transfer to the tail, "
+        (". Within 25% at every cap, so the model predicts the tail well. " if ratios and
+         all(0.8 <= x <= 1.25 for x in ratios) else ". So the model predicts the measured tail poorly. ") +
+        "The model charges every bucket its full overhead o and the last bucket's whole transfer to the tail, "
         "but buckets are unequal here (the last one is the embedding-sized tensor or a partial bucket), and the "
         "step time is set less by the tail than by compute: the compute column moves by "
         f"{ms(max(x['_r'].v('compute_ns') for x in rows) - min(x['_r'].v('compute_ns') for x in rows))} across the "

@@ -451,8 +451,11 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
 
         progress = ProgressBar(len(files_in))
 
+    # Threads: ``jobs`` files at once, each reading its large tables on READ_THREADS // jobs threads.
+    per_file = max(1, READ_THREADS // max(1, min(jobs, len(files_in))))
+
     def read(item):
-        result = _read_file(*item)
+        result = _read_file(*item, threads=per_file)
         if progress:
             progress(f"read {item[1]}")
         return result

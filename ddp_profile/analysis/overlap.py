@@ -63,7 +63,7 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
 def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 per-group sums (bincount sums in float64, exact only below 2^53: split in two halves
     when the total could exceed that)."""
-    if len(values) == 0 or np.abs(values).max() * len(values) < 2**53:
+    if len(values) == 0 or float(np.abs(values).max()) * len(values) < 2**53:
         return np.bincount(groups, values, n).astype(np.int64)
     hi, lo = values >> 26, values & ((1 << 26) - 1)
     return (np.bincount(groups, hi, n).astype(np.int64) << 26) + np.bincount(groups, lo, n).astype(np.int64)

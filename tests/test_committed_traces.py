@@ -1,0 +1,66 @@
+"""The committed trace set is what issue #4 promises: every run folder loads, has one rank per GPU of its
+world size, NCCL kernels when it has more than one rank, the harness's NVTX ranges, and nothing private
+(no environment rows, no captured output, the scrubber's record present)."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ddp_profile import nvtx_names
+from ddp_profile.nsys.loader import load_trace
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+RUNS = sorted(p.parent for p in TRACES.rglob("*.sqlite.xz"))
+
+
+def _raw(path: Path) -> sqlite3.Connection:
+    con = sqlite3.connect(":memory:")
+    con.deserialize(lzma.decompress(path.read_bytes()))
+    return con
+
+
+def test_trace_set_is_complete():
+    names = {p.name for p in RUNS}
+    for strategy in ["none", "naive", "flat", "overlap", "bucketed-1mb", "bucketed-10mb", "bucketed-25mb",
+                     "bucketed-100mb", "bucketed-1000mb", "torch_ddp-25mb"]:
+        world = 1 if strategy == "none" else 2
+        assert any(n.startswith(f"{strategy}_xl_fp32_{world}x") for n in names), f"set A lacks {strategy}"
+        assert any(n.startswith(f"{strategy}_small_fp32_{world}x") for n in names), f"small set lacks {strategy}"
+    for strategy in ["none", "naive", "overlap", "bucketed-25mb", "bucketed-100mb", "torch_ddp-25mb"]:
+        assert any(n.startswith(f"{strategy}_xl_bf16_") for n in names), f"set B lacks {strategy}"
+    total = sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file())
+    assert total < 100e6, f"traces/ is {total / 1e6:.0f} MB; the budget is 100 MB"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[str(p.relative_to(TRACES)) for p in RUNS])
+def test_committed_run_loads_and_is_scrubbed(run):
+    meta = json.loads((run / f"{run.name}.json").read_text())
+    export = next(run.glob("*.sqlite.xz"))
+    trace = load_trace(run)
+    world = meta["world_size"]
+    assert len(trace.ranks) == world and trace.ranks["device"].nunique() == world
+    assert set(trace.ranks["rank_source"]) == {"nvtx-marker"}
+    assert str(meta["gpu_name"]) in set(trace.ranks["gpu_name"])
+    kinds = set(trace.kernels["kind"].astype(str))
+    assert "compute" in kinds
+    assert ("nccl" in kinds) == (world > 1 and meta["strategy"] != "none")
+    ours = trace.nvtx[trace.nvtx["domain"] == nvtx_names.DOMAIN]
+    steps = ours[ours["name"].str.startswith(nvtx_names.STEP + " ")]
+    assert len(steps) == world * meta["config"]["steps"]
+    assert {nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER} <= set(ours["name"])
+    con = _raw(export)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "DDP_PROFILE_SCRUB" in tables
+    if "META_DATA_CAPTURE" in tables:
+        assert con.execute("SELECT count(*) FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").fetchone()[0] == 0
+    for table in ("TARGET_INFO_SYSTEM_ENV", "ProcessStreams"):
+        if table in tables:
+            assert con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] == 0
+    blob = lzma.decompress(export.read_bytes())
+    for needle in (b"/root/", b"/home/", b"/tmp/", b"/work/", b"PATH=", b"HOSTNAME="):
+        assert needle not in blob, f"{export.name} still holds {needle!r}"

@@ -109,7 +109,8 @@ def measure_analyze(path: str, jobs: int = 1) -> dict:
     s = result.summary()
     return {"seconds": t2 - t0, "load_s": t1 - t0, "analyze_s": t2 - t1, "rows": len(trace.kernels),
             "rss_before_kb": before, "peak_kb": _peak_kb(), "n_ranks": s["n_ranks"], "n_steps": s["n_steps"],
-            "n_collectives": s["n_collectives"], "overlap_pct": s["overlap_pct"]}
+            "n_collectives": s["n_collectives"], "overlap_pct": s["overlap_pct"],
+            "frame_bytes_per_row": trace.kernels.memory_usage(deep=True, index=False).sum() / max(1, len(trace.kernels))}
 
 
 def _warm_imports() -> None:

@@ -93,8 +93,9 @@ def readme_section(res: dict) -> str:
         "per-kernel and per-rank overlap, collective table, cost model, contention. The loader reads columns "
         "with SQLite's `group_concat` parsed by numpy (no Python object per value) in row chunks on up to 4 "
         "threads (2 here); the floor is single-threaded. Memory is the peak RSS above the process's RSS before "
-        "loading; the returned kernels frame alone takes 89 bytes per kernel (16 columns) against 56 for the "
-        "seven int64 columns, so the 2x memory target would need narrower column types.",
+        f"loading; the returned kernels frame alone takes {res['sizes'][-1]['analyze']['frame_bytes_per_row']:.0f} "
+        "bytes per kernel (its 16 columns) against 56 for the seven int64 columns, so the 2x memory target "
+        "would need narrower column types.",
         "",
         "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 |",
         "|---|---|---|---|---|---|",

@@ -31,7 +31,6 @@ from ddp_profile.report_runs import (  # noqa: F401  (re-exported: the page-nami
     group_page_name,
     group_runs,
     normalise_meta,
-    run_json,
     run_page_name,
     slug,
     strategy_key,
@@ -65,14 +64,12 @@ def _say(message: str) -> None:
 
 def load_one(path: Path):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr).
-    The run's JSON (``<run>.json`` or ``run.json``) is attached when the loader did not find one."""
+    The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
-    if not getattr(trace, "run", None):
-        trace.run = run_json(Path(path))
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
     return trace, analyze(trace)
 

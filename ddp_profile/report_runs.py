@@ -22,7 +22,6 @@ hosts are never put on one axis.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,26 +136,6 @@ def discover_runs(paths: list) -> list[tuple[Path, str]]:
 def discover(paths: list) -> list[Path]:
     """Run locations only (see :func:`discover_runs`)."""
     return [p for p, _ in discover_runs(paths)]
-
-
-def run_json(path: Path) -> dict | None:
-    """The harness's record of a run: ``run.json`` or ``<run>.json`` beside the export (the campaign
-    writes ``<run>/<run>.json``), or the only ``*.json`` in the run folder. None when there is none."""
-    folder = path if path.is_dir() else path.parent
-    stem = (path.name if path.is_dir() else path.name.split(".sqlite")[0])
-    candidates = [folder / "run.json", folder / f"{stem}.json"]
-    if path.is_dir():
-        jsons = sorted(folder.glob("*.json"))
-        if len(jsons) == 1:
-            candidates.append(jsons[0])
-    for c in candidates:
-        if c.is_file():
-            try:
-                data = json.loads(c.read_text())
-            except (OSError, ValueError) as exc:
-                raise TraceError(f"{c}: not valid JSON ({exc}); fix or remove it") from exc
-            return data if isinstance(data, dict) else None
-    return None
 
 
 def normalise_meta(meta: dict) -> dict:

@@ -27,7 +27,8 @@ class Trace:
     meta: dict = field(default_factory=dict)
     """nsys_version, schema_version, files, rank_source, clock (offsets), scrubbed, warnings, per-file info."""
     run: dict | None = None
-    """The ``run.json`` written next to the traces by the training harness, when found."""
+    """The training harness's run record beside the exports (``run.json``, ``<export stem>.json`` or
+    ``<folder name>.json``), when found; a damaged one is skipped with a warning in ``meta``."""
     paths: list[Path] = field(default_factory=list)
     """The export files read, in the order read."""
 

@@ -190,3 +190,50 @@ def test_files_from_different_runs_raise(build_export, tmp_path):
                  session_start_utc_ns=10**18 + 3600 * 10**9)
     with pytest.raises(TraceError, match="different runs"):
         load_trace(tmp_path)
+
+
+# ---- the run record beside the exports (trace.run) ------------------------------------------------------
+
+TRACES = __import__("pathlib").Path(__file__).resolve().parents[1] / "traces"
+
+
+def test_committed_trace_gets_its_run_json_named_after_the_run():
+    """The campaign writes ``<run>/<run>.json``: the loader attaches it, from the folder or the export."""
+    import json
+
+    folder = TRACES / "naive_small_fp32_2xh200"
+    expected = json.loads((folder / f"{folder.name}.json").read_text())
+    for where in (folder, folder / f"{folder.name}.sqlite.xz"):
+        tr = load_trace(where)
+        assert tr.run == expected
+        assert tr.run["config"]["strategy"] == "naive"
+        assert not [w for w in tr.warnings if "run record" in w]
+
+
+@pytest.mark.parametrize("json_name", ["run.json", "job.json", "exp7.json"])
+def test_run_json_by_stem_rank_suffix_or_folder_name(tmp_path, sample_path, json_name):
+    """run.json, ``<stem>.json`` with the rank suffix dropped (``job_rank0.sqlite`` -> ``job.json``) and
+    ``<folder name>.json`` are all found."""
+    import json
+
+    folder = tmp_path / "exp7"
+    folder.mkdir()
+    shutil.copyfile(sample_path, folder / "job_rank0.sqlite")
+    (folder / json_name).write_text(json.dumps({"strategy": "overlap", "found": json_name}))
+    tr = load_trace(folder / "job_rank0.sqlite")
+    assert tr.run == {"strategy": "overlap", "found": json_name}
+
+
+def test_unrelated_json_is_not_taken_and_bad_json_is_a_warning(tmp_path, sample_path):
+    shutil.copyfile(sample_path, tmp_path / "a.sqlite")
+    (tmp_path / "other.json").write_text('{"strategy": "naive"}')
+    assert load_trace(tmp_path / "a.sqlite").run is None
+    (tmp_path / "a.json").write_text('{"strategy": ')  # cut short
+    tr = load_trace(tmp_path / "a.sqlite")
+    assert tr.run is None
+    assert any("a.json: run record not read" in w for w in tr.warnings)
+    (tmp_path / "run.json").write_text("[1, 2]")  # valid JSON, not an object: skipped, next candidate tried
+    (tmp_path / "a.json").write_text('{"strategy": "overlap"}')
+    tr = load_trace(tmp_path / "a.sqlite")
+    assert tr.run == {"strategy": "overlap"}
+    assert any("run.json: run record is a JSON list" in w for w in tr.warnings)

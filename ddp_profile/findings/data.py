@@ -11,7 +11,6 @@ Runs live in two sets that must never share an axis: ``traces/<run>/`` (the 2-GP
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,15 +107,14 @@ def find_runs(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def read_meta(folder: Path) -> dict:
-    """The harness's run JSON: ``<folder>/<folder name>.json`` (or ``run.json``)."""
-    for cand in (folder / f"{folder.name}.json", folder / "run.json"):
-        if cand.is_file():
-            try:
-                return json.loads(cand.read_text())
-            except (OSError, ValueError) as exc:
-                raise TraceError(f"{cand}: not valid JSON ({exc})") from exc
-    raise TraceError(f"{folder}: no run JSON ({folder.name}.json); the findings need the harness's run facts")
+def require_meta(folder: Path, trace) -> dict:
+    """The harness's run JSON the loader found beside the exports (``trace.run``): ``<folder name>.json``
+    or ``run.json``. The findings need its run facts, so a run without one is an error."""
+    if trace.run:
+        return trace.run
+    why = "; ".join(w for w in trace.warnings if "run record" in w)
+    raise TraceError(f"{folder}: no run JSON ({folder.name}.json){'; ' + why if why else ''}; "
+                     "the findings need the harness's run facts")
 
 
 def _spread(steps: pd.DataFrame, cols) -> dict:
@@ -171,9 +169,8 @@ def load_run(set_name: str, folder: Path) -> RunData:
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
-    meta = read_meta(folder)
     trace = load_trace(folder)
-    trace.run = meta  # the loader looks for run.json; the campaign names it <run>.json
+    meta = require_meta(folder, trace)
     return summarise(set_name, folder, meta, trace, analyze(trace))
 
 

@@ -11,6 +11,7 @@ import gzip
 import json
 import lzma
 import os
+import re
 import sqlite3
 import threading
 import urllib.parse
@@ -364,14 +365,43 @@ def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
 
-def _find_run_json(paths: list[Path]) -> dict | None:
+RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
+
+
+def _run_json_candidates(paths: list[Path]) -> list[Path]:
+    """Where the harness's run record may sit, in order of preference, for each folder holding exports:
+    ``run.json``, then ``<stem>.json`` for each export's stem (its name less ``.sqlite[.xz|.gz]``, with and
+    without a rank suffix such as ``_rank0``), then ``<folder name>.json`` (the campaign's
+    ``<run>/<run>.json``)."""
+    out: list[Path] = []
     for folder in dict.fromkeys(p.resolve().parent for p in paths):
-        candidate = folder / "run.json"
-        if candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError) as exc:
-                raise TraceError(f"{candidate}: not valid JSON ({exc})") from exc
+        out.append(folder / "run.json")
+        for p in paths:
+            if p.resolve().parent != folder:
+                continue
+            stem = p.name.split(".sqlite")[0]
+            out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
+        out.append(folder / f"{folder.name}.json")
+    return list(dict.fromkeys(out))
+
+
+def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
+    """The first candidate (see :func:`_run_json_candidates`) that holds a JSON object. One that cannot be
+    read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
+    the trace, so a damaged one should not stop the analysis."""
+    for candidate in _run_json_candidates(paths):
+        if not candidate.is_file():
+            continue
+        try:
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            warnings.append(f"{candidate}: run record not read ({_short(exc)}); run facts (strategy, model, ...) "
+                            "are unknown: fix or remove the file")
+            continue
+        if not isinstance(data, dict):
+            warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
+            continue
+        return data
     return None
 
 
@@ -502,11 +532,12 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
         "warnings": warnings,
     }
+    run = _find_run_json(files_in, warnings)
     return Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
         gpus=gpus, ranks=schema.select(procs, schema.RANK_COLUMNS), meta=meta,
-        run=_find_run_json(files_in), paths=files_in,
+        run=run, paths=files_in,
     )
 
 

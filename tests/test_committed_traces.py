@@ -15,7 +15,7 @@ from ddp_profile import nvtx_names
 from ddp_profile.nsys.loader import load_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
-RUNS = sorted(p.parent for p in TRACES.rglob("*.sqlite.xz"))
+RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})  # one file for all ranks, or one per rank
 
 
 def _raw(path: Path) -> sqlite3.Connection:
@@ -40,8 +40,9 @@ def test_trace_set_is_complete():
 @pytest.mark.parametrize("run", RUNS, ids=[str(p.relative_to(TRACES)) for p in RUNS])
 def test_committed_run_loads_and_is_scrubbed(run):
     meta = json.loads((run / f"{run.name}.json").read_text())
-    export = next(run.glob("*.sqlite.xz"))
+    exports = sorted(run.glob("*.sqlite.xz"))
     trace = load_trace(run)
+    assert len(trace.meta["files"]) == len(exports)
     world = meta["world_size"]
     assert len(trace.ranks) == world and trace.ranks["device"].nunique() == world
     assert set(trace.ranks["rank_source"]) == {"nvtx-marker"}
@@ -53,6 +54,11 @@ def test_committed_run_loads_and_is_scrubbed(run):
     steps = ours[ours["name"].str.startswith(nvtx_names.STEP + " ")]
     assert len(steps) == world * meta["config"]["steps"]
     assert {nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER} <= set(ours["name"])
+    for export in exports:
+        _assert_scrubbed(export)
+
+
+def _assert_scrubbed(export: Path) -> None:
     con = _raw(export)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "DDP_PROFILE_SCRUB" in tables

@@ -484,7 +484,9 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
         con.execute("PRAGMA journal_mode=OFF")
         con.execute("PRAGMA synchronous=OFF")
         ids = dict(con.execute("SELECT value, id FROM StringIds"))
-        name_ids = np.array([ids[n] for n in names], dtype=np.int64)
+        # Every chunk repeats the same template, so a name the first chunk lacks (few kernels per step) is
+        # never used later either: -1 marks it.
+        name_ids = np.array([ids.get(n, -1) for n in names], dtype=np.int64)
         api_ids = np.array([ids["cudaLaunchKernel_v7000"], ids["cuLaunchKernelEx"]], dtype=np.int64)
         spec = LAYOUTS[layout]
         for s0, s1 in rest:

@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 
 from ddp_profile.errors import OutputError, UsageError
+from ddp_profile.nsys.progress import add_jobs_argument
 
 SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
@@ -41,6 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--steps", default="all", metavar="A:B",
                    help="steps to keep, as a slice over step indices, e.g. 2: to skip warm-up (default all)")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
+    add_jobs_argument(p)
     p.set_defaults(func=run)
 
 
@@ -106,6 +108,7 @@ def write_atomic(path: Path, text: str) -> None:
 def run(args) -> int:
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
+    from ddp_profile.nsys.progress import cli_progress
 
     phases = _phases(args.phase)
     paths = [Path(p) for p in args.paths]
@@ -113,7 +116,7 @@ def run(args) -> int:
         from ddp_profile.nsys.export import export_reports
 
         paths = export_reports(paths)
-    trace = load_trace(paths)
+    trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
     res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)
     if args.output:

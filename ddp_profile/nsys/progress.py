@@ -12,10 +12,13 @@ import time
 
 
 class ProgressBar:
-    """``[#####.....] 4/8 files, 2.1 s  rank3.sqlite``; thread-safe (files finish in worker threads)."""
+    """``[#####.....] 4/8 files, 2.1 s  rank3.sqlite``; thread-safe (files finish in worker threads).
 
-    def __init__(self, total: int, stream=None, width: int = 24, label: str = "loading"):
-        self.total, self.done, self.width, self.label = max(total, 1), 0, width, label
+    ``min_s``: draw nothing until this many seconds have passed since the bar was made, so a quick load
+    stays silent and only a slow one shows where it is."""
+
+    def __init__(self, total: int, stream=None, width: int = 24, label: str = "loading", min_s: float = 0.0):
+        self.total, self.done, self.width, self.label, self.min_s = max(total, 1), 0, width, label, min_s
         self.stream = stream or sys.stderr
         self.tty = getattr(self.stream, "isatty", lambda: False)()
         self.t0 = time.perf_counter()
@@ -24,6 +27,8 @@ class ProgressBar:
     def __call__(self, message: str) -> None:
         with self._lock:
             self.done = min(self.done + 1, self.total)
+            if time.perf_counter() - self.t0 < self.min_s:
+                return
             filled = self.width * self.done // self.total
             bar = "#" * filled + "." * (self.width - filled)
             line = (f"{self.label} [{bar}] {self.done}/{self.total} files, "
@@ -34,3 +39,25 @@ class ProgressBar:
             else:
                 self.stream.write(line + "\n")
             self.stream.flush()
+
+
+SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
+
+
+def add_jobs_argument(parser) -> None:
+    """``--jobs N`` for commands that load one run (``analyze``, ``inspect``)."""
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="per-rank export files read in parallel (default 1); a progress bar goes to stderr "
+                             f"when N > 1 or when loading takes over {SLOW_S:g} s")
+
+
+def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
+    """The bar a command passes to ``load_trace(progress=...)``: drawn from the first file with ``jobs`` > 1,
+    and with one job only once loading has taken :data:`SLOW_S` (a quick load prints nothing).
+    Raises UsageError for ``jobs`` < 1."""
+    from ddp_profile.errors import UsageError
+    from ddp_profile.nsys.loader import find_exports
+
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    return ProgressBar(len(find_exports(paths)), stream=stream, min_s=0.0 if jobs > 1 else SLOW_S)

@@ -35,3 +35,45 @@ def test_cli_error_is_one_line(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "missing.sqlite")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "missing.sqlite" in err[0]
+
+
+def test_names_differing_only_in_numbers_are_grouped():
+    from ddp_profile.nsys.summary import group_names
+
+    counts = [(("ddp_profile", f"allreduce b{b} {size}B"), 2) for b, size in ((0, 100), (1, 200), (10, 300))]
+    counts += [(("ddp_profile", "step 10"), 2), (("ddp_profile", "step 2"), 2), (("ddp_profile", "forward"), 4),
+               (("", "cast bf16"), 1), (("NCCL", "step 1"), 5)]
+    groups = {(g["domain"], g["name"]): g for g in group_names(counts)}
+    assert set(groups) == {("ddp_profile", "allreduce b<N> <N>B"), ("ddp_profile", "step <N>"),
+                           ("ddp_profile", "forward"), ("", "cast bf16"), ("NCCL", "step 1")}
+    ar = groups[("ddp_profile", "allreduce b<N> <N>B")]
+    assert (ar["count"], ar["distinct"], ar["grouped"]) == (6, 3, True)
+    assert ar["examples"] == ["allreduce b0 100B", "allreduce b1 200B", "allreduce b10 300B"]
+    assert groups[("ddp_profile", "step <N>")]["examples"] == ["step 2", "step 10"]  # numeric, not text order
+    lone = groups[("", "cast bf16")]  # one name: kept as is, numbers and all; other domains never merged
+    assert (lone["grouped"], lone["count"], lone["distinct"]) == (False, 1, 1)
+    assert groups[("NCCL", "step 1")]["count"] == 5
+
+
+def test_harness_ranges_of_a_real_xl_run_are_one_line_each(capsys):
+    """A committed XL run: hundreds of per-bucket range names become one line (count and distinct names
+    checked against the loaded NVTX frame), in the table and in JSON."""
+    from pathlib import Path
+
+    run = Path(__file__).resolve().parents[1] / "traces" / "naive_xl_fp32_2xh200"
+    nvtx = load_trace(run).nvtx
+    names = nvtx.loc[nvtx["domain"].astype(str) == "ddp_profile", "name"].astype(str)
+    buckets = names[names.str.fullmatch(r"allreduce b\d+ \d+B")]
+    assert buckets.nunique() > 100
+    assert main(["inspect", str(run), "--format", "json"]) == 0
+    entries = json.loads(capsys.readouterr().out)["nvtx_ranges"]
+    ar = [e for e in entries if e["domain"] == "ddp_profile" and e["name"] == "allreduce b<N> <N>B"]
+    assert len(ar) == 1 and ar[0]["count"] == len(buckets) and ar[0]["distinct"] == buckets.nunique()
+    steps = names[names.str.fullmatch(r"step \d+")]
+    st = [e for e in entries if e["name"] == "step <N>"]
+    assert len(st) == 1 and st[0]["count"] == len(steps) and st[0]["distinct"] == steps.nunique()
+    assert len(entries) < 20
+    assert main(["inspect", str(run)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert f"  ddp_profile / allreduce b<N> <N>B: {len(buckets)} ranges ({buckets.nunique()} distinct)" in table
+    assert not [line for line in table if "allreduce b0 " in line]

@@ -1,9 +1,20 @@
-"""`ddp-profile inspect PATH... [--format table|json]`: what is in the trace(s)."""
+"""`ddp-profile inspect PATH... [--format table|json] [--jobs N]`: what is in the trace(s).
+
+NVTX ranges are listed by domain and name, names that differ only in their numbers grouped into one entry
+(the harness's ``step N`` and ``allreduce b<bucket> <bytes>B`` ranges would otherwise give hundreds of
+lines). JSON keys (``--format json``): files, nsys_version, schema_version, scrubbed, rank_source, clock,
+ranks, kernels_by_kind, nccl_by_collective, time_span_ns, warnings, and ``nvtx_ranges``: a list of
+``{"domain", "name", "grouped", "count", "distinct", "examples"}`` where ``name`` is the range name, or with
+``grouped`` true a pattern with ``<N>`` for each number; ``count`` is the number of ranges, ``distinct`` the
+number of distinct names in the entry, ``examples`` up to 3 of them in numeric order.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from ddp_profile.nsys.progress import add_jobs_argument
 
 
 def register(subparsers) -> None:
@@ -11,16 +22,19 @@ def register(subparsers) -> None:
         "inspect", help="show files, versions, ranks, kernel and NVTX counts of nsys SQLite export(s)",
         description="Load nsys SQLite export(s) (one file, one per rank, or a folder) and print what they "
                     "hold: files, nsys and schema versions, scrubbed or not, ranks (and how they were "
-                    "found), kernel counts by kind, NCCL kernels by collective, NVTX ranges, time span.")
+                    "found), kernel counts by kind, NCCL kernels by collective, NVTX ranges by domain and "
+                    "name (names differing only in numbers grouped, e.g. 'step <N>'), time span.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="export file(s) or folder")
     parser.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     parser.add_argument("--export", action="store_true",
                         help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
+    add_jobs_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ddp_profile.nsys.loader import load_trace
+    from ddp_profile.nsys.progress import cli_progress
     from ddp_profile.nsys.summary import format_table, summarize
 
     paths = args.paths
@@ -28,6 +42,6 @@ def run(args) -> int:
         from ddp_profile.nsys.export import export_reports
 
         paths = export_reports(paths)
-    summary = summarize(load_trace(paths))
+    summary = summarize(load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs)))
     print(json.dumps(summary, indent=2) if args.format == "json" else format_table(summary))
     return 0

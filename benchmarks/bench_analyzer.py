@@ -4,6 +4,13 @@ loading and report rendering, on synthetic nsys exports of 0.1 M, 1 M and 10 M k
     .venv/bin/python benchmarks/bench_analyzer.py                      # all sizes, writes benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_analyzer.py --sizes 0.1M --repeat 1 --no-render   # quick look
     .venv/bin/python benchmarks/bench_analyzer.py --browser            # also time the page in Chromium
+    .venv/bin/python benchmarks/bench_analyzer.py --browser --readme README.md   # and refresh README's section
+    .venv/bin/python benchmarks/bench_analyzer.py --from-json benchmarks/results.json --readme README.md
+                                            # re-render RESULTS.md and the README section, measuring nothing
+
+``--readme`` replaces the text between ``<!-- perf:begin -->`` and ``<!-- perf:end -->`` (atomically; the
+markers are checked before anything is measured). ``--from-json`` renders from recorded results, so the docs
+can follow a wording change without a new (slow) run; it leaves results.json as it is.
 
 Every measurement runs in a fresh Python process (``--measure``), so its peak RSS (``ru_maxrss``) is its own;
 each reports its RSS before the measured work too, and the peak above that is what the memory target is
@@ -290,6 +297,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rebuild", action="store_true", help="build the cached exports again")
     ap.add_argument("--data", default=str(DATA), help="cache folder for built exports (default benchmarks/.data)")
     ap.add_argument("--out", default=str(HERE), help="folder for RESULTS.md and results.json (default benchmarks/)")
+    ap.add_argument("--readme", metavar="FILE", default=None,
+                    help="also replace the Performance text between FILE's perf:begin/perf:end markers")
+    ap.add_argument("--from-json", metavar="FILE", default=None,
+                    help="measure nothing: render RESULTS.md (in --out) and --readme from these recorded results")
     ap.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout
     args = ap.parse_args(argv)
     DATA = Path(args.data).resolve()
@@ -303,7 +314,27 @@ def main(argv=None) -> int:
             out = MEASURES[kind](path)
         print(json.dumps(out))
         return 0
-    from results_md import write_results
+    from results_md import MarkerError, check_markers, update_readme, write_results
+
+    readme = Path(args.readme) if args.readme else None
+    try:
+        if readme:  # checked first: a missing marker must not cost a whole benchmark run
+            check_markers(readme.read_text(encoding="utf-8"), str(readme))
+        if args.from_json:
+            results = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    except MarkerError as exc:
+        print(f"bench_analyzer: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"bench_analyzer: cannot read {exc.filename if isinstance(exc, OSError) else args.from_json}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 2
+    if args.from_json:
+        md = write_results(results, Path(args.out), write_json=False)
+        print(f"wrote {md} from {args.from_json}")
+        if readme:
+            print(f"{'updated' if update_readme(results, readme) else 'unchanged:'} {readme}")
+        return 0
 
     command = "python benchmarks/bench_analyzer.py " + " ".join(argv if argv is not None else sys.argv[1:])
     info = machine()
@@ -332,6 +363,8 @@ def main(argv=None) -> int:
     info["loadavg_end"] = _loadavg()
     md = write_results(results, Path(args.out))
     print(f"wrote {md} and {md.with_name('results.json')}")
+    if readme:
+        print(f"{'updated' if update_readme(results, readme) else 'unchanged:'} {readme}")
     return 0
 
 

@@ -1,5 +1,7 @@
 """Turn one bench_analyzer.py run into benchmarks/RESULTS.md (tables + the README's Performance section)
-and benchmarks/results.json. Every figure comes from the run's measurements; nothing is typed by hand."""
+and benchmarks/results.json, and put the Performance section into README.md between the markers
+``<!-- perf:begin -->`` and ``<!-- perf:end -->``. Every figure comes from the run's measurements (or from
+a results.json they were recorded in); nothing is typed by hand."""
 
 from __future__ import annotations
 
@@ -9,6 +11,12 @@ import tempfile
 from pathlib import Path
 
 TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.5, 2.0, 5.0
+BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
+HEADING = "## Performance"
+
+
+class MarkerError(ValueError):
+    """README.md lacks one clean pair of performance markers; the message is one line for the user."""
 
 
 def _atomic(path: Path, text: str) -> None:
@@ -77,10 +85,14 @@ def table(res: dict) -> str:
 
 
 def readme_section(res: dict) -> str:
+    """The README's Performance section: its heading, then :func:`readme_block`."""
+    return f"{HEADING}\n\n{readme_block(res)}"
+
+
+def readme_block(res: dict) -> str:
+    """The Performance section's text below its heading: what goes between the README's markers."""
     m = res["machine"]
     lines = [
-        "## Performance",
-        "",
         f"Measured with `{res['command']}` on {m['cores']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, "
         f"Python {m['python']}, SQLite {m['sqlite']} ({res['date']}); synthetic exports in the nsys 2025.3 schema "
         f"({res['sizes'][0]['analyze']['n_ranks']} ranks, compute and NCCL kernels on two streams, NVTX steps, "
@@ -109,7 +121,35 @@ def readme_section(res: dict) -> str:
     return "\n".join(lines)
 
 
-def write_results(res: dict, out: Path) -> Path:
+def check_markers(text: str, name: str = "README.md") -> tuple[int, int]:
+    """(end of the begin marker's line, start of the end marker) in ``text``; MarkerError unless each marker
+    is there exactly once, begin first."""
+    n_begin, n_end = text.count(BEGIN), text.count(END)
+    if n_begin == 0 or n_end == 0:
+        raise MarkerError(f"{name}: no '{BEGIN}' / '{END}' markers; add both lines under its '{HEADING}' heading")
+    if n_begin > 1 or n_end > 1 or text.index(BEGIN) > text.index(END):
+        raise MarkerError(f"{name}: the markers '{BEGIN}' and '{END}' must appear once each, begin first")
+    begin = text.index(BEGIN) + len(BEGIN)
+    return begin, text.index(END)
+
+
+def with_block(text: str, block: str, name: str = "README.md") -> str:
+    """``text`` with everything between the markers replaced by ``block`` (markers kept, own lines)."""
+    begin, end = check_markers(text, name)
+    return text[:begin] + "\n" + block.strip("\n") + "\n" + text[end:]
+
+
+def update_readme(res: dict, readme: Path) -> bool:
+    """Put :func:`readme_block` between ``readme``'s markers, atomically; True if the file changed."""
+    text = readme.read_text(encoding="utf-8")
+    new = with_block(text, readme_block(res), readme.name)
+    if new != text:
+        _atomic(readme, new)
+    return new != text
+
+
+def write_results(res: dict, out: Path, write_json: bool = True) -> Path:
+    """RESULTS.md (and, unless re-rendering recorded results, results.json) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     m = res["machine"]
     md = [
@@ -140,5 +180,6 @@ def write_results(res: dict, out: Path) -> Path:
     ]
     path = out / "RESULTS.md"
     _atomic(path, "\n".join(md) + "\n")
-    _atomic(out / "results.json", json.dumps(res, indent=1, default=str) + "\n")
+    if write_json:
+        _atomic(out / "results.json", json.dumps(res, indent=1, default=str) + "\n")
     return path

@@ -68,3 +68,18 @@ def test_jobs_below_one_is_a_usage_error(per_rank_files, command, capsys):
     assert main([command, str(per_rank_files[0]), "--jobs", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--jobs must be at least 1" in err[0]
+
+
+def test_committed_per_rank_run_jobs_2_matches_jobs_1_and_finds_its_run_json():
+    """The real per-rank campaign run (``<run>_rank0.sqlite.xz``, ``<run>_rank1.sqlite.xz``, ``<run>.json``)."""
+    from pathlib import Path
+
+    folders = sorted((Path(__file__).resolve().parents[1] / "traces" / "per-rank").iterdir())
+    folder = next(f for f in folders if f.is_dir())
+    files = sorted(folder.glob("*_rank*.sqlite.xz"))
+    assert len(files) == 2
+    one, two = load_trace(files, jobs=1), load_trace(folder, jobs=2)
+    for name in ("kernels", "nvtx", "ranks"):
+        pd.testing.assert_frame_equal(getattr(one, name), getattr(two, name))
+    assert one.run is not None and one.run == two.run
+    assert one.run == json.loads((folder / f"{folder.name}.json").read_text())

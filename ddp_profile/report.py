@@ -337,7 +337,7 @@ def render_group_page(group: Group) -> str:
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
         "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
-        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
+        table(_ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), _links(group.runs),
     ])
     return page(f"Strategies: {group.title}", body, src)
 
@@ -377,7 +377,7 @@ def render_scaling_page(group: Group) -> str:
         "f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S (Karp–Flatt); comm share = "
         "NCCL kernel time / step time (median over ranks and steps).</p>",
         figure_div(scaling_figure(comp, source=src), "scaling"),
-        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
+        table(_ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), _links(group.runs),
     ])
     return page(f"Scaling: {group.title}", body, src)
 

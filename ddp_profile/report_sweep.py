@@ -140,6 +140,6 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None) -> str:
         figure_div(alpha_beta_figure(pooled, fit, source=src), "alphabeta") if len(pooled) else
         "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
         table(shown, "α-β fit (t = o + bytes / w), every run with collective sizes pooled (the findings' fit)"),
-        table(_ms_frame(comp.drop(columns=["page"])), "Numbers (times in ms)"), _links(group.runs),
+        table(_ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), _links(group.runs),
     ])
     return page(f"Bucket sweep: {group.title}", body, src)

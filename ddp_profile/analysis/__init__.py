@@ -113,6 +113,21 @@ def records(df: pd.DataFrame) -> list[dict]:
     return [{c: _clean(v) for c, v in zip(cols, row, strict=False)} for row in df.itertuples(index=False, name=None)]
 
 
+def _rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool:
+    """Whether some rank's kernels ran on more than one device. With the loader's plain integer columns
+    (no missing values) the distinct (rank, device) pairs are hashed from the arrays directly, ~10x
+    cheaper than a groupby-nunique over millions of rows; other frames take the pandas route."""
+    plain = all(isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device"))
+    if plain:
+        if len(karr.rank) == 0:
+            return False
+        pairs = pd.unique((karr.rank.astype(np.int64) << 32) | (karr.device.astype(np.int64) & 0xFFFFFFFF))
+        ranks = pairs >> 32
+        return len(np.unique(ranks)) < len(ranks)
+    return bool(len({*kernels["rank"].dropna().unique()})
+                and kernels.groupby("rank")["device"].nunique().gt(1).any())
+
+
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all") -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints."""
@@ -133,14 +148,16 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
         notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
                      "range 'backward' or pass --phase backward=REGEX)")
-    if len({*kernels["rank"].dropna().unique()}) and kernels.groupby("rank")["device"].nunique().gt(1).any():
+    if _rank_used_several_devices(kernels, karr):
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
+    rank_overlap = _ov.rank_overlap(karr)
+    karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
     covered = _ov.overlapped_by_other_class(karr)
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes)
     return Analysis(
         steps=step_frame,
         phases=schema.select(windows, schema.PHASE_COLUMNS),
-        rank_overlap=_ov.rank_overlap(karr),
+        rank_overlap=rank_overlap,
         kernel_overlap=_ov.kernel_overlap(karr, covered),
         collectives=coll,
         cost_model=_cm.cost_model(coll, notes),

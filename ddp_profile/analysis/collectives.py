@@ -94,7 +94,7 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     k = karr.frame.iloc[idx]
     df = pd.DataFrame({
-        "rank": karr.rank[idx], "pid": karr.pid[idx], "device": ints(k["device"]), "stream": ints(k["stream"]),
+        "rank": karr.rank[idx].astype(np.int64), "pid": karr.pid[idx].astype(np.int64), "device": ints(k["device"]), "stream": ints(k["stream"]),
         "collective": k["collective"].to_numpy(), "algorithm": k["algorithm"].to_numpy(),
         "protocol": k["protocol"].to_numpy(), "dtype": k["dtype"].to_numpy(),
         "start_ns": karr.start[idx], "end_ns": karr.end[idx], "launch": karr.launch[idx],

@@ -28,7 +28,7 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     comp = np.flatnonzero(karr.is_compute)
     if comp.size == 0 or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
-    dur = (karr.end - karr.start)[comp]
+    dur = karr.end[comp] - karr.start[comp]
     cov = covered[comp]
     alone = cov == 0
     over = (dur > 0) & (2 * cov >= dur)
@@ -36,10 +36,10 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     code = karr.name_code[comp]
     named = code >= 0
     a, o = (named & alone), (named & over)
-    a = pd.DataFrame({"code": code[a], "dur": dur[a]}).groupby("code")["dur"].agg(n_alone="size",
-                                                                                   alone_median_ns="median")
-    o = pd.DataFrame({"code": code[o], "dur": dur[o]}).groupby("code")["dur"].agg(
-        n_overlapped="size", overlapped_median_ns="median", _sum="sum")
+    # Series grouped by an array: no DataFrame whose two columns would be copied into one block first.
+    a = pd.Series(dur[a]).groupby(code[a]).agg(n_alone="size", alone_median_ns="median").rename_axis("code")
+    o = pd.Series(dur[o]).groupby(code[o]).agg(n_overlapped="size", overlapped_median_ns="median",
+                                               _sum="sum").rename_axis("code")
     g = a.join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:

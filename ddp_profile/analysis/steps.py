@@ -32,7 +32,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, pct
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pct
 
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -58,7 +58,7 @@ def step_metrics(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     for rank, sg in steps.groupby("rank", sort=True):
         sets = karr.rank_sets(rank)
         ws, we = sg["start_ns"].to_numpy(np.int64), sg["end_ns"].to_numpy(np.int64)
-        cov = {k: iv.covered_length(ws, we, *sets[k]) for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
+        cov = {k: covered_by_normalized(ws, we, *sets[k]) for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
         step_ns = iv.window_length(ws, we)
         parts.append(pd.DataFrame({
             "rank": rank, "step": sg["step"].to_numpy(), "start_ns": ws, "end_ns": we, "step_ns": step_ns,

@@ -101,21 +101,38 @@ def open_export(path: Path) -> sqlite3.Connection:
     return con
 
 
-def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """launch (start, tid) per activity, matched on (pid, correlationId); -1 where no API row matches."""
+def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """launch (start, tid) per activity, matched on (pid, correlationId); -1 where no API row matches.
+
+    ``launch`` = [pid, correlationId, start, tid] columns (``sql.launches``); it is consumed (emptied) so
+    the API rows' columns are freed as soon as the sorted key no longer needs them."""
     out_ns = np.full(len(pid), -1, dtype=np.int64)
-    out_tid = np.full(len(pid), -1, dtype=np.int64)
-    if len(launch) == 0 or len(pid) == 0:
+    out_tid = np.full(len(pid), -1, dtype=np.int32)
+    lpid, lcorr, lstart, ltid = launch
+    launch.clear()
+    if len(lstart) == 0 or len(pid) == 0:
         return out_ns, out_tid
-    lkey = (launch[:, 0] << 32) | (launch[:, 1] & 0xFFFFFFFF)
+    lkey = (lpid.astype(np.int64) << 32) | (lcorr & 0xFFFFFFFF)
+    del lpid, lcorr
     order = np.argsort(lkey, kind="stable")
     lkey = lkey[order]
-    key = (pid << 32) | (corr & 0xFFFFFFFF)
-    pos = np.clip(np.searchsorted(lkey, key), 0, len(lkey) - 1)
+    key = (pid.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    pos = np.searchsorted(lkey, key)
+    np.minimum(pos, len(lkey) - 1, out=pos)
     hit = (lkey[pos] == key) & (corr > 0)
-    out_ns[hit] = launch[order[pos[hit]], 2]
-    out_tid[hit] = launch[order[pos[hit]], 3]
+    del key, lkey
+    src = order[pos[hit]]
+    del pos, order
+    out_ns[hit] = lstart[src]
+    if ltid.dtype != np.int32:  # a tid outside int32 (damaged export): keep it exact in int64
+        out_tid = out_tid.astype(np.int64)
+    out_tid[hit] = ltid[src]
     return out_ns, out_tid
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """np.concatenate, but one part is returned as is (no copy: one export of one table is the usual case)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 class _ChunkReaders:
@@ -149,22 +166,34 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     parts, kinds, labels = [], [], []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
-            rows = sql.gpu_activities(con, table, map_chunks)
-            parts.append(rows)
-            kinds.append(np.full(len(rows), code, dtype=np.int8))
-    rows = np.concatenate(parts) if parts else np.empty((0, 8), dtype=np.int64)
-    kind = np.concatenate(kinds) if kinds else np.empty(0, dtype=np.int8)
+            cols = sql.gpu_activities(con, table, map_chunks)
+            parts.append(cols)
+            kinds.append(np.full(len(cols["start"]), code, dtype=np.int8))
+    if not parts:  # unreachable from _read_file (it requires the kernel table); kept total
+        parts = [{c: np.empty(0, np.int64) for c in ("pid", "device", "stream", "start", "end", "name_id", "corr")}
+                 | {"bytes": None}]
+    kind = _cat(kinds) if kinds else np.empty(0, dtype=np.int8)
+    cols = {}
+    for c in ("pid", "device", "stream", "start", "end", "name_id", "corr"):
+        cols[c] = _cat([p[c] for p in parts])
+    if all(p["bytes"] is None for p in parts):
+        cols["bytes"] = None  # kernels only: no byte count (the frame's column is all <NA>)
+    else:
+        cols["bytes"] = _cat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, np.int64)
+                              for p in parts])
+    del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
-    ids = rows[:, 5]
+    ids = cols.pop("name_id")
     is_kernel = kind == 0
     inverse, kernel_ids = pd.factorize(ids[is_kernel])  # hashing, not sorting: names are few, rows many
     lookup = sql.strings(con, kernel_ids)
     labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
-    codes = np.empty(len(rows), dtype=np.int64)
+    codes = np.empty(len(ids), dtype=np.int32)
     codes[is_kernel] = inverse
     nccl = np.array([nccl_names.is_nccl(n) for n in labels], dtype=bool)
     if is_kernel.any():
         kind[is_kernel] = np.where(nccl[inverse], 1, 0)
+    del inverse
     for k, fixed in ((2, None), (3, "[CUDA memset]")):
         sel = kind == k
         if not sel.any():
@@ -177,10 +206,10 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             base = len(labels)
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
-    launch_ns, launch_tid = _join_launches(rows[:, 0], rows[:, 6], sql.launches(con, have, map_chunks))
-    return {"pid": rows[:, 0], "device": rows[:, 1], "stream": rows[:, 2], "start": rows[:, 3],
-            "end": rows[:, 4], "corr": rows[:, 6], "bytes": rows[:, 7], "kind": kind, "code": codes,
-            "labels": labels, "launch_ns": launch_ns, "launch_tid": launch_tid}
+    del ids, is_kernel
+    launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], sql.launches(con, have, map_chunks))
+    return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
+            "launch_tid": launch_tid}
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -296,27 +325,42 @@ def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:
                                      categories=pd.Index(cats) if cats else pd.Index([], dtype=object))
 
 
-def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
-    """Int64 column with <NA> where the reader put -1 (no launch row, no byte count)."""
+def _nullable(values: np.ndarray | None, n: int, own: bool = False) -> pd.arrays.IntegerArray:
+    """Nullable integer column (Int64, or Int32 for int32 input) with <NA> where the reader put -1 (no
+    launch row, no byte count); ``values`` None: all <NA> (np.zeros' pages stay untouched until written,
+    so an all-missing column costs its 1-byte mask). ``own``: ``values`` may be overwritten (no copy)."""
+    if values is None:
+        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
     missing = values < 0
-    return pd.arrays.IntegerArray(np.where(missing, 0, values), missing)
+    if own:
+        values[missing] = 0
+        return pd.arrays.IntegerArray(values, missing)
+    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(values.dtype, copy=False), missing)
 
 
 def _kernel_arrays(files: list[dict], offsets: list[int]) -> dict[str, np.ndarray]:
-    """All files' GPU activity as concatenated numpy columns (times on the common clock)."""
+    """All files' GPU activity as concatenated numpy columns (times on the common clock). One file's
+    columns are taken as they are (no copy); dtypes are the reader's (int32 where values are small)."""
     codes, labels = _global_codes(files)
     ks = [f["kernels"] for f in files]
-    cat = np.concatenate
+    offs = list(zip(ks, offsets, strict=True))
+
+    def shifted(col):
+        return _cat([k[col] + off if off else k[col] for k, off in offs])
+
+    bytes_ = None
+    if any(k["bytes"] is not None for k in ks):
+        bytes_ = _cat([k["bytes"] if k["bytes"] is not None else np.full(len(k["start"]), -1, np.int64) for k in ks])
     return {
-        "file": cat([np.full(len(k["code"]), f["index"], dtype=np.int64) for f, k in zip(files, ks, strict=True)]),
-        "pid": cat([k["pid"] for k in ks]), "device": cat([k["device"] for k in ks]),
-        "stream": cat([k["stream"] for k in ks]),
-        "start_ns": cat([k["start"] + off for k, off in zip(ks, offsets, strict=True)]),
-        "end_ns": cat([k["end"] + off for k, off in zip(ks, offsets, strict=True)]),
-        "code": cat(codes), "labels": labels, "kind": cat([k["kind"] for k in ks]),
-        "correlation_id": cat([k["corr"] for k in ks]),
-        "launch_ns": cat([np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, -1) for k, off in zip(ks, offsets, strict=True)]),
-        "launch_tid": cat([k["launch_tid"] for k in ks]), "bytes": cat([k["bytes"] for k in ks]),
+        "file": _cat([np.full(len(k["code"]), f["index"], dtype=np.int32) for f, k in zip(files, ks, strict=True)]),
+        "pid": _cat([k["pid"] for k in ks]), "device": _cat([k["device"] for k in ks]),
+        "stream": _cat([k["stream"] for k in ks]),
+        "start_ns": shifted("start"), "end_ns": shifted("end"),
+        "code": _cat(codes), "labels": labels, "kind": _cat([k["kind"] for k in ks]),
+        "correlation_id": _cat([k["corr"] for k in ks]),
+        "launch_ns": _cat([np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, -1) if off else k["launch_ns"]
+                           for k, off in offs]),
+        "launch_tid": _cat([k["launch_tid"] for k in ks]), "bytes": bytes_,
     }
 
 
@@ -324,27 +368,31 @@ def _kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, c
     """KERNEL_COLUMNS (+ file) from :func:`_kernel_arrays`, rows taken in ``order``. Names and NCCL fields
     are categoricals built from integer codes (parsed once per distinct name); no object column per row.
 
+    Column types (see schema.KERNEL_COLUMNS): rank, pid, device, stream int32 (int64 if a value needs it),
+    start_ns, end_ns, correlation_id int64, launch_ns and bytes Int64, launch_tid Int32.
+
     Memory: with ``consume`` each input column is dropped from ``arr`` as soon as its reordered copy exists,
     and the frame adopts the arrays (``copy=False``: no consolidation into one 2-D block, which would copy
     every integer column once more)."""
     def take(col):
         a = arr.pop(col) if consume else arr[col]
-        return a[order] if order is not None else a
+        return a[order] if order is not None and a is not None else a
 
     labels = arr["labels"]
     code = take("code")
+    n = len(code)
     parsed = [nccl_names.parse_nccl(n) for n in labels]
     frame = {"file": take("file"), "rank": take("rank") if "rank" in arr else None}
     for col in ("pid", "device", "stream", "start_ns", "end_ns"):
         frame[col] = take(col)
     frame["name"] = _categorical(code, labels)
-    frame["kind"] = pd.Categorical.from_codes(take("kind").astype(np.int8), categories=KINDS)
+    frame["kind"] = pd.Categorical.from_codes(take("kind").astype(np.int8, copy=False), categories=KINDS)
     for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
         frame[col] = _categorical(code, [p[j] for p in parsed])
     del code
     frame["correlation_id"] = take("correlation_id")
     for col in ("launch_ns", "launch_tid", "bytes"):
-        frame[col] = _nullable(take(col))
+        frame[col] = _nullable(take(col), n, own=order is not None)
     if frame["rank"] is None:
         del frame["rank"]
     return pd.DataFrame(frame, copy=False)
@@ -411,7 +459,9 @@ def _processes(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame:
         return pd.DataFrame(columns=["file", "pid", "device", "host_order"])
     # Few distinct (file, pid, device): hash them (pd.factorize) rather than sort millions of rows.
     # Packed key: file (< 2^15) | pid (< 2^24, see sql.PID_SQL) | device + 1 (< 2^16).
-    codes, uniq = pd.factorize((arr["file"] << 48) | (arr["pid"] << 16) | ((arr["device"] + 1) & 0xFFFF))
+    i64 = np.int64
+    codes, uniq = pd.factorize((arr["file"].astype(i64) << 48) | (arr["pid"].astype(i64) << 16)
+                              | ((arr["device"].astype(i64) + 1) & 0xFFFF))
     counts = pd.DataFrame({"file": uniq >> 48, "pid": (uniq >> 16) & 0xFFFFFFFF, "device": (uniq & 0xFFFF) - 1,
                            "n": np.bincount(codes, minlength=len(uniq))})
     counts = counts.sort_values(["file", "pid", "device"], kind="stable")
@@ -543,10 +593,13 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
 
 def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:
     """Vectorised (file, pid) -> rank: one lookup per distinct process, not per row."""
-    keys = file * (1 << 32) + pid
+    keys = file.astype(np.int64) * (1 << 32) + pid
     table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
     inv, uniq = pd.factorize(keys)
-    return np.array([table[int(k)] for k in uniq], dtype=np.int64)[inv]
+    del keys
+    ranks = np.array([table[int(k)] for k in uniq], dtype=np.int64)
+    fits = len(ranks) == 0 or (ranks.min() >= np.iinfo(np.int32).min and ranks.max() <= np.iinfo(np.int32).max)
+    return ranks.astype(np.int32 if fits else np.int64)[inv]
 
 
 def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:

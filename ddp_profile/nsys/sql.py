@@ -52,7 +52,7 @@ def columns(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-CHUNK_ROWS = 1 << 18  # rows per group_concat string (~5 MB of text per column at most)
+CHUNK_ROWS = 1 << 16  # rows per group_concat string (~1.3 MB of text per column at most)
 
 
 def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> list[np.ndarray]:
@@ -68,9 +68,16 @@ def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo:
     return cols
 
 
+def _fits(col: np.ndarray, dtype: np.dtype) -> bool:
+    if dtype == np.int64 or len(col) == 0:
+        return True
+    info = np.iinfo(dtype)
+    return bool(col.min() >= info.min and col.max() <= info.max)
+
+
 def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
-                map_chunks=None) -> np.ndarray:
-    """Integer columns of a table as an (n, len(exprs)) int64 array (column-major: each column contiguous).
+                map_chunks=None, *, dtypes=None) -> list[np.ndarray]:
+    """Integer columns of a table, one 1-D array per expression, of ``dtypes`` (default int64 each).
 
     Why not ``cursor.fetchall()``: building one Python tuple and int per value costs ~150 ns each and 10M
     kernels x 8 columns of tuples take ~3 GB. SQLite's ``group_concat`` instead formats a whole column in C
@@ -79,18 +86,25 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     in rowid ranges (every nsys table is a rowid table), all columns of a range in one scan, so they line
     up; each chunk's lengths are checked.
 
+    Narrow ``dtypes`` (e.g. int32 for pids, devices, streams) halve those columns' memory; values are never
+    truncated: a column whose chunk holds a value outside its dtype is widened to int64 on the spot.
+    Chunks are small (``CHUNK_ROWS``) so their text and parsed int64 copies stay a few MB while the
+    preallocated outputs are filled in place.
+
     ``map_chunks(fn, firsts)``, when given, runs ``fn(connection, first)`` for each chunk (e.g. on worker
     threads with their own read-only connections: SQLite scans release the GIL) and yields the results in
     order; chunks are independent rowid ranges, so the result is the same either way.
     """
+    dtypes = [np.dtype(d) for d in (dtypes or [np.int64] * len(exprs))]
     cond = f" AND ({where})" if where else ""
     lo, hi = con.execute(f"SELECT MIN(rowid), MAX(rowid) FROM {table}").fetchone()  # O(log n): rowid b-tree
     if lo is None:
-        return np.empty((0, len(exprs)), dtype=np.int64)
+        return [np.empty(0, dtype=d) for d in dtypes]
     # Filled in place (no second copy of the table); hi - lo + 1 bounds the row count without a COUNT scan.
     # Integer literals (a column this table lacks) are filled, not read.
-    out = np.empty((len(exprs), hi - lo + 1), dtype=np.int64)
+    cap = hi - lo + 1
     read = [i for i, e in enumerate(exprs) if not e.lstrip("-").isdigit()]
+    out = [np.empty(cap if i in read else 0, dtype=d) for i, d in enumerate(dtypes)]
     done = 0
     wanted = [exprs[i] for i in read]
     firsts = range(lo - 1, hi, CHUNK_ROWS) if read else range(0)
@@ -101,15 +115,20 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     parts = map_chunks(one, firsts) if map_chunks else (one(con, first) for first in firsts)
     for part in parts:
         for i, col in zip(read, part, strict=True):
-            out[i, done:done + len(col)] = col
+            if not _fits(col, out[i].dtype):
+                out[i] = out[i].astype(np.int64)
+            out[i][done:done + len(col)] = col
         done += len(part[0])
+        del part
     if not read:
         done = con.execute(f"SELECT COUNT(*) FROM {table} WHERE 1{cond}").fetchone()[0]
     for i, e in enumerate(exprs):
         if i not in read:
-            out[i, :done] = int(e)
+            value = int(e)
+            out[i] = np.full(done, value, dtype=dtypes[i] if _fits(np.array([value]), dtypes[i]) else np.int64)
     # Filtered rows (or rowid gaps) leave spare capacity: give it back when it is worth a copy.
-    return (out[:, :done].copy() if done < 0.9 * out.shape[1] else out[:, :done]).T
+    return [(c[:done].copy() if done < 0.9 * len(c) else c[:done]) if i in read else c
+            for i, c in enumerate(out)]
 
 
 def metadata(con: sqlite3.Connection, have: set[str]) -> dict[str, str]:
@@ -159,33 +178,44 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
                             "WHERE s.value IS NOT NULL"))
 
 
-def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> np.ndarray:
-    """Rows (pid, device, stream, start, end, name_id, correlation_id, bytes) of one activity table.
+def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict[str, np.ndarray | None]:
+    """Columns pid, device, stream, start, end, name_id, corr, bytes of one activity table (narrow dtypes
+    where values are small: int32 pid/device/stream/name_id; see ``int_columns``).
 
-    Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = -1.
-    Memcpy: name_id = copyKind; memset: name_id = -1; bytes = the size. Missing values are -1.
+    Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = None
+    (no byte count). Memcpy: name_id = copyKind; memset: name_id = -1; bytes = the size. Missing values are -1.
     """
     cols = columns(con, table)
     if table == KERNEL:
         name_id = f"COALESCE({'shortName' if 'shortName' in cols else 'demangledName'}, -1)"
-        nbytes = "-1"
+        nbytes = None
     elif table == MEMCPY:  # copyKind references ENUM_CUDA_MEMCPY_OPER (MEMCPY_KINDS below)
         name_id, nbytes = ("COALESCE(copyKind, -1)" if "copyKind" in cols else "-1"), "COALESCE(bytes, -1)"
     else:
         name_id, nbytes = "-1", "COALESCE(bytes, -1)"
     corr = "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1"
+    names = ["pid", "device", "stream", "start", "end", "name_id", "corr"]
     exprs = [PID_SQL.format(col="COALESCE(globalPid, 0)"), "COALESCE(deviceId, -1)", "COALESCE(streamId, -1)",
-             "start", "COALESCE(end, start)", name_id, corr, nbytes]
-    return int_columns(con, table, exprs, map_chunks=map_chunks)
+             "start", "COALESCE(end, start)", name_id, corr]
+    i32, i64 = np.int32, np.int64
+    dtypes = [i32, i32, i32, i64, i64, i32, i64]
+    if nbytes:
+        names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i64]
+    out = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks, dtypes=dtypes), strict=True))
+    out.setdefault("bytes", None)
+    return out
 
 
-def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> np.ndarray:
-    """Rows (pid, correlation_id, start, tid) of CUDA runtime/driver API calls that carry a correlationId."""
+def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[np.ndarray]:
+    """Columns (pid, correlation_id, start, tid) of CUDA runtime/driver API calls that carry a correlationId
+    (pid and tid int32: both are 24-bit fields of globalTid)."""
+    i32, i64 = np.int32, np.int64
     if RUNTIME not in have:
-        return np.empty((0, 4), dtype=np.int64)
+        return [np.empty(0, dtype=d) for d in (i32, i64, i64, i32)]
     return int_columns(con, RUNTIME, [PID_SQL.format(col="COALESCE(globalTid, 0)"), "correlationId", "start",
                                       TID_SQL.format(col="COALESCE(globalTid, 0)")],
-                       where="correlationId IS NOT NULL AND correlationId != 0", map_chunks=map_chunks)
+                       where="correlationId IS NOT NULL AND correlationId != 0", map_chunks=map_chunks,
+                       dtypes=[i32, i64, i64, i32])
 
 
 def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:

@@ -52,7 +52,9 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     for c in cols:
         k, u = pd.factorize(c)
         code = code * (len(u) + 1) + k
-    code, _ = pd.factorize(code)
+    code, uniq = pd.factorize(code)
+    if len(uniq) <= np.iinfo(np.int16).max:  # few groups: a 16-bit stable sort is a radix sort, O(n)
+        code = code.astype(np.int16)
     order = np.argsort(code, kind="stable")
     cuts = np.flatnonzero(np.diff(code[order])) + 1
     return np.split(order, cuts)
@@ -80,9 +82,13 @@ class KernelArrays:
         self.pid = int_codes(k["pid"], -1)
         self.rank = int_codes(k["rank"], -1)
         self.device = int_codes(k["device"], -1)
-        # Kernel names as integer codes (order of first appearance) and their distinct values: grouping by
-        # name then works on integers, whatever the column's dtype (categorical from the loader, or object).
-        self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
+        # Kernel names as integer codes (any numbering, possibly int8: widen before arithmetic) and their
+        # distinct values: grouping by name then works on integers, whatever the column's dtype.
+        # A categorical (the loader's) lends its own small codes (views; -1 = missing), else factorize.
+        if isinstance(k["name"].dtype, pd.CategoricalDtype):
+            self.name_code, self.names = k["name"].cat.codes.to_numpy(), k["name"].cat.categories
+        else:
+            self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
 
     def name_values(self) -> np.ndarray:
         """Distinct names as an object array indexed by ``name_code``; code -1 (no name) gives None."""

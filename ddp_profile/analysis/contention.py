@@ -36,11 +36,9 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     code = karr.name_code[comp]
     named = code >= 0
     a, o = (named & alone), (named & over)
-    # Series grouped by an array: no DataFrame whose two columns would be copied into one block first.
-    a = pd.Series(dur[a]).groupby(code[a]).agg(n_alone="size", alone_median_ns="median").rename_axis("code")
-    o = pd.Series(dur[o]).groupby(code[o]).agg(n_overlapped="size", overlapped_median_ns="median",
-                                               _sum="sum").rename_axis("code")
-    g = a.join(o, how="inner")
+    a = _by_code(code[a], dur[a]).rename(columns={"n": "n_alone", "median": "alone_median_ns"})
+    o = _by_code(code[o], dur[o]).rename(columns={"n": "n_overlapped", "median": "overlapped_median_ns"})
+    g = a.drop(columns="_sum").join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
@@ -50,3 +48,24 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     g["lost_ns"] = g["_sum"] - g["n_overlapped"] * g["alone_median_ns"]
     g = g.sort_values("lost_ns", ascending=False, kind="stable")
     return schema.select(g, schema.CONTENTION_COLUMNS)
+
+
+def _by_code(code: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """Per name code (ascending, index ``code``): count ``n``, ``median`` (float; the mean of the two
+    middle values for an even count, as pandas' groupby median) and exact int64 ``_sum`` of ``dur``.
+
+    Names are few: one stable 16-bit sort (a radix sort) groups the rows, then each group's median is a
+    partition of its slice. Same numbers as ``groupby(code).agg(size, median, sum)`` at a fraction of the
+    cost on millions of kernels."""
+    cols = {"n": np.zeros(0, np.int64), "median": np.zeros(0, float), "_sum": np.zeros(0, np.int64)}
+    if len(code) == 0:
+        return pd.DataFrame(cols, index=pd.Index(np.zeros(0, code.dtype), name="code"))
+    narrow = code.astype(np.int16) if code.max() <= np.iinfo(np.int16).max else code
+    order = np.argsort(narrow, kind="stable")
+    c, d = code[order], dur[order]
+    starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]]))
+    ends = np.append(starts[1:], len(c))
+    cols["n"] = (ends - starts).astype(np.int64)
+    cols["median"] = np.array([np.median(d[s:e].astype(np.float64)) for s, e in zip(starts, ends, strict=True)])
+    cols["_sum"] = np.add.reduceat(d, starts).astype(np.int64)
+    return pd.DataFrame(cols, index=pd.Index(c[starts], name="code"))

@@ -45,7 +45,7 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
         return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
     # Group on integer codes: (kind, name) pairs in order of first appearance, sums by bincount.
     kind = np.where(karr.is_nccl, 1, 0)[keep]
-    pair, first = pd.factorize(karr.name_code[keep] * 2 + kind)
+    pair, first = pd.factorize(karr.name_code[keep].astype(np.int64) * 2 + kind)
     dur = (karr.end - karr.start)[keep]
     n = len(first)
     g = pd.DataFrame({

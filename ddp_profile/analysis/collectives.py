@@ -92,7 +92,7 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     if idx.size == 0:
         notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    k = karr.frame.iloc[idx]
+    k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
     df = pd.DataFrame({
         "rank": karr.rank[idx].astype(np.int64), "pid": karr.pid[idx].astype(np.int64), "device": ints(k["device"]), "stream": ints(k["stream"]),
         "collective": k["collective"].to_numpy(), "algorithm": k["algorithm"].to_numpy(),

@@ -12,6 +12,10 @@ import pandas as pd
 # kernel names (None for other kinds).  launch_ns / launch_tid: the CUDA API call that launched the kernel
 # (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
 # bytes: memcpy/memset size, <NA> for kernels.
+# dtypes from load_trace (chosen for memory; values are exact, a column is widened to int64 if a value needs
+# it): rank, pid, device, stream int32; start_ns, end_ns, correlation_id int64; name, kind, collective,
+# algorithm, protocol, dtype categorical (int8 codes while under 128 categories); launch_ns, bytes Int64;
+# launch_tid Int32. Consumers needing int64 arithmetic widen first (analysis._common.ints).
 KERNEL_COLUMNS = [
     "rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind",
     "collective", "algorithm", "protocol", "dtype",

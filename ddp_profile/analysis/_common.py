@@ -98,8 +98,23 @@ class KernelArrays:
         """:meth:`sets` of one rank's kernels, computed once and cached (steps and overlap both use them)."""
         cache = self.__dict__.setdefault("_rank_sets", {})
         if rank not in cache:
-            cache[rank] = self.sets(np.flatnonzero(self.rank == rank))
+            # One rank at a time: all ranks' sets together take ~40 B per kernel (on 10M kernels they set
+            # the analysis' memory peak). Callers go rank by rank; what the rank overlap needs of each set
+            # (its total length) is kept in :meth:`rank_totals`.
+            cache.clear()
+            sets = cache[rank] = self.sets(np.flatnonzero(self.rank == rank))
+            # Lengths of normalised sets: Σ (end − start) is exactly intervals.total_length of them.
+            self.__dict__.setdefault("_rank_totals", {})[rank] = {
+                k: int((sets[k][1] - sets[k][0]).sum()) for k in (COMPUTE, NCCL, "overlap")}
         return cache[rank]
+
+    def rank_totals(self, rank) -> dict[str, int]:
+        """Total length of one rank's compute, NCCL and overlap sets (see :meth:`rank_sets`)."""
+        totals = self.__dict__.get("_rank_totals", {})
+        if rank not in totals:
+            self.rank_sets(rank)
+            totals = self.__dict__["_rank_totals"]
+        return totals[rank]
 
     def drop_rank_sets(self) -> None:
         """Forget the cached :meth:`rank_sets` (about as large as the rank's kernels' start/end arrays)."""

@@ -25,19 +25,24 @@ from ddp_profile.analysis._common import KernelArrays
 
 def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> pd.DataFrame:
     """CONTENTION_COLUMNS, sorted by lost_ns (largest first). ``covered``: overlap.overlapped_by_other_class."""
-    comp = np.flatnonzero(karr.is_compute)
-    if comp.size == 0 or not karr.is_nccl.any():
+    comp = karr.is_compute  # a mask, not an index array (8 B per kernel less)
+    if not comp.any() or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
-    dur = karr.end[comp] - karr.start[comp]
+    # Temporaries are dropped as soon as used: on 10M kernels this function set the analysis' memory peak.
+    dur = karr.end[comp]
+    dur -= karr.start[comp]
     cov = covered[comp]
-    alone = cov == 0
-    over = (dur > 0) & (2 * cov >= dur)
-    # Grouped on integer name codes (cheap), names attached after; rows ordered by name as before sorting.
     code = karr.name_code[comp]
+    del comp
     named = code >= 0
-    a, o = (named & alone), (named & over)
+    a = named & (cov == 0)
+    cov *= 2
+    o = named & (dur > 0) & (cov >= dur)
+    del cov, named
+    # Grouped on integer name codes (cheap), names attached after; rows ordered by name as before sorting.
     a = _by_code(code[a], dur[a]).rename(columns={"n": "n_alone", "median": "alone_median_ns"})
     o = _by_code(code[o], dur[o]).rename(columns={"n": "n_overlapped", "median": "overlapped_median_ns"})
+    del code, dur
     g = a.drop(columns="_sum").join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:
@@ -62,10 +67,24 @@ def _by_code(code: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
         return pd.DataFrame(cols, index=pd.Index(np.zeros(0, code.dtype), name="code"))
     narrow = code.astype(np.int16) if code.max() <= np.iinfo(np.int16).max else code
     order = np.argsort(narrow, kind="stable")
-    c, d = code[order], dur[order]
+    del narrow
+    c = code[order]
+    d = dur[order]
+    del order
     starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]]))
     ends = np.append(starts[1:], len(c))
     cols["n"] = (ends - starts).astype(np.int64)
-    cols["median"] = np.array([np.median(d[s:e].astype(np.float64)) for s, e in zip(starts, ends, strict=True)])
     cols["_sum"] = np.add.reduceat(d, starts).astype(np.int64)
+    cols["median"] = np.array([_median(d[s:e]) for s, e in zip(starts, ends, strict=True)])
     return pd.DataFrame(cols, index=pd.Index(c[starts], name="code"))
+
+
+def _median(seg: np.ndarray) -> float:
+    """Median of a non-empty int64 slice, partitioned in place (no copy): the middle value, or the mean of
+    the two middle values as float64 ((a + b) / 2, as numpy's and pandas' medians compute it)."""
+    n = len(seg)
+    if n % 2:
+        seg.partition(n // 2)
+        return float(seg[n // 2])
+    seg.partition([n // 2 - 1, n // 2])
+    return (float(seg[n // 2 - 1]) + float(seg[n // 2])) / 2.0

@@ -73,9 +73,8 @@ def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     """RANK_OVERLAP_COLUMNS over the whole trace, per rank (HTA semantics)."""
     rows = []
     for rank in np.unique(karr.rank[karr.rank >= 0]):
-        sets = karr.rank_sets(rank)
-        c, n = iv.total_length(*sets[COMPUTE]), iv.total_length(*sets[NCCL])
-        o = iv.total_length(*sets["overlap"])
+        totals = karr.rank_totals(rank)
+        c, n, o = totals[COMPUTE], totals[NCCL], totals["overlap"]
         rows.append({"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
     if not rows:
         return schema.empty_frame(schema.RANK_OVERLAP_COLUMNS)

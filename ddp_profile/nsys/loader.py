@@ -606,8 +606,18 @@ def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row order by (rank, start), stable: a stable sort by start (exports are nearly time-ordered, which
     timsort exploits), then a stable sort by rank (radix sort when ranks fit 16 bits). Same result as
     ``np.lexsort((start, rank))`` at a fraction of its cost on millions of rows."""
-    by_time = np.argsort(start, kind="stable")
-    r = rank[by_time]
+    if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):  # already in time order: one sort, by rank
+        by_time = None
+        r = rank
+    else:
+        by_time = np.argsort(start, kind="stable")
+        r = rank[by_time]
     if len(r) and r.min() >= np.iinfo(np.int16).min and r.max() <= np.iinfo(np.int16).max:
         r = r.astype(np.int16)
-    return by_time[np.argsort(r, kind="stable")]
+    order = np.argsort(r, kind="stable")
+    del r
+    if by_time is None:
+        return order
+    # by_time[order], written over ``order`` (element i reads order[i] before writing it; "clip" mode does
+    # not buffer): one index array less at the load's peak.
+    return np.take(by_time, order, out=order, mode="clip")

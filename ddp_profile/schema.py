@@ -13,7 +13,7 @@ import pandas as pd
 # (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
 # bytes: memcpy/memset size, <NA> for kernels.
 # dtypes from load_trace (chosen for memory; values are exact, a column is widened to int64 if a value needs
-# it): rank, pid, device, stream int32; start_ns, end_ns, correlation_id int64; name, kind, collective,
+# it): rank, pid, device, stream, correlation_id int32; start_ns, end_ns int64; name, kind, collective,
 # algorithm, protocol, dtype categorical (int8 codes while under 128 categories); launch_ns, bytes Int64;
 # launch_tid Int32. Consumers needing int64 arithmetic widen first (analysis._common.ints).
 KERNEL_COLUMNS = [

@@ -106,26 +106,39 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
 
     ``launch`` = [pid, correlationId, start, tid] columns (``sql.launches``); it is consumed (emptied) so
     the API rows' columns are freed as soon as the sorted key no longer needs them."""
-    out_ns = np.full(len(pid), -1, dtype=np.int64)
-    out_tid = np.full(len(pid), -1, dtype=np.int32)
     lpid, lcorr, lstart, ltid = launch
     launch.clear()
-    if len(lstart) == 0 or len(pid) == 0:
-        return out_ns, out_tid
-    lkey = (lpid.astype(np.int64) << 32) | (lcorr & 0xFFFFFFFF)
-    del lpid, lcorr
+    n = len(pid)
+    if len(lstart) == 0 or n == 0:
+        return np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int32)
+    # Keys (pid << 32 | correlationId's low 32 bits) built in place: this join set the load's memory peak.
+    lkey = lpid.astype(np.int64)
+    del lpid
+    lkey <<= 32
+    lcorr = lcorr.astype(np.int64, copy=False)
+    np.bitwise_and(lcorr, 0xFFFFFFFF, out=lcorr)
+    lkey |= lcorr
+    del lcorr
     order = np.argsort(lkey, kind="stable")
     lkey = lkey[order]
-    key = (pid.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    key = pid.astype(np.int64)
+    key <<= 32
+    low = corr.astype(np.int64)
+    low &= 0xFFFFFFFF
+    key |= low
+    del low
     pos = np.searchsorted(lkey, key)
     np.minimum(pos, len(lkey) - 1, out=pos)
-    hit = (lkey[pos] == key) & (corr > 0)
+    hit = lkey[pos] == key
+    hit &= corr > 0
     del key, lkey
-    src = order[pos[hit]]
-    del pos, order
+    np.take(order, pos, out=pos, mode="clip")  # pos -> the API row (element-wise, in place: see _rank_time_order)
+    del order
+    src = pos[hit]
+    del pos
+    out_ns = np.full(n, -1, dtype=np.int64)
     out_ns[hit] = lstart[src]
-    if ltid.dtype != np.int32:  # a tid outside int32 (damaged export): keep it exact in int64
-        out_tid = out_tid.astype(np.int64)
+    out_tid = np.full(n, -1, dtype=np.int32 if ltid.dtype == np.int32 else np.int64)  # int64: damaged tid
     out_tid[hit] = ltid[src]
     return out_ns, out_tid
 
@@ -369,7 +382,8 @@ def _kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, c
     are categoricals built from integer codes (parsed once per distinct name); no object column per row.
 
     Column types (see schema.KERNEL_COLUMNS): rank, pid, device, stream int32 (int64 if a value needs it),
-    start_ns, end_ns, correlation_id int64, launch_ns and bytes Int64, launch_tid Int32.
+    correlation_id int32 (int64 if a value needs it), start_ns, end_ns int64, launch_ns and bytes Int64,
+    launch_tid Int32.
 
     Memory: with ``consume`` each input column is dropped from ``arr`` as soon as its reordered copy exists,
     and the frame adopts the arrays (``copy=False``: no consolidation into one 2-D block, which would copy

@@ -180,7 +180,7 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
 
 def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict[str, np.ndarray | None]:
     """Columns pid, device, stream, start, end, name_id, corr, bytes of one activity table (narrow dtypes
-    where values are small: int32 pid/device/stream/name_id; see ``int_columns``).
+    where values are small: int32 pid/device/stream/name_id/corr; see ``int_columns``).
 
     Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = None
     (no byte count). Memcpy: name_id = copyKind; memset: name_id = -1; bytes = the size. Missing values are -1.
@@ -198,7 +198,7 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict
     exprs = [PID_SQL.format(col="COALESCE(globalPid, 0)"), "COALESCE(deviceId, -1)", "COALESCE(streamId, -1)",
              "start", "COALESCE(end, start)", name_id, corr]
     i32, i64 = np.int32, np.int64
-    dtypes = [i32, i32, i32, i64, i64, i32, i64]
+    dtypes = [i32, i32, i32, i64, i64, i32, i32]
     if nbytes:
         names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i64]
     out = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks, dtypes=dtypes), strict=True))

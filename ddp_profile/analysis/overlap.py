@@ -44,15 +44,24 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
     if not keep.any():
         return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
     # Group on integer codes: (kind, name) pairs in order of first appearance, sums by bincount.
-    kind = np.where(karr.is_nccl, 1, 0)[keep]
-    pair, first = pd.factorize(karr.name_code[keep].astype(np.int64) * 2 + kind)
-    dur = (karr.end - karr.start)[keep]
+    # Key = name code * 2 + (1 if NCCL), built in place; temporaries dropped once summed (on 10M kernels
+    # this function's arrays set the analysis' memory peak).
+    key = karr.name_code[keep].astype(np.int64)
+    key *= 2
+    key += karr.is_nccl[keep]
+    pair, first = pd.factorize(key)
+    del key
     n = len(first)
+    dur = karr.end[keep]
+    dur -= karr.start[keep]
+    total = _int_sums(pair, dur, n)
+    del dur
+    overlapped = _int_sums(pair, covered[keep], n)
     g = pd.DataFrame({
         "kind": np.where(first % 2 == 1, NCCL, COMPUTE).astype(object),
         "name": karr.name_values()[first // 2],
         "count": np.bincount(pair, minlength=n),
-        "total_ns": _int_sums(pair, dur, n), "overlapped_ns": _int_sums(pair, covered[keep], n),
+        "total_ns": total, "overlapped_ns": overlapped,
     })
     g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
     g["_nccl"] = g["kind"] != NCCL
@@ -63,7 +72,7 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
 def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 per-group sums (bincount sums in float64, exact only below 2^53: split in two halves
     when the total could exceed that)."""
-    if len(values) == 0 or float(np.abs(values).max()) * len(values) < 2**53:
+    if len(values) == 0 or max(-float(values.min()), float(values.max())) * len(values) < 2**53:
         return np.bincount(groups, values, n).astype(np.int64)
     hi, lo = values >> 26, values & ((1 << 26) - 1)
     return (np.bincount(groups, hi, n).astype(np.int64) << 26) + np.bincount(groups, lo, n).astype(np.int64)

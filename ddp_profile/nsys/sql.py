@@ -52,7 +52,7 @@ def columns(con: sqlite3.Connection, table: str) -> set[str]:
     return {r[1] for r in con.execute(f'PRAGMA table_info("{table}")')}
 
 
-CHUNK_ROWS = 1 << 16  # rows per group_concat string (~1.3 MB of text per column at most)
+CHUNK_ROWS = 1 << 14  # rows per group_concat string (~0.3 MB of text per column): reader threads keep less
 
 
 def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> list[np.ndarray]:

@@ -48,10 +48,15 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     on millions of rows."""
     if len(cols[0]) == 0:
         return []
-    code = np.zeros(len(cols[0]), dtype=np.int64)
-    for c in cols:
+    code = None
+    for c in cols:  # combined in place (no temporaries per column): code = code * (len(u) + 1) + k
         k, u = pd.factorize(c)
-        code = code * (len(u) + 1) + k
+        if code is None:
+            code = k
+        else:
+            code *= len(u) + 1
+            code += k
+        del k
     code, uniq = pd.factorize(code)
     if len(uniq) <= np.iinfo(np.int16).max:  # few groups: a 16-bit stable sort is a radix sort, O(n)
         code = code.astype(np.int16)

@@ -48,6 +48,17 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     on millions of rows."""
     if len(cols[0]) == 0:
         return []
+    if len(cols) == 2 and all(c.dtype.kind == "i" and c.dtype.itemsize <= 4 for c in cols):
+        # Two 32-bit columns (the loader's pid, device): one packed int64 key, one factorize.
+        key = cols[0].astype(np.int64)
+        key <<= 32
+        key |= cols[1].astype(np.int32, copy=False).view(np.uint32)
+        code, uniq = pd.factorize(key)
+        del key
+        if len(uniq) <= np.iinfo(np.int16).max:
+            code = code.astype(np.int16)
+        order = np.argsort(code, kind="stable")
+        return np.split(order, np.flatnonzero(np.diff(code[order])) + 1)
     code = None
     for c in cols:  # combined in place (no temporaries per column): code = code * (len(u) + 1) + k
         k, u = pd.factorize(c)

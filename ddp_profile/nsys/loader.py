@@ -129,7 +129,9 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
     del low
     pos = np.searchsorted(lkey, key)
     np.minimum(pos, len(lkey) - 1, out=pos)
-    hit = lkey[pos] == key
+    hit = np.empty(n, dtype=bool)
+    for a in range(0, n, 1 << 20):  # lkey[pos] == key by slices: no full-length temporary at the peak
+        np.equal(lkey[pos[a:a + (1 << 20)]], key[a:a + (1 << 20)], out=hit[a:a + (1 << 20)])
     hit &= corr > 0
     del key, lkey
     np.take(order, pos, out=pos, mode="clip")  # pos -> the API row (element-wise, in place: see _rank_time_order)

@@ -121,12 +121,12 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
     del lcorr
     order = np.argsort(lkey, kind="stable")
     lkey = lkey[order]
+    lstart = lstart[order]  # API rows permuted into key order once, so ``order`` is freed before the search
+    ltid = ltid[order]
+    del order
     key = pid.astype(np.int64)
     key <<= 32
-    low = corr.astype(np.int64)
-    low &= 0xFFFFFFFF
-    key |= low
-    del low
+    key |= corr.view(np.uint32) if corr.dtype == np.int32 else corr & 0xFFFFFFFF  # the low 32 bits, no copy
     pos = np.searchsorted(lkey, key)
     np.minimum(pos, len(lkey) - 1, out=pos)
     hit = np.empty(n, dtype=bool)
@@ -134,8 +134,6 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
         np.equal(lkey[pos[a:a + (1 << 20)]], key[a:a + (1 << 20)], out=hit[a:a + (1 << 20)])
     hit &= corr > 0
     del key, lkey
-    np.take(order, pos, out=pos, mode="clip")  # pos -> the API row (element-wise, in place: see _rank_time_order)
-    del order
     src = pos[hit]
     del pos
     out_ns = np.full(n, -1, dtype=np.int64)

@@ -152,8 +152,9 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
-    covered = _ov.overlapped_by_other_class(karr)
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes)
+    karr.launch = None  # launch times' last user was the collective table: freed before the overlap peak
+    covered = _ov.overlapped_by_other_class(karr)
     return Analysis(
         steps=step_frame,
         phases=schema.select(windows, schema.PHASE_COLUMNS),

@@ -106,8 +106,9 @@ def readme_block(res: dict) -> str:
         "with SQLite's `group_concat` parsed by numpy (no Python object per value) in row chunks on up to 4 "
         "threads (2 here); the floor is single-threaded. Memory is the peak RSS above the process's RSS before "
         f"loading; the returned kernels frame alone takes {res['sizes'][-1]['analyze']['frame_bytes_per_row']:.0f} "
-        "bytes per kernel (its 16 columns) against 56 for the seven int64 columns, so the 2x memory target "
-        "would need narrower column types.",
+        "bytes per kernel (its 16 columns; int32 ranks, pids, devices, streams and correlation ids, "
+        "categorical names) against 56 for the seven int64 columns, so the 2x memory target leaves about "
+        "half a frame for the reading and the analysis' working arrays.",
         "",
         "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 |",
         "|---|---|---|---|---|---|",

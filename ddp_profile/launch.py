@@ -63,6 +63,7 @@ def _spawned(rank: int, world_size: int, fn, args: tuple) -> None:
     init_process_group(info, "gloo")
     try:
         fn(info, *args)
+        dist.barrier()  # no rank tears the group down while a peer is still inside a collective
     finally:
         dist.destroy_process_group()
 

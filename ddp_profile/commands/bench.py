@@ -72,6 +72,9 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     init_process_group(info, backend)
     try:
         _finish(train_run(cfg, device), out)
+        # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
+        # still inside a gloo call aborts that peer ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -175,11 +175,16 @@ def measure_nsys(path: str) -> dict:
     if not exe:
         return {"available": False}
     with tempfile.TemporaryDirectory() as tmp:
+        # nsys stats may add tables or indexes to the export it reads: give it a copy, so the floor and
+        # the analysis keep reading the untouched file. The copy is made before the clock starts.
+        copy = shutil.copyfile(path, os.path.join(tmp, "export.sqlite"))
         t0 = time.perf_counter()
         proc = subprocess.run([exe, "stats", "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", f"{tmp}/k",
-                               "--force-export=false", path], capture_output=True, text=True)
+                               "--force-export=false", copy], capture_output=True, text=True)
         seconds = time.perf_counter() - t0
-    return {"available": True, "seconds": seconds, "rc": proc.returncode, "nsys": exe}
+    ver = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    return {"available": True, "seconds": seconds, "rc": proc.returncode,
+            "version": ver.replace("NVIDIA Nsight Systems version", "nsys").strip() or None}
 
 
 MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "analyze": measure_analyze}
@@ -245,7 +250,7 @@ def machine() -> dict:
     import pandas as pd
     return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem_kb / 2**20, 1),
             "python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__,
-            "sqlite": sqlite3.sqlite_version, "os": platform.platform(), "nsys": shutil.which("nsys"),
+            "sqlite": sqlite3.sqlite_version, "os": platform.platform(), "nsys": "found" if shutil.which("nsys") else None,
             "loadavg_start": _loadavg()}
 
 

@@ -46,8 +46,13 @@ def targets(res: dict) -> list[str]:
                                       f"{s['kernel_cols_int64_mb']:.0f} MB" for s in big) + ")")
     nsys = [s for s in res["sizes"] if s["nsys"].get("available")]
     if nsys:
-        lines.append("Faster than `nsys stats -r cuda_gpu_kern_sum`: " + ", ".join(
-            f"{s['size']}: {s['analyze']['seconds']:.2f} s vs {s['nsys']['seconds']:.2f} s" for s in nsys))
+        ok = all(s["nsys"].get("rc") == 0 and s["analyze"]["seconds"] < s["nsys"]["seconds"] for s in nsys)
+        version = nsys[0]["nsys"].get("version") or "nsys"
+        lines.append(f"Faster than `nsys stats -r cuda_gpu_kern_sum` ({version}, on a copy of the same file): "
+                     f"{_ok(ok)} (" + ", ".join(
+                         f"{s['size']}: load+analyze {s['analyze']['seconds']:.2f} s vs nsys stats "
+                         f"{s['nsys']['seconds']:.2f} s{'' if s['nsys'].get('rc') == 0 else ' (nsys failed, rc ' + str(s['nsys'].get('rc')) + ')'}"
+                         for s in nsys) + ")")
     else:
         lines.append("Faster than `nsys stats -r cuda_gpu_kern_sum`: not measured (nsys is not installed on this "
                      "machine; Debian's nsight-systems 2023.4 is not available here)")

@@ -39,3 +39,13 @@ def test_exit_codes_in_readme_match_the_error_classes():
     table = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", README, flags=re.M))
     for cls in (errors.UsageError, errors.TraceError, errors.MissingDataError, errors.OutputError):
         assert str(cls.exit_code) in table, f"exit code {cls.exit_code} ({cls.__name__}) not in README"
+
+
+def test_readme_library_example_runs(monkeypatch):
+    """The README's Python example runs as written, from the repository root, on a committed trace."""
+    block = README.split("## The library", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(ROOT)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert len(namespace["res"].steps) > 0
+    assert type(namespace["fig"]).__name__ == "Figure"

@@ -76,6 +76,21 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
+def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
+    """``end[mask] - start[mask]`` as int64, taken a chunk of rows at a time: the selected start times are
+    never held at full length beside the result (on 1M kernels one 8 MB temporary less at the analysis'
+    peak; same values)."""
+    out = np.empty(int(np.count_nonzero(mask)), dtype=np.int64)
+    pos = 0
+    for lo in range(0, len(mask), chunk):
+        m = mask[lo:lo + chunk]
+        d = end[lo:lo + chunk][m]
+        d -= start[lo:lo + chunk][m]
+        out[pos:pos + len(d)] = d
+        pos += len(d)
+    return out
+
+
 class KernelArrays:
     """Start/end/launch arrays of one kernels frame plus class masks, computed once per analysis."""
 

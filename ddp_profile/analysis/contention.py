@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis._common import KernelArrays, masked_durations
 
 
 def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> pd.DataFrame:
@@ -29,8 +29,7 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     if not comp.any() or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
     # Temporaries are dropped as soon as used: on 10M kernels this function set the analysis' memory peak.
-    dur = karr.end[comp]
-    dur -= karr.start[comp]
+    dur = masked_durations(karr.start, karr.end, comp)
     cov = covered[comp]
     code = karr.name_code[comp]
     del comp

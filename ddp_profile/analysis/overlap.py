@@ -22,7 +22,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, int_groups, pct
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, int_groups, masked_durations, pct
 
 
 def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
@@ -52,8 +52,9 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
     pair, first = pd.factorize(key)
     del key
     n = len(first)
-    dur = karr.end[keep]
-    dur -= karr.start[keep]
+    if n <= np.iinfo(np.int16).max:  # few (kind, name) pairs: 2 B per kernel instead of 8 for what follows
+        pair = pair.astype(np.int16)
+    dur = masked_durations(karr.start, karr.end, keep)
     total = _int_sums(pair, dur, n)
     del dur
     overlapped = _int_sums(pair, covered[keep], n)
@@ -69,13 +70,19 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
     return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
 
 
-def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+def _int_sums(groups: np.ndarray, values: np.ndarray, n: int, chunk: int = 1 << 18) -> np.ndarray:
     """Exact int64 per-group sums (bincount sums in float64, exact only below 2^53: split in two halves
-    when the total could exceed that)."""
-    if len(values) == 0 or max(-float(values.min()), float(values.max())) * len(values) < 2**53:
-        return np.bincount(groups, values, n).astype(np.int64)
-    hi, lo = values >> 26, values & ((1 << 26) - 1)
-    return (np.bincount(groups, hi, n).astype(np.int64) << 26) + np.bincount(groups, lo, n).astype(np.int64)
+    when the total could exceed that). Summed a chunk of rows at a time, added in int64: bincount's float
+    copy of the weights and the halves stay chunk-sized (on 1M kernels they set the analysis' peak)."""
+    out = np.zeros(n, dtype=np.int64)
+    for start in range(0, len(values), chunk):
+        g, v = groups[start:start + chunk], values[start:start + chunk]
+        if max(-float(v.min()), float(v.max())) * len(v) < 2**53:
+            out += np.bincount(g, v, n).astype(np.int64)
+        else:
+            hi, lo = v >> 26, v & ((1 << 26) - 1)
+            out += (np.bincount(g, hi, n).astype(np.int64) << 26) + np.bincount(g, lo, n).astype(np.int64)
+    return out
 
 
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:

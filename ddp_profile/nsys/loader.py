@@ -26,6 +26,7 @@ from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
+from ddp_profile.nsys.memory import return_freed_memory
 from ddp_profile.trace import Trace
 
 SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
@@ -474,8 +475,18 @@ def _processes(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame:
     # Few distinct (file, pid, device): hash them (pd.factorize) rather than sort millions of rows.
     # Packed key: file (< 2^15) | pid (< 2^24, see sql.PID_SQL) | device + 1 (< 2^16).
     i64 = np.int64
-    codes, uniq = pd.factorize((arr["file"].astype(i64) << 48) | (arr["pid"].astype(i64) << 16)
-                              | ((arr["device"].astype(i64) + 1) & 0xFFFF))
+    key = arr["file"].astype(i64)  # built in place: two full-length temporaries, not eight
+    key <<= 48
+    part = arr["pid"].astype(i64)
+    part <<= 16
+    key |= part
+    part[:] = arr["device"]
+    part += 1
+    part &= 0xFFFF
+    key |= part
+    del part
+    codes, uniq = pd.factorize(key)
+    del key
     counts = pd.DataFrame({"file": uniq >> 48, "pid": (uniq >> 16) & 0xFFFFFFFF, "device": (uniq & 0xFFFF) - 1,
                            "n": np.bincount(codes, minlength=len(uniq))})
     counts = counts.sort_values(["file", "pid", "device"], kind="stable")
@@ -564,6 +575,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     arr = _kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None
+    return_freed_memory()  # the reader threads' chunks and the per-file copies
     _check_kernels(files, _kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
     _check_same_run(files, arr)
     nvtx = _nvtx_frame(files, offsets)
@@ -575,6 +587,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     procs, source = rank_rules.assign_ranks(_processes(arr, files), nvtx, stems)
     rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)}
     arr["rank"] = _map_ranks(arr["file"], arr["pid"], rank_of)
+    return_freed_memory()  # the readers' freed chunks, before the frame build's copies (the load's peak)
     # Sorted by (rank, start_ns), stable: one lexsort, then each column taken once as the frame is built.
     kernels = _kernel_frame(arr, _rank_time_order(arr["rank"], arr["start_ns"]), consume=True)
     del arr
@@ -597,12 +610,15 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         "warnings": warnings,
     }
     run = _find_run_json(files_in, warnings)
-    return Trace(
+    trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
         gpus=gpus, ranks=schema.select(procs, schema.RANK_COLUMNS), meta=meta,
         run=run, paths=files_in,
     )
+    del kernels, nvtx, files
+    return_freed_memory()  # the unordered columns freed by the frame build, before the analysis' arrays
+    return trace
 
 
 def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:

@@ -6,9 +6,9 @@ a results.json they were recorded in); nothing is typed by hand."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from ddp_profile.safeio import write_text_atomic
 
 TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.5, 2.0, 5.0
 BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
@@ -17,14 +17,6 @@ HEADING = "## Performance"
 
 class MarkerError(ValueError):
     """README.md lacks one clean pair of performance markers; the message is one line for the user."""
-
-
-def _atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
 
 
 def _ok(flag: bool) -> str:
@@ -150,7 +142,7 @@ def update_readme(res: dict, readme: Path) -> bool:
     text = readme.read_text(encoding="utf-8")
     new = with_block(text, readme_block(res), readme.name)
     if new != text:
-        _atomic(readme, new)
+        write_text_atomic(readme, new)
     return new != text
 
 
@@ -185,7 +177,7 @@ def write_results(res: dict, out: Path, write_json: bool = True) -> Path:
         readme_section(res),
     ]
     path = out / "RESULTS.md"
-    _atomic(path, "\n".join(md) + "\n")
+    write_text_atomic(path, "\n".join(md) + "\n")
     if write_json:
-        _atomic(out / "results.json", json.dumps(res, indent=1, default=str) + "\n")
+        write_text_atomic(out / "results.json", json.dumps(res, indent=1, default=str) + "\n")
     return path

@@ -21,7 +21,6 @@ import itertools
 import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from ddp_profile import nvtx_names as names
 from ddp_profile import nvtx_ranges
 from ddp_profile.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.models import build_model, param_stats
+from ddp_profile.safeio import write_text_atomic
 from ddp_profile.strategies import create, world
 
 
@@ -233,21 +233,8 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
 
 
 def write_json(record: dict, path: Path) -> Path:
-    """Write `record` atomically (temp file in the same folder, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a run record is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    """Write the run record atomically (see ddp_profile.safeio)."""
+    return write_text_atomic(path, json.dumps(record, indent=1) + "\n", make_parents=True)
 
 
 if __name__ == "__main__":

@@ -368,7 +368,7 @@ def test_disk_full_leaves_no_partial_output(command, tmp_path):
 
 def test_disk_full_library(tmp_path, monkeypatch):
     from ddp_profile import report
-    from ddp_profile.commands.analyze import write_atomic
+    from ddp_profile.safeio import write_text_atomic as write_atomic
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
-from ddp_profile.errors import OutputError, UsageError
+from ddp_profile.errors import UsageError
 from ddp_profile.nsys.progress import add_jobs_argument
+from ddp_profile.safeio import write_text_atomic
 
 SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
@@ -89,22 +88,6 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temp file in the same folder + os.replace, so a failure leaves no partial file."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
-        except (OSError, UnboundLocalError):
-            pass
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
 def run(args) -> int:
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
@@ -120,7 +103,7 @@ def run(args) -> int:
     res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)
     if args.output:
-        write_atomic(Path(args.output), text)
+        write_text_atomic(Path(args.output), text)
     else:
         sys.stdout.write(text)
     return 0

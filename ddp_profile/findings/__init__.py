@@ -14,7 +14,8 @@ from pathlib import Path
 from ddp_profile.findings import questions_a as qa
 from ddp_profile.findings import questions_b as qb
 from ddp_profile.findings.data import MAIN, SCALING, load_all, machine_line
-from ddp_profile.findings.render import to_html, to_markdown, write_atomic
+from ddp_profile.findings.render import to_html, to_markdown
+from ddp_profile.safeio import write_text_atomic
 
 __all__ = ["build_findings", "run_sets", "page_for"]
 
@@ -100,11 +101,11 @@ def build_findings(root, out_dir, progress=None, runs=None) -> dict:
     title = "Findings: CS336 assignment 2 DDP questions, answered from Nsight Systems traces"
     md = to_markdown(title, intro(root, runs), secs)
     html_text = to_html(title, intro(root, runs), secs, figs)
-    write_atomic(out_dir / "FINDINGS.md", md)
-    write_atomic(out_dir / "findings.html", html_text)
+    write_text_atomic(out_dir / "FINDINGS.md", md, make_parents=True)
+    write_text_atomic(out_dir / "findings.html", html_text, make_parents=True)
     out = {"FINDINGS.md": len(md.encode()), "findings.html": len(html_text.encode())}
     if not (out_dir / PLOTLY_JS).exists():
         js = get_plotlyjs()
-        write_atomic(out_dir / PLOTLY_JS, js)
+        write_text_atomic(out_dir / PLOTLY_JS, js, make_parents=True)
         out[PLOTLY_JS] = len(js.encode())
     return out

@@ -4,13 +4,7 @@ module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON esca
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pandas as pd
-
-from ddp_profile.errors import OutputError
 
 
 def _md_cell(v) -> str:
@@ -71,15 +65,3 @@ def _html_table(df: pd.DataFrame, caption: str) -> str:
     return f"<h3>{esc(caption)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder, then os.replace: readers never see a half-written file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputError(f"{path}: cannot write ({exc.strerror or exc})") from exc

@@ -151,6 +151,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
     windows = _win.phase_windows(host_steps, host_phases, karr)
     step_frame = _steps.step_metrics(windows, karr)
+    return_freed_memory()
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
         notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
                      "range 'backward' or pass --phase backward=REGEX)")
@@ -158,6 +159,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
+    return_freed_memory()
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes)
     karr.launch = None  # launch times' last user was the collective table: freed before the overlap peak
     # Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them

@@ -76,6 +76,34 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
+def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
+    """Positional row indices (ascending) per distinct (a, b) pair, one group at a time: a generator.
+
+    Made for few groups over many rows (a trace's (pid, device) pairs: one per rank): each group is found
+    with boolean masks (1 B per row) and only its own indices are held, where :func:`int_groups` holds a
+    sort of all rows (8 B per row) plus its hashing temporaries at once. On 1M kernels that was ~20 MB of
+    the analysis' memory peak. Past ``max_groups`` distinct pairs the masks' cost (one pass over all rows
+    per group) outgrows the sort's, and :func:`int_groups` takes over."""
+    if len(a) == 0:
+        return
+    firsts = pd.unique(a)
+    per_first = []
+    for x in firsts:
+        in_x = a == x
+        per_first.append((x, pd.unique(b[in_x])))
+        del in_x
+    if sum(len(seconds) for _, seconds in per_first) > max_groups:
+        yield from int_groups(a, b)
+        return
+    for x, seconds in per_first:
+        in_x = a == x
+        if len(seconds) == 1:
+            yield np.flatnonzero(in_x)
+            continue
+        for y in seconds:
+            yield np.flatnonzero(in_x & (b == y))
+
+
 def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
     """``end[mask] - start[mask]`` as int64, taken a chunk of rows at a time: the selected start times are
     never held at full length beside the result (on 1M kernels one 8 MB temporary less at the analysis'

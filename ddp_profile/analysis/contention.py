@@ -25,23 +25,16 @@ from ddp_profile.analysis._common import KernelArrays, masked_durations
 
 def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> pd.DataFrame:
     """CONTENTION_COLUMNS, sorted by lost_ns (largest first). ``covered``: overlap.overlapped_by_other_class."""
-    comp = karr.is_compute  # a mask, not an index array (8 B per kernel less)
-    if not comp.any() or not karr.is_nccl.any():
+    if not karr.is_compute.any() or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
-    # Temporaries are dropped as soon as used: on 10M kernels this function set the analysis' memory peak.
-    dur = masked_durations(karr.start, karr.end, comp)
-    cov = covered[comp]
-    code = karr.name_code[comp]
-    del comp
-    named = code >= 0
-    a = named & (cov == 0)
-    cov *= 2
-    o = named & (dur > 0) & (cov >= dur)
-    del cov, named
-    # Grouped on integer name codes (cheap), names attached after; rows ordered by name as before sorting.
-    a = _by_code(code, dur, a).rename(columns={"n": "n_alone", "median": "alone_median_ns"})
-    o = _by_code(code, dur, o).rename(columns={"n": "n_overlapped", "median": "overlapped_median_ns"})
-    del code, dur
+    # Which compute kernels are alone and which overlapped, as two row masks (1 B per kernel); durations
+    # are taken a chunk at a time and, later, per name: no full-length int64 temporaries (on 1M kernels
+    # the durations and covered times of all compute kernels, 16 B each, set the analysis' memory peak).
+    alone, over = _classify(karr, covered)
+    a = _by_code(karr, alone).rename(columns={"n": "n_alone", "median": "alone_median_ns"})
+    del alone
+    o = _by_code(karr, over).rename(columns={"n": "n_overlapped", "median": "overlapped_median_ns"})
+    del over
     g = a.drop(columns="_sum").join(o, how="inner")
     g = g.loc[(g["n_alone"] >= min_count) & (g["n_overlapped"] >= min_count)].reset_index()
     if g.empty:
@@ -54,33 +47,51 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     return schema.select(g, schema.CONTENTION_COLUMNS)
 
 
-def _by_code(code: np.ndarray, dur: np.ndarray, rows: np.ndarray) -> pd.DataFrame:
+def _classify(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+    """Row masks of the named compute kernels that ran alone (covered 0 ns) and overlapped (covered at
+    least half of a positive duration), filled a chunk of rows at a time."""
+    n = len(covered)
+    alone = np.zeros(n, dtype=bool)
+    over = np.zeros(n, dtype=bool)
+    for lo in range(0, n, chunk):
+        hi = lo + chunk
+        named = karr.is_compute[lo:hi] & (karr.name_code[lo:hi] >= 0)
+        cov = covered[lo:hi]
+        dur = karr.end[lo:hi] - karr.start[lo:hi]
+        alone[lo:hi] = named & (cov == 0)
+        over[lo:hi] = named & (dur > 0) & (2 * cov >= dur)
+    return alone, over
+
+
+def _by_code(karr: KernelArrays, rows: np.ndarray) -> pd.DataFrame:
     """Per name code of the ``rows`` (a mask; index ``code``, ascending): count ``n``, ``median`` (float;
     the mean of the two middle values for an even count, as pandas' groupby median) and exact int64
-    ``_sum`` of ``dur``. Same numbers as ``groupby(code).agg(size, median, sum)`` at a fraction of the cost
-    and memory on millions of kernels.
+    ``_sum`` of the durations. Same numbers as ``groupby(code).agg(size, median, sum)`` at a fraction of
+    the cost and memory on millions of kernels.
 
     Names are few: each name's durations are gathered by one mask and their median found by partitioning
     that copy in place (memory: the largest group). With many names, one stable 16-bit sort (a radix sort)
-    groups all rows instead."""
+    groups the selected rows instead."""
+    code = karr.name_code
     sub = code[rows]
     uniq = np.sort(pd.unique(sub))
     idx = pd.Index(uniq, name="code")
     if len(uniq) <= 64:
+        del sub
         n, med, tot = [], [], []
         for u in uniq:
-            seg = dur[rows & (code == u)]
+            seg = masked_durations(karr.start, karr.end, rows & (code == u))
             n.append(len(seg))
             tot.append(int(seg.sum()))
             med.append(_median(seg))
         return pd.DataFrame({"n": np.array(n, dtype=np.int64), "median": np.array(med, dtype=float),
                              "_sum": np.array(tot, dtype=np.int64)}, index=idx)
-    d = dur[rows]
     narrow = sub.astype(np.int16) if sub.max() <= np.iinfo(np.int16).max else sub
     order = np.argsort(narrow, kind="stable")
     del narrow
     c = sub[order]
-    d = d[order]
+    del sub
+    d = masked_durations(karr.start, karr.end, rows)[order]
     del order
     starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]]))
     ends = np.append(starts[1:], len(c))

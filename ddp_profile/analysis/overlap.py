@@ -22,14 +22,14 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, int_groups, masked_durations, pct
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, pair_groups, pct
 
 
 def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
     copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class."""
     out = np.zeros(len(karr.start), dtype=np.int64)
-    for idx in int_groups(karr.pid, karr.device):
+    for idx in pair_groups(karr.pid, karr.device):
         comp = idx[karr.is_compute[idx]]
         nccl = idx[karr.is_nccl[idx]]
         if comp.size and nccl.size:
@@ -38,31 +38,41 @@ def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
     return out
 
 
-def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
+def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame:
     """KERNEL_OVERLAP_COLUMNS: per (kind, name) of compute and NCCL kernels, duration-weighted overlap."""
     keep = karr.is_compute | karr.is_nccl
     if not keep.any():
         return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
-    # Group on integer codes: (kind, name) pairs in order of first appearance, sums by bincount.
-    # Key = name code * 2 + (1 if NCCL), built in place; temporaries dropped once summed (on 10M kernels
-    # this function's arrays set the analysis' memory peak).
-    key = karr.name_code[keep].astype(np.int64)
-    key *= 2
-    key += karr.is_nccl[keep]
-    pair, first = pd.factorize(key)
-    del key
-    n = len(first)
-    if n <= np.iinfo(np.int16).max:  # few (kind, name) pairs: 2 B per kernel instead of 8 for what follows
-        pair = pair.astype(np.int16)
-    dur = masked_durations(karr.start, karr.end, keep)
-    total = _int_sums(pair, dur, n)
-    del dur
-    overlapped = _int_sums(pair, covered[keep], n)
+    # Per (kind, name) pair as one integer key, (name code + 1) * 2 + (1 if NCCL): counts and exact sums
+    # by bincount, a chunk of rows at a time, so every temporary is chunk-sized (on 1M kernels the
+    # full-length keys, factorize codes and durations of a one-shot grouping set the analysis' memory peak).
+    # Pairs keep their order of first appearance (the sort below is stable: ties stay in that order).
+    n_keys = 2 * (len(karr.names) + 1)
+    count = np.zeros(n_keys, dtype=np.int64)
+    total = np.zeros(n_keys, dtype=np.int64)
+    overlapped = np.zeros(n_keys, dtype=np.int64)
+    first = np.full(n_keys, len(keep), dtype=np.int64)
+    for lo in range(0, len(keep), chunk):
+        rows = np.flatnonzero(keep[lo:lo + chunk])
+        if rows.size == 0:
+            continue
+        key = karr.name_code[lo:lo + chunk][rows].astype(np.int32)
+        key += 1
+        key *= 2
+        key += karr.is_nccl[lo:lo + chunk][rows]
+        seen, at = np.unique(key, return_index=True)
+        np.minimum.at(first, seen, at + lo)
+        dur = karr.end[lo:lo + chunk][rows] - karr.start[lo:lo + chunk][rows]
+        count += np.bincount(key, minlength=n_keys)
+        total += _int_sums(key, dur, n_keys)
+        overlapped += _int_sums(key, covered[lo:lo + chunk][rows], n_keys)
+    present = np.flatnonzero(count)
+    present = present[np.argsort(first[present], kind="stable")]
     g = pd.DataFrame({
-        "kind": np.where(first % 2 == 1, NCCL, COMPUTE).astype(object),
-        "name": karr.name_values()[first // 2],
-        "count": np.bincount(pair, minlength=n),
-        "total_ns": total, "overlapped_ns": overlapped,
+        "kind": np.where(present % 2 == 1, NCCL, COMPUTE).astype(object),
+        "name": karr.name_values()[present // 2 - 1],
+        "count": count[present],
+        "total_ns": total[present], "overlapped_ns": overlapped[present],
     })
     g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
     g["_nccl"] = g["kind"] != NCCL
@@ -70,19 +80,15 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray) -> pd.DataFrame:
     return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
 
 
-def _int_sums(groups: np.ndarray, values: np.ndarray, n: int, chunk: int = 1 << 18) -> np.ndarray:
+def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 per-group sums (bincount sums in float64, exact only below 2^53: split in two halves
-    when the total could exceed that). Summed a chunk of rows at a time, added in int64: bincount's float
-    copy of the weights and the halves stay chunk-sized (on 1M kernels they set the analysis' peak)."""
-    out = np.zeros(n, dtype=np.int64)
-    for start in range(0, len(values), chunk):
-        g, v = groups[start:start + chunk], values[start:start + chunk]
-        if max(-float(v.min()), float(v.max())) * len(v) < 2**53:
-            out += np.bincount(g, v, n).astype(np.int64)
-        else:
-            hi, lo = v >> 26, v & ((1 << 26) - 1)
-            out += (np.bincount(g, hi, n).astype(np.int64) << 26) + np.bincount(g, lo, n).astype(np.int64)
-    return out
+    when the total could exceed that)."""
+    if values.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    if max(-float(values.min()), float(values.max())) * len(values) < 2**53:
+        return np.bincount(groups, values, n).astype(np.int64)
+    hi, lo = values >> 26, values & ((1 << 26) - 1)
+    return (np.bincount(groups, hi, n).astype(np.int64) << 26) + np.bincount(groups, lo, n).astype(np.int64)
 
 
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
-from ddp_profile.nsys.memory import return_freed_memory
+from ddp_profile.nsys.memory import map_large_arrays, return_freed_memory
 from ddp_profile.trace import Trace
 
 SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
@@ -551,6 +551,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     (no CUDA kernels). A trace without NVTX loads with an empty ``nvtx`` frame and a warning in ``meta``.
     """
     files_in = find_exports(paths)
+    map_large_arrays()  # freed full-length arrays go back to the OS, not into the heap (nsys/memory.py)
     if progress is True:
         from ddp_profile.nsys.progress import ProgressBar
 

@@ -23,6 +23,7 @@
 #   DEADLINE_AT=         epoch seconds; a run is skipped if it would likely end after it   e.g. $(( $(date +%s) + 500 ))
 #   XL_RUN_S=45 SMALL_RUN_S=20   expected seconds per run, used with DEADLINE_AT
 #   SKIP_EXISTING=0      1: skip runs whose traces/<run>/ already holds an export (to finish a set later)
+#   ONLY=                extended regex on "STRATEGY OPTIONS": only matching runs of the sets   e.g. ONLY=torch_ddp
 #   INSPECT=1            run `ddp-profile inspect` on each finished run (warnings only)
 #   CAMPAIGN_LIST=       file that receives the folder of every finished run
 #   PYTHON, NSYS, TRACES, PER_RANK: passed to profile.sh
@@ -46,6 +47,7 @@ XL_RUN_S=${XL_RUN_S:-45}
 SMALL_RUN_S=${SMALL_RUN_S:-20}
 INSPECT=${INSPECT:-1}
 SKIP_EXISTING=${SKIP_EXISTING:-0}
+ONLY=${ONLY:-}
 CAMPAIGN_LIST=${CAMPAIGN_LIST:-}
 PYTHON=${PYTHON:-python3}
 export PYTHON
@@ -104,6 +106,7 @@ for set in $SETS; do
     while read -r n est strategy args; do
         [ -n "$n" ] || continue
         label="$set: NPROC=$n $strategy $args"
+        if [ -n "$ONLY" ] && ! [[ "$strategy $args" =~ $ONLY ]]; then continue; fi
         if [ "$GPUS" -gt 0 ] && [ "$n" -gt "$GPUS" ]; then
             SKIPPED+=("$label (needs $n GPUs, $GPUS present)"); echo "-- skip $label: needs $n GPUs"; continue
         fi

@@ -144,3 +144,15 @@ def test_profile_sh_end_to_end_with_a_standin_nsys(standin_env, tmp_path, per_ra
     assert profiled.count("ARGS ") == (1 if per_rank == "0" else 2)
     assert "nsys-ui" in proc.stdout
     assert not list((tmp_path / "traces").glob(".*partial"))
+
+
+@pytest.mark.slow
+def test_profile_all_only_runs_the_matching_runs_of_a_set(standin_env, tmp_path):
+    env = {**standin_env, "SMALL_MODEL": "tiny", "SMALL_SEQ": "8", "SMALL_STEPS": "1", "INSPECT": "0",
+           "ONLY": "^none "}
+    env.pop("NSYS")
+    proc = bash("scripts/profile_all.sh small", env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== campaign: 1 runs done, 0 skipped, 0 failed" in proc.stdout
+    assert sorted(p.name for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")) == [
+        "none_tiny_fp32_1xcpu"]

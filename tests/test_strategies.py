@@ -23,6 +23,7 @@ from ddp_profile.errors import ConfigError
 from ddp_profile.launch import spawn_local
 from ddp_profile.models import build_model
 from ddp_profile.strategies import REGISTRY, create, pack_buckets
+from ddp_profile.strategies.torch_ddp import TorchDDP
 from ddp_profile.train import loss_fn, run_steps
 
 VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
@@ -57,10 +58,19 @@ CASES = [
     ("bucketed-many", "toy", "bucketed", 0.00002),
     ("torch_ddp", "toy", "torch_ddp", 25.0),
     ("torch_ddp-many", "toy", "torch_ddp", 0.00002),
+    ("torch_ddp-many-stock", "toy", "torch_ddp-stock", 0.00002),
     ("tiny-overlap", "tiny", "overlap", 25.0),
     ("tiny-bucketed", "tiny", "bucketed", 0.01),
     ("tiny-torch_ddp", "tiny", "torch_ddp", 0.01),
+    ("tiny-torch_ddp-stock", "tiny", "torch_ddp-stock", 0.01),
 ]
+
+
+def wrap(strategy_name: str, model: nn.Module, mb: float):
+    """The registry's strategies, plus "torch_ddp-stock": DDP without the NVTX comm hook."""
+    if strategy_name == "torch_ddp-stock":
+        return TorchDDP(model, bucket_cap_mb=mb, nvtx_hook=False)
+    return create(strategy_name, model, bucket_mb=mb)
 
 
 def make_model(kind: str) -> nn.Module:
@@ -112,7 +122,7 @@ def _worker(info, outdir: str) -> None:
         torch.manual_seed(100 + info.rank)  # ranks start different; wrapping must make them equal
         model = make_model(kind)
         before = state(model)
-        strategy = create(strategy_name, model, bucket_mb=mb)
+        strategy = wrap(strategy_name, model, mb)
         after_wrap = state(model)
         batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
                    for x, y in global_batches(kind, info.world_size)]
@@ -198,6 +208,89 @@ def test_nvtx_ranges_describe_steps_phases_and_each_bucket_launch(results):
     assert seen == set(range(layout["buckets"]))
     pushes = sum(1 for e in events if e[0] == "push")
     assert pushes == sum(1 for e in events if e[0] == "pop")
+
+
+# ---- torch_ddp's NVTX comm hook ----
+
+def _launches_per_step(events) -> list[list[tuple[int, int, int]]]:
+    """(bucket, bytes in the message, payload) of each collective range, grouped by the step range it follows."""
+    steps: list[list] = []
+    for kind, msg, payload, _ in events:
+        if kind != "push":
+            continue
+        if re.fullmatch(r"step \d+", msg):
+            steps.append([])
+        elif msg.startswith(nvtx_names.ALLREDUCE_PREFIX):
+            bucket, nbytes = map(int, re.fullmatch(r"allreduce b(\d+) (\d+)B", msg).groups())
+            steps[-1].append((bucket, nbytes, payload))
+    return steps
+
+
+@pytest.mark.parametrize("case_id", ["torch_ddp-many", "tiny-torch_ddp"])
+def test_torch_ddp_hook_emits_one_range_per_ddp_bucket_per_step(results, case_id):
+    for rank in (0, 1):
+        res = results[(case_id, rank)]
+        layout = res["layout"]
+        assert layout["nvtx_hook"] is True
+        # Every gradient byte once per step: the unique trainable tensors (toy: 4·(11·8 + 8·8 + 8) = 640 B).
+        total = sum(layout["bucket_bytes"])
+        if case_id == "torch_ddp-many":
+            assert total == 4 * (VOCAB * DIM + DIM * DIM + DIM)
+        steps = _launches_per_step(res["events"])
+        assert len(steps) == WARMUP + STEPS
+        for launches in steps:
+            buckets = [b for b, _, _ in launches]
+            assert sorted(buckets) == list(range(len(buckets))), launches  # each bucket exactly once
+            assert all(nbytes == payload for _, nbytes, payload in launches)
+            assert sum(nbytes for _, nbytes, _ in launches) == total
+        # After step 0 DDP rebuilds its buckets; every later step launches exactly the logged rebuilt ones,
+        # several of them at these small caps.
+        assert len(layout["ddp_bucket_bytes"]) > 1
+        for launches in steps[1:]:
+            assert [nbytes for _, nbytes, _ in sorted(launches)] == layout["ddp_bucket_bytes"]
+        pushes = sum(1 for e in res["events"] if e[0] == "push")
+        assert pushes == sum(1 for e in res["events"] if e[0] == "pop")
+
+
+def test_stock_torch_ddp_emits_no_collective_ranges(results):
+    for case_id in ("torch_ddp-many-stock", "tiny-torch_ddp-stock"):
+        res = results[(case_id, 0)]
+        assert res["layout"]["nvtx_hook"] is False
+        assert _ranges(res["events"], nvtx_names.ALLREDUCE_PREFIX) == []
+        assert len(_ranges(res["events"], nvtx_names.STEP + " ")) == WARMUP + STEPS
+
+
+def test_torch_ddp_hook_trains_exactly_like_stock_ddp(results):
+    for hooked, stock in (("torch_ddp-many", "torch_ddp-many-stock"), ("tiny-torch_ddp", "tiny-torch_ddp-stock")):
+        for rank in (0, 1):
+            for a, b in zip(results[(hooked, rank)]["final"], results[(stock, rank)]["final"], strict=True):
+                assert torch.equal(a, b), (hooked, rank)
+
+
+def _three_rank_worker(info, outdir: str) -> None:
+    """Stock and hooked DDP from the same start on the same shards; world size 3, where 1/3 is inexact."""
+    finals = {}
+    for hook in (False, True):
+        torch.manual_seed(100)
+        model = make_model("toy")
+        strategy = TorchDDP(model, bucket_cap_mb=0.00002, nvtx_hook=hook)
+        batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
+                   for x, y in global_batches("toy", info.world_size)]
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
+        finals[hook] = state(model)
+    torch.save(finals, f"{outdir}/rank{info.rank}.pt")
+
+
+@pytest.mark.slow  # a second spawn, of three processes: ~7 s on two cores
+def test_torch_ddp_hook_is_bitwise_stock_ddp_at_world_size_3(tmp_path):
+    # At world size 2 scaling by 1/2 is exact whichever way it is done; at 3 a divide-by-3 in the hook
+    # (instead of stock's multiply by 1/3) changes low bits, so this comparison would catch it.
+    spawn_local(3, _three_rank_worker, str(tmp_path))
+    for rank in range(3):
+        finals = torch.load(tmp_path / f"rank{rank}.pt")
+        for a, b in zip(finals[True], finals[False], strict=True):
+            assert torch.equal(a, b), rank
 
 
 def test_tied_and_frozen_parameters_in_layouts(results):

@@ -1,10 +1,25 @@
 """`torch_ddp`: PyTorch's DistributedDataParallel with `bucket_cap_mb`, as the reference implementation.
 
-Left as stock as possible (no comm hook, so no per-bucket NVTX range): it is the yardstick. Buffers are
-broadcast once at wrap time like every other strategy (broadcast_buffers=False, plus one explicit buffer
-broadcast, because DDP's constructor then syncs parameters only), not before each forward.
-DDP's own buckets are rebuilt after the first step in gradient-ready order; `layout()` reports the sizes
-DDP logs, falling back to the project's packing of the same cap.
+Per-bucket NVTX ranges (``nvtx_hook=True``, the default). Stock DDP launches its all-reduces from C++, so
+a trace of it has NCCL kernels but no bytes: no bus bandwidth, no α-β points, no bucket table. With the
+default on, a DDP communication hook (`_nvtx_allreduce_hook`) does what the stock path does (scale the
+flat bucket by 1/world size, sum it over the group asynchronously, hand the bucket back through a Future)
+and wraps the launch in the same `allreduce b<bucket> <bytes>B` range as the project's own strategies,
+so the analysis reads torch_ddp's collectives like theirs. Why keep it a reference all the same:
+DDP's C++ reducer still decides buckets (and rebuilds them in gradient-ready order after the first
+step), fires them and copies results back; the hook is the one Python call per bucket the reducer makes.
+Costs of the hook, compared with stock: host side, one Python call plus an NVTX push/pop per bucket;
+GPU side, one elementwise kernel per bucket, because the reducer fuses the 1/world-size scaling into its
+gradient-to-bucket copy only when no hook is registered (with a hook it copies, and the hook scales the
+bucket in place: one more read+write of the bucket). Gradients are bitwise the stock ones: the same
+multiply by double(1/world size) on the same values, only done after the copy instead of during it
+(tests/test_strategies.py checks this at world size 3, where 1/3 is inexact). ``nvtx_hook=False`` gives
+the untouched stock path, e.g. to measure what the hook costs.
+
+Buffers are broadcast once at wrap time like every other strategy (broadcast_buffers=False, plus one
+explicit buffer broadcast, because DDP's constructor then syncs parameters only), not before each forward.
+`layout()` reports the project's packing of the same cap, plus the sizes DDP logs (`ddp_bucket_bytes`: the
+rebuilt buckets once a step has run, in bucket-index order, i.e. the sizes the NVTX ranges carry).
 """
 
 from __future__ import annotations
@@ -13,17 +28,38 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, world
+from ddp_profile import nvtx_ranges
+from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, world
 from ddp_profile.strategies.bucketed import pack_buckets
+
+
+def _nvtx_allreduce_hook(group, bucket):
+    """DDP comm hook: mean of the bucket (a dist.GradBucket) over `group` (None = the default group), as a
+    Future of the bucket's tensor; the launch is NVTX-annotated.
+
+    Unannotated on purpose: DDP checks that the argument is named `bucket` and that any annotation is the
+    class itself, and `from __future__ import annotations` would turn annotations into strings.
+
+    Scaling by the reciprocal before the sum is what stock DDP does (it multiplies each gradient by
+    1/world size as it copies it into the bucket), so results match it bit for bit, and pre-scaling keeps
+    low-precision sums from overflowing. The range covers the launch only, like the other strategies'.
+    """
+    group = group if group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    buffer.mul_(1.0 / dist.get_world_size(group))
+    with nvtx_ranges.collective(bucket.index(), nbytes(buffer)):
+        work = dist.all_reduce(buffer, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
 
 
 class TorchDDP(Wrapper):
     name = "torch_ddp"
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = True) -> None:
         nn.Module.__init__(self)  # DDP does its own wrap-time broadcast of parameters and buffers
         self.rank, self.world_size = world()
         self.bucket_cap_mb = bucket_cap_mb
+        self.nvtx_hook = nvtx_hook
         self.module = module
         self.ddp = None
         if self.world_size > 1:
@@ -38,6 +74,8 @@ class TorchDDP(Wrapper):
             self.ddp = nn.parallel.DistributedDataParallel(
                 module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False
             )
+            if nvtx_hook:
+                self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)
 
     def forward(self, *args, **kwargs):
         return (self.ddp or self.module)(*args, **kwargs)
@@ -47,15 +85,16 @@ class TorchDDP(Wrapper):
         groups = pack_buckets([p.numel() * p.element_size() for p in params], int(self.bucket_cap_mb * 2**20))
         planned = layout_from_groups(self.module, [[params[j] for j in g] for g in groups])
         planned["source"] = "planned (project packing at the same cap)"
+        planned["nvtx_hook"] = bool(self.nvtx_hook and self.ddp is not None)
         if self.ddp is not None:
             try:
                 data = self.ddp._get_ddp_logging_data()
-                sizes = [int(s) for s in str(data.get("bucket_sizes", "")).split(",") if s.strip()]
+                # After the first step DDP logs the rebuilt buckets, the ones every later step uses.
+                logged = data.get("rebuilt_bucket_sizes") or data.get("bucket_sizes", "")
+                sizes = [int(s) for s in str(logged).split(",") if s.strip()]
                 if sizes:
                     planned["ddp_bucket_bytes"] = sizes
                     planned["ddp_buckets"] = len(sizes)
             except (AttributeError, RuntimeError, ValueError):
                 pass
         return planned
-
-

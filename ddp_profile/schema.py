@@ -43,7 +43,11 @@ COLLECTIVE_COLUMNS = [
     "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
     "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",
 ]
-COST_MODEL_COLUMNS = ["collective", "n_points", "o_us", "w_gb_per_s", "r2", "min_bytes", "max_bytes"]
+# One row per collective type and message-size regime (analysis.costmodel.regimes), rows by size; min_bytes /
+# max_bytes: the sizes fitted in the regime.
+COST_MODEL_COLUMNS = ["collective", "n_points", "o_us", "w_gb_per_s", "r2", "min_bytes", "max_bytes",
+                      # appended: fit quality, percentiles of |predicted − measured| / measured over the points
+                      "median_rel_err_pct", "p90_rel_err_pct"]
 CONTENTION_COLUMNS = [
     "name", "n_alone", "n_overlapped", "alone_median_ns", "overlapped_median_ns", "slowdown_pct", "lost_ns",
 ]

@@ -67,7 +67,7 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
         steps=steps, phases=pd.DataFrame(phase_rows, columns=schema.PHASE_COLUMNS),
         rank_overlap=schema.empty_frame(schema.RANK_OVERLAP_COLUMNS),
         kernel_overlap=schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS), collectives=collectives,
-        cost_model=pd.DataFrame([("AllReduce", len(col_rows), 12.0, 150.0, 0.99, 2**20, 2**26)],
+        cost_model=pd.DataFrame([("AllReduce", len(col_rows), 12.0, 150.0, 0.99, 2**20, 2**26, 3.0, 8.0)],
                                 columns=schema.COST_MODEL_COLUMNS),
         contention=pd.DataFrame([(HOSTILE if hostile else "backward_gemm_0", 3, 3, 90_000, 99_000, 10.0, 27_000)],
                                 columns=schema.CONTENTION_COLUMNS),

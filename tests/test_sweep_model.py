@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from ddp_profile.analysis.costmodel import fit_params, gradient_bytes_per_step, sweep_fit, sweep_prediction
 
@@ -36,3 +37,13 @@ def test_no_sizes_no_fit():
     assert not len(fit) and all(math.isnan(x) for x in fit_params(fit))
     assert np.isnan(sweep_prediction(fit, 4e6, [1])).all()
     assert math.isnan(gradient_bytes_per_step(pd.DataFrame(columns=["rank", "step", "bytes"])))
+
+
+def test_prediction_uses_the_regime_of_the_mean_bucket():
+    # Two regimes split at √(2e6·16e6) ≈ 5.7 MB: o = 6 µs, w = 100 below; o = 25 µs, w = 300 above.
+    fit = pd.DataFrame({"o_us": [6.0, 25.0], "w_gb_per_s": [100.0, 300.0], "r2": [1.0, 1.0],
+                        "min_bytes": [4_000, 16_000_000], "max_bytes": [2_000_000, 4_000_000_000]})
+    s = 8e6
+    # n = 1: one 8 MB bucket (high regime): 25e3 + 8e6/300; n = 4: 2 MB buckets (low): 4·6e3 + 8e6/(4·100)
+    assert sweep_prediction(fit, s, [1, 4]) == pytest.approx([25e3 + 8e6 / 300, 4 * 6e3 + 8e6 / 400])
+    assert fit_params(fit, 1e3)[:2] == (6e3, 100.0) and fit_params(fit)[:2] == (25e3, 300.0)

@@ -8,7 +8,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis.costmodel import fit_params, sweep_fit, sweep_prediction
+from ddp_profile.analysis.costmodel import (
+    fit_params,
+    predict_transfer_ns,
+    predicted_tail_ns,
+    regime_lines,
+    sweep_fit,
+    sweep_prediction,
+)
 from ddp_profile.findings.data import grad_wait_phase
 from ddp_profile.findings.text import Section, certainty, compare, mb, ms, num, pct, rel, spread
 
@@ -88,15 +95,34 @@ def fit_members(rs) -> list:
 
 
 def fit_sentence(fit, rs) -> str:
-    """"o = … µs, w = … GB/s (r² = …) from one fit over N all-reduces of runs …" (or why there is none)."""
-    o, w, r2 = fit_params(fit)
+    """"t = o + bytes/w with o = … µs, w = … GB/s for … (median error …) from one fit over N all-reduce
+    kernels of runs …" (or why there is none): every size regime of the shared fit, with its quality."""
+    o, w, _ = fit_params(fit)
     if not np.isfinite([o, w]).all():
         return "no α-β fit (no collectives with at least 3 distinct sizes)"
+    lines = "; ".join(
+        f"o = {num(r.o_us, 1)} µs, w = {num(r.w_gb_per_s, 0)} GB/s for {size(float(r.min_bytes))} to "
+        f"{size(float(r.max_bytes))} (median error {pct(r.median_rel_err_pct)}, 90th percentile "
+        f"{pct(r.p90_rel_err_pct)})" for r in fit.itertuples())
     row = fit.iloc[0]
-    return (f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s (r² = {num(r2, 3)}) from one least-squares fit over "
-            f"{int(row['n_points'])} all-reduce kernels ({size(float(row['min_bytes']))} to "
-            f"{size(float(row['max_bytes']))}) of the {int(row['n_runs'])} runs whose collectives carry sizes "
-            f"({', '.join(r.label for r in fit_members(rs))}), the same fit as the report's bucket-sweep page")
+    how = "one line" if len(fit) == 1 else f"{len(fit)} lines, one per message-size regime,"
+    return (f"{lines}: {how} fitted in relative terms (robust weighted least squares) over "
+            f"{int(fit['n_points'].sum())} all-reduce kernels of the {int(row['n_runs'])} runs whose collectives "
+            f"carry sizes ({', '.join(r.label for r in fit_members(rs))}), the same fit as the report's "
+            "bucket-sweep page")
+
+
+def transfer_per_step(r, fit) -> tuple[float, float, float]:
+    """(predicted, of it the per-call overheads o, measured) Σ transfer time of a run's collectives per
+    (rank, step), medians over the rows."""
+    c = r.analysis.collectives
+    c = c.loc[c["step"].notna() & c["bytes"].notna()] if c is not None and len(c) else None
+    if c is None or not len(c):
+        return math.nan, math.nan, math.nan
+    b = c["bytes"].to_numpy(dtype=float, na_value=np.nan)
+    g = c.assign(_p=predict_transfer_ns(fit, b), _o=regime_lines(fit, b)[0])
+    g = g.groupby(["rank", "step"])[["_p", "_o", "transfer_ns"]].sum(min_count=1)
+    return float(g["_p"].median()), float(g["_o"].median()), float(g["transfer_ns"].median())
 
 
 def q2_flat(rs, page, machine, fit=None) -> Section:
@@ -106,7 +132,6 @@ def q2_flat(rs, page, machine, fit=None) -> Section:
         s.p("Set A lacks a naive or flat run.")
         return s
     fit = shared_fit(rs) if fit is None else fit
-    o, w, _ = fit_params(fit)
     nb = n.collectives["n_per_step"]
     sbytes = n.collectives["bytes_per_step"]
     steps = n.analysis.steps
@@ -117,20 +142,21 @@ def q2_flat(rs, page, machine, fit=None) -> Section:
                                                 "copies (memcpy) per step": ms(float(r.analysis.steps['copy_ns'].median()))})
                       for r in (n, f)])
     s.table(t, "Naive vs flat (XL fp32)")
-    ok = np.isfinite([o, w]).all()
-    pred_n = nb * o + sbytes / w if ok else math.nan  # nb calls moving s bytes in total
-    pred_f = o + sbytes / w if ok else math.nan
+    pred_n, fixed_n, meas_n = transfer_per_step(n, fit)  # Σ fitted o + b/w over each call; Σ measured transfer
+    pred_f, _, meas_f = transfer_per_step(f, fit)
+    lo, hi = (float(fit["min_bytes"].min()), float(fit["max_bytes"].max())) if len(fit) else (math.nan,) * 2
     s.p(f"Flat is {compare(f.v('step_ns'), n.v('step_ns'))} than naive by {ms(abs(f.v('step_ns') - n.v('step_ns')))} "
         f"per step ({rel(f.v('step_ns'), n.v('step_ns'))}), {certainty(f.spread['step_ns'], n.spread['step_ns'])}. "
         f"Its NCCL time is {ms(f.v('comm_ns'))} against naive's {ms(n.v('comm_ns'))} "
         f"({compare(f.v('comm_ns'), n.v('comm_ns'), 'less', 'more', 'the same')}). The α-β model has "
-        f"{fit_sentence(fit, rs)}. With s = {mb(sbytes)} of gradients per step it predicts n·o + s/w = "
-        f"{ms(pred_n)} for naive's {nb:.0f} calls ({ms(nb * o)} of it fixed per-call overhead; measured "
-        f"{ms(n.v('comm_ns'))}, {rel(pred_n, n.v('comm_ns'))} off) and o + s/w = {ms(pred_f)} for flat's one call "
-        f"(measured {ms(f.v('comm_ns'))}, {rel(pred_f, f.v('comm_ns'))} off). One straight line through messages "
-        f"of {size(float(fit['min_bytes'].iloc[0])) if len(fit) else 'n/a'} to "
-        f"{size(float(fit['max_bytes'].iloc[0])) if len(fit) else 'n/a'} is pulled by the largest ones, so it "
-        f"describes naive's many small calls {'poorly' if abs(pred_n / n.v('comm_ns') - 1) > 0.1 else 'fairly well'}. "
+        f"{fit_sentence(fit, rs)}. Summing its t over each run's calls per step, it predicts "
+        f"{ms(pred_n)} of transfer for naive's {nb:.0f} calls ({ms(fixed_n)} of it fixed per-call overhead; "
+        f"measured {ms(meas_n)} of transfer, {rel(pred_n, meas_n)} off) and {ms(pred_f)} for flat's one call "
+        f"of {mb(sbytes)} (measured {ms(meas_f)}, {rel(pred_f, meas_f)} off). Measured transfer excludes the "
+        f"time a rank waited for its peer inside the NCCL kernel. Fitted on relative errors, where a {size(lo)} "
+        f"and a {size(hi)} message count alike, the model describes naive's many small calls "
+        f"{'poorly' if abs(pred_n / meas_n - 1) > 0.1 else 'fairly well'} and flat's one large call "
+        f"{'poorly' if abs(pred_f / meas_f - 1) > 0.1 else 'fairly well'} (10% as the line between the two). "
         f"Flattening costs elsewhere: flat's compute kernels (which include "
         f"the copies into and out of the flat buffer) take {ms(f.v('compute_ns'))} per step, "
         f"{ms(abs(f.v('compute_ns') - n.v('compute_ns')))} {compare(f.v('compute_ns'), n.v('compute_ns'), 'less', 'more', 'no different')} "
@@ -188,22 +214,24 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
         s.p("No bucketed runs in set A.")
         return s
     fit = shared_fit(rs) if fit is None else fit
-    o, w, r2 = fit_params(fit)
     s_bytes = float(fit["grad_bytes_per_step"].iloc[0]) if len(fit) else math.nan
     s.p(f"Machine: {machine}. Runs: {', '.join(r.name for r in bk)}.")
     rows = []
     preds = sweep_prediction(fit, s_bytes, [_bucket_layout(r)["n"] for r in bk])  # measured bucket counts
     for r, pred in zip(bk, preds, strict=True):
         lay = _bucket_layout(r)
+        queue = predicted_tail_ns(r.analysis.collectives, getattr(r.trace, "kernels", None), r.analysis.steps, fit)
         rows.append({"cap": f"{r.bucket_mb:g} MB", "step (median)": ms(r.v("step_ns")),
                      "step min–max": spread(*r.spread["step_ns"]), "buckets": lay["n"],
                      "size ÷ cap": lay["size_over_cap"], "buckets > cap": lay["over_cap"],
                      "of them one tensor": lay["single_big"], "mean bucket": mb(lay["mean"]),
                      "largest": mb(lay["max"]), "tail (measured)": ms(r.v("comm_tail_ns")),
-                     "exposed comm": ms(r.v("exposed_comm_ns")), "model n_b·o + s/(n_b·w)": ms(pred),
-                     "compute": ms(r.v("compute_ns")), "report page": page(r), "_pred": pred, "_r": r})
+                     "tail (queue model)": ms(queue), "n_b·o + s/(n_b·w)": ms(pred),
+                     "exposed comm": ms(r.v("exposed_comm_ns")),
+                     "compute": ms(r.v("compute_ns")), "report page": page(r), "_pred": pred, "_queue": queue,
+                     "_r": r})
     df = pd.DataFrame(rows)
-    s.table(df.drop(columns=["_pred", "_r"]), "Bucket sweep (XL fp32); tensor layout from each run's JSON")
+    s.table(df.drop(columns=["_pred", "_queue", "_r"]), "Bucket sweep (XL fp32); tensor layout from each run's JSON")
     small = [x for x in rows if x["buckets"] < x["size ÷ cap"]]
     big_tensors = sorted({int(b) for b in (n.meta.get("bucket_bytes") or [])}, reverse=True)[:2] if n else []
     if small:
@@ -215,29 +243,37 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
             + "; ".join(f"{x['cap']} the {x['buckets']} buckets (not {x['size ÷ cap']}) average {x['mean bucket']}, "
                         f"{x['buckets > cap']} above the cap" for x in small) + ".")
     best = min(rows, key=lambda x: x["_r"].v("step_ns"))
-    curve_rows = [x for x in rows if np.isfinite(x["_pred"])]
     bstar = float(fit["b_star_bytes"].iloc[0]) if len(fit) else math.nan
-    pred_best = min(curve_rows, key=lambda x: x["_pred"]) if curve_rows else None
     tail_best = min(rows, key=lambda x: x["_r"].v("comm_tail_ns"))
-    ratios = [x["_pred"] / x["_r"].v("comm_tail_ns") for x in curve_rows if x["_r"].v("comm_tail_ns") > 0]
-    same = pred_best is not None and pred_best["cap"] == tail_best["cap"]
-    s.p(f"The model overhead(n_b) = n_b·o + s/(n_b·w) uses {fit_sentence(fit, rs)}, s = {mb(s_bytes)}, and each "
-        f"run's measured bucket count n_b (the column 'buckets', not size ÷ cap). For equal buckets its optimum is "
-        f"b* = √(s·w·o) = {mb(bstar)} (the value the report's sweep page marks); among the measured caps the "
-        f"model's smallest overhead is at {pred_best['cap'] if pred_best else 'n/a'}. Measured, the shortest tail "
-        f"is at {tail_best['cap']} ({tail_best['tail (measured)']}) and the fastest step at {best['cap']} "
-        f"({best['step (median)']}, range {best['step min–max']}); "
-        + ("the model's best cap and the measured one agree. " if same else
-           "the model does not pick the measured best cap. ")
-        + (f"Model ÷ measured tail runs from {min(ratios):.2f}× to {max(ratios):.2f}×: "
-           if ratios else "")
-        + ", ".join(f"{x['cap']}: {x['model n_b·o + s/(n_b·w)']} vs {x['tail (measured)']} measured"
-                    for x in rows) +
-        (". Within 25% at every cap, so the model predicts the tail well. " if ratios and
-         all(0.8 <= x <= 1.25 for x in ratios) else ". So the model predicts the measured tail poorly. ") +
-        "The model charges every bucket its full overhead o and the last bucket's whole transfer to the tail, "
-        "but buckets are unequal here (the last one is the embedding-sized tensor or a partial bucket), and the "
-        "step time is set less by the tail than by compute: the compute column moves by "
+    measured = [x for x in rows if x["_r"].v("comm_tail_ns") > 0]
+    q_ratio = [x["_queue"] / x["_r"].v("comm_tail_ns") for x in measured if np.isfinite(x["_queue"])]
+    f_ratio = [x["_pred"] / x["_r"].v("comm_tail_ns") for x in measured if np.isfinite(x["_pred"])]
+    q_rows = [x for x in rows if np.isfinite(x["_queue"])]
+    q_best = min(q_rows, key=lambda x: x["_queue"]) if q_rows else None
+    s.p(f"Transfer times come from {fit_sentence(fit, rs)}. The tail model replays each run's own buckets through "
+        f"the NCCL stream: a bucket starts when its gradients are ready (the GPU end of the kernels launched "
+        f"before its all-reduce, measured in the trace) and the previous bucket is done, and takes the fitted "
+        f"time; the predicted tail is the last bucket's end minus the end of backward (column 'tail (queue "
+        f"model)'). "
+        + (f"It gives {min(q_ratio):.2f}× to {max(q_ratio):.2f}× the measured tail: "
+           + ", ".join(f"{x['cap']}: {x['tail (queue model)']} vs {x['tail (measured)']}" for x in q_rows)
+           + (". Within 25% at every cap" if all(0.8 <= v <= 1.25 for v in q_ratio) else
+              ". Not within 25% at every cap")
+           + (f"; its shortest tail is at {q_best['cap']}, the measured one at {tail_best['cap']}"
+              + (" (the same cap). " if q_best['cap'] == tail_best['cap'] else " (different caps). ")
+              if q_best else ". ")
+           if q_ratio else "It has no prediction here (no ready times or no fit). ")
+        + "What it leaves out: the launch delay between a gradient being ready and its all-reduce starting, and "
+        "that the last buckets run beside the copy-back of averaged gradients into .grad, which slows them.")
+    s.p(f"The textbook formula overhead(n_b) = n_b·o + s/(n_b·w) (s = {mb(s_bytes)}, each run's measured bucket "
+        f"count n_b, o and w of the regime of the mean bucket) assumes equal buckets, every one paying o, and "
+        f"the last one's whole transfer after backward; "
+        + (f"it gives {min(f_ratio):.2f}× to {max(f_ratio):.2f}× the measured tail, " if f_ratio else "")
+        + f"so it does not predict the tail; its minimum for equal buckets, b* = √(s·w·o) = {mb(bstar)} (the "
+        f"value the report's sweep page marks), is where per-bucket overhead and the last bucket's transfer "
+        f"balance. Measured, the shortest tail is at {tail_best['cap']} ({tail_best['tail (measured)']}) and the "
+        f"fastest step at {best['cap']} ({best['step (median)']}, range {best['step min–max']}). The step time "
+        "is set less by the tail than by compute: the compute column moves by "
         f"{ms(max(x['_r'].v('compute_ns') for x in rows) - min(x['_r'].v('compute_ns') for x in rows))} across the "
         f"sweep and is {compare(rows[0]['_r'].v('compute_ns'), rows[-1]['_r'].v('compute_ns'), 'lower', 'higher', 'the same')} "
         f"at {rows[0]['cap']} than at {rows[-1]['cap']}: more, smaller buckets mean more NCCL kernels running "

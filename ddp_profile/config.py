@@ -98,6 +98,10 @@ class RunConfig:
     """Linear layers of the MLP model."""
     backend: str = ""
     """Process-group backend; empty means nccl on GPU, gloo on CPU."""
+    ddp_nvtx_hook: bool = False
+    """torch_ddp only: register the project's NVTX comm hook (per-bucket ranges with bytes). Off by default:
+    with any comm hook DDP copies gradients into buckets unscaled and the hook scales them, a different GPU
+    path from stock DDP, so the reference stays stock (its bytes come from DDP's logged bucket sizes)."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -131,6 +135,8 @@ def validate(cfg: RunConfig) -> None:
     _check(isinstance(cfg.warmup, int) and cfg.warmup >= 0, f"warmup must be >= 0, got {cfg.warmup!r}")
     _check(cfg.bucket_mb > 0, f"bucket_mb must be > 0 MiB, got {cfg.bucket_mb!r}")
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
+    _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
+           f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
     if cfg.model in TRANSFORMER_PRESETS:
         ctx = TRANSFORMER_PRESETS[cfg.model].context_length
@@ -148,10 +154,10 @@ def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset
 
 
 def bucket_label(cfg: RunConfig) -> str:
-    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `naive`."""
+    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`."""
     if cfg.strategy in ("bucketed", "torch_ddp"):
         mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
-        return f"{cfg.strategy}-{mb}mb"
+        return f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
     return cfg.strategy
 
 

@@ -189,7 +189,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
-    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb)
+    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook)
     optimizer = make_optimizer(cfg, model.parameters())
     batches = make_batches(cfg, rank, world_size, device)
     _sync(device)

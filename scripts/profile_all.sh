@@ -11,13 +11,16 @@
 #   small    every strategy on model `small`, batch 4 x 128, fp32 (11 runs)             ~4 min
 #   A        XL fp32, batch 4 x 256 per GPU: none (1 GPU), naive, flat, overlap,
 #            bucketed 1/10/25/100/1000 MB, torch_ddp 25 MB (10 runs)                    ~7 min
-#   B        XL bf16 autocast: none (1 GPU), naive, overlap, bucketed 25/100, torch_ddp 25 (6 runs)   ~4 min
+#   B        XL bf16 autocast, batch $B_BATCH x 256 per GPU: none (1 GPU), naive, overlap, bucketed
+#            25/100, torch_ddp 25 (6 runs). At A's batch 4 a bf16 XL step is launch-bound (GPU busy ~70 of
+#            ~300 ms: scripts/host_bound.py on traces of that batch), so B uses 4x the tokens   ~5 min
 #   scaling  MLP and XL with bucketed 25 MB and torch_ddp 25 MB at each of $SCALING_NPROCS GPUs
 # Knobs (environment):
 #   SETS="small A B"     sets to run when none are given                 e.g. SETS=A
 #   NPROC=2              GPUs per multi-GPU run                            e.g. NPROC=4
 #   SCALING_NPROCS="1 2 4"   GPU counts of the scaling set (runs needing more GPUs than present are skipped)
 #   WARMUP=3 STEPS=4     warm-up and measured steps of XL runs             e.g. STEPS=5
+#   B_BATCH=16           per-GPU batch of set B                            e.g. B_BATCH=8
 #   SMALL_STEPS=5        measured steps of small runs
 #   SMALL_MODEL=small SMALL_SEQ=128   model and sequence length of the smoke and small sets   e.g. SMALL_MODEL=tiny
 #   DEADLINE_AT=         epoch seconds; a run is skipped if it would likely end after it   e.g. $(( $(date +%s) + 500 ))
@@ -40,6 +43,7 @@ SCALING_NPROCS=${SCALING_NPROCS:-"1 2 4"}
 WARMUP=${WARMUP:-3}
 STEPS=${STEPS:-4}
 SMALL_STEPS=${SMALL_STEPS:-5}
+B_BATCH=${B_BATCH:-16}
 SMALL_MODEL=${SMALL_MODEL:-small}
 SMALL_SEQ=${SMALL_SEQ:-128}
 DEADLINE_AT=${DEADLINE_AT:-}
@@ -70,7 +74,7 @@ plan() {
         small|A|B)
             local base=$XL est=$XL_RUN_S
             if [ "$set" = small ]; then base=$SMALL; est=$SMALL_RUN_S; fi
-            if [ "$set" = B ]; then base="$XL --dtype bf16"; fi
+            if [ "$set" = B ]; then base="${XL/--batch 4 /--batch $B_BATCH } --dtype bf16"; fi
             echo "1 $est none $base"
             echo "$NPROC $est naive $base"
             [ "$set" = B ] || echo "$NPROC $est flat $base"

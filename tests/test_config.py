@@ -22,6 +22,7 @@ from ddp_profile.errors import ConfigError, UsageError
         ({"mlp_depth": 1}, "mlp_depth must be >= 2"),
         ({"backend": "mpi"}, "backend 'mpi'"),
         ({"model": "tiny", "seq_len": 65}, "exceeds model 'tiny'"),
+        ({"strategy": "bucketed", "ddp_nvtx_hook": True}, "ddp_nvtx_hook applies to strategy torch_ddp only"),
     ],
 )
 def test_invalid_values_raise_config_error_naming_the_field(changes, needle):
@@ -48,6 +49,7 @@ def test_valid_config_round_trips_and_replace_revalidates():
         (RunConfig(strategy="bucketed", model="xl", bucket_mb=25), 2, "h100", "bucketed-25mb_xl_fp32_2xh100"),
         (RunConfig(strategy="none", model="xl"), 1, "h200", "none_xl_fp32_1xh200"),
         (RunConfig(strategy="torch_ddp", model="xl", dtype="bf16", bucket_mb=0.5), 2, "h100", "torch_ddp-0.5mb_xl_bf16_2xh100"),
+        (RunConfig(strategy="torch_ddp", model="xl", ddp_nvtx_hook=True), 2, "h200", "torch_ddp-25mb-nvtxhook_xl_fp32_2xh200"),
         (RunConfig(strategy="naive", model="small", tf32=True), 2, "a100", "naive_small_fp32-tf32_2xa100"),
         (RunConfig(strategy="overlap", model="mlp", mlp_depth=4), 4, "cpu", "overlap_mlp4_fp32_4xcpu"),
     ],

@@ -67,9 +67,12 @@ CASES = [
 
 
 def wrap(strategy_name: str, model: nn.Module, mb: float):
-    """The registry's strategies, plus "torch_ddp-stock": DDP without the NVTX comm hook."""
+    """The registry's strategies; "torch_ddp" here is DDP with the NVTX comm hook (the registry's
+    ``ddp_nvtx_hook=True``), "torch_ddp-stock" the registry's default, stock DDP."""
     if strategy_name == "torch_ddp-stock":
-        return TorchDDP(model, bucket_cap_mb=mb, nvtx_hook=False)
+        return create("torch_ddp", model, bucket_mb=mb)
+    if strategy_name == "torch_ddp":
+        return create("torch_ddp", model, bucket_mb=mb, ddp_nvtx_hook=True)
     return create(strategy_name, model, bucket_mb=mb)
 
 

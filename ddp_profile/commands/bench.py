@@ -28,6 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
     p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
+    p.add_argument("--ddp-nvtx-hook", action="store_true",
+                   help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)")
     p.add_argument("--mlp-depth", type=int, default=8, help="Linear layers of the mlp model (default 8)")
     p.add_argument("--out", default="traces/bench", help="folder for <run>.json (default traces/bench)")
     p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
@@ -47,6 +49,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         strategy=args.strategy, model=args.model, batch=args.batch, seq_len=args.seq_len, steps=args.steps,
         warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
         optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
+        ddp_nvtx_hook=args.ddp_nvtx_hook,
     )
 
 

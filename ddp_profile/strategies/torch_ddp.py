@@ -1,20 +1,19 @@
 """`torch_ddp`: PyTorch's DistributedDataParallel with `bucket_cap_mb`, as the reference implementation.
 
-Per-bucket NVTX ranges (``nvtx_hook=True``, the default). Stock DDP launches its all-reduces from C++, so
-a trace of it has NCCL kernels but no bytes: no bus bandwidth, no α-β points, no bucket table. With the
-default on, a DDP communication hook (`_nvtx_allreduce_hook`) does what the stock path does (scale the
-flat bucket by 1/world size, sum it over the group asynchronously, hand the bucket back through a Future)
-and wraps the launch in the same `allreduce b<bucket> <bytes>B` range as the project's own strategies,
-so the analysis reads torch_ddp's collectives like theirs. Why keep it a reference all the same:
-DDP's C++ reducer still decides buckets (and rebuilds them in gradient-ready order after the first
-step), fires them and copies results back; the hook is the one Python call per bucket the reducer makes.
-Costs of the hook, compared with stock: host side, one Python call plus an NVTX push/pop per bucket;
-GPU side, one elementwise kernel per bucket, because the reducer fuses the 1/world-size scaling into its
-gradient-to-bucket copy only when no hook is registered (with a hook it copies, and the hook scales the
-bucket in place: one more read+write of the bucket). Gradients are bitwise the stock ones: the same
-multiply by double(1/world size) on the same values, only done after the copy instead of during it
-(tests/test_strategies.py checks this at world size 3, where 1/3 is inexact). ``nvtx_hook=False`` gives
-the untouched stock path, e.g. to measure what the hook costs.
+Stock by default. Stock DDP launches its all-reduces from C++, so a trace of it has NCCL kernels but no
+NVTX bytes; the analysis takes their sizes from DDP's own logged bucket sizes in the run JSON instead
+(`layout()["ddp_bucket_bytes"]`: DDP fires buckets strictly in index order, so the k-th all-reduce of a
+step is bucket k).
+
+``nvtx_hook=True`` (``RunConfig.ddp_nvtx_hook``, ``--ddp-nvtx-hook``) registers a DDP communication hook
+(`_nvtx_allreduce_hook`) that does what the stock path does (scale the flat bucket by 1/world size, sum it
+over the group asynchronously, hand the bucket back through a Future) and wraps the launch in the same
+`allreduce b<bucket> <bytes>B` range as the project's own strategies. Gradients are bitwise the stock ones
+(tests/test_strategies.py checks this at world size 3, where 1/3 is inexact), but the GPU work is not:
+with any hook registered the reducer copies gradients into the bucket unscaled (a plain copy per
+gradient) and the hook scales the bucket in place (one more read+write of it), where stock DDP fuses the
+scaling into its copy. Traces of XL fp32 on 2 x H200 showed more memcpy and longer NCCL kernels with the
+hook; ``scripts/ddp_hook_ab.sh`` measures the difference on one machine. So the reference stays stock.
 
 Buffers are broadcast once at wrap time like every other strategy (broadcast_buffers=False, plus one
 explicit buffer broadcast, because DDP's constructor then syncs parameters only), not before each forward.
@@ -55,7 +54,7 @@ def _nvtx_allreduce_hook(group, bucket):
 class TorchDDP(Wrapper):
     name = "torch_ddp"
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = True) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = False) -> None:
         nn.Module.__init__(self)  # DDP does its own wrap-time broadcast of parameters and buffers
         self.rank, self.world_size = world()
         self.bucket_cap_mb = bucket_cap_mb

@@ -134,6 +134,18 @@ def _rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> boo
                 and kernels.groupby("rank")["device"].nunique().gt(1).any())
 
 
+def _ddp_bucket_bytes(trace) -> list[int] | None:
+    """Stock torch_ddp's bucket sizes from the run JSON (``layout.ddp_bucket_bytes``), else None."""
+    run = getattr(trace, "run", None) or {}
+    layout = run.get("layout") if isinstance(run, dict) else None
+    sizes = layout.get("ddp_bucket_bytes") if isinstance(layout, dict) else None
+    if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        return None
+    return sizes
+
+
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all") -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints."""
@@ -160,7 +172,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
     return_freed_memory()
-    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes)
+    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
     karr.launch = None  # launch times' last user was the collective table: freed before the overlap peak
     # Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     # resident and each stage's peak stacks on them): ~10 MB off the 1M-kernel peak, values unchanged.

@@ -25,6 +25,11 @@ Bus bandwidth (NCCL's convention, comparable across world sizes n)::
     busbw_gb_per_s = bytes · f(n) / transfer_ns     (bytes per ns = GB/s)
     f = 2(n−1)/n for all-reduce; (n−1)/n for all-gather and reduce-scatter; 1 for the rest
 
+Stock PyTorch DDP launches its all-reduces from C++, with no such range. Given DDP's own bucket sizes
+(``ddp_bucket_bytes``: the run JSON's ``layout``, logged after the buckets were rebuilt), the k-th
+all-reduce of a rank's step is bucket k, because DDP's reducer launches buckets strictly in index order;
+this is used only when no range matched and only for steps whose all-reduce count equals the bucket count.
+
 ``step``: the step whose host range (same process) contains the kernel's launch.
 """
 
@@ -85,9 +90,28 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
                          "bytes": nbytes.to_numpy(dtype=float)})
 
 
+def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> None:
+    """Fill ``bucket``/``bytes`` of stock DDP's all-reduces from its logged bucket sizes, in place: per
+    (pid, step), the k-th all-reduce (issue order) is bucket k, where the counts match."""
+    ar = df["collective"].astype("object").fillna("").str.lower().str.contains("allreduce") & df["step"].notna()
+    rows = df.loc[ar, ["pid", "step", "comm", "seq"]].sort_values(["pid", "step", "comm", "seq"], kind="stable")
+    if rows.empty:
+        return
+    k = rows.groupby(["pid", "step"]).cumcount().to_numpy()
+    n = rows.groupby(["pid", "step"])["seq"].transform("size").to_numpy()
+    ok = n == len(sizes)
+    idx = rows.index.to_numpy()[ok]
+    df.loc[idx, "bucket"] = k[ok]
+    df.loc[idx, "bytes"] = np.asarray(sizes, dtype=np.int64)[k[ok]]
+    notes.append(f"all-reduce sizes from DDP's logged bucket sizes in the run JSON ({len(sizes)} buckets; the "
+                 "k-th all-reduce of a step is bucket k)" + ("" if ok.all() else f"; {int((~ok).sum())} all-reduces "
+                 "in steps whose count differs from the bucket count are left without bytes"))
+
+
 def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame,
-                     notes: list[str]) -> pd.DataFrame:
-    """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step)."""
+                     notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+    """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step;
+    ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
         notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
@@ -130,7 +154,9 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
                             dtype="Float64").astype("Int64")
     df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
                            dtype="Float64").astype("Int64")
-    if not has.any():
+    if not has.any() and ddp_bucket_bytes:
+        _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
+    elif not has.any():
         notes.append(f"no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL launches: bytes, "
                      "bus bandwidth and the cost model need them (record with the ddp-profile harness)")
     f = bus_factor(df["collective"], df["_n"].to_numpy())

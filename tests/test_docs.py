@@ -49,3 +49,15 @@ def test_readme_library_example_runs(monkeypatch):
     exec(compile(block, "README.md", "exec"), namespace)
     assert len(namespace["res"].steps) > 0
     assert type(namespace["fig"]).__name__ == "Figure"
+
+
+def test_readme_hook_figures_are_the_recorded_benchmark_output():
+    """The stock-vs-hook figures in the README are the summary lines of benchmarks/ddp_hook_ab.txt
+    (scripts/ddp_hook_ab.sh output), not typed: each must appear there verbatim."""
+    root = Path(__file__).resolve().parents[1]
+    recorded = (root / "benchmarks" / "ddp_hook_ab.txt").read_text(encoding="utf-8").splitlines()
+    summaries = [line.split("median of runs: ") for line in recorded if "median of runs: " in line]
+    assert len(summaries) == 2
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    for config, figures in summaries:
+        assert f"- {config.strip()}: {figures}" in readme

@@ -1,6 +1,8 @@
 """Figures from synthetic frames whose layout is known (see report_synth.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -123,7 +125,8 @@ def test_bucket_sweep_marks_model_and_optimum():
                                            "bucketed: exposed comm", "model n_b·o + s/(n_b·w)"]
     assert list(fig.data[3].x) == [1.0, 10.0, 100.0] and list(fig.data[3].y) == [0.5, 0.2, 0.4]  # ms
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket size (MiB, log scale)"
-    assert fig.layout.shapes[0].x0 == 12.5 and "b* = 12.5 MiB" in fig.layout.annotations[-1].text
+    # on the log axis the marker sits at log10(b*) (shape coordinates are log10 there): at 12.5 MiB, not 10^12.5
+    assert fig.layout.shapes[0].x0 == pytest.approx(math.log10(12.5)) and "b* = 12.5 MiB" in fig.layout.annotations[-1].text
     assert len(bucket_sweep_figure(comp, None, None).data) == 3  # measured series only, no model
 
 

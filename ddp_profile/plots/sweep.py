@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 
 import numpy as np
 import pandas as pd
@@ -49,7 +50,9 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
                                  mode="lines", name="model n_b·o + s/(n_b·w)",
                                  line={"dash": "dash", "color": "#72B7B2"}), row=1, col=2)
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
-        fig.add_vline(x=float(optimum_mb), line_dash="dot", line_color="#B279A2", row=1, col=2,
+        # Shapes on a log axis are placed in log10 units (plotly's convention for shapes, unlike traces):
+        # passing MiB put b* = 324 MiB at 10^324 and stretched the panel's axis past any data.
+        fig.add_vline(x=math.log10(float(optimum_mb)), line_dash="dot", line_color="#B279A2", row=1, col=2,
                       annotation_text=f"b* = {optimum_mb:.3g} MiB")
     fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
     fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)

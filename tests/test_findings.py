@@ -36,6 +36,7 @@ def built(tmp_path_factory):
     for n in SCALING:
         shutil.copytree(TRACES / "scaling" / n, root / "scaling" / n)
     shutil.copy(TRACES / "machine.txt", root / "machine.txt")
+    shutil.copy(Path(__file__).parent / "data" / "findings_hosts.txt", root / "hosts.txt")  # torch_ddp elsewhere
     out = tmp_path_factory.mktemp("out")
     sizes = build_findings(root, out)
     return out, sizes, root
@@ -144,3 +145,17 @@ def test_report_main_job_writes_findings(built, tmp_path):
     assert "FINDINGS.md" not in sizes and not (out / "FINDINGS.md").exists()
     sizes, _ = build_report([root / SMALL[0]], out)  # one run folder: no campaign, no findings
     assert "FINDINGS.md" not in sizes
+
+
+def test_real_runs_batch_and_hosts_come_from_the_files(built, small):
+    """The intro's batch is the run JSONs' (4×128 for set small), and the hosts fixture (torch_ddp of set
+    small on host-b) reaches question 5 and the limits."""
+    out, _, _ = built
+    md = (out / "FINDINGS.md").read_text()
+    r = small["naive"]
+    assert f"small = model small fp32, batch {r.config['batch']}×{r.config['seq_len']} per GPU" in md
+    assert "from 2 hosts named in" in md
+    assert "set small mixes hosts: torch_ddp on host-b, its other 5 runs on host-a" in md
+    assert "torch_ddp ran on host-b, other runs of this set on host-a" in md
+    hook = small["torch_ddp"].config.get("ddp_nvtx_hook")
+    assert ("ran stock PyTorch DDP" if hook is False else "opt-in NVTX comm hook" if hook else "do not record") in md

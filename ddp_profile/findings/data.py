@@ -4,9 +4,10 @@ question needs as one flat record per run (:class:`RunData`).
 Every number the findings print comes from here, from the trace (``analyze``) or from the run's own JSON
 written by the harness (configuration, CUDA-event and host step timers). Nothing is typed by hand.
 
-Runs live in two sets that must never share an axis: ``traces/<run>/`` (the 2-GPU campaign host) and
+Runs live in two sets that must never share an axis: ``traces/<run>/`` (the 2-GPU campaign) and
 ``traces/scaling/<run>/`` (the 4-GPU host). Run names repeat across the two, so a run's key is
-``(set, name)``.
+``(set, name)``. Which host ran each run is not in the exports or JSONs; an optional ``traces/hosts.txt``
+(:func:`read_hosts`) records it.
 """
 
 from __future__ import annotations
@@ -82,6 +83,21 @@ class RunData:
         if self.model == "mlp":
             return batch, "samples"
         return batch * float(self.config.get("seq_len") or 0), "tokens"
+
+    @property
+    def batch_label(self) -> str:
+        """Work per GPU per step as configured: "16×256" (batch × sequence length) for language models, the
+        batch ("64") for the MLP."""
+        b = self.config.get("batch")
+        if self.model == "mlp":
+            return f"{b}"
+        return f"{b}×{self.config.get('seq_len')}"
+
+    @property
+    def run_id(self) -> str:
+        """The run folder relative to the traces folder: ``<name>`` or ``scaling/<name>`` (names repeat
+        across the two sets)."""
+        return f"scaling/{self.name}" if self.set == SCALING else self.name
 
     def v(self, key: str) -> float:
         """A compare_runs value as float (NaN when missing)."""
@@ -233,6 +249,41 @@ def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
     name = ", ".join(sorted(set(gpus)))
     link = f"NVLink {'/'.join(sorted(links))} between every GPU pair" if links else "interconnect not recorded"
     return f"{len(gpus)}× {name} on one host, {link} (from {path.as_posix()})"
+
+
+HOSTS_FILE = "hosts.txt"
+
+
+def read_hosts(root: Path) -> dict[str, str]:
+    """{run id: host label} from the optional ``<root>/hosts.txt``; {} when there is none.
+
+    The run JSONs and exports do not name the machine, so which runs share a host is recorded by hand
+    beside them, one run per line: ``<run id> <host label>``, the run id being the folder name
+    (``scaling/<name>`` for the scaling runs); ``#`` starts a comment. The findings use it to say which sets
+    mix hosts. Lines naming runs that are not loaded are ignored (the file may cover more runs)."""
+    path = Path(root) / HOSTS_FILE
+    if not path.is_file():
+        return {}
+    out = {}
+    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split(None, 1)
+        if len(parts) != 2:
+            raise TraceError(f"{path}:{i}: expected '<run folder> <host label>', got {line!r}; fix or delete "
+                             "the line")
+        out[parts[0].strip("/")] = parts[1].strip()
+    return out
+
+
+def hosts_of(rs, hosts: dict[str, str]) -> dict[str | None, list]:
+    """The runs of a set ({key: run} or a list) grouped by host label (None: not in the hosts file), the
+    largest group first."""
+    groups: dict = {}
+    for r in (rs.values() if isinstance(rs, dict) else rs):
+        groups.setdefault(hosts.get(r.run_id), []).append(r)
+    return dict(sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))))
 
 
 def grad_wait_phase(analysis) -> dict:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
-from ddp_profile.findings.text import Section, compare, ms, num, pct, ranges_overlap, spread
+from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of
+from ddp_profile.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
 
-def q5_torch(sets, page, machine) -> Section:
+def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
     s = Section("q5", "5. PyTorch DDP as the reference: how close each hand-written strategy gets")
     s.p(f"Machine: {machine}. Ratio = strategy step time ÷ torch_ddp (25 MB buckets) step time of the same "
         "set; below 1 is faster than PyTorch DDP.")
@@ -35,8 +37,20 @@ def q5_torch(sets, page, machine) -> Section:
         if len(hand):
             s.p(torch_verdict(title, hand, ref) + " "
                 f"torch_ddp overlaps {pct(ref.v('overlap_pct'))} of its NCCL time and leaves "
-                f"{ms(ref.v('exposed_comm_ns'))} exposed.")
+                f"{ms(ref.v('exposed_comm_ns'))} exposed." + cross_host(rs, ref, hosts or {}))
     return s
+
+
+def cross_host(rs, ref, hosts: dict) -> str:
+    """" torch_ddp ran on host X, the other runs on Y: ..." when the hosts file puts the reference on another
+    host than runs it is compared with; "" otherwise (or when no hosts file says)."""
+    others = {hosts.get(r.run_id) for k, r in rs.items() if r is not ref and r.world_size > 1}
+    mine = hosts.get(ref.run_id)
+    if mine is None or not others - {mine}:
+        return ""
+    theirs = ", ".join(str(h) if h is not None else "a host not listed" for h in sorted(others - {mine}, key=str))
+    return (f" torch_ddp ran on {mine}, other runs of this set on {theirs} ({HOSTS_FILE}), so these ratios also "
+            "include a change of host.")
 
 
 def torch_verdict(title: str, hand: pd.DataFrame, ref) -> str:
@@ -150,48 +164,181 @@ def q7_scaling(srs, page, machine) -> tuple[Section, pd.DataFrame]:
     return s, df
 
 
-def q8_dtype(a, b, page, machine) -> Section:
+HOST_BOUND_IDLE_PCT = 25.0
+"""Above this share of the 1-GPU step with the GPU idle, the step is called host/launch-bound: the GPU waits
+for the host a quarter of the time, so host overhead, not GPU work, orders the strategies."""
+
+
+def batches(rs) -> list[str]:
+    """The distinct per-GPU batches (``RunData.batch_label``) of a set, in order of first appearance."""
+    return list(dict.fromkeys(r.batch_label for r in rs.values()))
+
+
+def per_k(r, ns: float) -> float:
+    """ns per 1000 units of work per GPU (tokens for language models)."""
+    work = r.units_per_rank_step[0]
+    return ns * 1000.0 / work if work > 0 else math.nan
+
+
+def per_gpu_throughput(r) -> float:
+    """Units of work per second per GPU: work per rank-step ÷ median step time."""
+    return r.units_per_rank_step[0] / (r.v("step_ns") / 1e9)
+
+
+def _cost(r, uniform: bool) -> float:
+    """The ranking key: step time when the set has one batch, else time per unit of work."""
+    return r.v("step_ns") if uniform else per_k(r, r.v("step_ns"))
+
+
+def _cost_spread(r, uniform: bool) -> tuple[float, float]:
+    lo, hi = r.spread["step_ns"]
+    return (lo, hi) if uniform else (per_k(r, lo), per_k(r, hi))
+
+
+def idle_share(r) -> tuple[float, float]:
+    """(median GPU idle per step, its share of the median step in %)."""
+    idle = float(r.analysis.steps["idle_ns"].median()) if len(r.analysis.steps) else math.nan
+    return idle, 100.0 * idle / r.v("step_ns")
+
+
+def multi_idle(rs, idle_pct: float) -> str:
+    """The GPU idle share of a set's multi-GPU runs, and which are above the host-bound line: their rank
+    carries host-side time (launches, synchronisation) as well as GPU work."""
+    shares = {r.label: idle_share(r)[1] for r in rs.values() if r.world_size > 1}
+    if not shares:
+        return ""
+    high = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > idle_pct]
+    head = f"The multi-GPU bf16 runs idle {pct(min(shares.values()))}–{pct(max(shares.values()))} of their steps; "
+    if not high:
+        return head + f"all under the {idle_pct:g}% line. "
+    return head + (f"{', '.join(f'{k} ({pct(shares[k])})' for k in high)} "
+                   f"{'is' if len(high) == 1 else 'are'} above the line, so "
+                   f"{'its rank includes' if len(high) == 1 else 'their ranks include'} host-side time "
+                   "(launches, synchronisation) beyond GPU work. ")
+
+
+def fastest_two(name: str, rs, order, uniform: bool) -> str:
+    """Whether the two fastest multi-GPU strategies of a ranking are separated beyond their step ranges."""
+    multi = [k for k in order if rs[k].world_size > 1]
+    if len(multi) < 2:
+        return f"{name} has fewer than two multi-GPU strategies to separate"
+    x, y = rs[multi[0]], rs[multi[1]]
+    sep = not ranges_overlap(_cost_spread(x, uniform), _cost_spread(y, uniform))
+    return (f"{name}'s fastest two multi-GPU strategies, {x.label} and {y.label}, "
+            + ("are separated beyond their step ranges" if sep else
+               "have overlapping step ranges, so their order is not established"))
+
+
+def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Section:
     s = Section("q8", "8. fp32 vs bf16: how the ranking of strategies changes")
-    s.p(f"Machine: {machine}. Set A (XL fp32) vs set B (XL bf16 autocast), strategies present in both.")
     keys = [k for k in b if k in a]
+    ba, bb = batches(a), batches(b)
+    s.p(f"Machine: {machine}. Set A (XL fp32, batch {' / '.join(ba) or 'n/a'} per GPU) vs set B (XL bf16 autocast, "
+        f"batch {' / '.join(bb) or 'n/a'} per GPU), strategies present in both. "
+        + ("Each set has one batch, so strategies are ranked by step time within a set; "
+           if len(ba) == 1 and len(bb) == 1 else
+           "A set mixes batches, so strategies are ranked by time per unit of work; ")
+        + ("the sets' batches differ, so compare across sets by throughput per GPU and time per 1k tokens, not by "
+           "step time." if ba != bb else "both sets have the same batch, so step times compare across sets too."))
     if not keys:
         s.p("Sets A and B share no strategy: nothing to rank.")
         return s
-    rank_a = sorted(keys, key=lambda k: a[k].v("step_ns"))
-    rank_b = sorted(keys, key=lambda k: b[k].v("step_ns"))
-    rows = [{"strategy": b[k].label, "fp32 step": ms(a[k].v("step_ns")), "fp32 rank": rank_a.index(k) + 1,
-             "bf16 step": ms(b[k].v("step_ns")), "bf16 min–max": spread(*b[k].spread["step_ns"]),
-             "bf16 rank": rank_b.index(k) + 1, "bf16 compute": ms(b[k].v("compute_ns")),
-             "bf16 idle": ms(float(b[k].analysis.steps["idle_ns"].median())),
-             "bf16 comm share": pct(b[k].v("comm_pct")), "bf16 exposed": ms(b[k].v("exposed_comm_ns")),
-             "report page": page(b[k])} for k in keys]
-    s.table(pd.DataFrame(rows).sort_values("bf16 rank"), "Ranking by median step time")
+    ua, ub = len(ba) == 1, len(bb) == 1
+    rank_a = sorted(keys, key=lambda k: _cost(a[k], ua))
+    rank_b = sorted(keys, key=lambda k: _cost(b[k], ub))
+    unit = b[keys[0]].units_per_rank_step[1]
+    rows = [{"strategy": b[k].label, f"fp32 step ({a[k].batch_label}/GPU)": ms(a[k].v("step_ns")),
+             "fp32 rank": rank_a.index(k) + 1, f"fp32 {unit}/s per GPU": f"{per_gpu_throughput(a[k]):,.0f}",
+             f"bf16 step ({b[k].batch_label}/GPU)": ms(b[k].v("step_ns")),
+             "bf16 min–max": spread(*b[k].spread["step_ns"]), "bf16 rank": rank_b.index(k) + 1,
+             f"bf16 {unit}/s per GPU": f"{per_gpu_throughput(b[k]):,.0f}", "bf16 compute": ms(b[k].v("compute_ns")),
+             "bf16 idle": ms(idle_share(b[k])[0]), "bf16 comm share": pct(b[k].v("comm_pct")),
+             "bf16 exposed": ms(b[k].v("exposed_comm_ns")), "report page": page(b[k])} for k in keys]
+    s.table(pd.DataFrame(rows).sort_values("bf16 rank"),
+            f"Ranking within each set by {'median step time' if ua and ub else 'time per unit of work'}; "
+            f"throughput = {unit} per GPU per step ÷ median step time")
     same = rank_a == rank_b
     s.p(f"The ranking {'is unchanged' if same else 'changes'}: fp32 order {' < '.join(a[k].label for k in rank_a)}; "
         f"bf16 order {' < '.join(b[k].label for k in rank_b)}.")
-    if "none" in keys and "naive" in keys:
-        ca, cb = a["none"].v("compute_ns"), b["none"].v("compute_ns")
+    if "none" in keys:
+        na, nb = a["none"], b["none"]
+        ca, cb = per_k(na, na.v("compute_ns")), per_k(nb, nb.v("compute_ns"))
+        wa, wb = na.units_per_rank_step[0], nb.units_per_rank_step[0]
         dts = sorted({str(x) for x in b["naive"].analysis.collectives["dtype"].dropna().unique()}) \
-            if "naive" in b else []
-        s.p(f"bf16 cuts the 1-GPU compute per step from {ms(ca)} to {ms(cb)} ({ca / cb:.1f}× less) while the "
-            f"all-reduces move {'/'.join(dts) or 'unknown-dtype'} data (NCCL kernel names of the bf16 naive run), so communication becomes a far larger share of "
-            f"the GPU's work (e.g. naive: {pct(a['naive'].v('comm_pct'))} → {pct(b['naive'].v('comm_pct'))} of the "
-            f"step). But the bf16 steps are not GPU-bound: the GPU idles "
-            f"{ms(float(b['none'].analysis.steps['idle_ns'].median()))} of the 1-GPU step, and the step-to-step "
-            f"spread is wide (1 GPU: {spread(*b['none'].spread['step_ns'])}), so the bf16 order mostly reflects host "
-            f"overhead and noise; "
-            + ("the ranges of the fastest two overlap" if ranges_overlap(b[rank_b[0]].spread["step_ns"],
-                                                                       b[rank_b[1]].spread["step_ns"])
-               else "the fastest two are separated beyond their ranges") + ".")
+            if "naive" in keys and b["naive"].analysis.collectives is not None else []
+        text = (f"bf16 {compare(cb, ca, 'cuts', 'raises', 'leaves')} the 1-GPU compute per {unit[:-1]} from "
+                f"{ms(ca)} to {ms(cb)} per 1k {unit} ({max(ca, cb) / min(ca, cb):.1f}× "
+                f"{compare(cb, ca, 'less', 'more', 'the same')}); 1-GPU throughput "
+                f"{per_gpu_throughput(na):,.0f} → {per_gpu_throughput(nb):,.0f} {unit}/s")
+        if wa != wb:
+            text += (f". Set B's step carries {wb / wa:g}× set A's {unit} per GPU ({nb.batch_label} vs "
+                     f"{na.batch_label}), so this ratio combines bf16 with the "
+                     f"{compare(wb, wa, 'smaller', 'larger', 'same')} batch")
+        if "naive" in keys:
+            text += (f". The all-reduces move {'/'.join(dts) or 'unknown-dtype'} data (NCCL kernel names of the bf16 "
+                     f"naive run), {mb(b['naive'].collectives['bytes_per_step'])} per step against "
+                     f"{mb(a['naive'].collectives['bytes_per_step'])} in fp32, so communication is a "
+                     f"{compare(b['naive'].v('comm_pct'), a['naive'].v('comm_pct'), 'smaller', 'larger', 'unchanged')} "
+                     f"share of the step (naive: {pct(a['naive'].v('comm_pct'))} → {pct(b['naive'].v('comm_pct'))})")
+        s.p(text + ".")
+        idle, share = idle_share(nb)
+        lo, hi = nb.spread["step_ns"]
+        verdict = (f"The 1-GPU bf16 step is host/launch-bound: the GPU idles {ms(idle)} of its {ms(nb.v('step_ns'))} "
+                   f"({pct(share)}, above the {idle_pct:g}% line used here; fp32: {pct(idle_share(na)[1])}), so host "
+                   "overhead orders the bf16 "
+                   "strategies as much as communication does"
+                   if share > idle_pct else
+                   f"The 1-GPU bf16 step is GPU-bound: the GPU idles {ms(idle)} of its {ms(nb.v('step_ns'))} "
+                   f"({pct(share)}, under the {idle_pct:g}% line used here; fp32: {pct(idle_share(na)[1])}), so "
+                   "bf16 compute itself is not held back by the host")
+        s.p(f"{verdict}. Its steps range {spread(lo, hi)} ({pct(100 * (hi - lo) / nb.v('step_ns'))} of the median). "
+            + multi_idle(b, idle_pct)
+            + f"{fastest_two('fp32', a, rank_a, ua)}; {fastest_two('bf16', b, rank_b, ub)}.")
     return s
 
 
-def limits(runs) -> Section:
+def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None) -> Section:
+    """What the data cannot show. ``hosts``: :func:`~ddp_profile.findings.data.read_hosts`; ``sets``: the
+    main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling."""
     s = Section("limits", "How thin the data is")
+    hosts, sets, machines = hosts or {}, sets or {}, machines or {}
     nsteps = sorted({int(r.summary.get("n_steps") or 0) for r in runs})
+    configs = Counter((r.set, r.strategy, r.model, r.dtype, r.world_size, r.bucket_mb, r.batch_label) for r in runs)
+    repeated = sum(n > 1 for n in configs.values())
+    gpus = sorted({str(r.meta.get("gpu_name")) for r in runs if r.meta.get("gpu_name")})
     s.p(f"Each run has {'–'.join(str(x) for x in (nsteps[0], nsteps[-1]))} measured steps after warm-up; medians "
-        "are over ranks × steps and min–max spreads are over the same rows. Each configuration ran once on one "
-        "host (no repeat runs), on NVIDIA H200 rather than the H100 the assignment assumes; the 4-GPU scaling "
-        "runs come from a different host than sets small/A/B, so they are never compared with them. Differences "
-        "smaller than the spreads shown are not established by these traces.")
+        "are over ranks × steps and min–max spreads are over the same rows. "
+        + ("Each configuration ran once (no repeat runs)" if not repeated else
+           f"{repeated} of {len(configs)} configurations ran more than once")
+        + f", on {' and '.join(gpus) or 'unrecorded GPUs'}"
+        + ("" if any("H100" in g for g in gpus) else " rather than the H100 the assignment assumes")
+        + ". Differences smaller than the spreads shown are not established by these traces.")
+    if hosts:
+        single: dict = {}
+        mixed = []
+        for name, rs in sets.items():
+            g = hosts_of(rs, hosts) if rs else {}
+            labels = {h: h if h is not None else "a host not listed" for h in g}
+            if len(g) == 1:
+                single.setdefault(labels[next(iter(g))], []).append(name)
+            elif g:
+                major, *minor = list(g)
+                moved = [r.label for h in minor for r in g[h]]
+                mixed.append(f"set {name} mixes hosts: " + "; ".join(
+                    f"{', '.join(r.label for r in g[h])} on {labels[h]}" for h in minor)
+                    + f", its other {len(g[major])} runs on {labels[major]}, so set {name}'s comparisons with "
+                    f"{' and '.join(moved)} include a change of host")
+        parts = [f"set{'s' if len(n) > 1 else ''} {' and '.join(n)} ran on {h}" for h, n in single.items()] + mixed
+        s.p(f"Hosts ({HOSTS_FILE} beside the traces): " + "; ".join(parts) + ".")
+    else:
+        s.p(f"The run JSONs do not name the host; no {HOSTS_FILE} beside the traces says which runs shared one "
+            "(one line per run: '<run folder> <host label>').")
+    scal = [r for r in runs if r.set == SCALING]
+    if scal:
+        ws = max(r.world_size for r in scal)
+        m_main, m_scal = machines.get(MAIN, ""), machines.get(SCALING, "")
+        why = (f"a different host ({m_scal.split(' on ')[0]} against {m_main.split(' on ')[0]} in the machine "
+               "records)" if m_main.split(" on ")[0] != m_scal.split(" on ")[0] else "a separate campaign")
+        s.p(f"The scaling runs (up to {ws} GPUs, {SCALING}/) come from {why}, so they are never compared with "
+            "sets small/A/B.")
     return s

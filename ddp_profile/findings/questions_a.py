@@ -278,10 +278,13 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
         f"sweep and is {compare(rows[0]['_r'].v('compute_ns'), rows[-1]['_r'].v('compute_ns'), 'lower', 'higher', 'the same')} "
         f"at {rows[0]['cap']} than at {rows[-1]['cap']}: more, smaller buckets mean more NCCL kernels running "
         "beside compute, each slowing it (question 6).")
+    hidden = [100.0 * (1 - x["_r"].v("exposed_comm_ns") / x["_r"].v("comm_ns")) for x in rows if x["_r"].v("comm_ns")]
+    hidden = hidden or [float("nan")]
     s.p("What would make the sweep match the textbook expectation (a U-shaped step time with a clear optimum): "
-        "communication that is a larger share of the step. On this host NVLink NV18 moves all gradients in a "
-        f"few tens of ms against ≈{ms(rows[0]['_r'].v('compute_ns'))} of fp32 compute, so any bucket size hides most "
-        "of it. Faster compute (bf16 autocast, TF32, a larger batch per GPU cut into more steps), a slower "
+        "communication that is a larger share of the step. On this host the all-reduces of all gradients take "
+        f"{ms(min(x['_r'].v('comm_ns') for x in rows))}–{ms(max(x['_r'].v('comm_ns') for x in rows))} of NCCL "
+        f"kernel time per step across the sweep against ≈{ms(rows[0]['_r'].v('compute_ns'))} of fp32 compute, and "
+        f"every bucket size hides {min(hidden):.0f}–{max(hidden):.0f}% of it (1 − exposed ÷ NCCL time). Faster compute (bf16 autocast, TF32, a larger batch per GPU cut into more steps), a slower "
         "interconnect (PCIe or across hosts), or more ranks (the ring's 2(n−1)/n traffic and more peers to wait "
         "for) all raise the exposed share, and then the n_b·o vs s/(n_b·w) trade-off decides the step time.")
     return s

@@ -18,6 +18,7 @@ Tables with no rows are not created, as nsys does. Rows go in with ``executemany
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import tempfile
@@ -82,6 +83,21 @@ def _activity_cols(layout: dict, extra: list[tuple[str, str]]) -> list[tuple[str
     return cols + [("streamId", "INTEGER NOT NULL"), ("correlationId", "INTEGER"), ("globalPid", "INTEGER")] + extra
 
 
+@contextlib.contextmanager
+def _replacing(path: Path, suffix: str):
+    """Yield a temporary file name beside ``path`` (same folder, so the rename is atomic); it is renamed over
+    ``path`` when the block finishes and deleted when it fails (Ctrl-C included), so a half-built export is
+    never left under the real name. safeio.write_text_atomic does not fit: SQLite writes the file itself."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _rows(*columns):
     return zip(*(c.tolist() if isinstance(c, np.ndarray) else c for c in columns), strict=True)
 
@@ -102,9 +118,7 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
     """
     spec = LAYOUTS[layout]
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with _replacing(path, ".tmp") as tmp:
         con = sqlite3.connect(tmp)
         con.execute("PRAGMA journal_mode=OFF")
         strings = _Strings()
@@ -137,10 +151,6 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
                ((i, v) for v, i in strings.ids.items()))
         con.commit()
         con.close()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 
@@ -426,8 +436,6 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
     clocks = {r: 1_000_000 + 3_000 * r for r in ranks}
     corr = dict.fromkeys(ranks, 1)
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".build", dir=path.parent)
-    os.close(fd)
     names = np.array(SCALE_COMPUTE_NAMES + [SCALE_NCCL_NAME], dtype=object)
     nvtx: dict[str, list] = {c: [] for c in ("pid", "tid", "start", "end", "text", "domain", "payload",
                                              "category", "registered", "event_type")}
@@ -472,7 +480,7 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
     first = chunk(bounds[0], bounds[1])
     rest = [(a, b) for a, b in zip(bounds[1:-1], bounds[2:], strict=True)]
     # NVTX host ranges derive from each chunk's GPU times, so the NVTX table is written after the last chunk.
-    try:
+    with _replacing(path, ".build") as tmp:
         processes = [{"pid": 1000 + r, "name": "python", "device": r} for r in ranks]
         for r in ranks:
             add_nvtx(1000 + r, [500_000], [-1], [f"{nvtx_names.RANK_MARKER} {r}/{n_ranks}"], [r],
@@ -494,10 +502,6 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
         _append_nvtx(con, spec, nvtx)
         con.commit()
         con.close()
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     n_rows = steps_total * per_step * len(ranks)
     return {"path": path, "n_kernels": n_rows, "n_ranks": n_ranks, "ranks_in_file": ranks, "n_steps": steps_total,
             "n_nvtx": len(nvtx["start"]) + len(ranks)}

@@ -78,3 +78,18 @@ def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 # "optimizer" | "grad_wait". start/end: first/last GPU activity of kernels launched inside the host range
 # (by launch time within the process), or the host range itself when no kernel was launched in it.
 PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns", "host_end_ns"]
+
+# ---- CUDA API calls and launch-bound diagnosis (ddp_profile.nsys.api, ddp_profile.analysis.launches) -------
+# One row per CUDA runtime or driver API call (read on request, not by load_trace). name: the function,
+# version suffix dropped (cudaLaunchKernel, cuLaunchKernelEx, cudaDeviceSynchronize...). rank: <NA> for a
+# process that ran no GPU work. Times on the trace's clock (load_trace's per-file offsets).
+API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
+# Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
+LAUNCH_STEP_COLUMNS = [
+    "rank", "step", "start_ns", "end_ns", "step_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_pct",
+    "kernels", "launches", "api_ns", "sync_ns", "host_us_per_launch", "gpu_us_per_kernel", "launch_bound",
+]
+# Per (rank, API function), calls that started inside the selected steps.
+API_FUNCTION_COLUMNS = ["rank", "name", "calls", "total_ns", "mean_ns", "calls_per_step", "ns_per_step"]
+# Per (rank, kernel group), kernels launched inside the selected steps (groups: analysis/launches.py).
+KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]

@@ -301,3 +301,24 @@ def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None
         return None
     row = con.execute("SELECT MIN(startTime), MAX(stopTime) FROM ANALYSIS_DETAILS").fetchone()
     return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+
+def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] | None:
+    """Every CUDA runtime and driver API call: columns pid, tid (int32), start, end, name_id (int64); None
+    when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table (CUDA API tracing was off).
+
+    Same table and GlobalId decoding as :func:`launches` (pid and tid from ``globalTid``; driver calls such
+    as ``cuLaunchKernelEx`` are rows of this table too), but all rows, with their end and name: calls that
+    launch nothing (synchronize, allocator, event calls) are what tells host time apart from launch time.
+    ``nameId`` references StringIds (names carry a version suffix, e.g. ``cudaLaunchKernel_v7000``);
+    -1 where the column or value is missing. Read only on request (``ddp_profile.nsys.api``), never by
+    ``load_trace``."""
+    if RUNTIME not in have:
+        return None
+    cols = columns(con, RUNTIME)
+    name_id = "COALESCE(nameId, -1)" if "nameId" in cols else "-1"
+    exprs = [PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)"),
+             "start", "COALESCE(end, start)", name_id]
+    i32, i64 = np.int32, np.int64
+    names = ["pid", "tid", "start", "end", "name_id"]
+    return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))

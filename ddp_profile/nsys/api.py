@@ -1,0 +1,94 @@
+"""``load_api_calls``: a run's CUDA runtime and driver API calls, read on request.
+
+Why not part of ``load_trace``: the loader already reads the launching call of every kernel (its start, for
+``launch_ns``), but the whole table (ends, names, calls that launch nothing: synchronize, allocator, event
+calls) is needed only to tell whether a step is launch-bound (``ddp_profile.analysis.launches``), and
+``load_trace``'s time and memory are benchmarked (issue #8). So this reader runs only when asked.
+
+It reuses what ``load_trace`` decided for the same files, so the calls line up with the kernels and NVTX
+ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock offset from
+``trace.meta["files"]``. Files are opened as the loader opens them (read-only; ``.xz``/``.gz`` in memory).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from ddp_profile import schema
+from ddp_profile.errors import MissingDataError, TraceError
+from ddp_profile.nsys import sql
+from ddp_profile.nsys.loader import _short, load_trace, open_export
+from ddp_profile.trace import Trace
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel (as nsys stats shows it)
+
+
+def api_name(raw: str) -> str:
+    """The function name without nsys's API version suffix."""
+    return _VERSION_SUFFIX.sub("", raw)
+
+
+def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
+    """One export's API calls (sql.api_calls columns) and their names as a categorical; None if not traced."""
+    con = open_export(path)
+    try:
+        have = sql.tables(con)
+        cols = sql.api_calls(con, have)
+        if cols is None:
+            return None
+        ids = cols.pop("name_id")
+        inverse, uniq = pd.factorize(ids)  # names are few, calls many: resolve each distinct id once
+        lookup = sql.strings(con, uniq)
+        labels = [api_name(lookup[int(i)]) if int(i) in lookup else f"<string {i}>" for i in uniq]
+        cats = sorted(set(labels))
+        where = {c: j for j, c in enumerate(cats)}
+        remap = np.array([where[lab] for lab in labels] or [0], dtype=np.int32)
+        names = pd.Categorical.from_codes(remap[inverse] if len(uniq) else np.zeros(0, np.int32),
+                                          categories=pd.Index(cats, dtype=object))
+        return cols, names
+    except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
+        raise TraceError(f"{path}: unreadable or damaged export ({_short(exc)}); export it again from the "
+                         ".nsys-rep") from exc
+    finally:
+        con.close()
+
+
+def load_api_calls(source) -> pd.DataFrame:
+    """``schema.API_CALL_COLUMNS``, sorted by (rank, start_ns); ranks missing (last) for processes that ran
+    no GPU work. ``source``: a loaded :class:`~ddp_profile.trace.Trace` (preferred: its ranks and clock are
+    reused), or what ``load_trace`` accepts (then it is loaded first).
+
+    Raises MissingDataError when a file has no CUDA API table (the API trace was off), since its ranks'
+    launch counts would silently read 0."""
+    trace = source if isinstance(source, Trace) else load_trace(source)
+    offsets = {f["path"]: int(f.get("offset_ns") or 0) for f in trace.meta.get("files", [])}
+    ranks = trace.ranks
+    frames, names = [], []
+    for path in trace.paths:
+        got = _read(path)
+        if got is None:
+            raise MissingDataError(f"{path}: no {sql.RUNTIME} table (CUDA API calls were not traced); profile "
+                                   "with `nsys profile -t cuda,nvtx ...`")
+        cols, name = got
+        mine = ranks[ranks["file"].astype(str) == str(path)]
+        rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
+        inverse, pids = pd.factorize(cols["pid"])
+        rank = pd.array([rank_of.get(int(p)) for p in pids] or [None], dtype="Int64")
+        off = offsets.get(str(path), 0)
+        frames.append(pd.DataFrame({
+            "rank": rank[inverse] if len(pids) else pd.array([], dtype="Int64"),
+            "pid": cols["pid"], "tid": cols["tid"],
+            "start_ns": cols["start"] + off, "end_ns": cols["end"] + off,
+        }))
+        names.append(name)
+    if not frames:
+        return schema.empty_frame(schema.API_CALL_COLUMNS)
+    df = pd.concat(frames, ignore_index=True)
+    df["name"] = union_categoricals(names, sort_categories=True) if len(names) > 1 else names[0]
+    df = df.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
+    return schema.select(df, schema.API_CALL_COLUMNS)

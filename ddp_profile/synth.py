@@ -106,7 +106,7 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
                  memcpy: dict | None = None, memset: dict | None = None, nvtx: dict | None = None,
                  gpus: list[dict] | None = None, host: str = "synth-host",
                  session_start_utc_ns: int = 1_700_000_000_000_000_000, meta_extra: dict | None = None,
-                 environment: dict | None = None, stdout: str | None = None) -> Path:
+                 environment: dict | None = None, stdout: str | None = None, api: dict | None = None) -> Path:
     """Write an export to ``path`` (atomically). Arrays in the dicts are columns of equal length:
 
     processes: ``[{"pid", "name", "device"}]``. kernels: pid, device, stream, start, end, name (str), and
@@ -115,6 +115,9 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
     unclosed range), text, and optionally event_type (59 default), domain (str; "" default), registered
     (bool: text goes to StringIds via textId, ``text`` NULL, as NCCL's ranges), payload (-1 = none),
     category. environment / stdout: planted into the tables where nsys keeps them (for scrub tests).
+    api: further CUDA API calls (synchronize, allocator...): pid, start, end, name (str), optionally tid
+    (default: the pid, the main thread); each gets its own correlationId, above the launches'. Launch rows
+    last 500 ns.
     """
     spec = LAYOUTS[layout]
     path = Path(path)
@@ -134,12 +137,15 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
         for table, data in (("CUPTI_ACTIVITY_KIND_MEMCPY", memcpy), ("CUPTI_ACTIVITY_KIND_MEMSET", memset)):
             if data is not None:
                 _write_copies(con, spec, table, strings, data, runtime)
-        if runtime:
+        if runtime or api is not None:
             cols = [("start", "INTEGER NOT NULL"), ("end", "INTEGER NOT NULL"), ("eventClass", "INTEGER NOT NULL"),
                     ("globalTid", "INTEGER"), ("correlationId", "INTEGER"), ("nameId", "INTEGER NOT NULL"),
                     ("returnValue", "INTEGER NOT NULL"), ("callchainId", "INTEGER")]
-            r = np.concatenate(runtime, axis=1)
-            _table(con, "CUPTI_ACTIVITY_KIND_RUNTIME", cols, _rows(r[0], r[0] + 500, r[1], r[2], r[3], r[4],
+            r = np.concatenate(runtime, axis=1) if runtime else np.zeros((5, 0), np.int64)
+            end = r[0] + 500
+            if api is not None:
+                r, end = _with_api_rows(strings, api, r, end)
+            _table(con, "CUPTI_ACTIVITY_KIND_RUNTIME", cols, _rows(r[0], end, r[1], r[2], r[3], r[4],
                                                                    np.zeros(r.shape[1], np.int64), [None] * r.shape[1]))
         if nvtx is not None:
             _write_nvtx(con, spec, strings, nvtx)
@@ -183,6 +189,19 @@ def _write_gpus(con, spec, gpus) -> None:
         for r, g in zip(rows, gpus, strict=True):
             r.append(g["device"])
     _table(con, "TARGET_INFO_GPU", cols, rows)
+
+
+def _with_api_rows(strings, api, r, end) -> tuple[np.ndarray, np.ndarray]:
+    """Runtime rows ``r`` (rows start, eventClass, globalTid, correlationId, nameId) and their ends, with
+    the ``api`` calls of :func:`build_export` appended (correlationIds after the largest one used)."""
+    n = len(api["start"])
+    name = np.asarray(api["name"]).astype(str)
+    tid = _col(api, "tid", n, 0)
+    tid = np.where(tid > 0, tid, np.asarray(api["pid"]))
+    cls = np.where(np.char.startswith(name, "cu") & ~np.char.startswith(name, "cuda"), 1, 0)
+    corr = int(r[3].max(initial=0)) + 1 + np.arange(n)
+    extra = np.vstack([np.asarray(api["start"], np.int64), cls, global_tid(api["pid"], tid), corr, strings.many(name)])
+    return np.concatenate([r, extra], axis=1), np.concatenate([end, np.asarray(api["end"], np.int64)])
 
 
 def _launch_rows(strings, data, n, default_api) -> np.ndarray | None:

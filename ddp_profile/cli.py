@@ -14,7 +14,7 @@ from ddp_profile import __version__
 from ddp_profile.errors import DdpProfileError
 
 # Order here is the order of `ddp-profile --help`.
-COMMANDS = ["inspect", "scrub", "analyze", "report", "findings", "bench"]
+COMMANDS = ["inspect", "scrub", "analyze", "launches", "report", "findings", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,88 @@
+"""`ddp-profile launches PATH...`: is each step launch-bound? Per-step GPU idle, CUDA API time, host time per
+launch, plus API time by function and kernels by group (definitions: ddp_profile/analysis/launches.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ddp_profile.errors import MissingDataError, UsageError
+from ddp_profile.safeio import write_text_atomic
+
+JSON_VERSION = 1
+STEP_TABLE = (  # (column, header, scale) for the printed step table: times in ms
+    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6),
+    ("gpu_busy_ns", "busy_ms", 1e6), ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", 1),
+    ("kernels", "kernels", None), ("launches", "launches", None), ("api_ns", "api_ms", 1e6),
+    ("sync_ns", "sync_ms", 1e6), ("host_us_per_launch", "host_us/launch", 1),
+    ("gpu_us_per_kernel", "gpu_us/kernel", 1), ("launch_bound", "launch_bound", None),
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "launches", help="is each step launch-bound? GPU idle, CUDA API time and host time per launch",
+        description="Per (rank, step) of one run: GPU busy and idle time within the step's host range, kernel "
+                    "launches, CUDA API and synchronize time, host time per launch against GPU time per "
+                    "kernel, and the launch-bound verdict; then API calls by function and kernels by group "
+                    "per step. Reads the CUDA API table, which `analyze` does not load.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) of one run or a run folder")
+    p.add_argument("--step-pattern", metavar="REGEX", default=None,
+                   help="regex for step NVTX range names (default: as `analyze`)")
+    p.add_argument("--steps", default="all", metavar="A:B",
+                   help="steps to keep, as a slice over step indices, e.g. 1: to skip the first (default all)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="write FILE.csv (the step table) or FILE.json (all tables) instead of printing")
+    p.set_defaults(func=run)
+
+
+def render_json(res) -> str:
+    from ddp_profile.analysis import records
+
+    out = {"version": JSON_VERSION, "summary": res.summary(), "verdicts": res.verdicts(), "notes": res.notes,
+           "steps": records(res.steps), "api_functions": records(res.api_functions),
+           "kernel_groups": records(res.kernel_groups)}
+    return json.dumps(out, indent=2) + "\n"
+
+
+def render_text(res) -> str:
+    import pandas as pd
+
+    steps = pd.DataFrame({head: res.steps[col] / scale if scale else res.steps[col]
+                          for col, head, scale in STEP_TABLE})
+    api = res.api_functions.assign(ms_per_step=res.api_functions["ns_per_step"] / 1e6,
+                                   mean_us=res.api_functions["mean_ns"] / 1e3)
+    groups = res.kernel_groups.assign(gpu_ms_per_step=res.kernel_groups["gpu_ns_per_step"] / 1e6,
+                                      mean_us=res.kernel_groups["mean_ns"] / 1e3)
+    lines = [*res.verdicts(), *(f"note: {n}" for n in res.notes)]
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
+        lines += ["", f"== steps ({len(steps)} rows) ==", steps.to_string(index=False),
+                  "", "== CUDA API calls per step, by function ==",
+                  api[["rank", "name", "calls_per_step", "ms_per_step", "mean_us"]].to_string(index=False),
+                  "", "== kernels per step, by group ==",
+                  groups[["rank", "group", "kernels_per_step", "gpu_ms_per_step", "mean_us"]].to_string(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def run(args) -> int:
+    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.nsys.api import load_api_calls
+    from ddp_profile.nsys.loader import load_trace
+
+    out = Path(args.output) if args.output else None
+    if out is not None and out.suffix not in (".csv", ".json"):
+        raise UsageError(f"-o {out}: name a .csv (step table) or .json (all tables) file")
+    trace = load_trace([Path(p) for p in args.paths])
+    res = analyze_launches(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
+    if res.steps.empty:
+        why = "; ".join(res.notes) or "no step ranges were found"
+        raise MissingDataError(f"{', '.join(map(str, args.paths))}: no steps to diagnose: {why}")
+    if out is None:
+        sys.stdout.write(render_text(res))
+    elif out.suffix == ".csv":
+        write_text_atomic(out, res.steps.to_csv(index=False))
+    else:
+        write_text_atomic(out, render_json(res))
+    return 0

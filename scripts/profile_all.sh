@@ -13,7 +13,7 @@
 #            bucketed 1/10/25/100/1000 MB, torch_ddp 25 MB (10 runs)                    ~7 min
 #   B        XL bf16 autocast, batch $B_BATCH x 256 per GPU: none (1 GPU), naive, overlap, bucketed
 #            25/100, torch_ddp 25 (6 runs). At A's batch 4 a bf16 XL step is launch-bound (GPU busy ~70 of
-#            ~300 ms: scripts/host_bound.py on traces of that batch), so B uses 4x the tokens   ~5 min
+#            ~300 ms: ddp-profile launches on traces of that batch), so B uses 4x the tokens   ~5 min
 #   scaling  MLP and XL with bucketed 25 MB and torch_ddp 25 MB at each of $SCALING_NPROCS GPUs
 # Knobs (environment):
 #   SETS="small A B"     sets to run when none are given                 e.g. SETS=A

@@ -45,6 +45,7 @@ from ddp_profile.report_index import (  # noqa: F401  (re-exported)
 from ddp_profile.report_page import (  # noqa: F401  (re-exported)
     benchmark_run_page,
     collective_summary,
+    launch_block,
     render_run_page,
     source_of,
 )
@@ -80,16 +81,33 @@ def _say(message: str) -> None:
     print(f"report:   {message}", file=sys.stderr, flush=True)
 
 
+def launch_diagnosis(trace):
+    """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made.
+
+    The API table is read here, once per run, because ``load_trace`` does not keep it (see
+    ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
+    then says why it is missing instead of failing the whole run."""
+    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.errors import DdpProfileError
+    from ddp_profile.nsys.api import load_api_calls
+
+    try:
+        return analyze_launches(trace, load_api_calls(trace))
+    except DdpProfileError as exc:
+        return str(exc)
+
+
 def load_one(path: Path):
-    """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr).
-    The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``)."""
+    """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
+    (trace, analysis, launch diagnosis). The run's JSON (``run.json``, ``<run>.json``) is found by the
+    loader (``trace.run``)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    return trace, analyze(trace)
+    return trace, analyze(trace), launch_diagnosis(trace)
 
 
 def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
@@ -109,14 +127,14 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
             failures.append(f"{path}: {result}")
             print(f"report: [{i}/{len(paths)}] FAILED {path}: {result}", file=out, flush=True)
             return
-        trace, analysis = result
+        trace, analysis, launches = result
         meta = normalise_meta(getattr(trace, "run", None) or {})
         rid = ids.get(str(path)) or meta.get("run_name") or \
             (path.name if path.is_dir() else path.name.split(".sqlite")[0])
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
-        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder))
+        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches))
         print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 

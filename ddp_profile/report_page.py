@@ -1,5 +1,5 @@
-"""The page of one run: headline numbers, the timeline with a step selector, per-step bars, the α-β fit and
-the collective, contention and per-kernel overlap tables.
+"""The page of one run: headline numbers, the timeline with a step selector, per-step bars, whether the step
+is launch-bound, the α-β fit and the collective, contention and per-kernel overlap tables.
 
 Plots come from :mod:`ddp_profile.plots` (imported when a page is rendered); this module only lays them out.
 """
@@ -63,8 +63,41 @@ def _nsys_rep_hint(trace) -> str:
     return "<p>Open in the Nsight Systems GUI: " + ", ".join(f"<code>nsys-ui {esc(r)}</code>" for r in reps) + "</p>"
 
 
+LAUNCH_TABLE = (  # (LAUNCH_STEP column, header as `ddp-profile launches` prints it, divisor): times in ms
+    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6), ("gpu_busy_ns", "busy_ms", 1e6),
+    ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", None), ("launches", "launches", None),
+    ("host_us_per_launch", "host_us/launch", None), ("gpu_us_per_kernel", "gpu_us/kernel", None),
+    ("launch_bound", "launch_bound", None),
+)
+
+
+def launch_block(run: Run) -> str:
+    """"Is the step launch-bound?": the per-rank verdicts and the per-step table of ``run.launches``
+    (computed where the run was loaded, :func:`ddp_profile.report.launch_diagnosis`), or why it is missing."""
+    from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
+
+    head = "<h2>Is the step launch-bound?</h2>"
+    res = run.launches
+    if res is None or isinstance(res, str):
+        why = res or "the launch diagnosis was not computed for this run"
+        return f"{head}<p class='note'>No launch-bound check for this run: {esc(why)}</p>"
+    if res.steps.empty:
+        why = "; ".join(res.notes) or "no step ranges were found"
+        return f"{head}<p class='note'>No launch-bound check for this run: no steps to diagnose ({esc(why)})</p>"
+    s = res.steps
+    df = pd.DataFrame({h: s[c] / d if d else s[c] for c, h, d in LAUNCH_TABLE})
+    lines = "".join(f"<li>{esc(v)}</li>" for v in res.verdicts())
+    notes = "".join(f"<li class='note'>{esc(n)}</li>" for n in res.notes)
+    return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g}% of the step's "
+            "host range and the host needs longer per kernel launch (step time minus synchronize wait, ÷ "
+            "launches) than the GPU needs per kernel: then fewer, larger kernels help, a faster GPU does not. "
+            "Same numbers as <code>ddp-profile launches</code>.</p>"
+            f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))
+
+
 def render_run_page(run: Run) -> str:
-    """Headline, timeline with a step selector, per-step bars, α-β fit, collective/contention tables."""
+    """Headline, timeline with a step selector, per-step bars, launch-bound check, α-β fit,
+    collective/contention tables."""
     from ddp_profile.plots import alpha_beta_figure, step_breakdown
     from ddp_profile.plots.timeline import STEP_SWITCH_JS, figure_for_step, timeline_steps
 
@@ -91,6 +124,7 @@ def render_run_page(run: Run) -> str:
         f"<script>{STEP_SWITCH_JS}</script>",
         figure_div(figure_for_step(data, idx, src), "timeline", switch),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps"),
+        launch_block(run),
         "<h2>Collectives</h2>",
         figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta")
         if a.collectives["bytes"].notna().any() else

@@ -65,6 +65,9 @@ class Run:
     meta: dict = field(default_factory=dict)  # the run's JSON (empty for a bare export)
     run_id: str | None = None
     folder: str = ""
+    launches: object = None
+    """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
+    none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
 
     @property
     def page(self) -> str:

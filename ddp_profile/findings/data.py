@@ -42,6 +42,7 @@ class RunData:
     host: dict = field(default_factory=dict)  # host-side timers (harness JSON and NVTX)
     contention: dict = field(default_factory=dict)
     collectives: dict = field(default_factory=dict)
+    launches: object = None  # LaunchAnalysis or why it is missing (str); None until asked (launches_of)
 
     # ---- run facts from the JSON ----
     @property
@@ -190,9 +191,9 @@ def load_run(set_name: str, folder: Path) -> RunData:
     return summarise(set_name, folder, meta, trace, analyze(trace))
 
 
-def summarise(set_name: str, folder: Path, meta: dict, trace, res) -> RunData:
+def summarise(set_name: str, folder: Path, meta: dict, trace, res, launches=None) -> RunData:
     """A RunData from an already loaded and analysed run (the report's runs are reused this way, so the
-    main job loads every trace once)."""
+    main job loads every trace once). ``launches``: the report's launch diagnosis of the run, if made."""
     from ddp_profile.analysis import compare_runs
 
     row = compare_runs([(trace, res)]).iloc[0].to_dict()
@@ -200,7 +201,7 @@ def summarise(set_name: str, folder: Path, meta: dict, trace, res) -> RunData:
     return RunData(set=set_name, name=Path(folder).name, folder=Path(folder), meta=meta, trace=trace, analysis=res,
                    row=row, summary=res.summary(), spread=_spread(res.steps, cols),
                    host=host_timers(meta, trace.nvtx), contention=contention_facts(res),
-                   collectives=collective_facts(res))
+                   collectives=collective_facts(res), launches=launches)
 
 
 def from_report_runs(root: Path, report_runs) -> list[RunData]:
@@ -217,8 +218,21 @@ def from_report_runs(root: Path, report_runs) -> list[RunData]:
         meta = getattr(r.trace, "run", None)
         if not meta:  # a bare export without the harness's JSON: nothing the questions can use
             continue
-        out.append(summarise(s, d, meta, r.trace, r.analysis))
+        out.append(summarise(s, d, meta, r.trace, r.analysis, getattr(r, "launches", None)))
     return out
+
+
+def launches_of(r: RunData):
+    """The run's launch diagnosis (``LaunchAnalysis``, or a str saying why there is none), made on first use
+    and kept on the run: the findings ask only for each set's 1-GPU run, so ``ddp-profile findings`` reads
+    the CUDA API table of those runs alone, and the report's runs arrive with theirs already made."""
+    if r.launches is None:
+        if r.trace is None:
+            return "no trace loaded for this run"
+        from ddp_profile.report import launch_diagnosis
+
+        r.launches = launch_diagnosis(r.trace)
+    return r.launches
 
 
 def load_all(root: Path, progress=None) -> list[RunData]:

@@ -8,7 +8,7 @@ from collections import Counter
 import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
-from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of
+from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
 from ddp_profile.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
 
@@ -297,6 +297,28 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
     return s
 
 
+def launch_line(name: str, rs: dict) -> str:
+    """Whether set ``name``'s 1-GPU run (``none``, else any 1-GPU run) is launch-bound, from its launch
+    diagnosis (:func:`~ddp_profile.findings.data.launches_of`): steps launch-bound and the medians behind
+    the call. Launch-bound when most steps are, the rule ``LaunchAnalysis.verdicts`` applies per rank."""
+    one = rs.get("none") or next((r for r in rs.values() if r.world_size == 1), None)
+    if one is None:
+        return f"set {name} has no 1-GPU run to check"
+    res = launches_of(one)
+    if isinstance(res, str) or res.steps.empty:
+        why = res if isinstance(res, str) else "; ".join(res.notes) or "no steps found"
+        return f"set {name}'s 1-GPU run ({one.label}) has no launch-bound check: {why}"
+    sm = res.summary()
+    n, bound = sm["n_steps"], sm["launch_bound_steps"]
+    steps = "steps" if res.steps["rank"].nunique() == 1 else "rank-steps"
+    medians = (f"median GPU idle {pct(sm['idle_pct'])}, host {num(sm['host_us_per_launch'], 1)} µs per launch vs "
+               f"GPU {num(sm['gpu_us_per_kernel'], 1)} µs per kernel")
+    if 2 * bound > n:
+        return (f"set {name}'s 1-GPU run is launch-bound in {bound} of {n} {steps} ({medians}), so host-side "
+                f"launch overhead, not GPU work alone, paces set {name}'s steps and with them its strategy ranking")
+    return f"set {name}'s 1-GPU run is not launch-bound ({bound} of {n} {steps} launch-bound; {medians})"
+
+
 def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None) -> Section:
     """What the data cannot show. ``hosts``: :func:`~ddp_profile.findings.data.read_hosts`; ``sets``: the
     main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling."""
@@ -313,6 +335,13 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
         + f", on {' and '.join(gpus) or 'unrecorded GPUs'}"
         + ("" if any("H100" in g for g in gpus) else " rather than the H100 the assignment assumes")
         + ". Differences smaller than the spreads shown are not established by these traces.")
+    checked = [launch_line(name, rs) for name, rs in sets.items() if rs]
+    if checked:
+        from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
+
+        s.p(f"Launch-bound check of each set's 1-GPU run (`ddp-profile launches`: a step is launch-bound when "
+            f"the GPU idles more than {IDLE_THRESHOLD_PCT:g}% of it and the host takes longer per kernel launch "
+            "than the GPU per kernel): " + "; ".join(checked) + ".")
     if hosts:
         single: dict = {}
         mixed = []

@@ -106,8 +106,12 @@ class LaunchAnalysis:
 
 
 def _names_matching(names: pd.Series, pattern: str) -> np.ndarray:
-    """Rows whose name matches ``pattern``, each distinct name tested once."""
+    """Rows whose name matches ``pattern``, each distinct name tested once (a categorical's categories
+    directly: sorting the call names as strings cost ~3.5 s over the committed traces' 3.8M calls)."""
     rx = re.compile(pattern)
+    if isinstance(names.dtype, pd.CategoricalDtype):  # load_api_calls' names; code -1 (missing) -> False
+        hit = np.array([bool(rx.search(str(c))) for c in names.cat.categories] + [False], dtype=bool)
+        return hit[names.cat.codes.to_numpy()]
     values = names.astype("object").to_numpy()
     uniq, inv = np.unique(values.astype(str), return_inverse=True)
     return np.array([bool(rx.search(u)) for u in uniq], dtype=bool)[inv] if len(uniq) else np.zeros(0, bool)

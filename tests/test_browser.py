@@ -122,3 +122,32 @@ def test_comparison_and_index_screenshots(site, browser):
         for href in links:  # every link resolves to a page in the folder
             assert (site / href).exists(), (path.name, href)
         page.close()
+
+
+def test_sweep_optimum_marker_sits_at_b_star_without_stretching_the_axis(browser, tmp_path):
+    """The b* marker must be drawn at b* MiB on the log axis, and the axis must span the data (a shape
+    there was once autoranged as a log10 exponent: b* = 243 MiB stretched the axis to 10^251)."""
+    import pandas as pd
+
+    from ddp_profile.plots.sweep import bucket_sweep_figure
+
+    caps = [1.0, 10.0, 25.0, 100.0, 1000.0]
+    comp = pd.DataFrame({"bucket_size_mb": caps, "strategy": "bucketed", "step_ns": [3.9e8] * 5,
+                         "comm_tail_ns": [3.3e5, 3.3e5, 4.1e5, 8.1e5, 2.7e6],
+                         "exposed_comm_ns": [6.0e6, 5.7e6, 3.7e6, 2.0e6, 1.9e6]})
+    model = pd.DataFrame({"bucket_size_mb": caps, "predicted_ns": [9.6e6, 6.9e6, 5.6e6, 2.3e6, 3.7e6]})
+    path = tmp_path / "sweep.html"
+    bucket_sweep_figure(comp, model, 243.3).write_html(path, include_plotlyjs=True)
+    page, problems = _open(browser, path)
+    page.wait_for_timeout(300)
+    got = page.evaluate("""() => {
+        const gd = document.querySelector('.js-plotly-plot');
+        const star = gd.data.find(t => (t.name || '').startsWith('b* ='));
+        const ax = gd._fullLayout.xaxis2;
+        return {b: star.x[0], range: ax.range, px: ax.l2p(Math.log10(star.x[0])), left: ax.l2p(ax.range[0]),
+                right: ax.l2p(ax.range[1]), drawn: document.querySelectorAll('.scatterlayer .trace').length};
+    }""")
+    page.close()
+    assert problems == [] and got["b"] == 243.3
+    assert 10 ** got["range"][0] >= 0.1 and 10 ** got["range"][1] <= 10_000, got  # 1..1000 MiB, not 10^243
+    assert got["left"] < got["px"] < got["right"] and got["drawn"] == 5, got  # 3 measured, model, b*

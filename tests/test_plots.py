@@ -1,7 +1,6 @@
 """Figures from synthetic frames whose layout is known (see report_synth.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -122,11 +121,13 @@ def test_bucket_sweep_marks_model_and_optimum():
     model = pd.DataFrame({"bucket_size_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})
     fig = bucket_sweep_figure(comp, model, 12.5, source=SRC)
     assert [tr.name for tr in fig.data] == ["bucketed: time per step", "bucketed: comm tail",
-                                           "bucketed: exposed comm", "model n_b·o + s/(n_b·w)"]
+                                           "bucketed: exposed comm", "model n_b·o + s/(n_b·w)", "b* = 12.5 MiB"]
     assert list(fig.data[3].x) == [1.0, 10.0, 100.0] and list(fig.data[3].y) == [0.5, 0.2, 0.4]  # ms
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket size (MiB, log scale)"
-    # on the log axis the marker sits at log10(b*) (shape coordinates are log10 there): at 12.5 MiB, not 10^12.5
-    assert fig.layout.shapes[0].x0 == pytest.approx(math.log10(12.5)) and "b* = 12.5 MiB" in fig.layout.annotations[-1].text
+    # b* is a vertical line trace at 12.5 MiB in data units, spanning the right panel's values (no shape)
+    star = fig.data[4]
+    assert list(star.x) == [12.5, 12.5] and star.xaxis == "x2" and not fig.layout.shapes
+    assert min(star.y) == pytest.approx(0.2) and max(star.y) == pytest.approx(max(max(fig.data[1].y), max(fig.data[2].y), 0.5))
     assert len(bucket_sweep_figure(comp, None, None).data) == 3  # measured series only, no model
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import math
 
 import numpy as np
 import pandas as pd
@@ -50,10 +49,15 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
                                  mode="lines", name="model n_b·o + s/(n_b·w)",
                                  line={"dash": "dash", "color": "#72B7B2"}), row=1, col=2)
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
-        # Shapes on a log axis are placed in log10 units (plotly's convention for shapes, unlike traces):
-        # passing MiB put b* = 324 MiB at 10^324 and stretched the panel's axis past any data.
-        fig.add_vline(x=math.log10(float(optimum_mb)), line_dash="dot", line_color="#B279A2", row=1, col=2,
-                      annotation_text=f"b* = {optimum_mb:.3g} MiB")
+        # b* is a two-point line trace, not a shape: on a log x axis plotly.js draws a shape's x in data
+        # units but autoranges it as a log10 exponent (b* = 243 MiB stretched the axis to 10^251, and
+        # passing log10(b*) drew the line at 2.4 MiB). Checked in Chromium: tests/test_browser.py.
+        ys = [v for tr in fig.data if tr.xaxis == "x2" for v in (tr.y or ()) if v is not None and v > 0]
+        lo, hi = (min(ys), max(ys)) if ys else (1e-3, 1.0)
+        label = f"b* = {optimum_mb:.3g} MiB"
+        fig.add_trace(go.Scatter(x=[float(optimum_mb)] * 2, y=[lo, hi], mode="lines", name=label,
+                                 line={"dash": "dot", "color": "#B279A2"},
+                                 hovertemplate=label + "<extra>model optimum</extra>"), row=1, col=2)
     fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
     fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="time (ms)", type="log", row=1, col=2)

@@ -183,12 +183,13 @@ def analyze_launches(trace, api: pd.DataFrame | None = None, *, step_pattern: st
         host_us = np.where(launches > 0, (step_ns - sync_ns) / np.maximum(launches, 1) / 1e3, np.nan)
         gpu_us = np.where(kernels > 0, ktime / np.maximum(kernels, 1) / 1e3, np.nan)
         idle = step_ns - busy
+        idle_pct = pct(idle, step_ns)
         step_parts.append(pd.DataFrame({
             "rank": rank, "step": sg["step"].to_numpy(), "start_ns": hs, "end_ns": he, "step_ns": step_ns,
-            "gpu_busy_ns": busy, "gpu_idle_ns": idle, "idle_pct": pct(idle, step_ns), "kernels": kernels,
+            "gpu_busy_ns": busy, "gpu_idle_ns": idle, "idle_pct": idle_pct, "kernels": kernels,
             "launches": launches, "api_ns": api_ns, "sync_ns": sync_ns, "host_us_per_launch": host_us,
             "gpu_us_per_kernel": gpu_us,
-            "launch_bound": (pct(idle, step_ns) > IDLE_THRESHOLD_PCT) & (host_us > gpu_us),
+            "launch_bound": (idle_pct > IDLE_THRESHOLD_PCT) & (host_us > gpu_us),
         }))
         # Summaries over the selected steps: per API function and per kernel group.
         inside = aa[_step_of(a_start[aa], hs, he) >= 0]

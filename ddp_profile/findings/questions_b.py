@@ -8,6 +8,7 @@ from collections import Counter
 import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
+from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
 from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
 from ddp_profile.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
@@ -164,7 +165,7 @@ def q7_scaling(srs, page, machine) -> tuple[Section, pd.DataFrame]:
     return s, df
 
 
-HOST_BOUND_IDLE_PCT = 25.0
+HOST_BOUND_IDLE_PCT = IDLE_THRESHOLD_PCT  # one line for q8 and `ddp-profile launches` (analysis/launches.py)
 """Above this share of the 1-GPU step with the GPU idle, the step is called host/launch-bound: the GPU waits
 for the host a quarter of the time, so host overhead, not GPU work, orders the strategies."""
 

@@ -7,14 +7,14 @@ its parser and sets ``func`` (a callable taking the parsed args and returning an
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 
 from ddp_profile import __version__
-from ddp_profile.errors import DdpProfileError
+from ddp_profile.commands import analyze, bench, findings, inspect, launches, report, scrub
+from ddp_profile.errors import run_main
 
 # Order here is the order of `ddp-profile --help`.
-COMMANDS = ["inspect", "scrub", "analyze", "launches", "report", "findings", "bench"]
+COMMANDS = {"inspect": inspect, "scrub": scrub, "analyze": analyze, "launches": launches, "report": report,
+            "findings": findings, "bench": bench}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,13 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ddp-profile {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"ddp_profile.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"ddp_profile.commands.{name}":
-                continue  # command not built yet
-            raise
+    for module in COMMANDS.values():
         module.register(sub)
     return parser
 
@@ -42,18 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except DdpProfileError as exc:
-        if args.debug:
-            raise
-        print(f"ddp-profile {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"ddp-profile {args.command}: interrupted; no partial output was written", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+    return run_main(f"ddp-profile {args.command}", args.func, args, debug=args.debug)
 
 
 if __name__ == "__main__":

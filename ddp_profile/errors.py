@@ -14,6 +14,10 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+from typing import Any
+
 
 class DdpProfileError(Exception):
     """Base class of every error the toolkit raises on purpose."""
@@ -47,3 +51,24 @@ class OutputError(DdpProfileError):
     """An output could not be written."""
 
     exit_code = 5
+
+
+def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False) -> int:
+    """Call ``func(args)`` and turn the outcome into an exit code: the one error translation.
+
+    A :class:`DdpProfileError` becomes one line on stderr and its ``exit_code`` (a traceback with
+    ``debug``); Ctrl-C becomes 130 with a line saying nothing partial was written; a closed pipe (``| head``)
+    is a success. Standard library only, so the harness and the scrubber use it on GPU machines too.
+    """
+    try:
+        return int(func(args) or 0)
+    except DdpProfileError as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; no partial output was written", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

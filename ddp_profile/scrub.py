@@ -40,7 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ddp_profile.errors import DdpProfileError, OutputError, TraceError, UsageError
+from ddp_profile.errors import OutputError, TraceError, UsageError, run_main
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -389,11 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddp_profile.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return run_args(args)
-    except DdpProfileError as exc:
-        print(f"ddp_profile.scrub: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return run_main("ddp_profile.scrub", run_args, args)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ for cfg in $CONFIGS; do
             mkdir -p "$dest"
             echo "== $cfg $arm repeat $r"
             # shellcheck disable=SC2086
-            "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" -m ddp_profile.train \
+            "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" -m ddp_profile.harness \
                 --strategy torch_ddp --bucket-mb 25 $args --warmup "$WARMUP" --steps "$STEPS" $extra --out "$dest"
         done
     done

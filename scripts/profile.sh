@@ -51,7 +51,7 @@ DDP_PROFILE_NSYS_VERSION=$("$NSYS" --version 2>/dev/null | head -n 1 || true)
 export DDP_PROFILE_NSYS_VERSION
 
 WORLD=$((NPROC * NNODES))
-RUN=$("$PYTHON" -m ddp_profile.train --strategy "$STRATEGY" "$@" --nproc "$WORLD" --print-run-name)
+RUN=$("$PYTHON" -m ddp_profile.harness --strategy "$STRATEGY" "$@" --nproc "$WORLD" --print-run-name)
 DIR=$TRACES/$RUN
 TMP=$TRACES/.$RUN.partial
 rm -rf "$TMP"
@@ -62,7 +62,7 @@ NSYS_OPTS=(profile -t cuda,nvtx --sample=none --cpuctxsw=none
            --capture-range=cudaProfilerApi --capture-range-end=stop --force-overwrite=true $NSYS_EXTRA)
 # shellcheck disable=SC2206
 TORCHRUN=("$PYTHON" -m torch.distributed.run $TORCHRUN_ARGS)
-BENCH=(-m ddp_profile.train --strategy "$STRATEGY" "$@" --out "$TMP")
+BENCH=(-m ddp_profile.harness --strategy "$STRATEGY" "$@" --out "$TMP")
 
 echo "== $RUN: nsys profile ($WORLD ranks, $([ "$PER_RANK" = 1 ] && echo 'one report per rank' || echo 'one report'))"
 if [ "$PER_RANK" = 1 ]; then

@@ -119,7 +119,7 @@ for set in $SETS; do
         fi
         if [ "$SKIP_EXISTING" = 1 ]; then
             # shellcheck disable=SC2086
-            name=$("$PYTHON" -m ddp_profile.train --strategy "$strategy" $args --nproc "$n" --print-run-name)
+            name=$("$PYTHON" -m ddp_profile.harness --strategy "$strategy" $args --nproc "$n" --print-run-name)
             if ls "${TRACES:-$ROOT/traces}/$name"/*.sqlite* >/dev/null 2>&1; then
                 echo "-- skip $label: traces/$name already has an export"; continue
             fi

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ddp_profile.config import RunConfig, run_name
 from ddp_profile.errors import ConfigError, UsageError
+from ddp_profile.harness.config import RunConfig, run_name
 
 
 @pytest.mark.parametrize(

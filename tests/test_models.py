@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from ddp_profile.config import TRANSFORMER_PRESETS
-from ddp_profile.models import build_model, param_stats
+from ddp_profile.harness.config import TRANSFORMER_PRESETS
+from ddp_profile.harness.models import build_model, param_stats
 
 
 def expected_transformer_params(p):
@@ -59,7 +59,7 @@ def test_tiny_forward_is_causal():
 
 
 def test_rope_preserves_norms_and_depends_only_on_relative_position():
-    from ddp_profile.models.transformer import _rope
+    from ddp_profile.harness.models.transformer import _rope
 
     torch.manual_seed(0)
     q, k = torch.randn(8), torch.randn(8)

@@ -136,7 +136,7 @@ def test_profile_sh_end_to_end_with_a_standin_nsys(standin_env, tmp_path, per_ra
     assert record["world_size"] == 2 and record["nsys_version"].endswith("0.0-standin")
     profiled = (tmp_path / "nsys.log").read_text()
     # capture range and slim tracing options reached nsys; the NVLink-multicast variables were exported
-    assert "ddp_profile.train --strategy overlap" in profiled
+    assert "ddp_profile.harness --strategy overlap" in profiled
     for option in ("-t cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
                    "--capture-range-end=stop"):
         assert option in profiled

@@ -18,13 +18,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddp_profile import nvtx_names, nvtx_ranges
+from ddp_profile import nvtx_names
 from ddp_profile.errors import ConfigError
-from ddp_profile.launch import spawn_local
-from ddp_profile.models import build_model
-from ddp_profile.strategies import REGISTRY, create, pack_buckets
-from ddp_profile.strategies.torch_ddp import TorchDDP
-from ddp_profile.train import loss_fn, run_steps
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.launch import spawn_local
+from ddp_profile.harness.models import build_model
+from ddp_profile.harness.strategies import REGISTRY, create, pack_buckets
+from ddp_profile.harness.strategies.torch_ddp import TorchDDP
+from ddp_profile.harness.train import loss_fn, run_steps
 
 VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
 

@@ -9,15 +9,15 @@ import sys
 
 import torch
 
-from ddp_profile.config import RunConfig
-from ddp_profile.launch import free_port, torchrun_env
-from ddp_profile.models import build_model, param_stats
-from ddp_profile.train import gpu_short_name, make_batches, run, write_json
+from ddp_profile.harness.config import RunConfig
+from ddp_profile.harness.launch import free_port, torchrun_env
+from ddp_profile.harness.models import build_model, param_stats
+from ddp_profile.harness.train import gpu_short_name, make_batches, run, write_json
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
-def bench(*args, module="ddp_profile.train"):
+def bench(*args, module="ddp_profile.harness"):
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=ENV, timeout=120)
 
 
@@ -50,7 +50,7 @@ def test_print_run_name_uses_nproc_as_world_size():
 
 
 def test_bad_config_is_one_line_and_exit_code_2():
-    for module in ("ddp_profile.train", "ddp_profile"):
+    for module in ("ddp_profile.harness", "ddp_profile.train", "ddp_profile"):
         args = ["bench"] if module == "ddp_profile" else []
         proc = bench(*args, "--strategy", "naive", "--batch", "0", module=module)
         assert proc.returncode == 2

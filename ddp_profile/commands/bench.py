@@ -1,139 +1,15 @@
-"""`ddp-profile bench`: run the training harness once and write its run JSON.
-
-Under torchrun it reads RANK / WORLD_SIZE / LOCAL_RANK and uses NCCL on GPUs; without torchrun,
-`--nproc N` spawns N local CPU processes joined by gloo (development and tests). Imports only torch,
-nvtx and the standard library, because it runs on GPU machines without the reporting dependencies.
-"""
+"""`ddp-profile bench`: the training harness's command line (see ``ddp_profile.harness.bench``)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-from ddp_profile.config import DTYPES, MODELS, OPTIMIZERS, STRATEGIES, RunConfig, run_name
-from ddp_profile.errors import DdpProfileError, UsageError
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--strategy", required=True, choices=STRATEGIES, help="gradient synchronisation strategy")
-    p.add_argument("--model", default="tiny", choices=MODELS, help="model preset (default tiny; the seeds use xl)")
-    p.add_argument("--batch", type=int, default=4, help="sequences per rank per step (default 4)")
-    p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
-    p.add_argument("--steps", type=int, default=5, help="measured steps (default 5)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up steps before the capture range (default 3)")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket cap, MiB, for bucketed/torch_ddp (default 25)")
-    p.add_argument("--dtype", default="fp32", choices=DTYPES, help="fp32, or bf16 autocast (default fp32)")
-    p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls in fp32 runs")
-    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
-    p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default 1e-4)")
-    p.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
-    p.add_argument("--ddp-nvtx-hook", action="store_true",
-                   help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)")
-    p.add_argument("--mlp-depth", type=int, default=8, help="Linear layers of the mlp model (default 8)")
-    p.add_argument("--out", default="traces/bench", help="folder for <run>.json (default traces/bench)")
-    p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
-    p.add_argument("--backend", default="", choices=("", "gloo", "nccl"), help="default: nccl on GPU, gloo on CPU")
-    p.add_argument("--print-run-name", action="store_true", help="print the run name (world size from torchrun or --nproc) and exit")
+from ddp_profile.harness.bench import __doc__ as HARNESS_DOC
+from ddp_profile.harness.bench import add_arguments, run
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="run the NVTX-annotated training harness once (torchrun or --nproc)",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=HARNESS_DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=run)
-
-
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    return RunConfig(
-        strategy=args.strategy, model=args.model, batch=args.batch, seq_len=args.seq_len, steps=args.steps,
-        warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
-        optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
-        ddp_nvtx_hook=args.ddp_nvtx_hook,
-    )
-
-
-def _finish(record: dict | None, out: str) -> None:
-    if record is None:
-        return
-    from ddp_profile.train import write_json
-
-    path = write_json(record, Path(out) / f"{record['run']}.json")
-    print(f"{record['run']}: median step {record['step_ms_median']:.2f} ms ({record['timing_source']}, "
-          f"slowest rank, {record['measured_steps']} steps) on {record['world_size']} x {record['gpu_name']}; "
-          f"wrote {path}", flush=True)
-
-
-def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
-    import torch.distributed as dist
-
-    from ddp_profile.launch import default_backend, device_for, init_process_group
-    from ddp_profile.train import run as train_run
-
-    backend = default_backend(cfg.backend)
-    device = device_for(backend, info.local_rank)
-    init_process_group(info, backend)
-    try:
-        _finish(train_run(cfg, device), out)
-        # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
-        # still inside a gloo call aborts that peer ("terminate called without an active exception").
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def _local_worker(info, cfg: RunConfig, out: str) -> None:
-    import torch
-
-    from ddp_profile.train import run as train_run
-
-    _finish(train_run(cfg, torch.device("cpu")), out)
-
-
-def run(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    from ddp_profile.launch import default_backend, torchrun_env
-
-    info = torchrun_env()
-    if args.nproc < 1:
-        raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
-    if info is not None and args.nproc != 1 and args.nproc != info.world_size:
-        raise UsageError("--nproc conflicts with torchrun's WORLD_SIZE; drop --nproc under torchrun")
-    if args.print_run_name:
-        import torch
-
-        from ddp_profile.train import gpu_short_name
-
-        on_gpu = default_backend(cfg.backend) == "nccl"
-        device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
-        print(run_name(cfg, info.world_size if info else args.nproc, gpu_short_name(device)))
-        return 0
-    if info is not None:
-        _torchrun_main(cfg, args.out, info)
-    elif args.nproc > 1:
-        if cfg.backend == "nccl":
-            raise UsageError("--nproc spawns local CPU (gloo) processes; for NCCL on GPUs use torchrun")
-        from ddp_profile.launch import spawn_local
-
-        spawn_local(args.nproc, _local_worker, cfg.replace(backend="gloo"), args.out)
-    else:
-        import torch
-
-        from ddp_profile.train import run as train_run
-
-        on_gpu = default_backend(cfg.backend) == "nccl"
-        _finish(train_run(cfg, torch.device("cuda", 0) if on_gpu else torch.device("cpu")), args.out)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (`python -m ddp_profile.train`): same flags, same one-line errors."""
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except DdpProfileError as exc:
-        print(f"ddp-profile bench: error: {exc}", file=sys.stderr)
-        return exc.exit_code

@@ -1,39 +1,7 @@
-"""Strategy registry: `create(name, module, bucket_mb=...)` wraps a model in the named strategy.
+"""Compatibility face: the strategies moved to ``ddp_profile.harness.strategies``.
 
-Every strategy implements the protocol in `base.Strategy`; the training loop knows nothing else about them.
+``from ddp_profile.strategies import ShardedOptimizer`` (the CS336 interface) keeps working.
 """
 
-from __future__ import annotations
-
-from torch import nn
-
-from ddp_profile.errors import ConfigError
-from ddp_profile.strategies.base import Strategy, Wrapper, broadcast_state, world
-from ddp_profile.strategies.bucketed import Bucketed, pack_buckets
-from ddp_profile.strategies.flat import Flat
-from ddp_profile.strategies.naive import Naive
-from ddp_profile.strategies.none import NoSync
-from ddp_profile.strategies.overlap import Overlap
-from ddp_profile.strategies.torch_ddp import TorchDDP
-
-REGISTRY = {
-    "none": lambda m, mb, **kw: NoSync(m),
-    "naive": lambda m, mb, **kw: Naive(m),
-    "flat": lambda m, mb, **kw: Flat(m),
-    "overlap": lambda m, mb, **kw: Overlap(m),
-    "bucketed": lambda m, mb, **kw: Bucketed(m, bucket_size_mb=mb),
-    "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, **kw: TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook),
-}
-
-
-def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False) -> Wrapper:
-    """Wrap `module` in strategy `name` (broadcasting rank 0's state); bucket_mb is used by the bucketed ones,
-    ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``)."""
-    try:
-        factory = REGISTRY[name]
-    except KeyError:
-        raise ConfigError(f"strategy {name!r} is unknown; choose one of {', '.join(REGISTRY)}") from None
-    return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook)
-
-
-__all__ = ["REGISTRY", "Strategy", "Wrapper", "broadcast_state", "create", "pack_buckets", "world"]
+from ddp_profile.harness.strategies import *  # noqa: F403
+from ddp_profile.harness.strategies import __all__  # noqa: F401

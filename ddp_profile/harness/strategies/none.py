@@ -3,7 +3,7 @@ apart after the first step, by design)."""
 
 from __future__ import annotations
 
-from ddp_profile.strategies.base import Wrapper
+from ddp_profile.harness.strategies.base import Wrapper
 
 
 class NoSync(Wrapper):

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddp_profile import nvtx_names as names
-from ddp_profile import nvtx_ranges
+from ddp_profile.harness import nvtx_ranges
 
 
 @runtime_checkable

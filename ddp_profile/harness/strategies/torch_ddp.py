@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ddp_profile import nvtx_ranges
-from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, world
-from ddp_profile.strategies.bucketed import pack_buckets
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, world
+from ddp_profile.harness.strategies.bucketed import pack_buckets
 
 
 def _nvtx_allreduce_hook(group, bucket):

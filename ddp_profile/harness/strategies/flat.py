@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-from ddp_profile import nvtx_ranges
-from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, wait_phase
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, wait_phase
 
 
 class Flat(Wrapper):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ddp_profile.config import MLPPreset
+from ddp_profile.harness.config import MLPPreset
 
 
 class ScalingMLP(nn.Module):

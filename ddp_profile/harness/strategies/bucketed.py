@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ddp_profile import nvtx_ranges
-from ddp_profile.strategies.base import Wrapper, grad_params, layout_from_groups, wait_phase
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, wait_phase
 
 
 def pack_buckets(sizes_bytes: list[int], cap_bytes: int, keys: list | None = None) -> list[list[int]]:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddp_profile.config import MLP_MODEL, MLPPreset, TransformerPreset, model_preset
-from ddp_profile.models.mlp import ScalingMLP
-from ddp_profile.models.transformer import TransformerLM
+from ddp_profile.harness.config import MLP_MODEL, MLPPreset, TransformerPreset, model_preset
+from ddp_profile.harness.models.mlp import ScalingMLP
+from ddp_profile.harness.models.transformer import TransformerLM
 
 
 def build_model(name: str, device: str | torch.device = "cpu", mlp_depth: int = 8) -> nn.Module:

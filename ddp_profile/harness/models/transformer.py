@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ddp_profile.config import TransformerPreset
+from ddp_profile.harness.config import TransformerPreset
 
 
 def _trunc_normal_(weight: torch.Tensor, std: float) -> None:

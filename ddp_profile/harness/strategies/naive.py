@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from ddp_profile import nvtx_ranges
-from ddp_profile.strategies.base import Wrapper, grad_params, nbytes, wait_phase
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.strategies.base import Wrapper, grad_params, nbytes, wait_phase
 
 
 class Naive(Wrapper):

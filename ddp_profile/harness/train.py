@@ -1,0 +1,237 @@
+"""The one training loop of the harness: every strategy, every model, NVTX-annotated, steady-state timed.
+
+Read top to bottom: `run()` builds the model on its device, wraps it in the strategy, makes the data, and
+calls `run_steps()`, which is the loop. Warm-up steps come first (allocator, NCCL communicators and cuBLAS
+heuristics settle there); then `torch.cuda.profiler.start()` opens the capture range that
+`nsys --capture-range=cudaProfilerApi` records, the measured steps run, and `stop()` closes it.
+
+Each step ends with a device synchronisation, inside the step's NVTX range: it makes CUDA-event and host
+times agree on where a step ends and keeps one step's GPU work inside its own range, at the cost of a
+small bubble between steps (the same for every strategy).
+
+`python -m ddp_profile.harness ...` is the same as `ddp-profile bench ...` without loading the CLI's other
+commands (the GPU machines lack their reporting dependencies).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import itertools
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp_profile import nvtx_names as names
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
+from ddp_profile.harness.models import build_model, param_stats
+from ddp_profile.harness.strategies import create, world
+from ddp_profile.safeio import write_text_atomic
+
+
+def gpu_short_name(device: torch.device) -> str:
+    """`h100`, `h200`, `a100`, ... from the CUDA device name; `cpu` off the GPU."""
+    if device.type != "cuda":
+        return "cpu"
+    full = torch.cuda.get_device_name(device).upper()
+    for known in ("GH200", "H200", "H100", "A100", "B200", "L40S", "A10G", "V100"):
+        if known in full:
+            return known.lower()
+    return "".join(c for c in full.split()[-1].lower() if c.isalnum()) or "gpu"
+
+
+def make_batches(cfg: RunConfig, rank: int, world_size: int, device: torch.device) -> list[tuple]:
+    """Per-step (input, target) for this rank: the same global batch on every rank, sliced by rank.
+
+    Generating the global batch from one seed and slicing it makes each rank's shard disjoint and makes
+    a single process on the full batch see exactly the union of the shards (what the tests compare).
+    """
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    lo, hi = rank * cfg.batch, (rank + 1) * cfg.batch
+    total = cfg.batch * world_size
+    batches = []
+    for _ in range(cfg.warmup + cfg.steps):
+        if cfg.model == MLP_MODEL:
+            x = torch.randn(total, 4096, generator=gen)[lo:hi]
+            y = torch.randn(total, 2048, generator=gen)[lo:hi]
+        else:
+            vocab = TRANSFORMER_PRESETS[cfg.model].vocab_size
+            tokens = torch.randint(0, vocab, (total, cfg.seq_len + 1), generator=gen)[lo:hi]
+            x, y = tokens[:, :-1], tokens[:, 1:]
+        batches.append((x.contiguous().to(device), y.contiguous().to(device)))
+    return batches
+
+
+def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy for LM logits; mean squared error for the MLP (float targets)."""
+    if target.is_floating_point():
+        return F.mse_loss(output.float(), target)
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(), target.reshape(-1))
+
+
+def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr)
+    fused = bool(params) and params[0].is_cuda
+    return torch.optim.AdamW(params, lr=cfg.lr, fused=fused)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+_BARRIER_ROUNDS = itertools.count()
+
+
+def host_barrier(tag: str) -> None:
+    """Wait until every rank reaches this point, without launching a collective kernel.
+
+    Used at the capture-range boundaries so all ranks start and stop profiling together, and so that no
+    extra NCCL kernel (which dist.barrier() would launch) lands inside the captured window.
+    """
+    rank, world_size = world()
+    if world_size == 1:
+        return
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):  # private API moved: fall back to a real barrier
+        dist.barrier()
+        return
+    key = f"ddp_profile/{tag}/{next(_BARRIER_ROUNDS)}"  # fresh key each call: every rank counts alike
+    store.add(key, 1)
+    while store.add(key, 0) < world_size:
+        time.sleep(0.0005)
+
+
+def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32") -> dict:
+    """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
+    "host_step_ms": wall ms per measured step, "final_loss": float}."""
+    cuda = device.type == "cuda"
+    rank, world_size = world()
+    autocast = (
+        (lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16))
+        if dtype == "bf16"
+        else contextlib.nullcontext
+    )
+    measured = len(batches) - warmup
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measured)] if cuda else []
+    host_ms: list[float] = []
+    loss = torch.zeros(())
+    for i, (x, y) in enumerate(batches):
+        if i == warmup:
+            _sync(device)
+            host_barrier("capture-start")
+            if cuda:
+                torch.cuda.profiler.start()
+            nvtx_ranges.rank_marker(rank, world_size)  # inside the capture range, so nsys records it
+        timed = i >= warmup
+        t0 = time.perf_counter()
+        with nvtx_ranges.step(i):
+            if timed and cuda:
+                events[i - warmup][0].record()
+            strategy.on_train_batch_start()
+            optimizer.zero_grad(set_to_none=True)
+            with nvtx_ranges.phase(names.FORWARD), autocast():
+                loss = loss_fn(strategy(x), y)
+            with nvtx_ranges.phase(names.BACKWARD):
+                loss.backward()
+            strategy.finish_gradient_synchronization()
+            with nvtx_ranges.phase(names.OPTIMIZER):
+                optimizer.step()
+            if timed and cuda:
+                events[i - warmup][1].record()
+            _sync(device)
+        if timed:
+            host_ms.append((time.perf_counter() - t0) * 1e3)
+    _sync(device)
+    host_barrier("capture-stop")
+    if cuda and measured > 0:
+        torch.cuda.profiler.stop()
+    step_ms = [a.elapsed_time(b) for a, b in events] if cuda else list(host_ms)
+    return {"step_ms": step_ms, "host_step_ms": host_ms, "final_loss": float(loss.detach().float().cpu())}
+
+
+def environment(device: torch.device) -> dict:
+    """Versions and hardware for the run JSON (no host names, paths or environment variables)."""
+    info = {
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "python_version": platform.python_version(),
+        "nsys_version": os.environ.get("DDP_PROFILE_NSYS_VERSION") or None,
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu_name": "cpu",
+        "gpu_short": gpu_short_name(device),
+        "nccl_version": None,
+    }
+    if device.type == "cuda":
+        info["gpu_name"] = torch.cuda.get_device_name(device)
+        with contextlib.suppress(Exception):
+            info["nccl_version"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    info["is_h200"] = info["gpu_short"] == "h200"
+    return info
+
+
+def run(cfg: RunConfig, device: torch.device) -> dict | None:
+    """One run on this rank; returns the run record on rank 0 (per-rank times gathered), None elsewhere."""
+    rank, world_size = world()
+    if cfg.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
+    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook)
+    optimizer = make_optimizer(cfg, model.parameters())
+    batches = make_batches(cfg, rank, world_size, device)
+    _sync(device)
+    setup_s = time.perf_counter() - t0
+    times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype)
+    per_rank = [None] * world_size
+    if world_size > 1:
+        dist.all_gather_object(per_rank, times)
+    else:
+        per_rank = [times]
+    if rank != 0:
+        return None
+    env = environment(device)
+    layout = strategy.layout()
+    record = {
+        "run": run_name(cfg, world_size, env["gpu_short"]),
+        "config": cfg.to_dict(),
+        "strategy": cfg.strategy,
+        "model": cfg.model,
+        "dtype": cfg.dtype,
+        "world_size": world_size,
+        "backend": dist.get_backend() if world_size > 1 else None,
+        "bucket_count": layout["buckets"],
+        "bucket_bytes": layout["bucket_bytes"],
+        "layout": layout,
+        **param_stats(model),
+        **env,
+        "setup_s": round(setup_s, 3),
+        "measured_steps": cfg.steps,
+        "warmup_steps": cfg.warmup,
+        "step_ms_per_rank": [t["step_ms"] for t in per_rank],
+        "host_step_ms_per_rank": [t["host_step_ms"] for t in per_rank],
+        "final_loss_per_rank": [t["final_loss"] for t in per_rank],
+        "timing_source": "cuda_events" if device.type == "cuda" else "host",
+    }
+    # Slowest rank per step is the step time the job actually sees; its median is the headline number.
+    slowest = [max(col) for col in zip(*record["step_ms_per_rank"], strict=True)]
+    record["step_ms_slowest_rank"] = slowest
+    record["step_ms_median"] = sorted(slowest)[len(slowest) // 2] if slowest else None
+    return record
+
+
+def write_json(record: dict, path: Path) -> Path:
+    """Write the run record atomically (see ddp_profile.safeio)."""
+    return write_text_atomic(path, json.dumps(record, indent=1) + "\n", make_parents=True)

@@ -64,7 +64,7 @@ post_process() {
         if ! "$NSYS" export --type sqlite --force-overwrite=true -o "$raw" "$rep" >/dev/null; then
             rm -f "$raw"; echo "error: nsys export failed for $rep" >&2; return 1
         fi
-        if ! "$python" -m ddp_profile.scrub "$raw" -o "$base.sqlite" "${scrub_args[@]}"; then
+        if ! "$python" -m ddp_profile.nsys.scrub "$raw" -o "$base.sqlite" "${scrub_args[@]}"; then
             rm -f "$raw"; echo "error: scrubbing $raw failed; the unscrubbed export was deleted" >&2; return 1
         fi
         rm -f "$raw"

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real 2025.3 sample export and builders of synthetic exports (ddp_profile.synth)."""
+"""Shared fixtures: the real 2025.3 sample export and builders of synthetic exports (ddp_profile.nsys.synth)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def sample_export(tmp_path) -> Path:
 
 @pytest.fixture
 def build_export(tmp_path):
-    """``build_export(name, **kwargs)`` -> path of an export written by ddp_profile.synth.build_export."""
-    from ddp_profile import synth
+    """``build_export(name, **kwargs)`` -> path of an export written by ddp_profile.nsys.synth.build_export."""
+    from ddp_profile.nsys import synth
 
     def make(name: str = "synth.sqlite", **kwargs) -> Path:
         return synth.build_export(tmp_path / name, **kwargs)
@@ -43,8 +43,8 @@ def build_export(tmp_path):
 
 @pytest.fixture
 def ddp_run(tmp_path):
-    """``ddp_run(name, **kwargs)`` -> truth dict of ddp_profile.synth.synth_ddp_run (known overlap)."""
-    from ddp_profile import synth
+    """``ddp_run(name, **kwargs)`` -> truth dict of ddp_profile.nsys.synth.synth_ddp_run (known overlap)."""
+    from ddp_profile.nsys import synth
 
     def make(name: str = "run.sqlite", **kwargs) -> dict:
         return synth.synth_ddp_run(tmp_path / name, **kwargs)

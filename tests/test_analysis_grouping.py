@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 from ddp_profile import intervals as iv
+from ddp_profile import memory
 from ddp_profile.analysis import KernelArrays
 from ddp_profile.analysis._common import int_groups, pair_groups
 from ddp_profile.analysis.contention import contention
 from ddp_profile.analysis.overlap import kernel_overlap, overlapped_by_other_class
-from ddp_profile.nsys import memory
 
 
 def random_kernels(seed: int, n: int, n_names: int, n_pids: int = 3) -> pd.DataFrame:
@@ -94,7 +94,7 @@ def test_pair_groups_partition_rows_like_int_groups(n_pids):
 
 
 def _threshold_in_child(env_extra: dict) -> str:
-    code = "from ddp_profile.nsys import memory; print(memory.map_large_arrays())"
+    code = "from ddp_profile import memory; print(memory.map_large_arrays())"
     env = {k: v for k, v in os.environ.items() if k not in ("DDP_PROFILE_MALLOC", "MALLOC_MMAP_THRESHOLD_")}
     return subprocess.run([sys.executable, "-c", code], env=env | env_extra, capture_output=True, text=True,
                           check=True).stdout.strip()

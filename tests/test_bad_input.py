@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ddp_profile import synth
 from ddp_profile.errors import DdpProfileError, MissingDataError, OutputError, TraceError, UsageError
+from ddp_profile.nsys import synth
 from ddp_profile.nsys.loader import load_trace
 
 PY = sys.executable
@@ -468,7 +468,7 @@ def test_scrub_output_errors(where, tmp_path):
 
 
 def test_scrub_disk_full_library(tmp_path, monkeypatch):
-    from ddp_profile import scrub
+    from ddp_profile.nsys import scrub
 
     _good(tmp_path)
     real = open

@@ -1,5 +1,5 @@
 """Property-based fuzzing of the loader and the analysis (issue 7): start from exports built by
-``ddp_profile.synth`` (all three nsys layouts), damage them the ways files from strangers' machines are
+``ddp_profile.nsys.synth`` (all three nsys layouts), damage them the ways files from strangers' machines are
 damaged -- tables or columns dropped, NULLs, huge / negative / non-integer timestamps, non-UTF-8 bytes in
 TEXT columns, blobs where integers belong, duplicated rows and ids -- and require that ``load_trace`` either
 returns a trace whose frames have exactly the contracted columns, or raises a ``DdpProfileError`` subclass;
@@ -25,7 +25,8 @@ import sqlite_utils
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddp_profile import schema, synth
+from ddp_profile import schema
+from ddp_profile.nsys import synth
 from ddp_profile.errors import DdpProfileError
 from ddp_profile.nsys.loader import load_trace
 

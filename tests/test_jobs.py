@@ -9,9 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from ddp_profile import synth
 from ddp_profile.cli import main
 from ddp_profile.nsys import progress as progress_mod
+from ddp_profile.nsys import synth
 from ddp_profile.nsys.loader import load_trace
 
 

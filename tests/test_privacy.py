@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import SAMPLE, sha256
 
-from ddp_profile import scrub, synth
+from ddp_profile.nsys import scrub, synth
 from ddp_profile.nsys.loader import load_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +94,7 @@ def _variants(src: Path, out: Path) -> dict[str, bytes]:
     scrub.scrub_file(src, out / "sx.sqlite", slim=True, compress="xz")
     got["slim+xz"] = lzma.decompress((out / "sx.sqlite.xz").read_bytes())
     for label, cmd in (("python -m ddp_profile scrub", [sys.executable, "-m", "ddp_profile", "scrub"]),
-                       ("python -m ddp_profile.scrub", [sys.executable, "-m", "ddp_profile.scrub"])):
+                       ("python -m ddp_profile.nsys.scrub", [sys.executable, "-m", "ddp_profile.nsys.scrub"])):
         dst = out / f"cli{len(got)}.sqlite"
         res = subprocess.run([*cmd, str(src), "-o", str(dst), "--slim", "--compress", "xz"],
                              capture_output=True, text=True, timeout=120)
@@ -181,7 +181,7 @@ def test_profile_script_scrubs_by_default():
     assert any(ln.startswith("post_process ") for ln in profile)
     body = helpers[helpers.index("post_process()"):]
     body = body[: body.index("\n}\n")]
-    assert "-m ddp_profile.scrub" in body and "--slim --compress xz" in body
+    assert "-m ddp_profile.nsys.scrub" in body and "--slim --compress xz" in body
     assert re.search(r'rm -f "\$raw"', body)
     assert (ROOT / ".gitignore").read_text().count("unscrubbed") >= 1  # never committable
 

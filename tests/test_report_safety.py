@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_profile import synth
+from ddp_profile.nsys import synth
 from ddp_profile.report import build_report
 
 HOSTILE = "<script>window.__pwned=1</script>\"'&amp;</script><img src=x onerror=window.__pwned=2>"

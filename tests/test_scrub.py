@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from conftest import sha256
 
-from ddp_profile import scrub
 from ddp_profile.errors import TraceError
+from ddp_profile.nsys import scrub
 from ddp_profile.nsys.loader import load_trace
 
 SECRETS = ["hf_secretTOKEN1234567890", "alice", "gpu-node-42.corp.example", "TOP-SECRET-STDOUT-LINE",
@@ -93,9 +93,9 @@ def test_slim_compressed_and_in_place(sample_export, tmp_path):
 
 
 def test_module_runs_with_stdlib_only(sample_export, tmp_path):
-    """The GPU machine runs ``python -m ddp_profile.scrub``: it must not import pandas/numpy."""
+    """The GPU machine runs ``python -m ddp_profile.nsys.scrub``: it must not import pandas/numpy."""
     code = ("import sys; sys.modules['pandas'] = None; sys.modules['numpy'] = None; "
-            "sys.modules['sqlite_utils'] = None; from ddp_profile.scrub import main; "
+            "sys.modules['sqlite_utils'] = None; from ddp_profile.nsys.scrub import main; "
             f"raise SystemExit(main([{str(sample_export)!r}, '-o', {str(tmp_path / 'o.sqlite')!r}]))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

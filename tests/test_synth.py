@@ -42,7 +42,7 @@ def test_known_overlap_construction(ddp_run):
 
 
 def test_bad_parameters():
-    from ddp_profile.synth import synth_ddp_run
+    from ddp_profile.nsys.synth import synth_ddp_run
 
     with pytest.raises(ValueError):
         synth_ddp_run("/nonexistent/x.sqlite", nccl_ns=10**9)

@@ -32,7 +32,7 @@ from ddp_profile.analysis import windows as _win
 from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
-from ddp_profile.nsys.memory import return_freed_memory
+from ddp_profile.memory import return_freed_memory
 
 __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]

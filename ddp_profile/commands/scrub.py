@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddp_profile import scrub
+from ddp_profile.nsys import scrub
 
 
 def register(subparsers) -> None:

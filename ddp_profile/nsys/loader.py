@@ -23,10 +23,10 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
+from ddp_profile.memory import map_large_arrays, return_freed_memory
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
-from ddp_profile.nsys.memory import map_large_arrays, return_freed_memory
 from ddp_profile.trace import Trace
 
 SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")

@@ -1,6 +1,6 @@
 """Remove from an nsys SQLite export what must not be shared, keep everything the analysis reads.
 
-Why a separate, stdlib-only module: the profiling scripts run ``python -m ddp_profile.scrub IN -o OUT`` on the
+Why a separate, stdlib-only module: the profiling scripts run ``python -m ddp_profile.nsys.scrub IN -o OUT`` on the
 GPU machine right after ``nsys export``, where only Python's standard library (plus torch) can be relied on.
 So no pandas, numpy or sqlite-utils here.
 
@@ -363,7 +363,7 @@ def output_path(src: Path, out: Path | None, n_inputs: int, in_place: bool) -> P
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The scrub options, shared by ``python -m ddp_profile.scrub`` and ``ddp-profile scrub``."""
+    """The scrub options, shared by ``python -m ddp_profile.nsys.scrub`` and ``ddp-profile scrub``."""
     parser.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="nsys SQLite export(s) (.sqlite[.xz|.gz])")
     where = parser.add_mutually_exclusive_group()
     where.add_argument("-o", "--output", type=Path, metavar="OUT", help="output file, or folder for several inputs")
@@ -386,10 +386,10 @@ def run_args(args: argparse.Namespace, out=sys.stdout) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.scrub", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_main("ddp_profile.scrub", run_args, args)
+    return run_main("ddp_profile.nsys.scrub", run_args, args)
 
 
 if __name__ == "__main__":

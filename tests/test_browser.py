@@ -90,8 +90,9 @@ def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, 
     page.wait_for_selector("#timeline .main-svg")
     # Hover the first compute bar with the mouse, at its pixel position on the plot.
     box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout;
-        const t = d.data[0]; const i = t.customdata.findIndex(c => c[0].includes('pwned'));
-        return {x: fl._size.l + fl.xaxis.l2p(t.base[i] + t.x[i] / 2), y: fl._size.t + fl.yaxis.l2p(t.y[i])}; }""")
+        const t = d.data[0]; const i = t.hovertext.findIndex(h => h.includes('pwned'));
+        return {x: fl._size.l + fl.xaxis.l2p(t.base[i] + t.x[i] / 2),
+                y: fl._size.t + fl.yaxis.l2p(t.y[i] + t.offset + t.width / 2)}; }""")
     rect = page.locator("#timeline .main-svg").first.bounding_box()
     page.mouse.move(rect["x"] + box["x"], rect["y"] + box["y"])
     label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=5_000).text_content()
@@ -103,8 +104,8 @@ def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, 
     page.select_option("#step-select", "2")
     page.wait_for_function("document.getElementById('timeline').layout.title.text.includes('step 2')")
     counts = page.evaluate("""() => { const t = document.getElementById('timeline').data[0];
-        return [t.x.length, t.customdata.length, t.customdata[0][1]]; }""")
-    assert counts[0] == counts[1] == 2 * 3 * 4 and counts[2].endswith("µs")  # 2 ranks × 3 phases × 4 kernels
+        return [t.x.length, t.hovertext.length, t.hovertext[1]]; }""")
+    assert counts[0] == counts[1] == 2 * 3 * 4 and "duration" in counts[2]  # 2 ranks × 3 phases × 4 kernels
     page.screenshot(path=str(ARTIFACTS / "report-run-step2.png"), full_page=True)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert problems == []
@@ -151,3 +152,85 @@ def test_sweep_optimum_marker_sits_at_b_star_without_stretching_the_axis(browser
     assert problems == [] and got["b"] == 243.3
     assert 10 ** got["range"][0] >= 0.1 and 10 ** got["range"][1] <= 10_000, got  # 1..1000 MiB, not 10^243
     assert got["left"] < got["px"] < got["right"] and got["drawn"] == 5, got  # 3 measured, model, b*
+
+
+# ---- the timeline of a real run: zoom re-aggregates, NCCL tooltips, chart config -------------------------
+
+NAIVE = Path(__file__).resolve().parent.parent / "traces" / "naive_xl_bf16_2xh200"
+
+
+@pytest.fixture(scope="module")
+def naive_page(tmp_path_factory):
+    """The report page of the committed naive bf16 run (435 all-reduces per step on the compute stream)."""
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+
+    trace = load_trace(NAIVE)
+    run = report.Run("naive_xl_bf16_2xh200", trace, analyze(trace), dict(trace.run or {}))
+    out = tmp_path_factory.mktemp("naive") / "reports"
+    report.write_report([run], out, progress=open(os.devnull, "w"))
+    return out / run.page
+
+
+NCCL_BARS = """() => { const d = document.getElementById('timeline'); const t = d.data[1];
+    return {n: t.x.length, drawn: d.__ddpDrawn || 0, merged: t.hovertext.filter(h => h.includes('merged')).length,
+            range: d._fullLayout.xaxis.range, block: (() => { let m = -1; t.hovertext.forEach((h, i) => {
+                if (h.includes('merged') && (m < 0 || t.x[i] > t.x[m])) m = i; }); return m < 0 ? null : [t.base[m], t.x[m]]; })()};
+}"""
+
+
+def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucket_bytes_wait(naive_page, browser):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page, problems = _open(browser, naive_page)
+    page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
+    before = page.evaluate(NCCL_BARS)
+    assert before["merged"] > 0  # at the full step, the 435 all-reduces of a rank share a few bars
+    # zoom (as a drag would) onto the first quarter of the widest merged NCCL bar
+    lo, width = before["block"]
+    page.evaluate(f"Plotly.relayout('timeline', {{'xaxis.range': [{lo}, {lo + width / 4}]}})")
+    page.wait_for_function(f"document.getElementById('timeline').__ddpDrawn > {before['drawn']}")
+    after = page.evaluate(NCCL_BARS)
+    assert after["n"] > before["n"] + 10 and after["range"][0] == pytest.approx(lo), (before, after)
+    # hover a single (unmerged) all-reduce inside the view, with the mouse
+    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout, t = d.data[1];
+        const r = fl.xaxis.range; let best = -1;
+        t.hovertext.forEach((h, i) => { if (!h.includes('merged') && t.base[i] > r[0] && t.base[i] + t.x[i] < r[1]
+            && (best < 0 || t.x[i] > t.x[best])) best = i; });
+        return {x: fl._size.l + fl.xaxis.l2p(t.base[best] + t.x[best] / 2),
+                y: fl._size.t + fl.yaxis.l2p(t.y[best] + t.offset + t.width / 2)}; }""")
+    rect = page.locator("#timeline .main-svg").first.bounding_box()
+    page.mouse.move(rect["x"] + box["x"], rect["y"] + box["y"])
+    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=5_000).text_content()
+    page.screenshot(path=str(ARTIFACTS / "report-naive-zoomed-nccl-hover.png"), full_page=True)
+    for part in ("NCCL kernel", "rank ", "stream ", "bucket ", "wait ", "transfer ", "start ", "duration "):
+        assert part in label, (part, label)
+    assert any(u in label for u in (" B", "KiB", "MiB", "GiB")), label
+    # double-click reset goes back to the whole step, merged again
+    page.evaluate("Plotly.relayout('timeline', {'xaxis.autorange': true})")
+    page.wait_for_function(f"document.getElementById('timeline').__ddpDrawn > {after['drawn']}")
+    assert page.evaluate(NCCL_BARS)["n"] == before["n"]
+    assert problems == []
+    page.close()
+
+
+def test_no_chart_offers_to_send_data_and_the_wheel_scrolls_the_page(naive_page, browser):
+    page, problems = _open(browser, naive_page)
+    n = _expected_figures(naive_page)
+    page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .modebar').length === {n}")
+    titles = page.evaluate("""() => Array.from(document.querySelectorAll('.modebar-btn')).map(
+        b => (b.getAttribute('data-title') || '') + ' ' + (b.getAttribute('title') || ''))""")
+    assert titles and not [t for t in titles if any(w in t.lower() for w in ("share", "cloud", "chart studio",
+                                                                              "edit in", "plotly"))], titles
+    configs = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
+        d => [d._context.scrollZoom, !!d._context.showSendToCloud, !!d._context.showEditInChartStudio])""")
+    assert configs == [[False, False, False]] * n
+    range_before = page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.range.slice()")
+    rect = page.locator("#timeline .nsewdrag").first.bounding_box()
+    page.mouse.move(rect["x"] + rect["width"] / 2, rect["y"] + rect["height"] / 2)
+    scroll_before = page.evaluate("window.scrollY")
+    page.mouse.wheel(0, 400)
+    page.wait_for_timeout(300)
+    assert page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.range.slice()") == range_before
+    assert page.evaluate("window.scrollY") > scroll_before  # the page scrolled instead
+    assert problems == []
+    page.close()

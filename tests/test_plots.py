@@ -11,14 +11,16 @@ from ddp_profile.plots import (
     alpha_beta_figure,
     bucket_sweep_figure,
     describe_source,
+    exposed_comm_figure,
     overlap_picture,
     step_breakdown,
     strategy_bars,
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots._common import merge_small_bars
-from ddp_profile.plots.timeline import TRACE_NAMES
+from ddp_profile.plots import palette
+from ddp_profile.plots._common import fmt_duration, merge_small_bars
+from ddp_profile.plots.timeline import TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")
 SRC = describe_source({"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl", "dtype": "fp32"}, None, [3, 4])
@@ -54,8 +56,13 @@ def test_timeline_traces_axes_title_and_known_bars():
     assert len(compute.x) == 2 * (3 * 4)          # 2 ranks × (fwd+bwd+opt) × 4 kernels, none merged
     assert len(nccl.x) == 2 * 2                   # 2 ranks × 2 buckets
     assert sorted(nccl.base) == pytest.approx([0.5, 0.5, 0.65, 0.65])  # ms after step start
-    assert {cd[2] for cd in nccl.customdata} == {"0", "1"}            # bucket shown in hover
-    assert all(cd[3] == "25.0 MiB" for cd in nccl.customdata)
+    hover = list(nccl.hovertext)
+    assert {h.split("<br>bucket ")[1].split(" ·")[0] for h in hover} == {"0", "1"}  # bucket shown in hover
+    assert all("25.0 MiB" in h and "rank " in h and "stream 17" in h for h in hover)
+    assert all("wait 10.0 µs · transfer 90.0 µs" in h and "duration 100.0 µs" in h for h in hover)
+    assert "start 0.500 ms" in hover[0] or "start 500.0 µs" in hover[0]
+    assert all("bucket" not in h for h in compute.hovertext)       # compute bars have no bucket line
+    assert "rank 0 · NVTX" in fig.data[-1].hovertext[0]            # the tail has its own tooltip
     assert len(fig.data[-1].x) == 2 and fig.data[-1].x[0] == pytest.approx(0.05)  # 50 µs tail per rank
     assert list(fig.layout.yaxis.ticktext) == ["rank 0 · NVTX", "rank 0 · stream 7", "rank 0 · stream 17",
                                               "rank 1 · NVTX", "rank 1 · stream 7", "rank 1 · stream 17"]
@@ -63,20 +70,67 @@ def test_timeline_traces_axes_title_and_known_bars():
         timeline_figure(t.kernels, a.phases, a.steps, step=9)
 
 
-def test_timeline_merges_sub_pixel_kernels_and_bounds_bar_count():
+def _merged_count(text):
+    return int(text[3:].split(" ")[0]) if "merged" in text else 1
+
+
+def test_timeline_merges_sub_pixel_kernels_and_separates_them_when_zoomed():
     t, a = make_run(n_steps=1, kernels_per_phase=3000)  # 9000 compute kernels of ~0.1 µs spacing per rank
-    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives, pixels=500)
-    compute = data["steps"][0]["traces"][0]
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    assert sum(len(tr["s"]) for tr in data["steps"][0]["tracks"] if tr["k"] == 0) == 2 * 9000  # all kept
+    compute = bars_for_window(data, 0, -np.inf, np.inf, 1e6 / 500)[0]   # 1 ms step on 500 pixels
     assert len(compute["x"]) < 2 * 500 + 10
-    assert sum(compute["c"]) == 2 * 9000          # every kernel accounted for in some merged bar
+    assert sum(_merged_count(h) for h in compute["hovertext"]) == 2 * 9000  # every kernel in some bar
+    assert all("compute kernels merged" in h for h in compute["hovertext"] if "merged" in h)
+    zoom = bars_for_window(data, 0, 0, 2_000, 2_000 / 500)[0]  # the first 2 µs: single kernels
+    assert 0 < len(zoom["x"]) and all("merged" not in h for h in zoom["hovertext"])
+
+
+def test_timeline_never_merges_kinds_and_formats_durations():
+    import pandas as pd
+
+    t, a = make_run(n_steps=1, kernels_per_phase=4)
+    k = t.kernels.copy()  # memsets interleaved with the forward kernels on the same stream
+    ms = k[k["kind"] == "compute"].head(4).assign(kind="memset", name="Memset", end_ns=lambda d: d["start_ns"] + 100)
+    t.kernels = pd.concat([k, ms], ignore_index=True)
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    bars = bars_for_window(data, 0, -np.inf, np.inf, 1e6)  # a whole step per pixel: everything merges
+    assert all("memset" not in h.lower() for h in bars[0]["hovertext"])
+    assert bars[3]["hovertext"] and all("memset" in h.lower() for h in bars[3]["hovertext"])
+    assert fmt_duration(247_105_900) == "247.106 ms" and fmt_duration(999_949) == "999.9 µs"
+    assert fmt_duration(None) == "–"
+
+
+def test_exposed_comm_figure_per_step_on_its_own_scale():
+    t, a = make_run(n_steps=3)
+    fig = exposed_comm_figure(a.steps, source=SRC)
+    assert [tr.name for tr in fig.data] == ["exposed comm", "comm tail"]
+    assert list(fig.data[0].x) == ["step 0", "step 1", "step 2"]
+    assert fig.data[0].y[0] == pytest.approx(0.05) and fig.data[1].y[0] == pytest.approx(0.05)
+    assert fig.data[0].marker.color == palette.NCCL_EXPOSED and fig.data[1].marker.color == palette.TAIL
+    assert fig.layout.yaxis.title.text == "time (ms)"
+
+
+def test_every_plot_uses_the_palette_only():
+    import re
+    from pathlib import Path
+
+    import ddp_profile.plots as plots
+
+    allowed = {v.upper() for v in vars(palette).values() if isinstance(v, str) and v.startswith("#")}
+    for path in Path(plots.__file__).parent.glob("*.py"):
+        if path.name == "palette.py":
+            continue
+        for colour in re.findall(r"#[0-9A-Fa-f]{6}\b", path.read_text()):
+            assert colour.upper() in allowed, (path.name, colour)
 
 
 def test_timeline_hover_names_are_escaped_text():
     t, a = make_run(n_steps=1, hostile=True)
     fig = timeline_figure(t.kernels, a.phases, a.steps)
-    names = {cd[0] for cd in fig.data[0].customdata}
+    names = " ".join(fig.data[0].hovertext)
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;\"'&amp;amp;&lt;img src=x onerror=window.__pwned=2&gt;" in names
-    assert not any("<script" in n for n in names)
+    assert "<script" not in names
 
 
 def test_step_breakdown_segments_add_up():

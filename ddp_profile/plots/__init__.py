@@ -8,11 +8,11 @@ so a screenshot of one figure still says what it was measured on.
 
 from ddp_profile.plots._common import describe_source
 from ddp_profile.plots.compare import overlap_picture, strategy_bars
-from ddp_profile.plots.steps import step_breakdown
+from ddp_profile.plots.steps import exposed_comm_figure, step_breakdown
 from ddp_profile.plots.sweep import alpha_beta_figure, bucket_sweep_figure
 from ddp_profile.plots.timeline import timeline_figure, timeline_steps
 
 __all__ = [
-    "describe_source", "timeline_figure", "timeline_steps", "step_breakdown", "strategy_bars",
+    "describe_source", "timeline_figure", "timeline_steps", "step_breakdown", "exposed_comm_figure", "strategy_bars",
     "overlap_picture", "bucket_sweep_figure", "alpha_beta_figure",
 ]

@@ -7,13 +7,10 @@ import html
 import numpy as np
 import pandas as pd
 
-# One colour per kernel class and per NVTX phase; the same everywhere so pages read alike.
-KIND_COLORS = {"compute": "#4C78A8", "nccl": "#F58518", "memcpy": "#54A24B", "memset": "#B279A2"}
+from ddp_profile.plots.palette import KIND_COLORS, PHASE_COLORS, SEGMENT_COLORS  # noqa: F401
+
+# Colours come from the palette module (one colour per concept, colour-blind safe); re-exported here.
 KIND_LABELS = {"compute": "compute kernel", "nccl": "NCCL kernel", "memcpy": "memcpy", "memset": "memset"}
-PHASE_COLORS = {"forward": "#9ecae9", "backward": "#88d27a", "optimizer": "#d6a5c9", "grad_wait": "#e45756"}
-SEGMENT_COLORS = {
-    "compute only": "#4C78A8", "overlapped comm": "#72B7B2", "exposed comm": "#E45756", "idle": "#BAB0AC",
-}
 
 
 def describe_source(run: dict | None, gpu_name: str | None = None, steps=None) -> str:
@@ -77,3 +74,12 @@ def fmt_bytes(n) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def fmt_duration(ns) -> str:
+    """The one duration format of every tooltip: '247.106 ms' from 1 ms up, '235.0 µs' below; '–' if
+    missing. TIMELINE_JS's ddpDur() is the same in the browser."""
+    if ns is None or pd.isna(ns):
+        return "–"
+    ns = float(ns)
+    return f"{ns / 1e6:.3f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"

@@ -8,6 +8,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.plots import palette
 from ddp_profile.plots._common import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
 
 # panel title -> (COMPARISON_COLUMNS column, scale to display unit)
@@ -42,7 +43,7 @@ def strategy_bars(comparison: pd.DataFrame, *, source: str = ""):
     for i, (_title, (col, scale)) in enumerate(PANELS.items(), start=1):
         y = (pd.to_numeric(comparison[col], errors="coerce") * scale).round(3)
         fig.add_trace(go.Bar(x=labels, y=[None if pd.isna(v) else v for v in y], name=_title,
-                             showlegend=False, marker_color="#4C78A8",
+                             showlegend=False, marker_color=palette.COMPUTE,
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=i)
         fig.update_yaxes(title_text=_title, row=1, col=i)
         fig.update_xaxes(title_text="run", row=1, col=i)

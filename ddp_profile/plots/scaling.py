@@ -7,10 +7,11 @@ import html
 
 import pandas as pd
 
+from ddp_profile.plots import palette
 from ddp_profile.plots._common import titled
 from ddp_profile.plots.compare import run_label
 
-COLORS = ["#4C78A8", "#F58518", "#54A24B", "#B279A2", "#E45756", "#72B7B2"]
+COLORS = palette.SERIES
 
 
 def _strategy(row) -> str:

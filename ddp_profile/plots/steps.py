@@ -36,3 +36,39 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
         xaxis={"title": {"text": "step · rank"}}, yaxis={"title": {"text": "time (ms)"}},
     )
     return fig
+
+
+def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
+    """Exposed communication and the comm tail per step, on their own (ms) scale: bars are the median over
+    ranks, whiskers span the fastest to the slowest rank (the hover lists every rank). Exposed comm is NCCL
+    time with no compute running; the tail runs from the end of backward to the end of the last collective."""
+    import plotly.graph_objects as go
+
+    from ddp_profile.plots.palette import IDLE, NCCL_EXPOSED, TAIL
+
+    fig = go.Figure()
+    s = steps.dropna(subset=["step"]) if len(steps) else steps
+    for col, name, color in (("exposed_comm_ns", "exposed comm", NCCL_EXPOSED), ("comm_tail_ns", "comm tail", TAIL)):
+        x, y, lo, hi, text = [], [], [], [], []
+        for step, g in (s.groupby("step") if len(s) else []):
+            v = pd.to_numeric(g[col], errors="coerce") / 1e6
+            if v.notna().any():
+                med = float(v.median())
+                x.append(f"step {int(step)}")
+                y.append(round(med, 4))
+                lo.append(round(med - float(v.min()), 4))
+                hi.append(round(float(v.max()) - med, 4))
+                text.append("<br>".join(f"rank {int(r)}: {float(m):.3f} ms" for r, m in zip(g["rank"], v, strict=False)
+                                        if pd.notna(m)))
+        fig.add_trace(go.Bar(name=name, x=x, y=y, marker={"color": color}, hovertext=text,
+                             error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
+                                      "color": IDLE},
+                             hovertemplate=f"<b>{name}</b> · %{{x}}<br>median %{{y:.3f}} ms<br>%{{hovertext}}"
+                                           "<extra></extra>"))
+    fig.update_layout(
+        title=titled("Exposed communication and comm tail per step", source), barmode="group",
+        template="plotly_white", height=340, margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        legend={"orientation": "h", "y": -0.25}, xaxis={"title": {"text": "step"}},
+        yaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
+    )
+    return fig

@@ -7,6 +7,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.plots import palette
 from ddp_profile.plots._common import titled
 
 
@@ -27,9 +28,9 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     x = c["bucket_size_mb"].astype(float).tolist()
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=[
         "time per step (ms)", "comm tail, exposed comm and model overhead (ms)"])
-    series = [("step_ns", "bucketed: time per step", 1, "#4C78A8"),
-              ("comm_tail_ns", "bucketed: comm tail", 2, "#E45756"),
-              ("exposed_comm_ns", "bucketed: exposed comm", 2, "#F58518")]
+    series = [("step_ns", "bucketed: time per step", 1, palette.COMPUTE),
+              ("comm_tail_ns", "bucketed: comm tail", 2, palette.TAIL),
+              ("exposed_comm_ns", "bucketed: exposed comm", 2, palette.NCCL_EXPOSED)]
     for col, name, panel, color in series:
         fig.add_trace(go.Scatter(x=x, y=(c[col] / 1e6).round(3).tolist(), mode="lines+markers", name=name,
                                  line={"color": color},
@@ -41,13 +42,13 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
             fig.add_trace(go.Scatter(x=others["bucket_size_mb"].astype(float).tolist(),
                                      y=(others[col] / 1e6).round(3).tolist(), mode="markers",
                                      name=f"torch_ddp: {name}", marker={"symbol": symbol, "size": 11,
-                                                                        "color": "#54A24B"}),
+                                                                        "color": palette.COPY}),
                           row=1, col=panel)
     if model is not None and len(model):
         m = model.sort_values("bucket_size_mb")
         fig.add_trace(go.Scatter(x=m["bucket_size_mb"].tolist(), y=(m["predicted_ns"] / 1e6).round(4).tolist(),
                                  mode="lines", name="model n_b·o + s/(n_b·w)",
-                                 line={"dash": "dash", "color": "#72B7B2"}), row=1, col=2)
+                                 line={"dash": "dash", "color": palette.SKY}), row=1, col=2)
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
         # b* is a two-point line trace, not a shape: on a log x axis plotly.js draws a shape's x in data
         # units but autoranges it as a log10 exponent (b* = 243 MiB stretched the axis to 10^251, and
@@ -56,7 +57,7 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
         lo, hi = (min(ys), max(ys)) if ys else (1e-3, 1.0)
         label = f"b* = {optimum_mb:.3g} MiB"
         fig.add_trace(go.Scatter(x=[float(optimum_mb)] * 2, y=[lo, hi], mode="lines", name=label,
-                                 line={"dash": "dot", "color": "#B279A2"},
+                                 line={"dash": "dot", "color": palette.WAIT},
                                  hovertemplate=label + "<extra>model optimum</extra>"), row=1, col=2)
     fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
     fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)

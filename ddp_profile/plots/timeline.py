@@ -1,10 +1,16 @@
 """The per-run timeline: one row per rank × stream, kernels coloured by class, NVTX phases as bands, the
 comm tail marked; one training step at a time.
 
-Why per step: a 1 M-kernel run cannot be drawn as 1 M SVG bars. :func:`timeline_steps` cuts the run into
-steps, merges sub-pixel kernels per row (:func:`~ddp_profile.plots._common.merge_small_bars`), and returns
-compact arrays for *every* step; :func:`figure_for_step` draws one of them. The report embeds the arrays once
-and swaps a step in with :data:`STEP_SWITCH_JS`, which mirrors :func:`_customdata` exactly.
+Why not one SVG bar per kernel: a 1 M-kernel run cannot be drawn as 1 M bars. Instead
+:func:`timeline_steps` keeps, per step, every kernel as compact sorted arrays per (row, kind) ("tracks":
+start deltas and durations in ns, name index; bucket, bytes, wait and transfer for NCCL), and the bars are
+aggregated *for the visible window at pixel resolution*: sub-pixel kernels of one kind on one row merge
+(:func:`~ddp_profile.plots._common.merge_small_bars`), kinds never merge, and every kind has its own lane
+in the row, so a merged compute bar can never hide a memset or an NCCL kernel. :func:`figure_for_step`
+does this in Python for the whole step (notebooks, the page's first paint); in the page
+:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS` redoes it on every zoom (``plotly_relayout``), so
+zooming in separates kernels down to single ones. A merged bar's tooltip says how many kernels of which
+kind it holds.
 """
 
 from __future__ import annotations
@@ -14,22 +20,22 @@ import html
 import numpy as np
 import pandas as pd
 
-from ddp_profile.plots._common import (
-    KIND_COLORS,
-    KIND_LABELS,
-    PHASE_COLORS,
-    fmt_bytes,
-    merge_small_bars,
-    titled,
-)
+from ddp_profile.plots._common import KIND_LABELS, fmt_bytes, fmt_duration, merge_small_bars, titled
+from ddp_profile.plots.palette import KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]
 PHASES = ["forward", "backward", "optimizer", "grad_wait"]
-# Fixed trace order (the JS swaps arrays by index): 4 kernel classes, 4 phases, the comm tail.
+# Fixed trace order (the JS fills traces by index): 4 kernel classes, 4 phases, the comm tail.
 TRACE_NAMES = [KIND_LABELS[k] for k in KINDS] + [f"NVTX {p}" for p in PHASES] + ["comm tail"]
-HOVER = "%{customdata[0]}<br>%{customdata[1]}<br>bucket %{customdata[2]} · %{customdata[3]}<extra></extra>"
-# Bars narrower than span / PIXELS on a row are merged with their sub-pixel neighbours.
-PIXELS = 2000
+PLURAL = ["compute kernels", "NCCL kernels", "memcpys", "memsets"]
+# (offset, width) of each trace's lane within its row (rows are 1 apart, the axis is reversed: negative
+# offsets are the upper part of the row). Kinds never share a lane, so no kind hides another.
+LANES = [(-0.42, 0.42), (0.02, 0.22), (0.26, 0.08), (0.35, 0.08),
+         (-0.42, 0.36), (-0.42, 0.36), (-0.42, 0.36), (-0.04, 0.24), (0.24, 0.2)]
+HOVER = "%{hovertext}<extra></extra>"
+# The figure's default plot width in pixels (the page uses the real width of the drawn plot).
+PIXELS = 1200
+NCCL_FIELDS = ("b", "by", "w", "t")  # bucket, bytes, wait_ns, transfer_ns (-1: unknown)
 
 
 def _windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> list[tuple[str, int, int, list]]:
@@ -62,59 +68,53 @@ def _rows(kernels: pd.DataFrame, phases: pd.DataFrame) -> tuple[list[str], pd.Da
     return labels, table
 
 
+def _ints(values) -> np.ndarray:
+    """Integers with -1 for missing."""
+    return pd.to_numeric(pd.Series(values), errors="coerce").astype("float64").fillna(-1).round().astype(np.int64).to_numpy()
+
+
 def _prepare(kernels, collectives, rows):
-    """Kernels with row index, name index, bucket and bytes (NCCL kernels take them from the collectives)."""
+    """Kernels with row, kind code, name index, and for NCCL kernels bucket, bytes, wait and transfer from
+    the analysis's collectives (joined by rank + start_ns; the kernel's own bytes column fills gaps)."""
     k = kernels.dropna(subset=["rank", "start_ns", "end_ns"]).copy()
-    for c in ("rank", "pid", "device", "stream"):
+    for c in ("rank", "pid", "device", "stream", "start_ns", "end_ns"):
         k[c] = k[c].astype("int64")
     k = k.merge(rows, on=["rank", "pid", "device", "stream"], how="inner")
-    k["bytes_v"] = pd.to_numeric(k["bytes"], errors="coerce")
-    k["bucket_v"] = np.nan
+    k["kc"] = k["kind"].map({kind: i for i, kind in enumerate(KINDS)}).fillna(0).astype(np.int64)
+    none = pd.Series(np.nan, index=k.index)
+    extra = {"b": none, "by": pd.to_numeric(k["bytes"], errors="coerce"), "w": none, "t": none}
     if collectives is not None and len(collectives):
-        c = collectives[["pid", "device", "stream", "start_ns", "bucket", "bytes"]].dropna(
-            subset=["pid", "device", "stream", "start_ns"]).astype({"pid": "int64", "device": "int64",
-                                                                  "stream": "int64", "start_ns": "int64"})
-        c = c.drop_duplicates(["pid", "device", "stream", "start_ns"]).rename(
-            columns={"bucket": "c_bucket", "bytes": "c_bytes"})
-        k["start_ns"] = k["start_ns"].astype("int64")
-        k = k.merge(c, on=["pid", "device", "stream", "start_ns"], how="left")
-        k["bucket_v"] = pd.to_numeric(k["c_bucket"], errors="coerce")
-        k["bytes_v"] = k["bytes_v"].fillna(pd.to_numeric(k["c_bytes"], errors="coerce"))
+        c = collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns"]].dropna(
+            subset=["rank", "start_ns"]).astype({"rank": "int64", "start_ns": "int64"})
+        c = c.drop_duplicates(["rank", "start_ns"]).rename(columns={"bytes": "c_bytes"})
+        k = k.merge(c, on=["rank", "start_ns"], how="left")
+        extra = {"b": k["bucket"], "by": pd.to_numeric(k["c_bytes"], errors="coerce").fillna(
+            pd.to_numeric(k["bytes"], errors="coerce")), "w": k["wait_ns"], "t": k["transfer_ns"]}
+    for f in NCCL_FIELDS:
+        k[f] = _ints(extra[f])
     codes, uniques = pd.factorize(k["name"].astype("string").fillna("?"))
     k["name_i"] = codes
-    return k.sort_values(["row", "start_ns"]), [html.escape(str(u), quote=False) for u in uniques]
+    return k.sort_values(["kc", "row", "start_ns"], kind="stable"), [html.escape(str(u), quote=False) for u in uniques]
 
 
-def _bars(row, start, end, name_i, bucket, nbytes, w0, min_ns) -> dict:
-    """Merge sub-pixel bars and encode one trace's arrays (times in ms from the window start)."""
-    order = np.lexsort((start, row))
-    row, start, end = row[order], start[order], end[order]
-    name_i, bucket, nbytes = name_i[order], bucket[order], nbytes[order]
-    gid = merge_small_bars(row, start, end, min_ns)
-    if len(gid) == 0:
-        return {k: [] for k in ("base", "x", "y", "n", "b", "by", "c")}
-    first = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]])
-    count = np.diff(np.r_[first, len(gid)])
-    g_end = np.maximum.reduceat(end, first)
-    g_bytes = np.add.reduceat(np.nan_to_num(nbytes, nan=0.0), first)
-    has_bytes = np.add.reduceat((~np.isnan(nbytes)).astype(np.int64), first) > 0
-    g_bucket = np.where(count == 1, np.nan_to_num(bucket[first], nan=-1), -1)
-    return {
-        "base": np.round((start[first] - w0) / 1e6, 5).tolist(),
-        "x": np.round((g_end - start[first]) / 1e6, 5).tolist(),
-        "y": row[first].astype(int).tolist(),
-        "n": name_i[first].astype(int).tolist(),
-        "b": g_bucket.astype(int).tolist(),
-        "by": np.where(has_bytes, g_bytes, -1).astype(np.int64).tolist(),
-        "c": count.astype(int).tolist(),
-    }
+def _track(k: int, row: int, start: np.ndarray, end: np.ndarray, name_i: np.ndarray, w0: int,
+           extra: dict | None = None) -> dict:
+    """One (trace, row) track: starts as deltas (the first relative to the window start), durations, names;
+    all integers (ns)."""
+    start = start.astype(np.int64) - w0
+    t = {"k": int(k), "r": int(row), "s": np.diff(start, prepend=0).tolist(),
+         "d": np.maximum(end.astype(np.int64) - w0 - start, 0).tolist(), "n": name_i.astype(int).tolist()}
+    if extra:
+        t.update({f: v.tolist() for f, v in extra.items()})
+    return t
 
 
 def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFrame,
-                   collectives: pd.DataFrame | None = None, *, pixels: int = PIXELS) -> dict:
+                   collectives: pd.DataFrame | None = None) -> dict:
     """Compact timeline data for every step: ``{"rows", "names", "steps": [{"label", "step", "span_ms",
-    "traces": [9 × {base, x, y, n, b, by, c}]}]}``. ``names`` are HTML-escaped (plotly hover text is
-    pseudo-HTML, so escaping keeps a kernel called ``<b>`` literal)."""
+    "tracks": [{k, r, s, d, n[, b, by, w, t]}]}]}``: every kernel overlapping the step, per (trace, row),
+    sorted by start. ``names`` are HTML-escaped (plotly hover text is pseudo-HTML, so escaping keeps a
+    kernel called ``<b>`` literal)."""
     labels, rows = _rows(kernels, phases)
     k, names = _prepare(kernels, collectives, rows)
     names_extra = {}
@@ -124,40 +124,40 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
             names_extra[text] = len(names) + len(names_extra)
         return names_extra[text]
 
-    k_start, k_end = k["start_ns"].to_numpy(np.float64), k["end_ns"].to_numpy(np.float64)
+    k_start, k_end = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
     by_start = np.argsort(k_start, kind="stable")
     sorted_start = k_start[by_start]
-    max_dur = float((k_end - k_start).max()) if len(k) else 0.0
+    max_dur = int((k_end - k_start).max()) if len(k) else 0
+    key = (k["kc"].to_numpy() * (len(labels) + 1) + k["row"].to_numpy()).astype(np.int64)
+    cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
     nvtx_row = rows[rows["stream"] == -1].set_index("rank")["row"]
     ph = phases[phases["phase"].isin(PHASES)].dropna(subset=["start_ns", "end_ns"]) if len(phases) else phases
     out = []
     for label, w0, w1, step_ids in _windows(steps, k):
-        min_ns = max((w1 - w0) / pixels, 1.0)
         lo, hi = np.searchsorted(sorted_start, [w0 - max_dur, w1])
         idx = by_start[lo:hi]
-        idx = idx[k_end[idx] > w0]
-        sub = k.iloc[idx]
-        traces = []
-        for kind in KINDS:
-            s = sub[sub["kind"] == kind]
-            traces.append(_bars(s["row"].to_numpy(), s["start_ns"].to_numpy(np.float64),
-                                s["end_ns"].to_numpy(np.float64), s["name_i"].to_numpy(),
-                                s["bucket_v"].to_numpy(np.float64), s["bytes_v"].to_numpy(np.float64),
-                                w0, min_ns))
-        for phase in PHASES:
+        idx = np.sort(idx[k_end[idx] > w0])  # back in (kind, row, start) order
+        tracks = []
+        if len(idx):
+            first = np.flatnonzero(np.r_[True, key[idx][1:] != key[idx][:-1]])
+            for a, b in zip(first, np.r_[first[1:], len(idx)], strict=False):
+                sel = idx[a:b]
+                kc = int(cols["kc"][sel[0]])
+                extra = {f: cols[f][sel] for f in NCCL_FIELDS} if KINDS[kc] == "nccl" else None
+                tracks.append(_track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0,
+                                     extra))
+        for j, phase in enumerate(PHASES):
             p = ph[(ph["phase"] == phase) & (ph["start_ns"] < w1) & (ph["end_ns"] > w0)] if len(ph) else ph
             p = p[p["rank"].isin(nvtx_row.index)] if len(p) else p
-            n = len(p)
-            traces.append(_bars(nvtx_row.loc[p["rank"]].to_numpy() if n else np.zeros(0, int),
-                                p["start_ns"].to_numpy(np.float64), p["end_ns"].to_numpy(np.float64),
-                                np.full(n, name_index(f"NVTX {phase}")), np.full(n, np.nan),
-                                np.full(n, np.nan), w0, 0.0))
+            for rank, g in (p.sort_values("start_ns").groupby("rank") if len(p) else []):
+                tracks.append(_track(len(KINDS) + j, nvtx_row.loc[rank], g["start_ns"].to_numpy(np.int64),
+                                     g["end_ns"].to_numpy(np.int64), np.full(len(g), name_index(f"NVTX {phase}")), w0))
         tail = _tail_rows(steps, step_ids, nvtx_row)
-        traces.append(_bars(tail["row"].to_numpy(), tail["s"].to_numpy(np.float64),
-                            tail["e"].to_numpy(np.float64), np.full(len(tail), name_index("comm tail")),
-                            np.full(len(tail), np.nan), np.full(len(tail), np.nan), w0, 0.0))
+        for row, g in tail.groupby("row"):
+            tracks.append(_track(len(TRACE_NAMES) - 1, row, g["s"].to_numpy(np.int64), g["e"].to_numpy(np.int64),
+                                 np.full(len(g), name_index("comm tail")), w0))
         out.append({"label": label, "step": step_ids[0] if step_ids else None,
-                    "span_ms": round((w1 - w0) / 1e6, 4), "traces": traces})
+                    "span_ms": round((w1 - w0) / 1e6, 6), "tracks": tracks})
     return {"rows": labels, "names": names + list(names_extra), "steps": out}
 
 
@@ -168,37 +168,86 @@ def _tail_rows(steps, step_ids, nvtx_row) -> pd.DataFrame:
     st = steps[steps["step"].isin(step_ids)].dropna(subset=["backward_end_ns", "comm_tail_ns"])
     st = st[(st["comm_tail_ns"] > 0) & st["rank"].isin(nvtx_row.index)]
     return pd.DataFrame({"row": nvtx_row.loc[st["rank"]].to_numpy(),
-                         "s": st["backward_end_ns"].to_numpy(np.float64),
-                         "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.float64)})
+                         "s": st["backward_end_ns"].to_numpy(np.int64),
+                         "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.int64)})
 
 
-def _customdata(names: list[str], t: dict) -> list[list[str]]:
-    """Hover fields per bar; STEP_SWITCH_JS's ddpCustom() builds the same strings in the browser."""
-    out = []
-    for x, n, b, by, c in zip(t["x"], t["n"], t["b"], t["by"], t["c"], strict=False):
-        dur = f"{x * 1000:.1f} µs" if c == 1 else f"{c} kernels merged · span {x * 1000:.1f} µs"
-        out.append([names[n], dur, "–" if b < 0 else str(b), fmt_bytes(by)])
+def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> str:
+    """The tooltip of the bar holding kernels a..b-1 of track t; TIMELINE_JS's ddpHover() builds the same."""
+    k, row, c = t["k"], data["rows"][t["r"]], b - a
+    where = f"start {fmt_duration(start[a])}"
+    if k >= len(KINDS):  # NVTX phase or comm tail: never merged
+        head = f"<b>{data['names'][t['n'][a]]}</b>" + (f" · {st['label']}" if k == len(TRACE_NAMES) - 1 else "")
+        tail = "<br>end of backward → end of the last collective" if k == len(TRACE_NAMES) - 1 else ""
+        return f"{head}<br>{row}<br>{where} · duration {fmt_duration(dur[a])}{tail}"
+    if c == 1:
+        text = (f"<b>{data['names'][t['n'][a]]}</b><br>{KIND_LABELS[KINDS[k]]} · {row}<br>"
+                f"{where} · duration {fmt_duration(dur[a])}")
+    else:
+        span = float(np.max(end[a:b]) - start[a])
+        text = (f"<b>{c} {PLURAL[k]} merged</b> (zoom in to separate)<br>{row}<br>{where} · span "
+                f"{fmt_duration(span)} · busy {fmt_duration(float(dur[a:b].sum()))}<br>"
+                f"first: {data['names'][t['n'][a]]}")
+    if "b" in t:
+        bk, by = np.array(t["b"][a:b]), np.array(t["by"][a:b])
+        w, tr = np.array(t["w"][a:b]), np.array(t["t"][a:b])
+        known = bk[bk >= 0]
+        bucket = "–" if not len(known) else str(known.min()) if known.min() == known.max() else \
+            f"{known.min()}–{known.max()}"
+        text += f"<br>bucket{'s' if c > 1 else ''} {bucket} · {fmt_bytes(by[by >= 0].sum() if (by >= 0).any() else -1)}"
+        if (w >= 0).any():
+            text += f"<br>wait {fmt_duration(float(w[w >= 0].sum()))} · transfer {fmt_duration(float(tr[tr >= 0].sum()))}"
+    return text
+
+
+def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: float) -> list[dict]:
+    """The 9 traces' bars ({base, x, y, hovertext}, times in ms from the step start) for kernels overlapping
+    [lo_ns, hi_ns] of step ``index``, merging sub-``min_ns`` kernels per track (never across kinds, never
+    phases or the tail). Bars are drawn at least ``min_ns`` wide (one pixel), the tooltip says the truth."""
+    st = data["steps"][index]
+    out = [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
+    for t in st["tracks"]:
+        start = np.cumsum(np.asarray(t["s"], dtype=np.int64)).astype(np.float64)
+        dur = np.asarray(t["d"], dtype=np.float64)
+        end = start + dur
+        keep = np.flatnonzero((end >= lo_ns) & (start <= hi_ns))
+        if not len(keep):
+            continue
+        mn = min_ns if t["k"] < len(KINDS) else 0.0
+        sl = slice(keep[0], keep[-1] + 1)
+        gid = merge_small_bars(np.zeros(sl.stop - sl.start, np.int64), start[sl], end[sl], mn)
+        first = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]]) + sl.start
+        stops = np.r_[first[1:], sl.stop]
+        o = out[t["k"]]
+        for a, b in zip(first, stops, strict=False):
+            span = float(np.max(end[a:b]) - start[a])
+            o["base"].append(round(start[a] / 1e6, 6))
+            o["x"].append(round(max(span, mn) / 1e6, 6))
+            o["y"].append(t["r"])
+            o["hovertext"].append(_hover(data, st, t, a, b, start, end, dur))
     return out
 
 
-def figure_for_step(data: dict, index: int = 0, source: str = ""):
-    """Draw step ``index`` of :func:`timeline_steps` data: horizontal bars (no shapes), overlaid."""
+def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS):
+    """Draw step ``index`` of :func:`timeline_steps` data, aggregated for ``pixels`` of width."""
     import plotly.graph_objects as go
 
     st = data["steps"][index]
-    colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + ["#222222"]
+    span = max(st["span_ms"] * 1e6, 1.0)
+    bars = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
+    colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
     fig = go.Figure()
-    for i, (name, t) in enumerate(zip(TRACE_NAMES, st["traces"], strict=False)):
-        tail = i == len(TRACE_NAMES) - 1
-        fig.add_trace(go.Bar(
-            orientation="h", name=name, base=t["base"], x=t["x"], y=t["y"], customdata=_customdata(
-                data["names"], t), hovertemplate=HOVER, marker={"color": colors[i], "line": {"width": 0}},
-            width=0.3 if tail else (0.8 if i < len(KINDS) else 0.6), offset=0.1 if tail else None,
-            opacity=0.9))
+    for i, (name, b) in enumerate(zip(TRACE_NAMES, bars, strict=False)):
+        marker = {"color": colors[i], "line": {"width": 0}}
+        if name == KIND_LABELS["memset"]:
+            marker["pattern"] = MEMSET_PATTERN
+        fig.add_trace(go.Bar(orientation="h", name=name, base=b["base"], x=b["x"], y=b["y"],
+                             hovertext=b["hovertext"], hovertemplate=HOVER, marker=marker,
+                             offset=LANES[i][0], width=LANES[i][1], opacity=0.95 if i < len(KINDS) else 0.8))
     n = len(data["rows"])
     fig.update_layout(
         title=titled(f"Timeline · {st['label']}", source), barmode="overlay", bargap=0,
-        height=max(260, 130 + 26 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
+        height=max(260, 130 + 30 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
         margin={"l": 150, "r": 20, "t": 70, "b": 40}, template="plotly_white",
         xaxis={"title": {"text": "time since step start (ms)"}, "zeroline": False},
         yaxis={"title": {"text": "rank · stream"}, "tickvals": list(range(n)), "ticktext": data["rows"],
@@ -218,19 +267,3 @@ def timeline_figure(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataF
             raise ValueError(f"step {step} not in the trace (have {[s['step'] for s in data['steps']]})")
         index = found[0]
     return figure_for_step(data, index, source)
-
-
-# Mirrors _customdata and figure_for_step's per-step arrays; the page calls ddpShowStep(div, data, i).
-STEP_SWITCH_JS = """
-function ddpBytes(n){if(n<0)return'\\u2013';var u=['B','KiB','MiB','GiB'],i=0;
- while(n>=1024&&i<3){n/=1024;i++;}return i===0?n.toFixed(0)+' B':n.toFixed(1)+' '+u[i];}
-function ddpCustom(names,t){var out=new Array(t.x.length);for(var j=0;j<t.x.length;j++){
- var us=(t.x[j]*1000).toFixed(1);var d=t.c[j]===1?us+' \\u00b5s':t.c[j]+' kernels merged \\u00b7 span '+us+' \\u00b5s';
- out[j]=[names[t.n[j]],d,t.b[j]<0?'\\u2013':String(t.b[j]),ddpBytes(t.by[j])];}return out;}
-function ddpShowStep(div,data,i,titleHead){var st=data.steps[i],u={x:[],base:[],y:[],customdata:[]},idx=[];
- st.traces.forEach(function(t,k){u.x.push(t.x);u.base.push(t.base);u.y.push(t.y);
-  u.customdata.push(ddpCustom(data.names,t));idx.push(k);});
- var lay={'xaxis.autorange':true};
- if(div.layout&&div.layout.title){lay['title.text']=div.layout.title.text.replace(/Timeline \\u00b7 [^<]*/,'Timeline \\u00b7 '+st.label);}
- return Plotly.update(div,u,lay,idx);}
-"""

@@ -54,10 +54,16 @@ def ms_frame(df: pd.DataFrame) -> pd.DataFrame:
 def figure_div(fig, div_id: str, extra_js: str = "") -> str:
     """A figure as a div plus a script calling Plotly.newPlot with escaped JSON."""
     spec = json.loads(fig.to_json())
-    config = {"responsive": True, "displaylogo": False, "scrollZoom": True}
     return (f'<div id="{div_id}" class="figure"></div>\n<script>Plotly.newPlot("{div_id}",'
             f'{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
-            f'{script_json(config)});{extra_js}</script>')
+            f'{script_json(PLOT_CONFIG)});{extra_js}</script>')
+
+
+# Every figure the project writes: nothing offers to send data anywhere (no cloud / Chart Studio buttons,
+# no plotly logo link), and the mouse wheel scrolls the page instead of zooming (drag to zoom).
+PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": False, "showSendToCloud": False,
+               "showEditInChartStudio": False, "showLink": False, "sendData": False,
+               "modeBarButtonsToRemove": ["sendDataToCloud", "editInChartStudio"]}
 
 
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200) -> str:

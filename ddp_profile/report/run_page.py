@@ -99,8 +99,9 @@ def launch_block(run: Run) -> str:
 def render_run_page(run: Run) -> str:
     """Headline, timeline with a step selector, per-step bars, launch-bound check, α-β fit,
     collective/contention tables."""
-    from ddp_profile.plots import alpha_beta_figure, step_breakdown
-    from ddp_profile.plots.timeline import STEP_SWITCH_JS, figure_for_step, timeline_steps
+    from ddp_profile.plots import alpha_beta_figure, exposed_comm_figure, step_breakdown
+    from ddp_profile.plots.timeline import figure_for_step, timeline_steps
+    from ddp_profile.plots.timeline_js import TIMELINE_JS
 
     a, t = run.analysis, run.trace
     src = source_of(run)
@@ -109,6 +110,7 @@ def render_run_page(run: Run) -> str:
     options = "".join(f'<option value="{i}"{" selected" if i == idx else ""}>{esc(s["label"])}</option>'
                       for i, s in enumerate(data["steps"]))
     switch = ("var tl=JSON.parse(document.getElementById('tl-data').textContent);"
+              f"ddpTimeline(document.getElementById('timeline'),tl,{idx});"
               "document.getElementById('step-select').addEventListener('change',function(e){"
               "ddpShowStep(document.getElementById('timeline'),tl,+e.target.value);});")
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
@@ -118,12 +120,14 @@ def render_run_page(run: Run) -> str:
         _nsys_rep_hint(t),
         "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class, NVTX phases are "
         "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
-        "collective). Sub-pixel kernels on a row are merged (hover says how many). Drag to zoom, "
+        "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "
+        "neighbours of the same kind only (hover says how many) and separate as you zoom. Drag to zoom, "
         "double-click to reset.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label>",
         f"<script type='application/json' id='tl-data'>{script_json(data)}</script>",
-        f"<script>{STEP_SWITCH_JS}</script>",
+        f"<script>{TIMELINE_JS}</script>",
         figure_div(figure_for_step(data, idx, src), "timeline", switch),
+        figure_div(exposed_comm_figure(a.steps, source=src), "exposed"),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps"),
         launch_block(run),
         "<h2>Collectives</h2>",

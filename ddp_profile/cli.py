@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 
 from ddp_profile import __version__
-from ddp_profile.commands import analyze, bench, findings, inspect, launches, report, scrub
+from ddp_profile.commands import analyze, bench, export, findings, inspect, launches, report, scrub
 from ddp_profile.errors import run_main
 
 # Order here is the order of `ddp-profile --help`.
 COMMANDS = {"inspect": inspect, "scrub": scrub, "analyze": analyze, "launches": launches, "report": report,
-            "findings": findings, "bench": bench}
+            "export": export, "findings": findings, "bench": bench}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,7 +17,12 @@ from ddp_profile.errors import OutputError
 
 
 def write_text_atomic(path: Path | str, text: str, *, make_parents: bool = False) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; mode 0644 (mkstemp makes 0600, and these outputs are
+    """Text (UTF-8) version of :func:`write_bytes_atomic`."""
+    return write_bytes_atomic(path, text.encode("utf-8"), make_parents=make_parents)
+
+
+def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically; mode 0644 (mkstemp makes 0600, and these outputs are
     meant to be shared). Missing folders are created only with ``make_parents`` (a user's mistyped ``-o``
     folder is an error, not a new folder). An OSError becomes :class:`OutputError` naming the path."""
     path = Path(path)
@@ -26,8 +31,8 @@ def write_text_atomic(path: Path | str, text: str, *, make_parents: bool = False
         if make_parents:
             path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
         return path

@@ -13,12 +13,12 @@ from ddp_profile.plots import (
     describe_source,
     exposed_comm_figure,
     overlap_picture,
+    palette,
     step_breakdown,
     strategy_bars,
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots import palette
 from ddp_profile.plots._common import fmt_duration, merge_small_bars
 from ddp_profile.plots.timeline import TRACE_NAMES, bars_for_window
 

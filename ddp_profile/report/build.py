@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ddp_profile.errors import OutputError, TraceError
 from ddp_profile.nsys.files import export_stem
+from ddp_profile.report import perfetto
 from ddp_profile.report.html import PLOTLY_JS
 from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
 from ddp_profile.report.run_page import render_run_page
@@ -164,6 +165,8 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
         for i, r in enumerate(runs, 1):
             t0 = time.perf_counter()
             _write(tmp / r.page, render_run_page(r))
+            if perfetto.fits_in_report(r.trace):
+                perfetto.write_perfetto(tmp / perfetto.file_name(r.page), r.trace, r.analysis)
             sizes[r.page] = (tmp / r.page).stat().st_size
             print(f"report: [{i}/{len(runs)}] page {r.page} ({sizes[r.page] / 1e6:.1f} MB, "
                   f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)

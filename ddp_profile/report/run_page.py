@@ -13,6 +13,7 @@ import pandas as pd
 
 from ddp_profile.nsys.files import export_stem
 from ddp_profile.report.html import esc, figure_div, fmt_cell, ns_to_ms, page, script_json, table
+from ddp_profile.report.perfetto import link_html as perfetto_link
 from ddp_profile.report.runs import Run
 
 
@@ -117,7 +118,7 @@ def render_run_page(run: Run) -> str:
     body = "\n".join([
         "<h2>Headline</h2>", _headline(a.summary()),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
-        _nsys_rep_hint(t),
+        _nsys_rep_hint(t), perfetto_link(run, esc),
         "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class, NVTX phases are "
         "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
         "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "

@@ -1,0 +1,43 @@
+"""`ddp-profile export --format perfetto PATH... -o FILE`: one run as Chrome trace-event JSON for
+ui.perfetto.dev (library: ddp_profile/report/perfetto.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
+from ddp_profile.errors import UsageError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "export", help="write one run as Perfetto / Chrome trace-event JSON (open it on ui.perfetto.dev)",
+        description="Load and analyse one run and write it as Chrome trace-event JSON: one process per rank, one "
+                    "track per CUDA stream, every kernel an event (NCCL kernels with collective, bucket, bytes, "
+                    "wait_ns and transfer_ns), NVTX steps and phases on a host track per rank; times in µs since "
+                    "the trace start. Drop the file on https://ui.perfetto.dev (it is opened in the browser, "
+                    "not uploaded). Written atomically; gzipped when FILE ends in .gz or with --gzip.")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) of one run or a run folder")
+    p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (default: perfetto)")
+    p.add_argument("-o", "--output", metavar="FILE", required=True, help="the JSON file to write (.json or .json.gz)")
+    p.add_argument("--gzip", action="store_true", help="gzip the output (implied by a .gz file name)")
+    add_export_argument(p)
+    add_jobs_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+    from ddp_profile.report.perfetto import write_perfetto
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"-o {out}: is a folder; name the .json file to write")
+    paths = input_paths(args)
+    trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
+    path = write_perfetto(out, trace, analyze(trace), compress=True if args.gzip or out.suffix == ".gz" else False)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {len(trace.kernels):,} kernels); "
+          "open it on https://ui.perfetto.dev", file=sys.stderr)
+    return 0

@@ -1,0 +1,159 @@
+"""A run as Chrome trace-event JSON, which ui.perfetto.dev (and chrome://tracing) opens: one process per
+rank, one thread (track) per CUDA stream, every kernel a complete event ("X") with its kind, and for NCCL
+kernels collective, bucket, bytes, wait_ns and transfer_ns from the analysis; the NVTX steps and phases of
+each rank on its "host (NVTX)" track. Timestamps are µs (floats, ns precision) since the trace start.
+
+The library side of ``ddp-profile export --format perfetto``; the report writes the file beside a run page
+when it is small (:func:`fits_in_report`), and the page links it (:func:`link_html`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile.safeio import write_bytes_atomic
+
+REPORT_LIMIT_BYTES = 20_000_000
+BYTES_PER_KERNEL = 150  # a kernel event with its args, generously (NCCL events run to ~260, compute ~150)
+HOST_TID = 0
+
+
+def _us(ns, t0) -> np.ndarray:
+    return np.round((np.asarray(ns, dtype=np.float64) - t0) / 1e3, 3)
+
+
+def trace_events(trace, analysis) -> dict:
+    """``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` for a loaded trace and its
+    analysis (``analysis`` may be None: kernels only, no NCCL wait/transfer, no NVTX phases)."""
+    k = trace.kernels.dropna(subset=["rank", "start_ns", "end_ns"])
+    phases = getattr(analysis, "phases", None)
+    phases = phases if phases is not None else pd.DataFrame(columns=["rank", "step", "phase", "start_ns", "end_ns"])
+    ph = phases.assign(hs=phases.get("host_start_ns", phases["start_ns"]).fillna(phases["start_ns"]),
+                       he=phases.get("host_end_ns", phases["end_ns"]).fillna(phases["end_ns"]))
+    ph = ph.dropna(subset=["rank", "hs", "he"])
+    starts = [float(k["start_ns"].min())] if len(k) else []
+    starts += [float(ph["hs"].min())] if len(ph) else []
+    t0 = min(starts) if starts else 0.0
+    events: list[dict] = []
+    ranks = sorted(set(k["rank"].astype(int)) | set(ph["rank"].astype(int)))
+    tids = {}
+    for r in ranks:
+        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_name", "args": {"name": f"rank {r}"}})
+        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_sort_index", "args": {"sort_index": r}})
+        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "thread_name", "args": {"name": "host (NVTX)"}})
+        mine = k[k["rank"] == r][["device", "stream"]].drop_duplicates().astype("int64").sort_values(["device", "stream"])
+        multi = mine["device"].nunique() > 1
+        for i, (dev, stream) in enumerate(mine.itertuples(index=False), start=1):
+            tids[(r, dev, stream)] = i
+            name = (f"dev {dev} " if multi else "") + f"stream {stream}"
+            events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_name", "args": {"name": name}})
+            events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
+    events += _kernel_events(k, getattr(analysis, "collectives", None), tids, t0)
+    events += _phase_events(ph, t0)
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "ddp-profile", "time_origin_ns": int(t0),
+                          "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream"}}
+
+
+def _kernel_events(k: pd.DataFrame, collectives, tids: dict, t0: float) -> list[dict]:
+    k = k.assign(rank=k["rank"].astype("int64"), device=k["device"].astype("int64"),
+                 stream=k["stream"].astype("int64"), start_ns=k["start_ns"].astype("int64"))
+    k = k.sort_values(["rank", "device", "stream", "start_ns"], kind="stable")
+    c = None
+    if collectives is not None and len(collectives):
+        c = collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns", "step"]].dropna(
+            subset=["rank", "start_ns"]).astype({"rank": "int64", "start_ns": "int64"})
+        c = c.drop_duplicates(["rank", "start_ns"]).rename(columns={"bytes": "c_bytes"})
+        k = k.merge(c, on=["rank", "start_ns"], how="left")
+    ts = _us(k["start_ns"], t0).tolist()
+    dur = np.maximum(_us(k["end_ns"], 0) - _us(k["start_ns"], 0), 0).round(3).tolist()
+    tid = [tids[key] for key in zip(k["rank"], k["device"], k["stream"], strict=False)]
+    names, kinds, ranks = k["name"].astype("object").fillna("?").tolist(), k["kind"].astype("object").tolist(), k["rank"].tolist()
+    nccl = (k["kind"] == "nccl").to_numpy()
+    extra = {}
+    if nccl.any():
+        for col, key in (("collective", "collective"), ("dtype", "dtype"), ("bucket", "bucket"), ("step", "step"),
+                         ("c_bytes", "bytes"), ("wait_ns", "wait_ns"), ("transfer_ns", "transfer_ns")):
+            if col in k:
+                extra[key] = k[col].astype("object").tolist()
+        if "bytes" not in extra or "c_bytes" not in k:
+            extra["bytes"] = k["bytes"].astype("object").tolist()
+        else:
+            own = k["bytes"].astype("object").tolist()
+            extra["bytes"] = [v if not _missing(v) else o for v, o in zip(extra["bytes"], own, strict=False)]
+    out = []
+    for i in range(len(k)):
+        args = {"kind": kinds[i]}
+        if nccl[i]:
+            args.update({key: _plain(vals[i]) for key, vals in extra.items() if not _missing(vals[i])})
+        out.append({"ph": "X", "pid": ranks[i], "tid": tid[i], "ts": ts[i], "dur": dur[i], "name": names[i],
+                    "cat": kinds[i], "args": args})
+    return out
+
+
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v))
+
+
+def _plain(v):
+    """JSON-friendly scalars: ints stay ints (bucket, bytes, ns)."""
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return int(v)
+    return v.item() if hasattr(v, "item") else v
+
+
+def _phase_events(ph: pd.DataFrame, t0: float) -> list[dict]:
+    """NVTX steps and phases (host ranges) on each rank's host track, outermost first so they nest."""
+    if not len(ph):
+        return []
+    ph = ph.assign(order=(ph["phase"] != "step").astype(int)).sort_values(["rank", "hs", "order"])
+    ts, end = _us(ph["hs"], t0), _us(ph["he"], t0)
+    out = []
+    for i, row in enumerate(ph.itertuples(index=False)):
+        name = f"step {int(row.step)}" if row.phase == "step" else str(row.phase)
+        args = {"step": int(row.step)} if not _missing(row.step) else {}
+        out.append({"ph": "X", "pid": int(row.rank), "tid": HOST_TID, "ts": float(ts[i]),
+                    "dur": float(max(end[i] - ts[i], 0.0)), "name": name, "cat": "nvtx", "args": args})
+    return out
+
+
+def to_bytes(events: dict, *, compress: bool = False) -> bytes:
+    data = json.dumps(events, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return gzip.compress(data, compresslevel=6, mtime=0) if compress else data
+
+
+def write_perfetto(path: Path | str, trace, analysis, *, compress: bool | None = None) -> Path:
+    """Write the trace-event JSON atomically; gzipped when ``compress`` (default: when ``path`` ends .gz)."""
+    path = Path(path)
+    compress = path.suffix == ".gz" if compress is None else compress
+    return write_bytes_atomic(path, to_bytes(trace_events(trace, analysis), compress=compress))
+
+
+def file_name(page: str) -> str:
+    """``run-x.html`` -> ``run-x.perfetto.json``: the file the report writes beside a run page."""
+    return (page[:-5] if page.endswith(".html") else page) + ".perfetto.json"
+
+
+def fits_in_report(trace, limit: int | None = None) -> bool:
+    """Whether the run's JSON is small enough to write beside its page (estimated from the kernel count;
+    ``limit`` defaults to :data:`REPORT_LIMIT_BYTES`)."""
+    return len(trace.kernels) * BYTES_PER_KERNEL < (REPORT_LIMIT_BYTES if limit is None else limit)
+
+
+def link_html(run, esc) -> str:
+    """The run page's "Open in Perfetto" paragraph (``esc`` is the page's escaper)."""
+    name = file_name(run.page)
+    if fits_in_report(run.trace):
+        return (f"<p>Open in Perfetto: download <a href='{esc(name)}' download>{esc(name)}</a> and drop it on "
+                "ui.perfetto.dev (every kernel, one track per rank × stream, NVTX phases per rank; the file "
+                "stays on your machine, Perfetto's UI runs in the browser).</p>")
+    return ("<p class='note'>Open in Perfetto: this run is too large to write its trace beside the page "
+            f"(over {REPORT_LIMIT_BYTES // 1_000_000} MB); make it with <code>ddp-profile export --format perfetto "
+            f"RUN -o {esc(name)}.gz</code> and drop the file on ui.perfetto.dev.</p>")

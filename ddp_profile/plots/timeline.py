@@ -76,9 +76,9 @@ def _ints(values) -> np.ndarray:
 def _prepare(kernels, collectives, rows):
     """Kernels with row, kind code, name index, and for NCCL kernels bucket, bytes, wait and transfer from
     the analysis's collectives (joined by rank + start_ns; the kernel's own bytes column fills gaps)."""
-    k = kernels.dropna(subset=["rank", "start_ns", "end_ns"]).copy()
-    for c in ("rank", "pid", "device", "stream", "start_ns", "end_ns"):
-        k[c] = k[c].astype("int64")
+    k = kernels[["rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind", "bytes"]]
+    k = k.dropna(subset=["rank", "start_ns", "end_ns"])
+    k = k.astype({c: "int64" for c in ("rank", "pid", "device", "stream", "start_ns", "end_ns")})
     k = k.merge(rows, on=["rank", "pid", "device", "stream"], how="inner")
     k["kc"] = k["kind"].map({kind: i for i, kind in enumerate(KINDS)}).fillna(0).astype(np.int64)
     none = pd.Series(np.nan, index=k.index)
@@ -92,9 +92,13 @@ def _prepare(kernels, collectives, rows):
             pd.to_numeric(k["bytes"], errors="coerce")), "w": k["wait_ns"], "t": k["transfer_ns"]}
     for f in NCCL_FIELDS:
         k[f] = _ints(extra[f])
-    codes, uniques = pd.factorize(k["name"].astype("string").fillna("?"))
-    k["name_i"] = codes
-    return k.sort_values(["kc", "row", "start_ns"], kind="stable"), [html.escape(str(u), quote=False) for u in uniques]
+    codes, uniques = pd.factorize(k["name"])
+    names = [html.escape(str(u), quote=False) for u in uniques]
+    k["name_i"] = np.where(codes < 0, len(names), codes)
+    names.append("?")
+    order = np.lexsort((k["start_ns"].to_numpy(), k["row"].to_numpy(), k["kc"].to_numpy()))
+    keep = ["row", "kc", "name_i", "start_ns", "end_ns", *NCCL_FIELDS]
+    return pd.DataFrame({c: k[c].to_numpy()[order] for c in keep}), names
 
 
 def _track(k: int, row: int, start: np.ndarray, end: np.ndarray, name_i: np.ndarray, w0: int,
@@ -131,45 +135,73 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     key = (k["kc"].to_numpy() * (len(labels) + 1) + k["row"].to_numpy()).astype(np.int64)
     cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
     nvtx_row = rows[rows["stream"] == -1].set_index("rank")["row"]
-    ph = phases[phases["phase"].isin(PHASES)].dropna(subset=["start_ns", "end_ns"]) if len(phases) else phases
+    marks = _marks(phases, steps, nvtx_row, name_index)  # phases and tails: a few rows per rank and step
+    m_key = marks["k"] * (len(labels) + 1) + marks["row"]
     out = []
     for label, w0, w1, step_ids in _windows(steps, k):
         lo, hi = np.searchsorted(sorted_start, [w0 - max_dur, w1])
         idx = by_start[lo:hi]
         idx = np.sort(idx[k_end[idx] > w0])  # back in (kind, row, start) order
         tracks = []
-        if len(idx):
-            first = np.flatnonzero(np.r_[True, key[idx][1:] != key[idx][:-1]])
-            for a, b in zip(first, np.r_[first[1:], len(idx)], strict=False):
-                sel = idx[a:b]
-                kc = int(cols["kc"][sel[0]])
-                extra = {f: cols[f][sel] for f in NCCL_FIELDS} if KINDS[kc] == "nccl" else None
-                tracks.append(_track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0,
-                                     extra))
-        for j, phase in enumerate(PHASES):
-            p = ph[(ph["phase"] == phase) & (ph["start_ns"] < w1) & (ph["end_ns"] > w0)] if len(ph) else ph
-            p = p[p["rank"].isin(nvtx_row.index)] if len(p) else p
-            for rank, g in (p.sort_values("start_ns").groupby("rank") if len(p) else []):
-                tracks.append(_track(len(KINDS) + j, nvtx_row.loc[rank], g["start_ns"].to_numpy(np.int64),
-                                     g["end_ns"].to_numpy(np.int64), np.full(len(g), name_index(f"NVTX {phase}")), w0))
-        tail = _tail_rows(steps, step_ids, nvtx_row)
-        for row, g in tail.groupby("row"):
-            tracks.append(_track(len(TRACE_NAMES) - 1, row, g["s"].to_numpy(np.int64), g["e"].to_numpy(np.int64),
-                                 np.full(len(g), name_index("comm tail")), w0))
+        for a, b in _runs(key[idx]):
+            sel = idx[a:b]
+            kc = int(cols["kc"][sel[0]])
+            extra = {f: cols[f][sel] for f in NCCL_FIELDS} if KINDS[kc] == "nccl" else None
+            tracks.append(_track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0, extra))
+        in_step = (marks["s"] < w1) & (marks["e"] > w0) & ((marks["k"] < len(TRACE_NAMES) - 1) |
+                                                            np.isin(marks["step"], step_ids))
+        m = np.flatnonzero(in_step)
+        for a, b in _runs(m_key[m]):
+            sel = m[a:b]
+            tracks.append(_track(marks["k"][sel[0]], marks["row"][sel[0]], marks["s"][sel], marks["e"][sel],
+                                 marks["n"][sel], w0))
         out.append({"label": label, "step": step_ids[0] if step_ids else None,
                     "span_ms": round((w1 - w0) / 1e6, 6), "tracks": tracks})
     return {"rows": labels, "names": names + list(names_extra), "steps": out}
 
 
+def _runs(keys: np.ndarray):
+    """(start, stop) of each run of equal consecutive keys."""
+    if not len(keys):
+        return []
+    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return list(zip(first.tolist(), np.r_[first[1:], len(keys)].tolist(), strict=False))
+
+
+def _marks(phases, steps, nvtx_row, name_index) -> dict:
+    """NVTX phases (traces 4-7) and comm tails (trace 8) of every rank as arrays sorted by (trace, row,
+    start): k, row, s, e, n (name index), step (tails only; -1 otherwise)."""
+    parts = []
+    ph = phases[phases["phase"].isin(PHASES)].dropna(subset=["start_ns", "end_ns"]) if len(phases) else phases
+    ph = ph[ph["rank"].isin(nvtx_row.index)] if len(ph) else ph
+    for j, phase in enumerate(PHASES):
+        p = ph[ph["phase"] == phase] if len(ph) else ph
+        if len(p):
+            parts.append(pd.DataFrame({"k": len(KINDS) + j, "row": nvtx_row.loc[p["rank"]].to_numpy(),
+                                       "s": p["start_ns"].to_numpy(np.int64), "e": p["end_ns"].to_numpy(np.int64),
+                                       "n": name_index(f"NVTX {phase}"), "step": -1}))
+    tail = _tail_rows(steps, None, nvtx_row)
+    if len(tail):
+        parts.append(tail.assign(k=len(TRACE_NAMES) - 1, n=name_index("comm tail")))
+    cols = ["k", "row", "s", "e", "n", "step"]
+    if not parts:
+        return {c: np.zeros(0, np.int64) for c in cols}
+    m = pd.concat(parts, ignore_index=True)[cols].astype("int64").sort_values(["k", "row", "s"], kind="stable")
+    return {c: m[c].to_numpy() for c in cols}
+
+
 def _tail_rows(steps, step_ids, nvtx_row) -> pd.DataFrame:
-    """Comm tail of each rank in the step: from the end of backward to the end of the last collective."""
-    if steps is None or not len(steps) or not step_ids:
-        return pd.DataFrame({"row": [], "s": [], "e": []})
-    st = steps[steps["step"].isin(step_ids)].dropna(subset=["backward_end_ns", "comm_tail_ns"])
+    """Comm tail of each rank and step (all steps when ``step_ids`` is None): from the end of backward to
+    the end of the last collective."""
+    if steps is None or not len(steps):
+        return pd.DataFrame({"row": [], "s": [], "e": [], "step": []})
+    st = steps if step_ids is None else steps[steps["step"].isin(step_ids)]
+    st = st.dropna(subset=["backward_end_ns", "comm_tail_ns"])
     st = st[(st["comm_tail_ns"] > 0) & st["rank"].isin(nvtx_row.index)]
     return pd.DataFrame({"row": nvtx_row.loc[st["rank"]].to_numpy(),
                          "s": st["backward_end_ns"].to_numpy(np.int64),
-                         "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.int64)})
+                         "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.int64),
+                         "step": st["step"].to_numpy(np.int64)})
 
 
 def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> str:
@@ -228,16 +260,18 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
     return out
 
 
-def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS):
-    """Draw step ``index`` of :func:`timeline_steps` data, aggregated for ``pixels`` of width."""
+def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS, bars: bool = True):
+    """Draw step ``index`` of :func:`timeline_steps` data, aggregated for ``pixels`` of width. ``bars=False``
+    leaves the traces empty, for a page whose script draws them at the plot's real width (no double draw)."""
     import plotly.graph_objects as go
 
     st = data["steps"][index]
     span = max(st["span_ms"] * 1e6, 1.0)
-    bars = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
+    drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels) if bars else \
+        [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
     colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
     fig = go.Figure()
-    for i, (name, b) in enumerate(zip(TRACE_NAMES, bars, strict=False)):
+    for i, (name, b) in enumerate(zip(TRACE_NAMES, drawn, strict=False)):
         marker = {"color": colors[i], "line": {"width": 0}}
         if name == KIND_LABELS["memset"]:
             marker["pattern"] = MEMSET_PATTERN

@@ -127,7 +127,7 @@ def render_run_page(run: Run) -> str:
         f"<label>Step: <select id='step-select'>{options}</select></label>",
         f"<script type='application/json' id='tl-data'>{script_json(data)}</script>",
         f"<script>{TIMELINE_JS}</script>",
-        figure_div(figure_for_step(data, idx, src), "timeline", switch),
+        figure_div(figure_for_step(data, idx, src, bars=False), "timeline", switch),
         figure_div(exposed_comm_figure(a.steps, source=src), "exposed"),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps"),
         launch_block(run),

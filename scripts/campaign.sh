@@ -27,10 +27,11 @@
 #   PACK_S=25               seconds before DEADLINE at which any run still going is killed
 #   RUN_CAP_S=240           longest any single run may take before it is killed (a hung NCCL job)
 #   REPEATS=2               un-profiled runs per harness configuration                e.g. REPEATS=3
-#   XL_RUN_S=20 XL_PROF_S=32       expected seconds of one un-profiled / profiled run with --model xl
-#   SMALL_RUN_S=15 SMALL_PROF_S=22 the same for any other model
+#   XL_RUN_S=17 XL_PROF_S=28       expected seconds of one un-profiled / profiled run with --model xl (the
+#                                  2026-11 campaign on 2 x H200: a profiled XL run every ~25 s, setup_s ~4)
+#   SMALL_RUN_S=14 SMALL_PROF_S=20 the same for any other model
 #   FOREIGN_PROF_S=35              expected seconds of one foreign program under nsys
-#   TWO_NODE_RUN_S=20 TWO_NODE_PROF_S=35   the same for the two-node line (both agents together)
+#   TWO_NODE_RUN_S=18 TWO_NODE_PROF_S=30   the same for the two-node line (both agents together)
 #   RDZV_PORT=29517         rendezvous port of the two-node line's agents (localhost)
 #   HOST_LABEL=             machine label for JSONs and machine files (default campaign-<gpu>-<host pseudonym>,
 #                           the pseudonym being the scrubber's host-<8 hex>, never the real host name)
@@ -57,13 +58,13 @@ RESERVE=${RESERVE:-45}
 PACK_S=${PACK_S:-25}
 RUN_CAP_S=${RUN_CAP_S:-240}
 REPEATS=${REPEATS:-2}
-XL_RUN_S=${XL_RUN_S:-20}
-XL_PROF_S=${XL_PROF_S:-32}
-SMALL_RUN_S=${SMALL_RUN_S:-15}
-SMALL_PROF_S=${SMALL_PROF_S:-22}
+XL_RUN_S=${XL_RUN_S:-17}
+XL_PROF_S=${XL_PROF_S:-28}
+SMALL_RUN_S=${SMALL_RUN_S:-14}
+SMALL_PROF_S=${SMALL_PROF_S:-20}
 FOREIGN_PROF_S=${FOREIGN_PROF_S:-35}
-TWO_NODE_RUN_S=${TWO_NODE_RUN_S:-20}
-TWO_NODE_PROF_S=${TWO_NODE_PROF_S:-35}
+TWO_NODE_RUN_S=${TWO_NODE_RUN_S:-18}
+TWO_NODE_PROF_S=${TWO_NODE_PROF_S:-30}
 RDZV_PORT=${RDZV_PORT:-29517}
 TRACES=${TRACES:-$ROOT/traces}
 PYTHON=${PYTHON:-python3}
@@ -215,18 +216,25 @@ fold_timings() {  # fold_timings PROFILED_JSON UNPROFILED_FOLDER LABEL
 }
 
 run_harness() {  # run_harness SET NPROC STRATEGY OPTIONS...
-    local set=$1 n=$2 strategy=$3 name dir log k label
+    local set=$1 n=$2 strategy=$3 name dir log k label dirfile
     shift 3
     label="$set: NPROC=$n $strategy $*"
     log=$LOGDIR/$set-$(date +%s%N).log
-    if ! name=$(run_name "$n" "$strategy" "$@" 2>>"$log"); then
-        FAILED+=("$label: the harness rejected the options (log: $log)"); tail -n 2 "$log"; return 0
+    dirfile=$log.dir
+    echo "-- $label (log: ${log#"$TRACES"/})"
+    # profile.sh names the run (the harness's --print-run-name, which also rejects unknown options)
+    if ! NPROC=$n POST=0 TRACES=$TRACES/campaign/$set RUN_DIR_OUT=$dirfile limited "$log" "$HERE/profile.sh" "$strategy" "$@" \
+            || [ ! -s "$dirfile" ]; then
+        if grep -q "unrecognized arguments\|invalid choice\|error: argument" "$log"; then
+            FAILED+=("$label: the harness rejected the options (log: $log)")
+        else
+            FAILED+=("$label: profiled run (log: $log)")
+        fi
+        tail -n 3 "$log"; return 0
     fi
-    dir=$TRACES/campaign/$set/$name
-    echo "-- $label -> campaign/$set/$name (log: ${log#"$TRACES"/})"
-    if ! NPROC=$n POST=0 TRACES=$TRACES/campaign/$set limited "$log" "$HERE/profile.sh" "$strategy" "$@"; then
-        FAILED+=("$label: profiled run (log: $log)"); tail -n 3 "$log"; return 0
-    fi
+    dir=$(cat "$dirfile")
+    name=$(basename "$dir")
+    echo "   -> campaign/$set/$name"
     note_set "campaign/$set"
     post_in_background "$dir"
     rm -rf "$UNPROF/$set/$name"

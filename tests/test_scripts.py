@@ -211,9 +211,8 @@ def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
     machine = (out / "machine-part1.txt").read_text()
     label = machine.split("host label ")[1].split()[0]
     assert label.startswith("campaign-cpu-host-") and socket.gethostname() not in machine
-    for folder, name in ((traces / "campaign" / "T" / run, run), (traces / "two-node" / two, two)):
+    for set_name, folder, name in (("T", traces / "campaign" / "T" / run, run), ("two-node", traces / "two-node" / two, two)):
         record = json.loads((folder / f"{name}.json").read_text())
-        set_name = "T" if "campaign" in str(folder) else "two-node"
         repeats = sorted((traces / ".logs" / "campaign-part1" / "unprofiled" / set_name / name).glob("rep*/*.json"))
         assert len(repeats) == 2
         assert record["unprofiled_repeat_medians_ms"] == [json.loads(p.read_text())["step_ms_median"] for p in repeats]

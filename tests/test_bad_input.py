@@ -158,7 +158,7 @@ def mk_bad_regex(d):
 # A process that cannot read the file: chmod 000 works for normal users; root reads anything, so there the
 # subprocess is made to see the same PermissionError open() would raise (the loader's own code path).
 UNREADABLE_PRELUDE = (
-    "import builtins, ddp_profile.nsys.loader as L\n"
+    "import builtins, ddp_profile.nsys.files as L\n"
     "real = builtins.open\n"
     "def deny(p, *a, **k):\n"
     "    if str(p).endswith('locked.sqlite'): raise PermissionError(13, 'Permission denied', str(p))\n"
@@ -251,11 +251,11 @@ def test_library_bad_input(case, tmp_path, monkeypatch):
     paths = [tmp_path / p for p in make(tmp_path)]
     before = _hashes(tmp_path)
     if name == "unreadable file" and IS_ROOT:
-        import ddp_profile.nsys.loader as loader
+        import ddp_profile.nsys.files as files_mod
 
         def deny(p, *a, **k):
             raise PermissionError(13, "Permission denied", str(p))
-        monkeypatch.setattr(loader, "open", deny, raising=False)
+        monkeypatch.setattr(files_mod, "open", deny, raising=False)
     expected = LIBRARY_ERROR.get(name, TraceError)
     with pytest.raises(expected) as info:
         load_trace(paths)
@@ -387,7 +387,6 @@ def _previous_report(tmp_path: Path) -> tuple[Path, dict]:
 
 
 def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsys):
-    from ddp_profile import report
     from ddp_profile.cli import main
 
     reports, before = _previous_report(tmp_path)
@@ -398,7 +397,9 @@ def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsy
         if len(calls) == 2:
             raise KeyboardInterrupt
         path.write_text(text, encoding="utf-8")
-    monkeypatch.setattr(report, "_write", interrupted)
+    import ddp_profile.report.build as build
+
+    monkeypatch.setattr(build, "_write", interrupted)
     assert main(["report", str(tmp_path / "good.sqlite"), "-o", str(reports)]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert _hashes(reports) == before
@@ -406,7 +407,7 @@ def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsy
 
 
 SLOW_WRITE_PRELUDE = (
-    "import sys, time, ddp_profile.report as R\n"
+    "import sys, time, ddp_profile.report.build as R\n"
     "real = R._write\n"
     "def slow(p, t):\n"
     "    real(p, t)\n"

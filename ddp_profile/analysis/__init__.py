@@ -27,6 +27,7 @@ from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
 from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
 from ddp_profile.analysis._common import KernelArrays
@@ -41,6 +42,7 @@ __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_b
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
+    "recommendation": "recommendation",
 }
 JSON_VERSION = 1
 
@@ -57,6 +59,8 @@ class Analysis:
     cost_model: pd.DataFrame
     contention: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
+    """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
 
     def summary(self) -> dict:
         """Headline numbers: medians over (rank, step) rows, whole-trace overlap, counts. NaN -> None."""
@@ -181,7 +185,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     return_freed_memory()
     kernel_overlap = _ov.kernel_overlap(karr, covered)
     return_freed_memory()
-    return Analysis(
+    res = Analysis(
         steps=step_frame,
         phases=schema.select(windows, schema.PHASE_COLUMNS),
         rank_overlap=rank_overlap,
@@ -191,4 +195,6 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         contention=_cont.contention(karr, covered),
         notes=notes,
     )
+    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None))
+    return res
 

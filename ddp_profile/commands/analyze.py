@@ -6,15 +6,14 @@ import json
 import sys
 from pathlib import Path
 
+from ddp_profile.analysis import JSON_SECTIONS
 from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
 
-SECTIONS = {
-    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
-    "collectives": "collectives", "model": "cost_model", "contention": "contention",
-}
+# The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}
+SECTIONS = {next((k for k, v in JSON_KEY.items() if v == key), key): attr for key, attr in JSON_SECTIONS.items()}
 
 
 def register(subparsers) -> None:
@@ -24,7 +23,8 @@ def register(subparsers) -> None:
                     "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
                     "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
                     "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
-                    "contention (compute slowdown under NCCL).",
+                    "contention (compute slowdown under NCCL), recommendation (the configuration to try next, "
+                    "with its predicted step time).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     add_export_argument(p)

@@ -1,6 +1,7 @@
 """Strategy registry: `create(name, module, bucket_mb=...)` wraps a model in the named strategy.
 
 Every strategy implements the protocol in `base.Strategy`; the training loop knows nothing else about them.
+`ShardedOptimizer` (optimizer-state sharding, composable with every gradient strategy) lives here too.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from ddp_profile.errors import ConfigError
 from ddp_profile.harness.strategies.base import Strategy, Wrapper, broadcast_state, world
 from ddp_profile.harness.strategies.bucketed import Bucketed, pack_buckets
 from ddp_profile.harness.strategies.flat import Flat
+from ddp_profile.harness.strategies.fsdp import FSDP
 from ddp_profile.harness.strategies.naive import Naive
 from ddp_profile.harness.strategies.none import NoSync
 from ddp_profile.harness.strategies.overlap import Overlap
+from ddp_profile.harness.strategies.sharded_optimizer import ShardedOptimizer
 from ddp_profile.harness.strategies.torch_ddp import TorchDDP
 
 REGISTRY = {
@@ -23,17 +26,22 @@ REGISTRY = {
     "overlap": lambda m, mb, **kw: Overlap(m),
     "bucketed": lambda m, mb, **kw: Bucketed(m, bucket_size_mb=mb),
     "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, **kw: TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook),
+    "fsdp": lambda m, mb, fsdp_reshard=True, fsdp_param_dtype="fp32", **kw: FSDP(
+        m, reshard_after_forward=fsdp_reshard, param_dtype=fsdp_param_dtype),
 }
 
 
-def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False) -> Wrapper:
+def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False,
+           fsdp_reshard: bool = True, fsdp_param_dtype: str = "fp32") -> Wrapper:
     """Wrap `module` in strategy `name` (broadcasting rank 0's state); bucket_mb is used by the bucketed ones,
-    ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``)."""
+    ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``), fsdp_* by fsdp (``strategies/fsdp.py``)."""
     try:
         factory = REGISTRY[name]
     except KeyError:
         raise ConfigError(f"strategy {name!r} is unknown; choose one of {', '.join(REGISTRY)}") from None
-    return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook)
+    return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook, fsdp_reshard=fsdp_reshard,
+                   fsdp_param_dtype=fsdp_param_dtype)
 
 
-__all__ = ["REGISTRY", "Strategy", "Wrapper", "broadcast_state", "create", "pack_buckets", "world"]
+__all__ = ["FSDP", "REGISTRY", "ShardedOptimizer", "Strategy", "Wrapper", "broadcast_state", "create",
+           "pack_buckets", "world"]

@@ -31,6 +31,17 @@ from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import nbytes, world
 
 
+def assign_owners(sizes: list[int], rank_bytes: list[int]) -> list[int]:
+    """Owner rank for each tensor of `sizes` (bytes): largest first (ties keep their order), each to the
+    rank with the fewest bytes so far (ties: lowest rank). Updates `rank_bytes` in place."""
+    owners = [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda j: -sizes[j]):
+        target = min(range(len(rank_bytes)), key=lambda r: (rank_bytes[r], r))
+        owners[i] = target
+        rank_bytes[target] += sizes[i]
+    return owners
+
+
 class ShardedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, optimizer_cls: type[torch.optim.Optimizer], **kwargs: Any) -> None:
         self.rank, self.world_size = world()
@@ -57,10 +68,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         group["params"] = unique
         super().add_param_group(group)  # validates, fills defaults, rejects parameters already in a group
         public = self.param_groups[-1]
-        for p in sorted(unique, key=nbytes, reverse=True):  # stable: equal sizes keep registration order
-            target = min(range(self.world_size), key=lambda r: (self.rank_bytes[r], r))
-            self.owner[p] = target
-            self.rank_bytes[target] += nbytes(p)
+        for p, owner in zip(unique, assign_owners([nbytes(p) for p in unique], self.rank_bytes), strict=True):
+            self.owner[p] = owner
         local = {k: v for k, v in public.items() if k != "params"}
         local["params"] = [p for p in unique if self.owner[p] == self.rank]
         if self.local is None:
@@ -118,4 +127,4 @@ class ShardedOptimizer(torch.optim.Optimizer):
         }
 
 
-__all__ = ["ShardedOptimizer"]
+__all__ = ["ShardedOptimizer", "assign_owners"]

@@ -13,7 +13,9 @@ import torch
 from ddp_profile.harness.config import RunConfig
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
-from ddp_profile.harness.train import gpu_short_name, make_batches, run, write_json
+from ddp_profile.errors import ConfigError
+from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
+from ddp_profile.strategies import ShardedOptimizer
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -69,6 +71,15 @@ def test_shard_optimizer_with_fsdp_or_none_is_a_one_line_error():
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("ddp-profile bench: error: shard_optimizer needs a gradient strategy")
+
+
+def test_make_optimizer_shards_on_request():
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    ours = make_optimizer(RunConfig(strategy="naive", seq_len=16, shard_optimizer="ours"), params)
+    assert isinstance(ours, ShardedOptimizer) and isinstance(ours.local, torch.optim.AdamW)
+    assert type(make_optimizer(RunConfig(strategy="naive", seq_len=16), params)) is torch.optim.AdamW
+    with pytest.raises(ConfigError, match="shard_optimizer torch needs a process group"):
+        make_optimizer(RunConfig(strategy="naive", seq_len=16, shard_optimizer="torch"), params)
 
 
 @pytest.mark.slow  # two gloo processes through the CLI: ~10 s on two cores

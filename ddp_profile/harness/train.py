@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_profile import nvtx_names as names
+from ddp_profile.errors import ConfigError
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.harness.models import build_model, param_stats
@@ -88,6 +89,9 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
         return ShardedOptimizer(params, cls, **kwargs)
     if cfg.shard_optimizer == "torch":
         from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        if not dist.is_initialized():
+            raise ConfigError("shard_optimizer torch needs a process group: run it under torchrun or with --nproc N")
 
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kwargs)
     return cls(params, **kwargs)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ddp_profile.findings import build_findings, page_for, run_sets
-from ddp_profile.findings import questions_a as qa
-from ddp_profile.findings.data import load_run
-from ddp_profile.findings.text import compare, ms, ranges_overlap
+from ddp_profile.report.findings import build_findings, page_for, run_sets
+from ddp_profile.report.findings import questions_a as qa
+from ddp_profile.report.findings.data import load_run
+from ddp_profile.report.findings.text import compare, ms, ranges_overlap
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
@@ -72,16 +72,16 @@ def test_scaling_numbers_equal_the_analysis(built):
 
 def test_q1_numbers_are_the_analysis_values(small):
     s = qa.q1_naive(small, page_for, "machine")
-    text = " ".join(b[1] for b in s.blocks if b[0] == "p")
+    text = " ".join(s.paragraphs())
     n = small["naive"]
     assert ms(n.v("step_ns")) in text and ms(n.v("comm_ns")) in text and ms(n.host["grad_wait_ns"][0]) in text
     assert f"{n.v('comm_pct'):.1f}%" in text
 
 
 def test_flat_vs_naive_word_flips_when_runs_swap(small):
-    text = " ".join(b[1] for b in qa.q2_flat(small, page_for, "m").blocks if b[0] == "p")
+    text = " ".join(qa.q2_flat(small, page_for, "m").paragraphs())
     swapped = dict(small, naive=small["flat"], flat=small["naive"])
-    text2 = " ".join(b[1] for b in qa.q2_flat(swapped, page_for, "m").blocks if b[0] == "p")
+    text2 = " ".join(qa.q2_flat(swapped, page_for, "m").paragraphs())
     word = compare(small["flat"].v("step_ns"), small["naive"].v("step_ns"))
     other = {"faster": "slower", "slower": "faster"}[word]
     assert f"Flat is {word} than naive" in text
@@ -89,7 +89,7 @@ def test_flat_vs_naive_word_flips_when_runs_swap(small):
 
 
 def test_overlap_words_follow_step_times(small):
-    text = " ".join(b[1] for b in qa.q3_overlap(small, page_for, "m").blocks if b[0] == "p")
+    text = " ".join(qa.q3_overlap(small, page_for, "m").paragraphs())
     ov, n = small["overlap"], small["naive"]
     assert f"The step is {compare(ov.v('step_ns'), n.v('step_ns'))} than naive" in text
     assert ms(ov.v("exposed_comm_ns")) in text
@@ -98,7 +98,7 @@ def test_overlap_words_follow_step_times(small):
 def test_torch_verdict_words_follow_the_ratios():
     import pandas as pd
 
-    from ddp_profile.findings.questions_b import torch_verdict
+    from ddp_profile.report.findings.questions_b import torch_verdict
 
     class Ref:
         def v(self, _):
@@ -115,13 +115,13 @@ def test_torch_verdict_words_follow_the_ratios():
 def test_findings_and_sweep_page_state_one_fit(small):
     """q4 and the report's sweep page both use costmodel.sweep_fit over the same runs: same o, w and b*."""
     from ddp_profile.analysis.costmodel import fit_params
-    from ddp_profile.findings.text import mb, num
     from ddp_profile.report import Group, Run
-    from ddp_profile.report_sweep import pooled_fit
+    from ddp_profile.report.findings.text import mb, num
+    from ddp_profile.report.sweep import pooled_fit
 
     fit = qa.shared_fit(small)
     o, w, _ = fit_params(fit)
-    text = " ".join(b[1] for b in qa.q4_buckets(small, page_for, "m", fit).blocks if b[0] == "p")
+    text = " ".join(qa.q4_buckets(small, page_for, "m", fit).paragraphs())
     assert f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s" in text
     assert f"b* = √(s·w·o) = {mb(float(fit['b_star_bytes'].iloc[0]))}" in text
     runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_size_mb=r.bucket_mb)) for r in small.values()]

@@ -19,9 +19,9 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import report, schema
 from ddp_profile.analysis.launches import LaunchAnalysis
-from ddp_profile.findings import questions_b as qb
-from ddp_profile.findings import run_sets
-from ddp_profile.findings.data import RunData, launches_of
+from ddp_profile.report.findings import questions_b as qb
+from ddp_profile.report.findings import run_sets
+from ddp_profile.report.findings.data import RunData, launches_of
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -155,7 +155,7 @@ def _limits_text(small_launches, a_launches) -> str:
     runs = [_run("none", "small", "fp32", 1, small_launches), _run("naive", "small", "fp32", 2),
             _run("none", "xl", "fp32", 1, a_launches), _run("naive", "xl", "fp32", 2)]
     sec = qb.limits(runs, {}, run_sets(runs))
-    return " ".join(b[1] for b in sec.blocks if b[0] == "p")
+    return " ".join(sec.paragraphs())
 
 
 def test_findings_sentence_follows_the_launch_diagnosis():
@@ -180,7 +180,7 @@ def test_findings_sentence_follows_the_launch_diagnosis():
 def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):
     """launches_of makes the diagnosis on first use (only for the 1-GPU runs the limits describe) and keeps it;
     a run that arrived with one (from the report) is not recomputed."""
-    import ddp_profile.report as rep
+    import ddp_profile.report.runs as rep
 
     calls = []
     made = LaunchAnalysis(_steps([60.0], [30.0], [9.0]), pd.DataFrame(), pd.DataFrame())
@@ -191,7 +191,7 @@ def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):
     runs = [small, _run("naive", "small", "fp32", 2), _run("none", "xl", "fp32", 1, given)]
     for r in runs[1:]:
         r.trace = "must not be read"
-    text = " ".join(b[1] for b in qb.limits(runs, {}, run_sets(runs)).blocks if b[0] == "p")
+    text = " ".join(qb.limits(runs, {}, run_sets(runs)).paragraphs())
     assert calls == ["trace-of-small"] and launches_of(small) is made and calls == ["trace-of-small"]
     assert "set small's 1-GPU run is launch-bound in 1 of 1 steps" in text
     assert "set A's 1-GPU run is not launch-bound (0 of 1 steps" in text

@@ -3,7 +3,7 @@
 #   <run>.nsys-rep (or <run>_rank<N>.nsys-rep)   the report, for the nsys GUI (git-ignored)
 #   <run>.sqlite.xz                              the scrubbed, slim SQLite export (what gets committed)
 #   <run>.json                                   the run record: config, versions, GPU, per-step times
-# <run> is <strategy>[-<N>mb]_<model>_<dtype>_<world>x<gpu>, e.g. bucketed-25mb_xl_fp32_2xh100.
+# <run> is <strategy>[-<N>mb][+zero1|+zero1torch]_<model>_<dtype>_<world>x<gpu>, e.g. bucketed-25mb_xl_fp32_2xh100.
 #
 # Usage: scripts/profile.sh STRATEGY [bench options]
 #   e.g. scripts/profile.sh bucketed --model xl --batch 4 --seq-len 256 --bucket-mb 25 --warmup 3 --steps 4

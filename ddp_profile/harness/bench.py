@@ -12,7 +12,15 @@ import sys
 from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
-from ddp_profile.harness.config import DTYPES, MODELS, OPTIMIZERS, STRATEGIES, RunConfig, run_name
+from ddp_profile.harness.config import (
+    DTYPES,
+    FSDP_PARAM_DTYPES,
+    MODELS,
+    OPTIMIZERS,
+    STRATEGIES,
+    RunConfig,
+    run_name,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
     p.add_argument("--ddp-nvtx-hook", action="store_true",
                    help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)")
+    p.add_argument("--shard-optimizer", nargs="?", const="ours", default="", choices=("ours", "torch"),
+                   help="shard optimizer state over ranks (ZeRO-1) on top of a gradient strategy: ours "
+                        "(ShardedOptimizer, the default when given bare) or torch (ZeroRedundancyOptimizer)")
+    p.add_argument("--fsdp-no-reshard", action="store_true",
+                   help="fsdp: keep gathered parameters from forward to backward (reshard_after_forward=False)")
+    p.add_argument("--fsdp-param-dtype", default="fp32", choices=FSDP_PARAM_DTYPES,
+                   help="fsdp: bf16 = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (default fp32)")
     p.add_argument("--mlp-depth", type=int, default=8, help="Linear layers of the mlp model (default 8)")
     p.add_argument("--out", default="traces/bench", help="folder for <run>.json (default traces/bench)")
     p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
@@ -66,7 +81,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         strategy=args.strategy, model=args.model, batch=args.batch, seq_len=args.seq_len, steps=args.steps,
         warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
         optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
-        ddp_nvtx_hook=args.ddp_nvtx_hook, **lever_kwargs(args),
+        ddp_nvtx_hook=args.ddp_nvtx_hook, shard_optimizer=args.shard_optimizer or "",
+        fsdp_reshard=not args.fsdp_no_reshard, fsdp_param_dtype=args.fsdp_param_dtype, **lever_kwargs(args),
     )
 
 

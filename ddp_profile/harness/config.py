@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from ddp_profile.errors import ConfigError
 
-STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp", "fsdp")
+# Optimizer-state sharding (ZeRO-1) on top of a gradient strategy: "" off, "ours" (ShardedOptimizer),
+# "torch" (torch.distributed.optim.ZeroRedundancyOptimizer, the reference).
+SHARD_OPTIMIZERS = ("", "ours", "torch")
+# Gradient strategies ZeRO-1 composes with: not none (ranks would diverge) and not fsdp (already shards state).
+SHARDABLE_STRATEGIES = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
+FSDP_PARAM_DTYPES = ("fp32", "bf16")
 DTYPES = ("fp32", "bf16")
 GRAD_REDUCE_DTYPES = ("", "bf16")
 MAX_NCCL_CHANNELS = 64
@@ -123,6 +129,15 @@ class RunConfig:
     overlap_optimizer: bool = False
     """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
     (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
+    shard_optimizer: str = ""
+    """Optimizer-state sharding (ZeRO-1) on top of a gradient strategy other than none/fsdp: "" off, "ours"
+    (ShardedOptimizer: owners update their shard, then broadcast it) or "torch" (ZeroRedundancyOptimizer)."""
+    fsdp_reshard: bool = True
+    """fsdp only: free gathered parameters after each unit's forward (reshard_after_forward); False keeps
+    them until backward (one all-gather per unit per step instead of two, more memory)."""
+    fsdp_param_dtype: str = "fp32"
+    """fsdp only: "bf16" gathers and computes with bf16 parameters (MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32)); "fp32" has no mixed-precision policy."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -158,6 +173,17 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
     _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
            f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.shard_optimizer in SHARD_OPTIMIZERS,
+           f"shard_optimizer {cfg.shard_optimizer!r} is unknown; choose ours or torch")
+    _check(not cfg.shard_optimizer or cfg.strategy in SHARDABLE_STRATEGIES,
+           f"shard_optimizer needs a gradient strategy ({', '.join(SHARDABLE_STRATEGIES)}), not {cfg.strategy!r}"
+           + (" (fsdp already shards optimizer state)" if cfg.strategy == "fsdp" else ""))
+    _check(not (cfg.shard_optimizer and cfg.overlap_optimizer),
+           "overlap_optimizer and shard_optimizer cannot be combined (per-bucket optimizers own every parameter)")
+    _check(cfg.fsdp_param_dtype in FSDP_PARAM_DTYPES,
+           f"fsdp_param_dtype {cfg.fsdp_param_dtype!r} is unknown; choose fp32 or bf16")
+    _check(cfg.strategy == "fsdp" or (cfg.fsdp_reshard and cfg.fsdp_param_dtype == "fp32"),
+           f"fsdp_reshard and fsdp_param_dtype apply to strategy fsdp only, not {cfg.strategy!r}")
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
     _validate_levers(cfg)
     if cfg.model in TRANSFORMER_PRESETS:
@@ -217,15 +243,21 @@ def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset
 
 def bucket_label(cfg: RunConfig) -> str:
     """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`,
-    plus the levers' suffix (`bucketed-100mb-first1mb-views-ch2-hiprio`)."""
+    plus the levers' suffix (`bucketed-100mb-first1mb-views-ch2-hiprio`); `fsdp`, `fsdp-noreshard-mpbf16`;
+    optimizer sharding appends `+zero1` (ours) or `+zero1torch` (torch)."""
     if cfg.strategy in ("bucketed", "torch_ddp"):
         mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
-        return f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "") + lever_suffix(cfg)
-    return cfg.strategy + lever_suffix(cfg)
+        label = f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
+    elif cfg.strategy == "fsdp":
+        label = "fsdp" + ("" if cfg.fsdp_reshard else "-noreshard") + ("-mpbf16" if cfg.fsdp_param_dtype == "bf16" else "")
+    else:
+        label = cfg.strategy
+    return label + lever_suffix(cfg) + {"": "", "ours": "+zero1", "torch": "+zero1torch"}[cfg.shard_optimizer]
 
 
 def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
-    """`<strategy>[-<N>mb]_<model>_<dtype>[-tf32]_<world>x<gpu>`, e.g. `bucketed-25mb_xl_fp32_2xh100`."""
+    """`<strategy>[-<N>mb][+zero1|+zero1torch]_<model>_<dtype>[-tf32]_<world>x<gpu>`, e.g.
+    `bucketed-25mb_xl_fp32_2xh100`, `bucketed-100mb+zero1_xl_fp32_2xh200`, `fsdp-mpbf16_xl_bf16_2xh100`."""
     dtype = cfg.dtype + ("-tf32" if cfg.tf32 and cfg.dtype == "fp32" else "")
     model = cfg.model if cfg.model != MLP_MODEL else f"mlp{cfg.mlp_depth}"
     return f"{bucket_label(cfg)}_{model}_{dtype}_{world_size}x{gpu_short}"
@@ -234,10 +266,13 @@ def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
 __all__ = [
     "DTYPES",
     "GRAD_REDUCE_DTYPES",
+    "FSDP_PARAM_DTYPES",
     "MLPPreset",
     "MODELS",
     "OPTIMIZERS",
     "RunConfig",
+    "SHARDABLE_STRATEGIES",
+    "SHARD_OPTIMIZERS",
     "STRATEGIES",
     "TRANSFORMER_PRESETS",
     "TransformerPreset",

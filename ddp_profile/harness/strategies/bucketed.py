@@ -80,6 +80,14 @@ class BucketOptimizers:
     def step(self) -> None:
         pass
 
+    @property
+    def state(self) -> dict:
+        """Every bucket optimizer's state, keyed by parameter (what the run JSON's state bytes count)."""
+        merged: dict = {}
+        for optimizer in self.optimizers:
+            merged.update(optimizer.state)
+        return merged
+
 
 class _Bucket:
     def __init__(self, index: int, params: list, reduce_dtype: torch.dtype | None = None) -> None:

@@ -13,6 +13,7 @@ from ddp_profile.safeio import write_text_atomic
 SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "model": "cost_model", "contention": "contention",
+    "comm_kinds": "comm_kinds",
 }
 JSON_KEY = {"model": "cost_model"}
 
@@ -24,7 +25,8 @@ def register(subparsers) -> None:
                     "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
                     "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
                     "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
-                    "contention (compute slowdown under NCCL).",
+                    "contention (compute slowdown under NCCL), comm_kinds (NCCL time per rank, step and "
+                    "collective kind: exposed, waiting, per phase, after backward).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     p.add_argument("--export", action="store_true",
@@ -63,7 +65,7 @@ def render(res, fmt: str, section: str | None) -> str:
         section = section or "steps"
         if section == "all":
             raise UsageError("--format csv writes one table: pick --section steps|phases|ranks|kernels|"
-                             "collectives|model|contention")
+                             "collectives|model|contention|comm_kinds")
         return getattr(res, SECTIONS[section]).to_csv(index=False)
     section = section or "all"
     chosen = list(SECTIONS) if section == "all" else [section]

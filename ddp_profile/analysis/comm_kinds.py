@@ -49,9 +49,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis._common import COMPUTE, covered_by_normalized, intersect_normalized
-from ddp_profile import intervals as iv
 
 KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
 GRADIENT = ("AllReduce", "ReduceScatter")

@@ -96,13 +96,21 @@ def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
     return karr.is_nccl & np.isin(kernel_kinds(karr), codes)
 
 
-def _phase_bounds(phases: pd.DataFrame, rank, steps: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """GPU window [start, end) of phase ``name`` per step of ``rank`` (start = end = 0 where absent) and a
-    presence mask folded in as NaN later by the caller."""
-    p = phases.loc[(phases["phase"] == name) & (phases["rank"] == rank)].set_index("step")
-    s = p["start_ns"].reindex(steps).to_numpy(dtype=float)
-    e = p["end_ns"].reindex(steps).to_numpy(dtype=float)
-    return s, e
+def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """GPU windows (start_ns, end_ns as float) of the forward, backward and optimizer phases, indexed by
+    (rank, step): computed once per analysis, looked up per rank."""
+    out = {}
+    for name in ("forward", "backward", "optimizer"):
+        p = phases.loc[phases["phase"] == name]
+        out[name] = pd.DataFrame({"start_ns": p["start_ns"].to_numpy(float), "end_ns": p["end_ns"].to_numpy(float)},
+                                 index=pd.MultiIndex.from_arrays([p["rank"].to_numpy(), p["step"].to_numpy()]))
+    return out
+
+
+def _phase_bounds(index: dict, rank, steps: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """GPU window [start, end) of phase ``name`` per step of ``rank``; NaN where the step lacks the phase."""
+    p = index[name].reindex(pd.MultiIndex.from_arrays([np.full(len(steps), rank), steps]))
+    return p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float)
 
 
 def _cov(qs: np.ndarray, qe: np.ndarray, ss: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
@@ -120,12 +128,12 @@ def _exposed(qs, qe, s, c) -> np.ndarray:
     return _cov(qs, qe, s) - _cov(qs, qe, intersect_normalized(s, c))
 
 
-def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: pd.DataFrame,
+def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],
                    coll: pd.DataFrame | None) -> tuple[dict, pd.DataFrame]:
     """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows).
 
     ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns;
-    ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
+    ``phases``: :func:`phase_index` of the GPU phase windows; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
     c = sets[COMPUTE]
     idx = np.flatnonzero((karr.rank == rank) & karr.is_nccl)

@@ -71,6 +71,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     tail = _tail(phases, karr)
     lens = [_phase_len(phases, name) for name in ("forward", "backward", "optimizer")]
     parts, kinds = [], []
+    phase_idx = ck.phase_index(phases)
     for rank, sg in steps.groupby("rank", sort=True):
         sets = karr.rank_sets(rank)
         ws, we = sg["start_ns"].to_numpy(np.int64), sg["end_ns"].to_numpy(np.int64)
@@ -84,7 +85,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
         })
         for extra in (*lens, tail):
             part = part.merge(extra, on=["rank", "step"], how="left")
-        cols, k = ck.rank_breakdown(rank, sets, karr, part, phases, coll)
+        cols, k = ck.rank_breakdown(rank, sets, karr, part, phase_idx, coll)
         parts.append(part.assign(**cols))
         kinds.append(k)
     out = pd.concat(parts, ignore_index=True)

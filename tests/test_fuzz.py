@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddp_profile import schema
-from ddp_profile.nsys import synth
 from ddp_profile.errors import DdpProfileError
+from ddp_profile.nsys import synth
 from ddp_profile.nsys.loader import load_trace
 
 MAX_EXAMPLES = int(os.environ.get("DDP_FUZZ_EXAMPLES", "200"))

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from ddp_profile.cli import main
+from ddp_profile.commands import options as options_mod
 from ddp_profile.nsys import progress as progress_mod
 from ddp_profile.nsys import synth
 from ddp_profile.nsys.loader import load_trace
@@ -50,7 +51,7 @@ def test_cli_jobs_same_output_and_progress_on_stderr(per_rank_files, command, ca
 
 
 def test_cli_one_job_shows_the_bar_once_loading_is_slow(per_rank_files, capsys, monkeypatch):
-    monkeypatch.setattr(progress_mod, "SLOW_S", 0.0)  # every load counts as slow
+    monkeypatch.setattr(options_mod, "SLOW_S", 0.0)  # every load counts as slow
     assert main(["inspect", *map(str, per_rank_files)]) == 0
     assert "2/2 files" in capsys.readouterr().err
 

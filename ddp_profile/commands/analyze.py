@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
 from ddp_profile.errors import UsageError
-from ddp_profile.nsys.progress import add_jobs_argument
 from ddp_profile.safeio import write_text_atomic
 
 SECTIONS = {
@@ -29,8 +29,7 @@ def register(subparsers) -> None:
                     "collective kind: exposed, waiting, per phase, after backward).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
-    p.add_argument("--export", action="store_true",
-                   help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
+    add_export_argument(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
                    help="table (default), json (all sections, stable keys) or csv (one section)")
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
@@ -93,14 +92,9 @@ def _fmt(v) -> str:
 def run(args) -> int:
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-    from ddp_profile.nsys.progress import cli_progress
 
     phases = _phases(args.phase)
-    paths = [Path(p) for p in args.paths]
-    if args.export:
-        from ddp_profile.nsys.export import export_reports
-
-        paths = export_reports(paths)
+    paths = input_paths(args)
     trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
     res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)

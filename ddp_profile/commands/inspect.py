@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddp_profile.nsys.progress import add_jobs_argument
+from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
 
 
 def register(subparsers) -> None:
@@ -26,22 +26,16 @@ def register(subparsers) -> None:
                     "name (names differing only in numbers grouped, e.g. 'step <N>'), time span.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="export file(s) or folder")
     parser.add_argument("--format", choices=["table", "json"], default="table", help="output format")
-    parser.add_argument("--export", action="store_true",
-                        help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
+    add_export_argument(parser)
     add_jobs_argument(parser)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ddp_profile.nsys.loader import load_trace
-    from ddp_profile.nsys.progress import cli_progress
     from ddp_profile.nsys.summary import format_table, summarize
 
-    paths = args.paths
-    if args.export:
-        from ddp_profile.nsys.export import export_reports
-
-        paths = export_reports(paths)
+    paths = input_paths(args)
     summary = summarize(load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs)))
     print(json.dumps(summary, indent=2) if args.format == "json" else format_table(summary))
     return 0

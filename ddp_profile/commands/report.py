@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ddp_profile.commands.options import add_export_argument, input_paths
 from ddp_profile.errors import UsageError
 
 
@@ -23,8 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-findings", action="store_true",
                    help="skip FINDINGS.md and findings.html (written by default when the input is a campaign "
                         "folder such as traces/)")
-    p.add_argument("--export", action="store_true",
-                   help="convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); the export is written next to the report, never over an existing .sqlite")
+    add_export_argument(p)
     p.set_defaults(func=run)
 
 
@@ -33,11 +33,7 @@ def run(args) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
-    paths = args.paths
-    if args.export:
-        from ddp_profile.nsys.export import export_reports
-
-        paths = export_reports(paths)
+    paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
                                    findings=not getattr(args, "no_findings", False))
     out = Path(args.output)

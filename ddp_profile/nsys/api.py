@@ -22,7 +22,8 @@ from pandas.api.types import union_categoricals
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.nsys import sql
-from ddp_profile.nsys.loader import _short, load_trace, open_export
+from ddp_profile.nsys.files import open_export, short_error
+from ddp_profile.nsys.loader import load_trace
 from ddp_profile.trace import Trace
 
 _VERSION_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel (as nsys stats shows it)
@@ -52,7 +53,7 @@ def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
                                           categories=pd.Index(cats, dtype=object))
         return cols, names
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
-        raise TraceError(f"{path}: unreadable or damaged export ({_short(exc)}); export it again from the "
+        raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the "
                          ".nsys-rep") from exc
     finally:
         con.close()

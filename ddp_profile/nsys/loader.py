@@ -7,14 +7,11 @@ their integer arrays into frames (names are resolved once per distinct id, never
 
 from __future__ import annotations
 
-import gzip
 import json
-import lzma
 import os
 import re
 import sqlite3
 import threading
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,79 +24,16 @@ from ddp_profile.memory import map_large_arrays, return_freed_memory
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
+from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
+from ddp_profile.nsys.frames import (
+    concat,
+    gpu_frame,
+    kernel_arrays,
+    kernel_frame,
+    nvtx_frame,
+    process_frame,
+)
 from ddp_profile.trace import Trace
-
-SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
-DECOMPRESS = {".xz": lzma.decompress, ".gz": gzip.decompress}
-KINDS = ["compute", "nccl", "memcpy", "memset"]
-SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
-def find_exports(paths) -> list[Path]:
-    """Expand ``paths`` (a path or list; folders give their ``*.sqlite[.xz|.gz]``) into export files."""
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files: list[Path] = []
-    for item in map(Path, items):
-        if item.is_dir():
-            found = sorted(p for p in item.iterdir() if p.name.endswith(SUFFIXES) and p.is_file())
-            if not found:
-                raise TraceError(f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports; pass the run "
-                                 "folder with the exports (make them with `nsys export --type sqlite`, or --export)")
-            files.extend(found)
-        else:
-            files.append(item)
-    if not files:
-        raise TraceError("no trace files given")
-    return files
-
-
-def _check_header(path: Path, head: bytes, size: int) -> None:
-    if head[:16] != SQLITE_MAGIC:
-        raise TraceError(f"{path}: not an SQLite file (expected an nsys export: "
-                         "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    n_pages = int.from_bytes(head[28:32], "big")
-    valid = head[92:96] == head[24:28]  # the header's page count is valid only when these match
-    if valid and n_pages and page_size * n_pages > size:
-        raise TraceError(f"{path}: truncated ({size} bytes, header says {page_size * n_pages}); copy it again")
-
-
-def _short(exc: BaseException, limit: int = 200) -> str:
-    """An exception's text fit for a one-line message: whitespace collapsed, cut to ``limit`` characters
-    (SQLite quotes the offending value, which in a damaged export can be a whole column's text)."""
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-def open_export(path: Path) -> sqlite3.Connection:
-    """Open one export read-only; compressed ones are decompressed into memory. Never writes ``path``."""
-    name = path.name
-    if name.endswith((".nsys-rep", ".qdrep", ".qdstrm")):
-        out = name.rsplit(".", 1)[0] + ".sqlite"
-        raise TraceError(f"{path}: an nsys report, not an SQLite export; run "
-                         f"`nsys export --type sqlite -o {out} {name}` and load {out} (or add --export where nsys is installed)")
-    if not path.is_file():
-        raise TraceError(f"{path}: no such file; check the path")
-    try:
-        if path.suffix in DECOMPRESS:
-            data = DECOMPRESS[path.suffix](path.read_bytes())
-            _check_header(path, data[:100], len(data))
-            con = sqlite3.connect(":memory:", check_same_thread=False)
-            con.deserialize(data)
-        else:
-            with open(path, "rb") as f:
-                _check_header(path, f.read(100), path.stat().st_size)
-            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
-            con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        have = sql.tables(con)
-    except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:
-        raise TraceError(f"{path}: cannot read as SQLite ({_short(exc)}); check that it is readable and complete") from exc
-    if not have & {sql.STRINGS, "META_DATA_EXPORT"}:
-        con.close()
-        raise TraceError(f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT); "
-                         "pass a file made by `nsys export --type sqlite`")
-    return con
 
 
 def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -144,11 +78,6 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
     return out_ns, out_tid
 
 
-def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate, but one part is returned as is (no copy: one export of one table is the usual case)."""
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
 class _ChunkReaders:
     """Worker threads, each with its own read-only connection to one export, reading row chunks in
     parallel (``sql.int_columns(map_chunks=...)``). SQLite runs the scans with the GIL released (numpy's
@@ -186,14 +115,14 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     if not parts:  # unreachable from _read_file (it requires the kernel table); kept total
         parts = [{c: np.empty(0, np.int64) for c in ("pid", "device", "stream", "start", "end", "name_id", "corr")}
                  | {"bytes": None}]
-    kind = _cat(kinds) if kinds else np.empty(0, dtype=np.int8)
+    kind = concat(kinds) if kinds else np.empty(0, dtype=np.int8)
     cols = {}
     for c in ("pid", "device", "stream", "start", "end", "name_id", "corr"):
-        cols[c] = _cat([p[c] for p in parts])
+        cols[c] = concat([p[c] for p in parts])
     if all(p["bytes"] is None for p in parts):
         cols["bytes"] = None  # kernels only: no byte count (the frame's column is all <NA>)
     else:
-        cols["bytes"] = _cat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, np.int64)
+        cols["bytes"] = concat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, np.int64)
                               for p in parts])
     del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
@@ -252,165 +181,11 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
         # wrong type where nsys writes another (this function only converts the file's own data).
-        raise TraceError(f"{path}: unreadable or damaged export ({_short(exc)}); export it again from the .nsys-rep") from exc
+        raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the .nsys-rep") from exc
     finally:
         if readers:
             readers.close()
         con.close()
-
-
-def _nvtx_depth(keys: np.ndarray, start: np.ndarray, end: np.ndarray, pushpop: np.ndarray) -> np.ndarray:
-    """Nesting depth of push/pop ranges within their (file, pid, tid, domain) stack (NVTX keeps one stack
-    per domain and thread); start/end ranges and marks are not stacked and get depth 0."""
-    depth = np.zeros(len(start), dtype=np.int64)
-    idx = np.flatnonzero(pushpop)
-    if len(idx) == 0:
-        return depth
-    order = idx[np.lexsort((-end[idx], start[idx], keys[idx]))]
-    stack: list[int] = []
-    last_key = None
-    for i, k, s, e in zip(order.tolist(), keys[order].tolist(), start[order].tolist(), end[order].tolist(), strict=False):
-        if k != last_key:
-            stack, last_key = [], k
-        while stack and stack[-1] <= s:
-            stack.pop()
-        depth[i] = len(stack)
-        stack.append(e)
-    return depth
-
-
-def _nvtx_frame(files: list[dict], offsets: list[int]) -> pd.DataFrame:
-    frames = []
-    for f, off in zip(files, offsets, strict=False):
-        if f["nvtx"] is None or len(f["nvtx"][0]) == 0:
-            continue
-        ints, texts = f["nvtx"]
-        domains = f["domains"]
-        pid, domain_id = ints[:, 0], ints[:, 2]
-        frames.append(pd.DataFrame({
-            "file": f["index"], "pid": pid, "tid": ints[:, 1],
-            "domain": [domains.get((p, d), "") if d else "" for p, d in zip(pid.tolist(), domain_id.tolist(), strict=False)],
-            "name": texts, "start_ns": ints[:, 3] + off,
-            "end_ns": pd.array(np.where(ints[:, 7] == 1, ints[:, 4] + off, 0), dtype="Int64"),
-            "_open": ints[:, 7] == 0, "_raw_end": ints[:, 4] + off,
-            "payload": pd.array(ints[:, 5], dtype="Int64"), "_has_payload": ints[:, 8] == 1,
-            "category": pd.array(ints[:, 6], dtype="Int64"), "_has_category": ints[:, 9] == 1,
-            "_pushpop": ints[:, 10] == sql.NVTX_PUSHPOP, "domain_id": domain_id,
-        }))
-    cols = ["file"] + schema.NVTX_COLUMNS
-    if not frames:
-        df = schema.empty_frame(cols)
-        return df.astype({"pid": "int64", "tid": "int64", "start_ns": "int64", "end_ns": "Int64",
-                          "depth": "int64", "payload": "Int64", "category": "Int64", "rank": "Int64"})
-    df = pd.concat(frames, ignore_index=True)
-    df.loc[df["_open"], "end_ns"] = pd.NA
-    df.loc[~df["_has_payload"], "payload"] = pd.NA
-    df.loc[~df["_has_category"], "category"] = pd.NA
-    keys = pd.MultiIndex.from_frame(df[["file", "pid", "tid", "domain_id"]]).codes
-    key = np.zeros(len(df), dtype=np.int64)
-    for level in keys:
-        key = key * (int(level.max()) + 2) + level
-    end_for_depth = np.where(df["_open"], np.iinfo(np.int64).max, df["_raw_end"].to_numpy())
-    df["depth"] = _nvtx_depth(key, df["start_ns"].to_numpy(), end_for_depth, df["_pushpop"].to_numpy())
-    df["rank"] = pd.array([pd.NA] * len(df), dtype="Int64")
-    df["name"] = df["name"].astype("string")
-    df["domain"] = df["domain"].astype("category")
-    return df[cols]
-
-
-def _global_codes(files: list[dict]) -> tuple[list[np.ndarray], list[str]]:
-    """Per-file label codes remapped onto one sorted list of distinct labels (the category order pandas
-    gives ``astype("category")``), so names stay integer codes end to end: never one string per row."""
-    labels = sorted({lab for f in files for lab in f["kernels"]["labels"]})
-    where = {lab: i for i, lab in enumerate(labels)}
-    codes = []
-    for f in files:
-        remap = np.array([where[lab] for lab in f["kernels"]["labels"]], dtype=np.int32)
-        codes.append(remap[f["kernels"]["code"]] if len(remap) else np.zeros(0, np.int32))
-    return codes, labels
-
-
-def _categorical(codes: np.ndarray, values: list) -> pd.Categorical:
-    """Rows' ``values[code]`` as a categorical built from codes (None -> missing), categories sorted."""
-    cats = sorted({v for v in values if v is not None})
-    where = {v: i for i, v in enumerate(cats)}
-    remap = np.array([where.get(v, -1) if v is not None else -1 for v in values] or [-1], dtype=np.int32)
-    return pd.Categorical.from_codes(remap[codes] if len(values) else np.full(len(codes), -1, np.int32),
-                                     categories=pd.Index(cats) if cats else pd.Index([], dtype=object))
-
-
-def _nullable(values: np.ndarray | None, n: int, own: bool = False) -> pd.arrays.IntegerArray:
-    """Nullable integer column (Int64, or Int32 for int32 input) with <NA> where the reader put -1 (no
-    launch row, no byte count); ``values`` None: all <NA> (np.zeros' pages stay untouched until written,
-    so an all-missing column costs its 1-byte mask). ``own``: ``values`` may be overwritten (no copy)."""
-    if values is None:
-        return pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
-    missing = values < 0
-    if own:
-        values[missing] = 0
-        return pd.arrays.IntegerArray(values, missing)
-    return pd.arrays.IntegerArray(np.where(missing, 0, values).astype(values.dtype, copy=False), missing)
-
-
-def _kernel_arrays(files: list[dict], offsets: list[int]) -> dict[str, np.ndarray]:
-    """All files' GPU activity as concatenated numpy columns (times on the common clock). One file's
-    columns are taken as they are (no copy); dtypes are the reader's (int32 where values are small)."""
-    codes, labels = _global_codes(files)
-    ks = [f["kernels"] for f in files]
-    offs = list(zip(ks, offsets, strict=True))
-
-    def shifted(col):
-        return _cat([k[col] + off if off else k[col] for k, off in offs])
-
-    bytes_ = None
-    if any(k["bytes"] is not None for k in ks):
-        bytes_ = _cat([k["bytes"] if k["bytes"] is not None else np.full(len(k["start"]), -1, np.int64) for k in ks])
-    return {
-        "file": _cat([np.full(len(k["code"]), f["index"], dtype=np.int32) for f, k in zip(files, ks, strict=True)]),
-        "pid": _cat([k["pid"] for k in ks]), "device": _cat([k["device"] for k in ks]),
-        "stream": _cat([k["stream"] for k in ks]),
-        "start_ns": shifted("start"), "end_ns": shifted("end"),
-        "code": _cat(codes), "labels": labels, "kind": _cat([k["kind"] for k in ks]),
-        "correlation_id": _cat([k["corr"] for k in ks]),
-        "launch_ns": _cat([np.where(k["launch_ns"] >= 0, k["launch_ns"] + off, -1) if off else k["launch_ns"]
-                           for k, off in offs]),
-        "launch_tid": _cat([k["launch_tid"] for k in ks]), "bytes": bytes_,
-    }
-
-
-def _kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, consume: bool = False) -> pd.DataFrame:
-    """KERNEL_COLUMNS (+ file) from :func:`_kernel_arrays`, rows taken in ``order``. Names and NCCL fields
-    are categoricals built from integer codes (parsed once per distinct name); no object column per row.
-
-    Column types (see schema.KERNEL_COLUMNS): rank, pid, device, stream int32 (int64 if a value needs it),
-    correlation_id int32 (int64 if a value needs it), start_ns, end_ns int64, launch_ns and bytes Int64,
-    launch_tid Int32.
-
-    Memory: with ``consume`` each input column is dropped from ``arr`` as soon as its reordered copy exists,
-    and the frame adopts the arrays (``copy=False``: no consolidation into one 2-D block, which would copy
-    every integer column once more)."""
-    def take(col):
-        a = arr.pop(col) if consume else arr[col]
-        return a[order] if order is not None and a is not None else a
-
-    labels = arr["labels"]
-    code = take("code")
-    n = len(code)
-    parsed = [nccl_names.parse_nccl(n) for n in labels]
-    frame = {"file": take("file"), "rank": take("rank") if "rank" in arr else None}
-    for col in ("pid", "device", "stream", "start_ns", "end_ns"):
-        frame[col] = take(col)
-    frame["name"] = _categorical(code, labels)
-    frame["kind"] = pd.Categorical.from_codes(take("kind").astype(np.int8, copy=False), categories=KINDS)
-    for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
-        frame[col] = _categorical(code, [p[j] for p in parsed])
-    del code
-    frame["correlation_id"] = take("correlation_id")
-    for col in ("launch_ns", "launch_tid", "bytes"):
-        frame[col] = _nullable(take(col), n, own=order is not None)
-    if frame["rank"] is None:
-        del frame["rank"]
-    return pd.DataFrame(frame, copy=False)
 
 
 def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
@@ -442,7 +217,7 @@ def _run_json_candidates(paths: list[Path]) -> list[Path]:
         for p in paths:
             if p.resolve().parent != folder:
                 continue
-            stem = p.name.split(".sqlite")[0]
+            stem = export_stem(p)
             out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
         out.append(folder / f"{folder.name}.json")
     return list(dict.fromkeys(out))
@@ -458,7 +233,7 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
         try:
             data = json.loads(candidate.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            warnings.append(f"{candidate}: run record not read ({_short(exc)}); run facts (strategy, model, ...) "
+            warnings.append(f"{candidate}: run record not read ({short_error(exc)}); run facts (strategy, model, ...) "
                             "are unknown: fix or remove the file")
             continue
         if not isinstance(data, dict):
@@ -466,41 +241,6 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
             continue
         return data
     return None
-
-
-def _processes(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame:
-    """One row per (file, pid) that ran GPU work, with its device (the one most of its work ran on)."""
-    if len(arr["pid"]) == 0:
-        return pd.DataFrame(columns=["file", "pid", "device", "host_order"])
-    # Few distinct (file, pid, device): hash them (pd.factorize) rather than sort millions of rows.
-    # Packed key: file (< 2^15) | pid (< 2^24, see sql.PID_SQL) | device + 1 (< 2^16).
-    i64 = np.int64
-    key = arr["file"].astype(i64)  # built in place: two full-length temporaries, not eight
-    key <<= 48
-    part = arr["pid"].astype(i64)
-    part <<= 16
-    key |= part
-    part[:] = arr["device"]
-    part += 1
-    part &= 0xFFFF
-    key |= part
-    del part
-    codes, uniq = pd.factorize(key)
-    del key
-    counts = pd.DataFrame({"file": uniq >> 48, "pid": (uniq >> 16) & 0xFFFFFFFF, "device": (uniq & 0xFFFF) - 1,
-                           "n": np.bincount(codes, minlength=len(uniq))})
-    counts = counts.sort_values(["file", "pid", "device"], kind="stable")
-    procs = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(["file", "pid"])
-    procs = procs[["file", "pid", "device"]]
-    host_order = {h: i for i, h in enumerate(dict.fromkeys(f["host"] for f in files))}
-    procs["host_order"] = [host_order[files[f]["host"]] for f in procs["file"]]
-    return procs.reset_index(drop=True)
-
-
-def _gpu_frame(files: list[dict]) -> pd.DataFrame:
-    rows = [(str(f["path"]), *g) for f in files for g in f["gpus"]]
-    df = pd.DataFrame(rows, columns=schema.GPU_COLUMNS)
-    return df.astype({"device": "int64", "sm_count": "Int64", "memory_bytes": "Int64"})
 
 
 def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
@@ -573,30 +313,30 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         files = [read(item) for item in enumerate(files_in)]
     warnings: list[str] = []
     offsets, clock = _clock(files, warnings)
-    arr = _kernel_arrays(files, offsets)
+    arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None
     return_freed_memory()  # the reader threads' chunks and the per-file copies
-    _check_kernels(files, _kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
+    _check_kernels(files, kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
     _check_same_run(files, arr)
-    nvtx = _nvtx_frame(files, offsets)
+    nvtx = nvtx_frame(files, offsets)
     _open_ranges_warning(nvtx, warnings)
     if all(f["nvtx"] is None for f in files):
         warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
                         "phase and step analysis is unavailable")
-    stems = [f["path"].name.split(".sqlite")[0] for f in files]
-    procs, source = rank_rules.assign_ranks(_processes(arr, files), nvtx, stems)
+    stems = [export_stem(f["path"]) for f in files]
+    procs, source = rank_rules.assign_ranks(process_frame(arr, files), nvtx, stems)
     rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)}
     arr["rank"] = _map_ranks(arr["file"], arr["pid"], rank_of)
     return_freed_memory()  # the readers' freed chunks, before the frame build's copies (the load's peak)
     # Sorted by (rank, start_ns), stable: one lexsort, then each column taken once as the frame is built.
-    kernels = _kernel_frame(arr, _rank_time_order(arr["rank"], arr["start_ns"]), consume=True)
+    kernels = kernel_frame(arr, _rank_time_order(arr["rank"], arr["start_ns"]), consume=True)
     del arr
     if not nvtx.empty:
         nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist(), strict=False)],
                                 dtype="Int64")
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
-    gpus = _gpu_frame(files)
+    gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
     procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
     procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]

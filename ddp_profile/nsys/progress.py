@@ -39,25 +39,3 @@ class ProgressBar:
             else:
                 self.stream.write(line + "\n")
             self.stream.flush()
-
-
-SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
-
-
-def add_jobs_argument(parser) -> None:
-    """``--jobs N`` for commands that load one run (``analyze``, ``inspect``)."""
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="per-rank export files read in parallel (default 1); a progress bar goes to stderr "
-                             f"when N > 1 or when loading takes over {SLOW_S:g} s")
-
-
-def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
-    """The bar a command passes to ``load_trace(progress=...)``: drawn from the first file with ``jobs`` > 1,
-    and with one job only once loading has taken :data:`SLOW_S` (a quick load prints nothing).
-    Raises UsageError for ``jobs`` < 1."""
-    from ddp_profile.errors import UsageError
-    from ddp_profile.nsys.loader import find_exports
-
-    if jobs < 1:
-        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
-    return ProgressBar(len(find_exports(paths)), stream=stream, min_s=0.0 if jobs > 1 else SLOW_S)

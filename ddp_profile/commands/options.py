@@ -1,0 +1,47 @@
+"""Options several commands share, declared once (as sqlite-utils' ``output_options``): ``--jobs``,
+``--export`` and the progress bar a command hands to ``load_trace``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ddp_profile.errors import UsageError
+from ddp_profile.nsys.progress import ProgressBar
+
+SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
+
+EXPORT_HELP = ("convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); "
+               "the export is written next to the report, never over an existing .sqlite")
+
+
+def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
+    """``--jobs N`` for commands that load one run (``analyze``, ``inspect``)."""
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="per-rank export files read in parallel (default 1); a progress bar goes to stderr "
+                             f"when N > 1 or when loading takes over {SLOW_S:g} s")
+
+
+def add_export_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--export", action="store_true", help=EXPORT_HELP)
+
+
+def input_paths(args: argparse.Namespace) -> list[Path]:
+    """The command's PATHs, with .nsys-rep files converted first when --export is given."""
+    paths = [Path(p) for p in args.paths]
+    if args.export:
+        from ddp_profile.nsys.export import export_reports
+
+        paths = export_reports(paths)
+    return paths
+
+
+def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
+    """The bar a command passes to ``load_trace(progress=...)``: drawn from the first file with ``jobs`` > 1,
+    and with one job only once loading has taken :data:`SLOW_S` (a quick load prints nothing).
+    Raises UsageError for ``jobs`` < 1."""
+    from ddp_profile.nsys.files import find_exports
+
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    return ProgressBar(len(find_exports(paths)), stream=stream, min_s=0.0 if jobs > 1 else SLOW_S)

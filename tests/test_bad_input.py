@@ -158,7 +158,7 @@ def mk_bad_regex(d):
 # A process that cannot read the file: chmod 000 works for normal users; root reads anything, so there the
 # subprocess is made to see the same PermissionError open() would raise (the loader's own code path).
 UNREADABLE_PRELUDE = (
-    "import builtins, ddp_profile.nsys.loader as L\n"
+    "import builtins, ddp_profile.nsys.files as L\n"
     "real = builtins.open\n"
     "def deny(p, *a, **k):\n"
     "    if str(p).endswith('locked.sqlite'): raise PermissionError(13, 'Permission denied', str(p))\n"
@@ -251,11 +251,11 @@ def test_library_bad_input(case, tmp_path, monkeypatch):
     paths = [tmp_path / p for p in make(tmp_path)]
     before = _hashes(tmp_path)
     if name == "unreadable file" and IS_ROOT:
-        import ddp_profile.nsys.loader as loader
+        import ddp_profile.nsys.files as files_mod
 
         def deny(p, *a, **k):
             raise PermissionError(13, "Permission denied", str(p))
-        monkeypatch.setattr(loader, "open", deny, raising=False)
+        monkeypatch.setattr(files_mod, "open", deny, raising=False)
     expected = LIBRARY_ERROR.get(name, TraceError)
     with pytest.raises(expected) as info:
         load_trace(paths)

@@ -203,3 +203,19 @@ def test_real_trace_invariants(run):
     sm = res.summary()
     assert sm["population"] == "steps" and 0 <= sm["exposed_wait_pct_of_exposed"] <= 100
     assert sm["n_collectives"] == len(res.collectives.dropna(subset=["step"]))
+
+
+def test_unknown_kind_is_noted_and_not_tail():
+    """An NCCL kernel whose collective is not a known kind is 'other': in comm_ns, not in the tail."""
+    from test_analysis import kernels, nvtx, trace
+
+    k = kernels([(0, 100, 7, 1000, 1100, "b1", "compute", 40, 2),
+                 (0, 100, 17, 1100, 1300, "ncclDevKernel_Generic", "nccl", 50, 2)])
+    k["collective"] = [None, "Generic"]
+    n = nvtx([(0, 100, 1, nn.DOMAIN, f"{nn.STEP} 0", 0, 100, 0, 0),
+              (0, 100, 1, nn.DOMAIN, nn.BACKWARD, 30, 80, 1, None)])
+    res = analyze(trace(k, n))
+    # backward_end = 1100; the only NCCL kernel is not a gradient collective: tail 0, comm 200.
+    assert res.steps.loc[0, "comm_tail_ns"] == 0 and res.steps.loc[0, "comm_ns"] == 200
+    assert res.comm_kinds["collective"].tolist() == ["other"]
+    assert any("no known collective kind" in note and "ncclDevKernel_Generic" in note for note in res.notes)

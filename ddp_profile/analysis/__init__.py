@@ -25,6 +25,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import collectives as _coll
+from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
 from ddp_profile.analysis import overlap as _ov
@@ -202,6 +203,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
     return_freed_memory()
     step_frame, kinds_frame = _steps.step_tables(windows, karr, coll)
+    if (note := _ck.other_kind_note(karr)) is not None:
+        notes.append(note)
     karr.launch = None  # launch times' last users were the collective and step tables
     return_freed_memory()
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():

@@ -200,3 +200,15 @@ def finish(kinds: list[pd.DataFrame]) -> pd.DataFrame:
     out = out.sort_values(["rank", "step", "_o"], kind="stable")
     out["count"] = out["count"].astype("int64")
     return schema.select(out, schema.COMM_KIND_COLUMNS)
+
+
+def other_kind_note(karr) -> str | None:
+    """A note when some NCCL kernels have no known kind: they count in comm_ns but never in the tail."""
+    other = karr.is_nccl & (kernel_kinds(karr) == OTHER)
+    n = int(np.count_nonzero(other))
+    if n == 0:
+        return None
+    names = pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]
+    return (f"{n} NCCL kernels of no known collective kind (e.g. {', '.join(map(str, names))}): they count in "
+            "comm_ns and comm_kinds as 'other', but not in comm_tail_ns or job_comm_tail_ns (gradient "
+            "collectives: AllReduce, ReduceScatter)")

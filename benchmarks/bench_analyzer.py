@@ -19,7 +19,7 @@ imports. Before timing, each export is read once end to end so every measurement
 Floor and analysis alternate within each repeat, and the minimum over repeats is reported (this machine is
 shared: the minimum is the least disturbed run).
 
-Exports are built by :func:`ddp_profile.nsys.synth.synth_scale_run` and cached under ``benchmarks/.data/``
+Exports are built by :func:`ddp_profile.nsys.synth_scale.synth_scale_run` and cached under ``benchmarks/.data/``
 (git-ignored); ``--rebuild`` builds them again. This is a measurement script, not a test.
 """
 
@@ -204,7 +204,7 @@ def _child(kind: str, path: Path, *extra: str) -> dict:
 
 def export_for(n: int, ranks: int, rebuild: bool) -> tuple[Path, float | None]:
     """The cached single-file export of about ``n`` kernels (built when missing); (path, build seconds)."""
-    from ddp_profile.nsys.synth import synth_scale_run
+    from ddp_profile.nsys.synth_scale import synth_scale_run
 
     DATA.mkdir(parents=True, exist_ok=True)
     path = DATA / f"ddp_{label(n)}_{ranks}ranks.sqlite"
@@ -217,7 +217,7 @@ def export_for(n: int, ranks: int, rebuild: bool) -> tuple[Path, float | None]:
 
 def per_rank_exports(n: int, ranks: int, rebuild: bool) -> Path:
     """One export per rank (one run of about ``n`` kernels in all), as a folder, for the --jobs timing."""
-    from ddp_profile.nsys.synth import synth_scale_run
+    from ddp_profile.nsys.synth_scale import synth_scale_run
 
     folder = DATA / f"ranks_{label(n)}_{ranks}ranks"
     if rebuild and folder.exists():

@@ -96,9 +96,9 @@ def fake_compare_runs(pairs):
 
 
 def patch_analysis(monkeypatch):
-    import ddp_profile.report as report
+    import ddp_profile.report.compare as compare
 
-    monkeypatch.setattr(report, "_compare_runs", fake_compare_runs)
+    monkeypatch.setattr(compare, "compare_runs", fake_compare_runs)
 
 
 def run_set(hostile_run=False):

@@ -387,7 +387,6 @@ def _previous_report(tmp_path: Path) -> tuple[Path, dict]:
 
 
 def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsys):
-    from ddp_profile import report
     from ddp_profile.cli import main
 
     reports, before = _previous_report(tmp_path)
@@ -398,7 +397,9 @@ def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsy
         if len(calls) == 2:
             raise KeyboardInterrupt
         path.write_text(text, encoding="utf-8")
-    monkeypatch.setattr(report, "_write", interrupted)
+    import ddp_profile.report.build as build
+
+    monkeypatch.setattr(build, "_write", interrupted)
     assert main(["report", str(tmp_path / "good.sqlite"), "-o", str(reports)]) == 130
     assert "interrupted" in capsys.readouterr().err
     assert _hashes(reports) == before
@@ -406,7 +407,7 @@ def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsy
 
 
 SLOW_WRITE_PRELUDE = (
-    "import sys, time, ddp_profile.report as R\n"
+    "import sys, time, ddp_profile.report.build as R\n"
     "real = R._write\n"
     "def slow(p, t):\n"
     "    real(p, t)\n"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ddp_profile.findings import build_findings, page_for, run_sets
-from ddp_profile.findings import questions_a as qa
-from ddp_profile.findings.data import load_run
-from ddp_profile.findings.text import compare, ms, ranges_overlap
+from ddp_profile.report.findings import build_findings, page_for, run_sets
+from ddp_profile.report.findings import questions_a as qa
+from ddp_profile.report.findings.data import load_run
+from ddp_profile.report.findings.text import compare, ms, ranges_overlap
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
@@ -98,7 +98,7 @@ def test_overlap_words_follow_step_times(small):
 def test_torch_verdict_words_follow_the_ratios():
     import pandas as pd
 
-    from ddp_profile.findings.questions_b import torch_verdict
+    from ddp_profile.report.findings.questions_b import torch_verdict
 
     class Ref:
         def v(self, _):
@@ -115,9 +115,9 @@ def test_torch_verdict_words_follow_the_ratios():
 def test_findings_and_sweep_page_state_one_fit(small):
     """q4 and the report's sweep page both use costmodel.sweep_fit over the same runs: same o, w and b*."""
     from ddp_profile.analysis.costmodel import fit_params
-    from ddp_profile.findings.text import mb, num
     from ddp_profile.report import Group, Run
-    from ddp_profile.report_sweep import pooled_fit
+    from ddp_profile.report.findings.text import mb, num
+    from ddp_profile.report.sweep import pooled_fit
 
     fit = qa.shared_fit(small)
     o, w, _ = fit_params(fit)

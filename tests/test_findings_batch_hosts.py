@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from ddp_profile.errors import TraceError
-from ddp_profile.findings import intro, run_sets
-from ddp_profile.findings import questions_b as qb
-from ddp_profile.findings.data import RunData, read_hosts
-from ddp_profile.findings.text import ms
+from ddp_profile.report.findings import intro, run_sets
+from ddp_profile.report.findings import questions_b as qb
+from ddp_profile.report.findings.data import RunData, read_hosts
+from ddp_profile.report.findings.text import ms
 
 MS = 1e6
 

@@ -12,7 +12,7 @@ import pytest
 from ddp_profile.cli import main
 from ddp_profile.commands import options as options_mod
 from ddp_profile.nsys import progress as progress_mod
-from ddp_profile.nsys import synth
+from ddp_profile.nsys import synth_scale
 from ddp_profile.nsys.loader import load_trace
 
 
@@ -21,7 +21,7 @@ def per_rank_files(tmp_path_factory):
     """Two per-rank exports of one synthetic run (rank 0 and rank 1 in separate files)."""
     folder = tmp_path_factory.mktemp("per_rank")
     for r in (0, 1):
-        synth.synth_scale_run(folder / f"job_rank{r}.sqlite", n_kernels=2_000, n_ranks=2, kernels_per_step=60,
+        synth_scale.synth_scale_run(folder / f"job_rank{r}.sqlite", n_kernels=2_000, n_ranks=2, kernels_per_step=60,
                               n_buckets=4, rank_of_file=r)
     return sorted(folder.glob("*.sqlite"))
 

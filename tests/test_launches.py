@@ -76,7 +76,7 @@ STEP1 = {"step_ns": H, "gpu_busy_ns": 4 * 24_000, "gpu_idle_ns": H - 96_000, "id
 @pytest.mark.parametrize("layout", ["2023.4", "2024.x", "2025.3"])
 def test_known_answer_per_step(build_export, layout):
     trace = load_trace(_launch_bound_run(build_export, layout))
-    res = analyze_launches(trace)
+    res = analyze_launches(trace, load_api_calls(trace))
     assert list(res.steps.columns) == schema.LAUNCH_STEP_COLUMNS
     assert res.steps["step"].tolist() == [0, 1] and res.steps["start_ns"].tolist() == list(T0)
     for row, want in zip(res.steps.to_dict("records"), (STEP0, STEP1), strict=True):
@@ -86,7 +86,8 @@ def test_known_answer_per_step(build_export, layout):
 
 
 def test_known_answer_summaries(build_export):
-    res = analyze_launches(load_trace(_launch_bound_run(build_export)))
+    trace = load_trace(_launch_bound_run(build_export))
+    res = analyze_launches(trace, load_api_calls(trace))
     fn = res.api_functions.set_index("name")
     assert list(res.api_functions.columns) == schema.API_FUNCTION_COLUMNS
     assert "cudaMalloc" not in fn.index  # called before any step
@@ -107,12 +108,14 @@ def test_known_answer_summaries(build_export):
 
 def test_steps_selection_and_missing_steps(build_export):
     path = _launch_bound_run(build_export)
-    res = analyze_launches(load_trace(path), steps="1:")
+    trace = load_trace(path)
+    res = analyze_launches(trace, load_api_calls(trace), steps="1:")
     assert res.steps["step"].tolist() == [1] and not res.steps["launch_bound"].any()
     no_nvtx = build_export("plain.sqlite", processes=[{"pid": PID, "device": 0}],
                            kernels={"pid": [PID], "device": [0], "stream": [7], "start": [10], "end": [20],
                                     "name": ["k"], "correlation_id": [1], "launch_start": [5]})
-    empty = analyze_launches(load_trace(no_nvtx))
+    bare = load_trace(no_nvtx)
+    empty = analyze_launches(bare, load_api_calls(bare))
     assert empty.steps.empty and list(empty.steps.columns) == schema.LAUNCH_STEP_COLUMNS and empty.notes
 
 

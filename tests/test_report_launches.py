@@ -19,9 +19,9 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import report, schema
 from ddp_profile.analysis.launches import LaunchAnalysis
-from ddp_profile.findings import questions_b as qb
-from ddp_profile.findings import run_sets
-from ddp_profile.findings.data import RunData, launches_of
+from ddp_profile.report.findings import questions_b as qb
+from ddp_profile.report.findings import run_sets
+from ddp_profile.report.findings.data import RunData, launches_of
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parent.parent / "traces"
@@ -180,7 +180,7 @@ def test_findings_sentence_follows_the_launch_diagnosis():
 def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):
     """launches_of makes the diagnosis on first use (only for the 1-GPU runs the limits describe) and keeps it;
     a run that arrived with one (from the report) is not recomputed."""
-    import ddp_profile.report as rep
+    import ddp_profile.report.runs as rep
 
     calls = []
     made = LaunchAnalysis(_steps([60.0], [30.0], [9.0]), pd.DataFrame(), pd.DataFrame())

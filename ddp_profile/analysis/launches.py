@@ -143,14 +143,11 @@ def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.
     return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
 
 
-def analyze_launches(trace, api: pd.DataFrame | None = None, *, step_pattern: str | None = None,
+def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = None,
                      steps="all") -> LaunchAnalysis:
-    """Per-step launch diagnosis. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)`` (read here when
-    omitted). ``steps``: "all", "A:B" (slice over step indices, e.g. "1:" skips the first) or ints."""
-    if api is None:
-        from ddp_profile.nsys.api import load_api_calls
-
-        api = load_api_calls(trace)
+    """Per-step launch diagnosis. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)`` (the reader's job:
+    analysis opens no file). ``steps``: "all", "A:B" (slice over step indices, e.g. "1:" skips the first) or
+    ints."""
     ranges, notes = host_steps(trace, step_pattern, steps)
     karr = KernelArrays(trace.kernels)
     kdur = karr.end - karr.start

@@ -48,7 +48,7 @@ def global_tid(pid, tid) -> np.ndarray:
     return global_pid(pid) + np.asarray(tid, dtype=np.int64)
 
 
-class _Strings:
+class Strings:
     """StringIds: one id per distinct string."""
 
     def __init__(self):
@@ -84,7 +84,7 @@ def _activity_cols(layout: dict, extra: list[tuple[str, str]]) -> list[tuple[str
 
 
 @contextlib.contextmanager
-def _replacing(path: Path, suffix: str):
+def replacing(path: Path, suffix: str):
     """Yield a temporary file name beside ``path`` (same folder, so the rename is atomic); it is renamed over
     ``path`` when the block finishes and deleted when it fails (Ctrl-C included), so a half-built export is
     never left under the real name. safeio.write_text_atomic does not fit: SQLite writes the file itself."""
@@ -98,7 +98,7 @@ def _replacing(path: Path, suffix: str):
         raise
 
 
-def _rows(*columns):
+def columns_to_rows(*columns):
     return zip(*(c.tolist() if isinstance(c, np.ndarray) else c for c in columns), strict=True)
 
 
@@ -121,10 +121,10 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
     """
     spec = LAYOUTS[layout]
     path = Path(path)
-    with _replacing(path, ".tmp") as tmp:
+    with replacing(path, ".tmp") as tmp:
         con = sqlite3.connect(tmp)
         con.execute("PRAGMA journal_mode=OFF")
-        strings = _Strings()
+        strings = Strings()
         _write_meta(con, spec, host, meta_extra or {}, environment or {}, processes)
         _table(con, "TARGET_INFO_SESSION_START_TIME", [("utcEpochNs", "INTEGER"), ("utcTime", "TEXT"),
                ("localTime", "TEXT")], [(session_start_utc_ns, "2023-11-14T22:13:20", "2023-11-14T22:13:20")])
@@ -133,7 +133,7 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
         _write_gpus(con, spec, gpus or [{"device": d} for d in sorted({p.get("device", 0) for p in processes})])
         runtime: list[np.ndarray] = []
         if kernels is not None:
-            _write_kernels(con, spec, strings, kernels, runtime)
+            write_kernels(con, spec, strings, kernels, runtime)
         for table, data in (("CUPTI_ACTIVITY_KIND_MEMCPY", memcpy), ("CUPTI_ACTIVITY_KIND_MEMSET", memset)):
             if data is not None:
                 _write_copies(con, spec, table, strings, data, runtime)
@@ -145,10 +145,10 @@ def build_export(path, *, layout: str = "2025.3", processes: list[dict], kernels
             end = r[0] + 500
             if api is not None:
                 r, end = _with_api_rows(strings, api, r, end)
-            _table(con, "CUPTI_ACTIVITY_KIND_RUNTIME", cols, _rows(r[0], end, r[1], r[2], r[3], r[4],
+            _table(con, "CUPTI_ACTIVITY_KIND_RUNTIME", cols, columns_to_rows(r[0], end, r[1], r[2], r[3], r[4],
                                                                    np.zeros(r.shape[1], np.int64), [None] * r.shape[1]))
         if nvtx is not None:
-            _write_nvtx(con, spec, strings, nvtx)
+            write_nvtx(con, spec, strings, nvtx)
         if stdout is not None:
             _table(con, "ProcessStreams", [("globalPid", "INTEGER NOT NULL"), ("filenameId", "INTEGER NOT NULL"),
                    ("contentId", "INTEGER NOT NULL")], [(int(global_pid(processes[0]["pid"])),
@@ -216,7 +216,7 @@ def _launch_rows(strings, data, n, default_api) -> np.ndarray | None:
                       global_tid(data["pid"], tid), np.asarray(data["correlation_id"], np.int64), name_ids])
 
 
-def _write_kernels(con, spec, strings, k, runtime) -> None:
+def write_kernels(con, spec, strings, k, runtime) -> None:
     n = len(k["start"])
     names = strings.many(k["name"])
     corr = _col(k, "correlation_id", n, 0)
@@ -226,7 +226,7 @@ def _write_kernels(con, spec, strings, k, runtime) -> None:
     if spec["green"]:
         columns.append(np.zeros(n, np.int64))
     columns += [k["stream"], corr, global_pid(k["pid"]), names, names, np.full(n, 32), np.ones(n, np.int64)]
-    _table(con, "CUPTI_ACTIVITY_KIND_KERNEL", cols, _rows(*map(np.asarray, columns)))
+    _table(con, "CUPTI_ACTIVITY_KIND_KERNEL", cols, columns_to_rows(*map(np.asarray, columns)))
     launch = _launch_rows(strings, k, n, "cudaLaunchKernel_v7000")
     if launch is not None:
         runtime.append(launch)
@@ -246,13 +246,13 @@ def _write_copies(con, spec, table, strings, c, runtime) -> None:
     columns += [c["bytes"], _col(c, "copy_kind", n, 1)] if memcpy else [np.zeros(n, np.int64), c["bytes"]]
     if memcpy and spec["copy_count"]:
         columns.append(np.ones(n, np.int64))
-    _table(con, table, _activity_cols(spec, extra), _rows(*map(np.asarray, columns)))
+    _table(con, table, _activity_cols(spec, extra), columns_to_rows(*map(np.asarray, columns)))
     launch = _launch_rows(strings, c, n, "cudaMemcpyAsync_v3020" if memcpy else "cudaMemsetAsync_v3020")
     if launch is not None:
         runtime.append(launch)
 
 
-def _write_nvtx(con, spec, strings, e) -> None:
+def write_nvtx(con, spec, strings, e) -> None:
     n = len(e["start"])
     domain = _col(e, "domain", n, "").astype(str)
     pid = np.asarray(e["pid"], np.int64)
@@ -278,7 +278,7 @@ def _write_nvtx(con, spec, strings, e) -> None:
     category[_col(e, "category", n, 0) == 0] = None
     tid = global_tid(pid, e["tid"])
     none = [None] * n
-    rows = list(creates) + list(_rows(
+    rows = list(creates) + list(columns_to_rows(
         np.asarray(e["start"], np.int64), end, _col(e, "event_type", n, EVENT_TYPES["NvtxPushPopRange"]), none,
         category, none, text, tid, tid, text_ids, domain_ids,
         none, payload, none, none, none, none, none, none))
@@ -370,180 +370,3 @@ def synth_ddp_run(path, *, n_ranks: int = 2, n_steps: int = 3, kernels_per_step:
 
 
 # ---- large exports for benchmarks (issue 8) ----------------------------------------------------------------
-
-SCALE_COMPUTE_NAMES = [
-    "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_nn", "ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_tn",
-    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel",
-    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl>",
-    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>",
-    "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>",
-    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>",
-    "flash_fwd_kernel", "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "flash_bwd_dot_do_o_kernel",
-    "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::AddFunctor>>",
-    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda>",
-    "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<c10::BFloat16, float>",
-    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl>",
-    "void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4>>",
-    "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, float, float, float>",
-]
-SCALE_NCCL_NAME = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
-
-
-def _scale_steps(rng, steps: int, tmpl: np.ndarray, base_ns: np.ndarray, n_buckets: int, t0: int,
-                 bucket_bytes: np.ndarray, jitter) -> tuple[dict, dict, int]:
-    """GPU and host timings of ``steps`` consecutive steps of one rank, all numpy (no loop per kernel).
-
-    Per step: forward | backward (with one all-reduce per bucket on another stream, the last one starting
-    when backward ends, hence exposed) | optimizer (after the last all-reduce). Kernels are launched a fixed
-    ~20 us before they start, in order, so launch order = start order and phase host ranges nest cleanly.
-    ``rng`` draws the GPU durations (the same for every rank: ranks stay in lock-step as all-reduces force
-    them to); ``jitter`` draws the rank's own launch jitter.
-    """
-    k = len(tmpl)
-    f = b = k // 3
-    per = b // n_buckets
-    gap, step_gap, lag = 2_000, 40_000, 20_000
-    dur = (base_ns[tmpl][None, :] * rng.uniform(0.85, 1.15, (steps, k))).astype(np.int64)
-    rel = np.cumsum(dur + gap, axis=1) - (dur + gap)
-    bwd_end = rel[:, f + b - 1] + dur[:, f + b - 1]
-    ends_at = f + (np.arange(1, n_buckets + 1) * per) - 1
-    bstart = rel[:, ends_at] + dur[:, ends_at]
-    bstart[:, -1] = bwd_end
-    # All-reduce time = 20 us latency + bytes at ~300 GB/s, +-5 %: three bucket sizes feed the cost model.
-    bdur = (20_000 + bucket_bytes[None, :] / 300 * rng.uniform(0.95, 1.05, (steps, n_buckets))).astype(np.int64)
-    shift = bstart[:, -1] + bdur[:, -1] + gap - rel[:, f + b]  # optimizer waits for the last all-reduce
-    rel[:, f + b:] += np.maximum(shift, 0)[:, None]
-    length = rel[:, -1] + dur[:, -1] + step_gap
-    t_step = t0 + np.cumsum(length) - length
-    ks = (t_step[:, None] + rel)
-    ns = (t_step[:, None] + bstart)
-    klaunch = ks - lag - jitter.integers(0, 1_000, ks.shape)
-    nlaunch = ns - lag
-    # Host ranges: each phase spans its launches; backward also covers the all-reduce launches.
-    fwd = (klaunch[:, 0] - 500, klaunch[:, f - 1] + 500)
-    bwd = (klaunch[:, f] - 400, np.maximum(klaunch[:, f + b - 1], nlaunch[:, -1]) + 500)
-    opt = (klaunch[:, f + b] - 400, klaunch[:, -1] + 500)
-    host = {"step": (fwd[0] - 1_000, opt[1] + 1_000), "forward": fwd, "backward": bwd, "optimizer": opt,
-            "bucket": (nlaunch - 300, nlaunch + 300), "bucket_bytes": bucket_bytes}
-    gpu = {"k_start": ks, "k_end": ks + dur, "k_launch": klaunch, "n_start": ns, "n_end": ns + bdur,
-           "n_launch": nlaunch}
-    return gpu, host, int(t_step[-1] + length[-1])
-
-
-def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step: int = 2_000, n_buckets: int = 25,
-                    rank_of_file: int | None = None, seed: int = 0, layout: str = "2025.3",
-                    chunk_steps: int = 64) -> dict:
-    """A realistic DDP export of about ``n_kernels`` GPU kernels (compute + NCCL), built in chunks.
-
-    All ``n_ranks`` processes in one file, or only rank ``rank_of_file`` (per-rank files of one run share
-    the session start, so they align). Per rank and step: ``kernels_per_step`` compute kernels on stream 7
-    drawn from 16 realistic names, ``n_buckets`` NCCL all-reduces on stream 17, one runtime/driver API row
-    per kernel (launch correlation), and NVTX ranges in the project's domain: rank marker, ``step i``,
-    forward/backward/optimizer, one ``allreduce b<i> <bytes>B`` range per bucket. Ranks start a few us
-    apart, so collectives have wait time. Memory stays at one chunk: the first chunk goes through
-    :func:`build_export` (so tables and StringIds are exactly its layout), later chunks are appended.
-    """
-    rng = np.random.default_rng(seed)
-    per_step = kernels_per_step + n_buckets
-    steps_total = max(1, -(-n_kernels // (per_step * n_ranks)))
-    tmpl = np.concatenate([rng.integers(0, 8, kernels_per_step // 3),  # forward-ish, backward-ish, optimizer
-                           rng.integers(6, 14, kernels_per_step // 3),
-                           rng.integers(10, 16, kernels_per_step - 2 * (kernels_per_step // 3))])
-    base_ns = rng.integers(5_000, 120_000, len(SCALE_COMPUTE_NAMES))
-    bucket_bytes = np.array([25 * 2**20, 12 * 2**20, 6 * 2**20] * n_buckets)[:n_buckets]
-    ranks = list(range(n_ranks)) if rank_of_file is None else [rank_of_file]
-    clocks = {r: 1_000_000 + 3_000 * r for r in ranks}
-    corr = dict.fromkeys(ranks, 1)
-    path = Path(path)
-    names = np.array(SCALE_COMPUTE_NAMES + [SCALE_NCCL_NAME], dtype=object)
-    nvtx: dict[str, list] = {c: [] for c in ("pid", "tid", "start", "end", "text", "domain", "payload",
-                                             "category", "registered", "event_type")}
-
-    def add_nvtx(pid, start, end, text, payload, category, event_type=EVENT_TYPES["NvtxPushPopRange"]):
-        n = len(start)
-        for col, v in (("pid", [pid] * n), ("tid", [pid] * n), ("start", list(start)), ("end", list(end)),
-                       ("text", list(text)), ("domain", [nvtx_names.DOMAIN] * n), ("payload", list(payload)),
-                       ("category", [category] * n), ("registered", [0] * n), ("event_type", [event_type] * n)):
-            nvtx[col].extend(v)
-
-    def chunk(s0, s1):
-        cols = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id",
-                                "launch_start", "launch_tid", "launch_api")}
-        for r in ranks:
-            pid = 1000 + r
-            gpu, host, clocks[r] = _scale_steps(np.random.default_rng((seed, s0)), s1 - s0, tmpl, base_ns, n_buckets,
-                                                clocks[r], bucket_bytes, np.random.default_rng((seed, s0, r)))
-            starts = np.concatenate([gpu["k_start"], gpu["n_start"]], axis=1).ravel()
-            n = len(starts)
-            is_nccl = np.concatenate([np.zeros_like(gpu["k_start"], bool), np.ones_like(gpu["n_start"], bool)],
-                                     axis=1).ravel()
-            name_idx = np.concatenate([np.broadcast_to(tmpl, gpu["k_start"].shape),
-                                       np.full(gpu["n_start"].shape, len(names) - 1)], axis=1).ravel()
-            for col, v in (("pid", np.full(n, pid)), ("device", np.full(n, r)), ("stream", np.where(is_nccl, 17, 7)),
-                           ("start", starts), ("end", np.concatenate([gpu["k_end"], gpu["n_end"]], axis=1).ravel()),
-                           ("name", name_idx), ("correlation_id", np.arange(corr[r], corr[r] + n)),
-                           ("launch_start", np.concatenate([gpu["k_launch"], gpu["n_launch"]], axis=1).ravel()),
-                           ("launch_tid", np.where(is_nccl, pid + 1, pid)), ("launch_api", is_nccl)):
-                cols[col].append(v)
-            corr[r] += n
-            idx = np.arange(s0, s1)
-            add_nvtx(pid, *host["step"], [f"{nvtx_names.STEP} {i}" for i in idx], idx, nvtx_names.CATEGORY_STEP)
-            for ph in (nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER):
-                add_nvtx(pid, *host[ph], [ph] * len(idx), [-1] * len(idx), nvtx_names.CATEGORY_PHASE)
-            bs, be = host["bucket"]
-            texts = [f"{nvtx_names.ALLREDUCE_PREFIX} b{j} {bucket_bytes[j]}B" for _ in idx for j in range(n_buckets)]
-            add_nvtx(pid, bs.ravel(), be.ravel(), texts, np.tile(bucket_bytes, len(idx)), nvtx_names.CATEGORY_BUCKET)
-        return {c: np.concatenate(v) for c, v in cols.items()}
-
-    bounds = list(range(0, steps_total, chunk_steps)) + [steps_total]
-    first = chunk(bounds[0], bounds[1])
-    rest = [(a, b) for a, b in zip(bounds[1:-1], bounds[2:], strict=True)]
-    # NVTX host ranges derive from each chunk's GPU times, so the NVTX table is written after the last chunk.
-    with _replacing(path, ".build") as tmp:
-        processes = [{"pid": 1000 + r, "name": "python", "device": r} for r in ranks]
-        for r in ranks:
-            add_nvtx(1000 + r, [500_000], [-1], [f"{nvtx_names.RANK_MARKER} {r}/{n_ranks}"], [r],
-                     nvtx_names.CATEGORY_META, EVENT_TYPES["NvtxMark"])
-        kernels = dict(first, name=names[first["name"]],
-                       launch_api=np.where(first["launch_api"], "cuLaunchKernelEx", "cudaLaunchKernel_v7000"))
-        build_export(tmp, layout=layout, processes=processes, kernels=kernels, gpus=[{"device": r} for r in ranks])
-        con = sqlite3.connect(tmp)
-        con.execute("PRAGMA journal_mode=OFF")
-        con.execute("PRAGMA synchronous=OFF")
-        ids = dict(con.execute("SELECT value, id FROM StringIds"))
-        # Every chunk repeats the same template, so a name the first chunk lacks (few kernels per step) is
-        # never used later either: -1 marks it.
-        name_ids = np.array([ids.get(n, -1) for n in names], dtype=np.int64)
-        api_ids = np.array([ids["cudaLaunchKernel_v7000"], ids["cuLaunchKernelEx"]], dtype=np.int64)
-        spec = LAYOUTS[layout]
-        for s0, s1 in rest:
-            _append_chunk(con, spec, chunk(s0, s1), name_ids, api_ids)
-        _append_nvtx(con, spec, nvtx)
-        con.commit()
-        con.close()
-    n_rows = steps_total * per_step * len(ranks)
-    return {"path": path, "n_kernels": n_rows, "n_ranks": n_ranks, "ranks_in_file": ranks, "n_steps": steps_total,
-            "n_nvtx": len(nvtx["start"]) + len(ranks)}
-
-
-def _append_chunk(con, spec, c: dict, name_ids: np.ndarray, api_ids: np.ndarray) -> None:
-    """Append kernels and their runtime rows, in the column order :func:`_write_kernels` creates."""
-    n = len(c["start"])
-    nid = name_ids[c["name"]]
-    columns = [c["start"], c["end"], c["device"], np.ones(n, np.int64)]
-    if spec["green"]:
-        columns.append(np.zeros(n, np.int64))
-    columns += [c["stream"], c["correlation_id"], global_pid(c["pid"]), nid, nid, np.full(n, 32), np.ones(n, np.int64)]
-    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(columns))})",
-                    _rows(*columns))
-    api = c["launch_api"].astype(np.int64)
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-                    _rows(c["launch_start"], c["launch_start"] + 500, api, global_tid(c["pid"], c["launch_tid"]),
-                          c["correlation_id"], api_ids[api], np.zeros(n, np.int64)))
-
-
-def _append_nvtx(con, spec, e: dict) -> None:
-    """Write the NVTX table once every chunk's host ranges are known, through :func:`_write_nvtx` (texts are
-    unregistered, so the StringIds already written need nothing new)."""
-    _write_nvtx(con, spec, _Strings(), {k: np.asarray(v, dtype=object if k == "text" else np.int64)
-                                        if k not in ("domain",) else np.asarray(v) for k, v in e.items()})

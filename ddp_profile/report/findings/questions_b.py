@@ -9,8 +9,8 @@ import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
-from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
-from ddp_profile.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
+from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
+from ddp_profile.report.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
 
 def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
@@ -300,7 +300,7 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
 
 def launch_line(name: str, rs: dict) -> str:
     """Whether set ``name``'s 1-GPU run (``none``, else any 1-GPU run) is launch-bound, from its launch
-    diagnosis (:func:`~ddp_profile.findings.data.launches_of`): steps launch-bound and the medians behind
+    diagnosis (:func:`~ddp_profile.report.findings.data.launches_of`): steps launch-bound and the medians behind
     the call. Launch-bound when most steps are, the rule ``LaunchAnalysis.verdicts`` applies per rank."""
     one = rs.get("none") or next((r for r in rs.values() if r.world_size == 1), None)
     if one is None:
@@ -321,7 +321,7 @@ def launch_line(name: str, rs: dict) -> str:
 
 
 def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None) -> Section:
-    """What the data cannot show. ``hosts``: :func:`~ddp_profile.findings.data.read_hosts`; ``sets``: the
+    """What the data cannot show. ``hosts``: :func:`~ddp_profile.report.findings.data.read_hosts`; ``sets``: the
     main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling."""
     s = Section("limits", "How thin the data is")
     hosts, sets, machines = hosts or {}, sets or {}, machines or {}

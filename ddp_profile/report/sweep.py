@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddp_profile.report_runs import Group, Run
+from ddp_profile.report.compare import comparison, group_source
+from ddp_profile.report.html import esc, figure_div, ms_frame, page, run_links, table
+from ddp_profile.report.runs import Group, Run
 
 MODEL_TRACE = "model n_b·o + s/(n_b·w)"  # the name plots.sweep gives the model line (renamed here)
 
@@ -123,7 +125,6 @@ def fit_lines_text(fit: pd.DataFrame) -> str:
 
 
 def model_text(curve, opt, fit, members) -> str:
-    from ddp_profile.report import esc
 
     if curve is None:
         return ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct sizes), "
@@ -154,10 +155,9 @@ def model_text(curve, opt, fit, members) -> str:
 
 def render_sweep_page(group: Group, runs: list[Run] | None = None) -> str:
     from ddp_profile.plots import alpha_beta_figure, bucket_sweep_figure
-    from ddp_profile.report import _compare, _group_source, _links, _ms_frame, figure_div, page, table
 
-    comp = _compare(group.runs)
-    src = _group_source(group)
+    comp = comparison(group.runs)
+    src = group_source(group)
     pooled, fit, members = pooled_fit(group, runs)
     curve, opt = sweep_model(group, fit)
     fig = bucket_sweep_figure(comp, curve, opt, source=src)
@@ -175,6 +175,6 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None) -> str:
         "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
         table(shown, "α-β fit (t = o + bytes / w, one row per size regime, relative errors), every run with "
               "collective sizes pooled (the findings' fit)"),
-        table(_ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), _links(group.runs),
+        table(ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), run_links(group.runs),
     ])
     return page(f"Bucket sweep: {group.title}", body, src)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddp_profile.findings import questions_a as qa
-from ddp_profile.findings import questions_b as qb
-from ddp_profile.findings.data import HOSTS_FILE, MAIN, SCALING, load_all, machine_line, read_hosts
-from ddp_profile.findings.render import to_html, to_markdown
+from ddp_profile.report.findings import questions_a as qa
+from ddp_profile.report.findings import questions_b as qb
+from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, load_all, machine_line, read_hosts
+from ddp_profile.report.findings.render import to_html, to_markdown
+from ddp_profile.report.runs import run_page_name
 from ddp_profile.safeio import write_text_atomic
 
 __all__ = ["build_findings", "run_sets", "page_for"]
@@ -23,11 +24,6 @@ __all__ = ["build_findings", "run_sets", "page_for"]
 def page_for(r) -> str:
     """The report page of a run: ``report.run_page_name`` of its id relative to the traces folder
     (``<run>`` or ``scaling/<run>``), as `ddp-profile report traces` names it."""
-    try:
-        from ddp_profile.report import run_page_name
-    except ImportError:
-        from ddp_profile.report import slug
-        return f"run-{slug(r.name)}.html"
     return run_page_name(f"{'scaling/' if r.set == SCALING else ''}{r.name}")
 
 
@@ -121,13 +117,13 @@ def intro(root: Path, runs) -> list[str]:
 
 def build_findings(root, out_dir, progress=None, runs=None) -> dict:
     """Load every run under ``root`` (or take ``runs``, RunData already analysed, e.g. from
-    :func:`ddp_profile.findings.data.from_report_runs`), answer the questions, write FINDINGS.md,
+    :func:`ddp_profile.report.findings.data.from_report_runs`), answer the questions, write FINDINGS.md,
     findings.html and (if missing) plotly.min.js into ``out_dir``, each atomically; other files there are left
     alone. Returns {file name: bytes written}."""
     from plotly.offline import get_plotlyjs
 
-    from ddp_profile.findings import figures
-    from ddp_profile.report import PLOTLY_JS
+    from ddp_profile.report.findings import figures
+    from ddp_profile.report.html import PLOTLY_JS
 
     root, out_dir = Path(root), Path(out_dir)
     if runs is None:

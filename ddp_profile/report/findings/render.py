@@ -1,5 +1,5 @@
 """Rendering the findings: Markdown (FINDINGS.md) and one offline HTML page (findings.html) from the same
-sections. Figures are plotly figures built in :mod:`ddp_profile.findings.figures`; the HTML uses the report
+sections. Figures are plotly figures built in :mod:`ddp_profile.report.findings.figures`; the HTML uses the report
 module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON escaped for ``<script>``)."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def to_markdown(title: str, intro: list[str], sections: list) -> str:
 
 
 def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
-    from ddp_profile.report import esc, figure_div, page
+    from ddp_profile.report.html import esc, figure_div, page
 
     parts = [f"<p>{esc(x)}</p>" for x in intro]
     parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
@@ -56,7 +56,7 @@ def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:
-    from ddp_profile.report import esc
+    from ddp_profile.report.html import esc
 
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_profile.errors import TraceError
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 
-TRACE_SUFFIXES = (".sqlite", ".sqlite.xz")
 # Strategies in the order the pages show them (unknown ones after, alphabetically).
 STRATEGY_ORDER = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
 
@@ -92,7 +92,7 @@ class Group:
 # ---- discovery ------------------------------------------------------------------------------------------
 
 def _is_trace(p: Path) -> bool:
-    return p.is_file() and p.name.endswith(TRACE_SUFFIXES)
+    return p.is_file() and p.name.endswith(EXPORT_SUFFIXES)
 
 
 def _holds_traces(folder: Path) -> bool:
@@ -113,7 +113,7 @@ def discover_runs(paths: list) -> list[tuple[Path, str]]:
             if not _is_trace(p):
                 raise TraceError(f"{p}: not an nsys SQLite export (*.sqlite or *.sqlite.xz); "
                                  f"convert .nsys-rep with `nsys export --type sqlite -o {p.stem}.sqlite {p}`")
-            found.append((p, p.name.split(".sqlite")[0]))
+            found.append((p, export_stem(p)))
         elif _holds_traces(p):
             found.append((p, p.resolve().name))
         else:
@@ -213,3 +213,19 @@ def group_runs(runs: list[Run]) -> list[Group]:
             groups.append(Group("scaling", hw, scaling,
                                 group_page_name("scaling", folder, model, dtype, gpu), folder))
     return groups
+
+
+def launch_diagnosis(trace):
+    """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made.
+
+    The API table is read here, once per run, because ``load_trace`` does not keep it (see
+    ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
+    then says why it is missing instead of failing the whole run."""
+    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.errors import DdpProfileError
+    from ddp_profile.nsys.api import load_api_calls
+
+    try:
+        return analyze_launches(trace, load_api_calls(trace))
+    except DdpProfileError as exc:
+        return str(exc)

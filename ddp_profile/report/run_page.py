@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ddp_profile.report_html import _fmt, _ms, esc, figure_div, page, script_json, table
-from ddp_profile.report_runs import Run
+from ddp_profile.nsys.files import export_stem
+from ddp_profile.report.html import esc, figure_div, fmt_cell, ns_to_ms, page, script_json, table
+from ddp_profile.report.runs import Run
 
 
 def source_of(run: Run, steps=None) -> str:
@@ -29,7 +30,7 @@ def source_of(run: Run, steps=None) -> str:
 
 def _headline(summary: dict) -> str:
     items = "".join(f"<tr><td>{esc(k[:-3] + '_ms' if k.endswith('_ns') else k)}</td>"
-                    f"<td>{esc(_fmt(_ms(k, v)))}</td></tr>" for k, v in summary.items()
+                    f"<td>{esc(fmt_cell(ns_to_ms(k, v)))}</td></tr>" for k, v in summary.items()
                     if not isinstance(v, (dict, list)))
     return f"<table class='headline'><tbody>{items}</tbody></table>"
 
@@ -53,7 +54,7 @@ def _nsys_rep_hint(trace) -> str:
     """Where the .nsys-rep sits (if it does) so the run can be opened in the nsys GUI."""
     reps = []
     for p in map(Path, getattr(trace, "paths", None) or []):
-        stem = p.name.split(".sqlite")[0]
+        stem = export_stem(p)
         rep = p.with_name(stem + ".nsys-rep")
         if rep.exists():
             reps.append(str(rep))

@@ -2,11 +2,10 @@
 plotly.js written once beside them (an index page, one page per run, one per comparison: strategy set,
 scaling, bucket sweep; FINDINGS.md and findings.html for a campaign folder).
 
-Pages are built in sibling modules, all re-exported here so callers need only this one:
-:mod:`~ddp_profile.report_runs` (run ids, page names, grouping), :mod:`~ddp_profile.report_html` (escaping,
-page frame, figures, tables), :mod:`~ddp_profile.report_page` (one run's page),
-:mod:`~ddp_profile.report_index` (index, strategy and scaling pages), :mod:`~ddp_profile.report_sweep`
-(bucket sweeps). The folder is built beside the destination and swapped in at the end
+Pages are built in sibling modules: :mod:`~ddp_profile.report.runs` (run ids, page names, grouping),
+:mod:`~ddp_profile.report.html` (escaping, page frame, figures, tables), :mod:`~ddp_profile.report.compare`
+(the one comparison), :mod:`~ddp_profile.report.run_page` (one run's page), :mod:`~ddp_profile.report.index`
+(index, strategy and scaling pages), :mod:`~ddp_profile.report.sweep` (bucket sweeps). The folder is built beside the destination and swapped in at the end
 (:func:`write_report_dir`), so an interrupted or failed run never replaces a good report.
 """
 
@@ -20,81 +19,26 @@ import time
 from pathlib import Path
 
 from ddp_profile.errors import OutputError, TraceError
-from ddp_profile.report_html import (  # noqa: F401  (re-exported: findings and report_sweep build pages with these)
-    PLOTLY_JS,
-    _links,
-    _ms_frame,
-    esc,
-    figure_div,
-    page,
-    script_json,
-    table,
-)
-from ddp_profile.report_index import (  # noqa: F401  (re-exported)
-    INDEX_COLUMNS,
-    OVERLAP_STRATEGIES,
-    _compare,
-    _group_source,
-    _one_step,
-    overlap_runs,
-    render_group_page,
-    render_index,
-    render_scaling_page,
-    scaling_frame,
-)
-from ddp_profile.report_page import (  # noqa: F401  (re-exported)
-    benchmark_run_page,
-    collective_summary,
-    launch_block,
-    render_run_page,
-    source_of,
-)
-from ddp_profile.report_runs import (  # noqa: F401  (re-exported: the page-naming API)
-    TRACE_SUFFIXES,
-    Group,
+from ddp_profile.nsys.files import export_stem
+from ddp_profile.report.html import PLOTLY_JS
+from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
+from ddp_profile.report.run_page import render_run_page
+from ddp_profile.report.runs import (
     Run,
-    discover,
     discover_runs,
-    group_page_name,
     group_runs,
+    launch_diagnosis,
     normalise_meta,
-    run_page_name,
-    slug,
-    strategy_key,
 )
-from ddp_profile.report_sweep import pooled_fit, render_sweep_page, sweep_model  # noqa: F401  (re-exported)
+from ddp_profile.report.sweep import render_sweep_page
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
-
-
-def _compare_runs(pairs):
-    """analysis.compare_runs, imported when first needed; report_index._compare calls it through this
-    module so tests can swap in a synthetic comparison."""
-    from ddp_profile.analysis import compare_runs
-
-    return compare_runs(pairs)
 
 
 # ---- finding and loading runs ---------------------------------------------------------------------------
 
 def _say(message: str) -> None:
     print(f"report:   {message}", file=sys.stderr, flush=True)
-
-
-def launch_diagnosis(trace):
-    """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made.
-
-    The API table is read here, once per run, because ``load_trace`` does not keep it (see
-    ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
-    then says why it is missing instead of failing the whole run."""
-    from ddp_profile.analysis.launches import analyze_launches
-    from ddp_profile.errors import DdpProfileError
-    from ddp_profile.nsys.api import load_api_calls
-
-    try:
-        return analyze_launches(trace, load_api_calls(trace))
-    except DdpProfileError as exc:
-        return str(exc)
 
 
 def load_one(path: Path):
@@ -130,7 +74,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
         trace, analysis, launches = result
         meta = normalise_meta(getattr(trace, "run", None) or {})
         rid = ids.get(str(path)) or meta.get("run_name") or \
-            (path.name if path.is_dir() else path.name.split(".sqlite")[0])
+            (path.name if path.is_dir() else export_stem(path))
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
@@ -243,7 +187,7 @@ def findings_root_of(paths: list) -> Path | None:
     """The campaign folder the findings can answer from: the single folder passed, when the findings
     builder finds run folders in it (``<root>/<run>/``, ``<root>/scaling/<run>/``); else None."""
     from ddp_profile.errors import DdpProfileError
-    from ddp_profile.findings.data import find_runs
+    from ddp_profile.report.findings.data import find_runs
 
     if len(paths) != 1 or not Path(paths[0]).is_dir():
         return None
@@ -255,8 +199,8 @@ def findings_root_of(paths: list) -> Path | None:
 
 
 def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
-    from ddp_profile.findings import build_findings
-    from ddp_profile.findings.data import from_report_runs
+    from ddp_profile.report.findings import build_findings
+    from ddp_profile.report.findings.data import from_report_runs
 
     t0 = time.perf_counter()
     data = from_report_runs(root, runs)

@@ -15,7 +15,7 @@ import json
 
 import pandas as pd
 
-from ddp_profile.report_runs import Run
+from ddp_profile.report.runs import Run
 
 PLOTLY_JS = "plotly.min.js"
 
@@ -33,18 +33,18 @@ def esc(value) -> str:
     return html.escape("–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
 
 
-def _fmt(v):
+def fmt_cell(v):
     if isinstance(v, float):
         return "–" if pd.isna(v) else f"{v:,.3f}".rstrip("0").rstrip(".")
     return v
 
 
-def _ms(col, v):
+def ns_to_ms(col, v):
     return v / 1e6 if col.endswith("_ns") and v is not None and not pd.isna(v) else v
 
 
-def _ms_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """ns columns shown as ms (renamed *_ms)."""
+def ms_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """ns columns shown as ms (renamed *ns_to_ms)."""
     out = df.copy()
     for c in [c for c in out.columns if c.endswith("_ns")]:
         out[c] = pd.to_numeric(out[c], errors="coerce") / 1e6
@@ -66,7 +66,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200) -> str:
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(_fmt(v))}</td>" for v in row) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{esc(fmt_cell(v))}</td>" for v in row) + "</tr>"
                    for row in df.head(max_rows).itertuples(index=False))
     note = f"<p class='note'>first {max_rows} of {len(df)} rows</p>" if cut else ""
     grid = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
@@ -75,7 +75,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200) -> str:
     return f"<h3>{esc(caption)}</h3>{grid}"
 
 
-def _links(runs: list[Run]) -> str:
+def run_links(runs: list[Run]) -> str:
     return "<h2>Runs</h2><ul>" + "".join(f"<li><a href='{esc(r.page)}'>{esc(r.name)}</a></li>"
                                          for r in runs) + "</ul>"
 

@@ -20,9 +20,9 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile.errors import TraceError
+from ddp_profile.nsys.files import EXPORT_SUFFIXES
 
 MAIN, SCALING = "main", "scaling"
-SUFFIXES = (".sqlite", ".sqlite.xz")
 
 
 @dataclass
@@ -116,7 +116,7 @@ def find_runs(root: Path) -> list[tuple[str, Path]]:
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
-            if d.is_dir() and any(f.name.endswith(SUFFIXES) for f in d.iterdir()):
+            if d.is_dir() and any(f.name.endswith(EXPORT_SUFFIXES) for f in d.iterdir()):
                 out.append((set_name, d))
     if not out:
         raise TraceError(f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
@@ -229,7 +229,7 @@ def launches_of(r: RunData):
     if r.launches is None:
         if r.trace is None:
             return "no trace loaded for this run"
-        from ddp_profile.report import launch_diagnosis
+        from ddp_profile.report.runs import launch_diagnosis
 
         r.launches = launch_diagnosis(r.trace)
     return r.launches

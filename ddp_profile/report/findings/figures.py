@@ -9,9 +9,10 @@ import pandas as pd
 def timeline_figure(runs: list, source: str):
     """Rank 0, middle profiled step of each run, on one time axis (``runs``: RunData)."""
     from ddp_profile.plots import overlap_picture
-    from ddp_profile.report import Run, _one_step
+    from ddp_profile.report.compare import one_step_kernels
+    from ddp_profile.report.runs import Run
 
-    frames = [_one_step(Run(r.name, r.trace, r.analysis, r.meta), r.label) for r in runs]
+    frames = [one_step_kernels(Run(r.name, r.trace, r.analysis, r.meta), r.label) for r in runs]
     return overlap_picture(pd.concat(frames, ignore_index=True), source=source)
 
 

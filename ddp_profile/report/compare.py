@@ -1,0 +1,77 @@
+"""What several pages (and the findings) compare runs with: one comparison frame per group of runs, the
+source line under a group's figures, and one step's kernels of a run for the "does it overlap?" picture.
+
+Every page that compares runs goes through :func:`comparison`, so numbers agree across pages.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ddp_profile.report.runs import Group, Run
+
+
+def compare_runs(pairs):
+    """:func:`ddp_profile.analysis.compare_runs`, imported when first needed (tests replace this name)."""
+    from ddp_profile.analysis import compare_runs as compare
+
+    return compare(pairs)
+
+
+# The "does it overlap?" picture: one run per strategy, in this order (bucketed: the size nearest 25 MB).
+OVERLAP_STRATEGIES = ("naive", "overlap", "bucketed", "torch_ddp")
+
+
+def comparison(runs: list[Run]) -> pd.DataFrame:
+    """compare_runs over the runs, plus the columns the pages link and label with. ``compare_runs`` is looked
+    up on this module at call time: it is the one seam tests replace with a synthetic comparison."""
+    comp = compare_runs([(r.trace, r.analysis) for r in runs]).copy()
+    comp["page"] = [r.page for r in runs]
+    comp["run"] = [r.name for r in runs]  # the run id, unique in the report
+    # bucket size only where the strategy has buckets (the harness records its default for all)
+    comp["bucket_size_mb"] = [r.meta.get("bucket_size_mb") if r.meta else b
+                              for r, b in zip(runs, comp["bucket_size_mb"], strict=False)]
+    return comp
+
+
+def group_source(group: Group) -> str:
+    from ddp_profile.plots import describe_source
+
+    steps = set()
+    for r in group.runs:
+        s = r.analysis.steps
+        steps |= set(s["step"].dropna().astype(int)) if s is not None and len(s) else set()
+    meta = dict(group.runs[0].meta)
+    ws = {r.meta.get("world_size") for r in group.runs}
+    meta["world_size"] = "/".join(str(w) for w in sorted(ws, key=str)) if len(ws) > 1 else meta.get("world_size")
+    return describe_source(meta, None, steps or None)
+
+
+def one_step_kernels(run: Run, label: str) -> pd.DataFrame:
+    """Rank 0's kernels in its middle profiled step, times relative to that step's start."""
+    s = run.analysis.steps
+    k = run.trace.kernels
+    k = k[k["rank"] == k["rank"].min()] if len(k) else k
+    if s is not None and len(s):
+        s0 = s[s["rank"] == s["rank"].min()].sort_values("step")
+        row = s0.iloc[len(s0) // 2]
+        w0, w1 = int(row["start_ns"]), int(row["end_ns"])
+    elif len(k):
+        w0, w1 = int(k["start_ns"].min()), int(k["end_ns"].max())
+    else:
+        w0 = w1 = 0
+    k = k[(k["end_ns"] > w0) & (k["start_ns"] < w1)]
+    return pd.DataFrame({"run": label, "kind": k["kind"], "name": k["name"],
+                         "start_ns": k["start_ns"].astype("int64") - w0, "end_ns": k["end_ns"].astype("int64") - w0})
+
+
+def overlap_runs(runs: list[Run]) -> list[Run]:
+    """One multi-GPU run per strategy of OVERLAP_STRATEGIES (bucketed: the bucket size nearest 25 MB), in
+    that order; every multi-GPU run when none of those strategies is present."""
+    multi = [r for r in runs if int(r.meta.get("world_size") or 1) > 1]
+    picked = []
+    for strategy in OVERLAP_STRATEGIES:
+        mine = [r for r in multi if r.meta.get("strategy") == strategy]
+        if mine:
+            picked.append(min(mine, key=lambda r: abs(float(r.meta.get("bucket_size_mb") or 25.0) - 25.0)))
+    return picked or multi

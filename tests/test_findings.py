@@ -72,16 +72,16 @@ def test_scaling_numbers_equal_the_analysis(built):
 
 def test_q1_numbers_are_the_analysis_values(small):
     s = qa.q1_naive(small, page_for, "machine")
-    text = " ".join(b[1] for b in s.blocks if b[0] == "p")
+    text = " ".join(s.paragraphs())
     n = small["naive"]
     assert ms(n.v("step_ns")) in text and ms(n.v("comm_ns")) in text and ms(n.host["grad_wait_ns"][0]) in text
     assert f"{n.v('comm_pct'):.1f}%" in text
 
 
 def test_flat_vs_naive_word_flips_when_runs_swap(small):
-    text = " ".join(b[1] for b in qa.q2_flat(small, page_for, "m").blocks if b[0] == "p")
+    text = " ".join(qa.q2_flat(small, page_for, "m").paragraphs())
     swapped = dict(small, naive=small["flat"], flat=small["naive"])
-    text2 = " ".join(b[1] for b in qa.q2_flat(swapped, page_for, "m").blocks if b[0] == "p")
+    text2 = " ".join(qa.q2_flat(swapped, page_for, "m").paragraphs())
     word = compare(small["flat"].v("step_ns"), small["naive"].v("step_ns"))
     other = {"faster": "slower", "slower": "faster"}[word]
     assert f"Flat is {word} than naive" in text
@@ -89,7 +89,7 @@ def test_flat_vs_naive_word_flips_when_runs_swap(small):
 
 
 def test_overlap_words_follow_step_times(small):
-    text = " ".join(b[1] for b in qa.q3_overlap(small, page_for, "m").blocks if b[0] == "p")
+    text = " ".join(qa.q3_overlap(small, page_for, "m").paragraphs())
     ov, n = small["overlap"], small["naive"]
     assert f"The step is {compare(ov.v('step_ns'), n.v('step_ns'))} than naive" in text
     assert ms(ov.v("exposed_comm_ns")) in text
@@ -121,7 +121,7 @@ def test_findings_and_sweep_page_state_one_fit(small):
 
     fit = qa.shared_fit(small)
     o, w, _ = fit_params(fit)
-    text = " ".join(b[1] for b in qa.q4_buckets(small, page_for, "m", fit).blocks if b[0] == "p")
+    text = " ".join(qa.q4_buckets(small, page_for, "m", fit).paragraphs())
     assert f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s" in text
     assert f"b* = √(s·w·o) = {mb(float(fit['b_star_bytes'].iloc[0]))}" in text
     runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_size_mb=r.bucket_mb)) for r in small.values()]

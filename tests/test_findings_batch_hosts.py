@@ -15,7 +15,7 @@ from ddp_profile.errors import TraceError
 from ddp_profile.report.findings import intro, run_sets
 from ddp_profile.report.findings import questions_b as qb
 from ddp_profile.report.findings.data import RunData, read_hosts
-from ddp_profile.report.findings.text import ms
+from ddp_profile.report.findings.text import Table, ms
 
 MS = 1e6
 
@@ -42,11 +42,11 @@ def fake(strategy, dtype="fp32", batch=4, seq=256, step=400.0, compute=380.0, id
 
 
 def text_of(sec) -> str:
-    return " ".join(b[1] for b in sec.blocks if b[0] == "p")
+    return " ".join(sec.paragraphs())
 
 
 def table_of(sec) -> pd.DataFrame:
-    return next(b[1] for b in sec.blocks if b[0] == "table")
+    return next(b.frame for b in sec.blocks if isinstance(b, Table))
 
 
 def page(r):
@@ -121,7 +121,7 @@ def test_q8_ranks_per_token_when_a_set_mixes_batches():
     sec = qb.q8_dtype(a, b, page, "m")
     t = text_of(sec)
     assert "ranked by time per unit of work" in t and "bf16 order none < naive < overlap" in t
-    assert "time per unit of work" in next(blk[2] for blk in sec.blocks if blk[0] == "table")
+    assert "time per unit of work" in next(blk.caption for blk in sec.blocks if isinstance(blk, Table))
 
 
 def test_intro_states_each_sets_batch_and_torch_ddp_hook(tmp_path):

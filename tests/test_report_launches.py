@@ -155,7 +155,7 @@ def _limits_text(small_launches, a_launches) -> str:
     runs = [_run("none", "small", "fp32", 1, small_launches), _run("naive", "small", "fp32", 2),
             _run("none", "xl", "fp32", 1, a_launches), _run("naive", "xl", "fp32", 2)]
     sec = qb.limits(runs, {}, run_sets(runs))
-    return " ".join(b[1] for b in sec.blocks if b[0] == "p")
+    return " ".join(sec.paragraphs())
 
 
 def test_findings_sentence_follows_the_launch_diagnosis():
@@ -191,7 +191,7 @@ def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):
     runs = [small, _run("naive", "small", "fp32", 2), _run("none", "xl", "fp32", 1, given)]
     for r in runs[1:]:
         r.trace = "must not be read"
-    text = " ".join(b[1] for b in qb.limits(runs, {}, run_sets(runs)).blocks if b[0] == "p")
+    text = " ".join(qb.limits(runs, {}, run_sets(runs)).paragraphs())
     assert calls == ["trace-of-small"] and launches_of(small) is made and calls == ["trace-of-small"]
     assert "set small's 1-GPU run is launch-bound in 1 of 1 steps" in text
     assert "set A's 1-GPU run is not launch-bound (0 of 1 steps" in text

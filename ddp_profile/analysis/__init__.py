@@ -29,6 +29,7 @@ from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
 from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
 from ddp_profile.analysis._common import KernelArrays
@@ -43,7 +44,7 @@ __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_b
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
-    "comm_kinds": "comm_kinds",
+    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
 }
 JSON_VERSION = 1
 
@@ -61,6 +62,8 @@ class Analysis:
     contention: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
+    recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
+    """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
 
     def summary(self) -> dict:
         """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
@@ -222,7 +225,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     return_freed_memory()
     kernel_overlap = _ov.kernel_overlap(karr, covered)
     return_freed_memory()
-    return Analysis(
+    res = Analysis(
         steps=step_frame,
         phases=schema.select(windows, schema.PHASE_COLUMNS),
         rank_overlap=rank_overlap,
@@ -233,4 +236,6 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes=notes,
         comm_kinds=kinds_frame,
     )
+    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None))
+    return res
 

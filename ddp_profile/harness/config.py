@@ -14,6 +14,8 @@ from ddp_profile.errors import ConfigError
 
 STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
 DTYPES = ("fp32", "bf16")
+GRAD_REDUCE_DTYPES = ("", "bf16")
+MAX_NCCL_CHANNELS = 64
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 
@@ -102,6 +104,25 @@ class RunConfig:
     """torch_ddp only: register the project's NVTX comm hook (per-bucket ranges with bytes). Off by default:
     with any comm hook DDP copies gradients into buckets unscaled and the hook scales them, a different GPU
     path from stock DDP, so the reference stays stock (its bytes come from DDP's logged bucket sizes)."""
+    # ---- contention-cutting levers (README "Levers"); the defaults are the stock behaviour ----
+    nccl_channels: int = 0
+    """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
+    group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored
+    (with a note in the run JSON) on gloo."""
+    nccl_high_priority: bool = False
+    """NCCL streams at high CUDA priority (`ProcessGroupNCCL.Options(is_high_priority_stream=True)`)."""
+    first_bucket_mb: float = 0.0
+    """bucketed only: cap in MiB of the first bucket (the last layers' gradients), smaller than bucket_mb,
+    so communication starts early; later buckets use bucket_mb (0: every bucket uses bucket_mb)."""
+    grad_views: bool = False
+    """bucketed: each .grad becomes a view of its bucket slot (no copy-back after the all-reduce);
+    torch_ddp: DDP's gradient_as_bucket_view=True."""
+    grad_reduce_dtype: str = ""
+    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
+    optimizer stay fp32); empty: in the gradients' own dtype."""
+    overlap_optimizer: bool = False
+    """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
+    (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -138,9 +159,50 @@ def validate(cfg: RunConfig) -> None:
     _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
            f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
+    _validate_levers(cfg)
     if cfg.model in TRANSFORMER_PRESETS:
         ctx = TRANSFORMER_PRESETS[cfg.model].context_length
         _check(cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}")
+
+
+def _validate_levers(cfg: RunConfig) -> None:
+    bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
+                     "overlap_optimizer": cfg.overlap_optimizer}
+    for name, on in bucketed_only.items():
+        _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
+    _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
+           f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
+           f"grad_reduce_dtype {cfg.grad_reduce_dtype!r} is unknown; choose bf16 (or leave it empty)")
+    _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
+    _check(cfg.first_bucket_mb < cfg.bucket_mb or cfg.first_bucket_mb == 0,
+           f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}")
+    _check(isinstance(cfg.nccl_channels, int) and 0 <= cfg.nccl_channels <= MAX_NCCL_CHANNELS,
+           f"nccl_channels must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_channels!r}")
+    for name in ("nccl_channels", "nccl_high_priority"):
+        _check(not getattr(cfg, name) or cfg.strategy != "none", f"{name} needs communication; strategy none has none")
+
+
+def _mb(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def lever_suffix(cfg: RunConfig) -> str:
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -optoverlap -ch<N> -hiprio."""
+    parts = []
+    if cfg.first_bucket_mb:
+        parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
+    if cfg.grad_views:
+        parts.append("-views")
+    if cfg.grad_reduce_dtype:
+        parts.append(f"-grad{cfg.grad_reduce_dtype}")
+    if cfg.overlap_optimizer:
+        parts.append("-optoverlap")
+    if cfg.nccl_channels:
+        parts.append(f"-ch{cfg.nccl_channels}")
+    if cfg.nccl_high_priority:
+        parts.append("-hiprio")
+    return "".join(parts)
 
 
 def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset:
@@ -154,11 +216,12 @@ def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset
 
 
 def bucket_label(cfg: RunConfig) -> str:
-    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`."""
+    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`,
+    plus the levers' suffix (`bucketed-100mb-first1mb-views-ch2-hiprio`)."""
     if cfg.strategy in ("bucketed", "torch_ddp"):
         mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
-        return f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
-    return cfg.strategy
+        return f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "") + lever_suffix(cfg)
+    return cfg.strategy + lever_suffix(cfg)
 
 
 def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
@@ -170,6 +233,7 @@ def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
 
 __all__ = [
     "DTYPES",
+    "GRAD_REDUCE_DTYPES",
     "MLPPreset",
     "MODELS",
     "OPTIMIZERS",
@@ -178,6 +242,7 @@ __all__ = [
     "TRANSFORMER_PRESETS",
     "TransformerPreset",
     "bucket_label",
+    "lever_suffix",
     "model_preset",
     "run_name",
     "validate",

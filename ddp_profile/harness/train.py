@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from ddp_profile import nvtx_names as names
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
+from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import create, world
 from ddp_profile.safeio import write_text_atomic
@@ -189,8 +190,12 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
-    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook)
-    optimizer = make_optimizer(cfg, model.parameters())
+    levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
+              "grad_reduce_dtype": cfg.grad_reduce_dtype}
+    if cfg.overlap_optimizer:  # one optimizer per bucket, stepped by the strategy as buckets complete
+        levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
+    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook, **levers)
+    optimizer = strategy.optimizer if cfg.overlap_optimizer else make_optimizer(cfg, model.parameters())
     batches = make_batches(cfg, rank, world_size, device)
     _sync(device)
     setup_s = time.perf_counter() - t0
@@ -215,6 +220,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "bucket_count": layout["buckets"],
         "bucket_bytes": layout["bucket_bytes"],
         "layout": layout,
+        "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority),
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),

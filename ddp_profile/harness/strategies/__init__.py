@@ -21,19 +21,24 @@ REGISTRY = {
     "naive": lambda m, mb, **kw: Naive(m),
     "flat": lambda m, mb, **kw: Flat(m),
     "overlap": lambda m, mb, **kw: Overlap(m),
-    "bucketed": lambda m, mb, **kw: Bucketed(m, bucket_size_mb=mb),
-    "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, **kw: TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook),
+    "bucketed": lambda m, mb, first_bucket_mb=0.0, grad_views=False, grad_reduce_dtype="", optimizer_factory=None, **kw:
+        Bucketed(m, bucket_size_mb=mb, first_bucket_mb=first_bucket_mb, grad_views=grad_views,
+                 reduce_dtype=grad_reduce_dtype, optimizer_factory=optimizer_factory),
+    "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, grad_views=False, **kw:
+        TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook, gradient_as_bucket_view=grad_views),
 }
 
 
-def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False) -> Wrapper:
+def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False, **levers) -> Wrapper:
     """Wrap `module` in strategy `name` (broadcasting rank 0's state); bucket_mb is used by the bucketed ones,
-    ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``)."""
+    ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``); `levers` (first_bucket_mb, grad_views,
+    grad_reduce_dtype, optimizer_factory) by the strategies that have them, ignored by the others
+    (RunConfig's validation rejects them there)."""
     try:
         factory = REGISTRY[name]
     except KeyError:
         raise ConfigError(f"strategy {name!r} is unknown; choose one of {', '.join(REGISTRY)}") from None
-    return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook)
+    return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook, **levers)
 
 
 __all__ = ["REGISTRY", "Strategy", "Wrapper", "broadcast_state", "create", "pack_buckets", "world"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.report.findings.text import Figure, Links, Para, Table
+
 
 def _md_cell(v) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
@@ -24,15 +26,16 @@ def to_markdown(title: str, intro: list[str], sections: list) -> str:
     lines = [f"# {title}", ""] + [x + "\n" for x in intro]
     for s in sections:
         lines += [f"## {s.title}", ""]
-        for b in s.blocks:
-            if b[0] == "p":
-                lines += [b[1], ""]
-            elif b[0] == "table":
-                lines += [f"*{b[2]}*", "", _md_table(b[1]), ""]
-            elif b[0] == "fig":
-                lines += [f"*Figure ({b[1]}): {b[2]} See findings.html.*", ""]
-            elif b[0] == "links":
-                lines += [", ".join(f"[{t}]({h})" for t, h in b[1]), ""]
+        for block in s.blocks:
+            match block:
+                case Para(text):
+                    lines += [text, ""]
+                case Table(frame, caption):
+                    lines += [f"*{caption}*", "", _md_table(frame), ""]
+                case Figure(key, caption):
+                    lines += [f"*Figure ({key}): {caption} See findings.html.*", ""]
+                case Links(pairs):
+                    lines += [", ".join(f"[{t}]({h})" for t, h in pairs), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -43,15 +46,16 @@ def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
     parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
     for s in sections:
         parts.append(f"<h2 id='{esc(s.key)}'>{esc(s.title)}</h2>")
-        for b in s.blocks:
-            if b[0] == "p":
-                parts.append(f"<p>{esc(b[1])}</p>")
-            elif b[0] == "table":
-                parts.append(_html_table(b[1], b[2]))
-            elif b[0] == "fig" and figures.get(b[1]) is not None:
-                parts.append(f"<p class='note'>{esc(b[2])}</p>" + figure_div(figures[b[1]], f"fig-{b[1]}"))
-            elif b[0] == "links":
-                parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in b[1]) + "</p>")
+        for block in s.blocks:
+            match block:
+                case Para(text):
+                    parts.append(f"<p>{esc(text)}</p>")
+                case Table(frame, caption):
+                    parts.append(_html_table(frame, caption))
+                case Figure(key, caption) if figures.get(key) is not None:
+                    parts.append(f"<p class='note'>{esc(caption)}</p>" + figure_div(figures[key], f"fig-{key}"))
+                case Links(pairs):
+                    parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>")
     return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings")
 
 

@@ -67,23 +67,60 @@ def certainty(a: tuple[float, float], b: tuple[float, float]) -> str:
     return "and their step-time ranges do not overlap"
 
 
+@dataclass(frozen=True)
+class Para:
+    """A paragraph of generated prose."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table and its caption."""
+
+    frame: pd.DataFrame
+    caption: str
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure, by its key in the findings' figure dict, and its caption."""
+
+    key: str
+    caption: str
+
+
+@dataclass(frozen=True)
+class Links:
+    """A line of (text, href) links to report pages."""
+
+    pairs: list[tuple[str, str]]
+
+
+Block = Para | Table | Figure | Links
+
+
 @dataclass
 class Section:
-    """One question's answer: ordered blocks of ("p", text) | ("table", DataFrame, caption) | ("fig", key,
-    caption) | ("links", [(text, href)])."""
+    """One question's answer: an ordered list of blocks (:class:`Para`, :class:`Table`, :class:`Figure`,
+    :class:`Links`)."""
 
     key: str
     title: str
-    blocks: list = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
 
     def p(self, text: str) -> None:
-        self.blocks.append(("p", text))
+        self.blocks.append(Para(text))
 
     def table(self, df: pd.DataFrame, caption: str) -> None:
-        self.blocks.append(("table", df, caption))
+        self.blocks.append(Table(df, caption))
 
     def fig(self, key: str, caption: str) -> None:
-        self.blocks.append(("fig", key, caption))
+        self.blocks.append(Figure(key, caption))
 
     def links(self, pairs: list[tuple[str, str]]) -> None:
-        self.blocks.append(("links", list(pairs)))
+        self.blocks.append(Links(list(pairs)))
+
+    def paragraphs(self) -> list[str]:
+        """The prose of the section, in order."""
+        return [b.text for b in self.blocks if isinstance(b, Para)]

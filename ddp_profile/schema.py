@@ -34,6 +34,19 @@ STEP_METRIC_COLUMNS = [
     "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
     "forward_ns", "backward_ns", "optimizer_ns",
     "backward_end_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
+    # appended (issues 14, 15; definitions in analysis/comm_kinds.py and analysis/steps.py): exposed comm split
+    # into waiting for the slowest peer and transfer; parameter AllGather/Broadcast after backward (not in
+    # comm_tail_ns, which counts gradient collectives only); exposed AllGather before backward ends; the
+    # job-level tail (last gradient collective on any rank − latest backward end over ranks, same step).
+    "exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns", "exposed_allgather_ns",
+    "job_comm_tail_ns",
+]
+# Per (rank, step, collective kind), NCCL time of the kind (analysis/comm_kinds.py). collective: AllReduce |
+# AllGather | ReduceScatter | Broadcast | AllToAll | SendRecv | other. forward/backward/optimizer_ns: comm_ns
+# inside that phase's GPU window; after_backward_ns: after the step's backward_end_ns.
+COMM_KIND_COLUMNS = [
+    "rank", "step", "collective", "count", "comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns",
+    "forward_ns", "backward_ns", "optimizer_ns", "after_backward_ns",
 ]
 RANK_OVERLAP_COLUMNS = ["rank", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "overlap_pct"]
 # Per kernel name, nsys nccl_gpu_overlap_trace semantics: for NCCL kernels, the duration-weighted share of

@@ -165,6 +165,9 @@ def _open_in_browser(page_path: Path, _size) -> dict:
         page.wait_for_load_state("load")
         page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}",
                                timeout=60_000)
+        # the timeline's bars are drawn by the page's script after its figure exists (at the plot's width)
+        page.wait_for_function("!document.getElementById('timeline') || "
+                               "(document.getElementById('timeline').__ddpDrawn || 0) >= 1", timeout=60_000)
         seconds = time.perf_counter() - t0
         b.close()
     return {"browser_open_s": seconds, "figures": expected, "browser": chromium}

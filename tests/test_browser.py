@@ -179,10 +179,19 @@ NCCL_BARS = """() => { const d = document.getElementById('timeline'); const t = 
 }"""
 
 
+def _hover_at(page, x, y):
+    """Move onto (x, y) in two steps: plotly.js hovers on mousemove, and a lone move can land while a busy
+    page (CI, 2 cores) is still drawing."""
+    page.mouse.move(x - 1, y)
+    page.wait_for_timeout(100)
+    page.mouse.move(x, y)
+
+
 def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucket_bytes_wait(naive_page, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     page, problems = _open(browser, naive_page)
     page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
+    page.locator("#timeline").scroll_into_view_if_needed()  # the mouse can only hover what is on screen
     before = page.evaluate(NCCL_BARS)
     assert before["merged"] > 0  # at the full step, the 435 all-reduces of a rank share a few bars
     # zoom (as a drag would) onto the first quarter of the widest merged NCCL bar
@@ -199,8 +208,8 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
         return {x: fl._size.l + fl.xaxis.l2p(t.base[best] + t.x[best] / 2),
                 y: fl._size.t + fl.yaxis.l2p(t.y[best] + t.offset + t.width / 2)}; }""")
     rect = page.locator("#timeline .main-svg").first.bounding_box()
-    page.mouse.move(rect["x"] + box["x"], rect["y"] + box["y"])
-    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=5_000).text_content()
+    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
+    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=15_000).text_content()
     page.screenshot(path=str(ARTIFACTS / "report-naive-zoomed-nccl-hover.png"), full_page=True)
     for part in ("NCCL kernel", "rank ", "stream ", "bucket ", "wait ", "transfer ", "start ", "duration "):
         assert part in label, (part, label)
@@ -209,6 +218,14 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
     page.evaluate("Plotly.relayout('timeline', {'xaxis.autorange': true})")
     page.wait_for_function(f"document.getElementById('timeline').__ddpDrawn > {after['drawn']}")
     assert page.evaluate(NCCL_BARS)["n"] == before["n"]
+    # the comm tail strip has its own lane in the NVTX row, and its own tooltip
+    page.mouse.move(0, 0)
+    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout, t = d.data[8];
+        return {x: fl._size.l + fl.xaxis.l2p(t.base[0] + t.x[0] / 2),
+                y: fl._size.t + fl.yaxis.l2p(t.y[0] + t.offset + t.width / 2)}; }""")
+    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
+    page.wait_for_function("Array.from(document.querySelectorAll('#timeline .hoverlayer .hovertext'))"
+                           ".some(h => h.textContent.includes('comm tail'))", timeout=15_000)
     assert problems == []
     page.close()
 

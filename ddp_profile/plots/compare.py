@@ -47,7 +47,7 @@ def strategy_bars(comparison: pd.DataFrame, *, source: str = ""):
                              hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=i)
         fig.update_yaxes(title_text=_title, row=1, col=i)
         fig.update_xaxes(title_text="run", row=1, col=i)
-    fig.update_layout(title=titled("Strategies side by side", source), template="plotly_white", height=420,
+    fig.update_layout(title=titled("Strategies side by side", source), template="plotly_white", colorway=palette.SERIES, height=420,
                       margin={"l": 60, "r": 20, "t": 90, "b": 90})
     return fig
 
@@ -82,7 +82,7 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
                              marker={"color": KIND_COLORS[kind], "line": {"width": 0}}))
     fig.update_layout(
         title=titled("Does it overlap? One step per strategy, aligned at step start", source),
-        barmode="overlay", template="plotly_white", height=max(260, 130 + 34 * len(lanes)),
+        barmode="overlay", template="plotly_white", colorway=palette.SERIES, height=max(260, 130 + 34 * len(lanes)),
         margin={"l": 190, "r": 20, "t": 80, "b": 40}, legend={"orientation": "h", "y": -0.3},
         xaxis={"title": {"text": "time since step start (ms)"}},
         yaxis={"title": {"text": "run · lane (rank 0)"}, "tickvals": list(range(len(lanes))),

@@ -56,7 +56,7 @@ def scaling_figure(comparison: pd.DataFrame, *, source: str = ""):
         fig.update_xaxes(title_text="GPUs", tickvals=sorted(c["ws"].dropna().astype(int).unique().tolist()),
                          row=1, col=j)
         fig.update_yaxes(title_text=title, rangemode="tozero", row=1, col=j)
-    fig.update_layout(title=titled("Scaling over GPUs (fixed per-GPU batch)", source), template="plotly_white",
+    fig.update_layout(title=titled("Scaling over GPUs (fixed per-GPU batch)", source), template="plotly_white", colorway=palette.SERIES,
                       height=440, margin={"l": 60, "r": 20, "t": 90, "b": 60},
                       legend={"orientation": "h", "y": -0.25})
     return fig

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.plots import palette
 from ddp_profile.plots._common import SEGMENT_COLORS, titled
 
 # segment -> how it is computed from STEP_METRIC_COLUMNS (ns). compute only + overlapped comm = compute;
@@ -31,7 +32,7 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
                              hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
                                            "<extra>%{x}</extra>"))
     fig.update_layout(
-        title=titled("Per-step breakdown (per rank)", source), barmode="stack", template="plotly_white",
+        title=titled("Per-step breakdown (per rank)", source), barmode="stack", template="plotly_white", colorway=palette.SERIES,
         height=380, margin={"l": 60, "r": 20, "t": 70, "b": 60}, legend={"orientation": "h", "y": -0.25},
         xaxis={"title": {"text": "step · rank"}}, yaxis={"title": {"text": "time (ms)"}},
     )
@@ -67,7 +68,7 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                                            "<extra></extra>"))
     fig.update_layout(
         title=titled("Exposed communication and comm tail per step", source), barmode="group",
-        template="plotly_white", height=340, margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        template="plotly_white", colorway=palette.SERIES, height=340, margin={"l": 60, "r": 20, "t": 70, "b": 60},
         legend={"orientation": "h", "y": -0.25}, xaxis={"title": {"text": "step"}},
         yaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
     )

@@ -62,7 +62,7 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
     fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="time (ms)", type="log", row=1, col=2)
-    fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", height=460,
+    fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", colorway=palette.SERIES, height=460,
                       margin={"l": 60, "r": 20, "t": 90, "b": 60}, legend={"orientation": "h", "y": -0.25})
     return fig
 
@@ -91,7 +91,7 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
             f"{html.escape(str(row['collective']), quote=False)} fit: o={float(row['o_us']):.1f} µs, "
             f"w={float(row['w_gb_per_s']):.1f} GB/s" + ("" if pd.isna(r2) else f", R²={float(r2):.3f}"))))
     fig.update_layout(title=titled("α-β fit: collective time vs message size", source),
-                      template="plotly_white", height=420, margin={"l": 60, "r": 20, "t": 80, "b": 50},
+                      template="plotly_white", colorway=palette.SERIES, height=420, margin={"l": 60, "r": 20, "t": 80, "b": 50},
                       xaxis={"title": {"text": "message size (bytes)"}, "type": "log"},
                       yaxis={"title": {"text": "time (µs)"}, "type": "log"})
     return fig

@@ -20,6 +20,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.plots import palette
 from ddp_profile.plots._common import KIND_LABELS, fmt_bytes, fmt_duration, merge_small_bars, titled
 from ddp_profile.plots.palette import KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
@@ -281,8 +282,8 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
     n = len(data["rows"])
     fig.update_layout(
         title=titled(f"Timeline · {st['label']}", source), barmode="overlay", bargap=0,
-        height=max(260, 130 + 30 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
-        margin={"l": 150, "r": 20, "t": 70, "b": 40}, template="plotly_white",
+        height=max(320, 170 + 44 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
+        margin={"l": 150, "r": 20, "t": 70, "b": 40}, template="plotly_white", colorway=palette.SERIES,
         xaxis={"title": {"text": "time since step start (ms)"}, "zeroline": False},
         yaxis={"title": {"text": "rank · stream"}, "tickvals": list(range(n)), "ticktext": data["rows"],
                "autorange": "reversed", "fixedrange": True},

@@ -108,9 +108,9 @@ def test_browser_runs_no_injected_script_and_shows_the_text(site, browser, tmp_p
             hovered = page.evaluate("""() => {
                 const gd = document.getElementById('timeline');
                 for (let c = 0; c < gd.data.length; c++) {
-                    const cd = gd.data[c].customdata || [];
+                    const cd = gd.data[c].hovertext || [];
                     for (let i = 0; i < cd.length; i++) {
-                        if (String(cd[i][0]).includes('window.__pwned=1')) {
+                        if (String(cd[i]).includes('window.__pwned=1')) {
                             Plotly.Fx.hover(gd, [{curveNumber: c, pointNumber: i}]);
                             return true;
                         }

@@ -27,9 +27,10 @@ from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
 from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
-from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.memory import return_freed_memory
@@ -114,26 +115,6 @@ def records(df: pd.DataFrame) -> list[dict]:
     return [{c: _clean(v) for c, v in zip(cols, row, strict=False)} for row in df.itertuples(index=False, name=None)]
 
 
-def _rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool:
-    """Whether some rank's kernels ran on more than one device. With the loader's plain integer columns
-    (no missing values) the distinct (rank, device) pairs are hashed from the arrays directly, ~10x
-    cheaper than a groupby-nunique over millions of rows; other frames take the pandas route."""
-    plain = all(isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device"))
-    if plain:
-        if len(karr.rank) == 0:
-            return False
-        # One int64 key built in place (rank << 32 | device's low 32 bits): one temporary, not four.
-        key = karr.rank.astype(np.int64)
-        key <<= 32
-        key |= karr.device.astype(np.int32, copy=False).view(np.uint32)
-        pairs = pd.unique(key)
-        del key
-        ranks = pairs >> 32
-        return len(np.unique(ranks)) < len(ranks)
-    return bool(len({*kernels["rank"].dropna().unique()})
-                and kernels.groupby("rank")["device"].nunique().gt(1).any())
-
-
 def _ddp_bucket_bytes(trace) -> list[int] | None:
     """Stock torch_ddp's bucket sizes from the run JSON (``layout.ddp_bucket_bytes``), else None."""
     run = getattr(trace, "run", None) or {}
@@ -148,7 +129,16 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all") -> Analysis:
-    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints."""
+    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
+
+    A trace that computes per-rank parts where its data lives (``trace.map_ranks(fn, **kwargs)``, e.g.
+    :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in two stages:
+    :func:`ddp_profile.analysis.parts.rank_part` on each rank, :func:`~ddp_profile.analysis.parts.combine`
+    here; only the parts' small tables come back."""
+    if hasattr(trace, "map_ranks"):
+        got = trace.map_ranks(_parts.rank_part, step_pattern=step_pattern, phase_patterns=phase_patterns,
+                              steps=steps, several_devices=rank_used_several_devices)
+        return Analysis(**_parts.combine(got, ddp_bucket_bytes=_ddp_bucket_bytes(trace)))
     notes: list[str] = []
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
     karr = KernelArrays(kernels)
@@ -167,7 +157,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
         notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
                      "range 'backward' or pass --phase backward=REGEX)")
-    if _rank_used_several_devices(kernels, karr):
+    if rank_used_several_devices(kernels, karr):
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak

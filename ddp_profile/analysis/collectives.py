@@ -111,11 +111,21 @@ def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> N
 def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame,
                      notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
     """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step;
-    ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes)."""
+    ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes).
+
+    Two stages: :func:`collective_rows` (per process: issue order, step, bucket; a rank's own kernels and
+    ranges suffice) and :func:`match_collectives` (across ranks: wait vs transfer, bandwidth), so a
+    distributed run computes the first per rank and ships only the NCCL rows to the second."""
+    return match_collectives([collective_rows(karr, nvtx, steps)], notes, ddp_bucket_bytes)
+
+
+def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """The per-process stage of :func:`collective_table`: one row per NCCL kernel with its issue order
+    (``comm``, ``seq``), step, bucket and bytes (``_has``: bucket found from an NVTX range); None when there
+    are no NCCL kernels. Rows sorted by (rank, pid, device, stream, start_ns)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
-        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
-        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+        return None
     k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
     df = pd.DataFrame({
         "rank": karr.rank[idx].astype(np.int64), "pid": karr.pid[idx].astype(np.int64), "device": ints(k["device"]), "stream": ints(k["stream"]),
@@ -127,17 +137,6 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     df["seq"] = df.groupby(["pid", "device", "stream"]).cumcount()
     first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     df["comm"] = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
-    grp = df.groupby(["comm", "seq"])
-    df["_n"] = grp["rank"].transform("nunique")
-    last_arrival = grp["start_ns"].transform("max")
-    df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
-    df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
-    names = df["collective"].astype("object").fillna("?")
-    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
-        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
-                     "split pairs kernels by issue order and may be wrong for some collectives")
-    if df["_n"].nunique() > 1:
-        notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     # Step of each kernel, by launch time.
     if steps is not None and not steps.empty:
         j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), ints(steps["pid"]),
@@ -154,6 +153,32 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
                             dtype="Float64").astype("Int64")
     df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
                            dtype="Float64").astype("Int64")
+    df["_has"] = has
+    return df
+
+
+def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
+                      ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+    """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
+    one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
+    (O(rows)); its last arrival gives each kernel's wait."""
+    parts = [p for p in parts if p is not None and len(p)]
+    if not parts:
+        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    grp = df.groupby(["comm", "seq"])
+    df["_n"] = grp["rank"].transform("nunique")
+    last_arrival = grp["start_ns"].transform("max")
+    df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
+    df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
+    names = df["collective"].astype("object").fillna("?")
+    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
+        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
+                     "split pairs kernels by issue order and may be wrong for some collectives")
+    if df["_n"].nunique() > 1:
+        notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
+    has = df["_has"].to_numpy()
     if not has.any() and ddp_bucket_bytes:
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():

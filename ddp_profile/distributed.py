@@ -59,7 +59,7 @@ def make_client(scheduler: str | None = None, *, workers: int | None = None, pro
         return dd.Client(scheduler)
     workers = workers or os.cpu_count() or 1
     cluster = dd.LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                              dashboard_address=None, silence_logs=40)
+                              dashboard_address=":0", silence_logs=40)
     client = dd.Client(cluster)
     client._ddp_profile_cluster = cluster  # closed with the client (close_client)
     return client

@@ -6,7 +6,13 @@ import json
 import sys
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
+from ddp_profile.commands.options import (
+    add_export_argument,
+    add_jobs_argument,
+    add_scheduler_arguments,
+    input_paths,
+    loaded_run,
+)
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
 
@@ -41,6 +47,7 @@ def register(subparsers) -> None:
                    help="steps to keep, as a slice over step indices, e.g. 2: to skip warm-up (default all)")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
     add_jobs_argument(p)
+    add_scheduler_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -89,12 +96,11 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     from ddp_profile.analysis import analyze
-    from ddp_profile.nsys.loader import load_trace
 
     phases = _phases(args.phase)
     paths = input_paths(args)
-    trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
-    res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+    with loaded_run(args, paths) as trace:
+        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

@@ -1,9 +1,11 @@
 """Options several commands share, declared once (as sqlite-utils' ``output_options``): ``--jobs``,
-``--export`` and the progress bar a command hands to ``load_trace``."""
+``--export``, ``--dask`` / ``--scheduler`` (per-rank work on Dask) and the progress bar a command hands to
+``load_trace``."""
 
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from pathlib import Path
 
 from ddp_profile.errors import UsageError
@@ -45,3 +47,35 @@ def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1 (got {jobs})")
     return ProgressBar(len(find_exports(paths)), stream=stream, min_s=0.0 if jobs > 1 else SLOW_S)
+
+
+def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dask`` and ``--scheduler ADDRESS`` for commands that analyse one run per rank (``analyze``)."""
+    g = parser.add_argument_group("per-rank work on Dask (pip install 'ddp-profile[dask]')")
+    g.add_argument("--dask", action="store_true",
+                   help="load and analyse each per-rank file in a Dask worker process (a LocalCluster of --jobs "
+                        "workers); only small per-rank tables come back (same results)")
+    g.add_argument("--scheduler", metavar="ADDRESS", default=None,
+                   help="run the per-rank work on the Dask cluster at ADDRESS (e.g. tcp://host:8786; the files "
+                        "must be readable there at the same paths); 'local' = --dask")
+
+
+@contextmanager
+def loaded_run(args: argparse.Namespace, paths):
+    """The trace a command analyses: ``nsys.loader.load_trace`` (threads, ``--jobs``), or with ``--dask`` /
+    ``--scheduler`` a :class:`ddp_profile.distributed.DistributedTrace` whose cluster is closed on exit.
+    Raises UsageError (exit 2) when Dask is asked for but not installed."""
+    scheduler = getattr(args, "scheduler", None) or ("local" if getattr(args, "dask", False) else None)
+    progress = cli_progress(paths, args.jobs)
+    if scheduler is None:
+        from ddp_profile.nsys.loader import load_trace
+
+        yield load_trace(paths, jobs=args.jobs, progress=progress)
+        return
+    from ddp_profile import distributed
+
+    client = distributed.make_client(scheduler, workers=args.jobs)
+    try:
+        yield distributed.load_trace(paths, client=client, progress=progress)
+    finally:
+        distributed.close_client(client)

@@ -297,10 +297,8 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
     """One run's first ``count`` per-rank files: load + analyze on threads (``load_trace(jobs=)``), or on a
     LocalCluster of ``jobs`` worker processes (``ddp_profile.distributed``), with the reduce step's time and
     its cross-rank matching's share."""
-    from ddp_profile.analysis import Analysis, analyze
-    from ddp_profile.analysis import collectives as coll
+    from ddp_profile.analysis import analyze
     from ddp_profile.analysis import parts as ap
-    from ddp_profile.analysis._common import rank_used_several_devices
     from ddp_profile.nsys.loader import load_trace
 
     files = sorted(Path(folder).glob("rank*.sqlite"))[:int(count)]
@@ -322,16 +320,17 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
         client.run(_import_stack)  # workers import the reader and the analysis before the clock starts
         t1 = time.perf_counter()
         trace = distributed.load_trace(files, client=client)
-        parts = trace.map_ranks(ap.rank_part, several_devices=rank_used_several_devices)
-        t2 = time.perf_counter()
-        res = Analysis(**ap.combine(parts))
+        res = analyze(trace)
         t3 = time.perf_counter()
-        rows = [p.collectives for p in parts if p.collectives is not None]
+        # The cross-rank matching alone, on the same rows (gathered again; not counted above).
+        rows = [r.assign(_file=i) if r is not None else None
+                for i, r in enumerate(trace.map_ranks(ap.collective_part))]
         m0 = time.perf_counter()
-        coll.match_collectives([pd_concat(rows)], [])
+        ap.match(rows, [])
         match_s = time.perf_counter() - m0
+        trace.close()
         distributed.close_client(client)
-        out.update(seconds=t3 - t1, cluster_start_s=t1 - t0, map_s=t2 - t1, reduce_s=t3 - t2, match_s=match_s,
+        out.update(seconds=t3 - t1, cluster_start_s=t1 - t0, load_s=trace.stats["load_s"], match_s=match_s,
                    match_share=match_s / (t3 - t1), rows=trace.stats["rows"],
                    worker_peak_mb=trace.stats["worker_peak_kb"] / 1024, part_mb=trace.stats["part_bytes"] / 1e6)
     out.update(rss_before_kb=before, peak_kb=_peak_kb(), client_peak_over_start_mb=(_peak_kb() - before) / 1024,
@@ -342,12 +341,6 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
 def _import_stack() -> None:
     import ddp_profile.analysis.parts  # noqa: F401
     import ddp_profile.distributed  # noqa: F401
-
-
-def pd_concat(frames):
-    import pandas as pd
-
-    return pd.concat(frames, ignore_index=True)
 
 
 # ---- driver ---------------------------------------------------------------------------------------------
@@ -540,7 +533,7 @@ def main(argv=None) -> int:
                 results["sweep"]["rows"].append(r)
                 print(f"{n:>5} per-rank files, {mode:>7} x{args.jobs}: {r['seconds']:.2f} s, client peak +"
                       f"{r['client_peak_over_start_mb']:.0f} MB" + (f", worker peak {r['worker_peak_mb']:.0f} MB, "
-                      f"reduce {r['reduce_s']:.2f} s, matching {r['match_s']:.3f} s ({100 * r['match_share']:.1f} %)"
+                      f"load {r['load_s']:.2f} s, matching {r['match_s']:.3f} s ({100 * r['match_share']:.1f} %)"
                       if mode == "dask" else ""), flush=True)
     if args.per_rank_size:
         _per_rank_jobs(args, results)

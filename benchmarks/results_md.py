@@ -50,12 +50,12 @@ def sweep_lines(res: dict) -> list[str]:
     out = [f"Per-rank files, threads (`load_trace(jobs={sw['jobs']})` + `analyze`) vs Dask (`--dask`: a LocalCluster "
            f"of {sw['jobs']} worker processes; cluster start and worker imports not counted), real-shaped ranks of "
            f"{sw['kernels_per_file']:,} kernels each ({sw['disk_mb']:.0f} MB on disk for the largest set):", "",
-           "| files | mode | wall s | client peak over start MB | worker peak RSS MB | parts MB | reduce s | "
+           "| files | mode | wall s | client peak over start MB | worker peak RSS MB | parts MB | load s (Dask) | "
            "cross-rank matching s (share) |", "|---|---|---|---|---|---|---|---|"]
     for r in sw["rows"]:
         d = r["mode"] == "dask"
         out.append(f"| {r['files']} | {r['mode']} | {r['seconds']:.2f} | {r['client_peak_over_start_mb']:.0f} | "
-                   + (f"{r['worker_peak_mb']:.0f} | {r['part_mb']:.1f} | {r['reduce_s']:.2f} | "
+                   + (f"{r['worker_peak_mb']:.0f} | {r['part_mb']:.1f} | {r['load_s']:.2f} | "
                       f"{r['match_s']:.3f} ({100 * r['match_share']:.1f} %) |" if d else "- | - | - | - |"))
     return out
 

@@ -11,10 +11,12 @@ Two rounds of tasks, one per file each:
 
 1. ``file_facts``: each file's session start and host (a few rows): the client aligns clocks the way
    ``nsys.loader.load_trace`` does for several files (offset = session start - earliest session start).
-2. ``rank_task``: load the file (``nsys.loader.load_trace`` on that file alone), shift its times by the
-   file's offset, compute the part; return it with the file's processes and rank markers. The client then
-   chooses every process's rank from all files' evidence (``nsys.ranks.assign_ranks``, as the loader does)
-   and renames the parts' local ranks.
+2. ``load_one``: load the file (``nsys.loader.load_trace`` on that file alone) and shift its times by the
+   file's offset; the trace stays on the worker (a future). ``evidence`` returns its processes and rank
+   markers; the client chooses every process's rank from all files' evidence (``nsys.ranks.assign_ranks``,
+   as the loader does) and ``set_ranks`` renames them on the worker.
+3. The analysis' stages (``analysis.parts``) run on the held traces (``map_ranks``); between them the client
+   matches collectives across ranks.
 
 Without Dask installed, asking for it raises :class:`DaskMissing` (the CLI prints one line and exits 2).
 """
@@ -25,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ddp_profile import nvtx_names
@@ -96,18 +99,45 @@ def _shift(trace, offset: int) -> None:
             trace.nvtx[c] = trace.nvtx[c] + offset
 
 
-def rank_task(path: Path, offset: int, fn, kwargs: dict) -> dict:
-    """On a worker: load one export, put it on the run's clock, compute ``fn(trace, **kwargs)``; return the
-    part and the rank evidence (processes, rank markers, the run record). The trace is dropped here."""
+def load_one(path: Path, offset: int):
+    """On a worker: one export loaded alone and put on the run's clock. The trace stays on the worker."""
     trace = load_local(path)
     _shift(trace, offset)
-    part = fn(trace, **kwargs)
+    return trace
+
+
+def evidence(trace) -> dict:
+    """On a worker: what the client needs of a loaded file to choose ranks (processes, rank markers), the
+    run record and the loader's warnings: a few rows."""
     nv = trace.nvtx
     markers = nv.loc[nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["pid", "name"]]
-    procs = trace.ranks[["pid", "device", "rank"]].copy()
-    return {"part": part, "procs": procs, "markers": markers.reset_index(drop=True), "run": trace.run,
-            "warnings": list(trace.warnings), "rows": len(trace.kernels),
-            "worker_peak_kb": _peak_kb()}
+    return {"procs": trace.ranks[["pid", "device", "rank"]].copy(), "markers": markers.reset_index(drop=True),
+            "run": trace.run, "warnings": list(trace.warnings), "rows": len(trace.kernels)}
+
+
+def set_ranks(trace, by_pid: dict[int, int]):
+    """On a worker: the trace's ranks replaced by the run's (chosen on the client from all files), by pid."""
+    def mapped(pid, old):
+        return np.array([by_pid.get(int(p), -1) for p in pid], dtype=np.int64) if len(pid) else np.asarray(old)
+
+    k = trace.kernels
+    pids, inv = np.unique(k["pid"].to_numpy(np.int64), return_inverse=True)
+    new = mapped(pids, k["rank"])[inv] if len(k) else k["rank"].to_numpy()
+    k["rank"] = new.astype(k["rank"].dtype)
+    order = np.lexsort((k["start_ns"].to_numpy(), k["rank"].to_numpy()))
+    if not (np.diff(order) == 1).all():
+        trace.kernels = k.iloc[order].reset_index(drop=True)
+    nv = trace.nvtx
+    if len(nv):
+        nv["rank"] = pd.array([by_pid.get(int(p)) if pd.notna(p) else None for p in nv["pid"]], dtype="Int64")
+    trace.ranks["rank"] = [by_pid[int(p)] for p in trace.ranks["pid"]]
+    return trace
+
+
+def apply(trace, extra, fn, kwargs: dict):
+    """On a worker: ``fn(trace, extra, **kwargs)`` (``extra`` None: ``fn(trace, **kwargs)``)."""
+    part = fn(trace, **kwargs) if extra is None else fn(trace, extra, **kwargs)
+    return {"part": part, "worker_peak_kb": _peak_kb()}
 
 
 def _peak_kb() -> int:
@@ -118,9 +148,9 @@ def _peak_kb() -> int:
 
 @dataclass
 class DistributedTrace:
-    """A run whose per-rank exports are analysed on a Dask cluster (see the module docstring). Holds the
-    file list, the client and the clock offsets; ``run``, ``meta`` and ``ranks`` are filled once the per-rank
-    tasks have run. Pass it to :func:`ddp_profile.analysis.analyze`."""
+    """A run whose per-rank exports stay on the workers of a Dask cluster (see the module docstring): the
+    file list, the client and the futures of the loaded traces; ``run``, ``meta`` and ``ranks`` are filled once
+    the files are loaded. Pass it to :func:`ddp_profile.analysis.analyze`; :meth:`close` frees the traces."""
 
     paths: list[Path]
     client: object
@@ -131,46 +161,67 @@ class DistributedTrace:
     meta: dict = field(default_factory=dict)
     ranks: pd.DataFrame | None = None
     stats: dict = field(default_factory=dict)
+    traces: list | None = None
 
-    def map_ranks(self, fn, **kwargs) -> list:
-        """``fn(trace_of_one_file, **kwargs)`` on the workers, one task per file; the results with their
-        ranks renamed to the run's ranks (``result.remap_ranks(mapping)``), in file order."""
+    def _ensure_loaded(self) -> None:
+        if self.traces is not None:
+            return
         import time
 
-        dd = _distributed()
         t0 = time.perf_counter()
-        futures = self.client.map(rank_task, self.paths, self.offsets, fn=fn, kwargs=kwargs, pure=False)
+        loaded = self.client.map(load_one, self.paths, self.offsets, pure=False)
+        facts = self._gather(self.client.map(evidence, loaded, pure=False), "loaded")
+        mapping = self._assign_ranks(facts)
+        self.traces = self.client.map(set_ranks, loaded, mapping, pure=False)
+        del loaded
+        self.run = next((f["run"] for f in facts if f["run"] is not None), None)
+        self.meta["warnings"] = list(dict.fromkeys(w for f in facts for w in f["warnings"]))
+        self.stats.update(load_s=time.perf_counter() - t0, rows=sum(f["rows"] for f in facts), part_bytes=0,
+                          worker_peak_kb=0)
+
+    def _gather(self, futures: list, verb: str) -> list:
+        dd = _distributed()
         index = {f.key: i for i, f in enumerate(futures)}
         results: list = [None] * len(futures)
         for fut in dd.as_completed(futures):
             results[index[fut.key]] = fut.result()
-            fut.release()
             if self.progress:
-                self.progress(f"analysed {self.paths[index[fut.key]]}")
-        t1 = time.perf_counter()
-        mapping = self._assign_ranks(results)
-        parts = [r["part"].remap_ranks(mapping[i]) for i, r in enumerate(results)]
-        self.run = next((r["run"] for r in results if r["run"] is not None), None)
-        self.meta["warnings"] = list(dict.fromkeys(w for r in results for w in r["warnings"]))
-        self.stats.update(map_s=t1 - t0, rows=sum(r["rows"] for r in results),
-                          worker_peak_kb=max(r["worker_peak_kb"] for r in results),
-                          part_bytes=sum(p.nbytes() for p in parts))
+                self.progress(f"{verb} {self.paths[index[fut.key]]}")
+        return results
+
+    def map_ranks(self, fn, per_file: list | None = None, **kwargs) -> list:
+        """``fn(trace, per_file[i], **kwargs)`` (or ``fn(trace, **kwargs)``) on the worker holding file i's
+        trace, its ranks already the run's; the results, in file order."""
+        self._ensure_loaded()
+        extra = per_file if per_file is not None else [None] * len(self.paths)
+        got = self.client.gather(self.client.map(apply, self.traces, extra, fn=fn, kwargs=kwargs, pure=False))
+        parts = [g["part"] for g in got]
+        self.stats["worker_peak_kb"] = max([self.stats["worker_peak_kb"]] + [g["worker_peak_kb"] for g in got])
+        self.stats["part_bytes"] += sum(p.nbytes() if hasattr(p, "nbytes") else
+                                        int(p.memory_usage(deep=True).sum()) if p is not None else 0 for p in parts)
         return parts
 
-    def _assign_ranks(self, results: list[dict]) -> list[dict[int, int]]:
-        """Per file, local rank -> run rank, chosen from all files' evidence as the loader chooses it."""
+    def close(self) -> None:
+        """Release the traces held on the workers."""
+        if self.traces is not None:
+            for f in self.traces:
+                f.release()
+            self.traces = None
+
+    def _assign_ranks(self, facts: list[dict]) -> list[dict[int, int]]:
+        """Per file, pid -> run rank, chosen from all files' evidence as the loader chooses it."""
         host_order = {h: i for i, h in enumerate(dict.fromkeys(self.hosts))}
-        procs = pd.concat([r["procs"].assign(file=i, host_order=host_order[self.hosts[i]])
-                           for i, r in enumerate(results)], ignore_index=True)
-        markers = pd.concat([r["markers"].assign(file=i) for i, r in enumerate(results)], ignore_index=True)
+        procs = pd.concat([f["procs"].assign(file=i, host_order=host_order[self.hosts[i]])
+                           for i, f in enumerate(facts)], ignore_index=True)
+        markers = pd.concat([f["markers"].assign(file=i) for i, f in enumerate(facts)], ignore_index=True)
         chosen, source = rank_rules.assign_ranks(procs[["file", "pid", "device", "host_order"]], markers,
                                                  [export_stem(p) for p in self.paths])
-        run_rank = {(int(f), int(p)): int(r) for f, p, r in zip(chosen["file"], chosen["pid"], chosen["rank"],
-                                                                strict=True)}
         self.meta["rank_source"] = source
         self.ranks = chosen
-        return [{int(lr): run_rank[(i, int(p))] for p, lr in zip(r["procs"]["pid"], r["procs"]["rank"], strict=True)}
-                for i, r in enumerate(results)]
+        out: list[dict[int, int]] = [{} for _ in facts]
+        for f, p, r in zip(chosen["file"], chosen["pid"], chosen["rank"], strict=True):
+            out[int(f)][int(p)] = int(r)
+        return out
 
 
 def load_trace(paths, *, client=None, scheduler: str | None = None, jobs: int | None = None,

@@ -21,7 +21,8 @@ distributed = pytest.importorskip("ddp_profile.distributed")
 pytest.importorskip("dask.distributed")
 
 PER_RANK = Path(__file__).resolve().parents[1] / "traces" / "per-rank" / "bucketed-25mb_small_fp32_2xh200"
-FRAMES = ["steps", "phases", "rank_overlap", "kernel_overlap", "collectives", "cost_model", "contention"]
+FRAMES = ["steps", "phases", "rank_overlap", "kernel_overlap", "collectives", "cost_model", "contention",
+          "comm_kinds", "recommendation"]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,8 @@
-"""Analyzer performance at scale (issue 8): the floor, load + analyze, scaling, memory, parallel per-rank
-loading and report rendering, on synthetic nsys exports of 0.1 M, 1 M and 10 M kernels.
+"""Analyzer performance at scale (issues 8 and 18): the floor, load + analyze, scaling, memory, parallel
+per-rank loading and report rendering, on real-shaped synthetic nsys exports of 0.1 M, 1 M and 10 M kernels
+(non-launch CUDA API calls per kernel by name and NVTX density measured on traces/, ``real_shape``), one
+committed real export replicated along time (``--replica``), and many small per-rank files on threads vs
+Dask worker processes (``--sweep 64,256,1024``: wall, client and worker peak memory, cross-rank matching).
 
     .venv/bin/python benchmarks/bench_analyzer.py                      # all sizes, writes benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_analyzer.py --sizes 0.1M --repeat 1 --no-render   # quick look

@@ -26,6 +26,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
+from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import overlap as _ov
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
@@ -158,9 +159,18 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
                      "the GPU; profile with `nsys profile -t cuda,nvtx`")
     host_steps, step_notes = _win.find_steps(trace.nvtx, step_pattern)
+    inferred = host_steps.empty and len(kernels) > 0 and not (karr.launch < 0).all()
+    if inferred:  # no step ranges: the training loop's period in the kernel sequence (analysis/infer.py)
+        host_steps, step_notes = _infer.infer_steps(karr)
     notes += step_notes
     host_steps = _win.select_steps(host_steps, steps)
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
+    if host_phases.empty and not host_steps.empty:
+        host_phases = _infer.infer_phases(host_steps, karr, trace.nvtx)
+        if not host_phases.empty:
+            notes.append("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
+                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
+                         "optimizer = main thread after them)")
     windows = _win.phase_windows(host_steps, host_phases, karr)
     step_frame = _steps.step_metrics(windows, karr)
     return_freed_memory()

@@ -1,0 +1,294 @@
+"""Steps and phases inferred from the GPU trace itself, for traces without step / phase NVTX ranges.
+
+**Steps** (per process, :func:`infer_steps`). A training loop launches the same kernel sequence every step.
+Let s = the names of the process's compute and NCCL kernels in launch order (copies and memsets are left
+out of s: data-loader threads launch them at varying points). Then
+
+1. *Period* P (kernels per step): the smallest lag L (MIN_PERIOD <= L <= len(s)/2) whose match fraction
+   m(L) = mean_i [s_i = s_(i+L)] is within PERIOD_SLACK of the best lag's. m is estimated for every lag at
+   once with one FFT (names mapped to random unit complex numbers z: Re Σ z_i·conj(z_(i+L)) = matches +
+   zero-mean noise), then recomputed exactly for the shortlisted lags. Repeats inside a step (a
+   transformer's layers) match only part of the step (m ≈ 0.8 on our XL model), the step's period ≈ 1,
+   and multiples of P are not smaller than P.
+2. *Cut* (where a step starts within the period): the offset with the largest median host gap before
+   the kernel (launch time minus the previous kernel's launch time, median over periods), among
+   offsets launched from the main thread (launch thread id = process id): the loop's own overhead
+   (data loading, ``loss.item()``, a synchronize) sits between the optimizer and the next forward.
+3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
+   period); each occurrence starts a step, so a kernel inserted in one step shifts no later boundary.
+   A segment between two anchors is a step when its length is within STEP_LENGTH_SLACK of P; the last
+   one ends where the k-gram ending the period last occurs. What precedes the first anchor (warm-up,
+   initialisation) is no step.
+4. *Host ranges*: a step's host range runs from just after the largest launch gap (any kind, copies
+   included) between the previous step's last kernel and its first kernel, to just before the next
+   step's; the first and last steps get the median lead / trail of the others. They are then projected
+   onto the GPU by launch time exactly like NVTX steps. Step index = order within the process.
+
+**Phases** (per step, :func:`infer_phases`): PyTorch runs backward (and DDP's gradient hooks, hence the
+all-reduces) on autograd threads, so, with ``main`` = the process's main thread (tid = pid)::
+
+    forward   = step start .. the first launch from another thread   (main thread only)
+    backward  = first .. last launch from another thread (or the extent of nsys --pytorch=autograd-nvtx
+                ranges ``autograd::engine::evaluate_function: ...`` inside the step, when present)
+    optimizer = just after the last launch from another thread .. step end (main thread; includes any
+                wait for the gradients and the gradient scaling)
+
+A phase that launched nothing is left out; a step with no launch from another thread gets no phase.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis._common import KernelArrays, ints
+
+RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
+MIN_PERIOD = 3
+MIN_STEPS = 2
+PERIOD_SLACK = 0.05
+STEP_LENGTH_SLACK = 0.1
+MAX_SHORTLIST = 64
+MAX_ANCHOR = 64
+AUTOGRAD_RANGE = "autograd::engine::evaluate_function"
+
+
+def match_fraction(codes: np.ndarray, lag: int) -> float:
+    """Exact m(L): the fraction of positions i whose name equals the name ``lag`` positions later."""
+    return float(np.mean(codes[:-lag] == codes[lag:])) if 0 < lag < len(codes) else 0.0
+
+
+def estimated_match(codes: np.ndarray, seed: int = 0) -> np.ndarray:
+    """m(L) for every lag L (index L), estimated with one FFT of random unit phases per name."""
+    n = len(codes)
+    rng = np.random.default_rng(seed)
+    z = np.exp(2j * np.pi * rng.random(int(codes.max()) + 1))[codes]
+    nf = 1 << int(np.ceil(np.log2(max(2 * n, 2))))
+    f = np.fft.fft(z, nf)
+    ac = np.fft.ifft(f * np.conj(f))[:n].real
+    return ac / np.maximum(n - np.arange(n), 1)
+
+
+def find_period(codes: np.ndarray) -> tuple[int | None, float]:
+    """(P, m(P)): the step period of a name sequence (module docstring, step 1), None when none repeats
+    at least MIN_STEPS times."""
+    n = len(codes)
+    hi = n // MIN_STEPS
+    if hi < MIN_PERIOD:
+        return None, 0.0
+    m = estimated_match(codes)[: hi + 1]
+    m[:MIN_PERIOD] = -np.inf
+    # The FFT's noise is ~1/sqrt(n - L): shortlist generously, then decide on exact fractions.
+    short = np.flatnonzero(m >= m.max() - 0.15 - 3 / np.sqrt(max(n - hi, 1)))[:MAX_SHORTLIST]
+    exact = np.array([match_fraction(codes, int(lag)) for lag in short])
+    if exact.size == 0 or exact.max() < 0.5:
+        return None, float(exact.max()) if exact.size else 0.0
+    best = exact.max()
+    i = int(np.flatnonzero(exact >= best - PERIOD_SLACK)[0])
+    return int(short[i]), float(exact[i])
+
+
+def _gram_hits(codes: np.ndarray, at: int, k: int, forward: bool = True) -> np.ndarray:
+    """Positions where the k names starting (forward) or ending (not forward) at index ``at`` recur."""
+    n = len(codes)
+    first = at if forward else at - k + 1
+    hit = np.ones(n, dtype=bool)
+    for j in range(k):
+        shifted = np.zeros(n, dtype=bool)
+        if first + j < 0 or first + j >= n:
+            return np.zeros(0, dtype=np.int64)
+        eq = codes[j:] == codes[first + j]  # hit[i] needs codes[i + j] == target[j]
+        shifted[: n - j] = eq
+        hit &= shifted
+    starts = np.flatnonzero(hit)
+    return starts if forward else starts + k - 1
+
+
+def _anchors(codes: np.ndarray, at: int, period: int, forward: bool) -> np.ndarray:
+    """Occurrences of the shortest k-gram at ``at`` that recurs at most once per period."""
+    for k in range(1, min(MAX_ANCHOR, period) + 1):
+        hits = _gram_hits(codes, at, k, forward)
+        if hits.size and (hits.size == 1 or np.diff(hits).min() >= period // 2):
+            return hits
+    return _gram_hits(codes, at, min(MAX_ANCHOR, period), forward)
+
+
+def _cut_offset(lt: np.ndarray, main: np.ndarray, period: int) -> int:
+    """Offset within the period (relative to index 0) with the largest median launch gap before it."""
+    nper = len(lt) // period
+    gap = np.diff(lt, prepend=lt[0])[: nper * period].reshape(nper, period).astype(float)
+    gap[0, 0] = np.nan
+    med = np.nanmedian(gap, axis=0) if nper > 1 else gap[0]
+    med = np.nan_to_num(med, nan=-1.0)
+    on_main = main[: nper * period].reshape(nper, period).mean(axis=0) > 0.5
+    if on_main.any():
+        med = np.where(on_main, med, -np.inf)
+    return int(np.argmax(med))
+
+
+def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> list[tuple[int, int]]:
+    """(first, last) kernel index of each step (module docstring, steps 2-3)."""
+    n = len(codes)
+    off = _cut_offset(lt, main, period)
+    ref = off + period * ((n // period) // 2)
+    if ref + period > n:
+        ref -= period
+    if ref < 0:
+        return []
+    slack = max(1, int(round(STEP_LENGTH_SLACK * period)))
+    starts = _chain(_anchors(codes, ref, period, forward=True), period, slack)
+    ends = _anchors(codes, ref + period - 1, period, forward=False) if ref + period - 1 < n else np.zeros(0, int)
+    out = []
+    for a, b in zip(starts[:-1], starts[1:], strict=False):
+        if abs(int(b - a) - period) <= slack:
+            out.append((int(a), int(b) - 1))
+    if starts.size:
+        a = int(starts[-1])
+        last = ends[np.abs(ends - (a + period - 1)) <= slack]
+        if last.size:
+            out.append((a, int(last[np.argmin(np.abs(last - (a + period - 1)))])))
+    return out
+
+
+def _chain(hits: np.ndarray, period: int, slack: int) -> np.ndarray:
+    """Anchor occurrences one period apart: from the first, repeatedly the occurrence nearest one period
+    later (within ``slack``), else the next one beyond it (a step of another length: the chain resumes).
+    One loop turn per step; equal to ``hits`` when the anchor occurs once per period."""
+    if hits.size <= 1:
+        return hits
+    out = [int(hits[0])]
+    while True:
+        target = out[-1] + period
+        i = int(np.searchsorted(hits, target - slack, "left"))
+        if i >= hits.size:
+            break
+        j = np.arange(i, int(np.searchsorted(hits, target + slack, "right")))
+        out.append(int(hits[j[np.argmin(np.abs(hits[j] - target))]]) if j.size else int(hits[i]))
+    return np.asarray(out, dtype=np.int64)
+
+
+def _host_bounds(segs: list[tuple[int, int]], lt: np.ndarray, all_lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host [start, end] per step (module docstring, step 4); ``all_lt``: sorted launches of every kind.
+    A lead or trail never reaches past the neighbouring kernel (of the sequence) outside the steps."""
+    first = np.array([a for a, _ in segs], dtype=np.int64)
+    last = np.array([b for _, b in segs], dtype=np.int64)
+    hs, he = lt[first].copy(), lt[last].copy()
+    leads, trails = [], []
+    for i in range(len(segs)):
+        if i + 1 < len(segs) and segs[i + 1][0] == segs[i][1] + 1:  # adjacent steps: cut at the largest gap
+            a, c = lt[last[i]], lt[first[i + 1]]
+            pts = np.concatenate([[a], all_lt[np.searchsorted(all_lt, a, "right"):np.searchsorted(all_lt, c, "left")], [c]])
+            j = int(np.argmax(np.diff(pts)))
+            cut = int(pts[j]) + 1
+            trails.append(cut - 1 - he[i])
+            leads.append(hs[i + 1] - cut)
+            he[i], hs[i + 1] = cut - 1, cut
+    lead = int(np.median(leads)) if leads else 0
+    trail = int(np.median(trails)) if trails else 0
+    for i in range(len(segs)):
+        a, b = segs[i]
+        if i == 0 or a != segs[i - 1][1] + 1:
+            hs[i] = max(hs[i] - lead, lt[a - 1] + 1 if a > 0 else hs[i] - lead)
+        if i + 1 == len(segs) or segs[i + 1][0] != b + 1:
+            he[i] = min(he[i] + trail, lt[b + 1] - 1 if b + 1 < len(lt) else he[i] + trail)
+    return hs, he
+
+
+def _main_thread(pid: int, tid: np.ndarray) -> np.ndarray:
+    """Launches from the main thread (tid = pid; else the thread that launched the first kernel)."""
+    if (tid == pid).any():
+        return tid == pid
+    return tid == tid[0] if len(tid) else np.zeros(0, dtype=bool)
+
+
+def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
+    """Step host ranges (RANGE_COLUMNS, phase "step", step = order within the process) inferred from the
+    kernel sequence of each process. Returns (frame, notes)."""
+    frame = karr.frame
+    tid_all = ints(frame["launch_tid"], -1) if "launch_tid" in frame else np.full(len(frame), -1, np.int64)
+    kern = (karr.is_compute | karr.is_nccl) & (karr.launch >= 0) & (karr.name_code >= 0)
+    parts, found = [], []
+    for p in pd.unique(karr.pid[karr.launch >= 0]):
+        in_p = karr.pid == p
+        sel = np.flatnonzero(in_p & kern)
+        if sel.size < MIN_PERIOD * MIN_STEPS:
+            continue
+        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
+        codes = karr.name_code[sel].astype(np.int64)
+        lt = karr.launch[sel]
+        main = _main_thread(int(p), tid_all[sel])
+        period, match = find_period(codes)
+        if period is None:
+            continue
+        segs = _segments(codes, lt, main, period)
+        if not segs:
+            continue
+        all_lt = np.sort(karr.launch[in_p & (karr.launch >= 0)])
+        hs, he = _host_bounds(segs, lt, all_lt)
+        rank = int(karr.rank[sel[0]])
+        parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(len(segs), dtype=np.int64),
+                                   "phase": "step", "host_start_ns": hs, "host_end_ns": he}))
+        found.append(f"rank {rank}: {len(segs)} steps of {period} kernels (repeat match {100 * match:.0f} %)")
+    if not parts:
+        return schema.empty_frame(RANGE_COLUMNS), [
+            "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
+            "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
+    out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    note = ("steps inferred from the GPU trace (no NVTX range matches the step pattern): each step is one "
+            "period of the repeating kernel-launch sequence, cut at the largest launch gap on the main thread; "
+            "step indices count from 0 per rank; " + "; ".join(found))
+    return out, [note]
+
+
+def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | None = None) -> pd.DataFrame:
+    """forward / backward / optimizer host ranges (RANGE_COLUMNS) of each step, from the launching thread
+    (module docstring). ``steps``: step host ranges (NVTX or inferred)."""
+    if steps.empty or "launch_tid" not in karr.frame:
+        return schema.empty_frame(RANGE_COLUMNS)
+    tid_all = ints(karr.frame["launch_tid"], -1)
+    auto = _autograd_ranges(nvtx)
+    rows = []
+    for p, sg in steps.groupby("pid", sort=False):
+        sel = np.flatnonzero((karr.pid == p) & (karr.launch >= 0) & (karr.is_compute | karr.is_nccl))
+        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
+        lt, tid = karr.launch[sel], tid_all[sel]
+        if not (tid >= 0).any():
+            continue
+        main = _main_thread(int(p), tid)
+        ap = auto.loc[auto["pid"] == p] if not auto.empty else auto
+        hs_all, he_all = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
+        lo = np.searchsorted(lt, hs_all, "left")
+        hi = np.searchsorted(lt, he_all, "right")
+        for r, (a, b) in enumerate(zip(lo, hi, strict=False)):
+            other = np.flatnonzero(~main[a:b]) + a
+            hs, he = int(hs_all[r]), int(he_all[r])
+            if not ap.empty:
+                inside = ap.loc[(ap["start_ns"] >= hs) & (ap["start_ns"] <= he)]
+                if not inside.empty:
+                    bs, be = int(inside["start_ns"].min()), int(inside["end_ns"].max())
+                    other = np.flatnonzero((lt[a:b] >= bs) & (lt[a:b] <= be)) + a
+            if other.size == 0:
+                continue
+            b0, b1 = int(lt[other[0]]), int(lt[other[-1]])
+            base = {"rank": sg["rank"].iloc[r], "pid": int(p), "step": sg["step"].iloc[r]}
+            if other[0] > a:
+                rows.append({**base, "phase": "forward", "host_start_ns": hs, "host_end_ns": b0 - 1})
+            rows.append({**base, "phase": "backward", "host_start_ns": b0, "host_end_ns": b1})
+            if other[-1] < b - 1:
+                rows.append({**base, "phase": "optimizer", "host_start_ns": b1 + 1, "host_end_ns": he})
+    if not rows:
+        return schema.empty_frame(RANGE_COLUMNS)
+    return pd.DataFrame(rows, columns=RANGE_COLUMNS)
+
+
+def _autograd_ranges(nvtx: pd.DataFrame | None) -> pd.DataFrame:
+    """nsys --pytorch=autograd-nvtx's backward ranges (``autograd::engine::evaluate_function: ...``)."""
+    if nvtx is None or nvtx.empty:
+        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": []})
+    names = nvtx["name"].astype("object").fillna("")
+    uniq = pd.unique(names)
+    hit = names.map({u: str(u).startswith(AUTOGRAD_RANGE) for u in uniq}).to_numpy(dtype=bool)
+    hit = hit & nvtx["end_ns"].notna().to_numpy()
+    r = nvtx.loc[hit]
+    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"])})

@@ -12,8 +12,10 @@ out of s: data-loader threads launch them at varying points). Then
    and multiples of P are not smaller than P.
 2. *Cut* (where a step starts within the period): the offset with the largest median host gap before
    the kernel (launch time minus the previous kernel's launch time, median over periods), among
-   offsets launched from the main thread (launch thread id = process id): the loop's own overhead
-   (data loading, ``loss.item()``, a synchronize) sits between the optimizer and the next forward.
+   offsets launched from the main thread (launch thread id = process id) right after another
+   main-thread kernel: the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
+   between the optimizer and the next forward, both on the main thread, while the gap before the first
+   main-thread kernel after backward is the host waiting for the gradients (DDP's finalize).
 3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
    period); each occurrence starts a step, so a kernel inserted in one step shifts no later boundary.
    A segment between two anchors is a step when its length is within STEP_LENGTH_SLACK of P; the last
@@ -122,8 +124,12 @@ def _cut_offset(lt: np.ndarray, main: np.ndarray, period: int) -> int:
     med = np.nanmedian(gap, axis=0) if nper > 1 else gap[0]
     med = np.nan_to_num(med, nan=-1.0)
     on_main = main[: nper * period].reshape(nper, period).mean(axis=0) > 0.5
-    if on_main.any():
-        med = np.where(on_main, med, -np.inf)
+    # Inside a main-thread run, not at its first kernel: the gap before a run's first kernel is the host
+    # waiting for backward (DDP's finalize waits for the last all-reduce), not the loop's boundary.
+    inside = on_main & np.roll(on_main, 1)
+    for eligible in (inside, on_main):
+        if eligible.any():
+            return int(np.argmax(np.where(eligible, med, -np.inf)))
     return int(np.argmax(med))
 
 
@@ -250,7 +256,9 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
     auto = _autograd_ranges(nvtx)
     rows = []
     for p, sg in steps.groupby("pid", sort=False):
-        sel = np.flatnonzero((karr.pid == p) & (karr.launch >= 0) & (karr.is_compute | karr.is_nccl))
+        # Every kind: DDP's autograd threads also copy gradients into buckets (memcpy DtoD) after their
+        # last kernel.
+        sel = np.flatnonzero((karr.pid == p) & (karr.launch >= 0))
         sel = sel[np.argsort(karr.launch[sel], kind="stable")]
         lt, tid = karr.launch[sel], tid_all[sel]
         if not (tid >= 0).any():

@@ -195,7 +195,7 @@ def _host_bounds(segs: list[tuple[int, int]], lt: np.ndarray, all_lt: np.ndarray
     for i in range(len(segs)):
         a, b = segs[i]
         if i == 0 or a != segs[i - 1][1] + 1:
-            hs[i] = max(hs[i] - lead, lt[a - 1] + 1 if a > 0 else hs[i] - lead)
+            hs[i] = max(hs[i] - lead, lt[a - 1] + 1 if a > 0 else min(int(all_lt[0]), int(hs[i])))
         if i + 1 == len(segs) or segs[i + 1][0] != b + 1:
             he[i] = min(he[i] + trail, lt[b + 1] - 1 if b + 1 < len(lt) else he[i] + trail)
     return hs, he

@@ -3,7 +3,8 @@
 ``analyze(trace)`` takes a loaded trace (attributes ``kernels``, ``nvtx``, ``gpus``, ``ranks``, ``meta``,
 ``run``; see ``ddp_profile.schema``) and returns an :class:`Analysis` holding one frame per analysis:
 
-- ``windows``: steps and phases found in NVTX and projected onto the GPU by launch time;
+- ``windows``: steps and phases found in NVTX (else inferred from the kernel sequence and the launching
+  threads: ``infer``) and projected onto the GPU by launch time;
 - ``steps``: per (rank, step) compute / comm / overlap / exposed comm / tail / idle;
 - ``overlap``: per kernel name (nsys ``nccl_gpu_overlap_trace`` semantics) and per rank (HTA semantics);
 - ``collectives``: NCCL kernels matched across ranks, wait vs transfer, bytes and bus bandwidth;
@@ -158,10 +159,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     elif (karr.launch < 0).all():
         notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
                      "the GPU; profile with `nsys profile -t cuda,nvtx`")
-    host_steps, step_notes = _win.find_steps(trace.nvtx, step_pattern)
-    inferred = host_steps.empty and len(kernels) > 0 and not (karr.launch < 0).all()
-    if inferred:  # no step ranges: the training loop's period in the kernel sequence (analysis/infer.py)
-        host_steps, step_notes = _infer.infer_steps(karr)
+    # NVTX step ranges, else the training loop's period in the kernel sequence (analysis/infer.py).
+    host_steps, step_notes, _ = _infer.steps_from_trace(trace.nvtx, karr, step_pattern)
     notes += step_notes
     host_steps = _win.select_steps(host_steps, steps)
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)

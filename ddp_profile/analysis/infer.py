@@ -45,8 +45,8 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, ints
+from ddp_profile.analysis.windows import RANGE_COLUMNS, find_steps
 
-RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
 MIN_PERIOD = 3
 MIN_STEPS = 2
 PERIOD_SLACK = 0.05
@@ -300,3 +300,16 @@ def _autograd_ranges(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     hit = hit & nvtx["end_ns"].notna().to_numpy()
     r = nvtx.loc[hit]
     return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"])})
+
+
+def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
+                     step_pattern: str | None = None) -> tuple[pd.DataFrame, list[str], bool]:
+    """Step host ranges from NVTX (``windows.find_steps``), else inferred from the kernel sequence when the
+    kernels have launch times. Returns (frame, notes, inferred)."""
+    steps, notes = find_steps(nvtx, step_pattern)
+    if not steps.empty or len(karr.launch) == 0 or (karr.launch < 0).all():
+        return steps, notes, False
+    inferred, inf_notes = infer_steps(karr)
+    if inferred.empty:
+        return steps, notes + inf_notes, False
+    return inferred, inf_notes, True

@@ -3,7 +3,9 @@
 Which ranges are steps (per process):
   1. the project's own ranges: domain ``nvtx_names.DOMAIN``, message ``"step <i>"`` (payload = i);
   2. otherwise any range, in any domain but NCCL's, whose message matches ``nvtx_names.STEP_PATTERN``
-     (``step3``, ``iteration 7``, ``ProfilerStep#12``...), or the user's ``step_pattern`` regex.
+     (``step 3``, ``step3``, ``iteration 7``, ``it 3``, ``train step 3``, ``ProfilerStep#12``...), or the
+     user's ``step_pattern`` regex;
+  3. otherwise none here: ``analyze`` then infers steps from the kernel sequence (``analysis.infer``).
   When matching ranges nest, only the outermost (smallest NVTX depth) are steps. Step index: the payload
   for the project's ranges, else the last integer in the message, else the order within the process.
 

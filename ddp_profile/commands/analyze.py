@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from ddp_profile import nvtx_names as nn
 from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
@@ -33,8 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
                    help="what to output (default: all; csv: steps)")
     p.add_argument("--step-pattern", metavar="REGEX", default=None,
-                   help="regex for step NVTX range names (default: the project's 'step N' ranges, "
-                        "else names like step3, iteration 7, ProfilerStep#12)")
+                   help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
+                        + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
+                        "repeating kernel-launch sequence and --steps counts them from 0)")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX",
                    help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
     p.add_argument("--steps", default="all", metavar="A:B",

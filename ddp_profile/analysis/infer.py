@@ -10,10 +10,10 @@ out of s: data-loader threads launch them at varying points). Then
    zero-mean noise), then recomputed exactly for the shortlisted lags. Repeats inside a step (a
    transformer's layers) match only part of the step (m ≈ 0.8 on our XL model), the step's period ≈ 1,
    and multiples of P are not smaller than P.
-2. *Cut* (where a step starts within the period): the offset with the largest median host gap before
-   the kernel (launch time minus the previous kernel's launch time, median over periods), among
-   offsets launched from the main thread (launch thread id = process id) right after another
-   main-thread kernel: the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
+2. *Cut* (where a step starts within the period): in each period-long stretch of s, the kernel with the
+   largest host gap before it (launch time minus the previous kernel's launch time) among kernels
+   launched from the main thread (launch thread id = process id) right after another main-thread
+   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins): the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
    between the optimizer and the next forward, both on the main thread, while the gap before the first
    main-thread kernel after backward is the host waiting for the gradients (DDP's finalize).
 3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
@@ -116,28 +116,37 @@ def _anchors(codes: np.ndarray, at: int, period: int, forward: bool) -> np.ndarr
     return _gram_hits(codes, at, min(MAX_ANCHOR, period), forward)
 
 
-def _cut_offset(lt: np.ndarray, main: np.ndarray, period: int) -> int:
-    """Offset within the period (relative to index 0) with the largest median launch gap before it."""
-    nper = len(lt) // period
-    gap = np.diff(lt, prepend=lt[0])[: nper * period].reshape(nper, period).astype(float)
-    gap[0, 0] = np.nan
-    med = np.nanmedian(gap, axis=0) if nper > 1 else gap[0]
-    med = np.nan_to_num(med, nan=-1.0)
-    on_main = main[: nper * period].reshape(nper, period).mean(axis=0) > 0.5
+def _cut_reference(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> int:
+    """Index of one step's first kernel (module docstring, step 2). In each period-long window, the
+    eligible kernel with the largest launch gap before it; those windows vote with the names that follow
+    (a kernel inserted in one step shifts the windows' alignment, not the names at the boundary)."""
+    n = len(codes)
+    nper = n // period
+    gap = np.diff(lt, prepend=lt[0]).astype(float)
+    gap[0] = -1.0
     # Inside a main-thread run, not at its first kernel: the gap before a run's first kernel is the host
     # waiting for backward (DDP's finalize waits for the last all-reduce), not the loop's boundary.
-    inside = on_main & np.roll(on_main, 1)
-    for eligible in (inside, on_main):
+    inside = main & np.roll(main, 1)
+    inside[0] = main[0]
+    for eligible in (inside, main, np.ones(n, dtype=bool)):
         if eligible.any():
-            return int(np.argmax(np.where(eligible, med, -np.inf)))
-    return int(np.argmax(med))
+            break
+    g = np.where(eligible, gap, -np.inf)[: nper * period].reshape(nper, period)
+    idx = g.argmax(axis=1) + np.arange(nper) * period
+    k = min(8, period)
+    idx = idx[idx + k <= n]
+    if idx.size == 0:
+        return 0
+    grams = np.stack([codes[idx + j] for j in range(k)], axis=1)
+    uniq, inverse, counts = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
+    voters = idx[np.ravel(inverse) == int(np.argmax(counts))]
+    return int(voters[len(voters) // 2])
 
 
 def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> list[tuple[int, int]]:
     """(first, last) kernel index of each step (module docstring, steps 2-3)."""
     n = len(codes)
-    off = _cut_offset(lt, main, period)
-    ref = off + period * ((n // period) // 2)
+    ref = _cut_reference(codes, lt, main, period)
     if ref + period > n:
         ref -= period
     if ref < 0:

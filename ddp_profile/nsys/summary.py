@@ -76,6 +76,11 @@ def format_table(summary: dict) -> str:
     lines.append("NVTX ranges (domain / name: count; <N> stands for numbers that vary):")
     lines += [f"  {r['domain'] or '(default)'} / {r['name']}: {r['count']} range{'s' if r['count'] != 1 else ''}"
               + (f" ({r['distinct']} distinct)" if r["grouped"] else "") for r in summary["nvtx_ranges"]]
+    steps = summary.get("steps")  # added by the inspect command (the analysis finds the steps)
+    if steps:
+        counts = ", ".join(f"rank {r}: {c}" for r, c in steps["per_rank"].items()) or "none"
+        lines.append(f"steps ({steps['source']}): {counts}")
+        lines += [f"  {n}" for n in steps["notes"]]
     if summary["time_span_ns"]:
         a, b = summary["time_span_ns"]
         lines.append(f"time span: {a} .. {b} ns ({(b - a) / 1e9:.3f} s)")

@@ -9,7 +9,8 @@ import pandas as pd
 
 # ---- loader (ddp_profile.nsys) -------------------------------------------------------------------------
 # kind: "compute" | "nccl" | "memcpy" | "memset".  collective/algorithm/protocol/dtype: parsed from NCCL
-# kernel names (None for other kinds).  launch_ns / launch_tid: the CUDA API call that launched the kernel
+# kernel names (None for other kinds); algorithm/protocol are the name's variant (RING_LL), not proof of what
+# NCCL ran (its kernels dispatch on the work item at run time).  launch_ns / launch_tid: the CUDA API call that launched the kernel
 # (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
 # bytes: memcpy/memset size, <NA> for kernels.
 # dtypes from load_trace (chosen for memory; values are exact, a column is widened to int64 if a value needs
@@ -42,6 +43,10 @@ KERNEL_OVERLAP_COLUMNS = ["kind", "name", "count", "total_ns", "overlapped_ns", 
 COLLECTIVE_COLUMNS = [
     "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
     "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",
+    # appended (issue 15): "<algorithm>_<protocol>" as the kernel's *name* spells it (e.g. RING_LL). NCCL's
+    # device kernels dispatch on the work item at run time, so the name does not prove the algorithm or
+    # protocol that ran; algorithm / protocol keep their names (stable JSON keys) with the same meaning.
+    "kernel_variant",
 ]
 # One row per collective type and message-size regime (analysis.costmodel.regimes), rows by size; min_bytes /
 # max_bytes: the sizes fitted in the regime.

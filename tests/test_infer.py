@@ -186,3 +186,29 @@ def test_inferred_phases_match_nvtx_phases(pair):
     launched = p["phase"].isin(["grad_wait", "optimizer"]) & (p["start_ns"] != p["host_start_ns"])
     after = p.loc[launched].groupby(["rank", "step"]).agg(s=("start_ns", "min"), e=("end_ns", "max"))
     assert np.allclose((after["e"] - after["s"]).to_numpy(float), b["optimizer_ns"].to_numpy(float), rtol=1e-3)
+
+
+# ---- NCCL kernel variant and unknown message sizes (issue 15, items 7 and 9) ------------------------------
+def test_kernel_variant_is_what_the_name_says():
+    from ddp_profile.analysis.collectives import kernel_variant
+
+    alg = pd.Series(["RING", "TREE", None, None], dtype="object")
+    proto = pd.Series(["LL", "SIMPLE", "LL128", None], dtype="object")
+    assert kernel_variant(alg, proto).tolist() == ["RING_LL", "TREE_SIMPLE", "LL128", None]
+
+
+def test_bytes_unknown_says_why():
+    from ddp_profile.analysis.collectives import unknown_bytes_note
+
+    nccl = pd.DataFrame({"domain": ["NCCL"], "name": ["ncclAllReduce"]})
+    assert "extended binary payload" in unknown_bytes_note(nccl)
+    assert "no NCCL NVTX ranges" in unknown_bytes_note(schema.empty_frame(schema.NVTX_COLUMNS))
+
+
+def test_stripped_trace_collectives_have_variant_and_no_bytes(pair):
+    ref, inf = pair
+    assert set(inf.collectives["kernel_variant"].dropna()) == set(ref.collectives["kernel_variant"].dropna())
+    assert inf.collectives["kernel_variant"].notna().all()
+    if ref.collectives["bytes"].notna().any() and inf.collectives["bytes"].isna().all():
+        assert any("message sizes unknown" in n for n in inf.notes)
+        assert inf.cost_model.empty

@@ -157,10 +157,32 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     if not has.any() and ddp_bucket_bytes:
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
-        notes.append(f"no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL launches: bytes, "
-                     "bus bandwidth and the cost model need them (record with the ddp-profile harness)")
+        notes.append(unknown_bytes_note(nvtx))
+    df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
     df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
     return schema.select(df, schema.COLLECTIVE_COLUMNS)
+
+
+def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
+    """"<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
+    both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it."""
+    a = algorithm.astype("object").where(algorithm.notna(), None).to_numpy()
+    p = protocol.astype("object").where(protocol.notna(), None).to_numpy()
+    return np.array(["_".join(x for x in (u, v) if x) or None for u, v in zip(a, p, strict=False)], dtype=object)
+
+
+def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
+    """Why message sizes are unknown. NCCL >= 2.19 annotates its calls with NVTX ranges in domain "NCCL"
+    whose extended (binary, schema-described) payload holds the message size; the loader reads each range's
+    scalar payload only, so those sizes are not decoded (not verified on an export that records them)."""
+    base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
+            "launches (the ddp-profile harness writes them)")
+    dom = nvtx["domain"].astype("object") if nvtx is not None and not nvtx.empty else pd.Series([], dtype=object)
+    if (dom == "NCCL").any():
+        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
+                "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
+                "cost model are left empty")
+    return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"

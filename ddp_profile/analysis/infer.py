@@ -65,10 +65,11 @@ def estimated_match(codes: np.ndarray, seed: int = 0) -> np.ndarray:
     """m(L) for every lag L (index L), estimated with one FFT of random unit phases per name."""
     n = len(codes)
     rng = np.random.default_rng(seed)
-    z = np.exp(2j * np.pi * rng.random(int(codes.max()) + 1))[codes]
+    theta = 2 * np.pi * rng.random(int(codes.max()) + 1)
     nf = 1 << int(np.ceil(np.log2(max(2 * n, 2))))
-    f = np.fft.fft(z, nf)
-    ac = np.fft.ifft(f * np.conj(f))[:n].real
+    # Re(z_i conj z_j) = cos_i cos_j + sin_i sin_j: two real transforms and one inverse.
+    fc, fs = np.fft.rfft(np.cos(theta)[codes], nf), np.fft.rfft(np.sin(theta)[codes], nf)
+    ac = np.fft.irfft(fc.real ** 2 + fc.imag ** 2 + fs.real ** 2 + fs.imag ** 2, nf)[:n]
     return ac / np.maximum(n - np.arange(n), 1)
 
 
@@ -137,40 +138,41 @@ def _cut_reference(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: 
     idx = idx[idx + k <= n]
     if idx.size == 0:
         return 0
-    grams = np.stack([codes[idx + j] for j in range(k)], axis=1)
-    uniq, inverse, counts = np.unique(grams, axis=0, return_inverse=True, return_counts=True)
+    gram = np.zeros(idx.size, dtype=np.uint64)  # the k names as one hash (wrapping arithmetic)
+    for j in range(k):
+        gram = gram * np.uint64(1_000_003) + codes[idx + j].astype(np.uint64)
+    uniq, inverse, counts = np.unique(gram, return_inverse=True, return_counts=True)
     voters = idx[np.ravel(inverse) == int(np.argmax(counts))]
     return int(voters[len(voters) // 2])
 
 
-def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> list[tuple[int, int]]:
+def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) kernel index of each step (module docstring, steps 2-3)."""
     n = len(codes)
     ref = _cut_reference(codes, lt, main, period)
     if ref + period > n:
         ref -= period
     if ref < 0:
-        return []
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     slack = max(1, int(round(STEP_LENGTH_SLACK * period)))
     starts = _chain(_anchors(codes, ref, period, forward=True), period, slack)
     ends = _anchors(codes, ref + period - 1, period, forward=False) if ref + period - 1 < n else np.zeros(0, int)
-    out = []
-    for a, b in zip(starts[:-1], starts[1:], strict=False):
-        if abs(int(b - a) - period) <= slack:
-            out.append((int(a), int(b) - 1))
+    ok = np.abs(np.diff(starts) - period) <= slack
+    first, last = starts[:-1][ok], starts[1:][ok] - 1
     if starts.size:
         a = int(starts[-1])
-        last = ends[np.abs(ends - (a + period - 1)) <= slack]
-        if last.size:
-            out.append((a, int(last[np.argmin(np.abs(last - (a + period - 1)))])))
-    return out
+        fin = ends[np.abs(ends - (a + period - 1)) <= slack]
+        if fin.size:
+            first = np.append(first, a)
+            last = np.append(last, int(fin[np.argmin(np.abs(fin - (a + period - 1)))]))
+    return first.astype(np.int64), last.astype(np.int64)
 
 
 def _chain(hits: np.ndarray, period: int, slack: int) -> np.ndarray:
     """Anchor occurrences one period apart: from the first, repeatedly the occurrence nearest one period
     later (within ``slack``), else the next one beyond it (a step of another length: the chain resumes).
     One loop turn per step; equal to ``hits`` when the anchor occurs once per period."""
-    if hits.size <= 1:
+    if hits.size <= 1 or (np.diff(hits) >= period - slack).all():
         return hits
     out = [int(hits[0])]
     while True:
@@ -183,30 +185,35 @@ def _chain(hits: np.ndarray, period: int, slack: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _host_bounds(segs: list[tuple[int, int]], lt: np.ndarray, all_lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _host_bounds(first: np.ndarray, last: np.ndarray, lt: np.ndarray,
+                 all_lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host [start, end] per step (module docstring, step 4); ``all_lt``: sorted launches of every kind.
     A lead or trail never reaches past the neighbouring kernel (of the sequence) outside the steps."""
-    first = np.array([a for a, _ in segs], dtype=np.int64)
-    last = np.array([b for _, b in segs], dtype=np.int64)
     hs, he = lt[first].copy(), lt[last].copy()
-    leads, trails = [], []
-    for i in range(len(segs)):
-        if i + 1 < len(segs) and segs[i + 1][0] == segs[i][1] + 1:  # adjacent steps: cut at the largest gap
-            a, c = lt[last[i]], lt[first[i + 1]]
-            pts = np.concatenate([[a], all_lt[np.searchsorted(all_lt, a, "right"):np.searchsorted(all_lt, c, "left")], [c]])
-            j = int(np.argmax(np.diff(pts)))
-            cut = int(pts[j]) + 1
-            trails.append(cut - 1 - he[i])
-            leads.append(hs[i + 1] - cut)
-            he[i], hs[i + 1] = cut - 1, cut
-    lead = int(np.median(leads)) if leads else 0
-    trail = int(np.median(trails)) if trails else 0
-    for i in range(len(segs)):
-        a, b = segs[i]
-        if i == 0 or a != segs[i - 1][1] + 1:
-            hs[i] = max(hs[i] - lead, lt[a - 1] + 1 if a > 0 else min(int(all_lt[0]), int(hs[i])))
-        if i + 1 == len(segs) or segs[i + 1][0] != b + 1:
-            he[i] = min(he[i] + trail, lt[b + 1] - 1 if b + 1 < len(lt) else he[i] + trail)
+    adj = np.flatnonzero(first[1:] == last[:-1] + 1)  # step i and i + 1 touch: cut at the largest gap
+    if adj.size:
+        a, c = lt[last[adj]], lt[first[adj + 1]]
+        ia = np.searchsorted(all_lt, a, "left")
+        ic = np.maximum(np.searchsorted(all_lt, c, "left"), ia + 1)
+        gaps = np.diff(all_lt, append=all_lt[-1])
+        lens = ic - ia
+        pos = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(ia, lens)
+        grp = np.repeat(np.arange(adj.size), lens)
+        order = np.lexsort((-gaps[pos], grp))  # per group, the largest gap first
+        best = pos[order[np.r_[0, np.cumsum(lens)[:-1]]]]
+        cut = np.minimum(all_lt[best] + 1, c)
+        trail, lead = int(np.median(cut - 1 - he[adj])), int(np.median(hs[adj + 1] - cut))
+        he[adj], hs[adj + 1] = cut - 1, cut
+    else:
+        trail = lead = 0
+    open_start = np.ones(len(first), dtype=bool)
+    open_start[adj + 1] = False
+    open_end = np.ones(len(first), dtype=bool)
+    open_end[adj] = False
+    floor = np.where(first > 0, lt[np.maximum(first - 1, 0)] + 1, np.minimum(all_lt[0], hs))
+    ceil = np.where(last + 1 < len(lt), lt[np.minimum(last + 1, len(lt) - 1)] - 1, he + trail)
+    hs = np.where(open_start, np.maximum(hs - lead, floor), hs)
+    he = np.where(open_end, np.minimum(he + trail, ceil), he)
     return hs, he
 
 
@@ -236,15 +243,15 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
         period, match = find_period(codes)
         if period is None:
             continue
-        segs = _segments(codes, lt, main, period)
-        if not segs:
+        first, last = _segments(codes, lt, main, period)
+        if first.size == 0:
             continue
         all_lt = np.sort(karr.launch[in_p & (karr.launch >= 0)])
-        hs, he = _host_bounds(segs, lt, all_lt)
+        hs, he = _host_bounds(first, last, lt, all_lt)
         rank = int(karr.rank[sel[0]])
-        parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(len(segs), dtype=np.int64),
+        parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
                                    "phase": "step", "host_start_ns": hs, "host_end_ns": he}))
-        found.append(f"rank {rank}: {len(segs)} steps of {period} kernels (repeat match {100 * match:.0f} %)")
+        found.append(f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %)")
     if not parts:
         return schema.empty_frame(RANGE_COLUMNS), [
             "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
@@ -263,7 +270,7 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
         return schema.empty_frame(RANGE_COLUMNS)
     tid_all = ints(karr.frame["launch_tid"], -1)
     auto = _autograd_ranges(nvtx)
-    rows = []
+    parts = []
     for p, sg in steps.groupby("pid", sort=False):
         # Every kind: DDP's autograd threads also copy gradients into buckets (memcpy DtoD) after their
         # last kernel.
@@ -272,31 +279,39 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
         lt, tid = karr.launch[sel], tid_all[sel]
         if not (tid >= 0).any():
             continue
-        main = _main_thread(int(p), tid)
-        ap = auto.loc[auto["pid"] == p] if not auto.empty else auto
-        hs_all, he_all = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
-        lo = np.searchsorted(lt, hs_all, "left")
-        hi = np.searchsorted(lt, he_all, "right")
-        for r, (a, b) in enumerate(zip(lo, hi, strict=False)):
-            other = np.flatnonzero(~main[a:b]) + a
-            hs, he = int(hs_all[r]), int(he_all[r])
-            if not ap.empty:
-                inside = ap.loc[(ap["start_ns"] >= hs) & (ap["start_ns"] <= he)]
-                if not inside.empty:
-                    bs, be = int(inside["start_ns"].min()), int(inside["end_ns"].max())
-                    other = np.flatnonzero((lt[a:b] >= bs) & (lt[a:b] <= be)) + a
-            if other.size == 0:
-                continue
-            b0, b1 = int(lt[other[0]]), int(lt[other[-1]])
-            base = {"rank": sg["rank"].iloc[r], "pid": int(p), "step": sg["step"].iloc[r]}
-            if other[0] > a:
-                rows.append({**base, "phase": "forward", "host_start_ns": hs, "host_end_ns": b0 - 1})
-            rows.append({**base, "phase": "backward", "host_start_ns": b0, "host_end_ns": b1})
-            if other[-1] < b - 1:
-                rows.append({**base, "phase": "optimizer", "host_start_ns": b1 + 1, "host_end_ns": he})
-    if not rows:
+        other = np.flatnonzero(~_main_thread(int(p), tid))
+        hs, he = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
+        lo, hi = np.searchsorted(lt, hs, "left"), np.searchsorted(lt, he, "right")
+        j0 = np.searchsorted(other, lo, "left")
+        j1 = np.searchsorted(other, hi, "left") - 1
+        ok = j1 >= j0
+        f = np.where(ok, other[np.minimum(j0, max(other.size - 1, 0))] if other.size else lo, lo)
+        b = np.where(ok, other[np.clip(j1, 0, max(other.size - 1, 0))] if other.size else lo, lo)
+        ap = auto.loc[auto["pid"] == p].sort_values("start_ns") if not auto.empty else auto
+        if not ap.empty:  # nsys --pytorch=autograd-nvtx: backward = the extent of its engine's ranges
+            st, en = ints(ap["start_ns"]), ints(ap["end_ns"])
+            r0, r1 = np.searchsorted(st, hs, "left"), np.searchsorted(st, he, "right")
+            has = r1 > r0
+            if has.any():
+                run_max = np.maximum.accumulate(en)  # ranges nest or follow: the latest end so far
+                bs, be = st[np.minimum(r0, st.size - 1)], run_max[np.maximum(r1 - 1, 0)]
+                fa = np.searchsorted(lt, bs, "left")
+                ba = np.searchsorted(lt, be, "right") - 1
+                use = has & (fa <= ba) & (fa < hi) & (ba >= lo)
+                f, b = np.where(use, np.maximum(fa, lo), f), np.where(use, np.minimum(ba, hi - 1), b)
+                ok = ok | use
+        if not ok.any():
+            continue
+        rank, step = sg["rank"].to_numpy()[ok], sg["step"].to_numpy()[ok]
+        f, b, lo, hi, hs, he = f[ok], b[ok], lo[ok], hi[ok], hs[ok], he[ok]
+        b0, b1 = lt[f], lt[b]
+        for phase, keep, start, end in (("forward", f > lo, hs, b0 - 1), ("backward", np.ones(len(f), bool), b0, b1),
+                                        ("optimizer", b < hi - 1, b1 + 1, he)):
+            parts.append(pd.DataFrame({"rank": rank[keep], "pid": int(p), "step": step[keep], "phase": phase,
+                                       "host_start_ns": start[keep], "host_end_ns": end[keep]}))
+    if not parts:
         return schema.empty_frame(RANGE_COLUMNS)
-    return pd.DataFrame(rows, columns=RANGE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[RANGE_COLUMNS]
 
 
 def _autograd_ranges(nvtx: pd.DataFrame | None) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 from ddp_profile.errors import TraceError
-from ddp_profile.nsys import sql
+from ddp_profile.nsys import rawio, sql
 
 EXPORT_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 """Files load_trace reads; run discovery in the report and the findings uses the same tuple."""
@@ -68,11 +68,12 @@ def open_export(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
-            data = DECOMPRESS[path.suffix](path.read_bytes())
+            data = rawio.read_decompressed(path)  # header checked from the first bytes; expansion bounded
             check_header(path, data[:100], len(data))
             con = sqlite3.connect(":memory:", check_same_thread=False)
             con.deserialize(data)
         else:
+            rawio.check_no_writer(path)  # immutable=1 would ignore a -wal and read a writer's pages unlocked
             with open(path, "rb") as f:
                 check_header(path, f.read(100), path.stat().st_size)
             uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"

@@ -33,6 +33,7 @@ from ddp_profile.nsys.frames import (
     nvtx_frame,
     process_frame,
 )
+from ddp_profile.nsys.run_record import clean_run_record
 from ddp_profile.trace import Trace
 
 
@@ -239,7 +240,7 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
         if not isinstance(data, dict):
             warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
             continue
-        return data
+        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
     return None
 
 

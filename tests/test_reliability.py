@@ -304,3 +304,146 @@ def test_findings_markdown_escapes_html_from_run_json_and_hosts(tmp_path):
         assert raw not in md, raw
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "&lt;" in md  # the hostile values did reach the file, escaped
+
+
+# ---- wrong answers --------------------------------------------------------------------------------------
+
+def _sql(path: Path, *statements) -> None:
+    con = sqlite3.connect(path)
+    for s in statements:
+        con.execute(s)
+    con.commit()
+    con.close()
+
+
+STEP_WHERE = ("(text LIKE 'step%' OR textId IN (SELECT id FROM StringIds WHERE value LIKE 'step%'))")
+
+
+def test_same_export_twice_in_one_folder_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    _copy(run)
+    with open(SAMPLE, "rb") as fin, lzma.open(run / "run.sqlite.xz", "wb", preset=0) as fout:
+        shutil.copyfileobj(fin, fout)
+    with pytest.raises(TraceError, match="same export twice"):
+        load_trace(run)
+    line = _one_error_line(_cli(["analyze", run], tmp_path), 3)
+    assert "same export twice" in line
+
+
+def test_same_capture_under_two_names_is_refused(tmp_path):
+    _copy(tmp_path, "rank0.sqlite")
+    _copy(tmp_path, "rank1.sqlite")
+    with pytest.raises(TraceError, match="same capture"):
+        load_trace([tmp_path / "rank0.sqlite", tmp_path / "rank1.sqlite"])
+
+
+def test_step_ranges_ending_before_they_start_are_rejected(tmp_path):
+    path = _copy(tmp_path)
+    _sql(path, f"UPDATE NVTX_EVENTS SET end = start - 1000 WHERE {STEP_WHERE}")
+    with pytest.raises(TraceError, match="NVTX range.* end before they start"):
+        load_trace(path)
+    _one_error_line(_cli(["analyze", path], tmp_path), 3)
+
+
+def test_unclosed_step_ranges_are_named_as_such(tmp_path):
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    _sql(path, f"UPDATE NVTX_EVENTS SET end = NULL WHERE {STEP_WHERE}")
+    notes = analyze(load_trace(path)).notes
+    assert any("none was closed" in n for n in notes), notes
+    assert not any("no NVTX range matches" in n for n in notes)
+
+
+def test_overlapping_step_ranges_are_kept_with_a_note(tmp_path):
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    _sql(path, f"UPDATE NVTX_EVENTS SET end = end + 3000000 WHERE {STEP_WHERE}")
+    res = analyze(load_trace(path))
+    assert res.summary()["n_steps"] == 6
+    assert any("start before the previous step" in n for n in res.notes)
+
+
+def test_kernels_without_names_are_unknown_not_compute(tmp_path):
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    _sql(path, "DELETE FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%'")
+    trace = load_trace(path)
+    assert any("missing from StringIds" in w for w in trace.warnings)
+    assert (trace.kernels["kind"] == "unknown").sum() > 0 and (trace.kernels["kind"] == "nccl").sum() == 0
+    notes = analyze(trace).notes
+    assert any("no NCCL kernels identified, but" in n for n in notes), notes
+
+
+def test_duplicated_kernel_rows_are_counted_once(tmp_path):
+    path = _copy(tmp_path)
+    n = len(load_trace(path).kernels)
+    _sql(path, "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid <= 10")
+    trace = load_trace(path)
+    assert len(trace.kernels) == n
+    assert any("exact duplicates" in w for w in trace.warnings)
+
+
+def test_rank_without_nccl_kernels_is_not_reported_as_zero_wait(tmp_path):
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = (SELECT MAX(globalPid) FROM "
+               "CUPTI_ACTIVITY_KIND_KERNEL) AND shortName IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')")
+    notes = analyze(load_trace(path)).notes
+    assert any("ran no NCCL kernel while others did" in n for n in notes), notes
+
+
+# ---- crashes and exit codes -----------------------------------------------------------------------------
+
+def test_hostile_numbers_in_nvtx_text_and_rank_markers(tmp_path):
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    _sql(path, f"UPDATE NVTX_EVENTS SET textId = NULL, text = 'step' || printf('%.4500d', 7) WHERE {STEP_WHERE}",
+         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT MIN(start), MIN(start) + 1, 59, "
+         "'ddp_profile.rank 99999999999999999999999999/2', globalTid FROM NVTX_EVENTS GROUP BY globalTid")
+    res = analyze(load_trace(path))
+    assert res.summary()["n_ranks"] == 2
+    for args in (["inspect", path], ["analyze", path]):
+        proc = _cli(args, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", "{S}", "--steps", "5:2"], ["analyze", "{S}", "--steps", "1:2:0"], ["analyze", "{S}", "--steps=-1:"],
+    ["analyze", "{S}", "--jobs", "0"], ["analyze", "{S}", "--jobs=-2"], ["report", "{S}", "--jobs", "0"],
+    ["report", "{S}", "--jobs", "9" * 30],
+    ["analyze", "{S}", "--step-pattern", "("], ["analyze", "{S}", "--phase", "forward=[a"],
+    ["launches", "{S}", "--step-pattern", "*x"], ["launches", "{S}", "--steps", "99999999999999999999999:"],
+])
+def test_senseless_command_line_values_are_usage_errors(args, tmp_path):
+    proc = _cli([a.replace("{S}", str(SAMPLE)) for a in args], tmp_path)
+    _one_error_line(proc, 2)
+
+
+def test_file_name_with_control_characters_gives_one_line(tmp_path):
+    bad = tmp_path / "a\nb\x1b[31mc.sqlite"
+    bad.write_bytes(b"not sqlite")
+    for cmd in ("inspect", "analyze", "scrub"):
+        extra = ["-o", str(tmp_path / "o.sqlite")] if cmd == "scrub" else []
+        line = _one_error_line(_cli([cmd, bad, *extra], tmp_path), 3)
+        assert "\\x1b" in line and "\x1b" not in line
+
+
+def test_every_test_the_readme_guarantees_cite_exists():
+    """The README's "Guarantees" section points at tests by name: none of them may disappear or be renamed."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Guarantees", 1)[1].split("\n## ", 1)[0]
+    section += readme.split("Scrub coverage", 1)[1].split("\n## ", 1)[0]
+    cited = set(re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", section))
+    assert len(cited) > 15
+    sources = {p.stem: p.read_text() for p in (ROOT / "tests").glob("test_*.py")}
+    for module, name in cited:
+        where = [sources[module]] if module else sources.values()
+        assert any(f"def {name}(" in text for text in where), name

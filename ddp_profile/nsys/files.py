@@ -38,7 +38,21 @@ def find_exports(paths) -> list[Path]:
             files.append(item)
     if not files:
         raise TraceError("no trace files given")
+    _check_same_stem(files)
     return files
+
+
+def _check_same_stem(files: list[Path]) -> None:
+    """``run.sqlite`` beside ``run.sqlite.xz`` (or one file given twice) is one export twice: its ranks would
+    count twice, so it is refused (which copy is current is the user's call, not ours)."""
+    seen: dict = {}
+    for f in files:
+        key = (f.resolve().parent, export_stem(f))
+        if key in seen:
+            raise TraceError(f"{seen[key]} and {f}: the same export twice (one name, "
+                             f"{'same file' if seen[key].resolve() == f.resolve() else 'other compression'}); "
+                             "keep or pass only one of them")
+        seen[key] = f
 
 def check_header(path: Path, head: bytes, size: int) -> None:
     if head[:16] != SQLITE_MAGIC:

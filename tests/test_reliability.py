@@ -428,8 +428,8 @@ def test_senseless_command_line_values_are_usage_errors(args, tmp_path):
 def test_file_name_with_control_characters_gives_one_line(tmp_path):
     bad = tmp_path / "a\nb\x1b[31mc.sqlite"
     bad.write_bytes(b"not sqlite")
-    for cmd in ("inspect", "analyze", "scrub"):
-        extra = ["-o", str(tmp_path / "o.sqlite")] if cmd == "scrub" else []
+    for cmd in ("inspect", "analyze", "scrub", "report"):
+        extra = ["-o", str(tmp_path / ("o.sqlite" if cmd == "scrub" else "rep"))] if cmd in ("scrub", "report") else []
         line = _one_error_line(_cli([cmd, bad, *extra], tmp_path), 3)
         assert "\\x1b" in line and "\x1b" not in line
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddp_profile.errors import OutputError, TraceError, UsageError
+from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.report.html import PLOTLY_JS
 from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
@@ -38,7 +38,7 @@ MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are 
 # ---- finding and loading runs ---------------------------------------------------------------------------
 
 def _say(message: str) -> None:
-    print(f"report:   {message}", file=sys.stderr, flush=True)
+    print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
 def load_one(path: Path):
@@ -69,7 +69,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
     def done(i, path, result):
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
-            print(f"report: [{i}/{len(paths)}] FAILED {path}: {result}", file=out, flush=True)
+            print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
         trace, analysis, launches = result
         meta = normalise_meta(getattr(trace, "run", None) or {})

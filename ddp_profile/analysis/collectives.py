@@ -44,7 +44,7 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, ints
 
-_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d+)\s+(\d+)\s*B")
+_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d{{1,9}})\s+(\d{{1,18}})\s*B")  # bounded: fits int64
 
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
@@ -114,7 +114,11 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
-        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
+        n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
+        notes.append(f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
+                     "export's StringIds lack them): NCCL kernels may be among them, so there is no collective "
+                     "table, cost model or overlap" if n_unknown else
+                     "no NCCL kernels in the trace: no collective table, cost model or overlap")
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
     df = pd.DataFrame({
@@ -136,6 +140,11 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
         notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
                      "split pairs kernels by issue order and may be wrong for some collectives")
+    silent = sorted(set(np.unique(karr.rank).tolist()) - set(df["rank"].unique().tolist()))
+    if silent:
+        notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
+                     "communication and wait are unknown (a capture that missed them, or a rank outside the "
+                     "collectives), not 0; the wait/transfer split covers the ranks with NCCL kernels only")
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     # Step of each kernel, by launch time.

@@ -12,7 +12,8 @@ EXAMPLES = 3  # distinct names kept per group, in numeric order
 
 def _numeric_key(name: str) -> tuple:
     """Sort key comparing digit runs as numbers: ``step 2`` before ``step 10``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    # a digit run compares by (length, digits): numeric order without int() (which refuses > 4300 digits)
+    return tuple((len(p.lstrip("0")), p.lstrip("0")) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def group_names(counts) -> list[dict]:

@@ -5,7 +5,10 @@ Append new columns at the end; never rename one without updating every consumer.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pandas is imported where frames are made, so the CLI can read these names cheaply
+    import pandas as pd
 
 # ---- loader (ddp_profile.nsys) -------------------------------------------------------------------------
 # kind: "compute" | "nccl" | "memcpy" | "memset".  collective/algorithm/protocol/dtype: parsed from NCCL
@@ -82,6 +85,8 @@ COMPARISON_COLUMNS = [
 
 def empty_frame(columns: list[str]) -> pd.DataFrame:
     """An empty frame with the given columns (so consumers never special-case 'no rows')."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
@@ -114,3 +119,11 @@ LAUNCH_STEP_COLUMNS = [
 API_FUNCTION_COLUMNS = ["rank", "name", "calls", "total_ns", "mean_ns", "calls_per_step", "ns_per_step"]
 # Per (rank, kernel group), kernels launched inside the selected steps (groups: analysis/launches.py).
 KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
+
+
+# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
+JSON_SECTIONS = {
+    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
+    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
+    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
+}

@@ -38,16 +38,11 @@ from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.memory import return_freed_memory
+from ddp_profile.schema import JSON_SECTIONS
 
 __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]
 
-# Section of to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
-JSON_SECTIONS = {
-    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
-    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
-    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
-}
 JSON_VERSION = 1
 
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from ddp_profile import nvtx_names as nn
-from ddp_profile.analysis import JSON_SECTIONS
 from ddp_profile.commands.options import (
     add_export_argument,
     add_jobs_argument,
@@ -19,6 +18,7 @@ from ddp_profile.commands.options import (
 )
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
+from ddp_profile.schema import JSON_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}

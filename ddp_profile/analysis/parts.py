@@ -71,15 +71,15 @@ def collective_part(trace, *, step_pattern: str | None = None, steps="all", **_i
     return coll.collective_rows(KernelArrays(trace.kernels), getattr(trace, "nvtx", None), host_steps)
 
 
-def match(rows: list[pd.DataFrame | None], notes: list[str], ddp_bucket_bytes: list[int] | None = None
-          ) -> pd.DataFrame:
+def match(rows: list[pd.DataFrame | None], notes: list[str], ddp_bucket_bytes: list[int] | None = None,
+          ranks=None) -> pd.DataFrame:
     """Stage 2: the collective table from every rank's :func:`collective_part` (ranks already the run's).
     Rows keep ``_file`` when the inputs carry it (which part each row came from)."""
     rows = [r for r in rows if r is not None and len(r)]
     if len(rows) > 1:
         rows = [pd.concat(rows, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)]
     keep = rows[0]["_file"].to_numpy() if rows and "_file" in rows[0] else None
-    table = coll.match_collectives(rows, notes, ddp_bucket_bytes)  # keeps the row order
+    table = coll.match_collectives(rows, notes, ddp_bucket_bytes, ranks=ranks)  # keeps the row order
     if keep is not None:
         table = table.assign(_file=keep)
     return table

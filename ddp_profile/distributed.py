@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -153,10 +154,10 @@ class DistributedTrace:
     the files are loaded. Pass it to :func:`ddp_profile.analysis.analyze`; :meth:`close` frees the traces."""
 
     paths: list[Path]
-    client: object
+    client: Any
     offsets: list[int]
     hosts: list[str | None]
-    progress: object = None
+    progress: Any = None
     run: dict | None = None
     meta: dict = field(default_factory=dict)
     ranks: pd.DataFrame | None = None

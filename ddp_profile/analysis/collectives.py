@@ -177,11 +177,11 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
     (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
     note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size."""
-    parts = [p for p in parts if p is not None and len(p)]
-    if not parts:
+    frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
+    if not frames:
         notes.append(no_nccl_note())
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    df = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     grp = df.groupby(["comm", "seq"])
     df["_n"] = grp["rank"].transform("nunique")
     last_arrival = grp["start_ns"].transform("max")

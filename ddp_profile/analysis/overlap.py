@@ -46,13 +46,13 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18
 def finish_kernel_overlap(parts: list[pd.DataFrame | None]) -> pd.DataFrame:
     """KERNEL_OVERLAP_COLUMNS from :func:`kernel_sums` of disjoint kernel sets (e.g. one per rank, in rank
     order): sums per (kind, name), pairs in order of first appearance, then sorted as the table is."""
-    parts = [p for p in parts if p is not None and len(p)]
-    if not parts:
+    frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
+    if not frames:
         return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
-    if len(parts) == 1:
-        g = parts[0].copy()
+    if len(frames) == 1:
+        g = frames[0].copy()
     else:
-        g = pd.concat(parts, ignore_index=True).groupby(["kind", "name"], sort=False, dropna=False).agg(
+        g = pd.concat(frames, ignore_index=True).groupby(["kind", "name"], sort=False, dropna=False).agg(
             count=("count", "sum"), total_ns=("total_ns", "sum"), overlapped_ns=("overlapped_ns", "sum")).reset_index()
     g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
     g["_nccl"] = g["kind"] != NCCL

@@ -75,11 +75,11 @@ def match(rows: list[pd.DataFrame | None], notes: list[str], ddp_bucket_bytes: l
           ranks=None) -> pd.DataFrame:
     """Stage 2: the collective table from every rank's :func:`collective_part` (ranks already the run's).
     Rows keep ``_file`` when the inputs carry it (which part each row came from)."""
-    rows = [r for r in rows if r is not None and len(r)]
-    if len(rows) > 1:
-        rows = [pd.concat(rows, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)]
-    keep = rows[0]["_file"].to_numpy() if rows and "_file" in rows[0] else None
-    table = coll.match_collectives(rows, notes, ddp_bucket_bytes, ranks=ranks)  # keeps the row order
+    frames: list[pd.DataFrame] = [r for r in rows if r is not None and len(r)]
+    if len(frames) > 1:
+        frames = [pd.concat(frames, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)]
+    keep = frames[0]["_file"].to_numpy() if frames and "_file" in frames[0] else None
+    table = coll.match_collectives(list(frames), notes, ddp_bucket_bytes, ranks=ranks)  # keeps the row order
     if keep is not None:
         table = table.assign(_file=keep)
     return table

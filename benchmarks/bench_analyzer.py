@@ -1,5 +1,8 @@
-"""Analyzer performance at scale (issue 8): the floor, load + analyze, scaling, memory, parallel per-rank
-loading and report rendering, on synthetic nsys exports of 0.1 M, 1 M and 10 M kernels.
+"""Analyzer performance at scale (issues 8 and 18): the floor, load + analyze, scaling, memory, parallel
+per-rank loading and report rendering, on real-shaped synthetic nsys exports of 0.1 M, 1 M and 10 M kernels
+(non-launch CUDA API calls per kernel by name and NVTX density measured on traces/, ``real_shape``), one
+committed real export replicated along time (``--replica``), and many small per-rank files on threads vs
+Dask worker processes (``--sweep 64,256,1024``: wall, client and worker peak memory, cross-rank matching).
 
     .venv/bin/python benchmarks/bench_analyzer.py                      # all sizes, writes benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_analyzer.py --sizes 0.1M --repeat 1 --no-render   # quick look
@@ -40,7 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"  # git-ignored cache of built exports (--data moves it)
 KERNEL_COLS = ["start", "end", "deviceId", "streamId", "globalPid", "correlationId", "shortName"]
-TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.5, 2.0, 5.0
+TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.3, 2.0, 5.0
 
 
 def parse_size(text: str) -> int:
@@ -203,18 +206,163 @@ def _child(kind: str, path: Path, *extra: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# ---- real shape (issue 18): measured on the committed traces, applied to the synthetic exports ----------
+
+TRACES = HERE.parent / "traces"
+REPLICA_SOURCE = TRACES / "torch_ddp-25mb_xl_fp32_2xh200"
+
+
+def real_shape() -> dict:
+    """Per GPU activity row (kernel, memcpy, memset) of all committed runs: CUDA API rows by name (launching
+    calls and the rest), and NVTX rows. Cached in the data folder (the traces do not change often)."""
+    cache = DATA / "real_shape.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    from ddp_profile.nsys import sql
+    from ddp_profile.nsys.files import find_exports, open_export
+
+    runs = sorted({p.parent for p in TRACES.rglob("*.sqlite*")})
+    activity = nvtx = 0
+    by_name: dict[str, int] = {}
+    for run in runs:
+        for path in find_exports([run]):
+            con = open_export(path)
+            have = sql.tables(con)
+            activity += sum(con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                            for t in (sql.KERNEL, sql.MEMCPY, sql.MEMSET) if t in have)
+            nvtx += con.execute(f"SELECT COUNT(*) FROM {sql.NVTX}").fetchone()[0] if sql.NVTX in have else 0
+            for name, n in con.execute(f"SELECT s.value, COUNT(*) FROM {sql.RUNTIME} r JOIN {sql.STRINGS} s "
+                                       "ON s.id = r.nameId GROUP BY 1"):
+                by_name[name] = by_name.get(name, 0) + n
+            con.close()
+    import fnmatch
+
+    from ddp_profile.nsys.sql import LAUNCH_FUNCTIONS
+
+    launch = {n for n in by_name if any(fnmatch.fnmatchcase(n, g) for g in LAUNCH_FUNCTIONS)}
+    per = {n: c / activity for n, c in sorted(by_name.items(), key=lambda kv: -kv[1])}
+    out = {"runs": len(runs), "activity_rows": activity, "api_rows": sum(by_name.values()),
+           "api_per_kernel": sum(by_name.values()) / activity,
+           "launch_per_kernel": sum(by_name[n] for n in launch) / activity,
+           "other_api": {n: round(r, 4) for n, r in per.items() if n not in launch and r >= 1e-4},
+           "launch_api": {n: round(r, 4) for n, r in per.items() if n in launch},
+           "nvtx_per_kernel": nvtx / activity}
+    DATA.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def replica_for(n: int, rebuild: bool) -> tuple[Path, dict]:
+    """The committed 2-GPU torch_ddp export repeated along time to about ``n`` kernels (built when missing)."""
+    import lzma
+    import sqlite3
+
+    from ddp_profile.nsys.synth_scale import replicate_export
+
+    src_file = next(REPLICA_SOURCE.glob("*.sqlite.xz"))
+    path = DATA / f"replica_{REPLICA_SOURCE.name}_{label(n)}.sqlite"
+    src = sqlite3.connect(":memory:")
+    src.deserialize(lzma.decompress(src_file.read_bytes()))
+    base = src.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    copies = max(1, round(n / base))
+    if rebuild or not path.exists():
+        replicate_export(src, path, copies)
+    src.close()
+    return path, {"source": _rel(src_file), "copies": copies, "source_kernels": base}
+
+
+# ---- many per-rank files: threads vs Dask processes (issue 18) -------------------------------------------
+
+SWEEP_KERNELS_PER_STEP, SWEEP_BUCKETS, SWEEP_STEPS = 500, 6, 2  # ~1,000 kernels per rank file
+
+
+def sweep_folder(max_files: int, rebuild: bool) -> Path:
+    """``max_files`` real-shaped per-rank exports of one run of that world size (built when missing); the
+    smaller sweeps take its first files (rank markers say R/max_files: every rank sees every collective of
+    the ranks loaded, so the matching is the same work)."""
+    from ddp_profile.nsys.synth_scale import add_real_shape, synth_scale_run
+
+    shape = real_shape()
+    folder = DATA / f"sweep_{max_files}ranks_real"
+    if rebuild and folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    per_step = SWEEP_KERNELS_PER_STEP + SWEEP_BUCKETS
+    for r in range(max_files):
+        path = folder / f"rank{r:04d}.sqlite"
+        if not path.exists():
+            tmp = path.with_suffix(".part")
+            synth_scale_run(tmp, n_kernels=per_step * SWEEP_STEPS * max_files, n_ranks=max_files,
+                            kernels_per_step=SWEEP_KERNELS_PER_STEP, n_buckets=SWEEP_BUCKETS, rank_of_file=r)
+            add_real_shape(tmp, api_per_kernel=shape["other_api"], nvtx_per_kernel=shape["nvtx_per_kernel"])
+            tmp.rename(path)
+    return folder
+
+
+def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
+    """One run's first ``count`` per-rank files: load + analyze on threads (``load_trace(jobs=)``), or on a
+    LocalCluster of ``jobs`` worker processes (``ddp_profile.distributed``), with the reduce step's time and
+    its cross-rank matching's share."""
+    from ddp_profile.analysis import analyze
+    from ddp_profile.analysis import parts as ap
+    from ddp_profile.nsys.loader import load_trace
+
+    files = sorted(Path(folder).glob("rank*.sqlite"))[:int(count)]
+    _warm_imports()
+    before = _rss_now_kb()
+    out = {"files": len(files), "mode": mode, "jobs": int(jobs)}
+    if mode == "threads":
+        t0 = time.perf_counter()
+        trace = load_trace(files, jobs=int(jobs))
+        t1 = time.perf_counter()
+        res = analyze(trace)
+        out.update(seconds=time.perf_counter() - t0, load_s=t1 - t0, rows=len(trace.kernels))
+    else:
+        from ddp_profile import distributed
+
+        t0 = time.perf_counter()
+        client = distributed.make_client(workers=int(jobs), processes=True)
+        client.wait_for_workers(int(jobs))
+        client.run(_import_stack)  # workers import the reader and the analysis before the clock starts
+        t1 = time.perf_counter()
+        trace = distributed.load_trace(files, client=client)
+        res = analyze(trace)
+        t3 = time.perf_counter()
+        # The cross-rank matching alone, on the same rows (gathered again; not counted above).
+        rows = [r.assign(_file=i) if r is not None else None
+                for i, r in enumerate(trace.map_ranks(ap.collective_part))]
+        m0 = time.perf_counter()
+        ap.match(rows, [])
+        match_s = time.perf_counter() - m0
+        trace.close()
+        distributed.close_client(client)
+        out.update(seconds=t3 - t1, cluster_start_s=t1 - t0, load_s=trace.stats["load_s"], match_s=match_s,
+                   match_share=match_s / (t3 - t1), rows=trace.stats["rows"],
+                   worker_peak_mb=trace.stats["worker_peak_kb"] / 1024, part_mb=trace.stats["part_bytes"] / 1e6)
+    out.update(rss_before_kb=before, peak_kb=_peak_kb(), client_peak_over_start_mb=(_peak_kb() - before) / 1024,
+               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()))
+    return out
+
+
+def _import_stack() -> None:
+    import ddp_profile.analysis.parts  # noqa: F401
+    import ddp_profile.distributed  # noqa: F401
+
+
 # ---- driver ---------------------------------------------------------------------------------------------
 
 def export_for(n: int, ranks: int, rebuild: bool) -> tuple[Path, float | None]:
     """The cached single-file export of about ``n`` kernels (built when missing); (path, build seconds)."""
-    from ddp_profile.nsys.synth_scale import synth_scale_run
+    from ddp_profile.nsys.synth_scale import add_real_shape, synth_scale_run
 
     DATA.mkdir(parents=True, exist_ok=True)
-    path = DATA / f"ddp_{label(n)}_{ranks}ranks.sqlite"
+    path = DATA / f"ddp_{label(n)}_{ranks}ranks_real.sqlite"
     if path.exists() and not rebuild:
         return path, None
+    shape = real_shape()
     t0 = time.perf_counter()
     synth_scale_run(path, n_kernels=n, n_ranks=ranks)
+    add_real_shape(path, api_per_kernel=shape["other_api"], nvtx_per_kernel=shape["nvtx_per_kernel"])
     return path, time.perf_counter() - t0
 
 
@@ -263,8 +411,8 @@ def _loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def bench_size(n: int, args) -> dict:
-    path, built = export_for(n, args.ranks, args.rebuild)
+def bench_size(n: int, args, path: Path | None = None) -> dict:
+    path, built = (path, None) if path else export_for(n, args.ranks, args.rebuild)
     warm(path)
     runs = {"floor": [], "floor_concat": [], "analyze": []}
     for _ in range(args.repeat):
@@ -291,6 +439,20 @@ def bench_size(n: int, args) -> dict:
     return res
 
 
+def _per_rank_jobs(args, results: dict) -> None:
+    n_pr = parse_size(args.per_rank_size)
+    folder = per_rank_exports(n_pr, args.ranks, args.rebuild)
+    for p in folder.iterdir():
+        warm(p)
+    par = {}
+    for jobs in (1, args.jobs):
+        par[jobs] = min((_child("analyze", folder, str(jobs)) for _ in range(args.repeat)), key=lambda r: r["seconds"])
+    results["per_rank"] = {"size": label(n_pr), "files": args.ranks, "folder": _rel(folder),
+                           "jobs": args.jobs, "by_jobs": {str(k): v for k, v in par.items()}}
+    print(f"per-rank files ({args.ranks} x {label(n_pr)}/{args.ranks}): load jobs=1 {par[1]['load_s']:.2f} s, "
+          f"jobs={args.jobs} {par[args.jobs]['load_s']:.2f} s", flush=True)
+
+
 def main(argv=None) -> int:
     global DATA
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -298,8 +460,11 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", type=int, default=8, help="ranks (processes) in each export (default 8)")
     ap.add_argument("--repeat", type=int, default=3, help="repeats per measurement; the minimum is kept (default 3)")
     ap.add_argument("--jobs", type=int, default=2, help="parallel jobs for the per-rank files timing (default 2)")
-    ap.add_argument("--per-rank-size", default="1M", help="kernels of the per-rank run, all files (default 1M)")
+    ap.add_argument("--per-rank-size", default="1M", help="kernels of the per-rank run, all files (default 1M; empty to skip)")
     ap.add_argument("--render-size", default="1M", help="size whose report page is rendered (default 1M)")
+    ap.add_argument("--replica", default="1M", help="kernels of the replicated real trace row ('' to skip)")
+    ap.add_argument("--sweep", default="64,256,1024", help="per-rank file counts, threads vs Dask ('' to skip)")
+    ap.add_argument("--sweep-repeat", type=int, default=1, help="repeats per sweep point (default 1)")
     ap.add_argument("--no-render", action="store_true", help="skip the report rendering timing")
     ap.add_argument("--browser", action="store_true", help="also time opening the page in headless Chromium")
     ap.add_argument("--rebuild", action="store_true", help="build the cached exports again")
@@ -316,6 +481,8 @@ def main(argv=None) -> int:
         kind, path, *extra = args.measure
         if kind == "render":
             out = measure_render(path, browser=bool(extra and extra[0] == "browser"))
+        elif kind == "ranks":
+            out = measure_ranks(path, *extra)
         elif kind == "analyze" and extra:
             out = measure_analyze(path, jobs=int(extra[0]))
         else:
@@ -351,17 +518,31 @@ def main(argv=None) -> int:
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     results = {"command": command.strip(), "machine": info, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "sizes": [bench_size(n, args) for n in sizes]}
-    n_pr = parse_size(args.per_rank_size)
-    folder = per_rank_exports(n_pr, args.ranks, args.rebuild)
-    for p in folder.iterdir():
-        warm(p)
-    par = {}
-    for jobs in (1, args.jobs):
-        par[jobs] = min((_child("analyze", folder, str(jobs)) for _ in range(args.repeat)), key=lambda r: r["seconds"])
-    results["per_rank"] = {"size": label(n_pr), "files": args.ranks, "folder": _rel(folder),
-                           "jobs": args.jobs, "by_jobs": {str(k): v for k, v in par.items()}}
-    print(f"per-rank files ({args.ranks} x {label(n_pr)}/{args.ranks}): load jobs=1 {par[1]['load_s']:.2f} s, "
-          f"jobs={args.jobs} {par[args.jobs]['load_s']:.2f} s", flush=True)
+    results["real_shape"] = real_shape()
+    if args.replica:
+        rpath, info_r = replica_for(parse_size(args.replica), args.rebuild)
+        row = bench_size(0, args, path=rpath)
+        row.update(size=f"replica {label(row['rows'])}", replica=info_r)
+        results["replica"] = row
+    sweep = [int(x) for x in args.sweep.split(",") if x.strip()]
+    if sweep:
+        folder = sweep_folder(max(sweep), args.rebuild)
+        results["sweep"] = {"folder": _rel(folder), "disk_mb": sum(p.stat().st_size for p in folder.iterdir()) / 1e6,
+                            "kernels_per_file": (SWEEP_KERNELS_PER_STEP + SWEEP_BUCKETS) * SWEEP_STEPS,
+                            "jobs": args.jobs, "rows": []}
+        for n in sweep:
+            for p in sorted(folder.glob("rank*.sqlite"))[:n]:
+                warm(p)
+            for mode in ("threads", "dask"):
+                r = min((_child("ranks", folder, str(n), mode, str(args.jobs)) for _ in range(args.sweep_repeat)),
+                        key=lambda x: x["seconds"])
+                results["sweep"]["rows"].append(r)
+                print(f"{n:>5} per-rank files, {mode:>7} x{args.jobs}: {r['seconds']:.2f} s, client peak +"
+                      f"{r['client_peak_over_start_mb']:.0f} MB" + (f", worker peak {r['worker_peak_mb']:.0f} MB, "
+                      f"load {r['load_s']:.2f} s, matching {r['match_s']:.3f} s ({100 * r['match_share']:.1f} %)"
+                      if mode == "dask" else ""), flush=True)
+    if args.per_rank_size:
+        _per_rank_jobs(args, results)
     if not args.no_render:
         rpath, _ = export_for(parse_size(args.render_size), args.ranks, False)
         r = _child("render", rpath, "browser" if args.browser else "none")

@@ -20,7 +20,7 @@ def bench(tmp_path_factory):
     data = out / "data"
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "0.02M", "--ranks", "2", "--repeat", "1", "--jobs", "2",
-         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--data", str(data), "--out", str(out)],
+         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--replica", "", "--sweep", "", "--data", str(data), "--out", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, out

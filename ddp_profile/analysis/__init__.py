@@ -3,7 +3,8 @@
 ``analyze(trace)`` takes a loaded trace (attributes ``kernels``, ``nvtx``, ``gpus``, ``ranks``, ``meta``,
 ``run``; see ``ddp_profile.schema``) and returns an :class:`Analysis` holding one frame per analysis:
 
-- ``windows``: steps and phases found in NVTX and projected onto the GPU by launch time;
+- ``windows``: steps and phases found in NVTX (else inferred from the kernel sequence and the launching
+  threads: ``infer``) and projected onto the GPU by launch time;
 - ``steps``: per (rank, step) compute / comm / overlap / exposed comm (wait vs transfer) / tail / idle;
 - ``comm_kinds``: per (rank, step, collective kind) NCCL time, exposed, waiting, by phase and after backward;
 - ``overlap``: per kernel name (nsys ``nccl_gpu_overlap_trace`` semantics) and per rank (HTA semantics);
@@ -28,24 +29,21 @@ from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
+from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
-from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.memory import return_freed_memory
+from ddp_profile.schema import JSON_SECTIONS
 
 __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]
 
-# Section of to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
-JSON_SECTIONS = {
-    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
-    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
-    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
-}
 JSON_VERSION = 1
 
 
@@ -154,26 +152,6 @@ def records(df: pd.DataFrame) -> list[dict]:
     return [{c: _clean(v) for c, v in zip(cols, row, strict=False)} for row in df.itertuples(index=False, name=None)]
 
 
-def _rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool:
-    """Whether some rank's kernels ran on more than one device. With the loader's plain integer columns
-    (no missing values) the distinct (rank, device) pairs are hashed from the arrays directly, ~10x
-    cheaper than a groupby-nunique over millions of rows; other frames take the pandas route."""
-    plain = all(isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device"))
-    if plain:
-        if len(karr.rank) == 0:
-            return False
-        # One int64 key built in place (rank << 32 | device's low 32 bits): one temporary, not four.
-        key = karr.rank.astype(np.int64)
-        key <<= 32
-        key |= karr.device.astype(np.int32, copy=False).view(np.uint32)
-        pairs = pd.unique(key)
-        del key
-        ranks = pairs >> 32
-        return len(np.unique(ranks)) < len(ranks)
-    return bool(len({*kernels["rank"].dropna().unique()})
-                and kernels.groupby("rank")["device"].nunique().gt(1).any())
-
-
 def _ddp_bucket_bytes(trace) -> list[int] | None:
     """Stock torch_ddp's bucket sizes from the run JSON (``layout.ddp_bucket_bytes``), else None."""
     run = getattr(trace, "run", None) or {}
@@ -188,7 +166,13 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all") -> Analysis:
-    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints."""
+    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
+
+    A trace whose ranks are held where their data lives (``trace.map_ranks(fn, per_file, **kwargs)``, e.g.
+    :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in the stages of
+    :mod:`ddp_profile.analysis.parts`; only small tables come back."""
+    if hasattr(trace, "map_ranks"):
+        return _staged(trace, step_pattern, phase_patterns, steps)
     notes: list[str] = []
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
     karr = KernelArrays(kernels)
@@ -197,10 +181,17 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     elif (karr.launch < 0).all():
         notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
                      "the GPU; profile with `nsys profile -t cuda,nvtx`")
-    host_steps, step_notes = _win.find_steps(trace.nvtx, step_pattern)
+    # NVTX step ranges, else the training loop's period in the kernel sequence (analysis/infer.py).
+    host_steps, step_notes, _ = _infer.steps_from_trace(trace.nvtx, karr, step_pattern)
     notes += step_notes
     host_steps = _win.select_steps(host_steps, steps)
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
+    if host_phases.empty and not host_steps.empty:
+        host_phases = _infer.infer_phases(host_steps, karr, trace.nvtx)
+        if not host_phases.empty:
+            notes.append("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
+                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
+                         "optimizer = main thread after them)")
     windows = _win.phase_windows(host_steps, host_phases, karr)
     # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
@@ -213,7 +204,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
         notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
                      "range 'backward' or pass --phase backward=REGEX)")
-    if _rank_used_several_devices(kernels, karr):
+    if rank_used_several_devices(kernels, karr):
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
@@ -239,3 +230,22 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None))
     return res
 
+
+def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
+    """``analyze`` on a trace whose ranks are held elsewhere (``trace.map_ranks``, e.g.
+    :class:`ddp_profile.distributed.DistributedTrace`): the stages of :mod:`ddp_profile.analysis.parts` run
+    where the ranks are; collectives are matched and the parts combined here, from small tables only."""
+    kw = {"step_pattern": step_pattern, "steps": steps}
+    rows = trace.map_ranks(_parts.collective_part, **kw)
+    rows = [r.assign(_file=i) if r is not None else None for i, r in enumerate(rows)]
+    match_notes: list[str] = []
+    ranks = trace.ranks["rank"].to_numpy() if getattr(trace, "ranks", None) is not None else None
+    table = _parts.match(rows, match_notes, _ddp_bucket_bytes(trace), ranks)
+    table = table.assign(_row=np.arange(len(table)))
+    per_file = [table.loc[table["_file"] == i] if "_file" in table else table for i in range(len(rows))]
+    got = trace.map_ranks(_parts.rank_part, per_file, phase_patterns=phase_patterns, **kw)
+    fields = _parts.combine(got, table, match_notes)
+    ready = fields.pop("ready_ns")
+    res = Analysis(**fields)
+    res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready)
+    return res

@@ -235,3 +235,23 @@ def pct(num, den):
     den = np.asarray(den, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(den > 0, 100.0 * num / np.where(den > 0, den, 1), np.nan)
+
+
+def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool:
+    """Whether some rank's kernels ran on more than one device. With the loader's plain integer columns
+    (no missing values) the distinct (rank, device) pairs are hashed from the arrays directly, ~10x
+    cheaper than a groupby-nunique over millions of rows; other frames take the pandas route."""
+    plain = all(isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device"))
+    if plain:
+        if len(karr.rank) == 0:
+            return False
+        # One int64 key built in place (rank << 32 | device's low 32 bits): one temporary, not four.
+        key = karr.rank.astype(np.int64)
+        key <<= 32
+        key |= karr.device.astype(np.int32, copy=False).view(np.uint32)
+        pairs = pd.unique(key)
+        del key
+        ranks = pairs >> 32
+        return len(np.unique(ranks)) < len(ranks)
+    return bool(len({*kernels["rank"].dropna().unique()})
+                and kernels.groupby("rank")["device"].nunique().gt(1).any())

@@ -44,7 +44,7 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, ints
 
-_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d+)\s+(\d+)\s*B")
+_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d{{1,9}})\s+(\d{{1,18}})\s*B")  # bounded: fits int64
 
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
@@ -111,11 +111,34 @@ def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> N
 def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame,
                      notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
     """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step;
-    ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes)."""
+    ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes).
+
+    Two stages: :func:`collective_rows` (per process: issue order, step, bucket; a rank's own kernels and
+    ranges suffice) and :func:`match_collectives` (across ranks: wait vs transfer, bandwidth), so a
+    distributed run computes the first per rank and ships only the NCCL rows to the second."""
+    rows = collective_rows(karr, nvtx, steps)
+    if rows is None:
+        n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
+        notes.append(no_nccl_note(n_unknown))
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=np.unique(karr.rank),
+                             bytes_note=unknown_bytes_note(nvtx))
+
+
+def no_nccl_note(n_unknown: int = 0) -> str:
+    return (f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
+            "export's StringIds lack them): NCCL kernels may be among them, so there is no collective "
+            "table, cost model or overlap" if n_unknown else
+            "no NCCL kernels in the trace: no collective table, cost model or overlap")
+
+
+def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """The per-process stage of :func:`collective_table`: one row per NCCL kernel with its issue order
+    (``comm``, ``seq``), step, bucket and bytes (``_has``: bucket found from an NVTX range); None when there
+    are no NCCL kernels. Rows sorted by (rank, pid, device, stream, start_ns)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
-        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
-        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+        return None
     k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
     df = pd.DataFrame({
         "rank": karr.rank[idx].astype(np.int64), "pid": karr.pid[idx].astype(np.int64), "device": ints(k["device"]), "stream": ints(k["stream"]),
@@ -127,17 +150,6 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     df["seq"] = df.groupby(["pid", "device", "stream"]).cumcount()
     first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     df["comm"] = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
-    grp = df.groupby(["comm", "seq"])
-    df["_n"] = grp["rank"].transform("nunique")
-    last_arrival = grp["start_ns"].transform("max")
-    df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
-    df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
-    names = df["collective"].astype("object").fillna("?")
-    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
-        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
-                     "split pairs kernels by issue order and may be wrong for some collectives")
-    if df["_n"].nunique() > 1:
-        notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     # Step of each kernel, by launch time.
     if steps is not None and not steps.empty:
         j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), ints(steps["pid"]),
@@ -154,13 +166,69 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
                             dtype="Float64").astype("Int64")
     df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
                            dtype="Float64").astype("Int64")
+    df["_has"] = has
+    return df
+
+
+def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
+                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None
+                      ) -> pd.DataFrame:
+    """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
+    one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
+    (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
+    note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size."""
+    frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
+    if not frames:
+        notes.append(no_nccl_note())
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    grp = df.groupby(["comm", "seq"])
+    df["_n"] = grp["rank"].transform("nunique")
+    last_arrival = grp["start_ns"].transform("max")
+    df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
+    df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
+    names = df["collective"].astype("object").fillna("?")
+    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
+        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
+                     "split pairs kernels by issue order and may be wrong for some collectives")
+    silent = sorted(set(np.asarray(ranks if ranks is not None else [], dtype=np.int64).tolist())
+                    - set(df["rank"].unique().tolist()))
+    if silent:
+        notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
+                     "communication and wait are unknown (a capture that missed them, or a rank outside the "
+                     "collectives), not 0; the wait/transfer split covers the ranks with NCCL kernels only")
+    if df["_n"].nunique() > 1:
+        notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
+    has = df["_has"].to_numpy()
     if not has.any() and ddp_bucket_bytes:
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
-        notes.append(f"no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL launches: bytes, "
-                     "bus bandwidth and the cost model need them (record with the ddp-profile harness)")
+        notes.append(bytes_note if bytes_note is not None else unknown_bytes_note(None))
+    df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
     df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
     return schema.select(df, schema.COLLECTIVE_COLUMNS)
+
+
+def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
+    """"<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
+    both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it."""
+    a = algorithm.astype("object").where(algorithm.notna(), None).to_numpy()
+    p = protocol.astype("object").where(protocol.notna(), None).to_numpy()
+    return np.array(["_".join(x for x in (u, v) if x) or None for u, v in zip(a, p, strict=False)], dtype=object)
+
+
+def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
+    """Why message sizes are unknown. NCCL >= 2.19 annotates its calls with NVTX ranges in domain "NCCL"
+    whose extended (binary, schema-described) payload holds the message size; the loader reads each range's
+    scalar payload only, so those sizes are not decoded (not verified on an export that records them)."""
+    base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
+            "launches (the ddp-profile harness writes them)")
+    dom = nvtx["domain"].astype("object") if nvtx is not None and not nvtx.empty else pd.Series([], dtype=object)
+    if (dom == "NCCL").any():
+        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
+                "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
+                "cost model are left empty")
+    return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"

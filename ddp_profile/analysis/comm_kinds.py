@@ -204,11 +204,18 @@ def finish(kinds: list[pd.DataFrame]) -> pd.DataFrame:
 
 def other_kind_note(karr) -> str | None:
     """A note when some NCCL kernels have no known kind: they count in comm_ns but never in the tail."""
+    n, names = other_kinds(karr)
+    return other_kind_message(n, names) if n else None
+
+
+def other_kinds(karr) -> tuple[int, list]:
+    """(count, first three distinct names) of the NCCL kernels of no known kind."""
     other = karr.is_nccl & (kernel_kinds(karr) == OTHER)
     n = int(np.count_nonzero(other))
-    if n == 0:
-        return None
-    names = pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]
+    return n, list(pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]) if n else []
+
+
+def other_kind_message(n: int, names: list) -> str:
     return (f"{n} NCCL kernels of no known collective kind (e.g. {', '.join(map(str, names))}): they count in "
             "comm_ns and comm_kinds as 'other', but not in comm_tail_ns or job_comm_tail_ns (gradient "
             "collectives: AllReduce, ReduceScatter)")

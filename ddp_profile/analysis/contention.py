@@ -47,6 +47,49 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     return schema.select(g, schema.CONTENTION_COLUMNS)
 
 
+def contention_samples(karr: KernelArrays, covered: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """What :func:`contention` needs of one set of kernels (e.g. one rank's), to be pooled with others':
+    per compute kernel name, the durations of its alone and of its overlapped instances (int64)."""
+    if not karr.is_compute.any() or not karr.is_nccl.any():
+        return {}
+    alone, over = _classify(karr, covered)
+    names = karr.name_values()
+    out = {}
+    for code in np.unique(karr.name_code[alone | over]):
+        sel = karr.name_code == code
+        out[names[code]] = (_narrow(masked_durations(karr.start, karr.end, alone & sel)),
+                            _narrow(masked_durations(karr.start, karr.end, over & sel)))
+    return out
+
+
+def _narrow(d: np.ndarray) -> np.ndarray:
+    """Durations as int32 when they fit (kernels under 2.1 s: 4 B each on the wire), else int64."""
+    return d.astype(np.int32) if len(d) and d.min() >= 0 and d.max() < 2**31 else d
+
+
+def pooled_contention(samples: list[dict[str, tuple[np.ndarray, np.ndarray]]], min_count: int = 3) -> pd.DataFrame:
+    """:func:`contention` from :func:`contention_samples` of disjoint kernel sets (same numbers: medians
+    are taken over the pooled durations)."""
+    names = list(dict.fromkeys(n for s in samples for n in s))
+    rows = []
+    for name in names:
+        a = np.concatenate([s[name][0] for s in samples if name in s]).astype(np.int64, copy=False)
+        o = np.concatenate([s[name][1] for s in samples if name in s]).astype(np.int64, copy=False)
+        if len(a) >= min_count and len(o) >= min_count:
+            rows.append({"name": name, "n_alone": len(a), "alone_median_ns": _median(a),
+                         "n_overlapped": len(o), "overlapped_median_ns": _median(o), "_sum": int(o.sum())})
+    if not rows:
+        return schema.empty_frame(schema.CONTENTION_COLUMNS)
+    g = pd.DataFrame(rows)
+    g["n_alone"] = g["n_alone"].astype(np.int64)
+    g["n_overlapped"] = g["n_overlapped"].astype(np.int64)
+    g = g.sort_values("name", kind="stable")
+    g["slowdown_pct"] = 100.0 * (g["overlapped_median_ns"] / g["alone_median_ns"] - 1.0)
+    g["lost_ns"] = g["_sum"] - g["n_overlapped"] * g["alone_median_ns"]
+    g = g.sort_values("lost_ns", ascending=False, kind="stable")
+    return schema.select(g, schema.CONTENTION_COLUMNS)
+
+
 def _classify(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
     """Row masks of the named compute kernels that ran alone (covered 0 ns) and overlapped (covered at
     least half of a positive duration), filled a chunk of rows at a time."""

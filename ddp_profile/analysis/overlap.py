@@ -40,9 +40,32 @@ def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
 
 def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame:
     """KERNEL_OVERLAP_COLUMNS: per (kind, name) of compute and NCCL kernels, duration-weighted overlap."""
+    return finish_kernel_overlap([kernel_sums(karr, covered, chunk)])
+
+
+def finish_kernel_overlap(parts: list[pd.DataFrame | None]) -> pd.DataFrame:
+    """KERNEL_OVERLAP_COLUMNS from :func:`kernel_sums` of disjoint kernel sets (e.g. one per rank, in rank
+    order): sums per (kind, name), pairs in order of first appearance, then sorted as the table is."""
+    frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
+    if not frames:
+        return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
+    if len(frames) == 1:
+        g = frames[0].copy()
+    else:
+        g = pd.concat(frames, ignore_index=True).groupby(["kind", "name"], sort=False, dropna=False).agg(
+            count=("count", "sum"), total_ns=("total_ns", "sum"), overlapped_ns=("overlapped_ns", "sum")).reset_index()
+    g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
+    g["_nccl"] = g["kind"] != NCCL
+    g = g.sort_values(["_nccl", "total_ns"], ascending=[True, False], kind="stable")
+    return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
+
+
+def kernel_sums(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame | None:
+    """Per (kind, name) of compute and NCCL kernels: count, total_ns, overlapped_ns, in order of first
+    appearance (None when there are none): the additive part of :func:`kernel_overlap`."""
     keep = karr.is_compute | karr.is_nccl
     if not keep.any():
-        return schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS)
+        return None
     # Per (kind, name) pair as one integer key, (name code + 1) * 2 + (1 if NCCL): counts and exact sums
     # by bincount, a chunk of rows at a time, so every temporary is chunk-sized (on 1M kernels the
     # full-length keys, factorize codes and durations of a one-shot grouping set the analysis' memory peak).
@@ -74,10 +97,7 @@ def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18
         "count": count[present],
         "total_ns": total[present], "overlapped_ns": overlapped[present],
     })
-    g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
-    g["_nccl"] = g["kind"] != NCCL
-    g = g.sort_values(["_nccl", "total_ns"], ascending=[True, False], kind="stable")
-    return schema.select(g, schema.KERNEL_OVERLAP_COLUMNS)
+    return g
 
 
 def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -88,20 +88,23 @@ def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> flo
     return float(contention["lost_ns"].sum()) / max(len(steps), 1)
 
 
-def recommend(analysis, kernels: pd.DataFrame, run: dict | None = None) -> pd.DataFrame:
+def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None) -> pd.DataFrame:
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
     collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
-    strategy and its current flags."""
+    strategy and its current flags. ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of
+    ``analysis.collectives`` when already computed (per rank, by ``analysis.parts``); then ``kernels`` is
+    not used."""
     steps, coll, model = analysis.steps, analysis.collectives, analysis.cost_model
     cols = schema.RECOMMEND_COLUMNS
     if steps is None or not len(steps) or coll is None or not len(coll) or model is None or not len(model):
         return schema.empty_frame(cols)
-    grad = coll.loc[coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"])]
+    is_grad = coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]).to_numpy()
+    grad = coll.loc[is_grad]
     sized = grad.loc[grad["bytes"].notna() & grad["step"].notna()]
     if not len(sized) or "backward_end_ns" not in steps or steps["backward_end_ns"].isna().all():
         return schema.empty_frame(cols)
     model = model.loc[model["collective"].astype("object").isin(["AllReduce", "ReduceScatter"])]
-    ready = costmodel.grad_ready_ns(grad, kernels)
+    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
     measured = float(steps["step_ns"].median())
     per_step = sized.groupby(["rank", "step"])["bytes"]
     total, current = float(per_step.sum().median()), float(sized["bytes"].median())

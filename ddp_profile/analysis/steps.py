@@ -61,10 +61,11 @@ def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | 
     return step_tables(phases, karr, coll)[0]
 
 
-def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
+                job_tail: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(STEP_METRIC_COLUMNS, COMM_KIND_COLUMNS). ``coll``: the collective table (wait intervals); without
-    it the wait columns are NaN."""
+    it the wait columns are NaN. ``job_tail=False`` (one rank of a distributed analysis): the step rows
+    before the cross-rank job tail (:func:`with_job_tail`), and the per-rank kind frames unfinished."""
     steps = phases.loc[phases["phase"] == "step"].reset_index(drop=True)
     if steps.empty:
         return schema.empty_frame(schema.STEP_METRIC_COLUMNS), schema.empty_frame(schema.COMM_KIND_COLUMNS)
@@ -92,12 +93,19 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     out["comm_pct"] = pct(out["comm_ns"], out["step_ns"])
     out["exposed_comm_pct"] = pct(out["exposed_comm_ns"], out["step_ns"])
     out = out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    if not job_tail:
+        return out, kinds
+    return schema.select(with_job_tail(out), schema.STEP_METRIC_COLUMNS), ck.finish(kinds)
+
+
+def with_job_tail(out: pd.DataFrame) -> pd.DataFrame:
+    """``job_comm_tail_ns`` added over all ranks' step rows (they carry ``_grad_end``), in place."""
     g = out.groupby("step")
     last_grad = g["_grad_end"].transform("max")  # NaN-skipping: over the ranks that have one
     latest_bwd = g["backward_end_ns"].transform("max")
     job = np.where(last_grad.isna(), 0.0, np.maximum(last_grad - latest_bwd, 0.0))
     out["job_comm_tail_ns"] = np.where(latest_bwd.isna(), np.nan, job)
-    return schema.select(out, schema.STEP_METRIC_COLUMNS), ck.finish(kinds)
+    return out
 
 
 def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:

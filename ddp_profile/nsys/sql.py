@@ -206,16 +206,42 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict
     return out
 
 
+# CUDA API functions that put work on the GPU (kernels, graphs, copies, memsets): the only API rows whose
+# start becomes a kernel's ``launch_ns``. GLOB patterns over StringIds (names carry a version suffix, e.g.
+# ``cudaLaunchKernel_v7000``). On the committed real traces every kernel, memcpy and memset row matched a
+# call of cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex), cudaMemcpyAsync or cudaMemsetAsync.
+LAUNCH_FUNCTIONS = ("cudaLaunch*", "cuLaunch*", "cudaGraphLaunch*", "cuGraphLaunch*", "cudaMemcpy*", "cuMemcpy*",
+                    "cudaMemset*", "cuMemset*")
+
+
+def launch_name_ids(con: sqlite3.Connection, have: set[str]) -> list[int] | None:
+    """StringIds ids of the :data:`LAUNCH_FUNCTIONS` names, or None when the runtime table has no ``nameId``
+    (or there is no StringIds table): then calls cannot be told apart by name and all are read."""
+    if STRINGS not in have or "nameId" not in columns(con, RUNTIME):
+        return None
+    globs = " OR ".join("value GLOB ?" for _ in LAUNCH_FUNCTIONS)
+    return [int(i) for (i,) in con.execute(f"SELECT id FROM {STRINGS} WHERE {globs}", LAUNCH_FUNCTIONS)
+            if type(i) is int]
+
+
 def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[np.ndarray]:
-    """Columns (pid, correlation_id, start, tid) of CUDA runtime/driver API calls that carry a correlationId
-    (pid and tid int32: both are 24-bit fields of globalTid)."""
+    """Columns (pid, correlation_id, start, tid) of the CUDA runtime/driver API calls that launch GPU work
+    (:data:`LAUNCH_FUNCTIONS`, selected by name id in SQL: real exports carry 2-4 API rows per kernel, most
+    of them event, stream-capture and name queries that launch nothing) and carry a correlationId (pid and
+    tid int32: both are 24-bit fields of globalTid). Exports without API names: every call with a
+    correlationId."""
     i32, i64 = np.int32, np.int64
     if RUNTIME not in have:
         return [np.empty(0, dtype=d) for d in (i32, i64, i64, i32)]
+    where = "correlationId IS NOT NULL AND correlationId != 0"
+    ids = launch_name_ids(con, have)
+    if ids is not None:
+        if not ids:
+            return [np.empty(0, dtype=d) for d in (i32, i64, i64, i32)]
+        where += f" AND nameId IN ({', '.join(map(str, ids))})"  # integers only (checked above)
     return int_columns(con, RUNTIME, [PID_SQL.format(col="COALESCE(globalTid, 0)"), "correlationId", "start",
                                       TID_SQL.format(col="COALESCE(globalTid, 0)")],
-                       where="correlationId IS NOT NULL AND correlationId != 0", map_chunks=map_chunks,
-                       dtypes=[i32, i64, i64, i32])
+                       where=where, map_chunks=map_chunks, dtypes=[i32, i64, i64, i32])
 
 
 def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:

@@ -197,3 +197,84 @@ def _append_nvtx(con, spec, e: dict) -> None:
     unregistered, so the StringIds already written need nothing new)."""
     write_nvtx(con, spec, Strings(), {k: np.asarray(v, dtype=object if k == "text" else np.int64)
                                         if k not in ("domain",) else np.asarray(v) for k, v in e.items()})
+
+
+def add_real_shape(path, *, api_per_kernel: dict[str, float], nvtx_per_kernel: float | None = None,
+                   nvtx_name: str = "aten::addmm") -> dict:
+    """Make a built export real-shaped, in place, in SQL (no rows pass through Python): beside each kernel's
+    launching call, further CUDA API calls that launch nothing (``api_per_kernel``: name -> calls per kernel,
+    e.g. cuKernelGetName 0.65, cudaStreamIsCapturing 0.10, as measured on real exports), each with its own
+    correlationId, a few us before the launch on the same thread; and default-domain NVTX ranges around
+    launches (PyTorch's emit_nvtx style, ``nvtx_name``) until NVTX rows per kernel reach ``nvtx_per_kernel``.
+    Which launches get an extra row is a deterministic hash of the launch row and the name. Returns the
+    resulting counts."""
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    n_kernels = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    n_launch = con.execute("SELECT MAX(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] or 0
+    corr_base = (con.execute("SELECT MAX(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] or 0) + 1
+    next_id = (con.execute("SELECT MAX(id) FROM StringIds").fetchone()[0] or 0) + 1
+    for j, (name, rate) in enumerate(api_per_kernel.items()):
+        whole, frac = int(rate), rate - int(rate)
+        con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (next_id, name))
+        for copy in range(whole + (1 if frac > 0 else 0)):
+            keep = 10_000 if copy < whole else int(round(frac * 10_000))
+            salt = 7919 * (j + 1) + 104_729 * copy
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, nameId, "
+                "returnValue) SELECT start - ?, start - ? + 300, 0, globalTid, correlationId + ?, ?, 0 "
+                "FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid <= ? AND ((rowid * 2654435761 + ?) % 10007) < ?",
+                (1_000 + 400 * j, 1_000 + 400 * j, corr_base * (1 + j + len(api_per_kernel) * copy), next_id, n_launch,
+                 salt, keep))
+        next_id += 1
+    n_nvtx = con.execute("SELECT COUNT(*) FROM NVTX_EVENTS").fetchone()[0]
+    if nvtx_per_kernel and n_kernels and n_nvtx / n_kernels < nvtx_per_kernel:
+        keep = int(round((nvtx_per_kernel * n_kernels - n_nvtx) / max(1, n_launch) * 10_007))
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, domainId) "
+                    "SELECT start - 200, start + 200, ?, ?, globalTid, globalTid, 0 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                    "WHERE rowid <= ? AND ((rowid * 40503 + 17) % 10007) < ?",
+                    (EVENT_TYPES["NvtxPushPopRange"], nvtx_name, n_launch, keep))
+    con.commit()
+    out = {"kernels": n_kernels,
+           "api_rows": con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0],
+           "nvtx_rows": con.execute("SELECT COUNT(*) FROM NVTX_EVENTS").fetchone()[0]}
+    con.close()
+    return out
+
+
+TIMED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+
+
+def replicate_export(src: sqlite3.Connection, dst, copies: int) -> dict:
+    """A real export repeated ``copies`` times along time into ``dst`` (a path): every timed table's rows
+    again, shifted by the capture's span (plus 1 ms) per copy, correlationIds shifted past the largest one
+    used, so each copy's kernels join their own launches. Other tables (StringIds, processes, GPUs, session
+    start) are copied once. ``src``: an open connection (e.g. a decompressed ``.sqlite.xz``)."""
+    dst = Path(dst)
+    with replacing(dst, ".build") as tmp:
+        out = sqlite3.connect(tmp)
+        src.backup(out)
+        out.execute("PRAGMA journal_mode=OFF")
+        out.execute("PRAGMA synchronous=OFF")
+        have = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        timed = [t for t in TIMED_TABLES if t in have]
+        lo = min(out.execute(f"SELECT MIN(start) FROM {t}").fetchone()[0] or 0 for t in timed)
+        hi = max(out.execute(f"SELECT MAX(COALESCE(end, start)) FROM {t}").fetchone()[0] or 0 for t in timed)
+        span = hi - lo + 1_000_000
+        corr = max((out.execute(f"SELECT MAX(correlationId) FROM {t}").fetchone()[0] or 0) for t in timed
+                   if "correlationId" in {r[1] for r in out.execute(f'PRAGMA table_info("{t}")')}) + 1
+        counts = {}
+        for t in timed:
+            cols = [r[1] for r in out.execute(f'PRAGMA table_info("{t}")')]
+            n = out.execute(f"SELECT MAX(rowid) FROM {t}").fetchone()[0] or 0
+            for k in range(1, copies):
+                expr = [f"{c} + {k * span}" if c in ("start", "end") else
+                        f"CASE WHEN correlationId > 0 THEN correlationId + {k * corr} END" if c == "correlationId"
+                        else c for c in cols]
+                out.execute(f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(expr)} FROM {t} WHERE rowid <= {n}")
+            counts[t] = out.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+        out.commit()
+        out.close()
+    return counts

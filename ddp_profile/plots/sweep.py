@@ -58,9 +58,17 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
         fig.add_trace(go.Scatter(x=[float(optimum_mb)] * 2, y=[lo, hi], mode="lines", name=label,
                                  line={"dash": "dot", "color": "#B279A2"},
                                  hovertemplate=label + "<extra>model optimum</extra>"), row=1, col=2)
-    fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
+    # Ticks only at the measured caps (x) and at whole decades (y, log), labelled in full ('0.3 ms', not a
+    # bare minor '3' that reads as the next decade's label).
+    caps = sorted({float(v) for v in comparison["bucket_size_mb"].dropna()})
+    fig.update_xaxes(title_text="bucket cap (MiB, log scale)", type="log", tickvals=caps,
+                     ticktext=[f"{v:g}" for v in caps])
     fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="time (ms)", type="log", row=1, col=2)
+    ys = [v for tr in fig.data if tr.yaxis == "y2" for v in (tr.y or ()) if v is not None and v > 0]
+    if ys:
+        decades = [10.0 ** e for e in range(int(np.floor(np.log10(min(ys)))), int(np.ceil(np.log10(max(ys)))) + 1)]
+        fig.update_yaxes(tickvals=decades, ticktext=[f"{v:g} ms" for v in decades], row=1, col=2)
+    fig.update_yaxes(title_text="time (ms, log scale)", type="log", row=1, col=2)
     fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", height=460,
                       margin={"l": 60, "r": 20, "t": 90, "b": 60}, legend={"orientation": "h", "y": -0.25})
     return fig

@@ -40,9 +40,13 @@ def headline_values(run: Run) -> dict:
     the GPU window of each step) plus the medians of the step-table columns newer analyses add."""
     summary = dict(run.analysis.summary())
     s = run.analysis.steps
-    for col in ("exposed_wait_ns", "exposed_transfer_ns", "job_comm_tail_ns", "param_sync_ns"):
-        if s is not None and col in s and len(s):
+    if s is None or not len(s):
+        return summary
+    for col in HEADLINE:  # columns newer analyses add (and any the summary lacks): step-table medians
+        if col in s and summary.get(col) is None:
             summary[col] = float(pd.to_numeric(s[col], errors="coerce").median())
+    summary.setdefault("n_steps", int(s["step"].nunique()))
+    summary.setdefault("n_ranks", int(s["rank"].nunique()))
     return summary
 
 
@@ -170,9 +174,9 @@ def advice_for(run: Run, context: dict | None) -> str:
             continue
         best = r.iloc[0]
         link = f"<a href='{esc(g.page)}'>strategy comparison</a>"
-        if best["page"] == run.page:
-            return f"<b>Keep this strategy</b>: it is the fastest of the measured {link}."
         gain = t - float(best["step_ns"])
+        if best["page"] == run.page or not gain > 0:
+            return f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step."
         return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(best['step_ns'])} per "
                 f"step, {fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).")
     return "No comparison holds this run, so no measured alternative to recommend."

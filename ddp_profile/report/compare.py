@@ -73,6 +73,7 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     steps = [r.analysis.steps for r in runs]
     comp["step_min_ns"] = [float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps]
     comp["step_max_ns"] = [float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps]
+    comp["host"] = [getattr(r, "host", None) for r in runs]
     comp["baseline"] = [r.baseline.name if r.baseline is not None else None for r in runs]
     speed, eff, serial = [], [], []
     for r, t, n in zip(runs, comp["step_ns"], comp["world_size"], strict=False):

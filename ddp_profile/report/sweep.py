@@ -185,7 +185,8 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None, facts: dict |
     b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_size_mb"]).sort_values("bucket_size_mb")
     d = comp[comp["strategy"] == "torch_ddp"]
     verdict = sweep_verdict(b["bucket_size_mb"].astype(float).tolist(), b["step_ns"].tolist(),
-                            b["comm_tail_ns"].tolist(), opt, ddp=d.iloc[0].to_dict() if len(d) else None)
+                            b["comm_tail_ns"].tolist(), opt, ddp=d.iloc[0].to_dict() if len(d) else None,
+                            spread={float(r.bucket_size_mb): (r.step_min_ns, r.step_max_ns) for r in b.itertuples()})
     alt = "Bucket sweep: time per step by cap: " + "; ".join(
         f"{c:g} MiB {fmt_ms(t)}" for c, t in zip(b["bucket_size_mb"], b["step_ns"], strict=False))
     body = "\n".join([

@@ -39,6 +39,15 @@ def _diff(a_ns: float, b_ns: float) -> str:
     return f"{fmt_ms(abs(d))} ({100.0 * abs(d) / b_ns:.1f} %)" if b_ns else fmt_ms(abs(d))
 
 
+def _hosts(a, b) -> str:
+    """' (but recorded on host-2, not host-1: ...)' when two rows come from different hosts."""
+    ha, hb = a.get("host"), b.get("host")
+    if ha and hb and ha != hb:
+        return (f" (but torch_ddp was recorded on {_e(hb)} and the fastest on {_e(ha)}, so the difference "
+                "mixes the host with the strategy)")
+    return ""
+
+
 def ranked(comp: pd.DataFrame) -> pd.DataFrame:
     """Multi-GPU rows with a step time, fastest first."""
     ws = pd.to_numeric(comp["world_size"], errors="coerce")
@@ -71,7 +80,7 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
     if ddp and ddp[0] is not best:
         d = ddp[0]
         out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(d['step_ns'])}): "
-                   f"{_diff(best['step_ns'], d['step_ns'])} faster.")
+                   f"{_diff(best['step_ns'], d['step_ns'])} faster{_hosts(best, d)}.")
         own = [x for x in r if x.get("strategy") != "torch_ddp"]
         if own and own[0] is not best:
             o = own[0]
@@ -137,7 +146,7 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
 
 
 def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[float], b_star_mib,
-                  default_cap: float | None = 25.0, ddp: dict | None = None) -> str:
+                  default_cap: float | None = 25.0, ddp: dict | None = None, spread: dict | None = None) -> str:
     """Recommendation first: measured best cap (by step time), the model's b*, which to use and why."""
     pts = [(c, t, tl) for c, t, tl in zip(curve_caps, step_ns, tails_ns, strict=False) if not missing(t)]
     if not pts:
@@ -148,6 +157,17 @@ def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[
     out = [f"<b>Use a bucket cap of {fmt_cap(best[0])}</b>: it measured the shortest step, "
            f"{fmt_ms(best[1])} (comm tail {fmt_ms(best[2])}), {_diff(best[1], worst[1])} faster than the "
            f"slowest cap ({fmt_cap(worst[0])})."]
+    if spread:
+        nxt = sorted(pts, key=lambda p: p[1])[1] if len(pts) > 1 else None
+        lo, hi = spread.get(best[0], (None, None))
+        if nxt is not None and hi is not None and nxt[0] in spread:
+            if hi < spread[nxt[0]][0]:
+                out.append(f"Its slowest step beats the fastest step of the runner-up ({fmt_cap(nxt[0])}), so "
+                           "the order is established.")
+            else:
+                out.append(f"Its step range ({fmt_ms(lo, unit=False)}–{fmt_ms(hi)}) overlaps the runner-up's "
+                           f"({fmt_cap(nxt[0])}: {fmt_ms(spread[nxt[0]][0], unit=False)}–"
+                           f"{fmt_ms(spread[nxt[0]][1])}), so the order of the top two is not established.")
     dflt = [p for p in pts if default_cap is not None and p[0] == default_cap]
     if dflt and dflt[0] is not best:
         out.append(f"Against the default {fmt_cap(default_cap)}: {_diff(best[1], dflt[0][1])} per step.")

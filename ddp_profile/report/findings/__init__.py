@@ -59,7 +59,36 @@ def build_sections(root: Path, runs) -> tuple[list, dict]:
     q7, scal = qb.q7_scaling([r for r in runs if r.set == SCALING], page_for, m_scal)
     secs += [q7, qb.q8_dtype(a, sets["B"], page_for, m_main),
              qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal})]
+    pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],
+             "q4": [("sweep", a), ("sweep", sets["small"])],
+             "q5": [("strategies", a), ("strategies", sets["B"]), ("strategies", sets["small"])],
+             "q7": [("scaling", {r.name: r for r in runs if r.set == SCALING})],
+             "q8": [("strategies", a), ("strategies", sets["B"])]}
+    for sec in secs:
+        links = [x for kind, rs in pages.get(sec.key, ()) for x in comparison_links(kind, rs)]
+        if links:
+            sec.links(list(dict.fromkeys(links)))
     return secs, {"sets": sets, "scaling": scal}
+
+
+def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
+    """(text, page) of the report's comparison pages ('strategies', 'sweep', 'scaling') that hold a set's
+    runs, named as :func:`ddp_profile.report.runs.group_runs` names them."""
+    from ddp_profile.report.runs import group_page_name, normalise_meta
+
+    out = []
+    keys = {}
+    for r in (rs.values() if isinstance(rs, dict) else rs):
+        m = normalise_meta(r.meta)
+        folder = "scaling" if r.set == SCALING else ""
+        ws = None if kind == "scaling" else m.get("world_size")
+        if kind != "scaling" and (ws is None or int(ws) <= 1):
+            continue
+        keys[(folder, m.get("model"), m.get("dtype"), m.get("gpu_name"), ws)] = None
+    for folder, model, dtype, gpu, ws in keys:
+        title = f"{kind} page: {folder + '/ ' if folder else ''}{model} {dtype}" + (f" ×{ws}" if ws else "")
+        out.append((title, group_page_name(kind, folder, model, dtype, gpu, ws)))
+    return out
 
 
 def describe_set(name: str, rs: dict) -> str:

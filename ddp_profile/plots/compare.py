@@ -105,15 +105,16 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = ""):
     lo = ((c["step_ns"] - c.get("step_min_ns", c["step_ns"])) / 1e6).round(3)
     hi = ((c.get("step_max_ns", c["step_ns"]) - c["step_ns"]) / 1e6).round(3)
     text = [f"{v / 1e6:,.3f} ms" for v in c["step_ns"]]
+    labels = [f"{lbl} · {t}" for lbl, t in zip(labels, text, strict=True)]  # absolute time beside the name
     fig = go.Figure(go.Bar(
-        orientation="h", y=labels, x=d.tolist(), text=text, textposition="outside", marker_color="#4C78A8",
+        orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color="#4C78A8",
         error_x={"type": "data", "symmetric": False, "array": hi.tolist(), "arrayminus": lo.tolist(),
                  "color": "#555"},
         hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>"))
     fig.update_layout(title=titled("Time per step, ranked: difference to the fastest (whiskers: min–max "
                                    "over ranks and steps)", source),
                       template="plotly_white", height=max(260, 120 + 36 * len(c)),
-                      margin={"l": 170, "r": 90, "t": 90, "b": 50},
+                      margin={"l": 230, "r": 30, "t": 90, "b": 50},
                       xaxis={"title": {"text": "ms slower than the fastest run (median step)"}},
                       yaxis={"autorange": "reversed", "automargin": True})
     return fig

@@ -63,11 +63,13 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     caps = sorted({float(v) for v in comparison["bucket_size_mb"].dropna()})
     fig.update_xaxes(title_text="bucket cap (MiB, log scale)", type="log", tickvals=caps,
                      ticktext=[f"{v:g}" for v in caps])
-    fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="time (ms; axis zoomed, not from 0)", row=1, col=1)
     ys = [v for tr in fig.data if tr.yaxis == "y2" for v in (tr.y or ()) if v is not None and v > 0]
     if ys:
-        decades = [10.0 ** e for e in range(int(np.floor(np.log10(min(ys)))), int(np.ceil(np.log10(max(ys)))) + 1)]
-        fig.update_yaxes(tickvals=decades, ticktext=[f"{v:g} ms" for v in decades], row=1, col=2)
+        lo, hi = min(ys), max(ys)
+        ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+                 for m in (1, 2, 5) if lo / 2 <= m * 10.0 ** e <= hi * 2]
+        fig.update_yaxes(tickvals=ticks, ticktext=[f"{v:g} ms" for v in ticks], row=1, col=2)
     fig.update_yaxes(title_text="time (ms, log scale)", type="log", row=1, col=2)
     fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", height=460,
                       margin={"l": 60, "r": 20, "t": 90, "b": 60}, legend={"orientation": "h", "y": -0.25})

@@ -15,6 +15,12 @@ OPTIMIZER = "optimizer"
 GRAD_WAIT = "grad_sync_wait"
 # One range per collective launch; payload = size in bytes. Message: f"{ALLREDUCE_PREFIX} b{bucket} {nbytes}B".
 ALLREDUCE_PREFIX = "allreduce"
+# One range per parameter broadcast of the sharded optimizer (ZeRO-1, after the owners' update); payload =
+# size in bytes. Message: f"{PARAM_SYNC_PREFIX} b{bucket} r{owner} {nbytes}B" (bucket = owner bucket index).
+PARAM_SYNC_PREFIX = "param_sync"
+# One range per FSDP unit's forward (FSDP2's all-gather wait, the block's compute and its reshard); payload =
+# unit index. Message: f"{FSDP_BLOCK_PREFIX} {index}". Not a collective range: see harness/strategies/fsdp.py.
+FSDP_BLOCK_PREFIX = "fsdp block"
 # Marker emitted once per process at start-up: f"{RANK_MARKER} {rank}/{world_size}" (payload = rank).
 RANK_MARKER = "ddp_profile.rank"
 
@@ -32,6 +38,8 @@ COLORS = {
     OPTIMIZER: "purple",
     GRAD_WAIT: "red",
     ALLREDUCE_PREFIX: "orange",
+    PARAM_SYNC_PREFIX: "yellow",
+    FSDP_BLOCK_PREFIX: "cyan",
 }
 
 # Default regexes the analysis uses to recognise phases in any trace (overridable on the CLI).

@@ -34,6 +34,19 @@ STEP_METRIC_COLUMNS = [
     "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
     "forward_ns", "backward_ns", "optimizer_ns",
     "backward_end_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
+    # appended (issues 14, 15; definitions in analysis/comm_kinds.py and analysis/steps.py): exposed comm split
+    # into waiting for the slowest peer and transfer; parameter AllGather/Broadcast after backward (not in
+    # comm_tail_ns, which counts gradient collectives only); exposed AllGather before backward ends; the
+    # job-level tail (last gradient collective on any rank − latest backward end over ranks, same step).
+    "exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns", "exposed_allgather_ns",
+    "job_comm_tail_ns",
+]
+# Per (rank, step, collective kind), NCCL time of the kind (analysis/comm_kinds.py). collective: AllReduce |
+# AllGather | ReduceScatter | Broadcast | AllToAll | SendRecv | other. forward/backward/optimizer_ns: comm_ns
+# inside that phase's GPU window; after_backward_ns: after the step's backward_end_ns.
+COMM_KIND_COLUMNS = [
+    "rank", "step", "collective", "count", "comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns",
+    "forward_ns", "backward_ns", "optimizer_ns", "after_backward_ns",
 ]
 RANK_OVERLAP_COLUMNS = ["rank", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "overlap_pct"]
 # Per kernel name, nsys nccl_gpu_overlap_trace semantics: for NCCL kernels, the duration-weighted share of
@@ -85,6 +98,9 @@ PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns",
 # process that ran no GPU work. Times on the trace's clock (load_trace's per-file offsets).
 API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
+# One row per candidate configuration (analysis.recommend); the first row is the recommendation.
+RECOMMEND_COLUMNS = ["lever", "flags", "cap_bytes", "predicted_tail_ns", "predicted_step_ns", "measured_step_ns",
+                     "predicted_gain_ns", "upper_gain_ns", "basis"]
 LAUNCH_STEP_COLUMNS = [
     "rank", "step", "start_ns", "end_ns", "step_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_pct",
     "kernels", "launches", "api_ns", "sync_ns", "host_us_per_launch", "gpu_us_per_kernel", "launch_bound",

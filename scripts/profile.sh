@@ -3,16 +3,22 @@
 #   <run>.nsys-rep (or <run>_rank<N>.nsys-rep)   the report, for the nsys GUI (git-ignored)
 #   <run>.sqlite.xz                              the scrubbed, slim SQLite export (what gets committed)
 #   <run>.json                                   the run record: config, versions, GPU, per-step times
-# <run> is <strategy>[-<N>mb]_<model>_<dtype>_<world>x<gpu>, e.g. bucketed-25mb_xl_fp32_2xh100.
+# <run> is <strategy>[-<N>mb][+zero1|+zero1torch]_<model>_<dtype>_<world>x<gpu>, e.g. bucketed-25mb_xl_fp32_2xh100.
 #
 # Usage: scripts/profile.sh STRATEGY [bench options]
 #   e.g. scripts/profile.sh bucketed --model xl --batch 4 --seq-len 256 --bucket-mb 25 --warmup 3 --steps 4
 #        NPROC=1 scripts/profile.sh none --model xl
 # Knobs (environment):
 #   NPROC=2            processes (GPUs) per node                   e.g. NPROC=4
-#   NNODES=1           nodes; >1 needs TORCHRUN_ARGS with the rendezvous, and PER_RANK=1
-#   TORCHRUN_ARGS=     replaces the default "--standalone --nproc_per_node=$NPROC"
-#                      e.g. TORCHRUN_ARGS="--nnodes=2 --node_rank=0 --nproc_per_node=2 --rdzv_endpoint=host0:29500"
+#   NNODES=1           nodes; >1 needs PER_RANK=1 and one profile.sh per node (same arguments, own NODE_RANK)
+#   NODE_RANK=0        this node's rank when NNODES>1                                   e.g. NODE_RANK=1
+#   RDZV_ENDPOINT=localhost:29500   c10d rendezvous when NNODES>1 (node 0's address)    e.g. RDZV_ENDPOINT=host0:29500
+#   TORCHRUN_ARGS=     replaces the default "--standalone --nproc_per_node=$NPROC" (NNODES=1) or
+#                      "--nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$NPROC --rdzv-backend=c10d
+#                      --rdzv-endpoint=$RDZV_ENDPOINT" (NNODES>1)
+#                      With NNODES>1 each node works in its own traces/.<run>.partial.node<N>/ and moves its
+#                      files into traces/<run>/ (merged, not replaced: clear the folder before a new run),
+#                      and exports/scrubs only its own reports; rank 0's node writes <run>.json.
 #   PER_RANK=0         1: one report per rank (nsys inside torchrun, named ..._rank%q{RANK}); 0: one report for all ranks
 #   POST=1             0: skip export + scrub (profile_all.sh does them in the background)
 #   TRACES=<repo>/traces   output root                             e.g. TRACES=/tmp/traces
@@ -29,7 +35,13 @@ source "$HERE/_nsys.sh"
 
 NPROC=${NPROC:-2}
 NNODES=${NNODES:-1}
-TORCHRUN_ARGS=${TORCHRUN_ARGS:-"--standalone --nproc_per_node=$NPROC"}
+NODE_RANK=${NODE_RANK:-0}
+RDZV_ENDPOINT=${RDZV_ENDPOINT:-localhost:29500}
+if [ "$NNODES" -gt 1 ]; then
+    TORCHRUN_ARGS=${TORCHRUN_ARGS:-"--nnodes=$NNODES --node_rank=$NODE_RANK --nproc_per_node=$NPROC --rdzv-backend=c10d --rdzv-endpoint=$RDZV_ENDPOINT"}
+else
+    TORCHRUN_ARGS=${TORCHRUN_ARGS:-"--standalone --nproc_per_node=$NPROC"}
+fi
 PER_RANK=${PER_RANK:-0}
 POST=${POST:-1}
 TRACES=${TRACES:-$ROOT/traces}
@@ -42,6 +54,10 @@ if [ $# -lt 1 ]; then
 fi
 STRATEGY=$1
 shift
+if [ "$NNODES" -gt 1 ] && [ "$PER_RANK" != 1 ]; then
+    echo "error: NNODES=$NNODES needs PER_RANK=1 (one report per rank; nsys runs inside each node's torchrun)" >&2
+    exit 2
+fi
 
 cd "$ROOT"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
@@ -54,6 +70,7 @@ WORLD=$((NPROC * NNODES))
 RUN=$("$PYTHON" -m ddp_profile.harness --strategy "$STRATEGY" "$@" --nproc "$WORLD" --print-run-name)
 DIR=$TRACES/$RUN
 TMP=$TRACES/.$RUN.partial
+if [ "$NNODES" -gt 1 ]; then TMP=$TMP.node$NODE_RANK; fi
 rm -rf "$TMP"
 mkdir -p "$TMP"
 
@@ -73,11 +90,20 @@ else
     check_report "$TMP/$RUN"
 fi
 
-rm -rf "$DIR"
-mv "$TMP" "$DIR"
+if [ "$NNODES" -gt 1 ]; then
+    # Several nodes share traces/<run>/ (same machine, or a shared file system): each exports and scrubs
+    # only its own reports, then moves its files in.
+    if [ "$POST" = 1 ]; then post_process "$TMP"; fi
+    mkdir -p "$DIR"
+    find "$TMP" -mindepth 1 -maxdepth 1 -exec mv -f {} "$DIR"/ \;
+    rmdir "$TMP"
+else
+    rm -rf "$DIR"
+    mv "$TMP" "$DIR"
+    if [ "$POST" = 1 ]; then post_process "$DIR"; fi
+fi
 if [ -n "${RUN_DIR_OUT:-}" ]; then echo "$DIR" >"$RUN_DIR_OUT"; fi
 if [ "$POST" = 1 ]; then
-    post_process "$DIR"
     echo "== $RUN: scrubbed export(s): $(cd "$DIR" && ls ./*.sqlite* | tr '\n' ' ')"
 fi
 echo "== $RUN: report in $DIR (open the .nsys-rep with: nsys-ui $DIR/<file>.nsys-rep)"

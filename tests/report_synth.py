@@ -48,7 +48,9 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
             comm = 200 * US if world_size > 1 else 0
             step_rows.append((rank, step, t0, t0 + 902 * US, 902 * US, 880 * US, comm, min(comm, 150 * US),
                               max(comm - 150 * US, 0), 1 * US, 20 * US, 300 * US, 400 * US, 150 * US,
-                              t0 + 700 * US, 50 * US if comm else 0, 22.0, 5.5))
+                              t0 + 700 * US, 50 * US if comm else 0, 22.0, 5.5,
+                              # exposed wait/transfer, param sync (none), exposed all-gather (none), job tail
+                              10 * US if comm else 0, 40 * US if comm else 0, 0, 0, 0, 50 * US if comm else 0))
     kernels = pd.DataFrame(k_rows, columns=schema.KERNEL_COLUMNS)
     trace = SimpleNamespace(
         kernels=kernels, nvtx=schema.empty_frame(schema.NVTX_COLUMNS),
@@ -69,6 +71,7 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
         kernel_overlap=schema.empty_frame(schema.KERNEL_OVERLAP_COLUMNS), collectives=collectives,
         cost_model=pd.DataFrame([("AllReduce", len(col_rows), 12.0, 150.0, 0.99, 2**20, 2**26, 3.0, 8.0)],
                                 columns=schema.COST_MODEL_COLUMNS),
+        comm_kinds=schema.empty_frame(schema.COMM_KIND_COLUMNS),
         contention=pd.DataFrame([(HOSTILE if hostile else "backward_gemm_0", 3, 3, 90_000, 99_000, 10.0, 27_000)],
                                 columns=schema.CONTENTION_COLUMNS),
         notes=[f"note about {HOSTILE}"] if hostile else ["synthetic stand-in"],

@@ -15,7 +15,11 @@ from ddp_profile import nvtx_names
 from ddp_profile.nsys.loader import load_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
-RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})  # one file for all ranks, or one per rank
+# Traces the harness did not make (scripts/foreign/, see scripts/campaign.sh): no harness run record or NVTX
+FOREIGN = TRACES / "foreign"
+RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")  # one file for all ranks, or one per rank
+               if FOREIGN not in p.parents})
+FOREIGN_RUNS = sorted({p.parent for p in FOREIGN.rglob("*.sqlite.xz")})
 
 
 def _raw(path: Path) -> sqlite3.Connection:
@@ -70,3 +74,14 @@ def _assert_scrubbed(export: Path) -> None:
     blob = lzma.decompress(export.read_bytes())
     for needle in (b"/root/", b"/home/", b"/tmp/", b"/work/", b"PATH=", b"HOSTNAME="):
         assert needle not in blob, f"{export.name} still holds {needle!r}"
+
+
+@pytest.mark.parametrize("run", FOREIGN_RUNS, ids=[p.name for p in FOREIGN_RUNS])
+def test_committed_foreign_trace_loads_and_is_scrubbed(run):
+    """A foreign program's trace: its program.json (written by the program) and scrubbed exports that load."""
+    program = json.loads((run / "program.json").read_text())
+    assert program["world_size"] >= 1 and program["steps"] >= 1
+    trace = load_trace(run)
+    assert len(trace.kernels) > 0
+    for export in sorted(run.glob("*.sqlite.xz")):
+        _assert_scrubbed(export)

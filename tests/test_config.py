@@ -23,6 +23,12 @@ from ddp_profile.harness.config import RunConfig, run_name
         ({"backend": "mpi"}, "backend 'mpi'"),
         ({"model": "tiny", "seq_len": 65}, "exceeds model 'tiny'"),
         ({"strategy": "bucketed", "ddp_nvtx_hook": True}, "ddp_nvtx_hook applies to strategy torch_ddp only"),
+        ({"shard_optimizer": "zero3"}, "shard_optimizer 'zero3' is unknown"),
+        ({"strategy": "fsdp", "shard_optimizer": "ours"}, r"not 'fsdp' \(fsdp already shards optimizer state\)"),
+        ({"strategy": "none", "shard_optimizer": "torch"}, "shard_optimizer needs a gradient strategy"),
+        ({"strategy": "fsdp", "fsdp_param_dtype": "fp16"}, "fsdp_param_dtype 'fp16'"),
+        ({"strategy": "bucketed", "fsdp_reshard": False}, "apply to strategy fsdp only, not 'bucketed'"),
+        ({"strategy": "naive", "fsdp_param_dtype": "bf16"}, "apply to strategy fsdp only, not 'naive'"),
     ],
 )
 def test_invalid_values_raise_config_error_naming_the_field(changes, needle):
@@ -52,6 +58,15 @@ def test_valid_config_round_trips_and_replace_revalidates():
         (RunConfig(strategy="torch_ddp", model="xl", ddp_nvtx_hook=True), 2, "h200", "torch_ddp-25mb-nvtxhook_xl_fp32_2xh200"),
         (RunConfig(strategy="naive", model="small", tf32=True), 2, "a100", "naive_small_fp32-tf32_2xa100"),
         (RunConfig(strategy="overlap", model="mlp", mlp_depth=4), 4, "cpu", "overlap_mlp4_fp32_4xcpu"),
+        (RunConfig(strategy="bucketed", model="xl", bucket_mb=100, shard_optimizer="ours"), 2, "h200",
+         "bucketed-100mb+zero1_xl_fp32_2xh200"),
+        (RunConfig(strategy="torch_ddp", model="xl", shard_optimizer="torch"), 2, "h200",
+         "torch_ddp-25mb+zero1torch_xl_fp32_2xh200"),
+        (RunConfig(strategy="naive", model="xl", shard_optimizer="ours"), 2, "h100", "naive+zero1_xl_fp32_2xh100"),
+        (RunConfig(strategy="fsdp", model="xl"), 2, "h100", "fsdp_xl_fp32_2xh100"),
+        (RunConfig(strategy="fsdp", model="xl", fsdp_reshard=False), 2, "h100", "fsdp-noreshard_xl_fp32_2xh100"),
+        (RunConfig(strategy="fsdp", model="xl", dtype="bf16", fsdp_param_dtype="bf16"), 2, "h100",
+         "fsdp-mpbf16_xl_bf16_2xh100"),
     ],
 )
 def test_run_names(cfg, world, gpu, name):

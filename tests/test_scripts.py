@@ -156,3 +156,97 @@ def test_profile_all_only_runs_the_matching_runs_of_a_set(standin_env, tmp_path)
     assert "== campaign: 1 runs done, 0 skipped, 0 failed" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")) == [
         "none_tiny_fp32_1xcpu"]
+
+
+CAMPAIGN_CONFIGS = """\
+# a tiny campaign for the CPU: set T (two lines of part 1, one of part 2), a line the harness rejects,
+# a line too long for the deadline, one foreign program and the two-node line
+set T --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2
+1 T 2 bucketed --bucket-mb 25
+2 T 2 overlap
+1 T 2 bucketed --no-such-flag
+1 T 2 naive --model xl
+1 foreign 2 plain-cuda -t cuda -- plain_loop.py --steps 2 --width 32 --depth 2 --batch 4
+1 two-node 1 bucketed --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2
+"""
+
+
+@pytest.mark.slow
+def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
+    import lzma
+    import socket
+    import tarfile
+
+    configs = tmp_path / "configs.txt"
+    configs.write_text(CAMPAIGN_CONFIGS)
+    out = tmp_path / "out"
+    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"),
+           "REPEATS": "2", "XL_PROF_S": "100000", "RDZV_PORT": "29531"}
+    env.pop("NSYS")
+    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1, log  # the rejected line is a failure; the others still ran and were packed
+    assert "3 done, 1 skipped, 1 failed" in log
+    assert "skipped T: NPROC=2 naive --model tiny" in log and "(deadline:" in log
+    assert "FAILED  T: NPROC=2 bucketed" in log and "rejected the options" in log
+    assert "overlap" not in log.split("== campaign part 1")[1]  # part 2's line did not run
+
+    assert sorted(p.name for p in out.iterdir()) == [
+        "T.tar", "foreign.tar", "logs-part1.tar.xz", "machine-part1.txt", "two-node.tar"]
+    run = two = "bucketed-25mb_tiny_fp32_2xcpu"
+    members = {name: sorted(tarfile.open(out / f"{name}.tar").getnames()) for name in ("T", "foreign", "two-node")}
+    assert members["T"] == [f"traces/campaign/T/{run}/{run}.json", f"traces/campaign/T/{run}/{run}.sqlite.xz",
+                            "traces/campaign/T/machine.txt"]
+    assert members["foreign"] == ["traces/foreign/machine.txt", "traces/foreign/plain-cuda/plain-cuda.sqlite.xz",
+                                  "traces/foreign/plain-cuda/program.json"]
+    assert members["two-node"] == [f"traces/two-node/{two}/{two}.json", f"traces/two-node/{two}/{two}_rank0.sqlite.xz",
+                                   f"traces/two-node/{two}/{two}_rank1.sqlite.xz", "traces/two-node/machine.txt"]
+    with tarfile.open(out / "logs-part1.tar.xz") as tar:
+        logs = tar.getnames()
+    assert "traces/.logs/campaign-part1/summary.txt" in logs
+
+    # the un-profiled repeats were folded into the profiled run's JSON, with the machine's label
+    traces = tmp_path / "traces"
+    machine = (out / "machine-part1.txt").read_text()
+    label = machine.split("host label ")[1].split()[0]
+    assert label.startswith("campaign-cpu-host-") and socket.gethostname() not in machine
+    for set_name, folder, name in (("T", traces / "campaign" / "T" / run, run), ("two-node", traces / "two-node" / two, two)):
+        record = json.loads((folder / f"{name}.json").read_text())
+        repeats = sorted((traces / ".logs" / "campaign-part1" / "unprofiled" / set_name / name).glob("rep*/*.json"))
+        assert len(repeats) == 2
+        assert record["unprofiled_repeat_medians_ms"] == [json.loads(p.read_text())["step_ms_median"] for p in repeats]
+        assert record["host"] == label and record["unprofiled_repeats"] == 2
+    assert json.loads((traces / "foreign" / "plain-cuda" / "program.json").read_text())["world_size"] == 2
+    # the profiled runs went through the (stand-in) nsys with the campaign's options
+    profiled = (tmp_path / "nsys.log").read_text()
+    assert "--sample=none --cpuctxsw=none" in profiled and "-t cuda -o" in profiled and "plain_loop.py" in profiled
+    assert profiled.count("--capture-range=cudaProfilerApi") == 3  # harness line + one per two-node rank
+    assert "NVLS=0 SYMM=1 SHMEM=1" in profiled
+    lzma.decompress((traces / "campaign" / "T" / run / f"{run}.sqlite.xz").read_bytes())  # scrubbed, xz
+
+
+def test_campaign_without_part_prints_usage():
+    proc = bash("scripts/campaign.sh", {"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "usage: scripts/campaign.sh PART" in proc.stderr
+
+
+def test_campaign_config_list_is_well_formed():
+    """Every line of the shipped list: PART SET NPROC WHAT, known parts, sets defined before use."""
+    sets: set[str] = set()
+    lines = 0
+    for raw in (ROOT / "scripts" / "campaign_configs.txt").read_text().splitlines():
+        words = raw.split("#")[0].split()
+        if not words:
+            continue
+        if words[0] == "set":
+            sets.add(words[1])
+            continue
+        part, set_name, nproc, *what = words
+        lines += 1
+        assert part in {"1", "2"} and nproc.isdigit() and what, raw
+        if set_name == "foreign":
+            assert "--" in what and (ROOT / "scripts" / "foreign" / what[what.index("--") + 1]).is_file(), raw
+        elif set_name != "two-node":
+            assert set_name in sets, raw
+    assert lines >= 10

@@ -5,6 +5,12 @@ main process then compares each rank's results with single-process training on t
 The toy model has the three awkward cases: a tied weight (embedding = head), a frozen parameter and a
 buffer. SGD keeps the comparison tight: averaged shard gradients equal the full-batch gradient up to
 float rounding, so parameters after several steps agree to ~1e-6.
+
+Optimizer sharding (`<strategy>+zero1`: ShardedOptimizer, `+zero1torch`: ZeroRedundancyOptimizer) runs with
+AdamW, the optimizer whose state it shards, and is compared with single-process AdamW. FSDP2 runs here too:
+`fully_shard` works on a CPU device mesh over gloo (torch 2.13), and DTensor parameters are compared
+through `full_tensor()`. The same spawn also runs the stand-alone ShardedOptimizer checks (tied weights,
+10 AdamW steps, add_param_group, zero_grad, state on one rank only).
 """
 
 from __future__ import annotations
@@ -24,8 +30,11 @@ from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.launch import spawn_local
 from ddp_profile.harness.models import build_model
 from ddp_profile.harness.strategies import REGISTRY, create, pack_buckets
+from ddp_profile.harness.strategies.fsdp import FSDP
+from ddp_profile.harness.strategies.sharded_optimizer import assign_owners
 from ddp_profile.harness.strategies.torch_ddp import TorchDDP
-from ddp_profile.harness.train import loss_fn, run_steps
+from ddp_profile.harness.train import loss_fn, optimizer_state_bytes, run_steps
+from ddp_profile.strategies import ShardedOptimizer
 
 VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
 
@@ -64,17 +73,50 @@ CASES = [
     ("tiny-bucketed", "tiny", "bucketed", 0.01),
     ("tiny-torch_ddp", "tiny", "torch_ddp", 0.01),
     ("tiny-torch_ddp-stock", "tiny", "torch_ddp-stock", 0.01),
+    # Optimizer-state sharding on every gradient strategy (AdamW; see the module docstring).
+    ("naive+zero1", "toy", "naive+zero1", 25.0),
+    ("flat+zero1", "toy", "flat+zero1", 25.0),
+    ("overlap+zero1", "toy", "overlap+zero1", 25.0),
+    ("bucketed-many+zero1", "toy", "bucketed+zero1", 0.00002),
+    ("torch_ddp+zero1", "toy", "torch_ddp-stock+zero1", 25.0),
+    ("tiny-bucketed+zero1", "tiny", "bucketed+zero1", 0.01),
+    ("bucketed+zero1torch", "toy", "bucketed+zero1torch", 25.0),
+    ("tiny-torch_ddp+zero1torch", "tiny", "torch_ddp-stock+zero1torch", 0.01),
+    # FSDP2: the toy is sharded at the root only, tiny per block + root.
+    ("fsdp", "toy", "fsdp", 25.0),
+    ("tiny-fsdp", "tiny", "fsdp", 25.0),
+    ("tiny-fsdp-noreshard", "tiny", "fsdp-noreshard", 25.0),
 ]
+ADAMW_LR = 0.01
 
 
 def wrap(strategy_name: str, model: nn.Module, mb: float):
     """The registry's strategies; "torch_ddp" here is DDP with the NVTX comm hook (the registry's
-    ``ddp_nvtx_hook=True``), "torch_ddp-stock" the registry's default, stock DDP."""
+    ``ddp_nvtx_hook=True``), "torch_ddp-stock" the registry's default, stock DDP. A "+zero1..." suffix names
+    the optimizer (make_optimizer) and does not change the wrapping."""
+    strategy_name = strategy_name.split("+")[0]
+    if strategy_name == "fsdp-noreshard":
+        return create("fsdp", model, fsdp_reshard=False)
     if strategy_name == "torch_ddp-stock":
         return create("torch_ddp", model, bucket_mb=mb)
     if strategy_name == "torch_ddp":
         return create("torch_ddp", model, bucket_mb=mb, ddp_nvtx_hook=True)
     return create(strategy_name, model, bucket_mb=mb)
+
+
+def make_optimizer(strategy_name: str, params) -> torch.optim.Optimizer:
+    """SGD (exact comparisons) for plain strategies; AdamW, sharded, for the "+zero1" ones; AdamW over
+    the DTensor shards for fsdp (so there is sharded state to check)."""
+    params = [p for p in params if p.requires_grad]
+    if strategy_name.startswith("fsdp"):
+        return torch.optim.AdamW(params, lr=ADAMW_LR)
+    if strategy_name.endswith("+zero1"):
+        return ShardedOptimizer(params, torch.optim.AdamW, lr=ADAMW_LR)
+    if strategy_name.endswith("+zero1torch"):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, lr=ADAMW_LR)
+    return torch.optim.SGD(params, lr=0.5)
 
 
 def make_model(kind: str) -> nn.Module:
@@ -92,7 +134,9 @@ def global_batches(kind: str, world_size: int) -> list[tuple]:
 
 
 def state(model: nn.Module) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in [*model.parameters(), *model.buffers()]]
+    """Parameters and buffers; FSDP's DTensor shards are gathered (a collective: every rank calls this)."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return [(t.full_tensor() if hasattr(t, "full_tensor") else t).detach().clone() for t in tensors]
 
 
 class Recorder:
@@ -130,29 +174,97 @@ def _worker(info, outdir: str) -> None:
         after_wrap = state(model)
         batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
                    for x, y in global_batches(kind, info.world_size)]
-        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        optimizer = make_optimizer(strategy_name, strategy.module.parameters())
         recorder.events.clear()
         run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
         torch.save(
             {"before": before, "after_wrap": after_wrap, "final": state(model), "layout": strategy.layout(),
-             "events": list(recorder.events)},
+             "events": list(recorder.events), "optimizer_state_bytes": optimizer_state_bytes(optimizer),
+             "optimizer_layout": optimizer.layout() if isinstance(optimizer, ShardedOptimizer) else None},
             f"{outdir}/{case_id}_rank{info.rank}.pt",
         )
         dist.barrier()
+    recorder.events.clear()
+    _sharded_optimizer_worker(info, outdir, recorder)
+
+
+SO_STEPS, SO_ADD_GROUP_AT, SO_NEW_LR_AT = 10, 3, 6
+
+
+def standalone_training(sharded: bool) -> dict:
+    """CS336's check of a sharded optimizer: the toy (tied embedding/head) trained for SO_STEPS AdamW steps
+    on the same data on every rank, so no gradient strategy is involved. lin.bias joins through
+    add_param_group at step SO_ADD_GROUP_AT, and group 0's lr changes at SO_NEW_LR_AT like a scheduler's.
+    The sharded optimizer is also handed the tied tensor twice (as emb.weight and head.weight)."""
+    torch.manual_seed(5)
+    model = Toy()
+    first = [p for n, p in model.named_parameters() if p.requires_grad and n != "lin.bias"]
+    kwargs = {"lr": 0.01, "weight_decay": 0.1}
+    if sharded:
+        optimizer = ShardedOptimizer([*first, model.head.weight], torch.optim.AdamW, **kwargs)
+    else:
+        optimizer = torch.optim.AdamW(first, **kwargs)
+    gen = torch.Generator().manual_seed(11)
+    for step in range(SO_STEPS):
+        if step == SO_ADD_GROUP_AT:
+            optimizer.add_param_group({"params": [model.lin.bias], "lr": 0.02})
+        if step == SO_NEW_LR_AT:
+            optimizer.param_groups[0]["lr"] = 0.005
+        tokens = torch.randint(0, VOCAB, (4, SEQ + 1), generator=gen)
+        optimizer.zero_grad()
+        loss_fn(model(tokens[:, :-1]), tokens[:, 1:]).backward()
+        optimizer.step()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    had_grads = all(p.grad is not None for p in trainable)
+    optimizer.zero_grad()
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    return {
+        "final": state(model),
+        "had_grads": had_grads,
+        "grads_cleared": all(p.grad is None for p in trainable),
+        "state_params": sorted(by_id[id(p)] for p, st in optimizer.state.items() if st),
+        "state_bytes": optimizer_state_bytes(optimizer),
+        "groups": len(optimizer.param_groups),
+        "param_bytes": sum(p.numel() * p.element_size() for p in trainable),
+    }
+
+
+def _sharded_optimizer_worker(info, outdir: str, recorder) -> None:
+    out = standalone_training(sharded=True)
+    out["events"] = list(recorder.events)
+    torch.save(out, f"{outdir}/sharded-optimizer_rank{info.rank}.pt")
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("strategies")
     spawn_local(2, _worker, str(outdir))
-    return {(case[0], rank): torch.load(outdir / f"{case[0]}_rank{rank}.pt") for case in CASES for rank in (0, 1)}
+    out = {(case[0], rank): torch.load(outdir / f"{case[0]}_rank{rank}.pt") for case in CASES for rank in (0, 1)}
+    for rank in (0, 1):
+        out[("sharded-optimizer", rank)] = torch.load(outdir / f"sharded-optimizer_rank{rank}.pt")
+    return out
 
 
-def reference(kind: str) -> list[torch.Tensor]:
+def uses_adamw(strategy_name: str) -> bool:
+    return "+zero1" in strategy_name or strategy_name.startswith("fsdp")
+
+
+def full_adamw_state_bytes(kind: str) -> tuple[int, int]:
+    """(AdamW state bytes, trainable tensor count) of single-process training on the full batch."""
+    torch.manual_seed(100)
+    model = make_model(kind)
+    params = [p for p in model.parameters() if p.requires_grad]
+    full = torch.optim.AdamW(params, lr=ADAMW_LR)
+    run_steps(create("none", model), full, global_batches(kind, 2), torch.device("cpu"), warmup=WARMUP)
+    return optimizer_state_bytes(full), len(params)
+
+
+def reference(kind: str, adamw: bool = False) -> list[torch.Tensor]:
     """Single process, full global batch, rank 0's initial weights, no communication."""
     torch.manual_seed(100)
     model = make_model(kind)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=ADAMW_LR) if adamw else torch.optim.SGD(params, lr=0.5)
     run_steps(create("none", model), optimizer, global_batches(kind, 2), torch.device("cpu"), warmup=WARMUP)
     return state(model)
 
@@ -176,9 +288,104 @@ def test_wrapping_makes_every_rank_hold_rank0_state(results, case):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[2] != "none"], ids=[c[0] for c in CASES if c[2] != "none"])
 def test_training_on_shards_equals_single_process_full_batch(results, case):
-    expected = reference(case[1])
+    expected = reference(case[1], adamw=uses_adamw(case[2]))
     for rank in (0, 1):
         assert_states_close(results[(case[0], rank)]["final"], expected)
+
+
+# ---- optimizer sharding ----
+
+ZERO_CASES = [c for c in CASES if "+zero1" in c[2]]
+
+
+@pytest.mark.parametrize("case", ZERO_CASES, ids=[c[0] for c in ZERO_CASES])
+def test_sharded_optimizer_state_is_split_across_ranks(results, case):
+    total, _ = full_adamw_state_bytes(case[1])
+    per_rank = [results[(case[0], rank)]["optimizer_state_bytes"] for rank in (0, 1)]
+    assert sum(per_rank) == total  # every parameter's state exists exactly once over the ranks
+    assert all(0 < b < total for b in per_rank), per_rank
+
+
+def test_sharded_optimizer_sends_one_coalesced_broadcast_per_owner(results):
+    for case_id in ("naive+zero1", "bucketed-many+zero1", "tiny-bucketed+zero1"):
+        for rank in (0, 1):
+            res = results[(case_id, rank)]
+            param_bytes = sum(res["layout"]["bucket_bytes"])  # every trainable tensor once
+            assert res["optimizer_layout"]["param_sync_owners"] == [0, 1]
+            assert sum(res["optimizer_layout"]["param_sync_bytes"]) == param_bytes
+            syncs = _ranges(res["events"], nvtx_names.PARAM_SYNC_PREFIX)
+            assert len(syncs) == 2 * (WARMUP + STEPS), case_id  # one per owner per step, not one per tensor
+            for i, (msg, payload) in enumerate(syncs):
+                bucket, owner, nbytes = map(int, re.fullmatch(r"param_sync b(\d+) r(\d+) (\d+)B", msg).groups())
+                assert (bucket, owner) == (i % 2, i % 2)
+                assert nbytes == payload == res["optimizer_layout"]["param_sync_bytes"][bucket]
+
+
+def test_sharded_optimizer_standalone_matches_adamw_with_tied_weights_and_new_group(results):
+    expected = standalone_training(sharded=False)
+    ranks = [results[("sharded-optimizer", rank)] for rank in (0, 1)]
+    for res in ranks:
+        assert_states_close(res["final"], expected["final"], atol=1e-6)
+        assert res["groups"] == expected["groups"] == 2
+        assert res["had_grads"] and res["grads_cleared"]  # zero_grad clears every grad, owned or not
+    # Each parameter's state lives on exactly one rank; together they are the full optimizer's.
+    owned = [set(res["state_params"]) for res in ranks]
+    assert owned[0] and owned[1] and not owned[0] & owned[1]
+    assert owned[0] | owned[1] == set(expected["state_params"]) == {"emb.weight", "lin.weight", "lin.bias"}
+    assert ranks[0]["state_bytes"] + ranks[1]["state_bytes"] == expected["state_bytes"]
+    # The tied tensor was passed twice but is one parameter with one owner and one broadcast slot.
+    syncs = _ranges(ranks[0]["events"], nvtx_names.PARAM_SYNC_PREFIX)
+    assert sum(payload for _, payload in syncs[-2:]) == expected["param_bytes"]
+
+
+def test_sharded_optimizer_without_process_group_is_the_wrapped_optimizer():
+    assert not dist.is_initialized()
+    alone, reference_run = standalone_training(sharded=True), standalone_training(sharded=False)
+    assert_states_close(alone["final"], reference_run["final"], atol=0)
+    assert alone["state_bytes"] == reference_run["state_bytes"]
+
+
+def test_sharded_optimizer_balances_owners_by_bytes():
+    loads = [0, 0]
+    # Largest first to the lighter rank: 40 -> r0, 24 -> r1, 12 -> r1, 4 -> r1 (40:40), 4 -> r0 (tie: lowest).
+    assert assign_owners([40, 4, 4, 24, 12], loads) == [0, 1, 0, 1, 1]
+    assert loads == [44, 40]
+    # A later group (add_param_group) continues from the loads so far.
+    assert assign_owners([8, 8], loads) == [1, 0] and loads == [52, 48]
+    loads = [0, 0, 0]
+    assert assign_owners([5, 5, 5, 5], loads) == [0, 1, 2, 0] and loads == [10, 5, 5]
+
+
+# ---- fsdp ----
+
+def test_fsdp_shards_parameters_and_optimizer_state(results):
+    for case_id, kind in (("fsdp", "toy"), ("tiny-fsdp", "tiny"), ("tiny-fsdp-noreshard", "tiny")):
+        total, tensors = full_adamw_state_bytes(kind)
+        per_rank = [results[(case_id, rank)]["optimizer_state_bytes"] for rank in (0, 1)]
+        assert all(0 < b < total for b in per_rank), (case_id, per_rank, total)
+        # Each rank holds its slice of exp_avg/exp_avg_sq; only AdamW's 4-byte step counters are per rank.
+        assert 0 <= sum(per_rank) - total <= 4 * tensors, (case_id, per_rank, total)
+    # The toy's FSDP layout is the root only, tiny's a unit per block plus the root.
+    layout = results[("tiny-fsdp", 0)]["layout"]
+    assert layout["buckets"] == 3 and layout["units"] == "per block + root"
+    assert layout["reshard_after_forward"] is True
+    assert results[("tiny-fsdp-noreshard", 0)]["layout"]["reshard_after_forward"] is False
+    assert sum(layout["bucket_bytes"]) == sum(results[("tiny-bucketed", 0)]["layout"]["bucket_bytes"])
+    assert results[("fsdp", 0)]["layout"]["buckets"] == 1
+
+
+def test_fsdp_block_ranges_wrap_each_block_forward(results):
+    res = results[("tiny-fsdp", 1)]
+    blocks = _ranges(res["events"], nvtx_names.FSDP_BLOCK_PREFIX)
+    assert blocks == [(f"fsdp block {i}", i) for _ in range(WARMUP + STEPS) for i in range(2)]
+    assert _ranges(res["events"], nvtx_names.ALLREDUCE_PREFIX) == []  # no made-up collective ranges
+    pushes = sum(1 for e in res["events"] if e[0] == "push")
+    assert pushes == sum(1 for e in res["events"] if e[0] == "pop")
+
+
+def test_fsdp_without_process_group_is_a_config_error():
+    with pytest.raises(ConfigError, match="strategy fsdp needs a process group"):
+        FSDP(nn.Linear(2, 2))
 
 
 def test_none_does_not_synchronise(results):
@@ -344,7 +551,7 @@ def test_bucketed_layout_names_members_by_parameter():
 
 
 def test_registry_has_every_strategy_and_rejects_unknown():
-    assert set(REGISTRY) == {"none", "naive", "flat", "overlap", "bucketed", "torch_ddp"}
+    assert set(REGISTRY) == {"none", "naive", "flat", "overlap", "bucketed", "torch_ddp", "fsdp"}
     with pytest.raises(ConfigError, match="strategy 'ring'"):
         create("ring", nn.Linear(2, 2))
 

@@ -7,12 +7,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
+from ddp_profile.errors import ConfigError
 from ddp_profile.harness.config import RunConfig
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
-from ddp_profile.harness.train import gpu_short_name, make_batches, run, write_json
+from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
+from ddp_profile.strategies import ShardedOptimizer
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -49,6 +52,50 @@ def test_print_run_name_uses_nproc_as_world_size():
     assert proc.stdout.strip() == expected
 
 
+def test_print_run_name_with_optimizer_sharding_and_fsdp_options():
+    gpu = "cpu" if not torch.cuda.is_available() else gpu_short_name(torch.device("cuda", 0))
+    for args, expected in (
+        (["--strategy", "bucketed", "--bucket-mb", "100", "--shard-optimizer"], f"bucketed-100mb+zero1_xl_fp32_2x{gpu}"),
+        (["--strategy", "torch_ddp", "--shard-optimizer", "torch"], f"torch_ddp-25mb+zero1torch_xl_fp32_2x{gpu}"),
+        (["--strategy", "fsdp", "--fsdp-no-reshard", "--fsdp-param-dtype", "bf16", "--dtype", "bf16"],
+         f"fsdp-noreshard-mpbf16_xl_bf16_2x{gpu}"),
+    ):
+        proc = bench(*args, "--model", "xl", "--nproc", "2", "--print-run-name")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == expected
+
+
+def test_shard_optimizer_with_fsdp_or_none_is_a_one_line_error():
+    for strategy in ("fsdp", "none"):
+        proc = bench("--strategy", strategy, "--shard-optimizer", "--print-run-name")
+        assert proc.returncode == 2
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ddp-profile bench: error: shard_optimizer needs a gradient strategy")
+
+
+def test_make_optimizer_shards_on_request():
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    ours = make_optimizer(RunConfig(strategy="naive", seq_len=16, shard_optimizer="ours"), params)
+    assert isinstance(ours, ShardedOptimizer) and isinstance(ours.local, torch.optim.AdamW)
+    assert type(make_optimizer(RunConfig(strategy="naive", seq_len=16), params)) is torch.optim.AdamW
+    with pytest.raises(ConfigError, match="shard_optimizer torch needs a process group"):
+        make_optimizer(RunConfig(strategy="naive", seq_len=16, shard_optimizer="torch"), params)
+
+
+@pytest.mark.slow  # two gloo processes through the CLI: ~10 s on two cores
+def test_bench_sharded_optimizer_run_json_has_per_rank_memory_fields(tmp_path):
+    proc = bench("--strategy", "flat", "--shard-optimizer", "--nproc", "2", "--model", "tiny", "--seq-len", "8",
+                 "--batch", "1", "--steps", "1", "--warmup", "1", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((tmp_path / "flat+zero1_tiny_fp32_2xcpu.json").read_text())
+    assert record["shard_optimizer"] == "ours" and record["config"]["shard_optimizer"] == "ours"
+    assert record["peak_memory_allocated_bytes_per_rank"] == [None, None]
+    state = record["optimizer_state_bytes_per_rank"]
+    full = 2 * record["param_bytes"] + 4 * record["param_tensors"]
+    assert sum(state) == full and all(0 < b < full for b in state)
+    assert sum(record["layout"]["param_sync_bytes"]) == record["param_bytes"]
+
+
 def test_bad_config_is_one_line_and_exit_code_2():
     for module in ("ddp_profile.harness", "ddp_profile.train", "ddp_profile"):
         args = ["bench"] if module == "ddp_profile" else []
@@ -63,6 +110,11 @@ def test_single_process_run_record_in_process(tmp_path):
     assert record["world_size"] == 1 and record["timing_source"] == "host"
     assert record["bucket_count"] == 0 and record["run"] == "none_tiny_fp32_1xcpu"
     assert len(record["step_ms_per_rank"][0]) == 2
+    # No CUDA here: peak memory is null per rank; AdamW's state (exp_avg, exp_avg_sq, step) is counted.
+    assert record["peak_memory_allocated_bytes_per_rank"] == [None]
+    assert record["peak_memory_reserved_bytes_per_rank"] == [None]
+    assert record["optimizer_state_bytes_per_rank"] == [2 * record["param_bytes"] + 4 * record["param_tensors"]]
+    assert record["shard_optimizer"] is None
     path = write_json(record, tmp_path / "sub" / "r.json")
     assert json.loads(path.read_text())["run"] == "none_tiny_fp32_1xcpu"
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left behind

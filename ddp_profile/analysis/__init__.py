@@ -4,7 +4,8 @@
 ``run``; see ``ddp_profile.schema``) and returns an :class:`Analysis` holding one frame per analysis:
 
 - ``windows``: steps and phases found in NVTX and projected onto the GPU by launch time;
-- ``steps``: per (rank, step) compute / comm / overlap / exposed comm / tail / idle;
+- ``steps``: per (rank, step) compute / comm / overlap / exposed comm (wait vs transfer) / tail / idle;
+- ``comm_kinds``: per (rank, step, collective kind) NCCL time, exposed, waiting, by phase and after backward;
 - ``overlap``: per kernel name (nsys ``nccl_gpu_overlap_trace`` semantics) and per rank (HTA semantics);
 - ``collectives``: NCCL kernels matched across ranks, wait vs transfer, bytes and bus bandwidth;
 - ``costmodel``: alpha-beta fit, predicted overhead, optimal bucket size;
@@ -24,9 +25,11 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import collectives as _coll
+from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
 from ddp_profile.analysis import overlap as _ov
+from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis import steps as _steps
 from ddp_profile.analysis import windows as _win
 from ddp_profile.analysis._common import KernelArrays
@@ -41,6 +44,7 @@ __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_b
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
+    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
 }
 JSON_VERSION = 1
 
@@ -57,29 +61,65 @@ class Analysis:
     cost_model: pd.DataFrame
     contention: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
+    recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
+    """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
 
     def summary(self) -> dict:
-        """Headline numbers: medians over (rank, step) rows, whole-trace overlap, counts. NaN -> None."""
+        """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
+        trace when it has no steps ("trace"). Keys prefixed ``trace_`` are always whole-trace (all ranks, all
+        kernels, warm-up included) and ignore the step selection. NaN -> None.
+
+        Over the population: ``*_ns``/``*_pct`` of the step table are medians over (rank, step) rows;
+        ``overlap_pct`` = 100·Σ overlap_ns / Σ comm_ns over those rows; ``n_collectives``, ``wait_pct_of_comm``
+        = 100·Σ wait_ns / Σ duration_ns over collectives launched inside the selected steps;
+        ``exposed_wait_pct_of_exposed`` = 100·Σ exposed_wait_ns / Σ exposed_comm_ns over the rows;
+        ``job_comm_tail_ns`` = median over steps (one value per step index)."""
         s = self.steps
+        coll = self.collectives
+        ro = self.rank_overlap
+        by_steps = not s.empty
 
         def med(col):
-            return _clean(s[col].median()) if not s.empty else None
+            return _clean(s[col].median()) if by_steps else None
 
-        ro = self.rank_overlap
-        comm = float(ro["comm_ns"].sum()) if not ro.empty else 0.0
+        def ratio(num, den):
+            num, den = float(num), float(den)
+            return _clean(100.0 * num / den) if den > 0 else None
+
+        trace_coll = {"trace_n_collectives": len(coll),
+                      "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum())
+                      if len(coll) else None,
+                      "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}
+        if by_steps:
+            in_steps = coll.loc[coll["step"].notna()] if len(coll) else coll
+            pop = {
+                "overlap_pct": ratio(s["overlap_ns"].sum(), s["comm_ns"].sum()),
+                "n_collectives": len(in_steps),
+                "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(), in_steps["duration_ns"].sum())
+                if len(in_steps) else None,
+            }
+        else:  # no steps: the population is the whole trace
+            pop = {"overlap_pct": trace_coll["trace_overlap_pct"], "n_collectives": len(coll),
+                   "wait_pct_of_comm": trace_coll["trace_wait_pct_of_comm"]}
+        job_tail = s.groupby("step")["job_comm_tail_ns"].first() if by_steps else None
         out = {
-            "n_ranks": int(ro["rank"].nunique()) if not ro.empty else 0,
-            "n_steps": int(s["step"].nunique()) if not s.empty else 0,
+            "population": "steps" if by_steps else "trace",
+            "n_ranks": int(s["rank"].nunique()) if by_steps else int(ro["rank"].nunique()) if len(ro) else 0,
+            "n_steps": int(s["step"].nunique()) if by_steps else 0,
             "step_ns": med("step_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
             "overlap_ns": med("overlap_ns"), "exposed_comm_ns": med("exposed_comm_ns"),
             "comm_tail_ns": med("comm_tail_ns"), "idle_ns": med("idle_ns"), "comm_pct": med("comm_pct"),
             "exposed_comm_pct": med("exposed_comm_pct"),
-            # Whole trace, all ranks pooled: Σ overlap / Σ comm.
-            "overlap_pct": _clean(100.0 * ro["overlap_ns"].sum() / comm) if comm > 0 else None,
-            "n_collectives": len(self.collectives),
-            "wait_pct_of_comm": _clean(100.0 * self.collectives["wait_ns"].sum()
-                                       / self.collectives["duration_ns"].sum())
-            if len(self.collectives) and self.collectives["duration_ns"].sum() > 0 else None,
+            **pop,
+            # appended (issues 14, 15)
+            "exposed_wait_ns": med("exposed_wait_ns"), "exposed_transfer_ns": med("exposed_transfer_ns"),
+            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(), s["exposed_comm_ns"].sum())
+            if by_steps else None,
+            "param_sync_ns": med("param_sync_ns"), "exposed_param_sync_ns": med("exposed_param_sync_ns"),
+            "exposed_allgather_ns": med("exposed_allgather_ns"),
+            "job_comm_tail_ns": _clean(job_tail.median()) if by_steps else None,
+            **trace_coll,
         }
         return out
 
@@ -162,7 +202,13 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     host_steps = _win.select_steps(host_steps, steps)
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
     windows = _win.phase_windows(host_steps, host_phases, karr)
-    step_frame = _steps.step_metrics(windows, karr)
+    # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
+    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
+    return_freed_memory()
+    step_frame, kinds_frame = _steps.step_tables(windows, karr, coll)
+    if (note := _ck.other_kind_note(karr)) is not None:
+        notes.append(note)
+    karr.launch = None  # launch times' last users were the collective and step tables
     return_freed_memory()
     if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
         notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
@@ -172,8 +218,6 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     rank_overlap = _ov.rank_overlap(karr)
     karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
     return_freed_memory()
-    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
-    karr.launch = None  # launch times' last user was the collective table: freed before the overlap peak
     # Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     # resident and each stage's peak stacks on them): ~10 MB off the 1M-kernel peak, values unchanged.
     return_freed_memory()
@@ -181,7 +225,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     return_freed_memory()
     kernel_overlap = _ov.kernel_overlap(karr, covered)
     return_freed_memory()
-    return Analysis(
+    res = Analysis(
         steps=step_frame,
         phases=schema.select(windows, schema.PHASE_COLUMNS),
         rank_overlap=rank_overlap,
@@ -190,5 +234,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         cost_model=_cm.cost_model(coll, notes),
         contention=_cont.contention(karr, covered),
         notes=notes,
+        comm_kinds=kinds_frame,
     )
+    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None))
+    return res
 

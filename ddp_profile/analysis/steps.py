@@ -13,9 +13,15 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     forward_ns, backward_ns, optimizer_ns = length of the phase's GPU window (NaN when the phase has no range)
     backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
-                       GPU end of NCCL kernels launched between the start of backward and the end of the
-                       step (the gradient collectives); 0 when none remains after backward; NaN without a
-                       backward range
+                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
+                       launched between the start of backward and the end of the step; 0 when none remains
+                       after backward; NaN without a backward range. Parameter AllGather/Broadcast after
+                       backward is param_sync_ns (comm_kinds), not tail.
+    job_comm_tail_ns = max(0, max_ranks last_grad_comm_end − max_ranks backward_end_ns) over the rows of one
+                       step index (same value on each rank's row): the job waits for its slowest rank's
+                       backward and its last gradient collective; NaN when no rank has a backward range
+    exposed_wait_ns, exposed_transfer_ns, param_sync_ns, exposed_param_sync_ns, exposed_allgather_ns:
+                       see ``comm_kinds``
     comm_pct         = 100 · comm_ns / step_ns
     exposed_comm_pct = 100 · exposed_comm_ns / step_ns
 
@@ -32,6 +38,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
+from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pct
 
 
@@ -49,30 +56,48 @@ def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray) -> n
     return np.where(anyk, ge.astype(float), np.nan)
 
 
-def step_metrics(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
+def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None) -> pd.DataFrame:
     """STEP_METRIC_COLUMNS from the GPU-projected windows (``phases`` = windows.phase_windows output)."""
+    return step_tables(phases, karr, coll)[0]
+
+
+def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(STEP_METRIC_COLUMNS, COMM_KIND_COLUMNS). ``coll``: the collective table (wait intervals); without
+    it the wait columns are NaN."""
     steps = phases.loc[phases["phase"] == "step"].reset_index(drop=True)
     if steps.empty:
-        return schema.empty_frame(schema.STEP_METRIC_COLUMNS)
-    parts = []
+        return schema.empty_frame(schema.STEP_METRIC_COLUMNS), schema.empty_frame(schema.COMM_KIND_COLUMNS)
+    tail = _tail(phases, karr)
+    lens = [_phase_len(phases, name) for name in ("forward", "backward", "optimizer")]
+    parts, kinds = [], []
+    phase_idx = ck.phase_index(phases)
     for rank, sg in steps.groupby("rank", sort=True):
         sets = karr.rank_sets(rank)
         ws, we = sg["start_ns"].to_numpy(np.int64), sg["end_ns"].to_numpy(np.int64)
         cov = {k: covered_by_normalized(ws, we, *sets[k]) for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
         step_ns = iv.window_length(ws, we)
-        parts.append(pd.DataFrame({
+        part = pd.DataFrame({
             "rank": rank, "step": sg["step"].to_numpy(), "start_ns": ws, "end_ns": we, "step_ns": step_ns,
             "compute_ns": cov[COMPUTE], "comm_ns": cov[NCCL], "overlap_ns": cov["overlap"],
             "exposed_comm_ns": cov[NCCL] - cov["overlap"], "copy_ns": cov["copy"],
             "idle_ns": step_ns - cov["all"],
-        }))
+        })
+        for extra in (*lens, tail):
+            part = part.merge(extra, on=["rank", "step"], how="left")
+        cols, k = ck.rank_breakdown(rank, sets, karr, part, phase_idx, coll)
+        parts.append(part.assign(**cols))
+        kinds.append(k)
     out = pd.concat(parts, ignore_index=True)
-    for name in ("forward", "backward", "optimizer"):
-        out = out.merge(_phase_len(phases, name), on=["rank", "step"], how="left")
-    out = out.merge(_tail(phases, karr), on=["rank", "step"], how="left")
     out["comm_pct"] = pct(out["comm_ns"], out["step_ns"])
     out["exposed_comm_pct"] = pct(out["exposed_comm_ns"], out["step_ns"])
-    return schema.select(out.sort_values(["rank", "step"], kind="stable"), schema.STEP_METRIC_COLUMNS)
+    out = out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    g = out.groupby("step")
+    last_grad = g["_grad_end"].transform("max")  # NaN-skipping: over the ranks that have one
+    latest_bwd = g["backward_end_ns"].transform("max")
+    job = np.where(last_grad.isna(), 0.0, np.maximum(last_grad - latest_bwd, 0.0))
+    out["job_comm_tail_ns"] = np.where(latest_bwd.isna(), np.nan, job)
+    return schema.select(out, schema.STEP_METRIC_COLUMNS), ck.finish(kinds)
 
 
 def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
@@ -80,15 +105,16 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     bwd = phases.loc[phases["phase"] == "backward"].reset_index(drop=True)
     if bwd.empty:
         return pd.DataFrame({"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
-                             "backward_end_ns": pd.Series(dtype=float), "comm_tail_ns": pd.Series(dtype=float)})
+                             "backward_end_ns": pd.Series(dtype=float), "comm_tail_ns": pd.Series(dtype=float),
+                             "_grad_end": pd.Series(dtype=float)})
     step_end = phases.loc[phases["phase"] == "step"].set_index(["rank", "step"])["host_end_ns"]
     bwd_end = _latest_end(bwd, karr, karr.is_compute)
     grad = pd.DataFrame({
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
         "host_end_ns": step_end.reindex(pd.MultiIndex.from_frame(bwd[["rank", "step"]])).to_numpy(),
     })
-    comm_end = _latest_end(grad, karr, karr.is_nccl)
+    comm_end = _latest_end(grad, karr, ck.mask_of(karr, ck.GRADIENT))
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))
     tail = np.where(np.isnan(bwd_end), np.nan, tail)
     return pd.DataFrame({"rank": bwd["rank"].to_numpy(), "step": bwd["step"].to_numpy(),
-                         "backward_end_ns": bwd_end, "comm_tail_ns": tail})
+                         "backward_end_ns": bwd_end, "comm_tail_ns": tail, "_grad_end": comm_end})

@@ -6,15 +6,14 @@ import json
 import sys
 from pathlib import Path
 
+from ddp_profile.analysis import JSON_SECTIONS
 from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
 
-SECTIONS = {
-    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
-    "collectives": "collectives", "model": "cost_model", "contention": "contention",
-}
+# The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}
+SECTIONS = {next((k for k, v in JSON_KEY.items() if v == key), key): attr for key, attr in JSON_SECTIONS.items()}
 
 
 def register(subparsers) -> None:
@@ -24,7 +23,9 @@ def register(subparsers) -> None:
                     "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
                     "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
                     "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
-                    "contention (compute slowdown under NCCL).",
+                    "contention (compute slowdown under NCCL), comm_kinds (NCCL time per rank, step and collective "
+                    "kind: exposed, waiting, per phase, after backward), recommendation (the configuration to "
+                    "try next, with its predicted step time).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     add_export_argument(p)
@@ -61,8 +62,7 @@ def render(res, fmt: str, section: str | None) -> str:
     if fmt == "csv":
         section = section or "steps"
         if section == "all":
-            raise UsageError("--format csv writes one table: pick --section steps|phases|ranks|kernels|"
-                             "collectives|model|contention")
+            raise UsageError("--format csv writes one table: pick --section " + "|".join(SECTIONS))
         return getattr(res, SECTIONS[section]).to_csv(index=False)
     section = section or "all"
     chosen = list(SECTIONS) if section == "all" else [section]

@@ -8,10 +8,19 @@ nvtx and the standard library, because it runs on GPU machines without the repor
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
-from ddp_profile.harness.config import DTYPES, MODELS, OPTIMIZERS, STRATEGIES, RunConfig, run_name
+from ddp_profile.harness.config import (
+    DTYPES,
+    FSDP_PARAM_DTYPES,
+    MODELS,
+    OPTIMIZERS,
+    STRATEGIES,
+    RunConfig,
+    run_name,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,11 +38,41 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
     p.add_argument("--ddp-nvtx-hook", action="store_true",
                    help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)")
+    p.add_argument("--shard-optimizer", nargs="?", const="ours", default="", choices=("ours", "torch"),
+                   help="shard optimizer state over ranks (ZeRO-1) on top of a gradient strategy: ours "
+                        "(ShardedOptimizer, the default when given bare) or torch (ZeroRedundancyOptimizer)")
+    p.add_argument("--fsdp-no-reshard", action="store_true",
+                   help="fsdp: keep gathered parameters from forward to backward (reshard_after_forward=False)")
+    p.add_argument("--fsdp-param-dtype", default="fp32", choices=FSDP_PARAM_DTYPES,
+                   help="fsdp: bf16 = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (default fp32)")
     p.add_argument("--mlp-depth", type=int, default=8, help="Linear layers of the mlp model (default 8)")
     p.add_argument("--out", default="traces/bench", help="folder for <run>.json (default traces/bench)")
     p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
     p.add_argument("--backend", default="", choices=("", "gloo", "nccl"), help="default: nccl on GPU, gloo on CPU")
     p.add_argument("--print-run-name", action="store_true", help="print the run name (world size from torchrun or --nproc) and exit")
+    add_lever_arguments(p)
+
+
+def add_lever_arguments(p: argparse.ArgumentParser) -> None:
+    """The contention-cutting levers (README "Levers"); each is a RunConfig field and a run-name suffix."""
+    g = p.add_argument_group("levers")
+    g.add_argument("--nccl-channels", type=int, default=0, metavar="N",
+                   help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")
+    g.add_argument("--nccl-high-priority", action="store_true", help="high-priority NCCL streams (-hiprio; ignored on gloo)")
+    g.add_argument("--first-bucket-mb", type=float, default=0.0, metavar="X",
+                   help="bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)")
+    g.add_argument("--grad-views", action="store_true",
+                   help="bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)")
+    g.add_argument("--grad-reduce-dtype", default="", choices=("", "bf16"),
+                   help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
+    g.add_argument("--overlap-optimizer", action="store_true",
+                   help="bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)")
+
+
+def lever_kwargs(args: argparse.Namespace) -> dict:
+    return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
+            "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
+            "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer}
 
 
 
@@ -42,7 +81,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         strategy=args.strategy, model=args.model, batch=args.batch, seq_len=args.seq_len, steps=args.steps,
         warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
         optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
-        ddp_nvtx_hook=args.ddp_nvtx_hook,
+        ddp_nvtx_hook=args.ddp_nvtx_hook, shard_optimizer=args.shard_optimizer or "",
+        fsdp_reshard=not args.fsdp_no_reshard, fsdp_param_dtype=args.fsdp_param_dtype, **lever_kwargs(args),
     )
 
 
@@ -65,7 +105,7 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
 
     backend = default_backend(cfg.backend)
     device = device_for(backend, info.local_rank)
-    init_process_group(info, backend)
+    init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority)
     try:
         _finish(train_run(cfg, device), out)
         # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
@@ -108,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--nproc spawns local CPU (gloo) processes; for NCCL on GPUs use torchrun")
         from ddp_profile.harness.launch import spawn_local
 
+        if cfg.nccl_channels or cfg.nccl_high_priority:
+            print("note: --nccl-channels/--nccl-high-priority are ignored on gloo (recorded in the run JSON)",
+                  file=sys.stderr, flush=True)
         spawn_local(args.nproc, _local_worker, cfg.replace(backend="gloo"), args.out)
     else:
         import torch

@@ -12,8 +12,16 @@ from dataclasses import dataclass
 
 from ddp_profile.errors import ConfigError
 
-STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp", "fsdp")
+# Optimizer-state sharding (ZeRO-1) on top of a gradient strategy: "" off, "ours" (ShardedOptimizer),
+# "torch" (torch.distributed.optim.ZeroRedundancyOptimizer, the reference).
+SHARD_OPTIMIZERS = ("", "ours", "torch")
+# Gradient strategies ZeRO-1 composes with: not none (ranks would diverge) and not fsdp (already shards state).
+SHARDABLE_STRATEGIES = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
+FSDP_PARAM_DTYPES = ("fp32", "bf16")
 DTYPES = ("fp32", "bf16")
+GRAD_REDUCE_DTYPES = ("", "bf16")
+MAX_NCCL_CHANNELS = 64
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 
@@ -102,6 +110,34 @@ class RunConfig:
     """torch_ddp only: register the project's NVTX comm hook (per-bucket ranges with bytes). Off by default:
     with any comm hook DDP copies gradients into buckets unscaled and the hook scales them, a different GPU
     path from stock DDP, so the reference stays stock (its bytes come from DDP's logged bucket sizes)."""
+    # ---- contention-cutting levers (README "Levers"); the defaults are the stock behaviour ----
+    nccl_channels: int = 0
+    """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
+    group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored
+    (with a note in the run JSON) on gloo."""
+    nccl_high_priority: bool = False
+    """NCCL streams at high CUDA priority (`ProcessGroupNCCL.Options(is_high_priority_stream=True)`)."""
+    first_bucket_mb: float = 0.0
+    """bucketed only: cap in MiB of the first bucket (the last layers' gradients), smaller than bucket_mb,
+    so communication starts early; later buckets use bucket_mb (0: every bucket uses bucket_mb)."""
+    grad_views: bool = False
+    """bucketed: each .grad becomes a view of its bucket slot (no copy-back after the all-reduce);
+    torch_ddp: DDP's gradient_as_bucket_view=True."""
+    grad_reduce_dtype: str = ""
+    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
+    optimizer stay fp32); empty: in the gradients' own dtype."""
+    overlap_optimizer: bool = False
+    """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
+    (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
+    shard_optimizer: str = ""
+    """Optimizer-state sharding (ZeRO-1) on top of a gradient strategy other than none/fsdp: "" off, "ours"
+    (ShardedOptimizer: owners update their shard, then broadcast it) or "torch" (ZeroRedundancyOptimizer)."""
+    fsdp_reshard: bool = True
+    """fsdp only: free gathered parameters after each unit's forward (reshard_after_forward); False keeps
+    them until backward (one all-gather per unit per step instead of two, more memory)."""
+    fsdp_param_dtype: str = "fp32"
+    """fsdp only: "bf16" gathers and computes with bf16 parameters (MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32)); "fp32" has no mixed-precision policy."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -137,10 +173,62 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
     _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
            f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.shard_optimizer in SHARD_OPTIMIZERS,
+           f"shard_optimizer {cfg.shard_optimizer!r} is unknown; choose ours or torch")
+    _check(not cfg.shard_optimizer or cfg.strategy in SHARDABLE_STRATEGIES,
+           f"shard_optimizer needs a gradient strategy ({', '.join(SHARDABLE_STRATEGIES)}), not {cfg.strategy!r}"
+           + (" (fsdp already shards optimizer state)" if cfg.strategy == "fsdp" else ""))
+    _check(not (cfg.shard_optimizer and cfg.overlap_optimizer),
+           "overlap_optimizer and shard_optimizer cannot be combined (per-bucket optimizers own every parameter)")
+    _check(cfg.fsdp_param_dtype in FSDP_PARAM_DTYPES,
+           f"fsdp_param_dtype {cfg.fsdp_param_dtype!r} is unknown; choose fp32 or bf16")
+    _check(cfg.strategy == "fsdp" or (cfg.fsdp_reshard and cfg.fsdp_param_dtype == "fp32"),
+           f"fsdp_reshard and fsdp_param_dtype apply to strategy fsdp only, not {cfg.strategy!r}")
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
+    _validate_levers(cfg)
     if cfg.model in TRANSFORMER_PRESETS:
         ctx = TRANSFORMER_PRESETS[cfg.model].context_length
         _check(cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}")
+
+
+def _validate_levers(cfg: RunConfig) -> None:
+    bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
+                     "overlap_optimizer": cfg.overlap_optimizer}
+    for name, on in bucketed_only.items():
+        _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
+    _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
+           f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
+           f"grad_reduce_dtype {cfg.grad_reduce_dtype!r} is unknown; choose bf16 (or leave it empty)")
+    _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
+    _check(cfg.first_bucket_mb < cfg.bucket_mb or cfg.first_bucket_mb == 0,
+           f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}")
+    _check(isinstance(cfg.nccl_channels, int) and 0 <= cfg.nccl_channels <= MAX_NCCL_CHANNELS,
+           f"nccl_channels must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_channels!r}")
+    for name in ("nccl_channels", "nccl_high_priority"):
+        _check(not getattr(cfg, name) or cfg.strategy != "none", f"{name} needs communication; strategy none has none")
+
+
+def _mb(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def lever_suffix(cfg: RunConfig) -> str:
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -optoverlap -ch<N> -hiprio."""
+    parts = []
+    if cfg.first_bucket_mb:
+        parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
+    if cfg.grad_views:
+        parts.append("-views")
+    if cfg.grad_reduce_dtype:
+        parts.append(f"-grad{cfg.grad_reduce_dtype}")
+    if cfg.overlap_optimizer:
+        parts.append("-optoverlap")
+    if cfg.nccl_channels:
+        parts.append(f"-ch{cfg.nccl_channels}")
+    if cfg.nccl_high_priority:
+        parts.append("-hiprio")
+    return "".join(parts)
 
 
 def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset:
@@ -154,15 +242,22 @@ def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset
 
 
 def bucket_label(cfg: RunConfig) -> str:
-    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`."""
+    """Strategy part of a run name: `bucketed-25mb`, `torch_ddp-25mb`, `torch_ddp-25mb-nvtxhook`, `naive`,
+    plus the levers' suffix (`bucketed-100mb-first1mb-views-ch2-hiprio`); `fsdp`, `fsdp-noreshard-mpbf16`;
+    optimizer sharding appends `+zero1` (ours) or `+zero1torch` (torch)."""
     if cfg.strategy in ("bucketed", "torch_ddp"):
         mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
-        return f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
-    return cfg.strategy
+        label = f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
+    elif cfg.strategy == "fsdp":
+        label = "fsdp" + ("" if cfg.fsdp_reshard else "-noreshard") + ("-mpbf16" if cfg.fsdp_param_dtype == "bf16" else "")
+    else:
+        label = cfg.strategy
+    return label + lever_suffix(cfg) + {"": "", "ours": "+zero1", "torch": "+zero1torch"}[cfg.shard_optimizer]
 
 
 def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
-    """`<strategy>[-<N>mb]_<model>_<dtype>[-tf32]_<world>x<gpu>`, e.g. `bucketed-25mb_xl_fp32_2xh100`."""
+    """`<strategy>[-<N>mb][+zero1|+zero1torch]_<model>_<dtype>[-tf32]_<world>x<gpu>`, e.g.
+    `bucketed-25mb_xl_fp32_2xh100`, `bucketed-100mb+zero1_xl_fp32_2xh200`, `fsdp-mpbf16_xl_bf16_2xh100`."""
     dtype = cfg.dtype + ("-tf32" if cfg.tf32 and cfg.dtype == "fp32" else "")
     model = cfg.model if cfg.model != MLP_MODEL else f"mlp{cfg.mlp_depth}"
     return f"{bucket_label(cfg)}_{model}_{dtype}_{world_size}x{gpu_short}"
@@ -170,14 +265,19 @@ def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
 
 __all__ = [
     "DTYPES",
+    "GRAD_REDUCE_DTYPES",
+    "FSDP_PARAM_DTYPES",
     "MLPPreset",
     "MODELS",
     "OPTIMIZERS",
     "RunConfig",
+    "SHARDABLE_STRATEGIES",
+    "SHARD_OPTIMIZERS",
     "STRATEGIES",
     "TRANSFORMER_PRESETS",
     "TransformerPreset",
     "bucket_label",
+    "lever_suffix",
     "model_preset",
     "run_name",
     "validate",

@@ -50,12 +50,94 @@ def device_for(backend: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_process_group(info: ProcessInfo, backend: str) -> None:
-    """Initialise the default group from MASTER_ADDR/MASTER_PORT (set by torchrun or spawn_local)."""
+# NCCL variables that set what the levers set; any present wins over (or adds to) the group's config,
+# so the run JSON records them.
+NCCL_TUNING_ENV = ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
+                   "TORCH_NCCL_HIGH_PRIORITY", "NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO")
+
+_COMM_SETUP: dict = {}
+
+
+def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict | None = None):
+    """(ProcessGroupNCCL.Options or None, description) for the levers `--nccl-channels`/`--nccl-high-priority`.
+
+    Preferred: the group's own NCCL config (`opts.config.max_ctas = N`, NCCL's ncclConfig_t.maxCTAs: at most
+    N CTAs, one per channel, per collective) and `Options(is_high_priority_stream=True)`. Where the build
+    lacks them, the environment fallbacks NCCL_MAX_NCHANNELS / TORCH_NCCL_HIGH_PRIORITY=1 are set (before
+    the group exists). The description says which mechanism took effect.
+    """
+    env = os.environ if environ is None else environ
+    desc: dict = {"nccl_channels": channels or None, "nccl_high_priority": high_priority,
+                  "channels_mechanism": None, "high_priority_mechanism": None}
+    if not channels and not high_priority:
+        return None, desc
+    options_cls = getattr(getattr(dist, "ProcessGroupNCCL", None), "Options", None)
+    opts = None
+    if options_cls is not None:
+        opts = options_cls(is_high_priority_stream=high_priority)
+        if high_priority:
+            desc["high_priority_mechanism"] = "pg_options.is_high_priority_stream"
+    elif high_priority:
+        env["TORCH_NCCL_HIGH_PRIORITY"] = "1"
+        desc["high_priority_mechanism"] = "env TORCH_NCCL_HIGH_PRIORITY=1"
+    if channels:
+        try:
+            opts.config.max_ctas = channels  # AttributeError also when opts is None
+            desc["channels_mechanism"] = "pg_options.config.max_ctas"
+        except AttributeError:
+            env["NCCL_MAX_NCHANNELS"] = str(channels)
+            desc["channels_mechanism"] = "env NCCL_MAX_NCHANNELS"
+    return opts, desc
+
+
+def _read_back(device: torch.device) -> dict:
+    """What the live NCCL backend says it was built with (private API: {} where it moved)."""
+    try:
+        options = dist.distributed_c10d._get_default_group()._get_backend(device).options
+        out = {"is_high_priority_stream": bool(options.is_high_priority_stream)}
+        config = getattr(options, "config", None)
+        if config is not None:
+            out["max_ctas"] = int(config.max_ctas)
+        return out
+    except (AttributeError, RuntimeError, TypeError):
+        return {}
+
+
+def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, nccl_high_priority: bool = False) -> dict:
+    """Initialise the default group from MASTER_ADDR/MASTER_PORT (set by torchrun or spawn_local).
+
+    Returns (and keeps for `comm_setup()`) what the NCCL levers did; on gloo they are ignored, with a note.
+    """
     kwargs = {}
+    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority}
     if backend == "nccl":
         kwargs["device_id"] = torch.device("cuda", info.local_rank)
+        opts, desc = nccl_options(nccl_channels, nccl_high_priority)
+        desc["backend"] = backend
+        if opts is not None:
+            kwargs["pg_options"] = opts
+    elif nccl_channels or nccl_high_priority:
+        desc["note"] = f"ignored: backend {backend} has no NCCL channels or streams"
     dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
+    if backend == "nccl":
+        desc["read_back"] = _read_back(kwargs["device_id"])
+    desc["nccl_env"] = {k: os.environ[k] for k in NCCL_TUNING_ENV if k in os.environ}
+    _COMM_SETUP.clear()
+    _COMM_SETUP.update(desc)
+    return desc
+
+
+def comm_setup(nccl_channels: int = 0, nccl_high_priority: bool = False) -> dict:
+    """The NCCL levers' record for the run JSON: what init_process_group applied, else why nothing was."""
+    if _COMM_SETUP.get("backend") == "nccl":
+        return dict(_COMM_SETUP)
+    backend = _COMM_SETUP.get("backend")
+    desc = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
+            "channels_mechanism": None, "high_priority_mechanism": None}
+    if nccl_channels or nccl_high_priority:
+        where = f"backend {backend}" if backend else "a single process (no process group)"
+        desc["note"] = f"ignored: {where} has no NCCL channels or streams"
+    return desc
 
 
 def _spawned(rank: int, world_size: int, fn, args: tuple) -> None:

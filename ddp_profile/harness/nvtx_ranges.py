@@ -69,6 +69,22 @@ def collective(bucket: int, nbytes: int):
     return _range(allreduce_message(bucket, nbytes), names.COLORS[names.ALLREDUCE_PREFIX], names.CATEGORY_BUCKET, nbytes)
 
 
+def param_sync_message(bucket: int, owner: int, nbytes: int) -> str:
+    """Text of a sharded-optimizer parameter broadcast range: owner bucket index, source rank, bytes."""
+    return f"{names.PARAM_SYNC_PREFIX} b{bucket} r{owner} {nbytes}B"
+
+
+def param_sync(bucket: int, owner: int, nbytes: int):
+    """Range around one parameter broadcast from its owner rank (the launch; with gloo, the whole call)."""
+    return _range(param_sync_message(bucket, owner, nbytes), names.COLORS[names.PARAM_SYNC_PREFIX],
+                  names.CATEGORY_BUCKET, nbytes)
+
+
+def fsdp_block(index: int) -> None:
+    """Open the range of one FSDP unit's forward (closed by pop() from the unit's forward hook)."""
+    push(f"{names.FSDP_BLOCK_PREFIX} {index}", names.COLORS[names.FSDP_BLOCK_PREFIX], names.CATEGORY_PHASE, index)
+
+
 def rank_marker(rank: int, world_size: int) -> None:
     """Instant marker naming this process's rank, so a merged report's processes map to ranks."""
     if _DOMAIN is not None:

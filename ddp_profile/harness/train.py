@@ -29,10 +29,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from ddp_profile import nvtx_names as names
+from ddp_profile.errors import ConfigError
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
+from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
-from ddp_profile.harness.strategies import create, world
+from ddp_profile.harness.strategies import ShardedOptimizer, create, world
 from ddp_profile.safeio import write_text_atomic
 
 
@@ -77,11 +79,50 @@ def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
+    """The run's optimizer over `params` (pass the wrapped strategy's `.module.parameters()`: after fsdp's
+    wrapping they are the DTensor shards), sharded over ranks when cfg.shard_optimizer is set."""
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr)
-    fused = bool(params) and params[0].is_cuda
-    return torch.optim.AdamW(params, lr=cfg.lr, fused=fused)
+        cls, kwargs = torch.optim.SGD, {"lr": cfg.lr}
+    else:
+        cls, kwargs = torch.optim.AdamW, {"lr": cfg.lr, "fused": bool(params) and params[0].is_cuda}
+    if cfg.shard_optimizer == "ours":
+        return ShardedOptimizer(params, cls, **kwargs)
+    if cfg.shard_optimizer == "torch":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        if not dist.is_initialized():
+            raise ConfigError("shard_optimizer torch needs a process group: run it under torchrun or with --nproc N")
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kwargs)
+    return cls(params, **kwargs)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in this rank's optimizer state (a DTensor counts its local shard only).
+
+    ZeroRedundancyOptimizer keeps the state in its wrapped `.optim`; ShardedOptimizer's `.state` is its
+    wrapped optimizer's, i.e. the owned shard's."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    state = optimizer.optim.state if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer.state
+    total = 0
+    for per_param in state.values():
+        for value in per_param.values():
+            if isinstance(value, torch.Tensor):
+                local = value.to_local() if hasattr(value, "to_local") else value
+                total += local.numel() * local.element_size()
+    return total
+
+
+def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer) -> dict:
+    """This rank's peak CUDA memory since the reset after setup (None off the GPU) and optimizer-state bytes."""
+    cuda = device.type == "cuda"
+    return {
+        "peak_allocated": torch.cuda.max_memory_allocated(device) if cuda else None,
+        "peak_reserved": torch.cuda.max_memory_reserved(device) if cuda else None,
+        "optimizer_state": optimizer_state_bytes(optimizer),
+    }
 
 
 def _sync(device: torch.device) -> None:
@@ -189,12 +230,23 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
-    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook)
-    optimizer = make_optimizer(cfg, model.parameters())
+    levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
+              "grad_reduce_dtype": cfg.grad_reduce_dtype}
+    if cfg.overlap_optimizer:  # one optimizer per bucket, stepped by the strategy as buckets complete
+        levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
+    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
+                      fsdp_reshard=cfg.fsdp_reshard, fsdp_param_dtype=cfg.fsdp_param_dtype, **levers)
+    # after wrapping: fsdp's parameters are the sharded (DTensor) ones
+    optimizer = strategy.optimizer if cfg.overlap_optimizer else make_optimizer(cfg, strategy.module.parameters())
     batches = make_batches(cfg, rank, world_size, device)
     _sync(device)
     setup_s = time.perf_counter() - t0
+    if device.type == "cuda":
+        # Peaks cover warm-up + measured steps: the reset keeps what setup left allocated (parameters,
+        # batches) as the starting level but forgets setup's transient peaks (e.g. initialisation).
+        torch.cuda.reset_peak_memory_stats(device)
     times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype)
+    times["memory"] = memory_stats(device, optimizer)
     per_rank = [None] * world_size
     if world_size > 1:
         dist.all_gather_object(per_rank, times)
@@ -204,10 +256,13 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         return None
     env = environment(device)
     layout = strategy.layout()
+    if isinstance(optimizer, ShardedOptimizer):
+        layout = {**layout, **optimizer.layout()}
     record = {
         "run": run_name(cfg, world_size, env["gpu_short"]),
         "config": cfg.to_dict(),
         "strategy": cfg.strategy,
+        "shard_optimizer": cfg.shard_optimizer or None,
         "model": cfg.model,
         "dtype": cfg.dtype,
         "world_size": world_size,
@@ -215,6 +270,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "bucket_count": layout["buckets"],
         "bucket_bytes": layout["bucket_bytes"],
         "layout": layout,
+        "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority),
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),
@@ -223,6 +279,10 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "step_ms_per_rank": [t["step_ms"] for t in per_rank],
         "host_step_ms_per_rank": [t["host_step_ms"] for t in per_rank],
         "final_loss_per_rank": [t["final_loss"] for t in per_rank],
+        # Peak CUDA memory over warm-up + measured steps (peak stats reset after setup); None on the CPU.
+        "peak_memory_allocated_bytes_per_rank": [t["memory"]["peak_allocated"] for t in per_rank],
+        "peak_memory_reserved_bytes_per_rank": [t["memory"]["peak_reserved"] for t in per_rank],
+        "optimizer_state_bytes_per_rank": [t["memory"]["optimizer_state"] for t in per_rank],
         "timing_source": "cuda_events" if device.type == "cuda" else "host",
     }
     # Slowest rank per step is the step time the job actually sees; its median is the headline number.

@@ -19,6 +19,10 @@ Buffers are broadcast once at wrap time like every other strategy (broadcast_buf
 explicit buffer broadcast, because DDP's constructor then syncs parameters only), not before each forward.
 `layout()` reports the project's packing of the same cap, plus the sizes DDP logs (`ddp_bucket_bytes`: the
 rebuilt buckets once a step has run, in bucket-index order, i.e. the sizes the NVTX ranges carry).
+
+``gradient_as_bucket_view=True`` (``RunConfig.grad_views``, ``--grad-views``) is DDP's own option: after the
+first copy into the bucket, ``.grad`` points at the bucket slot, so DDP skips its copy-back after the
+all-reduce (with the loop's ``zero_grad(set_to_none=True)`` it still copies each fresh gradient in, scaled).
 """
 
 from __future__ import annotations
@@ -54,11 +58,13 @@ def _nvtx_allreduce_hook(group, bucket):
 class TorchDDP(Wrapper):
     name = "torch_ddp"
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = False) -> None:
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = False,
+                 gradient_as_bucket_view: bool = False) -> None:
         nn.Module.__init__(self)  # DDP does its own wrap-time broadcast of parameters and buffers
         self.rank, self.world_size = world()
         self.bucket_cap_mb = bucket_cap_mb
         self.nvtx_hook = nvtx_hook
+        self.gradient_as_bucket_view = gradient_as_bucket_view
         self.module = module
         self.ddp = None
         if self.world_size > 1:
@@ -71,7 +77,8 @@ class TorchDDP(Wrapper):
             if first.is_cuda:
                 device_ids = [first.device.index]
             self.ddp = nn.parallel.DistributedDataParallel(
-                module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False
+                module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False,
+                gradient_as_bucket_view=gradient_as_bucket_view,
             )
             if nvtx_hook:
                 self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)
@@ -85,6 +92,7 @@ class TorchDDP(Wrapper):
         planned = layout_from_groups(self.module, [[params[j] for j in g] for g in groups])
         planned["source"] = "planned (project packing at the same cap)"
         planned["nvtx_hook"] = bool(self.nvtx_hook and self.ddp is not None)
+        planned["gradient_as_bucket_view"] = bool(self.gradient_as_bucket_view)
         if self.ddp is not None:
             try:
                 data = self.ddp._get_ddp_logging_data()

@@ -1,0 +1,214 @@
+"""NCCL time by collective kind, gradient tail vs parameter sync, and exposed communication split into
+waiting for the slowest peer and transfer (issues 14 and 15).
+
+Kinds (``KINDS``), from the collective parsed out of NCCL's kernel names (``nsys.names``)::
+
+    AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll, SendRecv (also Send, Recv), other
+
+*Gradient* collectives (``GRADIENT``: AllReduce, ReduceScatter) synchronise gradients; *parameter*
+collectives (``PARAM``: AllGather, Broadcast) distribute parameters (ZeRO-1 broadcasts updated shards after
+the optimizer; FSDP all-gathers each layer's parameters before its forward and backward).
+
+Sets per rank, merged across streams: C = compute kernels, N_k = NCCL kernels of kind k, N = ∪_k N_k,
+Wt = ∪ wait intervals [own start, own start + wait_ns) of the collective table's matched kernels
+(``collectives``: wait_ns = time the kernel waits for the last peer to arrive; Wt ⊆ N), W = the step's GPU
+window [start_ns, end_ns), B = backward_end_ns (last GPU end of compute launched in backward).
+|X|_I = |X ∩ I| for an interval I; exposed(X) = X minus C.
+
+Per (rank, step, kind k) — the ``comm_kinds`` table::
+
+    count              = NCCL kernels of kind k launched inside the step's host range (collective table)
+    comm_ns            = |N_k|_W
+    exposed_comm_ns    = |N_k|_W − |N_k ∩ C|_W
+    wait_ns            = |Wt_k|_W                    (Wt_k: wait intervals of kind-k kernels)
+    exposed_wait_ns    = |Wt_k|_W − |Wt_k ∩ C|_W
+    forward_ns, backward_ns, optimizer_ns = |N_k|_P for the phase's GPU window P (NaN without the phase;
+                         phase windows may overlap: a backward window runs to the end of the all-reduces
+                         launched in backward, so these need not add up to comm_ns)
+    after_backward_ns  = |N_k|_[B, W.end)            (NaN without a backward range)
+
+Σ_k comm_ns ≥ the step's comm_ns = |N|_W, with equality when kernels of different kinds never run at the
+same time on the rank (e.g. every run whose NCCL kernels are all AllReduce); the same holds for exposed_comm_ns.
+
+Per (rank, step) — columns appended to the step table::
+
+    exposed_wait_ns       = |Wt|_W − |Wt ∩ C|_W  (exposed NCCL time spent waiting for the slowest peer)
+    exposed_transfer_ns   = exposed_comm_ns − exposed_wait_ns  (≥ 0 since Wt ⊆ N)
+    param_sync_ns         = |P|_[B, W.end),  P = N_AllGather ∪ N_Broadcast  (NaN without backward)
+    exposed_param_sync_ns = |P|_[B, W.end) − |P ∩ C|_[B, W.end)
+    exposed_allgather_ns  = |N_AllGather|_[W.start, B) − |N_AllGather ∩ C|_[W.start, B) (the GPU waiting for
+                            parameters in forward and backward; the whole W without a backward range)
+
+``comm_tail_ns`` and ``job_comm_tail_ns`` (``steps``) count gradient collectives only.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import intervals as iv
+from ddp_profile import schema
+from ddp_profile.analysis._common import COMPUTE, covered_by_normalized, intersect_normalized
+
+KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
+GRADIENT = ("AllReduce", "ReduceScatter")
+PARAM = ("AllGather", "Broadcast")
+_CANON = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
+          "broadcast": "Broadcast", "bcast": "Broadcast", "alltoall": "AllToAll", "sendrecv": "SendRecv",
+          "send": "SendRecv", "recv": "SendRecv"}
+OTHER = KINDS.index("other")
+STEP_COLUMNS = ["exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns",
+                "exposed_allgather_ns"]
+
+
+def kind_of(collective) -> str:
+    """The kind (one of KINDS) of a parsed collective name (``AllReduce``, ``all_gather``...; None -> other)."""
+    if collective is None or (isinstance(collective, float) and np.isnan(collective)) or collective is pd.NA:
+        return "other"
+    return _CANON.get(re.sub(r"[^a-z]", "", str(collective).lower()), "other")
+
+
+def kind_codes(collective: pd.Series) -> np.ndarray:
+    """Index into KINDS per row (int8); each distinct value classified once (few in a trace)."""
+    if isinstance(collective.dtype, pd.CategoricalDtype):
+        cats = np.array([KINDS.index(kind_of(c)) for c in collective.cat.categories] + [OTHER], dtype=np.int8)
+        return cats[collective.cat.codes.to_numpy()]
+    codes, uniq = pd.factorize(collective.astype("object"), use_na_sentinel=True)
+    table = np.array([KINDS.index(kind_of(c)) for c in uniq] + [OTHER], dtype=np.int8)
+    return table[codes]
+
+
+def kernel_kinds(karr) -> np.ndarray:
+    """KINDS index of every kernel of ``karr`` (meaningful where ``karr.is_nccl``), computed once."""
+    cached = karr.__dict__.get("_comm_kind")
+    if cached is None:
+        col = karr.frame["collective"] if "collective" in karr.frame else pd.Series([None] * len(karr.frame))
+        cached = karr.__dict__["_comm_kind"] = kind_codes(col)
+    return cached
+
+
+def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
+    """NCCL kernels whose kind is in ``kinds``."""
+    codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int8)
+    return karr.is_nccl & np.isin(kernel_kinds(karr), codes)
+
+
+def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """GPU windows (start_ns, end_ns as float) of the forward, backward and optimizer phases, indexed by
+    (rank, step): computed once per analysis, looked up per rank."""
+    out = {}
+    for name in ("forward", "backward", "optimizer"):
+        p = phases.loc[phases["phase"] == name]
+        out[name] = pd.DataFrame({"start_ns": p["start_ns"].to_numpy(float), "end_ns": p["end_ns"].to_numpy(float)},
+                                 index=pd.MultiIndex.from_arrays([p["rank"].to_numpy(), p["step"].to_numpy()]))
+    return out
+
+
+def _phase_bounds(index: dict, rank, steps: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """GPU window [start, end) of phase ``name`` per step of ``rank``; NaN where the step lacks the phase."""
+    p = index[name].reindex(pd.MultiIndex.from_arrays([np.full(len(steps), rank), steps]))
+    return p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float)
+
+
+def _cov(qs: np.ndarray, qe: np.ndarray, ss: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """|S ∩ [qs, qe)| per query; NaN bounds give NaN."""
+    bad = np.isnan(qs) | np.isnan(qe)
+    q0 = np.where(bad, 0, qs).astype(np.int64)
+    q1 = np.where(bad, 0, qe).astype(np.int64)
+    out = covered_by_normalized(q0, q1, *ss).astype(float)
+    out[bad] = np.nan
+    return out
+
+
+def _exposed(qs, qe, s, c) -> np.ndarray:
+    """|S|_Q − |S ∩ C|_Q per query (S, C normalised)."""
+    return _cov(qs, qe, s) - _cov(qs, qe, intersect_normalized(s, c))
+
+
+def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],
+                   coll: pd.DataFrame | None) -> tuple[dict, pd.DataFrame]:
+    """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows).
+
+    ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns;
+    ``phases``: :func:`phase_index` of the GPU phase windows; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
+    (None: no wait information, wait columns NaN)."""
+    c = sets[COMPUTE]
+    idx = np.flatnonzero((karr.rank == rank) & karr.is_nccl)
+    kcode = kernel_kinds(karr)[idx]
+    ks, ke = karr.start[idx], karr.end[idx]
+    step_ids = steps["step"].to_numpy()
+    ws = steps["start_ns"].to_numpy(float)
+    we = steps["end_ns"].to_numpy(float)
+    bend = steps["backward_end_ns"].to_numpy(float)
+    bend_or_end = np.where(np.isnan(bend), we, np.minimum(bend, we))
+    if coll is not None:
+        cr = coll.loc[coll["rank"] == rank]
+        wc = kind_codes(cr["collective"])
+        w0 = cr["start_ns"].to_numpy(np.int64)
+        w1 = w0 + cr["wait_ns"].to_numpy(np.int64)
+        cstep = cr["step"]
+    out = {}
+    if coll is not None:
+        wt = iv.normalize(w0, w1)
+        out["exposed_wait_ns"] = _exposed(ws, we, wt, c)
+        out["exposed_transfer_ns"] = steps["exposed_comm_ns"].to_numpy(float) - out["exposed_wait_ns"]
+    else:
+        out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(steps), np.nan)
+    par = np.isin(kcode, [KINDS.index(k) for k in PARAM])
+    pset = iv.normalize(ks[par], ke[par])
+    out["param_sync_ns"] = _cov(bend, we, pset)
+    out["exposed_param_sync_ns"] = _exposed(bend, we, pset, c)
+    ag = kcode == KINDS.index("AllGather")
+    out["exposed_allgather_ns"] = _exposed(ws, bend_or_end, iv.normalize(ks[ag], ke[ag]), c)
+
+    phase = {n: _phase_bounds(phases, rank, step_ids, n) for n in ("forward", "backward", "optimizer")}
+    rows = []
+    for k in np.unique(np.concatenate([kcode, wc if coll is not None else np.zeros(0, np.int8)])):
+        nk = iv.normalize(ks[kcode == k], ke[kcode == k])
+        part = {"rank": rank, "step": step_ids, "collective": KINDS[int(k)],
+                "comm_ns": _cov(ws, we, nk), "exposed_comm_ns": _exposed(ws, we, nk, c)}
+        if coll is not None:
+            sel = wc == k
+            wk = iv.normalize(w0[sel], w1[sel])
+            part["wait_ns"] = _cov(ws, we, wk)
+            part["exposed_wait_ns"] = _exposed(ws, we, wk, c)
+            cnt = cstep[sel].value_counts()
+            part["count"] = cnt.reindex(step_ids).fillna(0).to_numpy(np.int64)
+        else:
+            part["wait_ns"] = part["exposed_wait_ns"] = np.full(len(steps), np.nan)
+            part["count"] = np.zeros(len(steps), np.int64)  # filled by launch below when no table
+        for n, (ps, pe) in phase.items():
+            part[f"{n}_ns"] = _cov(ps, pe, nk)
+        part["after_backward_ns"] = _cov(bend, we, nk)
+        rows.append(pd.DataFrame(part))
+    kinds = pd.concat(rows, ignore_index=True) if rows else schema.empty_frame(schema.COMM_KIND_COLUMNS)
+    if len(kinds):
+        kinds = kinds.loc[(kinds["count"] > 0) | (kinds["comm_ns"] > 0)]
+    return out, kinds
+
+
+def finish(kinds: list[pd.DataFrame]) -> pd.DataFrame:
+    """COMM_KIND_COLUMNS from the per-rank parts, rows by (rank, step, order of KINDS)."""
+    parts = [k for k in kinds if len(k)]
+    if not parts:
+        return schema.empty_frame(schema.COMM_KIND_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    out["_o"] = out["collective"].map({k: i for i, k in enumerate(KINDS)})
+    out = out.sort_values(["rank", "step", "_o"], kind="stable")
+    out["count"] = out["count"].astype("int64")
+    return schema.select(out, schema.COMM_KIND_COLUMNS)
+
+
+def other_kind_note(karr) -> str | None:
+    """A note when some NCCL kernels have no known kind: they count in comm_ns but never in the tail."""
+    other = karr.is_nccl & (kernel_kinds(karr) == OTHER)
+    n = int(np.count_nonzero(other))
+    if n == 0:
+        return None
+    names = pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]
+    return (f"{n} NCCL kernels of no known collective kind (e.g. {', '.join(map(str, names))}): they count in "
+            "comm_ns and comm_kinds as 'other', but not in comm_tail_ns or job_comm_tail_ns (gradient "
+            "collectives: AllReduce, ReduceScatter)")

@@ -1,0 +1,149 @@
+"""From one trace, the data-parallel configuration to try next and its predicted step time.
+
+Two levers are read off the trace (issue "beat PyTorch DDP": the tool recommends, the harness confirms):
+
+**Bucket cap** (modelled). For each candidate cap the run's own buckets are merged, in launch order within
+a (rank, step), into buckets of at least that many bytes; a merged bucket is ready when its last member's
+gradients were ready (:func:`ddp_profile.analysis.costmodel.grad_ready_ns`, measured in the trace) and
+takes o + bytes/w under the run's α-β fit. Replaying them through the NCCL stream
+(:func:`~ddp_profile.analysis.costmodel.queue_tail`) predicts the tail after backward. The predicted step
+time is the measured one shifted by the change in predicted tail::
+
+    predicted_step_ns(cap) = measured_step_ns + tail_pred(cap) − tail_pred(current buckets)
+
+so the fit's bias at the current configuration cancels. Buckets can only be merged, not split (the trace
+knows when each bucket was ready, not each tensor), so candidates are the current cap and larger ones.
+
+**NCCL resources** (bounded, not modelled). Compute kernels that run beside NCCL kernels lose time
+(:mod:`~ddp_profile.analysis.contention`): ``contention_ns`` = Σ lost_ns / (ranks × steps). When that loss
+exceeds the exposed communication per step, taking SMs from NCCL (fewer channels, high-priority NCCL
+streams) targets the larger loss; the trace bounds the gain by ``contention_ns`` but does not predict it,
+so ``predicted_step_ns`` of that row carries the bucket prediction only and ``upper_gain_ns`` the bound.
+
+Columns (``RECOMMEND_COLUMNS``), first row = the recommendation: lever, flags (harness options), cap_bytes,
+predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis import costmodel
+
+MIB = 1 << 20
+CAP_FACTORS = (1, 2, 4, 8, 16, 40)
+"""Candidate caps as multiples of the run's cap (capped at the whole gradient); 1 is the run itself."""
+CHANNELS_FLAGS = "--nccl-channels 2 --nccl-high-priority"
+MIN_GAIN = 0.001
+"""A cap change is recommended only when it is predicted to save more than this share of the step."""
+BUCKETED = ("bucketed", "torch_ddp")
+OVERLAP_CAPS_MIB = (1, 5, 25, 100, 250, 1000)
+"""Caps tried for a per-tensor (``overlap``) run: its per-tensor ready times allow any bucket size."""
+
+
+def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: float) -> tuple[pd.DataFrame, np.ndarray]:
+    """The collectives of each (pid, device, stream, step) merged greedily in ``seq`` order into buckets of at
+    least ``cap_bytes`` (the last may be smaller): bytes summed, ready = the latest member's ready time,
+    seq/start of the first member. Rows without a step or size are dropped."""
+    c = collectives.assign(_ready=np.asarray(ready_ns, dtype=float))
+    c = c.loc[c["step"].notna() & c["bytes"].notna()].sort_values(["pid", "device", "stream", "step", "seq"])
+    if not len(c):
+        return c.drop(columns="_ready"), np.array([], dtype=float)
+    keys = ["pid", "device", "stream", "step"]
+    size = c["bytes"].to_numpy(dtype=float)
+    group_id = c.groupby(keys, sort=False).ngroup().to_numpy()
+    new_bucket = np.ones(len(c), dtype=bool)
+    acc, prev = 0.0, -1
+    for i in range(len(c)):  # one pass over the collectives (thousands per trace, not kernels)
+        if group_id[i] != prev or acc >= cap_bytes:
+            new_bucket[i], acc, prev = True, 0.0, group_id[i]
+        else:
+            new_bucket[i] = False
+        acc += size[i]
+    label = np.cumsum(new_bucket)
+    merged = c.assign(_b=label).groupby("_b", sort=True).agg(
+        rank=("rank", "first"), pid=("pid", "first"), device=("device", "first"), stream=("stream", "first"),
+        seq=("seq", "first"), step=("step", "first"), start_ns=("start_ns", "first"), bytes=("bytes", "sum"),
+        _ready=("_ready", "max"), _n=("_ready", "size"), _known=("_ready", "count"))
+    ready = merged["_ready"].where(merged["_n"] == merged["_known"]).to_numpy(dtype=float)
+    return merged.drop(columns=["_ready", "_n", "_known"]).reset_index(drop=True), ready
+
+
+def _flags(strategy: str, cap_bytes: float) -> str:
+    return f"--strategy {strategy} --bucket-mb {cap_bytes / MIB:g}"
+
+
+def _tail(collectives, ready, steps, model) -> float:
+    q = costmodel.queue_tail(collectives, ready, steps, model)
+    v = q["predicted_tail_ns"].astype(float) if len(q) else pd.Series(dtype=float)
+    return float(v.median()) if v.notna().any() else float("nan")
+
+
+def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """Σ lost_ns over compute kernel names / (ranks × steps): compute time lost to NCCL per rank-step."""
+    if contention is None or not len(contention) or steps is None or not len(steps):
+        return 0.0
+    return float(contention["lost_ns"].sum()) / max(len(steps), 1)
+
+
+def recommend(analysis, kernels: pd.DataFrame, run: dict | None = None) -> pd.DataFrame:
+    """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
+    collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
+    strategy and its current flags."""
+    steps, coll, model = analysis.steps, analysis.collectives, analysis.cost_model
+    cols = schema.RECOMMEND_COLUMNS
+    if steps is None or not len(steps) or coll is None or not len(coll) or model is None or not len(model):
+        return schema.empty_frame(cols)
+    grad = coll.loc[coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"])]
+    sized = grad.loc[grad["bytes"].notna() & grad["step"].notna()]
+    if not len(sized) or "backward_end_ns" not in steps or steps["backward_end_ns"].isna().all():
+        return schema.empty_frame(cols)
+    model = model.loc[model["collective"].astype("object").isin(["AllReduce", "ReduceScatter"])]
+    ready = costmodel.grad_ready_ns(grad, kernels)
+    measured = float(steps["step_ns"].median())
+    per_step = sized.groupby(["rank", "step"])["bytes"]
+    total, current = float(per_step.sum().median()), float(sized["bytes"].median())
+    cfg = (run or {}).get("config") or {}
+    strategy = str(cfg.get("strategy") or (run or {}).get("strategy") or "")
+    if strategy not in (*BUCKETED, "overlap"):
+        # naive's ready times are set by its own earlier all-reduces and flat has one collective per step:
+        # neither tells when buckets of another size would have been ready. Unknown strategies likewise.
+        return schema.empty_frame(cols)
+    base_tail = _tail(grad, ready, steps, model)
+    if strategy == "overlap":  # one all-reduce per tensor: bucketing it is what `bucketed` does
+        cap_now, now_flags, strategy = current, "--strategy overlap", "bucketed"
+    else:
+        cap_now = float(cfg.get("bucket_mb") or current / MIB) * MIB
+        now_flags = _flags(strategy, cap_now)
+    basis = "queue replay of measured gradient-ready times, buckets merged to the cap, the run's own alpha-beta fit"
+    rows = [{"lever": "current", "flags": now_flags, "cap_bytes": cap_now,
+             "predicted_tail_ns": base_tail, "predicted_step_ns": measured, "measured_step_ns": measured,
+             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured"}]
+    caps = {round(min(cap_now * f, total)) for f in CAP_FACTORS[1:]}
+    if now_flags == "--strategy overlap":
+        caps = {round(min(mib * MIB, total)) for mib in OVERLAP_CAPS_MIB}
+    for cap in sorted(caps - {round(cap_now)}):
+        merged, mready = merge_buckets(grad, ready, cap)
+        tail = _tail(merged, mready, steps, model)
+        pred = measured + tail - base_tail if np.isfinite([tail, base_tail]).all() else float("nan")
+        rows.append({"lever": "bucket cap", "flags": _flags(strategy, cap), "cap_bytes": cap,
+                     "predicted_tail_ns": tail, "predicted_step_ns": pred, "measured_step_ns": measured,
+                     "predicted_gain_ns": measured - pred, "upper_gain_ns": np.nan, "basis": basis})
+    table = pd.DataFrame(rows)
+    gain = table["predicted_gain_ns"]
+    # A new cap only when the model predicts a gain beyond MIN_GAIN of the step; otherwise keep the cap.
+    best = table.loc[gain.idxmax()] if gain.notna().any() and gain.max() > MIN_GAIN * measured else table.iloc[0]
+    lost = contention_per_step_ns(analysis.contention, steps)
+    exposed = float(steps["exposed_comm_ns"].median()) if "exposed_comm_ns" in steps else 0.0
+    use_channels = lost > exposed
+    flags = best["flags"] + (f" {CHANNELS_FLAGS}" if use_channels else "")
+    basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step) "
+             f"{'exceeds' if use_channels else 'does not exceed'} exposed communication "
+             f"({exposed / 1e6:.2f} ms/step), so NCCL channels are {'cut' if use_channels else 'left as they are'}")
+    head = best.to_dict() | {"lever": "recommended", "flags": flags, "basis": basis,
+                             "upper_gain_ns": (measured - best["predicted_step_ns"]) + lost if use_channels
+                             else np.nan}
+    table = pd.concat([pd.DataFrame([head]), table], ignore_index=True)
+    return schema.select(table, cols)

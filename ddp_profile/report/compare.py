@@ -73,6 +73,12 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     steps = [r.analysis.steps for r in runs]
     comp["step_min_ns"] = [float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps]
     comp["step_max_ns"] = [float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps]
+    # hidden-comm share over the same population as the run pages' headline (the selected steps) when the
+    # analysis states one; compare_runs pools the whole trace
+    pops = [r.analysis.summary() if callable(getattr(r.analysis, "summary", None)) else {} for r in runs]
+    comp["overlap_pct"] = [p.get("overlap_pct") if p.get("population") == "steps" else v
+                           for p, v in zip(pops, comp["overlap_pct"], strict=False)]
+    comp["overlap_pct"] = pd.to_numeric(comp["overlap_pct"], errors="coerce")
     comp["host"] = [getattr(r, "host", None) for r in runs]
     comp["baseline"] = [r.baseline.name if r.baseline is not None else None for r in runs]
     speed, eff, serial = [], [], []

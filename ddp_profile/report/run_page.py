@@ -133,7 +133,27 @@ def launch_block(run: Run) -> str:
             f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))
 
 
+def model_advice(run: Run) -> str:
+    """The trace's own prediction (analysis.recommend, first row), when it has one and predicts a gain."""
+    rec = getattr(run.analysis, "recommendation", None)
+    if rec is None or not len(rec):
+        return ""
+    r = rec.iloc[0]
+    gain = r.get("predicted_gain_ns")
+    if gain is None or pd.isna(gain) or not gain > 0:
+        return (" The model replay of this trace's buckets predicts no gain from a larger cap "
+                f"(<code>{esc(r.get('flags'))}</code>).")
+    return (f" The model replay of this trace's buckets predicts <code>{esc(r.get('flags'))}</code> at "
+            f"{fmt_ms(r.get('predicted_step_ns'))} per step ({fmt_ms(gain)} less; a prediction, not a "
+            "measurement).")
+
+
 def advice_for(run: Run, context: dict | None) -> str:
+    """:func:`measured_advice` plus the trace's own model prediction (:func:`model_advice`)."""
+    return measured_advice(run, context) + model_advice(run)
+
+
+def measured_advice(run: Run, context: dict | None) -> str:
     """What to change, with the expected gain and the evidence: the bucket sweep of the run's group (the
     measured best cap and the model's b*), else the fastest run of its strategy comparison (measured)."""
     from ddp_profile.report.verdicts import label, ranked

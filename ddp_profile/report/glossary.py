@@ -170,7 +170,7 @@ def cell_text(col: str, v) -> str:
     if isinstance(d, float):
         if col.endswith(("_ns", "_ms")):
             return f"{d:,.3f}"
-        if col.endswith("_pct") or "_us" in col or col.endswith("_per_s"):
+        if "pct" in col or "_us" in col or col.endswith("_per_s"):
             return f"{d:,.1f}"
         if col in ("bytes", "min_bytes", "max_bytes", "s_mib", "b_star_mib") or col.endswith("_bytes"):
             return f"{d:,.1f}" if abs(d) >= 1 else f"{d:.4g}"

@@ -44,7 +44,9 @@ def run_sets(runs) -> dict:
     return sets
 
 
-def build_sections(root: Path, runs) -> tuple[list, dict]:
+def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
+    """The sections and the sets; ``page_exists(name)`` filters the links to the report's comparison pages
+    (the report writes them before the findings; a partial campaign has fewer of them)."""
     sets = run_sets(runs)
     hosts = read_hosts(root)
     m_main = machine_line(root, MAIN, runs)
@@ -65,7 +67,8 @@ def build_sections(root: Path, runs) -> tuple[list, dict]:
              "q7": [("scaling", {r.name: r for r in runs if r.set == SCALING})],
              "q8": [("strategies", a), ("strategies", sets["B"])]}
     for sec in secs:
-        links = [x for kind, rs in pages.get(sec.key, ()) for x in comparison_links(kind, rs)]
+        links = [x for kind, rs in pages.get(sec.key, ()) for x in comparison_links(kind, rs)
+                 if page_exists is None or page_exists(x[1])]
         if links:
             sec.links(list(dict.fromkeys(links)))
     return secs, {"sets": sets, "scaling": scal}
@@ -157,7 +160,7 @@ def build_findings(root, out_dir, progress=None, runs=None) -> dict:
     root, out_dir = Path(root), Path(out_dir)
     if runs is None:
         runs = load_all(root, progress)
-    secs, extra = build_sections(root, runs)
+    secs, extra = build_sections(root, runs, page_exists=lambda name: (out_dir / name).exists())
     a = extra["sets"]["A"]
     figs = {}
     picked = [a[k] for k in ("naive", "overlap") if k in a]

@@ -123,3 +123,13 @@ def test_every_real_page_loads_and_every_figure_renders(site):
             assert problems == [], (path.name, problems)
             page.close()
         b.close()
+
+
+def test_findings_link_to_the_comparison_pages(site):
+    """Item 9: the findings are no dead end: they link to the strategy and scaling pages the report wrote."""
+    import re
+
+    text = (site / "findings.html").read_text()
+    pages = set(re.findall(r"href='((?:strategies|sweep|scaling)-[^']+\.html)'", text))
+    assert any(p.startswith("strategies-") for p in pages) and any(p.startswith("scaling-") for p in pages)
+    assert all((site / p).exists() for p in pages)

@@ -37,23 +37,6 @@ def esc(value) -> str:
     return html.escape("–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
 
 
-def fmt_cell(v, col: str = ""):
-    """A table cell: :func:`ddp_profile.report.glossary.cell_text` (the one formatter)."""
-    return cell_text(col, v)
-
-
-def ns_to_ms(col, v):
-    return v / 1e6 if col.endswith("_ns") and v is not None and not pd.isna(v) else v
-
-
-def ms_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """ns columns shown as ms (renamed *ns_to_ms)."""
-    out = df.copy()
-    for c in [c for c in out.columns if c.endswith("_ns")]:
-        out[c] = pd.to_numeric(out[c], errors="coerce") / 1e6
-    return out.rename(columns={c: c[:-3] + "_ms" for c in out.columns if c.endswith("_ns")})
-
-
 def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None) -> str:
     """A figure as a div plus a script calling Plotly.newPlot with escaped JSON. The div is an image for
     assistive technology: ``alt`` (default: the figure's title) is its aria-label."""

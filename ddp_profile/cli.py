@@ -10,15 +10,23 @@ import argparse
 
 from ddp_profile import __version__
 from ddp_profile.commands import analyze, bench, findings, inspect, launches, report, scrub
-from ddp_profile.errors import run_main
+from ddp_profile.errors import one_line, run_main
 
 # Order here is the order of `ddp-profile --help`.
 COMMANDS = {"inspect": inspect, "scrub": scrub, "analyze": analyze, "launches": launches, "report": report,
             "findings": findings, "bench": bench}
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (``prog: error: ...``) and exit 2, like every
+    other error (argparse's default prints the usage block first). Sub-command parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="ddp-profile",
         description="Where multi-GPU step time goes, measured from Nsight Systems SQLite exports.",
     )
@@ -32,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a bad argument (2, one line already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -53,6 +53,13 @@ class OutputError(DdpProfileError):
     exit_code = 5
 
 
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` fit for one line on a terminal: control characters (newlines, escapes in a file name) are
+    written as escapes, and an overlong text is cut."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+    return out if len(out) <= limit else out[:limit] + "..."
+
+
 def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False) -> int:
     """Call ``func(args)`` and turn the outcome into an exit code: the one error translation.
 
@@ -65,7 +72,7 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
     except DdpProfileError as exc:
         if debug:
             raise
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; no partial output was written", file=sys.stderr)

@@ -5,11 +5,15 @@ Append new columns at the end; never rename one without updating every consumer.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pandas is imported where frames are made, so the CLI can read these names cheaply
+    import pandas as pd
 
 # ---- loader (ddp_profile.nsys) -------------------------------------------------------------------------
 # kind: "compute" | "nccl" | "memcpy" | "memset".  collective/algorithm/protocol/dtype: parsed from NCCL
-# kernel names (None for other kinds).  launch_ns / launch_tid: the CUDA API call that launched the kernel
+# kernel names (None for other kinds); algorithm/protocol are the name's variant (RING_LL), not proof of what
+# NCCL ran (its kernels dispatch on the work item at run time).  launch_ns / launch_tid: the CUDA API call that launched the kernel
 # (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
 # bytes: memcpy/memset size, <NA> for kernels.
 # dtypes from load_trace (chosen for memory; values are exact, a column is widened to int64 if a value needs
@@ -55,6 +59,10 @@ KERNEL_OVERLAP_COLUMNS = ["kind", "name", "count", "total_ns", "overlapped_ns", 
 COLLECTIVE_COLUMNS = [
     "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
     "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",
+    # appended (issue 15): "<algorithm>_<protocol>" as the kernel's *name* spells it (e.g. RING_LL). NCCL's
+    # device kernels dispatch on the work item at run time, so the name does not prove the algorithm or
+    # protocol that ran; algorithm / protocol keep their names (stable JSON keys) with the same meaning.
+    "kernel_variant",
 ]
 # One row per collective type and message-size regime (analysis.costmodel.regimes), rows by size; min_bytes /
 # max_bytes: the sizes fitted in the regime.
@@ -77,6 +85,8 @@ COMPARISON_COLUMNS = [
 
 def empty_frame(columns: list[str]) -> pd.DataFrame:
     """An empty frame with the given columns (so consumers never special-case 'no rows')."""
+    import pandas as pd
+
     return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
 
 
@@ -109,3 +119,11 @@ LAUNCH_STEP_COLUMNS = [
 API_FUNCTION_COLUMNS = ["rank", "name", "calls", "total_ns", "mean_ns", "calls_per_step", "ns_per_step"]
 # Per (rank, kernel group), kernels launched inside the selected steps (groups: analysis/launches.py).
 KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
+
+
+# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
+JSON_SECTIONS = {
+    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
+    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
+    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
+}

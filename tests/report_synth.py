@@ -42,7 +42,7 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
                                "f32", len(k_rows), t0, 2, pd.NA))
                 col_rows.append((rank, pid, rank, 17, step * 2 + bucket, step, "AllReduce", "RING", "LL", "f32",
                                  bucket, nbytes, t0 + a * US, t0 + b * US, (b - a) * US, 10 * US, (b - a - 10) * US,
-                                 nbytes / ((b - a - 10) * US)))
+                                 nbytes / ((b - a - 10) * US), "RING_LL"))
             k_rows.append((rank, pid, rank, 7, t0 + 901 * US, t0 + 902 * US, "Memcpy HtoD", "memcpy",
                            None, None, None, None, len(k_rows), t0, 1, 4096))
             comm = 200 * US if world_size > 1 else 0

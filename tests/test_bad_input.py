@@ -126,7 +126,8 @@ def mk_end_before_start(d):
 def mk_duplicate_ranks(d):
     (d / "dup").mkdir()
     synth.build_export(d / "dup/a_rank0.sqlite", processes=P7, kernels=_kernels())
-    synth.build_export(d / "dup/b_rank0.sqlite", processes=P7, kernels=_kernels())
+    # another process (pid 8): two ranks claiming rank 0, not one capture twice (that is refused earlier)
+    synth.build_export(d / "dup/b_rank0.sqlite", processes=[{"pid": 8, "device": 0}], kernels=_kernels(pid=8))
     return ["dup"]
 
 

@@ -3,7 +3,8 @@
 ``analyze(trace)`` takes a loaded trace (attributes ``kernels``, ``nvtx``, ``gpus``, ``ranks``, ``meta``,
 ``run``; see ``ddp_profile.schema``) and returns an :class:`Analysis` holding one frame per analysis:
 
-- ``windows``: steps and phases found in NVTX and projected onto the GPU by launch time;
+- ``windows``: steps and phases found in NVTX (else inferred from the kernel sequence and the launching
+  threads: ``infer``) and projected onto the GPU by launch time;
 - ``steps``: per (rank, step) compute / comm / overlap / exposed comm (wait vs transfer) / tail / idle;
 - ``comm_kinds``: per (rank, step, collective kind) NCCL time, exposed, waiting, by phase and after backward;
 - ``overlap``: per kernel name (nsys ``nccl_gpu_overlap_trace`` semantics) and per rank (HTA semantics);
@@ -28,6 +29,7 @@ from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
 from ddp_profile.analysis import costmodel as _cm
+from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import overlap as _ov
 from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis import steps as _steps
@@ -36,16 +38,11 @@ from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.memory import return_freed_memory
+from ddp_profile.schema import JSON_SECTIONS
 
 __all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]
 
-# Section of to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
-JSON_SECTIONS = {
-    "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
-    "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
-    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
-}
 JSON_VERSION = 1
 
 
@@ -197,10 +194,17 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     elif (karr.launch < 0).all():
         notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
                      "the GPU; profile with `nsys profile -t cuda,nvtx`")
-    host_steps, step_notes = _win.find_steps(trace.nvtx, step_pattern)
+    # NVTX step ranges, else the training loop's period in the kernel sequence (analysis/infer.py).
+    host_steps, step_notes, _ = _infer.steps_from_trace(trace.nvtx, karr, step_pattern)
     notes += step_notes
     host_steps = _win.select_steps(host_steps, steps)
     host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
+    if host_phases.empty and not host_steps.empty:
+        host_phases = _infer.infer_phases(host_steps, karr, trace.nvtx)
+        if not host_phases.empty:
+            notes.append("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
+                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
+                         "optimizer = main thread after them)")
     windows = _win.phase_windows(host_steps, host_phases, karr)
     # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))

@@ -44,7 +44,7 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, ints
 
-_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d+)\s+(\d+)\s*B")
+_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d{{1,9}})\s+(\d{{1,18}})\s*B")  # bounded: fits int64
 
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
@@ -114,7 +114,11 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
-        notes.append("no NCCL kernels in the trace: no collective table, cost model or overlap")
+        n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
+        notes.append(f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
+                     "export's StringIds lack them): NCCL kernels may be among them, so there is no collective "
+                     "table, cost model or overlap" if n_unknown else
+                     "no NCCL kernels in the trace: no collective table, cost model or overlap")
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
     df = pd.DataFrame({
@@ -136,6 +140,11 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
         notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
                      "split pairs kernels by issue order and may be wrong for some collectives")
+    silent = sorted(set(np.unique(karr.rank).tolist()) - set(df["rank"].unique().tolist()))
+    if silent:
+        notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
+                     "communication and wait are unknown (a capture that missed them, or a rank outside the "
+                     "collectives), not 0; the wait/transfer split covers the ranks with NCCL kernels only")
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     # Step of each kernel, by launch time.
@@ -157,10 +166,32 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     if not has.any() and ddp_bucket_bytes:
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
-        notes.append(f"no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL launches: bytes, "
-                     "bus bandwidth and the cost model need them (record with the ddp-profile harness)")
+        notes.append(unknown_bytes_note(nvtx))
+    df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
     df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
     return schema.select(df, schema.COLLECTIVE_COLUMNS)
+
+
+def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
+    """"<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
+    both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it."""
+    a = algorithm.astype("object").where(algorithm.notna(), None).to_numpy()
+    p = protocol.astype("object").where(protocol.notna(), None).to_numpy()
+    return np.array(["_".join(x for x in (u, v) if x) or None for u, v in zip(a, p, strict=False)], dtype=object)
+
+
+def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
+    """Why message sizes are unknown. NCCL >= 2.19 annotates its calls with NVTX ranges in domain "NCCL"
+    whose extended (binary, schema-described) payload holds the message size; the loader reads each range's
+    scalar payload only, so those sizes are not decoded (not verified on an export that records them)."""
+    base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
+            "launches (the ddp-profile harness writes them)")
+    dom = nvtx["domain"].astype("object") if nvtx is not None and not nvtx.empty else pd.Series([], dtype=object)
+    if (dom == "NCCL").any():
+        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
+                "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
+                "cost model are left empty")
+    return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"

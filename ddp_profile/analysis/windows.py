@@ -3,8 +3,11 @@
 Which ranges are steps (per process):
   1. the project's own ranges: domain ``nvtx_names.DOMAIN``, message ``"step <i>"`` (payload = i);
   2. otherwise any range, in any domain but NCCL's, whose message matches ``nvtx_names.STEP_PATTERN``
-     (``step3``, ``iteration 7``, ``ProfilerStep#12``...), or the user's ``step_pattern`` regex.
-  When matching ranges nest, only the outermost (smallest NVTX depth) are steps. Step index: the payload
+     (``step 3``, ``step3``, ``iteration 7``, ``it 3``, ``train step 3``, ``ProfilerStep#12``...), or the
+     user's ``step_pattern`` regex;
+  3. otherwise none here: ``analyze`` then infers steps from the kernel sequence (``analysis.infer``).
+  When matching ranges nest, only the outermost are steps (by containment: ranges that overlap without
+  nesting are all steps, with a note). Step index: the payload
   for the project's ranges, else the last integer in the message, else the order within the process.
 
 Projection onto the GPU (by *launch time within the process*, any thread)::
@@ -64,6 +67,15 @@ def _matches(names: pd.Series, pattern: str) -> np.ndarray:
     return names.astype(str).map(hit).to_numpy(dtype=bool)
 
 
+def _open_matches(nvtx: pd.DataFrame, pattern: str) -> int:
+    """Ranges never closed whose name matches ``pattern`` (outside NCCL's domain)."""
+    if nvtx is None or nvtx.empty:
+        return 0
+    dom = nvtx["domain"].astype("object").fillna("")
+    open_ = nvtx.loc[nvtx["end_ns"].isna() & nvtx["name"].notna() & (dom != "NCCL")]
+    return int(_matches(open_["name"], pattern).sum()) if len(open_) else 0
+
+
 def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.DataFrame, list[str]]:
     """Step host ranges per process: RANGE_COLUMNS with phase "step". Returns (frame, notes)."""
     notes: list[str] = []
@@ -89,15 +101,32 @@ def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.
     steps = ranges.loc[hit].copy()
     if steps.empty:
         pat = step_pattern or nn.STEP_PATTERN
+        n_open = _open_matches(nvtx, pat)
+        if n_open:
+            notes.append(f"{n_open} NVTX range(s) match the step pattern {pat!r} but none was closed (the capture "
+                         "stopped before the steps ended, or a range was pushed and never popped): per-step metrics "
+                         "are missing; extend the capture past the last step or close the ranges")
+            return schema.empty_frame(RANGE_COLUMNS), notes
         notes.append(f"no NVTX range matches the step pattern {pat!r}: per-step metrics are missing "
                      "(name each step's range e.g. 'step 3', or pass --step-pattern REGEX)")
         return schema.empty_frame(RANGE_COLUMNS), notes
-    depth = ints(steps["depth"], 0)
-    steps = steps.loc[depth == steps.assign(_d=depth).groupby("pid")["_d"].transform("min").to_numpy()]
+    # Outermost only: a matching range inside another one (ProfilerStep#3 > Optimizer.step) is no step. By
+    # containment, not NVTX depth: a step overlapping the previous one (not nested in it) is still a step.
+    steps = steps.assign(_end=ints(steps["end_ns"])).sort_values(["pid", "start_ns", "_end"],
+                                                                ascending=[True, True, False], kind="stable")
+    prev_max = steps.groupby("pid")["_end"].cummax().groupby(steps["pid"]).shift()
+    steps = steps.loc[~(prev_max.notna() & (steps["_end"] <= prev_max)).to_numpy()].drop(columns="_end")
     steps = steps.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
+    prev_end = steps.groupby("pid")["end_ns"].shift()
+    n_overlap = int((prev_end.notna() & (steps["start_ns"] < prev_end)).sum())
+    if n_overlap:
+        notes.append(f"{n_overlap} step range(s) start before the previous step of the same process ended: every "
+                     "step is kept, a kernel launched in the overlap counts in both steps, and a phase goes to "
+                     "the later step")
     index = pd.to_numeric(steps["payload"], errors="coerce") if source == "project" else None
     if index is None or index.isna().any():
-        index = pd.to_numeric(steps["name"].astype(str).str.extract(r"(\d+)\D*$")[0], errors="coerce")
+        # at most 18 digits (fits int64); a longer digit run is no index, and the order is used instead
+        index = pd.to_numeric(steps["name"].astype(str).str.extract(r"(?<!\d)(\d{1,18})\D*$")[0], errors="coerce")
     ordinal = steps.groupby("pid").cumcount()
     if index.isna().any() or index.groupby(steps["pid"]).apply(lambda s: s.duplicated().any()).any():
         index = ordinal
@@ -186,17 +215,33 @@ def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFra
     return schema.select(out, schema.PHASE_COLUMNS + ["pid"])
 
 
+def parse_steps(which: str) -> list[int | None]:
+    """``"A:B"``, ``"A:"``, ``":B"`` or ``"A"`` -> [A, B] / [A]: non-negative integers, A < B when both are
+    given. Anything else (``5:2``, ``-1:``, ``1:2:3``, 20-digit numbers) is a UsageError: a selection that
+    parses but keeps nothing would silently report no steps."""
+    from ddp_profile.errors import UsageError
+
+    bad = UsageError(f"--steps {which[:40]!r}: use 'all', 'A:B', 'A:' or ':B' with step indices 0 <= A < B, "
+                     "or one index")
+    parts = which.split(":")
+    if len(parts) > 2 or not all(p.strip() == "" or (p.strip().isdigit() and len(p.strip()) <= 18) for p in parts):
+        raise bad
+    if len(parts) == 1 and not parts[0].strip():
+        raise bad
+    nums = [int(p) if p.strip() else None for p in parts]
+    if len(nums) == 2 and None not in nums and nums[0] >= nums[1]:
+        raise bad
+    return nums
+
+
 def select_steps(steps: pd.DataFrame, which) -> pd.DataFrame:
     """Keep steps by index: "all", "A:B" (Python slice over step indices, e.g. "2:" skips warm-up), or ints."""
-    if steps.empty or which in (None, "all"):
+    if which in (None, "all"):
         return steps
     if isinstance(which, str):
-        try:
-            parts = [int(x) if x.strip() else None for x in which.split(":")]
-        except ValueError as exc:
-            from ddp_profile.errors import UsageError
-
-            raise UsageError(f"steps {which!r}: use 'all', 'A:B' or a list of step indices") from exc
+        parts = parse_steps(which)
+        if steps.empty:
+            return steps
         uniq = np.unique(steps["step"].to_numpy())
         keep = uniq[slice(*parts)] if len(parts) > 1 else np.array(parts[:1])
     else:

@@ -6,10 +6,19 @@ import json
 import sys
 from pathlib import Path
 
-from ddp_profile.analysis import JSON_SECTIONS
-from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
+from ddp_profile import nvtx_names as nn
+from ddp_profile.commands.options import (
+    add_export_argument,
+    add_jobs_argument,
+    cli_progress,
+    input_paths,
+    phase_spec,
+    regex,
+    steps_spec,
+)
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
+from ddp_profile.schema import JSON_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}
@@ -33,12 +42,13 @@ def register(subparsers) -> None:
                    help="table (default), json (all sections, stable keys) or csv (one section)")
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
                    help="what to output (default: all; csv: steps)")
-    p.add_argument("--step-pattern", metavar="REGEX", default=None,
-                   help="regex for step NVTX range names (default: the project's 'step N' ranges, "
-                        "else names like step3, iteration 7, ProfilerStep#12)")
-    p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX",
+    p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
+                   help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
+                        + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
+                        "repeating kernel-launch sequence and --steps counts them from 0)")
+    p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX", type=phase_spec,
                    help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
-    p.add_argument("--steps", default="all", metavar="A:B",
+    p.add_argument("--steps", default="all", metavar="A:B", type=steps_spec,
                    help="steps to keep, as a slice over step indices, e.g. 2: to skip warm-up (default all)")
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
     add_jobs_argument(p)

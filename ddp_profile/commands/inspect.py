@@ -6,7 +6,10 @@ lines). JSON keys (``--format json``): files, nsys_version, schema_version, scru
 ranks, kernels_by_kind, nccl_by_collective, time_span_ns, warnings, and ``nvtx_ranges``: a list of
 ``{"domain", "name", "grouped", "count", "distinct", "examples"}`` where ``name`` is the range name, or with
 ``grouped`` true a pattern with ``<N>`` for each number; ``count`` is the number of ranges, ``distinct`` the
-number of distinct names in the entry, ``examples`` up to 3 of them in numeric order.
+number of distinct names in the entry, ``examples`` up to 3 of them in numeric order. ``steps``: where
+``analyze`` finds the training steps: ``{"source": "nvtx" | "inferred" | "none", "per_rank": {rank: count},
+"notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are periods of the
+repeating kernel-launch sequence (``ddp_profile.analysis.infer``; ``--steps`` applies to them).
 """
 
 from __future__ import annotations
@@ -36,6 +39,21 @@ def run(args) -> int:
     from ddp_profile.nsys.summary import format_table, summarize
 
     paths = input_paths(args)
-    summary = summarize(load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs)))
+    trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
+    summary = summarize(trace)
+    summary["steps"] = step_summary(trace)
     print(json.dumps(summary, indent=2) if args.format == "json" else format_table(summary))
     return 0
+
+
+def step_summary(trace) -> dict:
+    """How ``analyze`` would find this trace's steps (default step pattern): source, count per rank, notes."""
+    from ddp_profile import schema
+    from ddp_profile.analysis._common import KernelArrays
+    from ddp_profile.analysis.infer import steps_from_trace
+
+    kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+    steps, notes, inferred = steps_from_trace(trace.nvtx, KernelArrays(kernels))
+    source = "none" if steps.empty else "inferred" if inferred else "nvtx"
+    per_rank = {} if steps.empty else {str(int(r)): int(c) for r, c in steps.groupby("rank").size().items()}
+    return {"source": source, "per_rank": per_rank, "notes": notes}

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from ddp_profile import nvtx_names as nn
+from ddp_profile.commands.options import regex, steps_spec
 from ddp_profile.errors import MissingDataError, UsageError
 from ddp_profile.safeio import write_text_atomic
 
@@ -29,9 +31,10 @@ def register(subparsers) -> None:
                     "per step. Reads the CUDA API table, which `analyze` does not load.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) of one run or a run folder")
-    p.add_argument("--step-pattern", metavar="REGEX", default=None,
-                   help="regex for step NVTX range names (default: as `analyze`)")
-    p.add_argument("--steps", default="all", metavar="A:B",
+    p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
+                   help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
+                        + nn.STEP_PATTERN_HELP + ")")
+    p.add_argument("--steps", default="all", metavar="A:B", type=steps_spec,
                    help="steps to keep, as a slice over step indices, e.g. 1: to skip the first (default all)")
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="write FILE.csv (the step table) or FILE.json (all tables) instead of printing")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from ddp_profile.errors import UsageError
@@ -36,12 +37,57 @@ def input_paths(args: argparse.Namespace) -> list[Path]:
     return paths
 
 
+MAX_JOBS = 256
+
+
+def check_jobs(jobs: int) -> None:
+    """``--jobs`` must be 1..MAX_JOBS (0 or negative parse as ints but make no sense; a huge count would
+    ask the OS for that many workers)."""
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    if jobs > MAX_JOBS:
+        raise UsageError(f"--jobs must be at most {MAX_JOBS} (got {str(jobs)[:20]})")
+
+
 def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
     """The bar a command passes to ``load_trace(progress=...)``: drawn from the first file with ``jobs`` > 1,
     and with one job only once loading has taken :data:`SLOW_S` (a quick load prints nothing).
     Raises UsageError for ``jobs`` < 1."""
     from ddp_profile.nsys.files import find_exports
 
-    if jobs < 1:
-        raise UsageError(f"--jobs must be at least 1 (got {jobs})")
+    check_jobs(jobs)
     return ProgressBar(len(find_exports(paths)), stream=stream, min_s=0.0 if jobs > 1 else SLOW_S)
+
+
+def regex(text: str) -> str:
+    """argparse type: a regex that compiles (checked before any trace is read)."""
+    try:
+        re.compile(text)
+    except (re.error, RecursionError, OverflowError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} is not a valid regex ({exc})") from None
+    return text
+
+
+def steps_spec(text: str) -> str:
+    """argparse type: ``all`` or a step slice (:func:`ddp_profile.analysis.windows.parse_steps`)."""
+    from ddp_profile.errors import UsageError
+
+    if text == "all":
+        return text
+    try:
+        from ddp_profile.analysis.windows import parse_steps
+
+        parse_steps(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+    return text
+
+
+def phase_spec(text: str) -> str:
+    """argparse type: ``NAME=REGEX`` with a known phase name and a valid regex."""
+    name, sep, rx = text.partition("=")
+    if not sep or name not in ("forward", "backward", "optimizer", "grad_wait") or not rx:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME forward, backward, optimizer "
+                                         "or grad_wait")
+    regex(rx)
+    return text

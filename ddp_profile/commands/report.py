@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, input_paths
-from ddp_profile.errors import UsageError
+from ddp_profile.commands.options import add_export_argument, check_jobs, input_paths
 
 
 def register(subparsers) -> None:
@@ -31,8 +30,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from ddp_profile.report import build_report
 
-    if args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1 (got {args.jobs})")
+    check_jobs(args.jobs)
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
                                    findings=not getattr(args, "no_findings", False))

@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 
 from ddp_profile.errors import TraceError
-from ddp_profile.nsys import sql
+from ddp_profile.nsys import rawio, sql
 
 EXPORT_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 """Files load_trace reads; run discovery in the report and the findings uses the same tuple."""
@@ -38,7 +38,21 @@ def find_exports(paths) -> list[Path]:
             files.append(item)
     if not files:
         raise TraceError("no trace files given")
+    _check_same_stem(files)
     return files
+
+
+def _check_same_stem(files: list[Path]) -> None:
+    """``run.sqlite`` beside ``run.sqlite.xz`` (or one file given twice) is one export twice: its ranks would
+    count twice, so it is refused (which copy is current is the user's call, not ours)."""
+    seen: dict = {}
+    for f in files:
+        key = (f.resolve().parent, export_stem(f))
+        if key in seen:
+            raise TraceError(f"{seen[key]} and {f}: the same export twice (one name, "
+                             f"{'same file' if seen[key].resolve() == f.resolve() else 'other compression'}); "
+                             "keep or pass only one of them")
+        seen[key] = f
 
 def check_header(path: Path, head: bytes, size: int) -> None:
     if head[:16] != SQLITE_MAGIC:
@@ -68,11 +82,12 @@ def open_export(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
-            data = DECOMPRESS[path.suffix](path.read_bytes())
+            data = rawio.read_decompressed(path)  # header checked from the first bytes; expansion bounded
             check_header(path, data[:100], len(data))
             con = sqlite3.connect(":memory:", check_same_thread=False)
             con.deserialize(data)
         else:
+            rawio.check_no_writer(path)  # immutable=1 would ignore a -wal and read a writer's pages unlocked
             with open(path, "rb") as f:
                 check_header(path, f.read(100), path.stat().st_size)
             uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"

@@ -17,7 +17,7 @@ def concat(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-KINDS = ["compute", "nccl", "memcpy", "memset"]
+KINDS = ["compute", "nccl", "memcpy", "memset", "unknown"]  # unknown: a kernel whose name id is not in StringIds
 
 def nvtx_depth(keys: np.ndarray, start: np.ndarray, end: np.ndarray, pushpop: np.ndarray) -> np.ndarray:
     """Nesting depth of push/pop ranges within their (file, pid, tid, domain) stack (NVTX keeps one stack

@@ -33,6 +33,7 @@ from ddp_profile.nsys.frames import (
     nvtx_frame,
     process_frame,
 )
+from ddp_profile.nsys.run_record import clean_run_record
 from ddp_profile.trace import Trace
 
 
@@ -131,11 +132,13 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     inverse, kernel_ids = pd.factorize(ids[is_kernel])  # hashing, not sorting: names are few, rows many
     lookup = sql.strings(con, kernel_ids)
     labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
+    unnamed = np.array([int(i) not in lookup for i in kernel_ids], dtype=bool)
     codes = np.empty(len(ids), dtype=np.int32)
     codes[is_kernel] = inverse
     nccl = np.array([nccl_names.is_nccl(n) for n in labels], dtype=bool)
-    if is_kernel.any():
-        kind[is_kernel] = np.where(nccl[inverse], 1, 0)
+    if is_kernel.any():  # a name missing from StringIds: neither compute nor NCCL, but "unknown" (code 4)
+        kind[is_kernel] = np.where(unnamed[inverse], 4, np.where(nccl[inverse], 1, 0))
+    n_unnamed = int(unnamed[inverse].sum()) if is_kernel.any() else 0
     del inverse
     for k, fixed in ((2, None), (3, "[CUDA memset]")):
         sel = kind == k
@@ -152,7 +155,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     del ids, is_kernel
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], sql.launches(con, have, map_chunks))
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
-            "launch_tid": launch_tid}
+            "launch_tid": launch_tid, "unnamed": n_unnamed}
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -239,8 +242,24 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
         if not isinstance(data, dict):
             warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
             continue
-        return data
+        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
     return None
+
+
+def _check_duplicate_files(files: list[dict]) -> None:
+    """The same capture passed twice (a copy under another name) would double the ranks: refused. Two files
+    are one capture when session start, capture span and GPU activity (count, first starts, processes,
+    devices, last ends) agree: per-rank files of one run differ at least in their processes."""
+    seen: dict = {}
+    for f in files:
+        k = f["kernels"]
+        start = k["start"]
+        key = (f["utc_ns"], repr(f["span"]), len(start), int(start[:1024].sum()), int(k["pid"][:1024].sum()),
+               int(k["device"][:1024].sum()), int(k["end"][-1024:].sum()))
+        if key in seen:
+            raise TraceError(f"{seen[key]} and {f['path']} hold the same capture (same session start, time span "
+                             f"and {len(start)} GPU activities): the same export twice; load one of them")
+        seen[key] = f["path"]
 
 
 def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
@@ -268,6 +287,40 @@ def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> Non
         raise TraceError(f"{files[int(first['file'])]['path']}: {int(bad.sum())} GPU activity row(s) end before "
                          f"they start (first: {str(first['name'])!r} at {int(first['start_ns'])} ns); the export is "
                          "damaged: export it again from the .nsys-rep")
+
+
+def _check_nvtx(files: list[dict], nvtx: pd.DataFrame) -> None:
+    """NVTX ranges ending before they start (a step of negative length) are damage, as for kernels."""
+    if nvtx.empty:
+        return
+    end = nvtx["end_ns"]
+    bad = (end.notna() & (end < nvtx["start_ns"])).to_numpy(dtype=bool)
+    if bad.any():
+        first = nvtx[bad].iloc[0]
+        raise TraceError(f"{files[int(first['file'])]['path']}: {int(bad.sum())} NVTX range(s) end before they start "
+                         f"(first: {str(first['name'])[:80]!r} at {int(first['start_ns'])} ns); the export is damaged: "
+                         "export it again from the .nsys-rep")
+
+
+def _drop_duplicate_rows(kernels: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """Rows identical to the row before them once sorted (same rank, process, device, stream, start, end and
+    name) are one activity recorded twice (a damaged or concatenated export): counted once, with a warning."""
+    if len(kernels) < 2:
+        return kernels
+    same = np.ones(len(kernels) - 1, dtype=bool)
+    for col in ("rank", "pid", "device", "stream", "start_ns", "end_ns"):
+        a = kernels[col].to_numpy()
+        same &= a[1:] == a[:-1]
+        if not same.any():
+            return kernels
+    codes = kernels["name"].cat.codes.to_numpy()
+    same &= codes[1:] == codes[:-1]
+    if not same.any():
+        return kernels
+    dup = np.concatenate([[False], same])
+    warnings.append(f"{int(dup.sum())} GPU activity row(s) are exact duplicates of another (same rank, stream, start, "
+                    "end and name): counted once")
+    return kernels.loc[~dup].reset_index(drop=True)
 
 
 def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
@@ -312,6 +365,11 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     else:
         files = [read(item) for item in enumerate(files_in)]
     warnings: list[str] = []
+    _check_duplicate_files(files)
+    for f in files:
+        if f["kernels"].get("unnamed"):
+            warnings.append(f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
+                            "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged")
     offsets, clock = _clock(files, warnings)
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
@@ -320,6 +378,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     _check_kernels(files, kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
     _check_same_run(files, arr)
     nvtx = nvtx_frame(files, offsets)
+    _check_nvtx(files, nvtx)
     _open_ranges_warning(nvtx, warnings)
     if all(f["nvtx"] is None for f in files):
         warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
@@ -332,6 +391,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     # Sorted by (rank, start_ns), stable: one lexsort, then each column taken once as the frame is built.
     kernels = kernel_frame(arr, _rank_time_order(arr["rank"], arr["start_ns"]), consume=True)
     del arr
+    kernels = _drop_duplicate_rows(kernels, warnings)
     if not nvtx.empty:
         nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist(), strict=False)],
                                 dtype="Int64")

@@ -21,8 +21,9 @@ import pandas as pd
 from ddp_profile import nvtx_names
 from ddp_profile.errors import TraceError
 
-MARKER_RE = re.compile(rf"^{re.escape(nvtx_names.RANK_MARKER)}\s+(\d+)\s*/\s*(\d+)")
-FILENAME_RE = re.compile(r"(?:^|[^A-Za-z0-9])(?:rank|r)[-_]?(\d+)(?![0-9])", re.I)
+# At most 9 digits: a longer run (hostile or damaged text) is no rank, so it never overflows an int64 column.
+MARKER_RE = re.compile(rf"^{re.escape(nvtx_names.RANK_MARKER)}\s+(\d{{1,9}})\s*/\s*(\d{{1,9}})(?!\d)")
+FILENAME_RE = re.compile(r"(?:^|[^A-Za-z0-9])(?:rank|r)[-_]?(\d{1,9})(?![0-9])", re.I)
 
 
 def rank_from_filename(stem: str) -> int | None:

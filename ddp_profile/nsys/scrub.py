@@ -40,6 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import ddp_profile.nsys.rawio as rawio
 from ddp_profile.errors import OutputError, TraceError, UsageError, run_main
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
@@ -65,14 +66,19 @@ TID_MASK = 0xFFFFFF  # globalTid = globalPid | tid (low 24 bits): Nsight Systems
 _SEG = r"[^\s/\\'\"=:;,()\[\]{}<>|`]+"
 PATH_RE = re.compile(rf"(?<![\w.~\-])(?:~|[A-Za-z]:)?(?:/{_SEG})+/?|(?<![\w.])[A-Za-z]:(?:\\{_SEG})+")
 HOME_RE = re.compile(r"^(?:/home|/Users|/users|/u|/scratch|/data|/mnt/home)/([^/]+)")
-SECRET_RE = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_\w{8,}|sk-[A-Za-z0-9_\-]{8,}"
+SECRET_RE = re.compile(  # no \b before: a token joined by "_" (triton_poi_fused_<token>_0) is found too
+    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_\w{8,}|sk-[A-Za-z0-9_\-]{8,}"
     r"|xox[abpr]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,}|wandb_[A-Za-z0-9]{8,})"
 )
 ENV_ASSIGN_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=")
 # A process environment block (seen in StringIds of a real 2023.4 export): NUL- or newline-separated
 # KEY=VALUE entries. Two such entries in one string make it an environment block.
 ENV_BLOCK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\x00\n]*[\x00\n]+[A-Za-z_][A-Za-z0-9_]*=")
+# ... and a block holding one variable: ``NAME=value`` ended by NUL (no NVTX text or kernel name holds NUL).
+ENV_ONE_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=[^\x00]*\x00")
+# Words never taken as a user name learnt from a path (/scratch/nccl/...): the analysis matches on them.
+NOT_A_USER = {"root", "<user>", "nccl", "cuda", "nvtx", "data", "home", "step", "train", "torch", "python", "tmp",
+              "ddp", "forward", "backward", "optimizer", "model", "runs", "shared", "public", "scratch", "users"}
 NOT_A_HOST = {"", "localhost", "local (cli)", "<host>", "unknown", "none"}
 
 
@@ -132,7 +138,7 @@ class _Scrubber:
     def text(self, value):
         if not isinstance(value, str):
             return value
-        if ("\x00" in value or "\n" in value) and ENV_BLOCK_RE.search(value):
+        if ("\x00" in value or "\n" in value) and (ENV_BLOCK_RE.search(value) or ENV_ONE_RE.match(value)):
             self.counts["env_blocks"] += 1
             return "<env>"
         new = SECRET_RE.sub("<secret>", value)
@@ -162,8 +168,26 @@ def _find_hosts_users(con: sqlite3.Connection, tables: set[str]) -> tuple[set[st
                 home = HOME_RE.match(m.group(0))
                 if home:
                     users.add(home.group(1))
-    users = {u.strip() for u in users if len(u.strip()) >= 2 and u.strip() not in ("root", "<user>")}
+    users |= _users_in_paths(con, tables)
+    users = {u.strip() for u in users if len(u.strip()) >= 2 and u.strip().lower() not in NOT_A_USER}
     return hosts, users
+
+
+def _users_in_paths(con: sqlite3.Connection, tables: set[str]) -> set[str]:
+    """User names from home folders in any text (``/home/<user>/...``), collected before the rewrite pass
+    so the name is replaced everywhere it stands alone (``<user>-exp-7``), not only after its path was seen."""
+    users: set[str] = set()
+    for table in sorted(tables):
+        if table == RECORD_TABLE or table.startswith("ENUM_"):
+            continue
+        for col in _text_columns(con, table):
+            for (value,) in con.execute(f'SELECT DISTINCT "{col}" FROM "{table}" WHERE instr("{col}", \'/\') > 0'):
+                if isinstance(value, str):
+                    for m in PATH_RE.finditer(value):
+                        home = HOME_RE.match(m.group(0))
+                        if home:
+                            users.add(home.group(1))
+    return users
 
 
 def _string_refs(con: sqlite3.Connection, tables: set[str]) -> str:
@@ -179,8 +203,31 @@ def _string_refs(con: sqlite3.Connection, tables: set[str]) -> str:
     return " UNION ".join(parts)
 
 
+def _guarded(fn, interrupted: list):
+    """``fn`` for ``create_function``: SQLite turns an exception in it into OperationalError, which would make
+    Ctrl-C look like a damaged input (exit 3); the interrupt is noted so it can be raised again."""
+    def call(value):
+        try:
+            return fn(value)
+        except KeyboardInterrupt:
+            interrupted.append(True)
+            raise
+    return call
+
+
 def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str, int]:
-    """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed."""
+    """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed.
+    Ctrl-C inside a row function is raised as KeyboardInterrupt (not as SQLite's "function raised")."""
+    interrupted: list = []
+    try:
+        return _scrub_connection(con, slim, interrupted)
+    except sqlite3.DatabaseError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+
+
+def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) -> dict[str, int]:
     tables = set(_tables(con))
     if not tables & {"StringIds", "META_DATA_EXPORT", "CUPTI_ACTIVITY_KIND_KERNEL"}:
         raise TraceError("not an nsys SQLite export (no StringIds / META_DATA_EXPORT table)")
@@ -196,7 +243,8 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
     # The working folder is a path in full (its last component is usually a private project name).
     run("working_dir", "UPDATE META_DATA_CAPTURE SET value = '<path>' WHERE name LIKE '%WORKING_DIR%'",
         "META_DATA_CAPTURE")
-    con.create_function("_ddp_env", 1, lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))))
+    con.create_function("_ddp_env", 1, _guarded(lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))),
+                                                 interrupted))
     for table in sorted(t for t in tables if t.startswith(("META_DATA_", "TARGET_INFO_"))):
         for col in _text_columns(con, table):
             run("env_values", f'UPDATE "{table}" SET "{col}" = \'<env>\' WHERE _ddp_env("{col}")', table)
@@ -238,8 +286,8 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
 
     # Paths, host and user names, secrets: every text column of every table.
     scrubber = _Scrubber(hosts, users)
-    con.create_function("_ddp_dirty", 1, scrubber.dirty)
-    con.create_function("_ddp_text", 1, scrubber.text)
+    con.create_function("_ddp_dirty", 1, _guarded(scrubber.dirty, interrupted))
+    con.create_function("_ddp_text", 1, _guarded(scrubber.text, interrupted))
     for table in sorted(tables):
         if table == RECORD_TABLE or table.startswith("ENUM_"):
             continue
@@ -270,12 +318,17 @@ def _copy_input(src: Path, dst: Path) -> None:
     """Copy (decompressing .xz/.gz) the input to ``dst`` and check it is an SQLite file."""
     opener = COMPRESSED.get(src.suffix)
     try:
-        fin = opener(src, "rb") if opener else open(src, "rb")
+        fin = open(src, "rb")
+        fin.close()
     except OSError as exc:
         raise TraceError(f"{src}: cannot read ({exc.strerror or exc}); check its permissions") from exc
     try:
-        with fin, open(dst, "wb") as fout:
-            shutil.copyfileobj(fin, fout, 16 << 20)
+        with open(dst, "wb") as fout:
+            if opener:  # header checked from the first bytes, expansion bounded (DDP_PROFILE_MAX_DECOMPRESSED)
+                rawio.copy_decompressed(src, fout)
+            else:
+                with open(src, "rb") as fin:
+                    shutil.copyfileobj(fin, fout, 16 << 20)
     except (EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:  # other OSErrors: writing failed (disk full)
         raise TraceError(f"{src}: cannot read ({exc}); copy it again") from exc
     with open(dst, "rb") as f:
@@ -299,8 +352,9 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                          f"{src.with_suffix('.sqlite').name} {src.name}` first")
     if compress not in (None, "xz"):
         raise UsageError(f"--compress {compress}: only 'xz' is supported")
-    if compress == "xz" and dst.suffix != ".xz":
-        dst = dst.with_name(dst.name + ".xz")
+    dst = final_name(dst, compress)
+    compress = dst.suffix[1:] if dst.suffix in COMPRESSED else None  # the name decides: never plain under .xz/.gz
+    rawio.check_no_writer(src)
     folder = dst.parent if str(dst.parent) else Path(".")
     if not folder.is_dir():
         raise OutputError(f"{dst}: folder {folder} does not exist")
@@ -328,11 +382,12 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
             con.execute("VACUUM")  # deleted text must not survive in free pages
         finally:
             con.close()
-        if compress == "xz":
+        if compress:
             fd, xz_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
             os.close(fd)
             final_tmp = Path(xz_name)
-            with open(tmp, "rb") as fin, lzma.open(final_tmp, "wb", preset=6) as fout:
+            opener = (lambda f: lzma.open(f, "wb", preset=6)) if compress == "xz" else (lambda f: gzip.open(f, "wb"))
+            with open(tmp, "rb") as fin, opener(final_tmp) as fout:
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
@@ -372,16 +427,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compress", choices=["xz"], help="write OUT.xz (lzma) instead of a plain .sqlite")
 
 
-def run_args(args: argparse.Namespace, out=sys.stdout) -> int:
+def final_name(dst: Path, compress: str | None) -> Path:
+    """The name the scrubbed copy gets: ``--compress xz`` adds ``.xz`` when missing."""
+    return dst.with_name(dst.name + ".xz") if compress == "xz" and dst.suffix != ".xz" else dst
+
+
+def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
+    """(input, output) pairs, checked before anything is written: an output that is an input (without
+    --in-place), or two inputs mapping to one output (``a/run.sqlite b/run.sqlite -o DIR``), is refused."""
     inputs = list(args.inputs)
+    pairs, seen = [], {}
     for src in inputs:
-        dst = output_path(src, args.output, len(inputs), args.in_place)
+        dst = final_name(output_path(src, args.output, len(inputs), args.in_place), args.compress)
         if dst.resolve() == src.resolve() and not args.in_place:
             raise UsageError(f"-o {dst} is the input itself; use --in-place to replace it")
+        key = dst.resolve()
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {src} would both be written to {dst}; nothing was written: "
+                             "scrub them into different folders (or rename one)")
+        seen[key] = src
+        pairs.append((src, dst))
+    return pairs
+
+
+def run_args(args: argparse.Namespace, out=sys.stdout) -> int:
+    for src, dst in plan(args):
         counts = scrub_file(src, dst, slim=args.slim, compress=args.compress)
         summary = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()) if v)
-        shown = dst.with_name(dst.name + ".xz") if args.compress and dst.suffix != ".xz" else dst
-        print(f"scrubbed {src} -> {shown} ({summary or 'nothing to remove'})", file=out)
+        print(f"scrubbed {src} -> {dst} ({summary or 'nothing to remove'})", file=out)
     return 0
 
 

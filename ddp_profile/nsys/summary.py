@@ -12,7 +12,8 @@ EXAMPLES = 3  # distinct names kept per group, in numeric order
 
 def _numeric_key(name: str) -> tuple:
     """Sort key comparing digit runs as numbers: ``step 2`` before ``step 10``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    # a digit run compares by (length, digits): numeric order without int() (which refuses > 4300 digits)
+    return tuple((len(p.lstrip("0")), p.lstrip("0")) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def group_names(counts) -> list[dict]:
@@ -76,6 +77,11 @@ def format_table(summary: dict) -> str:
     lines.append("NVTX ranges (domain / name: count; <N> stands for numbers that vary):")
     lines += [f"  {r['domain'] or '(default)'} / {r['name']}: {r['count']} range{'s' if r['count'] != 1 else ''}"
               + (f" ({r['distinct']} distinct)" if r["grouped"] else "") for r in summary["nvtx_ranges"]]
+    steps = summary.get("steps")  # added by the inspect command (the analysis finds the steps)
+    if steps:
+        counts = ", ".join(f"rank {r}: {c}" for r, c in steps["per_rank"].items()) or "none"
+        lines.append(f"steps ({steps['source']}): {counts}")
+        lines += [f"  {n}" for n in steps["notes"]]
     if summary["time_span_ns"]:
         a, b = summary["time_span_ns"]
         lines.append(f"time span: {a} .. {b} ns ({(b - a) / 1e9:.3f} s)")

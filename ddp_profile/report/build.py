@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddp_profile.errors import OutputError, TraceError
-from ddp_profile.nsys.files import export_stem
+from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.html import PLOTLY_JS
 from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
@@ -39,7 +39,7 @@ MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are 
 # ---- finding and loading runs ---------------------------------------------------------------------------
 
 def _say(message: str) -> None:
-    print(f"report:   {message}", file=sys.stderr, flush=True)
+    print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
 def load_one(path: Path):
@@ -70,7 +70,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
     def done(i, path, result):
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
-            print(f"report: [{i}/{len(paths)}] FAILED {path}: {result}", file=out, flush=True)
+            print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
         trace, analysis, launches = result
         meta = normalise_meta(getattr(trace, "run", None) or {})
@@ -119,6 +119,11 @@ def write_report_dir(out_dir: Path, fill) -> Path:
     out_dir = Path(out_dir).resolve()
     if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / MARKER).exists())):
         raise OutputError(f"{out_dir}: exists and is not a ddp-profile report folder; choose another -o")
+    if out_dir.is_dir():  # a report folder someone put exports into: replacing it would delete them
+        held = next((p for p in out_dir.rglob("*") if p.name.endswith(EXPORT_SUFFIXES)), None)
+        if held is not None:
+            raise UsageError(f"{out_dir}: holds an nsys export ({held.relative_to(out_dir)}) and would be replaced; "
+                             "move the export out or choose another -o")
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -217,11 +222,23 @@ def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
     return written
 
 
+def _check_inputs_outside(paths: list, out_dir: Path) -> None:
+    """The output folder is replaced as a whole: an input inside it (an export, a run folder, the folder
+    itself) would be deleted. Refused before anything is read (UsageError: a wrong ``-o``)."""
+    out = Path(out_dir).resolve()
+    for p in paths:
+        p = Path(p[0] if isinstance(p, tuple) else p).resolve()
+        if p == out or out in p.parents:
+            raise UsageError(f"input {p} is inside the output folder {out}, which the report replaces; "
+                             "choose another -o (inputs are never deleted)")
+
+
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
                  findings: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
     FINDINGS.md and findings.html are written too when the input is one campaign folder (see
     :func:`findings_root_of`); otherwise a note on stderr says why they were skipped."""
+    _check_inputs_outside(paths, out_dir)
     found = discover_runs(paths)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "

@@ -111,8 +111,10 @@ def discover_runs(paths: list) -> list[tuple[Path, str]]:
             raise TraceError(f"{p}: no such file or folder; pass a run folder, an nsys SQLite export or traces/")
         if p.is_file():
             if not _is_trace(p):
-                raise TraceError(f"{p}: not an nsys SQLite export (*.sqlite or *.sqlite.xz); "
-                                 f"convert .nsys-rep with `nsys export --type sqlite -o {p.stem}.sqlite {p}`")
+                hint = (f"convert it with `nsys export --type sqlite -o {p.stem}.sqlite {p}`"
+                        if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
+                        "pass a file made by `nsys export --type sqlite` (plain or compressed with xz or gzip)")
+                raise TraceError(f"{p}: not an nsys SQLite export (*{', *'.join(EXPORT_SUFFIXES)}); {hint}")
             found.append((p, export_stem(p)))
         elif _holds_traces(p):
             found.append((p, p.resolve().name))

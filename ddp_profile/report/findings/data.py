@@ -22,7 +22,7 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys.files import EXPORT_SUFFIXES
 
-MAIN, SCALING = "main", "scaling"
+MAIN, SCALING, CAMPAIGN = "main", "scaling", "campaign"
 
 
 @dataclass
@@ -98,6 +98,8 @@ class RunData:
     def run_id(self) -> str:
         """The run folder relative to the traces folder: ``<name>`` or ``scaling/<name>`` (names repeat
         across the two sets)."""
+        if self.set == CAMPAIGN:
+            return f"{CAMPAIGN}/{self.folder.parent.name}/{self.name}"
         return f"scaling/{self.name}" if self.set == SCALING else self.name
 
     def v(self, key: str) -> float:
@@ -112,7 +114,8 @@ def find_runs(root: Path) -> list[tuple[str, Path]]:
     if not root.is_dir():
         raise TraceError(f"{root}: no such folder; pass the traces/ folder holding the run folders")
     out = []
-    for set_name, base in ((MAIN, root), (SCALING, root / "scaling")):
+    campaign = sorted(p for p in (root / CAMPAIGN).iterdir() if p.is_dir()) if (root / CAMPAIGN).is_dir() else []
+    for set_name, base in ((MAIN, root), (SCALING, root / "scaling"), *((CAMPAIGN, c) for c in campaign)):
         if not base.is_dir():
             continue
         for d in sorted(base.iterdir()):
@@ -248,7 +251,8 @@ def load_all(root: Path, progress=None) -> list[RunData]:
 
 def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
     """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set."""
-    path = Path(root) / ("scaling" if set_name == SCALING else "") / "machine.txt"
+    sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
+    path = Path(root) / sub / "machine.txt"
     gpus, links = [], set()
     if path.is_file():
         for line in path.read_text(errors="replace").splitlines():

@@ -4,38 +4,49 @@ module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON esca
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from ddp_profile.report.findings.text import Figure, Links, Para, Table
 
+TAG_START = re.compile(r"<(?=[A-Za-z/!?])")  # what a Markdown renderer would take for raw HTML
+ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+
+
+def md_text(v) -> str:
+    """Text for FINDINGS.md: run JSON and hosts.txt values reach it, so a tag (``<script>``, ``<img ...>``)
+    or an entity is escaped; a plain comparison (``a < b``) stays readable."""
+    return TAG_START.sub("&lt;", ENTITY.sub("&amp;", str(v)))
+
 
 def _md_cell(v) -> str:
-    return str(v).replace("|", "\\|").replace("\n", " ")
+    return md_text(v).replace("|", "\\|").replace("\n", " ")
 
 
 def _md_table(df: pd.DataFrame, link_col: str = "report page") -> str:
     cols = list(df.columns)
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out = ["| " + " | ".join(map(_md_cell, cols)) + " |", "|" + "---|" * len(cols)]
     for row in df.itertuples(index=False):
-        cells = [f"[{v}]({v})" if c == link_col and v else _md_cell(v) for c, v in zip(cols, row, strict=False)]
+        cells = [f"[{md_text(v)}]({md_text(v)})" if c == link_col and v else _md_cell(v) for c, v in zip(cols, row, strict=False)]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
 def to_markdown(title: str, intro: list[str], sections: list) -> str:
-    lines = [f"# {title}", ""] + [x + "\n" for x in intro]
+    lines = [f"# {md_text(title)}", ""] + [md_text(x) + "\n" for x in intro]
     for s in sections:
-        lines += [f"## {s.title}", ""]
+        lines += [f"## {md_text(s.title)}", ""]
         for block in s.blocks:
             match block:
                 case Para(text):
-                    lines += [text, ""]
+                    lines += [md_text(text), ""]
                 case Table(frame, caption):
-                    lines += [f"*{caption}*", "", _md_table(frame), ""]
+                    lines += [f"*{md_text(caption)}*", "", _md_table(frame), ""]
                 case Figure(key, caption):
-                    lines += [f"*Figure ({key}): {caption} See findings.html.*", ""]
+                    lines += [f"*Figure ({key}): {md_text(caption)} See findings.html.*", ""]
                 case Links(pairs):
-                    lines += [", ".join(f"[{t}]({h})" for t, h in pairs), ""]
+                    lines += [", ".join(f"[{md_text(t)}]({md_text(h)})" for t, h in pairs), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

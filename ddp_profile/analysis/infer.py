@@ -1,0 +1,339 @@
+"""Steps and phases inferred from the GPU trace itself, for traces without step / phase NVTX ranges.
+
+**Steps** (per process, :func:`infer_steps`). A training loop launches the same kernel sequence every step.
+Let s = the names of the process's compute and NCCL kernels in launch order (copies and memsets are left
+out of s: data-loader threads launch them at varying points). Then
+
+1. *Period* P (kernels per step): the smallest lag L (MIN_PERIOD <= L <= len(s)/2) whose match fraction
+   m(L) = mean_i [s_i = s_(i+L)] is within PERIOD_SLACK of the best lag's. m is estimated for every lag at
+   once with one FFT (names mapped to random unit complex numbers z: Re Σ z_i·conj(z_(i+L)) = matches +
+   zero-mean noise), then recomputed exactly for the shortlisted lags. Repeats inside a step (a
+   transformer's layers) match only part of the step (m ≈ 0.8 on our XL model), the step's period ≈ 1,
+   and multiples of P are not smaller than P.
+2. *Cut* (where a step starts within the period): in each period-long stretch of s, the kernel with the
+   largest host gap before it (launch time minus the previous kernel's launch time) among kernels
+   launched from the main thread (launch thread id = process id) right after another main-thread
+   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins): the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
+   between the optimizer and the next forward, both on the main thread, while the gap before the first
+   main-thread kernel after backward is the host waiting for the gradients (DDP's finalize).
+3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
+   period); each occurrence starts a step, so a kernel inserted in one step shifts no later boundary.
+   A segment between two anchors is a step when its length is within STEP_LENGTH_SLACK of P; the last
+   one ends where the k-gram ending the period last occurs. What precedes the first anchor (warm-up,
+   initialisation) is no step.
+4. *Host ranges*: a step's host range runs from just after the largest launch gap (any kind, copies
+   included) between the previous step's last kernel and its first kernel, to just before the next
+   step's; the first and last steps get the median lead / trail of the others. They are then projected
+   onto the GPU by launch time exactly like NVTX steps. Step index = order within the process.
+
+**Phases** (per step, :func:`infer_phases`): PyTorch runs backward (and DDP's gradient hooks, hence the
+all-reduces) on autograd threads, so, with ``main`` = the process's main thread (tid = pid)::
+
+    forward   = step start .. the first launch from another thread   (main thread only)
+    backward  = first .. last launch from another thread (or the extent of nsys --pytorch=autograd-nvtx
+                ranges ``autograd::engine::evaluate_function: ...`` inside the step, when present)
+    optimizer = just after the last launch from another thread .. step end (main thread; includes any
+                wait for the gradients and the gradient scaling)
+
+A phase that launched nothing is left out; a step with no launch from another thread gets no phase.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis._common import KernelArrays, ints
+from ddp_profile.analysis.windows import RANGE_COLUMNS, find_steps
+
+MIN_PERIOD = 3
+MIN_STEPS = 2
+PERIOD_SLACK = 0.05
+STEP_LENGTH_SLACK = 0.1
+MAX_SHORTLIST = 64
+MAX_ANCHOR = 64
+AUTOGRAD_RANGE = "autograd::engine::evaluate_function"
+
+
+def match_fraction(codes: np.ndarray, lag: int) -> float:
+    """Exact m(L): the fraction of positions i whose name equals the name ``lag`` positions later."""
+    return float(np.mean(codes[:-lag] == codes[lag:])) if 0 < lag < len(codes) else 0.0
+
+
+def estimated_match(codes: np.ndarray, seed: int = 0) -> np.ndarray:
+    """m(L) for every lag L (index L), estimated with one FFT of random unit phases per name."""
+    n = len(codes)
+    rng = np.random.default_rng(seed)
+    theta = 2 * np.pi * rng.random(int(codes.max()) + 1)
+    nf = 1 << int(np.ceil(np.log2(max(2 * n, 2))))
+    # Re(z_i conj z_j) = cos_i cos_j + sin_i sin_j: two real transforms and one inverse.
+    fc, fs = np.fft.rfft(np.cos(theta)[codes], nf), np.fft.rfft(np.sin(theta)[codes], nf)
+    ac = np.fft.irfft(fc.real ** 2 + fc.imag ** 2 + fs.real ** 2 + fs.imag ** 2, nf)[:n]
+    return ac / np.maximum(n - np.arange(n), 1)
+
+
+def find_period(codes: np.ndarray) -> tuple[int | None, float]:
+    """(P, m(P)): the step period of a name sequence (module docstring, step 1), None when none repeats
+    at least MIN_STEPS times."""
+    n = len(codes)
+    hi = n // MIN_STEPS
+    if hi < MIN_PERIOD:
+        return None, 0.0
+    m = estimated_match(codes)[: hi + 1]
+    m[:MIN_PERIOD] = -np.inf
+    # The FFT's noise is ~1/sqrt(n - L): shortlist generously, then decide on exact fractions.
+    short = np.flatnonzero(m >= m.max() - 0.15 - 3 / np.sqrt(max(n - hi, 1)))[:MAX_SHORTLIST]
+    exact = np.array([match_fraction(codes, int(lag)) for lag in short])
+    if exact.size == 0 or exact.max() < 0.5:
+        return None, float(exact.max()) if exact.size else 0.0
+    best = exact.max()
+    i = int(np.flatnonzero(exact >= best - PERIOD_SLACK)[0])
+    return int(short[i]), float(exact[i])
+
+
+def _gram_hits(codes: np.ndarray, at: int, k: int, forward: bool = True) -> np.ndarray:
+    """Positions where the k names starting (forward) or ending (not forward) at index ``at`` recur."""
+    n = len(codes)
+    first = at if forward else at - k + 1
+    hit = np.ones(n, dtype=bool)
+    for j in range(k):
+        shifted = np.zeros(n, dtype=bool)
+        if first + j < 0 or first + j >= n:
+            return np.zeros(0, dtype=np.int64)
+        eq = codes[j:] == codes[first + j]  # hit[i] needs codes[i + j] == target[j]
+        shifted[: n - j] = eq
+        hit &= shifted
+    starts = np.flatnonzero(hit)
+    return starts if forward else starts + k - 1
+
+
+def _anchors(codes: np.ndarray, at: int, period: int, forward: bool) -> np.ndarray:
+    """Occurrences of the shortest k-gram at ``at`` that recurs at most once per period."""
+    for k in range(1, min(MAX_ANCHOR, period) + 1):
+        hits = _gram_hits(codes, at, k, forward)
+        if hits.size and (hits.size == 1 or np.diff(hits).min() >= period // 2):
+            return hits
+    return _gram_hits(codes, at, min(MAX_ANCHOR, period), forward)
+
+
+def _cut_reference(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> int:
+    """Index of one step's first kernel (module docstring, step 2). In each period-long window, the
+    eligible kernel with the largest launch gap before it; those windows vote with the names that follow
+    (a kernel inserted in one step shifts the windows' alignment, not the names at the boundary)."""
+    n = len(codes)
+    nper = n // period
+    gap = np.diff(lt, prepend=lt[0]).astype(float)
+    gap[0] = -1.0
+    # Inside a main-thread run, not at its first kernel: the gap before a run's first kernel is the host
+    # waiting for backward (DDP's finalize waits for the last all-reduce), not the loop's boundary.
+    inside = main & np.roll(main, 1)
+    inside[0] = main[0]
+    for eligible in (inside, main, np.ones(n, dtype=bool)):
+        if eligible.any():
+            break
+    g = np.where(eligible, gap, -np.inf)[: nper * period].reshape(nper, period)
+    idx = g.argmax(axis=1) + np.arange(nper) * period
+    k = min(8, period)
+    idx = idx[idx + k <= n]
+    if idx.size == 0:
+        return 0
+    gram = np.zeros(idx.size, dtype=np.uint64)  # the k names as one hash (wrapping arithmetic)
+    for j in range(k):
+        gram = gram * np.uint64(1_000_003) + codes[idx + j].astype(np.uint64)
+    uniq, inverse, counts = np.unique(gram, return_inverse=True, return_counts=True)
+    voters = idx[np.ravel(inverse) == int(np.argmax(counts))]
+    return int(voters[len(voters) // 2])
+
+
+def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) kernel index of each step (module docstring, steps 2-3)."""
+    n = len(codes)
+    ref = _cut_reference(codes, lt, main, period)
+    if ref + period > n:
+        ref -= period
+    if ref < 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    slack = max(1, int(round(STEP_LENGTH_SLACK * period)))
+    starts = _chain(_anchors(codes, ref, period, forward=True), period, slack)
+    ends = _anchors(codes, ref + period - 1, period, forward=False) if ref + period - 1 < n else np.zeros(0, int)
+    ok = np.abs(np.diff(starts) - period) <= slack
+    first, last = starts[:-1][ok], starts[1:][ok] - 1
+    if starts.size:
+        a = int(starts[-1])
+        fin = ends[np.abs(ends - (a + period - 1)) <= slack]
+        if fin.size:
+            first = np.append(first, a)
+            last = np.append(last, int(fin[np.argmin(np.abs(fin - (a + period - 1)))]))
+    return first.astype(np.int64), last.astype(np.int64)
+
+
+def _chain(hits: np.ndarray, period: int, slack: int) -> np.ndarray:
+    """Anchor occurrences one period apart: from the first, repeatedly the occurrence nearest one period
+    later (within ``slack``), else the next one beyond it (a step of another length: the chain resumes).
+    One loop turn per step; equal to ``hits`` when the anchor occurs once per period."""
+    if hits.size <= 1 or (np.diff(hits) >= period - slack).all():
+        return hits
+    out = [int(hits[0])]
+    while True:
+        target = out[-1] + period
+        i = int(np.searchsorted(hits, target - slack, "left"))
+        if i >= hits.size:
+            break
+        j = np.arange(i, int(np.searchsorted(hits, target + slack, "right")))
+        out.append(int(hits[j[np.argmin(np.abs(hits[j] - target))]]) if j.size else int(hits[i]))
+    return np.asarray(out, dtype=np.int64)
+
+
+def _host_bounds(first: np.ndarray, last: np.ndarray, lt: np.ndarray,
+                 all_lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host [start, end] per step (module docstring, step 4); ``all_lt``: sorted launches of every kind.
+    A lead or trail never reaches past the neighbouring kernel (of the sequence) outside the steps."""
+    hs, he = lt[first].copy(), lt[last].copy()
+    adj = np.flatnonzero(first[1:] == last[:-1] + 1)  # step i and i + 1 touch: cut at the largest gap
+    if adj.size:
+        a, c = lt[last[adj]], lt[first[adj + 1]]
+        ia = np.searchsorted(all_lt, a, "left")
+        ic = np.maximum(np.searchsorted(all_lt, c, "left"), ia + 1)
+        gaps = np.diff(all_lt, append=all_lt[-1])
+        lens = ic - ia
+        pos = np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens) + np.repeat(ia, lens)
+        grp = np.repeat(np.arange(adj.size), lens)
+        order = np.lexsort((-gaps[pos], grp))  # per group, the largest gap first
+        best = pos[order[np.r_[0, np.cumsum(lens)[:-1]]]]
+        cut = np.minimum(all_lt[best] + 1, c)
+        trail, lead = int(np.median(cut - 1 - he[adj])), int(np.median(hs[adj + 1] - cut))
+        he[adj], hs[adj + 1] = cut - 1, cut
+    else:
+        trail = lead = 0
+    open_start = np.ones(len(first), dtype=bool)
+    open_start[adj + 1] = False
+    open_end = np.ones(len(first), dtype=bool)
+    open_end[adj] = False
+    floor = np.where(first > 0, lt[np.maximum(first - 1, 0)] + 1, np.minimum(all_lt[0], hs))
+    ceil = np.where(last + 1 < len(lt), lt[np.minimum(last + 1, len(lt) - 1)] - 1, he + trail)
+    hs = np.where(open_start, np.maximum(hs - lead, floor), hs)
+    he = np.where(open_end, np.minimum(he + trail, ceil), he)
+    return hs, he
+
+
+def _main_thread(pid: int, tid: np.ndarray) -> np.ndarray:
+    """Launches from the main thread (tid = pid; else the thread that launched the first kernel)."""
+    if (tid == pid).any():
+        return tid == pid
+    return tid == tid[0] if len(tid) else np.zeros(0, dtype=bool)
+
+
+def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
+    """Step host ranges (RANGE_COLUMNS, phase "step", step = order within the process) inferred from the
+    kernel sequence of each process. Returns (frame, notes)."""
+    frame = karr.frame
+    tid_all = ints(frame["launch_tid"], -1) if "launch_tid" in frame else np.full(len(frame), -1, np.int64)
+    kern = (karr.is_compute | karr.is_nccl) & (karr.launch >= 0) & (karr.name_code >= 0)
+    parts, found = [], []
+    for p in pd.unique(karr.pid[karr.launch >= 0]):
+        in_p = karr.pid == p
+        sel = np.flatnonzero(in_p & kern)
+        if sel.size < MIN_PERIOD * MIN_STEPS:
+            continue
+        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
+        codes = karr.name_code[sel].astype(np.int64)
+        lt = karr.launch[sel]
+        main = _main_thread(int(p), tid_all[sel])
+        period, match = find_period(codes)
+        if period is None:
+            continue
+        first, last = _segments(codes, lt, main, period)
+        if first.size == 0:
+            continue
+        all_lt = np.sort(karr.launch[in_p & (karr.launch >= 0)])
+        hs, he = _host_bounds(first, last, lt, all_lt)
+        rank = int(karr.rank[sel[0]])
+        parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
+                                   "phase": "step", "host_start_ns": hs, "host_end_ns": he}))
+        found.append(f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %)")
+    if not parts:
+        return schema.empty_frame(RANGE_COLUMNS), [
+            "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
+            "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
+    out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    note = ("steps inferred from the GPU trace (no NVTX range matches the step pattern): each step is one "
+            "period of the repeating kernel-launch sequence, cut at the largest launch gap on the main thread; "
+            "step indices count from 0 per rank; " + "; ".join(found))
+    return out, [note]
+
+
+def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | None = None) -> pd.DataFrame:
+    """forward / backward / optimizer host ranges (RANGE_COLUMNS) of each step, from the launching thread
+    (module docstring). ``steps``: step host ranges (NVTX or inferred)."""
+    if steps.empty or "launch_tid" not in karr.frame:
+        return schema.empty_frame(RANGE_COLUMNS)
+    tid_all = ints(karr.frame["launch_tid"], -1)
+    auto = _autograd_ranges(nvtx)
+    parts = []
+    for p, sg in steps.groupby("pid", sort=False):
+        # Every kind: DDP's autograd threads also copy gradients into buckets (memcpy DtoD) after their
+        # last kernel.
+        sel = np.flatnonzero((karr.pid == p) & (karr.launch >= 0))
+        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
+        lt, tid = karr.launch[sel], tid_all[sel]
+        if not (tid >= 0).any():
+            continue
+        other = np.flatnonzero(~_main_thread(int(p), tid))
+        hs, he = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
+        lo, hi = np.searchsorted(lt, hs, "left"), np.searchsorted(lt, he, "right")
+        j0 = np.searchsorted(other, lo, "left")
+        j1 = np.searchsorted(other, hi, "left") - 1
+        ok = j1 >= j0
+        f = np.where(ok, other[np.minimum(j0, max(other.size - 1, 0))] if other.size else lo, lo)
+        b = np.where(ok, other[np.clip(j1, 0, max(other.size - 1, 0))] if other.size else lo, lo)
+        ap = auto.loc[auto["pid"] == p].sort_values("start_ns") if not auto.empty else auto
+        if not ap.empty:  # nsys --pytorch=autograd-nvtx: backward = the extent of its engine's ranges
+            st, en = ints(ap["start_ns"]), ints(ap["end_ns"])
+            r0, r1 = np.searchsorted(st, hs, "left"), np.searchsorted(st, he, "right")
+            has = r1 > r0
+            if has.any():
+                run_max = np.maximum.accumulate(en)  # ranges nest or follow: the latest end so far
+                bs, be = st[np.minimum(r0, st.size - 1)], run_max[np.maximum(r1 - 1, 0)]
+                fa = np.searchsorted(lt, bs, "left")
+                ba = np.searchsorted(lt, be, "right") - 1
+                use = has & (fa <= ba) & (fa < hi) & (ba >= lo)
+                f, b = np.where(use, np.maximum(fa, lo), f), np.where(use, np.minimum(ba, hi - 1), b)
+                ok = ok | use
+        if not ok.any():
+            continue
+        rank, step = sg["rank"].to_numpy()[ok], sg["step"].to_numpy()[ok]
+        f, b, lo, hi, hs, he = f[ok], b[ok], lo[ok], hi[ok], hs[ok], he[ok]
+        b0, b1 = lt[f], lt[b]
+        for phase, keep, start, end in (("forward", f > lo, hs, b0 - 1), ("backward", np.ones(len(f), bool), b0, b1),
+                                        ("optimizer", b < hi - 1, b1 + 1, he)):
+            parts.append(pd.DataFrame({"rank": rank[keep], "pid": int(p), "step": step[keep], "phase": phase,
+                                       "host_start_ns": start[keep], "host_end_ns": end[keep]}))
+    if not parts:
+        return schema.empty_frame(RANGE_COLUMNS)
+    return pd.concat(parts, ignore_index=True)[RANGE_COLUMNS]
+
+
+def _autograd_ranges(nvtx: pd.DataFrame | None) -> pd.DataFrame:
+    """nsys --pytorch=autograd-nvtx's backward ranges (``autograd::engine::evaluate_function: ...``)."""
+    if nvtx is None or nvtx.empty:
+        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": []})
+    names = nvtx["name"].astype("object").fillna("")
+    uniq = pd.unique(names)
+    hit = names.map({u: str(u).startswith(AUTOGRAD_RANGE) for u in uniq}).to_numpy(dtype=bool)
+    hit = hit & nvtx["end_ns"].notna().to_numpy()
+    r = nvtx.loc[hit]
+    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"])})
+
+
+def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
+                     step_pattern: str | None = None) -> tuple[pd.DataFrame, list[str], bool]:
+    """Step host ranges from NVTX (``windows.find_steps``), else inferred from the kernel sequence when the
+    kernels have launch times. Returns (frame, notes, inferred)."""
+    steps, notes = find_steps(nvtx, step_pattern)
+    if not steps.empty or len(karr.launch) == 0 or (karr.launch < 0).all():
+        return steps, notes, False
+    inferred, inf_notes = infer_steps(karr)
+    if inferred.empty:
+        return steps, notes + inf_notes, False
+    return inferred, inf_notes, True

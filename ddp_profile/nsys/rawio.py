@@ -1,0 +1,103 @@
+"""Raw access to export files, shared by the loader (nsys/files.py) and the stdlib-only scrubber.
+
+Standard library only (the scrubber runs on GPU machines). Two guards:
+
+* :func:`check_no_writer`: a plain ``.sqlite`` with a non-empty rollback journal (``X-journal``) or a non-empty
+  write-ahead log (``X-wal``) beside it is being written, or was left with committed changes outside the
+  main file. Reading the main file alone (``immutable=1``, or copying its bytes) would give stale or
+  uncommitted state, so it is refused with a line saying what to do. The loader never takes locks and never
+  writes sidecar files, so refusing is the one way to never read a writer's uncommitted pages.
+* :func:`read_decompressed`: ``.xz`` / ``.gz`` exports are decompressed as a stream; the first 100 bytes
+  are checked for the SQLite header before anything else is expanded, and the expansion stops at
+  :func:`max_decompressed` bytes (``DDP_PROFILE_MAX_DECOMPRESSED``, default 32G) with a clear error, so a
+  small file that expands to terabytes cannot fill memory.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import os
+import re
+from pathlib import Path
+
+from ddp_profile.errors import TraceError, UsageError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OPENERS = {".xz": lzma.open, ".gz": gzip.open}
+LIMIT_ENV = "DDP_PROFILE_MAX_DECOMPRESSED"
+DEFAULT_LIMIT = 32 << 30
+CHUNK = 16 << 20
+
+
+def check_no_writer(path: Path) -> None:
+    """Refuse a plain export with a hot ``-journal`` or a non-empty ``-wal`` beside it (see module doc)."""
+    path = Path(path)
+    if path.suffix in OPENERS:
+        return
+    journal = path.with_name(path.name + "-journal")
+    wal = path.with_name(path.name + "-wal")
+    try:  # a non-empty journal: a writer is inside a transaction (its header is synced only when pages spill)
+        hot = journal.stat().st_size > 0
+    except OSError:
+        hot = False
+    if hot:
+        raise TraceError(f"{path}: a rollback journal ({journal.name}) is beside it: a program is writing it (or "
+                         "crashed while writing); not read, to never see uncommitted data. Wait for the writer "
+                         f"to finish (a journal left by a crash is rolled back by opening it once with `sqlite3 {path.name} 'PRAGMA integrity_check'`)")
+    try:
+        wal_size = wal.stat().st_size
+    except OSError:
+        wal_size = 0
+    if wal_size > 0:
+        raise TraceError(f"{path}: a write-ahead log ({wal.name}, {wal_size} bytes) is beside it: committed "
+                         "changes may still be only in the log, or a writer is active; not read. Once no program "
+                         f"has it open run `sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)'` (or copy it "
+                         f"with `sqlite3 {path.name} '.backup copy.sqlite'`)")
+
+
+def max_decompressed() -> int:
+    """The decompression bound in bytes: ``DDP_PROFILE_MAX_DECOMPRESSED`` (``5000000000``, ``64G``, ``512M``)."""
+    raw = os.environ.get(LIMIT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_LIMIT
+    m = re.fullmatch(r"(\d{1,15})\s*([KMGT]?)i?B?", raw, re.I)
+    if not m or int(m.group(1)) == 0:
+        raise UsageError(f"{LIMIT_ENV}={raw[:40]!r}: give a size in bytes such as 64G or 500M")
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2).upper()]
+
+
+def _too_big(path: Path, limit: int) -> TraceError:
+    return TraceError(f"{path}: expands to more than {limit:,} bytes, the decompression limit; if this export "
+                      f"really is that large, raise it with {LIMIT_ENV}=<size> (e.g. 64G) or decompress it "
+                      "yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite")
+
+
+def copy_decompressed(path: Path, fout, limit: int | None = None) -> int:
+    """Decompress ``path`` into the binary file ``fout``: the SQLite header is checked from the first
+    100 bytes, and more than ``limit`` bytes is an error. Returns the bytes written."""
+    limit = max_decompressed() if limit is None else limit
+    with OPENERS[path.suffix](path, "rb") as fin:
+        head = fin.read(100)
+        if head[:16] != SQLITE_MAGIC:
+            raise TraceError(f"{path}: does not decompress to an SQLite file (expected an nsys export: "
+                             "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
+        fout.write(head)
+        total = len(head)
+        while True:
+            chunk = fin.read(min(CHUNK, limit - total + 1))
+            if not chunk:
+                return total
+            total += len(chunk)
+            if total > limit:
+                raise _too_big(path, limit)
+            fout.write(chunk)
+
+
+def read_decompressed(path: Path, limit: int | None = None) -> bytes:
+    """The decompressed bytes of ``path`` (``.xz``/``.gz``), checked and bounded as :func:`copy_decompressed`."""
+    import io
+
+    buf = io.BytesIO()
+    copy_decompressed(path, buf, limit)
+    return buf.getvalue()

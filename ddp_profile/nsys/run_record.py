@@ -1,0 +1,91 @@
+"""The harness's run record (``<run>.json``), checked field by field before anything reads it.
+
+The record only labels a trace, so a field of the wrong type (``"world_size": "2"``, a list where an
+object belongs, ``NaN``, a rank count beyond 64 bits) is dropped with a warning naming the file and field;
+the rest of the record is kept. Fields not listed here are kept as they are (nothing reads them).
+"""
+
+from __future__ import annotations
+
+import math
+
+MAX_INT = 2**63 - 1
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT
+
+
+def _pos_int(v) -> bool:
+    return _int(v) and v >= 1
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < 1e300
+
+
+def _str(v) -> bool:
+    return isinstance(v, str)
+
+
+def _nums(v) -> bool:
+    return isinstance(v, list) and all(_num(x) for x in v)
+
+
+def _rows(v) -> bool:
+    return isinstance(v, list) and all(_nums(x) for x in v)
+
+
+def _dict(v) -> bool:
+    return isinstance(v, dict)
+
+
+def _bool(v) -> bool:
+    return isinstance(v, bool)
+
+
+FIELDS = {
+    "run": (_str, "a string"), "run_name": (_str, "a string"), "name": (_str, "a string"),
+    "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
+    "backend": (_str, "a string"), "gpu_name": (_str, "a string"), "gpu_short": (_str, "a string"),
+    "timing_source": (_str, "a string"),
+    "world_size": (_pos_int, "a positive integer"), "bucket_count": (_int, "an integer"),
+    "measured_steps": (_int, "an integer"), "warmup_steps": (_int, "an integer"),
+    "bucket_size_mb": (_num, "a number"), "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
+    "step_ms_median": (_num, "a number"),
+    "config": (_dict, "an object"), "layout": (_dict, "an object"),
+    "bucket_bytes": (_nums, "a list of numbers"), "final_loss_per_rank": (_nums, "a list of numbers"),
+    "step_ms_slowest_rank": (_nums, "a list of numbers"),
+    "step_ms_per_rank": (_rows, "a list of lists of numbers"), "host_step_ms_per_rank": (_rows, "a list of lists of numbers"),
+}
+CONFIG_FIELDS = {
+    "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
+    "batch": (_pos_int, "a positive integer"), "seq_len": (_pos_int, "a positive integer"),
+    "steps": (_int, "an integer"), "bucket_mb": (_num, "a number"), "ddp_nvtx_hook": (_bool, "true or false"),
+    "world_size": (_pos_int, "a positive integer"),
+}
+
+
+def _check(data: dict, fields: dict, where: str, prefix: str, warnings: list[str]) -> dict:
+    out = {}
+    for key, value in data.items():
+        rule = fields.get(key) if isinstance(key, str) else None
+        if rule is not None and value is not None and not rule[0](value):
+            warnings.append(f"{where}: run record field {prefix}{key!r} is {type(value).__name__} "
+                            f"{_short(value)}, expected {rule[1]}; ignored")
+            continue
+        out[key] = value
+    return out
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def clean_run_record(data: dict, where, warnings: list[str]) -> dict:
+    """``data`` with every listed field of the wrong type removed (one warning each)."""
+    out = _check(data, FIELDS, str(where), "", warnings)
+    if isinstance(out.get("config"), dict):
+        out["config"] = _check(out["config"], CONFIG_FIELDS, str(where), "config.", warnings)
+    return out

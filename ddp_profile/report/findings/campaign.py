@@ -1,0 +1,209 @@
+"""Findings from the campaign folder (``traces/campaign/<set>/<run>/``): sharding's memory against its time,
+and how the harness's levers compare with stock PyTorch DDP on one machine, un-profiled and profiled.
+
+Every run there was timed twice without nsys (CUDA-event medians, folded into the run JSON as
+``unprofiled_step_ms_median`` by ``python -m ddp_profile.harness.timings``) beside its profiled run, on the
+same host in the same campaign, so these sections rank by un-profiled time and state the profiler's cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile.report.findings.text import Section, ms, pct
+
+GIB = float(1 << 30)
+SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU"}
+
+
+def campaign_sets(runs) -> dict[str, list]:
+    """{"A": [RunData...], "B": [...]} of the campaign runs, by the set folder they sit in."""
+    out: dict[str, list] = {}
+    for r in runs:
+        if r.set == "campaign":
+            out.setdefault(r.folder.parent.name, []).append(r)
+    return out
+
+
+def unprofiled_ns(r) -> float:
+    v = r.meta.get("unprofiled_step_ms_median")
+    return float(v) * 1e6 if isinstance(v, (int, float)) else math.nan
+
+
+def profiled_ns(r) -> float:
+    """The step time the trace measures: median over ranks × steps of step_ns (the GPU window)."""
+    return r.v("step_ns")
+
+
+def repeats_text(r) -> str:
+    reps = r.meta.get("unprofiled_repeat_medians_ms") or []
+    return " / ".join(f"{x:.1f}" for x in reps if isinstance(x, (int, float)))
+
+
+def _max_gib(r, key: str) -> float:
+    vals = [v for v in (r.meta.get(key) or []) if isinstance(v, (int, float))]
+    return max(vals) / GIB if vals else math.nan
+
+
+def exposed_by_kind(r) -> dict[str, float]:
+    """Median over (rank, step) of exposed NCCL time per collective kind (comm_kinds), ns."""
+    ck = getattr(r.analysis, "comm_kinds", None)
+    if ck is None or not len(ck):
+        return {}
+    g = ck.groupby("collective", observed=True)["exposed_comm_ns"]
+    return {str(k): float(v) for k, v in g.median().items()}
+
+
+def _is_reference(r) -> bool:
+    c = r.config
+    return (r.strategy == "torch_ddp" and not c.get("shard_optimizer") and not c.get("nccl_channels")
+            and not c.get("nccl_high_priority") and not c.get("grad_views"))
+
+
+def _reference(rs: list):
+    refs = [r for r in rs if _is_reference(r) and r.world_size > 1]
+    return refs[0] if refs else None
+
+
+def _one_gpu(rs: list):
+    ones = [r for r in rs if r.world_size == 1]
+    return ones[0] if ones else None
+
+
+def q9_sharding(sets: dict, page_for, machine: str) -> Section:
+    s = Section("sharding", "Sharding: memory saved vs time paid")
+    s.p(f"Machine: {machine}. Sharded runs against stock torch_ddp of the same campaign set; memory is the peak "
+        "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
+        "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
+    for name, rs in sorted(sets.items()):
+        ref = _reference(rs)
+        sharded = [r for r in rs if r.config.get("shard_optimizer") or r.strategy == "fsdp"]
+        if ref is None or not sharded:
+            continue
+        rows = []
+        for r in [ref, *sharded]:
+            kinds = exposed_by_kind(r)
+            rows.append({"run": r.name, "step (un-profiled)": ms(unprofiled_ns(r)),
+                         "vs torch_ddp": pct(100.0 * (unprofiled_ns(r) / unprofiled_ns(ref) - 1)),
+                         "peak allocated GiB": round(_max_gib(r, "peak_memory_allocated_bytes_per_rank"), 2),
+                         "peak reserved GiB": round(_max_gib(r, "peak_memory_reserved_bytes_per_rank"), 2),
+                         "optimizer state GiB/GPU": round(_max_gib(r, "optimizer_state_bytes_per_rank"), 2),
+                         **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
+                         "report page": page_for(r)})
+        s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({SET_TITLES.get(name, name)})")
+        for r in sharded:
+            d_opt = _max_gib(ref, "optimizer_state_bytes_per_rank") - _max_gib(r, "optimizer_state_bytes_per_rank")
+            d_mem = _max_gib(ref, "peak_memory_allocated_bytes_per_rank") - _max_gib(
+                r, "peak_memory_allocated_bytes_per_rank")
+            dt = unprofiled_ns(r) - unprofiled_ns(ref)
+            kinds = exposed_by_kind(r)
+            param = {k: v for k, v in kinds.items() if k in ("AllGather", "Broadcast")}
+            why = (", ".join(f"{ms(v)} of exposed {k}" for k, v in param.items()) + " per step (profiled)"
+                   if param else "no parameter collective exposed")
+            s.p(f"Set {name}: {r.name} holds {d_opt:.2f} GiB {'less' if d_opt >= 0 else 'more'} optimizer state "
+                f"and peaks {abs(d_mem):.2f} GiB {'lower' if d_mem >= 0 else 'higher'} in allocated memory per GPU "
+                f"than {ref.name}, and its step is {ms(abs(dt))} {'slower' if dt >= 0 else 'faster'} "
+                f"({pct(100.0 * dt / unprofiled_ns(ref))}): {why}.")
+    return s
+
+
+def _rank_order(rs: list, key) -> list[str]:
+    return [r.name for r in sorted(rs, key=key)]
+
+
+def q10_beat_ddp(sets: dict, page_for, machine: str) -> Section:
+    s = Section("beat-ddp", "How to beat PyTorch DDP on this machine")
+    s.p(f"Machine: {machine}. Every configuration ran twice without nsys and once under nsys in one campaign; "
+        "stock torch_ddp (25 MiB buckets, NCCL defaults) is the untouched reference. Ratio and efficiency use "
+        "un-profiled medians; 'compute' is the time compute kernels covered per step (|C∩W|: it grows when NCCL "
+        "takes SMs and memory bandwidth from them) and 'exposed comm' is NCCL time not hidden by compute, both "
+        "medians over ranks × steps of the profiled trace.")
+    for name, rs in sorted(sets.items()):
+        ref, one = _reference(rs), _one_gpu(rs)
+        multi = [r for r in rs if r.world_size > 1 and np.isfinite(unprofiled_ns(r))]
+        if ref is None or not multi:
+            continue
+        rows = []
+        for r in sorted(multi, key=unprofiled_ns):
+            over = r.meta.get("profiler_overhead_pct")
+            rows.append({"run": r.name, "un-profiled step": ms(unprofiled_ns(r)),
+                         "repeats (ms)": repeats_text(r),
+                         "vs stock torch_ddp": f"{unprofiled_ns(r) / unprofiled_ns(ref):.3f}×",
+                         "2-GPU efficiency": pct(100.0 * unprofiled_ns(one) / unprofiled_ns(r)) if one else "–",
+                         "profiled step (trace)": ms(profiled_ns(r)),
+                         "profiler overhead": pct(over) if isinstance(over, (int, float)) else "–",
+                         "compute": ms(r.v("compute_ns")),
+                         "exposed comm": ms(r.v("exposed_comm_ns")), "report page": page_for(r)})
+        s.table(pd.DataFrame(rows), f"Set {name} ({SET_TITLES.get(name, name)}), fastest first")
+        best = min(multi, key=unprofiled_ns)
+        ratio = unprofiled_ns(best) / unprofiled_ns(ref)
+        eff = 100.0 * unprofiled_ns(one) / unprofiled_ns(best) if one else math.nan
+        s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(unprofiled_ns(best))} per step, "
+            f"{ratio:.3f}× stock torch_ddp ({ms(unprofiled_ns(ref))})"
+            + (f" and {pct(eff)} 2-GPU efficiency against the 1-GPU run's {ms(unprofiled_ns(one))}" if one else "")
+            + ". " + _lever_evidence(ref, best))
+        s.p(_ranking_sentence(name, multi))
+        s.p(_prediction_sentence(name, ref, rs))
+    return s
+
+
+def _lever_evidence(ref, best) -> str:
+    if best is ref:
+        return "No lever beat the reference in this set."
+    c_ref, c_best = ref.v("compute_ns"), best.v("compute_ns")
+    exp_ref, exp_best = ref.v("exposed_comm_ns"), best.v("exposed_comm_ns")
+    return (f"In the traces, compute covers {ms(c_best)} per step against {ms(c_ref)} for the reference "
+            f"({'less' if c_best < c_ref else 'more'} time lost to sharing the GPU with NCCL), while exposed "
+            f"communication goes from {ms(exp_ref)} to {ms(exp_best)}.")
+
+
+def _ranking_sentence(name: str, multi: list) -> str:
+    unprof = _rank_order(multi, unprofiled_ns)
+    prof = _rank_order(multi, profiled_ns)
+    overheads = [r.meta.get("profiler_overhead_pct") for r in multi]
+    overheads = [o for o in overheads if isinstance(o, (int, float))]
+    span = f"{min(overheads):.1f}–{max(overheads):.1f} %" if overheads else "not recorded"
+    if unprof == prof:
+        return (f"Set {name}: profiler overhead {span} across configurations; the ranking under nsys is the "
+                "same as without it.")
+    moved = [n for i, n in enumerate(unprof) if prof.index(n) != i]
+    return (f"Set {name}: profiler overhead {span} across configurations, and the ranking under nsys differs "
+            f"from the un-profiled one ({len(moved)} of {len(unprof)} configurations change place): rank by "
+            "un-profiled time.")
+
+
+def _prediction_sentence(name: str, ref, rs: list) -> str:
+    rec = getattr(ref.analysis, "recommendation", None)
+    if rec is None or not len(rec):
+        return f"Set {name}: the analysis of {ref.name} makes no recommendation (see its report page)."
+    head = rec.iloc[0]
+    flags = str(head["flags"])
+    match = [r for r in rs if r is not ref and _flags_match(r, flags)]
+    pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
+    text = (f"Set {name}: from the stock run's trace alone, `ddp-profile analyze --section recommendation` "
+            f"recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
+            + (f", down to {ms(pred - upper)} if the lever removed all compute lost to contention" if
+               np.isfinite(upper) else "") + ". ")
+    if not match:
+        return text + "The campaign has no run of exactly that configuration."
+    m = match[0]
+    err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
+    within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
+    return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
+                   f"prediction is off by {pct(err)} of the measured step, and the measurement "
+                   f"{'falls inside' if within else 'falls outside'} the predicted range.")
+
+
+def _flags_match(r, flags: str) -> bool:
+    parts = flags.split()
+    c = r.config
+    strategy = parts[parts.index("--strategy") + 1] if "--strategy" in parts else None
+    mb = float(parts[parts.index("--bucket-mb") + 1]) if "--bucket-mb" in parts else None
+    channels = int(parts[parts.index("--nccl-channels") + 1]) if "--nccl-channels" in parts else 0
+    return (r.strategy == strategy and (mb is None or float(c.get("bucket_mb") or 0) == mb)
+            and int(c.get("nccl_channels") or 0) == channels
+            and bool(c.get("nccl_high_priority")) == ("--nccl-high-priority" in parts)
+            and not c.get("shard_optimizer") and not c.get("grad_views") and not c.get("overlap_optimizer"))

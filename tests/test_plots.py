@@ -177,7 +177,8 @@ def test_bucket_sweep_marks_model_and_optimum():
     assert [tr.name for tr in fig.data] == ["bucketed: time per step", "bucketed: comm tail",
                                            "bucketed: exposed comm", "model n_b·o + s/(n_b·w)", "b* = 12.5 MiB"]
     assert list(fig.data[3].x) == [1.0, 10.0, 100.0] and list(fig.data[3].y) == [0.5, 0.2, 0.4]  # ms
-    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket size (MiB, log scale)"
+    assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket cap (MiB, log scale)"
+    assert list(fig.layout.xaxis.ticktext) == ["1", "25", "100"]
     # b* is a vertical line trace at 12.5 MiB in data units, spanning the right panel's values (no shape)
     star = fig.data[4]
     assert list(star.x) == [12.5, 12.5] and star.xaxis == "x2" and not fig.layout.shapes

@@ -66,7 +66,8 @@ def _block(page: str) -> str:
 
 def _rows(page: str) -> list[list[str]]:
     m = re.search(r"<h2>Is the step launch-bound\?</h2>.*?<tbody>(.*?)</tbody>", page, re.S)
-    return [re.findall(r"<td>(.*?)</td>", tr) for tr in re.findall(r"<tr>(.*?)</tr>", m.group(1))]
+    return [[c.replace(",", "") for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", m.group(1))]
 
 
 def test_run_page_says_launch_bound_with_the_step_table(build_export):
@@ -74,9 +75,9 @@ def test_run_page_says_launch_bound_with_the_step_table(build_export):
     text = _block(page)
     assert ("rank 0: launch-bound (2 of 2 steps launch-bound; median GPU idle 92.0% &gt; 25%, host 23.8 us per "
             "launch &gt; GPU 2.0 us per kernel)") in text
-    # rank, step, step/busy/idle ms, idle %, launches, host us/launch, GPU us/kernel, launch_bound
-    assert _rows(page) == [["0", "0", "0.1", "0.008", "0.092", "92", "4", "23.75", "2", "True"],
-                           ["0", "1", "0.1", "0.008", "0.092", "92", "4", "23.75", "2", "True"]]
+    # rank, step, host range/busy/idle ms, idle %, launches, host us/launch, GPU us/kernel, launch_bound
+    assert _rows(page) == [["0", "0", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"],
+                           ["0", "1", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"]]
     assert isinstance(run.launches, LaunchAnalysis) and run.launches.steps["launch_bound"].all()
 
 
@@ -84,7 +85,7 @@ def test_run_page_verdict_flips_when_kernels_fill_the_step(build_export):
     page, _ = _page(_export(build_export, 19, "busy.sqlite"))
     text = _block(page)
     assert "rank 0: not launch-bound (0 of 2 steps launch-bound; median GPU idle 24.0% &lt;= 25%" in text
-    assert [r[-1] for r in _rows(page)] == ["False", "False"] and [r[5] for r in _rows(page)] == ["24", "24"]
+    assert [r[-1] for r in _rows(page)] == ["no", "no"] and [r[5] for r in _rows(page)] == ["24.0", "24.0"]
 
 
 def test_run_page_without_the_api_table_says_why(tmp_path):
@@ -128,7 +129,7 @@ def test_real_launch_bound_run_page_matches_analyze_launches():
     rows = _rows(page)
     assert [int(r[1]) for r in rows] == res.steps["step"].tolist()
     assert [int(r[6]) for r in rows] == res.steps["launches"].tolist()
-    assert [r[-1] for r in rows] == ["True"] * len(res.steps)
+    assert [r[-1] for r in rows] == ["yes"] * len(res.steps)
 
 
 # ---- findings ------------------------------------------------------------------------------------------

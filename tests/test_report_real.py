@@ -116,10 +116,20 @@ def test_every_real_page_loads_and_every_figure_renders(site):
                 d => d.querySelectorAll('.main-svg .trace, .main-svg .point').length)""")
             assert all(c > 0 for c in drawn), (path.name, drawn)
             for href in page.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))"):
-                if not href.startswith("#"):  # in-page anchors (findings.html's question list)
+                if not href.startswith(("#", "data:text/csv")):  # in-page anchors, CSV downloads
                     assert (site / href.split("#")[0]).exists(), (path.name, href)
             if not path.name.startswith("run-"):
                 page.screenshot(path=str(art / f"real-{path.stem[:50]}.png"), full_page=True)
             assert problems == [], (path.name, problems)
             page.close()
         b.close()
+
+
+def test_findings_link_to_the_comparison_pages(site):
+    """Item 9: the findings are no dead end: they link to the strategy and scaling pages the report wrote."""
+    import re
+
+    text = (site / "findings.html").read_text()
+    pages = set(re.findall(r"href='((?:strategies|sweep|scaling)-[^']+\.html)'", text))
+    assert any(p.startswith("strategies-") for p in pages) and any(p.startswith("scaling-") for p in pages)
+    assert all((site / p).exists() for p in pages)

@@ -21,7 +21,7 @@ PANELS = {
 
 
 def run_label(row) -> str:
-    """'bucketed 25 MB ×2' — short, unique enough within one comparison."""
+    """'bucketed 25 MiB ×2' — short, unique enough within one comparison."""
     label = str(row.get("strategy") or row.get("run"))
     mb = row.get("bucket_size_mb")
     if mb is not None and not pd.isna(mb) and str(row.get("strategy")) in ("bucketed", "torch_ddp"):
@@ -90,4 +90,32 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
                "autorange": "reversed",
                "fixedrange": True},
     )
+    return fig
+
+
+def ranked_step_bars(comparison: pd.DataFrame, *, source: str = ""):
+    """Runs ranked by median time per step, drawn as the difference to the fastest (ms), with each run's
+    step-time range (min–max over ranks and steps, columns step_min_ns / step_max_ns) as error bars, so
+    a 354 ms vs 395 ms difference is visible and the spread says whether the order is established."""
+    import plotly.graph_objects as go
+
+    c = comparison[comparison["step_ns"].notna()].sort_values("step_ns")
+    best = float(c["step_ns"].iloc[0]) if len(c) else 0.0
+    labels = [html.escape(run_label(r), quote=False) for r in c.to_dict("records")]
+    d = ((c["step_ns"] - best) / 1e6).round(3)
+    lo = ((c["step_ns"] - c.get("step_min_ns", c["step_ns"])) / 1e6).round(3)
+    hi = ((c.get("step_max_ns", c["step_ns"]) - c["step_ns"]) / 1e6).round(3)
+    text = [f"{v / 1e6:,.3f} ms" for v in c["step_ns"]]
+    labels = [f"{lbl} · {t}" for lbl, t in zip(labels, text, strict=True)]  # absolute time beside the name
+    fig = go.Figure(go.Bar(
+        orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color="#4C78A8",
+        error_x={"type": "data", "symmetric": False, "array": hi.tolist(), "arrayminus": lo.tolist(),
+                 "color": "#555"},
+        hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>"))
+    fig.update_layout(title=titled("Time per step, ranked: difference to the fastest (whiskers: min–max "
+                                   "over ranks and steps)", source),
+                      template="plotly_white", height=max(260, 120 + 36 * len(c)),
+                      margin={"l": 230, "r": 30, "t": 90, "b": 50},
+                      xaxis={"title": {"text": "ms slower than the fastest run (median step)"}},
+                      yaxis={"autorange": "reversed", "automargin": True})
     return fig

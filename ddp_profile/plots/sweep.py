@@ -59,9 +59,19 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
         fig.add_trace(go.Scatter(x=[float(optimum_mb)] * 2, y=[lo, hi], mode="lines", name=label,
                                  line={"dash": "dot", "color": palette.WAIT},
                                  hovertemplate=label + "<extra>model optimum</extra>"), row=1, col=2)
-    fig.update_xaxes(title_text="bucket size (MiB, log scale)", type="log")
-    fig.update_yaxes(title_text="time (ms)", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="time (ms)", type="log", row=1, col=2)
+    # Ticks only at the measured caps (x) and at whole decades (y, log), labelled in full ('0.3 ms', not a
+    # bare minor '3' that reads as the next decade's label).
+    caps = sorted({float(v) for v in comparison["bucket_size_mb"].dropna()})
+    fig.update_xaxes(title_text="bucket cap (MiB, log scale)", type="log", tickvals=caps,
+                     ticktext=[f"{v:g}" for v in caps])
+    fig.update_yaxes(title_text="time (ms; axis zoomed, not from 0)", row=1, col=1)
+    ys = [v for tr in fig.data if tr.yaxis == "y2" for v in (tr.y or ()) if v is not None and v > 0]
+    if ys:
+        lo, hi = min(ys), max(ys)
+        ticks = [m * 10.0 ** e for e in range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+                 for m in (1, 2, 5) if lo / 2 <= m * 10.0 ** e <= hi * 2]
+        fig.update_yaxes(tickvals=ticks, ticktext=[f"{v:g} ms" for v in ticks], row=1, col=2)
+    fig.update_yaxes(title_text="time (ms, log scale)", type="log", row=1, col=2)
     fig.update_layout(title=titled("Bucket-size sweep", source), template="plotly_white", colorway=palette.SERIES, height=460,
                       margin={"l": 60, "r": 20, "t": 90, "b": 60}, legend={"orientation": "h", "y": -0.25})
     return fig

@@ -21,6 +21,7 @@ from pathlib import Path
 from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.report import perfetto
+from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.html import PLOTLY_JS
 from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
 from ddp_profile.report.run_page import render_run_page
@@ -31,7 +32,7 @@ from ddp_profile.report.runs import (
     launch_diagnosis,
     normalise_meta,
 )
-from ddp_profile.report.sweep import render_sweep_page
+from ddp_profile.report.sweep import render_sweep_page, sweep_facts
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
@@ -165,11 +166,15 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
     groups = group_runs(runs)
     sizes = {}
 
+    assign_baselines(runs)
+    context = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
+               "sweeps": {g.page: sweep_facts(g, runs) for g in groups if g.kind == "sweep"}}
+
     def fill(tmp: Path):
         _write(tmp / PLOTLY_JS, get_plotlyjs())
         for i, r in enumerate(runs, 1):
             t0 = time.perf_counter()
-            _write(tmp / r.page, render_run_page(r))
+            _write(tmp / r.page, render_run_page(r, context))
             if perfetto.fits_in_report(r.trace):
                 perfetto.write_perfetto(tmp / perfetto.file_name(r.page), r.trace, r.analysis)
             sizes[r.page] = (tmp / r.page).stat().st_size
@@ -177,7 +182,7 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
                   f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)
         for g in groups:
             if g.kind == "sweep":
-                text = render_sweep_page(g, runs)
+                text = render_sweep_page(g, runs, facts=context["sweeps"][g.page])
             else:
                 text = {"scaling": render_scaling_page}.get(g.kind, render_group_page)(g)
             _write(tmp / g.page, text)
@@ -248,5 +253,11 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     runs, failures = load_runs(found, jobs, progress)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
+    if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
+        from ddp_profile.report.findings.data import read_hosts
+
+        hosts = read_hosts(Path(paths[0]))
+        for r in runs:
+            r.host = hosts.get(r.run_id)
     return write_report(runs, out_dir, failures, progress, findings_root=root), failures
 

@@ -22,15 +22,74 @@ def compare_runs(pairs):
 OVERLAP_STRATEGIES = ("naive", "overlap", "bucketed", "torch_ddp")
 
 
+def baseline_for(run: Run, pool: list[Run]) -> Run | None:
+    """The 1-GPU run that ``run``'s speedup and efficiency are measured against; the one rule every page
+    uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
+    bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
+    None when there is no such run."""
+    from ddp_profile.report.runs import strategy_key
+
+    def key(r):
+        m = r.meta
+        return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
+
+    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
+                  key=strategy_key)
+    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
+            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
+    return (same or [r for r in ones if r.meta.get("strategy") == "none"] or ones or [None])[0]
+
+
+def assign_baselines(runs: list[Run]) -> None:
+    """Fix every run's baseline once, against all loaded runs (build.write_report does this), so the
+    index, strategy and scaling pages state the same efficiency for a run."""
+    for r in runs:
+        r.baseline = baseline_for(r, runs)
+        r.baseline_set = True
+
+
+def median_step_ns(run: Run) -> float:
+    s = run.analysis.steps
+    return float(s["step_ns"].median()) if s is not None and len(s) else float("nan")
+
+
 def comparison(runs: list[Run]) -> pd.DataFrame:
-    """compare_runs over the runs, plus the columns the pages link and label with. ``compare_runs`` is looked
-    up on this module at call time: it is the one seam tests replace with a synthetic comparison."""
+    """compare_runs over the runs, plus the columns the pages link and label with, the step-time spread
+    over ranks and steps (step_min_ns, step_max_ns), and speedup / efficiency / serial fraction against
+    each run's own baseline (:func:`baseline_for`; ``baseline`` names it). ``compare_runs`` is looked up
+    on this module at call time: it is the one seam tests replace with a synthetic comparison."""
+    from ddp_profile.analysis.compare import amdahl_serial_fraction
+
+    if not all(getattr(r, "baseline_set", False) for r in runs):
+        for r in runs:
+            if not getattr(r, "baseline_set", False):
+                r.baseline = baseline_for(r, runs)
     comp = compare_runs([(r.trace, r.analysis) for r in runs]).copy()
     comp["page"] = [r.page for r in runs]
     comp["run"] = [r.name for r in runs]  # the run id, unique in the report
     # bucket size only where the strategy has buckets (the harness records its default for all)
     comp["bucket_size_mb"] = [r.meta.get("bucket_size_mb") if r.meta else b
                               for r, b in zip(runs, comp["bucket_size_mb"], strict=False)]
+    steps = [r.analysis.steps for r in runs]
+    comp["step_min_ns"] = [float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps]
+    comp["step_max_ns"] = [float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps]
+    # hidden-comm share over the same population as the run pages' headline (the selected steps) when the
+    # analysis states one; compare_runs pools the whole trace
+    pops = [r.analysis.summary() if callable(getattr(r.analysis, "summary", None)) else {} for r in runs]
+    comp["overlap_pct"] = [p.get("overlap_pct") if p.get("population") == "steps" else v
+                           for p, v in zip(pops, comp["overlap_pct"], strict=False)]
+    comp["overlap_pct"] = pd.to_numeric(comp["overlap_pct"], errors="coerce")
+    comp["host"] = [getattr(r, "host", None) for r in runs]
+    comp["baseline"] = [r.baseline.name if r.baseline is not None else None for r in runs]
+    speed, eff, serial = [], [], []
+    for r, t, n in zip(runs, comp["step_ns"], comp["world_size"], strict=False):
+        t1 = median_step_ns(r.baseline) if r.baseline is not None else float("nan")
+        n = float(n) if n is not None and not pd.isna(n) else float("nan")
+        sp = n * t1 / t if t and t == t else float("nan")
+        speed.append(sp)
+        eff.append(100.0 * sp / n if n == n and n else float("nan"))
+        serial.append(amdahl_serial_fraction(sp, n) if sp == sp and n == n else float("nan"))
+    comp["speedup_vs_1gpu"], comp["efficiency_pct"], comp["serial_fraction"] = speed, eff, serial
     return comp
 
 

@@ -11,10 +11,14 @@ No plotly import here: figures arrive as built objects and only their JSON is us
 from __future__ import annotations
 
 import html
+import io
 import json
+import re
+import urllib.parse
 
 import pandas as pd
 
+from ddp_profile.report.glossary import cell_text, display_value, glossary_html, header
 from ddp_profile.report.runs import Run
 
 PLOTLY_JS = "plotly.min.js"
@@ -33,28 +37,15 @@ def esc(value) -> str:
     return html.escape("–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
 
 
-def fmt_cell(v):
-    if isinstance(v, float):
-        return "–" if pd.isna(v) else f"{v:,.3f}".rstrip("0").rstrip(".")
-    return v
-
-
-def ns_to_ms(col, v):
-    return v / 1e6 if col.endswith("_ns") and v is not None and not pd.isna(v) else v
-
-
-def ms_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """ns columns shown as ms (renamed *ns_to_ms)."""
-    out = df.copy()
-    for c in [c for c in out.columns if c.endswith("_ns")]:
-        out[c] = pd.to_numeric(out[c], errors="coerce") / 1e6
-    return out.rename(columns={c: c[:-3] + "_ms" for c in out.columns if c.endswith("_ns")})
-
-
-def figure_div(fig, div_id: str, extra_js: str = "") -> str:
-    """A figure as a div plus a script calling Plotly.newPlot with escaped JSON."""
+def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None) -> str:
+    """A figure as a div plus a script calling Plotly.newPlot with escaped JSON. The div is an image for
+    assistive technology: ``alt`` (default: the figure's title) is its aria-label."""
     spec = json.loads(fig.to_json())
-    return (f'<div id="{div_id}" class="figure"></div>\n<script>Plotly.newPlot("{div_id}",'
+    if alt is None:
+        title = ((spec.get("layout") or {}).get("title") or {}).get("text") or div_id
+        alt = html.unescape(re.sub(r"<[^>]+>", " ", str(title))).strip()
+    return (f'<div id="{div_id}" class="figure" role="img" aria-label="{esc(alt)}"></div>\n'
+            f'<script>Plotly.newPlot("{div_id}",'
             f'{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
             f'{script_json(PLOT_CONFIG)});{extra_js}</script>')
 
@@ -66,19 +57,61 @@ PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": False, "s
                "modeBarButtonsToRemove": ["sendDataToCloud", "editInChartStudio"]}
 
 
-def table(df: pd.DataFrame, caption: str, max_rows: int = 200) -> str:
-    """An escaped HTML table (first ``max_rows`` rows; says so when cut)."""
+def _csv_href(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    shown = pd.DataFrame({header(c)[0]: [display_value(c, v) for v in df[c]] for c in df.columns})
+    shown.to_csv(buf, index=False)
+    return "data:text/csv;charset=utf-8," + urllib.parse.quote(buf.getvalue())
+
+
+def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
+    """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
+    definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
+    offline). The first ``max_rows`` rows are shown (the note says so when cut). ``links``: {column:
+    [href per row]} makes those cells links."""
     if df is None or not len(df):
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
-    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(fmt_cell(v))}</td>" for v in row) + "</tr>"
-                   for row in df.head(max_rows).itertuples(index=False))
-    note = f"<p class='note'>first {max_rows} of {len(df)} rows</p>" if cut else ""
-    grid = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{note}"
+    heads = []
+    for c in df.columns:
+        label, definition = header(str(c))
+        tip = f" title='{esc(definition)}'" if definition else ""
+        heads.append(f"<th scope='col'{tip} data-k='{esc(c)}'>{esc(label)}</th>")
+    rows = []
+    cols = [str(c) for c in df.columns]
+    hrefs = links or {}
+    for i, row in enumerate(df.head(max_rows).itertuples(index=False)):
+        cells = []
+        for c, v in zip(cols, row, strict=False):
+            d = display_value(c, v)
+            key = f" data-v='{esc(d)}'" if isinstance(d, (int, float)) and not isinstance(d, bool) else ""
+            text = esc(cell_text(c, v))
+            if c in hrefs and hrefs[c][i]:
+                text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"
+            cells.append(f"<td{key}>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
+    name = re.sub(r"[^A-Za-z0-9]+", "-", caption).strip("-")[:60].lower() or "table"
+    csv = f"<a class='csv' download='{esc(name)}.csv' href='{esc(_csv_href(df))}'>CSV</a>"
+    grid = (f"<div class='scroll'><table class='sortable'><caption class='sr'>{esc(caption)}</caption>"
+            f"<thead><tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}")
     if len(df) > 25:  # long tables fold away so the figures stay on the first screens
-        return f"<details><summary><h3>{esc(caption)} ({len(df)} rows)</h3></summary>{grid}</details>"
-    return f"<h3>{esc(caption)}</h3>{grid}"
+        return f"<details><summary><h3>{esc(caption)} ({len(df)} rows)</h3></summary>{csv}{grid}</details>"
+    return f"<h3>{esc(caption)} {csv}</h3>{grid}"
+
+
+# Click a header to sort (numbers by their data-v, text otherwise; again to reverse). No library.
+TABLE_JS = """document.querySelectorAll('table.sortable th').forEach(function(th){
+th.tabIndex=0;th.setAttribute('aria-sort','none');function go(){var t=th.closest('table'),b=t.tBodies[0],
+i=Array.prototype.indexOf.call(th.parentNode.children,th),up=th.getAttribute('aria-sort')!=='ascending';
+Array.prototype.forEach.call(th.parentNode.children,function(h){h.setAttribute('aria-sort','none');});
+th.setAttribute('aria-sort',up?'ascending':'descending');
+function k(r){var c=r.children[i];if(!c)return '';var v=c.getAttribute('data-v');
+return v!==null&&v!==''&&!isNaN(+v)?+v:c.textContent;}
+Array.prototype.slice.call(b.rows).sort(function(x,y){var a=k(x),c=k(y),n=typeof a==='number'&&
+typeof c==='number',r=n?a-c:String(a).localeCompare(String(c),undefined,{numeric:true});
+return up?r:-r;}).forEach(function(r){b.appendChild(r);});}
+th.addEventListener('click',go);th.addEventListener('keydown',function(e){if(e.key==='Enter')go();});});"""
 
 
 def run_links(runs: list[Run]) -> str:
@@ -86,19 +119,42 @@ def run_links(runs: list[Run]) -> str:
                                          for r in runs) + "</ul>"
 
 
-def page(title: str, body: str, subtitle: str = "") -> str:
+def nav(crumbs) -> str:
+    """Breadcrumbs: [(label, href or None)], always starting at the index."""
+    items = [("All runs", "index.html")] + list(crumbs or [])
+    return ("<nav aria-label='breadcrumb' class='crumbs'>" + " › ".join(
+        f"<a href='{esc(h)}'>{esc(lbl)}</a>" if h else f"<span aria-current='page'>{esc(lbl)}</span>"
+        for lbl, h in items) + "</nav>")
+
+
+def page(title: str, body: str, subtitle: str = "", crumbs=None, verdict: str = "", glossary=()) -> str:
+    """The page frame: breadcrumbs, title, the verdict (plain sentences answering the page's question)
+    first, the body, the definitions of the metrics shown. plotly.js is included only when the body draws
+    a figure; the table-sorting script only when it holds a table."""
+    plotly = f'<script src="{PLOTLY_JS}"></script>' if "Plotly.newPlot(" in body else ""
+    sorter = f"<script>{TABLE_JS}</script>" if "class='sortable'" in body else ""
+    lead = f"<div class='verdict'>{verdict}</div>" if verdict else ""
+    gl = glossary_html(glossary, esc)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)} · ddp-profile</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{{font:14px/1.45 system-ui,sans-serif;margin:1.2em 2em;color:#222}}
+<style>body{{font:14px/1.45 system-ui,sans-serif;margin:1.2em 2em;color:#222;max-width:1400px}}
+@media (max-width:600px){{body{{margin:.6em}}}}
+.scroll{{overflow-x:auto;max-width:100%}}
 table{{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}}td,th{{border:1px solid #ddd;padding:2px 6px;
-text-align:right}}th{{background:#f4f4f4}}td:first-child,th:first-child{{text-align:left}}
-.figure{{width:100%;min-height:260px;margin-bottom:1em}}.note,.empty{{color:#777}}.fail{{color:#b00}}
-code{{background:#f4f4f4;padding:1px 3px}}
-summary h3{{display:inline;cursor:pointer}}</style>
-<script src="{PLOTLY_JS}"></script></head><body>
-<p><a href="index.html">← all runs</a></p><h1>{esc(title)}</h1><p class="note">{esc(subtitle)}</p>
+text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]::after{{content:" ▲"}}
+th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
+.sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
+.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]){{text-align:left}}.note,.empty{{color:#595959}}.fail{{color:#b00}}
+.verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
+.crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
+h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}
+summary h2,summary h3{{display:inline;cursor:pointer}}</style>
+{plotly}</head><body>
+{nav(crumbs)}<h1>{esc(title)}</h1><p class="note">{esc(subtitle)}</p>
+{lead}
 {body}
+{gl}
 <p class="note">Generated by ddp-profile from Nsight Systems exports; all numbers are measured from the traces.</p>
-</body></html>
+{sorter}</body></html>
 """

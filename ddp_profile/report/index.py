@@ -15,40 +15,79 @@ from ddp_profile.report.compare import (
     one_step_kernels,
     overlap_runs,
 )
-from ddp_profile.report.html import esc, figure_div, fmt_cell, ms_frame, ns_to_ms, page, run_links, table
+from ddp_profile.report.glossary import fmt_ms, fmt_pct
+from ddp_profile.report.html import esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
+from ddp_profile.report.verdicts import ranked, strategy_verdict
 
 INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
-                 "exposed_comm_ns", "comm_tail_ns", "overlap_pct", "efficiency_pct"]
+                 "exposed_comm_ns", "comm_tail_ns", "overlap_pct", "efficiency_pct", "baseline"]
+TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name"]
+
+
+def host_text(runs: list[Run]) -> str:
+    """Which host recorded the runs (``hosts.txt`` beside the traces), in one sentence."""
+    known = {}
+    for r in runs:
+        known.setdefault(getattr(r, "host", None), []).append(r)
+    if set(known) == {None}:
+        return "Which host recorded each run is not recorded (no hosts.txt beside the traces). "
+    if len(known) == 1:
+        return f"Every run here was recorded on {esc(next(iter(known)))} (hosts.txt). "
+    parts = "; ".join(f"{esc(h or 'unknown host')}: " + ", ".join(f"<a href='{esc(r.page)}'>{esc(r.name)}</a>"
+                                                                  for r in rs)
+                      for h, rs in sorted(known.items(), key=lambda kv: -len(kv[1])))
+    return (f"These runs come from {len(known)} hosts (hosts.txt), so differences between hosts mix the host "
+            f"with the strategy: {parts}. ")
+
+
+def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "step_ns") -> str:
+    """The comparison as a table: run names link to their pages; ranked by ``sort``."""
+    c = comp.sort_values(sort, na_position="last") if sort in comp else comp
+    shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
+    shown = shown[["run"] + [x for x in shown.columns if x != "run"]]
+    return table(shown, caption, links={"run": list(c["page"])})
+
 
 def render_group_page(group: Group) -> str:
-    """Strategy comparison: side-by-side bars, the overlap picture, the numbers."""
-    from ddp_profile.plots import overlap_picture, strategy_bars
-    from ddp_profile.plots.compare import run_label
+    """Strategy comparison: the verdict, ranked difference bars, the overlap picture, the numbers."""
+    from ddp_profile.plots import overlap_picture
+    from ddp_profile.plots.compare import ranked_step_bars, run_label
 
     comp = comparison(group.runs)
     src = group_source(group)
     picked = overlap_runs(group.runs)
     picture = pd.concat([one_step_kernels(r, run_label(r.meta)) for r in picked], ignore_index=True) \
         if picked else pd.DataFrame(columns=["run", "kind", "name", "start_ns", "end_ns"])
-    base = [r for r in group.runs if int(r.meta.get("world_size") or 1) == 1]
+    multi = ranked(comp)
+    bases = sorted({(b.name, b.page) for r in group.runs if (b := r.baseline) is not None})
     body = "\n".join([
-        "<p>Every run here was recorded on the same host. Times are medians over profiled steps and ranks. "
-        + (f"Efficiency vs 1 GPU = step time of <a href='{esc(base[0].page)}'>{esc(base[0].name)}</a> / step "
-           "time of the run (fixed per-GPU batch: 100 % is perfect scaling)." if base else
+        "<p>" + host_text(group.runs) + "Times are medians over profiled steps and ranks. "
+        + ("Efficiency vs 1 GPU = step time of the 1-GPU baseline (" + ", ".join(
+            f"<a href='{esc(p)}'>{esc(n)}</a>" for n, p in bases) + ") / step time of the run (fixed per-GPU "
+           "batch: 100 % is perfect scaling)." if bases else
            "No 1-GPU run of this model and dtype here, so no efficiency.") + "</p>",
-        figure_div(strategy_bars(comp, source=src), "bars"),
+        figure_div(ranked_step_bars(multi, source=src), "bars", alt=strategy_alt(multi)),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
         "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
-        table(ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), run_links(group.runs),
+        numbers_table(comp, "Numbers (ranked by step time)"), run_links(group.runs),
     ])
-    return page(f"Strategies: {group.title}", body, src)
+    return page(f"Strategies: {group.title}", body, src, crumbs=[(f"Strategies: {group.title}", None)],
+                verdict=strategy_verdict(comp), glossary=list(comp.columns))
+
+
+def strategy_alt(multi: pd.DataFrame) -> str:
+    from ddp_profile.plots.compare import run_label
+
+    return "Bar chart, runs ranked by time per step: " + "; ".join(
+        f"{run_label(r)} {fmt_ms(r['step_ns'])}" for r in multi.to_dict("records"))
 
 
 def scaling_frame(runs: list[Run]) -> pd.DataFrame:
-    """compare_runs per strategy (each against its own 1-GPU run), plus samples_per_s = world_size · batch
-    / step time (batch: the run JSON's per-GPU batch; NaN when unknown)."""
+    """comparison per strategy (each against its own 1-GPU run, :func:`~ddp_profile.report.compare.baseline_for`),
+    plus samples_per_s = world_size · batch / step time (batch: the run JSON's per-GPU batch; NaN when
+    unknown)."""
     parts = []
     for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_size_mb")) for r in runs):
         mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_size_mb")) == key),
@@ -61,6 +100,23 @@ def scaling_frame(runs: list[Run]) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def scaling_verdict(comp: pd.DataFrame) -> str:
+    """Per strategy: efficiency at the largest world size; which strategy scales best there."""
+    if not len(comp):
+        return ""
+    ws = pd.to_numeric(comp["world_size"], errors="coerce")
+    top = comp[ws == ws.max()].dropna(subset=["efficiency_pct"]).sort_values("efficiency_pct", ascending=False)
+    if not len(top):
+        return "<p>No 1-GPU baseline, so no efficiency.</p>"
+    from ddp_profile.plots.compare import run_label
+
+    best = top.iloc[0]
+    rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
+    return (f"<p><b>At {int(ws.max())} GPUs, {esc(run_label(best))} scales best</b>: efficiency "
+            f"{fmt_pct(best['efficiency_pct'])} of its own 1-GPU run ({esc(best['baseline'])}), step "
+            f"{fmt_ms(best['step_ns'])}" + (f"; {rest}" if rest else "") + ".</p>")
+
+
 def render_scaling_page(group: Group) -> str:
     """Throughput vs GPUs with the ideal line, efficiency, comm share and Amdahl serial fraction."""
     from ddp_profile.plots.scaling import scaling_figure
@@ -68,18 +124,21 @@ def render_scaling_page(group: Group) -> str:
     comp = scaling_frame(group.runs)
     src = group_source(group)
     body = "\n".join([
-        "<p>Weak scaling with a fixed per-GPU batch, every run from the same host. Ideal = n × the 1-GPU "
-        "throughput of the same strategy; efficiency = step time(1 GPU) / step time(n GPUs); serial fraction "
-        "f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S (Karp–Flatt); comm share = "
-        "NCCL kernel time / step time (median over ranks and steps).</p>",
+        "<p>Weak scaling with a fixed per-GPU batch. " + host_text(group.runs) + "Ideal = n × the 1-GPU "
+        "throughput of the same strategy; efficiency = step time(1 GPU) / step time(n GPUs), against the "
+        "1-GPU run of the same strategy (column baseline; the index and strategy pages use the same one); "
+        "serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
+        "(Karp–Flatt); comm share = NCCL kernel time / step time (median over ranks and steps).</p>",
         figure_div(scaling_figure(comp, source=src), "scaling"),
-        table(ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), run_links(group.runs),
+        numbers_table(comp, "Numbers", sort="world_size"), run_links(group.runs),
     ])
-    return page(f"Scaling: {group.title}", body, src)
+    return page(f"Scaling: {group.title}", body, src, crumbs=[(f"Scaling: {group.title}", None)],
+                verdict=scaling_verdict(comp), glossary=list(comp.columns))
 
 
 def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False) -> str:
-    """Every run with its headline numbers, then the comparisons, then what failed to load."""
+    """Every run with its headline numbers, then the comparisons, then what failed to load. No figure, so
+    no chart library."""
     parts = []
     if failures:
         parts.append("<h2 class='fail'>Runs that failed to load</h2><ul>"
@@ -89,18 +148,22 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
         mine = [g for g in groups if g.kind == kind]
         if mine:
             parts.append(f"<h2>{title}</h2><ul>" + "".join(
-                f"<li><a href='{esc(g.page)}'>{esc(g.title)}</a> ({len(g.runs)} runs: "
-                f"{esc(', '.join(r.name for r in g.runs))})</li>" for g in mine) + "</ul>")
+                f"<li><a href='{esc(g.page)}'>{esc(g.title)}</a> ({len(g.runs)} runs)</li>" for g in mine) + "</ul>")
     comp = comparison(runs) if runs else pd.DataFrame()
-    rows = []
-    for r, rec in zip(runs, comp.to_dict("records") if len(comp) else [{}] * len(runs), strict=False):
-        cells = "".join(f"<td>{esc(fmt_cell(ns_to_ms(c, rec.get(c))))}</td>" for c in INDEX_COLUMNS)
-        rows.append(f"<tr><td><a href='{esc(r.page)}'>{esc(r.name)}</a></td>{cells}</tr>")
-    head = "".join(f"<th>{esc(c.replace('_ns', '_ms'))}</th>" for c in INDEX_COLUMNS)
-    parts.insert(0, f"<h2>Runs</h2><table><thead><tr><th>run</th>{head}</tr></thead><tbody>{''.join(rows)}"
-                    "</tbody></table><p class='note'>Times are medians over profiled steps and ranks, in ms; "
-                    "efficiency is against the 1-GPU run of the same model, dtype and GPU where one exists.</p>")
+    if len(comp):
+        parts.insert(0, "<h2>Runs</h2>" + table(
+            comp[["run"] + INDEX_COLUMNS], "Every run (medians over profiled steps and ranks)",
+            links={"run": list(comp["page"])}) +
+            "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
+            "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
+            "and scaling pages use the same one.</p>")
     if findings:
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")
-    return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)")
+    verdict = ""
+    multi = ranked(comp) if len(comp) else comp
+    if len(multi):
+        verdict = (f"<p>{len(runs)} runs, {len(groups)} comparisons. Open a comparison for its verdict; the run "
+                   "pages say what bounds each step and what to change.</p>")
+    return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)",
+                crumbs=[], verdict=verdict, glossary=INDEX_COLUMNS)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from ddp_profile.nsys.files import export_stem
-from ddp_profile.report.html import esc, figure_div, fmt_cell, ns_to_ms, page, script_json, table
+from ddp_profile.report.compare import median_step_ns
+from ddp_profile.report.glossary import fmt_ms
+from ddp_profile.report.html import esc, figure_div, page, script_json, table
 from ddp_profile.report.perfetto import link_html as perfetto_link
 from ddp_profile.report.runs import Run
 
@@ -29,11 +31,34 @@ def source_of(run: Run, steps=None) -> str:
     return describe_source(run.meta, gpu, steps)
 
 
+HEADLINE = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "exposed_wait_ns",
+            "exposed_transfer_ns", "comm_tail_ns", "job_comm_tail_ns", "param_sync_ns", "idle_ns", "comm_pct",
+            "exposed_comm_pct", "overlap_pct", "wait_pct_of_comm")
+
+
+def headline_values(run: Run) -> dict:
+    """The run's headline numbers: the analysis summary (medians over (rank, step) rows of the step table:
+    the GPU window of each step) plus the medians of the step-table columns newer analyses add."""
+    summary = dict(run.analysis.summary())
+    s = run.analysis.steps
+    if s is None or not len(s):
+        return summary
+    for col in HEADLINE:  # columns newer analyses add (and any the summary lacks): step-table medians
+        if col in s and summary.get(col) is None:
+            summary[col] = float(pd.to_numeric(s[col], errors="coerce").median())
+    summary.setdefault("n_steps", int(s["step"].nunique()))
+    summary.setdefault("n_ranks", int(s["rank"].nunique()))
+    return summary
+
+
 def _headline(summary: dict) -> str:
-    items = "".join(f"<tr><td>{esc(k[:-3] + '_ms' if k.endswith('_ns') else k)}</td>"
-                    f"<td>{esc(fmt_cell(ns_to_ms(k, v)))}</td></tr>" for k, v in summary.items()
-                    if not isinstance(v, (dict, list)))
-    return f"<table class='headline'><tbody>{items}</tbody></table>"
+    from ddp_profile.report.glossary import METRICS, cell_text
+
+    rows = [(METRICS[k][0], cell_text(k, summary[k]), METRICS[k][1]) for k in HEADLINE
+            if k in summary and summary[k] is not None]
+    n = f"{summary.get('n_ranks', '?')} ranks × {summary.get('n_steps', '?')} steps"
+    return table(pd.DataFrame(rows, columns=["metric", "value", "definition"]),
+                 f"Headline: medians over {n} (step = GPU window)")
 
 
 def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
@@ -65,12 +90,20 @@ def _nsys_rep_hint(trace) -> str:
     return "<p>Open in the Nsight Systems GUI: " + ", ".join(f"<code>nsys-ui {esc(r)}</code>" for r in reps) + "</p>"
 
 
-LAUNCH_TABLE = (  # (LAUNCH_STEP column, header as `ddp-profile launches` prints it, divisor): times in ms
-    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6), ("gpu_busy_ns", "busy_ms", 1e6),
-    ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", None), ("launches", "launches", None),
-    ("host_us_per_launch", "host_us/launch", None), ("gpu_us_per_kernel", "gpu_us/kernel", None),
-    ("launch_bound", "launch_bound", None),
+LAUNCH_TABLE = (  # (LAUNCH_STEP column, column shown): the step here is the host NVTX range
+    ("rank", "rank"), ("step", "step"), ("step_ns", "host_range_ns"), ("gpu_busy_ns", "gpu_busy_ns"),
+    ("gpu_idle_ns", "gpu_idle_ns"), ("idle_pct", "idle_pct"), ("launches", "launches"),
+    ("host_us_per_launch", "host_us_per_launch"), ("gpu_us_per_kernel", "gpu_us_per_kernel"),
+    ("launch_bound", "launch_bound"),
 )
+
+
+def launch_bound_majority(run: Run):
+    """True when most (rank, step) rows of the launch check are launch-bound; None without the check."""
+    res = run.launches
+    if res is None or isinstance(res, str) or res.steps.empty:
+        return None
+    return bool(2 * int(res.steps["launch_bound"].sum()) > len(res.steps))
 
 
 def launch_block(run: Run) -> str:
@@ -87,22 +120,109 @@ def launch_block(run: Run) -> str:
         why = "; ".join(res.notes) or "no step ranges were found"
         return f"{head}<p class='note'>No launch-bound check for this run: no steps to diagnose ({esc(why)})</p>"
     s = res.steps
-    df = pd.DataFrame({h: s[c] / d if d else s[c] for c, h, d in LAUNCH_TABLE})
+    df = pd.DataFrame({h: s[c] for c, h in LAUNCH_TABLE})
+    window = run.analysis.steps["step_ns"].median() if len(run.analysis.steps) else float("nan")
     lines = "".join(f"<li>{esc(v)}</li>" for v in res.verdicts())
     notes = "".join(f"<li class='note'>{esc(n)}</li>" for n in res.notes)
     return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g}% of the step's "
             "host range and the host needs longer per kernel launch (step time minus synchronize wait, ÷ "
             "launches) than the GPU needs per kernel: then fewer, larger kernels help, a faster GPU does not. "
-            "Same numbers as <code>ddp-profile launches</code>.</p>"
+            "Same numbers as <code>ddp-profile launches</code>. These columns measure the step's <b>host</b> "
+            f"NVTX range (median {fmt_ms(s['step_ns'].median())}): it is longer than the GPU window used "
+            f"everywhere else on this page (median {fmt_ms(window)}) by the time between the host entering "
+            "the step and its first kernel starting, and the GPU idle here counts that time too.</p>"
             f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))
 
 
-def render_run_page(run: Run) -> str:
-    """Headline, timeline with a step selector, per-step bars, launch-bound check, α-β fit,
-    collective/contention tables."""
+def model_advice(run: Run) -> str:
+    """The trace's own prediction (analysis.recommend, first row), when it has one and predicts a gain."""
+    rec = getattr(run.analysis, "recommendation", None)
+    if rec is None or not len(rec):
+        return ""
+    r = rec.iloc[0]
+    gain = r.get("predicted_gain_ns")
+    if gain is None or pd.isna(gain) or not gain > 0:
+        upper = r.get("upper_gain_ns")
+        if upper is not None and not pd.isna(upper) and upper > 0:
+            return (" The model replay of this trace's buckets predicts no gain from a larger cap; compute loses "
+                    f"up to {fmt_ms(upper)} per step beside NCCL, so the analysis suggests trying "
+                    f"<code>{esc(r.get('flags'))}</code> (an upper bound, not a prediction).")
+        return " The model replay of this trace's buckets predicts no gain from a larger cap."
+    return (f" The model replay of this trace's buckets predicts <code>{esc(r.get('flags'))}</code> at "
+            f"{fmt_ms(r.get('predicted_step_ns'))} per step ({fmt_ms(gain)} less; a prediction, not a "
+            "measurement).")
+
+
+def advice_for(run: Run, context: dict | None) -> str:
+    """:func:`measured_advice` plus the trace's own model prediction (:func:`model_advice`)."""
+    return measured_advice(run, context) + model_advice(run)
+
+
+def measured_advice(run: Run, context: dict | None) -> str:
+    """What to change, with the expected gain and the evidence: the bucket sweep of the run's group (the
+    measured best cap and the model's b*), else the fastest run of its strategy comparison (measured)."""
+    from ddp_profile.report.verdicts import label, ranked
+
+    ctx = context or {}
+    ws = int(run.meta.get("world_size") or 1)
+    mine = [g for g in ctx.get("groups", ()) if run in g.runs]
+    t = median_step_ns(run)  # the same population as the comparison's step_ns
+    if ws <= 1:
+        used = [g for g in mine if g.kind in ("strategies", "scaling")]
+        where = ", ".join(f"<a href='{esc(g.page)}'>{esc(g.kind)}</a>" for g in used)
+        return ("<b>Nothing to change for communication</b>: one GPU; this run is the baseline the "
+                f"multi-GPU runs' efficiency is measured against{' (' + where + ')' if where else ''}.")
+    for g in mine:
+        f = ctx.get("sweeps", {}).get(g.page)
+        if g.kind != "sweep" or not f or f.get("best_cap") is None:
+            continue
+        cap, best = f["best_cap"], f["best_step_ns"]
+        bstar = f.get("b_star_mib")
+        model = f" The cost model's optimum b* = {bstar:,.0f} MiB" + (
+            " is that cap." if bstar is not None and abs(bstar - cap) / cap < 0.5 else " was not measured.") \
+            if bstar is not None else ""
+        link = f"<a href='{esc(g.page)}'>bucket sweep</a>"
+        mine_cap = run.meta.get("bucket_size_mb")
+        if run.meta.get("strategy") == "bucketed" and mine_cap is not None and float(mine_cap) == cap:
+            return (f"<b>Keep the bucket cap at {cap:g} MiB</b>: it is the fastest cap of the measured {link}."
+                    + model)
+        gain = t - best
+        if gain > 0:
+            return (f"<b>What to change: bucketed with a {cap:g} MiB cap</b> measured {fmt_ms(best)} per step, "
+                    f"{fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).{model}")
+    for g in mine:
+        comp = ctx.get("comps", {}).get(g.page)
+        if g.kind != "strategies" or comp is None:
+            continue
+        r = ranked(comp)
+        if not len(r):
+            continue
+        best = r.iloc[0]
+        link = f"<a href='{esc(g.page)}'>strategy comparison</a>"
+        gain = t - float(best["step_ns"])
+        if best["page"] == run.page or not gain > 0:
+            return f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step."
+        return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(best['step_ns'])} per "
+                f"step, {fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).")
+    return "No comparison holds this run, so no measured alternative to recommend."
+
+
+# Deep link: the selected step is kept in location.hash as #step=N and restored from it on load.
+HASH_JS = """(function(){var sel=document.getElementById('step-select');function num(o){return o.text.replace(/\\D+/g,'');}
+function fromHash(){var m=/step=(\\d+)/.exec(location.hash);if(!m)return;for(var i=0;i<sel.options.length;i++){
+if(num(sel.options[i])===m[1]&&sel.selectedIndex!==i){sel.selectedIndex=i;sel.dispatchEvent(new Event('change'));}}}
+sel.addEventListener('change',function(){var h='#step='+num(sel.options[sel.selectedIndex]);
+if(location.hash!==h)history.replaceState(null,'',h);});window.addEventListener('hashchange',fromHash);fromHash();})();"""
+
+
+def render_run_page(run: Run, context: dict | None = None) -> str:
+    """Verdict, headline, timeline with a step selector (deep-linked), per-step bars, launch-bound check,
+    α-β fit, collective/contention tables. ``context``: {"groups": the report's groups, "comps": {group
+    page: comparison}, "sweeps": {sweep page: facts}} for the advice and the breadcrumbs."""
     from ddp_profile.plots import alpha_beta_figure, exposed_comm_figure, step_breakdown
     from ddp_profile.plots.timeline import figure_for_step, timeline_steps
     from ddp_profile.plots.timeline_js import TIMELINE_JS
+    from ddp_profile.report.verdicts import run_verdict
 
     a, t = run.analysis, run.trace
     src = source_of(run)
@@ -113,17 +233,21 @@ def render_run_page(run: Run) -> str:
     switch = ("var tl=JSON.parse(document.getElementById('tl-data').textContent);"
               f"ddpTimeline(document.getElementById('timeline'),tl,{idx});"
               "document.getElementById('step-select').addEventListener('change',function(e){"
-              "ddpShowStep(document.getElementById('timeline'),tl,+e.target.value);});")
+              "ddpShowStep(document.getElementById('timeline'),tl,+e.target.value);});" + HASH_JS)
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
+    summary = headline_values(run)
+    verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
+                          run.meta.get("world_size") or summary.get("n_ranks"))
+    groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     body = "\n".join([
-        "<h2>Headline</h2>", _headline(a.summary()),
+        _headline(summary),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),
         "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class, NVTX phases are "
         "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
         "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "
         "neighbours of the same kind only (hover says how many) and separate as you zoom. Drag to zoom, "
-        "double-click to reset.</p>",
+        "double-click to reset. The selected step is in the address (#step=N), so a link opens it.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label>",
         f"<script type='application/json' id='tl-data'>{script_json(data)}</script>",
         f"<script>{TIMELINE_JS}</script>",
@@ -140,8 +264,14 @@ def render_run_page(run: Run) -> str:
         table(collective_summary(a.collectives), "Collectives by bucket (medians)"),
         table(a.contention, "Contention: compute kernels slowed while NCCL runs"),
         table(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
+        ("<h2>Compared on</h2><ul>" + "".join(f"<li><a href='{esc(g.page)}'>{esc(g.kind)}: {esc(g.title)}</a></li>"
+                                              for g in groups) + "</ul>") if groups else "",
     ])
-    return page(f"Run {run.name}", body, src)
+    crumbs = [(f"{g.kind}: {g.title}", g.page) for g in groups[:1]] + [(f"Run {run.name}", None)]
+    keys = list(HEADLINE) + [c for c, _ in LAUNCH_TABLE] + ["host_range_ns", "gpu_busy_ns", "gpu_idle_ns",
+                                                             "o_us", "w_gb_per_s", "wait_us", "transfer_us",
+                                                             "busbw_gb_per_s", "slowdown_pct", "lost_ns"]
+    return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)
 
 
 def benchmark_run_page(run: Run) -> dict:

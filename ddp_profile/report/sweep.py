@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.report.compare import comparison, group_source
-from ddp_profile.report.html import esc, figure_div, ms_frame, page, run_links, table
+from ddp_profile.report.glossary import fmt_ms
+from ddp_profile.report.html import esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run
 
 MODEL_TRACE = "model n_b·o + s/(n_b·w)"  # the name plots.sweep gives the model line (renamed here)
@@ -153,21 +154,43 @@ def model_text(curve, opt, fit, members) -> str:
             f"<tbody>{rows}</tbody></table>")
 
 
-def render_sweep_page(group: Group, runs: list[Run] | None = None) -> str:
-    from ddp_profile.plots import alpha_beta_figure, bucket_sweep_figure
-
+def sweep_facts(group: Group, runs: list[Run] | None = None) -> dict:
+    """Everything the sweep page and the run pages' advice need, computed once per sweep: the comparison,
+    the pooled fit, the model curve, b* (MiB) and the measured best cap by median step time."""
     comp = comparison(group.runs)
-    src = group_source(group)
     pooled, fit, members = pooled_fit(group, runs)
     curve, opt = sweep_model(group, fit)
+    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_size_mb", "step_ns"])
+    best = b.loc[b["step_ns"].idxmin()] if len(b) else None
+    return {"comp": comp, "pooled": pooled, "fit": fit, "members": members, "curve": curve,
+            "b_star_mib": opt, "best_cap": float(best["bucket_size_mb"]) if best is not None else None,
+            "best_step_ns": float(best["step_ns"]) if best is not None else None}
+
+
+def render_sweep_page(group: Group, runs: list[Run] | None = None, facts: dict | None = None) -> str:
+    from ddp_profile.plots import alpha_beta_figure, bucket_sweep_figure
+    from ddp_profile.report.index import numbers_table
+    from ddp_profile.report.verdicts import sweep_verdict
+
+    f = facts or sweep_facts(group, runs)
+    comp, pooled, fit, members, curve, opt = (f[k] for k in ("comp", "pooled", "fit", "members", "curve",
+                                                            "b_star_mib"))
+    src = group_source(group)
     fig = bucket_sweep_figure(comp, curve, opt, source=src)
     fig.update_traces(selector={"name": MODEL_TRACE}, mode="lines+markers",
                       name="model tail: buckets queued at measured ready times (points joined)")
     ddp = [r for r in group.runs if r.meta.get("strategy") == "torch_ddp"]
     shown = fit.drop(columns=["grad_bytes_per_step", "b_star_bytes"]).assign(
         s_mib=fit["grad_bytes_per_step"] / 2**20, b_star_mib=fit["b_star_bytes"] / 2**20) if len(fit) else fit
+    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_size_mb"]).sort_values("bucket_size_mb")
+    d = comp[comp["strategy"] == "torch_ddp"]
+    verdict = sweep_verdict(b["bucket_size_mb"].astype(float).tolist(), b["step_ns"].tolist(),
+                            b["comm_tail_ns"].tolist(), opt, ddp=d.iloc[0].to_dict() if len(d) else None,
+                            spread={float(r.bucket_size_mb): (r.step_min_ns, r.step_max_ns) for r in b.itertuples()})
+    alt = "Bucket sweep: time per step by cap: " + "; ".join(
+        f"{c:g} MiB {fmt_ms(t)}" for c, t in zip(b["bucket_size_mb"], b["step_ns"], strict=False))
     body = "\n".join([
-        figure_div(fig, "sweep"), model_text(curve, opt, fit, members),
+        figure_div(fig, "sweep", alt=alt), model_text(curve, opt, fit, members),
         "<p class='note'>torch_ddp (PyTorch DDP at its bucket cap) is shown as single points: its "
         "all-reduces carry no per-bucket NVTX ranges, so its message sizes are unknown and it is not in "
         "the fit.</p>" if ddp else "",
@@ -175,6 +198,7 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None) -> str:
         "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
         table(shown, "α-β fit (t = o + bytes / w, one row per size regime, relative errors), every run with "
               "collective sizes pooled (the findings' fit)"),
-        table(ms_frame(comp.drop(columns=["page", "predicted_overhead_ns"], errors="ignore")), "Numbers (times in ms)"), run_links(group.runs),
+        numbers_table(comp, "Numbers (ranked by step time)"), run_links(group.runs),
     ])
-    return page(f"Bucket sweep: {group.title}", body, src)
+    return page(f"Bucket sweep: {group.title}", body, src, crumbs=[(f"Bucket sweep: {group.title}", None)],
+                verdict=verdict, glossary=list(comp.columns) + list(shown.columns))

@@ -53,7 +53,9 @@ def run_sets(runs) -> dict:
     return sets
 
 
-def build_sections(root: Path, runs) -> tuple[list, dict]:
+def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
+    """The sections and the sets; ``page_exists(name)`` filters the links to the report's comparison pages
+    (the report writes them before the findings; a partial campaign has fewer of them)."""
     sets = run_sets(runs)
     hosts = read_hosts(root)
     m_main = machine_line(root, MAIN, runs)
@@ -72,7 +74,37 @@ def build_sections(root: Path, runs) -> tuple[list, dict]:
         m_camp = machine_line(root, CAMPAIGN, runs)
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
     secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal})]
+    pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],
+             "q4": [("sweep", a), ("sweep", sets["small"])],
+             "q5": [("strategies", a), ("strategies", sets["B"]), ("strategies", sets["small"])],
+             "q7": [("scaling", {r.name: r for r in runs if r.set == SCALING})],
+             "q8": [("strategies", a), ("strategies", sets["B"])]}
+    for sec in secs:
+        links = [x for kind, rs in pages.get(sec.key, ()) for x in comparison_links(kind, rs)
+                 if page_exists is None or page_exists(x[1])]
+        if links:
+            sec.links(list(dict.fromkeys(links)))
     return secs, {"sets": sets, "scaling": scal}
+
+
+def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
+    """(text, page) of the report's comparison pages ('strategies', 'sweep', 'scaling') that hold a set's
+    runs, named as :func:`ddp_profile.report.runs.group_runs` names them."""
+    from ddp_profile.report.runs import group_page_name, normalise_meta
+
+    out = []
+    keys = {}
+    for r in (rs.values() if isinstance(rs, dict) else rs):
+        m = normalise_meta(r.meta)
+        folder = "scaling" if r.set == SCALING else ""
+        ws = None if kind == "scaling" else m.get("world_size")
+        if kind != "scaling" and (ws is None or int(ws) <= 1):
+            continue
+        keys[(folder, m.get("model"), m.get("dtype"), m.get("gpu_name"), ws)] = None
+    for folder, model, dtype, gpu, ws in keys:
+        title = f"{kind} page: {folder + '/ ' if folder else ''}{model} {dtype}" + (f" ×{ws}" if ws else "")
+        out.append((title, group_page_name(kind, folder, model, dtype, gpu, ws)))
+    return out
 
 
 def describe_set(name: str, rs: dict) -> str:
@@ -142,7 +174,7 @@ def build_findings(root, out_dir, progress=None, runs=None) -> dict:
     root, out_dir = Path(root), Path(out_dir)
     if runs is None:
         runs = load_all(root, progress)
-    secs, extra = build_sections(root, runs)
+    secs, extra = build_sections(root, runs, page_exists=lambda name: (out_dir / name).exists())
     a = extra["sets"]["A"]
     figs = {}
     picked = [a[k] for k in ("naive", "overlap") if k in a]

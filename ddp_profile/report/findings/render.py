@@ -67,16 +67,13 @@ def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
                     parts.append(f"<p class='note'>{esc(caption)}</p>" + figure_div(figures[key], f"fig-{key}"))
                 case Links(pairs):
                     parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>")
-    return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings")
+    return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings",
+                crumbs=[("Findings", None)])
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:
-    from ddp_profile.report.html import esc
+    """The report's table (sortable, CSV, scroll container); 'report page' cells link to the page."""
+    from ddp_profile.report.html import table
 
-    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(
-        f"<td><a href='{esc(v)}'>{esc(v)}</a></td>" if c == "report page" and v else f"<td>{esc(v)}</td>"
-        for c, v in zip(df.columns, row, strict=False)) + "</tr>" for row in df.itertuples(index=False))
-    return f"<h3>{esc(caption)}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
+    links = {"report page": list(df["report page"])} if "report page" in df else None
+    return table(df, caption, links=links)

@@ -1,0 +1,192 @@
+"""One unit convention and one formatter for every number a page shows, and one dict of metric definitions.
+
+Units: durations in ms with 3 decimals (µs only where a column is already in µs: per-launch and α-β
+latencies); bytes in MiB / GiB (binary: 1 MiB = 2**20 bytes, the harness's bucket caps are MiB too);
+percentages with 1 decimal. Tables show the number in the header's unit; prose uses :func:`fmt_ms`,
+:func:`fmt_mib`, :func:`fmt_pct`. Definitions (:data:`METRICS`) follow README "Metrics (definitions)" and
+are shown as hover titles on table headers and as the glossary block at the end of each page.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# column -> (header label with unit, definition). Keys are the analysis' column names.
+METRICS: dict[str, tuple[str, str]] = {
+    "step_ns": ("step time (ms)", "GPU window of the step: first GPU start to last GPU end of the kernels "
+                "launched inside the step's NVTX range (median over ranks and steps in comparisons)."),
+    "compute_ns": ("compute (ms)", "Time some compute kernel runs in the step window (union over streams)."),
+    "comm_ns": ("comm (ms)", "Time some NCCL kernel runs in the step window (union over streams)."),
+    "overlap_ns": ("hidden comm (ms)", "Communication hidden under compute: time compute and NCCL kernels "
+                   "run together in the step window."),
+    "exposed_comm_ns": ("exposed comm (ms)", "Communication not hidden by compute: comm_ns − overlap_ns."),
+    "exposed_wait_ns": ("exposed wait (ms)", "Part of the exposed communication spent waiting for the "
+                        "slowest peer to reach the collective."),
+    "exposed_transfer_ns": ("exposed transfer (ms)", "Part of the exposed communication spent moving data."),
+    "copy_ns": ("copy (ms)", "Time some memcpy/memset runs in the step window."),
+    "idle_ns": ("GPU idle in step (ms)", "Step window minus the time any kernel, copy or memset runs."),
+    "forward_ns": ("forward (ms)", "GPU window of the forward phase."),
+    "backward_ns": ("backward (ms)", "GPU window of the backward phase."),
+    "optimizer_ns": ("optimizer (ms)", "GPU window of the optimizer phase."),
+    "backward_end_ns": ("backward end", "Last GPU end of the compute kernels launched in backward."),
+    "comm_tail_ns": ("comm tail (ms)", "Communication still running after the last backward kernel: "
+                     "last end of the step's NCCL kernels − backward end (0 if none)."),
+    "job_comm_tail_ns": ("job comm tail (ms)", "Comm tail measured against the latest backward end of all "
+                         "ranks (the tail the whole job waits for)."),
+    "param_sync_ns": ("param sync (ms)", "Time spent copying averaged gradients back / syncing parameters."),
+    "comm_pct": ("comm (%)", "100 · comm_ns / step_ns."),
+    "exposed_comm_pct": ("exposed comm (%)", "100 · exposed_comm_ns / step_ns: share of the step the GPU "
+                         "spends on communication with no compute beside it."),
+    "overlap_pct": ("comm hidden (%)", "100 · hidden comm / comm, all ranks and steps pooled "
+                    "(per kernel name: share of its time another class of kernel ran beside it)."),
+    "wait_pct_of_comm": ("wait (% of comm)", "Share of the NCCL kernel time spent waiting for a peer."),
+    "duration_ns": ("duration (ms)", "NCCL kernel duration."),
+    "duration_us": ("duration (µs)", "NCCL kernel duration (median)."),
+    "wait_ns": ("wait (ms)", "min(duration, latest peer start − own start): waiting for the slowest peer."),
+    "wait_us": ("wait (µs)", "min(duration, latest peer start − own start): waiting for the slowest peer "
+                "(median)."),
+    "transfer_ns": ("transfer (ms)", "duration − wait: time spent moving data."),
+    "transfer_us": ("transfer (µs)", "duration − wait: time spent moving data (median)."),
+    "busbw_gb_per_s": ("bus bandwidth (GB/s)", "bytes · 2(n−1)/n / transfer time (NCCL's bus bandwidth)."),
+    "bytes": ("message (MiB)", "Bytes all-reduced by the collective (from the harness's NVTX payload)."),
+    "min_bytes": ("smallest message (MiB)", "Smallest message in this size regime of the fit."),
+    "max_bytes": ("largest message (MiB)", "Largest message in this size regime of the fit."),
+    "s_mib": ("gradient bytes s (MiB)", "Gradient bytes all-reduced per step."),
+    "b_star_mib": ("b* (MiB)", "Bucket size minimising n_b·o + s/(n_b·w): b* = √(s·w·o)."),
+    "o_us": ("latency o (µs)", "Fitted per-collective latency in t = o + bytes / w."),
+    "w_gb_per_s": ("bandwidth w (GB/s)", "Fitted bandwidth in t = o + bytes / w."),
+    "r2": ("R²", "Coefficient of determination of the fit."),
+    "n_points": ("kernels fitted", "Collectives the fit used."),
+    "median_rel_err_pct": ("median error (%)", "Median of |predicted − measured| / measured."),
+    "p90_rel_err_pct": ("90th pct error (%)", "90th percentile of |predicted − measured| / measured."),
+    "gpu_busy_ns": ("GPU busy in host range (ms)", "Time any GPU work runs inside the step's host NVTX range "
+                    "(the launch check's population: host range, not the GPU window)."),
+    "gpu_idle_ns": ("GPU idle in host range (ms)", "Host NVTX range of the step − GPU busy."),
+    "host_range_ns": ("host range (ms)", "Length of the step's host NVTX range (the launch check's step; the "
+                      "step time elsewhere is the GPU window)."),
+    "idle_pct": ("GPU idle in host range (%)", "100 · GPU idle / host range."),
+    "launches": ("launches", "Kernel-launch API calls started in the step's host range."),
+    "host_us_per_launch": ("host µs / launch", "(host range − synchronize time) / launches."),
+    "gpu_us_per_kernel": ("GPU µs / kernel", "Mean kernel time."),
+    "launch_bound": ("launch-bound", "GPU idle > 25 % of the host range and host µs/launch > GPU µs/kernel."),
+    "slowdown_pct": ("slowdown (%)", "100 · (median time under NCCL / median time alone − 1), per compute "
+                     "kernel name."),
+    "lost_ns": ("time lost (ms)", "Σ over overlapped instances of (duration − median alone)."),
+    "alone_median_ns": ("alone (ms)", "Median duration with no NCCL kernel beside it."),
+    "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL."),
+    "speedup_vs_1gpu": ("speedup", "n · t₁ / tₙ with t₁ the step time of the run's 1-GPU baseline "
+                        "(fixed per-GPU batch)."),
+    "efficiency_pct": ("efficiency vs 1 GPU (%)", "100 · t₁ / tₙ: step time of the run's 1-GPU baseline / "
+                       "step time of the run (100 % = perfect weak scaling)."),
+    "serial_fraction": ("serial fraction", "Amdahl serial fraction (Karp–Flatt): (1/S − 1/n) / (1 − 1/n)."),
+    "samples_per_s": ("samples / s", "world_size · per-GPU batch / step time."),
+    "bucket_size_mb": ("bucket cap (MiB)", "Gradient bucket cap (binary MiB) of bucketed and torch_ddp runs."),
+    "world_size": ("GPUs", "Number of ranks."),
+    "n_steps": ("steps", "Profiled steps."),
+    "baseline": ("1-GPU baseline", "The run efficiency and speedup are measured against."),
+}
+
+# README "Metrics (definitions)" names these; tests check every one of them is defined in that section.
+README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
+                  "comm_tail_ns", "comm_pct", "exposed_comm_pct", "overlap_pct", "wait_ns", "transfer_ns",
+                  "busbw_gb_per_s", "median_rel_err_pct", "p90_rel_err_pct", "gpu_busy_ns", "gpu_idle_ns",
+                  "idle_pct", "host_us_per_launch", "gpu_us_per_kernel", "launch_bound", "slowdown_pct",
+                  "lost_ns", "efficiency_pct")
+
+
+def missing(v) -> bool:
+    try:
+        return v is None or (not isinstance(v, (str, bool)) and math.isnan(float(v)))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_ms(ns, unit: bool = True) -> str:
+    """ns -> '384.306 ms' (3 decimals, thousands separators); '–' when missing."""
+    if missing(ns):
+        return "–"
+    return f"{float(ns) / 1e6:,.3f}" + (" ms" if unit else "")
+
+
+def fmt_mib(nbytes, unit: bool = True) -> str:
+    """bytes -> '61.0 MiB' / '1.86 GiB' (binary); '–' when missing."""
+    if missing(nbytes):
+        return "–"
+    mib = float(nbytes) / 2**20
+    if unit and mib >= 1024:
+        return f"{mib / 1024:,.2f} GiB"
+    return f"{mib:,.1f}" + (" MiB" if unit else "") if mib >= 1 or mib == 0 else \
+        f"{mib:,.4g}" + (" MiB" if unit else "")
+
+
+def fmt_cap(mib) -> str:
+    """A bucket cap given in MiB -> '25 MiB'."""
+    return "–" if missing(mib) else f"{float(mib):g} MiB"
+
+
+def fmt_pct(v) -> str:
+    return "–" if missing(v) else f"{float(v):.1f} %"
+
+
+def display_value(col: str, v):
+    """(number in the header's unit or text, as shown in a table cell) for column ``col``."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if missing(v):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return v
+    if col.endswith("_ns"):
+        return float(v) / 1e6
+    if col in ("bytes", "min_bytes", "max_bytes") or col.endswith("_bytes"):
+        return float(v) / 2**20
+    return v
+
+
+def header(col: str) -> tuple[str, str]:
+    """(label with unit, definition or '') for a column."""
+    if col in METRICS:
+        return METRICS[col]
+    if col.endswith("_ns"):
+        return col[:-3].replace("_", " ") + " (ms)", ""
+    if col.endswith("_bytes"):
+        return col[:-6].replace("_", " ") + " (MiB)", ""
+    if col.endswith("_pct"):
+        return col[:-4].replace("_", " ") + " (%)", ""
+    return col.replace("_", " "), ""
+
+
+def cell_text(col: str, v) -> str:
+    """The one table-cell formatter: ms and MiB with 3 and 1-3 decimals, % with 1, counts with separators."""
+    d = display_value(col, v)
+    if d is None:
+        return "–"
+    if isinstance(d, bool):
+        return "yes" if d else "no"
+    if isinstance(d, int):
+        return f"{d:,}"
+    if isinstance(d, float):
+        if col.endswith(("_ns", "_ms")):
+            return f"{d:,.3f}"
+        if "pct" in col or "_us" in col or col.endswith("_per_s"):
+            return f"{d:,.1f}"
+        if col in ("bytes", "min_bytes", "max_bytes", "s_mib", "b_star_mib") or col.endswith("_bytes"):
+            return f"{d:,.1f}" if abs(d) >= 1 else f"{d:.4g}"
+        if col == "bucket_size_mb":
+            return f"{d:g}"
+        if d.is_integer() and abs(d) < 1e15:
+            return f"{int(d):,}"
+        return f"{d:,.3f}"
+    return str(d)
+
+
+def glossary_html(keys, esc) -> str:
+    """A <dl> with the definitions of ``keys`` (those in METRICS), in the order given."""
+    seen = [k for k in dict.fromkeys(keys) if k in METRICS]
+    if not seen:
+        return ""
+    items = "".join(f"<dt>{esc(METRICS[k][0])} <code>{esc(k)}</code></dt><dd>{esc(METRICS[k][1])}</dd>"
+                    for k in seen)
+    return f"<details class='glossary'><summary><h2>Definitions</h2></summary><dl>{items}</dl></details>"

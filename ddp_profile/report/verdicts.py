@@ -1,0 +1,191 @@
+"""The sentences every page starts with: computed from the same frames the page shows, so they flip with the
+data (no typed numbers). Each function returns escaped HTML paragraphs (or '' when there is nothing to say).
+
+- :func:`strategy_verdict`: which strategy is fastest, by how much vs the next, the slowest and torch_ddp,
+  and whether the step-time ranges establish the order.
+- :func:`run_verdict`: how much communication, hidden, exposed (wait vs transfer when the analysis has the
+  columns), the tail, what bounds the step, and what to change with the evidence.
+- :func:`sweep_verdict`: the measured best bucket cap, the model optimum, which to use and why.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, missing
+
+
+def _e(text) -> str:
+    return html.escape(str(text), quote=False)
+
+
+def label(row) -> str:
+    """'bucketed 25 MiB ×2'."""
+    from ddp_profile.plots.compare import run_label
+
+    return run_label(row)
+
+
+def _range(row) -> str:
+    return f"{fmt_ms(row.get('step_min_ns'), unit=False)}–{fmt_ms(row.get('step_max_ns'))}"
+
+
+def _diff(a_ns: float, b_ns: float) -> str:
+    """'12.345 ms (3.4 %)' — b − a, relative to b."""
+    d = b_ns - a_ns
+    return f"{fmt_ms(abs(d))} ({100.0 * abs(d) / b_ns:.1f} %)" if b_ns else fmt_ms(abs(d))
+
+
+def _hosts(a, b) -> str:
+    """' (but recorded on host-2, not host-1: ...)' when two rows come from different hosts."""
+    ha, hb = a.get("host"), b.get("host")
+    if ha and hb and ha != hb:
+        return (f" (but torch_ddp was recorded on {_e(hb)} and the fastest on {_e(ha)}, so the difference "
+                "mixes the host with the strategy)")
+    return ""
+
+
+def ranked(comp: pd.DataFrame) -> pd.DataFrame:
+    """Multi-GPU rows with a step time, fastest first."""
+    ws = pd.to_numeric(comp["world_size"], errors="coerce")
+    return comp[(ws > 1) & comp["step_ns"].notna()].sort_values("step_ns").reset_index(drop=True)
+
+
+def strategy_verdict(comp: pd.DataFrame) -> str:
+    r = ranked(comp).to_dict("records")
+    if not r:
+        return "<p>No multi-GPU run with steps here, so no ranking.</p>"
+    best = r[0]
+    n = int(best.get("n_steps") or 0)
+    out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(best['step_ns'])} per step (median over ranks and "
+           f"{n} profiled steps; range {_range(best)})."]
+    if len(r) > 1:
+        nxt, worst = r[1], r[-1]
+        s = (f"It is {_diff(best['step_ns'], nxt['step_ns'])} faster than the next, {_e(label(nxt))} "
+             f"({fmt_ms(nxt['step_ns'])}, range {_range(nxt)})")
+        if len(r) > 2:
+            s += f", and {_diff(best['step_ns'], worst['step_ns'])} faster than the slowest, {_e(label(worst))}"
+        out.append(s + ".")
+        if best["step_max_ns"] < nxt["step_min_ns"]:
+            out.append("Its slowest step is faster than the next one's fastest step, so these steps establish "
+                       "the order of the top two.")
+        else:
+            out.append("Their step-time ranges overlap, so these steps do not establish the order of the top "
+                       f"two: the {fmt_ms(nxt['step_ns'] - best['step_ns'])} gap is within the step-to-step "
+                       "spread.")
+    ddp = [x for x in r if x.get("strategy") == "torch_ddp"]
+    if ddp and ddp[0] is not best:
+        d = ddp[0]
+        out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(d['step_ns'])}): "
+                   f"{_diff(best['step_ns'], d['step_ns'])} faster{_hosts(best, d)}.")
+        own = [x for x in r if x.get("strategy") != "torch_ddp"]
+        if own and own[0] is not best:
+            o = own[0]
+            word = "faster" if o["step_ns"] < d["step_ns"] else "slower"
+            out.append(f"The best of ours, {_e(label(o))}, is {_diff(o['step_ns'], d['step_ns'])} {word} "
+                       "than torch_ddp.")
+    elif ddp:
+        own = [x for x in r if x.get("strategy") != "torch_ddp"]
+        if own:
+            out.append(f"PyTorch DDP is fastest; our best, {_e(label(own[0]))}, is "
+                       f"{_diff(best['step_ns'], own[0]['step_ns'])} slower.")
+    order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(x['step_ns'])}" for i, x in enumerate(r, 1))
+    out.append(f"Ranked: {order}.")
+    return "<p>" + " ".join(out) + "</p>"
+
+
+def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
+    """(what bounds the step, why) from the step's median parts: launches when the launch check says so,
+    else the largest of compute, exposed communication and idle."""
+    step = summary.get("step_ns") or 0
+    parts = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
+             "idle gaps (host or launches)": summary.get("idle_ns")}
+    parts = {k: float(v) for k, v in parts.items() if not missing(v)}
+    if launch_bound:
+        return "kernel launches", "the launch check finds most steps launch-bound (see below)"
+    if not parts or not step:
+        return "unknown", "no step metrics"
+    k = max(parts, key=parts.get)
+    share = ", ".join(f"{n.split(' ')[0]} {100 * v / step:.1f} %" for n, v in parts.items())
+    return k, f"of the step: {share}" + ("" if k == "compute" else " (exposed)")
+
+
+def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
+                world_size) -> str:
+    """2–4 sentences: communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
+    step = summary.get("step_ns")
+    if missing(step):
+        return "<p>No profiled steps in this run, so no verdict.</p>"
+    n = int(summary.get("n_steps") or 0)
+    out = [f"Median step {fmt_ms(step)} over {n} profiled steps and every rank."]
+    comm = summary.get("comm_ns")
+    if world_size and int(world_size) > 1 and not missing(comm) and comm > 0:
+        hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")
+        s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
+             f"({100 * (hidden or 0) / comm:.0f} %) is hidden under compute and {fmt_ms(exposed)} "
+             f"({fmt_pct(summary.get('exposed_comm_pct'))} of the step) is exposed")
+        if steps is not None and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
+            s += (f" — {fmt_ms(steps['exposed_wait_ns'].median())} waiting for the slower rank, "
+                  f"{fmt_ms(steps['exposed_transfer_ns'].median())} transferring")
+        s += f". The comm tail after the last backward kernel is {fmt_ms(summary.get('comm_tail_ns'))}"
+        if steps is not None and "job_comm_tail_ns" in steps:
+            s += f" ({fmt_ms(steps['job_comm_tail_ns'].median())} after the last rank's backward)"
+        out.append(s + ".")
+    elif world_size and int(world_size) > 1:
+        out.append("No NCCL kernels were found in the steps.")
+    else:
+        out.append("One GPU: no communication.")
+    what, why = bound_by(summary, launch_bound)
+    out.append(f"The step is bound by <b>{_e(what)}</b> ({_e(why)}).")
+    if advice:
+        out.append(advice)
+    return "<p>" + " ".join(out) + "</p>"
+
+
+def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[float], b_star_mib,
+                  default_cap: float | None = 25.0, ddp: dict | None = None, spread: dict | None = None) -> str:
+    """Recommendation first: measured best cap (by step time), the model's b*, which to use and why."""
+    pts = [(c, t, tl) for c, t, tl in zip(curve_caps, step_ns, tails_ns, strict=False) if not missing(t)]
+    if not pts:
+        return "<p>No bucketed run with steps here, so no recommendation.</p>"
+    best = min(pts, key=lambda p: p[1])
+    worst = max(pts, key=lambda p: p[1])
+    caps = sorted(p[0] for p in pts)
+    out = [f"<b>Use a bucket cap of {fmt_cap(best[0])}</b>: it measured the shortest step, "
+           f"{fmt_ms(best[1])} (comm tail {fmt_ms(best[2])}), {_diff(best[1], worst[1])} faster than the "
+           f"slowest cap ({fmt_cap(worst[0])})."]
+    if spread:
+        nxt = sorted(pts, key=lambda p: p[1])[1] if len(pts) > 1 else None
+        lo, hi = spread.get(best[0], (None, None))
+        if nxt is not None and hi is not None and nxt[0] in spread:
+            if hi < spread[nxt[0]][0]:
+                out.append(f"Its slowest step beats the fastest step of the runner-up ({fmt_cap(nxt[0])}), so "
+                           "the order is established.")
+            else:
+                out.append(f"Its step range ({fmt_ms(lo, unit=False)}–{fmt_ms(hi)}) overlaps the runner-up's "
+                           f"({fmt_cap(nxt[0])}: {fmt_ms(spread[nxt[0]][0], unit=False)}–"
+                           f"{fmt_ms(spread[nxt[0]][1])}), so the order of the top two is not established.")
+    dflt = [p for p in pts if default_cap is not None and p[0] == default_cap]
+    if dflt and dflt[0] is not best:
+        out.append(f"Against the default {fmt_cap(default_cap)}: {_diff(best[1], dflt[0][1])} per step.")
+    if b_star_mib is not None and not missing(b_star_mib) and math.isfinite(b_star_mib):
+        near = min(caps, key=lambda c: abs(math.log(c / b_star_mib)) if c > 0 else math.inf)
+        if near == best[0]:
+            why = (f"The cost model's optimum b* = {b_star_mib:,.0f} MiB is nearest to that measured cap, so "
+                   "model and measurement agree.")
+        else:
+            lo = max([c for c in caps if c <= b_star_mib], default=None)
+            hi = min([c for c in caps if c >= b_star_mib], default=None)
+            between = (f"between the measured caps {fmt_cap(lo)} and {fmt_cap(hi)}" if lo and hi
+                       else "outside the measured caps")
+            why = (f"The cost model's optimum b* = {b_star_mib:,.0f} MiB lies {between} and was not measured; "
+                   "the measurement wins because the model leaves out launch delays and the slowdown of the "
+                   "last buckets beside the gradient copy-back (see the model's error below). Measure "
+                   f"{b_star_mib:,.0f} MiB before preferring it.")
+        out.append(why)
+    if ddp and not missing(ddp.get("step_ns")):
+        out.append(f"PyTorch DDP at {fmt_cap(ddp.get('bucket_size_mb'))} measured {fmt_ms(ddp['step_ns'])}.")
+    return "<p>" + " ".join(out) + "</p>"

@@ -257,7 +257,7 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
             "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
-    note = ("steps inferred from the GPU trace (no NVTX range matches the step pattern): each step is one "
+    note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
             "period of the repeating kernel-launch sequence, cut at the largest launch gap on the main thread; "
             "step indices count from 0 per rank; " + "; ".join(found))
     return out, [note]
@@ -336,4 +336,5 @@ def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
     inferred, inf_notes = infer_steps(karr)
     if inferred.empty:
         return steps, notes + inf_notes, False
-    return inferred, inf_notes, True
+    # keep why NVTX gave no steps (e.g. step ranges that were never closed) beside how they were inferred
+    return inferred, notes + inf_notes, True

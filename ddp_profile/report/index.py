@@ -27,7 +27,7 @@ TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_nam
 
 def host_text(runs: list[Run]) -> str:
     """Which host recorded the runs (``hosts.txt`` beside the traces), in one sentence."""
-    known = {}
+    known: dict[str | None, list[Run]] = {}
     for r in runs:
         known.setdefault(getattr(r, "host", None), []).append(r)
     if set(known) == {None}:

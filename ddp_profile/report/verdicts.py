@@ -100,15 +100,15 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
 def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     """(what bounds the step, why) from the step's median parts: launches when the launch check says so,
     else the largest of compute, exposed communication and idle."""
-    step = summary.get("step_ns") or 0
-    parts = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
-             "idle gaps (host or launches)": summary.get("idle_ns")}
-    parts = {k: float(v) for k, v in parts.items() if not missing(v)}
+    step = float(summary.get("step_ns") or 0)
+    raw = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
+           "idle gaps (host or launches)": summary.get("idle_ns")}
+    parts: dict[str, float] = {k: float(v) for k, v in raw.items() if v is not None and not missing(v)}
     if launch_bound:
         return "kernel launches", "the launch check finds most steps launch-bound (see below)"
     if not parts or not step:
         return "unknown", "no step metrics"
-    k = max(parts, key=parts.get)
+    k = max(parts, key=lambda name: parts[name])
     share = ", ".join(f"{n.split(' ')[0]} {100 * v / step:.1f} %" for n, v in parts.items())
     return k, f"of the step: {share}" + ("" if k == "compute" else " (exposed)")
 
@@ -121,8 +121,8 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
         return "<p>No profiled steps in this run, so no verdict.</p>"
     n = int(summary.get("n_steps") or 0)
     out = [f"Median step {fmt_ms(step)} over {n} profiled steps and every rank."]
-    comm = summary.get("comm_ns")
-    if world_size and int(world_size) > 1 and not missing(comm) and comm > 0:
+    comm = float(summary.get("comm_ns") or 0.0)
+    if world_size and int(world_size) > 1 and comm > 0:
         hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")
         s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
              f"({100 * (hidden or 0) / comm:.0f} %) is hidden under compute and {fmt_ms(exposed)} "

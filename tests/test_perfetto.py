@@ -105,7 +105,7 @@ def test_report_writes_the_trace_beside_small_run_pages_and_links_it(tmp_path, m
     report.write_report(runs, out, progress=open(os.devnull, "w"))
     small, large = runs[1], runs[2]
     trace_file = out / perfetto.file_name(small.page)
-    assert json.loads(trace_file.read_text())["traceEvents"]
+    assert json.loads(gzip.decompress(trace_file.read_bytes()))["traceEvents"]  # gzipped beside the page
     assert f"href='{trace_file.name}'" in (out / small.page).read_text()
     assert not (out / perfetto.file_name(large.page)).exists()
     assert "ddp-profile export --format perfetto" in (out / large.page).read_text()

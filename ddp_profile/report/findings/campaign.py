@@ -144,15 +144,27 @@ def q10_beat_ddp(sets: dict, page_for, machine: str) -> Section:
         s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(unprofiled_ns(best))} per step, "
             f"{ratio:.3f}× stock torch_ddp ({ms(unprofiled_ns(ref))})"
             + (f" and {pct(eff)} 2-GPU efficiency against the 1-GPU run's {ms(unprofiled_ns(one))}" if one else "")
-            + ". " + _lever_evidence(ref, best))
+            + ". " + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, multi))
         s.p(_prediction_sentence(name, ref, rs))
     return s
 
 
-def _lever_evidence(ref, best) -> str:
+def _lever_evidence(ref, best, one=None, multi=()) -> str:
     if best is ref:
-        return "No lever beat the reference in this set."
+        text = "No lever beat the reference in this set."
+        if one is not None:
+            gap = unprofiled_ns(ref) - unprofiled_ns(one)
+            text += (f" The trace shows where its {ms(gap)} over one GPU goes: compute covers {ms(ref.v('compute_ns'))} "
+                     f"per step against {ms(one.v('compute_ns'))} on one GPU (kernels slowed while NCCL shares the "
+                     f"GPU), and {ms(ref.v('exposed_comm_ns'))} of communication is exposed.")
+        others = [r for r in multi if r is not ref and r.config.get("nccl_channels")]
+        if others:
+            worst = max(others, key=lambda r: r.v("exposed_comm_ns"))
+            text += (f" Fewer NCCL channels do not pay here: {worst.name} exposes {ms(worst.v('exposed_comm_ns'))} "
+                     f"of communication per step (compute {ms(worst.v('compute_ns'))}), so the all-reduces no "
+                     "longer finish under the backward pass.")
+        return text
     c_ref, c_best = ref.v("compute_ns"), best.v("compute_ns")
     exp_ref, exp_best = ref.v("exposed_comm_ns"), best.v("exposed_comm_ns")
     return (f"In the traces, compute covers {ms(c_best)} per step against {ms(c_ref)} for the reference "

@@ -106,6 +106,16 @@ class LaunchAnalysis:
         return lines
 
 
+STEP_TABLE = (  # (column, header, scale): the one launch step table; `ddp-profile launches`
+    # prints it (times in ms), the run page shows a subset of its columns
+    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6),
+    ("gpu_busy_ns", "busy_ms", 1e6), ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", 1),
+    ("kernels", "kernels", None), ("launches", "launches", None), ("api_ns", "api_ms", 1e6),
+    ("sync_ns", "sync_ms", 1e6), ("host_us_per_launch", "host_us/launch", 1),
+    ("gpu_us_per_kernel", "gpu_us/kernel", 1), ("launch_bound", "launch_bound", None),
+)
+
+
 def _names_matching(names: pd.Series, pattern: str) -> np.ndarray:
     """Rows whose name matches ``pattern``, each distinct name tested once (a categorical's categories
     directly: sorting the call names as strings cost ~3.5 s over the committed traces' 3.8M calls)."""

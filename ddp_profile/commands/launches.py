@@ -13,13 +13,6 @@ from ddp_profile.errors import MissingDataError, UsageError
 from ddp_profile.safeio import write_text_atomic
 
 JSON_VERSION = 1
-STEP_TABLE = (  # (column, header, scale) for the printed step table: times in ms
-    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6),
-    ("gpu_busy_ns", "busy_ms", 1e6), ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", 1),
-    ("kernels", "kernels", None), ("launches", "launches", None), ("api_ns", "api_ms", 1e6),
-    ("sync_ns", "sync_ms", 1e6), ("host_us_per_launch", "host_us/launch", 1),
-    ("gpu_us_per_kernel", "gpu_us/kernel", 1), ("launch_bound", "launch_bound", None),
-)
 
 
 def register(subparsers) -> None:
@@ -52,6 +45,8 @@ def render_json(res) -> str:
 
 def render_text(res) -> str:
     import pandas as pd
+
+    from ddp_profile.analysis.launches import STEP_TABLE
 
     steps = pd.DataFrame({head: res.steps[col] / scale if scale else res.steps[col]
                           for col, head, scale in STEP_TABLE})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ddp_profile.analysis.launches import STEP_TABLE
 from ddp_profile.nsys.files import export_stem
 from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
@@ -90,12 +91,12 @@ def _nsys_rep_hint(trace) -> str:
     return "<p>Open in the Nsight Systems GUI: " + ", ".join(f"<code>nsys-ui {esc(r)}</code>" for r in reps) + "</p>"
 
 
-LAUNCH_TABLE = (  # (LAUNCH_STEP column, column shown): the step here is the host NVTX range
-    ("rank", "rank"), ("step", "step"), ("step_ns", "host_range_ns"), ("gpu_busy_ns", "gpu_busy_ns"),
-    ("gpu_idle_ns", "gpu_idle_ns"), ("idle_pct", "idle_pct"), ("launches", "launches"),
-    ("host_us_per_launch", "host_us_per_launch"), ("gpu_us_per_kernel", "gpu_us_per_kernel"),
-    ("launch_bound", "launch_bound"),
-)
+# The run page's launch columns: a subset of the one table (analysis.launches.STEP_TABLE), in its order; the
+# step there is the host NVTX range, so its step_ns is shown as host_range_ns.
+PAGE_LAUNCH_COLUMNS = {"rank", "step", "step_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_pct", "launches",
+                       "host_us_per_launch", "gpu_us_per_kernel", "launch_bound"}
+LAUNCH_TABLE = tuple((col, "host_range_ns" if col == "step_ns" else col) for col, _, _ in STEP_TABLE
+                     if col in PAGE_LAUNCH_COLUMNS)
 
 
 def launch_bound_majority(run: Run):

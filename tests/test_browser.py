@@ -88,14 +88,16 @@ def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, 
     ARTIFACTS.mkdir(exist_ok=True)
     page, problems = _open(browser, site / "run-hostile-run.html")
     page.wait_for_selector("#timeline .main-svg")
+    page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
+    page.locator("#timeline").scroll_into_view_if_needed()  # the verdict comes first: bring the chart on screen
     # Hover the first compute bar with the mouse, at its pixel position on the plot.
     box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout;
         const t = d.data[0]; const i = t.hovertext.findIndex(h => h.includes('pwned'));
         return {x: fl._size.l + fl.xaxis.l2p(t.base[i] + t.x[i] / 2),
                 y: fl._size.t + fl.yaxis.l2p(t.y[i] + t.offset + t.width / 2)}; }""")
     rect = page.locator("#timeline .main-svg").first.bounding_box()
-    page.mouse.move(rect["x"] + box["x"], rect["y"] + box["y"])
-    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=5_000).text_content()
+    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
+    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=15_000).text_content()
     assert "<script>window.__pwned=1</script>" in label  # shown literally, as text
     page.screenshot(path=str(ARTIFACTS / "report-run-hover.png"), full_page=True)
 

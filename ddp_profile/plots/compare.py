@@ -108,7 +108,7 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = ""):
     text = [f"{v / 1e6:,.3f} ms" for v in c["step_ns"]]
     labels = [f"{lbl} · {t}" for lbl, t in zip(labels, text, strict=True)]  # absolute time beside the name
     fig = go.Figure(go.Bar(
-        orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color="#4C78A8",
+        orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color=palette.COMPUTE,
         error_x={"type": "data", "symmetric": False, "array": hi.tolist(), "arrayminus": lo.tolist(),
                  "color": "#555"},
         hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>"))

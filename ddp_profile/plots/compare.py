@@ -26,6 +26,9 @@ def run_label(row) -> str:
     mb = row.get("bucket_size_mb")
     if mb is not None and not pd.isna(mb) and str(row.get("strategy")) in ("bucketed", "torch_ddp"):
         label += f" {float(mb):g} MiB"
+    variant = row.get("variant")
+    if isinstance(variant, str) and variant:
+        label += f" ({variant})"
     ws = row.get("world_size")
     if ws is not None and not pd.isna(ws):
         label += f" ×{int(ws)}"

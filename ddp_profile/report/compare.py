@@ -67,6 +67,7 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     comp = compare_runs([(r.trace, r.analysis) for r in runs]).copy()
     comp["page"] = [r.page for r in runs]
     comp["run"] = [r.name for r in runs]  # the run id, unique in the report
+    comp["variant"] = [r.meta.get("variant") or "" for r in runs]  # levers / sharding beyond strategy and cap
     # bucket size only where the strategy has buckets (the harness records its default for all)
     comp["bucket_size_mb"] = [r.meta.get("bucket_size_mb") if r.meta else b
                               for r, b in zip(runs, comp["bucket_size_mb"], strict=False)]

@@ -165,7 +165,8 @@ def measured_advice(run: Run, context: dict | None) -> str:
     from ddp_profile.report.verdicts import label, ranked
 
     ctx = context or {}
-    ws = int(run.meta.get("world_size") or 1)
+    # a trace without the harness's JSON: its ranks say how many GPUs took part
+    ws = int(run.meta.get("world_size") or len(getattr(run.trace, "ranks", ())) or 1)
     mine = [g for g in ctx.get("groups", ()) if run in g.runs]
     t = median_step_ns(run)  # the same population as the comparison's step_ns
     if ws <= 1:

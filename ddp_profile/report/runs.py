@@ -23,6 +23,7 @@ hosts are never put on one axis.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,7 +160,20 @@ def normalise_meta(meta: dict) -> dict:
                     break
     if m.get("strategy") not in ("bucketed", "torch_ddp"):
         m["bucket_size_mb"] = None  # strategies without buckets: a config default, not a setting
+    m["variant"] = run_variant(str(m.get("run_name") or ""), str(m.get("strategy") or ""))
     return m
+
+
+def run_variant(run_name: str, strategy: str) -> str:
+    """What the harness's run name adds to strategy and cap: 'views, optoverlap, ch2, hiprio', '+zero1',
+    'noreshard' ('' for a plain run). Runs with a variant are not points of a bucket sweep."""
+    # <label>_<model>_<dtype>_<n>x<gpu>; the label itself may hold '_' (torch_ddp)
+    head = run_name.rsplit("_", 3)[0] if run_name.count("_") >= 3 else run_name
+    if not strategy or not head.startswith(strategy):
+        return ""
+    rest = re.sub(r"^-[0-9.]+mb", "", head[len(strategy):])
+    parts = [p for p in re.split(r"-|(?=\+)", rest) if p]
+    return ", ".join(parts)
 
 
 # ---- grouping -------------------------------------------------------------------------------------------
@@ -204,9 +218,10 @@ def group_runs(runs: list[Run]) -> list[Group]:
             if len({(r.meta["strategy"], r.meta.get("bucket_size_mb")) for r in at}) >= 2:
                 groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
                                     group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
-            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None]
+            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None
+                     and not r.meta.get("variant")]
             if len({float(r.meta["bucket_size_mb"]) for r in sweep}) >= 2:
-                ddp = [r for r in at if r.meta["strategy"] == "torch_ddp"]
+                ddp = [r for r in at if r.meta["strategy"] == "torch_ddp" and not r.meta.get("variant")]
                 groups.append(Group("sweep", f"{hw} · {ws} GPUs", sweep + ddp,
                                     group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
         scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]

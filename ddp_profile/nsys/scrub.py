@@ -436,7 +436,8 @@ def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
     """(input, output) pairs, checked before anything is written: an output that is an input (without
     --in-place), or two inputs mapping to one output (``a/run.sqlite b/run.sqlite -o DIR``), is refused."""
     inputs = list(args.inputs)
-    pairs, seen = [], {}
+    pairs: list[tuple[Path, Path]] = []
+    seen: dict[Path, Path] = {}
     for src in inputs:
         dst = final_name(output_path(src, args.output, len(inputs), args.in_place), args.compress)
         if dst.resolve() == src.resolve() and not args.in_place:

@@ -87,6 +87,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
         self._sync_hyperparameters()
+        assert self.local is not None  # set at the end of __init__
         loss = self.local.step(closure, **kwargs) if closure is not None else self.local.step(**kwargs)
         self.broadcast_parameters()
         return loss

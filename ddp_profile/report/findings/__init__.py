@@ -42,7 +42,7 @@ def key_of(r) -> str:
 
 def run_sets(runs) -> dict:
     """{"small" | "A" | "B": {strategy key: run}} of the runs in traces/ (scaling runs are left out)."""
-    sets = {"small": {}, "A": {}, "B": {}}
+    sets: dict[str, dict] = {"small": {}, "A": {}, "B": {}}
     for r in runs:
         if r.set != MAIN:
             continue
@@ -93,7 +93,7 @@ def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
     from ddp_profile.report.runs import group_page_name, normalise_meta
 
     out = []
-    keys = {}
+    keys: dict[tuple, None] = {}  # ordered set of (folder, model, dtype, gpu, world size)
     for r in (rs.values() if isinstance(rs, dict) else rs):
         m = normalise_meta(r.meta)
         folder = "scaling" if r.set == SCALING else ""

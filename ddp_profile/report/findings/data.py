@@ -268,7 +268,7 @@ def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
                 gpus.append(parts[1])
             links |= {t for t in line.split() if t.startswith("NV") and t[2:].isdigit()}
     if not gpus:
-        names = {r.meta.get("gpu_name") for r in runs if r.set == set_name} - {None}
+        names = {g for r in runs if r.set == set_name and (g := r.meta.get("gpu_name")) is not None}
         n = max((r.world_size for r in runs if r.set == set_name), default=0)
         gpus = [", ".join(sorted(names)) or "unknown GPU"] * n
     name = ", ".join(sorted(set(gpus)))

@@ -71,7 +71,7 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     secs += [q7, qb.q8_dtype(a, sets["B"], page_for, m_main)]
     camp = qc.campaign_sets(runs)
     if camp:
-        m_camp = machine_line(root, CAMPAIGN, runs)
+        m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
     secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal})]
     pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],

@@ -21,8 +21,15 @@ from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
 INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
-                 "exposed_comm_ns", "comm_tail_ns", "overlap_pct", "efficiency_pct", "baseline"]
-TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name"]
+                 "unprofiled_step_ns", "profiler_overhead_pct", "exposed_comm_ns", "comm_tail_ns", "overlap_pct",
+                 "efficiency_pct", "baseline"]
+TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name",
+              # the ranked time repeats step_ns or unprofiled_step_ns; its basis is stated above the table
+              "rank_step_ns", "rank_min_ns", "rank_max_ns", "rank_basis"]
+TABLE_FIRST = ["run", "strategy", "bucket_size_mb", "variant", "world_size", "unprofiled_step_ns", "unprofiled_repeats",
+               "step_ns", "profiler_overhead_pct", "peak_allocated_bytes", "peak_reserved_bytes",
+               "optimizer_state_bytes"]
+"""Numbers tables start with what the verdict compares: both step times, the profiler's cost, memory."""
 
 
 def host_text(runs: list[Run]) -> str:
@@ -41,12 +48,42 @@ def host_text(runs: list[Run]) -> str:
             f"with the strategy: {parts}. ")
 
 
-def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "step_ns") -> str:
-    """The comparison as a table: run names link to their pages; ranked by ``sort``."""
-    c = comp.sort_values(sort, na_position="last") if sort in comp else comp
+def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns") -> str:
+    """The comparison as a table: run names link to their pages; ranked by ``sort`` (default: the time the
+    set is ranked by, :mod:`ddp_profile.report.measures`); a note when memory is missing from run JSONs."""
+    sort = sort if sort in comp else "step_ns"
+    c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
-    shown = shown[["run"] + [x for x in shown.columns if x != "run"]]
-    return table(shown, caption, links={"run": list(c["page"])})
+    first = [x for x in TABLE_FIRST if x in shown]
+    shown = shown[first + [x for x in shown.columns if x not in first]]
+    return table(shown, caption, links={"run": list(c["page"])}) + memory_note(c)
+
+
+def memory_note(comp: pd.DataFrame) -> str:
+    """Says which runs' JSONs carry no memory figures (their memory cells are blank)."""
+    from ddp_profile.report.measures import MEMORY_KEYS
+
+    cols = [c for c in MEMORY_KEYS if c in comp]
+    if not cols or not len(comp):
+        return ""
+    lacking = comp[comp[cols].isna().all(axis=1)]
+    if not len(lacking):
+        return ""
+    if len(lacking) == len(comp):
+        return ("<p class='note'>Memory columns blank: no run JSON here records peak GPU memory or optimizer-state "
+                "bytes (the ddp-profile harness writes them; bare exports and older runs have none).</p>")
+    return ("<p class='note'>Memory columns blank for " + ", ".join(esc(n) for n in lacking["run"])
+            + ": their run JSONs record no peak GPU memory or optimizer-state bytes.</p>")
+
+
+def ranked_by(comp: pd.DataFrame) -> str:
+    """'un-profiled step time' / 'profiled (trace) step time': what a comparison is ranked by."""
+    from ddp_profile.report.measures import UNPROFILED
+
+    bases = set(comp["rank_basis"].dropna()) if "rank_basis" in comp else set()
+    if bases == {UNPROFILED}:
+        return "un-profiled step time"
+    return "profiled (trace) step time" if bases else "step time"
 
 
 def render_group_page(group: Group) -> str:
@@ -62,26 +99,46 @@ def render_group_page(group: Group) -> str:
     multi = ranked(comp)
     bases = sorted({(b.name, b.page) for r in group.runs if (b := r.baseline) is not None})
     body = "\n".join([
-        "<p>" + host_text(group.runs) + "Times are medians over profiled steps and ranks. "
+        "<p>" + host_text(group.runs) + times_text(comp)
         + ("Efficiency vs 1 GPU = step time of the 1-GPU baseline (" + ", ".join(
             f"<a href='{esc(p)}'>{esc(n)}</a>" for n, p in bases) + ") / step time of the run (fixed per-GPU "
            "batch: 100 % is perfect scaling)." if bases else
            "No 1-GPU run of this model and dtype here, so no efficiency.") + "</p>",
-        figure_div(ranked_step_bars(multi, source=src), "bars", alt=strategy_alt(multi)),
+        figure_div(ranked_step_bars(ranked_frame(multi), source=src, time_label=ranked_by(comp)), "bars",
+                   alt=strategy_alt(multi)),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
         "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
-        numbers_table(comp, "Numbers (ranked by step time)"), run_links(group.runs),
+        numbers_table(comp, f"Numbers (ranked by {ranked_by(comp)})"), run_links(group.runs),
     ])
     return page(f"Strategies: {group.title}", body, src, crumbs=[(f"Strategies: {group.title}", None)],
                 verdict=strategy_verdict(comp), glossary=list(comp.columns))
 
 
+def ranked_frame(multi: pd.DataFrame) -> pd.DataFrame:
+    """The ranked rows with step_ns / step_min_ns / step_max_ns set to the time they are ranked by (and its
+    range), for the bars figure, which draws those columns."""
+    if "rank_step_ns" not in multi:
+        return multi
+    return multi.assign(step_ns=multi["rank_step_ns"], step_min_ns=multi["rank_min_ns"],
+                        step_max_ns=multi["rank_max_ns"])
+
+
+def times_text(comp: pd.DataFrame) -> str:
+    """What the page's times are: the ranking basis of its runs and where the other time is."""
+    if ranked_by(comp) == "un-profiled step time":
+        return ("Every run of this set was also timed without nsys, so the verdict, the bars and the efficiency "
+                "use that un-profiled median (CUDA events over the repeats); the table shows it beside the trace's "
+                "median over profiled steps and ranks and the profiler overhead. ")
+    return "Times are medians over profiled steps and ranks (the trace). "
+
+
 def strategy_alt(multi: pd.DataFrame) -> str:
     from ddp_profile.plots.compare import run_label
+    from ddp_profile.report.verdicts import rank_time
 
     return "Bar chart, runs ranked by time per step: " + "; ".join(
-        f"{run_label(r)} {fmt_ms(r['step_ns'])}" for r in multi.to_dict("records"))
+        f"{run_label(r)} {fmt_ms(rank_time(r))}" for r in multi.to_dict("records"))
 
 
 def scaling_frame(runs: list[Run]) -> pd.DataFrame:
@@ -156,7 +213,8 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
             links={"run": list(comp["page"])}) +
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
-            "and scaling pages use the same one.</p>")
+            "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "
+            "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>")
     if findings:
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")

@@ -1,0 +1,169 @@
+"""Comparison and index pages rank by the step time the run set shares (issue 16): the un-profiled median
+when every run of the set has one, else the trace's step time, and say which; both times, the profiler's
+overhead and the memory of each run from its JSON; the index answers with the fastest configuration per set.
+The findings use the same rule (report.measures), so pages and findings name the same winner."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_synth import make_run, patch_analysis
+
+from ddp_profile.report import Run, measures
+from ddp_profile.report.compare import assign_baselines, comparison
+from ddp_profile.report.findings import campaign as qc
+from ddp_profile.report.findings.data import CAMPAIGN, RunData
+from ddp_profile.report.index import numbers_table
+from ddp_profile.report.runs import normalise_meta
+from ddp_profile.report.verdicts import ranked, strategy_verdict
+
+GIB = 2**30
+CAMPAIGN_DIR = Path(__file__).resolve().parent.parent / "traces" / "campaign"
+
+
+def _text(html_: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html_))
+
+
+def _timed(name, strategy, ws, trace_us, unprof_ms=None, *, mb=25.0, mem_gib=None, folder="campaign/A"):
+    """A synthetic run whose trace step is ``trace_us`` µs and whose JSON carries an un-profiled median of
+    ``unprof_ms`` (None: not timed without nsys) and, with ``mem_gib``, per-rank memory."""
+    t, a = make_run(name, strategy, ws, mb, step_us=trace_us)
+    a.steps["step_ns"] = float(trace_us * 1000)
+    meta = dict(t.run)
+    if unprof_ms is not None:
+        meta |= {"unprofiled_step_ms_median": unprof_ms, "unprofiled_repeat_medians_ms": [unprof_ms] * 2,
+                 "unprofiled_repeats": 2, "unprofiled_step_ms_min": unprof_ms - 0.01,
+                 "unprofiled_step_ms_max": unprof_ms + 0.01,
+                 "profiler_overhead_pct": round(100 * (trace_us / 1000 / unprof_ms - 1), 3)}
+    if mem_gib is not None:
+        meta |= {"peak_memory_allocated_bytes_per_rank": [int(mem_gib * GIB), int((mem_gib - 1) * GIB)][:ws],
+                 "peak_memory_reserved_bytes_per_rank": [int((mem_gib + 2) * GIB)] * ws,
+                 "optimizer_state_bytes_per_rank": [int(mem_gib / 4 * GIB)] * ws}
+    return Run(name, t, a, normalise_meta(meta), run_id=f"{folder}/{name}", folder=folder)
+
+
+def _set(unprofiled=True, memory=True):
+    """1 GPU + three 2-GPU configurations. Trace order: overlap (1.00 ms) < torch_ddp (1.05) < naive (1.10);
+    un-profiled order: naive (0.90 ms) < torch_ddp (0.95) < overlap (0.99) — nsys reverses it."""
+    spec = [("none_xl_fp32_1xh100", "none", 1, 900, 0.85), ("naive_xl_fp32_2xh100", "naive", 2, 1100, 0.90),
+            ("overlap_xl_fp32_2xh100", "overlap", 2, 1000, 0.99), ("torch_ddp-25mb_xl_fp32_2xh100", "torch_ddp", 2, 1050, 0.95)]
+    return [_timed(n, s, ws, us, u if unprofiled else None, mem_gib=(10.0 + i if memory else None))
+            for i, (n, s, ws, us, u) in enumerate(spec)]
+
+
+def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so(monkeypatch):
+    patch_analysis(monkeypatch)
+    runs = _set()
+    assign_baselines(runs)
+    comp = comparison(runs)
+    assert list(ranked(comp)["run"]) == ["naive_xl_fp32_2xh100", "torch_ddp-25mb_xl_fp32_2xh100", "overlap_xl_fp32_2xh100"]  # trace order is reversed
+    assert set(comp["rank_basis"]) == {measures.UNPROFILED}
+    v = _text(strategy_verdict(comp))
+    assert v.startswith("Fastest: naive ×2 at 0.900 ms per step (un-profiled: median over 2 runs without nsys, CUDA "
+                        "events, range 0.890–0.910 ms; 1.100 ms in the profiled trace).")
+    assert "Ranked: 1. naive ×2 0.900 ms, 2. torch_ddp 25 MiB ×2 0.950 ms, 3. overlap ×2 0.990 ms." in v
+    assert "Ranked by un-profiled step time" in v
+    assert "ranked by the profiled trace time 2 of 3 runs would change place" in v  # naive and overlap swap
+    # efficiency against the 1-GPU run uses the same (un-profiled) times: 0.85 / 0.90
+    eff = comp.set_index("run")["efficiency_pct"]
+    assert math.isclose(eff["naive_xl_fp32_2xh100"], 100 * 0.85 / 0.90)
+    # both times and the overhead are columns of the numbers table
+    t = numbers_table(comp, "Numbers")
+    heads = re.findall(r"data-k='([^']+)'", t)
+    assert heads[:9] == ["run", "strategy", "bucket_size_mb", "variant", "world_size", "unprofiled_step_ns",
+                         "unprofiled_repeats", "step_ns", "profiler_overhead_pct"]
+
+
+def test_a_set_where_one_run_lacks_the_unprofiled_median_is_ranked_by_trace_time_and_says_why(monkeypatch):
+    patch_analysis(monkeypatch)
+    runs = _set()
+    runs[2] = _timed("overlap_xl_fp32_2xh100", "overlap", 2, 1000, None, mem_gib=12.0)  # not timed without nsys
+    assign_baselines(runs)
+    comp = comparison(runs)
+    assert set(comp["rank_basis"]) == {measures.TRACE}
+    assert list(ranked(comp)["run"]) == ["overlap_xl_fp32_2xh100", "torch_ddp-25mb_xl_fp32_2xh100", "naive_xl_fp32_2xh100"]
+    v = _text(strategy_verdict(comp))
+    assert v.startswith("Fastest: overlap ×2 at 1.000 ms per step (median over ranks and 3 profiled steps")
+    assert ("Ranked by profiled step time (the trace's median over ranks and profiled steps): 1 of these 3 runs "
+            "(overlap ×2) were not timed without nsys") in v
+    # the 1-GPU baseline alone lacking it is named too
+    runs = _set()
+    runs[0] = _timed("none_xl_fp32_1xh100", "none", 1, 900, None)
+    assign_baselines(runs)
+    v = _text(strategy_verdict(comparison(runs)))
+    assert v.startswith("Fastest: overlap ×2") and "its 1-GPU baseline included" in v
+
+
+def test_memory_columns_are_the_run_json_values_in_gib_and_blank_with_a_note_when_missing(monkeypatch):
+    patch_analysis(monkeypatch)
+    runs = _set()
+    runs[3] = _timed("torch_ddp-25mb_xl_fp32_2xh100", "torch_ddp", 2, 1050, 0.95)  # a JSON without memory
+    assign_baselines(runs)
+    comp = comparison(runs).set_index("run")
+    for r in runs:
+        for col, key in measures.MEMORY_KEYS.items():
+            want = max(r.meta[key]) if key in r.meta else np.nan
+            assert comp.loc[r.name, col] == want or (np.isnan(want) and np.isnan(comp.loc[r.name, col]))
+    t = numbers_table(comp.reset_index(), "Numbers")
+    row = next(x for x in t.split("<tr>") if ">naive_xl_fp32_2xh100<" in x)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
+    heads = re.findall(r"data-k='([^']+)'", t)
+    got = dict(zip(heads, cells, strict=True))
+    # naive: 11 GiB on rank 0 (10 on rank 1), 13 GiB reserved, 2.75 GiB of optimizer state
+    assert (got["peak_allocated_bytes"], got["peak_reserved_bytes"], got["optimizer_state_bytes"]) == \
+        ("11.00", "13.00", "2.75")
+    assert "peak allocated (GiB)" in t
+    assert "Memory columns blank for torch_ddp-25mb_xl_fp32_2xh100: their run JSONs record no peak GPU memory" in _text(t)
+    none = comparison(_set(memory=False))
+    assert "no run JSON here records peak GPU memory" in _text(numbers_table(none, "Numbers"))
+
+
+def test_findings_and_pages_name_the_same_fastest_under_either_basis(monkeypatch):
+    patch_analysis(monkeypatch)
+    for unprofiled in (True, False):
+        runs = _set(unprofiled=unprofiled)
+        assign_baselines(runs)
+        comp = comparison(runs)
+        page_best = ranked(comp)["run"].iloc[0]
+        data = []
+        for r, row in zip(runs, comp.to_dict("records"), strict=True):
+            meta = dict(r.meta, config={"strategy": r.meta["strategy"], "bucket_mb": 25.0})
+            data.append(RunData(set=CAMPAIGN, name=r.name, folder=Path("traces/campaign/A") / r.name, meta=meta,
+                                trace=None, analysis=None, row=row))
+        text = " ".join(qc.q10_beat_ddp({"A": data}, lambda r: r.name, "m").paragraphs())
+        assert f"the fastest configuration is {page_best} at" in text
+        assert page_best == ("naive_xl_fp32_2xh100" if unprofiled else "overlap_xl_fp32_2xh100")
+        assert ("ranked by the profiled trace time" in text) == (not unprofiled)
+
+
+@pytest.mark.skipif(not CAMPAIGN_DIR.is_dir(), reason="campaign run JSONs not in this checkout")
+@pytest.mark.parametrize("set_name", ["A", "B"])
+def test_committed_campaign_sets_rank_by_their_json_unprofiled_medians(monkeypatch, set_name):
+    """The run JSONs of traces/campaign/<set> (trace analyses replaced by stand-ins: with every run timed
+    without nsys, the ranking and memory columns come from the JSONs alone)."""
+    patch_analysis(monkeypatch)
+    metas = [json.loads(p.read_text()) for p in sorted((CAMPAIGN_DIR / set_name).glob("*/*.json"))]
+    runs = []
+    for m in metas:
+        t, a = make_run(m["run"], m["strategy"], m["world_size"], 25.0)
+        t.run = normalise_meta(m)
+        runs.append(Run(m["run"], t, a, t.run, run_id=f"campaign/{set_name}/{m['run']}",
+                        folder=f"campaign/{set_name}"))
+    assign_baselines(runs)
+    comp = comparison(runs)
+    multi = [m for m in metas if m["world_size"] > 1]
+    fastest = min(multi, key=lambda m: m["unprofiled_step_ms_median"])
+    assert ranked(comp)["run"].iloc[0] == fastest["run"]
+    v = _text(strategy_verdict(comp))
+    assert f"at {fastest['unprofiled_step_ms_median']:,.3f} ms per step (un-profiled" in v
+    by_run = comp.set_index("run")
+    for m in metas:
+        assert by_run.loc[m["run"], "peak_allocated_bytes"] == max(m["peak_memory_allocated_bytes_per_rank"])
+        assert by_run.loc[m["run"], "optimizer_state_bytes"] == max(m["optimizer_state_bytes_per_rank"])
+        assert by_run.loc[m["run"], "profiler_overhead_pct"] == m["profiler_overhead_pct"]

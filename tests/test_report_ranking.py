@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 from report_synth import make_run, patch_analysis
 
+from ddp_profile import report
 from ddp_profile.report import Run, measures
 from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.findings import campaign as qc
 from ddp_profile.report.findings.data import CAMPAIGN, RunData
-from ddp_profile.report.index import numbers_table
-from ddp_profile.report.runs import normalise_meta
+from ddp_profile.report.index import numbers_table, render_index
+from ddp_profile.report.runs import group_runs, normalise_meta
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
 GIB = 2**30
@@ -140,6 +141,28 @@ def test_findings_and_pages_name_the_same_fastest_under_either_basis(monkeypatch
         assert f"the fastest configuration is {page_best} at" in text
         assert page_best == ("naive_xl_fp32_2xh100" if unprofiled else "overlap_xl_fp32_2xh100")
         assert ("ranked by the profiled trace time" in text) == (not unprofiled)
+
+
+def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparison(monkeypatch, tmp_path):
+    patch_analysis(monkeypatch)
+    runs = _set() + [_timed(n, s, ws, us, None, folder="") for n, s, ws, us in
+                     (("none_small_fp32_1xh100", "none", 1, 900), ("naive_small_fp32_2xh100", "naive", 2, 1300),
+                      ("overlap_small_fp32_2xh100", "overlap", 2, 1200))]
+    assign_baselines(runs)
+    groups = group_runs(runs)
+    html_ = render_index(runs, groups, [])
+    verdict = html_.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0]
+    v = _text(verdict)
+    assert v.startswith("7 runs in 2 sets: campaign/A/ (4 runs, 1–2 GPUs), top level (3 runs, 1–2 GPUs).")
+    assert "naive ×2 at 0.900 ms per step (un-profiled; ahead of 2 other configurations)" in v
+    assert "overlap ×2 at 1.200 ms per step (profiled trace time; ahead of 1 other configuration)" in v
+    pages = {g.page for g in groups if g.kind == "strategies"}
+    assert pages and all(f"href='{p}'" in verdict for p in pages)
+    assert "plotly" not in html_.lower()
+    # the written index carries the same verdict and loads no chart library
+    report.write_report(runs, tmp_path / "rep")
+    written = (tmp_path / "rep" / "index.html").read_text()
+    assert verdict in written and "plotly.min.js" not in written
 
 
 @pytest.mark.skipif(not CAMPAIGN_DIR.is_dir(), reason="campaign run JSONs not in this checkout")

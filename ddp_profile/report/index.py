@@ -15,7 +15,7 @@ from ddp_profile.report.compare import (
     one_step_kernels,
     overlap_runs,
 )
-from ddp_profile.report.glossary import fmt_ms, fmt_pct
+from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
 from ddp_profile.report.html import esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import ranked, strategy_verdict
@@ -193,9 +193,69 @@ def render_scaling_page(group: Group) -> str:
                 verdict=scaling_verdict(comp), glossary=list(comp.columns))
 
 
-def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False) -> str:
-    """Every run with its headline numbers, then the comparisons, then what failed to load. No figure, so
-    no chart library."""
+def run_sets(runs: list[Run]) -> str:
+    """'30 runs in 4 sets: top level (22 runs, 1–2 GPUs), campaign/A (8 runs, 1–2 GPUs), …'."""
+    sets: dict[str, list[Run]] = {}
+    for r in runs:
+        sets.setdefault(r.folder, []).append(r)
+
+    def gpus(rs: list[Run]) -> str:
+        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size")) is not None and str(w).isdigit()})
+        if not ws:
+            return "GPUs not recorded"
+        return (f"{ws[0]}–{ws[-1]}" if len(ws) > 1 else f"{ws[0]}") + (" GPU" if ws == [1] else " GPUs")
+
+    items = ", ".join(f"{esc(f + '/') if f else 'top level'} ({len(rs)} run{'s' if len(rs) != 1 else ''}, "
+                      f"{gpus(rs)})" for f, rs in sets.items())
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(sets)} set{'s' if len(sets) != 1 else ''}: {items}."
+
+
+def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = None) -> str:
+    """The index's own answer, from the same frames the pages show: which run sets there are, the fastest
+    configuration of each strategy comparison (:func:`~ddp_profile.report.verdicts.ranked`, the rule its
+    page states: un-profiled time where every run of the set has it), the bucket cap each sweep measured
+    fastest (the sweep verdict's rule), and links to those pages."""
+    from ddp_profile.report.measures import UNPROFILED
+    from ddp_profile.report.verdicts import label, rank_time
+
+    if not runs:
+        return ""
+    ctx = context or {}
+    out = [run_sets(runs)]
+    fastest = []
+    for g in (g for g in groups if g.kind == "strategies"):
+        comp = ctx.get("comps", {}).get(g.page)
+        r = ranked(comp if comp is not None else comparison(g.runs))
+        if len(r):
+            b = r.iloc[0].to_dict()
+            how = "un-profiled" if b.get("rank_basis") == UNPROFILED else "profiled trace time"
+            fastest.append(f"<a href='{esc(g.page)}'>{esc(g.title)}</a>: <b>{esc(label(b))}</b> at "
+                           f"{fmt_ms(rank_time(b))} per step ({how}; ahead of {len(r) - 1} other configuration"
+                           f"{'s' if len(r) != 2 else ''})")
+    if fastest:
+        out.append("Use the fastest configuration of your set — each comparison ranks by un-profiled step time "
+                   "where every run of its set was timed without nsys, else by the trace: " + "; ".join(fastest) + ".")
+    else:
+        out.append("No comparison here holds two multi-GPU configurations, so there is no ranking; the run "
+                   "pages say what bounds each step.")
+    caps = []
+    for g in (g for g in groups if g.kind == "sweep"):
+        f = ctx.get("sweeps", {}).get(g.page) or {}
+        if f.get("best_cap") is not None:
+            caps.append(f"<a href='{esc(g.page)}'>{esc(g.title)}</a>: {fmt_cap(f['best_cap'])} "
+                        f"({fmt_ms(f.get('best_step_ns'))} per step)")
+    if caps:
+        out.append("Bucket cap measured fastest for bucketed training: " + "; ".join(caps) + ".")
+    out.append("Each comparison says whether its steps establish the order; each run page says what bounds its "
+               "step and what to change.")
+    return "<p>" + " ".join(out) + "</p>"
+
+
+def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
+                 context: dict | None = None) -> str:
+    """The index verdict (:func:`index_verdict`), every run with its headline numbers, then the
+    comparisons, then what failed to load. No figure, so no chart library. ``context``: the report's
+    {"comps": {strategy page: comparison}, "sweeps": {sweep page: facts}} (computed when missing)."""
     parts = []
     if failures:
         parts.append("<h2 class='fail'>Runs that failed to load</h2><ul>"
@@ -218,10 +278,6 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
     if findings:
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")
-    verdict = ""
-    multi = ranked(comp) if len(comp) else comp
-    if len(multi):
-        verdict = (f"<p>{len(runs)} runs, {len(groups)} comparisons. Open a comparison for its verdict; the run "
-                   "pages say what bounds each step and what to change.</p>")
+    verdict = index_verdict(runs, groups, context)
     return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)",
                 crumbs=[], verdict=verdict, glossary=INDEX_COLUMNS)

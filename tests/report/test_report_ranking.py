@@ -24,7 +24,7 @@ from ddp_profile.report.runs import group_runs, normalise_meta
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
 GIB = 2**30
-CAMPAIGN_DIR = Path(__file__).resolve().parent.parent / "traces" / "campaign"
+CAMPAIGN_DIR = Path(__file__).resolve().parents[2] / "traces" / "campaign"
 
 
 def _text(html_: str) -> str:

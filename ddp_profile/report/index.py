@@ -210,6 +210,11 @@ def run_sets(runs: list[Run]) -> str:
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(sets)} set{'s' if len(sets) != 1 else ''}: {items}."
 
 
+def _set_title(g: Group) -> str:
+    """A comparison's title with its set named: top-level groups carry no folder in their title."""
+    return g.title if g.folder else f"top level · {g.title}"
+
+
 def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = None) -> str:
     """The index's own answer, from the same frames the pages show: which run sets there are, the fastest
     configuration of each strategy comparison (:func:`~ddp_profile.report.verdicts.ranked`, the rule its
@@ -221,34 +226,33 @@ def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = N
     if not runs:
         return ""
     ctx = context or {}
-    out = [run_sets(runs)]
-    fastest = []
+    head, fastest = [run_sets(runs)], []
     for g in (g for g in groups if g.kind == "strategies"):
         comp = ctx.get("comps", {}).get(g.page)
         r = ranked(comp if comp is not None else comparison(g.runs))
         if len(r):
             b = r.iloc[0].to_dict()
-            how = "un-profiled" if b.get("rank_basis") == UNPROFILED else "profiled trace time"
-            fastest.append(f"<a href='{esc(g.page)}'>{esc(g.title)}</a>: <b>{esc(label(b))}</b> at "
-                           f"{fmt_ms(rank_time(b))} per step ({how}; ahead of {len(r) - 1} other configuration"
-                           f"{'s' if len(r) != 2 else ''})")
+            how = "un-profiled" if b.get("rank_basis") == UNPROFILED else "profiled, trace"
+            fastest.append(f"<li><a href='{esc(g.page)}'>{esc(_set_title(g))}</a>: <b>{esc(label(b))}</b>, "
+                           f"{fmt_ms(rank_time(b))} per step ({how}), fastest of {len(r)}</li>")
     if fastest:
-        out.append("Use the fastest configuration of your set — each comparison ranks by un-profiled step time "
-                   "where every run of its set was timed without nsys, else by the trace: " + "; ".join(fastest) + ".")
+        head.append("Use the fastest configuration of your set (ranked by un-profiled step time where every run "
+                    "of the set was timed without nsys, else by the trace's):")
     else:
-        out.append("No comparison here holds two multi-GPU configurations, so there is no ranking; the run "
-                   "pages say what bounds each step.")
-    caps = []
+        head.append("No comparison here holds two multi-GPU configurations, so there is no ranking; the run "
+                    "pages say what bounds each step.")
+    out, caps = [], []
     for g in (g for g in groups if g.kind == "sweep"):
         f = ctx.get("sweeps", {}).get(g.page) or {}
         if f.get("best_cap") is not None:
-            caps.append(f"<a href='{esc(g.page)}'>{esc(g.title)}</a>: {fmt_cap(f['best_cap'])} "
+            caps.append(f"<a href='{esc(g.page)}'>{esc(_set_title(g))}</a>: {fmt_cap(f['best_cap'])} "
                         f"({fmt_ms(f.get('best_step_ns'))} per step)")
     if caps:
         out.append("Bucket cap measured fastest for bucketed training: " + "; ".join(caps) + ".")
     out.append("Each comparison says whether its steps establish the order; each run page says what bounds its "
                "step and what to change.")
-    return "<p>" + " ".join(out) + "</p>"
+    listed = f"<ul>{''.join(fastest)}</ul>" if fastest else ""
+    return f"<p>{' '.join(head)}</p>{listed}<p>{' '.join(out)}</p>"
 
 
 def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
@@ -269,7 +273,7 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
     comp = comparison(runs) if runs else pd.DataFrame()
     if len(comp):
         parts.insert(0, "<h2>Runs</h2>" + table(
-            comp[["run"] + INDEX_COLUMNS], "Every run (medians over profiled steps and ranks)",
+            comp[["run"] + INDEX_COLUMNS], "Every run (trace: medians over profiled steps and ranks)",
             links={"run": list(comp["page"])}) +
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "

@@ -154,8 +154,9 @@ def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparis
     verdict = html_.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0]
     v = _text(verdict)
     assert v.startswith("7 runs in 2 sets: campaign/A/ (4 runs, 1–2 GPUs), top level (3 runs, 1–2 GPUs).")
-    assert "naive ×2 at 0.900 ms per step (un-profiled; ahead of 2 other configurations)" in v
-    assert "overlap ×2 at 1.200 ms per step (profiled trace time; ahead of 1 other configuration)" in v
+    assert "naive ×2, 0.900 ms per step (un-profiled), fastest of 3" in v
+    assert "top level · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: overlap ×2, 1.200 ms per step (profiled, " \
+        "trace), fastest of 2" in v
     pages = {g.page for g in groups if g.kind == "strategies"}
     assert pages and all(f"href='{p}'" in verdict for p in pages)
     assert "plotly" not in html_.lower()

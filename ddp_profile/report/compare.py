@@ -113,11 +113,6 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     return comp
 
 
-RUN_FACT_COLUMNS = ["rank_basis", "rank_step_ns", "rank_min_ns", "rank_max_ns", "unprofiled_step_ns",
-                    "unprofiled_repeats", "profiler_overhead_pct", *(
-                        "peak_allocated_bytes", "peak_reserved_bytes", "optimizer_state_bytes")]
-
-
 def add_run_facts(comp: pd.DataFrame, runs: list[Run]) -> None:
     """The columns from the run JSONs (:mod:`ddp_profile.report.measures`): the step time each run is
     ranked by (rank_step_ns, with its min–max: the un-profiled repeats or the profiled steps) under its

@@ -111,7 +111,10 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
             s += f", and {_diff(t(best), t(worst))} faster than the slowest, {_e(label(worst))}"
         out.append(s + ".")
         b_hi, n_lo = best.get(_HI, best.get("step_max_ns")), nxt.get(_LO, nxt.get("step_min_ns"))
-        if b_hi is not None and n_lo is not None and b_hi < n_lo:
+        if missing(b_hi) or missing(n_lo):
+            out.append("No step-time range is recorded for the top two, so whether their steps establish the "
+                       "order is not known.")
+        elif b_hi < n_lo:
             out.append("Its slowest step is faster than the next one's fastest step, so these steps establish "
                        "the order of the top two.")
         else:

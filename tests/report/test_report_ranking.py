@@ -81,6 +81,17 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
                          "unprofiled_repeats", "step_ns", "profiler_overhead_pct"]
 
 
+def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_is_not_established(monkeypatch):
+    patch_analysis(monkeypatch)
+    runs = _set()
+    for r in runs:
+        r.meta.pop("unprofiled_step_ms_min")  # older timings: median only
+    assign_baselines(runs)
+    v = _text(strategy_verdict(comparison(runs)))
+    assert v.startswith("Fastest: naive ×2 at 0.900 ms")
+    assert "No step-time range is recorded for the top two" in v and "establish the order of" not in v
+
+
 def test_a_set_where_one_run_lacks_the_unprofiled_median_is_ranked_by_trace_time_and_says_why(monkeypatch):
     patch_analysis(monkeypatch)
     runs = _set()

@@ -143,8 +143,8 @@ def strategy_alt(multi: pd.DataFrame) -> str:
 
 def scaling_frame(runs: list[Run]) -> pd.DataFrame:
     """comparison per strategy (each against its own 1-GPU run, :func:`~ddp_profile.report.compare.baseline_for`),
-    plus samples_per_s = world_size · batch / step time (batch: the run JSON's per-GPU batch; NaN when
-    unknown)."""
+    plus samples_per_s = world_size · batch / step time (the time the set is ranked by, rank_step_ns; batch:
+    the run JSON's per-GPU batch; NaN when unknown)."""
     parts = []
     for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_size_mb")) for r in runs):
         mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_size_mb")) == key),
@@ -152,7 +152,7 @@ def scaling_frame(runs: list[Run]) -> pd.DataFrame:
         comp = comparison(mine)
         batch = [((r.meta.get("config") or {}).get("batch") or r.meta.get("batch")) for r in mine]
         comp["samples_per_s"] = [float(b) * float(w) / (t / 1e9) if b and t and t == t else float("nan")
-                                 for b, w, t in zip(batch, comp["world_size"], comp["step_ns"], strict=False)]
+                                 for b, w, t in zip(batch, comp["world_size"], comp["rank_step_ns"], strict=False)]
         parts.append(comp)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -166,12 +166,14 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
     if not len(top):
         return "<p>No 1-GPU baseline, so no efficiency.</p>"
     from ddp_profile.plots.compare import run_label
+    from ddp_profile.report.verdicts import rank_time
 
     best = top.iloc[0]
     rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
     return (f"<p><b>At {int(ws.max())} GPUs, {esc(run_label(best))} scales best</b>: efficiency "
             f"{fmt_pct(best['efficiency_pct'])} of its own 1-GPU run ({esc(best['baseline'])}), step "
-            f"{fmt_ms(best['step_ns'])}" + (f"; {rest}" if rest else "") + ".</p>")
+            f"{fmt_ms(rank_time(best))}" + (f"; {rest}" if rest else "") + f". Efficiency, throughput and step use "
+            f"the {ranked_by(comp)}.</p>")
 
 
 def render_scaling_page(group: Group) -> str:

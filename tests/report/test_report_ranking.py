@@ -202,3 +202,21 @@ def test_committed_campaign_sets_rank_by_their_json_unprofiled_medians(monkeypat
         assert by_run.loc[m["run"], "peak_allocated_bytes"] == max(m["peak_memory_allocated_bytes_per_rank"])
         assert by_run.loc[m["run"], "optimizer_state_bytes"] == max(m["optimizer_state_bytes_per_rank"])
         assert by_run.loc[m["run"], "profiler_overhead_pct"] == m["profiler_overhead_pct"]
+
+
+def test_scaling_uses_the_ranked_time_for_efficiency_throughput_and_its_verdict(monkeypatch):
+    from ddp_profile.report.index import scaling_frame, scaling_verdict
+
+    patch_analysis(monkeypatch)
+    runs = [_timed(n, "bucketed", ws, us, u) for n, ws, us, u in
+            (("bucketed-25mb_xl_fp32_1xh100", 1, 900, 0.80), ("bucketed-25mb_xl_fp32_2xh100", 2, 1000, 0.88))]
+    for r in runs:
+        r.meta["config"] = {"batch": 4}
+    assign_baselines(runs)
+    comp = scaling_frame(runs).set_index("run")
+    two = comp.loc["bucketed-25mb_xl_fp32_2xh100"]
+    assert math.isclose(two["efficiency_pct"], 100 * 0.80 / 0.88)  # un-profiled, not the trace's 0.9 / 1.0
+    assert math.isclose(two["samples_per_s"], 2 * 4 / 0.88e-3)
+    v = _text(scaling_verdict(comp.reset_index()))
+    assert "efficiency 90.9 % of its own 1-GPU run (bucketed-25mb_xl_fp32_1xh100), step 0.880 ms" in v
+    assert v.endswith("Efficiency, throughput and step use the un-profiled step time.")

@@ -82,7 +82,7 @@ def basis_sentence(rows: list[dict]) -> str:
                    f"{', …' if len(lacking) > 4 else ''}) were not timed without nsys")
         else:
             why = "not every run of this set (its 1-GPU baseline included) was timed without nsys"
-        return f"Ranked by {basis_text(TRACE)}: {why}, so the profiled time is the one all runs share."
+        return f"Ranked by {basis_text(TRACE)}: {why}."
     if bases != {UNPROFILED}:
         return "Ranked by the step time of each run's set (column rank basis)."
     over = [float(x["profiler_overhead_pct"]) for x in rows if not missing(x.get("profiler_overhead_pct"))]

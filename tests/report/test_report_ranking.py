@@ -220,3 +220,22 @@ def test_scaling_uses_the_ranked_time_for_efficiency_throughput_and_its_verdict(
     v = _text(scaling_verdict(comp.reset_index()))
     assert "efficiency 90.9 % of its own 1-GPU run (bucketed-25mb_xl_fp32_1xh100), step 0.880 ms" in v
     assert v.endswith("Efficiency, throughput and step use the un-profiled step time.")
+
+
+def test_run_page_advice_names_the_comparisons_winner_with_the_same_time(monkeypatch):
+    """overlap is fastest in its trace but slowest without nsys: its run page must not say 'keep this
+    strategy' while its comparison ranks naive first."""
+    from ddp_profile.report.run_page import measured_advice
+
+    patch_analysis(monkeypatch)
+    runs = _set()
+    assign_baselines(runs)
+    groups = group_runs(runs)
+    context = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"}}
+    overlap = next(r for r in runs if r.meta["strategy"] == "overlap")
+    a = _text(measured_advice(overlap, context))
+    # 0.99 - 0.90 = 0.09 ms = 9.1 % of 0.99
+    assert a.startswith("What to change: switch to naive ×2, measured 0.900 ms per step (un-profiled), 0.090 ms "
+                        "(9.1 %) less than this run")
+    naive = next(r for r in runs if r.meta["strategy"] == "naive")
+    assert _text(measured_advice(naive, context)).startswith("Keep this strategy")

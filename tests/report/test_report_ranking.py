@@ -177,7 +177,7 @@ def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparis
     assert verdict in written and "plotly.min.js" not in written
 
 
-@pytest.mark.parametrize("set_name", ["A", "B", "C"])
+@pytest.mark.parametrize("set_name", ["A", "B", "C", "D"])
 def test_committed_campaign_sets_rank_by_their_json_unprofiled_medians(monkeypatch, set_name):
     """The run JSONs of traces/campaign/<set> (trace analyses replaced by stand-ins: with every run timed
     without nsys, the ranking and memory columns come from the JSONs alone); one comparison per world size,

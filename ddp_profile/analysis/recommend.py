@@ -21,7 +21,11 @@ streams) targets the larger loss; the trace bounds the gain by ``contention_ns``
 so ``predicted_step_ns`` of that row carries the bucket prediction only and ``upper_gain_ns`` the bound.
 
 Columns (``RECOMMEND_COLUMNS``), first row = the recommendation: lever, flags (harness options), cap_bytes,
-predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis.
+predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis, and the
+configuration the flags set, as the harness's config fields (:data:`CONFIG_FIELDS`: strategy, bucket_mb,
+nccl_channels, nccl_high_priority; bucket_mb NaN for a strategy without buckets, channels 0 / high priority
+False = NCCL's defaults): the flags are written from these fields (:func:`flags_of`), so a run's config can
+be matched on them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from ddp_profile.analysis import costmodel
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
 """Candidate caps as multiples of the run's cap (capped at the whole gradient); 1 is the run itself."""
-CHANNELS_FLAGS = "--nccl-channels 2 --nccl-high-priority"
+CONFIG_FIELDS = ("strategy", "bucket_mb", "nccl_channels", "nccl_high_priority")
+CHANNELS_FIELDS = {"nccl_channels": 2, "nccl_high_priority": True}
+"""The NCCL-resources lever: two channels, high-priority NCCL streams."""
 MIN_GAIN = 0.001
 """A cap change is recommended only when it is predicted to save more than this share of the step."""
 BUCKETED = ("bucketed", "torch_ddp")
@@ -71,8 +77,30 @@ def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: fl
     return merged.drop(columns=["_ready", "_n", "_known"]).reset_index(drop=True), ready
 
 
-def _flags(strategy: str, cap_bytes: float) -> str:
-    return f"--strategy {strategy} --bucket-mb {cap_bytes / MIB:g}"
+def fields_of(strategy: str, cap_bytes: float | None = None) -> dict:
+    """CONFIG_FIELDS of ``strategy`` with a cap of ``cap_bytes`` (None: no --bucket-mb) and NCCL's default
+    resources. bucket_mb is the MiB value the flags print (``%g``), so flags and fields agree exactly."""
+    return {"strategy": strategy, "bucket_mb": float(f"{cap_bytes / MIB:g}") if cap_bytes is not None else np.nan,
+            "nccl_channels": 0, "nccl_high_priority": False}
+
+
+def flags_of(fields: dict) -> str:
+    """The harness options that set ``fields`` (CONFIG_FIELDS): '--strategy torch_ddp --bucket-mb 100
+    --nccl-channels 2 --nccl-high-priority'."""
+    out = [f"--strategy {fields['strategy']}"]
+    mb = fields.get("bucket_mb")
+    if mb is not None and not pd.isna(mb):
+        out.append(f"--bucket-mb {float(mb):g}")
+    return " ".join(out + _nccl_flags(fields))
+
+
+def _nccl_flags(fields: dict) -> list[str]:
+    out = [f"--nccl-channels {int(fields['nccl_channels'])}"] if fields.get("nccl_channels") else []
+    return out + (["--nccl-high-priority"] if fields.get("nccl_high_priority") else [])
+
+
+CHANNELS_FLAGS = " ".join(_nccl_flags(CHANNELS_FIELDS))
+"""'--nccl-channels 2 --nccl-high-priority': what the NCCL-resources lever adds to the flags."""
 
 
 def _tail(collectives, ready, steps, model) -> float:
@@ -116,22 +144,23 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
         return schema.empty_frame(cols)
     base_tail = _tail(grad, ready, steps, model)
     if strategy == "overlap":  # one all-reduce per tensor: bucketing it is what `bucketed` does
-        cap_now, now_flags, strategy = current, "--strategy overlap", "bucketed"
+        cap_now, now, strategy = current, fields_of("overlap"), "bucketed"
     else:
         cap_now = float(cfg.get("bucket_mb") or current / MIB) * MIB
-        now_flags = _flags(strategy, cap_now)
+        now = fields_of(strategy, cap_now)
     basis = "queue replay of measured gradient-ready times, buckets merged to the cap, the run's own alpha-beta fit"
-    rows = [{"lever": "current", "flags": now_flags, "cap_bytes": cap_now,
+    rows = [{"lever": "current", "flags": flags_of(now), "cap_bytes": cap_now,
              "predicted_tail_ns": base_tail, "predicted_step_ns": measured, "measured_step_ns": measured,
-             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured"}]
+             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured", **now}]
     caps = {round(min(cap_now * f, total)) for f in CAP_FACTORS[1:]}
-    if now_flags == "--strategy overlap":
+    if now["strategy"] == "overlap":
         caps = {round(min(mib * MIB, total)) for mib in OVERLAP_CAPS_MIB}
     for cap in sorted(caps - {round(cap_now)}):
         merged, mready = merge_buckets(grad, ready, cap)
         tail = _tail(merged, mready, steps, model)
         pred = measured + tail - base_tail if np.isfinite([tail, base_tail]).all() else float("nan")
-        rows.append({"lever": "bucket cap", "flags": _flags(strategy, cap), "cap_bytes": cap,
+        fields = fields_of(strategy, cap)
+        rows.append({"lever": "bucket cap", "flags": flags_of(fields), "cap_bytes": cap, **fields,
                      "predicted_tail_ns": tail, "predicted_step_ns": pred, "measured_step_ns": measured,
                      "predicted_gain_ns": measured - pred, "upper_gain_ns": np.nan, "basis": basis})
     table = pd.DataFrame(rows)
@@ -141,11 +170,12 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     lost = contention_per_step_ns(analysis.contention, steps)
     exposed = float(steps["exposed_comm_ns"].median()) if "exposed_comm_ns" in steps else 0.0
     use_channels = lost > exposed
-    flags = best["flags"] + (f" {CHANNELS_FLAGS}" if use_channels else "")
+    fields = {k: best[k] for k in CONFIG_FIELDS} | (CHANNELS_FIELDS if use_channels else {})
+    flags = flags_of(fields)
     basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step) "
              f"{'exceeds' if use_channels else 'does not exceed'} exposed communication "
              f"({exposed / 1e6:.2f} ms/step), so NCCL channels are {'cut' if use_channels else 'left as they are'}")
-    head = best.to_dict() | {"lever": "recommended", "flags": flags, "basis": basis,
+    head = best.to_dict() | fields | {"lever": "recommended", "flags": flags, "basis": basis,
                              "upper_gain_ns": (measured - best["predicted_step_ns"]) + lost if use_channels
                              else np.nan}
     table = pd.concat([pd.DataFrame([head]), table], ignore_index=True)

@@ -10,7 +10,14 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis import analyze
-from ddp_profile.analysis.recommend import CHANNELS_FLAGS, merge_buckets, recommend
+from ddp_profile.analysis.recommend import (
+    CHANNELS_FIELDS,
+    CHANNELS_FLAGS,
+    fields_of,
+    flags_of,
+    merge_buckets,
+    recommend,
+)
 from ddp_profile.harness.bench import add_arguments, config_from_args
 from ddp_profile.nsys.loader import load_trace
 
@@ -67,6 +74,22 @@ def test_recommended_flags_are_harness_options():
     for flags in res.recommendation["flags"]:
         cfg = config_from_args(p.parse_args([*shlex.split(flags), "--model", "xl"]))
         assert cfg.strategy in ("torch_ddp", "bucketed")
+
+
+def test_recommended_fields_are_the_config_the_flags_set():
+    """Each row's configuration fields equal the harness config its flags parse to, so a run can be matched
+    to a recommendation on its config fields (the findings do)."""
+    _, res = _real()
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    for row in res.recommendation.to_dict("records"):
+        cfg = config_from_args(p.parse_args([*shlex.split(row["flags"]), "--model", "xl"]))
+        assert (cfg.strategy, cfg.bucket_mb, cfg.nccl_channels, cfg.nccl_high_priority) == \
+            (row["strategy"], row["bucket_mb"], row["nccl_channels"], row["nccl_high_priority"])
+        assert flags_of(row) == row["flags"]
+    assert flags_of(fields_of("torch_ddp", 100 * 2**20) | CHANNELS_FIELDS) == \
+        "--strategy torch_ddp --bucket-mb 100 --nccl-channels 2 --nccl-high-priority"
+    assert flags_of(fields_of("overlap")) == "--strategy overlap"
 
 
 def test_channels_are_cut_only_when_contention_outweighs_exposed_communication():

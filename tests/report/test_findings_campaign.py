@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from ddp_profile.analysis.recommend import CHANNELS_FIELDS, fields_of, flags_of
+from ddp_profile.analysis.recommend import fields_of, flags_of
 from ddp_profile.report.findings import campaign as qc
 from ddp_profile.report.findings.data import CAMPAIGN, RunData
 from ddp_profile.schema import RECOMMEND_COLUMNS
@@ -66,7 +66,8 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
 
 
 def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
-    fields = fields_of("torch_ddp", 25 * 2**20) | CHANNELS_FIELDS  # the recommender's own configuration fields
+    # the recommender's own configuration fields, as it writes them when it cuts NCCL to two channels
+    fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
     rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
         "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
     assert rec["flags"].iloc[0] == "--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 --nccl-high-priority"

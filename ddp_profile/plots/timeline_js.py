@@ -73,7 +73,8 @@ function ddpTimeline(div,data,idx,cfg,rank){
  title.style.cssText='font-size:16px;margin:4px 0';legend.style.cssText='font-size:12px;margin:2px 0 4px';
  cfg.traces.forEach(function(tr,k){var b=ddpEl('button','tl-leg',legend);b.type='button';b.setAttribute('aria-pressed','true');
   b.style.cssText='border:0;background:none;cursor:pointer;margin-right:10px;font:inherit';
-  var sw=ddpEl('span','',b);sw.style.cssText='display:inline-block;width:14px;height:10px;margin-right:4px;background:'+tr.color;
+  var sw=ddpEl('span','',b);sw.style.cssText='display:inline-block;width:14px;height:10px;margin-right:4px;background:'+(tr.hatch?
+   'repeating-linear-gradient(135deg,'+tr.color+' 0 3px,rgba(255,255,255,.6) 3px 4px)':tr.color);
   b.appendChild(document.createTextNode(tr.name));
   b.addEventListener('click',function(){T.hidden[k]=!T.hidden[k];b.style.opacity=T.hidden[k]?0.4:1;
    b.setAttribute('aria-pressed',String(!T.hidden[k]));ddpPaint(div);});});
@@ -101,7 +102,8 @@ function ddpTimeline(div,data,idx,cfg,rank){
    sel.style.top=DDP_M.t+'px';sel.style.height=T.ph+'px';tip.style.display='none';return;}
   var hit=T.at(x,y);if(!hit){tip.style.display='none';return;}
   tip.innerHTML=T.text(hit[0],hit[1]);tip.style.display='block';
-  tip.style.left=Math.min(x+12,Math.max(0,cv.clientWidth-tip.offsetWidth))+'px';tip.style.top=(y+14)+'px';});
+  tip.style.left=Math.min(x+12,Math.max(0,cv.clientWidth-tip.offsetWidth))+'px';
+  tip.style.top=(y+14+tip.offsetHeight>cv.clientHeight?Math.max(0,y-tip.offsetHeight-8):y+14)+'px';});
  if(window.ResizeObserver)new ResizeObserver(function(){if(T.pw&&Math.abs(ddpWidth(div)-T.pw)>1)ddpDraw(div,!T.range);}).observe(wrap);
  return ddpShowRank(div,rank===undefined?null:rank,idx);}
 // Aggregate the visible window (full: the whole step) at the canvas's pixel width, then paint.

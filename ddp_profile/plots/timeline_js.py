@@ -19,9 +19,14 @@ TIMELINE_JS = r"""
 var DDP_KIND=['compute kernel','NCCL kernel','memcpy','memset'],
     DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets'],DDP_NTRACES=9,
     DDP_M={l:150,r:20,t:8,b:44},DDP_ROW=44;
-function ddpDur(ns){return Math.abs(ns)>=1e6?(ns/1e6).toFixed(3)+' ms':(ns/1e3).toFixed(1)+' \u00b5s';}
+// toFixed, but an exact tie rounds to even as Python's format() does (6.25 -> '6.2', not '6.3'), so the
+// page's tooltips read exactly as plots._common.fmt_duration / fmt_bytes write them.
+function ddpFix(v,d){var s=v.toFixed(d),e=Math.abs(v).toFixed(Math.min(100,d+60)),cut=e.indexOf('.')+1+d;
+ if(!/^50*$/.test(e.slice(cut)))return s;var low=e.slice(0,d?cut:cut-1);
+ return +low.slice(-1)%2?s:(v<0?'-':'')+low;}
+function ddpDur(ns){return Math.abs(ns)>=1e6?ddpFix(ns/1e6,3)+' ms':ddpFix(ns/1e3,1)+' \u00b5s';}
 function ddpBytes(n){if(n<0)return'\u2013';var u=['B','KiB','MiB','GiB'],i=0;
- while(n>=1024&&i<3){n/=1024;i++;}return i===0?n.toFixed(0)+' B':n.toFixed(1)+' '+u[i];}
+ while(n>=1024&&i<3){n/=1024;i++;}return i===0?ddpFix(n,0)+' B':ddpFix(n,1)+' '+u[i];}
 function ddpCol(v){var bin=atob(v.slice(2)),n=bin.length,u=new Uint8Array(n);
  for(var i=0;i<n;i++)u[i]=bin.charCodeAt(i);
  return v[0]==='h'?new Uint16Array(u.buffer):v[0]==='i'?new Int32Array(u.buffer):new Float64Array(u.buffer);}

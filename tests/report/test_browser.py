@@ -362,3 +362,37 @@ def test_rank_and_step_deep_link_both_ways(site, browser):
     assert len(page.evaluate(state)["rows"]) == 6
     assert problems == []
     page.close()
+
+
+PAGE_BARS = """([idx, lo, hi, mn]) => { const d = document.getElementById('timeline').ddp.data, st = d.steps[idx];
+    const dec = ddpDecode(st);
+    return ddpBars(d, idx, lo, hi, mn, null).map(o => ({base: o.base, x: o.x, y: o.y,
+        hovertext: o.base.map((_, i) => ddpHover(d, st, dec[o.tr[i]], o.a[i], o.b[i]))})); }"""
+
+
+def test_page_aggregation_is_the_python_one_at_every_zoom(naive_page, browser):
+    """The canvas draws what plots.timeline.bars_for_window computes: same bars (start, width, row) and the
+    same tooltip for every trace, over the whole step and zoomed onto a window of a few all-reduces, from
+    the data the page embeds."""
+    import json
+    import re
+
+    from ddp_profile.plots.timeline import bars_for_window, decode_page_data
+
+    text = naive_page.read_text()
+    data = decode_page_data(json.loads(re.search(r"id='tl-data'>(.*?)</script>", text, re.S).group(1)))
+    page, problems = _open(browser, naive_page)
+    _timeline_ready(page)
+    idx = page.evaluate("document.getElementById('timeline').ddp.idx")
+    span = data["steps"][idx]["span_ms"] * 1e6
+    nccl = bars_for_window(data, idx, -1e18, 1e18, 0)[1]  # single all-reduces: zoom onto the 100th to 110th
+    lo, hi = nccl["base"][100] * 1e6, (nccl["base"][110] + nccl["x"][110]) * 1e6
+    for window in [(-1e18, 1e18, span / 1200), (lo, hi, (hi - lo) / 1200), (lo, hi, (hi - lo) / 40)]:
+        want = bars_for_window(data, idx, *window)
+        got = page.evaluate(PAGE_BARS, [idx, *window])
+        assert sum(len(w["x"]) for w in want) > 0
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert g["y"] == w["y"] and g["hovertext"] == w["hovertext"], (k, window)
+            assert g["base"] == pytest.approx(w["base"], abs=1e-6) and g["x"] == pytest.approx(w["x"], abs=1e-6)
+    assert problems == []
+    page.close()

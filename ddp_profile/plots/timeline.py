@@ -307,15 +307,14 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
     return out
 
 
-def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS, bars: bool = True):
-    """Draw step ``index`` of :func:`timeline_steps` data, aggregated for ``pixels`` of width. ``bars=False``
-    leaves the traces empty, for a page whose script draws them at the plot's real width (no double draw)."""
+def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS):
+    """Draw step ``index`` of :func:`timeline_steps` data as a plotly figure (notebooks), aggregated for
+    ``pixels`` of width."""
     import plotly.graph_objects as go
 
     st = data["steps"][index]
     span = max(st["span_ms"] * 1e6, 1.0)
-    drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels) if bars else \
-        [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
+    drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
     colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
     fig = go.Figure()
     for i, (name, b) in enumerate(zip(TRACE_NAMES, drawn, strict=False)):

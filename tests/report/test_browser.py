@@ -396,3 +396,27 @@ def test_page_aggregation_is_the_python_one_at_every_zoom(naive_page, browser):
             assert g["base"] == pytest.approx(w["base"], abs=1e-6) and g["x"] == pytest.approx(w["x"], abs=1e-6)
     assert problems == []
     page.close()
+
+
+def test_run_page_draws_the_timeline_before_fetching_plotly_and_figures_when_scrolled_to(naive_page, browser):
+    """The page opens on the canvas timeline alone: plotly.js is not fetched until a figure below comes near
+    the screen, then once, and each figure's placeholder gives way to its chart. (A short window: on a tall
+    one the first figure under naive's 6-row timeline is already near the screen.)"""
+    page = browser.new_page(viewport={"width": 1400, "height": 400})
+    problems, scripts = [], []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: scripts.append(r.url) if r.url.endswith("plotly.min.js") else None)
+    page.goto(naive_page.as_uri())
+    page.wait_for_load_state("load")
+    _timeline_ready(page)
+    page.wait_for_timeout(500)
+    assert page.evaluate("typeof window.Plotly") == "undefined" and scripts == []
+    assert page.evaluate("document.querySelectorAll('.lazy-note').length") == _expected_figures(naive_page)
+    page.locator("#exposed").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#exposed.js-plotly-plot .main-svg') !== null", timeout=20_000)
+    assert page.evaluate("document.querySelector('#exposed .lazy-note')") is None
+    _draw_figures(page, _expected_figures(naive_page))
+    assert page.evaluate("document.querySelectorAll('.lazy-note').length") == 0
+    assert len(scripts) == 1 and page.evaluate("document.querySelectorAll('script[src]').length") == 1
+    assert problems == []
+    page.close()

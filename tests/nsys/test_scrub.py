@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import sha256
 
-from ddp_profile.errors import TraceError
+from ddp_profile.errors import OutputError, TraceError
 from ddp_profile.nsys import scrub
 from ddp_profile.nsys.loader import load_trace
 
@@ -112,3 +112,27 @@ def test_bad_inputs(tmp_path):
     rep.write_bytes(b"x")
     with pytest.raises(TraceError, match="nsys export --type sqlite"):
         scrub.scrub_file(rep, tmp_path / "out.sqlite")
+
+
+def test_full_disk_during_vacuum_is_an_output_error(sample_export, tmp_path, monkeypatch):
+    """VACUUM on a full disk raises sqlite3.OperationalError (no strerror): an OutputError, nothing left behind."""
+    real_connect = sqlite3.connect
+
+    class FullDisk:
+        def __init__(self, con):
+            self._con = con
+
+        def execute(self, sql, *args):
+            if sql == "VACUUM":
+                raise sqlite3.OperationalError("database or disk is full")
+            return self._con.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
+    monkeypatch.setattr(scrub.sqlite3, "connect", lambda *a, **k: FullDisk(real_connect(*a, **k)))
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(OutputError, match="database or disk is full"):
+        scrub.scrub_file(sample_export, out / "o.sqlite")
+    assert not list(out.iterdir())

@@ -88,3 +88,25 @@ def test_committed_foreign_trace_loads_and_is_scrubbed(run):
     assert len(trace.kernels) > 0
     for export in sorted(run.glob("*.sqlite.xz")):
         _assert_scrubbed(export)
+
+
+TWO_NODE = sorted(p for p in (TRACES / "two-node").iterdir() if p.is_dir())
+
+
+@pytest.mark.parametrize("run", TWO_NODE, ids=[p.name for p in TWO_NODE])
+def test_two_node_runs_are_one_job_on_one_clock(run):
+    """Two torchrun agents as two nodes, one nsys session (and clock) per rank: the loader shifts each file by
+    its session start, so the same all-reduce ends within 100 µs on every rank although the sessions started
+    milliseconds apart (an all-reduce cannot finish on one rank long before the others have joined)."""
+    from ddp_profile.analysis import analyze
+
+    meta = json.loads((run / f"{run.name}.json").read_text())
+    trace = load_trace(run)
+    offsets = [f["offset_ns"] for f in trace.meta["files"]]
+    assert len(offsets) == meta["world_size"] == len(trace.ranks) >= 2
+    assert max(offsets) - min(offsets) > 1_000_000, offsets  # sessions 1 ms+ apart: alignment is not a no-op
+    coll = analyze(trace).collectives
+    per_seq = coll.groupby("seq")
+    assert (per_seq["rank"].nunique() == meta["world_size"]).all()  # every collective matched on all ranks
+    spread = per_seq["end_ns"].agg(lambda s: s.max() - s.min())
+    assert spread.max() < 100_000, spread.max()

@@ -39,7 +39,7 @@ def test_sharding_sentence_states_memory_saved_and_time_paid():
     ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, mem_gib=45.0, opt_gib=14.0, kinds={"AllReduce": 4e6})
     zero = _run("bucketed+zero1", "bucketed", 2, 399.0, 400.0, config={"shard_optimizer": "ours"},
                 mem_gib=37.0, opt_gib=7.0, kinds={"AllReduce": 2e6, "Broadcast": 25e6})
-    s = qc.q9_sharding({"A": [ref, zero]}, _page, "2× GPU")
+    s = qc.q9_sharding({"A": [ref, zero]}, _page, {"A": "2× GPU"})
     text = " ".join(s.paragraphs())
     # 14 - 7 = 7 GiB less state, 45 - 37 = 8 GiB lower peak, 399 - 380 = 19 ms slower = 5.0 % of 380
     assert ("bucketed+zero1 holds 7.00 GiB less optimizer state and peaks 8.00 GiB lower in allocated memory per "
@@ -52,14 +52,15 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
     # fastest without nsys, but slowest under it: the ranking flips
     lever = _run("torch_ddp-ch2", "torch_ddp", 2, 370.0, 390.0,
                  config={"nccl_channels": 2, "nccl_high_priority": True}, overhead=5.4)
-    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, "2× GPU")
+    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "2× GPU"})
     text = " ".join(s.paragraphs())
     # 370 / 380 = 0.974x; 350 / 370 = 94.6 % efficiency
     assert "the fastest configuration is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
     assert "94.6% 2-GPU efficiency" in text
+    assert "Set A ran on 2× GPU." in text
     assert "the ranking under nsys differs from the un-profiled one (2 of 2 configurations change place)" in text
     same = qc.q10_beat_ddp({"A": [one, ref, _run("x", "torch_ddp", 2, 370.0, 371.0,
-                                                  config={"nccl_channels": 2})]}, _page, "m")
+                                                  config={"nccl_channels": 2})]}, _page, {"A": "m"})
     assert "the ranking under nsys is the same as without it" in " ".join(same.paragraphs())
 
 
@@ -75,3 +76,23 @@ def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
     # measured 376 ms profiled against 380 predicted: (376 - 380) / 376 = -1.1 %, inside [372, 380]
     assert "Measured: 376.0 ms profiled (369.0 ms un-profiled)" in text
     assert "off by -1.1% of the measured step, and the measurement falls inside the predicted range" in text
+
+
+def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_reference():
+    """Set C holds 1-, 2- and 4-GPU runs: each multi-GPU size is its own set with the 1-GPU run, so a 4-GPU
+    lever is compared with the 4-GPU stock run and efficiency is 4-GPU efficiency."""
+    one = _run("none-1", "none", 1, 360.0, 362.0)
+    ref2, ref4 = _run("ddp-2", "torch_ddp", 2, 390.0, 391.0), _run("ddp-4", "torch_ddp", 4, 400.0, 401.0)
+    lev2 = _run("ch2-2", "torch_ddp", 2, 380.0, 381.0, config={"nccl_channels": 2})
+    lev4 = _run("ch2-4", "torch_ddp", 4, 440.0, 441.0, config={"nccl_channels": 2})
+    sets = qc.campaign_sets([one, ref2, ref4, lev2, lev4])
+    assert {k: [r.name for r in v] for k, v in sets.items()} == {
+        "A, 2 GPUs": ["none-1", "ddp-2", "ch2-2"], "A, 4 GPUs": ["none-1", "ddp-4", "ch2-4"]}
+    assert qc.set_folder("A, 4 GPUs") == "A" and qc.set_title("A, 4 GPUs") == "XL fp32, batch 4×256 per GPU, 4 GPUs"
+    text = " ".join(qc.q10_beat_ddp(sets, _page, {"A, 2 GPUs": "m2", "A, 4 GPUs": "m4"}).paragraphs())
+    # 4 GPUs: stock 400 ms is fastest (the lever is 440); 360 / 400 = 90.0 % efficiency
+    assert "Set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
+    assert "90.0% 4-GPU efficiency against the 1-GPU run's 360.0 ms" in text
+    # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
+    assert "Set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "Set A, 4 GPUs ran on m4." in text

@@ -256,9 +256,11 @@ def load_all(root: Path, progress=None) -> list[RunData]:
     return runs
 
 
-def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
-    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set."""
-    sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
+def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None = None) -> str:
+    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set,
+    found in ``root/sub`` (default: the set's folder; a campaign set passes its own, e.g. ``campaign/C``)."""
+    if sub is None:
+        sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
     path = Path(root) / sub / "machine.txt"
     gpus, links = [], set()
     if path.is_file():
@@ -268,7 +270,7 @@ def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
                 gpus.append(parts[1])
             links |= {t for t in line.split() if t.startswith("NV") and t[2:].isdigit()}
     if not gpus:
-        names = {r.meta.get("gpu_name") for r in runs if r.set == set_name} - {None}
+        names = {g for r in runs if r.set == set_name and (g := r.meta.get("gpu_name")) is not None}
         n = max((r.world_size for r in runs if r.set == set_name), default=0)
         gpus = [", ".join(sorted(names)) or "unknown GPU"] * n
     name = ", ".join(sorted(set(gpus)))

@@ -87,7 +87,8 @@ function ddpTimeline(div,data,idx,cfg,rank){
  function ms(x){var r=T.range||T.full;return r[0]+(x-DDP_M.l)/T.pw*(r[1]-r[0]);}
  T.px=function(v){var r=T.range||T.full;return DDP_M.l+(v-r[0])/(r[1]-r[0])*T.pw;};
  T.py=function(y){var r=Math.round(y),p=T.pos[r];return DDP_M.t+(p+0.5+(y-r))*DDP_ROW;};
- T.zoom=function(lo,hi){T.range=[lo,hi];return ddpDraw(div,false);};
+ T.zoom=function(lo,hi){var c=(lo+hi)/2;if(!(hi-lo>=1e-5)){lo=c-5e-6;hi=c+5e-6;}  // 10 ns at least
+  T.range=[lo,hi];return ddpDraw(div,false);};
  T.reset=function(){T.range=null;return ddpDraw(div,true);};
  T.text=function(k,i){var b=T.bars[k],st=data.steps[T.idx];return ddpHover(data,st,ddpDecode(st)[b.tr[i]],b.a[i],b.b[i]);};
  T.at=function(x,y){var v=(y-DDP_M.t)/DDP_ROW,p=Math.floor(v),r=T.rowAt[p],off=v-p-0.5,tol=1/T.pw*((T.range||T.full)[1]-(T.range||T.full)[0]),

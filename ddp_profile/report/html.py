@@ -55,17 +55,18 @@ def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None, laz
     return f'<div id="{div_id}" class="figure" role="img" aria-label="{esc(alt)}">{wait}</div>\n<script>{call}</script>'
 
 
-# Figures drawn when they come within 400 px of the screen (figure_div(lazy=True)); plotly.js is fetched
-# the first time one is, and only once. Without IntersectionObserver every figure is drawn at once.
+# Figures drawn when they come within 200 px of the screen (figure_div(lazy=True)); plotly.js is fetched
+# the first time one is, and only once; figures waiting for it are drawn one per frame, so the first shows
+# before the next is drawn. Without IntersectionObserver every figure is drawn at once.
 LAZY_JS = f"""var ddpLazy={{}};function ddpPlotly(f){{if(window.Plotly){{f();return;}}(ddpPlotly.q=ddpPlotly.q||[]).push(f);
 if(ddpPlotly.s)return;var s=ddpPlotly.s=document.createElement('script');s.src='{PLOTLY_JS}';
-s.onload=function(){{var q=ddpPlotly.q;ddpPlotly.q=[];q.forEach(function(g){{g();}});}};document.head.appendChild(s);}}
+s.onload=function next(){{var g=ddpPlotly.q.shift();if(g){{g();requestAnimationFrame(function(){{setTimeout(next,0);}});}}}};document.head.appendChild(s);}}
 function ddpDrawLazy(el,draw){{var n=el.querySelector('.lazy-note');if(n)n.textContent='Drawing…';
 ddpPlotly(function(){{if(n)n.remove();draw();}});}}
 function ddpLater(id,draw){{var el=document.getElementById(id);if(!window.IntersectionObserver){{ddpDrawLazy(el,draw);return;}}
 ddpLazy[id]=draw;if(!ddpLater.io)ddpLater.io=new IntersectionObserver(function(es){{es.forEach(function(e){{
 if(!e.isIntersecting)return;ddpLater.io.unobserve(e.target);var f=ddpLazy[e.target.id];delete ddpLazy[e.target.id];
-if(f)ddpDrawLazy(e.target,f);}});}},{{rootMargin:'400px 0px'}});ddpLater.io.observe(el);}}"""
+if(f)ddpDrawLazy(e.target,f);}});}},{{rootMargin:'200px 0px'}});ddpLater.io.observe(el);}}"""
 
 
 # Every figure the project writes: nothing offers to send data anywhere (no cloud / Chart Studio buttons,

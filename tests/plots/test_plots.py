@@ -197,6 +197,18 @@ def test_alpha_beta_points_and_fit_line():
     assert fig.layout.yaxis.title.text == "time (µs)"
 
 
+def test_alpha_beta_draws_many_collectives_with_webgl_keeping_every_point():
+    import pandas as pd
+
+    from ddp_profile.plots.sweep import GL_POINTS
+
+    t, a = make_run(n_steps=2)
+    many = pd.concat([a.collectives] * (GL_POINTS // len(a.collectives) + 1), ignore_index=True)
+    small, big = (alpha_beta_figure(c, a.cost_model, source=SRC) for c in (a.collectives, many))
+    assert small.data[0].type == "scatter" and big.data[0].type == "scattergl"
+    assert len(big.data[0].x) == len(many) > GL_POINTS and big.data[1].type == "scatter"  # the fit stays a line
+
+
 def test_page_encoding_keeps_every_kernel_exactly():
     """The run page embeds the timeline as base64 typed-array columns (uint16, int32, or float64 when a value
     needs it); decoding gives back the very integers timeline_steps made, step by step."""

@@ -11,6 +11,7 @@ The page calls ``ddpTimeline(div, data, step_index, config, rank_or_null)`` once
 :func:`~ddp_profile.plots.timeline.page_config`), ``ddpShowStep(div, i)`` from the step selector and
 ``ddpShowRank(div, rank_or_null)`` from the rank selector. ``div.ddp`` is the chart's state and API (the
 drawn bars per trace, ``text(k, i)``: a bar's tooltip, ``px``/``py``: data to pixel, ``zoom``/``reset``);
+Keyboard: + / - zoom, arrows pan, 0 resets.
 ``div.__ddpDrawn`` counts draws; the first sets the performance mark ``ddp-timeline-drawn`` (the
 benchmark's page-open time).
 """
@@ -102,6 +103,12 @@ function ddpTimeline(div,data,idx,cfg,rank){
   x=Math.min(Math.max(e.clientX-r.left,DDP_M.l),DDP_M.l+T.pw),a=Math.min(drag,x),b=Math.max(drag,x);drag=null;
   sel.style.display='none';if(b-a>=4)T.zoom(ms(a),ms(b));});
  cv.addEventListener('dblclick',function(){T.reset();});
+ // Keyboard: + and - zoom about the middle, the arrows pan a quarter of the view, 0 or Escape resets.
+ cv.tabIndex=0;cv.setAttribute('aria-label','Timeline chart: + and - zoom, left and right arrows pan, 0 resets');
+ cv.addEventListener('keydown',function(e){var r=T.range||T.full,w=r[1]-r[0],c=(r[0]+r[1])/2,k=e.key;
+  if(k==='+'||k==='=')T.zoom(c-w/4,c+w/4);else if(k==='-')T.zoom(c-w,c+w);
+  else if(k==='ArrowLeft'||k==='ArrowRight'){var d=(k==='ArrowLeft'?-w:w)/4;T.zoom(r[0]+d,r[1]+d);}
+  else if(k==='0'||k==='Escape')T.reset();else return;e.preventDefault();});
  cv.addEventListener('mouseleave',function(){tip.style.display='none';});
  cv.addEventListener('mousemove',function(e){var x=e.offsetX,y=e.offsetY;
   if(drag!==null){sel.style.display='block';sel.style.left=Math.min(drag,x)+'px';sel.style.width=Math.abs(x-drag)+'px';

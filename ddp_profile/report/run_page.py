@@ -261,13 +261,14 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
         "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "
         "neighbours of the same kind only (hover says how many) and separate as you zoom. Drag to zoom, "
-        "double-click to reset; click a legend entry to hide or show its bars. The selected rank and step are in "
+        "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or show its bars. The selected rank and step are in "
         "the address (#rank=R&amp;step=N, or #step=N with every rank), so a link opens them.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label> "
         f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>",
         f"<script type='application/json' id='tl-data'>{script_json(encode_for_page(data))}</script>",
         f"<script>{TIMELINE_JS}\n{HASH_JS}</script>",
-        f'<div id="timeline" class="figure" role="img" aria-label="Timeline · {esc(data["steps"][idx]["label"])}">'
+        # role=figure, not img: the chart holds controls (legend toggles, a focusable canvas)
+        f'<div id="timeline" class="figure" role="figure" aria-label="Timeline · {esc(data["steps"][idx]["label"])}">'
         f"</div><script>{start}</script>",
         figure_div(exposed_comm_figure(a.steps, source=src), "exposed", lazy=True),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps", lazy=True),

@@ -420,3 +420,22 @@ def test_run_page_draws_the_timeline_before_fetching_plotly_and_figures_when_scr
     assert len(scripts) == 1 and page.evaluate("document.querySelectorAll('script[src]').length") == 1
     assert problems == []
     page.close()
+
+
+def test_timeline_zooms_pans_and_resets_from_the_keyboard(naive_page, browser):
+    page, problems = _open(browser, naive_page)
+    _timeline_ready(page)
+    page.locator("#timeline canvas").focus()
+    view = "() => { const T = document.getElementById('timeline').ddp; return (T.range || T.full).slice(); }"
+    full = page.evaluate(view)
+    page.keyboard.press("+")
+    zoomed = page.evaluate(view)
+    assert zoomed[1] - zoomed[0] == pytest.approx((full[1] - full[0]) / 2)
+    assert (zoomed[0] + zoomed[1]) / 2 == pytest.approx((full[0] + full[1]) / 2)
+    page.keyboard.press("ArrowRight")
+    panned = page.evaluate(view)
+    assert panned[0] == pytest.approx(zoomed[0] + (zoomed[1] - zoomed[0]) / 4)
+    page.keyboard.press("0")
+    assert page.evaluate(view) == full and page.evaluate("document.getElementById('timeline').ddp.range") is None
+    assert problems == []
+    page.close()

@@ -123,7 +123,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     kernel called ``<b>`` literal)."""
     labels, rows = _rows(kernels, phases)
     k, names = _prepare(kernels, collectives, rows)
-    names_extra = {}
+    names_extra: dict[str, int] = {}
 
     def name_index(text):
         if text not in names_extra:
@@ -284,7 +284,7 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
     [lo_ns, hi_ns] of step ``index``, merging sub-``min_ns`` kernels per track (never across kinds, never
     phases or the tail). Bars are drawn at least ``min_ns`` wide (one pixel), the tooltip says the truth."""
     st = data["steps"][index]
-    out = [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
+    out: list[dict[str, list]] = [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
     for t in st["tracks"]:
         start = np.cumsum(np.asarray(t["s"], dtype=np.int64)).astype(np.float64)
         dur = np.asarray(t["d"], dtype=np.float64)

@@ -117,7 +117,9 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
                          **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
                          "report page": page_for(r)})
         s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
-        s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({set_title(name)})")
+        table = pd.DataFrame(rows).fillna("–")  # runs expose different collective kinds: link column last
+        s.table(table[[c for c in table.columns if c != "report page"] + ["report page"]],
+                f"Set {name} ({set_title(name)})")
         for r in sharded:
             d_opt = _max_gib(ref, "optimizer_state_bytes") - _max_gib(r, "optimizer_state_bytes")
             d_mem = _max_gib(ref, "peak_allocated_bytes") - _max_gib(

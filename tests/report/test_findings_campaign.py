@@ -114,8 +114,11 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     ref = _run("ddp-4", "torch_ddp", 4, 395.0, 397.0, rec=rec)
     ch9 = _run("ch9-4", "torch_ddp", 4, 392.0, 393.0, config={"nccl_channels": 9, "nccl_high_priority": True})
     ch9_2 = _run("ch9-2", "torch_ddp", 2, 380.0, 381.0, config={"nccl_channels": 9, "nccl_high_priority": True})
-    text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2]})
+    bf16 = _run("bf16-ch9-4", "torch_ddp", 4, 200.0, 201.0,
+                config={"nccl_channels": 9, "nccl_high_priority": True, "dtype": "bf16", "batch": 16})
+    text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert text.endswith("This set has no run of exactly that configuration; set D, 4 GPUs ran it beside its own "
-                         "stock run on the same GPU type (see there).")
-    alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2]})  # other GPU count: not the same
+                         "stock run, on the same GPU type and workload (see there).")
+    # another GPU count, or another dtype and batch, is not the same workload
+    alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert alone.endswith("This set has no run of exactly that configuration.")

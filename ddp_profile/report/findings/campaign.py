@@ -247,12 +247,10 @@ def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -
             + (f", down to {ms(pred - upper)} if the lever removed all compute lost to contention" if
                np.isfinite(upper) else "") + ". ")
     if not match:
-        gpu = ref.meta.get("gpu_name")
         elsewhere = [n for n, o in (others or {}).items()
-                     if any(r.world_size == ref.world_size and r.meta.get("gpu_name") == gpu
-                            and config_matches(r.config, head) for r in o)]
+                     if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
         return text + ("This set has no run of exactly that configuration" + (
-            f"; set {' and set '.join(elsewhere)} ran it beside its own stock run on the same GPU type (see there)."
+            f"; set {' and set '.join(elsewhere)} ran it beside its own stock run, on the same GPU type and workload (see there)."
             if elsewhere else "."))
     m = match[0]
     err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
@@ -260,6 +258,17 @@ def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
                    f"prediction is off by {pct(err)} of the measured step, and the measurement "
                    f"{'falls inside' if within else 'falls outside'} the predicted range.")
+
+
+WORKLOAD_KEYS = ("gpu_name", "world_size")
+WORKLOAD_CONFIG = ("model", "dtype", "batch", "seq_len", "optimizer", "tf32")
+"""Run-JSON facts (top level, and in its ``config``) two runs must share for one to stand in for the other."""
+
+
+def same_workload(a, b) -> bool:
+    """Same GPU type and count, model, dtype, per-GPU batch, sequence length and optimizer."""
+    return (all(a.meta.get(k) == b.meta.get(k) for k in WORKLOAD_KEYS)
+            and all((a.config or {}).get(k) == (b.config or {}).get(k) for k in WORKLOAD_CONFIG))
 
 
 OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")

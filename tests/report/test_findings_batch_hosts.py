@@ -164,6 +164,11 @@ def test_limits_and_q5_name_the_set_that_mixes_hosts():
     assert ("set small mixes hosts: torch_ddp on host-2, its other 3 runs on host-1, so set small's comparisons "
             "with torch_ddp include a change of host") in t_mixed
     assert "do not name the host" in t_none and "mixes" not in t_none
+    # campaign folders are named by their own label, apart from the main sets of the same letter
+    camp = {"A": [fake("torch_ddp", bucket=25, set_name="campaign")], "B": [fake("naive", set_name="campaign")]}
+    chosts = dict(one, **{r.run_id: "host-9" for rs in camp.values() for r in rs})
+    t_camp = text_of(qb.limits(runs, chosts, ss, None, camp))
+    assert "set A ran on host-2" in t_camp and "campaign sets A and B ran on host-9" in t_camp
     q5_one = text_of(qb.q5_torch([("Set small", ss["small"])], page, "m", one))
     q5_mixed = text_of(qb.q5_torch([("Set small", ss["small"])], page, "m", mixed))
     assert "change of host" not in q5_one

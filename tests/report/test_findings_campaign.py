@@ -42,6 +42,9 @@ def test_sharding_sentence_states_memory_saved_and_time_paid():
                 mem_gib=37.0, opt_gib=7.0, kinds={"AllReduce": 2e6, "Broadcast": 25e6})
     s = qc.q9_sharding({"A": [ref, zero]}, _page, {"A": "2× GPU"})
     text = " ".join(s.paragraphs())
+    # a campaign set is never called plain "Set A", the name of traces/<run> set A in sections 1–8
+    assert text.count("Campaign set A") == 2 and "Set A" not in text.replace("Campaign set A", "")
+    assert [b.caption for b in s.blocks if hasattr(b, "caption")] == ["Campaign set A (XL fp32, batch 4×256 per GPU)"]
     # 14 - 7 = 7 GiB less state, 45 - 37 = 8 GiB lower peak, 399 - 380 = 19 ms slower = 5.0 % of 380
     assert ("bucketed+zero1 holds 7.00 GiB less optimizer state and peaks 8.00 GiB lower in allocated memory per "
             "GPU than torch_ddp, and its step is 19.00 ms slower (5.0%): 25.00 ms of exposed Broadcast") in text
@@ -58,7 +61,7 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
     # 370 / 380 = 0.974x; 350 / 370 = 94.6 % efficiency
     assert "the fastest configuration is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
     assert "94.6% 2-GPU efficiency" in text
-    assert "Set A ran on 2× GPU." in text
+    assert "Campaign set A ran on 2× GPU." in text and "Set A" not in text
     assert "the ranking under nsys differs from the un-profiled one (2 of 2 configurations change place)" in text
     same = qc.q10_beat_ddp({"A": [one, ref, _run("x", "torch_ddp", 2, 370.0, 371.0,
                                                   config={"nccl_channels": 2})]}, _page, {"A": "m"})
@@ -98,11 +101,11 @@ def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_referen
     assert qc.set_folder("A, 4 GPUs") == "A" and qc.set_title("A, 4 GPUs") == "XL fp32, batch 4×256 per GPU, 4 GPUs"
     text = " ".join(qc.q10_beat_ddp(sets, _page, {"A, 2 GPUs": "m2", "A, 4 GPUs": "m4"}).paragraphs())
     # 4 GPUs: stock 400 ms is fastest (the lever is 440); 360 / 400 = 90.0 % efficiency
-    assert "Set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
+    assert "Campaign set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
     assert "90.0% 4-GPU efficiency against the 1-GPU run's 360.0 ms" in text
     # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
-    assert "Set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
-    assert "Set A, 4 GPUs ran on m4." in text
+    assert "Campaign set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "Campaign set A, 4 GPUs ran on m4." in text
 
 
 def test_a_recommendation_run_in_another_set_is_pointed_to():
@@ -117,7 +120,7 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     bf16 = _run("bf16-ch9-4", "torch_ddp", 4, 200.0, 201.0,
                 config={"nccl_channels": 9, "nccl_high_priority": True, "dtype": "bf16", "batch": 16})
     text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
-    assert text.endswith("This set has no run of exactly that configuration; set D, 4 GPUs ran it beside its own "
+    assert text.endswith("This set has no run of exactly that configuration; campaign set D, 4 GPUs ran it beside its own "
                          "stock run, on the same GPU type and workload (see there).")
     # another GPU count, or another dtype and batch, is not the same workload
     alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})

@@ -73,7 +73,11 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     if camp:
         m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
-    secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal})]
+    folders: dict[str, list] = {}  # campaign folder -> its runs (a folder split by GPU count is one here)
+    for r in runs:
+        if r.set == CAMPAIGN:
+            folders.setdefault(r.folder.parent.name, []).append(r)
+    secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal}, folders)]
     pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],
              "q4": [("sweep", a), ("sweep", sets["small"])],
              "q5": [("strategies", a), ("strategies", sets["B"]), ("strategies", sets["small"])],

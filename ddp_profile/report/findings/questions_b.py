@@ -320,9 +320,11 @@ def launch_line(name: str, rs: dict) -> str:
     return f"set {name}'s 1-GPU run is not launch-bound ({bound} of {n} {steps} launch-bound; {medians})"
 
 
-def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None) -> Section:
+def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None,
+           campaign: dict | None = None) -> Section:
     """What the data cannot show. ``hosts``: :func:`~ddp_profile.report.findings.data.read_hosts`; ``sets``: the
-    main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling."""
+    main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling;
+    ``campaign``: {campaign folder: [runs]} (named "campaign set <folder>", apart from the main sets)."""
     s = Section("limits", "How thin the data is")
     hosts, sets, machines = hosts or {}, sets or {}, machines or {}
     nsteps = sorted({int(r.summary.get("n_steps") or 0) for r in runs})
@@ -352,19 +354,22 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
     if hosts:
         single: dict = {}
         mixed = []
-        for name, rs in sets.items():
+        groups = [("set", name, rs) for name, rs in sets.items()]
+        groups += [("campaign set", name, rs) for name, rs in (campaign or {}).items()]
+        for kind, name, rs in groups:
             g = hosts_of(rs, hosts) if rs else {}
             labels = {h: h if h is not None else "a host not listed" for h in g}
             if len(g) == 1:
-                single.setdefault(labels[next(iter(g))], []).append(name)
+                single.setdefault((labels[next(iter(g))], kind), []).append(name)
             elif g:
                 major, *minor = list(g)
                 moved = [r.label for h in minor for r in g[h]]
-                mixed.append(f"set {name} mixes hosts: " + "; ".join(
+                mixed.append(f"{kind} {name} mixes hosts: " + "; ".join(
                     f"{', '.join(r.label for r in g[h])} on {labels[h]}" for h in minor)
-                    + f", its other {len(g[major])} runs on {labels[major]}, so set {name}'s comparisons with "
+                    + f", its other {len(g[major])} runs on {labels[major]}, so {kind} {name}'s comparisons with "
                     f"{' and '.join(moved)} include a change of host")
-        parts = [f"set{'s' if len(n) > 1 else ''} {' and '.join(n)} ran on {h}" for h, n in single.items()] + mixed
+        parts = [f"{kind}{'s' if len(n) > 1 else ''} {' and '.join(n)} ran on {h}"
+                 for (h, kind), n in single.items()] + mixed
         s.p(f"Hosts ({HOSTS_FILE} beside the traces): " + "; ".join(parts) + ".")
     else:
         s.p(f"The run JSONs do not name the host; no {HOSTS_FILE} beside the traces says which runs shared one "

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
+from ddp_profile.report import measures
 from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
 from ddp_profile.report.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
@@ -218,14 +219,31 @@ def multi_idle(rs, idle_pct: float) -> str:
                    "(launches, synchronisation) beyond GPU work. ")
 
 
-def fastest_two(name: str, rs, order, uniform: bool) -> str:
-    """Whether the two fastest multi-GPU strategies of a ranking are separated beyond their step ranges."""
-    multi = [k for k in order if rs[k].world_size > 1]
+def page_ranking(rs, uniform: bool = True) -> list:
+    """The set's multi-GPU runs, fastest first, as its strategies page ranks them: by
+    :func:`measures.rank_ns` under the set's :func:`measures.ranking_basis` (the trace's median step unless
+    every run was also timed without nsys). A set that mixes batches is ranked by time per unit of work."""
+    basis = measures.ranking_basis(r.meta for r in rs.values())
+    multi = [r for r in rs.values() if r.world_size > 1]
+    if not uniform:
+        return sorted(multi, key=lambda r: per_k(r, r.v("step_ns")))
+    return sorted(multi, key=lambda r: measures.rank_ns(r.meta, r.v("step_ns"), basis))
+
+
+def fastest_two(name: str, rs, uniform: bool) -> str:
+    """Whether the two fastest multi-GPU strategies of the whole set (:func:`page_ranking`, the ranking of
+    its strategies page, including strategies the other set did not run) are separated beyond their step
+    ranges."""
+    multi = page_ranking(rs, uniform)
     if len(multi) < 2:
         return f"{name} has fewer than two multi-GPU strategies to separate"
-    x, y = rs[multi[0]], rs[multi[1]]
-    sep = not ranges_overlap(_cost_spread(x, uniform), _cost_spread(y, uniform))
-    return (f"{name}'s fastest two multi-GPU strategies, {x.label} and {y.label}, "
+    x, y = multi[0], multi[1]
+    if uniform and measures.ranking_basis(r.meta for r in rs.values()) == measures.UNPROFILED:
+        sep = not ranges_overlap(measures.unprofiled_range_ns(x.meta), measures.unprofiled_range_ns(y.meta))
+    else:
+        sep = not ranges_overlap(_cost_spread(x, uniform), _cost_spread(y, uniform))
+    return (f"{name}'s fastest two of all its {len(multi)} multi-GPU strategies (ranked as on its strategies "
+            f"page), {x.label} and {y.label}, "
             + ("are separated beyond their step ranges" if sep else
                "have overlapping step ranges, so their order is not established"))
 
@@ -259,7 +277,8 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
             f"Ranking within each set by {'median step time' if ua and ub else 'time per unit of work'}; "
             f"throughput = {unit} per GPU per step ÷ median step time")
     same = rank_a == rank_b
-    s.p(f"The ranking {'is unchanged' if same else 'changes'}: fp32 order {' < '.join(a[k].label for k in rank_a)}; "
+    s.p(f"Among the {len(keys)} strategies both sets ran, the ranking {'is unchanged' if same else 'changes'}: "
+        f"fp32 order {' < '.join(a[k].label for k in rank_a)}; "
         f"bf16 order {' < '.join(b[k].label for k in rank_b)}.")
     if "none" in keys:
         na, nb = a["none"], b["none"]
@@ -294,7 +313,7 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
                    "bf16 compute itself is not held back by the host")
         s.p(f"{verdict}. Its steps range {spread(lo, hi)} ({pct(100 * (hi - lo) / nb.v('step_ns'))} of the median). "
             + multi_idle(b, idle_pct)
-            + f"{fastest_two('fp32', a, rank_a, ua)}; {fastest_two('bf16', b, rank_b, ub)}.")
+            + f"{fastest_two('fp32', a, ua)}; {fastest_two('bf16', b, ub)}.")
     return s
 
 

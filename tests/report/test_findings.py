@@ -173,3 +173,24 @@ def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(built, small):
     assert (f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
             f"GPU idle {sm['idle_pct']:.1f}%, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
             f"{sm['gpu_us_per_kernel']:.1f} µs per kernel)") in md
+
+
+def test_bucket_caps_are_stated_in_mib_as_the_harness_sets_them(built, small):
+    """--bucket-mb is MiB (harness/config.py multiplies by 2**20): labels, the q4 title and cap column, and
+    q5's torch_ddp cap say MiB, from the run JSONs; run folder names (identifiers) keep their 'mb'."""
+    import re
+
+    from ddp_profile.report.findings import questions_b as qb
+    from ddp_profile.report.findings.text import Table
+
+    out, _, _ = built
+    md = (out / "FINDINGS.md").read_text()
+    assert small["bucketed-10"].label == "bucketed 10 MiB" and "| bucketed 10 MiB |" in md
+    q4 = qa.q4_buckets(small, page_for, "m")
+    assert q4.title == "4. Bucketed at 10 MiB"
+    assert list(next(b.frame for b in q4.blocks if isinstance(b, Table))["cap"]) == ["10 MiB"]
+    q5 = " ".join(qb.q5_torch([("Set small", small)], page_for, "m").paragraphs())
+    assert "÷ torch_ddp (25 MiB buckets) step time" in q5
+    html = (out / "findings.html").read_text()
+    for text in (md, html, q4.title, " ".join(q4.paragraphs()), q5):
+        assert not re.search(r"\d MB\b", text), re.search(r".{40}\d MB\b.{10}", text)

@@ -16,7 +16,9 @@ from ddp_profile.report.findings.text import Section, compare, mb, ms, num, pct,
 
 def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
     s = Section("q5", "5. PyTorch DDP as the reference: how close each hand-written strategy gets")
-    s.p(f"Machine: {machine}. Ratio = strategy step time ÷ torch_ddp (25 MB buckets) step time of the same "
+    caps = sorted({r.bucket_mb for _, rs in sets for k, r in rs.items() if k == "torch_ddp" and r.bucket_mb})
+    cap = f" ({'/'.join(f'{c:g}' for c in caps)} MiB buckets)" if caps else ""
+    s.p(f"Machine: {machine}. Ratio = strategy step time ÷ torch_ddp{cap} step time of the same "
         "set; below 1 is faster than PyTorch DDP.")
     for title, rs in sets:
         ref = rs.get("torch_ddp")

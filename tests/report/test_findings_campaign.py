@@ -125,3 +125,30 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     # another GPU count, or another dtype and batch, is not the same workload
     alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert alone.endswith("This set has no run of exactly that configuration.")
+
+
+def test_summary_opens_both_documents_with_the_sections_own_results():
+    """The opening summary is the fastest configuration and the recommendation outcome per campaign set, as
+    clauses q10 builds from the values it states (the same ms and ratio strings), placed before the intro."""
+    from ddp_profile.report.findings.render import to_html, to_markdown
+    from ddp_profile.report.findings.text import summary_sentences
+
+    fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
+        "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
+    one = _run("none", "none", 1, 350.0, 352.0)
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, rec=rec)
+    lever = _run("ch2", "torch_ddp", 2, 370.0, 376.0, config={"nccl_channels": 2, "nccl_high_priority": True})
+    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
+    summary = summary_sentences([s])
+    assert len(summary) == 2
+    assert summary[0].endswith(": campaign set A: ch2, 370.0 ms, 0.974×.")  # 370 / 380
+    assert summary[1].endswith(": campaign set A: `--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 "
+                               "--nccl-high-priority`, predicted 380.0 ms per profiled step, measured 376.0 ms "
+                               "(falls inside the predicted range).")
+    text = " ".join(s.paragraphs())  # the section states the same values
+    assert "ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text and "Measured: 376.0 ms profiled" in text
+    md, html = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
+    assert md.index("**Summary.** ") < md.index("intro") < md.index("## ")
+    assert html.index("<strong>Summary.</strong>") < html.index("<p>intro</p>") < html.index("<h2")
+    assert "<code>--strategy torch_ddp" in html

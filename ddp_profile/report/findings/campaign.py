@@ -193,7 +193,13 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
             + ". " + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
-        s.p(_prediction_sentence(name, ref, rs, others))
+        text, outcome = _prediction(name, ref, rs, others)
+        s.p(text)
+        s.add_summary("Fastest configuration of each campaign set, per step and against its stock torch_ddp "
+                      "(un-profiled time unless marked)",
+                      f"{set_label(name)}: {best.name}, {ms(t(best))}, {ratio:.3f}×"
+                      + (" (trace time)" if basis == measures.TRACE else ""))
+        s.add_summary("The recommendation from each campaign set's stock trace", f"{set_label(name)}: {outcome}")
     return s
 
 
@@ -241,29 +247,40 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
 def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -> str:
     """The recommendation from ``ref``'s trace against the set's run of exactly that configuration; without
     one, the sets of ``others`` ({name: runs}) that ran it at the same GPU count on the same GPU are named."""
+    return _prediction(name, ref, rs, others)[0]
+
+
+def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[str, str]:
+    """(:func:`_prediction_sentence`, its outcome in one clause for the summary, from the same values)."""
     rec = getattr(ref.analysis, "recommendation", None)
     if rec is None or not len(rec):
-        return f"{set_label(name, True)}: the analysis of {ref.name} makes no recommendation (see its report page)."
+        return (f"{set_label(name, True)}: the analysis of {ref.name} makes no recommendation (see its report "
+                "page).", "none made")
     head = rec.iloc[0]
     flags = str(head["flags"])
     match = [r for r in rs if r is not ref and config_matches(r.config, head)]
     pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
-    text = (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section recommendation` "
-            f"recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
+    text = (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "
+            f"recommendation` recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
             + (f", down to {ms(pred - upper)} if the lever removed all compute lost to contention" if
                np.isfinite(upper) else "") + ". ")
     if not match:
         elsewhere = [n for n, o in (others or {}).items()
                      if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
+        where = f"; {' and '.join(map(set_label, elsewhere))} ran it" if elsewhere else ""
         return text + ("This set has no run of exactly that configuration" + (
-            f"; {' and '.join(map(set_label, elsewhere))} ran it beside its own stock run, on the same GPU type and workload (see there)."
-            if elsewhere else "."))
+            f"; {' and '.join(map(set_label, elsewhere))} ran it beside its own stock run, on the same GPU type "
+            "and workload (see there)." if elsewhere else ".")), (
+            f"`{flags}`, not run in this set{where}")
     m = match[0]
     err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
     within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
+    inside = "falls inside" if within else "falls outside"
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
                    f"prediction is off by {pct(err)} of the measured step, and the measurement "
-                   f"{'falls inside' if within else 'falls outside'} the predicted range.")
+                   f"{inside} the predicted range."), (
+        f"`{flags}`, predicted {ms(pred)} per profiled step, measured {ms(profiled_ns(m))} ({inside} the "
+        "predicted range)")
 
 
 WORKLOAD_KEYS = ("gpu_name", "world_size")

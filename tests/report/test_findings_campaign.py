@@ -152,3 +152,17 @@ def test_summary_opens_both_documents_with_the_sections_own_results():
     assert md.index("**Summary.** ") < md.index("intro") < md.index("## ")
     assert html.index("<strong>Summary.</strong>") < html.index("<p>intro</p>") < html.index("<h2")
     assert "<code>--strategy torch_ddp" in html
+
+
+def test_a_1gpu_run_inflated_by_nsys_is_named_and_efficiency_stays_unprofiled():
+    """Campaign set B's 1-GPU run ran 54.5 % slower under nsys: q10 says so from its run JSON and keeps the
+    un-profiled time for efficiency (the profiled 278.6 ms against 227.2 ms would claim 122.6 %)."""
+    one = _run("none", "none", 1, 180.3, 278.6, overhead=54.5)
+    ref = _run("torch_ddp", "torch_ddp", 2, 227.2, 240.0)
+    text = " ".join(qc.q10_beat_ddp({"B": [one, ref]}, _page, {"B": "m"}).paragraphs())
+    assert ("The 1-GPU run's profiled step is 278.6 ms against 180.3 ms without nsys (profiler overhead 54.5%), so "
+            "its profiled step is inflated by nsys and the efficiency uses the un-profiled time.") in text
+    assert "79.4% 2-GPU efficiency against the 1-GPU run's 180.3 ms" in text  # 180.3 / 227.2
+    silent = " ".join(qc.q10_beat_ddp({"B": [_run("none", "none", 1, 180.3, 181.0, overhead=None), ref]},
+                                      _page, {"B": "m"}).paragraphs())
+    assert "profiled step is" not in silent  # no overhead recorded: nothing claimed

@@ -190,7 +190,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
             + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(t(one))}" if one else "")
             + (" (ranked by the profiled trace time: not every run of this set was timed without nsys)"
                if basis == measures.TRACE else "")
-            + ". " + _lever_evidence(ref, best, one, multi))
+            + ". " + _one_gpu_note(one, basis) + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
         text, outcome = _prediction(name, ref, rs, others)
@@ -201,6 +201,19 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                       + (" (trace time)" if basis == measures.TRACE else ""))
         s.add_summary("The recommendation from each campaign set's stock trace", f"{set_label(name)}: {outcome}")
     return s
+
+
+def _one_gpu_note(one, basis: str) -> str:
+    """What nsys did to the 1-GPU reference's step (its run JSON's ``profiler_overhead_pct``), and which of its
+    times the efficiency uses; "" without a 1-GPU run or an overhead record."""
+    over = (one.meta.get("profiler_overhead_pct") if one is not None else None)
+    if not isinstance(over, (int, float)):
+        return ""
+    text = (f"The 1-GPU run's profiled step is {ms(profiled_ns(one))} against {ms(unprofiled_ns(one))} without "
+            f"nsys (profiler overhead {pct(over)}), ")
+    if basis == measures.UNPROFILED:
+        return text + "so its profiled step is inflated by nsys and the efficiency uses the un-profiled time. "
+    return text + "and the efficiency here is on profiled times, so it carries that inflation. "
 
 
 def _lever_evidence(ref, best, one=None, multi=()) -> str:

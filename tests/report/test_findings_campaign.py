@@ -122,6 +122,10 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert text.endswith("This set has no run of exactly that configuration; campaign set D, 4 GPUs ran it beside its own "
                          "stock run, on the same GPU type and workload (see there).")
+    # the summary's clause for the same facts keeps the pointer inside one clause
+    assert qc._prediction("C", ref, [ref], {"D, 4 GPUs": [ch9]})[1] == (
+        "`--strategy torch_ddp --bucket-mb 25 --nccl-channels 9 --nccl-high-priority`, not run in this set "
+        "(campaign set D, 4 GPUs ran it)")
     # another GPU count, or another dtype and batch, is not the same workload
     alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert alone.endswith("This set has no run of exactly that configuration.")

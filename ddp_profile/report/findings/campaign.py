@@ -104,7 +104,7 @@ def _one_gpu(rs: list):
 
 def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
     s = Section("sharding", "Sharding: memory saved vs time paid")
-    s.p("Sharded runs against stock torch_ddp of the same campaign set (traces/campaign/<set>/); memory is the peak "
+    s.p("Sharded runs against stock torch_ddp of the same campaign set (one folder of traces/campaign/); memory is the peak "
         "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
         "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
     for name, rs in sorted(sets.items()):
@@ -280,7 +280,7 @@ def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[s
     if not match:
         elsewhere = [n for n, o in (others or {}).items()
                      if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
-        where = f"; {' and '.join(map(set_label, elsewhere))} ran it" if elsewhere else ""
+        where = f" ({' and '.join(map(set_label, elsewhere))} ran it)" if elsewhere else ""
         return text + ("This set has no run of exactly that configuration" + (
             f"; {' and '.join(map(set_label, elsewhere))} ran it beside its own stock run, on the same GPU type "
             "and workload (see there)." if elsewhere else ".")), (

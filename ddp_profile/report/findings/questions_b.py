@@ -39,8 +39,8 @@ def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
         s.table(df.drop(columns=["_ratio"]), f"{title}: step time relative to torch_ddp")
         hand = df[df["run"] != "torch_ddp"]
         if len(hand):
-            s.add_summary("Fastest hand-written strategy of each set of traces/<run> against its torch_ddp "
-                          "(step time ratio in the trace)", f"{title}: {hand.iloc[0]['run']}, "
+            s.add_summary("Fastest hand-written strategy of each set of traces/ (sections 1–8) against its "
+                          "torch_ddp (step time ratio in the trace)", f"{title}: {hand.iloc[0]['run']}, "
                           f"{hand.iloc[0]['÷ torch_ddp']}×")
             s.p(torch_verdict(title, hand, ref) + " "
                 f"torch_ddp overlaps {pct(ref.v('overlap_pct'))} of its NCCL time and leaves "

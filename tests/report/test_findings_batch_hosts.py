@@ -152,6 +152,11 @@ def test_intro_states_each_sets_batch_and_torch_ddp_hook(tmp_path):
     assert "ran stock PyTorch DDP (no comm hook)" in text and "ran DDP with the opt-in NVTX comm hook" in text
     assert "do not record whether the hook was on" in text
     assert "host not recorded" in text  # no hosts.txt in tmp_path
+    assert "campaign sets" not in text  # no campaign runs
+    camp = [fake("torch_ddp", bucket=25, set_name="campaign")]
+    camp[0].folder = Path("campaign/A") / camp[0].name
+    assert "1 in " + tmp_path.as_posix() + "/campaign/ (campaign set A, apart from sets small/A/B), " \
+        "each also timed" in " ".join(intro(tmp_path, runs + camp))
 
 
 def test_read_hosts_parses_and_rejects(tmp_path):

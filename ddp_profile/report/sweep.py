@@ -114,10 +114,10 @@ def _accuracy(curve: pd.DataFrame) -> str:
 
 
 def fit_lines_text(fit: pd.DataFrame) -> str:
-    """"o = 7.0 µs, w = 204 GB/s for 6.4 kB – 10.2 MB (median error 8.5 %, 90th pct 17.2 %, 6,160 kernels);
+    """"o = 7.0 µs, w = 204 GB/s for 6.3 KiB – 9.8 MiB (median error 8.5 %, 90th pct 17.2 %, 6,160 kernels);
     ..." — every regime of a :func:`sweep_fit`, with its quality."""
     def size(b):
-        return f"{b / 2**20:,.1f} MiB" if b >= 2**20 else f"{b / 1e3:,.1f} kB"
+        return f"{b / 2**20:,.1f} MiB" if b >= 2**20 else f"{b / 2**10:,.1f} KiB"
 
     return "; ".join(
         f"o = {r.o_us:.1f} µs, w = {r.w_gb_per_s:.0f} GB/s for {size(r.min_bytes)} – {size(r.max_bytes)} "

@@ -85,8 +85,8 @@ def shared_fit(rs) -> pd.DataFrame:
 
 
 def size(nbytes: float) -> str:
-    """Bytes as kB below 1 MiB, else MiB."""
-    return mb(nbytes) if not np.isfinite(nbytes) or nbytes >= 2**20 else f"{nbytes / 1e3:.1f} kB"
+    """Bytes as KiB below 1 MiB, else MiB (binary, as every page)."""
+    return mb(nbytes) if not np.isfinite(nbytes) or nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
 
 
 def fit_members(rs) -> list:

@@ -365,7 +365,7 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
     reps = [len(r.meta.get("unprofiled_repeat_medians_ms") or []) for r in runs]
     timed = [n for n in reps if n > 0]
     if timed:
-        s.p(f"Besides its profiled run, {len(timed)} of {len(runs)} runs (the campaign's) was also timed "
+        s.p(f"Besides their profiled run, {len(timed)} of {len(runs)} runs (the campaign's) were also timed "
             f"{'–'.join(str(x) for x in sorted({min(timed), max(timed)}))} times without nsys (CUDA-event medians "
             "in the run JSON); those sections rank by that un-profiled time and give each repeat.")
     checked = [launch_line(name, rs) for name, rs in sets.items() if rs]

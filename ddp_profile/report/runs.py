@@ -215,8 +215,8 @@ def _hw_text(folder, model, dtype, gpu) -> str:
 def group_runs(runs: list[Run]) -> list[Group]:
     """Comparisons that make sense, all within one (folder, model, dtype, GPU):
 
-    - strategies: every strategy at one world size n > 1, plus one 1-GPU baseline (``none`` if present) for
-      efficiency vs 1 GPU;
+    - strategies: every configuration (strategy, bucket cap and lever variant) at one world size n > 1 when
+      there are two or more, plus one 1-GPU baseline (``none`` if present) for efficiency vs 1 GPU;
     - sweep: the ``bucketed`` runs at one world size with at least two bucket sizes (plus torch_ddp there);
     - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page.
     """
@@ -233,7 +233,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
         hw = _hw_text(folder, model, dtype, gpu)
         for ws in sorted({_ws(r) for r in same} - {1}):
             at = [r for r in same if _ws(r) == ws]
-            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb")) for r in at}) >= 2:
+            # lever variants of one strategy (torch_ddp stock vs -ch9-hiprio) are configurations too
+            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb"), r.meta.get("variant") or "")
+                    for r in at}) >= 2:
                 groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
                                     group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
             sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None

@@ -1,0 +1,74 @@
+"""Report pages follow what the runs are (user review of the pages): lever variants of one strategy are
+compared, PyTorch's strategies are not called ours, every step time says its basis, the overlap picture
+shows the stock reference and the fastest, unknown values stay blank."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from report_synth import make_run, patch_analysis
+
+from ddp_profile.report import Run
+from ddp_profile.report.compare import assign_baselines, comparison
+from ddp_profile.report.index import index_verdict
+from ddp_profile.report.run_page import measured_advice
+from ddp_profile.report.runs import group_runs, normalise_meta
+
+SET_D = Path(__file__).resolve().parents[2] / "traces" / "campaign" / "D"
+
+
+def _text(html_: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", html_))
+
+
+def _campaign_runs(folder: Path, name: str) -> list[Run]:
+    """The run JSONs of a committed campaign set on stand-in analyses (the grouping and ranking use the
+    JSONs: every run has an un-profiled median)."""
+    runs = []
+    for p in sorted(folder.glob("*/*.json")):
+        m = json.loads(p.read_text())
+        t, a = make_run(m["run"], m["strategy"], m["world_size"], 25.0)
+        t.run = normalise_meta(m)
+        runs.append(Run(m["run"], t, a, t.run, run_id=f"campaign/{name}/{m['run']}", folder=f"campaign/{name}"))
+    assign_baselines(runs)
+    return runs
+
+
+def test_lever_variants_of_one_strategy_form_a_strategy_comparison_per_gpu_count(monkeypatch):
+    if not SET_D.is_dir():
+        pytest.skip("campaign set D not in this checkout")
+    patch_analysis(monkeypatch)
+    runs = _campaign_runs(SET_D, "D")
+    groups = group_runs(runs)
+    strat = {g.page: g for g in groups if g.kind == "strategies"}
+    assert sorted(strat) == ["strategies-campaign--D--xl-fp32-NVIDIA-H100-80GB-HBM3-x2.html",
+                             "strategies-campaign--D--xl-fp32-NVIDIA-H100-80GB-HBM3-x4.html"]
+    x4 = strat["strategies-campaign--D--xl-fp32-NVIDIA-H100-80GB-HBM3-x4.html"]
+    assert sorted(r.name for r in x4.runs) == ["none_xl_fp32_1xh100", "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100",
+                                               "torch_ddp-25mb_xl_fp32_4xh100"]
+    comps = {p: comparison(g.runs) for p, g in strat.items()}
+    context = {"groups": groups, "comps": comps}
+    stock4 = next(r for r in runs if r.name == "torch_ddp-25mb_xl_fp32_4xh100")
+    a = _text(measured_advice(stock4, context))
+    # un-profiled medians from the JSONs: 395.075 (stock) vs 392.177 (ch9, hiprio)
+    assert a.startswith("What to change: switch to torch_ddp 25 MiB (ch9, hiprio) ×4, measured 392.177 ms")
+    assert "No comparison holds this run" not in a
+    ch9 = next(r for r in runs if r.name == "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")
+    assert _text(measured_advice(ch9, context)).startswith("Keep this strategy")
+    v = _text(index_verdict(runs, groups, {"comps": comps}))
+    assert "campaign/D/ · NVIDIA H100 80GB HBM3 · model xl · fp32 · 4 GPUs: torch_ddp 25 MiB (ch9, hiprio) ×4, " \
+        "392.177 ms per step (un-profiled), fastest of 2" in v
+    assert "campaign/D/ · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: torch_ddp 25 MiB (ch5, hiprio) ×2, " \
+        "390.174 ms per step (un-profiled), fastest of 2" in v
+
+
+def test_runs_of_one_configuration_only_make_no_strategy_comparison(monkeypatch):
+    patch_analysis(monkeypatch)
+    runs = []
+    for name, ws in (("torch_ddp-25mb_xl_fp32_2xh100", 2), ("torch_ddp-25mb_xl_fp32_1xh100", 1)):
+        t, a = make_run(name, "torch_ddp", ws, 25.0)
+        runs.append(Run(name, t, a, normalise_meta(t.run)))
+    assert not [g for g in group_runs(runs) if g.kind == "strategies"]

@@ -121,26 +121,50 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
             out.append("Their step-time ranges overlap, so these steps do not establish the order of the top "
                        f"two: the {fmt_ms(t(nxt) - t(best))} gap is within the step-to-step "
                        "spread.")
-    ddp = [x for x in r if x.get("strategy") == "torch_ddp"]
+    ddp = [x for x in r if x.get("strategy") == "torch_ddp" and not _pytorch_zero(x)]
+    own = [x for x in r if x.get("strategy") in OWN_STRATEGIES]
     if ddp and ddp[0] is not best:
         d = ddp[0]
         out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(t(d))}): "
                    f"{_diff(t(best), t(d))} faster{_hosts(best, d)}.")
-        own = [x for x in r if x.get("strategy") != "torch_ddp"]
         if own and own[0] is not best:
             o = own[0]
             word = "faster" if t(o) < t(d) else "slower"
-            out.append(f"The best of ours, {_e(label(o))}, is {_diff(t(o), t(d))} {word} than torch_ddp.")
-    elif ddp:
-        own = [x for x in r if x.get("strategy") != "torch_ddp"]
-        if own:
-            out.append(f"PyTorch DDP is fastest; our best, {_e(label(own[0]))}, is "
-                       f"{_diff(t(best), t(own[0]))} slower.")
+            out.append(f"The fastest of ddp-profile's own strategies, {_e(label(o))}, is {_diff(t(o), t(d))} "
+                       f"{word} than torch_ddp.")
+    elif ddp and len(r) > 1:
+        nxt = r[1]
+        s = (f"PyTorch DDP is fastest; the next fastest, {_e(label(nxt))}{_what(nxt)}, is "
+             f"{_diff(t(best), t(nxt))} slower")
+        if own and own[0] is not nxt:
+            s += (f"; the fastest of ddp-profile's own strategies, {_e(label(own[0]))}, is "
+                  f"{_diff(t(best), t(own[0]))} slower")
+        out.append(s + ".")
     order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(t(x))}" for i, x in enumerate(r, 1))
     out.append(f"Ranked: {order}.")
     if "rank_basis" in best:
         out.append(basis_sentence(r))
     return "<p>" + " ".join(out) + "</p>"
+
+
+OWN_STRATEGIES = ("naive", "flat", "overlap", "bucketed")
+"""ddp-profile's own DDP implementations; torch_ddp, fsdp (PyTorch FSDP2) and torch_ddp with
+``+zero1torch`` (PyTorch's ZeroRedundancyOptimizer) are PyTorch's, anything else is named as it is."""
+
+
+def _pytorch_zero(row) -> bool:
+    return "zero1torch" in str(row.get("variant") or "")
+
+
+def _what(row) -> str:
+    """' (PyTorch FSDP2)' for a PyTorch strategy other than plain DDP, '' otherwise."""
+    if row.get("strategy") == "fsdp":
+        return " (PyTorch FSDP2)"
+    if _pytorch_zero(row):
+        return " (PyTorch DDP with ZeroRedundancyOptimizer)"
+    if row.get("strategy") in OWN_STRATEGIES:
+        return " (ddp-profile's own)"
+    return ""
 
 
 def _population(row) -> str:

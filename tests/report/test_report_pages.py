@@ -72,3 +72,31 @@ def test_runs_of_one_configuration_only_make_no_strategy_comparison(monkeypatch)
         t, a = make_run(name, "torch_ddp", ws, 25.0)
         runs.append(Run(name, t, a, normalise_meta(t.run)))
     assert not [g for g in group_runs(runs) if g.kind == "strategies"]
+
+
+def _row(strategy, t_ms, variant="", mb=25.0):
+    return {"run": f"{strategy}{variant}", "strategy": strategy, "variant": variant, "world_size": 4,
+            "bucket_size_mb": mb if strategy in ("bucketed", "torch_ddp") else None, "n_steps": 4,
+            "step_ns": t_ms * 1e6, "step_min_ns": t_ms * 1e6, "step_max_ns": t_ms * 1e6, "page": f"{strategy}.html"}
+
+
+def test_strategy_verdict_never_calls_pytorch_strategies_ours():
+    import pandas as pd
+
+    from ddp_profile.report.verdicts import strategy_verdict
+
+    # campaign C: torch_ddp fastest, then FSDP2; no ddp-profile strategy in the set
+    c = _text(strategy_verdict(pd.DataFrame([_row("torch_ddp", 390.0), _row("fsdp", 399.0)])))
+    assert "PyTorch DDP is fastest; the next fastest, fsdp ×4 (PyTorch FSDP2), is 9.000 ms (2.3 %) slower." in c
+    assert "ours" not in c and "our best" not in c
+    # FSDP fastest, PyTorch's ZeRO-1 next: no sentence about 'ours' at all
+    d = _text(strategy_verdict(pd.DataFrame([_row("fsdp", 380.0), _row("torch_ddp", 390.0, "+zero1torch"),
+                                             _row("torch_ddp", 395.0)])))
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×4, 395.000 ms)" in d and "ddp-profile's own" not in d
+    assert "ours" not in d
+    # torch_ddp fastest, next is PyTorch's ZeRO, ddp-profile's bucketed after it: both named as what they are
+    e = _text(strategy_verdict(pd.DataFrame([_row("torch_ddp", 380.0), _row("torch_ddp", 390.0, "+zero1torch"),
+                                             _row("bucketed", 400.0)])))
+    assert ("the next fastest, torch_ddp 25 MiB (+zero1torch) ×4 (PyTorch DDP with ZeroRedundancyOptimizer), is "
+            "10.000 ms (2.6 %) slower; the fastest of ddp-profile's own strategies, bucketed 25 MiB ×4, is "
+            "20.000 ms (5.0 %) slower.") in e

@@ -191,8 +191,9 @@ def measured_advice(run: Run, context: dict | None) -> str:
                     + model)
         gain = t - best
         if gain > 0:
-            return (f"<b>What to change: bucketed with a {cap:g} MiB cap</b> measured {fmt_ms(best)} per step, "
-                    f"{fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).{model}")
+            return (f"<b>What to change: bucketed with a {cap:g} MiB cap</b> measured {fmt_ms(best)} per step "
+                    f"(trace), {fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run's {fmt_ms(t)} (trace; "
+                    f"evidence: the {link}).{model}")
     for g in mine:
         comp = ctx.get("comps", {}).get(g.page)
         if g.kind != "strategies" or comp is None:
@@ -207,12 +208,28 @@ def measured_advice(run: Run, context: dict | None) -> str:
         own = comp[comp["page"] == run.page]
         t_run = rank_time(own.iloc[0]) if len(own) else t
         gain = t_run - rank_time(best)
+        how = "un-profiled" if best.get("rank_basis") == UNPROFILED else "trace"
         if best["page"] == run.page or not gain > 0:
-            return f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step."
-        how = " (un-profiled)" if best.get("rank_basis") == UNPROFILED else ""
+            return (f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step "
+                    f"({how}; this run {fmt_ms(t_run)}).")
         return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(rank_time(best))} per "
-                f"step{how}, {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run (evidence: the {link}).")
+                f"step ({how}), {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run's "
+                f"{fmt_ms(t_run)} ({how}; evidence: the {link}).{memory_trade(best, own)}")
     return "No comparison holds this run, so no measured alternative to recommend."
+
+
+def memory_trade(best, own) -> str:
+    """' It peaks at 60.00 GiB per GPU against this run's 40.00 GiB (run JSONs).' when the faster run's
+    peak allocated memory (largest rank) is over 10 % above this run's; '' otherwise or when unknown."""
+    from ddp_profile.report.glossary import fmt_gib, missing
+
+    if not len(own):
+        return ""
+    theirs, mine = best.get("peak_allocated_bytes"), own.iloc[0].get("peak_allocated_bytes")
+    if missing(theirs) or missing(mine) or not float(theirs) > 1.1 * float(mine):
+        return ""
+    return (f" It trades memory: it peaks at {fmt_gib(theirs)} allocated per GPU against this run's "
+            f"{fmt_gib(mine)} (run JSONs).")
 
 
 # Deep link: the selected rank and step are kept in location.hash as #rank=R&step=N (#step=N with every rank
@@ -257,7 +274,7 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
-                          run.meta.get("world_size") or summary.get("n_ranks"))
+                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta)
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     body = "\n".join([
         _headline(summary),

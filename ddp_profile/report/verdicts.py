@@ -195,14 +195,33 @@ def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     return k, f"of the step: {share}" + ("" if k == "compute" else " (exposed)")
 
 
+def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:
+    """The run's step time in the trace and, when its JSON has one, un-profiled beside it (with the
+    profiler's overhead as the harness measured it), so later comparisons can say which one they use."""
+    from ddp_profile.report import measures
+
+    text = f"Median step {fmt_ms(step_ns)} in the trace (over {n_steps} profiled steps and every rank)"
+    unprof = measures.unprofiled_ns(meta)
+    if missing(unprof):
+        return text + "."
+    reps = measures.unprofiled_repeats(meta)
+    over = measures.profiler_overhead_pct(meta)
+    text += (f"; {fmt_ms(unprof)} un-profiled (median of "
+             f"{f'{int(reps)} ' if not missing(reps) else ''}runs without nsys, CUDA events")
+    if not missing(over):
+        text += f"; profiler overhead {fmt_pct(over)}"
+    return text + ")."
+
+
 def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
-                world_size) -> str:
-    """2–4 sentences: communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
+                world_size, meta: dict | None = None) -> str:
+    """2–4 sentences: step time (trace, and un-profiled when ``meta``, the run JSON, has it),
+    communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
     n = int(summary.get("n_steps") or 0)
-    out = [f"Median step {fmt_ms(step)} over {n} profiled steps and every rank."]
+    out = [step_times_sentence(step, n, meta)]
     comm = float(summary.get("comm_ns") or 0.0)
     if world_size and int(world_size) > 1 and comm > 0:
         hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")

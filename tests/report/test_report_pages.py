@@ -100,3 +100,40 @@ def test_strategy_verdict_never_calls_pytorch_strategies_ours():
     assert ("the next fastest, torch_ddp 25 MiB (+zero1torch) ×4 (PyTorch DDP with ZeroRedundancyOptimizer), is "
             "10.000 ms (2.6 %) slower; the fastest of ddp-profile's own strategies, bucketed 25 MiB ×4, is "
             "20.000 ms (5.0 %) slower.") in e
+
+
+GIB = 2**30
+
+
+def _timed(name, strategy, ws, trace_us, unprof_ms, mem_gib, folder="campaign/A"):
+    t, a = make_run(name, strategy, ws, 25.0, step_us=trace_us)
+    a.steps["step_ns"] = float(trace_us * 1000)
+    meta = dict(t.run) | {"unprofiled_step_ms_median": unprof_ms, "unprofiled_repeats": 3,
+                          "unprofiled_step_ms_min": unprof_ms - 0.01, "unprofiled_step_ms_max": unprof_ms + 0.01,
+                          "profiler_overhead_pct": round(100 * (trace_us / 1000 / unprof_ms - 1), 3),
+                          "peak_memory_allocated_bytes_per_rank": [int(mem_gib * GIB)] * ws}
+    return Run(name, t, a, normalise_meta(meta), run_id=f"{folder}/{name}", folder=folder)
+
+
+def test_run_page_shows_both_step_times_and_its_advice_says_which_it_uses_and_the_memory_it_trades(monkeypatch):
+    from ddp_profile.report.run_page import render_run_page
+
+    patch_analysis(monkeypatch)
+    runs = [_timed("none_xl_fp32_1xh100", "none", 1, 800, 0.70, 20.0),
+            _timed("fsdp_xl_fp32_2xh100", "fsdp", 2, 1100, 0.95, 30.0),
+            _timed("torch_ddp-25mb_xl_fp32_2xh100", "torch_ddp", 2, 1000, 0.90, 40.0)]
+    assign_baselines(runs)
+    groups = group_runs(runs)
+    context = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"}}
+    html_ = render_run_page(runs[1], context)
+    v = _text(html_.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+    overhead = round(100 * (1.1 / 0.95 - 1), 3)
+    assert v.startswith("Median step 1.100 ms in the trace (over 3 profiled steps and every rank); 0.950 ms "
+                        f"un-profiled (median of 3 runs without nsys, CUDA events; profiler overhead "
+                        f"{overhead:.1f} %).")
+    assert ("switch to torch_ddp 25 MiB ×2, measured 0.900 ms per step (un-profiled), 0.050 ms (5.3 %) less than "
+            "this run's 0.950 ms (un-profiled; evidence: the strategy comparison). It trades memory: it peaks at "
+            "40.00 GiB allocated per GPU against this run's 30.00 GiB (run JSONs).") in v
+    keep = _text(measured_advice(runs[2], context))
+    assert keep.startswith("Keep this strategy: no run of the measured strategy comparison has a shorter median "
+                           "step (un-profiled; this run 0.900 ms).")

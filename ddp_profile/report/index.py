@@ -13,6 +13,7 @@ from ddp_profile.report.compare import (
     comparison,
     group_source,
     one_step_kernels,
+    overlap_caption,
     overlap_runs,
 )
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
@@ -93,7 +94,7 @@ def render_group_page(group: Group) -> str:
 
     comp = comparison(group.runs)
     src = group_source(group)
-    picked = overlap_runs(group.runs)
+    picked = overlap_runs(group.runs, comp)
     picture = pd.concat([one_step_kernels(r, run_label(r.meta)) for r in picked], ignore_index=True) \
         if picked else pd.DataFrame(columns=["run", "kind", "name", "start_ns", "end_ns"])
     multi = ranked(comp)
@@ -107,7 +108,8 @@ def render_group_page(group: Group) -> str:
         figure_div(ranked_step_bars(ranked_frame(multi), source=src, time_label=ranked_by(comp)), "bars",
                    alt=strategy_alt(multi)),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
-        "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
+        "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed. "
+        + esc(overlap_caption(picked, comp)) + "</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
         numbers_table(comp, f"Numbers (ranked by {ranked_by(comp)})"), run_links(group.runs),
     ])

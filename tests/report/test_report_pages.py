@@ -137,3 +137,30 @@ def test_run_page_shows_both_step_times_and_its_advice_says_which_it_uses_and_th
     keep = _text(measured_advice(runs[2], context))
     assert keep.startswith("Keep this strategy: no run of the measured strategy comparison has a shorter median "
                            "step (un-profiled; this run 0.900 ms).")
+
+
+def test_overlap_picture_shows_the_stock_reference_and_the_fastest_by_the_sets_ranking(monkeypatch):
+    from ddp_profile.report.compare import overlap_caption, overlap_runs
+
+    patch_analysis(monkeypatch)
+    # campaign C's shape: stock torch_ddp, a slower lever variant listed first, FSDP fastest un-profiled
+    # (slowest in the trace)
+    runs = [_timed("none_xl_fp32_1xh100", "none", 1, 800, 0.70, 20.0, folder="campaign/C"),
+            _timed("torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100", "torch_ddp", 4, 1000, 0.99, 30.0, folder="campaign/C"),
+            _timed("fsdp_xl_fp32_4xh100", "fsdp", 4, 1200, 0.90, 20.0, folder="campaign/C"),
+            _timed("torch_ddp-25mb_xl_fp32_4xh100", "torch_ddp", 4, 1100, 0.95, 30.0, folder="campaign/C")]
+    assign_baselines(runs)
+    comp = comparison(runs)
+    picked = overlap_runs(list(reversed(runs)), comp)
+    assert [r.name for r in picked] == ["torch_ddp-25mb_xl_fp32_4xh100", "fsdp_xl_fp32_4xh100"]
+    assert [r.name for r in overlap_runs(runs, comp)] == [r.name for r in picked]  # order of runs does not matter
+    assert overlap_caption(picked, comp) == ("Shown: torch_ddp 25 MiB ×4, the stock reference (PyTorch DDP "
+                                             "without levers), and fsdp ×4, the fastest of the set by its ranking.")
+    # the stock run fastest: the runner-up joins it
+    runs[3].meta["unprofiled_step_ms_median"] = 0.80
+    assign_baselines(runs)
+    comp = comparison(runs)
+    picked = overlap_runs(runs, comp)
+    assert [r.name for r in picked] == ["torch_ddp-25mb_xl_fp32_4xh100", "fsdp_xl_fp32_4xh100"]
+    assert overlap_caption(picked, comp).endswith("fsdp ×4, the runner-up (the reference is the fastest of the "
+                                                  "set by its ranking).")

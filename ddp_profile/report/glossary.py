@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 # column -> (header label with unit, definition). Keys are the analysis' column names.
 METRICS: dict[str, tuple[str, str]] = {
@@ -117,8 +118,11 @@ README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_com
 
 
 def missing(v) -> bool:
+    """None, NaN, pandas' NA / NaT (nullable columns): a value the tables show as '–', never '<NA>'."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
     try:
-        return v is None or (not isinstance(v, (str, bool)) and math.isnan(float(v)))
+        return not isinstance(v, (str, bool)) and math.isnan(float(v))
     except (TypeError, ValueError):
         return False
 

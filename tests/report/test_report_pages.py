@@ -164,3 +164,43 @@ def test_overlap_picture_shows_the_stock_reference_and_the_fastest_by_the_sets_r
     assert [r.name for r in picked] == ["torch_ddp-25mb_xl_fp32_4xh100", "fsdp_xl_fp32_4xh100"]
     assert overlap_caption(picked, comp).endswith("fsdp ×4, the runner-up (the reference is the fastest of the "
                                                   "set by its ranking).")
+
+
+def _unknown_sizes_run():
+    """An FSDP-like run: its collectives carry no bucket and no message size (NCCL's own NVTX only)."""
+    import pandas as pd
+
+    t, a = make_run("fsdp_xl_fp32_2xh100", "fsdp", 2, 25.0)
+    a.collectives["bucket"] = pd.array([pd.NA] * len(a.collectives), dtype="Int64")
+    a.collectives["bytes"] = pd.array([pd.NA] * len(a.collectives), dtype="Int64")
+    a.collectives["dtype"] = None
+    return t, a
+
+
+def test_unknown_bucket_and_size_are_blank_in_tables_and_left_out_of_timeline_tooltips():
+    from ddp_profile.plots.timeline import bars_for_window, timeline_steps
+    from ddp_profile.report.html import table
+    from ddp_profile.report.run_page import collective_summary
+
+    t, a = _unknown_sizes_run()
+    html_ = table(collective_summary(a.collectives), "Collectives by bucket (medians)")
+    assert "NA" not in html_ and "nan" not in html_.lower()
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", html_)
+    assert cells[:4] == ["AllReduce", "–", "–", "–"]  # collective, dtype, bucket, message: unknown
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    hover = bars_for_window(data, 0, -1e18, 1e18, 0)[1]["hovertext"]
+    assert hover and all("bucket" not in h and "–" not in h.split("duration")[1] for h in hover), hover[0]
+    assert all("wait 10.0 µs · transfer 90.0 µs" in h for h in hover)
+    assert not any(h.endswith((" · ", "<br>")) or "· <br>" in h or "<br> ·" in h for h in hover)
+    # a known bucket with an unknown size keeps the bucket alone
+    t2, a2 = make_run()
+    a2.collectives["bytes"] = pd_na_bytes(len(a2.collectives))
+    data2 = timeline_steps(t2.kernels, a2.phases, a2.steps, a2.collectives)
+    hover2 = bars_for_window(data2, 0, -1e18, 1e18, 0)[1]["hovertext"]
+    assert {h.split("<br>bucket ")[1].split("<br>")[0] for h in hover2} == {"0", "1"}
+
+
+def pd_na_bytes(n):
+    import pandas as pd
+
+    return pd.array([pd.NA] * n, dtype="Int64")

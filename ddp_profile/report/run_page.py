@@ -233,17 +233,23 @@ def memory_trade(best, own) -> str:
 
 
 # Deep link: the selected rank and step are kept in location.hash as #rank=R&step=N (#step=N with every rank
-# shown; an old #step=N link still opens its step) and restored from it on load and on hashchange.
+# shown; an old #step=N link still opens its step) and restored from it on load and on hashchange. A step the
+# trace lacks: a one-line notice says which step is shown instead, and the address is rewritten to it.
 HASH_JS = """function ddpHash(div){var ss=document.getElementById('step-select'),rs=document.getElementById('rank-select');
 function num(o){return o.text.replace(/\\D+/g,'');}
-function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false;
-if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===s[1]&&ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}
+function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false,
+found=false,note=document.getElementById('step-notice');
+if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===String(+s[1])){found=true;if(ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}}
 var rv=r?r[1]:'';if(location.hash&&rs.value!==rv&&Array.prototype.some.call(rs.options,function(o){return o.value===rv;})){
-rs.value=rv;changed=true;}return changed;}
+rs.value=rv;changed=true;}
+if(note){note.hidden=!(s&&!found);note.textContent=s&&!found?'step '+(+s[1])+' is not in this trace; showing step '+
+num(ss.options[ss.selectedIndex])+'.':'';}
+if(s&&!found)write();return changed;}
 function write(){var h=(rs.value===''?'#':'#rank='+rs.value+'&')+'step='+num(ss.options[ss.selectedIndex]);
 if(location.hash!==h)history.replaceState(null,'',h);}
 function rank(){return rs.value===''?null:+rs.value;}
-ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();});
+function quiet(){var n=document.getElementById('step-notice');if(n){n.hidden=true;n.textContent='';}}
+ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();quiet();});
 rs.addEventListener('change',function(){ddpShowRank(div,rank());write();});
 window.addEventListener('hashchange',function(){if(read())ddpShowRank(div,rank(),+ss.value);});
 read();return {step:+ss.value,rank:rank()};}"""
@@ -287,7 +293,8 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or show its bars. The selected rank and step are in "
         "the address (#rank=R&amp;step=N, or #step=N with every rank), so a link opens them.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label> "
-        f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>",
+        f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>"
+        "<p id='step-notice' class='note' role='status' hidden></p>",
         f"<script type='application/json' id='tl-data'>{script_json(encode_for_page(data))}</script>",
         f"<script>{TIMELINE_JS}\n{HASH_JS}</script>",
         # role=figure, not img: the chart holds controls (legend toggles, a focusable canvas)

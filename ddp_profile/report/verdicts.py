@@ -181,7 +181,9 @@ def _population(row) -> str:
 
 def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     """(what bounds the step, why) from the step's median parts: launches when the launch check says so,
-    else the largest of compute, exposed communication and idle."""
+    else the largest of compute, exposed communication and idle. Each share is named by what it is, and the
+    exposed share is the summary's exposed_comm_pct (the value the verdict and the headline show) when
+    the summary has it."""
     step = float(summary.get("step_ns") or 0)
     raw = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
            "idle gaps (host or launches)": summary.get("idle_ns")}
@@ -191,8 +193,13 @@ def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     if not parts or not step:
         return "unknown", "no step metrics"
     k = max(parts, key=lambda name: parts[name])
-    share = ", ".join(f"{n.split(' ')[0]} {100 * v / step:.1f} %" for n, v in parts.items())
-    return k, f"of the step: {share}" + ("" if k == "compute" else " (exposed)")
+    pct = {n: 100 * v / step for n, v in parts.items()}
+    if "communication" in pct and not missing(summary.get("exposed_comm_pct")):
+        pct["communication"] = float(summary["exposed_comm_pct"])
+    names = {"compute": "compute", "communication": "exposed communication",
+             "idle gaps (host or launches)": "idle gaps"}
+    share = ", ".join(f"{names[n]} {fmt_pct(v)}" for n, v in pct.items())
+    return names[k], f"share of the step: {share}"
 
 
 def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:

@@ -204,3 +204,21 @@ def pd_na_bytes(n):
     import pandas as pd
 
     return pd.array([pd.NA] * n, dtype="Int64")
+
+
+def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
+    from ddp_profile.report.verdicts import run_verdict
+
+    # campaign A's FSDP run: exposed 50.467 ms of a 530.608 ms median step, but the median of the per-step
+    # exposed shares is 10.2 % (the headline's exposed comm (%)); comm 43.5 % of the step in the table
+    summary = {"step_ns": 530.608e6, "n_steps": 6, "comm_ns": 223.872e6, "overlap_ns": 174.611e6,
+               "exposed_comm_ns": 50.467e6, "exposed_comm_pct": 10.2, "comm_pct": 43.5, "comm_tail_ns": 0.632e6,
+               "compute_ns": 386.470e6, "idle_ns": 76.471e6}
+    v = _text(run_verdict(summary, None, False, "", 2))
+    assert "50.467 ms (10.2 % of the step) is exposed" in v
+    assert ("The step is bound by compute (share of the step: compute 72.8 %, exposed communication 10.2 %, "
+            "idle gaps 14.4 %).") in v
+    assert "9.5 %" not in v and "communication 10.2" in v and ", communication" not in v
+    bound = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=300e6, exposed_comm_pct=56.5),
+                              None, False, "", 2))
+    assert "bound by exposed communication (share of the step: compute 18.8 %, exposed communication 56.5 %" in bound

@@ -56,7 +56,7 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
     assert "10.000 ms (2.5 % of the step) is exposed — 6.000 ms waiting for the slower rank, 4.000 ms transferring" in a
     assert "(2.000 ms after the last rank's backward)" in a and "bound by compute" in a and a.endswith("ADVICE")
     b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
-    assert "bound by communication" in b and "waiting" not in b
+    assert "bound by exposed communication" in b and "waiting" not in b
     assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
     assert "One GPU: no communication" in _text(run_verdict(summary, None, False, "", 1))
 

@@ -204,7 +204,9 @@ def run_sets(runs: list[Run]) -> str:
         sets.setdefault(r.folder, []).append(r)
 
     def gpus(rs: list[Run]) -> str:
-        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size")) is not None and str(w).isdigit()})
+        # the run JSON's world size, else the number of ranks in the trace
+        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size") or _trace_ranks(r)) is not None
+                     and str(w).isdigit()})
         if not ws:
             return "GPUs not recorded"
         return (f"{ws[0]}–{ws[-1]}" if len(ws) > 1 else f"{ws[0]}") + (" GPU" if ws == [1] else " GPUs")
@@ -212,6 +214,11 @@ def run_sets(runs: list[Run]) -> str:
     items = ", ".join(f"{esc(f + '/') if f else 'top level'} ({len(rs)} run{'s' if len(rs) != 1 else ''}, "
                       f"{gpus(rs)})" for f, rs in sets.items())
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(sets)} set{'s' if len(sets) != 1 else ''}: {items}."
+
+
+def _trace_ranks(run: Run) -> int | None:
+    ranks = getattr(run.trace, "ranks", None)
+    return int(ranks["rank"].nunique()) if ranks is not None and len(ranks) and "rank" in ranks else None
 
 
 def _set_title(g: Group) -> str:

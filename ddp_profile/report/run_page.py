@@ -17,7 +17,7 @@ from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
 from ddp_profile.report.html import esc, figure_div, page, script_json, table
 from ddp_profile.report.perfetto import link_html as perfetto_link
-from ddp_profile.report.runs import Run
+from ddp_profile.report.runs import Run, program_text
 
 
 def source_of(run: Run, steps=None) -> str:
@@ -282,7 +282,9 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
                           run.meta.get("world_size") or summary.get("n_ranks"), run.meta)
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
+    prog = program_text(run.meta)
     body = "\n".join([
+        f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "",
         _headline(summary),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),

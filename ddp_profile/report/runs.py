@@ -182,6 +182,44 @@ def normalise_meta(meta: dict) -> dict:
     return m
 
 
+PROGRAM_FILE = "program.json"
+"""Beside a foreign trace: what the program was (``program``, ``parallelism``, ``world_size``, ...)."""
+
+
+def fill_from_trace(meta: dict, trace, program: dict | None = None) -> dict:
+    """``meta`` (normalised run JSON) with what it lacks taken from the run's ``program.json`` (world
+    size, GPU; kept whole as ``meta["program"]``) and else from the trace itself: the number of ranks it
+    holds and their GPU. Values the run JSON states are kept."""
+    m = dict(meta)
+    prog = program if isinstance(program, dict) else None
+    if prog:
+        m["program"] = prog
+        for key in ("world_size", "gpu_name"):
+            v = prog.get(key)
+            if m.get(key) is None and isinstance(v, (int, str)) and not isinstance(v, bool):
+                m[key] = v
+    ranks = getattr(trace, "ranks", None)
+    if ranks is not None and len(ranks):
+        if m.get("world_size") is None and "rank" in ranks:
+            m["world_size"] = int(ranks["rank"].nunique())
+        if m.get("gpu_name") is None and "gpu_name" in ranks and ranks["gpu_name"].notna().any():
+            m["gpu_name"] = str(ranks["gpu_name"].dropna().iloc[0])
+    return m
+
+
+def program_text(meta: dict) -> str:
+    """'fsdp2_loop.py: FSDP2 fully_shard per TransformerEncoderLayer + root, fp32, AdamW — foreign (not the
+    ddp-profile harness)' from ``meta["program"]``; '' when the run has no program.json."""
+    prog = meta.get("program") if isinstance(meta.get("program"), dict) else None
+    if not prog:
+        return ""
+    parts = [str(prog[k]) for k in ("program", "parallelism") if isinstance(prog.get(k), (str, int, float))]
+    text = ": ".join(parts)
+    if isinstance(prog.get("made_by"), str):
+        text += f" — {prog['made_by']}"
+    return text
+
+
 def run_variant(run_name: str, strategy: str) -> str:
     """What the harness's run name adds to strategy and cap: 'views, optoverlap, ch2, hiprio', '+zero1',
     'noreshard' ('' for a plain run). Runs with a variant are not points of a bucket sweep."""

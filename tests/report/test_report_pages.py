@@ -222,3 +222,29 @@ def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
     bound = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=300e6, exposed_comm_pct=56.5),
                               None, False, "", 2))
     assert "bound by exposed communication (share of the step: compute 18.8 %, exposed communication 56.5 %" in bound
+
+
+def test_a_foreign_run_takes_gpus_from_its_trace_and_its_program_json_and_never_shows_question_marks(tmp_path):
+    from ddp_profile.report.build import read_program
+    from ddp_profile.report.index import run_sets
+    from ddp_profile.report.run_page import source_of
+    from ddp_profile.report.runs import fill_from_trace, program_text
+
+    t, a = make_run("fsdp2", "fsdp", 2, 25.0, gpu="NVIDIA H200")
+    bare = Run("foreign/fsdp2", t, a, normalise_meta({}), run_id="foreign/fsdp2", folder="foreign")
+    assert run_sets([bare]) == "1 run in 1 set: foreign/ (1 run, 2 GPUs)."  # from the trace's ranks
+    (tmp_path / "program.json").write_text(json.dumps(
+        {"program": "fsdp2_loop.py", "made_by": "foreign (not the ddp-profile harness)",
+         "parallelism": "FSDP2 fully_shard per layer, fp32, AdamW", "world_size": 2,
+         "model": {"d_model": 1024}, "gpu_name": "NVIDIA H200"}))
+    meta = fill_from_trace(normalise_meta({}), t, read_program(tmp_path))
+    assert meta["world_size"] == 2 and meta["gpu_name"] == "NVIDIA H200" and meta.get("model") is None
+    run = Run("foreign/fsdp2", t, a, meta, run_id="foreign/fsdp2", folder="foreign")
+    assert run_sets([run]) == "1 run in 1 set: foreign/ (1 run, 2 GPUs)."
+    assert source_of(run) == "NVIDIA H200 ×2 · steps 0–2 (3)"
+    assert program_text(meta) == ("fsdp2_loop.py: FSDP2 fully_shard per layer, fp32, AdamW — foreign (not the "
+                                  "ddp-profile harness)")
+    # a run JSON's own values win over the trace
+    t4, a4 = make_run("x", "bucketed", 2, 25.0)
+    assert fill_from_trace(normalise_meta({"world_size": 4, "gpu_name": "H100"}), t4)["world_size"] == 4
+    assert read_program(tmp_path / "nothing-here") is None

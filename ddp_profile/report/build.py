@@ -273,10 +273,12 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
-        from ddp_profile.report.findings.data import read_hosts
+        from ddp_profile.report.findings.data import HOSTS_FILE, read_hosts
 
         hosts = read_hosts(Path(paths[0]))
+        listed = (Path(paths[0]) / HOSTS_FILE).is_file()
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
+            r.hosts_file = listed
     return write_report(runs, out_dir, failures, progress, findings_root=root), failures
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddp_profile.report.runs import Group, Run
+from ddp_profile.report.runs import Group, Run, baseline_for
 
 
 def compare_runs(pairs):
@@ -16,25 +16,6 @@ def compare_runs(pairs):
     from ddp_profile.analysis import compare_runs as compare
 
     return compare(pairs)
-
-
-def baseline_for(run: Run, pool: list[Run]) -> Run | None:
-    """The 1-GPU run that ``run``'s speedup and efficiency are measured against; the one rule every page
-    uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
-    bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
-    None when there is no such run."""
-    from ddp_profile.report.runs import strategy_key
-
-    def key(r):
-        m = r.meta
-        return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
-
-    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
-                  key=strategy_key)
-    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
-            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
-    found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
-    return found[0] if found else None
 
 
 def _set_key(run: Run) -> tuple:

@@ -39,10 +39,13 @@ def host_text(runs: list[Run]) -> str:
     for r in runs:
         known.setdefault(getattr(r, "host", None), []).append(r)
     if set(known) == {None}:
+        if any(getattr(r, "hosts_file", False) for r in runs):
+            return ("Which host recorded these runs is not known: hosts.txt beside the traces does not list "
+                    "them. ")
         return "Which host recorded each run is not recorded (no hosts.txt beside the traces). "
     if len(known) == 1:
         return f"Every run here was recorded on {esc(next(iter(known)))} (hosts.txt). "
-    parts = "; ".join(f"{esc(h or 'unknown host')}: " + ", ".join(f"<a href='{esc(r.page)}'>{esc(r.name)}</a>"
+    parts = "; ".join(f"{esc(h or 'not listed in hosts.txt')}: " + ", ".join(f"<a href='{esc(r.page)}'>{esc(r.name)}</a>"
                                                                   for r in rs)
                       for h, rs in sorted(known.items(), key=lambda kv: -len(kv[1])))
     return (f"These runs come from {len(known)} hosts (hosts.txt), so differences between hosts mix the host "
@@ -178,6 +181,36 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
             f"the {ranked_by(comp)}.</p>")
 
 
+def baseline_text(runs: list[Run]) -> str:
+    """What the scaling page's efficiency and ideal line are measured against, following the one rule
+    (:func:`ddp_profile.report.runs.baseline_for`) and naming the baselines these runs actually have."""
+    from ddp_profile.plots.compare import run_label
+
+    multi = [r for r in runs if str(r.meta.get("world_size")) != "1"]
+    own = [r for r in multi if r.baseline is not None and (r.baseline.meta.get("strategy"),
+           r.baseline.meta.get("bucket_size_mb")) == (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))]
+    other = [r for r in multi if r.baseline is not None and all(r is not o for o in own)]
+    none = [r for r in multi if r.baseline is None]
+    rule = ("Efficiency = step time(1 GPU) / step time(n GPUs) against each run's 1-GPU baseline (column "
+            "1-GPU baseline; the index and strategy pages use the same one): the 1-GPU run of the same strategy "
+            "and bucket cap where there is one, else the no-communication (none) run. ")
+    said = []
+    if own:
+        said.append("the runs with a 1-GPU run of their own strategy are measured against it, and the "
+                    "dashed ideal line is n × that run's throughput")
+    if other:
+        names = ", ".join(sorted({esc(r.baseline.name) for r in other if r.baseline is not None}))
+        labels = sorted({esc(run_label(r.meta).rsplit(" ×", 1)[0]) for r in other})
+        they = "it" if len(labels) == 1 else "they"
+        said.append(f"{', '.join(labels)} {'has' if they == 'it' else 'have'} no 1-GPU run of "
+                    f"{'its' if they == 'it' else 'their'} own, so {they} {'is' if they == 'it' else 'are'} "
+                    f"measured against {names} (its own point at 1 GPU) and no dashed ideal line is drawn "
+                    f"for {'it' if they == 'it' else 'them'}")
+    if none:
+        said.append(", ".join(esc(r.name) for r in none) + " has no 1-GPU baseline, so no efficiency")
+    return rule + ("Here " + "; ".join(said) + ". " if said else "")
+
+
 def render_scaling_page(group: Group) -> str:
     """Throughput vs GPUs with the ideal line, efficiency, comm share and Amdahl serial fraction."""
     from ddp_profile.plots.scaling import scaling_figure
@@ -185,10 +218,8 @@ def render_scaling_page(group: Group) -> str:
     comp = scaling_frame(group.runs)
     src = group_source(group)
     body = "\n".join([
-        "<p>Weak scaling with a fixed per-GPU batch. " + host_text(group.runs) + "Ideal = n × the 1-GPU "
-        "throughput of the same strategy; efficiency = step time(1 GPU) / step time(n GPUs), against the "
-        "1-GPU run of the same strategy (column baseline; the index and strategy pages use the same one); "
-        "serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
+        "<p>Weak scaling with a fixed per-GPU batch. " + host_text(group.runs) + baseline_text(group.runs)
+        + "Serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
         "(Karp–Flatt); comm share = NCCL kernel time / step time (median over ranks and steps).</p>",
         figure_div(scaling_figure(comp, source=src), "scaling"),
         numbers_table(comp, "Numbers", sort="world_size"), run_links(group.runs),

@@ -77,6 +77,8 @@ class Run:
     none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
     host: str | None = None
     """The lent host's label from ``hosts.txt`` beside the traces (None when not listed)."""
+    hosts_file: bool = False
+    """Whether a ``hosts.txt`` was read beside the traces (so a None ``host`` means 'not listed there')."""
     baseline: Run | None = None
     """The 1-GPU run its speedup and efficiency use (:func:`ddp_profile.report.compare.assign_baselines`)."""
     rank_basis: str | None = None
@@ -245,6 +247,23 @@ def strategy_key(run: Run) -> tuple:
             float(mb) if mb is not None else 0.0, _ws(run))
 
 
+def baseline_for(run: Run, pool: list[Run]) -> Run | None:
+    """The 1-GPU run that ``run``'s speedup and efficiency are measured against; the one rule every page
+    uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
+    bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
+    None when there is no such run."""
+    def key(r):
+        m = r.meta
+        return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
+
+    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
+                  key=strategy_key)
+    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
+            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
+    found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
+    return found[0] if found else None
+
+
 def _hw_text(folder, model, dtype, gpu) -> str:
     where = f"{folder}/ · " if folder else ""
     return where + " · ".join(str(v) for v in (gpu, f"model {model}", dtype) if v)
@@ -256,7 +275,8 @@ def group_runs(runs: list[Run]) -> list[Group]:
     - strategies: every configuration (strategy, bucket cap and lever variant) at one world size n > 1 when
       there are two or more, plus one 1-GPU baseline (``none`` if present) for efficiency vs 1 GPU;
     - sweep: the ``bucketed`` runs at one world size with at least two bucket sizes (plus torch_ddp there);
-    - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page.
+    - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page, with
+      the 1-GPU baseline of each (:func:`baseline_for`, e.g. the ``none`` run) when it is another run.
     """
     groups = []
     usable = [r for r in runs if r.meta.get("strategy") and r.meta.get("world_size")]
@@ -284,7 +304,12 @@ def group_runs(runs: list[Run]) -> list[Group]:
                                     group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
         scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]
                                            and o.meta.get("bucket_size_mb") == r.meta.get("bucket_size_mb")}) >= 2]
-        if scaling:
+        if scaling:  # with the 1-GPU run each point's efficiency is against (baseline_for), shown as a point
+            for r in list(scaling):
+                b = baseline_for(r, same)
+                if b is not None and all(b is not o for o in scaling):
+                    scaling.append(b)
+            scaling.sort(key=strategy_key)
             groups.append(Group("scaling", hw, scaling,
                                 group_page_name("scaling", folder, model, dtype, gpu), folder))
     return groups

@@ -248,3 +248,38 @@ def test_a_foreign_run_takes_gpus_from_its_trace_and_its_program_json_and_never_
     t4, a4 = make_run("x", "bucketed", 2, 25.0)
     assert fill_from_trace(normalise_meta({"world_size": 4, "gpu_name": "H100"}), t4)["world_size"] == 4
     assert read_program(tmp_path / "nothing-here") is None
+
+
+def test_campaign_d_scaling_page_holds_its_1gpu_baseline_and_says_which_it_is(monkeypatch):
+    if not SET_D.is_dir():
+        pytest.skip("campaign set D not in this checkout")
+    from ddp_profile.report.index import render_scaling_page
+
+    patch_analysis(monkeypatch)
+    runs = _campaign_runs(SET_D, "D")
+    for r in runs:
+        r.host, r.hosts_file = "campaign-h100-host", True
+    scaling = [g for g in group_runs(runs) if g.kind == "scaling"]
+    assert len(scaling) == 1
+    names = [r.name for r in scaling[0].runs]
+    assert "none_xl_fp32_1xh100" in names and len(names) == 5
+    html_ = render_scaling_page(scaling[0])
+    text = _text(html_)
+    assert "against the 1-GPU run of the same strategy" not in text
+    assert ("torch_ddp 25 MiB, torch_ddp 25 MiB (ch5, hiprio), torch_ddp 25 MiB (ch9, hiprio) have no 1-GPU run "
+            "of their own, so they are measured against none_xl_fp32_1xh100 (its own point at 1 GPU) and no "
+            "dashed ideal line is drawn for them.") in text
+    # the 1-GPU point is a row of the numbers table
+    assert "<td><a href='run-campaign--D--none_xl_fp32_1xh100.html'>none_xl_fp32_1xh100</a></td><td>none</td>" \
+        in html_
+
+
+def test_scaling_host_sentence_tells_an_unlisted_run_from_a_missing_hosts_file(monkeypatch):
+    from ddp_profile.report.index import host_text
+
+    t, a = make_run()
+    r = Run("scaling/x", t, a, normalise_meta(t.run))
+    assert "no hosts.txt beside the traces" in host_text([r])
+    r.hosts_file = True
+    assert host_text([r]) == ("Which host recorded these runs is not known: hosts.txt beside the traces does not "
+                              "list them. ")

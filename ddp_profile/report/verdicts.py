@@ -278,7 +278,7 @@ def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[
                            f"{fmt_ms(spread[nxt[0]][1])}), so the order of the top two is not established.")
     dflt = [p for p in pts if default_cap is not None and p[0] == default_cap]
     if dflt and dflt[0] is not best:
-        out.append(f"Against the default {fmt_cap(default_cap)}: {_diff(best[1], dflt[0][1])} per step.")
+        out.append(f"It is {_diff(best[1], dflt[0][1])} per step faster than the default {fmt_cap(default_cap)}.")
     if b_star_mib is not None and not missing(b_star_mib) and math.isfinite(b_star_mib):
         near = min(caps, key=lambda c: abs(math.log(c / b_star_mib)) if c > 0 else math.inf)
         if near == best[0]:

@@ -283,3 +283,16 @@ def test_scaling_host_sentence_tells_an_unlisted_run_from_a_missing_hosts_file(m
     r.hosts_file = True
     assert host_text([r]) == ("Which host recorded these runs is not known: hosts.txt beside the traces does not "
                               "list them. ")
+
+
+def test_values_that_round_to_zero_have_no_minus_sign():
+    import pandas as pd
+
+    from ddp_profile.report.glossary import cell_text, fmt_ms, fmt_pct
+    from ddp_profile.report.html import table
+
+    assert fmt_ms(-1.0) == "0.000 ms" and fmt_ms(-2e6) == "-2.000 ms"
+    assert fmt_pct(-0.01) == "0.0 %" and fmt_pct(-1.5) == "-1.5 %"
+    assert cell_text("lost_ns", -200.0) == "0.000" and cell_text("slowdown_pct", -0.04) == "0.0"
+    html_ = table(pd.DataFrame({"name": ["k"], "lost_ns": [-3.0], "slowdown_pct": [-0.01]}), "Contention")
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", html_) == ["k", "0.000", "0.0"]  # the shown cells

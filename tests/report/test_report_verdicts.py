@@ -65,7 +65,7 @@ def test_sweep_verdict_recommends_the_measured_best_and_places_the_model_optimum
     caps, steps, tails = [1.0, 25.0, 100.0, 1000.0], [380e6, 370e6, 360e6, 354e6], [5e6, 3e6, 1e6, 0.5e6]
     a = _text(sweep_verdict(caps, steps, tails, 243.0))
     assert a.startswith("Use a bucket cap of 1000 MiB: it measured the shortest step, 354.000 ms")
-    assert "Against the default 25 MiB: 16.000 ms (4.3 %) per step" in a
+    assert "It is 16.000 ms (4.3 %) per step faster than the default 25 MiB." in a
     assert "b* = 243 MiB lies between the measured caps 100 MiB and 1000 MiB and was not measured" in a
     b = _text(sweep_verdict(caps, [380e6, 350e6, 360e6, 370e6], tails, 30.0))
     assert b.startswith("Use a bucket cap of 25 MiB") and "model and measurement agree" in b

@@ -218,6 +218,23 @@ def measured_advice(run: Run, context: dict | None) -> str:
     return "No comparison holds this run, so no measured alternative to recommend."
 
 
+TWO_NODE_FOLDER = "two-node"
+"""The campaign's folder of runs launched as two torchrun agents (scripts/campaign.sh, set two-node)."""
+
+
+def two_node_note(run: Run) -> str:
+    """For a run of ``two-node/``: its two "nodes" are two torchrun agents on one host, so NCCL between
+    them never leaves that machine. '' for any other run."""
+    if run.folder.rsplit("/", 1)[-1] != TWO_NODE_FOLDER:
+        return ""
+    ws = run.meta.get("world_size")
+    per = f" of {int(ws) // 2} GPU{'s' if int(ws) // 2 != 1 else ''} each" if ws and int(ws) % 2 == 0 else ""
+    host = f" ({esc(run.host)}, hosts.txt)" if run.host else ""
+    return (f"<p class='note'>Two-node layout on one machine: the two \"nodes\" of this run are two torchrun "
+            f"agents{per} on one host{host}, joined by one rendezvous (folder {TWO_NODE_FOLDER}/). Their NCCL "
+            "traffic never leaves that host, so these times do not measure a network between machines.</p>")
+
+
 def memory_trade(best, own) -> str:
     """' It peaks at 60.00 GiB per GPU against this run's 40.00 GiB (run JSONs).' when the faster run's
     peak allocated memory (largest rank) is over 10 % above this run's; '' otherwise or when unknown."""
@@ -284,7 +301,7 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     prog = program_text(run.meta)
     body = "\n".join([
-        f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "",
+        f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "", two_node_note(run),
         _headline(summary),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),

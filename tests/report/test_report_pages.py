@@ -296,3 +296,20 @@ def test_values_that_round_to_zero_have_no_minus_sign():
     assert cell_text("lost_ns", -200.0) == "0.000" and cell_text("slowdown_pct", -0.04) == "0.0"
     html_ = table(pd.DataFrame({"name": ["k"], "lost_ns": [-3.0], "slowdown_pct": [-0.01]}), "Contention")
     assert re.findall(r"<td[^>]*>([^<]*)</td>", html_) == ["k", "0.000", "0.0"]  # the shown cells
+
+
+def test_two_node_run_pages_say_the_nodes_are_two_torchrun_agents_on_one_host(monkeypatch):
+    from ddp_profile.report.run_page import render_run_page, two_node_note
+
+    patch_analysis(monkeypatch)
+    t, a = make_run("bucketed-25mb_small_fp32_4xh100", "bucketed", 4, 25.0)
+    run = Run("two-node/bucketed-25mb_small_fp32_4xh100", t, a, normalise_meta(t.run),
+              run_id="two-node/bucketed-25mb_small_fp32_4xh100", folder="two-node", host="campaign-h100-host")
+    note = _text(two_node_note(run))
+    assert note == ('Two-node layout on one machine: the two "nodes" of this run are two torchrun agents of 2 GPUs '
+                    "each on one host (campaign-h100-host, hosts.txt), joined by one rendezvous (folder "
+                    "two-node/). Their NCCL traffic never leaves that host, so these times do not measure a "
+                    "network between machines.")
+    assert two_node_note(run) in render_run_page(run)
+    other = Run("x", t, a, normalise_meta(t.run), run_id="scaling/x", folder="scaling")
+    assert two_node_note(other) == ""

@@ -105,7 +105,7 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
     out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(t(best))} per step ({_population(best)})."]
     if len(r) > 1:
         nxt, worst = r[1], r[-1]
-        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))} "
+        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))}{_what(nxt)} "
              f"({fmt_ms(t(nxt))}, range {_range(nxt)})")
         if len(r) > 2:
             s += f", and {_diff(t(best), t(worst))} faster than the slowest, {_e(label(worst))}"
@@ -132,14 +132,9 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
             word = "faster" if t(o) < t(d) else "slower"
             out.append(f"The fastest of ddp-profile's own strategies, {_e(label(o))}, is {_diff(t(o), t(d))} "
                        f"{word} than torch_ddp.")
-    elif ddp and len(r) > 1:
-        nxt = r[1]
-        s = (f"PyTorch DDP is fastest; the next fastest, {_e(label(nxt))}{_what(nxt)}, is "
-             f"{_diff(t(best), t(nxt))} slower")
-        if own and own[0] is not nxt:
-            s += (f"; the fastest of ddp-profile's own strategies, {_e(label(own[0]))}, is "
-                  f"{_diff(t(best), t(own[0]))} slower")
-        out.append(s + ".")
+    elif ddp and own:
+        out.append(f"PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, {_e(label(own[0]))}, "
+                   f"is {_diff(t(best), t(own[0]))} slower.")
     order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(t(x))}" for i, x in enumerate(r, 1))
     out.append(f"Ranked: {order}.")
     if "rank_basis" in best:
@@ -162,8 +157,6 @@ def _what(row) -> str:
         return " (PyTorch FSDP2)"
     if _pytorch_zero(row):
         return " (PyTorch DDP with ZeroRedundancyOptimizer)"
-    if row.get("strategy") in OWN_STRATEGIES:
-        return " (ddp-profile's own)"
     return ""
 
 

@@ -87,20 +87,20 @@ def test_strategy_verdict_never_calls_pytorch_strategies_ours():
 
     # campaign C: torch_ddp fastest, then FSDP2; no ddp-profile strategy in the set
     c = _text(strategy_verdict(pd.DataFrame([_row("torch_ddp", 390.0), _row("fsdp", 399.0)])))
-    assert "PyTorch DDP is fastest; the next fastest, fsdp ×4 (PyTorch FSDP2), is 9.000 ms (2.3 %) slower." in c
-    assert "ours" not in c and "our best" not in c
+    assert "9.000 ms (2.3 %) faster than the next, fsdp ×4 (PyTorch FSDP2) (399.000 ms" in c
+    assert "ours" not in c and "ddp-profile's own" not in c
     # FSDP fastest, PyTorch's ZeRO-1 next: no sentence about 'ours' at all
     d = _text(strategy_verdict(pd.DataFrame([_row("fsdp", 380.0), _row("torch_ddp", 390.0, "+zero1torch"),
                                              _row("torch_ddp", 395.0)])))
     assert "Against PyTorch DDP (torch_ddp 25 MiB ×4, 395.000 ms)" in d and "ddp-profile's own" not in d
+    assert "faster than the next, torch_ddp 25 MiB (+zero1torch) ×4 (PyTorch DDP with ZeroRedundancyOptimizer)" in d
     assert "ours" not in d
     # torch_ddp fastest, next is PyTorch's ZeRO, ddp-profile's bucketed after it: both named as what they are
     e = _text(strategy_verdict(pd.DataFrame([_row("torch_ddp", 380.0), _row("torch_ddp", 390.0, "+zero1torch"),
                                              _row("bucketed", 400.0)])))
-    assert ("the next fastest, torch_ddp 25 MiB (+zero1torch) ×4 (PyTorch DDP with ZeroRedundancyOptimizer), is "
-            "10.000 ms (2.6 %) slower; the fastest of ddp-profile's own strategies, bucketed 25 MiB ×4, is "
+    assert ("PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, bucketed 25 MiB ×4, is "
             "20.000 ms (5.0 %) slower.") in e
-
+    assert "ours" not in e
 
 GIB = 2**30
 

@@ -44,7 +44,7 @@ def test_strategy_verdict_names_the_fastest_and_flips_with_the_data():
     b = _text(strategy_verdict(_comp([350.0, 354.0, 380.0], spreads=5.0)))
     assert b.startswith("Fastest: naive ×2") and "do not establish the order" in b
     c = _text(strategy_verdict(_comp([395.0, 354.0, 340.0])))
-    assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; the next fastest, overlap ×2 (ddp-profile's own), is 14.000 ms" in c
+    assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, overlap ×2, is 14.000 ms" in c
 
 
 def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():

@@ -175,8 +175,15 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
 
     best = top.iloc[0]
     rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
+    # 'its own 1-GPU run' only when the baseline has the run's strategy and cap (baseline_for's first rule)
+    base = comp[comp["run"] == best["baseline"]]
+    own = len(base) and (base.iloc[0]["strategy"], str(base.iloc[0].get("bucket_size_mb"))) == \
+        (best["strategy"], str(best.get("bucket_size_mb")))
+    whose = "its own 1-GPU run" if own else "its 1-GPU baseline, the run without communication"
+    if not own and len(base) and base.iloc[0]["strategy"] != "none":
+        whose = "its 1-GPU baseline"
     return (f"<p><b>At {int(ws.max())} GPUs, {esc(run_label(best))} scales best</b>: efficiency "
-            f"{fmt_pct(best['efficiency_pct'])} of its own 1-GPU run ({esc(best['baseline'])}), step "
+            f"{fmt_pct(best['efficiency_pct'])} of {whose} ({esc(best['baseline'])}), step "
             f"{fmt_ms(rank_time(best))}" + (f"; {rest}" if rest else "") + f". Efficiency, throughput and step use "
             f"the {ranked_by(comp)}.</p>")
 

@@ -225,8 +225,11 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
     comm = float(summary.get("comm_ns") or 0.0)
     if world_size and int(world_size) > 1 and comm > 0:
         hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")
+        # the hidden share the headline shows (comm hidden (%)) when the summary states it: one value per fact
+        share = summary.get("overlap_pct")
+        share_text = fmt_pct(share) if not missing(share) else f"{100 * (hidden or 0) / comm:.0f} %"
         s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
-             f"({100 * (hidden or 0) / comm:.0f} %) is hidden under compute and {fmt_ms(exposed)} "
+             f"({share_text}) is hidden under compute and {fmt_ms(exposed)} "
              f"({fmt_pct(summary.get('exposed_comm_pct'))} of the step) is exposed")
         if steps is not None and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
             s += (f" — {fmt_ms(steps['exposed_wait_ns'].median())} waiting for the slower rank, "

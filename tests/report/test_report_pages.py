@@ -216,6 +216,9 @@ def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
                "compute_ns": 386.470e6, "idle_ns": 76.471e6}
     v = _text(run_verdict(summary, None, False, "", 2))
     assert "50.467 ms (10.2 % of the step) is exposed" in v
+    assert "174.611 ms of it (78 %) is hidden" in v  # no pooled hidden share in this summary: the ratio
+    pooled = _text(run_verdict(dict(summary, overlap_pct=75.5), None, False, "", 2))
+    assert "174.611 ms of it (75.5 %) is hidden" in pooled  # the headline's comm hidden (%), not a second value
     assert ("The step is bound by compute (share of the step: compute 72.8 %, exposed communication 10.2 %, "
             "idle gaps 14.4 %).") in v
     assert "9.5 %" not in v and "communication 10.2" in v and ", communication" not in v

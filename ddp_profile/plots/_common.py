@@ -22,8 +22,11 @@ def describe_source(run: dict | None, gpu_name: str | None = None, steps=None) -
     gpu = run.get("gpu_name") or gpu_name or "unknown GPU"
     world = run.get("world_size")
     parts = [f"{gpu} ×{world}" if world else str(gpu)]
-    parts.append(f"model {run.get('model') or '?'}")
-    parts.append(str(run.get("dtype") or "dtype ?"))
+    # unknown model or dtype (a foreign program's trace): left out, never '?'
+    if run.get("model") and not isinstance(run.get("model"), dict):
+        parts.append(f"model {run['model']}")
+    if run.get("dtype"):
+        parts.append(str(run["dtype"]))
     step_list = sorted({int(s) for s in steps}) if steps is not None else []
     if step_list:
         lo, hi = step_list[0], step_list[-1]

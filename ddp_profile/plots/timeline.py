@@ -271,9 +271,15 @@ def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end
         bk, by = np.array(t["b"][a:b]), np.array(t["by"][a:b])
         w, tr = np.array(t["w"][a:b]), np.array(t["t"][a:b])
         known = bk[bk >= 0]
-        bucket = "–" if not len(known) else str(known.min()) if known.min() == known.max() else \
-            f"{known.min()}–{known.max()}"
-        text += f"<br>bucket{'s' if c > 1 else ''} {bucket} · {fmt_bytes(by[by >= 0].sum() if (by >= 0).any() else -1)}"
+        # unknown bucket or size: left out, never a '–' or a dangling separator
+        parts = []
+        if len(known):
+            bucket = str(known.min()) if known.min() == known.max() else f"{known.min()}–{known.max()}"
+            parts.append(f"bucket{'s' if c > 1 else ''} {bucket}")
+        if (by >= 0).any():
+            parts.append(fmt_bytes(by[by >= 0].sum()))
+        if parts:
+            text += "<br>" + " · ".join(parts)
         if (w >= 0).any():
             text += f"<br>wait {fmt_duration(float(w[w >= 0].sum()))} · transfer {fmt_duration(float(tr[tr >= 0].sum()))}"
     return text

@@ -49,8 +49,8 @@ function ddpHover(data,st,D,a,b){var k=D.k,row=data.rows[D.r],c=b-a,nm=data.name
  if(D.b){var bmin=Infinity,bmax=-Infinity,by=0,hasBy=false,w=0,tr=0,hasW=false;
   for(i=a;i<b;i++){if(D.b[i]>=0){bmin=Math.min(bmin,D.b[i]);bmax=Math.max(bmax,D.b[i]);}
    if(D.by[i]>=0){by+=D.by[i];hasBy=true;}if(D.w[i]>=0){hasW=true;w+=D.w[i];if(D.t[i]>=0)tr+=D.t[i];}}
-  var bk=bmin===Infinity?'\u2013':(bmin===bmax?String(bmin):bmin+'\u2013'+bmax);
-  text+='<br>bucket'+(c>1?'s':'')+' '+bk+' \u00b7 '+ddpBytes(hasBy?by:-1);
+  var parts=[];if(bmin!==Infinity)parts.push('bucket'+(c>1?'s':'')+' '+(bmin===bmax?String(bmin):bmin+'\u2013'+bmax));
+  if(hasBy)parts.push(ddpBytes(by));if(parts.length)text+='<br>'+parts.join(' \u00b7 ');
   if(hasW)text+='<br>wait '+ddpDur(w)+' \u00b7 transfer '+ddpDur(tr);}
  return text;}
 // Bars of the kernels overlapping [lo, hi] (ns), sub-minns kernels of one track merged; rows not shown skipped.

@@ -27,8 +27,10 @@ from ddp_profile.report.html import PLOTLY_JS
 from ddp_profile.report.index import render_group_page, render_index, render_scaling_page
 from ddp_profile.report.run_page import render_run_page
 from ddp_profile.report.runs import (
+    PROGRAM_FILE,
     Run,
     discover_runs,
+    fill_from_trace,
     group_runs,
     launch_diagnosis,
     normalise_meta,
@@ -57,6 +59,21 @@ def load_one(path: Path):
     return trace, analyze(trace), launch_diagnosis(trace)
 
 
+def read_program(path: Path) -> dict | None:
+    """The run folder's program.json (a foreign program's own description), or None when absent or not a
+    JSON object."""
+    import json
+
+    if not path.is_dir():
+        return None
+    f = path / PROGRAM_FILE
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
     locations or (location, run id) pairs from :func:`discover_runs`. Returns the runs and one message per
@@ -75,7 +92,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
             print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
         trace, analysis, launches = result
-        meta = normalise_meta(getattr(trace, "run", None) or {})
+        meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
         rid = ids.get(str(path)) or meta.get("run_name") or \
             (path.name if path.is_dir() else export_stem(path))
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
@@ -256,10 +273,12 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
-        from ddp_profile.report.findings.data import read_hosts
+        from ddp_profile.report.findings.data import HOSTS_FILE, read_hosts
 
         hosts = read_hosts(Path(paths[0]))
+        listed = (Path(paths[0]) / HOSTS_FILE).is_file()
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
+            r.hosts_file = listed
     return write_report(runs, out_dir, failures, progress, findings_root=root), failures
 

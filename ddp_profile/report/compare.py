@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddp_profile.report.runs import Group, Run
+from ddp_profile.report.runs import Group, Run, baseline_for
 
 
 def compare_runs(pairs):
@@ -16,29 +16,6 @@ def compare_runs(pairs):
     from ddp_profile.analysis import compare_runs as compare
 
     return compare(pairs)
-
-
-# The "does it overlap?" picture: one run per strategy, in this order (bucketed: the size nearest 25 MB).
-OVERLAP_STRATEGIES = ("naive", "overlap", "bucketed", "torch_ddp")
-
-
-def baseline_for(run: Run, pool: list[Run]) -> Run | None:
-    """The 1-GPU run that ``run``'s speedup and efficiency are measured against; the one rule every page
-    uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
-    bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
-    None when there is no such run."""
-    from ddp_profile.report.runs import strategy_key
-
-    def key(r):
-        m = r.meta
-        return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
-
-    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
-                  key=strategy_key)
-    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
-            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
-    found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
-    return found[0] if found else None
 
 
 def _set_key(run: Run) -> tuple:
@@ -167,13 +144,43 @@ def one_step_kernels(run: Run, label: str) -> pd.DataFrame:
                          "start_ns": k["start_ns"].astype("int64") - w0, "end_ns": k["end_ns"].astype("int64") - w0})
 
 
-def overlap_runs(runs: list[Run]) -> list[Run]:
-    """One multi-GPU run per strategy of OVERLAP_STRATEGIES (bucketed: the bucket size nearest 25 MB), in
-    that order; every multi-GPU run when none of those strategies is present."""
+def overlap_runs(runs: list[Run], comp: pd.DataFrame | None = None) -> list[Run]:
+    """The runs of the "does it overlap?" picture, deterministically: the stock reference (torch_ddp with
+    no lever variant, the bucket cap nearest 25 MiB; else the slowest ranked run) first, then the set's
+    fastest by the set's ranking basis (:func:`ddp_profile.report.verdicts.ranked` over ``comp``, the
+    group's :func:`comparison`); when the reference is the fastest, the runner-up instead."""
+    from ddp_profile.report.verdicts import ranked
+
     multi = [r for r in runs if int(r.meta.get("world_size") or 1) > 1]
-    picked = []
-    for strategy in OVERLAP_STRATEGIES:
-        mine = [r for r in multi if r.meta.get("strategy") == strategy]
-        if mine:
-            picked.append(min(mine, key=lambda r: abs(float(r.meta.get("bucket_size_mb") or 25.0) - 25.0)))
-    return picked or multi
+    if not multi:
+        return []
+    order = list(ranked(comp if comp is not None else comparison(runs))["page"])
+    by_page = {r.page: r for r in multi}
+    rank = [by_page[p] for p in order if p in by_page]
+    if not rank:
+        return multi[:2]
+    stock = sorted((r for r in multi if r.meta.get("strategy") == "torch_ddp" and not r.meta.get("variant")),
+                   key=lambda r: (abs(float(r.meta.get("bucket_size_mb") or 25.0) - 25.0), r.page))
+    ref = stock[0] if stock else rank[-1]
+    other = next((r for r in rank if r is not ref), None)
+    return [ref] + ([other] if other is not None else [])
+
+
+def overlap_caption(picked: list[Run], comp: pd.DataFrame) -> str:
+    """Which runs the picture shows and why (plain text), ``comp`` being the group's comparison."""
+    from ddp_profile.plots.compare import run_label
+    from ddp_profile.report.verdicts import ranked
+
+    if not picked:
+        return "No multi-GPU run here, so no picture."
+    order = list(ranked(comp)["page"])
+    ref = picked[0]
+    stock = ref.meta.get("strategy") == "torch_ddp" and not ref.meta.get("variant")
+    text = f"Shown: {run_label(ref.meta)}, " + ("the stock reference (PyTorch DDP without levers)" if stock
+                                               else "the slowest configuration (no stock torch_ddp run here)")
+    if len(picked) > 1:
+        fastest = bool(order) and picked[1].page == order[0]
+        text += f", and {run_label(picked[1].meta)}, " + (
+            "the fastest of the set by its ranking" if fastest else
+            "the runner-up (the reference is the fastest of the set by its ranking)")
+    return text + "."

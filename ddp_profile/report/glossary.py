@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 # column -> (header label with unit, definition). Keys are the analysis' column names.
 METRICS: dict[str, tuple[str, str]] = {
@@ -117,17 +118,25 @@ README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_com
 
 
 def missing(v) -> bool:
+    """None, NaN, pandas' NA / NaT (nullable columns): a value the tables show as '–', never '<NA>'."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
     try:
-        return v is None or (not isinstance(v, (str, bool)) and math.isnan(float(v)))
+        return not isinstance(v, (str, bool)) and math.isnan(float(v))
     except (TypeError, ValueError):
         return False
+
+
+def no_negative_zero(text: str) -> str:
+    """'-0.000' -> '0.000': a value that rounds to zero is shown without a sign."""
+    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
 def fmt_ms(ns, unit: bool = True) -> str:
     """ns -> '384.306 ms' (3 decimals, thousands separators); '–' when missing."""
     if missing(ns):
         return "–"
-    return f"{float(ns) / 1e6:,.3f}" + (" ms" if unit else "")
+    return no_negative_zero(f"{float(ns) / 1e6:,.3f}") + (" ms" if unit else "")
 
 
 def fmt_mib(nbytes, unit: bool = True) -> str:
@@ -152,7 +161,7 @@ def fmt_cap(mib) -> str:
 
 
 def fmt_pct(v) -> str:
-    return "–" if missing(v) else f"{float(v):.1f} %"
+    return "–" if missing(v) else no_negative_zero(f"{float(v):.1f}") + " %"
 
 
 def display_value(col: str, v):
@@ -186,7 +195,12 @@ def header(col: str) -> tuple[str, str]:
 
 
 def cell_text(col: str, v) -> str:
-    """The one table-cell formatter: ms and MiB with 3 and 1-3 decimals, % with 1, counts with separators."""
+    """The one table-cell formatter: ms and MiB with 3 and 1-3 decimals, % with 1, counts with separators;
+    a value that rounds to zero has no minus sign."""
+    return no_negative_zero(_cell_text(col, v))
+
+
+def _cell_text(col: str, v) -> str:
     d = display_value(col, v)
     if d is None:
         return "–"

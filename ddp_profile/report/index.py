@@ -13,6 +13,7 @@ from ddp_profile.report.compare import (
     comparison,
     group_source,
     one_step_kernels,
+    overlap_caption,
     overlap_runs,
 )
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
@@ -38,10 +39,13 @@ def host_text(runs: list[Run]) -> str:
     for r in runs:
         known.setdefault(getattr(r, "host", None), []).append(r)
     if set(known) == {None}:
+        if any(getattr(r, "hosts_file", False) for r in runs):
+            return ("Which host recorded these runs is not known: hosts.txt beside the traces does not list "
+                    "them. ")
         return "Which host recorded each run is not recorded (no hosts.txt beside the traces). "
     if len(known) == 1:
         return f"Every run here was recorded on {esc(next(iter(known)))} (hosts.txt). "
-    parts = "; ".join(f"{esc(h or 'unknown host')}: " + ", ".join(f"<a href='{esc(r.page)}'>{esc(r.name)}</a>"
+    parts = "; ".join(f"{esc(h or 'not listed in hosts.txt')}: " + ", ".join(f"<a href='{esc(r.page)}'>{esc(r.name)}</a>"
                                                                   for r in rs)
                       for h, rs in sorted(known.items(), key=lambda kv: -len(kv[1])))
     return (f"These runs come from {len(known)} hosts (hosts.txt), so differences between hosts mix the host "
@@ -93,7 +97,7 @@ def render_group_page(group: Group) -> str:
 
     comp = comparison(group.runs)
     src = group_source(group)
-    picked = overlap_runs(group.runs)
+    picked = overlap_runs(group.runs, comp)
     picture = pd.concat([one_step_kernels(r, run_label(r.meta)) for r in picked], ignore_index=True) \
         if picked else pd.DataFrame(columns=["run", "kind", "name", "start_ns", "end_ns"])
     multi = ranked(comp)
@@ -107,7 +111,8 @@ def render_group_page(group: Group) -> str:
         figure_div(ranked_step_bars(ranked_frame(multi), source=src, time_label=ranked_by(comp)), "bars",
                    alt=strategy_alt(multi)),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
-        "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
+        "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed. "
+        + esc(overlap_caption(picked, comp)) + "</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
         numbers_table(comp, f"Numbers (ranked by {ranked_by(comp)})"), run_links(group.runs),
     ])
@@ -170,10 +175,47 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
 
     best = top.iloc[0]
     rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
+    # 'its own 1-GPU run' only when the baseline has the run's strategy and cap (baseline_for's first rule)
+    base = comp[comp["run"] == best["baseline"]]
+    own = len(base) and (base.iloc[0]["strategy"], str(base.iloc[0].get("bucket_size_mb"))) == \
+        (best["strategy"], str(best.get("bucket_size_mb")))
+    whose = "its own 1-GPU run" if own else "its 1-GPU baseline, the run without communication"
+    if not own and len(base) and base.iloc[0]["strategy"] != "none":
+        whose = "its 1-GPU baseline"
     return (f"<p><b>At {int(ws.max())} GPUs, {esc(run_label(best))} scales best</b>: efficiency "
-            f"{fmt_pct(best['efficiency_pct'])} of its own 1-GPU run ({esc(best['baseline'])}), step "
+            f"{fmt_pct(best['efficiency_pct'])} of {whose} ({esc(best['baseline'])}), step "
             f"{fmt_ms(rank_time(best))}" + (f"; {rest}" if rest else "") + f". Efficiency, throughput and step use "
             f"the {ranked_by(comp)}.</p>")
+
+
+def baseline_text(runs: list[Run]) -> str:
+    """What the scaling page's efficiency and ideal line are measured against, following the one rule
+    (:func:`ddp_profile.report.runs.baseline_for`) and naming the baselines these runs actually have."""
+    from ddp_profile.plots.compare import run_label
+
+    multi = [r for r in runs if str(r.meta.get("world_size")) != "1"]
+    own = [r for r in multi if r.baseline is not None and (r.baseline.meta.get("strategy"),
+           r.baseline.meta.get("bucket_size_mb")) == (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))]
+    other = [r for r in multi if r.baseline is not None and all(r is not o for o in own)]
+    none = [r for r in multi if r.baseline is None]
+    rule = ("Efficiency = step time(1 GPU) / step time(n GPUs) against each run's 1-GPU baseline (column "
+            "1-GPU baseline; the index and strategy pages use the same one): the 1-GPU run of the same strategy "
+            "and bucket cap where there is one, else the no-communication (none) run. ")
+    said = []
+    if own:
+        said.append("the runs with a 1-GPU run of their own strategy are measured against it, and the "
+                    "dashed ideal line is n × that run's throughput")
+    if other:
+        names = ", ".join(sorted({esc(r.baseline.name) for r in other if r.baseline is not None}))
+        labels = sorted({esc(run_label(r.meta).rsplit(" ×", 1)[0]) for r in other})
+        they = "it" if len(labels) == 1 else "they"
+        said.append(f"{', '.join(labels)} {'has' if they == 'it' else 'have'} no 1-GPU run of "
+                    f"{'its' if they == 'it' else 'their'} own, so {they} {'is' if they == 'it' else 'are'} "
+                    f"measured against {names} (its own point at 1 GPU) and no dashed ideal line is drawn "
+                    f"for {'it' if they == 'it' else 'them'}")
+    if none:
+        said.append(", ".join(esc(r.name) for r in none) + " has no 1-GPU baseline, so no efficiency")
+    return rule + ("Here " + "; ".join(said) + ". " if said else "")
 
 
 def render_scaling_page(group: Group) -> str:
@@ -183,10 +225,8 @@ def render_scaling_page(group: Group) -> str:
     comp = scaling_frame(group.runs)
     src = group_source(group)
     body = "\n".join([
-        "<p>Weak scaling with a fixed per-GPU batch. " + host_text(group.runs) + "Ideal = n × the 1-GPU "
-        "throughput of the same strategy; efficiency = step time(1 GPU) / step time(n GPUs), against the "
-        "1-GPU run of the same strategy (column baseline; the index and strategy pages use the same one); "
-        "serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
+        "<p>Weak scaling with a fixed per-GPU batch. " + host_text(group.runs) + baseline_text(group.runs)
+        + "Serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
         "(Karp–Flatt); comm share = NCCL kernel time / step time (median over ranks and steps).</p>",
         figure_div(scaling_figure(comp, source=src), "scaling"),
         numbers_table(comp, "Numbers", sort="world_size"), run_links(group.runs),
@@ -202,7 +242,9 @@ def run_sets(runs: list[Run]) -> str:
         sets.setdefault(r.folder, []).append(r)
 
     def gpus(rs: list[Run]) -> str:
-        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size")) is not None and str(w).isdigit()})
+        # the run JSON's world size, else the number of ranks in the trace
+        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size") or _trace_ranks(r)) is not None
+                     and str(w).isdigit()})
         if not ws:
             return "GPUs not recorded"
         return (f"{ws[0]}–{ws[-1]}" if len(ws) > 1 else f"{ws[0]}") + (" GPU" if ws == [1] else " GPUs")
@@ -210,6 +252,11 @@ def run_sets(runs: list[Run]) -> str:
     items = ", ".join(f"{esc(f + '/') if f else 'top level'} ({len(rs)} run{'s' if len(rs) != 1 else ''}, "
                       f"{gpus(rs)})" for f, rs in sets.items())
     return f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(sets)} set{'s' if len(sets) != 1 else ''}: {items}."
+
+
+def _trace_ranks(run: Run) -> int | None:
+    ranks = getattr(run.trace, "ranks", None)
+    return int(ranks["rank"].nunique()) if ranks is not None and len(ranks) and "rank" in ranks else None
 
 
 def _set_title(g: Group) -> str:

@@ -17,7 +17,7 @@ from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
 from ddp_profile.report.html import esc, figure_div, page, script_json, table
 from ddp_profile.report.perfetto import link_html as perfetto_link
-from ddp_profile.report.runs import Run
+from ddp_profile.report.runs import Run, program_text
 
 
 def source_of(run: Run, steps=None) -> str:
@@ -191,8 +191,9 @@ def measured_advice(run: Run, context: dict | None) -> str:
                     + model)
         gain = t - best
         if gain > 0:
-            return (f"<b>What to change: bucketed with a {cap:g} MiB cap</b> measured {fmt_ms(best)} per step, "
-                    f"{fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).{model}")
+            return (f"<b>What to change: bucketed with a {cap:g} MiB cap</b> measured {fmt_ms(best)} per step "
+                    f"(trace), {fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run's {fmt_ms(t)} (trace; "
+                    f"evidence: the {link}).{model}")
     for g in mine:
         comp = ctx.get("comps", {}).get(g.page)
         if g.kind != "strategies" or comp is None:
@@ -207,26 +208,65 @@ def measured_advice(run: Run, context: dict | None) -> str:
         own = comp[comp["page"] == run.page]
         t_run = rank_time(own.iloc[0]) if len(own) else t
         gain = t_run - rank_time(best)
+        how = "un-profiled" if best.get("rank_basis") == UNPROFILED else "trace"
         if best["page"] == run.page or not gain > 0:
-            return f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step."
-        how = " (un-profiled)" if best.get("rank_basis") == UNPROFILED else ""
+            return (f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step "
+                    f"({how}; this run {fmt_ms(t_run)}).")
         return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(rank_time(best))} per "
-                f"step{how}, {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run (evidence: the {link}).")
+                f"step ({how}), {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run's "
+                f"{fmt_ms(t_run)} ({how}; evidence: the {link}).{memory_trade(best, own)}")
     return "No comparison holds this run, so no measured alternative to recommend."
 
 
+TWO_NODE_FOLDER = "two-node"
+"""The campaign's folder of runs launched as two torchrun agents (scripts/campaign.sh, set two-node)."""
+
+
+def two_node_note(run: Run) -> str:
+    """For a run of ``two-node/``: its two "nodes" are two torchrun agents on one host, so NCCL between
+    them never leaves that machine. '' for any other run."""
+    if run.folder.rsplit("/", 1)[-1] != TWO_NODE_FOLDER:
+        return ""
+    ws = run.meta.get("world_size")
+    per = f" of {int(ws) // 2} GPU{'s' if int(ws) // 2 != 1 else ''} each" if ws and int(ws) % 2 == 0 else ""
+    host = f" ({esc(run.host)}, hosts.txt)" if run.host else ""
+    return (f"<p class='note'>Two-node layout on one machine: the two \"nodes\" of this run are two torchrun "
+            f"agents{per} on one host{host}, joined by one rendezvous (folder {TWO_NODE_FOLDER}/). Their NCCL "
+            "traffic never leaves that host, so these times do not measure a network between machines.</p>")
+
+
+def memory_trade(best, own) -> str:
+    """' It peaks at 60.00 GiB per GPU against this run's 40.00 GiB (run JSONs).' when the faster run's
+    peak allocated memory (largest rank) is over 10 % above this run's; '' otherwise or when unknown."""
+    from ddp_profile.report.glossary import fmt_gib, missing
+
+    if not len(own):
+        return ""
+    theirs, mine = best.get("peak_allocated_bytes"), own.iloc[0].get("peak_allocated_bytes")
+    if missing(theirs) or missing(mine) or not float(theirs) > 1.1 * float(mine):
+        return ""
+    return (f" It trades memory: it peaks at {fmt_gib(theirs)} allocated per GPU against this run's "
+            f"{fmt_gib(mine)} (run JSONs).")
+
+
 # Deep link: the selected rank and step are kept in location.hash as #rank=R&step=N (#step=N with every rank
-# shown; an old #step=N link still opens its step) and restored from it on load and on hashchange.
+# shown; an old #step=N link still opens its step) and restored from it on load and on hashchange. A step the
+# trace lacks: a one-line notice says which step is shown instead, and the address is rewritten to it.
 HASH_JS = """function ddpHash(div){var ss=document.getElementById('step-select'),rs=document.getElementById('rank-select');
 function num(o){return o.text.replace(/\\D+/g,'');}
-function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false;
-if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===s[1]&&ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}
+function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false,
+found=false,note=document.getElementById('step-notice');
+if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===String(+s[1])){found=true;if(ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}}
 var rv=r?r[1]:'';if(location.hash&&rs.value!==rv&&Array.prototype.some.call(rs.options,function(o){return o.value===rv;})){
-rs.value=rv;changed=true;}return changed;}
+rs.value=rv;changed=true;}
+if(note){note.hidden=!(s&&!found);note.textContent=s&&!found?'step '+(+s[1])+' is not in this trace; showing step '+
+num(ss.options[ss.selectedIndex])+'.':'';}
+if(s&&!found)write();return changed;}
 function write(){var h=(rs.value===''?'#':'#rank='+rs.value+'&')+'step='+num(ss.options[ss.selectedIndex]);
 if(location.hash!==h)history.replaceState(null,'',h);}
 function rank(){return rs.value===''?null:+rs.value;}
-ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();});
+function quiet(){var n=document.getElementById('step-notice');if(n){n.hidden=true;n.textContent='';}}
+ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();quiet();});
 rs.addEventListener('change',function(){ddpShowRank(div,rank());write();});
 window.addEventListener('hashchange',function(){if(read())ddpShowRank(div,rank(),+ss.value);});
 read();return {step:+ss.value,rank:rank()};}"""
@@ -257,9 +297,11 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
-                          run.meta.get("world_size") or summary.get("n_ranks"))
+                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta)
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
+    prog = program_text(run.meta)
     body = "\n".join([
+        f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "", two_node_note(run),
         _headline(summary),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),
@@ -270,7 +312,8 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or show its bars. The selected rank and step are in "
         "the address (#rank=R&amp;step=N, or #step=N with every rank), so a link opens them.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label> "
-        f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>",
+        f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>"
+        "<p id='step-notice' class='note' role='status' hidden></p>",
         f"<script type='application/json' id='tl-data'>{script_json(encode_for_page(data))}</script>",
         f"<script>{TIMELINE_JS}\n{HASH_JS}</script>",
         # role=figure, not img: the chart holds controls (legend toggles, a focusable canvas)

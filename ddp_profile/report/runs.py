@@ -77,6 +77,8 @@ class Run:
     none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
     host: str | None = None
     """The lent host's label from ``hosts.txt`` beside the traces (None when not listed)."""
+    hosts_file: bool = False
+    """Whether a ``hosts.txt`` was read beside the traces (so a None ``host`` means 'not listed there')."""
     baseline: Run | None = None
     """The 1-GPU run its speedup and efficiency use (:func:`ddp_profile.report.compare.assign_baselines`)."""
     rank_basis: str | None = None
@@ -182,6 +184,44 @@ def normalise_meta(meta: dict) -> dict:
     return m
 
 
+PROGRAM_FILE = "program.json"
+"""Beside a foreign trace: what the program was (``program``, ``parallelism``, ``world_size``, ...)."""
+
+
+def fill_from_trace(meta: dict, trace, program: dict | None = None) -> dict:
+    """``meta`` (normalised run JSON) with what it lacks taken from the run's ``program.json`` (world
+    size, GPU; kept whole as ``meta["program"]``) and else from the trace itself: the number of ranks it
+    holds and their GPU. Values the run JSON states are kept."""
+    m = dict(meta)
+    prog = program if isinstance(program, dict) else None
+    if prog:
+        m["program"] = prog
+        for key in ("world_size", "gpu_name"):
+            v = prog.get(key)
+            if m.get(key) is None and isinstance(v, (int, str)) and not isinstance(v, bool):
+                m[key] = v
+    ranks = getattr(trace, "ranks", None)
+    if ranks is not None and len(ranks):
+        if m.get("world_size") is None and "rank" in ranks:
+            m["world_size"] = int(ranks["rank"].nunique())
+        if m.get("gpu_name") is None and "gpu_name" in ranks and ranks["gpu_name"].notna().any():
+            m["gpu_name"] = str(ranks["gpu_name"].dropna().iloc[0])
+    return m
+
+
+def program_text(meta: dict) -> str:
+    """'fsdp2_loop.py: FSDP2 fully_shard per TransformerEncoderLayer + root, fp32, AdamW — foreign (not the
+    ddp-profile harness)' from ``meta["program"]``; '' when the run has no program.json."""
+    prog = meta.get("program") if isinstance(meta.get("program"), dict) else None
+    if not prog:
+        return ""
+    parts = [str(prog[k]) for k in ("program", "parallelism") if isinstance(prog.get(k), (str, int, float))]
+    text = ": ".join(parts)
+    if isinstance(prog.get("made_by"), str):
+        text += f" — {prog['made_by']}"
+    return text
+
+
 def run_variant(run_name: str, strategy: str) -> str:
     """What the harness's run name adds to strategy and cap: 'views, optoverlap, ch2, hiprio', '+zero1',
     'noreshard' ('' for a plain run). Runs with a variant are not points of a bucket sweep."""
@@ -207,6 +247,23 @@ def strategy_key(run: Run) -> tuple:
             float(mb) if mb is not None else 0.0, _ws(run))
 
 
+def baseline_for(run: Run, pool: list[Run]) -> Run | None:
+    """The 1-GPU run that ``run``'s speedup and efficiency are measured against; the one rule every page
+    uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
+    bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
+    None when there is no such run."""
+    def key(r):
+        m = r.meta
+        return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
+
+    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
+                  key=strategy_key)
+    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
+            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
+    found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
+    return found[0] if found else None
+
+
 def _hw_text(folder, model, dtype, gpu) -> str:
     where = f"{folder}/ · " if folder else ""
     return where + " · ".join(str(v) for v in (gpu, f"model {model}", dtype) if v)
@@ -215,10 +272,11 @@ def _hw_text(folder, model, dtype, gpu) -> str:
 def group_runs(runs: list[Run]) -> list[Group]:
     """Comparisons that make sense, all within one (folder, model, dtype, GPU):
 
-    - strategies: every strategy at one world size n > 1, plus one 1-GPU baseline (``none`` if present) for
-      efficiency vs 1 GPU;
+    - strategies: every configuration (strategy, bucket cap and lever variant) at one world size n > 1 when
+      there are two or more, plus one 1-GPU baseline (``none`` if present) for efficiency vs 1 GPU;
     - sweep: the ``bucketed`` runs at one world size with at least two bucket sizes (plus torch_ddp there);
-    - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page.
+    - scaling: strategies with runs at two or more world sizes (1-GPU runs included), all on one page, with
+      the 1-GPU baseline of each (:func:`baseline_for`, e.g. the ``none`` run) when it is another run.
     """
     groups = []
     usable = [r for r in runs if r.meta.get("strategy") and r.meta.get("world_size")]
@@ -233,7 +291,9 @@ def group_runs(runs: list[Run]) -> list[Group]:
         hw = _hw_text(folder, model, dtype, gpu)
         for ws in sorted({_ws(r) for r in same} - {1}):
             at = [r for r in same if _ws(r) == ws]
-            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb")) for r in at}) >= 2:
+            # lever variants of one strategy (torch_ddp stock vs -ch9-hiprio) are configurations too
+            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb"), r.meta.get("variant") or "")
+                    for r in at}) >= 2:
                 groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
                                     group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
             sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None
@@ -244,7 +304,12 @@ def group_runs(runs: list[Run]) -> list[Group]:
                                     group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
         scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]
                                            and o.meta.get("bucket_size_mb") == r.meta.get("bucket_size_mb")}) >= 2]
-        if scaling:
+        if scaling:  # with the 1-GPU run each point's efficiency is against (baseline_for), shown as a point
+            for r in list(scaling):
+                b = baseline_for(r, same)
+                if b is not None and all(b is not o for o in scaling):
+                    scaling.append(b)
+            scaling.sort(key=strategy_key)
             groups.append(Group("scaling", hw, scaling,
                                 group_page_name("scaling", folder, model, dtype, gpu), folder))
     return groups

@@ -105,7 +105,7 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
     out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(t(best))} per step ({_population(best)})."]
     if len(r) > 1:
         nxt, worst = r[1], r[-1]
-        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))} "
+        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))}{_what(nxt)} "
              f"({fmt_ms(t(nxt))}, range {_range(nxt)})")
         if len(r) > 2:
             s += f", and {_diff(t(best), t(worst))} faster than the slowest, {_e(label(worst))}"
@@ -121,26 +121,43 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
             out.append("Their step-time ranges overlap, so these steps do not establish the order of the top "
                        f"two: the {fmt_ms(t(nxt) - t(best))} gap is within the step-to-step "
                        "spread.")
-    ddp = [x for x in r if x.get("strategy") == "torch_ddp"]
+    ddp = [x for x in r if x.get("strategy") == "torch_ddp" and not _pytorch_zero(x)]
+    own = [x for x in r if x.get("strategy") in OWN_STRATEGIES]
     if ddp and ddp[0] is not best:
         d = ddp[0]
         out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(t(d))}): "
                    f"{_diff(t(best), t(d))} faster{_hosts(best, d)}.")
-        own = [x for x in r if x.get("strategy") != "torch_ddp"]
         if own and own[0] is not best:
             o = own[0]
             word = "faster" if t(o) < t(d) else "slower"
-            out.append(f"The best of ours, {_e(label(o))}, is {_diff(t(o), t(d))} {word} than torch_ddp.")
-    elif ddp:
-        own = [x for x in r if x.get("strategy") != "torch_ddp"]
-        if own:
-            out.append(f"PyTorch DDP is fastest; our best, {_e(label(own[0]))}, is "
-                       f"{_diff(t(best), t(own[0]))} slower.")
+            out.append(f"The fastest of ddp-profile's own strategies, {_e(label(o))}, is {_diff(t(o), t(d))} "
+                       f"{word} than torch_ddp.")
+    elif ddp and own:
+        out.append(f"PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, {_e(label(own[0]))}, "
+                   f"is {_diff(t(best), t(own[0]))} slower.")
     order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(t(x))}" for i, x in enumerate(r, 1))
     out.append(f"Ranked: {order}.")
     if "rank_basis" in best:
         out.append(basis_sentence(r))
     return "<p>" + " ".join(out) + "</p>"
+
+
+OWN_STRATEGIES = ("naive", "flat", "overlap", "bucketed")
+"""ddp-profile's own DDP implementations; torch_ddp, fsdp (PyTorch FSDP2) and torch_ddp with
+``+zero1torch`` (PyTorch's ZeroRedundancyOptimizer) are PyTorch's, anything else is named as it is."""
+
+
+def _pytorch_zero(row) -> bool:
+    return "zero1torch" in str(row.get("variant") or "")
+
+
+def _what(row) -> str:
+    """' (PyTorch FSDP2)' for a PyTorch strategy other than plain DDP, '' otherwise."""
+    if row.get("strategy") == "fsdp":
+        return " (PyTorch FSDP2)"
+    if _pytorch_zero(row):
+        return " (PyTorch DDP with ZeroRedundancyOptimizer)"
+    return ""
 
 
 def _population(row) -> str:
@@ -157,7 +174,9 @@ def _population(row) -> str:
 
 def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     """(what bounds the step, why) from the step's median parts: launches when the launch check says so,
-    else the largest of compute, exposed communication and idle."""
+    else the largest of compute, exposed communication and idle. Each share is named by what it is, and the
+    exposed share is the summary's exposed_comm_pct (the value the verdict and the headline show) when
+    the summary has it."""
     step = float(summary.get("step_ns") or 0)
     raw = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
            "idle gaps (host or launches)": summary.get("idle_ns")}
@@ -167,23 +186,50 @@ def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
     if not parts or not step:
         return "unknown", "no step metrics"
     k = max(parts, key=lambda name: parts[name])
-    share = ", ".join(f"{n.split(' ')[0]} {100 * v / step:.1f} %" for n, v in parts.items())
-    return k, f"of the step: {share}" + ("" if k == "compute" else " (exposed)")
+    pct = {n: 100 * v / step for n, v in parts.items()}
+    if "communication" in pct and not missing(summary.get("exposed_comm_pct")):
+        pct["communication"] = float(summary["exposed_comm_pct"])
+    names = {"compute": "compute", "communication": "exposed communication",
+             "idle gaps (host or launches)": "idle gaps"}
+    share = ", ".join(f"{names[n]} {fmt_pct(v)}" for n, v in pct.items())
+    return names[k], f"share of the step: {share}"
+
+
+def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:
+    """The run's step time in the trace and, when its JSON has one, un-profiled beside it (with the
+    profiler's overhead as the harness measured it), so later comparisons can say which one they use."""
+    from ddp_profile.report import measures
+
+    text = f"Median step {fmt_ms(step_ns)} in the trace (over {n_steps} profiled steps and every rank)"
+    unprof = measures.unprofiled_ns(meta)
+    if missing(unprof):
+        return text + "."
+    reps = measures.unprofiled_repeats(meta)
+    over = measures.profiler_overhead_pct(meta)
+    text += (f"; {fmt_ms(unprof)} un-profiled (median of "
+             f"{f'{int(reps)} ' if not missing(reps) else ''}runs without nsys, CUDA events")
+    if not missing(over):
+        text += f"; profiler overhead {fmt_pct(over)}"
+    return text + ")."
 
 
 def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
-                world_size) -> str:
-    """2–4 sentences: communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
+                world_size, meta: dict | None = None) -> str:
+    """2–4 sentences: step time (trace, and un-profiled when ``meta``, the run JSON, has it),
+    communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
     n = int(summary.get("n_steps") or 0)
-    out = [f"Median step {fmt_ms(step)} over {n} profiled steps and every rank."]
+    out = [step_times_sentence(step, n, meta)]
     comm = float(summary.get("comm_ns") or 0.0)
     if world_size and int(world_size) > 1 and comm > 0:
         hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")
+        # the hidden share the headline shows (comm hidden (%)) when the summary states it: one value per fact
+        share = summary.get("overlap_pct")
+        share_text = fmt_pct(share) if not missing(share) else f"{100 * (hidden or 0) / comm:.0f} %"
         s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
-             f"({100 * (hidden or 0) / comm:.0f} %) is hidden under compute and {fmt_ms(exposed)} "
+             f"({share_text}) is hidden under compute and {fmt_ms(exposed)} "
              f"({fmt_pct(summary.get('exposed_comm_pct'))} of the step) is exposed")
         if steps is not None and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
             s += (f" — {fmt_ms(steps['exposed_wait_ns'].median())} waiting for the slower rank, "
@@ -228,7 +274,7 @@ def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[
                            f"{fmt_ms(spread[nxt[0]][1])}), so the order of the top two is not established.")
     dflt = [p for p in pts if default_cap is not None and p[0] == default_cap]
     if dflt and dflt[0] is not best:
-        out.append(f"Against the default {fmt_cap(default_cap)}: {_diff(best[1], dflt[0][1])} per step.")
+        out.append(f"It is {_diff(best[1], dflt[0][1])} per step faster than the default {fmt_cap(default_cap)}.")
     if b_star_mib is not None and not missing(b_star_mib) and math.isfinite(b_star_mib):
         near = min(caps, key=lambda c: abs(math.log(c / b_star_mib)) if c > 0 else math.inf)
         if near == best[0]:

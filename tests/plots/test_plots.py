@@ -28,7 +28,7 @@ SRC = describe_source({"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl"
 
 def test_describe_source_names_machine_model_dtype_steps():
     assert SRC == "NVIDIA H100 ×2 · model xl · fp32 · steps 3–4 (2)"
-    assert describe_source(None, "H200", [5]) == "H200 · model ? · dtype ? · step 5"
+    assert describe_source(None, "H200", [5]) == "H200 · step 5"  # unknown model and dtype left out
 
 
 @pytest.mark.parametrize("rows,starts,ends,min_ns,expected", [

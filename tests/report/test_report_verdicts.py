@@ -44,7 +44,7 @@ def test_strategy_verdict_names_the_fastest_and_flips_with_the_data():
     b = _text(strategy_verdict(_comp([350.0, 354.0, 380.0], spreads=5.0)))
     assert b.startswith("Fastest: naive ×2") and "do not establish the order" in b
     c = _text(strategy_verdict(_comp([395.0, 354.0, 340.0])))
-    assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; our best, overlap ×2, is 14.000 ms" in c
+    assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, overlap ×2, is 14.000 ms" in c
 
 
 def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():
@@ -56,7 +56,7 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
     assert "10.000 ms (2.5 % of the step) is exposed — 6.000 ms waiting for the slower rank, 4.000 ms transferring" in a
     assert "(2.000 ms after the last rank's backward)" in a and "bound by compute" in a and a.endswith("ADVICE")
     b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
-    assert "bound by communication" in b and "waiting" not in b
+    assert "bound by exposed communication" in b and "waiting" not in b
     assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
     assert "One GPU: no communication" in _text(run_verdict(summary, None, False, "", 1))
 
@@ -65,7 +65,7 @@ def test_sweep_verdict_recommends_the_measured_best_and_places_the_model_optimum
     caps, steps, tails = [1.0, 25.0, 100.0, 1000.0], [380e6, 370e6, 360e6, 354e6], [5e6, 3e6, 1e6, 0.5e6]
     a = _text(sweep_verdict(caps, steps, tails, 243.0))
     assert a.startswith("Use a bucket cap of 1000 MiB: it measured the shortest step, 354.000 ms")
-    assert "Against the default 25 MiB: 16.000 ms (4.3 %) per step" in a
+    assert "It is 16.000 ms (4.3 %) per step faster than the default 25 MiB." in a
     assert "b* = 243 MiB lies between the measured caps 100 MiB and 1000 MiB and was not measured" in a
     b = _text(sweep_verdict(caps, [380e6, 350e6, 360e6, 370e6], tails, 30.0))
     assert b.startswith("Use a bucket cap of 25 MiB") and "model and measurement agree" in b

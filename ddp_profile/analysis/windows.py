@@ -61,10 +61,12 @@ def _closed(nvtx: pd.DataFrame) -> pd.DataFrame:
 
 def _matches(names: pd.Series, pattern: str) -> np.ndarray:
     rx = re.compile(pattern)
-    # Unique names are few even when ranges are many: match each once.
-    uniq = pd.unique(names.astype(str))
-    hit = {u: bool(rx.search(u)) for u in uniq}
-    return names.astype(str).map(hit).to_numpy(dtype=bool)
+    # Unique names are few even when ranges are many: match each once, then index by code (no string
+    # per row is made or looked up). Each distinct value is matched as its ``str``, as a row would be.
+    codes, uniq = pd.factorize(names, use_na_sentinel=False)
+    text = pd.Series(uniq, dtype=names.dtype).astype(str).tolist() if len(uniq) else []
+    hit = np.array([bool(rx.search(u)) for u in text], dtype=bool)
+    return hit[codes] if len(hit) else np.zeros(len(names), dtype=bool)
 
 
 def _open_matches(nvtx: pd.DataFrame, pattern: str) -> int:

@@ -149,6 +149,17 @@ class KernelArrays:
         else:
             self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
 
+    def subset(self, rows: np.ndarray) -> KernelArrays:
+        """The arrays of the given rows only (same names and codes), without the frame: for sums over a
+        part of the kernels (one file of several joined) with no copy of the frame's other columns."""
+        sub = object.__new__(KernelArrays)
+        sub.frame = None  # type: ignore[assignment]
+        for name in ("start", "end", "launch", "is_compute", "is_nccl", "is_copy", "pid", "rank", "device", "name_code"):
+            value = getattr(self, name)
+            setattr(sub, name, value[rows] if value is not None else None)
+        sub.names = self.names
+        return sub
+
     def name_values(self) -> np.ndarray:
         """Distinct names as an object array indexed by ``name_code``; code -1 (no name) gives None."""
         return np.append(np.asarray(self.names, dtype=object), None)

@@ -141,7 +141,8 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
                    coll: pd.DataFrame | None, bounds: dict | None = None, waits=None) -> tuple[dict, pd.DataFrame]:
     """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows).
 
-    ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns;
+    ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns (a frame,
+    or a mapping of those names to arrays);
     ``phases``: :func:`phase_index` of the GPU phase windows (or ``bounds``: their :func:`phase_bounds` for
     these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
@@ -150,10 +151,10 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     idx = idx[karr.is_nccl[idx]]
     kcode = kernel_kinds(karr)[idx]
     ks, ke = karr.start[idx], karr.end[idx]
-    step_ids = steps["step"].to_numpy()
-    ws = steps["start_ns"].to_numpy(float)
-    we = steps["end_ns"].to_numpy(float)
-    bend = steps["backward_end_ns"].to_numpy(float)
+    step_ids = np.asarray(steps["step"])
+    ws = np.asarray(steps["start_ns"], dtype=float)
+    we = np.asarray(steps["end_ns"], dtype=float)
+    bend = np.asarray(steps["backward_end_ns"], dtype=float)
     bend_or_end = np.where(np.isnan(bend), we, np.minimum(bend, we))
     if coll is not None:
         wc, w0, w1, cstep, cvalid = (waits if waits is not None else wait_rows(coll)).of(rank)
@@ -161,9 +162,9 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     if coll is not None:
         wt = iv.normalize(w0, w1)
         out["exposed_wait_ns"] = _exposed(ws, we, wt, c)
-        out["exposed_transfer_ns"] = steps["exposed_comm_ns"].to_numpy(float) - out["exposed_wait_ns"]
+        out["exposed_transfer_ns"] = np.asarray(steps["exposed_comm_ns"], dtype=float) - out["exposed_wait_ns"]
     else:
-        out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(steps), np.nan)
+        out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(step_ids), np.nan)
     par = np.isin(kcode, [KINDS.index(k) for k in PARAM])
     pset = iv.normalize(ks[par], ke[par])
     out["param_sync_ns"] = _cov(bend, we, pset)
@@ -185,8 +186,8 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
             part["exposed_wait_ns"] = _exposed(ws, we, wk, c)
             part["count"] = _counts(cstep[sel & cvalid], step_ids)
         else:
-            part["wait_ns"] = part["exposed_wait_ns"] = np.full(len(steps), np.nan)
-            part["count"] = np.zeros(len(steps), np.int64)  # filled by launch below when no table
+            part["wait_ns"] = part["exposed_wait_ns"] = np.full(len(step_ids), np.nan)
+            part["count"] = np.zeros(len(step_ids), np.int64)  # filled by launch below when no table
         for n, (ps, pe) in phase.items():
             part[f"{n}_ns"] = _cov(ps, pe, nk)
         part["after_backward_ns"] = _cov(bend, we, nk)

@@ -159,11 +159,15 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
+PARALLEL_READ_BYTES = 16 << 20  # files smaller than this are read on the calling thread
 
 
 def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
     con = open_export(path)
-    readers = _ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS else None
+    # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
+    # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
+    readers = (_ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS
+               and path.stat().st_size >= PARALLEL_READ_BYTES else None)
     try:
         have = sql.tables(con)
         if sql.KERNEL not in have:

@@ -7,7 +7,7 @@
 # traces/.logs/campaign-part<PART>/unprofiled/<SET>/<run>/rep<k>/; `python -m ddp_profile.harness.timings`
 # folds their step times (unprofiled_step_ms_median, profiler_overhead_pct, host, ...) into the profiled
 # run's JSON. Set `foreign` profiles the stand-alone programs of scripts/foreign/ into traces/foreign/<NAME>/;
-# set `two-node` runs two torchrun agents as two nodes (one GPU each, one report per rank) into
+# set `two-node` runs two torchrun agents as two nodes (NPROC GPUs each, one report per rank) into
 # traces/two-node/<run>/. Lines are taken in file order; a line that would end after the deadline is
 # skipped and listed; a failed line is listed and the rest go on; every run is killed at the hard end.
 #
@@ -270,8 +270,8 @@ run_foreign() {  # run_foreign NPROC NAME NSYS-OPTIONS... -- PROGRAM [OPTIONS]
     post_in_background "$dir"
 }
 
-run_two_node() {  # run_two_node NPROC_PER_NODE STRATEGY OPTIONS...: two agents, one GPU each
-    local n=$1 strategy=$2 name dir log r k ok pids=()
+run_two_node() {  # run_two_node NPROC_PER_NODE STRATEGY OPTIONS...: two agents, NPROC_PER_NODE GPUs each
+    local n=$1 strategy=$2 name dir log r k ok pids=() gpus=()
     shift 2
     log=$LOGDIR/two-node.log
     if ! name=$(run_name $((2 * n)) "$strategy" "$@" 2>>"$log"); then
@@ -280,8 +280,9 @@ run_two_node() {  # run_two_node NPROC_PER_NODE STRATEGY OPTIONS...: two agents,
     dir=$TRACES/two-node/$name
     echo "-- two-node: 2 nodes x $n rank(s), $strategy $* -> two-node/$name (log: ${log#"$TRACES"/})"
     rm -rf "$dir"
+    gpus=("$(seq -s, 0 $((n - 1)))" "$(seq -s, "$n" $((2 * n - 1)))")  # node r sees GPUs r*n .. r*n+n-1
     for r in 0 1; do
-        CUDA_VISIBLE_DEVICES=$r NNODES=2 NODE_RANK=$r NPROC=$n PER_RANK=1 POST=0 RDZV_ENDPOINT=localhost:$RDZV_PORT \
+        CUDA_VISIBLE_DEVICES=${gpus[$r]} NNODES=2 NODE_RANK=$r NPROC=$n PER_RANK=1 POST=0 RDZV_ENDPOINT=localhost:$RDZV_PORT \
             TRACES=$TRACES/two-node limited "$log.node$r" "$HERE/profile.sh" "$strategy" "$@" &
         pids+=($!)
     done
@@ -294,7 +295,7 @@ run_two_node() {  # run_two_node NPROC_PER_NODE STRATEGY OPTIONS...: two agents,
     for k in $(seq 1 "$REPEATS"); do
         pids=()
         for r in 0 1; do
-            CUDA_VISIBLE_DEVICES=$r limited "$log.node$r" "$PYTHON" -m torch.distributed.run --nnodes=2 --node_rank=$r \
+            CUDA_VISIBLE_DEVICES=${gpus[$r]} limited "$log.node$r" "$PYTHON" -m torch.distributed.run --nnodes=2 --node_rank=$r \
                 --nproc_per_node="$n" --rdzv-backend=c10d --rdzv-endpoint="localhost:$RDZV_PORT" \
                 -m ddp_profile.harness --strategy "$strategy" "$@" --out "$UNPROF/two-node/$name/rep$k" &
             pids+=($!)

@@ -2,7 +2,7 @@
 # Cross-check of ddp-profile's per-kernel overlap against NVIDIA's own `nsys recipe nccl_gpu_overlap_trace`:
 # runs the recipe on each given .nsys-rep and leaves its tables (converted to CSV when they are parquet) in
 # traces/<run>/recipe/, next to the scrubbed export of the same run. `ddp-profile` then compares the two
-# (tests/test_recipe_crosscheck.py reads the committed CSVs).
+# (tests/analysis/test_recipe_crosscheck.py reads the committed CSVs).
 #
 # Usage: scripts/recipe_crosscheck.sh REPORT.nsys-rep...     e.g. scripts/recipe_crosscheck.sh traces/overlap_*/*.nsys-rep
 # Knobs (environment):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -82,7 +83,9 @@ def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict |
         desc["high_priority_mechanism"] = "env TORCH_NCCL_HIGH_PRIORITY=1"
     if channels:
         try:
-            opts.config.max_ctas = channels  # AttributeError also when opts is None
+            if opts is None:  # no Options class in this build: the same fallback as a config-less one
+                raise AttributeError("ProcessGroupNCCL.Options")
+            opts.config.max_ctas = channels
             desc["channels_mechanism"] = "pg_options.config.max_ctas"
         except AttributeError:
             env["NCCL_MAX_NCHANNELS"] = str(channels)
@@ -94,7 +97,8 @@ def _read_back(device: torch.device) -> dict:
     """What the live NCCL backend says it was built with (private API: {} where it moved)."""
     try:
         options = dist.distributed_c10d._get_default_group()._get_backend(device).options
-        out = {"is_high_priority_stream": bool(options.is_high_priority_stream)}
+        # the stubs type `.options` as the base Backend.Options; NCCL's is ProcessGroupNCCL.Options
+        out: dict[str, bool | int] = {"is_high_priority_stream": bool(options.is_high_priority_stream)}  # type: ignore[attr-defined]
         config = getattr(options, "config", None)
         if config is not None:
             out["max_ctas"] = int(config.max_ctas)
@@ -108,7 +112,7 @@ def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, 
 
     Returns (and keeps for `comm_setup()`) what the NCCL levers did; on gloo they are ignored, with a note.
     """
-    kwargs = {}
+    kwargs: dict[str, Any] = {}  # device_id (torch.device) and pg_options (ProcessGroupNCCL.Options)
     desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority}
     if backend == "nccl":
         kwargs["device_id"] = torch.device("cuda", info.local_rank)

@@ -27,6 +27,7 @@ ENABLED = _DOMAIN is not None
 
 @lru_cache(maxsize=4096)
 def _attributes(message: str, color: str | None, category: int, payload: int | None):
+    assert _DOMAIN is not None  # only push() calls this, and only when _DOMAIN is set
     return _DOMAIN.get_event_attributes(message=message, color=color, category=category, payload=payload)
 
 

@@ -23,6 +23,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -34,7 +35,8 @@ from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
-from ddp_profile.harness.strategies import ShardedOptimizer, create, world
+from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
+from ddp_profile.harness.strategies.bucketed import BucketOptimizers
 from ddp_profile.safeio import write_text_atomic
 
 
@@ -82,6 +84,8 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     """The run's optimizer over `params` (pass the wrapped strategy's `.module.parameters()`: after fsdp's
     wrapping they are the DTensor shards), sharded over ranks when cfg.shard_optimizer is set."""
     params = [p for p in params if p.requires_grad]
+    cls: type[torch.optim.Optimizer]
+    kwargs: dict[str, Any]  # lr (float), and fused (bool) for AdamW
     if cfg.optimizer == "sgd":
         cls, kwargs = torch.optim.SGD, {"lr": cfg.lr}
     else:
@@ -98,7 +102,7 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return cls(params, **kwargs)
 
 
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers) -> int:
     """Bytes of the tensors in this rank's optimizer state (a DTensor counts its local shard only).
 
     ZeroRedundancyOptimizer keeps the state in its wrapped `.optim`; ShardedOptimizer's `.state` is its
@@ -115,7 +119,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     return total
 
 
-def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer) -> dict:
+def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer | BucketOptimizers) -> dict:
     """This rank's peak CUDA memory since the reset after setup (None off the GPU) and optimizer-state bytes."""
     cuda = device.type == "cuda"
     return {
@@ -203,7 +207,7 @@ def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, d
 
 def environment(device: torch.device) -> dict:
     """Versions and hardware for the run JSON (no host names, paths or environment variables)."""
-    info = {
+    info: dict[str, str | bool | None] = {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(),
@@ -237,7 +241,12 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
                       fsdp_reshard=cfg.fsdp_reshard, fsdp_param_dtype=cfg.fsdp_param_dtype, **levers)
     # after wrapping: fsdp's parameters are the sharded (DTensor) ones
-    optimizer = strategy.optimizer if cfg.overlap_optimizer else make_optimizer(cfg, strategy.module.parameters())
+    optimizer: torch.optim.Optimizer | BucketOptimizers
+    if cfg.overlap_optimizer:  # RunConfig allows it with strategy bucketed only, whose factory made the optimizers
+        assert isinstance(strategy, Bucketed) and strategy.optimizer is not None
+        optimizer = strategy.optimizer
+    else:
+        optimizer = make_optimizer(cfg, strategy.module.parameters())
     batches = make_batches(cfg, rank, world_size, device)
     _sync(device)
     setup_s = time.perf_counter() - t0
@@ -247,9 +256,11 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         torch.cuda.reset_peak_memory_stats(device)
     times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype)
     times["memory"] = memory_stats(device, optimizer)
-    per_rank = [None] * world_size
+    per_rank: list[dict]
     if world_size > 1:
-        dist.all_gather_object(per_rank, times)
+        gathered: list[object] = [None] * world_size
+        dist.all_gather_object(gathered, times)  # fills every slot with that rank's `times`
+        per_rank = cast("list[dict]", gathered)
     else:
         per_rank = [times]
     if rank != 0:

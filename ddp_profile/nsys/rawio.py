@@ -16,15 +16,17 @@ Standard library only (the scrubber runs on GPU machines). Two guards:
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ddp_profile.errors import TraceError, UsageError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-OPENERS = {".xz": lzma.open, ".gz": gzip.open}
+OPENERS: dict[str, Callable[..., io.BufferedIOBase]] = {".xz": lzma.open, ".gz": gzip.open}
 LIMIT_ENV = "DDP_PROFILE_MAX_DECOMPRESSED"
 DEFAULT_LIMIT = 32 << 30
 CHUNK = 16 << 20

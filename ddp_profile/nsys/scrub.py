@@ -397,7 +397,9 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
             p.unlink(missing_ok=True)
         full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)  # VACUUM on a full disk
         if isinstance(exc, OSError) or full:  # the input was read already: the output failed (disk full, rights)
-            raise OutputError(f"{dst}: cannot write the scrubbed copy ({exc.strerror or exc}); nothing was "
+            # sqlite3's OperationalError has no strerror (an OSError's may be None): fall back to the message
+            reason = getattr(exc, "strerror", None) or exc
+            raise OutputError(f"{dst}: cannot write the scrubbed copy ({reason}); nothing was "
                               "written") from exc
         raise
     return counts
@@ -436,7 +438,8 @@ def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
     """(input, output) pairs, checked before anything is written: an output that is an input (without
     --in-place), or two inputs mapping to one output (``a/run.sqlite b/run.sqlite -o DIR``), is refused."""
     inputs = list(args.inputs)
-    pairs, seen = [], {}
+    pairs: list[tuple[Path, Path]] = []
+    seen: dict[Path, Path] = {}
     for src in inputs:
         dst = final_name(output_path(src, args.output, len(inputs), args.in_place), args.compress)
         if dst.resolve() == src.resolve() and not args.in_place:

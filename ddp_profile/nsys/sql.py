@@ -201,7 +201,8 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict
     dtypes = [i32, i32, i32, i64, i64, i32, i32]
     if nbytes:
         names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i64]
-    out = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks, dtypes=dtypes), strict=True))
+    out: dict[str, np.ndarray | None] = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks,
+                                                                    dtypes=dtypes), strict=True))
     out.setdefault("bytes", None)
     return out
 

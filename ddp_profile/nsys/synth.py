@@ -269,7 +269,8 @@ def write_nvtx(con, spec, strings, e) -> None:
     text_ids = np.full(n, None, dtype=object)
     if registered.any():
         text_ids[registered] = strings.many(texts[registered]).astype(object)
-    text = np.where(registered, None, texts)
+    # None is a valid scalar for an object array; numpy's stubs reject it in np.where
+    text = np.where(registered, None, texts)  # type: ignore[call-overload]
     end = np.asarray(e["end"], dtype=np.int64).astype(object)
     end[np.asarray(e["end"]) < 0] = None
     payload = _col(e, "payload", n, -1).astype(object)

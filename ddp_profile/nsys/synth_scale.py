@@ -117,7 +117,7 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
             nvtx[col].extend(v)
 
     def chunk(s0, s1):
-        cols = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id",
+        cols: dict[str, list] = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id",
                                 "launch_start", "launch_tid", "launch_api")}
         for r in ranks:
             pid = 1000 + r
@@ -137,9 +137,12 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
                 cols[col].append(v)
             corr[r] += n
             idx = np.arange(s0, s1)
-            add_nvtx(pid, *host["step"], [f"{nvtx_names.STEP} {i}" for i in idx], idx, nvtx_names.CATEGORY_STEP)
+            # (start, end) pairs unpacked by name: mypy miscounts a *-argument followed by positional ones
+            h0, h1 = host["step"]
+            add_nvtx(pid, h0, h1, [f"{nvtx_names.STEP} {i}" for i in idx], idx, nvtx_names.CATEGORY_STEP)
             for ph in (nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER):
-                add_nvtx(pid, *host[ph], [ph] * len(idx), [-1] * len(idx), nvtx_names.CATEGORY_PHASE)
+                h0, h1 = host[ph]
+                add_nvtx(pid, h0, h1, [ph] * len(idx), [-1] * len(idx), nvtx_names.CATEGORY_PHASE)
             bs, be = host["bucket"]
             texts = [f"{nvtx_names.ALLREDUCE_PREFIX} b{j} {bucket_bytes[j]}B" for _ in idx for j in range(n_buckets)]
             add_nvtx(pid, bs.ravel(), be.ravel(), texts, np.tile(bucket_bytes, len(idx)), nvtx_names.CATEGORY_BUCKET)

@@ -52,7 +52,7 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
         # b* is a two-point line trace, not a shape: on a log x axis plotly.js draws a shape's x in data
         # units but autoranges it as a log10 exponent (b* = 243 MiB stretched the axis to 10^251, and
-        # passing log10(b*) drew the line at 2.4 MiB). Checked in Chromium: tests/test_browser.py.
+        # passing log10(b*) drew the line at 2.4 MiB). Checked in Chromium: tests/report/test_browser.py.
         ys = [v for tr in fig.data if tr.xaxis == "x2" for v in (tr.y or ()) if v is not None and v > 0]
         lo, hi = (min(ys), max(ys)) if ys else (1e-3, 1.0)
         label = f"b* = {optimum_mb:.3g} MiB"

@@ -26,9 +26,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+
+if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
+    from ddp_profile.analysis import Analysis
+    from ddp_profile.analysis.launches import LaunchAnalysis
+    from ddp_profile.trace import Trace
 
 # Strategies in the order the pages show them (unknown ones after, alphabetically).
 STRATEGY_ORDER = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
@@ -61,12 +67,12 @@ class Run:
     ``name``; ``folder`` is the campaign folder the run came from ('' for the top level)."""
 
     name: str
-    trace: object
-    analysis: object
+    trace: Trace
+    analysis: Analysis
     meta: dict = field(default_factory=dict)  # the run's JSON (empty for a bare export)
     run_id: str | None = None
     folder: str = ""
-    launches: object = None
+    launches: LaunchAnalysis | str | None = None
     """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
     none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
 
@@ -128,7 +134,9 @@ def discover_runs(paths: list) -> list[tuple[Path, str]]:
                     runs.append((here, here.relative_to(p).as_posix()))
                     dirs[:] = []  # a run folder's sub-folders (e.g. recipe/) are part of that run
             found.extend(sorted(runs, key=lambda r: r[1]))
-    seen_paths, out, ids = set(), [], {}
+    seen_paths: set[Path] = set()
+    out: list[tuple[Path, str]] = []
+    ids: dict[str, int] = {}
     for path, rid in found:
         key = path.resolve()
         if key in seen_paths:
@@ -148,7 +156,9 @@ def normalise_meta(meta: dict) -> dict:
     """run JSON -> the flat keys pages use: run_name, strategy, model, dtype, world_size, bucket_size_mb,
     gpu_name (top-level keys win; ``config`` fills gaps; the campaign writes ``run`` and ``config.bucket_mb``)."""
     m = dict(meta or {})
-    cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
+    cfg = m.get("config")
+    if not isinstance(cfg, dict):
+        cfg = {}
     for key, alts in (("run_name", ("run_name", "run", "name")), ("strategy", ("strategy",)),
                       ("model", ("model",)), ("dtype", ("dtype",)), ("world_size", ("world_size",)),
                       ("bucket_size_mb", ("bucket_size_mb", "bucket_mb")), ("gpu_name", ("gpu_name",))):

@@ -105,9 +105,9 @@ class _Bucket:
             self.comm = torch.empty(self.buffer.numel(), dtype=reduce_dtype, device=self.buffer.device)
         wire = self.comm if self.comm is not None else self.buffer
         self.wire_nbytes = wire.numel() * wire.element_size()
-        self.optimizer = None
+        self.optimizer: torch.optim.Optimizer | None = None
         self.ready: set[int] = set()
-        self.handle = None
+        self.handle: dist.Work | None = None
 
 
 class Bucketed(Wrapper):
@@ -130,7 +130,7 @@ class Bucketed(Wrapper):
         self.buckets = [_Bucket(i, [params[j] for j in group], REDUCE_DTYPES[reduce_dtype])
                         for i, group in enumerate(groups)]
         self._launched: list[_Bucket] = []
-        self.optimizer = None
+        self.optimizer: BucketOptimizers | None = None
         if optimizer_factory is not None:
             for bucket in self.buckets:
                 bucket.optimizer = optimizer_factory(bucket.params)
@@ -189,6 +189,7 @@ class Bucketed(Wrapper):
                             view.zero_()
                     self._launch(bucket)
             for bucket in list(self._launched):  # launch order: the first finished is waited on first
+                assert bucket.handle is not None  # _launch() set it (async_op=True returns a Work)
                 bucket.handle.wait()
                 if bucket.comm is not None:
                     bucket.buffer.copy_(bucket.comm)

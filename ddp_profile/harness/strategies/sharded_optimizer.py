@@ -78,6 +78,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self.local.add_param_group(local)
 
     def _sync_hyperparameters(self) -> None:
+        assert self.local is not None  # set at the end of __init__; step() comes after
         for public, local in zip(self.param_groups, self.local.param_groups, strict=True):
             for key, value in public.items():
                 if key != "params":
@@ -86,6 +87,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure=None, **kwargs):
         self._sync_hyperparameters()
+        assert self.local is not None  # set at the end of __init__
         loss = self.local.step(closure, **kwargs) if closure is not None else self.local.step(**kwargs)
         self.broadcast_parameters()
         return loss

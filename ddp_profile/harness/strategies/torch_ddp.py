@@ -9,7 +9,7 @@ step is bucket k).
 (`_nvtx_allreduce_hook`) that does what the stock path does (scale the flat bucket by 1/world size, sum it
 over the group asynchronously, hand the bucket back through a Future) and wraps the launch in the same
 `allreduce b<bucket> <bytes>B` range as the project's own strategies. Gradients are bitwise the stock ones
-(tests/test_strategies.py checks this at world size 3, where 1/3 is inexact), but the GPU work is not:
+(tests/harness/test_strategies.py checks this at world size 3, where 1/3 is inexact), but the GPU work is not:
 with any hook registered the reducer copies gradients into the bucket unscaled (a plain copy per
 gradient) and the hook scales the bucket in place (one more read+write of it), where stock DDP fuses the
 scaling into its copy. Traces of XL fp32 on 2 x H200 showed more memcpy and longer NCCL kernels with the

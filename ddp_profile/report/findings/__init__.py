@@ -42,7 +42,7 @@ def key_of(r) -> str:
 
 def run_sets(runs) -> dict:
     """{"small" | "A" | "B": {strategy key: run}} of the runs in traces/ (scaling runs are left out)."""
-    sets = {"small": {}, "A": {}, "B": {}}
+    sets: dict[str, dict] = {"small": {}, "A": {}, "B": {}}
     for r in runs:
         if r.set != MAIN:
             continue
@@ -71,7 +71,7 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     secs += [q7, qb.q8_dtype(a, sets["B"], page_for, m_main)]
     camp = qc.campaign_sets(runs)
     if camp:
-        m_camp = machine_line(root, CAMPAIGN, runs)
+        m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
     secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal})]
     pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],
@@ -93,7 +93,7 @@ def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
     from ddp_profile.report.runs import group_page_name, normalise_meta
 
     out = []
-    keys = {}
+    keys: dict[tuple, None] = {}  # ordered set of (folder, model, dtype, gpu, world size)
     for r in (rs.values() if isinstance(rs, dict) else rs):
         m = normalise_meta(r.meta)
         folder = "scaling" if r.set == SCALING else ""

@@ -16,16 +16,37 @@ import pandas as pd
 from ddp_profile.report.findings.text import Section, ms, pct
 
 GIB = float(1 << 30)
-SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU"}
+SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU",
+              "C": "XL fp32, batch 4×256 per GPU, 1 → 2 → 4 GPUs"}
 
 
 def campaign_sets(runs) -> dict[str, list]:
-    """{"A": [RunData...], "B": [...]} of the campaign runs, by the set folder they sit in."""
-    out: dict[str, list] = {}
+    """{"A": [RunData...], "B": [...]} of the campaign runs, by the set folder they sit in. A folder whose
+    multi-GPU runs have several world sizes becomes one set per size, each with the folder's 1-GPU run:
+    ``"C, 2 GPUs"``, ``"C, 4 GPUs"`` (a 4-GPU run is never ranked against a 2-GPU reference)."""
+    folders: dict[str, list] = {}
     for r in runs:
         if r.set == "campaign":
-            out.setdefault(r.folder.parent.name, []).append(r)
+            folders.setdefault(r.folder.parent.name, []).append(r)
+    out: dict[str, list] = {}
+    for name, rs in folders.items():
+        sizes = sorted({r.world_size for r in rs if r.world_size > 1})
+        if len(sizes) <= 1:
+            out[name] = rs
+            continue
+        for n in sizes:
+            out[f"{name}, {n} GPUs"] = [r for r in rs if r.world_size in (1, n)]
     return out
+
+
+def set_folder(name: str) -> str:
+    """The campaign folder of a set name from :func:`campaign_sets` (``"C, 4 GPUs"`` -> ``"C"``)."""
+    return name.split(",", 1)[0]
+
+
+def set_title(name: str) -> str:
+    folder = set_folder(name)
+    return SET_TITLES.get(folder, folder) + name[len(folder):]
 
 
 def unprofiled_ns(r) -> float:
@@ -73,9 +94,9 @@ def _one_gpu(rs: list):
     return ones[0] if ones else None
 
 
-def q9_sharding(sets: dict, page_for, machine: str) -> Section:
+def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
     s = Section("sharding", "Sharding: memory saved vs time paid")
-    s.p(f"Machine: {machine}. Sharded runs against stock torch_ddp of the same campaign set; memory is the peak "
+    s.p("Sharded runs against stock torch_ddp of the same campaign set; memory is the peak "
         "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
         "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
     for name, rs in sorted(sets.items()):
@@ -93,7 +114,8 @@ def q9_sharding(sets: dict, page_for, machine: str) -> Section:
                          "optimizer state GiB/GPU": round(_max_gib(r, "optimizer_state_bytes_per_rank"), 2),
                          **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
                          "report page": page_for(r)})
-        s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({SET_TITLES.get(name, name)})")
+        s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
+        s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({set_title(name)})")
         for r in sharded:
             d_opt = _max_gib(ref, "optimizer_state_bytes_per_rank") - _max_gib(r, "optimizer_state_bytes_per_rank")
             d_mem = _max_gib(ref, "peak_memory_allocated_bytes_per_rank") - _max_gib(
@@ -114,9 +136,9 @@ def _rank_order(rs: list, key) -> list[str]:
     return [r.name for r in sorted(rs, key=key)]
 
 
-def q10_beat_ddp(sets: dict, page_for, machine: str) -> Section:
-    s = Section("beat-ddp", "How to beat PyTorch DDP on this machine")
-    s.p(f"Machine: {machine}. Every configuration ran twice without nsys and once under nsys in one campaign; "
+def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
+    s = Section("beat-ddp", "How to beat PyTorch DDP on each machine")
+    s.p("Every configuration ran twice without nsys and once under nsys in one campaign; "
         "stock torch_ddp (25 MiB buckets, NCCL defaults) is the untouched reference. Ratio and efficiency use "
         "un-profiled medians; 'compute' is the time compute kernels covered per step (|C∩W|: it grows when NCCL "
         "takes SMs and memory bandwidth from them) and 'exposed comm' is NCCL time not hidden by compute, both "
@@ -126,24 +148,26 @@ def q10_beat_ddp(sets: dict, page_for, machine: str) -> Section:
         multi = [r for r in rs if r.world_size > 1 and np.isfinite(unprofiled_ns(r))]
         if ref is None or not multi:
             continue
+        n_gpus = max(r.world_size for r in multi)
+        s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
         rows = []
         for r in sorted(multi, key=unprofiled_ns):
             over = r.meta.get("profiler_overhead_pct")
             rows.append({"run": r.name, "un-profiled step": ms(unprofiled_ns(r)),
                          "repeats (ms)": repeats_text(r),
                          "vs stock torch_ddp": f"{unprofiled_ns(r) / unprofiled_ns(ref):.3f}×",
-                         "2-GPU efficiency": pct(100.0 * unprofiled_ns(one) / unprofiled_ns(r)) if one else "–",
+                         f"{n_gpus}-GPU efficiency": pct(100.0 * unprofiled_ns(one) / unprofiled_ns(r)) if one else "–",
                          "profiled step (trace)": ms(profiled_ns(r)),
                          "profiler overhead": pct(over) if isinstance(over, (int, float)) else "–",
                          "compute": ms(r.v("compute_ns")),
                          "exposed comm": ms(r.v("exposed_comm_ns")), "report page": page_for(r)})
-        s.table(pd.DataFrame(rows), f"Set {name} ({SET_TITLES.get(name, name)}), fastest first")
+        s.table(pd.DataFrame(rows), f"Set {name} ({set_title(name)}), fastest first")
         best = min(multi, key=unprofiled_ns)
         ratio = unprofiled_ns(best) / unprofiled_ns(ref)
         eff = 100.0 * unprofiled_ns(one) / unprofiled_ns(best) if one else math.nan
         s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(unprofiled_ns(best))} per step, "
             f"{ratio:.3f}× stock torch_ddp ({ms(unprofiled_ns(ref))})"
-            + (f" and {pct(eff)} 2-GPU efficiency against the 1-GPU run's {ms(unprofiled_ns(one))}" if one else "")
+            + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(unprofiled_ns(one))}" if one else "")
             + ". " + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, multi))
         s.p(_prediction_sentence(name, ref, rs))

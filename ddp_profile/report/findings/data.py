@@ -20,7 +20,6 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile.errors import TraceError
-from ddp_profile.nsys.files import EXPORT_SUFFIXES
 
 MAIN, SCALING, CAMPAIGN = "main", "scaling", "campaign"
 
@@ -109,18 +108,26 @@ class RunData:
 
 
 def find_runs(root: Path) -> list[tuple[str, Path]]:
-    """(set, folder) of every run folder: ``root/<run>/`` (main) and ``root/scaling/<run>/`` (scaling)."""
+    """(set, folder) of the run folders the findings read, from the report's one run discovery
+    (:func:`ddp_profile.report.runs.discover_runs`): ``root/<run>/`` (main), ``root/scaling/<run>/`` (scaling)
+    and ``root/campaign/<c>/<run>/`` (campaign); other folders (per-rank, foreign, two-node) are not sets of
+    the findings. Main runs first, then scaling, then each campaign folder, each sorted by name."""
+    from ddp_profile.report.runs import discover_runs
+
     root = Path(root)
     if not root.is_dir():
         raise TraceError(f"{root}: no such folder; pass the traces/ folder holding the run folders")
-    out = []
-    campaign = sorted(p for p in (root / CAMPAIGN).iterdir() if p.is_dir()) if (root / CAMPAIGN).is_dir() else []
-    for set_name, base in ((MAIN, root), (SCALING, root / "scaling"), *((CAMPAIGN, c) for c in campaign)):
-        if not base.is_dir():
-            continue
-        for d in sorted(base.iterdir()):
-            if d.is_dir() and any(f.name.endswith(EXPORT_SUFFIXES) for f in d.iterdir()):
-                out.append((set_name, d))
+    order = {MAIN: 0, SCALING: 1, CAMPAIGN: 2}
+    keyed = []
+    for folder, rid in discover_runs([root]):
+        parts = rid.split("/")
+        if len(parts) == 1:
+            keyed.append(((order[MAIN], "", rid), MAIN, folder))
+        elif len(parts) == 2 and parts[0] == "scaling":
+            keyed.append(((order[SCALING], "", parts[1]), SCALING, folder))
+        elif len(parts) == 3 and parts[0] == CAMPAIGN:
+            keyed.append(((order[CAMPAIGN], parts[1], parts[2]), CAMPAIGN, folder))
+    out = [(set_name, folder) for _, set_name, folder in sorted(keyed, key=lambda k: k[0])]
     if not out:
         raise TraceError(f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
                          "scripts/profile_all.sh or pass the traces/ folder")
@@ -249,9 +256,11 @@ def load_all(root: Path, progress=None) -> list[RunData]:
     return runs
 
 
-def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
-    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set."""
-    sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
+def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None = None) -> str:
+    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set,
+    found in ``root/sub`` (default: the set's folder; a campaign set passes its own, e.g. ``campaign/C``)."""
+    if sub is None:
+        sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
     path = Path(root) / sub / "machine.txt"
     gpus, links = [], set()
     if path.is_file():
@@ -261,7 +270,7 @@ def machine_line(root: Path, set_name: str, runs: list[RunData]) -> str:
                 gpus.append(parts[1])
             links |= {t for t in line.split() if t.startswith("NV") and t[2:].isdigit()}
     if not gpus:
-        names = {r.meta.get("gpu_name") for r in runs if r.set == set_name} - {None}
+        names = {g for r in runs if r.set == set_name and (g := r.meta.get("gpu_name")) is not None}
         n = max((r.world_size for r in runs if r.set == set_name), default=0)
         gpus = [", ".join(sorted(names)) or "unknown GPU"] * n
     name = ", ".join(sorted(set(gpus)))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 
-def ms(ns: float) -> str:
+def ms(ns: float | None) -> str:
     """ns -> "12.3 ms" with precision by size (3 significant-ish digits)."""
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
         return "n/a"
@@ -20,11 +20,11 @@ def ms(ns: float) -> str:
     return f"{x:.1f} ms" if abs(x) >= 100 else f"{x:.2f} ms" if abs(x) >= 1 else f"{x:.3f} ms"
 
 
-def pct(x: float, digits: int = 1) -> str:
+def pct(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}%"
 
 
-def num(x: float, digits: int = 2) -> str:
+def num(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 

@@ -1,0 +1,214 @@
+"""Steps and phases inferred from the kernel sequence (ddp_profile.analysis.infer), when NVTX has none.
+
+Known answers on a training loop built in code (derivations beside each assertion), then the committed
+2xH200 traces with their NVTX rows removed, compared with the NVTX steps and phases of the same traces.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddp_profile import nvtx_names as nn
+from ddp_profile import schema
+from ddp_profile.analysis import analyze
+from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis.infer import find_period, infer_steps
+from ddp_profile.analysis.windows import find_steps
+from ddp_profile.trace import Trace
+
+US = 1000
+PID, AUTOGRAD = 100, 101
+# One step of a DDP loop: forward on the main thread (two identical "layers": a sub-period the period
+# finder must not take), backward on the autograd thread with two all-reduces, optimizer on the main thread.
+FORWARD = ["emb", "f1", "f2", "f1", "f2", "loss"]
+BACKWARD = ["b2", "b1", "ar", "b2", "b1", "ar"]
+OPTIMIZER = ["adam", "adam"]
+STEP = FORWARD + BACKWARD + OPTIMIZER  # P = 14 kernels
+
+
+def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
+               back_to_back=False, warmup=("init_a", "init_b")) -> Trace:
+    """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
+    ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
+    (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
+    ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it)."""
+    names, tids, launch = [], [], []
+    t = 0
+    for w in warmup:
+        names.append(w), tids.append(PID), launch.append(t)
+        t += 50 * spacing
+    for s in range(n_steps):
+        t += boundary - spacing
+        seq = list(STEP)
+        if s == stray_step:
+            seq.insert(3, "stray")
+        for i, nm in enumerate(seq):
+            in_bwd = len(FORWARD) + (s == stray_step) <= i < len(seq) - len(OPTIMIZER)
+            names.append(nm), tids.append(AUTOGRAD if in_bwd else PID), launch.append(t)
+            t += spacing
+    launch = np.asarray(launch, dtype=np.int64)
+    if back_to_back:
+        start = np.empty_like(launch)
+        free = 0
+        for i, lt in enumerate(launch):
+            start[i] = max(lt + 5 * US, free)
+            free = start[i] + dur
+    else:
+        start = launch + 5 * US
+    n = len(names)
+    kind = ["nccl" if x == "ar" else "compute" for x in names]
+    k = pd.DataFrame({
+        "rank": 0, "pid": PID, "device": 0, "stream": [8 if x == "nccl" else 7 for x in kind],
+        "start_ns": start, "end_ns": start + dur, "name": names, "kind": kind,
+        "collective": [("AllReduce" if x == "nccl" else None) for x in kind], "algorithm": None, "protocol": None,
+        "dtype": None, "correlation_id": np.arange(n), "launch_ns": pd.array(launch, dtype="Int64"),
+        "launch_tid": pd.array(tids, dtype="Int32"), "bytes": pd.array([pd.NA] * n, dtype="Int64"),
+    })
+    ranks = pd.DataFrame({"rank": [0], "pid": [PID], "device": [0], "gpu_name": ["synthetic"], "file": ["x"],
+                          "host": ["h"], "rank_source": ["device-order"]})
+    return Trace(kernels=schema.select(k, schema.KERNEL_COLUMNS), nvtx=schema.empty_frame(schema.NVTX_COLUMNS),
+                 gpus=schema.empty_frame(schema.GPU_COLUMNS), ranks=ranks,
+                 meta={"files": [], "warnings": []})
+
+
+def test_period_is_the_step_not_the_repeated_layer():
+    # The name sequence repeats every 14 kernels; lag 2 (f1 f2 f1 f2) matches inside forward only.
+    tr = loop_trace(warmup=())
+    karr = KernelArrays(tr.kernels)
+    codes = karr.name_code[np.argsort(karr.launch, kind="stable")].astype(np.int64)
+    period, match = find_period(codes)
+    assert period == len(STEP) == 14
+    assert match == 1.0
+
+
+def test_known_answer_steps_and_phases():
+    # 6 steps, 2 warm-up kernels before them (no step). Launch spacing 10 µs, kernel 8 µs from launch + 5 µs:
+    # a step's GPU window = first start .. last end = 13 launches·10 µs + 8 µs = 138 µs.
+    # forward: 6 kernels -> 5·10 + 8 = 58 µs; backward 6 -> 58 µs; optimizer 2 -> 10 + 8 = 18 µs.
+    res = analyze(loop_trace())
+    s = res.steps
+    assert s["step"].tolist() == [0, 1, 2, 3, 4, 5]
+    assert (s["step_ns"] == 138 * US).all()
+    assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 58 * US).all()
+    assert (s["optimizer_ns"] == 18 * US).all()
+    # backward launches b2 b1 ar b2 b1 ar (kernels 6..11 of the step): the last compute kernel b1 (10) ends
+    # at launch₁₀ + 13 µs, the last all-reduce (11) at launch₁₁ + 13 µs = 10 µs later: comm_tail = 10 µs.
+    assert (s["comm_tail_ns"] == 10 * US).all()
+    assert any("steps inferred from the GPU trace" in n for n in res.notes)
+    assert any("inferred from the launching thread" in n for n in res.notes)
+    # --steps applies to inferred steps (indices from 0)
+    assert analyze(loop_trace(), steps="2:").steps["step"].tolist() == [2, 3, 4, 5]
+
+
+def test_an_inserted_kernel_shifts_no_boundary():
+    # Step 2 has one extra forward kernel: 15 launches -> 14·10 + 8 = 148 µs; its forward 6·10 + 8 = 68 µs.
+    # Every other step keeps 138 µs: the boundaries come from anchors, not from counting 14 kernels.
+    s = analyze(loop_trace(stray_step=2)).steps
+    assert s["step_ns"].tolist() == [138 * US, 138 * US, 148 * US, 138 * US, 138 * US, 138 * US]
+    assert s.loc[s["step"] == 2, "forward_ns"].item() == 68 * US
+
+
+def test_gpu_bound_loop_without_idle_gaps():
+    # Kernels of 20 µs launched every 10 µs: the GPU never idles, the queue only grows, so a step's window is
+    # its 14 kernels back to back: 14·20 = 280 µs. Host gaps still mark the boundary (100 µs vs 10 µs).
+    s = analyze(loop_trace(dur=20 * US, back_to_back=True)).steps
+    assert len(s) == 6
+    assert (s["step_ns"] == 280 * US).all()
+    assert (s["idle_ns"] == 0).all()
+
+
+def test_nothing_repeats_no_steps_and_a_reason():
+    tr = loop_trace(n_steps=1)  # one step: no period seen twice
+    steps, notes = infer_steps(KernelArrays(tr.kernels))
+    assert steps.empty
+    assert "no repeating kernel sequence" in notes[0]
+
+
+@pytest.mark.parametrize("name", ["step 3", "step3", "step_3", "Step #3", "STEP 3", "iteration 7", "iter 7", "it 3",
+                                  "train_step_3", "train step 3", "trainstep3", "ProfilerStep#12", "step"])
+def test_default_step_pattern_accepts(name):
+    assert re.search(nn.STEP_PATTERN, name)
+    nvtx = pd.DataFrame({"rank": [0], "pid": [1], "tid": [1], "domain": ["user"], "name": [name], "start_ns": [0],
+                         "end_ns": [10], "depth": [0], "payload": [pd.NA], "category": [pd.NA]})
+    steps, _ = find_steps(nvtx)
+    assert len(steps) == 1
+
+
+@pytest.mark.parametrize("name", ["forward", "item 3", "stepper", "backward step", "optimizer_step",
+                                  "allreduce b3 10B", "ncclAllReduce"])
+def test_default_step_pattern_rejects(name):
+    assert not re.search(nn.STEP_PATTERN, name)
+
+
+# ---- committed traces, NVTX removed ----------------------------------------------------------------------
+TRACES = Path(__file__).resolve().parents[2] / "traces"
+RUNS = ["bucketed-25mb_small_fp32_2xh200", "torch_ddp-25mb_small_fp32_2xh200", "bucketed-25mb_xl_fp32_2xh200"]
+# Phases: forward and backward meet where the first autograd-thread launch is, while the harness's
+# backward range opens on the main thread a few kernels earlier (the loss gradient's seed): measured <= 5.3 %
+# over all committed runs; "after backward" (grad_wait ∪ optimizer) matches exactly.
+PHASE_TOL_PCT = 6.0
+
+
+@pytest.fixture(scope="module", params=RUNS)
+def pair(request):
+    from ddp_profile import load_trace
+
+    path = TRACES / request.param
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    tr = load_trace(path)
+    return analyze(tr), analyze(replace(tr, nvtx=schema.empty_frame(schema.NVTX_COLUMNS)))
+
+
+def test_inferred_steps_match_nvtx_steps(pair):
+    ref, inf = pair
+    a, b = ref.steps.reset_index(drop=True), inf.steps.reset_index(drop=True)
+    assert len(a) == len(b) > 0
+    err = 100 * np.abs(b["step_ns"].to_numpy(float) - a["step_ns"].to_numpy(float)) / a["step_ns"].to_numpy(float)
+    assert err.max() < 2.0  # the target; measured: 0.00 % (the same kernels, so the same windows)
+    assert (b["start_ns"].to_numpy() == a["start_ns"].to_numpy()).all()
+    assert (b["comm_tail_ns"].to_numpy() == a["comm_tail_ns"].to_numpy()).all()
+
+
+def test_inferred_phases_match_nvtx_phases(pair):
+    ref, inf = pair
+    a, b = ref.steps.reset_index(drop=True), inf.steps.reset_index(drop=True)
+    for col in ("forward_ns", "backward_ns"):
+        x, y = a[col].to_numpy(float), b[col].to_numpy(float)
+        assert (100 * np.abs(y - x) / x).max() < PHASE_TOL_PCT, col
+    p = ref.phases
+    launched = p["phase"].isin(["grad_wait", "optimizer"]) & (p["start_ns"] != p["host_start_ns"])
+    after = p.loc[launched].groupby(["rank", "step"]).agg(s=("start_ns", "min"), e=("end_ns", "max"))
+    assert np.allclose((after["e"] - after["s"]).to_numpy(float), b["optimizer_ns"].to_numpy(float), rtol=1e-3)
+
+
+# ---- NCCL kernel variant and unknown message sizes (issue 15, items 7 and 9) ------------------------------
+def test_kernel_variant_is_what_the_name_says():
+    from ddp_profile.analysis.collectives import kernel_variant
+
+    alg = pd.Series(["RING", "TREE", None, None], dtype="object")
+    proto = pd.Series(["LL", "SIMPLE", "LL128", None], dtype="object")
+    assert kernel_variant(alg, proto).tolist() == ["RING_LL", "TREE_SIMPLE", "LL128", None]
+
+
+def test_bytes_unknown_says_why():
+    from ddp_profile.analysis.collectives import unknown_bytes_note
+
+    nccl = pd.DataFrame({"domain": ["NCCL"], "name": ["ncclAllReduce"]})
+    assert "extended binary payload" in unknown_bytes_note(nccl)
+    assert "no NCCL NVTX ranges" in unknown_bytes_note(schema.empty_frame(schema.NVTX_COLUMNS))
+
+
+def test_stripped_trace_collectives_have_variant_and_no_bytes(pair):
+    ref, inf = pair
+    assert set(inf.collectives["kernel_variant"].dropna()) == set(ref.collectives["kernel_variant"].dropna())
+    assert inf.collectives["kernel_variant"].notna().all()
+    if ref.collectives["bytes"].notna().any() and inf.collectives["bytes"].isna().all():
+        assert any("message sizes unknown" in n for n in inf.notes)
+        assert inf.cost_model.empty

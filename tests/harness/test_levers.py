@@ -1,0 +1,294 @@
+"""The contention-cutting levers on CPU with gloo, world size 2 (one spawn for every case).
+
+Each lever on `bucketed` trains like single-process training on the full batch (SGD, the same 1e-5
+tolerance as tests/harness/test_strategies.py), except the bf16 reduction, which is held to a stated tolerance;
+grad views really alias the bucket buffers; per-bucket optimizers give bitwise the plain step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_profile.errors import ConfigError
+from ddp_profile.harness import bench, launch
+from ddp_profile.harness.config import RunConfig, run_name
+from ddp_profile.harness.launch import spawn_local
+from ddp_profile.harness.models import build_model
+from ddp_profile.harness.strategies import create, pack_buckets
+from ddp_profile.harness.train import run_steps
+
+BATCH, SEQ, STEPS, WARMUP = 2, 8, 3, 1
+CAP = 0.02  # MiB: the tiny model's ~100 KiB of gradients in several buckets
+SGD_LR, ADAMW_LR = 0.5, 1e-2
+
+# (case id, strategy, levers, optimizer)
+CASES = [
+    ("plain", "bucketed", {}, "sgd"),
+    ("first", "bucketed", {"first_bucket_mb": 0.002}, "sgd"),
+    ("views", "bucketed", {"grad_views": True}, "sgd"),
+    ("bf16", "bucketed", {"grad_reduce_dtype": "bf16"}, "sgd"),
+    ("optoverlap", "bucketed", {"overlap_optimizer": True}, "sgd"),
+    ("plain-adamw", "bucketed", {}, "adamw"),
+    ("optoverlap-adamw", "bucketed", {"overlap_optimizer": True}, "adamw"),
+    ("all", "bucketed", {"first_bucket_mb": 0.002, "grad_views": True, "grad_reduce_dtype": "bf16",
+                         "overlap_optimizer": True}, "sgd"),
+    ("all-but-bf16-adamw", "bucketed", {"first_bucket_mb": 0.002, "grad_views": True, "overlap_optimizer": True},
+     "adamw"),
+    ("ddp-views", "torch_ddp", {"grad_views": True}, "sgd"),
+]
+
+
+def make_optimizer(kind: str, params):
+    params = [p for p in params if p.requires_grad]
+    return torch.optim.SGD(params, lr=SGD_LR) if kind == "sgd" else torch.optim.AdamW(params, lr=ADAMW_LR)
+
+
+def global_batches(world_size: int) -> list[tuple]:
+    gen = torch.Generator().manual_seed(7)
+    out = []
+    for _ in range(WARMUP + STEPS):
+        tokens = torch.randint(0, 97, (BATCH * world_size, SEQ + 1), generator=gen)
+        out.append((tokens[:, :-1], tokens[:, 1:]))
+    return out
+
+
+def state(model) -> list[torch.Tensor]:
+    return [t.detach().clone() for t in [*model.parameters(), *model.buffers()]]
+
+
+def _inside(t: torch.Tensor, buffer: torch.Tensor) -> bool:
+    lo = buffer.data_ptr()
+    return lo <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= lo + buffer.numel() * buffer.element_size()
+
+
+def _worker(info, outdir: str) -> None:
+    torch.set_num_threads(1)  # two ranks on a small machine: no oversubscription
+    for case_id, strategy_name, levers, opt_kind in CASES:
+        torch.manual_seed(100)
+        model = build_model("tiny")
+        kwargs = {k: v for k, v in levers.items() if k != "overlap_optimizer"}
+        if levers.get("overlap_optimizer"):
+            kwargs["optimizer_factory"] = lambda params, kind=opt_kind: make_optimizer(kind, params)
+        strategy = create(strategy_name, model, bucket_mb=CAP, **kwargs)
+        optimizer = strategy.optimizer if levers.get("overlap_optimizer") else make_optimizer(opt_kind, model.parameters())
+        batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
+                   for x, y in global_batches(info.world_size)]
+        run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
+        grads = [p.grad for p in model.parameters()]
+        out = {"final": state(model), "layout": strategy.layout(),
+               "grad_is_none": [g is None for g in grads],
+               "grad_storages": [g.untyped_storage().data_ptr() for g in grads if g is not None]}
+        if strategy_name == "bucketed":
+            out["grad_in_own_bucket"] = [all(p.grad is not None and _inside(p.grad, b.buffer) for p in b.params)
+                                         for b in strategy.buckets]
+            out["bucket_optimizers"] = [type(b.optimizer).__name__ for b in strategy.buckets]
+        out["nccl_levers"] = launch.comm_setup(2, True)  # what a run JSON on this gloo group would say
+        torch.save(out, f"{outdir}/{case_id}_rank{info.rank}.pt")
+        dist.barrier()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("levers")
+    spawn_local(2, _worker, str(outdir))
+    return {(c[0], r): torch.load(outdir / f"{c[0]}_rank{r}.pt") for c in CASES for r in (0, 1)}
+
+
+@functools.cache
+def reference(opt_kind: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(initial, final) state of single-process training on the full global batch, no communication."""
+    torch.manual_seed(100)
+    model = build_model("tiny")
+    initial = state(model)
+    run_steps(create("none", model), make_optimizer(opt_kind, model.parameters()), global_batches(2),
+              torch.device("cpu"), warmup=WARMUP)
+    return initial, state(model)
+
+
+CASE = {c[0]: c for c in CASES}
+
+
+@pytest.mark.parametrize("case_id", [c[0] for c in CASES if c[3] == "sgd" and c[2].get("grad_reduce_dtype") != "bf16"]
+                         + ["plain-adamw", "optoverlap-adamw", "all-but-bf16-adamw"])
+def test_fp32_levers_train_like_a_single_process(results, case_id):
+    _, expected = reference(CASE[case_id][3])
+    for rank in (0, 1):
+        for a, b in zip(results[(case_id, rank)]["final"], expected, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case_id", ["bf16", "all"])
+def test_bf16_reduction_is_within_its_stated_tolerance(results, case_id):
+    """Stated tolerance: with SGD the training update (final - initial parameters) matches fp32
+    single-process training within 1 % in norm per tensor (each rank's pre-divided share is rounded to bf16,
+    2^-9 relative, and so is the bf16 sum), and every parameter within 1e-3 absolutely; it must differ from
+    the fp32 result (else the bf16 path did not run)."""
+    initial, expected = reference("sgd")
+    final = results[(case_id, 0)]["final"]
+    assert all(torch.equal(a, b) for a, b in zip(final, results[(case_id, 1)]["final"], strict=True))  # ranks agree
+    worst = 0.0
+    for x0, a, b in zip(initial, final, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=0)
+        update = (b - x0).norm()
+        if update > 0:
+            worst = max(worst, float((a - b).norm() / update))
+    assert worst < 0.01
+    assert any(not torch.equal(a, b) for a, b in zip(final, expected, strict=True))
+    layout = results[(case_id, 0)]["layout"]
+    assert layout["reduce_dtype"] == "bf16"
+    assert layout["reduce_bytes"] == [n // 2 for n in layout["bucket_bytes"]]
+
+
+def test_grad_views_alias_the_bucket_buffers_and_change_no_value(results):
+    views, plain = results[("views", 0)], results[("plain", 0)]
+    assert views["layout"]["grad_views"] is True and views["layout"]["buckets"] > 2
+    assert all(views["grad_in_own_bucket"])  # every .grad lies inside its bucket's flat buffer: no copy-back
+    assert not any(plain["grad_in_own_bucket"])  # the reference strategy keeps separate .grad tensors
+    for a, b in zip(views["final"], plain["final"], strict=True):
+        assert torch.equal(a, b)  # same arithmetic, bitwise
+
+
+def test_torch_ddp_grad_views_use_ddp_buckets(results):
+    res = results[("ddp-views", 0)]
+    assert res["layout"]["gradient_as_bucket_view"] is True
+    # The grads live in DDP's flat bucket buffers: as many distinct storages as DDP buckets, not one per grad.
+    storages = res["grad_storages"]
+    assert len(set(storages)) == res["layout"]["ddp_buckets"] < len(storages)
+
+
+def test_per_bucket_optimizer_is_bitwise_the_plain_step(results):
+    for overlapped, plain in (("optoverlap", "plain"), ("optoverlap-adamw", "plain-adamw")):
+        res = results[(overlapped, 0)]
+        assert res["layout"]["overlap_optimizer"] is True
+        assert len(res["bucket_optimizers"]) == res["layout"]["buckets"] > 2
+        assert set(res["bucket_optimizers"]) == {"SGD" if plain == "plain" else "AdamW"}
+        for rank in (0, 1):
+            for a, b in zip(results[(overlapped, rank)]["final"], results[(plain, rank)]["final"], strict=True):
+                assert torch.equal(a, b), (overlapped, rank)
+
+
+def test_first_bucket_is_small_and_later_ones_use_the_cap(results):
+    first, plain = results[("first", 0)]["layout"], results[("plain", 0)]["layout"]
+    assert first["first_bucket_mb"] == 0.002
+    assert first["bucket_bytes"][0] < plain["bucket_bytes"][0]
+    assert first["bucket_bytes"][0] >= 0.002 * 2**20 or first["buckets"] == 1
+    assert sum(first["bucket_bytes"]) == sum(plain["bucket_bytes"])
+    # reverse registration order kept: the first bucket holds the last-registered parameters
+    assert first["bucket_params"][0][0] == plain["bucket_params"][0][0]
+
+
+def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
+    import random
+
+    rng = random.Random(1)
+    for _ in range(200):
+        n = rng.randint(1, 12)
+        numels = [rng.choice([1, 3, 10, 100, 1000]) for _ in range(n)]
+        cap, first = rng.choice([40, 400, 4000]), rng.choice([4, 40, 400])
+        tensors = [torch.empty(k) for k in numels]
+        theirs = dist._compute_bucket_assignment_by_size(list(reversed(tensors)), [first, cap], [False] * n,
+                                                          list(reversed(range(n))))[0]
+        assert pack_buckets([4 * k for k in numels], cap, first_cap_bytes=first) == theirs
+    assert pack_buckets([4, 4, 4, 4], 8, first_cap_bytes=4) == [[3], [2, 1], [0]]
+    # per dtype: each key's first bucket uses the first cap
+    assert pack_buckets([4, 4, 4, 4], 100, keys=["a", "b", "a", "b"], first_cap_bytes=4) == [[3], [2], [1], [0]]
+
+
+# ---- config, names, CLI ----
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"strategy": "naive", "first_bucket_mb": 1}, "first_bucket_mb applies to strategy bucketed only, not 'naive'"),
+        ({"strategy": "torch_ddp", "first_bucket_mb": 1}, "first_bucket_mb applies to strategy bucketed only"),
+        ({"strategy": "torch_ddp", "grad_reduce_dtype": "bf16"}, "grad_reduce_dtype applies to strategy bucketed only"),
+        ({"strategy": "flat", "overlap_optimizer": True}, "overlap_optimizer applies to strategy bucketed only"),
+        ({"strategy": "overlap", "grad_views": True}, "grad_views applies to strategies bucketed and torch_ddp only"),
+        ({"grad_reduce_dtype": "fp16"}, "grad_reduce_dtype 'fp16' is unknown"),
+        ({"first_bucket_mb": -1}, "first_bucket_mb must be > 0"),
+        ({"first_bucket_mb": 25, "bucket_mb": 25}, "first_bucket_mb 25 must be smaller than bucket_mb 25"),
+        ({"nccl_channels": -1}, "nccl_channels must be an integer from 1 to 64"),
+        ({"nccl_channels": 65}, "nccl_channels must be an integer from 1 to 64"),
+        ({"strategy": "none", "nccl_channels": 2}, "nccl_channels needs communication"),
+        ({"strategy": "none", "nccl_high_priority": True}, "nccl_high_priority needs communication"),
+    ],
+)
+def test_senseless_lever_combinations_raise_one_line(changes, needle):
+    with pytest.raises(ConfigError, match=needle) as info:
+        RunConfig(**changes)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("changes", "name"),
+    [
+        ({"bucket_mb": 100, "nccl_channels": 2, "nccl_high_priority": True}, "bucketed-100mb-ch2-hiprio_xl_fp32_2xh200"),
+        ({"first_bucket_mb": 1, "grad_views": True, "grad_reduce_dtype": "bf16", "overlap_optimizer": True},
+         "bucketed-25mb-first1mb-views-gradbf16-optoverlap_xl_fp32_2xh200"),
+        ({"first_bucket_mb": 0.5}, "bucketed-25mb-first0.5mb_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "grad_views": True, "nccl_channels": 4}, "torch_ddp-25mb-views-ch4_xl_fp32_2xh200"),
+        ({"strategy": "flat", "nccl_high_priority": True}, "flat-hiprio_xl_fp32_2xh200"),
+        ({}, "bucketed-25mb_xl_fp32_2xh200"),
+    ],
+)
+def test_run_names_carry_the_levers(changes, name):
+    assert run_name(RunConfig(model="xl", **changes), 2, "h200") == name
+
+
+class _FakeNCCL:
+    class Options:
+        def __init__(self, is_high_priority_stream=False):
+            self.is_high_priority_stream = is_high_priority_stream
+            self.config = type("Config", (), {"max_ctas": -1})()
+
+
+def test_nccl_options_prefer_the_group_config_and_fall_back_to_the_environment(monkeypatch):
+    env: dict = {}
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", _FakeNCCL, raising=False)
+    opts, desc = launch.nccl_options(2, True, environ=env)
+    assert opts.config.max_ctas == 2 and opts.is_high_priority_stream is True and env == {}
+    assert desc["channels_mechanism"] == "pg_options.config.max_ctas"
+    assert desc["high_priority_mechanism"] == "pg_options.is_high_priority_stream"
+    monkeypatch.delattr(dist, "ProcessGroupNCCL")
+    opts, desc = launch.nccl_options(3, True, environ=env)
+    assert opts is None and env == {"NCCL_MAX_NCHANNELS": "3", "TORCH_NCCL_HIGH_PRIORITY": "1"}
+    assert desc["channels_mechanism"] == "env NCCL_MAX_NCHANNELS"
+    assert launch.nccl_options(0, False, environ=env)[0] is None
+
+
+def test_nccl_levers_are_ignored_with_a_note_on_gloo(results):
+    levers = results[("plain", 1)]["nccl_levers"]
+    assert levers["backend"] == "gloo" and levers["nccl_channels"] == 2 and levers["nccl_high_priority"] is True
+    assert levers["channels_mechanism"] is None and levers["high_priority_mechanism"] is None
+    assert levers["note"] == "ignored: backend gloo has no NCCL channels or streams"
+
+
+def test_cli_records_every_lever_in_the_run_json(tmp_path, capsys):
+    args = ["--strategy", "bucketed", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "2",
+            "--warmup", "1", "--bucket-mb", "0.01", "--first-bucket-mb", "0.002", "--grad-views",
+            "--grad-reduce-dtype", "bf16", "--overlap-optimizer", "--nccl-channels", "2", "--nccl-high-priority",
+            "--backend", "gloo", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    name = "bucketed-0.01mb-first0.002mb-views-gradbf16-optoverlap-ch2-hiprio_tiny_fp32_1xcpu"
+    assert name in capsys.readouterr().out
+    record = json.loads((tmp_path / f"{name}.json").read_text())
+    cfg = record["config"]
+    assert (cfg["first_bucket_mb"], cfg["grad_views"], cfg["grad_reduce_dtype"], cfg["overlap_optimizer"],
+            cfg["nccl_channels"], cfg["nccl_high_priority"]) == (0.002, True, "bf16", True, 2, True)
+    assert record["nccl_levers"]["note"] == "ignored: a single process (no process group) has no NCCL channels or streams"
+    layout = record["layout"]
+    assert layout["overlap_optimizer"] is True and layout["reduce_dtype"] == "bf16" and layout["grad_views"] is True
+    assert layout["first_bucket_mb"] == 0.002 and layout["buckets"] > 1
+    # single process: the per-bucket optimizers still stepped (the loop's own step() is a no-op)
+    assert record["final_loss_per_rank"][0] > 0
+
+
+def test_cli_rejects_a_senseless_lever_with_one_line(capsys):
+    assert bench.main(["--strategy", "naive", "--first-bucket-mb", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ddp-profile bench: error: first_bucket_mb applies to strategy bucketed only, not 'naive'"]

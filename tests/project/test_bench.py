@@ -1,0 +1,51 @@
+"""The benchmark script runs end to end at a tiny size and reports every figure issue 8 asks for.
+
+Not a timing test: it checks the script works and its output is complete and self-consistent (rows agree
+between the floor and the analysis, the per-rank folder loads with --jobs and a progress bar)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "bench_analyzer.py"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    data = out / "data"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sizes", "0.02M", "--ranks", "2", "--repeat", "1", "--jobs", "2",
+         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--replica", "", "--sweep", "", "--data", str(data), "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, out
+
+
+def test_prints_the_figures(bench):
+    proc, _ = bench
+    line = next(x for x in proc.stdout.splitlines() if "rows |" in x)
+    for field in ("floor", "M rows/s", "load+analyze", "ratio", "peak", "kernel cols"):
+        assert field in line, (field, line)
+    assert "machine:" in proc.stdout and "cores" in proc.stdout
+    assert "per-rank files" in proc.stdout and "report of 0.02M: rendered" in proc.stdout
+    assert "2/2 files" in proc.stderr  # the --jobs load drew its progress bar
+
+
+def test_results_files_are_complete(bench):
+    _, out = bench
+    res = json.loads((out / "results.json").read_text())
+    (size,) = res["sizes"]
+    assert size["rows"] == size["analyze"]["rows"] == size["floor_concat"]["rows"] > 20_000
+    assert size["analyze"]["n_ranks"] == 2 and size["analyze"]["n_collectives"] > 0
+    assert size["ratio"] == pytest.approx(size["analyze"]["seconds"] / size["floor"]["seconds"])
+    assert size["kernel_cols_int64_mb"] == pytest.approx(size["rows"] * 7 * 8 / 1e6)
+    assert set(res["per_rank"]["by_jobs"]) == {"1", "2"}
+    assert res["machine"]["cores"] >= 1 and res["command"].startswith("python benchmarks/bench_analyzer.py")
+    md = (out / "RESULTS.md").read_text()
+    for text in ("## Targets", "## Performance", res["command"], f"{size['rows']:,}", "nsys"):
+        assert text in md, text

@@ -1,0 +1,176 @@
+"""The layer rules of ``ddp_profile/``, checked by walking every module's imports with ``ast``.
+
+Layers (README "Layout"): ``nsys/`` reads exports and is the only code that knows nsys tables;
+``analysis/`` turns frames into frames and opens no file; ``plots/`` turns frames into figures;
+``report/`` (with ``report/findings/``) writes pages; ``harness/`` trains (torch, nvtx and the standard
+library only); ``commands/`` + ``cli.py`` are the thin CLI. Imports inside functions count as imports:
+a lazy import still ties two modules together.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "ddp_profile"
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module, names imported from it, line) for every import statement in the file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    me = _module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, [], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            out.append((base, [a.name for a in node.names], node.lineno))
+    return out
+
+
+MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+IMPORTS = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def _targets(name: str) -> list[tuple[str, int]]:
+    """Our modules that ``name`` imports (``from pkg import mod`` resolves to ``pkg.mod`` when that exists)."""
+    out = []
+    for mod, names, line in IMPORTS[name]:
+        if not mod.startswith("ddp_profile"):
+            continue
+        subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in MODULES]
+        out += [(s, line) for s in subs] or [(mod, line)]
+    return out
+
+
+def _in(name: str, layer: str) -> bool:
+    return name == f"ddp_profile.{layer}" or name.startswith(f"ddp_profile.{layer}.")
+
+
+FORBIDDEN = [
+    # (layer of the importer, layers it must not import, why)
+    ("analysis", ("nsys", "plots", "report", "harness", "commands", "cli"), "analysis opens no file and draws nothing"),
+    ("nsys", ("analysis", "plots", "report", "harness", "commands", "cli"), "the reader knows nothing above it"),
+    ("plots", ("analysis", "nsys", "report", "harness", "commands", "cli"), "plots take frames, return figures"),
+    ("harness", ("analysis", "nsys", "plots", "report", "commands", "cli", "schema", "trace", "intervals", "memory"),
+     "the harness runs on GPU machines without the reporting stack"),
+    ("report", ("commands", "cli", "harness"), "the report is a library; the CLI sits above it"),
+]
+
+
+def test_no_forbidden_imports_between_layers():
+    bad = []
+    for name in MODULES:
+        for layer, banned, why in FORBIDDEN:
+            if not _in(name, layer):
+                continue
+            for target, line in _targets(name):
+                if any(_in(target, b) for b in banned):
+                    bad.append(f"{name}:{line} imports {target} ({why})")
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_cli_imports_commands():
+    bad = [f"{name}:{line} imports {t}" for name in MODULES if not (_in(name, "commands") or name == "ddp_profile.cli")
+           for t, line in _targets(name) if _in(t, "commands")]
+    assert not bad, "\n".join(bad)
+
+
+def test_harness_imports_no_data_stack():
+    bad = [f"{name}:{line} imports {mod}" for name in MODULES if _in(name, "harness")
+           for mod, _, line in IMPORTS[name] if mod.split(".")[0] in {"pandas", "numpy", "plotly", "sqlite_utils"}]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("name", ["ddp_profile.nsys.scrub", "ddp_profile.nsys.rawio", "ddp_profile.errors", "ddp_profile.safeio",
+                                  "ddp_profile.nsys.progress", "ddp_profile.nvtx_names"])
+def test_stdlib_only_modules(name):
+    """The scrubber runs on GPU machines before anything is committed; the error family, atomic writes and the
+    NVTX names are shared with the harness, which has no numpy or pandas there."""
+    allowed = set(sys.stdlib_module_names) | {"__future__"}
+    ours = {"ddp_profile.errors", "ddp_profile.safeio", "ddp_profile.nsys.rawio"}
+    bad = [f"{name}:{line} imports {mod}" for mod, _, line in IMPORTS[name]
+           if mod.split(".")[0] not in allowed and mod not in ours]
+    assert not bad, "\n".join(bad)
+
+
+def test_findings_never_use_the_report_face_or_its_entry():
+    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "report.findings")
+           for t, line in _targets(name) if t in ("ddp_profile.report", "ddp_profile.report.build")]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_private_name_imported_across_modules():
+    bad = [f"{name}:{line} imports {n} from {mod}" for name in MODULES for mod, names, line in IMPORTS[name]
+           if mod.startswith("ddp_profile") for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not bad, "\n".join(bad)
+
+
+def _cycles() -> list[list[str]]:
+    graph = {name: sorted({t for t, _ in _targets(name) if t in MODULES and t != name}) for name in MODULES}
+    # Importing a package's submodule runs the package's __init__, but that is Python's mechanics, not a
+    # dependency of the importer on the face: edges go to the module named, as written.
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles():
+    assert _cycles() == []
+
+
+def test_the_cycle_finder_finds_a_planted_circle(monkeypatch):
+    """The check above can fail: a planted a -> b -> a circle is reported."""
+    monkeypatch.setitem(MODULES, "ddp_profile.fake_a", PKG / "fake_a.py")
+    monkeypatch.setitem(MODULES, "ddp_profile.fake_b", PKG / "fake_b.py")
+    monkeypatch.setitem(IMPORTS, "ddp_profile.fake_a", [("ddp_profile.fake_b", [], 1)])
+    monkeypatch.setitem(IMPORTS, "ddp_profile.fake_b", [("ddp_profile", ["fake_a"], 1)])
+    assert ["ddp_profile.fake_a", "ddp_profile.fake_b"] in _cycles()
+
+
+def test_modules_fit_in_one_sitting():
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"

@@ -1,0 +1,98 @@
+"""Findings sections from traces/campaign/: sharding's memory against its time, and beating stock DDP.
+Runs are RunData built in code, so every expected sentence is derived from the numbers written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from ddp_profile.report.findings import campaign as qc
+from ddp_profile.report.findings.data import CAMPAIGN, RunData
+from ddp_profile.schema import RECOMMEND_COLUMNS
+
+GIB = 2**30
+
+
+def _run(name, strategy, world, unprof_ms, prof_ms, *, config=None, mem_gib=40.0, opt_gib=14.0, kinds=None,
+         rec=None, overhead=1.0):
+    config = {"strategy": strategy, "bucket_mb": 25.0, **(config or {})}
+    meta = {"strategy": strategy, "world_size": world, "config": config,
+            "unprofiled_step_ms_median": unprof_ms, "unprofiled_repeat_medians_ms": [unprof_ms, unprof_ms],
+            "profiler_overhead_pct": overhead,
+            "peak_memory_allocated_bytes_per_rank": [mem_gib * GIB] * world,
+            "peak_memory_reserved_bytes_per_rank": [(mem_gib + 1) * GIB] * world,
+            "optimizer_state_bytes_per_rank": [opt_gib * GIB] * world}
+    ck = pd.DataFrame([{"rank": 0, "step": 0, "collective": k, "exposed_comm_ns": v} for k, v in (kinds or {}).items()])
+    analysis = SimpleNamespace(comm_kinds=ck, recommendation=rec if rec is not None else pd.DataFrame())
+    row = {"step_ns": prof_ms * 1e6, "compute_ns": 300e6, "exposed_comm_ns": 4e6}
+    return RunData(set=CAMPAIGN, name=name, folder=Path("traces/campaign/A") / name, meta=meta, trace=None,
+                   analysis=analysis, row=row)
+
+
+def _page(r):
+    return f"run-{r.name}.html"
+
+
+def test_sharding_sentence_states_memory_saved_and_time_paid():
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, mem_gib=45.0, opt_gib=14.0, kinds={"AllReduce": 4e6})
+    zero = _run("bucketed+zero1", "bucketed", 2, 399.0, 400.0, config={"shard_optimizer": "ours"},
+                mem_gib=37.0, opt_gib=7.0, kinds={"AllReduce": 2e6, "Broadcast": 25e6})
+    s = qc.q9_sharding({"A": [ref, zero]}, _page, {"A": "2× GPU"})
+    text = " ".join(s.paragraphs())
+    # 14 - 7 = 7 GiB less state, 45 - 37 = 8 GiB lower peak, 399 - 380 = 19 ms slower = 5.0 % of 380
+    assert ("bucketed+zero1 holds 7.00 GiB less optimizer state and peaks 8.00 GiB lower in allocated memory per "
+            "GPU than torch_ddp, and its step is 19.00 ms slower (5.0%): 25.00 ms of exposed Broadcast") in text
+
+
+def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_flip():
+    one = _run("none", "none", 1, 350.0, 352.0)
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0)
+    # fastest without nsys, but slowest under it: the ranking flips
+    lever = _run("torch_ddp-ch2", "torch_ddp", 2, 370.0, 390.0,
+                 config={"nccl_channels": 2, "nccl_high_priority": True}, overhead=5.4)
+    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "2× GPU"})
+    text = " ".join(s.paragraphs())
+    # 370 / 380 = 0.974x; 350 / 370 = 94.6 % efficiency
+    assert "the fastest configuration is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "94.6% 2-GPU efficiency" in text
+    assert "Set A ran on 2× GPU." in text
+    assert "the ranking under nsys differs from the un-profiled one (2 of 2 configurations change place)" in text
+    same = qc.q10_beat_ddp({"A": [one, ref, _run("x", "torch_ddp", 2, 370.0, 371.0,
+                                                  config={"nccl_channels": 2})]}, _page, {"A": "m"})
+    assert "the ranking under nsys is the same as without it" in " ".join(same.paragraphs())
+
+
+def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | {
+        "lever": "recommended", "flags": "--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 --nccl-high-priority",
+        "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 380.0, rec=rec)
+    hit = _run("torch_ddp-ch2-hiprio", "torch_ddp", 2, 369.0, 376.0,
+               config={"nccl_channels": 2, "nccl_high_priority": True})
+    decoy = _run("torch_ddp-ch2", "torch_ddp", 2, 360.0, 360.0, config={"nccl_channels": 2})
+    text = qc._prediction_sentence("A", ref, [ref, decoy, hit])
+    # measured 376 ms profiled against 380 predicted: (376 - 380) / 376 = -1.1 %, inside [372, 380]
+    assert "Measured: 376.0 ms profiled (369.0 ms un-profiled)" in text
+    assert "off by -1.1% of the measured step, and the measurement falls inside the predicted range" in text
+
+
+def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_reference():
+    """Set C holds 1-, 2- and 4-GPU runs: each multi-GPU size is its own set with the 1-GPU run, so a 4-GPU
+    lever is compared with the 4-GPU stock run and efficiency is 4-GPU efficiency."""
+    one = _run("none-1", "none", 1, 360.0, 362.0)
+    ref2, ref4 = _run("ddp-2", "torch_ddp", 2, 390.0, 391.0), _run("ddp-4", "torch_ddp", 4, 400.0, 401.0)
+    lev2 = _run("ch2-2", "torch_ddp", 2, 380.0, 381.0, config={"nccl_channels": 2})
+    lev4 = _run("ch2-4", "torch_ddp", 4, 440.0, 441.0, config={"nccl_channels": 2})
+    sets = qc.campaign_sets([one, ref2, ref4, lev2, lev4])
+    assert {k: [r.name for r in v] for k, v in sets.items()} == {
+        "A, 2 GPUs": ["none-1", "ddp-2", "ch2-2"], "A, 4 GPUs": ["none-1", "ddp-4", "ch2-4"]}
+    assert qc.set_folder("A, 4 GPUs") == "A" and qc.set_title("A, 4 GPUs") == "XL fp32, batch 4×256 per GPU, 4 GPUs"
+    text = " ".join(qc.q10_beat_ddp(sets, _page, {"A, 2 GPUs": "m2", "A, 4 GPUs": "m4"}).paragraphs())
+    # 4 GPUs: stock 400 ms is fastest (the lever is 440); 360 / 400 = 90.0 % efficiency
+    assert "Set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
+    assert "90.0% 4-GPU efficiency against the 1-GPU run's 360.0 ms" in text
+    # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
+    assert "Set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "Set A, 4 GPUs ran on m4." in text

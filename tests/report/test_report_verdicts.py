@@ -1,0 +1,156 @@
+"""Pages that answer (issue 16): the verdict sentences flip with the data, one formatter and one unit
+convention, sortable tables with a CSV download, one 1-GPU baseline per run on every page, definitions
+matching the README, no chart library on pages without charts."""
+
+import re
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from report_synth import make_run, patch_analysis, run_set
+
+from ddp_profile import report
+from ddp_profile.report.compare import comparison
+from ddp_profile.report.glossary import METRICS, README_METRICS, cell_text, fmt_mib, fmt_ms
+from ddp_profile.report.html import table
+from ddp_profile.report.verdicts import run_verdict, strategy_verdict, sweep_verdict
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _comp(times, spreads=0.0, strategies=("naive", "overlap", "torch_ddp")):
+    rows = []
+    for s, t in zip(strategies, times, strict=True):
+        rows.append({"run": s, "strategy": s, "bucket_size_mb": 25.0 if s == "torch_ddp" else None,
+                     "world_size": 2, "n_steps": 4, "step_ns": t * 1e6, "step_min_ns": (t - spreads) * 1e6,
+                     "step_max_ns": (t + spreads) * 1e6, "page": f"run-{s}.html"})
+    return pd.DataFrame(rows)
+
+
+def _text(html_):
+    return re.sub(r"<[^>]+>", "", html_)
+
+
+def test_strategy_verdict_names_the_fastest_and_flips_with_the_data():
+    a = _text(strategy_verdict(_comp([395.0, 354.0, 380.0])))
+    assert a.startswith("Fastest: overlap ×2 at 354.000 ms per step")
+    assert "26.000 ms (6.8 %) faster than the next, torch_ddp 25 MiB ×2" in a
+    assert "41.000 ms (10.4 %) faster than the slowest, naive ×2" in a
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380.000 ms): 26.000 ms (6.8 %) faster" in a
+    assert "these steps establish the order" in a
+    assert "Ranked: 1. overlap ×2 354.000 ms, 2. torch_ddp 25 MiB ×2 380.000 ms, 3. naive ×2 395.000 ms." in a
+    b = _text(strategy_verdict(_comp([350.0, 354.0, 380.0], spreads=5.0)))
+    assert b.startswith("Fastest: naive ×2") and "do not establish the order" in b
+    c = _text(strategy_verdict(_comp([395.0, 354.0, 340.0])))
+    assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; our best, overlap ×2, is 14.000 ms" in c
+
+
+def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():
+    summary = {"step_ns": 400e6, "n_steps": 4, "comm_ns": 40e6, "overlap_ns": 30e6, "exposed_comm_ns": 10e6,
+               "exposed_comm_pct": 2.5, "comm_tail_ns": 1e6, "compute_ns": 380e6, "idle_ns": 10e6}
+    steps = pd.DataFrame({"exposed_wait_ns": [6e6], "exposed_transfer_ns": [4e6], "job_comm_tail_ns": [2e6]})
+    a = _text(run_verdict(summary, steps, False, "ADVICE", 2))
+    assert "Communication takes 40.000 ms per step; 30.000 ms of it (75 %) is hidden" in a
+    assert "10.000 ms (2.5 % of the step) is exposed — 6.000 ms waiting for the slower rank, 4.000 ms transferring" in a
+    assert "(2.000 ms after the last rank's backward)" in a and "bound by compute" in a and a.endswith("ADVICE")
+    b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
+    assert "bound by communication" in b and "waiting" not in b
+    assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
+    assert "One GPU: no communication" in _text(run_verdict(summary, None, False, "", 1))
+
+
+def test_sweep_verdict_recommends_the_measured_best_and_places_the_model_optimum():
+    caps, steps, tails = [1.0, 25.0, 100.0, 1000.0], [380e6, 370e6, 360e6, 354e6], [5e6, 3e6, 1e6, 0.5e6]
+    a = _text(sweep_verdict(caps, steps, tails, 243.0))
+    assert a.startswith("Use a bucket cap of 1000 MiB: it measured the shortest step, 354.000 ms")
+    assert "Against the default 25 MiB: 16.000 ms (4.3 %) per step" in a
+    assert "b* = 243 MiB lies between the measured caps 100 MiB and 1000 MiB and was not measured" in a
+    b = _text(sweep_verdict(caps, [380e6, 350e6, 360e6, 370e6], tails, 30.0))
+    assert b.startswith("Use a bucket cap of 25 MiB") and "model and measurement agree" in b
+
+
+def test_one_formatter_ms_three_decimals_mib_binary():
+    assert fmt_ms(384_306_123) == "384.306 ms" and fmt_ms(float("nan")) == "–"
+    assert fmt_mib(64_000_000) == "61.0 MiB" and fmt_mib(2**31) == "2.00 GiB"
+    assert cell_text("step_ns", 612_190_124) == "612.190"
+    assert cell_text("bytes", 64_000_000) == "61.0" and cell_text("bucket_size_mb", 25.0) == "25"
+    assert cell_text("exposed_comm_pct", 0.9551) == "1.0" and cell_text("launches", 6824) == "6,824"
+
+
+def test_definitions_match_the_readme_metrics_section():
+    text = README.read_text()
+    section = text[text.index("## Metrics (definitions)"):]
+    section = section[:section.index("\n## ", 5)]
+    for key in README_METRICS:
+        assert f"`{key}`" in section, key
+        assert METRICS[key][1], key
+
+
+def test_tables_are_sortable_with_csv_titles_and_a_scroll_container():
+    df = pd.DataFrame({"run": ["b", "a"], "step_ns": [2e6, 1e6], "bytes": [2**20, 2**21]})
+    h = table(df, "Numbers")
+    assert "class='sortable'" in h and "<div class='scroll'>" in h
+    assert f"title='{METRICS['step_ns'][1]}'" in h.replace("&#x27;", "'")
+    assert ">step time (ms)</th>" in h and "data-v='2.0'" in h and ">2.000</td>" in h
+    href = re.search(r"href='(data:text/csv[^']*)'", h).group(1)
+    csv = urllib.parse.unquote(href.split(",", 1)[1])
+    assert csv.splitlines() == ["run,step time (ms),message (MiB)", "b,2.0,1.0", "a,1.0,2.0"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    patch_analysis(mp)
+    out = tmp_path_factory.mktemp("site") / "reports"
+    try:
+        runs = run_set()
+        runs[1].analysis.steps["step_ns"] += 100_000  # naive: 0.1 ms slower than the rest
+        report.write_report(runs, out)
+    finally:
+        mp.undo()
+    return out, runs
+
+
+def test_pages_start_with_a_verdict_link_back_and_index_has_no_plotly(site):
+    out, _ = site
+    for p in out.glob("*.html"):
+        text = p.read_text()
+        assert "aria-label='breadcrumb'" in text and "href='index.html'" in text, p.name
+        assert ("plotly.min.js" in text) == ("Plotly.newPlot(" in text), p.name
+        for div in re.findall(r'<div id="[^"]+" class="figure"[^>]*>', text):
+            assert 'role="img"' in div and 'aria-label="' in div, p.name
+    assert "plotly.min.js" not in (out / "index.html").read_text()
+    strat = next(out.glob("strategies-*.html")).read_text()
+    assert _text(strat.split("<div class='verdict'>", 1)[1]).lstrip().startswith("Fastest: ")
+    sweep = next(out.glob("sweep-*.html")).read_text()
+    assert _text(sweep.split("<div class='verdict'>", 1)[1]).lstrip().startswith("Use a bucket cap of ")
+    run = (out / "run-naive_xl_fp32_2xh100.html").read_text()
+    v = _text(run.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+    assert v.startswith("Median step 1.002 ms") and "What to change: switch to overlap ×2" in v
+    assert "0.100 ms (10.0 %) less than this run" in v and "#step=" in run
+    keep = (out / "run-bucketed-25mb_xl_fp32_2xh100.html").read_text()
+    assert "What to change" not in _text(keep.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+
+
+def test_efficiency_has_one_baseline_across_pages(monkeypatch):
+    """A 2-GPU run's efficiency is the same whichever set of runs a page compares (the cause of 91.228 vs
+    91.851: the index took the first 1-GPU run of the model over all folders, the scaling page the run's
+    own strategy at 1 GPU)."""
+    from ddp_profile.report import Run
+    from ddp_profile.report.compare import assign_baselines
+
+    patch_analysis(monkeypatch)
+    runs = []
+    for name, strat, ws, us in (("none_1x", "none", 1, 900), ("bucketed_1x", "bucketed", 1, 1000),
+                                ("bucketed_2x", "bucketed", 2, 1100)):
+        t, a = make_run(name, strat, ws, 25.0, step_us=us)
+        a.steps["step_ns"] = float(us * 1000)
+        runs.append(Run(name, t, a, dict(t.run)))
+    assign_baselines(runs)
+    everywhere = comparison(runs).set_index("run")["efficiency_pct"]
+    alone = comparison([runs[1], runs[2]]).set_index("run")["efficiency_pct"]
+    assert runs[2].baseline is runs[1]
+    assert np.isclose(everywhere["bucketed_2x"], alone["bucketed_2x"]) and np.isclose(alone["bucketed_2x"],
+                                                                                       100 * 1000 / 1100)

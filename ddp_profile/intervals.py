@@ -44,19 +44,28 @@ def normalize(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     """
     s, e = _arrays(starts, ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():  # copies only when some interval is empty
+        s, e = s[keep], e[keep]
+    del keep
     if s.size == 0:
         return _EMPTY.copy(), _EMPTY.copy()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not (s[1:] >= s[:-1]).all():  # kernels come sorted by start: then the stable sort is the identity
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
     reach = np.maximum.accumulate(e)
     # A new merged interval starts where the start lies beyond everything seen so far (strictly: touching
     # intervals merge because [a, b) and [b, c) cover [a, c) without a gap).
     new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.append(first[1:], s.size) - 1
-    return s[first].copy(), reach[last].copy()
+    del new
+    out_s = s[first]  # fancy indexing: new arrays, never views of the inputs
+    first -= 1  # each merged interval ends at the reach just before the next one starts
+    out_e = np.empty(len(first), dtype=np.int64)
+    out_e[:-1] = reach[first[1:]]
+    out_e[-1] = reach[-1]
+    return out_s, out_e
 
 
 def _sweep(*sets) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -6,10 +6,12 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
+from ddp_profile.memory import return_freed_memory
 
 COMPUTE = "compute"
 NCCL = "nccl"
 COPY_KINDS = ("memcpy", "memset")
+TRIM_ROWS = 1 << 16  # ranks with at least this many kernels hand freed memory back before their sets are built
 
 
 def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
@@ -171,8 +173,18 @@ class KernelArrays:
             # One rank at a time: all ranks' sets together take ~40 B per kernel (on 10M kernels they set
             # the analysis' memory peak). Callers go rank by rank; what the rank overlap needs of each set
             # (its total length) is kept in :meth:`rank_totals`.
+            had = bool(cache)
             cache.clear()
-            sets = cache[rank] = self.sets(self.rank_rows(rank))
+            rows = self.rank_rows(rank)
+            if had and len(rows) >= TRIM_ROWS:
+                # The previous rank's sets and temporaries (each under glibc's mmap threshold at ~1M
+                # kernels: heap memory) go back to the OS before this rank's are built; without it the
+                # freed heap stayed resident under live blocks, ~10 MB on the 1M-kernel analysis' peak.
+                return_freed_memory()
+            # The loader's rank-sorted rows are one contiguous range: taken as a slice, the rank's start and
+            # end columns are views, not copies (two full copies less at the step table's memory peak).
+            sets = cache[rank] = self.sets(slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and
+                                           rows[-1] - rows[0] + 1 == len(rows) else rows)
             # Lengths of normalised sets: Σ (end − start) is exactly intervals.total_length of them.
             self.__dict__.setdefault("_rank_totals", {})[rank] = {
                 k: int((sets[k][1] - sets[k][0]).sum()) for k in (COMPUTE, NCCL, "overlap")}
@@ -202,8 +214,9 @@ class KernelArrays:
         """Forget the cached :meth:`rank_sets` (about as large as the rank's kernels' start/end arrays)."""
         self.__dict__.pop("_rank_sets", None)
 
-    def sets(self, idx: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Normalised interval sets (merged across streams) of the rows ``idx``, by kernel class."""
+    def sets(self, idx: np.ndarray | slice) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Normalised interval sets (merged across streams) of the rows ``idx`` (positions or a slice), by
+        kernel class."""
         s, e = self.start[idx], self.end[idx]
         out = {
             COMPUTE: iv.normalize(s[self.is_compute[idx]], e[self.is_compute[idx]]),

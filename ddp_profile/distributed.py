@@ -115,7 +115,8 @@ def evidence(trace) -> dict:
     nv = trace.nvtx
     markers = nv.loc[nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["pid", "name"]]
     return {"procs": trace.ranks[["pid", "device", "rank"]].copy(), "markers": markers.reset_index(drop=True),
-            "run": trace.run, "warnings": list(trace.warnings), "rows": len(trace.kernels)}
+            "run": trace.run, "warnings": list(trace.warnings), "rows": len(trace.kernels),
+            "nccl_channels": trace.meta.get("nccl_channels")}
 
 
 def set_ranks(trace, by_pid: dict[int, int]):
@@ -298,6 +299,7 @@ class DistributedTrace:
         del loaded
         self.run = next((f["run"] for f in facts if f["run"] is not None), None)
         self.meta["warnings"] = list(dict.fromkeys(w for f in facts for w in f["warnings"]))
+        self.meta["nccl_channels"] = max((c for f in facts if (c := f["nccl_channels"]) is not None), default=None)
         self.stats.update(load_s=time.perf_counter() - t0, rows=sum(f["rows"] for f in facts), part_bytes=0,
                           worker_peak_kb=0)
 

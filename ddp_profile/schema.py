@@ -110,7 +110,9 @@ API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.
 RECOMMEND_COLUMNS = ["lever", "flags", "cap_bytes", "predicted_tail_ns", "predicted_step_ns", "measured_step_ns",
-                     "predicted_gain_ns", "upper_gain_ns", "basis"]
+                     "predicted_gain_ns", "upper_gain_ns", "basis",
+                     # the configuration the flags set, as the harness's config fields
+                     "strategy", "bucket_mb", "nccl_channels", "nccl_high_priority"]
 LAUNCH_STEP_COLUMNS = [
     "rank", "step", "start_ns", "end_ns", "step_ns", "gpu_busy_ns", "gpu_idle_ns", "idle_pct",
     "kernels", "launches", "api_ns", "sync_ns", "host_us_per_launch", "gpu_us_per_kernel", "launch_bound",

@@ -227,7 +227,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes=notes,
         comm_kinds=kinds_frame,
     )
-    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None))
+    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None),
+                                        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
     return res
 
 
@@ -252,5 +253,6 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     fields = _parts.combine(got, table, match_notes)
     ready = fields.pop("ready_ns")
     res = Analysis(**fields)
-    res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready)
+    res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
+                                        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
     return res

@@ -19,12 +19,29 @@ knows when each bucket was ready, not each tensor), so candidates are the curren
 exceeds the exposed communication per step, taking SMs from NCCL (fewer channels, high-priority NCCL
 streams) targets the larger loss; the trace bounds the gain by ``contention_ns`` but does not predict it,
 so ``predicted_step_ns`` of that row carries the bucket prediction only and ``upper_gain_ns`` the bound.
+Fewer channels also slow the gradient collectives, which must still finish under the backward pass. The
+trace gives the room for that (:func:`channel_room`)::
+
+    room = median over (rank, step) of (backward_end − first gradient ready) / gradient NCCL busy time
+
+and NCCL's channel count now, c (``gridX`` of its kernels, one CTA per channel, or the run's
+``--nccl-channels``). The worst case is a collective slowing in proportion to the channels taken away
+(bandwidth-bound per channel), so the recommendation keeps ``ceil(c / room)`` channels, the fewest whose
+worst-case slowdown still fits under backward, and cuts none when that is not below c or c is unknown.
+(In the committed campaigns, 2 of 24 channels slowed gradient NCCL time 3.2–5.9×, not 12×: the bound is
+conservative.)
 
 Columns (``RECOMMEND_COLUMNS``), first row = the recommendation: lever, flags (harness options), cap_bytes,
-predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis.
+predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis, and the
+configuration the flags set, as the harness's config fields (:data:`CONFIG_FIELDS`: strategy, bucket_mb,
+nccl_channels, nccl_high_priority; bucket_mb NaN for a strategy without buckets, channels 0 / high priority
+False = NCCL's defaults): the flags are written from these fields (:func:`flags_of`), so a run's config can
+be matched on them.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -35,7 +52,7 @@ from ddp_profile.analysis import costmodel
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
 """Candidate caps as multiples of the run's cap (capped at the whole gradient); 1 is the run itself."""
-CHANNELS_FLAGS = "--nccl-channels 2 --nccl-high-priority"
+CONFIG_FIELDS = ("strategy", "bucket_mb", "nccl_channels", "nccl_high_priority")
 MIN_GAIN = 0.001
 """A cap change is recommended only when it is predicted to save more than this share of the step."""
 BUCKETED = ("bucketed", "torch_ddp")
@@ -71,8 +88,26 @@ def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: fl
     return merged.drop(columns=["_ready", "_n", "_known"]).reset_index(drop=True), ready
 
 
-def _flags(strategy: str, cap_bytes: float) -> str:
-    return f"--strategy {strategy} --bucket-mb {cap_bytes / MIB:g}"
+def fields_of(strategy: str, cap_bytes: float | None = None) -> dict:
+    """CONFIG_FIELDS of ``strategy`` with a cap of ``cap_bytes`` (None: no --bucket-mb) and NCCL's default
+    resources. bucket_mb is the MiB value the flags print (``%g``), so flags and fields agree exactly."""
+    return {"strategy": strategy, "bucket_mb": float(f"{cap_bytes / MIB:g}") if cap_bytes is not None else np.nan,
+            "nccl_channels": 0, "nccl_high_priority": False}
+
+
+def flags_of(fields: dict) -> str:
+    """The harness options that set ``fields`` (CONFIG_FIELDS): '--strategy torch_ddp --bucket-mb 100
+    --nccl-channels 2 --nccl-high-priority'."""
+    out = [f"--strategy {fields['strategy']}"]
+    mb = fields.get("bucket_mb")
+    if mb is not None and not pd.isna(mb):
+        out.append(f"--bucket-mb {float(mb):g}")
+    return " ".join(out + _nccl_flags(fields))
+
+
+def _nccl_flags(fields: dict) -> list[str]:
+    out = [f"--nccl-channels {int(fields['nccl_channels'])}"] if fields.get("nccl_channels") else []
+    return out + (["--nccl-high-priority"] if fields.get("nccl_high_priority") else [])
 
 
 def _tail(collectives, ready, steps, model) -> float:
@@ -88,12 +123,51 @@ def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> flo
     return float(contention["lost_ns"].sum()) / max(len(steps), 1)
 
 
-def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None) -> pd.DataFrame:
+def channel_room(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> float:
+    """How many times longer the gradient collectives could take and still end by the end of backward: per
+    (rank, step), (backward_end_ns − the first gradient collective's ready time) / the collectives' summed
+    duration, median over (rank, step); NaN when unknown."""
+    if "duration_ns" not in grad or not len(grad):
+        return float("nan")
+    g = pd.DataFrame({"rank": grad["rank"].to_numpy(), "step": grad["step"].to_numpy(),
+                      "d": grad["duration_ns"].to_numpy(dtype=float), "ready": np.asarray(ready_ns, dtype=float)})
+    g = g.loc[g["step"].notna()]
+    per = g.groupby(["rank", "step"]).agg(comm=("d", "sum"), first=("ready", "min"))
+    bend = steps.set_index(["rank", "step"])["backward_end_ns"].astype(float)
+    window = bend.reindex(per.index).to_numpy() - per["first"].to_numpy()
+    ok = np.isfinite(window) & (per["comm"].to_numpy() > 0)
+    return float(np.median(window[ok] / per["comm"].to_numpy()[ok])) if ok.any() else float("nan")
+
+
+def channels_to_keep(now: int | None, room: float) -> int | None:
+    """``ceil(now / room)``: the fewest channels whose worst-case slowdown (in proportion to the channels
+    taken away) fits in ``room``; None when no channel can go (unknown count or room, or no fewer fits)."""
+    if not now or not np.isfinite(room) or room <= 1.0:
+        return None
+    keep = max(1, math.ceil(now / room))
+    return keep if keep < now else None
+
+
+def _channel_reason(now: int | None, room: float, keep: int | None) -> str:
+    if not now:
+        return "; NCCL's channel count is not in the trace (no NCCL kernel grid), so none can be chosen"
+    if not np.isfinite(room):
+        return "; the trace does not show when gradients were ready, so the room under backward is unknown"
+    if not keep:
+        return (f"; gradient NCCL time could grow only {room:.2f}× and still end under backward: none of NCCL's "
+                f"{now} channels can go")
+    return (f"; gradient NCCL time could grow {room:.2f}× and still end under backward: {keep} of NCCL's {now} "
+            f"channels is the fewest whose worst-case slowdown ({now}/{keep} = {now / keep:.2f}×) fits")
+
+
+def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None,
+              nccl_channels: int | None = None) -> pd.DataFrame:
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
     collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
     strategy and its current flags. ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of
     ``analysis.collectives`` when already computed (per rank, by ``analysis.parts``); then ``kernels`` is
-    not used."""
+    not used. ``nccl_channels``: NCCL's channel count as the trace shows it (``Trace.meta``), for the
+    channel lever when the run record does not set one."""
     steps, coll, model = analysis.steps, analysis.collectives, analysis.cost_model
     cols = schema.RECOMMEND_COLUMNS
     if steps is None or not len(steps) or coll is None or not len(coll) or model is None or not len(model):
@@ -117,22 +191,23 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
     base_tail = _tail(grad, ready, steps, model)
     if strategy == "overlap":  # one all-reduce per tensor: bucketing it is what `bucketed` does
-        cap_now, now_flags, strategy = current, "--strategy overlap", "bucketed"
+        cap_now, now, strategy = current, fields_of("overlap"), "bucketed"
     else:
         cap_now = float(cfg.get("bucket_mb") or current / MIB) * MIB
-        now_flags = _flags(strategy, cap_now)
+        now = fields_of(strategy, cap_now)
     basis = "queue replay of measured gradient-ready times, buckets merged to the cap, the run's own alpha-beta fit"
-    rows = [{"lever": "current", "flags": now_flags, "cap_bytes": cap_now,
+    rows = [{"lever": "current", "flags": flags_of(now), "cap_bytes": cap_now,
              "predicted_tail_ns": base_tail, "predicted_step_ns": measured, "measured_step_ns": measured,
-             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured"}]
+             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured", **now}]
     caps = {round(min(cap_now * f, total)) for f in CAP_FACTORS[1:]}
-    if now_flags == "--strategy overlap":
+    if now["strategy"] == "overlap":
         caps = {round(min(mib * MIB, total)) for mib in OVERLAP_CAPS_MIB}
     for cap in sorted(caps - {round(cap_now)}):
         merged, mready = merge_buckets(grad, ready, cap)
         tail = _tail(merged, mready, steps, model)
         pred = measured + tail - base_tail if np.isfinite([tail, base_tail]).all() else float("nan")
-        rows.append({"lever": "bucket cap", "flags": _flags(strategy, cap), "cap_bytes": cap,
+        fields = fields_of(strategy, cap)
+        rows.append({"lever": "bucket cap", "flags": flags_of(fields), "cap_bytes": cap, **fields,
                      "predicted_tail_ns": tail, "predicted_step_ns": pred, "measured_step_ns": measured,
                      "predicted_gain_ns": measured - pred, "upper_gain_ns": np.nan, "basis": basis})
     table = pd.DataFrame(rows)
@@ -141,12 +216,18 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     best = table.loc[gain.idxmax()] if gain.notna().any() and gain.max() > MIN_GAIN * measured else table.iloc[0]
     lost = contention_per_step_ns(analysis.contention, steps)
     exposed = float(steps["exposed_comm_ns"].median()) if "exposed_comm_ns" in steps else 0.0
-    use_channels = lost > exposed
-    flags = best["flags"] + (f" {CHANNELS_FLAGS}" if use_channels else "")
+    now_channels = int(cfg.get("nccl_channels") or 0) or nccl_channels
+    room = channel_room(grad, ready, steps)
+    keep = channels_to_keep(now_channels, room)
+    use_channels = lost > exposed and keep is not None
+    fields = {k: best[k] for k in CONFIG_FIELDS} | (
+        {"nccl_channels": keep, "nccl_high_priority": True} if use_channels else {})
+    flags = flags_of(fields)
     basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step) "
-             f"{'exceeds' if use_channels else 'does not exceed'} exposed communication "
-             f"({exposed / 1e6:.2f} ms/step), so NCCL channels are {'cut' if use_channels else 'left as they are'}")
-    head = best.to_dict() | {"lever": "recommended", "flags": flags, "basis": basis,
+             f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({exposed / 1e6:.2f} ms/step)"
+             + (_channel_reason(now_channels, room, keep) if lost > exposed else "")
+             + f"; so NCCL channels are {f'cut to {keep}, with high-priority streams' if use_channels else 'left as they are'}")
+    head = best.to_dict() | fields | {"lever": "recommended", "flags": flags, "basis": basis,
                              "upper_gain_ns": (measured - best["predicted_step_ns"]) + lost if use_channels
                              else np.nan}
     table = pd.concat([pd.DataFrame([head]), table], ignore_index=True)

@@ -178,6 +178,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
+            "nccl_channels": sql.nccl_channels(con, have),
             "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
             "nvtx": None, "domains": {},
         }
@@ -415,6 +416,8 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
                    "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
+        # NCCL's channel count (gridX of its kernels), the largest over files; None without NCCL kernels
+        "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),
         "warnings": warnings,
     }
     run = _find_run_json(files_in, warnings)

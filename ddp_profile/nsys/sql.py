@@ -176,6 +176,30 @@ def session_start_utc_ns(con: sqlite3.Connection, have: set[str]) -> int | None:
     return int(row[0]) if row and row[0] is not None else None
 
 
+NCCL_CHANNEL_SAMPLE = 512
+"""NCCL kernels whose grid is read for :func:`nccl_channels` (the first ones in the table: a prefix scan)."""
+
+
+def nccl_channels(con: sqlite3.Connection, have: set[str]) -> int | None:
+    """How many channels NCCL ran with: its device kernels launch one CTA per channel, so this is ``gridX``
+    of NCCL kernels, the most common value over the first :data:`NCCL_CHANNEL_SAMPLE` of them (the
+    ``LIMIT`` ends the scan early: NCCL kernels come from the first step on). None without NCCL kernels
+    or without a ``gridX`` column."""
+    if KERNEL not in have or STRINGS not in have or "gridX" not in columns(con, KERNEL):
+        return None
+    ids = [r[0] for r in con.execute(f"SELECT id FROM {STRINGS} WHERE value GLOB 'ncclDevKernel*' "
+                                     "OR value GLOB 'ncclKernel*'")]
+    if not ids:
+        return None
+    marks = ",".join("?" * len(ids))
+    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE shortName IN ({marks}) "
+                                       f"LIMIT {NCCL_CHANNEL_SAMPLE}", ids) if isinstance(r[0], int) and r[0] > 0]
+    if not grids:
+        return None
+    values, counts = np.unique(np.asarray(grids, dtype=np.int64), return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
 def scrub_record(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
     if SCRUB_RECORD not in have:
         return []

@@ -96,10 +96,12 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
     return fig
 
 
-def ranked_step_bars(comparison: pd.DataFrame, *, source: str = ""):
+def ranked_step_bars(comparison: pd.DataFrame, *, source: str = "", time_label: str | None = None):
     """Runs ranked by median time per step, drawn as the difference to the fastest (ms), with each run's
     step-time range (min–max over ranks and steps, columns step_min_ns / step_max_ns) as error bars, so
-    a 354 ms vs 395 ms difference is visible and the spread says whether the order is established."""
+    a 354 ms vs 395 ms difference is visible and the spread says whether the order is established.
+    ``time_label`` names the time when the columns hold another one (e.g. 'un-profiled step time': medians
+    and ranges over the runs without the profiler)."""
     import plotly.graph_objects as go
 
     c = comparison[comparison["step_ns"].notna()].sort_values("step_ns")
@@ -115,8 +117,11 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = ""):
         error_x={"type": "data", "symmetric": False, "array": hi.tolist(), "arrayminus": lo.tolist(),
                  "color": "#555"},
         hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>"))
-    fig.update_layout(title=titled("Time per step, ranked: difference to the fastest (whiskers: min–max "
-                                   "over ranks and steps)", source),
+    what = ("Time per step, ranked: difference to the fastest (whiskers: min–max over ranks and steps)"
+            if time_label in (None, "step time", "profiled (trace) step time") else
+            f"Time per step ({html.escape(time_label, quote=False)}), ranked: difference to the fastest "
+            "(whiskers: min–max over every timed step)")
+    fig.update_layout(title=titled(what, source),
                       template="plotly_white", height=max(260, 120 + 36 * len(c)),
                       margin={"l": 230, "r": 30, "t": 90, "b": 50},
                       xaxis={"title": {"text": "ms slower than the fastest run (median step)"}},

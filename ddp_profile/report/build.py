@@ -189,7 +189,8 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
             sizes[g.page] = (tmp / g.page).stat().st_size
         if findings_root is not None:
             sizes.update(_write_findings(findings_root, runs, tmp, out))
-        _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes))
+        _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes,
+                                                    context=context))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
 
     write_report_dir(out_dir, fill)

@@ -40,11 +40,26 @@ def baseline_for(run: Run, pool: list[Run]) -> Run | None:
     return (same or [r for r in ones if r.meta.get("strategy") == "none"] or ones or [None])[0]
 
 
+def _set_key(run: Run) -> tuple:
+    m = run.meta
+    return (run.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
+
+
+def basis_for(run: Run, pool: list[Run]) -> str:
+    """The step time ``run`` is ranked by (:func:`ddp_profile.report.measures.ranking_basis`) over its run
+    set: the runs of ``pool`` with its folder, model, dtype and GPU (the runs any page may compare it with,
+    its 1-GPU baseline included). One basis per set, so every page states one step time for a run."""
+    from ddp_profile.report.measures import ranking_basis
+
+    return ranking_basis(r.meta for r in pool if _set_key(r) == _set_key(run))
+
+
 def assign_baselines(runs: list[Run]) -> None:
-    """Fix every run's baseline once, against all loaded runs (build.write_report does this), so the
-    index, strategy and scaling pages state the same efficiency for a run."""
+    """Fix every run's baseline and ranking basis once, against all loaded runs (build.write_report does
+    this), so the index, strategy and scaling pages state the same step time and efficiency for a run."""
     for r in runs:
         r.baseline = baseline_for(r, runs)
+        r.rank_basis = basis_for(r, runs)
         r.baseline_set = True
 
 
@@ -59,11 +74,13 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     each run's own baseline (:func:`baseline_for`; ``baseline`` names it). ``compare_runs`` is looked up
     on this module at call time: it is the one seam tests replace with a synthetic comparison."""
     from ddp_profile.analysis.compare import amdahl_serial_fraction
+    from ddp_profile.report import measures
 
     if not all(getattr(r, "baseline_set", False) for r in runs):
         for r in runs:
             if not getattr(r, "baseline_set", False):
                 r.baseline = baseline_for(r, runs)
+                r.rank_basis = basis_for(r, runs + [r.baseline] if r.baseline is not None else runs)
     comp = compare_runs([(r.trace, r.analysis) for r in runs]).copy()
     comp["page"] = [r.page for r in runs]
     comp["run"] = [r.name for r in runs]  # the run id, unique in the report
@@ -82,9 +99,11 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     comp["overlap_pct"] = pd.to_numeric(comp["overlap_pct"], errors="coerce")
     comp["host"] = [getattr(r, "host", None) for r in runs]
     comp["baseline"] = [r.baseline.name if r.baseline is not None else None for r in runs]
+    add_run_facts(comp, runs)
     speed, eff, serial = [], [], []
-    for r, t, n in zip(runs, comp["step_ns"], comp["world_size"], strict=False):
-        t1 = median_step_ns(r.baseline) if r.baseline is not None else float("nan")
+    for r, t, n in zip(runs, comp["rank_step_ns"], comp["world_size"], strict=False):
+        b = r.baseline
+        t1 = measures.rank_ns(b.meta, median_step_ns(b), r.rank_basis) if b is not None else float("nan")
         n = float(n) if n is not None and not pd.isna(n) else float("nan")
         sp = n * t1 / t if t and t == t else float("nan")
         speed.append(sp)
@@ -92,6 +111,28 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
         serial.append(amdahl_serial_fraction(sp, n) if sp == sp and n == n else float("nan"))
     comp["speedup_vs_1gpu"], comp["efficiency_pct"], comp["serial_fraction"] = speed, eff, serial
     return comp
+
+
+def add_run_facts(comp: pd.DataFrame, runs: list[Run]) -> None:
+    """The columns from the run JSONs (:mod:`ddp_profile.report.measures`): the step time each run is
+    ranked by (rank_step_ns, with its min–max: the un-profiled repeats or the profiled steps) under its
+    set's basis (rank_basis), the un-profiled median and its repeat count, the profiler overhead, and the
+    peak memory and optimizer state per GPU (the largest rank). ``step_ns`` stays the trace's time."""
+    from ddp_profile.report import measures
+
+    bases = [getattr(r, "rank_basis", None) or measures.ranking_basis([r.meta]) for r in runs]
+    comp["rank_basis"] = bases
+    comp["rank_step_ns"] = [measures.rank_ns(r.meta, t, b) for r, t, b in zip(runs, comp["step_ns"], bases,
+                                                                                  strict=True)]
+    spans = [measures.unprofiled_range_ns(r.meta) if b == measures.UNPROFILED else (lo, hi)
+             for r, b, lo, hi in zip(runs, bases, comp["step_min_ns"], comp["step_max_ns"], strict=True)]
+    comp["rank_min_ns"] = [s[0] for s in spans]
+    comp["rank_max_ns"] = [s[1] for s in spans]
+    comp["unprofiled_step_ns"] = [measures.unprofiled_ns(r.meta) for r in runs]
+    comp["unprofiled_repeats"] = [measures.unprofiled_repeats(r.meta) for r in runs]
+    comp["profiler_overhead_pct"] = [measures.profiler_overhead_pct(r.meta) for r in runs]
+    for col in measures.MEMORY_KEYS:
+        comp[col] = [measures.peak_bytes(r.meta, col) for r in runs]
 
 
 def group_source(group: Group) -> str:

@@ -81,12 +81,32 @@ METRICS: dict[str, tuple[str, str]] = {
     "efficiency_pct": ("efficiency vs 1 GPU (%)", "100 · t₁ / tₙ: step time of the run's 1-GPU baseline / "
                        "step time of the run (100 % = perfect weak scaling)."),
     "serial_fraction": ("serial fraction", "Amdahl serial fraction (Karp–Flatt): (1/S − 1/n) / (1 − 1/n)."),
-    "samples_per_s": ("samples / s", "world_size · per-GPU batch / step time."),
+    "samples_per_s": ("samples / s", "world_size · per-GPU batch / step time (the time the run set is ranked "
+                      "by: un-profiled when the whole set has it, see ranked by)."),
     "bucket_size_mb": ("bucket cap (MiB)", "Gradient bucket cap (binary MiB) of bucketed and torch_ddp runs."),
     "world_size": ("GPUs", "Number of ranks."),
     "n_steps": ("steps", "Profiled steps."),
     "baseline": ("1-GPU baseline", "The run efficiency and speedup are measured against."),
+    "unprofiled_step_ns": ("un-profiled step (ms)", "Median step time of the same configuration run again "
+                           "without nsys, timed with CUDA events over every repeat (run JSON "
+                           "unprofiled_step_ms_median, written by python -m ddp_profile.harness.timings)."),
+    "unprofiled_repeats": ("un-profiled repeats", "How many runs without nsys the un-profiled median pools."),
+    "profiler_overhead_pct": ("profiler overhead (%)", "100 · (CUDA-event median under nsys / un-profiled "
+                              "median − 1): how much nsys slowed this configuration."),
+    "rank_basis": ("ranked by", "The step time this run's set is ranked by: un-profiled when every run of "
+                   "the set (same folder, model, dtype and GPU) has an un-profiled median, else trace."),
+    "rank_step_ns": ("ranked step (ms)", "The step time the ranking uses (un-profiled or trace, see ranked by); "
+                     "efficiency and speedup use it too."),
+    "peak_allocated_bytes": ("peak allocated (GiB)", "torch.cuda.max_memory_allocated after set-up, largest "
+                             "over ranks (run JSON)."),
+    "peak_reserved_bytes": ("peak reserved (GiB)", "torch.cuda.max_memory_reserved (allocator cache "
+                            "included), largest over ranks (run JSON)."),
+    "optimizer_state_bytes": ("optimizer state (GiB/GPU)", "Bytes of the optimizer-state tensors one rank "
+                              "holds, largest over ranks (run JSON); sharding divides it."),
 }
+
+GIB_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "optimizer_state_bytes")
+"""Byte columns shown in GiB (binary, 2**30 bytes): GPU memory; other byte columns are MiB."""
 
 # README "Metrics (definitions)" names these; tests check every one of them is defined in that section.
 README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
@@ -121,6 +141,11 @@ def fmt_mib(nbytes, unit: bool = True) -> str:
         f"{mib:,.4g}" + (" MiB" if unit else "")
 
 
+def fmt_gib(nbytes) -> str:
+    """bytes -> '37.82 GiB' (binary, 2 decimals, as the memory columns); '–' when missing."""
+    return "–" if missing(nbytes) else f"{float(nbytes) / 2**30:,.2f} GiB"
+
+
 def fmt_cap(mib) -> str:
     """A bucket cap given in MiB -> '25 MiB'."""
     return "–" if missing(mib) else f"{float(mib):g} MiB"
@@ -140,6 +165,8 @@ def display_value(col: str, v):
         return v
     if col.endswith("_ns"):
         return float(v) / 1e6
+    if col in GIB_COLUMNS:
+        return float(v) / 2**30
     if col in ("bytes", "min_bytes", "max_bytes") or col.endswith("_bytes"):
         return float(v) / 2**20
     return v
@@ -170,6 +197,8 @@ def cell_text(col: str, v) -> str:
     if isinstance(d, float):
         if col.endswith(("_ns", "_ms")):
             return f"{d:,.3f}"
+        if col in GIB_COLUMNS:
+            return f"{d:,.2f}"
         if "pct" in col or "_us" in col or col.endswith("_per_s"):
             return f"{d:,.1f}"
         if col in ("bytes", "min_bytes", "max_bytes", "s_mib", "b_star_mib") or col.endswith("_bytes"):

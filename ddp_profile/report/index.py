@@ -15,14 +15,21 @@ from ddp_profile.report.compare import (
     one_step_kernels,
     overlap_runs,
 )
-from ddp_profile.report.glossary import fmt_ms, fmt_pct
+from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
 from ddp_profile.report.html import esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
 INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
-                 "exposed_comm_ns", "comm_tail_ns", "overlap_pct", "efficiency_pct", "baseline"]
-TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name"]
+                 "unprofiled_step_ns", "profiler_overhead_pct", "exposed_comm_ns", "comm_tail_ns", "overlap_pct",
+                 "efficiency_pct", "baseline"]
+TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name",
+              # the ranked time repeats step_ns or unprofiled_step_ns; its basis is stated above the table
+              "rank_step_ns", "rank_min_ns", "rank_max_ns", "rank_basis"]
+TABLE_FIRST = ["run", "strategy", "bucket_size_mb", "variant", "world_size", "unprofiled_step_ns", "unprofiled_repeats",
+               "step_ns", "profiler_overhead_pct", "peak_allocated_bytes", "peak_reserved_bytes",
+               "optimizer_state_bytes"]
+"""Numbers tables start with what the verdict compares: both step times, the profiler's cost, memory."""
 
 
 def host_text(runs: list[Run]) -> str:
@@ -41,12 +48,42 @@ def host_text(runs: list[Run]) -> str:
             f"with the strategy: {parts}. ")
 
 
-def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "step_ns") -> str:
-    """The comparison as a table: run names link to their pages; ranked by ``sort``."""
-    c = comp.sort_values(sort, na_position="last") if sort in comp else comp
+def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns") -> str:
+    """The comparison as a table: run names link to their pages; ranked by ``sort`` (default: the time the
+    set is ranked by, :mod:`ddp_profile.report.measures`); a note when memory is missing from run JSONs."""
+    sort = sort if sort in comp else "step_ns"
+    c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
-    shown = shown[["run"] + [x for x in shown.columns if x != "run"]]
-    return table(shown, caption, links={"run": list(c["page"])})
+    first = [x for x in TABLE_FIRST if x in shown]
+    shown = shown[first + [x for x in shown.columns if x not in first]]
+    return table(shown, caption, links={"run": list(c["page"])}) + memory_note(c)
+
+
+def memory_note(comp: pd.DataFrame) -> str:
+    """Says which runs' JSONs carry no memory figures (their memory cells are blank)."""
+    from ddp_profile.report.measures import MEMORY_KEYS
+
+    cols = [c for c in MEMORY_KEYS if c in comp]
+    if not cols or not len(comp):
+        return ""
+    lacking = comp[comp[cols].isna().all(axis=1)]
+    if not len(lacking):
+        return ""
+    if len(lacking) == len(comp):
+        return ("<p class='note'>Memory columns blank: no run JSON here records peak GPU memory or optimizer-state "
+                "bytes (the ddp-profile harness writes them; bare exports and older runs have none).</p>")
+    return ("<p class='note'>Memory columns blank for " + ", ".join(esc(n) for n in lacking["run"])
+            + ": their run JSONs record no peak GPU memory or optimizer-state bytes.</p>")
+
+
+def ranked_by(comp: pd.DataFrame) -> str:
+    """'un-profiled step time' / 'profiled (trace) step time': what a comparison is ranked by."""
+    from ddp_profile.report.measures import UNPROFILED
+
+    bases = set(comp["rank_basis"].dropna()) if "rank_basis" in comp else set()
+    if bases == {UNPROFILED}:
+        return "un-profiled step time"
+    return "profiled (trace) step time" if bases else "step time"
 
 
 def render_group_page(group: Group) -> str:
@@ -62,32 +99,52 @@ def render_group_page(group: Group) -> str:
     multi = ranked(comp)
     bases = sorted({(b.name, b.page) for r in group.runs if (b := r.baseline) is not None})
     body = "\n".join([
-        "<p>" + host_text(group.runs) + "Times are medians over profiled steps and ranks. "
+        "<p>" + host_text(group.runs) + times_text(comp)
         + ("Efficiency vs 1 GPU = step time of the 1-GPU baseline (" + ", ".join(
             f"<a href='{esc(p)}'>{esc(n)}</a>" for n, p in bases) + ") / step time of the run (fixed per-GPU "
            "batch: 100 % is perfect scaling)." if bases else
            "No 1-GPU run of this model and dtype here, so no efficiency.") + "</p>",
-        figure_div(ranked_step_bars(multi, source=src), "bars", alt=strategy_alt(multi)),
+        figure_div(ranked_step_bars(ranked_frame(multi), source=src, time_label=ranked_by(comp)), "bars",
+                   alt=strategy_alt(multi)),
         "<h2>Does it overlap?</h2><p>Rank 0, the middle profiled step of each run, aligned at step start: "
         "NCCL kernels under compute kernels are hidden communication; NCCL after the last compute is exposed.</p>",
         figure_div(overlap_picture(picture, source=src), "overlap"),
-        numbers_table(comp, "Numbers (ranked by step time)"), run_links(group.runs),
+        numbers_table(comp, f"Numbers (ranked by {ranked_by(comp)})"), run_links(group.runs),
     ])
     return page(f"Strategies: {group.title}", body, src, crumbs=[(f"Strategies: {group.title}", None)],
                 verdict=strategy_verdict(comp), glossary=list(comp.columns))
 
 
+def ranked_frame(multi: pd.DataFrame) -> pd.DataFrame:
+    """The ranked rows with step_ns / step_min_ns / step_max_ns set to the time they are ranked by (and its
+    range), for the bars figure, which draws those columns."""
+    if "rank_step_ns" not in multi:
+        return multi
+    return multi.assign(step_ns=multi["rank_step_ns"], step_min_ns=multi["rank_min_ns"],
+                        step_max_ns=multi["rank_max_ns"])
+
+
+def times_text(comp: pd.DataFrame) -> str:
+    """What the page's times are: the ranking basis of its runs and where the other time is."""
+    if ranked_by(comp) == "un-profiled step time":
+        return ("Every run of this set was also timed without nsys, so the verdict, the bars and the efficiency "
+                "use that un-profiled median (CUDA events over the repeats); the table shows it beside the trace's "
+                "median over profiled steps and ranks and the profiler overhead. ")
+    return "Times are medians over profiled steps and ranks (the trace). "
+
+
 def strategy_alt(multi: pd.DataFrame) -> str:
     from ddp_profile.plots.compare import run_label
+    from ddp_profile.report.verdicts import rank_time
 
     return "Bar chart, runs ranked by time per step: " + "; ".join(
-        f"{run_label(r)} {fmt_ms(r['step_ns'])}" for r in multi.to_dict("records"))
+        f"{run_label(r)} {fmt_ms(rank_time(r))}" for r in multi.to_dict("records"))
 
 
 def scaling_frame(runs: list[Run]) -> pd.DataFrame:
     """comparison per strategy (each against its own 1-GPU run, :func:`~ddp_profile.report.compare.baseline_for`),
-    plus samples_per_s = world_size · batch / step time (batch: the run JSON's per-GPU batch; NaN when
-    unknown)."""
+    plus samples_per_s = world_size · batch / step time (the time the set is ranked by, rank_step_ns; batch:
+    the run JSON's per-GPU batch; NaN when unknown)."""
     parts = []
     for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_size_mb")) for r in runs):
         mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_size_mb")) == key),
@@ -95,7 +152,7 @@ def scaling_frame(runs: list[Run]) -> pd.DataFrame:
         comp = comparison(mine)
         batch = [((r.meta.get("config") or {}).get("batch") or r.meta.get("batch")) for r in mine]
         comp["samples_per_s"] = [float(b) * float(w) / (t / 1e9) if b and t and t == t else float("nan")
-                                 for b, w, t in zip(batch, comp["world_size"], comp["step_ns"], strict=False)]
+                                 for b, w, t in zip(batch, comp["world_size"], comp["rank_step_ns"], strict=False)]
         parts.append(comp)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
@@ -109,12 +166,14 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
     if not len(top):
         return "<p>No 1-GPU baseline, so no efficiency.</p>"
     from ddp_profile.plots.compare import run_label
+    from ddp_profile.report.verdicts import rank_time
 
     best = top.iloc[0]
     rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
     return (f"<p><b>At {int(ws.max())} GPUs, {esc(run_label(best))} scales best</b>: efficiency "
             f"{fmt_pct(best['efficiency_pct'])} of its own 1-GPU run ({esc(best['baseline'])}), step "
-            f"{fmt_ms(best['step_ns'])}" + (f"; {rest}" if rest else "") + ".</p>")
+            f"{fmt_ms(rank_time(best))}" + (f"; {rest}" if rest else "") + f". Efficiency, throughput and step use "
+            f"the {ranked_by(comp)}.</p>")
 
 
 def render_scaling_page(group: Group) -> str:
@@ -136,9 +195,73 @@ def render_scaling_page(group: Group) -> str:
                 verdict=scaling_verdict(comp), glossary=list(comp.columns))
 
 
-def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False) -> str:
-    """Every run with its headline numbers, then the comparisons, then what failed to load. No figure, so
-    no chart library."""
+def run_sets(runs: list[Run]) -> str:
+    """'30 runs in 4 sets: top level (22 runs, 1–2 GPUs), campaign/A (8 runs, 1–2 GPUs), …'."""
+    sets: dict[str, list[Run]] = {}
+    for r in runs:
+        sets.setdefault(r.folder, []).append(r)
+
+    def gpus(rs: list[Run]) -> str:
+        ws = sorted({int(w) for r in rs if (w := r.meta.get("world_size")) is not None and str(w).isdigit()})
+        if not ws:
+            return "GPUs not recorded"
+        return (f"{ws[0]}–{ws[-1]}" if len(ws) > 1 else f"{ws[0]}") + (" GPU" if ws == [1] else " GPUs")
+
+    items = ", ".join(f"{esc(f + '/') if f else 'top level'} ({len(rs)} run{'s' if len(rs) != 1 else ''}, "
+                      f"{gpus(rs)})" for f, rs in sets.items())
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(sets)} set{'s' if len(sets) != 1 else ''}: {items}."
+
+
+def _set_title(g: Group) -> str:
+    """A comparison's title with its set named: top-level groups carry no folder in their title."""
+    return g.title if g.folder else f"top level · {g.title}"
+
+
+def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = None) -> str:
+    """The index's own answer, from the same frames the pages show: which run sets there are, the fastest
+    configuration of each strategy comparison (:func:`~ddp_profile.report.verdicts.ranked`, the rule its
+    page states: un-profiled time where every run of the set has it), the bucket cap each sweep measured
+    fastest (the sweep verdict's rule), and links to those pages."""
+    from ddp_profile.report.measures import UNPROFILED
+    from ddp_profile.report.verdicts import label, rank_time
+
+    if not runs:
+        return ""
+    ctx = context or {}
+    head, fastest = [run_sets(runs)], []
+    for g in (g for g in groups if g.kind == "strategies"):
+        comp = ctx.get("comps", {}).get(g.page)
+        r = ranked(comp if comp is not None else comparison(g.runs))
+        if len(r):
+            b = r.iloc[0].to_dict()
+            how = "un-profiled" if b.get("rank_basis") == UNPROFILED else "profiled, trace"
+            fastest.append(f"<li><a href='{esc(g.page)}'>{esc(_set_title(g))}</a>: <b>{esc(label(b))}</b>, "
+                           f"{fmt_ms(rank_time(b))} per step ({how}), fastest of {len(r)}</li>")
+    if fastest:
+        head.append("Use the fastest configuration of your set (ranked by un-profiled step time where every run "
+                    "of the set was timed without nsys, else by the trace's):")
+    else:
+        head.append("No comparison here holds two multi-GPU configurations, so there is no ranking; the run "
+                    "pages say what bounds each step.")
+    out, caps = [], []
+    for g in (g for g in groups if g.kind == "sweep"):
+        f = ctx.get("sweeps", {}).get(g.page) or {}
+        if f.get("best_cap") is not None:
+            caps.append(f"<a href='{esc(g.page)}'>{esc(_set_title(g))}</a>: {fmt_cap(f['best_cap'])} "
+                        f"({fmt_ms(f.get('best_step_ns'))} per step)")
+    if caps:
+        out.append("Bucket cap measured fastest for bucketed training: " + "; ".join(caps) + ".")
+    out.append("Each comparison says whether its steps establish the order; each run page says what bounds its "
+               "step and what to change.")
+    listed = f"<ul>{''.join(fastest)}</ul>" if fastest else ""
+    return f"<p>{' '.join(head)}</p>{listed}<p>{' '.join(out)}</p>"
+
+
+def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
+                 context: dict | None = None) -> str:
+    """The index verdict (:func:`index_verdict`), every run with its headline numbers, then the
+    comparisons, then what failed to load. No figure, so no chart library. ``context``: the report's
+    {"comps": {strategy page: comparison}, "sweeps": {sweep page: facts}} (computed when missing)."""
     parts = []
     if failures:
         parts.append("<h2 class='fail'>Runs that failed to load</h2><ul>"
@@ -152,18 +275,15 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
     comp = comparison(runs) if runs else pd.DataFrame()
     if len(comp):
         parts.insert(0, "<h2>Runs</h2>" + table(
-            comp[["run"] + INDEX_COLUMNS], "Every run (medians over profiled steps and ranks)",
+            comp[["run"] + INDEX_COLUMNS], "Every run (trace: medians over profiled steps and ranks)",
             links={"run": list(comp["page"])}) +
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
-            "and scaling pages use the same one.</p>")
+            "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "
+            "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>")
     if findings:
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")
-    verdict = ""
-    multi = ranked(comp) if len(comp) else comp
-    if len(multi):
-        verdict = (f"<p>{len(runs)} runs, {len(groups)} comparisons. Open a comparison for its verdict; the run "
-                   "pages say what bounds each step and what to change.</p>")
+    verdict = index_verdict(runs, groups, context)
     return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)",
                 crumbs=[], verdict=verdict, glossary=INDEX_COLUMNS)

@@ -162,7 +162,8 @@ def advice_for(run: Run, context: dict | None) -> str:
 def measured_advice(run: Run, context: dict | None) -> str:
     """What to change, with the expected gain and the evidence: the bucket sweep of the run's group (the
     measured best cap and the model's b*), else the fastest run of its strategy comparison (measured)."""
-    from ddp_profile.report.verdicts import label, ranked
+    from ddp_profile.report.measures import UNPROFILED
+    from ddp_profile.report.verdicts import label, rank_time, ranked
 
     ctx = context or {}
     # a trace without the harness's JSON: its ranks say how many GPUs took part
@@ -201,11 +202,16 @@ def measured_advice(run: Run, context: dict | None) -> str:
             continue
         best = r.iloc[0]
         link = f"<a href='{esc(g.page)}'>strategy comparison</a>"
-        gain = t - float(best["step_ns"])
+        # the comparison's ranked time (un-profiled where the set has it), so this advice and the
+        # comparison name the same winner with the same numbers
+        own = comp[comp["page"] == run.page]
+        t_run = rank_time(own.iloc[0]) if len(own) else t
+        gain = t_run - rank_time(best)
         if best["page"] == run.page or not gain > 0:
             return f"<b>Keep this strategy</b>: no run of the measured {link} has a shorter median step."
-        return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(best['step_ns'])} per "
-                f"step, {fmt_ms(gain)} ({100 * gain / t:.1f} %) less than this run (evidence: the {link}).")
+        how = " (un-profiled)" if best.get("rank_basis") == UNPROFILED else ""
+        return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(rank_time(best))} per "
+                f"step{how}, {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run (evidence: the {link}).")
     return "No comparison holds this run, so no measured alternative to recommend."
 
 

@@ -198,7 +198,7 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None, facts: dict |
         "<p class='note'>No collective sizes in these traces, so no α-β plot.</p>",
         table(shown, "α-β fit (t = o + bytes / w, one row per size regime, relative errors), every run with "
               "collective sizes pooled (the findings' fit)"),
-        numbers_table(comp, "Numbers (ranked by step time)"), run_links(group.runs),
+        numbers_table(comp, "Numbers (ranked by step time)", sort="step_ns"), run_links(group.runs),
     ])
     return page(f"Bucket sweep: {group.title}", body, src, crumbs=[(f"Bucket sweep: {group.title}", None)],
                 verdict=verdict, glossary=list(comp.columns) + list(shown.columns))

@@ -30,7 +30,19 @@ def label(row) -> str:
 
 
 def _range(row) -> str:
-    return f"{fmt_ms(row.get('step_min_ns'), unit=False)}–{fmt_ms(row.get('step_max_ns'))}"
+    lo, hi = row.get(_LO, row.get("step_min_ns")), row.get(_HI, row.get("step_max_ns"))
+    return f"{fmt_ms(lo, unit=False)}–{fmt_ms(hi)}"
+
+
+_T, _LO, _HI = "rank_step_ns", "rank_min_ns", "rank_max_ns"
+"""The comparison's columns of the step time runs are ranked by (``report.compare.add_run_facts``); a
+frame without them (built by hand) is ranked by ``step_ns`` and its min–max."""
+
+
+def rank_time(row) -> float:
+    """The step time a comparison row is ranked by: rank_step_ns when the frame has it, else step_ns."""
+    v = row.get(_T)
+    return float(v) if v is not None and not missing(v) else float(row.get("step_ns", float("nan")))
 
 
 def _diff(a_ns: float, b_ns: float) -> str:
@@ -49,9 +61,39 @@ def _hosts(a, b) -> str:
 
 
 def ranked(comp: pd.DataFrame) -> pd.DataFrame:
-    """Multi-GPU rows with a step time, fastest first."""
+    """Multi-GPU rows with a step time, fastest first by the time the run set is ranked by (rank_step_ns:
+    un-profiled when every run of the set has it, :mod:`ddp_profile.report.measures`; else step_ns)."""
     ws = pd.to_numeric(comp["world_size"], errors="coerce")
-    return comp[(ws > 1) & comp["step_ns"].notna()].sort_values("step_ns").reset_index(drop=True)
+    key = _T if _T in comp else "step_ns"
+    return comp[(ws > 1) & comp[key].notna()].sort_values(key, kind="stable").reset_index(drop=True)
+
+
+def basis_sentence(rows: list[dict]) -> str:
+    """Which step time the ranking uses, and (un-profiled) how many runs nsys would reorder."""
+    from ddp_profile.report.measures import TRACE, UNPROFILED, basis_text, places_changed
+
+    bases = {x.get("rank_basis") for x in rows} - {None}
+    if not bases or bases == {TRACE}:
+        lacking = [x for x in rows if missing(x.get("unprofiled_step_ns"))]
+        if len(lacking) == len(rows):
+            why = "no run here was timed without nsys"
+        elif lacking:
+            why = (f"{len(lacking)} of these {len(rows)} runs ({', '.join(_e(label(x)) for x in lacking[:4])}"
+                   f"{', …' if len(lacking) > 4 else ''}) were not timed without nsys")
+        else:
+            why = "not every run of this set (its 1-GPU baseline included) was timed without nsys"
+        return f"Ranked by {basis_text(TRACE)}: {why}."
+    if bases != {UNPROFILED}:
+        return "Ranked by the step time of each run's set (column rank basis)."
+    over = [float(x["profiler_overhead_pct"]) for x in rows if not missing(x.get("profiler_overhead_pct"))]
+    order = list(range(len(rows)))
+    moved = places_changed(order, sorted(order, key=lambda i: float(rows[i].get("step_ns", float("nan")))))
+    text = f"Ranked by {basis_text(UNPROFILED)}"
+    if over:
+        text += f"; profiler overhead {min(over):.1f}–{max(over):.1f} % across these runs"
+    text += (f", and ranked by the profiled trace time {moved} of {len(rows)} runs would change place." if moved
+             else ", and the profiled trace times give the same order.")
+    return text
 
 
 def strategy_verdict(comp: pd.DataFrame) -> str:
@@ -59,42 +101,58 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
     if not r:
         return "<p>No multi-GPU run with steps here, so no ranking.</p>"
     best = r[0]
-    n = int(best.get("n_steps") or 0)
-    out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(best['step_ns'])} per step (median over ranks and "
-           f"{n} profiled steps; range {_range(best)})."]
+    t = rank_time
+    out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(t(best))} per step ({_population(best)})."]
     if len(r) > 1:
         nxt, worst = r[1], r[-1]
-        s = (f"It is {_diff(best['step_ns'], nxt['step_ns'])} faster than the next, {_e(label(nxt))} "
-             f"({fmt_ms(nxt['step_ns'])}, range {_range(nxt)})")
+        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))} "
+             f"({fmt_ms(t(nxt))}, range {_range(nxt)})")
         if len(r) > 2:
-            s += f", and {_diff(best['step_ns'], worst['step_ns'])} faster than the slowest, {_e(label(worst))}"
+            s += f", and {_diff(t(best), t(worst))} faster than the slowest, {_e(label(worst))}"
         out.append(s + ".")
-        if best["step_max_ns"] < nxt["step_min_ns"]:
+        b_hi, n_lo = best.get(_HI, best.get("step_max_ns")), nxt.get(_LO, nxt.get("step_min_ns"))
+        if missing(b_hi) or missing(n_lo):
+            out.append("No step-time range is recorded for the top two, so whether their steps establish the "
+                       "order is not known.")
+        elif b_hi < n_lo:
             out.append("Its slowest step is faster than the next one's fastest step, so these steps establish "
                        "the order of the top two.")
         else:
             out.append("Their step-time ranges overlap, so these steps do not establish the order of the top "
-                       f"two: the {fmt_ms(nxt['step_ns'] - best['step_ns'])} gap is within the step-to-step "
+                       f"two: the {fmt_ms(t(nxt) - t(best))} gap is within the step-to-step "
                        "spread.")
     ddp = [x for x in r if x.get("strategy") == "torch_ddp"]
     if ddp and ddp[0] is not best:
         d = ddp[0]
-        out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(d['step_ns'])}): "
-                   f"{_diff(best['step_ns'], d['step_ns'])} faster{_hosts(best, d)}.")
+        out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(t(d))}): "
+                   f"{_diff(t(best), t(d))} faster{_hosts(best, d)}.")
         own = [x for x in r if x.get("strategy") != "torch_ddp"]
         if own and own[0] is not best:
             o = own[0]
-            word = "faster" if o["step_ns"] < d["step_ns"] else "slower"
-            out.append(f"The best of ours, {_e(label(o))}, is {_diff(o['step_ns'], d['step_ns'])} {word} "
-                       "than torch_ddp.")
+            word = "faster" if t(o) < t(d) else "slower"
+            out.append(f"The best of ours, {_e(label(o))}, is {_diff(t(o), t(d))} {word} than torch_ddp.")
     elif ddp:
         own = [x for x in r if x.get("strategy") != "torch_ddp"]
         if own:
             out.append(f"PyTorch DDP is fastest; our best, {_e(label(own[0]))}, is "
-                       f"{_diff(best['step_ns'], own[0]['step_ns'])} slower.")
-    order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(x['step_ns'])}" for i, x in enumerate(r, 1))
+                       f"{_diff(t(best), t(own[0]))} slower.")
+    order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(t(x))}" for i, x in enumerate(r, 1))
     out.append(f"Ranked: {order}.")
+    if "rank_basis" in best:
+        out.append(basis_sentence(r))
     return "<p>" + " ".join(out) + "</p>"
+
+
+def _population(row) -> str:
+    """What the row's ranked time is a median of."""
+    from ddp_profile.report.measures import UNPROFILED
+
+    if row.get("rank_basis") == UNPROFILED:
+        reps = row.get("unprofiled_repeats")
+        n = f"{int(reps)} " if reps is not None and not missing(reps) else ""
+        return (f"un-profiled: median over {n}runs without nsys, CUDA events, range {_range(row)}; "
+                f"{fmt_ms(row.get('step_ns'))} in the profiled trace")
+    return f"median over ranks and {int(row.get('n_steps') or 0)} profiled steps; range {_range(row)}"
 
 
 def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:

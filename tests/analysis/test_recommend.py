@@ -10,7 +10,14 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis import analyze
-from ddp_profile.analysis.recommend import CHANNELS_FLAGS, merge_buckets, recommend
+from ddp_profile.analysis.recommend import (
+    channel_room,
+    channels_to_keep,
+    fields_of,
+    flags_of,
+    merge_buckets,
+    recommend,
+)
 from ddp_profile.harness.bench import add_arguments, config_from_args
 from ddp_profile.nsys.loader import load_trace
 
@@ -69,15 +76,63 @@ def test_recommended_flags_are_harness_options():
         assert cfg.strategy in ("torch_ddp", "bucketed")
 
 
+def test_recommended_fields_are_the_config_the_flags_set():
+    """Each row's configuration fields equal the harness config its flags parse to, so a run can be matched
+    to a recommendation on its config fields (the findings do)."""
+    _, res = _real()
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    for row in res.recommendation.to_dict("records"):
+        cfg = config_from_args(p.parse_args([*shlex.split(row["flags"]), "--model", "xl"]))
+        assert (cfg.strategy, cfg.bucket_mb, cfg.nccl_channels, cfg.nccl_high_priority) == \
+            (row["strategy"], row["bucket_mb"], row["nccl_channels"], row["nccl_high_priority"])
+        assert flags_of(row) == row["flags"]
+    assert flags_of(fields_of("torch_ddp", 100 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}) == \
+        "--strategy torch_ddp --bucket-mb 100 --nccl-channels 2 --nccl-high-priority"
+    assert flags_of(fields_of("overlap")) == "--strategy overlap"
+
+
 def test_channels_are_cut_only_when_contention_outweighs_exposed_communication():
     trace, res = _real()
     lost = res.contention["lost_ns"].sum() / len(res.steps)
     exposed = res.steps["exposed_comm_ns"].median()
-    with_contention = recommend(res, trace.kernels, trace.run)
-    assert (CHANNELS_FLAGS in with_contention["flags"].iloc[0]) == (lost > exposed)
+    assert trace.meta["nccl_channels"] == 24  # gridX of the stock run's NCCL kernels
+    with_contention = recommend(res, trace.kernels, trace.run, nccl_channels=24)
+    assert ("--nccl-channels" in with_contention["flags"].iloc[0]) == (lost > exposed)
     res_quiet = type(res)(**{**res.__dict__, "contention": res.contention.iloc[0:0]})
-    quiet = recommend(res_quiet, trace.kernels, trace.run)
-    assert CHANNELS_FLAGS not in quiet["flags"].iloc[0] and np.isnan(quiet["upper_gain_ns"].iloc[0])
+    quiet = recommend(res_quiet, trace.kernels, trace.run, nccl_channels=24)
+    assert "--nccl-channels" not in quiet["flags"].iloc[0] and np.isnan(quiet["upper_gain_ns"].iloc[0])
+    unknown = recommend(res, trace.kernels, trace.run)  # no channel count: nothing to cut from
+    assert "--nccl-channels" not in unknown["flags"].iloc[0]
+    assert "channel count is not in the trace" in unknown["basis"].iloc[0]
+
+
+def test_channels_kept_are_the_fewest_whose_worst_case_slowdown_fits_under_backward():
+    assert channels_to_keep(24, 6.24) == 4  # 24/4 = 6.0x fits in 6.24x; 24/3 = 8x does not
+    assert channels_to_keep(24, 2.19) == 11  # 24/11 = 2.18x
+    assert channels_to_keep(24, 2.70) == 9
+    assert channels_to_keep(24, 0.9) is None  # the collectives already overrun backward
+    assert channels_to_keep(2, 1.5) is None  # ceil(2 / 1.5) = 2: no channel can go
+    assert channels_to_keep(None, 5.0) is None and channels_to_keep(24, float("nan")) is None
+
+
+def test_channel_room_known_answer():
+    # rank 0: step 0 has two 10 ns collectives, first ready at 100, backward ends at 160 -> (160-100)/20 = 3
+    #         step 1 has one 20 ns collective ready at 300, backward ends at 400 -> 100/20 = 5; median 4
+    grad = pd.DataFrame({"rank": [0, 0, 0], "step": [0, 0, 1], "duration_ns": [10, 10, 20]})
+    steps = pd.DataFrame({"rank": [0, 0], "step": [0, 1], "backward_end_ns": [160, 400]})
+    assert channel_room(grad, np.array([100.0, 120.0, 300.0]), steps) == 4.0
+    assert np.isnan(channel_room(grad, np.full(3, np.nan), steps))
+
+
+def test_recommendation_on_the_committed_4_gpu_stock_run_is_the_one_set_d_confirmed():
+    """traces/campaign/C's stock 4-GPU run gives 9 channels; traces/campaign/D ran exactly that."""
+    trace = load_trace("traces/campaign/C/torch_ddp-25mb_xl_fp32_4xh100")
+    head = analyze(trace).recommendation.iloc[0]
+    assert head["flags"] == "--strategy torch_ddp --bucket-mb 25 --nccl-channels 9 --nccl-high-priority"
+    assert "9 of NCCL's 24 channels is the fewest" in head["basis"]
+    confirmed = load_trace("traces/campaign/D/torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")
+    assert confirmed.run["config"]["nccl_channels"] == 9 and confirmed.meta["nccl_channels"] == 9
 
 
 def test_no_recommendation_where_the_trace_cannot_support_one():

@@ -237,3 +237,13 @@ def test_unrelated_json_is_not_taken_and_bad_json_is_a_warning(tmp_path, sample_
     tr = load_trace(tmp_path / "a.sqlite")
     assert tr.run == {"strategy": "overlap"}
     assert any("run.json: run record is a JSON list" in w for w in tr.warnings)
+
+
+def test_nccl_channel_count_is_read_from_the_grid_of_nccl_kernels():
+    """NCCL launches one CTA per channel: gridX of its kernels is the channel count (24 by default on the
+    committed H100 runs, 2 where the harness capped it with --nccl-channels 2); None without NCCL."""
+    campaign = TRACES / "campaign" / "C"
+    assert load_trace(campaign / "torch_ddp-25mb_xl_fp32_4xh100").meta["nccl_channels"] == 24
+    capped = load_trace(campaign / "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100")
+    assert capped.run["config"]["nccl_channels"] == 2 and capped.meta["nccl_channels"] == 2
+    assert load_trace(campaign / "none_xl_fp32_1xh100").meta["nccl_channels"] is None

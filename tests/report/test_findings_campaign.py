@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from ddp_profile.analysis.recommend import fields_of, flags_of
 from ddp_profile.report.findings import campaign as qc
 from ddp_profile.report.findings.data import CAMPAIGN, RunData
 from ddp_profile.schema import RECOMMEND_COLUMNS
@@ -65,9 +66,11 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
 
 
 def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
-    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | {
-        "lever": "recommended", "flags": "--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 --nccl-high-priority",
-        "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
+    # the recommender's own configuration fields, as it writes them when it cuts NCCL to two channels
+    fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
+        "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
+    assert rec["flags"].iloc[0] == "--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 --nccl-high-priority"
     ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 380.0, rec=rec)
     hit = _run("torch_ddp-ch2-hiprio", "torch_ddp", 2, 369.0, 376.0,
                config={"nccl_channels": 2, "nccl_high_priority": True})
@@ -76,6 +79,10 @@ def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
     # measured 376 ms profiled against 380 predicted: (376 - 380) / 376 = -1.1 %, inside [372, 380]
     assert "Measured: 376.0 ms profiled (369.0 ms un-profiled)" in text
     assert "off by -1.1% of the measured step, and the measurement falls inside the predicted range" in text
+    # matched on fields: another cap, or a lever the recommender never sets, is not the recommended run
+    assert not qc.config_matches(hit.config | {"bucket_mb": 100.0}, rec.iloc[0])
+    assert not qc.config_matches(hit.config | {"grad_views": True}, rec.iloc[0])
+    assert qc.config_matches(hit.config, rec.iloc[0]) and not qc.config_matches(decoy.config, rec.iloc[0])
 
 
 def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_reference():

@@ -4,6 +4,8 @@ and how the harness's levers compare with stock PyTorch DDP on one machine, un-p
 Every run there was timed twice without nsys (CUDA-event medians, folded into the run JSON as
 ``unprofiled_step_ms_median`` by ``python -m ddp_profile.harness.timings``) beside its profiled run, on the
 same host in the same campaign, so these sections rank by un-profiled time and state the profiler's cost.
+Which time ranks a set is :func:`ddp_profile.report.measures.ranking_basis`, the rule the comparison pages
+use too (a set where some run lacks the un-profiled median is ranked by trace time, on the pages and here).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ddp_profile.report import measures
 from ddp_profile.report.findings.text import Section, ms, pct
 
 GIB = float(1 << 30)
@@ -50,8 +53,7 @@ def set_title(name: str) -> str:
 
 
 def unprofiled_ns(r) -> float:
-    v = r.meta.get("unprofiled_step_ms_median")
-    return float(v) * 1e6 if isinstance(v, (int, float)) else math.nan
+    return measures.unprofiled_ns(r.meta)
 
 
 def profiled_ns(r) -> float:
@@ -64,9 +66,9 @@ def repeats_text(r) -> str:
     return " / ".join(f"{x:.1f}" for x in reps if isinstance(x, (int, float)))
 
 
-def _max_gib(r, key: str) -> float:
-    vals = [v for v in (r.meta.get(key) or []) if isinstance(v, (int, float))]
-    return max(vals) / GIB if vals else math.nan
+def _max_gib(r, column: str) -> float:
+    """The run's largest per-rank value of a memory column (measures.MEMORY_KEYS), GiB."""
+    return measures.peak_bytes(r.meta, column) / GIB
 
 
 def exposed_by_kind(r) -> dict[str, float]:
@@ -109,17 +111,17 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
             kinds = exposed_by_kind(r)
             rows.append({"run": r.name, "step (un-profiled)": ms(unprofiled_ns(r)),
                          "vs torch_ddp": pct(100.0 * (unprofiled_ns(r) / unprofiled_ns(ref) - 1)),
-                         "peak allocated GiB": round(_max_gib(r, "peak_memory_allocated_bytes_per_rank"), 2),
-                         "peak reserved GiB": round(_max_gib(r, "peak_memory_reserved_bytes_per_rank"), 2),
-                         "optimizer state GiB/GPU": round(_max_gib(r, "optimizer_state_bytes_per_rank"), 2),
+                         "peak allocated GiB": round(_max_gib(r, "peak_allocated_bytes"), 2),
+                         "peak reserved GiB": round(_max_gib(r, "peak_reserved_bytes"), 2),
+                         "optimizer state GiB/GPU": round(_max_gib(r, "optimizer_state_bytes"), 2),
                          **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
                          "report page": page_for(r)})
         s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
         s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({set_title(name)})")
         for r in sharded:
-            d_opt = _max_gib(ref, "optimizer_state_bytes_per_rank") - _max_gib(r, "optimizer_state_bytes_per_rank")
-            d_mem = _max_gib(ref, "peak_memory_allocated_bytes_per_rank") - _max_gib(
-                r, "peak_memory_allocated_bytes_per_rank")
+            d_opt = _max_gib(ref, "optimizer_state_bytes") - _max_gib(r, "optimizer_state_bytes")
+            d_mem = _max_gib(ref, "peak_allocated_bytes") - _max_gib(
+                r, "peak_allocated_bytes")
             dt = unprofiled_ns(r) - unprofiled_ns(ref)
             kinds = exposed_by_kind(r)
             param = {k: v for k, v in kinds.items() if k in ("AllGather", "Broadcast")}
@@ -132,8 +134,16 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
     return s
 
 
-def _rank_order(rs: list, key) -> list[str]:
-    return [r.name for r in sorted(rs, key=key)]
+def rank_time(rs: list):
+    """(basis, time): the step time (ns) a campaign set's runs are ranked by, :func:`measures.rank_ns` under
+    the set's :func:`measures.ranking_basis` (un-profiled when every run of the set has it), as on its
+    comparison page."""
+    basis = measures.ranking_basis(r.meta for r in rs)
+
+    def t(r) -> float:
+        return measures.rank_ns(r.meta, profiled_ns(r), basis)
+
+    return basis, t
 
 
 def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
@@ -145,31 +155,35 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         "medians over ranks × steps of the profiled trace.")
     for name, rs in sorted(sets.items()):
         ref, one = _reference(rs), _one_gpu(rs)
-        multi = [r for r in rs if r.world_size > 1 and np.isfinite(unprofiled_ns(r))]
+        # the basis is the whole campaign folder's (all its world sizes), as its comparison pages use
+        basis, t = rank_time([r for k, v in sets.items() if set_folder(k) == set_folder(name) for r in v])
+        multi = [r for r in rs if r.world_size > 1 and np.isfinite(t(r))]
         if ref is None or not multi:
             continue
         n_gpus = max(r.world_size for r in multi)
         s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
         rows = []
-        for r in sorted(multi, key=unprofiled_ns):
+        for r in sorted(multi, key=t):
             over = r.meta.get("profiler_overhead_pct")
             rows.append({"run": r.name, "un-profiled step": ms(unprofiled_ns(r)),
                          "repeats (ms)": repeats_text(r),
-                         "vs stock torch_ddp": f"{unprofiled_ns(r) / unprofiled_ns(ref):.3f}×",
-                         f"{n_gpus}-GPU efficiency": pct(100.0 * unprofiled_ns(one) / unprofiled_ns(r)) if one else "–",
+                         "vs stock torch_ddp": f"{t(r) / t(ref):.3f}×",
+                         f"{n_gpus}-GPU efficiency": pct(100.0 * t(one) / t(r)) if one else "–",
                          "profiled step (trace)": ms(profiled_ns(r)),
                          "profiler overhead": pct(over) if isinstance(over, (int, float)) else "–",
                          "compute": ms(r.v("compute_ns")),
                          "exposed comm": ms(r.v("exposed_comm_ns")), "report page": page_for(r)})
         s.table(pd.DataFrame(rows), f"Set {name} ({set_title(name)}), fastest first")
-        best = min(multi, key=unprofiled_ns)
-        ratio = unprofiled_ns(best) / unprofiled_ns(ref)
-        eff = 100.0 * unprofiled_ns(one) / unprofiled_ns(best) if one else math.nan
-        s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(unprofiled_ns(best))} per step, "
-            f"{ratio:.3f}× stock torch_ddp ({ms(unprofiled_ns(ref))})"
-            + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(unprofiled_ns(one))}" if one else "")
+        best = min(multi, key=t)
+        ratio = t(best) / t(ref)
+        eff = 100.0 * t(one) / t(best) if one else math.nan
+        s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(t(best))} per step, "
+            f"{ratio:.3f}× stock torch_ddp ({ms(t(ref))})"
+            + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(t(one))}" if one else "")
+            + (" (ranked by the profiled trace time: not every run of this set was timed without nsys)"
+               if basis == measures.TRACE else "")
             + ". " + _lever_evidence(ref, best, one, multi))
-        s.p(_ranking_sentence(name, multi))
+        s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         s.p(_prediction_sentence(name, ref, rs))
     return s
 
@@ -196,19 +210,22 @@ def _lever_evidence(ref, best, one=None, multi=()) -> str:
             f"communication goes from {ms(exp_ref)} to {ms(exp_best)}.")
 
 
-def _ranking_sentence(name: str, multi: list) -> str:
-    unprof = _rank_order(multi, unprofiled_ns)
-    prof = _rank_order(multi, profiled_ns)
-    overheads = [r.meta.get("profiler_overhead_pct") for r in multi]
+def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED) -> str:
+    """``ranked``: the set's multi-GPU runs, fastest first by its ranking time (``basis``)."""
+    if basis != measures.UNPROFILED:
+        return (f"Set {name}: not every configuration was timed without nsys, so it is ranked by trace time and "
+                "how nsys changes the order is not known.")
+    unprof = [r.name for r in ranked]
+    prof = [r.name for r in sorted(ranked, key=profiled_ns)]
+    overheads = [r.meta.get("profiler_overhead_pct") for r in ranked]
     overheads = [o for o in overheads if isinstance(o, (int, float))]
     span = f"{min(overheads):.1f}–{max(overheads):.1f} %" if overheads else "not recorded"
     if unprof == prof:
         return (f"Set {name}: profiler overhead {span} across configurations; the ranking under nsys is the "
                 "same as without it.")
-    moved = [n for i, n in enumerate(unprof) if prof.index(n) != i]
     return (f"Set {name}: profiler overhead {span} across configurations, and the ranking under nsys differs "
-            f"from the un-profiled one ({len(moved)} of {len(unprof)} configurations change place): rank by "
-            "un-profiled time.")
+            f"from the un-profiled one ({measures.places_changed(unprof, prof)} of {len(unprof)} configurations "
+            "change place): rank by un-profiled time.")
 
 
 def _prediction_sentence(name: str, ref, rs: list) -> str:
@@ -217,7 +234,7 @@ def _prediction_sentence(name: str, ref, rs: list) -> str:
         return f"Set {name}: the analysis of {ref.name} makes no recommendation (see its report page)."
     head = rec.iloc[0]
     flags = str(head["flags"])
-    match = [r for r in rs if r is not ref and _flags_match(r, flags)]
+    match = [r for r in rs if r is not ref and config_matches(r.config, head)]
     pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
     text = (f"Set {name}: from the stock run's trace alone, `ddp-profile analyze --section recommendation` "
             f"recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
@@ -233,13 +250,17 @@ def _prediction_sentence(name: str, ref, rs: list) -> str:
                    f"{'falls inside' if within else 'falls outside'} the predicted range.")
 
 
-def _flags_match(r, flags: str) -> bool:
-    parts = flags.split()
-    c = r.config
-    strategy = parts[parts.index("--strategy") + 1] if "--strategy" in parts else None
-    mb = float(parts[parts.index("--bucket-mb") + 1]) if "--bucket-mb" in parts else None
-    channels = int(parts[parts.index("--nccl-channels") + 1]) if "--nccl-channels" in parts else 0
-    return (r.strategy == strategy and (mb is None or float(c.get("bucket_mb") or 0) == mb)
-            and int(c.get("nccl_channels") or 0) == channels
-            and bool(c.get("nccl_high_priority")) == ("--nccl-high-priority" in parts)
-            and not c.get("shard_optimizer") and not c.get("grad_views") and not c.get("overlap_optimizer"))
+OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")
+"""Harness levers the recommender never sets: a run with any of them on is not the recommended one."""
+
+
+def config_matches(config: dict, rec) -> bool:
+    """Whether a run's harness config is the configuration a recommendation row names, field by field
+    (``analysis.recommend.CONFIG_FIELDS``: strategy, bucket cap, NCCL channels and priority), with none of
+    the :data:`OTHER_LEVERS` on."""
+    mb = rec.get("bucket_mb")
+    return (config.get("strategy") == rec.get("strategy")
+            and (mb is None or pd.isna(mb) or float(config.get("bucket_mb") or 0) == float(mb))
+            and int(config.get("nccl_channels") or 0) == int(rec.get("nccl_channels") or 0)
+            and bool(config.get("nccl_high_priority")) == bool(rec.get("nccl_high_priority"))
+            and not any(config.get(k) for k in OTHER_LEVERS))

@@ -331,11 +331,17 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
     gpus = sorted({str(r.meta.get("gpu_name")) for r in runs if r.meta.get("gpu_name")})
     s.p(f"Each run has {'–'.join(str(x) for x in (nsteps[0], nsteps[-1]))} measured steps after warm-up; medians "
         "are over ranks × steps and min–max spreads are over the same rows. "
-        + ("Each configuration ran once (no repeat runs)" if not repeated else
-           f"{repeated} of {len(configs)} configurations ran more than once")
+        + ("Each configuration was profiled once (no repeated traces)" if not repeated else
+           f"{repeated} of {len(configs)} configurations were profiled more than once")
         + f", on {' and '.join(gpus) or 'unrecorded GPUs'}"
         + ("" if any("H100" in g for g in gpus) else " rather than the H100 the assignment assumes")
         + ". Differences smaller than the spreads shown are not established by these traces.")
+    reps = [len(r.meta.get("unprofiled_repeat_medians_ms") or []) for r in runs]
+    timed = [n for n in reps if n > 0]
+    if timed:
+        s.p(f"Besides its profiled run, {len(timed)} of {len(runs)} runs (the campaign's) was also timed "
+            f"{'–'.join(str(x) for x in sorted({min(timed), max(timed)}))} times without nsys (CUDA-event medians "
+            "in the run JSON); those sections rank by that un-profiled time and give each repeat.")
     checked = [launch_line(name, rs) for name, rs in sets.items() if rs]
     if checked:
         from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT

@@ -1,0 +1,95 @@
+"""Facts of a run JSON that the pages and the findings read the same way: the step time a set of runs is
+ranked by, the un-profiled timing beside the trace, and the GPU memory of a run.
+
+The step time to rank by (issue 16). nsys changes the order of configurations (the profiler's cost differs
+from one configuration to the next), so the harness times every campaign configuration again without nsys
+(CUDA events; ``python -m ddp_profile.harness.timings`` folds the median into the run JSON as
+``unprofiled_step_ms_median``). A set of runs is ranked by that median when **every** run of the set has
+one (:func:`ranking_basis` = :data:`UNPROFILED`), and by the trace's step time (the median over ranks and
+profiled steps of ``step_ns``) otherwise (:data:`TRACE`): never a mix of the two on one axis. The pages
+(``report.compare.comparison``) and the findings (``report.findings.campaign``) both go through
+:func:`ranking_basis` and :func:`rank_ns`, so they cannot name different winners.
+
+Memory: the harness records per rank ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` after
+set-up and the bytes of the rank's optimizer-state tensors; a run's value is the largest over its ranks
+(:func:`peak_bytes`), the GPU that runs out first.
+"""
+
+from __future__ import annotations
+
+import math
+
+UNPROFILED = "un-profiled"
+TRACE = "trace"
+
+MEMORY_KEYS = {
+    "peak_allocated_bytes": "peak_memory_allocated_bytes_per_rank",
+    "peak_reserved_bytes": "peak_memory_reserved_bytes_per_rank",
+    "optimizer_state_bytes": "optimizer_state_bytes_per_rank",
+}
+"""Comparison column -> the run JSON's per-rank list it is the maximum of."""
+
+
+def _number(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
+def unprofiled_ns(meta: dict | None) -> float:
+    """The un-profiled median step (ns) from the run JSON; NaN when the run was not timed without nsys."""
+    return _number((meta or {}).get("unprofiled_step_ms_median")) * 1e6
+
+
+def unprofiled_range_ns(meta: dict | None) -> tuple[float, float]:
+    """(fastest, slowest) un-profiled step (ns) over every repeat; NaN when not recorded."""
+    m = meta or {}
+    return _number(m.get("unprofiled_step_ms_min")) * 1e6, _number(m.get("unprofiled_step_ms_max")) * 1e6
+
+
+def unprofiled_repeats(meta: dict | None) -> float:
+    """How many un-profiled repeats the median pools (NaN when not recorded)."""
+    m = meta or {}
+    n = m.get("unprofiled_repeats")
+    if not isinstance(n, (int, float)):
+        reps = m.get("unprofiled_repeat_medians_ms")
+        n = len(reps) if isinstance(reps, list) and reps else None
+    return _number(n)
+
+
+def profiler_overhead_pct(meta: dict | None) -> float:
+    """100 · (profiled / un-profiled CUDA-event median − 1), as the harness's timings wrote it."""
+    return _number((meta or {}).get("profiler_overhead_pct"))
+
+
+def ranking_basis(metas) -> str:
+    """:data:`UNPROFILED` when every run JSON in ``metas`` has an un-profiled median, else :data:`TRACE`."""
+    metas = list(metas)
+    return UNPROFILED if metas and all(math.isfinite(unprofiled_ns(m)) for m in metas) else TRACE
+
+
+def rank_ns(meta: dict | None, trace_step_ns, basis: str) -> float:
+    """The step time a run is ranked by under ``basis``: its un-profiled median or its trace step time."""
+    if basis == UNPROFILED:
+        return unprofiled_ns(meta)
+    return _number(trace_step_ns) if trace_step_ns is not None else math.nan
+
+
+def peak_bytes(meta: dict | None, column: str) -> float:
+    """The largest per-rank value of the run JSON list behind ``column`` (:data:`MEMORY_KEYS`); NaN when
+    the run JSON does not carry it."""
+    vals = [_number(v) for v in ((meta or {}).get(MEMORY_KEYS[column]) or [])]
+    vals = [v for v in vals if math.isfinite(v)]
+    return max(vals) if vals else math.nan
+
+
+def basis_text(basis: str) -> str:
+    """What a ranking by ``basis`` means, for a verdict."""
+    if basis == UNPROFILED:
+        return ("un-profiled step time (median of the harness's CUDA-event timings of the same configuration "
+                "without nsys; every run here has one)")
+    return "profiled step time (the trace's median over ranks and profiled steps)"
+
+
+def places_changed(order: list, other: list) -> int:
+    """How many of ``order``'s items stand at another place in ``other`` (the same items re-ranked): the
+    runs nsys reorders when ``order`` is the un-profiled ranking and ``other`` the profiled one."""
+    return sum(1 for i, x in enumerate(order) if other.index(x) != i)

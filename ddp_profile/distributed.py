@@ -188,7 +188,9 @@ def evidence_batch(loaded, paths: list[Path]) -> list[dict]:
         out.append({"procs": procs[["pid", "device", "rank"]].reset_index(drop=True),
                     "markers": mine[["pid", "name"]].reset_index(drop=True), "run": loaded.run,
                     "warnings": list(loaded.warnings) if i == 0 else [],
-                    "rows": int(np.isin(krank, procs["rank"].to_numpy()).sum())})
+                    "rows": int(np.isin(krank, procs["rank"].to_numpy()).sum()),
+                    # the batch's (the loader takes the most over its files; the client, over all files)
+                    "nccl_channels": loaded.meta.get("nccl_channels")})
     return out
 
 
@@ -242,8 +244,6 @@ def joined(traces: list):
                  ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
                  meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
                  run=traces[0].run, paths=[p for t in traces for p in t.paths])
-
-
 
 
 def batches(n_files: int, n_workers: int, size: int | None = None) -> list[range]:

@@ -107,6 +107,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits)
             arrays.append(cols_now | cols)
         kinds.append(k)
+        del sets  # not held while the next rank's are built (KernelArrays keeps one rank's at a time)
     if arrays:
         out = pd.DataFrame({c: np.concatenate([a[c] for a in arrays]) for c in arrays[0]})
     else:

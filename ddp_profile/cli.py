@@ -10,19 +10,11 @@ import argparse
 
 from ddp_profile import __version__
 from ddp_profile.commands import analyze, bench, export, findings, inspect, launches, report, scrub
-from ddp_profile.errors import one_line, run_main
+from ddp_profile.errors import OneLineParser, run_main
 
 # Order here is the order of `ddp-profile --help`.
 COMMANDS = {"inspect": inspect, "scrub": scrub, "analyze": analyze, "launches": launches, "report": report,
             "export": export, "findings": findings, "bench": bench}
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad argument is one line on stderr (``prog: error: ...``) and exit 2, like every
-    other error (argparse's default prints the usage block first). Sub-command parsers inherit the class."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

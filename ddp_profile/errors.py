@@ -14,6 +14,7 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -79,3 +80,12 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
         return 130
     except BrokenPipeError:
         return 0
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (``prog: error: ...``) and exit 2, like every
+    other error (argparse's default prints the usage block first). Sub-command parsers inherit the class;
+    ``ddp-profile`` and ``python -m ddp_profile.nsys.scrub`` both use it."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")

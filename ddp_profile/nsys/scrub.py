@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 import ddp_profile.nsys.rawio as rawio
-from ddp_profile.errors import OutputError, TraceError, UsageError, run_main
+from ddp_profile.errors import OneLineParser, OutputError, TraceError, UsageError, run_main
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -462,7 +462,7 @@ def run_args(args: argparse.Namespace, out=sys.stdout) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     return run_main("ddp_profile.nsys.scrub", run_args, args)

@@ -77,6 +77,9 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     return fig
 
 
+GL_POINTS = 2000
+
+
 def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, source: str = ""):
     """Collective duration vs bytes (points; transfer time where the analysis separated out waiting) and
     the fitted line t = o + bytes / w per collective type (COST_MODEL_COLUMNS: o_us, w_gb_per_s)."""
@@ -85,9 +88,12 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
     fig = go.Figure()
     col = collectives.dropna(subset=["bytes"])
     col = col[pd.to_numeric(col["bytes"], errors="coerce") > 0]
+    # every collective is a point; past GL_POINTS they are drawn with WebGL (an SVG node per point takes
+    # seconds to draw for the ~10^4 collectives of a long run)
+    points = go.Scattergl if len(col) > GL_POINTS else go.Scatter
     for name, g in col.groupby("collective", dropna=False):
         t = pd.to_numeric(g["transfer_ns"], errors="coerce").fillna(pd.to_numeric(g["duration_ns"]))
-        fig.add_trace(go.Scatter(x=g["bytes"].astype(float).tolist(), y=(t / 1e3).round(3).tolist(),
+        fig.add_trace(points(x=g["bytes"].astype(float).tolist(), y=(t / 1e3).round(3).tolist(),
                                  mode="markers", name=f"{html.escape(str(name), quote=False)} (measured)",
                                  marker={"size": 5, "opacity": 0.6}))
     for row in cost_model.to_dict("records"):

@@ -7,14 +7,15 @@ start deltas and durations in ns, name index; bucket, bytes, wait and transfer f
 aggregated *for the visible window at pixel resolution*: sub-pixel kernels of one kind on one row merge
 (:func:`~ddp_profile.plots._common.merge_small_bars`), kinds never merge, and every kind has its own lane
 in the row, so a merged compute bar can never hide a memset or an NCCL kernel. :func:`figure_for_step`
-does this in Python for the whole step (notebooks, the page's first paint); in the page
-:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS` redoes it on every zoom (``plotly_relayout``), so
-zooming in separates kernels down to single ones. A merged bar's tooltip says how many kernels of which
-kind it holds.
+does this in Python for the whole step (a plotly figure, for notebooks); the run page embeds the same data
+packed as typed-array columns (:func:`encode_for_page`) and its canvas chart,
+:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS`, redoes the aggregation on every zoom, so zooming in
+separates kernels down to single ones. A merged bar's tooltip says how many kernels of which kind it holds.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 
 import numpy as np
@@ -122,7 +123,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     kernel called ``<b>`` literal)."""
     labels, rows = _rows(kernels, phases)
     k, names = _prepare(kernels, collectives, rows)
-    names_extra = {}
+    names_extra: dict[str, int] = {}
 
     def name_index(text):
         if text not in names_extra:
@@ -158,7 +159,52 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
                                  marks["n"][sel], w0))
         out.append({"label": label, "step": step_ids[0] if step_ids else None,
                     "span_ms": round((w1 - w0) / 1e6, 6), "tracks": tracks})
-    return {"rows": labels, "names": names + list(names_extra), "steps": out}
+    return {"rows": labels, "row_rank": rows["rank"].tolist(), "names": names + list(names_extra), "steps": out}
+
+
+# ---- the page's form of the data: per track, each integer column as base64 of a little-endian typed array ----
+
+def pack_column(values) -> str:
+    """'h:' + base64 of uint16, 'i:' of int32 or 'f:' of float64 (exact below 2**53), the narrowest that
+    holds every value; the browser reads it as a typed array without parsing numbers."""
+    a = np.asarray(values, dtype=np.int64)
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    code, dtype = ("h", "<u2") if lo >= 0 and hi < 2**16 else ("i", "<i4") if -2**31 <= lo and hi < 2**31 \
+        else ("f", "<f8")
+    return code + ":" + base64.b64encode(a.astype(dtype).tobytes()).decode("ascii")
+
+
+def unpack_column(text: str) -> list[int]:
+    dtype = {"h": "<u2", "i": "<i4", "f": "<f8"}[text[0]]
+    return np.frombuffer(base64.b64decode(text[2:]), dtype=dtype).astype(np.int64).tolist()
+
+
+COLUMNS = ("s", "d", "n", *NCCL_FIELDS)
+
+
+def encode_for_page(data: dict) -> dict:
+    """:func:`timeline_steps` data with every track column packed by :func:`pack_column` (what the run page
+    embeds: a third of the JSON's parse work is gone and a step is decoded only when it is shown)."""
+    steps = [dict(st, tracks=[{f: pack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]])
+             for st in data["steps"]]
+    return dict(data, steps=steps)
+
+
+def decode_page_data(data: dict) -> dict:
+    """The inverse of :func:`encode_for_page` (tests, tools reading a page back)."""
+    steps = [dict(st, tracks=[{f: unpack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]])
+             for st in data["steps"]]
+    return dict(data, steps=steps)
+
+
+def page_config(data: dict, source: str) -> dict:
+    """What the page's canvas timeline (:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS`) needs beside the
+    data: per trace its name, colour, lane, opacity and hatching (the same as :func:`figure_for_step`)."""
+    colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
+    return {"source": source, "xtitle": "time since step start (ms)",
+            "traces": [{"name": name, "color": colors[i], "lane": list(LANES[i]),
+                        "opacity": 0.95 if i < len(KINDS) else 0.8, "hatch": name == KIND_LABELS["memset"]}
+                       for i, name in enumerate(TRACE_NAMES)]}
 
 
 def _runs(keys: np.ndarray):
@@ -238,7 +284,7 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
     [lo_ns, hi_ns] of step ``index``, merging sub-``min_ns`` kernels per track (never across kinds, never
     phases or the tail). Bars are drawn at least ``min_ns`` wide (one pixel), the tooltip says the truth."""
     st = data["steps"][index]
-    out = [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
+    out: list[dict[str, list]] = [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
     for t in st["tracks"]:
         start = np.cumsum(np.asarray(t["s"], dtype=np.int64)).astype(np.float64)
         dur = np.asarray(t["d"], dtype=np.float64)
@@ -261,15 +307,14 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
     return out
 
 
-def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS, bars: bool = True):
-    """Draw step ``index`` of :func:`timeline_steps` data, aggregated for ``pixels`` of width. ``bars=False``
-    leaves the traces empty, for a page whose script draws them at the plot's real width (no double draw)."""
+def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int = PIXELS):
+    """Draw step ``index`` of :func:`timeline_steps` data as a plotly figure (notebooks), aggregated for
+    ``pixels`` of width."""
     import plotly.graph_objects as go
 
     st = data["steps"][index]
     span = max(st["span_ms"] * 1e6, 1.0)
-    drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels) if bars else \
-        [{"base": [], "x": [], "y": [], "hovertext": []} for _ in TRACE_NAMES]
+    drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
     colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
     fig = go.Figure()
     for i, (name, b) in enumerate(zip(TRACE_NAMES, drawn, strict=False)):

@@ -1,62 +1,161 @@
-"""The timeline's browser side: re-aggregates :func:`~ddp_profile.plots.timeline.timeline_steps` data for
-the visible window at pixel resolution on every zoom, and swaps steps. Mirrors
-:func:`~ddp_profile.plots.timeline.bars_for_window` and ``_hover`` (same merge rule, same tooltip text).
+"""The timeline's browser side: a canvas chart of :func:`~ddp_profile.plots.timeline.encode_for_page` data,
+re-aggregated for the visible window at pixel resolution on every zoom, with the step and rank selectors.
+Mirrors :func:`~ddp_profile.plots.timeline.bars_for_window` and ``_hover`` (same merge rule, same tooltip
+text).
 
-The page calls ``ddpTimeline(div, data, step_index)`` once after ``Plotly.newPlot`` and
-``ddpShowStep(div, data, i)`` from the step selector.
+Why not plotly here: loading plotly.js alone takes seconds on a busy machine and an SVG bar per kernel
+group is slow to draw and to hover; this chart needs neither, so the run page draws it before plotly is
+even fetched. Each track's columns are decoded (base64 → typed array) only when its step is shown.
+
+The page calls ``ddpTimeline(div, data, step_index, config, rank_or_null)`` once (config:
+:func:`~ddp_profile.plots.timeline.page_config`), ``ddpShowStep(div, i)`` from the step selector and
+``ddpShowRank(div, rank_or_null)`` from the rank selector. ``div.ddp`` is the chart's state and API (the
+drawn bars per trace, ``text(k, i)``: a bar's tooltip, ``px``/``py``: data to pixel, ``zoom``/``reset``);
+Keyboard: + / - zoom, arrows pan, 0 resets.
+``div.__ddpDrawn`` counts draws; the first sets the performance mark ``ddp-timeline-drawn`` (the
+benchmark's page-open time).
 """
 
 TIMELINE_JS = r"""
 var DDP_KIND=['compute kernel','NCCL kernel','memcpy','memset'],
-    DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets'],DDP_NTRACES=9;
-function ddpDur(ns){return Math.abs(ns)>=1e6?(ns/1e6).toFixed(3)+' ms':(ns/1e3).toFixed(1)+' \u00b5s';}
+    DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets'],DDP_NTRACES=9,
+    DDP_M={l:150,r:20,t:8,b:44},DDP_ROW=44;
+// toFixed, but an exact tie rounds to even as Python's format() does (6.25 -> '6.2', not '6.3'), so the
+// page's tooltips read exactly as plots._common.fmt_duration / fmt_bytes write them.
+function ddpFix(v,d){var s=v.toFixed(d),e=Math.abs(v).toFixed(Math.min(100,d+60)),cut=e.indexOf('.')+1+d;
+ if(!/^50*$/.test(e.slice(cut)))return s;var low=e.slice(0,d?cut:cut-1);
+ return +low.slice(-1)%2?s:(v<0?'-':'')+low;}
+function ddpDur(ns){return Math.abs(ns)>=1e6?ddpFix(ns/1e6,3)+' ms':ddpFix(ns/1e3,1)+' \u00b5s';}
 function ddpBytes(n){if(n<0)return'\u2013';var u=['B','KiB','MiB','GiB'],i=0;
- while(n>=1024&&i<3){n/=1024;i++;}return i===0?n.toFixed(0)+' B':n.toFixed(1)+' '+u[i];}
+ while(n>=1024&&i<3){n/=1024;i++;}return i===0?ddpFix(n,0)+' B':ddpFix(n,1)+' '+u[i];}
+function ddpCol(v){var bin=atob(v.slice(2)),n=bin.length,u=new Uint8Array(n);
+ for(var i=0;i<n;i++)u[i]=bin.charCodeAt(i);
+ return v[0]==='h'?new Uint16Array(u.buffer):v[0]==='i'?new Int32Array(u.buffer):new Float64Array(u.buffer);}
+// A step's tracks as typed arrays: s/e absolute (ns from the step start), d, n and NCCL b, by, w, t.
 function ddpDecode(st){if(st._dec)return st._dec;st._dec=st.tracks.map(function(t){
- var n=t.s.length,s=new Float64Array(n),e=new Float64Array(n),acc=0,maxd=0;
- for(var i=0;i<n;i++){acc+=t.s[i];s[i]=acc;e[i]=acc+t.d[i];if(t.d[i]>maxd)maxd=t.d[i];}
- return {t:t,s:s,e:e,maxd:maxd};});return st._dec;}
+ var ds=ddpCol(t.s),d=ddpCol(t.d),n=ds.length,s=new Float64Array(n),e=new Float64Array(n),acc=0,maxd=0;
+ for(var i=0;i<n;i++){acc+=ds[i];s[i]=acc;e[i]=acc+d[i];if(d[i]>maxd)maxd=d[i];}
+ var D={k:t.k,r:t.r,s:s,e:e,d:d,n:ddpCol(t.n),maxd:maxd};
+ if(t.b){D.b=ddpCol(t.b);D.by=ddpCol(t.by);D.w=ddpCol(t.w);D.t=ddpCol(t.t);}return D;});return st._dec;}
 function ddpFirst(a,v){var lo=0,hi=a.length;while(lo<hi){var m=(lo+hi)>>1;if(a[m]<v)lo=m+1;else hi=m;}return lo;}
-function ddpHover(data,st,D,a,b){var t=D.t,k=t.k,row=data.rows[t.r],c=b-a,nm=data.names[t.n[a]],
+function ddpHover(data,st,D,a,b){var k=D.k,row=data.rows[D.r],c=b-a,nm=data.names[D.n[a]],
  where='start '+ddpDur(D.s[a]),text,i;
  if(k>=4){var tail=k===DDP_NTRACES-1;return '<b>'+nm+'</b>'+(tail?' \u00b7 '+st.label:'')+'<br>'+row+'<br>'+where+
-  ' \u00b7 duration '+ddpDur(t.d[a])+(tail?'<br>end of backward \u2192 end of the last collective':'');}
- if(c===1){text='<b>'+nm+'</b><br>'+DDP_KIND[k]+' \u00b7 '+row+'<br>'+where+' \u00b7 duration '+ddpDur(t.d[a]);}
- else{var end=-Infinity,busy=0;for(i=a;i<b;i++){if(D.e[i]>end)end=D.e[i];busy+=t.d[i];}
+  ' \u00b7 duration '+ddpDur(D.d[a])+(tail?'<br>end of backward \u2192 end of the last collective':'');}
+ if(c===1){text='<b>'+nm+'</b><br>'+DDP_KIND[k]+' \u00b7 '+row+'<br>'+where+' \u00b7 duration '+ddpDur(D.d[a]);}
+ else{var end=-Infinity,busy=0;for(i=a;i<b;i++){if(D.e[i]>end)end=D.e[i];busy+=D.d[i];}
   text='<b>'+c+' '+DDP_PLURAL[k]+' merged</b> (zoom in to separate)<br>'+row+'<br>'+where+' \u00b7 span '+
    ddpDur(end-D.s[a])+' \u00b7 busy '+ddpDur(busy)+'<br>first: '+nm;}
- if(t.b){var bmin=Infinity,bmax=-Infinity,by=0,hasBy=false,w=0,tr=0,hasW=false;
-  for(i=a;i<b;i++){if(t.b[i]>=0){bmin=Math.min(bmin,t.b[i]);bmax=Math.max(bmax,t.b[i]);}
-   if(t.by[i]>=0){by+=t.by[i];hasBy=true;}if(t.w[i]>=0){hasW=true;w+=t.w[i];if(t.t[i]>=0)tr+=t.t[i];}}
+ if(D.b){var bmin=Infinity,bmax=-Infinity,by=0,hasBy=false,w=0,tr=0,hasW=false;
+  for(i=a;i<b;i++){if(D.b[i]>=0){bmin=Math.min(bmin,D.b[i]);bmax=Math.max(bmax,D.b[i]);}
+   if(D.by[i]>=0){by+=D.by[i];hasBy=true;}if(D.w[i]>=0){hasW=true;w+=D.w[i];if(D.t[i]>=0)tr+=D.t[i];}}
   var bk=bmin===Infinity?'\u2013':(bmin===bmax?String(bmin):bmin+'\u2013'+bmax);
   text+='<br>bucket'+(c>1?'s':'')+' '+bk+' \u00b7 '+ddpBytes(hasBy?by:-1);
   if(hasW)text+='<br>wait '+ddpDur(w)+' \u00b7 transfer '+ddpDur(tr);}
  return text;}
-function ddpBars(data,idx,lo,hi,minns){var st=data.steps[idx],out=[];
- for(var k=0;k<DDP_NTRACES;k++)out.push({base:[],x:[],y:[],hovertext:[]});
- ddpDecode(st).forEach(function(D){var t=D.t,o=out[t.k],n=D.s.length,mn=t.k<4?minns:0,
+// Bars of the kernels overlapping [lo, hi] (ns), sub-minns kernels of one track merged; rows not shown skipped.
+// Per trace: base/x in ms, y (row), and the track and kernel range each bar holds (for its tooltip).
+function ddpBars(data,idx,lo,hi,minns,shown){var st=data.steps[idx],out=[];
+ for(var k=0;k<DDP_NTRACES;k++)out.push({base:[],x:[],y:[],tr:[],a:[],b:[]});
+ ddpDecode(st).forEach(function(D,ti){if(shown&&!shown[D.r])return;var o=out[D.k],n=D.s.length,mn=D.k<4?minns:0,
   j=ddpFirst(D.s,lo-D.maxd);
   while(j<n&&D.s[j]<=hi){if(D.e[j]<lo){j++;continue;}
    var a=j,end=D.e[j];
-   if(t.d[j]<mn){while(j+1<n&&t.d[j+1]<mn&&D.s[j+1]-end<=mn){j++;if(D.e[j]>end)end=D.e[j];}}
-   o.base.push(D.s[a]/1e6);o.x.push(Math.max(end-D.s[a],mn)/1e6);o.y.push(t.r);
-   o.hovertext.push(ddpHover(data,st,D,a,j+1));j++;}});
+   if(D.d[j]<mn){while(j+1<n&&D.d[j+1]<mn&&D.s[j+1]-end<=mn){j++;if(D.e[j]>end)end=D.e[j];}}
+   o.base.push(D.s[a]/1e6);o.x.push(Math.max(end-D.s[a],mn)/1e6);o.y.push(D.r);o.tr.push(ti);o.a.push(a);o.b.push(j+1);j++;}});
  return out;}
-function ddpDraw(div,data,full){var idx=div.__ddpStep,st=data.steps[idx],ax=div._fullLayout.xaxis,
- px=Math.max(ax._length||1000,100),lo,hi,minns;
- if(full){lo=-Infinity;hi=Infinity;minns=Math.max(st.span_ms*1e6,1)/px;}
- else{var a=ax.range[0]*1e6,b=ax.range[1]*1e6,w=Math.max(b-a,1);minns=w/px;lo=a-w;hi=b+w;}
- var bars=ddpBars(data,idx,lo,hi,minns),u={base:[],x:[],y:[],hovertext:[]},ids=[];
- bars.forEach(function(b,k){u.base.push(b.base);u.x.push(b.x);u.y.push(b.y);u.hovertext.push(b.hovertext);ids.push(k);});
- div.__ddpBusy=true;var lay={};
- if(full){lay['xaxis.autorange']=true;if(div.layout&&div.layout.title)
-  lay['title.text']=div.layout.title.text.replace(/Timeline \u00b7 [^<]*/,'Timeline \u00b7 '+st.label);}
- var p=full?Plotly.update(div,u,lay,ids):Plotly.restyle(div,u,ids);
- return Promise.resolve(p).then(function(){div.__ddpBusy=false;div.__ddpDrawn=(div.__ddpDrawn||0)+1;});}
-function ddpTimeline(div,data,idx){div.__ddpStep=idx;
- div.on('plotly_relayout',function(ev){if(div.__ddpBusy||!ev)return;
-  var keys=Object.keys(ev).filter(function(k){return k.indexOf('xaxis')===0;});if(!keys.length)return;
-  ddpDraw(div,data,!!ev['xaxis.autorange']);});
- return ddpDraw(div,data,true);}
-function ddpShowStep(div,data,i){div.__ddpStep=i;return ddpDraw(div,data,true);}
+function ddpTicks(a,b,n){var step=Math.pow(10,Math.floor(Math.log10((b-a)/n))),f=(b-a)/n/step;
+ step*=f>5?10:f>2?5:f>1?2:1;var out=[],v=Math.ceil(a/step)*step;for(;v<=b+step*1e-9;v+=step)out.push(v);
+ return {v:out,dec:Math.max(0,-Math.floor(Math.log10(step)+1e-9))};}
+function ddpEl(tag,cls,parent){var e=document.createElement(tag);if(cls)e.className=cls;if(parent)parent.appendChild(e);return e;}
+function ddpTimeline(div,data,idx,cfg,rank){
+ var T={data:data,cfg:cfg,idx:idx,range:null,full:[0,1],hidden:{},shown:null,bars:null};div.ddp=T;div.innerHTML='';
+ var title=ddpEl('div','tl-title',div),legend=ddpEl('div','tl-legend',div),wrap=ddpEl('div','tl-wrap',div),
+  cv=ddpEl('canvas','',wrap),sel=ddpEl('div','tl-sel',wrap),tip=ddpEl('div','hovertext',wrap);
+ wrap.style.position='relative';sel.style.cssText='position:absolute;display:none;background:rgba(0,114,178,.15);'+
+  'border:1px solid #0072B2;pointer-events:none';
+ tip.style.cssText='position:absolute;display:none;pointer-events:none;background:#fff;border:1px solid #888;'+
+  'padding:4px 6px;font:12px system-ui,sans-serif;white-space:nowrap;z-index:2;box-shadow:0 1px 4px rgba(0,0,0,.2)';
+ title.style.cssText='font-size:16px;margin:4px 0';legend.style.cssText='font-size:12px;margin:2px 0 4px';
+ cfg.traces.forEach(function(tr,k){var b=ddpEl('button','tl-leg',legend);b.type='button';b.setAttribute('aria-pressed','true');
+  b.style.cssText='border:0;background:none;cursor:pointer;margin-right:10px;font:inherit';
+  var sw=ddpEl('span','',b);sw.style.cssText='display:inline-block;width:14px;height:10px;margin-right:4px;background:'+(tr.hatch?
+   'repeating-linear-gradient(135deg,'+tr.color+' 0 3px,rgba(255,255,255,.6) 3px 4px)':tr.color);
+  b.appendChild(document.createTextNode(tr.name));
+  b.addEventListener('click',function(){T.hidden[k]=!T.hidden[k];b.style.opacity=T.hidden[k]?0.4:1;
+   b.setAttribute('aria-pressed',String(!T.hidden[k]));ddpPaint(div);});});
+ T.title=title;T.canvas=cv;T.tip=tip;
+ function ms(x){var r=T.range||T.full;return r[0]+(x-DDP_M.l)/T.pw*(r[1]-r[0]);}
+ T.px=function(v){var r=T.range||T.full;return DDP_M.l+(v-r[0])/(r[1]-r[0])*T.pw;};
+ T.py=function(y){var r=Math.round(y),p=T.pos[r];return DDP_M.t+(p+0.5+(y-r))*DDP_ROW;};
+ T.zoom=function(lo,hi){var c=(lo+hi)/2;if(!(hi-lo>=1e-5)){lo=c-5e-6;hi=c+5e-6;}  // 10 ns at least
+  T.range=[lo,hi];return ddpDraw(div,false);};
+ T.reset=function(){T.range=null;return ddpDraw(div,true);};
+ T.text=function(k,i){var b=T.bars[k],st=data.steps[T.idx];return ddpHover(data,st,ddpDecode(st)[b.tr[i]],b.a[i],b.b[i]);};
+ T.at=function(x,y){var v=(y-DDP_M.t)/DDP_ROW,p=Math.floor(v),r=T.rowAt[p],off=v-p-0.5,tol=1/T.pw*((T.range||T.full)[1]-(T.range||T.full)[0]),
+  t=ms(x),best=null;if(r===undefined||x<DDP_M.l)return null;
+  for(var k=DDP_NTRACES-1;k>=0;k--){var L=cfg.traces[k].lane;if(T.hidden[k]||off<L[0]||off>L[0]+L[1])continue;
+   var b=T.bars[k];for(var i=0;i<b.x.length;i++)if(b.y[i]===r&&b.base[i]-tol<=t&&b.base[i]+b.x[i]+tol>=t)best=[k,i];
+   if(best)return best;}return null;};
+ var drag=null;
+ cv.addEventListener('mousedown',function(e){var x=e.offsetX;if(x<DDP_M.l||e.button!==0)return;drag=x;e.preventDefault();});
+ window.addEventListener('mouseup',function(e){if(drag===null)return;var r=cv.getBoundingClientRect(),
+  x=Math.min(Math.max(e.clientX-r.left,DDP_M.l),DDP_M.l+T.pw),a=Math.min(drag,x),b=Math.max(drag,x);drag=null;
+  sel.style.display='none';if(b-a>=4)T.zoom(ms(a),ms(b));});
+ cv.addEventListener('dblclick',function(){T.reset();});
+ // Keyboard: + and - zoom about the middle, the arrows pan a quarter of the view, 0 or Escape resets.
+ cv.tabIndex=0;cv.setAttribute('aria-label','Timeline chart: + and - zoom, left and right arrows pan, 0 resets');
+ cv.addEventListener('keydown',function(e){var r=T.range||T.full,w=r[1]-r[0],c=(r[0]+r[1])/2,k=e.key;
+  if(k==='+'||k==='=')T.zoom(c-w/4,c+w/4);else if(k==='-')T.zoom(c-w,c+w);
+  else if(k==='ArrowLeft'||k==='ArrowRight'){var d=(k==='ArrowLeft'?-w:w)/4;T.zoom(r[0]+d,r[1]+d);}
+  else if(k==='0'||k==='Escape')T.reset();else return;e.preventDefault();});
+ cv.addEventListener('mouseleave',function(){tip.style.display='none';});
+ cv.addEventListener('mousemove',function(e){var x=e.offsetX,y=e.offsetY;
+  if(drag!==null){sel.style.display='block';sel.style.left=Math.min(drag,x)+'px';sel.style.width=Math.abs(x-drag)+'px';
+   sel.style.top=DDP_M.t+'px';sel.style.height=T.ph+'px';tip.style.display='none';return;}
+  var hit=T.at(x,y);if(!hit){tip.style.display='none';return;}
+  tip.innerHTML=T.text(hit[0],hit[1]);tip.style.display='block';
+  tip.style.left=Math.min(x+12,Math.max(0,cv.clientWidth-tip.offsetWidth))+'px';
+  tip.style.top=(y+14+tip.offsetHeight>cv.clientHeight?Math.max(0,y-tip.offsetHeight-8):y+14)+'px';});
+ if(window.ResizeObserver)new ResizeObserver(function(){if(T.pw&&Math.abs(ddpWidth(div)-T.pw)>1)ddpDraw(div,!T.range);}).observe(wrap);
+ return ddpShowRank(div,rank===undefined?null:rank,idx);}
+// Aggregate the visible window (full: the whole step) at the canvas's pixel width, then paint.
+function ddpWidth(div){return Math.max((div.ddp.canvas.parentNode.clientWidth||1000)-DDP_M.l-DDP_M.r,100);}
+function ddpDraw(div,full){var T=div.ddp,st=T.data.steps[T.idx],px=T.pw=ddpWidth(div),lo,hi;
+ if(full){T.range=null;lo=-Infinity;hi=Infinity;}else{var w=Math.max((T.range[1]-T.range[0])*1e6,1);lo=T.range[0]*1e6-w;hi=T.range[1]*1e6+w;}
+ var minns=full?Math.max(st.span_ms*1e6,1)/px:Math.max((T.range[1]-T.range[0])*1e6,1)/px;
+ T.bars=ddpBars(T.data,T.idx,lo,hi,minns,T.shown);
+ if(full){var a=0,b=st.span_ms;T.bars.forEach(function(o){for(var i=0;i<o.x.length;i++){
+  if(o.base[i]<a)a=o.base[i];if(o.base[i]+o.x[i]>b)b=o.base[i]+o.x[i];}});T.full=[a,b>a?b:a+1e-3];}
+ ddpPaint(div);return Promise.resolve(div.__ddpDrawn);}
+function ddpPaint(div){var T=div.ddp,cfg=T.cfg,cv=T.canvas,n=T.rowAt.length,pw=T.pw,ph=T.ph=Math.max(n,1)*DDP_ROW,
+ W=pw+DDP_M.l+DDP_M.r,H=ph+DDP_M.t+DDP_M.b,dpr=window.devicePixelRatio||1,r=T.range||T.full;
+ cv.width=Math.round(W*dpr);cv.height=Math.round(H*dpr);cv.style.width=W+'px';cv.style.height=H+'px';
+ var c=cv.getContext('2d');c.setTransform(dpr,0,0,dpr,0,0);c.fillStyle='#fff';c.fillRect(0,0,W,H);
+ var tk=ddpTicks(r[0],r[1],Math.max(2,Math.floor(pw/110)));c.strokeStyle='#eee';c.lineWidth=1;c.beginPath();
+ tk.v.forEach(function(v){var x=Math.round(T.px(v))+0.5;c.moveTo(x,DDP_M.t);c.lineTo(x,DDP_M.t+ph);});
+ for(var p=0;p<=n;p++){c.moveTo(DDP_M.l,DDP_M.t+p*DDP_ROW+0.5);c.lineTo(DDP_M.l+pw,DDP_M.t+p*DDP_ROW+0.5);}c.stroke();
+ c.save();c.beginPath();c.rect(DDP_M.l,DDP_M.t,pw,ph);c.clip();
+ T.bars.forEach(function(o,k){var tr=cfg.traces[k];if(T.hidden[k]||!o.x.length)return;c.globalAlpha=tr.opacity;
+  c.fillStyle=tr.hatch?ddpHatch(c,tr.color):tr.color;
+  for(var i=0;i<o.x.length;i++){var x0=T.px(o.base[i]),x1=T.px(o.base[i]+o.x[i]);if(x1<DDP_M.l||x0>DDP_M.l+pw)continue;
+   c.fillRect(x0,T.py(o.y[i]+tr.lane[0]),Math.max(x1-x0,1),tr.lane[1]*DDP_ROW);}});
+ c.restore();c.globalAlpha=1;c.fillStyle='#444';c.font='12px system-ui,sans-serif';c.textAlign='right';c.textBaseline='middle';
+ T.rowAt.forEach(function(row,p){c.fillText(T.data.rows[row],DDP_M.l-6,DDP_M.t+(p+0.5)*DDP_ROW);});
+ c.textAlign='center';c.textBaseline='top';
+ tk.v.forEach(function(v){c.fillText(v.toFixed(tk.dec),T.px(v),DDP_M.t+ph+4);});
+ c.fillText(cfg.xtitle,DDP_M.l+pw/2,DDP_M.t+ph+24);c.strokeStyle='#888';c.strokeRect(DDP_M.l+0.5,DDP_M.t+0.5,pw,ph);
+ if(!div.__ddpDrawn&&window.performance&&performance.mark)performance.mark('ddp-timeline-drawn');
+ div.__ddpDrawn=(div.__ddpDrawn||0)+1;}
+function ddpHatch(c,color){var p=document.createElement('canvas');p.width=p.height=6;var g=p.getContext('2d');
+ g.fillStyle=color;g.fillRect(0,0,6,6);g.strokeStyle='rgba(255,255,255,.6)';g.beginPath();g.moveTo(0,6);g.lineTo(6,0);g.stroke();
+ return c.createPattern(p,'repeat');}
+function ddpShowStep(div,i){var T=div.ddp,st=T.data.steps[i];T.idx=i;T.range=null;
+ T.title.textContent='Timeline \u00b7 '+st.label;var s=ddpEl('div','note',T.title);s.style.fontSize='12px';s.textContent=T.cfg.source;
+ div.setAttribute('aria-label','Timeline \u00b7 '+st.label);return ddpDraw(div,true);}
+// Show one rank's rows (null: every rank); its rows keep their order.
+function ddpShowRank(div,rank,i){var T=div.ddp,rr=T.data.row_rank;T.rank=rank;T.pos={};T.rowAt=[];
+ T.shown=rank===null?null:rr.map(function(r){return r===rank;});
+ rr.forEach(function(r,row){if(rank===null||r===rank){T.pos[row]=T.rowAt.length;T.rowAt.push(row);}});
+ return ddpShowStep(div,i===undefined?T.idx:i);}
 """

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
@@ -155,7 +156,7 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progress=None,
+def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
                  findings_root: Path | None = None) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
     campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
@@ -167,7 +168,7 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] = (), progr
     sizes = {}
 
     assign_baselines(runs)
-    context = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
+    context: dict[str, Any] = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
                "sweeps": {g.page: sweep_facts(g, runs) for g in groups if g.kind == "sweep"}}
 
     def fill(tmp: Path):
@@ -259,6 +260,6 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
 
         hosts = read_hosts(Path(paths[0]))
         for r in runs:
-            r.host = hosts.get(r.run_id)
+            r.host = hosts.get(r.run_id) if r.run_id else None
     return write_report(runs, out_dir, failures, progress, findings_root=root), failures
 

@@ -37,7 +37,8 @@ def baseline_for(run: Run, pool: list[Run]) -> Run | None:
                   key=strategy_key)
     same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
             == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
-    return (same or [r for r in ones if r.meta.get("strategy") == "none"] or ones or [None])[0]
+    found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
+    return found[0] if found else None
 
 
 def _set_key(run: Run) -> tuple:
@@ -108,7 +109,7 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
         sp = n * t1 / t if t and t == t else float("nan")
         speed.append(sp)
         eff.append(100.0 * sp / n if n == n and n else float("nan"))
-        serial.append(amdahl_serial_fraction(sp, n) if sp == sp and n == n else float("nan"))
+        serial.append(amdahl_serial_fraction(sp, int(n)) if sp == sp and n == n else float("nan"))
     comp["speedup_vs_1gpu"], comp["efficiency_pct"], comp["serial_fraction"] = speed, eff, serial
     return comp
 

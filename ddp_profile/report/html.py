@@ -37,17 +37,36 @@ def esc(value) -> str:
     return html.escape("–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
 
 
-def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None) -> str:
+def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None, lazy: bool = False) -> str:
     """A figure as a div plus a script calling Plotly.newPlot with escaped JSON. The div is an image for
-    assistive technology: ``alt`` (default: the figure's title) is its aria-label."""
+    assistive technology: ``alt`` (default: the figure's title) is its aria-label. ``lazy``: the call is
+    wrapped in ``ddpLater`` (:data:`LAZY_JS`), which runs it when the div comes near the screen, fetching
+    plotly.js then (once), so a page opens without waiting for figures below the fold."""
     spec = json.loads(fig.to_json())
     if alt is None:
         title = ((spec.get("layout") or {}).get("title") or {}).get("text") or div_id
         alt = html.unescape(re.sub(r"<[^>]+>", " ", str(title))).strip()
-    return (f'<div id="{div_id}" class="figure" role="img" aria-label="{esc(alt)}"></div>\n'
-            f'<script>Plotly.newPlot("{div_id}",'
-            f'{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
-            f'{script_json(PLOT_CONFIG)});{extra_js}</script>')
+    call = (f'Plotly.newPlot("{div_id}",{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
+            f'{script_json(PLOT_CONFIG)});{extra_js}')
+    wait = ""
+    if lazy:
+        call = f'ddpLater("{div_id}",function(){{{call}}});'
+        wait = "<p class='note lazy-note'>Drawn when scrolled to…</p>"
+    return f'<div id="{div_id}" class="figure" role="img" aria-label="{esc(alt)}">{wait}</div>\n<script>{call}</script>'
+
+
+# Figures drawn when they come within 200 px of the screen (figure_div(lazy=True)); plotly.js is fetched
+# the first time one is, and only once; figures waiting for it are drawn one per frame, so the first shows
+# before the next is drawn. Without IntersectionObserver every figure is drawn at once.
+LAZY_JS = f"""var ddpLazy={{}};function ddpPlotly(f){{if(window.Plotly){{f();return;}}(ddpPlotly.q=ddpPlotly.q||[]).push(f);
+if(ddpPlotly.s)return;var s=ddpPlotly.s=document.createElement('script');s.src='{PLOTLY_JS}';
+s.onload=function next(){{var g=ddpPlotly.q.shift();if(g){{g();requestAnimationFrame(function(){{setTimeout(next,0);}});}}}};document.head.appendChild(s);}}
+function ddpDrawLazy(el,draw){{var n=el.querySelector('.lazy-note');if(n)n.textContent='Drawing…';
+ddpPlotly(function(){{if(n)n.remove();draw();}});}}
+function ddpLater(id,draw){{var el=document.getElementById(id);if(!window.IntersectionObserver){{ddpDrawLazy(el,draw);return;}}
+ddpLazy[id]=draw;if(!ddpLater.io)ddpLater.io=new IntersectionObserver(function(es){{es.forEach(function(e){{
+if(!e.isIntersecting)return;ddpLater.io.unobserve(e.target);var f=ddpLazy[e.target.id];delete ddpLazy[e.target.id];
+if(f)ddpDrawLazy(e.target,f);}});}},{{rootMargin:'200px 0px'}});ddpLater.io.observe(el);}}"""
 
 
 # Every figure the project writes: nothing offers to send data anywhere (no cloud / Chart Studio buttons,
@@ -130,8 +149,11 @@ def nav(crumbs) -> str:
 def page(title: str, body: str, subtitle: str = "", crumbs=None, verdict: str = "", glossary=()) -> str:
     """The page frame: breadcrumbs, title, the verdict (plain sentences answering the page's question)
     first, the body, the definitions of the metrics shown. plotly.js is included only when the body draws
-    a figure; the table-sorting script only when it holds a table."""
-    plotly = f'<script src="{PLOTLY_JS}"></script>' if "Plotly.newPlot(" in body else ""
+    a figure (fetched by :data:`LAZY_JS` when all its figures are lazy); the table-sorting script only when it
+    holds a table."""
+    plotly = f'<script src="{PLOTLY_JS}"></script>' if "<script>Plotly.newPlot(" in body else ""
+    if "<script>ddpLater(" in body:
+        plotly += f"<script>{LAZY_JS}</script>"
     sorter = f"<script>{TABLE_JS}</script>" if "class='sortable'" in body else ""
     lead = f"<div class='verdict'>{verdict}</div>" if verdict else ""
     gl = glossary_html(glossary, esc)

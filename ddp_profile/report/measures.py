@@ -66,7 +66,7 @@ def ranking_basis(metas) -> str:
     return UNPROFILED if metas and all(math.isfinite(unprofiled_ns(m)) for m in metas) else TRACE
 
 
-def rank_ns(meta: dict | None, trace_step_ns, basis: str) -> float:
+def rank_ns(meta: dict | None, trace_step_ns, basis: str | None) -> float:
     """The step time a run is ranked by under ``basis``: its un-profiled median or its trace step time."""
     if basis == UNPROFILED:
         return unprofiled_ns(meta)

@@ -215,12 +215,21 @@ def measured_advice(run: Run, context: dict | None) -> str:
     return "No comparison holds this run, so no measured alternative to recommend."
 
 
-# Deep link: the selected step is kept in location.hash as #step=N and restored from it on load.
-HASH_JS = """(function(){var sel=document.getElementById('step-select');function num(o){return o.text.replace(/\\D+/g,'');}
-function fromHash(){var m=/step=(\\d+)/.exec(location.hash);if(!m)return;for(var i=0;i<sel.options.length;i++){
-if(num(sel.options[i])===m[1]&&sel.selectedIndex!==i){sel.selectedIndex=i;sel.dispatchEvent(new Event('change'));}}}
-sel.addEventListener('change',function(){var h='#step='+num(sel.options[sel.selectedIndex]);
-if(location.hash!==h)history.replaceState(null,'',h);});window.addEventListener('hashchange',fromHash);fromHash();})();"""
+# Deep link: the selected rank and step are kept in location.hash as #rank=R&step=N (#step=N with every rank
+# shown; an old #step=N link still opens its step) and restored from it on load and on hashchange.
+HASH_JS = """function ddpHash(div){var ss=document.getElementById('step-select'),rs=document.getElementById('rank-select');
+function num(o){return o.text.replace(/\\D+/g,'');}
+function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false;
+if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===s[1]&&ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}
+var rv=r?r[1]:'';if(location.hash&&rs.value!==rv&&Array.prototype.some.call(rs.options,function(o){return o.value===rv;})){
+rs.value=rv;changed=true;}return changed;}
+function write(){var h=(rs.value===''?'#':'#rank='+rs.value+'&')+'step='+num(ss.options[ss.selectedIndex]);
+if(location.hash!==h)history.replaceState(null,'',h);}
+function rank(){return rs.value===''?null:+rs.value;}
+ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();});
+rs.addEventListener('change',function(){ddpShowRank(div,rank());write();});
+window.addEventListener('hashchange',function(){if(read())ddpShowRank(div,rank(),+ss.value);});
+read();return {step:+ss.value,rank:rank()};}"""
 
 
 def render_run_page(run: Run, context: dict | None = None) -> str:
@@ -228,7 +237,7 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     α-β fit, collective/contention tables. ``context``: {"groups": the report's groups, "comps": {group
     page: comparison}, "sweeps": {sweep page: facts}} for the advice and the breadcrumbs."""
     from ddp_profile.plots import alpha_beta_figure, exposed_comm_figure, step_breakdown
-    from ddp_profile.plots.timeline import figure_for_step, timeline_steps
+    from ddp_profile.plots.timeline import encode_for_page, page_config, timeline_steps
     from ddp_profile.plots.timeline_js import TIMELINE_JS
     from ddp_profile.report.verdicts import run_verdict
 
@@ -238,10 +247,13 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     idx = len(data["steps"]) // 2
     options = "".join(f'<option value="{i}"{" selected" if i == idx else ""}>{esc(s["label"])}</option>'
                       for i, s in enumerate(data["steps"]))
-    switch = ("var tl=JSON.parse(document.getElementById('tl-data').textContent);"
-              f"ddpTimeline(document.getElementById('timeline'),tl,{idx});"
-              "document.getElementById('step-select').addEventListener('change',function(e){"
-              "ddpShowStep(document.getElementById('timeline'),tl,+e.target.value);});" + HASH_JS)
+    ranks = sorted(set(data["row_rank"]))
+    rank_options = "<option value='' selected>every rank</option>" + "".join(
+        f"<option value='{r}'>rank {r}</option>" for r in ranks)
+    # read the address first, so the timeline is drawn once, at the linked step and rank
+    start = ("(function(){var div=document.getElementById('timeline'),h=ddpHash(div);"
+             "ddpTimeline(div,JSON.parse(document.getElementById('tl-data').textContent),h.step,"
+             f"{script_json(page_config(data, src))},h.rank);}})();")
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
@@ -255,16 +267,20 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
         "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "
         "neighbours of the same kind only (hover says how many) and separate as you zoom. Drag to zoom, "
-        "double-click to reset. The selected step is in the address (#step=N), so a link opens it.</p>",
-        f"<label>Step: <select id='step-select'>{options}</select></label>",
-        f"<script type='application/json' id='tl-data'>{script_json(data)}</script>",
-        f"<script>{TIMELINE_JS}</script>",
-        figure_div(figure_for_step(data, idx, src, bars=False), "timeline", switch),
-        figure_div(exposed_comm_figure(a.steps, source=src), "exposed"),
-        "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps"),
+        "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or show its bars. The selected rank and step are in "
+        "the address (#rank=R&amp;step=N, or #step=N with every rank), so a link opens them.</p>",
+        f"<label>Step: <select id='step-select'>{options}</select></label> "
+        f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>",
+        f"<script type='application/json' id='tl-data'>{script_json(encode_for_page(data))}</script>",
+        f"<script>{TIMELINE_JS}\n{HASH_JS}</script>",
+        # role=figure, not img: the chart holds controls (legend toggles, a focusable canvas)
+        f'<div id="timeline" class="figure" role="figure" aria-label="Timeline · {esc(data["steps"][idx]["label"])}">'
+        f"</div><script>{start}</script>",
+        figure_div(exposed_comm_figure(a.steps, source=src), "exposed", lazy=True),
+        "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps", lazy=True),
         launch_block(run),
         "<h2>Collectives</h2>",
-        figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta")
+        figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta", lazy=True)
         if a.collectives["bytes"].notna().any() else
         "<p class='note'>No collective sizes in this trace (the ddp-profile harness records them as NVTX "
         "ranges), so no α-β plot.</p>",

@@ -75,6 +75,14 @@ class Run:
     launches: LaunchAnalysis | str | None = None
     """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
     none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
+    host: str | None = None
+    """The lent host's label from ``hosts.txt`` beside the traces (None when not listed)."""
+    baseline: Run | None = None
+    """The 1-GPU run its speedup and efficiency use (:func:`ddp_profile.report.compare.assign_baselines`)."""
+    rank_basis: str | None = None
+    """Which step time ranks its set (:mod:`ddp_profile.report.measures`), fixed with the baseline."""
+    baseline_set: bool = False
+    """Whether ``baseline`` and ``rank_basis`` were assigned (a run may have no baseline at all)."""
 
     @property
     def page(self) -> str:

@@ -538,3 +538,15 @@ def test_export_flag_errors(situation, tmp_path):
         assert "cannot open report" in line
     assert _hashes(tmp_path) == before and not (tmp_path / "run.sqlite").exists()
     assert not list(tmp_path.glob(".*exporting*"))
+
+
+@pytest.mark.parametrize("argv", [[], ["--bogus", "x.sqlite"], ["--compress", "zip", "x.sqlite"]])
+def test_standalone_scrubber_gives_one_line_for_a_bad_argument(argv, tmp_path):
+    """``python -m ddp_profile.nsys.scrub`` (what the GPU machines run) answers a bad argument as the CLI
+    does: one line on stderr naming the problem, exit 2, no usage block, nothing written."""
+    proc = subprocess.run([PY, "-m", "ddp_profile.nsys.scrub", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("python -m ddp_profile.nsys.scrub: error: ") and "usage:" not in proc.stderr
+    assert not proc.stdout and not list(tmp_path.iterdir())

@@ -195,3 +195,33 @@ def test_alpha_beta_points_and_fit_line():
     xs, ys = np.array(fig.data[1].x), np.array(fig.data[1].y)
     assert np.interp(np.log(150e3 * 20), np.log(xs), ys) == pytest.approx(12 + 20, rel=0.02)
     assert fig.layout.yaxis.title.text == "time (µs)"
+
+
+def test_alpha_beta_draws_many_collectives_with_webgl_keeping_every_point():
+    import pandas as pd
+
+    from ddp_profile.plots.sweep import GL_POINTS
+
+    t, a = make_run(n_steps=2)
+    many = pd.concat([a.collectives] * (GL_POINTS // len(a.collectives) + 1), ignore_index=True)
+    small, big = (alpha_beta_figure(c, a.cost_model, source=SRC) for c in (a.collectives, many))
+    assert small.data[0].type == "scatter" and big.data[0].type == "scattergl"
+    assert len(big.data[0].x) == len(many) > GL_POINTS and big.data[1].type == "scatter"  # the fit stays a line
+
+
+def test_page_encoding_keeps_every_kernel_exactly():
+    """The run page embeds the timeline as base64 typed-array columns (uint16, int32, or float64 when a value
+    needs it); decoding gives back the very integers timeline_steps made, step by step."""
+    import base64
+
+    from ddp_profile.plots.timeline import decode_page_data, encode_for_page, pack_column
+
+    t, a = make_run(n_steps=2, kernels_per_phase=5)
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    page = encode_for_page(data)
+    assert all(isinstance(tr["s"], str) for st in page["steps"] for tr in st["tracks"])
+    assert decode_page_data(page) == data
+    assert pack_column([0, 65535])[0] == "h" and pack_column([-1, 70_000])[0] == "i" and pack_column([2**31, 5])[0] == "f"
+    big = [2**40 + 3, -7]  # a delta over int32 (a gap of 18 minutes) stays exact
+    assert decode_page_data({"steps": [{"tracks": [{"s": pack_column(big)}]}]})["steps"][0]["tracks"][0]["s"] == big
+    assert len(base64.b64decode(pack_column(range(10))[2:])) == 20  # 2 bytes per value

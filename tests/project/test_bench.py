@@ -49,3 +49,23 @@ def test_results_files_are_complete(bench):
     md = (out / "RESULTS.md").read_text()
     for text in ("## Targets", "## Performance", res["command"], f"{size['rows']:,}", "nsys"):
         assert text in md, text
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Chromium not installed at /usr/bin/chromium")
+def test_browser_row_measures_the_run_page_open_from_its_own_marks(tmp_path):
+    """--browser's figure: navigation start → the timeline's first draw and the first idle task after load,
+    read from the page's performance timeline (median of 3 opens); then the plotly figures below the fold,
+    drawn when scrolled to."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import bench_analyzer
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    from ddp_profile.nsys.synth import synth_ddp_run
+
+    path = synth_ddp_run(tmp_path / "tiny.sqlite")["path"]
+    r = bench_analyzer.measure_render(str(path), browser=True)
+    assert len(r["browser_open_all_s"]) == 3 and r["browser_open_s"] == sorted(r["browser_open_all_s"])[1]
+    assert 0 < r["html_read_s"] <= r["timeline_drawn_s"] <= r["browser_open_s"] < 60
+    assert r["figures"] >= 2 and r["figures_s"] > 0 and r["loadavg"]

@@ -63,10 +63,23 @@ def _open(browser, path: Path):
 
 
 def _expected_figures(path: Path) -> int:
-    """Figures the page asks for (one Plotly.newPlot each); run pages have 2-3, comparisons 2."""
+    """plotly figures the page asks for (one Plotly.newPlot each); run pages have 2-3 beside the timeline
+    (a canvas of the page's own script), comparisons 2."""
     n = path.read_text().count("Plotly.newPlot(")
     assert n == 0 if path.name == "index.html" else n >= 2, path.name
     return n
+
+
+def _draw_figures(page, n: int) -> None:
+    """Scroll every figure into view, as a reader would: figures below the fold are drawn (and plotly.js
+    fetched) only when they come near the screen."""
+    for i in range(page.locator(".figure").count()):
+        page.locator(".figure").nth(i).scroll_into_view_if_needed()
+    page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=20_000)
+
+
+def _timeline_ready(page):
+    page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1", timeout=20_000)
 
 
 def test_every_page_loads_and_every_figure_renders(site, browser):
@@ -75,7 +88,11 @@ def test_every_page_loads_and_every_figure_renders(site, browser):
     for path in pages:
         page, problems = _open(browser, path)
         n = _expected_figures(path)
-        page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=10_000)
+        if path.name.startswith("run-"):
+            _timeline_ready(page)  # the timeline: every trace drawn has bars
+            bars = page.evaluate("document.getElementById('timeline').ddp.bars.map(b => b.x.length)")
+            assert sum(bars) > 0 and bars[0] > 0, (path.name, bars)
+        _draw_figures(page, n)
         drawn = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
             d => d.querySelectorAll('.main-svg .trace, .main-svg .point, canvas').length)""")
         assert all(c > 0 for c in drawn), (path.name, drawn)
@@ -84,30 +101,40 @@ def test_every_page_loads_and_every_figure_renders(site, browser):
         page.close()
 
 
+# A bar's centre in page coordinates: trace k, bar i of the canvas timeline.
+BAR_AT = """([k, i]) => { const d = document.getElementById('timeline'), T = d.ddp, b = T.bars[k], L = T.cfg.traces[k].lane;
+    const r = T.canvas.getBoundingClientRect();
+    return {x: r.left + (T.px(b.base[i]) + T.px(b.base[i] + b.x[i])) / 2, y: r.top + T.py(b.y[i] + L[0] + L[1] / 2)}; }"""
+
+
+def _hover_bar(page, k, i):
+    box = page.evaluate(BAR_AT, [k, i])
+    _hover_at(page, box["x"], box["y"])
+
+
 def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, browser):
     ARTIFACTS.mkdir(exist_ok=True)
     page, problems = _open(browser, site / "run-hostile-run.html")
-    page.wait_for_selector("#timeline .main-svg")
-    page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
+    _timeline_ready(page)
     page.locator("#timeline").scroll_into_view_if_needed()  # the verdict comes first: bring the chart on screen
-    # Hover the first compute bar with the mouse, at its pixel position on the plot.
-    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout;
-        const t = d.data[0]; const i = t.hovertext.findIndex(h => h.includes('pwned'));
-        return {x: fl._size.l + fl.xaxis.l2p(t.base[i] + t.x[i] / 2),
-                y: fl._size.t + fl.yaxis.l2p(t.y[i] + t.offset + t.width / 2)}; }""")
-    rect = page.locator("#timeline .main-svg").first.bounding_box()
-    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
-    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=15_000).text_content()
+    # Hover the hostile compute bar with the mouse, at its pixel position on the canvas.
+    i = page.evaluate("""() => { const T = document.getElementById('timeline').ddp;
+        return T.bars[0].x.findIndex((_, i) => T.text(0, i).includes('pwned')); }""")
+    assert i >= 0
+    _hover_bar(page, 0, i)
+    label = page.wait_for_selector("#timeline .hovertext", state="visible", timeout=15_000).text_content()
     assert "<script>window.__pwned=1</script>" in label  # shown literally, as text
     page.screenshot(path=str(ARTIFACTS / "report-run-hover.png"), full_page=True)
 
-    title_before = page.evaluate("document.getElementById('timeline').layout.title.text")
+    title_before = page.evaluate("document.getElementById('timeline').ddp.title.textContent")
     assert "step 1" in title_before
+    drawn = page.evaluate("document.getElementById('timeline').__ddpDrawn")
     page.select_option("#step-select", "2")
-    page.wait_for_function("document.getElementById('timeline').layout.title.text.includes('step 2')")
-    counts = page.evaluate("""() => { const t = document.getElementById('timeline').data[0];
-        return [t.x.length, t.hovertext.length, t.hovertext[1]]; }""")
-    assert counts[0] == counts[1] == 2 * 3 * 4 and "duration" in counts[2]  # 2 ranks × 3 phases × 4 kernels
+    page.wait_for_function("document.getElementById('timeline').ddp.title.textContent.includes('step 2')")
+    counts = page.evaluate("""() => { const T = document.getElementById('timeline').ddp;
+        return [T.bars[0].x.length, T.text(0, 1), document.getElementById('timeline').__ddpDrawn]; }""")
+    assert counts[0] == 2 * 3 * 4 and "duration" in counts[1]  # 2 ranks × 3 phases × 4 kernels
+    assert counts[2] == drawn + 1
     page.screenshot(path=str(ARTIFACTS / "report-run-step2.png"), full_page=True)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     assert problems == []
@@ -174,10 +201,11 @@ def naive_page(tmp_path_factory):
     return out / run.page
 
 
-NCCL_BARS = """() => { const d = document.getElementById('timeline'); const t = d.data[1];
-    return {n: t.x.length, drawn: d.__ddpDrawn || 0, merged: t.hovertext.filter(h => h.includes('merged')).length,
-            range: d._fullLayout.xaxis.range, block: (() => { let m = -1; t.hovertext.forEach((h, i) => {
-                if (h.includes('merged') && (m < 0 || t.x[i] > t.x[m])) m = i; }); return m < 0 ? null : [t.base[m], t.x[m]]; })()};
+NCCL_BARS = """() => { const d = document.getElementById('timeline'), T = d.ddp, b = T.bars[1];
+    const text = b.x.map((_, i) => T.text(1, i)); let m = -1;
+    text.forEach((h, i) => { if (h.includes('merged') && (m < 0 || b.x[i] > b.x[m])) m = i; });
+    return {n: b.x.length, drawn: d.__ddpDrawn || 0, merged: text.filter(h => h.includes('merged')).length,
+            range: (T.range || T.full).slice(), block: m < 0 ? null : [b.base[m], b.x[m]]};
 }"""
 
 
@@ -196,37 +224,40 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
     page.locator("#timeline").scroll_into_view_if_needed()  # the mouse can only hover what is on screen
     before = page.evaluate(NCCL_BARS)
     assert before["merged"] > 0  # at the full step, the 435 all-reduces of a rank share a few bars
-    # zoom (as a drag would) onto the first quarter of the widest merged NCCL bar
+    # zoom with a mouse drag over the first quarter of the widest merged NCCL bar
     lo, width = before["block"]
-    page.evaluate(f"Plotly.relayout('timeline', {{'xaxis.range': [{lo}, {lo + width / 4}]}})")
+    ends = page.evaluate("""([lo, hi]) => { const T = document.getElementById('timeline').ddp, r = T.canvas.getBoundingClientRect();
+        return [r.left + T.px(lo), r.left + T.px(hi), r.top + T.py(0)]; }""", [lo, lo + width / 4])
+    page.mouse.move(ends[0], ends[2])
+    page.mouse.down()
+    page.mouse.move((ends[0] + ends[1]) / 2, ends[2])
+    page.mouse.move(ends[1], ends[2])
+    page.mouse.up()
     page.wait_for_function(f"document.getElementById('timeline').__ddpDrawn > {before['drawn']}")
     after = page.evaluate(NCCL_BARS)
-    assert after["n"] > before["n"] + 10 and after["range"][0] == pytest.approx(lo), (before, after)
+    assert after["n"] > before["n"] + 10, (before, after)
+    assert after["range"][0] == pytest.approx(lo, abs=2 * width / 4 / 1000) and after["range"][1] < lo + width / 2
     # hover a single (unmerged) all-reduce inside the view, with the mouse
-    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout, t = d.data[1];
-        const r = fl.xaxis.range; let best = -1;
-        t.hovertext.forEach((h, i) => { if (!h.includes('merged') && t.base[i] > r[0] && t.base[i] + t.x[i] < r[1]
-            && (best < 0 || t.x[i] > t.x[best])) best = i; });
-        return {x: fl._size.l + fl.xaxis.l2p(t.base[best] + t.x[best] / 2),
-                y: fl._size.t + fl.yaxis.l2p(t.y[best] + t.offset + t.width / 2)}; }""")
-    rect = page.locator("#timeline .main-svg").first.bounding_box()
-    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
-    label = page.wait_for_selector("#timeline .hoverlayer .hovertext", timeout=15_000).text_content()
+    best = page.evaluate("""() => { const T = document.getElementById('timeline').ddp, b = T.bars[1], r = T.range;
+        let best = -1;
+        b.x.forEach((_, i) => { if (!T.text(1, i).includes('merged') && b.base[i] > r[0] && b.base[i] + b.x[i] < r[1]
+            && (best < 0 || b.x[i] > b.x[best])) best = i; });
+        return best; }""")
+    assert best >= 0
+    _hover_bar(page, 1, best)
+    label = page.wait_for_selector("#timeline .hovertext", state="visible", timeout=15_000).text_content()
     page.screenshot(path=str(ARTIFACTS / "report-naive-zoomed-nccl-hover.png"), full_page=True)
     for part in ("NCCL kernel", "rank ", "stream ", "bucket ", "wait ", "transfer ", "start ", "duration "):
         assert part in label, (part, label)
     assert any(u in label for u in (" B", "KiB", "MiB", "GiB")), label
-    # double-click reset goes back to the whole step, merged again
-    page.evaluate("Plotly.relayout('timeline', {'xaxis.autorange': true})")
+    # double-click resets to the whole step, merged again
+    page.mouse.dblclick(ends[0], ends[2])
     page.wait_for_function(f"document.getElementById('timeline').__ddpDrawn > {after['drawn']}")
     assert page.evaluate(NCCL_BARS)["n"] == before["n"]
     # the comm tail strip has its own lane in the NVTX row, and its own tooltip
     page.mouse.move(0, 0)
-    box = page.evaluate("""() => { const d = document.getElementById('timeline'), fl = d._fullLayout, t = d.data[8];
-        return {x: fl._size.l + fl.xaxis.l2p(t.base[0] + t.x[0] / 2),
-                y: fl._size.t + fl.yaxis.l2p(t.y[0] + t.offset + t.width / 2)}; }""")
-    _hover_at(page, rect["x"] + box["x"], rect["y"] + box["y"])
-    page.wait_for_function("Array.from(document.querySelectorAll('#timeline .hoverlayer .hovertext'))"
+    _hover_bar(page, 8, 0)
+    page.wait_for_function("Array.from(document.querySelectorAll('#timeline .hovertext'))"
                            ".some(h => h.textContent.includes('comm tail'))", timeout=15_000)
     assert problems == []
     page.close()
@@ -235,6 +266,8 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
 def test_no_chart_offers_to_send_data_and_the_wheel_scrolls_the_page(naive_page, browser):
     page, problems = _open(browser, naive_page)
     n = _expected_figures(naive_page)
+    _timeline_ready(page)
+    _draw_figures(page, n)
     page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .modebar').length === {n}")
     titles = page.evaluate("""() => Array.from(document.querySelectorAll('.modebar-btn')).map(
         b => (b.getAttribute('data-title') || '') + ' ' + (b.getAttribute('title') || ''))""")
@@ -243,13 +276,17 @@ def test_no_chart_offers_to_send_data_and_the_wheel_scrolls_the_page(naive_page,
     configs = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
         d => [d._context.scrollZoom, !!d._context.showSendToCloud, !!d._context.showEditInChartStudio])""")
     assert configs == [[False, False, False]] * n
-    range_before = page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.range.slice()")
-    rect = page.locator("#timeline .nsewdrag").first.bounding_box()
-    page.mouse.move(rect["x"] + rect["width"] / 2, rect["y"] + rect["height"] / 2)
+    # the timeline (a canvas) has no send button either: only its legend's toggles
+    assert page.evaluate("document.querySelectorAll('#timeline button:not(.tl-leg), #timeline a').length") == 0
+    page.locator("#timeline").scroll_into_view_if_needed()
+    range_before = page.evaluate("document.getElementById('timeline').ddp.full.slice()")
+    rect = page.locator("#timeline canvas").bounding_box()
+    page.mouse.move(rect["x"] + rect["width"] / 2, rect["y"] + min(rect["height"] / 2, 300))
     scroll_before = page.evaluate("window.scrollY")
     page.mouse.wheel(0, 400)
     page.wait_for_timeout(300)
-    assert page.evaluate("document.getElementById('timeline')._fullLayout.xaxis.range.slice()") == range_before
+    assert page.evaluate("document.getElementById('timeline').ddp.range") is None  # not zoomed
+    assert page.evaluate("document.getElementById('timeline').ddp.full.slice()") == range_before
     assert page.evaluate("window.scrollY") > scroll_before  # the page scrolled instead
     assert problems == []
 
@@ -283,8 +320,122 @@ def test_pages_fit_1440px_tables_sort_csv_downloads_and_the_step_is_in_the_addre
         page.close()
     run = site / "run-naive_xl_fp32_2xh100.html"
     page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.goto(run.as_uri() + "#step=2")
-    page.wait_for_function("document.getElementById('timeline').layout.title.text.includes('step 2')")
+    page.goto(run.as_uri() + "#step=2")  # the old form of the link still opens its step, every rank shown
+    page.wait_for_function("document.getElementById('timeline').ddp.title.textContent.includes('step 2')")
+    assert page.evaluate("document.getElementById('timeline').ddp.rowAt.length") == 6  # 2 ranks × 3 rows
     page.select_option("#step-select", "0")
     page.wait_for_function("location.hash === '#step=0'")
+    page.close()
+
+
+def test_rank_and_step_deep_link_both_ways(site, browser):
+    """#rank=R&step=N opens step N with only rank R's rows; choosing a rank or a step writes both to the
+    address; a changed hash selects again; "every rank" drops the rank from the address."""
+    run = site / "run-naive_xl_fp32_2xh100.html"
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    problems = []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(run.as_uri() + "#rank=1&step=2")
+    _timeline_ready(page)
+    state = """() => { const T = document.getElementById('timeline').ddp;
+        return {title: T.title.textContent, rows: T.rowAt.map(r => T.data.rows[r]), rank: T.rank,
+                bars: T.bars.map(b => b.y.map(y => T.data.rows[y])).flat(),
+                step: document.getElementById('step-select').selectedOptions[0].text,
+                rankSel: document.getElementById('rank-select').value, hash: location.hash}; }"""
+    s = page.evaluate(state)
+    assert "step 2" in s["title"] and s["step"] == "step 2" and s["rankSel"] == "1" and s["rank"] == 1, s
+    assert s["rows"] and all(r.startswith("rank 1 ") for r in s["rows"]), s["rows"]
+    assert s["bars"] and all(r.startswith("rank 1 ") for r in s["bars"])  # no bar of rank 0 is drawn
+    assert page.evaluate("document.getElementById('timeline').__ddpDrawn") == 1  # drawn once
+    page.select_option("#rank-select", "0")
+    page.wait_for_function("location.hash === '#rank=0&step=2'")
+    assert all(r.startswith("rank 0 ") for r in page.evaluate(state)["rows"])
+    page.select_option("#step-select", "1")
+    page.wait_for_function("location.hash === '#rank=0&step=1'")
+    assert "step 1" in page.evaluate(state)["title"]
+    page.evaluate("location.hash = '#rank=1&step=0'")  # an edited address selects again
+    page.wait_for_function("document.getElementById('rank-select').value === '1'")
+    s = page.evaluate(state)
+    assert "step 0" in s["title"] and s["step"] == "step 0" and all(r.startswith("rank 1 ") for r in s["rows"])
+    page.select_option("#rank-select", "")
+    page.wait_for_function("location.hash === '#step=0'")
+    assert len(page.evaluate(state)["rows"]) == 6
+    assert problems == []
+    page.close()
+
+
+PAGE_BARS = """([idx, lo, hi, mn]) => { const d = document.getElementById('timeline').ddp.data, st = d.steps[idx];
+    const dec = ddpDecode(st);
+    return ddpBars(d, idx, lo, hi, mn, null).map(o => ({base: o.base, x: o.x, y: o.y,
+        hovertext: o.base.map((_, i) => ddpHover(d, st, dec[o.tr[i]], o.a[i], o.b[i]))})); }"""
+
+
+def test_page_aggregation_is_the_python_one_at_every_zoom(naive_page, browser):
+    """The canvas draws what plots.timeline.bars_for_window computes: same bars (start, width, row) and the
+    same tooltip for every trace, over the whole step and zoomed onto a window of a few all-reduces, from
+    the data the page embeds."""
+    import json
+    import re
+
+    from ddp_profile.plots.timeline import bars_for_window, decode_page_data
+
+    text = naive_page.read_text()
+    data = decode_page_data(json.loads(re.search(r"id='tl-data'>(.*?)</script>", text, re.S).group(1)))
+    page, problems = _open(browser, naive_page)
+    _timeline_ready(page)
+    idx = page.evaluate("document.getElementById('timeline').ddp.idx")
+    span = data["steps"][idx]["span_ms"] * 1e6
+    nccl = bars_for_window(data, idx, -1e18, 1e18, 0)[1]  # single all-reduces: zoom onto the 100th to 110th
+    lo, hi = nccl["base"][100] * 1e6, (nccl["base"][110] + nccl["x"][110]) * 1e6
+    for window in [(-1e18, 1e18, span / 1200), (lo, hi, (hi - lo) / 1200), (lo, hi, (hi - lo) / 40)]:
+        want = bars_for_window(data, idx, *window)
+        got = page.evaluate(PAGE_BARS, [idx, *window])
+        assert sum(len(w["x"]) for w in want) > 0
+        for k, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert g["y"] == w["y"] and g["hovertext"] == w["hovertext"], (k, window)
+            assert g["base"] == pytest.approx(w["base"], abs=1e-6) and g["x"] == pytest.approx(w["x"], abs=1e-6)
+    assert problems == []
+    page.close()
+
+
+def test_run_page_draws_the_timeline_before_fetching_plotly_and_figures_when_scrolled_to(naive_page, browser):
+    """The page opens on the canvas timeline alone: plotly.js is not fetched until a figure below comes near
+    the screen, then once, and each figure's placeholder gives way to its chart. (A short window: on a tall
+    one the first figure under naive's 6-row timeline is already near the screen.)"""
+    page = browser.new_page(viewport={"width": 1400, "height": 400})
+    problems, scripts = [], []
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.on("request", lambda r: scripts.append(r.url) if r.url.endswith("plotly.min.js") else None)
+    page.goto(naive_page.as_uri())
+    page.wait_for_load_state("load")
+    _timeline_ready(page)
+    page.wait_for_timeout(500)
+    assert page.evaluate("typeof window.Plotly") == "undefined" and scripts == []
+    assert page.evaluate("document.querySelectorAll('.lazy-note').length") == _expected_figures(naive_page)
+    page.locator("#exposed").scroll_into_view_if_needed()
+    page.wait_for_function("document.querySelector('#exposed.js-plotly-plot .main-svg') !== null", timeout=20_000)
+    assert page.evaluate("document.querySelector('#exposed .lazy-note')") is None
+    _draw_figures(page, _expected_figures(naive_page))
+    assert page.evaluate("document.querySelectorAll('.lazy-note').length") == 0
+    assert len(scripts) == 1 and page.evaluate("document.querySelectorAll('script[src]').length") == 1
+    assert problems == []
+    page.close()
+
+
+def test_timeline_zooms_pans_and_resets_from_the_keyboard(naive_page, browser):
+    page, problems = _open(browser, naive_page)
+    _timeline_ready(page)
+    page.locator("#timeline canvas").focus()
+    view = "() => { const T = document.getElementById('timeline').ddp; return (T.range || T.full).slice(); }"
+    full = page.evaluate(view)
+    page.keyboard.press("+")
+    zoomed = page.evaluate(view)
+    assert zoomed[1] - zoomed[0] == pytest.approx((full[1] - full[0]) / 2)
+    assert (zoomed[0] + zoomed[1]) / 2 == pytest.approx((full[0] + full[1]) / 2)
+    page.keyboard.press("ArrowRight")
+    panned = page.evaluate(view)
+    assert panned[0] == pytest.approx(zoomed[0] + (zoomed[1] - zoomed[0]) / 4)
+    page.keyboard.press("0")
+    assert page.evaluate(view) == full and page.evaluate("document.getElementById('timeline').ddp.range") is None
+    assert problems == []
     page.close()

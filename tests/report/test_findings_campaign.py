@@ -103,3 +103,22 @@ def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_referen
     # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
     assert "Set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
     assert "Set A, 4 GPUs ran on m4." in text
+
+
+def test_a_recommendation_run_in_another_set_is_pointed_to():
+    """Set C's stock trace recommends 9 channels; set C has no such run but set D ran it (same GPU count
+    and GPU), so the sentence points there instead of stopping at 'no run'."""
+    fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 9, "nccl_high_priority": True}
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
+        "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 397e6, "upper_gain_ns": 18e6}])
+    ref = _run("ddp-4", "torch_ddp", 4, 395.0, 397.0, rec=rec)
+    ch9 = _run("ch9-4", "torch_ddp", 4, 392.0, 393.0, config={"nccl_channels": 9, "nccl_high_priority": True})
+    ch9_2 = _run("ch9-2", "torch_ddp", 2, 380.0, 381.0, config={"nccl_channels": 9, "nccl_high_priority": True})
+    bf16 = _run("bf16-ch9-4", "torch_ddp", 4, 200.0, 201.0,
+                config={"nccl_channels": 9, "nccl_high_priority": True, "dtype": "bf16", "batch": 16})
+    text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
+    assert text.endswith("This set has no run of exactly that configuration; set D, 4 GPUs ran it beside its own "
+                         "stock run, on the same GPU type and workload (see there).")
+    # another GPU count, or another dtype and batch, is not the same workload
+    alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
+    assert alone.endswith("This set has no run of exactly that configuration.")

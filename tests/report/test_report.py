@@ -11,6 +11,7 @@ from report_synth import HOSTILE, patch_analysis, run_set
 from ddp_profile import report
 from ddp_profile.cli import main
 from ddp_profile.errors import OutputError, TraceError
+from ddp_profile.plots.timeline import decode_page_data
 
 pytest.importorskip("plotly")
 
@@ -70,9 +71,12 @@ def test_no_remote_resources(written):
 def test_run_page_embeds_every_step_and_a_selector(written):
     out, _, _ = written
     text = (out / "run-naive_xl_fp32_2xh100.html").read_text()
-    data = json.loads(re.search(r"id='tl-data'>(.*?)</script>", text, re.S).group(1))
+    data = decode_page_data(json.loads(re.search(r"id='tl-data'>(.*?)</script>", text, re.S).group(1)))
     assert [s["label"] for s in data["steps"]] == ["step 0", "step 1", "step 2"]
-    assert text.count("<option") == 3 and "selected>step 1<" in text
+    steps = re.search(r"<select id='step-select'>(.*?)</select>", text).group(1)
+    assert steps.count("<option") == 3 and "selected>step 1<" in steps
+    ranks = re.search(r"<select id='rank-select'>(.*?)</select>", text).group(1)
+    assert re.findall(r"<option value='(\d*)'", ranks) == ["", "0", "1"]  # every rank, then each rank
     # every kernel of the step is kept (per trace and row), for the page to aggregate at any zoom
     assert all(sum(len(t["s"]) for t in s["tracks"] if t["k"] < 4) == 2 * (3 * 4 + 2 + 1) for s in data["steps"])
 

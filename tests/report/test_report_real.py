@@ -111,6 +111,11 @@ def test_every_real_page_loads_and_every_figure_renders(site):
             page.wait_for_load_state("load")
             n = path.read_text().count("Plotly.newPlot(")
             assert n == 0 if path.name == "index.html" else n >= (2 if path.name.startswith("run-") else 1), path.name
+            if path.name.startswith("run-"):  # the canvas timeline draws first, with bars
+                page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1", timeout=20_000)
+                assert page.evaluate("document.getElementById('timeline').ddp.bars[0].x.length") > 0, path.name
+            for i in range(page.locator(".figure").count()):  # figures below the fold draw when scrolled to
+                page.locator(".figure").nth(i).scroll_into_view_if_needed()
             page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=20_000)
             drawn = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
                 d => d.querySelectorAll('.main-svg .trace, .main-svg .point').length)""")

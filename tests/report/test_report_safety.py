@@ -104,22 +104,24 @@ def test_browser_runs_no_injected_script_and_shows_the_text(site, browser, tmp_p
         body = page.inner_text("body")
         if path.name.startswith("run-"):
             assert KERNEL in body  # the per-kernel table shows the name literally, entity and all
-            # Hover a bar of the hostile kernel: the hover label shows the name as text.
-            hovered = page.evaluate("""() => {
-                const gd = document.getElementById('timeline');
-                for (let c = 0; c < gd.data.length; c++) {
-                    const cd = gd.data[c].hovertext || [];
-                    for (let i = 0; i < cd.length; i++) {
-                        if (String(cd[i]).includes('window.__pwned=1')) {
-                            Plotly.Fx.hover(gd, [{curveNumber: c, pointNumber: i}]);
-                            return true;
+            # Hover a bar of the hostile kernel with the mouse: the timeline's tooltip shows the name as text.
+            page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
+            page.locator("#timeline").scroll_into_view_if_needed()
+            at = page.evaluate("""() => { const T = document.getElementById('timeline').ddp;
+                for (let k = 0; k < T.bars.length; k++) {
+                    const b = T.bars[k], L = T.cfg.traces[k].lane, r = T.canvas.getBoundingClientRect();
+                    for (let i = 0; i < b.x.length; i++) {
+                        if (T.text(k, i).includes('window.__pwned=1')) {
+                            return {x: r.left + (T.px(b.base[i]) + T.px(b.base[i] + b.x[i])) / 2,
+                                    y: r.top + T.py(b.y[i] + L[0] + L[1] / 2)};
                         }
                     }
                 }
-                return false; }""")
-            assert hovered
-            page.wait_for_timeout(200)
-            label = page.evaluate("() => document.querySelector('#timeline .hoverlayer').textContent")
+                return null; }""")
+            assert at
+            page.mouse.move(at["x"] - 1, at["y"])
+            page.mouse.move(at["x"], at["y"])
+            label = page.wait_for_selector("#timeline .hovertext", state="visible").text_content()
             assert "<script>window.__pwned=1</script>" in label and "&amp;" in label, label
             assert page.evaluate("typeof window.__pwned") == "undefined"
         if path.name == "index.html":

@@ -20,7 +20,7 @@ from ddp_profile.report.findings.text import Section, ms, pct
 
 GIB = float(1 << 30)
 SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU",
-              "C": "XL fp32, batch 4×256 per GPU, 1 → 2 → 4 GPUs"}
+              "C": "XL fp32, batch 4×256 per GPU, 1 and 4 GPUs", "D": "XL fp32, batch 4×256 per GPU"}
 
 
 def campaign_sets(runs) -> dict[str, list]:
@@ -117,7 +117,9 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
                          **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
                          "report page": page_for(r)})
         s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
-        s.table(pd.DataFrame(rows).fillna("–"), f"Set {name} ({set_title(name)})")
+        table = pd.DataFrame(rows).fillna("–")  # runs expose different collective kinds: link column last
+        s.table(table[[c for c in table.columns if c != "report page"] + ["report page"]],
+                f"Set {name} ({set_title(name)})")
         for r in sharded:
             d_opt = _max_gib(ref, "optimizer_state_bytes") - _max_gib(r, "optimizer_state_bytes")
             d_mem = _max_gib(ref, "peak_allocated_bytes") - _max_gib(
@@ -184,7 +186,8 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                if basis == measures.TRACE else "")
             + ". " + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
-        s.p(_prediction_sentence(name, ref, rs))
+        others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
+        s.p(_prediction_sentence(name, ref, rs, others))
     return s
 
 
@@ -219,7 +222,8 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
     prof = [r.name for r in sorted(ranked, key=profiled_ns)]
     overheads = [r.meta.get("profiler_overhead_pct") for r in ranked]
     overheads = [o for o in overheads if isinstance(o, (int, float))]
-    span = f"{min(overheads):.1f}–{max(overheads):.1f} %" if overheads else "not recorded"
+    lo, hi = (f"{min(overheads):.1f}", f"{max(overheads):.1f}") if overheads else ("", "")
+    span = (f"{lo} %" if lo == hi else f"{lo}–{hi} %") if overheads else "not recorded"
     if unprof == prof:
         return (f"Set {name}: profiler overhead {span} across configurations; the ranking under nsys is the "
                 "same as without it.")
@@ -228,7 +232,9 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
             "change place): rank by un-profiled time.")
 
 
-def _prediction_sentence(name: str, ref, rs: list) -> str:
+def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -> str:
+    """The recommendation from ``ref``'s trace against the set's run of exactly that configuration; without
+    one, the sets of ``others`` ({name: runs}) that ran it at the same GPU count on the same GPU are named."""
     rec = getattr(ref.analysis, "recommendation", None)
     if rec is None or not len(rec):
         return f"Set {name}: the analysis of {ref.name} makes no recommendation (see its report page)."
@@ -241,13 +247,28 @@ def _prediction_sentence(name: str, ref, rs: list) -> str:
             + (f", down to {ms(pred - upper)} if the lever removed all compute lost to contention" if
                np.isfinite(upper) else "") + ". ")
     if not match:
-        return text + "The campaign has no run of exactly that configuration."
+        elsewhere = [n for n, o in (others or {}).items()
+                     if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
+        return text + ("This set has no run of exactly that configuration" + (
+            f"; set {' and set '.join(elsewhere)} ran it beside its own stock run, on the same GPU type and workload (see there)."
+            if elsewhere else "."))
     m = match[0]
     err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
     within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
                    f"prediction is off by {pct(err)} of the measured step, and the measurement "
                    f"{'falls inside' if within else 'falls outside'} the predicted range.")
+
+
+WORKLOAD_KEYS = ("gpu_name", "world_size")
+WORKLOAD_CONFIG = ("model", "dtype", "batch", "seq_len", "optimizer", "tf32")
+"""Run-JSON facts (top level, and in its ``config``) two runs must share for one to stand in for the other."""
+
+
+def same_workload(a, b) -> bool:
+    """Same GPU type and count, model, dtype, per-GPU batch, sequence length and optimizer."""
+    return (all(a.meta.get(k) == b.meta.get(k) for k in WORKLOAD_KEYS)
+            and all((a.config or {}).get(k) == (b.config or {}).get(k) for k in WORKLOAD_CONFIG))
 
 
 OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")

@@ -78,6 +78,23 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     return np.split(order, cuts)
 
 
+def equal_range(sorted_values: np.ndarray, value) -> tuple[int, int]:
+    """[lo, hi) of the entries equal to ``value`` in a sorted array. The value is cast to the array's dtype
+    first: a needle of another dtype (an int64 rank against the loader's int32 column) makes numpy convert
+    the whole array on every call, which grew with ranks x kernels on 1,024 per-rank files."""
+    dtype = sorted_values.dtype
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        try:
+            as_int = int(value)
+        except (TypeError, ValueError, OverflowError):
+            as_int = None
+        if as_int is None or as_int != value or not info.min <= as_int <= info.max:
+            return 0, 0  # no integer entry equals it
+        value = dtype.type(as_int)
+    return (int(sorted_values.searchsorted(value, side="left")), int(sorted_values.searchsorted(value, side="right")))
+
+
 def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
     """Positional row indices (ascending) per distinct (a, b) pair, one group at a time: a generator.
 
@@ -198,7 +215,7 @@ class KernelArrays:
             r = self.rank
             self.__dict__["_rank_sorted"] = bool(len(r) < 2 or (r[1:] >= r[:-1]).all())
         if self.__dict__["_rank_sorted"]:
-            lo, hi = np.searchsorted(self.rank, rank, side="left"), np.searchsorted(self.rank, rank, side="right")
+            lo, hi = equal_range(self.rank, rank)
             return np.arange(lo, hi, dtype=np.intp)
         return np.flatnonzero(self.rank == rank)
 

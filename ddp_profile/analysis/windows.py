@@ -38,7 +38,7 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
-from ddp_profile.analysis._common import ints
+from ddp_profile.analysis._common import equal_range, ints
 
 DEFAULT_PHASE_PATTERNS = {
     "forward": nn.FORWARD_PATTERN,
@@ -221,7 +221,11 @@ def _rows_by_value(values: np.ndarray, keep: np.ndarray, wanted: np.ndarray, few
     sel = np.flatnonzero(keep)
     sel = sel[np.argsort(values[sel], kind="stable")]
     sorted_values = values[sel]
-    return lambda v: sel[np.searchsorted(sorted_values, v, "left"):np.searchsorted(sorted_values, v, "right")]
+
+    def lookup(v):
+        lo, hi = equal_range(sorted_values, v)
+        return sel[lo:hi]
+    return lookup
 
 
 def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFrame:

@@ -106,10 +106,27 @@ def test_q8_gpu_bound_vs_host_bound_follows_idle_share():
 def test_q8_fastest_two_verdict_follows_the_ranges():
     apart = text_of(qb.q8_dtype(*sets(b_spreads={"naive": (300, 320), "overlap": (240, 260)}), page, "m"))
     close = text_of(qb.q8_dtype(*sets(b_spreads={"naive": (300, 320), "overlap": (240, 305)}), page, "m"))
-    assert "bf16's fastest two multi-GPU strategies, overlap and naive, are separated beyond their step ranges" \
-        in apart
-    assert "bf16's fastest two multi-GPU strategies, overlap and naive, have overlapping step ranges" in close
-    assert "fp32's fastest two multi-GPU strategies, overlap and naive, are separated" in apart  # 410–425 vs 430–450
+    head = "fastest two of all its 2 multi-GPU strategies (ranked as on its strategies page)"
+    assert f"bf16's {head}, overlap and naive, are separated beyond their step ranges" in apart
+    assert f"bf16's {head}, overlap and naive, have overlapping step ranges" in close
+    assert f"fp32's {head}, overlap and naive, are separated" in apart  # 410–425 vs 430–450
+
+
+def test_q8_fastest_two_ranks_the_whole_set_as_its_strategies_page_does():
+    """A strategy only set A ran (bucketed 1000 MiB, as in traces/) is left out of the shared ranking but not
+    out of set A's fastest two, which follow the page's measures.rank_ns ranking of all of set A's runs."""
+    from ddp_profile.report import measures
+
+    a, b = sets()
+    a["bucketed-1000"] = fake("bucketed", step=405, compute=390, spread=(400, 408), bucket=1000)
+    t = text_of(qb.q8_dtype(a, b, page, "m"))
+    big = a["bucketed-1000"].label
+    assert "Among the 3 strategies both sets ran, the ranking" in t and f"{big} <" not in t
+    page_order = sorted((r for r in a.values() if r.world_size > 1),
+                        key=lambda r: measures.rank_ns(r.meta, r.v("step_ns"), measures.ranking_basis([r.meta])))
+    assert [r.label for r in page_order[:2]] == [big, "overlap"]
+    assert ("fp32's fastest two of all its 3 multi-GPU strategies (ranked as on its strategies page), "
+            f"{big} and overlap, are separated beyond their step ranges") in t  # 400–408 vs 410–425
 
 
 def test_q8_ranks_per_token_when_a_set_mixes_batches():
@@ -135,6 +152,11 @@ def test_intro_states_each_sets_batch_and_torch_ddp_hook(tmp_path):
     assert "ran stock PyTorch DDP (no comm hook)" in text and "ran DDP with the opt-in NVTX comm hook" in text
     assert "do not record whether the hook was on" in text
     assert "host not recorded" in text  # no hosts.txt in tmp_path
+    assert "campaign sets" not in text  # no campaign runs
+    camp = [fake("torch_ddp", bucket=25, set_name="campaign")]
+    camp[0].folder = Path("campaign/A") / camp[0].name
+    assert "1 in " + tmp_path.as_posix() + "/campaign/ (campaign set A, apart from sets small/A/B), " \
+        "each also timed" in " ".join(intro(tmp_path, runs + camp))
 
 
 def test_read_hosts_parses_and_rejects(tmp_path):
@@ -164,6 +186,11 @@ def test_limits_and_q5_name_the_set_that_mixes_hosts():
     assert ("set small mixes hosts: torch_ddp on host-2, its other 3 runs on host-1, so set small's comparisons "
             "with torch_ddp include a change of host") in t_mixed
     assert "do not name the host" in t_none and "mixes" not in t_none
+    # campaign folders are named by their own label, apart from the main sets of the same letter
+    camp = {"A": [fake("torch_ddp", bucket=25, set_name="campaign")], "B": [fake("naive", set_name="campaign")]}
+    chosts = dict(one, **{r.run_id: "host-9" for rs in camp.values() for r in rs})
+    t_camp = text_of(qb.limits(runs, chosts, ss, None, camp))
+    assert "set A ran on host-2" in t_camp and "campaign sets A and B ran on host-9" in t_camp
     q5_one = text_of(qb.q5_torch([("Set small", ss["small"])], page, "m", one))
     q5_mixed = text_of(qb.q5_torch([("Set small", ss["small"])], page, "m", mixed))
     assert "change of host" not in q5_one

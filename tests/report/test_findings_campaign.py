@@ -42,6 +42,9 @@ def test_sharding_sentence_states_memory_saved_and_time_paid():
                 mem_gib=37.0, opt_gib=7.0, kinds={"AllReduce": 2e6, "Broadcast": 25e6})
     s = qc.q9_sharding({"A": [ref, zero]}, _page, {"A": "2× GPU"})
     text = " ".join(s.paragraphs())
+    # a campaign set is never called plain "Set A", the name of traces/<run> set A in sections 1–8
+    assert text.count("Campaign set A") == 2 and "Set A" not in text.replace("Campaign set A", "")
+    assert [b.caption for b in s.blocks if hasattr(b, "caption")] == ["Campaign set A (XL fp32, batch 4×256 per GPU)"]
     # 14 - 7 = 7 GiB less state, 45 - 37 = 8 GiB lower peak, 399 - 380 = 19 ms slower = 5.0 % of 380
     assert ("bucketed+zero1 holds 7.00 GiB less optimizer state and peaks 8.00 GiB lower in allocated memory per "
             "GPU than torch_ddp, and its step is 19.00 ms slower (5.0%): 25.00 ms of exposed Broadcast") in text
@@ -58,7 +61,7 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
     # 370 / 380 = 0.974x; 350 / 370 = 94.6 % efficiency
     assert "the fastest configuration is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
     assert "94.6% 2-GPU efficiency" in text
-    assert "Set A ran on 2× GPU." in text
+    assert "Campaign set A ran on 2× GPU." in text and "Set A" not in text
     assert "the ranking under nsys differs from the un-profiled one (2 of 2 configurations change place)" in text
     same = qc.q10_beat_ddp({"A": [one, ref, _run("x", "torch_ddp", 2, 370.0, 371.0,
                                                   config={"nccl_channels": 2})]}, _page, {"A": "m"})
@@ -98,11 +101,11 @@ def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_referen
     assert qc.set_folder("A, 4 GPUs") == "A" and qc.set_title("A, 4 GPUs") == "XL fp32, batch 4×256 per GPU, 4 GPUs"
     text = " ".join(qc.q10_beat_ddp(sets, _page, {"A, 2 GPUs": "m2", "A, 4 GPUs": "m4"}).paragraphs())
     # 4 GPUs: stock 400 ms is fastest (the lever is 440); 360 / 400 = 90.0 % efficiency
-    assert "Set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
+    assert "Campaign set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
     assert "90.0% 4-GPU efficiency against the 1-GPU run's 360.0 ms" in text
     # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
-    assert "Set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
-    assert "Set A, 4 GPUs ran on m4." in text
+    assert "Campaign set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "Campaign set A, 4 GPUs ran on m4." in text
 
 
 def test_a_recommendation_run_in_another_set_is_pointed_to():
@@ -117,8 +120,53 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     bf16 = _run("bf16-ch9-4", "torch_ddp", 4, 200.0, 201.0,
                 config={"nccl_channels": 9, "nccl_high_priority": True, "dtype": "bf16", "batch": 16})
     text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
-    assert text.endswith("This set has no run of exactly that configuration; set D, 4 GPUs ran it beside its own "
+    assert text.endswith("This set has no run of exactly that configuration; campaign set D, 4 GPUs ran it beside its own "
                          "stock run, on the same GPU type and workload (see there).")
+    # the summary's clause for the same facts keeps the pointer inside one clause
+    assert qc._prediction("C", ref, [ref], {"D, 4 GPUs": [ch9]})[1] == (
+        "`--strategy torch_ddp --bucket-mb 25 --nccl-channels 9 --nccl-high-priority`, not run in this set "
+        "(campaign set D, 4 GPUs ran it)")
     # another GPU count, or another dtype and batch, is not the same workload
     alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert alone.endswith("This set has no run of exactly that configuration.")
+
+
+def test_summary_opens_both_documents_with_the_sections_own_results():
+    """The opening summary is the fastest configuration and the recommendation outcome per campaign set, as
+    clauses q10 builds from the values it states (the same ms and ratio strings), placed before the intro."""
+    from ddp_profile.report.findings.render import to_html, to_markdown
+    from ddp_profile.report.findings.text import summary_sentences
+
+    fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
+        "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 380e6, "upper_gain_ns": 8e6}])
+    one = _run("none", "none", 1, 350.0, 352.0)
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, rec=rec)
+    lever = _run("ch2", "torch_ddp", 2, 370.0, 376.0, config={"nccl_channels": 2, "nccl_high_priority": True})
+    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
+    summary = summary_sentences([s])
+    assert len(summary) == 2
+    assert summary[0].endswith(": campaign set A: ch2, 370.0 ms, 0.974×.")  # 370 / 380
+    assert summary[1].endswith(": campaign set A: `--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 "
+                               "--nccl-high-priority`, predicted 380.0 ms per profiled step, measured 376.0 ms "
+                               "(falls inside the predicted range).")
+    text = " ".join(s.paragraphs())  # the section states the same values
+    assert "ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text and "Measured: 376.0 ms profiled" in text
+    md, html = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
+    assert md.index("**Summary.** ") < md.index("intro") < md.index("## ")
+    assert html.index("<strong>Summary.</strong>") < html.index("<p>intro</p>") < html.index("<h2")
+    assert "<code>--strategy torch_ddp" in html
+
+
+def test_a_1gpu_run_inflated_by_nsys_is_named_and_efficiency_stays_unprofiled():
+    """Campaign set B's 1-GPU run ran 54.5 % slower under nsys: q10 says so from its run JSON and keeps the
+    un-profiled time for efficiency (the profiled 278.6 ms against 227.2 ms would claim 122.6 %)."""
+    one = _run("none", "none", 1, 180.3, 278.6, overhead=54.5)
+    ref = _run("torch_ddp", "torch_ddp", 2, 227.2, 240.0)
+    text = " ".join(qc.q10_beat_ddp({"B": [one, ref]}, _page, {"B": "m"}).paragraphs())
+    assert ("The 1-GPU run's profiled step is 278.6 ms against 180.3 ms without nsys (profiler overhead 54.5%), so "
+            "its profiled step is inflated by nsys and the efficiency uses the un-profiled time.") in text
+    assert "79.4% 2-GPU efficiency against the 1-GPU run's 180.3 ms" in text  # 180.3 / 227.2
+    silent = " ".join(qc.q10_beat_ddp({"B": [_run("none", "none", 1, 180.3, 181.0, overhead=None), ref]},
+                                      _page, {"B": "m"}).paragraphs())
+    assert "profiled step is" not in silent  # no overhead recorded: nothing claimed

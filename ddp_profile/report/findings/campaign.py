@@ -47,6 +47,12 @@ def set_folder(name: str) -> str:
     return name.split(",", 1)[0]
 
 
+def set_label(name: str, start: bool = False) -> str:
+    """How the findings name a campaign set: "campaign set A" (``start``: "Campaign set A"), never "set A",
+    which names a top-level set of traces/ (sections 1–8)."""
+    return f"{'C' if start else 'c'}ampaign set {name}"
+
+
 def set_title(name: str) -> str:
     folder = set_folder(name)
     return SET_TITLES.get(folder, folder) + name[len(folder):]
@@ -98,7 +104,7 @@ def _one_gpu(rs: list):
 
 def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
     s = Section("sharding", "Sharding: memory saved vs time paid")
-    s.p("Sharded runs against stock torch_ddp of the same campaign set; memory is the peak "
+    s.p("Sharded runs against stock torch_ddp of the same campaign set (one folder of traces/campaign/); memory is the peak "
         "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
         "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
     for name, rs in sorted(sets.items()):
@@ -116,10 +122,10 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
                          "optimizer state GiB/GPU": round(_max_gib(r, "optimizer_state_bytes"), 2),
                          **{f"exposed {k}": ms(v) for k, v in sorted(kinds.items())},
                          "report page": page_for(r)})
-        s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
+        s.p(f"{set_label(name, True)} ran on {machines.get(name, 'an unrecorded machine')}.")
         table = pd.DataFrame(rows).fillna("–")  # runs expose different collective kinds: link column last
         s.table(table[[c for c in table.columns if c != "report page"] + ["report page"]],
-                f"Set {name} ({set_title(name)})")
+                f"{set_label(name, True)} ({set_title(name)})")
         for r in sharded:
             d_opt = _max_gib(ref, "optimizer_state_bytes") - _max_gib(r, "optimizer_state_bytes")
             d_mem = _max_gib(ref, "peak_allocated_bytes") - _max_gib(
@@ -129,7 +135,7 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
             param = {k: v for k, v in kinds.items() if k in ("AllGather", "Broadcast")}
             why = (", ".join(f"{ms(v)} of exposed {k}" for k, v in param.items()) + " per step (profiled)"
                    if param else "no parameter collective exposed")
-            s.p(f"Set {name}: {r.name} holds {d_opt:.2f} GiB {'less' if d_opt >= 0 else 'more'} optimizer state "
+            s.p(f"{set_label(name, True)}: {r.name} holds {d_opt:.2f} GiB {'less' if d_opt >= 0 else 'more'} optimizer state "
                 f"and peaks {abs(d_mem):.2f} GiB {'lower' if d_mem >= 0 else 'higher'} in allocated memory per GPU "
                 f"than {ref.name}, and its step is {ms(abs(dt))} {'slower' if dt >= 0 else 'faster'} "
                 f"({pct(100.0 * dt / unprofiled_ns(ref))}): {why}.")
@@ -163,7 +169,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         if ref is None or not multi:
             continue
         n_gpus = max(r.world_size for r in multi)
-        s.p(f"Set {name} ran on {machines.get(name, 'an unrecorded machine')}.")
+        s.p(f"{set_label(name, True)} ran on {machines.get(name, 'an unrecorded machine')}.")
         rows = []
         for r in sorted(multi, key=t):
             over = r.meta.get("profiler_overhead_pct")
@@ -175,20 +181,39 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                          "profiler overhead": pct(over) if isinstance(over, (int, float)) else "–",
                          "compute": ms(r.v("compute_ns")),
                          "exposed comm": ms(r.v("exposed_comm_ns")), "report page": page_for(r)})
-        s.table(pd.DataFrame(rows), f"Set {name} ({set_title(name)}), fastest first")
+        s.table(pd.DataFrame(rows), f"{set_label(name, True)} ({set_title(name)}), fastest first")
         best = min(multi, key=t)
         ratio = t(best) / t(ref)
         eff = 100.0 * t(one) / t(best) if one else math.nan
-        s.p(f"Set {name}: the fastest configuration is {best.name} at {ms(t(best))} per step, "
+        s.p(f"{set_label(name, True)}: the fastest configuration is {best.name} at {ms(t(best))} per step, "
             f"{ratio:.3f}× stock torch_ddp ({ms(t(ref))})"
             + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(t(one))}" if one else "")
             + (" (ranked by the profiled trace time: not every run of this set was timed without nsys)"
                if basis == measures.TRACE else "")
-            + ". " + _lever_evidence(ref, best, one, multi))
+            + ". " + _one_gpu_note(one, basis) + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
-        s.p(_prediction_sentence(name, ref, rs, others))
+        text, outcome = _prediction(name, ref, rs, others)
+        s.p(text)
+        s.add_summary("Fastest configuration of each campaign set, per step and against its stock torch_ddp "
+                      "(un-profiled time unless marked)",
+                      f"{set_label(name)}: {best.name}, {ms(t(best))}, {ratio:.3f}×"
+                      + (" (trace time)" if basis == measures.TRACE else ""))
+        s.add_summary("The recommendation from each campaign set's stock trace", f"{set_label(name)}: {outcome}")
     return s
+
+
+def _one_gpu_note(one, basis: str) -> str:
+    """What nsys did to the 1-GPU reference's step (its run JSON's ``profiler_overhead_pct``), and which of its
+    times the efficiency uses; "" without a 1-GPU run or an overhead record."""
+    over = (one.meta.get("profiler_overhead_pct") if one is not None else None)
+    if not isinstance(over, (int, float)):
+        return ""
+    text = (f"The 1-GPU run's profiled step is {ms(profiled_ns(one))} against {ms(unprofiled_ns(one))} without "
+            f"nsys (profiler overhead {pct(over)}), ")
+    if basis == measures.UNPROFILED:
+        return text + "so its profiled step is inflated by nsys and the efficiency uses the un-profiled time. "
+    return text + "and the efficiency here is on profiled times, so it carries that inflation. "
 
 
 def _lever_evidence(ref, best, one=None, multi=()) -> str:
@@ -216,7 +241,7 @@ def _lever_evidence(ref, best, one=None, multi=()) -> str:
 def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED) -> str:
     """``ranked``: the set's multi-GPU runs, fastest first by its ranking time (``basis``)."""
     if basis != measures.UNPROFILED:
-        return (f"Set {name}: not every configuration was timed without nsys, so it is ranked by trace time and "
+        return (f"{set_label(name, True)}: not every configuration was timed without nsys, so it is ranked by trace time and "
                 "how nsys changes the order is not known.")
     unprof = [r.name for r in ranked]
     prof = [r.name for r in sorted(ranked, key=profiled_ns)]
@@ -225,9 +250,9 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
     lo, hi = (f"{min(overheads):.1f}", f"{max(overheads):.1f}") if overheads else ("", "")
     span = (f"{lo} %" if lo == hi else f"{lo}–{hi} %") if overheads else "not recorded"
     if unprof == prof:
-        return (f"Set {name}: profiler overhead {span} across configurations; the ranking under nsys is the "
+        return (f"{set_label(name, True)}: profiler overhead {span} across configurations; the ranking under nsys is the "
                 "same as without it.")
-    return (f"Set {name}: profiler overhead {span} across configurations, and the ranking under nsys differs "
+    return (f"{set_label(name, True)}: profiler overhead {span} across configurations, and the ranking under nsys differs "
             f"from the un-profiled one ({measures.places_changed(unprof, prof)} of {len(unprof)} configurations "
             "change place): rank by un-profiled time.")
 
@@ -235,29 +260,40 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
 def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -> str:
     """The recommendation from ``ref``'s trace against the set's run of exactly that configuration; without
     one, the sets of ``others`` ({name: runs}) that ran it at the same GPU count on the same GPU are named."""
+    return _prediction(name, ref, rs, others)[0]
+
+
+def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[str, str]:
+    """(:func:`_prediction_sentence`, its outcome in one clause for the summary, from the same values)."""
     rec = getattr(ref.analysis, "recommendation", None)
     if rec is None or not len(rec):
-        return f"Set {name}: the analysis of {ref.name} makes no recommendation (see its report page)."
+        return (f"{set_label(name, True)}: the analysis of {ref.name} makes no recommendation (see its report "
+                "page).", "none made")
     head = rec.iloc[0]
     flags = str(head["flags"])
     match = [r for r in rs if r is not ref and config_matches(r.config, head)]
     pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
-    text = (f"Set {name}: from the stock run's trace alone, `ddp-profile analyze --section recommendation` "
-            f"recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
+    text = (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "
+            f"recommendation` recommends `{flags}` and predicts {ms(pred)} per profiled step from the bucket model"
             + (f", down to {ms(pred - upper)} if the lever removed all compute lost to contention" if
                np.isfinite(upper) else "") + ". ")
     if not match:
         elsewhere = [n for n, o in (others or {}).items()
                      if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
+        where = f" ({' and '.join(map(set_label, elsewhere))} ran it)" if elsewhere else ""
         return text + ("This set has no run of exactly that configuration" + (
-            f"; set {' and set '.join(elsewhere)} ran it beside its own stock run, on the same GPU type and workload (see there)."
-            if elsewhere else "."))
+            f"; {' and '.join(map(set_label, elsewhere))} ran it beside its own stock run, on the same GPU type "
+            "and workload (see there)." if elsewhere else ".")), (
+            f"`{flags}`, not run in this set{where}")
     m = match[0]
     err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
     within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
+    inside = "falls inside" if within else "falls outside"
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
                    f"prediction is off by {pct(err)} of the measured step, and the measurement "
-                   f"{'falls inside' if within else 'falls outside'} the predicted range.")
+                   f"{inside} the predicted range."), (
+        f"`{flags}`, predicted {ms(pred)} per profiled step, measured {ms(profiled_ns(m))} ({inside} the "
+        "predicted range)")
 
 
 WORKLOAD_KEYS = ("gpu_name", "world_size")

@@ -66,7 +66,8 @@ class RunData:
 
     @property
     def bucket_mb(self) -> float | None:
-        """Bucket cap of bucketed and torch_ddp runs (None for the others, whose config value is unused)."""
+        """Bucket cap of bucketed and torch_ddp runs in MiB (the harness's ``--bucket-mb`` is multiplied by
+        2**20; None for the other strategies, whose config value is unused)."""
         if self.strategy in ("bucketed", "torch_ddp") and self.config.get("bucket_mb") is not None:
             return float(self.config["bucket_mb"])
         return None
@@ -74,7 +75,7 @@ class RunData:
     @property
     def label(self) -> str:
         b = self.bucket_mb
-        return f"{self.strategy} {b:g} MB" if b is not None and self.strategy == "bucketed" else self.strategy
+        return f"{self.strategy} {b:g} MiB" if b is not None and self.strategy == "bucketed" else self.strategy
 
     @property
     def units_per_rank_step(self) -> tuple[float, str]:

@@ -207,8 +207,9 @@ def _bucket_layout(r) -> dict:
 
 
 def q4_buckets(rs, page, machine, fit=None) -> Section:
-    s = Section("q4", "4. Bucketed at 1, 10, 25, 100, 1000 MB")
     bk = sorted([r for k, r in rs.items() if k.startswith("bucketed")], key=lambda r: r.bucket_mb)
+    caps = ", ".join(f"{r.bucket_mb:g}" for r in bk)
+    s = Section("q4", f"4. Bucketed at {caps} MiB" if bk else "4. Bucketed DDP: the bucket-size sweep")
     n = rs.get("naive")
     if not bk:
         s.p("No bucketed runs in set A.")
@@ -221,7 +222,7 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
     for r, pred in zip(bk, preds, strict=True):
         lay = _bucket_layout(r)
         queue = predicted_tail_ns(r.analysis.collectives, getattr(r.trace, "kernels", None), r.analysis.steps, fit)
-        rows.append({"cap": f"{r.bucket_mb:g} MB", "step (median)": ms(r.v("step_ns")),
+        rows.append({"cap": f"{r.bucket_mb:g} MiB", "step (median)": ms(r.v("step_ns")),
                      "step min–max": spread(*r.spread["step_ns"]), "buckets": lay["n"],
                      "size ÷ cap": lay["size_over_cap"], "buckets > cap": lay["over_cap"],
                      "of them one tensor": lay["single_big"], "mean bucket": mb(lay["mean"]),

@@ -9,13 +9,16 @@ import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
+from ddp_profile.report import measures
 from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
 from ddp_profile.report.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
 
 
 def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
     s = Section("q5", "5. PyTorch DDP as the reference: how close each hand-written strategy gets")
-    s.p(f"Machine: {machine}. Ratio = strategy step time ÷ torch_ddp (25 MB buckets) step time of the same "
+    caps = sorted({r.bucket_mb for _, rs in sets for k, r in rs.items() if k == "torch_ddp" and r.bucket_mb})
+    cap = f" ({'/'.join(f'{c:g}' for c in caps)} MiB buckets)" if caps else ""
+    s.p(f"Machine: {machine}. Ratio = strategy step time ÷ torch_ddp{cap} step time of the same "
         "set; below 1 is faster than PyTorch DDP.")
     for title, rs in sets:
         ref = rs.get("torch_ddp")
@@ -36,6 +39,9 @@ def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
         s.table(df.drop(columns=["_ratio"]), f"{title}: step time relative to torch_ddp")
         hand = df[df["run"] != "torch_ddp"]
         if len(hand):
+            s.add_summary("Fastest hand-written strategy of each set of traces/ (sections 1–8) against its "
+                          "torch_ddp (step time ratio in the trace)", f"{title}: {hand.iloc[0]['run']}, "
+                          f"{hand.iloc[0]['÷ torch_ddp']}×")
             s.p(torch_verdict(title, hand, ref) + " "
                 f"torch_ddp overlaps {pct(ref.v('overlap_pct'))} of its NCCL time and leaves "
                 f"{ms(ref.v('exposed_comm_ns'))} exposed." + cross_host(rs, ref, hosts or {}))
@@ -218,14 +224,31 @@ def multi_idle(rs, idle_pct: float) -> str:
                    "(launches, synchronisation) beyond GPU work. ")
 
 
-def fastest_two(name: str, rs, order, uniform: bool) -> str:
-    """Whether the two fastest multi-GPU strategies of a ranking are separated beyond their step ranges."""
-    multi = [k for k in order if rs[k].world_size > 1]
+def page_ranking(rs, uniform: bool = True) -> list:
+    """The set's multi-GPU runs, fastest first, as its strategies page ranks them: by
+    :func:`measures.rank_ns` under the set's :func:`measures.ranking_basis` (the trace's median step unless
+    every run was also timed without nsys). A set that mixes batches is ranked by time per unit of work."""
+    basis = measures.ranking_basis(r.meta for r in rs.values())
+    multi = [r for r in rs.values() if r.world_size > 1]
+    if not uniform:
+        return sorted(multi, key=lambda r: per_k(r, r.v("step_ns")))
+    return sorted(multi, key=lambda r: measures.rank_ns(r.meta, r.v("step_ns"), basis))
+
+
+def fastest_two(name: str, rs, uniform: bool) -> str:
+    """Whether the two fastest multi-GPU strategies of the whole set (:func:`page_ranking`, the ranking of
+    its strategies page, including strategies the other set did not run) are separated beyond their step
+    ranges."""
+    multi = page_ranking(rs, uniform)
     if len(multi) < 2:
         return f"{name} has fewer than two multi-GPU strategies to separate"
-    x, y = rs[multi[0]], rs[multi[1]]
-    sep = not ranges_overlap(_cost_spread(x, uniform), _cost_spread(y, uniform))
-    return (f"{name}'s fastest two multi-GPU strategies, {x.label} and {y.label}, "
+    x, y = multi[0], multi[1]
+    if uniform and measures.ranking_basis(r.meta for r in rs.values()) == measures.UNPROFILED:
+        sep = not ranges_overlap(measures.unprofiled_range_ns(x.meta), measures.unprofiled_range_ns(y.meta))
+    else:
+        sep = not ranges_overlap(_cost_spread(x, uniform), _cost_spread(y, uniform))
+    return (f"{name}'s fastest two of all its {len(multi)} multi-GPU strategies (ranked as on its strategies "
+            f"page), {x.label} and {y.label}, "
             + ("are separated beyond their step ranges" if sep else
                "have overlapping step ranges, so their order is not established"))
 
@@ -259,7 +282,8 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
             f"Ranking within each set by {'median step time' if ua and ub else 'time per unit of work'}; "
             f"throughput = {unit} per GPU per step ÷ median step time")
     same = rank_a == rank_b
-    s.p(f"The ranking {'is unchanged' if same else 'changes'}: fp32 order {' < '.join(a[k].label for k in rank_a)}; "
+    s.p(f"Among the {len(keys)} strategies both sets ran, the ranking {'is unchanged' if same else 'changes'}: "
+        f"fp32 order {' < '.join(a[k].label for k in rank_a)}; "
         f"bf16 order {' < '.join(b[k].label for k in rank_b)}.")
     if "none" in keys:
         na, nb = a["none"], b["none"]
@@ -294,7 +318,7 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
                    "bf16 compute itself is not held back by the host")
         s.p(f"{verdict}. Its steps range {spread(lo, hi)} ({pct(100 * (hi - lo) / nb.v('step_ns'))} of the median). "
             + multi_idle(b, idle_pct)
-            + f"{fastest_two('fp32', a, rank_a, ua)}; {fastest_two('bf16', b, rank_b, ub)}.")
+            + f"{fastest_two('fp32', a, ua)}; {fastest_two('bf16', b, ub)}.")
     return s
 
 
@@ -320,9 +344,11 @@ def launch_line(name: str, rs: dict) -> str:
     return f"set {name}'s 1-GPU run is not launch-bound ({bound} of {n} {steps} launch-bound; {medians})"
 
 
-def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None) -> Section:
+def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None,
+           campaign: dict | None = None) -> Section:
     """What the data cannot show. ``hosts``: :func:`~ddp_profile.report.findings.data.read_hosts`; ``sets``: the
-    main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling."""
+    main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling;
+    ``campaign``: {campaign folder: [runs]} (named "campaign set <folder>", apart from the main sets)."""
     s = Section("limits", "How thin the data is")
     hosts, sets, machines = hosts or {}, sets or {}, machines or {}
     nsteps = sorted({int(r.summary.get("n_steps") or 0) for r in runs})
@@ -352,19 +378,22 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
     if hosts:
         single: dict = {}
         mixed = []
-        for name, rs in sets.items():
+        groups = [("set", name, rs) for name, rs in sets.items()]
+        groups += [("campaign set", name, rs) for name, rs in (campaign or {}).items()]
+        for kind, name, rs in groups:
             g = hosts_of(rs, hosts) if rs else {}
             labels = {h: h if h is not None else "a host not listed" for h in g}
             if len(g) == 1:
-                single.setdefault(labels[next(iter(g))], []).append(name)
+                single.setdefault((labels[next(iter(g))], kind), []).append(name)
             elif g:
                 major, *minor = list(g)
                 moved = [r.label for h in minor for r in g[h]]
-                mixed.append(f"set {name} mixes hosts: " + "; ".join(
+                mixed.append(f"{kind} {name} mixes hosts: " + "; ".join(
                     f"{', '.join(r.label for r in g[h])} on {labels[h]}" for h in minor)
-                    + f", its other {len(g[major])} runs on {labels[major]}, so set {name}'s comparisons with "
+                    + f", its other {len(g[major])} runs on {labels[major]}, so {kind} {name}'s comparisons with "
                     f"{' and '.join(moved)} include a change of host")
-        parts = [f"set{'s' if len(n) > 1 else ''} {' and '.join(n)} ran on {h}" for h, n in single.items()] + mixed
+        parts = [f"{kind}{'s' if len(n) > 1 else ''} {' and '.join(n)} ran on {h}"
+                 for (h, kind), n in single.items()] + mixed
         s.p(f"Hosts ({HOSTS_FILE} beside the traces): " + "; ".join(parts) + ".")
     else:
         s.p(f"The run JSONs do not name the host; no {HOSTS_FILE} beside the traces says which runs shared one "

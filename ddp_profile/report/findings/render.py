@@ -5,10 +5,13 @@ module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON esca
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import pandas as pd
 
 from ddp_profile.report.findings.text import Figure, Links, Para, Table
+
+CODE = re.compile(r"`([^`]+)`")
 
 TAG_START = re.compile(r"<(?=[A-Za-z/!?])")  # what a Markdown renderer would take for raw HTML
 ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
@@ -33,8 +36,16 @@ def _md_table(df: pd.DataFrame, link_col: str = "report page") -> str:
     return "\n".join(out)
 
 
-def to_markdown(title: str, intro: list[str], sections: list) -> str:
-    lines = [f"# {md_text(title)}", ""] + [md_text(x) + "\n" for x in intro]
+def html_text(v) -> str:
+    """Escaped text for findings.html with Markdown inline code (```ddp-profile report```) as <code>."""
+    from ddp_profile.report.html import esc
+
+    return CODE.sub(r"<code>\1</code>", esc(v))
+
+
+def to_markdown(title: str, intro: list[str], sections: list, summary: Sequence[str] = ()) -> str:
+    lines = [f"# {md_text(title)}", ""] + (["**Summary.** " + md_text(" ".join(summary)), ""] if summary else [])
+    lines += [md_text(x) + "\n" for x in intro]
     for s in sections:
         lines += [f"## {md_text(s.title)}", ""]
         for block in s.blocks:
@@ -50,21 +61,22 @@ def to_markdown(title: str, intro: list[str], sections: list) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def to_html(title: str, intro: list[str], sections: list, figures: dict) -> str:
+def to_html(title: str, intro: list[str], sections: list, figures: dict, summary: Sequence[str] = ()) -> str:
     from ddp_profile.report.html import esc, figure_div, page
 
-    parts = [f"<p>{esc(x)}</p>" for x in intro]
+    parts = [f"<p><strong>Summary.</strong> {html_text(' '.join(summary))}</p>"] if summary else []
+    parts += [f"<p>{html_text(x)}</p>" for x in intro]
     parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
     for s in sections:
         parts.append(f"<h2 id='{esc(s.key)}'>{esc(s.title)}</h2>")
         for block in s.blocks:
             match block:
                 case Para(text):
-                    parts.append(f"<p>{esc(text)}</p>")
+                    parts.append(f"<p>{html_text(text)}</p>")
                 case Table(frame, caption):
                     parts.append(_html_table(frame, caption))
                 case Figure(key, caption) if figures.get(key) is not None:
-                    parts.append(f"<p class='note'>{esc(caption)}</p>" + figure_div(figures[key], f"fig-{key}"))
+                    parts.append(f"<p class='note'>{html_text(caption)}</p>" + figure_div(figures[key], f"fig-{key}"))
                 case Links(pairs):
                     parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>")
     return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings",

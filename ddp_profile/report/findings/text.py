@@ -108,6 +108,12 @@ class Section:
     key: str
     title: str
     blocks: list[Block] = field(default_factory=list)
+    summary: dict[str, list[str]] = field(default_factory=dict)  # topic -> clauses, for the opening summary
+
+    def add_summary(self, topic: str, clause: str) -> None:
+        """Add a short result under ``topic`` to the document's opening summary (:func:`summary_sentences`):
+        a clause built from the values this section states, never a second computation of them."""
+        self.summary.setdefault(topic, []).append(clause)
 
     def p(self, text: str) -> None:
         self.blocks.append(Para(text))
@@ -124,3 +130,8 @@ class Section:
     def paragraphs(self) -> list[str]:
         """The prose of the section, in order."""
         return [b.text for b in self.blocks if isinstance(b, Para)]
+
+
+def summary_sentences(sections: list[Section]) -> list[str]:
+    """One sentence per summary topic of the sections, in section order: "Topic: clause; clause."."""
+    return [f"{topic}: {'; '.join(clauses)}." for s in sections for topic, clauses in s.summary.items()]

@@ -222,12 +222,13 @@ MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "analy
 
 def _child(kind: str, path: Path, *extra: str) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--measure", kind, str(path), *extra]
+    load = _loadavg().split()[0]  # the 1-minute load average as the measurement starts (a shared machine)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"measurement {kind} on {path} failed:\n{proc.stderr[-3000:]}")
     if proc.stderr.strip():
         print(proc.stderr.rstrip(), file=sys.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1]) | {"loadavg": load}
 
 
 # ---- real shape (issue 18): measured on the committed traces, applied to the synthetic exports ----------

@@ -23,6 +23,11 @@ def _ok(flag: bool) -> str:
     return "met" if flag else "NOT met"
 
 
+def _load1(loadavg: str | None) -> str:
+    """The 1-minute figure of a recorded "1m 5m 15m" load average."""
+    return loadavg.split()[0] if loadavg else "-"
+
+
 def _rows(res: dict) -> list[dict]:
     """The size rows and, when measured, the replicated real trace's row."""
     return res["sizes"] + ([res["replica"]] if res.get("replica") else [])
@@ -48,15 +53,18 @@ def sweep_lines(res: dict) -> list[str]:
     if not sw:
         return []
     out = [f"Per-rank files, threads (`load_trace(jobs={sw['jobs']})` + `analyze`) vs Dask (`--dask`: a LocalCluster "
-           f"of {sw['jobs']} worker processes; cluster start and worker imports not counted), real-shaped ranks of "
+           f"of {sw['jobs']} worker processes; cluster start and worker imports not counted; each task reads a batch "
+           "of files together and analyses them as one trace, about four tasks per worker, and only per-rank "
+           "tables (the *parts*) travel to the client's reduce step), real-shaped ranks of "
            f"{sw['kernels_per_file']:,} kernels each ({sw['disk_mb']:.0f} MB on disk for the largest set):", "",
            "| files | mode | wall s | client peak over start MB | worker peak RSS MB | parts MB | load s (Dask) | "
-           "cross-rank matching s (share) |", "|---|---|---|---|---|---|---|---|"]
+           "cross-rank matching s (share) | load average |", "|---|---|---|---|---|---|---|---|---|"]
     for r in sw["rows"]:
         d = r["mode"] == "dask"
         out.append(f"| {r['files']} | {r['mode']} | {r['seconds']:.2f} | {r['client_peak_over_start_mb']:.0f} | "
                    + (f"{r['worker_peak_mb']:.0f} | {r['part_mb']:.1f} | {r['load_s']:.2f} | "
-                      f"{r['match_s']:.3f} ({100 * r['match_share']:.1f} %) |" if d else "- | - | - | - |"))
+                      f"{r['match_s']:.3f} ({100 * r['match_share']:.1f} %) |" if d else "- | - | - | - |")
+                   + f" {r.get('loadavg', '-')} |")
     return out
 
 
@@ -128,7 +136,9 @@ def readme_block(res: dict) -> str:
     m = res["machine"]
     lines = [
         f"Measured with `{res['command']}` on {m['cores']} cores ({m['cpu']}), {m['ram_gib']} GiB RAM, "
-        f"Python {m['python']}, SQLite {m['sqlite']} ({res['date']}); synthetic exports in the nsys 2025.3 schema "
+        f"Python {m['python']}, SQLite {m['sqlite']} ({res['date']}; a machine shared with other work: 1-minute load "
+        f"average {_load1(m.get('loadavg_start'))} at the start and {_load1(m.get('loadavg_end'))} at the end, and "
+        "per measurement in the tables); synthetic exports in the nsys 2025.3 schema "
         f"({res['sizes'][0]['analyze']['n_ranks']} ranks, compute and NCCL kernels on two streams, NVTX steps, "
         "phases and bucket ranges, launching and other CUDA API rows and NVTX density as measured on the "
         "committed real traces, see below). Full tables: `benchmarks/RESULTS.md`.",
@@ -145,14 +155,16 @@ def readme_block(res: dict) -> str:
         "categorical names) against 56 for the seven int64 columns, so the 2x memory target leaves about "
         "half a frame for the reading and the analysis' working arrays.",
         "",
-        "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 |",
-        "|---|---|---|---|---|---|",
+        "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 | "
+        "load average (floor / analysis) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for s in _rows(res):
         a, f = s["analyze"], s["floor"]
         lines.append(f"| {s['rows']:,} | {f['seconds']:.2f} s ({s['rows'] / f['seconds'] / 1e6:.2f} M rows/s) | "
                      f"{a['seconds']:.2f} s ({s['rows'] / a['seconds'] / 1e6:.2f} M rows/s) | {s['ratio']:.2f}x | "
-                     f"{s['peak_over_base_mb']:.0f} MB | {s['kernel_cols_int64_mb']:.0f} MB |")
+                     f"{s['peak_over_base_mb']:.0f} MB | {s['kernel_cols_int64_mb']:.0f} MB | "
+                     f"{f.get('loadavg', '-')} / {a.get('loadavg', '-')} |")
     lines += ["", *[f"- {t}" for t in targets(res)], ""]
     if res.get("replica"):
         rp = res["replica"]["replica"]

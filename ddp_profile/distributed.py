@@ -7,7 +7,9 @@ Layers: this module composes the reader (:mod:`ddp_profile.nsys`) and the analys
 ``map_ranks`` and runs the per-rank stage (:func:`ddp_profile.analysis.parts.rank_part`) on the workers, then
 the reduce stage on the client (cross-rank collective matching, cost model, summaries).
 
-Two rounds of tasks, one per file each:
+Rounds of tasks, each task handling a batch of files (by default about four tasks per worker thread, so
+thousands of small per-rank files do not cost a scheduler round trip each; every file is still loaded and
+analysed on its own):
 
 1. ``file_facts``: each file's session start and host (a few rows): the client aligns clocks the way
    ``nsys.loader.load_trace`` does for several files (offset = session start - earliest session start).
@@ -142,6 +144,115 @@ def apply(trace, extra, fn, kwargs: dict):
     return {"part": part, "worker_peak_kb": _peak_kb()}
 
 
+# Batches: one task handles several files (each file still loaded and analysed alone), so a run of
+# thousands of small per-rank files costs one scheduler round trip per batch, not per file.
+
+def facts_batch(paths: list[Path]) -> list[dict]:
+    return [file_facts(p) for p in paths]
+
+
+def load_batch(paths: list[Path], offsets: list[int] | None):
+    """On a worker: a batch of files as one trace, read together by the loader (its fixed cost per call is
+    then paid once per batch) and put on the run's clock. The loader aligns the batch's files on their
+    earliest session start, so the batch is shifted by that file's run offset (``offsets``: None when the
+    run's files are not aligned). Falls back to one load per file (:func:`load_one`, a list) when the run
+    is not aligned or the loader refuses the batch (e.g. rank evidence that only the whole run resolves)."""
+    from ddp_profile.errors import TraceError
+
+    if len(paths) > 1 and offsets is not None:
+        try:
+            trace = load_local(paths)
+        except TraceError:
+            pass
+        else:
+            _shift(trace, min(offsets))
+            return trace
+    return [load_one(p, o) for p, o in zip(paths, offsets or [0] * len(paths), strict=True)]
+
+
+def _file_ranks(trace, path: Path) -> pd.DataFrame:
+    return trace.ranks.loc[trace.ranks["file"] == str(path)]
+
+
+def evidence_batch(loaded, paths: list[Path]) -> list[dict]:
+    """:func:`evidence` of each file of a batch (a list of traces, or one trace read together)."""
+    if isinstance(loaded, list):
+        return [evidence(t) for t in loaded]
+    nv = loaded.nvtx
+    marks = nv.loc[nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["rank", "pid", "name"]]
+    krank = loaded.kernels["rank"].to_numpy()
+    out = []
+    for i, path in enumerate(paths):
+        procs = _file_ranks(loaded, path)
+        mine = marks.loc[marks["rank"].isin(procs["rank"].tolist())]
+        out.append({"procs": procs[["pid", "device", "rank"]].reset_index(drop=True),
+                    "markers": mine[["pid", "name"]].reset_index(drop=True), "run": loaded.run,
+                    "warnings": list(loaded.warnings) if i == 0 else [],
+                    "rows": int(np.isin(krank, procs["rank"].to_numpy()).sum()),
+                    # the batch's (the loader takes the most over its files; the client, over all files)
+                    "nccl_channels": loaded.meta.get("nccl_channels")})
+    return out
+
+
+def set_ranks_batch(loaded, mappings: list[dict[int, int]], paths: list[Path]):
+    """The batch with the run's ranks, as one trace (:func:`joined`): the analysis stages then run once per
+    batch, not once per file (their fixed cost per call, ~0.1 s of pandas work, is what made thousands of
+    small files slow on Dask). A batch read together is renamed from its own ranks (unique per file and
+    process) to the run's."""
+    if isinstance(loaded, list):
+        return joined([set_ranks(t, m) for t, m in zip(loaded, mappings, strict=True)])
+    local = {}
+    for path, by_pid in zip(paths, mappings, strict=True):
+        procs = _file_ranks(loaded, path)
+        local.update({int(r): by_pid[int(p)] for r, p in zip(procs["rank"], procs["pid"], strict=True)})
+    k = loaded.kernels
+    old = k["rank"].to_numpy()
+    ranks, inv = np.unique(old, return_inverse=True)
+    k["rank"] = np.array([local.get(int(r), -1) for r in ranks], dtype=np.int64)[inv].astype(k["rank"].dtype)
+    order = np.lexsort((k["start_ns"].to_numpy(), k["rank"].to_numpy()))
+    if not (np.diff(order) == 1).all():
+        k = loaded.kernels = k.iloc[order].reset_index(drop=True)
+    nv = loaded.nvtx
+    if len(nv):
+        nv["rank"] = pd.array([local.get(int(r)) if pd.notna(r) else None for r in nv["rank"]], dtype="Int64")
+    loaded.ranks["rank"] = [local[int(r)] for r in loaded.ranks["rank"]]
+    new = k["rank"].to_numpy()
+    loaded.meta["file_rows"] = [np.flatnonzero(np.isin(new, [mappings[i][int(p)] for p in _file_ranks(loaded, path)["pid"]]))
+                                for i, path in enumerate(paths)]
+    return loaded
+
+
+def joined(traces: list):
+    """Several files' traces (whole ranks each, on the run's clock and ranks) as one: frames concatenated in
+    file order (each file's rows stay together and in their order), categorical columns over the sorted union
+    of their categories (as the loader builds them); ``meta["file_rows"]`` = each file's [first, last) kernel
+    rows (as positions), which ``analysis.parts`` uses to keep per-file order where results depend on it."""
+    from ddp_profile.trace import Trace
+
+    if len(traces) == 1:
+        return traces[0]
+    kernels = [t.kernels for t in traces]
+    for col in kernels[0].columns:
+        if isinstance(kernels[0][col].dtype, pd.CategoricalDtype):
+            cats = sorted(set().union(*(k[col].cat.categories for k in kernels)))
+            kernels = [k.assign(**{col: k[col].cat.set_categories(cats)}) for k in kernels]
+    sizes = np.cumsum([0] + [len(k) for k in kernels])
+    nvtx = [t.nvtx for t in traces if len(t.nvtx)]
+    return Trace(kernels=pd.concat(kernels, ignore_index=True),
+                 nvtx=pd.concat(nvtx, ignore_index=True) if nvtx else traces[0].nvtx,
+                 gpus=pd.concat([t.gpus for t in traces], ignore_index=True),
+                 ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
+                 meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
+                 run=traces[0].run, paths=[p for t in traces for p in t.paths])
+
+
+def batches(n_files: int, n_workers: int, size: int | None = None) -> list[range]:
+    """File index ranges, one per task: ``size`` files each, by default about four tasks per worker (enough
+    to balance uneven files, few enough that per-task overhead stays small)."""
+    size = size or max(1, -(-n_files // (4 * max(1, n_workers))))
+    return [range(i, min(i + size, n_files)) for i in range(0, n_files, size)]
+
+
 def _peak_kb() -> int:
     import resource
 
@@ -164,6 +275,10 @@ class DistributedTrace:
     ranks: pd.DataFrame | None = None
     stats: dict = field(default_factory=dict)
     traces: list | None = None
+    aligned: bool = True
+    """Whether ``offsets`` come from the files' session starts (else all 0, as the loader does then)."""
+    groups: list[range] = field(default_factory=list)
+    """File index ranges, one per task (:func:`batches`); ``traces`` holds one future per group."""
 
     def _ensure_loaded(self) -> None:
         if self.traces is not None:
@@ -171,10 +286,16 @@ class DistributedTrace:
         import time
 
         t0 = time.perf_counter()
-        loaded = self.client.map(load_one, self.paths, self.offsets, pure=False)
-        facts = self._gather(self.client.map(evidence, loaded, pure=False), "loaded")
+        if not self.groups:
+            self.groups = batches(len(self.paths), 1)
+        paths = [[self.paths[i] for i in g] for g in self.groups]
+        offsets = [[self.offsets[i] for i in g] if self.aligned else None for g in self.groups]
+        loaded = self.client.map(load_batch, paths, offsets, pure=False)
+        facts = [f for got in self._gather(self.client.map(evidence_batch, loaded, paths, pure=False), "loaded")
+                 for f in got]
         mapping = self._assign_ranks(facts)
-        self.traces = self.client.map(set_ranks, loaded, mapping, pure=False)
+        self.traces = self.client.map(set_ranks_batch, loaded, [[mapping[i] for i in g] for g in self.groups],
+                                      paths, pure=False)
         del loaded
         self.run = next((f["run"] for f in facts if f["run"] is not None), None)
         self.meta["warnings"] = list(dict.fromkeys(w for f in facts for w in f["warnings"]))
@@ -183,20 +304,23 @@ class DistributedTrace:
                           worker_peak_kb=0)
 
     def _gather(self, futures: list, verb: str) -> list:
+        """Results of one future per group, in group order; ``progress`` hears of each file of a group."""
         dd = _distributed()
         index = {f.key: i for i, f in enumerate(futures)}
         results: list = [None] * len(futures)
         for fut in dd.as_completed(futures):
             results[index[fut.key]] = fut.result()
             if self.progress:
-                self.progress(f"{verb} {self.paths[index[fut.key]]}")
+                for i in self.groups[index[fut.key]]:
+                    self.progress(f"{verb} {self.paths[i]}")
         return results
 
     def map_ranks(self, fn, per_file: list | None = None, **kwargs) -> list:
-        """``fn(trace, per_file[i], **kwargs)`` (or ``fn(trace, **kwargs)``) on the worker holding file i's
-        trace, its ranks already the run's; the results, in file order."""
+        """``fn(trace, per_file[i], **kwargs)`` (or ``fn(trace, **kwargs)``) on the worker holding batch i's
+        trace (its files joined, ranks already the run's: :func:`joined`); the results, in batch order (one
+        per batch: ``per_file`` has one item per batch too)."""
         self._ensure_loaded()
-        extra = per_file if per_file is not None else [None] * len(self.paths)
+        extra = per_file if per_file is not None else [None] * len(self.groups)
         got = self.client.gather(self.client.map(apply, self.traces, extra, fn=fn, kwargs=kwargs, pure=False))
         parts = [g["part"] for g in got]
         self.stats["worker_peak_kb"] = max([self.stats["worker_peak_kb"]] + [g["worker_peak_kb"] for g in got])
@@ -228,17 +352,21 @@ class DistributedTrace:
 
 
 def load_trace(paths, *, client=None, scheduler: str | None = None, jobs: int | None = None,
-               processes: bool = True, progress=None) -> DistributedTrace:
+               processes: bool = True, progress=None, batch: int | None = None) -> DistributedTrace:
     """What :func:`ddp_profile.nsys.loader.load_trace` is for one run, on Dask: a handle whose analysis runs
     per rank on the workers. ``client``: a ``dask.distributed.Client`` to use; else one is made
-    (:func:`make_client`: ``scheduler`` address, or a LocalCluster of ``jobs`` workers). Raises DaskMissing
-    without Dask, TraceError for unreadable inputs (as the loader)."""
+    (:func:`make_client`: ``scheduler`` address, or a LocalCluster of ``jobs`` workers). ``batch``: files per
+    task (default: about four tasks per worker thread, :func:`batches`). Raises DaskMissing without Dask,
+    TraceError for unreadable inputs (as the loader)."""
     files = find_exports(paths)
     if client is None:
         client = make_client(scheduler, workers=jobs, processes=processes)
-    facts = client.gather(client.map(file_facts, files, pure=False))
+    groups = batches(len(files), sum(client.nthreads().values()) or 1, batch)
+    facts = [f for got in client.gather(client.map(facts_batch, [[files[i] for i in g] for g in groups], pure=False))
+             for f in got]
     utc = [f["utc_ns"] for f in facts]
     # As the loader: offsets from the session starts, none when a file lacks its start.
-    offsets = [u - min(utc) for u in utc] if len(files) > 1 and all(u is not None for u in utc) else [0] * len(files)
+    aligned = len(files) > 1 and all(u is not None for u in utc)
+    offsets = [u - min(utc) for u in utc] if aligned else [0] * len(files)
     return DistributedTrace(paths=files, client=client, offsets=offsets, hosts=[f["host"] for f in facts],
-                            progress=progress)
+                            progress=progress, groups=groups, aligned=aligned)

@@ -44,19 +44,70 @@ def normalize(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     """
     s, e = _arrays(starts, ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():  # copies only when some interval is empty
+        s, e = s[keep], e[keep]
+    del keep
     if s.size == 0:
         return _EMPTY.copy(), _EMPTY.copy()
-    order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
+    if not (s[1:] >= s[:-1]).all():  # kernels come sorted by start: then the stable sort is the identity
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        del order
     reach = np.maximum.accumulate(e)
     # A new merged interval starts where the start lies beyond everything seen so far (strictly: touching
     # intervals merge because [a, b) and [b, c) cover [a, c) without a gap).
     new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:], s.size) - 1
-    return s[first].copy(), reach[last].copy()
+    np.greater(s[1:], reach[:-1], out=new[1:])
+    # Boolean selections (new arrays, never views of the inputs; no 8-byte index per interval): each merged
+    # interval starts at a "new" start and ends at the reach just before the next "new" start.
+    out_s = s[new]
+    out_e = np.empty(len(out_s), dtype=np.int64)
+    out_e[:-1] = reach[:-1][new[1:]]
+    out_e[-1] = reach[-1]
+    return out_s, out_e
+
+
+def _sorted(x: np.ndarray) -> bool:
+    return bool((x[1:] >= x[:-1]).all())
+
+
+def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
+                   chunk: int = 1 << 17) -> tuple[np.ndarray, np.ndarray]:
+    """``normalize(starts[mask], ends[mask])`` (all rows without ``mask``), a chunk of rows at a time when
+    ``starts`` is sorted (a rank's kernels as the loader orders them): merging then only needs the reach
+    carried from one chunk to the next, and no temporary is longer than a chunk (the selected rows are never
+    copied whole). Unsorted input takes :func:`normalize`. Same arrays either way."""
+    s_all, e_all = _arrays(starts, ends)
+    if not all(_sorted(s_all[a:a + chunk + 1]) for a in range(0, max(len(s_all) - 1, 0), chunk)):
+        return normalize(s_all if mask is None else s_all[mask], e_all if mask is None else e_all[mask])
+    out_s: list[np.ndarray] = []
+    out_e: list[np.ndarray] = []
+    carry = None  # reach of every kept row so far (None: none yet)
+    for a in range(0, len(s_all), chunk):
+        s, e = s_all[a:a + chunk], e_all[a:a + chunk]
+        keep = e > s
+        if mask is not None:
+            keep &= mask[a:a + chunk]
+        if not keep.any():
+            continue
+        if not keep.all():
+            s, e = s[keep], e[keep]
+        reach = np.maximum.accumulate(e)
+        if carry is not None:
+            np.maximum(reach, carry, out=reach)
+        new = np.empty(len(s), dtype=bool)
+        new[0] = carry is None or s[0] > carry
+        np.greater(s[1:], reach[:-1], out=new[1:])
+        out_s.append(s[new])
+        ends = reach[:-1][new[1:]]
+        if carry is not None and new[0]:  # the interval open before this chunk ends at the carried reach
+            ends = np.concatenate([[carry], ends])
+        out_e.append(ends)
+        carry = reach[-1]
+    if carry is None:
+        return _EMPTY.copy(), _EMPTY.copy()
+    out_e.append(np.array([carry], dtype=np.int64))
+    return np.concatenate(out_s).astype(np.int64, copy=False), np.concatenate(out_e).astype(np.int64, copy=False)
 
 
 def _sweep(*sets) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -243,7 +243,12 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     ranks = trace.ranks["rank"].to_numpy() if getattr(trace, "ranks", None) is not None else None
     table = _parts.match(rows, match_notes, _ddp_bucket_bytes(trace), ranks)
     table = table.assign(_row=np.arange(len(table)))
-    per_file = [table.loc[table["_file"] == i] if "_file" in table else table for i in range(len(rows))]
+    if "_file" in table:  # each file's rows, the table split once (not one scan of it per file)
+        at = table.groupby("_file", sort=False).indices
+        none = np.zeros(0, dtype=np.intp)
+        per_file = [table.iloc[at.get(i, none)] for i in range(len(rows))]
+    else:
+        per_file = [table] * len(rows)
     got = trace.map_ranks(_parts.rank_part, per_file, phase_patterns=phase_patterns, **kw)
     fields = _parts.combine(got, table, match_notes)
     ready = fields.pop("ready_ns")

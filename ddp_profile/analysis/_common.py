@@ -6,10 +6,12 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
+from ddp_profile.memory import return_freed_memory
 
 COMPUTE = "compute"
 NCCL = "nccl"
 COPY_KINDS = ("memcpy", "memset")
+TRIM_ROWS = 1 << 16  # ranks with at least this many kernels hand freed memory back before their sets are built
 
 
 def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
@@ -74,6 +76,23 @@ def int_groups(*cols: np.ndarray) -> list[np.ndarray]:
     order = np.argsort(code, kind="stable")
     cuts = np.flatnonzero(np.diff(code[order])) + 1
     return np.split(order, cuts)
+
+
+def equal_range(sorted_values: np.ndarray, value) -> tuple[int, int]:
+    """[lo, hi) of the entries equal to ``value`` in a sorted array. The value is cast to the array's dtype
+    first: a needle of another dtype (an int64 rank against the loader's int32 column) makes numpy convert
+    the whole array on every call, which grew with ranks x kernels on 1,024 per-rank files."""
+    dtype = sorted_values.dtype
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        try:
+            as_int = int(value)
+        except (TypeError, ValueError, OverflowError):
+            as_int = None
+        if as_int is None or as_int != value or not info.min <= as_int <= info.max:
+            return 0, 0  # no integer entry equals it
+        value = dtype.type(as_int)
+    return (int(sorted_values.searchsorted(value, side="left")), int(sorted_values.searchsorted(value, side="right")))
 
 
 def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
@@ -149,6 +168,17 @@ class KernelArrays:
         else:
             self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
 
+    def subset(self, rows: np.ndarray) -> KernelArrays:
+        """The arrays of the given rows only (same names and codes), without the frame: for sums over a
+        part of the kernels (one file of several joined) with no copy of the frame's other columns."""
+        sub = object.__new__(KernelArrays)
+        sub.frame = None  # type: ignore[assignment]
+        for name in ("start", "end", "launch", "is_compute", "is_nccl", "is_copy", "pid", "rank", "device", "name_code"):
+            value = getattr(self, name)
+            setattr(sub, name, value[rows] if value is not None else None)
+        sub.names = self.names
+        return sub
+
     def name_values(self) -> np.ndarray:
         """Distinct names as an object array indexed by ``name_code``; code -1 (no name) gives None."""
         return np.append(np.asarray(self.names, dtype=object), None)
@@ -160,12 +190,34 @@ class KernelArrays:
             # One rank at a time: all ranks' sets together take ~40 B per kernel (on 10M kernels they set
             # the analysis' memory peak). Callers go rank by rank; what the rank overlap needs of each set
             # (its total length) is kept in :meth:`rank_totals`.
+            had = bool(cache)
             cache.clear()
-            sets = cache[rank] = self.sets(np.flatnonzero(self.rank == rank))
+            rows = self.rank_rows(rank)
+            if had and len(rows) >= TRIM_ROWS:
+                # The previous rank's sets and temporaries (each under glibc's mmap threshold at ~1M
+                # kernels: heap memory) go back to the OS before this rank's are built; without it the
+                # freed heap stayed resident under live blocks, ~10 MB on the 1M-kernel analysis' peak.
+                return_freed_memory()
+            # The loader's rank-sorted rows are one contiguous range: taken as a slice, the rank's start and
+            # end columns are views, not copies (two full copies less at the step table's memory peak).
+            sets = cache[rank] = self.sets(slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and
+                                           rows[-1] - rows[0] + 1 == len(rows) else rows)
             # Lengths of normalised sets: Σ (end − start) is exactly intervals.total_length of them.
             self.__dict__.setdefault("_rank_totals", {})[rank] = {
                 k: int((sets[k][1] - sets[k][0]).sum()) for k in (COMPUTE, NCCL, "overlap")}
         return cache[rank]
+
+    def rank_rows(self, rank) -> np.ndarray:
+        """Positions of the rank's rows, ascending (``np.flatnonzero(rank == r)``). The loader's frames are
+        sorted by rank: then two binary searches, not a pass over every row per rank (a run of 1,024
+        per-rank files asks 1,024 times)."""
+        if "_rank_sorted" not in self.__dict__:
+            r = self.rank
+            self.__dict__["_rank_sorted"] = bool(len(r) < 2 or (r[1:] >= r[:-1]).all())
+        if self.__dict__["_rank_sorted"]:
+            lo, hi = equal_range(self.rank, rank)
+            return np.arange(lo, hi, dtype=np.intp)
+        return np.flatnonzero(self.rank == rank)
 
     def rank_totals(self, rank) -> dict[str, int]:
         """Total length of one rank's compute, NCCL and overlap sets (see :meth:`rank_sets`)."""
@@ -179,17 +231,18 @@ class KernelArrays:
         """Forget the cached :meth:`rank_sets` (about as large as the rank's kernels' start/end arrays)."""
         self.__dict__.pop("_rank_sets", None)
 
-    def sets(self, idx: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Normalised interval sets (merged across streams) of the rows ``idx``, by kernel class."""
+    def sets(self, idx: np.ndarray | slice) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Normalised interval sets (merged across streams) of the rows ``idx`` (positions or a slice), by
+        kernel class."""
         s, e = self.start[idx], self.end[idx]
-        out = {
-            COMPUTE: iv.normalize(s[self.is_compute[idx]], e[self.is_compute[idx]]),
-            NCCL: iv.normalize(s[self.is_nccl[idx]], e[self.is_nccl[idx]]),
-            "copy": iv.normalize(s[self.is_copy[idx]], e[self.is_copy[idx]]),
-            "all": iv.normalize(s, e),
-        }
+        # From a slice (the loader's rank-sorted rows), s and e are views and, sorted by start, each class's
+        # set is merged a chunk of rows at a time (intervals.normalize_rows): no copy of a class's rows and
+        # no temporary longer than a chunk (a rank of 585k kernels took ~35 MB of temporaries).
+        out = {"all": iv.normalize_rows(s, e)}
+        for name, mask in ((COMPUTE, self.is_compute), (NCCL, self.is_nccl), ("copy", self.is_copy)):
+            out[name] = iv.normalize_rows(s, e, mask[idx])
         out["overlap"] = intersect_normalized(out[COMPUTE], out[NCCL])
-        return out
+        return {k: out[k] for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
 
 
 def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
@@ -199,7 +252,12 @@ def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, 
     b.end[j] > a.start[i] and b.start[j] < a.end[i] (two binary searches), and each such pair gives
     [max(starts), min(ends)). Pairs come out sorted and, because neither input has touching intervals,
     disjoint and non-touching: the same normalised set ``intersect`` returns (the representation is unique),
-    at O((n + m) log m) with no sort of n + m values (the sweep's sort dominated 10M-kernel analyses)."""
+    at O((n + m) log m) with no sort of n + m values (the sweep's sort dominated 10M-kernel analyses).
+
+    The intersection is symmetric and its normalised form unique, so the smaller set drives the searches:
+    the temporaries are then per interval of the small set (NCCL kernels, not the rank's compute kernels)."""
+    if len(a[0]) > len(b[0]):
+        a, b = b, a
     (as_, ae), (bs, be) = a, b
     lo = np.searchsorted(be, as_, side="right")
     hi = np.searchsorted(bs, ae, side="left")

@@ -80,10 +80,12 @@ def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re
 def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     if nvtx is None or nvtx.empty:
         return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": []})
-    names = nvtx["name"].astype("object").fillna("").astype(str)
-    hit = names.str.startswith(nn.ALLREDUCE_PREFIX) & nvtx["end_ns"].notna()
+    # Names are few even when ranges are many: each distinct one is tested and parsed once, rows index it.
+    codes, uniq = pd.factorize(nvtx["name"].astype("object"), use_na_sentinel=True)
+    text = pd.Series(np.append(np.asarray(uniq, dtype=object), ""), dtype=object).fillna("").astype(str)
+    hit = text.str.startswith(nn.ALLREDUCE_PREFIX).to_numpy(dtype=bool)[codes] & nvtx["end_ns"].notna().to_numpy()
     r = nvtx.loc[hit]
-    parsed = names[hit].str.extract(_BUCKET_RX)
+    parsed = text.str.extract(_BUCKET_RX).iloc[codes[hit]].set_axis(r.index)
     nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
     return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
                          "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),

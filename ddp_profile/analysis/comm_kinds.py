@@ -113,6 +113,15 @@ def _phase_bounds(index: dict, rank, steps: np.ndarray, name: str) -> tuple[np.n
     return p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float)
 
 
+def phase_bounds(index: dict, ranks: np.ndarray, steps: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """:func:`_phase_bounds` of every phase for many (rank, step) rows at once: one lookup per phase."""
+    out = {}
+    for name in ("forward", "backward", "optimizer"):
+        p = index[name].reindex(pd.MultiIndex.from_arrays([ranks, steps]))
+        out[name] = (p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float))
+    return out
+
+
 def _cov(qs: np.ndarray, qe: np.ndarray, ss: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """|S ∩ [qs, qe)| per query; NaN bounds give NaN."""
     bad = np.isnan(qs) | np.isnan(qe)
@@ -129,34 +138,33 @@ def _exposed(qs, qe, s, c) -> np.ndarray:
 
 
 def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],
-                   coll: pd.DataFrame | None) -> tuple[dict, pd.DataFrame]:
+                   coll: pd.DataFrame | None, bounds: dict | None = None, waits=None) -> tuple[dict, pd.DataFrame]:
     """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows).
 
-    ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns;
-    ``phases``: :func:`phase_index` of the GPU phase windows; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
+    ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns (a frame,
+    or a mapping of those names to arrays);
+    ``phases``: :func:`phase_index` of the GPU phase windows (or ``bounds``: their :func:`phase_bounds` for
+    these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
     c = sets[COMPUTE]
-    idx = np.flatnonzero((karr.rank == rank) & karr.is_nccl)
+    idx = karr.rank_rows(rank)
+    idx = idx[karr.is_nccl[idx]]
     kcode = kernel_kinds(karr)[idx]
     ks, ke = karr.start[idx], karr.end[idx]
-    step_ids = steps["step"].to_numpy()
-    ws = steps["start_ns"].to_numpy(float)
-    we = steps["end_ns"].to_numpy(float)
-    bend = steps["backward_end_ns"].to_numpy(float)
+    step_ids = np.asarray(steps["step"])
+    ws = np.asarray(steps["start_ns"], dtype=float)
+    we = np.asarray(steps["end_ns"], dtype=float)
+    bend = np.asarray(steps["backward_end_ns"], dtype=float)
     bend_or_end = np.where(np.isnan(bend), we, np.minimum(bend, we))
     if coll is not None:
-        cr = coll.loc[coll["rank"] == rank]
-        wc = kind_codes(cr["collective"])
-        w0 = cr["start_ns"].to_numpy(np.int64)
-        w1 = w0 + cr["wait_ns"].to_numpy(np.int64)
-        cstep = cr["step"]
+        wc, w0, w1, cstep, cvalid = (waits if waits is not None else wait_rows(coll)).of(rank)
     out = {}
     if coll is not None:
         wt = iv.normalize(w0, w1)
         out["exposed_wait_ns"] = _exposed(ws, we, wt, c)
-        out["exposed_transfer_ns"] = steps["exposed_comm_ns"].to_numpy(float) - out["exposed_wait_ns"]
+        out["exposed_transfer_ns"] = np.asarray(steps["exposed_comm_ns"], dtype=float) - out["exposed_wait_ns"]
     else:
-        out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(steps), np.nan)
+        out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(step_ids), np.nan)
     par = np.isin(kcode, [KINDS.index(k) for k in PARAM])
     pset = iv.normalize(ks[par], ke[par])
     out["param_sync_ns"] = _cov(bend, we, pset)
@@ -164,7 +172,8 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     ag = kcode == KINDS.index("AllGather")
     out["exposed_allgather_ns"] = _exposed(ws, bend_or_end, iv.normalize(ks[ag], ke[ag]), c)
 
-    phase = {n: _phase_bounds(phases, rank, step_ids, n) for n in ("forward", "backward", "optimizer")}
+    phase = bounds if bounds is not None else {n: _phase_bounds(phases, rank, step_ids, n)
+                                               for n in ("forward", "backward", "optimizer")}
     rows = []
     for k in np.unique(np.concatenate([kcode, wc if coll is not None else np.zeros(0, np.int8)])):
         nk = iv.normalize(ks[kcode == k], ke[kcode == k])
@@ -175,19 +184,55 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
             wk = iv.normalize(w0[sel], w1[sel])
             part["wait_ns"] = _cov(ws, we, wk)
             part["exposed_wait_ns"] = _exposed(ws, we, wk, c)
-            cnt = cstep[sel].value_counts()
-            part["count"] = cnt.reindex(step_ids).fillna(0).to_numpy(np.int64)
+            part["count"] = _counts(cstep[sel & cvalid], step_ids)
         else:
-            part["wait_ns"] = part["exposed_wait_ns"] = np.full(len(steps), np.nan)
-            part["count"] = np.zeros(len(steps), np.int64)  # filled by launch below when no table
+            part["wait_ns"] = part["exposed_wait_ns"] = np.full(len(step_ids), np.nan)
+            part["count"] = np.zeros(len(step_ids), np.int64)  # filled by launch below when no table
         for n, (ps, pe) in phase.items():
             part[f"{n}_ns"] = _cov(ps, pe, nk)
         part["after_backward_ns"] = _cov(bend, we, nk)
-        rows.append(pd.DataFrame(part))
-    kinds = pd.concat(rows, ignore_index=True) if rows else schema.empty_frame(schema.COMM_KIND_COLUMNS)
-    if len(kinds):
-        kinds = kinds.loc[(kinds["count"] > 0) | (kinds["comm_ns"] > 0)]
+        rows.append(part)
+    if not rows:
+        return out, schema.empty_frame(schema.COMM_KIND_COLUMNS)
+    # Rows of no count and no time dropped before the frame is built (one frame per rank, not one per
+    # kind plus a concat and a filter); the index keeps the positions they had among all kinds' rows.
+    n = len(step_ids)
+    keep = np.concatenate([(r["count"] > 0) | (r["comm_ns"] > 0) for r in rows])
+    cols = {c: np.concatenate([np.broadcast_to(np.asarray(r[c], dtype=object if c == "collective" else None), n)
+                               for r in rows]) for c in rows[0]}
+    kinds = pd.DataFrame({c: v[keep] for c, v in cols.items()}, index=np.flatnonzero(keep))
+    kinds["rank"] = kinds["rank"].astype(np.asarray(rank).dtype)
     return out, kinds
+
+
+def _counts(values: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """How many of ``values`` equal each of ``at`` (int64)."""
+    u, n = np.unique(values, return_counts=True)
+    pos = np.minimum(np.searchsorted(u, at), max(len(u) - 1, 0))
+    hit = (u[pos] == at) if len(u) else np.zeros(len(at), dtype=bool)
+    return np.where(hit, n[pos] if len(u) else 0, 0).astype(np.int64)
+
+
+class WaitRows:
+    """The collective table's wait intervals per rank (kind code, start, start + wait_ns, step and whether
+    it is known), its columns converted once: :func:`rank_breakdown` asks once per rank."""
+
+    def __init__(self, coll: pd.DataFrame):
+        self.code = kind_codes(coll["collective"])
+        self.w0 = coll["start_ns"].to_numpy(np.int64)
+        self.w1 = self.w0 + coll["wait_ns"].to_numpy(np.int64)
+        step = coll["step"]
+        self.valid = step.notna().to_numpy()
+        self.step = step.to_numpy(dtype=np.int64, na_value=0) if len(step) else np.zeros(0, np.int64)
+        self.rows = coll.groupby("rank", sort=False).indices if len(coll) else {}
+
+    def of(self, rank):
+        rows = self.rows.get(rank, np.zeros(0, dtype=np.intp))
+        return self.code[rows], self.w0[rows], self.w1[rows], self.step[rows], self.valid[rows]
+
+
+def wait_rows(coll: pd.DataFrame) -> WaitRows:
+    return WaitRows(coll)
 
 
 def finish(kinds: list[pd.DataFrame]) -> pd.DataFrame:

@@ -325,22 +325,51 @@ def grad_ready_ns(collectives: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarra
     if not len(collectives) or kernels is None or not len(kernels) or "launch_ns" not in kernels:
         return out
     keys = ["pid", "device", "stream", "start_ns"]
-    kind = kernels["kind"].astype("object")
-    launch = pd.to_numeric(kernels["launch_ns"], errors="coerce")
-    nccl = kernels.loc[kind.eq("nccl") & launch.notna(), keys].astype("int64").assign(_launch=launch)
+    # Whole-frame columns as numpy once (no object or per-group copies of a million-row frame): the
+    # (pid, device) groups the collectives need are then found with boolean masks, a few passes in all.
+    launch_col = kernels["launch_ns"]
+    if not pd.api.types.is_numeric_dtype(launch_col.dtype):
+        launch_col = pd.to_numeric(launch_col, errors="coerce")
+    has_launch = launch_col.notna().to_numpy()
+    launch = launch_col.to_numpy(dtype=float, na_value=np.nan)
+    is_nccl = _equals(kernels["kind"], "nccl")
+    sel = np.flatnonzero(is_nccl & has_launch)
+    nccl = kernels.iloc[sel][keys].astype("int64").assign(_launch=launch[sel])
     c = collectives[keys].astype("int64").reset_index(drop=True).assign(_row=np.arange(len(collectives)))
     c = c.merge(nccl.drop_duplicates(keys), on=keys, how="inner")
-    other = kernels.loc[kind.ne("nccl") & launch.notna(), ["pid", "device", "end_ns"]].assign(_launch=launch)
-    for (pid, dev), g in other.groupby(["pid", "device"], sort=False):
-        mine = c.loc[(c["pid"] == pid) & (c["device"] == dev)]
-        if not len(mine):
+    if not len(c):
+        return out
+    other = ~is_nccl & has_launch
+    kpid, kdev = _numbers(kernels["pid"]), _numbers(kernels["device"])
+    end = _numbers(kernels["end_ns"])
+    cpid, cdev = c["pid"].to_numpy(), c["device"].to_numpy()
+    for pid, dev in dict.fromkeys(zip(cpid.tolist(), cdev.tolist(), strict=True)):
+        idx = np.flatnonzero(other & (kpid == pid) & (kdev == dev))  # this process's kernels, frame order
+        if not len(idx):
             continue
-        order = np.argsort(g["_launch"].to_numpy(dtype=float), kind="stable")
-        lk = g["_launch"].to_numpy(dtype=float)[order]
-        ends = np.maximum.accumulate(g["end_ns"].to_numpy(dtype=float)[order])
-        j = np.searchsorted(lk, mine["_launch"].to_numpy(dtype=float), side="left") - 1  # launched strictly before
-        out[mine["_row"].to_numpy()] = np.where(j >= 0, ends[np.maximum(j, 0)], np.nan)
+        mine = (cpid == pid) & (cdev == dev)
+        lk = launch[idx]
+        order = np.argsort(lk, kind="stable")
+        lk = lk[order]
+        ends = np.maximum.accumulate(end[idx][order].astype(float))
+        j = np.searchsorted(lk, c["_launch"].to_numpy(dtype=float)[mine], side="left") - 1  # launched strictly before
+        out[c["_row"].to_numpy()[mine]] = np.where(j >= 0, ends[np.maximum(j, 0)], np.nan)
     return out
+
+
+def _equals(col: pd.Series, value: str) -> np.ndarray:
+    """``col == value`` as a bool array (missing -> False); a categorical compares its categories once."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        hit = np.append(np.asarray(col.cat.categories, dtype=object) == value, False)
+        return hit[col.cat.codes.to_numpy()]
+    return col.astype("object").eq(value).to_numpy(dtype=bool)
+
+
+def _numbers(col: pd.Series) -> np.ndarray:
+    """A numeric column as numpy (missing -> NaN, which equals nothing)."""
+    if isinstance(col.dtype, np.dtype) and col.dtype.kind in "iuf":
+        return col.to_numpy()
+    return pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def queue_tail(collectives: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame,

@@ -22,19 +22,26 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, pair_groups, pct
+from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pair_groups, pct
 
 
-def overlapped_by_other_class(karr: KernelArrays) -> np.ndarray:
+def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
     copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class."""
     out = np.zeros(len(karr.start), dtype=np.int64)
     for idx in pair_groups(karr.pid, karr.device):
         comp = idx[karr.is_compute[idx]]
         nccl = idx[karr.is_nccl[idx]]
+        del idx
         if comp.size and nccl.size:
-            out[nccl] = iv.covered_length(karr.start[nccl], karr.end[nccl], karr.start[comp], karr.end[comp])
-            out[comp] = iv.covered_length(karr.start[comp], karr.end[comp], karr.start[nccl], karr.end[nccl])
+            # = intervals.covered_length, each class's set normalised once and the queries taken a chunk at
+            # a time (same values; the temporaries are chunk-sized, not one per kernel of the process).
+            for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
+                                      (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
+                for lo in range(0, len(queries), chunk):
+                    q = queries[lo:lo + chunk]
+                    out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
+                del ss, se
     return out
 
 

@@ -52,10 +52,14 @@ class RankPart:
     other_kind: tuple = (0, [])
     several_devices: bool = False
     first_rank: int = 0
+    file_sums: list | None = None
+    """For a part of several files (a Dask batch): (first rank, ``kernel_sums``) per file, in place of
+    ``kernel_sums``: first appearances are then ordered by rank over files, as with one part per file."""
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, *self.kinds]
+        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, *self.kinds,
+                  *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
 
@@ -105,7 +109,15 @@ def rank_part(trace, matched: pd.DataFrame | None = None, *, step_pattern: str |
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     karr.drop_rank_sets()
     covered = ov.overlapped_by_other_class(karr)
-    part.kernel_sums = ov.kernel_sums(karr, covered)
+    files = (getattr(trace, "meta", None) or {}).get("file_rows")
+    if files:  # several files joined (one Dask batch): per-name sums per file, ordered by rank in combine
+        part.file_sums = []
+        for rows in files:
+            sub = karr.subset(rows)
+            first = int(sub.rank.min()) if len(rows) else np.iinfo(np.int32).max
+            part.file_sums.append((first, ov.kernel_sums(sub, covered[rows])))
+    else:
+        part.kernel_sums = ov.kernel_sums(karr, covered)
     part.contention = cont.contention_samples(karr, covered)
     return part
 
@@ -126,6 +138,12 @@ def _step_notes(parts: list[RankPart]) -> list[str]:
     notes = [n for p in parts for n in p.step_notes]
     other = [n for n in notes if not n.startswith(NO_RANGES)]
     return other[:1] or notes[:1]
+
+
+def _file_sums(parts: list[RankPart]) -> list:
+    """Every file's ``kernel_sums``, in order of its first rank (stable: file order among equals)."""
+    got = [pair for p in parts for pair in (p.file_sums if p.file_sums is not None else [(p.first_rank, p.kernel_sums)])]
+    return [f for _, f in sorted(got, key=lambda pair: pair[0])]
 
 
 def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[str]) -> dict:
@@ -161,7 +179,7 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[
         steps=schema.select(steps, schema.STEP_METRIC_COLUMNS).reset_index(drop=True),
         phases=schema.select(windows, schema.PHASE_COLUMNS).reset_index(drop=True),
         rank_overlap=_ordered([p.rank_overlap for p in parts], ["rank"], schema.RANK_OVERLAP_COLUMNS),
-        kernel_overlap=ov.finish_kernel_overlap([p.kernel_sums for p in parts]).reset_index(drop=True),
+        kernel_overlap=ov.finish_kernel_overlap(_file_sums(parts)).reset_index(drop=True),
         collectives=collectives,
         cost_model=cm.cost_model(collectives, notes),
         contention=cont.pooled_contention([p.contention for p in parts]).reset_index(drop=True),

@@ -178,7 +178,6 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     if not len(sized) or "backward_end_ns" not in steps or steps["backward_end_ns"].isna().all():
         return schema.empty_frame(cols)
     model = model.loc[model["collective"].astype("object").isin(["AllReduce", "ReduceScatter"])]
-    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
     measured = float(steps["step_ns"].median())
     per_step = sized.groupby(["rank", "step"])["bytes"]
     total, current = float(per_step.sum().median()), float(sized["bytes"].median())
@@ -188,6 +187,8 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
         # naive's ready times are set by its own earlier all-reduces and flat has one collective per step:
         # neither tells when buckets of another size would have been ready. Unknown strategies likewise.
         return schema.empty_frame(cols)
+    # Measured only now: the ready times cost a pass over every kernel and serve only the replay below.
+    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
     base_tail = _tail(grad, ready, steps, model)
     if strategy == "overlap":  # one all-reduce per tensor: bucketing it is what `bucketed` does
         cap_now, now, strategy = current, fields_of("overlap"), "bucketed"

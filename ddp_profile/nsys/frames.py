@@ -121,7 +121,9 @@ def kernel_arrays(files: list[dict], offsets: list[int]) -> dict[str, np.ndarray
     if any(k["bytes"] is not None for k in ks):
         bytes_ = concat([k["bytes"] if k["bytes"] is not None else np.full(len(k["start"]), -1, np.int64) for k in ks])
     return {
-        "file": concat([np.full(len(k["code"]), f["index"], dtype=np.int32) for f, k in zip(files, ks, strict=True)]),
+        # np.zeros for file 0 (a single export's column): untouched zero pages take no memory
+        "file": concat([np.full(len(k["code"]), f["index"], dtype=np.int32) if f["index"]
+                        else np.zeros(len(k["code"]), dtype=np.int32) for f, k in zip(files, ks, strict=True)]),
         "pid": concat([k["pid"] for k in ks]), "device": concat([k["device"] for k in ks]),
         "stream": concat([k["stream"] for k in ks]),
         "start_ns": shifted("start"), "end_ns": shifted("end"),
@@ -151,7 +153,10 @@ def kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, co
     code = take("code")
     n = len(code)
     parsed = [nccl_names.parse_nccl(n) for n in labels]
-    frame = {"file": take("file"), "rank": take("rank") if "rank" in arr else None}
+    # The trace's frame has no file column (schema.KERNEL_COLUMNS): consumed, it is dropped, not reordered.
+    if consume:
+        del arr["file"]
+    frame = {"file": None if consume else take("file"), "rank": take("rank") if "rank" in arr else None}
     for col in ("pid", "device", "stream", "start_ns", "end_ns"):
         frame[col] = take(col)
     frame["name"] = categorical(code, labels)
@@ -164,6 +169,8 @@ def kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, co
         frame[col] = nullable(take(col), n, own=order is not None)
     if frame["rank"] is None:
         del frame["rank"]
+    if frame["file"] is None:
+        del frame["file"]
     return pd.DataFrame(frame, copy=False)
 
 def process_frame(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame:

@@ -159,11 +159,15 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
+PARALLEL_READ_BYTES = 16 << 20  # files smaller than this are read on the calling thread
 
 
 def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
     con = open_export(path)
-    readers = _ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS else None
+    # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
+    # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
+    readers = (_ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS
+               and path.stat().st_size >= PARALLEL_READ_BYTES else None)
     try:
         have = sql.tables(con)
         if sql.KERNEL not in have:
@@ -379,9 +383,12 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     _check_kernels(files, kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
     _check_same_run(files, arr)
     nvtx = nvtx_frame(files, offsets)
+    no_nvtx_table = all(f["nvtx"] is None for f in files)
+    for f in files:  # in the frame now: the raw rows and texts go before the kernel frame's build (the peak)
+        f["nvtx"] = ()
     _check_nvtx(files, nvtx)
     _open_ranges_warning(nvtx, warnings)
-    if all(f["nvtx"] is None for f in files):
+    if no_nvtx_table:
         warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
                         "phase and step analysis is unavailable")
     stems = [export_stem(f["path"]) for f in files]
@@ -437,21 +444,28 @@ def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:
 
 
 def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Row order by (rank, start), stable: a stable sort by start (exports are nearly time-ordered, which
-    timsort exploits), then a stable sort by rank (radix sort when ranks fit 16 bits). Same result as
-    ``np.lexsort((start, rank))`` at a fraction of its cost on millions of rows."""
-    if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):  # already in time order: one sort, by rank
-        by_time = None
-        r = rank
+    """Row order by (rank, start), stable: ``np.lexsort((start, rank))`` at a fraction of its cost and memory
+    on millions of rows. One stable sort by rank (a radix sort when ranks fit 16 bits), then each rank's
+    rows (original order) sorted stably by start: ties by start keep the original order, as lexsort's.
+    Exports are nearly time-ordered per process, so most ranks' rows are already sorted and left as they
+    are; the temporaries are one rank's rows long, not the trace's (a full-length time sort set the load's
+    memory peak)."""
+    n = len(rank)
+    if n < 2:
+        return np.arange(n)
+    lo_r, hi_r = int(rank.min()), int(rank.max())
+    narrow = lo_r >= np.iinfo(np.int16).min and hi_r <= np.iinfo(np.int16).max
+    order = np.argsort(rank.astype(np.int16) if narrow else rank, kind="stable")
+    if hi_r - lo_r <= 1 << 16:
+        counts = np.bincount((rank - lo_r).astype(np.intp, copy=False), minlength=hi_r - lo_r + 1)
     else:
-        by_time = np.argsort(start, kind="stable")
-        r = rank[by_time]
-    if len(r) and r.min() >= np.iinfo(np.int16).min and r.max() <= np.iinfo(np.int16).max:
-        r = r.astype(np.int16)
-    order = np.argsort(r, kind="stable")
-    del r
-    if by_time is None:
-        return order
-    # by_time[order], written over ``order`` (element i reads order[i] before writing it; "clip" mode does
-    # not buffer): one index array less at the load's peak.
-    return np.take(by_time, order, out=order, mode="clip")
+        counts = np.unique(rank, return_counts=True)[1]
+    ends = np.cumsum(counts)
+    for a, b in zip(ends - counts, ends, strict=True):
+        if b - a < 2:
+            continue
+        seg = order[a:b]
+        st = start[seg]
+        if not (st[1:] >= st[:-1]).all():
+            order[a:b] = seg[np.argsort(st, kind="stable")]
+    return order

@@ -64,6 +64,14 @@ def test_dask_matches_single_process(which, rank_files, client):
     assert trace.stats["part_bytes"] < 0.25 * load_trace(run).kernels.memory_usage(deep=True).sum()
 
 
+def test_batched_files_match_single_process(rank_files, client):
+    """Several files per task (3 + 1 here) give the per-file results: each file is still loaded alone."""
+    trace = distributed.load_trace(rank_files, client=client, batch=3)
+    assert [list(g) for g in trace.groups] == [[0, 1, 2], [3]]
+    _same(analyze(load_trace(rank_files)), analyze(trace))
+    assert distributed.batches(1024, 2) == [range(i, i + 128) for i in range(0, 1024, 128)]
+
+
 def test_options_reach_the_workers(rank_files, client):
     kw = {"steps": "1:", "phase_patterns": {"forward": "^forward$"}}
     _same(analyze(load_trace(rank_files), **kw), analyze(distributed.load_trace(rank_files, client=client), **kw))

@@ -17,7 +17,8 @@ operation c::
 (Assumes the ranks' clocks agree, which holds for processes on one host in one nsys report.)
 
 Bucket and bytes come from the harness's NVTX range around each collective launch (message
-``"allreduce b<bucket> <bytes>B"``, payload = bytes): a kernel belongs to the latest such range of its
+``"allreduce b<bucket> <bytes>B"``, or ``"param_sync b<bucket> r<owner> <bytes>B"`` around the sharded
+optimizer's parameter broadcasts; payload = bytes): a kernel belongs to the latest such range of its
 process that started at or before its launch (``launch_ns``, runtime or driver API) and had not ended.
 
 Bus bandwidth (NCCL's convention, comparable across world sizes n)::
@@ -44,7 +45,9 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, ints
 
-_BUCKET_RX = re.compile(rf"^{re.escape(nn.ALLREDUCE_PREFIX)}\s+b(\d{{1,9}})\s+(\d{{1,18}})\s*B")  # bounded: fits int64
+# "allreduce b<bucket> <bytes>B" or "param_sync b<bucket> r<owner> <bytes>B" (bounded: fits int64)
+_BUCKET_RX = re.compile(rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PARAM_SYNC_PREFIX)})"
+                        r"\s+b(\d{1,9})\s+(?:r\d{1,9}\s+)?(\d{1,18})\s*B")
 
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
@@ -83,7 +86,8 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     # Names are few even when ranges are many: each distinct one is tested and parsed once, rows index it.
     codes, uniq = pd.factorize(nvtx["name"].astype("object"), use_na_sentinel=True)
     text = pd.Series(np.append(np.asarray(uniq, dtype=object), ""), dtype=object).fillna("").astype(str)
-    hit = text.str.startswith(nn.ALLREDUCE_PREFIX).to_numpy(dtype=bool)[codes] & nvtx["end_ns"].notna().to_numpy()
+    prefixes = (nn.ALLREDUCE_PREFIX, nn.PARAM_SYNC_PREFIX)
+    hit = text.str.startswith(prefixes).to_numpy(dtype=bool)[codes] & nvtx["end_ns"].notna().to_numpy()
     r = nvtx.loc[hit]
     parsed = text.str.extract(_BUCKET_RX).iloc[codes[hit]].set_axis(r.index)
     nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
@@ -202,7 +206,8 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     has = df["_has"].to_numpy()
-    if not has.any() and ddp_bucket_bytes:
+    is_ar = df["collective"].astype("object").fillna("").str.lower().str.contains("allreduce").to_numpy()
+    if not has[is_ar].any() and ddp_bucket_bytes:  # stock DDP: no all-reduce sized by an NVTX range
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
         notes.append(bytes_note if bytes_note is not None else unknown_bytes_note(None))

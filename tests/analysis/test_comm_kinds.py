@@ -219,3 +219,17 @@ def test_unknown_kind_is_noted_and_not_tail():
     assert res.steps.loc[0, "comm_tail_ns"] == 0 and res.steps.loc[0, "comm_ns"] == 200
     assert res.comm_kinds["collective"].tolist() == ["other"]
     assert any("no known collective kind" in note and "ncclDevKernel_Generic" in note for note in res.notes)
+
+
+def test_sharded_optimizer_broadcasts_take_their_bytes_from_the_param_sync_ranges():
+    """ZeRO-1 (ours) wraps each owner's parameter broadcast in 'param_sync b<k> r<owner> <bytes>B': the
+    Broadcast rows get those bytes (and a bus bandwidth), and one step's broadcasts carry every parameter
+    once (the run JSON's param_bytes); the all-reduces keep theirs."""
+    trace = load_trace(TRACES / "campaign" / "A" / "bucketed-100mb+zero1_xl_fp32_2xh200")
+    coll = analyze(trace).collectives
+    kind = coll["collective"].astype(str)
+    bc, ar = coll.loc[kind == "Broadcast"], coll.loc[kind == "AllReduce"]
+    assert len(bc) and bc["bytes"].notna().all() and (bc["busbw_gb_per_s"] > 0).all()
+    assert ar["bytes"].notna().all()
+    per_step = bc.groupby(["rank", "step"])["bytes"].sum()
+    assert (per_step == trace.run["param_bytes"]).all(), per_step.unique()

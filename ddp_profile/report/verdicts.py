@@ -90,7 +90,8 @@ def basis_sentence(rows: list[dict]) -> str:
     moved = places_changed(order, sorted(order, key=lambda i: float(rows[i].get("step_ns", float("nan")))))
     text = f"Ranked by {basis_text(UNPROFILED)}"
     if over:
-        text += f"; profiler overhead {min(over):.1f}–{max(over):.1f} % across these runs"
+        lo, hi = f"{min(over):.1f}", f"{max(over):.1f}"
+        text += f"; profiler overhead {lo if lo == hi else f'{lo}–{hi}'} % across these runs"
     text += (f", and ranked by the profiled trace time {moved} of {len(rows)} runs would change place." if moved
              else ", and the profiled trace times give the same order.")
     return text

@@ -101,6 +101,23 @@ def patch_analysis(monkeypatch):
     monkeypatch.setattr(compare, "compare_runs", fake_compare_runs)
 
 
+def write_site(tmp_path_factory, runs, name="site"):
+    """``report.write_report`` of ``runs`` into a fresh ``<tmp>/<name>/reports`` with the comparison seam
+    patched (:func:`patch_analysis`) for the duration of the write; returns the folder."""
+    import pytest
+
+    from ddp_profile import report
+
+    mp = pytest.MonkeyPatch()
+    patch_analysis(mp)
+    out = tmp_path_factory.mktemp(name) / "reports"
+    try:
+        report.write_report(runs, out)
+    finally:
+        mp.undo()
+    return out
+
+
 def run_set(hostile_run=False):
     """A 1-GPU baseline, naive/overlap/bucketed at 2 GPUs, and a 3-point bucket sweep: Run objects."""
     from ddp_profile.report import Run

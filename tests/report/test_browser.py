@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from report_synth import patch_analysis, run_set
+from report_synth import run_set, write_site
 
 from ddp_profile import report
 
@@ -27,14 +27,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    patch_analysis(mp)
-    out = tmp_path_factory.mktemp("site") / "reports"
-    try:
-        report.write_report(run_set(hostile_run=True), out)
-    finally:
-        mp.undo()
-    return out
+    return write_site(tmp_path_factory, run_set(hostile_run=True))
 
 
 @pytest.fixture(scope="module")

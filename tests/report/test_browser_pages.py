@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from report_synth import make_run, patch_analysis
+from report_synth import make_run, write_site
 from test_browser import ARGS, CHROMIUM, REQUIRE, pytestmark  # noqa: F401  (same skip rules)
 from test_report_pages import _unknown_sizes_run
 
@@ -14,9 +14,6 @@ from ddp_profile import report
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    patch_analysis(mp)
-    out = tmp_path_factory.mktemp("pages") / "reports"
     t, a = make_run("naive_xl_fp32_2xh100", "naive", 2, 25.0, n_steps=4)
     # the profiled steps are 3–6 (the harness skips warm-up steps)
     for frame in (a.steps, a.phases, a.collectives):
@@ -24,11 +21,7 @@ def pages(tmp_path_factory):
     ft, fa = _unknown_sizes_run()
     runs = [report.Run("naive_xl_fp32_2xh100", t, a, dict(t.run)),
             report.Run("fsdp_xl_fp32_2xh100", ft, fa, dict(ft.run))]
-    try:
-        report.write_report(runs, out)
-    finally:
-        mp.undo()
-    return out, runs
+    return write_site(tmp_path_factory, runs, "pages"), runs
 
 
 @pytest.fixture(scope="module")

@@ -93,3 +93,13 @@ def places_changed(order: list, other: list) -> int:
     """How many of ``order``'s items stand at another place in ``other`` (the same items re-ranked): the
     runs nsys reorders when ``order`` is the un-profiled ranking and ``other`` the profiled one."""
     return sum(1 for i, x in enumerate(order) if other.index(x) != i)
+
+
+def overhead_span(values) -> str:
+    """Profiler overheads (percent) as one figure or a range: '0.7 %' when all round alike, else
+    '0.3–10.8 %'; '' when there are none."""
+    vals = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not vals:
+        return ""
+    lo, hi = f"{min(vals):.1f}", f"{max(vals):.1f}"
+    return f"{lo} %" if lo == hi else f"{lo}–{hi} %"

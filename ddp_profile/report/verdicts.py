@@ -70,7 +70,7 @@ def ranked(comp: pd.DataFrame) -> pd.DataFrame:
 
 def basis_sentence(rows: list[dict]) -> str:
     """Which step time the ranking uses, and (un-profiled) how many runs nsys would reorder."""
-    from ddp_profile.report.measures import TRACE, UNPROFILED, basis_text, places_changed
+    from ddp_profile.report.measures import TRACE, UNPROFILED, basis_text, overhead_span, places_changed
 
     bases = {x.get("rank_basis") for x in rows} - {None}
     if not bases or bases == {TRACE}:
@@ -90,8 +90,7 @@ def basis_sentence(rows: list[dict]) -> str:
     moved = places_changed(order, sorted(order, key=lambda i: float(rows[i].get("step_ns", float("nan")))))
     text = f"Ranked by {basis_text(UNPROFILED)}"
     if over:
-        lo, hi = f"{min(over):.1f}", f"{max(over):.1f}"
-        text += f"; profiler overhead {lo if lo == hi else f'{lo}–{hi}'} % across these runs"
+        text += f"; profiler overhead {overhead_span(over)} across these runs"
     text += (f", and ranked by the profiled trace time {moved} of {len(rows)} runs would change place." if moved
              else ", and the profiled trace times give the same order.")
     return text

@@ -245,10 +245,7 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
                 "how nsys changes the order is not known.")
     unprof = [r.name for r in ranked]
     prof = [r.name for r in sorted(ranked, key=profiled_ns)]
-    overheads = [r.meta.get("profiler_overhead_pct") for r in ranked]
-    overheads = [o for o in overheads if isinstance(o, (int, float))]
-    lo, hi = (f"{min(overheads):.1f}", f"{max(overheads):.1f}") if overheads else ("", "")
-    span = (f"{lo} %" if lo == hi else f"{lo}–{hi} %") if overheads else "not recorded"
+    span = measures.overhead_span(r.meta.get("profiler_overhead_pct") for r in ranked) or "not recorded"
     if unprof == prof:
         return (f"{set_label(name, True)}: profiler overhead {span} across configurations; the ranking under nsys is the "
                 "same as without it.")

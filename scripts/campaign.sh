@@ -8,7 +8,10 @@
 # folds their step times (unprofiled_step_ms_median, profiler_overhead_pct, host, ...) into the profiled
 # run's JSON. Set `foreign` profiles the stand-alone programs of scripts/foreign/ into traces/foreign/<NAME>/;
 # set `two-node` runs two torchrun agents as two nodes (NPROC GPUs each, one report per rank) into
-# traces/two-node/<run>/. Lines are taken in file order; a line that would end after the deadline is
+# traces/two-node/<run>/. A line `PART SET NPROC @recommend STRATEGY OPTIONS` closes the loop on the machine:
+# `ddp-profile analyze --section recommendation` reads the run of STRATEGY OPTIONS (with the set's options)
+# profiled earlier in this call, and the harness runs the configuration it recommends like any other line
+# (recommendations are listed in traces/.logs/campaign-part<PART>/recommendations.txt). Lines are taken in file order; a line that would end after the deadline is
 # skipped and listed; a failed line is listed and the rest go on; every run is killed at the hard end.
 #
 # Usage: scripts/campaign.sh PART...             e.g. scripts/campaign.sh 1     (then, in a second call: 2)
@@ -247,6 +250,55 @@ run_harness() {  # run_harness SET NPROC STRATEGY OPTIONS...
     fold_timings "$dir/$name.json" "$UNPROF/$set/$name" "$label"
 }
 
+wait_post() {  # wait_post DIR: wait for DIR's background export + scrub (started by post_in_background)
+    local i
+    for i in "${!POST_WHAT[@]}"; do
+        [ "${POST_WHAT[$i]}" = "${1#"$TRACES"/}" ] || continue
+        wait "${POST_PIDS[$i]}"
+        return $?
+    done
+    return 1
+}
+
+run_recommended() {  # run_recommended SET NPROC STRATEGY OPTIONS...: the tool's recommendation, then the harness
+    # STRATEGY OPTIONS name a run this call profiled earlier in SET; `ddp-profile analyze --section
+    # recommendation` reads its scrubbed export and the line runs the configuration it recommends (the
+    # recommendation row's flags, with the set's options), so the tool proposes and the harness confirms on
+    # one machine in one call. A recommendation equal to the run's own configuration is reported, not run.
+    local set=$1 n=$2 name dir log flags
+    shift 2
+    log=$LOGDIR/$set-recommend-$(date +%s%N).log
+    if ! name=$(run_name "$n" "$@" 2>>"$log"); then
+        FAILED+=("$set: @recommend $*: the harness rejected the options (log: $log)"); return 0
+    fi
+    dir=$TRACES/campaign/$set/$name
+    if ! wait_post "$dir" || ! ls "$dir"/*.sqlite.xz >/dev/null 2>&1; then
+        FAILED+=("$set: @recommend $*: no scrubbed export of $name from this call (run its line first)"); return 0
+    fi
+    if ! flags=$("$PYTHON" -m ddp_profile.cli analyze "$dir" --section recommendation --format json 2>>"$log" \
+            | "$PYTHON" -c 'import json, sys
+rows = [r for r in json.load(sys.stdin).get("recommendation") or [] if r.get("lever") == "recommended"]
+print(rows[0]["flags"] if rows else "")' 2>>"$log") || [ -z "$flags" ]; then
+        FAILED+=("$set: @recommend $*: ddp-profile gave no recommendation for $name (log: $log)"); return 0
+    fi
+    echo "-- $set: ddp-profile recommends for $name: $flags"
+    echo "$name: $flags" >>"$LOGDIR/recommendations.txt"
+    # shellcheck disable=SC2206
+    local words=($flags) strategy="" rest=() i
+    for ((i = 0; i < ${#words[@]}; i++)); do
+        if [ "${words[$i]}" = --strategy ]; then strategy=${words[$((i + 1))]}; i=$((i + 1))
+        else rest+=("${words[$i]}"); fi
+    done
+    if [ -z "$strategy" ]; then FAILED+=("$set: @recommend $*: no --strategy in '$flags'"); return 0; fi
+    local recommended
+    # shellcheck disable=SC2206
+    recommended=("$strategy" ${SET_OPTS[$set]:-} "${rest[@]}")
+    if [ "$(run_name "$n" "${recommended[@]}" 2>>"$log")" = "$name" ]; then
+        echo "   the recommendation is $name's own configuration: nothing to confirm"; return 0
+    fi
+    run_harness "$set" "$n" "${recommended[@]}"
+}
+
 run_foreign() {  # run_foreign NPROC NAME NSYS-OPTIONS... -- PROGRAM [OPTIONS]
     local n=$1 name=$2 dir log
     shift 2
@@ -330,7 +382,10 @@ while IFS= read -r line <&3 || [ -n "$line" ]; do
     match=0
     for p in "${PARTS[@]}"; do [ "$p" = "$part" ] && match=1; done
     [ "$match" = 1 ] || continue
-    if [ "$set" != foreign ] && [ "$set" != two-node ]; then
+    if [ "${what[0]}" = @recommend ]; then  # @recommend STRATEGY OPTIONS: set options after STRATEGY
+        # shellcheck disable=SC2206
+        what=(@recommend "${what[1]}" ${SET_OPTS[$set]:-} "${what[@]:2}")
+    elif [ "$set" != foreign ] && [ "$set" != two-node ]; then
         # shellcheck disable=SC2206
         what=("${what[0]}" ${SET_OPTS[$set]:-} "${what[@]:1}")
     fi
@@ -348,7 +403,8 @@ while IFS= read -r line <&3 || [ -n "$line" ]; do
     case "$set" in
         foreign) run_foreign "$n" "${what[@]}" ;;
         two-node) run_two_node "$n" "${what[@]}" ;;
-        *) run_harness "$set" "$n" "${what[@]}" ;;
+        *) if [ "${what[0]}" = @recommend ]; then run_recommended "$set" "$n" "${what[@]:1}"
+           else run_harness "$set" "$n" "${what[@]}"; fi ;;
     esac
     echo "== $(( $(date +%s) - t0 )) s (estimated $est s): $label; $(( $(date +%s) - START )) s elapsed"
 done 3<"$CONFIGS"

@@ -35,6 +35,13 @@ case "$cmd" in
     done
     "$@"
     out=${out//%q\{RANK\}/${RANK:-}}
+    # the DDP bucket log of the run that made FAKE_NSYS_SQLITE, into the run named FAKE_NSYS_RUN_JSON_FOR
+    if [ -n "${FAKE_NSYS_RUN_JSON_FOR:-}" ] && [ "${out##*/}" = "$FAKE_NSYS_RUN_JSON_FOR" ]; then
+      "$PYTHON" -c 'import json, sys
+mine, theirs = (json.load(open(p)) for p in sys.argv[1:])
+mine["layout"] = theirs["layout"]
+json.dump(mine, open(sys.argv[1], "w"))' "$out.json" "$FAKE_NSYS_RUN_JSON"
+    fi
     echo placeholder >"$out.nsys-rep" ;;
   export)
     out=""
@@ -224,6 +231,55 @@ def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
     assert profiled.count("--capture-range=cudaProfilerApi") == 3  # harness line + one per two-node rank
     assert "NVLS=0 SYMM=1 SHMEM=1" in profiled
     lzma.decompress((traces / "campaign" / "T" / run / f"{run}.sqlite.xz").read_bytes())  # scrubbed, xz
+
+
+RECOMMEND_CONFIGS = """\
+set R --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2
+1 R 2 torch_ddp --bucket-mb 25
+1 R 2 @recommend torch_ddp --bucket-mb 25
+1 R 2 @recommend overlap
+"""
+
+
+@pytest.mark.slow
+def test_campaign_recommend_line_runs_what_the_tool_recommends(standin_env, tmp_path):
+    """``@recommend STRATEGY OPTIONS``: ddp-profile analyses the run profiled earlier in the same call and the
+    harness runs its recommendation. The stand-in nsys hands back a committed 2-GPU bf16 DDP export (and puts
+    that run's DDP bucket log, which sizes its all-reduces, into the stock run's record), so the tool recommends a
+    channel cut and the next run must be that configuration with the set's options; a @recommend of a run
+    this call did not profile is a listed failure, and the rest still packs."""
+    import lzma
+    import tarfile
+
+    source = ROOT / "traces" / "campaign" / "B" / "torch_ddp-25mb_xl_bf16_2xh200" / "torch_ddp-25mb_xl_bf16_2xh200.sqlite.xz"
+    export = tmp_path / "b.sqlite"
+    export.write_bytes(lzma.decompress(source.read_bytes()))
+    configs = tmp_path / "configs.txt"
+    configs.write_text(RECOMMEND_CONFIGS)
+    out = tmp_path / "out"
+    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"),
+           "REPEATS": "1", "FAKE_NSYS_SQLITE": str(export), "FAKE_NSYS_RUN_JSON": str(source.parent / f"{source.parent.name}.json"),
+           "FAKE_NSYS_RUN_JSON_FOR": "torch_ddp-25mb_tiny_fp32_2xcpu"}
+    env.pop("NSYS")
+    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 1, log  # the @recommend of a run not profiled in this call failed; the rest ran
+    assert "2 done, 0 skipped, 1 failed" in log, log
+    assert "FAILED  R: @recommend overlap" in log and "run its line first" in log
+    stock = "torch_ddp-25mb_tiny_fp32_2xcpu"
+    recorded = (tmp_path / "traces" / ".logs" / "campaign-part1" / "recommendations.txt").read_text()
+    assert recorded.startswith(f"{stock}: --strategy torch_ddp ")
+    flags = recorded.split(": ", 1)[1].split()
+    channels = flags[flags.index("--nccl-channels") + 1]
+    recommended = f"torch_ddp-25mb-ch{channels}-hiprio_tiny_fp32_2xcpu"
+    assert f"ddp-profile recommends for {stock}: {recorded.split(': ', 1)[1].strip()}" in log
+    with tarfile.open(out / "R.tar") as tar:
+        names = tar.getnames()
+    for run in (stock, recommended):
+        assert f"traces/campaign/R/{run}/{run}.json" in names and f"traces/campaign/R/{run}/{run}.sqlite.xz" in names
+    record = json.loads((tmp_path / "traces" / "campaign" / "R" / recommended / f"{recommended}.json").read_text())
+    assert record["unprofiled_repeats"] == 1  # timed like every other line
 
 
 def test_campaign_without_part_prints_usage():

@@ -132,7 +132,7 @@ def test_channel_room_known_answer():
 def test_recommendation_on_the_committed_4_gpu_stock_run_keeps_the_channels():
     """traces/campaign/C's stock 4-GPU run gave 9 channels under the per-name contention rule (its alone
     median mixed kernel shapes: ~18 ms lost per rank-step) and traces/campaign/D ran exactly that. Like for
-    like (same kernel alone, analysis.contention) the loss measured is ~1.2 ms, under the exposed
+    like (same kernel alone, analysis.contention) the loss measured is ~2 ms, under the exposed
     communication (~5 ms): the channels are left as they are."""
     trace = load_trace("traces/campaign/C/torch_ddp-25mb_xl_fp32_4xh100")
     head = analyze(trace).recommendation.iloc[0]

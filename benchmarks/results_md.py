@@ -33,6 +33,22 @@ def _rows(res: dict) -> list[dict]:
     return res["sizes"] + ([res["replica"]] if res.get("replica") else [])
 
 
+def _ranks_text(res: dict) -> str:
+    """"8 ranks, " from the first measured synthetic size; empty when no size was measured (--sizes '')."""
+    return f"{res['sizes'][0]['analyze']['n_ranks']} ranks, " if res.get("sizes") else ""
+
+
+def _frame_text(res: dict) -> str:
+    """The kernels frame's bytes per row beside the int64 columns', from the last measured row (if any)."""
+    rows = _rows(res)
+    if not rows:
+        return ""
+    return (f"; the returned kernels frame alone takes {rows[-1]['analyze']['frame_bytes_per_row']:.0f} "
+            "bytes per kernel (its 16 columns; int32 ranks, pids, devices, streams and correlation ids, "
+            "categorical names) against 56 for the seven int64 columns, so the 2x memory target leaves about "
+            "half a frame for the reading and the analysis' working arrays")
+
+
 def shape_lines(res: dict) -> list[str]:
     """The real-shape ratios the synthetic exports were built with (measured on traces/)."""
     sh = res.get("real_shape")
@@ -139,7 +155,7 @@ def readme_block(res: dict) -> str:
         f"Python {m['python']}, SQLite {m['sqlite']} ({res['date']}; a machine shared with other work: 1-minute load "
         f"average {_load1(m.get('loadavg_start'))} at the start and {_load1(m.get('loadavg_end'))} at the end, and "
         "per measurement in the tables); synthetic exports in the nsys 2025.3 schema "
-        f"({res['sizes'][0]['analyze']['n_ranks']} ranks, compute and NCCL kernels on two streams, NVTX steps, "
+        f"({_ranks_text(res)}compute and NCCL kernels on two streams, NVTX steps, "
         "phases and bucket ranges, launching and other CUDA API rows and NVTX density as measured on the "
         "committed real traces, see below). Full tables: `benchmarks/RESULTS.md`.",
         "",
@@ -150,10 +166,7 @@ def readme_block(res: dict) -> str:
         "per-kernel and per-rank overlap, collective table, cost model, contention. The loader reads columns "
         "with SQLite's `group_concat` parsed by numpy (no Python object per value) in row chunks on up to 4 "
         "threads (2 here); the floor is single-threaded. Memory is the peak RSS above the process's RSS before "
-        f"loading; the returned kernels frame alone takes {res['sizes'][-1]['analyze']['frame_bytes_per_row']:.0f} "
-        "bytes per kernel (its 16 columns; int32 ranks, pids, devices, streams and correlation ids, "
-        "categorical names) against 56 for the seven int64 columns, so the 2x memory target leaves about "
-        "half a frame for the reading and the analysis' working arrays.",
+        f"loading{_frame_text(res)}.",
         "",
         "| kernels | floor | load + analyze | ratio | peak memory over start | kernel columns as int64 | "
         "load average (floor / analysis) |",

@@ -85,3 +85,15 @@ def test_unreadable_results_json_is_one_line(setup):
     (tmp / "bad.json").write_text("{")
     proc = run("--from-json", tmp / "bad.json", "--out", tmp / "out", cwd=tmp)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "bad.json" in proc.stderr
+
+
+def test_results_without_synthetic_sizes_render(tmp_path):
+    """``--sizes ''`` (only the replica, the sweep or the render measured) renders instead of failing on the
+    first size's rank count: the replica row stands alone and the text drops what only sizes give."""
+    res = small_results()
+    res["replica"] = res.get("replica") or res["sizes"][0]
+    res["sizes"] = []
+    block = results_md.readme_block(res)
+    assert "| kernels | floor |" in block and f"{res['replica']['rows']:,}" in block
+    assert "ranks, compute" not in block
+    assert results_md.write_results(res, tmp_path, write_json=False).is_file()

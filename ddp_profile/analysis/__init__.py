@@ -223,7 +223,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         kernel_overlap=kernel_overlap,
         collectives=coll,
         cost_model=_cm.cost_model(coll, notes),
-        contention=_cont.contention(karr, covered),
+        contention=_cont.contention(karr, covered, windows),
         notes=notes,
         comm_kinds=kinds_frame,
     )

@@ -2,16 +2,31 @@
 
 A compute kernel instance is *alone* when no NCCL kernel of its (pid, device) ran at any moment of it, and
 *overlapped* when NCCL ran during at least half of its duration (instances in between are left out, so each
-group is clean). For each compute kernel name with at least ``min_count`` instances each way::
+group is clean). One kernel name often covers several kernels (the same GEMM or elementwise kernel at
+several shapes), so instances are compared like for like, by *key*: a training loop launches the same
+sequence every step, so the k-th instance of a name (by GPU start) inside a rank's step window is the same
+kernel in every step and on every rank, and the key is (name, k). Per key with at least ``min_count``
+instances each way (pooled over steps and ranks)::
 
-    alone_median_ns      = median duration of alone instances
-    overlapped_median_ns = median duration of overlapped instances
-    slowdown_pct         = 100 · (overlapped_median_ns / alone_median_ns − 1)
-    lost_ns              = Σ over overlapped instances of (duration_ns − alone_median_ns)
+    alone_median(key) = median duration of the key's alone instances
+    baseline_ns       = Σ over the key's overlapped instances of alone_median(key)
+    lost_ns           = Σ over the key's overlapped instances of duration_ns − baseline_ns
 
-    alone:        [--k--]            [--k--]
-    nccl:                  [=============]
-    overlapped:             [----k----]        <- k took longer: SM and memory bandwidth are shared
+and one row per name over its counted keys (keys without enough instances either way are left out)::
+
+    n_alone, n_overlapped = instances of the counted keys, each way
+    alone_median_ns, overlapped_median_ns = medians over those instances
+    baseline_ns, lost_ns  = Σ over the counted keys
+    slowdown_pct          = 100 · lost_ns / baseline_ns   (duration-weighted, like for like)
+
+    step s:   alone:  [--k#3--]          [-k#7-]
+    step s+1: nccl:               [=============]
+              overlapped:          [---k#7---]        <- k#7 took longer than k#7 alone: SM and memory
+                                                         bandwidth are shared (k#3 is not its baseline)
+
+Only kernels that started inside a step window count. Without step windows (a trace with no steps found)
+the key is the name alone, over the whole trace: the per-name rule, where a name covering several shapes
+can give a negative lost_ns.
 """
 
 from __future__ import annotations
@@ -22,14 +37,21 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis._common import KernelArrays, masked_durations
 
+Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
-def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> pd.DataFrame:
-    """CONTENTION_COLUMNS, sorted by lost_ns (largest first). ``covered``: overlap.overlapped_by_other_class."""
+
+def contention(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None,
+               min_count: int = 3) -> pd.DataFrame:
+    """CONTENTION_COLUMNS, sorted by lost_ns (largest first). ``covered``: overlap.overlapped_by_other_class;
+    ``windows``: windows.phase_windows (its "step" rows key the instances; None or none: the per-name rule)."""
     if not karr.is_compute.any() or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
-    # Which compute kernels are alone and which overlapped, as two row masks (1 B per kernel); durations
-    # are taken a chunk at a time and, later, per name: no full-length int64 temporaries (on 1M kernels
-    # the durations and covered times of all compute kernels, 16 B each, set the analysis' memory peak).
+    ordinal = step_ordinals(karr, windows)
+    if ordinal is not None:
+        return pooled_contention([_keyed_samples(karr, covered, ordinal)], min_count)
+    # Per name. Which compute kernels are alone and which overlapped, as two row masks (1 B per kernel);
+    # durations are taken a chunk at a time and, later, per name: no full-length int64 temporaries (on 1M
+    # kernels the durations and covered times of all compute kernels, 16 B each, set the analysis' peak).
     alone, over = _classify(karr, covered)
     a = _by_code(karr, alone).rename(columns={"n": "n_alone", "median": "alone_median_ns"})
     del alone
@@ -40,25 +62,78 @@ def contention(karr: KernelArrays, covered: np.ndarray, min_count: int = 3) -> p
     if g.empty:
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
     g["name"] = karr.name_values()[g["code"].to_numpy()]
-    g = g.sort_values("name", kind="stable")
-    g["slowdown_pct"] = 100.0 * (g["overlapped_median_ns"] / g["alone_median_ns"] - 1.0)
-    g["lost_ns"] = g["_sum"] - g["n_overlapped"] * g["alone_median_ns"]
-    g = g.sort_values("lost_ns", ascending=False, kind="stable")
-    return schema.select(g, schema.CONTENTION_COLUMNS)
+    g["baseline_ns"] = g["n_overlapped"] * g["alone_median_ns"]
+    return _finish(g)
 
 
-def contention_samples(karr: KernelArrays, covered: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def step_ordinals(karr: KernelArrays, windows: pd.DataFrame | None) -> np.ndarray | None:
+    """Per kernel row (int32): the position k = 0, 1, ... of a named compute kernel among the instances of
+    its name that started inside the same step window of its rank (by GPU start, then row order); -1 for
+    other rows and kernels outside every step. A kernel belongs to the latest step window of its rank that
+    started at or before it, if it started before that window's end. None when ``windows`` has no step."""
+    steps = windows.loc[windows["phase"] == "step"] if windows is not None and len(windows) else None
+    if steps is None or steps.empty:
+        return None
+    out = np.full(len(karr.start), -1, dtype=np.int32)
+    rows = np.flatnonzero(karr.is_compute & (karr.name_code >= 0))
+    win = np.full(len(rows), -1, dtype=np.int64)
+    krank, kstart = karr.rank[rows], karr.start[rows]
+    base = 0
+    for rank, g in steps.groupby("rank", sort=True):
+        ws, we = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+        by_start = np.argsort(ws, kind="stable")
+        ws, we = ws[by_start], we[by_start]
+        mine = np.flatnonzero(krank == rank)
+        at = np.searchsorted(ws, kstart[mine], side="right") - 1
+        inside = at >= 0
+        inside[inside] = kstart[mine[inside]] < we[at[inside]]
+        win[mine[inside]] = base + at[inside]
+        base += len(ws)
+    keep = win >= 0
+    rows, win = rows[keep], win[keep]
+    order = np.lexsort((karr.start[rows], karr.name_code[rows], win))  # by window, name, start (stable)
+    rows, win, code = rows[order], win[order], karr.name_code[rows[order]]
+    first = np.flatnonzero(np.concatenate([[True], (win[1:] != win[:-1]) | (code[1:] != code[:-1])]))
+    out[rows] = np.arange(len(rows)) - np.repeat(first, np.diff(np.append(first, len(rows))))
+    return out
+
+
+def contention_samples(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None) -> Samples:
     """What :func:`contention` needs of one set of kernels (e.g. one rank's), to be pooled with others':
-    per compute kernel name, the durations of its alone and of its overlapped instances (int64)."""
+    per key (name, k) the durations of its alone and of its overlapped instances (int32 when they fit).
+    Without step windows k is -1 (the per-name rule); :func:`pooled_contention` drops such keys when some
+    set had step windows, as :func:`contention` leaves out kernels outside every step."""
     if not karr.is_compute.any() or not karr.is_nccl.any():
         return {}
+    ordinal = step_ordinals(karr, windows)
+    if ordinal is not None:
+        return _keyed_samples(karr, covered, ordinal)
     alone, over = _classify(karr, covered)
     names = karr.name_values()
     out = {}
     for code in np.unique(karr.name_code[alone | over]):
         sel = karr.name_code == code
-        out[names[code]] = (_narrow(masked_durations(karr.start, karr.end, alone & sel)),
-                            _narrow(masked_durations(karr.start, karr.end, over & sel)))
+        out[(names[code], -1)] = (_narrow(masked_durations(karr.start, karr.end, alone & sel)),
+                                  _narrow(masked_durations(karr.start, karr.end, over & sel)))
+    return out
+
+
+def _keyed_samples(karr: KernelArrays, covered: np.ndarray, ordinal: np.ndarray) -> Samples:
+    """:func:`contention_samples` of the kernels with a step ordinal: per (name, k), ascending."""
+    alone, over = _classify(karr, covered)
+    sel = np.flatnonzero((alone | over) & (ordinal >= 0))
+    del over
+    code, k = karr.name_code[sel].astype(np.int64), ordinal[sel].astype(np.int64)
+    order = np.lexsort((k, code))
+    sel, code, k = sel[order], code[order], k[order]
+    dur, is_alone = karr.end[sel] - karr.start[sel], alone[sel]
+    cuts = np.flatnonzero((code[1:] != code[:-1]) | (k[1:] != k[:-1])) + 1
+    names = karr.name_values()
+    out = {}
+    for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(sel)), strict=True):
+        if hi > lo:
+            d, a = dur[lo:hi], is_alone[lo:hi]
+            out[(names[code[lo]], int(k[lo]))] = (_narrow(d[a]), _narrow(d[~a]))
     return out
 
 
@@ -67,25 +142,50 @@ def _narrow(d: np.ndarray) -> np.ndarray:
     return d.astype(np.int32) if len(d) and d.min() >= 0 and d.max() < 2**31 else d
 
 
-def pooled_contention(samples: list[dict[str, tuple[np.ndarray, np.ndarray]]], min_count: int = 3) -> pd.DataFrame:
+def pooled_contention(samples: list[Samples], min_count: int = 3) -> pd.DataFrame:
     """:func:`contention` from :func:`contention_samples` of disjoint kernel sets (same numbers: medians
-    are taken over the pooled durations)."""
-    names = list(dict.fromkeys(n for s in samples for n in s))
-    rows = []
-    for name in names:
-        a = np.concatenate([s[name][0] for s in samples if name in s]).astype(np.int64, copy=False)
-        o = np.concatenate([s[name][1] for s in samples if name in s]).astype(np.int64, copy=False)
+    are taken over the pooled durations, keys summed in order of k)."""
+    keyed = any(k >= 0 for s in samples for _, k in s)
+    pooled: dict[tuple[str, int], tuple[list, list]] = {}
+    for s in samples:
+        for key, (a, o) in s.items():
+            if key[1] >= 0 or not keyed:
+                got = pooled.setdefault(key, ([], []))
+                got[0].append(a)
+                got[1].append(o)
+    per_name: dict[str, list] = {}
+    for key in sorted(pooled):
+        a = np.concatenate(pooled[key][0]).astype(np.int64, copy=False)
+        o = np.concatenate(pooled[key][1]).astype(np.int64, copy=False)
         if len(a) >= min_count and len(o) >= min_count:
-            rows.append({"name": name, "n_alone": len(a), "alone_median_ns": _median(a),
-                         "n_overlapped": len(o), "overlapped_median_ns": _median(o), "_sum": int(o.sum())})
-    if not rows:
+            acc = per_name.setdefault(key[0], [[], [], 0.0, 0])
+            acc[0].append(a)
+            acc[1].append(o)
+            acc[2] += len(o) * _median(a)
+            acc[3] += int(o.sum())
+    if not per_name:
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
+    rows = []
+    for name, (a_parts, o_parts, baseline, total) in per_name.items():
+        a, o = np.concatenate(a_parts), np.concatenate(o_parts)
+        rows.append({"name": name, "n_alone": len(a), "alone_median_ns": _median(a), "n_overlapped": len(o),
+                     "overlapped_median_ns": _median(o), "baseline_ns": baseline, "_sum": total})
     g = pd.DataFrame(rows)
     g["n_alone"] = g["n_alone"].astype(np.int64)
     g["n_overlapped"] = g["n_overlapped"].astype(np.int64)
+    g["_sum"] = g["_sum"].astype(np.int64)
+    return _finish(g)
+
+
+def _finish(g: pd.DataFrame) -> pd.DataFrame:
+    """lost_ns and slowdown_pct from ``_sum`` (Σ overlapped durations) and ``baseline_ns``; sorted and
+    selected as CONTENTION_COLUMNS."""
     g = g.sort_values("name", kind="stable")
-    g["slowdown_pct"] = 100.0 * (g["overlapped_median_ns"] / g["alone_median_ns"] - 1.0)
-    g["lost_ns"] = g["_sum"] - g["n_overlapped"] * g["alone_median_ns"]
+    g["baseline_ns"] = g["baseline_ns"].astype(float)
+    g["lost_ns"] = g["_sum"] - g["baseline_ns"]
+    base = g["baseline_ns"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g["slowdown_pct"] = np.where(base > 0, 100.0 * g["lost_ns"].to_numpy() / np.where(base > 0, base, 1.0), np.nan)
     g = g.sort_values("lost_ns", ascending=False, kind="stable")
     return schema.select(g, schema.CONTENTION_COLUMNS)
 

@@ -118,7 +118,7 @@ def rank_part(trace, matched: pd.DataFrame | None = None, *, step_pattern: str |
             part.file_sums.append((first, ov.kernel_sums(sub, covered[rows])))
     else:
         part.kernel_sums = ov.kernel_sums(karr, covered)
-    part.contention = cont.contention_samples(karr, covered)
+    part.contention = cont.contention_samples(karr, covered, windows)
     return part
 
 

@@ -15,7 +15,8 @@ so the fit's bias at the current configuration cancels. Buckets can only be merg
 knows when each bucket was ready, not each tensor), so candidates are the current cap and larger ones.
 
 **NCCL resources** (bounded, not modelled). Compute kernels that run beside NCCL kernels lose time
-(:mod:`~ddp_profile.analysis.contention`): ``contention_ns`` = Σ lost_ns / (ranks × steps). When that loss
+(:mod:`~ddp_profile.analysis.contention`): ``contention_ns`` = Σ lost_ns / (ranks × steps), each kernel against
+the same kernel alone (a lower bound: kernels that always run beside NCCL have no alone baseline). When that loss
 exceeds the exposed communication per step, taking SMs from NCCL (fewer channels, high-priority NCCL
 streams) targets the larger loss; the trace bounds the gain by ``contention_ns`` but does not predict it,
 so ``predicted_step_ns`` of that row carries the bucket prediction only and ``upper_gain_ns`` the bound.

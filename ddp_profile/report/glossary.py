@@ -72,11 +72,14 @@ METRICS: dict[str, tuple[str, str]] = {
     "host_us_per_launch": ("host µs / launch", "(host range − synchronize time) / launches."),
     "gpu_us_per_kernel": ("GPU µs / kernel", "Mean kernel time."),
     "launch_bound": ("launch-bound", "GPU idle > 25 % of the host range and host µs/launch > GPU µs/kernel."),
-    "slowdown_pct": ("slowdown (%)", "100 · (median time under NCCL / median time alone − 1), per compute "
-                     "kernel name."),
-    "lost_ns": ("time lost (ms)", "Σ over overlapped instances of (duration − median alone)."),
-    "alone_median_ns": ("alone (ms)", "Median duration with no NCCL kernel beside it."),
-    "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL."),
+    "slowdown_pct": ("slowdown (%)", "100 · time lost / alone baseline, per compute kernel name: each instance "
+                     "under NCCL against the same kernel alone (same name and position in the step)."),
+    "baseline_ns": ("alone baseline (ms)", "Σ over the counted instances under NCCL of the same kernel's median "
+                    "time alone (same name and position in the step, other steps and ranks)."),
+    "lost_ns": ("time lost (ms)", "Σ over the counted instances under NCCL of duration − alone baseline; only "
+                "kernels seen both alone and under NCCL count."),
+    "alone_median_ns": ("alone (ms)", "Median duration with no NCCL kernel beside it (counted kernels)."),
+    "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL (counted kernels)."),
     "speedup_vs_1gpu": ("speedup", "n · t₁ / tₙ with t₁ the step time of the run's 1-GPU baseline "
                         "(fixed per-GPU batch)."),
     "efficiency_pct": ("efficiency vs 1 GPU (%)", "100 · t₁ / tₙ: step time of the run's 1-GPU baseline / "

@@ -102,6 +102,10 @@ def test_channels_are_cut_only_when_contention_outweighs_exposed_communication()
     res_quiet = type(res)(**{**res.__dict__, "contention": res.contention.iloc[0:0]})
     quiet = recommend(res_quiet, trace.kernels, trace.run, nccl_channels=24)
     assert "--nccl-channels" not in quiet["flags"].iloc[0] and np.isnan(quiet["upper_gain_ns"].iloc[0])
+    # Like for like, this run loses less than its exposed communication; a loud stand-in exercises the cut.
+    loud = res.contention.assign(lost_ns=res.contention["lost_ns"] + 2 * exposed * len(res.steps) / len(res.contention))
+    res = type(res)(**{**res.__dict__, "contention": loud})
+    assert "--nccl-channels" in recommend(res, trace.kernels, trace.run, nccl_channels=24)["flags"].iloc[0]
     unknown = recommend(res, trace.kernels, trace.run)  # no channel count: nothing to cut from
     assert "--nccl-channels" not in unknown["flags"].iloc[0]
     assert "channel count is not in the trace" in unknown["basis"].iloc[0]
@@ -125,12 +129,15 @@ def test_channel_room_known_answer():
     assert np.isnan(channel_room(grad, np.full(3, np.nan), steps))
 
 
-def test_recommendation_on_the_committed_4_gpu_stock_run_is_the_one_set_d_confirmed():
-    """traces/campaign/C's stock 4-GPU run gives 9 channels; traces/campaign/D ran exactly that."""
+def test_recommendation_on_the_committed_4_gpu_stock_run_keeps_the_channels():
+    """traces/campaign/C's stock 4-GPU run gave 9 channels under the per-name contention rule (its alone
+    median mixed kernel shapes: ~18 ms lost per rank-step) and traces/campaign/D ran exactly that. Like for
+    like (same kernel alone, analysis.contention) the loss measured is ~2 ms, under the exposed
+    communication (~5 ms): the channels are left as they are."""
     trace = load_trace("traces/campaign/C/torch_ddp-25mb_xl_fp32_4xh100")
     head = analyze(trace).recommendation.iloc[0]
-    assert head["flags"] == "--strategy torch_ddp --bucket-mb 25 --nccl-channels 9 --nccl-high-priority"
-    assert "9 of NCCL's 24 channels is the fewest" in head["basis"]
+    assert head["flags"] == "--strategy torch_ddp --bucket-mb 25"
+    assert "does not exceed exposed communication" in head["basis"]
     confirmed = load_trace("traces/campaign/D/torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")
     assert confirmed.run["config"]["nccl_channels"] == 9 and confirmed.meta["nccl_channels"] == 9
 

@@ -174,7 +174,7 @@ def contention_facts(analysis) -> dict:
     n = max(1, len(analysis.steps))
     if c is None or not len(c):
         return {"lost_per_step_ns": 0.0, "slowdown_pct": float("nan"), "n_names": 0}
-    alone = (c["n_overlapped"] * c["alone_median_ns"]).sum()
+    alone = c["baseline_ns"].sum()
     return {"lost_per_step_ns": float(c["lost_ns"].sum()) / n,
             "slowdown_pct": 100.0 * float(c["lost_ns"].sum()) / float(alone) if alone > 0 else float("nan"),
             "n_names": int(len(c))}

@@ -84,8 +84,9 @@ def q6_contention(rs, page, machine) -> Section:
         s.p("Set A has neither a 1-GPU nor a naive run: nothing to compare against.")
         return s
     s.p(f"Machine: {machine}. A compute kernel instance counts as overlapped when NCCL ran during at least half "
-        "of it; slowdown compares the median duration of the same kernel name overlapped vs alone; lost time is "
-        "Σ(overlapped duration − alone median), per rank and step.")
+        "of it; each overlapped instance is compared with the same kernel alone (same name and position in the "
+        "step, from other steps and ranks); lost time is Σ(overlapped duration − that alone median), per rank "
+        "and step, over the kernels seen both ways (a lower bound where kernels always overlap NCCL).")
     rows = []
     for k, r in rs.items():
         if r.world_size < 2 and k != "none":

@@ -71,7 +71,7 @@ COST_MODEL_COLUMNS = ["collective", "n_points", "o_us", "w_gb_per_s", "r2", "min
                       "median_rel_err_pct", "p90_rel_err_pct"]
 CONTENTION_COLUMNS = [
     "name", "n_alone", "n_overlapped", "alone_median_ns", "overlapped_median_ns", "slowdown_pct", "baseline_ns",
-    "lost_ns",
+    "lost_ns", "overlapped_ns",
 ]
 # One row per run in a comparison (strategies, bucket sweep, scaling).
 COMPARISON_COLUMNS = [

@@ -18,6 +18,13 @@ and one row per name over its counted keys (keys without enough instances either
     alone_median_ns, overlapped_median_ns = medians over those instances
     baseline_ns, lost_ns  = Σ over the counted keys
     slowdown_pct          = 100 · lost_ns / baseline_ns   (duration-weighted, like for like)
+    overlapped_ns         = Σ duration of all the name's overlapped instances in steps (counted keys or not)
+
+``lost_ns`` is a lower bound: kernels that run beside NCCL in every step have no alone baseline. Kernels
+of one name are alike in what they contend for, so :func:`estimated_loss_ns` applies each name's
+like-for-like slowdown to all of its overlapped time::
+
+    estimated loss = Σ over names of overlapped_ns · lost_ns / (baseline_ns + lost_ns)
 
     step s:   alone:  [--k#3--]          [-k#7-]
     step s+1: nccl:               [=============]
@@ -46,9 +53,8 @@ def contention(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | 
     ``windows``: windows.phase_windows (its "step" rows key the instances; None or none: the per-name rule)."""
     if not karr.is_compute.any() or not karr.is_nccl.any():
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
-    ordinal = step_ordinals(karr, windows)
-    if ordinal is not None:
-        return pooled_contention([_keyed_samples(karr, covered, ordinal)], min_count)
+    if _steps_of(windows) is not None:
+        return _keyed_table(karr, covered, windows, min_count)
     # Per name. Which compute kernels are alone and which overlapped, as two row masks (1 B per kernel);
     # durations are taken a chunk at a time and, later, per name: no full-length int64 temporaries (on 1M
     # kernels the durations and covered times of all compute kernels, 16 B each, set the analysis' peak).
@@ -63,39 +69,159 @@ def contention(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | 
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
     g["name"] = karr.name_values()[g["code"].to_numpy()]
     g["baseline_ns"] = g["n_overlapped"] * g["alone_median_ns"]
+    g["overlapped_ns"] = g["_sum"]
     return _finish(g)
 
 
-def step_ordinals(karr: KernelArrays, windows: pd.DataFrame | None) -> np.ndarray | None:
-    """Per kernel row (int32): the position k = 0, 1, ... of a named compute kernel among the instances of
-    its name that started inside the same step window of its rank (by GPU start, then row order); -1 for
-    other rows and kernels outside every step. A kernel belongs to the latest step window of its rank that
-    started at or before it, if it started before that window's end. None when ``windows`` has no step."""
+def _steps_of(windows: pd.DataFrame | None) -> pd.DataFrame | None:
     steps = windows.loc[windows["phase"] == "step"] if windows is not None and len(windows) else None
-    if steps is None or steps.empty:
-        return None
-    out = np.full(len(karr.start), -1, dtype=np.int32)
-    rows = np.flatnonzero(karr.is_compute & (karr.name_code >= 0))
-    win = np.full(len(rows), -1, dtype=np.int64)
-    krank, kstart = karr.rank[rows], karr.start[rows]
-    base = 0
-    for rank, g in steps.groupby("rank", sort=True):
-        ws, we = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-        by_start = np.argsort(ws, kind="stable")
-        ws, we = ws[by_start], we[by_start]
-        mine = np.flatnonzero(krank == rank)
-        at = np.searchsorted(ws, kstart[mine], side="right") - 1
-        inside = at >= 0
-        inside[inside] = kstart[mine[inside]] < we[at[inside]]
-        win[mine[inside]] = base + at[inside]
-        base += len(ws)
-    keep = win >= 0
-    rows, win = rows[keep], win[keep]
-    order = np.lexsort((karr.start[rows], karr.name_code[rows], win))  # by window, name, start (stable)
-    rows, win, code = rows[order], win[order], karr.name_code[rows[order]]
-    first = np.flatnonzero(np.concatenate([[True], (win[1:] != win[:-1]) | (code[1:] != code[:-1])]))
-    out[rows] = np.arange(len(rows)) - np.repeat(first, np.diff(np.append(first, len(rows))))
+    return None if steps is None or steps.empty else steps
+
+
+def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk: int = 1 << 16) -> np.ndarray:
+    """Per row of ``rows`` (int32): the step window of its rank it started in (the latest that started at
+    or before it, if it started before that window's end), -1 for none. Windows are numbered in (rank,
+    start) order, so rows in the loader's (rank, start) order get non-decreasing numbers. One search over
+    all ranks' windows keyed (rank index, start), a chunk of rows at a time (no full-length temporaries)."""
+    ranks = np.unique(steps["rank"].to_numpy(np.int64))
+    ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    wr = np.searchsorted(ranks, steps["rank"].to_numpy(np.int64))
+    span = int(max(ws.max(), we.max(), karr.start.max() if len(karr.start) else 0)) + 1
+    if min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0 or span * (len(ranks) + 1) >= 2**62:
+        span = 0  # keys would not fit int64: per rank below
+    out = np.full(len(rows), -1, dtype=np.int32)
+    if span:
+        wkey = wr * span + ws
+        by = np.argsort(wkey, kind="stable")
+        wkey, wend, wrank = wkey[by], we[by], wr[by]
+        for lo in range(0, len(rows), chunk):
+            r = rows[lo:lo + chunk]
+            kr = karr.rank[r].astype(np.int64)
+            ri = np.minimum(np.searchsorted(ranks, kr), len(ranks) - 1)
+            st = karr.start[r]
+            at = np.searchsorted(wkey, ri * span + st, side="right") - 1
+            ok = (at >= 0) & (ranks[ri] == kr)
+            ok[ok] &= (wrank[at[ok]] == ri[ok]) & (st[ok] < wend[at[ok]])
+            out[lo:lo + chunk][ok] = at[ok]
+        return out
+    base = np.concatenate([[0], np.cumsum(np.bincount(wr, minlength=len(ranks)))])
+    for i, rank in enumerate(ranks):  # pragma: no cover - timestamps beyond int64 keys
+        mine = np.flatnonzero(karr.rank[rows] == rank)
+        sel = np.flatnonzero(wr == i)
+        order = sel[np.argsort(ws[sel], kind="stable")]
+        at = np.searchsorted(ws[order], karr.start[rows[mine]], side="right") - 1
+        ok = at >= 0
+        ok[ok] &= karr.start[rows[mine[ok]]] < we[order[at[ok]]]
+        out[mine[ok]] = base[i] + at[ok]
     return out
+
+
+def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None):
+    """Per compute kernel name: (name code, rows, k, is_alone, duration) of its instances that ran alone or
+    overlapped. k is the position of each instance among all its name's instances in the same step window of
+    its rank (by GPU start, then row order), or -1 for all when there are no step windows; instances outside
+    every step window are dropped. One name at a time, so temporaries are one name's rows long."""
+    steps = _steps_of(windows)
+    is_alone, over = _classify(karr, covered)
+    classified = is_alone | over
+    del over
+    # Positions count every instance of the name in the window, classified or not (an instance partly under
+    # NCCL is still the k-th launch); only classified instances are returned.
+    rows = _positions(lambda lo, hi: karr.is_compute[lo:hi] & (karr.name_code[lo:hi] >= 0)
+                      if steps is not None else classified[lo:hi], len(karr.start))
+    wid = None
+    if steps is not None and len(rows):
+        wid = _window_ids(karr, rows, steps)
+        keep = wid >= 0
+        rows, wid = rows[keep], wid[keep]
+        del keep
+    code = karr.name_code[rows]
+    uniq = np.unique(code)
+    if len(uniq) > 64:  # many names: one stable sort groups them (few names: one mask per name, no sort)
+        order = np.argsort(code.astype(np.int16) if uniq[-1] <= np.iinfo(np.int16).max else code, kind="stable")
+        rows, code = rows[order], code[order]
+        wid = wid[order] if wid is not None else None
+        del order
+        cuts = np.flatnonzero(code[1:] != code[:-1]) + 1
+        parts = ((int(code[lo]), slice(lo, hi)) for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(rows)), strict=True))
+    else:
+        parts = ((int(u), np.flatnonzero(code == u)) for u in uniq)
+    for u, at in parts:
+        r = rows[at]
+        if len(r) == 0:
+            continue
+        if wid is None:
+            k = np.full(len(r), -1, dtype=np.int32)
+        else:
+            w = wid[at]
+            st = karr.start[r]
+            ordered = bool(((w[1:] > w[:-1]) | ((w[1:] == w[:-1]) & (st[1:] >= st[:-1]) & (r[1:] > r[:-1]))).all())
+            if not ordered:  # not in the loader's (rank, start) order: sort by window, start, row
+                o = np.lexsort((r, st, w))
+                r, w = r[o], w[o]
+            del st
+            first = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]])).astype(np.int32)
+            k = np.arange(len(r), dtype=np.int32) - np.repeat(first, np.diff(np.append(first, len(r))))
+            del w, first
+        c = classified[r]
+        r, k = r[c], k[c]
+        yield u, r, k, is_alone[r], karr.end[r] - karr.start[r]
+
+
+def _positions(mask_of, n: int, chunk: int = 1 << 18) -> np.ndarray:
+    """``np.flatnonzero`` of the mask ``mask_of(lo, hi)`` gives chunk by chunk, as int32 when positions fit
+    (no full-length int64 index array on the way)."""
+    dtype = np.int32 if n < 2**31 else np.int64
+    parts = [(np.flatnonzero(mask_of(lo, min(lo + chunk, n))) + lo).astype(dtype) for lo in range(0, n, chunk)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+def step_ordinals(karr: KernelArrays, windows: pd.DataFrame | None) -> np.ndarray | None:
+    """Per kernel row (int32): the key position k of each named compute kernel that ran alone or overlapped
+    (:func:`_name_segments`), -1 for other rows and kernels outside every step; None without step windows."""
+    if _steps_of(windows) is None:
+        return None
+    covered = np.zeros(len(karr.start), dtype=np.int64)  # every named compute kernel counts as alone here
+    out = np.full(len(karr.start), -1, dtype=np.int32)
+    for _, r, k, _, _ in _name_segments(karr, covered, windows):
+        out[r] = k
+    return out
+
+
+def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame, min_count: int) -> pd.DataFrame:
+    """:func:`contention` with step windows, name by name in numpy (the same numbers as pooling
+    :func:`contention_samples`, without a Python object per key)."""
+    names = karr.name_values()
+    rows = []
+    for code, _, k, a, d in _name_segments(karr, covered, windows):
+        o = np.lexsort((d, ~a, k))  # by key, overlapped before alone, duration
+        k, a, d = k[o], a[o], d[o]
+        head = np.flatnonzero(np.concatenate([[True], (k[1:] != k[:-1]) | (a[1:] != a[:-1])]))
+        size = np.diff(np.append(head, len(k)))
+        gk, ga = k[head], a[head]
+        mid = head + (size - 1) // 2  # groups are sorted: the median is the middle value(s)
+        med = (d[mid].astype(float) + d[head + size // 2].astype(float)) / 2.0
+        keys, key_of = np.unique(gk, return_inverse=True)
+        n_a, n_o = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
+        med_a, sum_o = np.zeros(len(keys)), np.zeros(len(keys), np.int64)
+        n_a[key_of[ga]], med_a[key_of[ga]] = size[ga], med[ga]
+        n_o[key_of[~ga]] = size[~ga]
+        sum_o[key_of[~ga]] = np.add.reduceat(d, head)[~ga] if len(head) else []
+        counted = (n_a >= min_count) & (n_o >= min_count)
+        if not counted.any():
+            continue
+        row_counted = counted[np.searchsorted(keys, k)]
+        da, do = d[row_counted & a], d[row_counted & ~a]
+        rows.append({"name": names[code], "n_alone": len(da), "alone_median_ns": _median(da),
+                     "n_overlapped": len(do), "overlapped_median_ns": _median(do),
+                     "baseline_ns": float((n_o[counted] * med_a[counted]).sum()), "_sum": int(sum_o[counted].sum()),
+                     "overlapped_ns": int(sum_o.sum())})
+    if not rows:
+        return schema.empty_frame(schema.CONTENTION_COLUMNS)
+    g = pd.DataFrame(rows)
+    for c in ("n_alone", "n_overlapped", "_sum", "overlapped_ns"):
+        g[c] = g[c].astype(np.int64)
+    return _finish(g)
 
 
 def contention_samples(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None) -> Samples:
@@ -105,35 +231,14 @@ def contention_samples(karr: KernelArrays, covered: np.ndarray, windows: pd.Data
     set had step windows, as :func:`contention` leaves out kernels outside every step."""
     if not karr.is_compute.any() or not karr.is_nccl.any():
         return {}
-    ordinal = step_ordinals(karr, windows)
-    if ordinal is not None:
-        return _keyed_samples(karr, covered, ordinal)
-    alone, over = _classify(karr, covered)
     names = karr.name_values()
     out = {}
-    for code in np.unique(karr.name_code[alone | over]):
-        sel = karr.name_code == code
-        out[(names[code], -1)] = (_narrow(masked_durations(karr.start, karr.end, alone & sel)),
-                                  _narrow(masked_durations(karr.start, karr.end, over & sel)))
-    return out
-
-
-def _keyed_samples(karr: KernelArrays, covered: np.ndarray, ordinal: np.ndarray) -> Samples:
-    """:func:`contention_samples` of the kernels with a step ordinal: per (name, k), ascending."""
-    alone, over = _classify(karr, covered)
-    sel = np.flatnonzero((alone | over) & (ordinal >= 0))
-    del over
-    code, k = karr.name_code[sel].astype(np.int64), ordinal[sel].astype(np.int64)
-    order = np.lexsort((k, code))
-    sel, code, k = sel[order], code[order], k[order]
-    dur, is_alone = karr.end[sel] - karr.start[sel], alone[sel]
-    cuts = np.flatnonzero((code[1:] != code[:-1]) | (k[1:] != k[:-1])) + 1
-    names = karr.name_values()
-    out = {}
-    for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(sel)), strict=True):
-        if hi > lo:
-            d, a = dur[lo:hi], is_alone[lo:hi]
-            out[(names[code[lo]], int(k[lo]))] = (_narrow(d[a]), _narrow(d[~a]))
+    for code, _, k, a, d in _name_segments(karr, covered, windows):
+        o = np.argsort(k, kind="stable")
+        k, a, d = k[o], a[o], d[o]
+        cuts = np.flatnonzero(k[1:] != k[:-1]) + 1
+        for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(k)), strict=True):
+            out[(names[code], int(k[lo]))] = (_narrow(d[lo:hi][a[lo:hi]]), _narrow(d[lo:hi][~a[lo:hi]]))
     return out
 
 
@@ -154,9 +259,11 @@ def pooled_contention(samples: list[Samples], min_count: int = 3) -> pd.DataFram
                 got[0].append(a)
                 got[1].append(o)
     per_name: dict[str, list] = {}
+    overlapped: dict[str, int] = {}  # every key's overlapped time, counted or not
     for key in sorted(pooled):
         a = np.concatenate(pooled[key][0]).astype(np.int64, copy=False)
         o = np.concatenate(pooled[key][1]).astype(np.int64, copy=False)
+        overlapped[key[0]] = overlapped.get(key[0], 0) + int(o.sum())
         if len(a) >= min_count and len(o) >= min_count:
             acc = per_name.setdefault(key[0], [[], [], 0.0, 0])
             acc[0].append(a)
@@ -169,11 +276,13 @@ def pooled_contention(samples: list[Samples], min_count: int = 3) -> pd.DataFram
     for name, (a_parts, o_parts, baseline, total) in per_name.items():
         a, o = np.concatenate(a_parts), np.concatenate(o_parts)
         rows.append({"name": name, "n_alone": len(a), "alone_median_ns": _median(a), "n_overlapped": len(o),
-                     "overlapped_median_ns": _median(o), "baseline_ns": baseline, "_sum": total})
+                     "overlapped_median_ns": _median(o), "baseline_ns": baseline, "_sum": total,
+                     "overlapped_ns": overlapped[name]})
     g = pd.DataFrame(rows)
     g["n_alone"] = g["n_alone"].astype(np.int64)
     g["n_overlapped"] = g["n_overlapped"].astype(np.int64)
     g["_sum"] = g["_sum"].astype(np.int64)
+    g["overlapped_ns"] = g["overlapped_ns"].astype(np.int64)
     return _finish(g)
 
 
@@ -190,6 +299,18 @@ def _finish(g: pd.DataFrame) -> pd.DataFrame:
     return schema.select(g, schema.CONTENTION_COLUMNS)
 
 
+def estimated_loss_ns(table: pd.DataFrame) -> float:
+    """Compute time lost to NCCL, estimated: each name's like-for-like slowdown applied to all of its
+    overlapped time, Σ overlapped_ns · lost_ns / (baseline_ns + lost_ns), over the rows of a
+    CONTENTION_COLUMNS table (0 when empty). ``lost_ns`` counts only kernels also seen alone (a lower
+    bound); this extends it to the same names' kernels that always run beside NCCL."""
+    if table is None or not len(table):
+        return 0.0
+    measured = (table["baseline_ns"] + table["lost_ns"]).to_numpy(dtype=float)
+    share = np.divide(table["lost_ns"].to_numpy(dtype=float), measured, out=np.zeros(len(table)), where=measured > 0)
+    return float((table["overlapped_ns"].to_numpy(dtype=float) * share).sum())
+
+
 def _classify(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
     """Row masks of the named compute kernels that ran alone (covered 0 ns) and overlapped (covered at
     least half of a positive duration), filled a chunk of rows at a time."""
@@ -202,7 +323,7 @@ def _classify(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> 
         cov = covered[lo:hi]
         dur = karr.end[lo:hi] - karr.start[lo:hi]
         alone[lo:hi] = named & (cov == 0)
-        over[lo:hi] = named & (dur > 0) & (2 * cov >= dur)
+        over[lo:hi] = named & (dur > 0) & (cov >= dur - cov)  # 2·cov ≥ dur, without doubling an int32
     return alone, over
 
 

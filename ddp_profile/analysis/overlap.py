@@ -27,8 +27,13 @@ from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by
 
 def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
-    copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class."""
-    out = np.zeros(len(karr.start), dtype=np.int64)
+    copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class. int32 when every
+    kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its kernel's duration): 4 B per
+    kernel less while the overlap tables and contention use it."""
+    n = len(karr.start)
+    longest = max((int((karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]).max()) for lo in range(0, n, chunk)),
+                  default=0)
+    out = np.zeros(n, dtype=np.int32 if longest < 2**31 else np.int64)
     for idx in pair_groups(karr.pid, karr.device):
         comp = idx[karr.is_compute[idx]]
         nccl = idx[karr.is_nccl[idx]]

@@ -15,10 +15,12 @@ so the fit's bias at the current configuration cancels. Buckets can only be merg
 knows when each bucket was ready, not each tensor), so candidates are the current cap and larger ones.
 
 **NCCL resources** (bounded, not modelled). Compute kernels that run beside NCCL kernels lose time
-(:mod:`~ddp_profile.analysis.contention`): ``contention_ns`` = Σ lost_ns / (ranks × steps), each kernel against
-the same kernel alone (a lower bound: kernels that always run beside NCCL have no alone baseline). When that loss
-exceeds the exposed communication per step, taking SMs from NCCL (fewer channels, high-priority NCCL
-streams) targets the larger loss; the trace bounds the gain by ``contention_ns`` but does not predict it,
+(:mod:`~ddp_profile.analysis.contention`): ``contention_ns`` = estimated loss / (ranks × steps), where each
+kernel name's like-for-like slowdown (its kernels under NCCL against the same kernels alone) is applied to all
+of its time under NCCL (``contention.estimated_loss_ns``; the like-for-like ``lost_ns`` alone is a lower bound,
+as kernels that always run beside NCCL have no alone baseline). When that loss exceeds the exposed
+communication per step, taking SMs from NCCL (fewer channels, high-priority NCCL streams) targets the larger
+loss; the trace bounds the gain by ``contention_ns`` but does not predict it,
 so ``predicted_step_ns`` of that row carries the bucket prediction only and ``upper_gain_ns`` the bound.
 Fewer channels also slow the gradient collectives, which must still finish under the backward pass. The
 trace gives the room for that (:func:`channel_room`)::
@@ -49,6 +51,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import costmodel
+from ddp_profile.analysis.contention import estimated_loss_ns
 
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
@@ -118,10 +121,11 @@ def _tail(collectives, ready, steps, model) -> float:
 
 
 def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> float:
-    """Σ lost_ns over compute kernel names / (ranks × steps): compute time lost to NCCL per rank-step."""
+    """Compute time lost to NCCL per rank-step, estimated (:func:`contention.estimated_loss_ns`: each kernel
+    name's like-for-like slowdown applied to all of its time under NCCL) / (ranks × steps)."""
     if contention is None or not len(contention) or steps is None or not len(steps):
         return 0.0
-    return float(contention["lost_ns"].sum()) / max(len(steps), 1)
+    return estimated_loss_ns(contention) / max(len(steps), 1)
 
 
 def channel_room(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> float:
@@ -224,7 +228,8 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     fields = {k: best[k] for k in CONFIG_FIELDS} | (
         {"nccl_channels": keep, "nccl_high_priority": True} if use_channels else {})
     flags = flags_of(fields)
-    basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step) "
+    basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step, "
+             "each kernel name's like-for-like slowdown over all its time under NCCL) "
              f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({exposed / 1e6:.2f} ms/step)"
              + (_channel_reason(now_channels, room, keep) if lost > exposed else "")
              + f"; so NCCL channels are {f'cut to {keep}, with high-priority streams' if use_channels else 'left as they are'}")

@@ -100,10 +100,6 @@ class _ChunkReaders:
     def map(self, fn, items):
         return self.pool.map(lambda item: fn(self._con(), item), items)
 
-    def submit(self, fn, *args):
-        """``fn(connection, *args)`` on a worker thread (a Future): a read run beside the chunked ones."""
-        return self.pool.submit(lambda: fn(self._con(), *args))
-
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         for con in self.cons:
@@ -178,9 +174,6 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
                                    "profile with `nsys profile -t cuda,nvtx ...`")
         meta = sql.metadata(con, have)
-        # NVTX rows are read by one query: on a large file it runs on a reader thread beside the chunked
-        # kernel and API reads (it fills the gaps their serial parts leave), else here after them.
-        nvtx = readers.submit(sql.nvtx_ranges, have) if readers and sql.NVTX in have else None
         out = {
             "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
@@ -190,7 +183,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             "nvtx": None, "domains": {},
         }
         if sql.NVTX in have:
-            out["nvtx"] = nvtx.result() if nvtx is not None else sql.nvtx_ranges(con, have)
+            out["nvtx"] = sql.nvtx_ranges(con, have)
             out["domains"] = sql.nvtx_domains(con, have)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:

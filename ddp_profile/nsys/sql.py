@@ -287,9 +287,22 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[n
         where = f"nameId IN ({', '.join(map(str, ids))}) AND {where}"  # integers only (checked above)
     gtid, corr, start = int_columns(con, RUNTIME, ["COALESCE(globalTid, 0)", "correlationId", "start"],
                                     where=where, map_chunks=map_chunks, dtypes=[i64, i64, i64])
-    pid = ((gtid >> 24) & 0xFFFFFF).astype(i32)  # PID_SQL and TID_SQL, in numpy
-    gtid &= 0xFFFFFF
-    return [pid, corr, start, gtid.astype(i32)]
+    pid, tid = _pid_tid(gtid)
+    return [pid, corr, start, tid]
+
+
+def _pid_tid(gtid: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+    """pid and tid (int32) of serialized globalTids (PID_SQL and TID_SQL, in numpy), in the globalTid
+    column's own buffer: each value becomes (pid << 32) | tid in place, a chunk at a time, and the two int32
+    halves are returned as views (little-endian: tid is the low half). No second full-length column, so
+    reading one globalTid costs no more memory than the two int32 columns it replaces."""
+    if gtid.dtype != np.int64 or not gtid.flags.c_contiguous or np.little_endian is False:
+        return ((gtid >> 24) & 0xFFFFFF).astype(np.int32), (gtid & 0xFFFFFF).astype(np.int32)
+    for lo in range(0, len(gtid), chunk):
+        g = gtid[lo:lo + chunk]
+        g[:] = (((g >> 24) & 0xFFFFFF) << 32) | (g & 0xFFFFFF)
+    halves = gtid.view(np.int32)
+    return halves[1::2], halves[0::2]
 
 
 def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:

@@ -78,6 +78,8 @@ METRICS: dict[str, tuple[str, str]] = {
                     "time alone (same name and position in the step, other steps and ranks)."),
     "lost_ns": ("time lost (ms)", "Σ over the counted instances under NCCL of duration − alone baseline; only "
                 "kernels seen both alone and under NCCL count."),
+    "overlapped_ns": ("time under NCCL (ms)", "Σ duration of all the name's instances with ≥ 50 % of it under "
+                      "NCCL, in steps (also those never seen alone)."),
     "alone_median_ns": ("alone (ms)", "Median duration with no NCCL kernel beside it (counted kernels)."),
     "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL (counted kernels)."),
     "speedup_vs_1gpu": ("speedup", "n · t₁ / tₙ with t₁ the step time of the run's 1-GPU baseline "

@@ -23,7 +23,13 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis import KernelArrays, analyze
 from ddp_profile.analysis import windows as win
-from ddp_profile.analysis.contention import contention, contention_samples, pooled_contention, step_ordinals
+from ddp_profile.analysis.contention import (
+    contention,
+    contention_samples,
+    estimated_loss_ns,
+    pooled_contention,
+    step_ordinals,
+)
 from ddp_profile.analysis.overlap import overlapped_by_other_class
 from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.nsys.loader import load_trace
@@ -67,6 +73,9 @@ def test_one_name_two_shapes_per_name_rule_is_negative_per_key_rule_exact():
     assert row["baseline_ns"] == pytest.approx(300)
     assert row["lost_ns"] == pytest.approx(180)
     assert row["slowdown_pct"] == pytest.approx(60.0)
+    assert row["overlapped_ns"] == 150 + 170 + 160 and old["overlapped_ns"] == 480
+    # every overlapped instance of g is counted here, so the estimate is the measured loss
+    assert estimated_loss_ns(new) == pytest.approx(180)
     pd.testing.assert_frame_equal(contention(karr, covered, windows), new)
 
 

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays, masked_durations
+from ddp_profile.analysis._common import KernelArrays, equal_range, masked_durations
 
 Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
@@ -90,6 +90,8 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
     if min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0 or span * (len(ranks) + 1) >= 2**62:
         span = 0  # keys would not fit int64: per rank below
     out = np.full(len(rows), -1, dtype=np.int32)
+    if _time_ordered(karr) and _by_slices(karr, rows, ranks, wr, ws, we, out):
+        return out
     if span:
         wkey = wr * span + ws
         by = np.argsort(wkey, kind="stable")
@@ -116,6 +118,48 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
     return out
 
 
+def _time_ordered(karr: KernelArrays, chunk: int = 1 << 18) -> bool:
+    """Rows sorted by (rank, start), the loader's order (checked a chunk at a time, remembered)."""
+    if "_time_ordered" not in karr.__dict__:
+        rank, start, n, ok = karr.rank, karr.start, len(karr.start), True
+        for lo in range(0, max(n - 1, 0), chunk):
+            r, st = rank[lo:lo + chunk + 1], start[lo:lo + chunk + 1]
+            same = r[1:] == r[:-1]
+            if not ((r[1:] > r[:-1]) | (same & (st[1:] >= st[:-1]))).all():
+                ok = False
+                break
+        karr.__dict__["_time_ordered"] = ok
+    return karr.__dict__["_time_ordered"]
+
+
+def _by_slices(karr: KernelArrays, rows: np.ndarray, ranks: np.ndarray, wr: np.ndarray, ws: np.ndarray,
+               we: np.ndarray, out: np.ndarray) -> bool:
+    """:func:`_window_ids` for rows in (rank, start) order and windows that do not overlap within a rank:
+    each window's rows are one slice, found by two binary searches of its bounds in the rank's starts (no
+    per-row search). Fills ``out`` and returns True; False (``out`` untouched) when windows overlap."""
+    order = np.lexsort((ws, wr))
+    s_r, s_s, s_e = wr[order], ws[order], we[order]
+    same = s_r[1:] == s_r[:-1]
+    if (same & (s_s[1:] < s_e[:-1])).any() or (s_e < s_s).any():
+        return False
+    # Needles in the searched array's own dtype (equal_range casts too): an int64 scalar against an int32
+    # array makes numpy convert the whole array on every search (tens of MB per rank on 10M kernels).
+    as_row = rows.dtype.type
+    for i, rank in enumerate(ranks):
+        lo_k, hi_k = equal_range(karr.rank, rank)
+        a, b = np.searchsorted(rows, as_row(lo_k)), np.searchsorted(rows, as_row(hi_k))
+        if b <= a:
+            continue
+        st = karr.start[rows[a:b]]
+        mine = np.flatnonzero(s_r == i)
+        first = np.searchsorted(st, s_s[mine], "left")
+        last = np.searchsorted(st, s_e[mine], "left")
+        for j, f, e in zip(mine, first, last, strict=True):
+            if e > f:
+                out[a + f:a + e] = j
+    return True
+
+
 def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None):
     """Per compute kernel name: (name code, rows, k, is_alone, duration) of its instances that ran alone or
     overlapped. k is the position of each instance among all its name's instances in the same step window of
@@ -135,6 +179,7 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
         keep = wid >= 0
         rows, wid = rows[keep], wid[keep]
         del keep
+    presorted = wid is not None and _time_ordered(karr)  # then each name's rows are in (window, start) order
     code = karr.name_code[rows]
     uniq = np.unique(code)
     if len(uniq) > 64:  # many names: one stable sort groups them (few names: one mask per name, no sort)
@@ -154,12 +199,9 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
             k = np.full(len(r), -1, dtype=np.int32)
         else:
             w = wid[at]
-            st = karr.start[r]
-            ordered = bool(((w[1:] > w[:-1]) | ((w[1:] == w[:-1]) & (st[1:] >= st[:-1]) & (r[1:] > r[:-1]))).all())
-            if not ordered:  # not in the loader's (rank, start) order: sort by window, start, row
-                o = np.lexsort((r, st, w))
+            if not presorted:  # not in the loader's (rank, start) order: sort by window, start, row
+                o = np.lexsort((r, karr.start[r], w))
                 r, w = r[o], w[o]
-            del st
             first = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]])).astype(np.int32)
             k = np.arange(len(r), dtype=np.int32) - np.repeat(first, np.diff(np.append(first, len(r))))
             del w, first

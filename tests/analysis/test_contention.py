@@ -124,3 +124,15 @@ def test_lost_time_on_committed_channel_capped_runs_is_not_negative(run):
     assert c["lost_ns"].sum() >= -0.01 * c["baseline_ns"].sum()
     assert contention_per_step_ns(c, res.steps) >= -0.01 * c["baseline_ns"].sum() / len(res.steps)
     assert (c["slowdown_pct"].dropna() > -5).all()
+
+
+def test_rows_out_of_time_order_give_the_same_table():
+    """The loader's frames are sorted by (rank, start) and contention then finds each step window's rows as
+    slices; any other row order takes the searching path and must give the same table."""
+    k, n = two_shapes(ranks=(0, 1))
+    karr, covered, windows = _parts(k, n)
+    ordered = contention(karr, covered, windows)
+    shuffled = k.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    karr2, covered2, windows2 = _parts(shuffled, n)
+    pd.testing.assert_frame_equal(contention(karr2, covered2, windows2), ordered)
+    assert ordered.iloc[0]["lost_ns"] == pytest.approx(2 * 180)

@@ -91,12 +91,14 @@ def targets(res: dict) -> list[str]:
     if big:
         worst = max(big, key=lambda s: s["ratio"])
         lines.append(f"Full analysis <= {TARGET_RATIO}x the floor at >= 1M kernels: {_ok(worst['ratio'] <= TARGET_RATIO)} "
-                     f"(" + ", ".join(f"{s['size']}: {s['ratio']:.2f}x" for s in big) + ")")
+                     f"(" + "; ".join(f"{s['size']}: {s['ratio']:.3f}x, {_ok(s['ratio'] <= TARGET_RATIO).lower()}"
+                                      for s in big) + ")")
         mem = max(big, key=lambda s: s["mem_ratio"])
         lines.append(f"Peak memory <= {TARGET_MEM}x the kernel columns as int64: {_ok(mem['mem_ratio'] <= TARGET_MEM)} "
-                     f"(" + ", ".join(f"{s['size']}: +{s['peak_over_base_mb']:.0f} MB over the process's "
+                     f"(" + "; ".join(f"{s['size']}: +{s['peak_over_base_mb']:.0f} MB over the process's "
                                       f"{s['analyze']['rss_before_kb'] / 1024:.0f} MB start = {s['mem_ratio']:.2f}x "
-                                      f"{s['kernel_cols_int64_mb']:.0f} MB" for s in big) + ")")
+                                      f"{s['kernel_cols_int64_mb']:.0f} MB, {_ok(s['mem_ratio'] <= TARGET_MEM).lower()}"
+                                      for s in big) + ")")
     nsys = [s for s in res["sizes"] if s["nsys"].get("available")]
     if nsys:
         ok = all(s["nsys"].get("rc") == 0 and s["analyze"]["seconds"] < s["nsys"]["seconds"] for s in nsys)

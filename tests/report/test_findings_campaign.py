@@ -88,6 +88,21 @@ def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
     assert qc.config_matches(hit.config, rec.iloc[0]) and not qc.config_matches(decoy.config, rec.iloc[0])
 
 
+def test_a_recommendation_of_the_stock_configuration_is_said_as_such():
+    """When the stock trace recommends its own configuration (no lever gains), the findings say so instead of
+    'not run in this set' (the stock run is that configuration)."""
+    fields = fields_of("torch_ddp", 25 * 2**20)
+    rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
+        "lever": "recommended", "flags": flags_of(fields), "predicted_step_ns": 380e6, "upper_gain_ns": float("nan")}])
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 380.0, rec=rec)
+    lever = _run("torch_ddp-ch2-hiprio", "torch_ddp", 2, 369.0, 376.0,
+                 config={"nccl_channels": 2, "nccl_high_priority": True})
+    text, clause = qc._prediction("A", ref, [ref, lever])
+    assert "recommends keeping the stock configuration (`--strategy torch_ddp --bucket-mb 25`)" in text
+    assert "not run" not in text and "not run" not in clause
+    assert clause == "`--strategy torch_ddp --bucket-mb 25`, the stock configuration itself (no change)"
+
+
 def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_reference():
     """Set C holds 1-, 2- and 4-GPU runs: each multi-GPU size is its own set with the 1-GPU run, so a 4-GPU
     lever is compared with the 4-GPU stock run and efficiency is 4-GPU efficiency."""

@@ -268,6 +268,11 @@ def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[s
                 "page).", "none made")
     head = rec.iloc[0]
     flags = str(head["flags"])
+    if config_matches(ref.config, head):  # the stock run's own configuration: nothing to run
+        return (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "
+                f"recommendation` recommends keeping the stock configuration (`{flags}`): neither a larger "
+                "bucket cap nor the NCCL-channel lever is predicted to gain (see the stock run's page for the "
+                "figures weighed)."), f"`{flags}`, the stock configuration itself (no change)"
     match = [r for r in rs if r is not ref and config_matches(r.config, head)]
     pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
     text = (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "

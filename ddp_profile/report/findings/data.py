@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import nvtx_names as nn
+from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.errors import TraceError
 
 MAIN, SCALING, CAMPAIGN = "main", "scaling", "campaign"
@@ -173,9 +174,11 @@ def contention_facts(analysis) -> dict:
     c = analysis.contention
     n = max(1, len(analysis.steps))
     if c is None or not len(c):
-        return {"lost_per_step_ns": 0.0, "slowdown_pct": float("nan"), "n_names": 0}
+        return {"lost_per_step_ns": 0.0, "est_lost_per_step_ns": 0.0, "slowdown_pct": float("nan"), "n_names": 0}
     alone = c["baseline_ns"].sum()
     return {"lost_per_step_ns": float(c["lost_ns"].sum()) / n,
+            # the figure the recommendation compares with exposed communication: one number per fact
+            "est_lost_per_step_ns": contention_per_step_ns(c, analysis.steps),
             "slowdown_pct": 100.0 * float(c["lost_ns"].sum()) / float(alone) if alone > 0 else float("nan"),
             "n_names": int(len(c))}
 

@@ -38,6 +38,8 @@ can give a negative lost_ns.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -160,6 +162,9 @@ def _by_slices(karr: KernelArrays, rows: np.ndarray, ranks: np.ndarray, wr: np.n
     return True
 
 
+MASKED_NAMES = 64  # up to this many kernel names, each name's rows are found by a mask, not a sort
+
+
 def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None):
     """Per compute kernel name: (name code, rows, k, is_alone, duration) of its instances that ran alone or
     overlapped. k is the position of each instance among all its name's instances in the same step window of
@@ -182,7 +187,8 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
     presorted = wid is not None and _time_ordered(karr)  # then each name's rows are in (window, start) order
     code = karr.name_code[rows]
     uniq = np.unique(code)
-    if len(uniq) > 64:  # many names: one stable sort groups them (few names: one mask per name, no sort)
+    parts: Iterator[tuple[int, slice | np.ndarray]]  # each name's rows: a slice of the sorted rows, or positions
+    if len(uniq) > MASKED_NAMES:  # many names: one stable sort groups them (few: one mask per name, no sort)
         order = np.argsort(code.astype(np.int16) if uniq[-1] <= np.iinfo(np.int16).max else code, kind="stable")
         rows, code = rows[order], code[order]
         wid = wid[order] if wid is not None else None

@@ -72,7 +72,8 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
         cost_model=pd.DataFrame([("AllReduce", len(col_rows), 12.0, 150.0, 0.99, 2**20, 2**26, 3.0, 8.0)],
                                 columns=schema.COST_MODEL_COLUMNS),
         comm_kinds=schema.empty_frame(schema.COMM_KIND_COLUMNS),
-        contention=pd.DataFrame([(HOSTILE if hostile else "backward_gemm_0", 3, 3, 90_000, 99_000, 10.0, 270_000, 27_000)],
+        contention=pd.DataFrame([(HOSTILE if hostile else "backward_gemm_0", 3, 3, 90_000, 99_000, 10.0, 270_000, 27_000,
+                                   297_000)],
                                 columns=schema.CONTENTION_COLUMNS),
         notes=[f"note about {HOSTILE}"] if hostile else ["synthetic stand-in"],
         summary=lambda: {"step_ms": 0.902, "exposed_comm_pct": 5.5})

@@ -219,6 +219,18 @@ class KernelArrays:
             return np.arange(lo, hi, dtype=np.intp)
         return np.flatnonzero(self.rank == rank)
 
+    def time_ordered(self, chunk: int = 1 << 18) -> bool:
+        """Rows sorted by (rank, start), the loader's order: checked a chunk at a time, remembered."""
+        if "_time_ordered" not in self.__dict__:
+            rank, start, n, ok = self.rank, self.start, len(self.start), True
+            for lo in range(0, max(n - 1, 0), chunk):
+                r, st = rank[lo:lo + chunk + 1], start[lo:lo + chunk + 1]
+                if not ((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (st[1:] >= st[:-1]))).all():
+                    ok = False
+                    break
+            self.__dict__["_time_ordered"] = ok
+        return self.__dict__["_time_ordered"]
+
     def rank_totals(self, rank) -> dict[str, int]:
         """Total length of one rank's compute, NCCL and overlap sets (see :meth:`rank_sets`)."""
         totals = self.__dict__.get("_rank_totals", {})

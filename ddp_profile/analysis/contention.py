@@ -88,12 +88,12 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
     ranks = np.unique(steps["rank"].to_numpy(np.int64))
     ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     wr = np.searchsorted(ranks, steps["rank"].to_numpy(np.int64))
+    out = np.full(len(rows), -1, dtype=np.int32)
+    if karr.time_ordered() and _by_slices(karr, rows, ranks, wr, ws, we, out):
+        return out
     span = int(max(ws.max(), we.max(), karr.start.max() if len(karr.start) else 0)) + 1
     if min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0 or span * (len(ranks) + 1) >= 2**62:
         span = 0  # keys would not fit int64: per rank below
-    out = np.full(len(rows), -1, dtype=np.int32)
-    if _time_ordered(karr) and _by_slices(karr, rows, ranks, wr, ws, we, out):
-        return out
     if span:
         wkey = wr * span + ws
         by = np.argsort(wkey, kind="stable")
@@ -118,20 +118,6 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
         ok[ok] &= karr.start[rows[mine[ok]]] < we[order[at[ok]]]
         out[mine[ok]] = base[i] + at[ok]
     return out
-
-
-def _time_ordered(karr: KernelArrays, chunk: int = 1 << 18) -> bool:
-    """Rows sorted by (rank, start), the loader's order (checked a chunk at a time, remembered)."""
-    if "_time_ordered" not in karr.__dict__:
-        rank, start, n, ok = karr.rank, karr.start, len(karr.start), True
-        for lo in range(0, max(n - 1, 0), chunk):
-            r, st = rank[lo:lo + chunk + 1], start[lo:lo + chunk + 1]
-            same = r[1:] == r[:-1]
-            if not ((r[1:] > r[:-1]) | (same & (st[1:] >= st[:-1]))).all():
-                ok = False
-                break
-        karr.__dict__["_time_ordered"] = ok
-    return karr.__dict__["_time_ordered"]
 
 
 def _by_slices(karr: KernelArrays, rows: np.ndarray, ranks: np.ndarray, wr: np.ndarray, ws: np.ndarray,
@@ -184,7 +170,7 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
         keep = wid >= 0
         rows, wid = rows[keep], wid[keep]
         del keep
-    presorted = wid is not None and _time_ordered(karr)  # then each name's rows are in (window, start) order
+    presorted = wid is not None and karr.time_ordered()  # then each name's rows are in (window, start) order
     code = karr.name_code[rows]
     uniq = np.unique(code)
     parts: Iterator[tuple[int, slice | np.ndarray]]  # each name's rows: a slice of the sorted rows, or positions

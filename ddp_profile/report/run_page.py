@@ -145,9 +145,9 @@ def model_advice(run: Run) -> str:
     if gain is None or pd.isna(gain) or not gain > 0:
         upper = r.get("upper_gain_ns")
         if upper is not None and not pd.isna(upper) and upper > 0:
-            return (" The model replay of this trace's buckets predicts no gain from a larger cap; compute loses "
-                    f"up to {fmt_ms(upper)} per step beside NCCL, so the analysis suggests trying "
-                    f"<code>{esc(r.get('flags'))}</code> (an upper bound, not a prediction).")
+            return (" The model replay of this trace's buckets predicts no gain from a larger cap; compute loses an "
+                    f"estimated {fmt_ms(upper)} per step beside NCCL, so the analysis suggests trying "
+                    f"<code>{esc(r.get('flags'))}</code> (that loss bounds the gain; it is not a prediction).")
         return " The model replay of this trace's buckets predicts no gain from a larger cap."
     return (f" The model replay of this trace's buckets predicts <code>{esc(r.get('flags'))}</code> at "
             f"{fmt_ms(r.get('predicted_step_ns'))} per step ({fmt_ms(gain)} less; a prediction, not a "

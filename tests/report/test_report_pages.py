@@ -318,3 +318,21 @@ def test_two_node_run_pages_say_the_nodes_are_two_torchrun_agents_on_one_host(mo
     assert two_node_note(run) in render_run_page(run)
     other = Run("x", t, a, normalise_meta(t.run), run_id="scaling/x", folder="scaling")
     assert two_node_note(other) == ""
+
+
+def test_run_page_channel_advice_quotes_the_recommendations_estimated_loss():
+    """Set C's stock 4-GPU trace: the run page's advice names the same contention figure as the
+    recommendation's basis (the estimate, one number per fact), and calls it an estimate, not a ceiling."""
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+    from ddp_profile.report.glossary import fmt_ms
+    from ddp_profile.report.run_page import model_advice
+    from ddp_profile.report.runs import Run
+
+    trace = load_trace("traces/campaign/C/torch_ddp-25mb_xl_fp32_4xh100")
+    res = analyze(trace)
+    head = res.recommendation.iloc[0]
+    text = model_advice(Run("c-stock", trace, res))
+    assert f"compute loses an estimated {fmt_ms(head['upper_gain_ns'])} per step beside NCCL" in text
+    assert f"contention ({head['upper_gain_ns'] / 1e6:.2f} ms/step" in head["basis"]
+    assert "--nccl-channels 9" in text

@@ -206,14 +206,40 @@ def clip(starts, ends, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _cumulative(ns: np.ndarray, ne: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """F(t) = |S ∩ (-inf, t)| for a normalised set S, vectorised over t."""
-    cum = np.concatenate([[0], np.cumsum(ne - ns)])
+    """F(t) = |S ∩ (-inf, t)| for a normalised set S, vectorised over t::
+
+        F(t) = P(k) − max(0, ne[k−1] − t),   k = #{j : ns[j] <= t},   P(k) = Σ_{j<k} (ne[j] − ns[j])
+    """
     k = np.searchsorted(ns, t, side="right")  # intervals that start at or before t
-    out = cum[k].astype(np.int64)
+    out = _prefix_lengths(ns, ne, k)
     has = k > 0
     # The interval k-1 may still be running at t: subtract the part after t.
     out[has] -= np.maximum(ne[k[has] - 1] - t[has], 0)
     return out
+
+
+def _prefix_lengths(ns: np.ndarray, ne: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """P(k) = Σ_{j<k} (ne[j] − ns[j]) per k (int64, a new array). Few queries (k.size·8 < n, e.g. steps
+    against a rank's kernels): segment sums between the distinct k's (``add.reduceat`` over ns and ne, no
+    full-length temporary: at ~1M kernels each fresh full-length array costs more than the arithmetic),
+    then a prefix sum over those. Many: one prefix sum over all n lengths, computed in place. Integer
+    sums, so both give the same numbers."""
+    n = len(ns)
+    if n == 0:
+        return np.zeros(len(k), dtype=np.int64)
+    if k.size * 8 < n:
+        cuts = np.unique(np.concatenate([np.zeros(1, dtype=k.dtype), k]))
+        cuts = cuts[cuts < n]  # strictly increasing from 0: segment i = [cuts[i], cuts[i+1]) (last: to n)
+        seg = np.add.reduceat(ne, cuts, dtype=np.int64)
+        seg -= np.add.reduceat(ns, cuts, dtype=np.int64)
+        at = np.zeros(len(cuts) + 1, dtype=np.int64)  # at[i] = P(cuts[i]); at[len(cuts)] = P(n)
+        np.cumsum(seg, out=at[1:])
+        return at[np.searchsorted(cuts, k)]
+    cum = np.empty(n + 1, dtype=np.int64)
+    cum[0] = 0
+    np.subtract(ne, ns, out=cum[1:])
+    np.cumsum(cum[1:], out=cum[1:])
+    return cum[k]
 
 
 def covered_length(q_starts, q_ends, starts, ends) -> np.ndarray:

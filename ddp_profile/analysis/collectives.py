@@ -52,16 +52,30 @@ _BUCKET_RX = re.compile(rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PA
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
     """NCCL's bus-bandwidth factor per row (NaN where undefined, e.g. all-reduce on one rank)."""
-    names = collective.astype("object").fillna("").astype(str)
-    kind = {}
-    for u in pd.unique(names):  # few distinct names: classify each once
+    codes, uniq = _distinct(collective)  # few distinct names: classify each once, rows index it
+    kind = []
+    for u in uniq:
         key = re.sub(r"[^a-z]", "", u.lower())
-        kind[u] = 2 if "allreduce" in key else 1 if ("allgather" in key or "reducescatter" in key) else 0
-    k = names.map(kind).to_numpy(dtype=np.int64)
+        kind.append(2 if "allreduce" in key else 1 if ("allgather" in key or "reducescatter" in key) else 0)
+    k = np.array(kind, dtype=np.int64)[codes]
     n = np.asarray(n, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(k == 2, 2 * (n - 1) / n, np.where(k == 1, (n - 1) / n, 1.0))
     return np.where(f > 0, f, np.nan)
+
+
+def _distinct(values: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(code per row, distinct values as ``str``): missing values (None, NaN) are ``""``, the last code, so
+    ``uniq[code]`` is the row's ``values.astype(object).fillna("").astype(str)``."""
+    codes, uniq = pd.factorize(values.astype("object"), use_na_sentinel=True)
+    text = [str(u) for u in uniq] + [""]
+    return np.where(codes < 0, len(text) - 1, codes), text
+
+
+def _is_allreduce(collective: pd.Series) -> np.ndarray:
+    """Rows whose collective name contains "allreduce" (lower-cased; missing: no), each distinct name once."""
+    codes, uniq = _distinct(collective)
+    return np.array(["allreduce" in u.lower() for u in uniq], dtype=bool)[codes]
 
 
 def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> np.ndarray:
@@ -99,7 +113,7 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
 def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> None:
     """Fill ``bucket``/``bytes`` of stock DDP's all-reduces from its logged bucket sizes, in place: per
     (pid, step), the k-th all-reduce (issue order) is bucket k, where the counts match."""
-    ar = df["collective"].astype("object").fillna("").str.lower().str.contains("allreduce") & df["step"].notna()
+    ar = _is_allreduce(df["collective"]) & df["step"].notna().to_numpy()
     rows = df.loc[ar, ["pid", "step", "comm", "seq"]].sort_values(["pid", "step", "comm", "seq"], kind="stable")
     if rows.empty:
         return
@@ -193,8 +207,7 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     last_arrival = grp["start_ns"].transform("max")
     df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
     df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
-    names = df["collective"].astype("object").fillna("?")
-    if (names.groupby([df["comm"], df["seq"]]).transform("nunique") > 1).any():
+    if _names_differ(grp, df["collective"]):
         notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
                      "split pairs kernels by issue order and may be wrong for some collectives")
     silent = sorted(set(np.asarray(ranks if ranks is not None else [], dtype=np.int64).tolist())
@@ -206,7 +219,7 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     has = df["_has"].to_numpy()
-    is_ar = df["collective"].astype("object").fillna("").str.lower().str.contains("allreduce").to_numpy()
+    is_ar = _is_allreduce(df["collective"])
     if not has[is_ar].any() and ddp_bucket_bytes:  # stock DDP: no all-reduce sized by an NVTX range
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
@@ -219,12 +232,30 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     return schema.select(df, schema.COLLECTIVE_COLUMNS)
 
 
+def _names_differ(grp, collective: pd.Series) -> bool:
+    """Whether some collective (a group of ``grp``) has kernels of different names (missing = "?"): more
+    distinct (group, name) pairs than groups."""
+    codes, _ = pd.factorize(collective.astype("object").fillna("?"))
+    ids = grp.ngroup().to_numpy(np.int64)
+    pairs = np.unique(ids * (int(codes.max(initial=0)) + 1) + codes)
+    return len(pairs) > len(np.unique(ids))
+
+
 def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
     """"<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
-    both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it."""
-    a = algorithm.astype("object").where(algorithm.notna(), None).to_numpy()
-    p = protocol.astype("object").where(protocol.notna(), None).to_numpy()
-    return np.array(["_".join(x for x in (u, v) if x) or None for u, v in zip(a, p, strict=False)], dtype=object)
+    both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it.
+    Pairs are few: each distinct (algorithm, protocol) is joined once and rows index the result."""
+    a = algorithm.astype("object").where(algorithm.notna(), None)
+    p = protocol.astype("object").where(protocol.notna(), None)
+    ca, ua = pd.factorize(a, use_na_sentinel=True)  # missing: -1, the appended None
+    cp, up = pd.factorize(p, use_na_sentinel=True)
+    va, vp = [*ua, None], [*up, None]
+    width = len(vp)
+    pair, inv = np.unique(np.where(ca < 0, len(ua), ca).astype(np.int64) * width + np.where(cp < 0, len(up), cp),
+                          return_inverse=True)
+    joined = np.array([None] * len(pair), dtype=object)
+    joined[:] = ["_".join(x for x in (va[q // width], vp[q % width]) if x) or None for q in pair.tolist()]
+    return joined[inv.reshape(-1)]
 
 
 def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:

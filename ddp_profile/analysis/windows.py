@@ -178,8 +178,14 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range;
     ``mask`` restricts the kernels considered (cheaper than passing copies of the selected rows).
 
-    Returns (gpu_start, gpu_end, launched_any). Per process the kernels are sorted by launch time once; each
-    range is then a contiguous slice found by binary search (one loop step per *range*, not per kernel).
+    Returns (gpu_start, gpu_end, launched_any). Per process, the ranges' bounds cut launch time into
+    elementary segments: with B = sorted distinct {host_start} ∪ {host_end + 1}, a launch L lies in segment
+    s = #{b ∈ B : b <= L}, and range [hs, he] (launch times hs <= L <= he) is the run of segments
+    [#{b <= hs}, #{b <= he + 1}). One pass over the process's kernels (a chunk of rows at a time, no sort
+    and no copy of its columns) keeps each segment's min start, max end and kernel count; a range's
+    values are then the min / max / sum over its run (a sparse table over the few segments)::
+
+        gpu_start = min {start_k : hs <= launch_k <= he},   gpu_end = max {end_k : same k}
     """
     n = len(ranges)
     gs = np.zeros(n, dtype=np.int64)
@@ -189,42 +195,92 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     hs = ints(ranges["host_start_ns"]) if n else np.zeros(0, np.int64)
     he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
     procs = np.unique(rpid)
-    by_pid = _rows_by_value(pid, (launch >= 0) & (True if mask is None else mask), procs)
+    by_pid = _rows_by_value(pid, None, procs)
     for p in procs:
         rows = np.flatnonzero(rpid == p)
-        kk = by_pid(p)
-        if len(kk) and kk[-1] - kk[0] + 1 == len(kk):  # one block of rows (the loader's, one rank per process)
-            kk = slice(int(kk[0]), int(kk[-1]) + 1)
-        lt = launch[kk]
-        if (lt[1:] >= lt[:-1]).all():  # already in launch order: the stable sort is the identity
-            ks, ke = start[kk], end[kk]  # views when kk is a block
-        else:
-            order = np.argsort(lt, kind="stable")
-            lt, ks, ke = lt[order], start[kk][order], end[kk][order]
-            del order
-        lo = np.searchsorted(lt, hs[rows], side="left")
-        hi = np.searchsorted(lt, he[rows], side="right")
-        for r, a, b in zip(rows, lo, hi, strict=False):
-            if b > a:
-                gs[r], ge[r], anyk[r] = ks[a:b].min(), ke[a:b].max(), True
+        cuts = np.unique(np.concatenate([hs[rows], he[rows] + 1]))
+        mn, mx, count = _segments(cuts, by_pid(p), start, end, launch, mask)
+        a = np.searchsorted(cuts, hs[rows], side="right")
+        b = np.searchsorted(cuts, he[rows] + 1, side="right")
+        b = np.maximum(a, b)  # an inverted range launches nothing
+        total = np.concatenate([[0], np.cumsum(count)])
+        hit = total[b] > total[a]
+        r, a, b = rows[hit], a[hit], b[hit]
+        gs[r], ge[r], anyk[r] = _run_reduce(np.minimum, mn, a, b), _run_reduce(np.maximum, mx, a, b), True
     gs = np.where(anyk, gs, hs)
     ge = np.where(anyk, ge, he)
     return gs, ge, anyk
 
 
-def _rows_by_value(values: np.ndarray, keep: np.ndarray, wanted: np.ndarray, few: int = 16):
-    """``lookup(v)`` = ascending positions where ``values == v`` and ``keep``. For a few wanted values, one
-    mask each; for many (a run of 1,024 per-rank files has 1,024 processes) the kept rows are grouped by one
-    stable sort, not scanned once per value (which grew with processes x kernels)."""
+def _segments(cuts: np.ndarray, kk, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
+              mask: np.ndarray | None, chunk: int = 1 << 17):
+    """Per launch segment of ``cuts`` (see :func:`project`): (min start, max end, count) of the
+    kernels ``kk`` (a slice or positions) with launch >= 0 (and ``mask``). Segment 0 (launches before
+    every cut) belongs to no range."""
+    size = len(cuts) + 1
+    mn = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
+    mx = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    count = np.zeros(size, dtype=np.int64)
+    if isinstance(kk, slice):
+        first, stop = kk.start, kk.stop
+    else:
+        first, stop = 0, len(kk)
+    for lo in range(first, stop, chunk):
+        hi = min(lo + chunk, stop)
+        part = slice(lo, hi) if isinstance(kk, slice) else kk[lo:hi]
+        lt, ks, ke = launch[part], start[part], end[part]
+        keep = lt >= 0
+        if mask is not None:
+            keep &= mask[part]
+        if not keep.all():  # only the kept rows are searched (a sparse mask: few of them)
+            lt, ks, ke = lt[keep], ks[keep], ke[keep]
+        seg = np.searchsorted(cuts, lt, side="right")
+        np.minimum.at(mn, seg, ks)
+        np.maximum.at(mx, seg, ke)
+        count += np.bincount(seg, minlength=size)
+    return mn, mx, count
+
+
+def _run_reduce(ufunc, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``ufunc.reduce(values[a[i]:b[i]])`` per i (a < b; ufunc min or max), from a sparse table: level l holds
+    the reduction of every run of 2^l values, and a run of length m is covered by the two (overlapping)
+    runs of 2^floor(log2 m) at its two ends."""
+    levels = [values]
+    while 2 ** len(levels) <= len(values):
+        prev, w = levels[-1], 2 ** (len(levels) - 1)
+        levels.append(ufunc(prev[:-w], prev[w:]))
+    lvl = np.frexp((b - a).astype(float))[1] - 1  # floor(log2(b − a)), exact for these small integers
+    out = np.empty(len(a), dtype=values.dtype)
+    for k in np.unique(lvl):
+        sel = lvl == k
+        out[sel] = ufunc(levels[k][a[sel]], levels[k][b[sel] - 2 ** int(k)])
+    return out
+
+
+def _rows_by_value(values: np.ndarray, keep: np.ndarray | None, wanted: np.ndarray, few: int = 16):
+    """``lookup(v)`` = the positions where ``values == v`` (and ``keep``), ascending: a slice when they
+    are one block (the loader's rows, one rank per process). For a few wanted values, one mask each; for
+    many (a run of 1,024 per-rank files has 1,024 processes) the kept rows are grouped by one stable sort,
+    not scanned once per value (which grew with processes x kernels)."""
     if len(wanted) <= few:
-        return lambda v: np.flatnonzero((values == v) & keep)
-    sel = np.flatnonzero(keep)
+        def scan(v):
+            eq = values == v
+            if keep is not None:
+                eq &= keep
+            got = int(np.count_nonzero(eq))
+            lo = int(np.argmax(eq)) if got else 0
+            if got and eq[lo:lo + got].all():
+                return slice(lo, lo + got)
+            return np.flatnonzero(eq)
+        return scan
+    sel = np.flatnonzero(keep) if keep is not None else np.arange(len(values))
     sel = sel[np.argsort(values[sel], kind="stable")]
     sorted_values = values[sel]
 
     def lookup(v):
         lo, hi = equal_range(sorted_values, v)
-        return sel[lo:hi]
+        got = sel[lo:hi]
+        return slice(int(got[0]), int(got[-1]) + 1) if len(got) and got[-1] - got[0] + 1 == len(got) else got
     return lookup
 
 

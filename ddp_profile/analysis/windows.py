@@ -181,8 +181,8 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     Returns (gpu_start, gpu_end, launched_any). Per process, the ranges' bounds cut launch time into
     elementary segments: with B = sorted distinct {host_start} ∪ {host_end + 1}, a launch L lies in segment
     s = #{b ∈ B : b <= L}, and range [hs, he] (launch times hs <= L <= he) is the run of segments
-    [#{b <= hs}, #{b <= he + 1}). One pass over the process's kernels (a chunk of rows at a time, no sort
-    and no copy of its columns) keeps each segment's min start, max end and kernel count; a range's
+    [#{b <= hs}, #{b <= he + 1}). One pass over the process's kernels (a chunk of rows at a time: no sort,
+    no temporary longer than a chunk) keeps each segment's min start, max end and kernel count; a range's
     values are then the min / max / sum over its run (a sparse table over the few segments)::
 
         gpu_start = min {start_k : hs <= launch_k <= he},   gpu_end = max {end_k : same k}
@@ -195,7 +195,7 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     hs = ints(ranges["host_start_ns"]) if n else np.zeros(0, np.int64)
     he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
     procs = np.unique(rpid)
-    by_pid = _rows_by_value(pid, None, procs)
+    by_pid = _rows_by_value(pid, procs)
     for p in procs:
         rows = np.flatnonzero(rpid == p)
         cuts = np.unique(np.concatenate([hs[rows], he[rows] + 1]))
@@ -234,6 +234,13 @@ def _segments(cuts: np.ndarray, kk, start: np.ndarray, end: np.ndarray, launch: 
             keep &= mask[part]
         if not keep.all():  # only the kept rows are searched (a sparse mask: few of them)
             lt, ks, ke = lt[keep], ks[keep], ke[keep]
+        if len(lt) and (lt[1:] >= lt[:-1]).all():  # launch order: each segment is one run of rows
+            bounds = np.concatenate([[0], np.searchsorted(lt, cuts, side="left"), [len(lt)]])
+            seg = np.flatnonzero(bounds[1:] > bounds[:-1])
+            mn[seg] = np.minimum(mn[seg], np.minimum.reduceat(ks, bounds[seg]))
+            mx[seg] = np.maximum(mx[seg], np.maximum.reduceat(ke, bounds[seg]))
+            count[seg] += bounds[seg + 1] - bounds[seg]
+            continue
         seg = np.searchsorted(cuts, lt, side="right")
         np.minimum.at(mn, seg, ks)
         np.maximum.at(mx, seg, ke)
@@ -257,30 +264,29 @@ def _run_reduce(ufunc, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.n
     return out
 
 
-def _rows_by_value(values: np.ndarray, keep: np.ndarray | None, wanted: np.ndarray, few: int = 16):
-    """``lookup(v)`` = the positions where ``values == v`` (and ``keep``), ascending: a slice when they
-    are one block (the loader's rows, one rank per process). For a few wanted values, one mask each; for
-    many (a run of 1,024 per-rank files has 1,024 processes) the kept rows are grouped by one stable sort,
-    not scanned once per value (which grew with processes x kernels)."""
+def _rows_by_value(values: np.ndarray, wanted: np.ndarray, few: int = 16):
+    """``lookup(v)`` = the positions where ``values == v``, ascending: a slice when they are one block (the
+    loader's rows, one rank per process). Sorted values: two binary searches per value. Else, for a few
+    wanted values, one mask each; for many (a run of 1,024 per-rank files has 1,024 processes) the rows
+    are grouped by one stable sort, not scanned once per value (which grew with processes x kernels)."""
+    if len(values) < 2 or bool((values[1:] >= values[:-1]).all()):
+        def search(v):
+            lo, hi = equal_range(values, v)
+            return slice(lo, hi)
+        return search
     if len(wanted) <= few:
         def scan(v):
             eq = values == v
-            if keep is not None:
-                eq &= keep
             got = int(np.count_nonzero(eq))
             lo = int(np.argmax(eq)) if got else 0
-            if got and eq[lo:lo + got].all():
-                return slice(lo, lo + got)
-            return np.flatnonzero(eq)
+            return slice(lo, lo + got) if got and eq[lo:lo + got].all() else np.flatnonzero(eq)
         return scan
-    sel = np.flatnonzero(keep) if keep is not None else np.arange(len(values))
-    sel = sel[np.argsort(values[sel], kind="stable")]
+    sel = np.argsort(values, kind="stable")
     sorted_values = values[sel]
 
     def lookup(v):
         lo, hi = equal_range(sorted_values, v)
-        got = sel[lo:hi]
-        return slice(int(got[0]), int(got[-1]) + 1) if len(got) and got[-1] - got[0] + 1 == len(got) else got
+        return sel[lo:hi]
     return lookup
 
 

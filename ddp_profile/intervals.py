@@ -218,18 +218,22 @@ def _cumulative(ns: np.ndarray, ne: np.ndarray, t: np.ndarray) -> np.ndarray:
     return out
 
 
+_FEW_QUERIES_FROM = 1 << 14  # sets shorter than this take the prefix sum: its fresh array costs little
+
+
 def _prefix_lengths(ns: np.ndarray, ne: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """P(k) = Σ_{j<k} (ne[j] − ns[j]) per k (int64, a new array). Few queries (k.size·8 < n, e.g. steps
-    against a rank's kernels): segment sums between the distinct k's (``add.reduceat`` over ns and ne, no
-    full-length temporary: at ~1M kernels each fresh full-length array costs more than the arithmetic),
-    then a prefix sum over those. Many: one prefix sum over all n lengths, computed in place. Integer
-    sums, so both give the same numbers."""
+    """P(k) = Σ_{j<k} (ne[j] − ns[j]) per k (int64, a new array). A long set and few queries (n >= 16,384
+    and k.size·8 < n, e.g. steps against a rank's kernels): segment sums between the distinct k's
+    (``add.reduceat`` over ns and ne, no full-length temporary: at ~1M kernels each fresh full-length array
+    costs more than the arithmetic), then a prefix sum over those. Else one prefix sum over all n lengths,
+    computed in place. Integer sums, so both give the same numbers."""
     n = len(ns)
     if n == 0:
         return np.zeros(len(k), dtype=np.int64)
-    if k.size * 8 < n:
-        cuts = np.unique(np.concatenate([np.zeros(1, dtype=k.dtype), k]))
-        cuts = cuts[cuts < n]  # strictly increasing from 0: segment i = [cuts[i], cuts[i+1]) (last: to n)
+    if n >= _FEW_QUERIES_FROM and k.size * 8 < n:
+        cuts = np.sort(np.concatenate([np.zeros(1, dtype=k.dtype), k]))
+        cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]]) & (cuts < n)]
+        # strictly increasing from 0: segment i = [cuts[i], cuts[i+1]) (the last one: to n)
         seg = np.add.reduceat(ne, cuts, dtype=np.int64)
         seg -= np.add.reduceat(ns, cuts, dtype=np.int64)
         at = np.zeros(len(cuts) + 1, dtype=np.int64)  # at[i] = P(cuts[i]); at[len(cuts)] = P(n)

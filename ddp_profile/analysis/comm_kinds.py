@@ -134,7 +134,40 @@ def _cov(qs: np.ndarray, qe: np.ndarray, ss: tuple[np.ndarray, np.ndarray]) -> n
 
 def _exposed(qs, qe, s, c) -> np.ndarray:
     """|S|_Q − |S ∩ C|_Q per query (S, C normalised)."""
-    return _cov(qs, qe, s) - _cov(qs, qe, intersect_normalized(s, c))
+    return _cov(qs, qe, s) - _cov_both(qs, qe, s, c)
+
+
+def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
+              c: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """|S ∩ C ∩ [qs, qe)| per query (NaN bounds give NaN): :func:`_cov` of ``intersect_normalized(s, c)``.
+    When S ∩ C has many intervals (S's intervals span many compute kernels: at least |C| / 4 pairs) it is
+    not built: with G(t) = |S ∩ C ∩ (−∞, t)|, k = #{i : S.start[i] <= t} and L_i = |C ∩ S_i|::
+
+        G(t) = Σ_{i<k−1} L_i + |C ∩ [S.start[k−1], min(S.end[k−1], t))|   (0 when k = 0)
+        out  = G(max(qe, qs)) − G(qs)
+
+    every |C ∩ ·| taken in one covered_by_normalized call; the same integers either way."""
+    (ss, se), (cs, ce) = s, c
+    pairs = np.searchsorted(cs, se, side="left") - np.searchsorted(ce, ss, side="right")
+    if int(np.maximum(pairs, 0).sum()) * 4 < len(cs):
+        return _cov(qs, qe, intersect_normalized(s, c))
+    bad = np.isnan(qs) | np.isnan(qe)
+    q0 = np.where(bad, 0, qs).astype(np.int64)
+    q1 = np.maximum(np.where(bad, 0, qe).astype(np.int64), q0)  # inverted queries cover nothing
+    k0, k1 = np.searchsorted(ss, q0, side="right"), np.searchsorted(ss, q1, side="right")
+    h0, h1 = k0 > 0, k1 > 0
+    j0, j1 = k0[h0] - 1, k1[h1] - 1
+    part = covered_by_normalized(np.concatenate([ss, ss[j0], ss[j1]]),
+                                 np.concatenate([se, np.minimum(se[j0], q0[h0]), np.minimum(se[j1], q1[h1])]), cs, ce)
+    n = len(ss)
+    before = np.concatenate([[0], np.cumsum(part[:n])])  # Σ_{i<j} L_i
+    g0 = np.zeros(len(q0), dtype=np.int64)
+    g1 = np.zeros(len(q1), dtype=np.int64)
+    g0[h0] = before[j0] + part[n:n + len(j0)]
+    g1[h1] = before[j1] + part[n + len(j0):]
+    out = (g1 - g0).astype(float)
+    out[bad] = np.nan
+    return out
 
 
 def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],

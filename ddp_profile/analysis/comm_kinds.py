@@ -90,10 +90,23 @@ def kernel_kinds(karr) -> np.ndarray:
     return cached
 
 
+def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
+    NCCL kernels are then picked among these few rows, not from all of the rank's."""
+    cached = karr.__dict__.get("_nccl_rows")
+    if cached is None:
+        idx = np.flatnonzero(karr.is_nccl)
+        cached = karr.__dict__["_nccl_rows"] = (idx, kernel_kinds(karr)[idx], karr.rank[idx])
+    return cached
+
+
 def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
     """NCCL kernels whose kind is in ``kinds``."""
     codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int8)
-    return karr.is_nccl & np.isin(kernel_kinds(karr), codes)
+    idx, kcode, _ = nccl_rows(karr)
+    out = np.zeros(len(karr.is_nccl), dtype=bool)
+    out[idx[np.isin(kcode, codes)]] = True
+    return out
 
 
 def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -180,9 +193,9 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
     c = sets[COMPUTE]
-    idx = karr.rank_rows(rank)
-    idx = idx[karr.is_nccl[idx]]
-    kcode = kernel_kinds(karr)[idx]
+    idx, kcode, krank = nccl_rows(karr)
+    mine = krank == rank
+    idx, kcode = idx[mine], kcode[mine]
     ks, ke = karr.start[idx], karr.end[idx]
     step_ids = np.asarray(steps["step"])
     ws = np.asarray(steps["start_ns"], dtype=float)

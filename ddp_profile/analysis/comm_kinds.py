@@ -100,12 +100,17 @@ def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cached
 
 
-def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
-    """NCCL kernels whose kind is in ``kinds``."""
+def rows_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
+    """Positions (ascending) of the NCCL kernels whose kind is in ``kinds``."""
     codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int8)
     idx, kcode, _ = nccl_rows(karr)
+    return idx[np.isin(kcode, codes)]
+
+
+def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
+    """NCCL kernels whose kind is in ``kinds`` (a mask over all kernels)."""
     out = np.zeros(len(karr.is_nccl), dtype=bool)
-    out[idx[np.isin(kcode, codes)]] = True
+    out[rows_of(karr, kinds)] = True
     return out
 
 

@@ -48,11 +48,13 @@ def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
                          f"{name}_ns": (p["end_ns"] - p["start_ns"]).to_numpy(dtype=float)})
 
 
-def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray) -> np.ndarray:
-    """Latest GPU end of kernels selected by ``mask`` launched inside each host range (NaN if none)."""
+def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | None = None,
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """Latest GPU end of the kernels selected by ``mask`` (or at positions ``rows``) launched inside each
+    host range (NaN if none)."""
     from ddp_profile.analysis.windows import project
 
-    _, ge, anyk = project(ranges, karr.start, karr.end, karr.launch, karr.pid, mask)
+    _, ge, anyk = project(ranges, karr.start, karr.end, karr.launch, karr.pid, mask, rows)
     return np.where(anyk, ge.astype(float), np.nan)
 
 
@@ -162,7 +164,7 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
         "host_end_ns": step_end.reindex(pd.MultiIndex.from_frame(bwd[["rank", "step"]])).to_numpy(),
     })
-    comm_end = _latest_end(grad, karr, ck.mask_of(karr, ck.GRADIENT))
+    comm_end = _latest_end(grad, karr, rows=ck.rows_of(karr, ck.GRADIENT))
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))
     tail = np.where(np.isnan(bwd_end), np.nan, tail)
     return pd.DataFrame({"rank": bwd["rank"].to_numpy(), "step": bwd["step"].to_numpy(),

@@ -174,9 +174,11 @@ def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str
 
 
 def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
-            pid: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            pid: np.ndarray, mask: np.ndarray | None = None, rows: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range;
-    ``mask`` restricts the kernels considered (cheaper than passing copies of the selected rows).
+    ``mask`` restricts the kernels considered (cheaper than passing copies of the selected rows), or
+    ``rows``, their positions (ascending; for a few kernels, e.g. the NCCL ones: only those are read).
 
     Returns (gpu_start, gpu_end, launched_any). Per process, the ranges' bounds cut launch time into
     elementary segments: with B = sorted distinct {host_start} ∪ {host_end + 1}, a launch L lies in segment
@@ -195,17 +197,17 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     hs = ints(ranges["host_start_ns"]) if n else np.zeros(0, np.int64)
     he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
     procs = np.unique(rpid)
-    by_pid = _rows_by_value(pid, procs)
+    by_pid = _rows_by_value(pid, procs) if rows is None else _among(rows, pid[rows])
     for p in procs:
-        rows = np.flatnonzero(rpid == p)
-        cuts = np.unique(np.concatenate([hs[rows], he[rows] + 1]))
+        mine = np.flatnonzero(rpid == p)
+        cuts = np.unique(np.concatenate([hs[mine], he[mine] + 1]))
         mn, mx, count = _segments(cuts, by_pid(p), start, end, launch, mask)
-        a = np.searchsorted(cuts, hs[rows], side="right")
-        b = np.searchsorted(cuts, he[rows] + 1, side="right")
+        a = np.searchsorted(cuts, hs[mine], side="right")
+        b = np.searchsorted(cuts, he[mine] + 1, side="right")
         b = np.maximum(a, b)  # an inverted range launches nothing
         total = np.concatenate([[0], np.cumsum(count)])
         hit = total[b] > total[a]
-        r, a, b = rows[hit], a[hit], b[hit]
+        r, a, b = mine[hit], a[hit], b[hit]
         gs[r], ge[r], anyk[r] = _run_reduce(np.minimum, mn, a, b), _run_reduce(np.maximum, mx, a, b), True
     gs = np.where(anyk, gs, hs)
     ge = np.where(anyk, ge, he)
@@ -262,6 +264,11 @@ def _run_reduce(ufunc, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.n
         sel = lvl == k
         out[sel] = ufunc(levels[k][a[sel]], levels[k][b[sel] - 2 ** int(k)])
     return out
+
+
+def _among(rows: np.ndarray, values: np.ndarray):
+    """``lookup(v)`` = the ``rows`` whose value (``values``, aligned with ``rows``) is v, in their order."""
+    return lambda v: rows[values == v]
 
 
 def _rows_by_value(values: np.ndarray, wanted: np.ndarray, few: int = 16):

@@ -141,8 +141,16 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
         n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
         notes.append(no_nccl_note(n_unknown))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=np.unique(karr.rank),
+    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=_distinct_ranks(karr.rank),
                              bytes_note=unknown_bytes_note(nvtx))
+
+
+def _distinct_ranks(rank: np.ndarray) -> np.ndarray:
+    """The distinct values of ``rank``: where the rows are sorted by rank (the loader's order), the first row
+    of each run (one pass, not a hash of every row)."""
+    if len(rank) > 1 and bool((rank[1:] >= rank[:-1]).all()):
+        return rank[np.concatenate([[True], rank[1:] != rank[:-1]])]
+    return np.unique(rank)
 
 
 def no_nccl_note(n_unknown: int = 0) -> str:
@@ -264,8 +272,8 @@ def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
     scalar payload only, so those sizes are not decoded (not verified on an export that records them)."""
     base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
             "launches (the ddp-profile harness writes them)")
-    dom = nvtx["domain"].astype("object") if nvtx is not None and not nvtx.empty else pd.Series([], dtype=object)
-    if (dom == "NCCL").any():
+    # compared as it is (a categorical compares its codes; no object copy of every row's domain)
+    if nvtx is not None and not nvtx.empty and bool((nvtx["domain"] == "NCCL").any()):
         return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
                 "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
                 "cost model are left empty")

@@ -72,11 +72,13 @@ def _sorted(x: np.ndarray) -> bool:
 
 
 def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
-                   chunk: int = 1 << 17) -> tuple[np.ndarray, np.ndarray]:
+                   chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray]:
     """``normalize(starts[mask], ends[mask])`` (all rows without ``mask``), a chunk of rows at a time when
     ``starts`` is sorted (a rank's kernels as the loader orders them): merging then only needs the reach
     carried from one chunk to the next, and no temporary is longer than a chunk (the selected rows are never
-    copied whole). Unsorted input takes :func:`normalize`. Same arrays either way."""
+    copied whole). Unsorted input takes :func:`normalize`. Same arrays either way. 32k rows a chunk: each
+    temporary (256 KB) stays in cache and is reused (a rank of 125k kernels in one 131k chunk took ~50 %
+    more CPU time)."""
     s_all, e_all = _arrays(starts, ends)
     if not all(_sorted(s_all[a:a + chunk + 1]) for a in range(0, max(len(s_all) - 1, 0), chunk)):
         return normalize(s_all if mask is None else s_all[mask], e_all if mask is None else e_all[mask])

@@ -51,7 +51,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, covered_by_normalized, intersect_normalized
+from ddp_profile.analysis._common import COMPUTE, covered_by_normalized, equal_range, intersect_normalized
 
 KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
 GRADIENT = ("AllReduce", "ReduceScatter")
@@ -98,6 +98,19 @@ def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         idx = np.flatnonzero(karr.is_nccl)
         cached = karr.__dict__["_nccl_rows"] = (idx, kernel_kinds(karr)[idx], karr.rank[idx])
     return cached
+
+
+def _rank_nccl(karr, rank) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, KINDS codes) of the rank's NCCL kernels, ascending: two binary searches where the NCCL
+    rows are sorted by rank (the loader's order), else one comparison per NCCL row."""
+    idx, kcode, krank = nccl_rows(karr)
+    if "_nccl_rank_sorted" not in karr.__dict__:
+        karr.__dict__["_nccl_rank_sorted"] = bool(len(krank) < 2 or (krank[1:] >= krank[:-1]).all())
+    if karr.__dict__["_nccl_rank_sorted"]:
+        lo, hi = equal_range(krank, rank)
+        return idx[lo:hi], kcode[lo:hi]
+    mine = krank == rank
+    return idx[mine], kcode[mine]
 
 
 def rows_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
@@ -155,17 +168,22 @@ def _exposed(qs, qe, s, c) -> np.ndarray:
     return _cov(qs, qe, s) - _cov_both(qs, qe, s, c)
 
 
+_BUILD_BELOW = 4096  # compute sets shorter than this: S ∩ C is built (cheap), not counted first
+
+
 def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
               c: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     """|S ∩ C ∩ [qs, qe)| per query (NaN bounds give NaN): :func:`_cov` of ``intersect_normalized(s, c)``.
-    When S ∩ C has many intervals (S's intervals span many compute kernels: at least |C| / 4 pairs) it is
-    not built: with G(t) = |S ∩ C ∩ (−∞, t)|, k = #{i : S.start[i] <= t} and L_i = |C ∩ S_i|::
+    When S ∩ C has many intervals (S's intervals span many compute kernels: at least |C| / 4 pairs, and
+    |C| >= 4,096; below that building it costs less than counting) it is not built: with G(t) = |S ∩ C ∩ (−∞, t)|, k = #{i : S.start[i] <= t} and L_i = |C ∩ S_i|::
 
         G(t) = Σ_{i<k−1} L_i + |C ∩ [S.start[k−1], min(S.end[k−1], t))|   (0 when k = 0)
         out  = G(max(qe, qs)) − G(qs)
 
     every |C ∩ ·| taken in one covered_by_normalized call; the same integers either way."""
     (ss, se), (cs, ce) = s, c
+    if len(cs) < _BUILD_BELOW:
+        return _cov(qs, qe, intersect_normalized(s, c))
     pairs = np.searchsorted(cs, se, side="left") - np.searchsorted(ce, ss, side="right")
     if int(np.maximum(pairs, 0).sum()) * 4 < len(cs):
         return _cov(qs, qe, intersect_normalized(s, c))
@@ -198,9 +216,7 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
     c = sets[COMPUTE]
-    idx, kcode, krank = nccl_rows(karr)
-    mine = krank == rank
-    idx, kcode = idx[mine], kcode[mine]
+    idx, kcode = _rank_nccl(karr, rank)
     ks, ke = karr.start[idx], karr.end[idx]
     step_ids = np.asarray(steps["step"])
     ws = np.asarray(steps["start_ns"], dtype=float)

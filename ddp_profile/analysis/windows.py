@@ -173,6 +173,9 @@ def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str
     return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
 
 
+_INT64_MAX, _INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+
+
 def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
             pid: np.ndarray, mask: np.ndarray | None = None, rows: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,7 +188,7 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     s = #{b ∈ B : b <= L}, and range [hs, he] (launch times hs <= L <= he) is the run of segments
     [#{b <= hs}, #{b <= he + 1}). One pass over the process's kernels (a chunk of rows at a time: no sort,
     no temporary longer than a chunk) keeps each segment's min start, max end and kernel count; a range's
-    values are then the min / max / sum over its run (a sparse table over the few segments)::
+    values are then the min / max / sum over its run of segments::
 
         gpu_start = min {start_k : hs <= launch_k <= he},   gpu_end = max {end_k : same k}
     """
@@ -196,11 +199,13 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     rpid = ints(ranges["pid"]) if n else np.zeros(0, np.int64)
     hs = ints(ranges["host_start_ns"]) if n else np.zeros(0, np.int64)
     he = ints(ranges["host_end_ns"]) if n else np.zeros(0, np.int64)
-    procs = np.unique(rpid)
+    by_range = np.argsort(rpid, kind="stable")  # each process's ranges: one run, ascending positions
+    procs, first = np.unique(rpid[by_range], return_index=True)
     by_pid = _rows_by_value(pid, procs) if rows is None else _among(rows, pid[rows])
-    for p in procs:
-        mine = np.flatnonzero(rpid == p)
-        cuts = np.unique(np.concatenate([hs[mine], he[mine] + 1]))
+    for p, lo, hi in zip(procs, first, np.append(first[1:], n)[:len(first)], strict=True):
+        mine = by_range[lo:hi]
+        cuts = np.sort(np.concatenate([hs[mine], he[mine] + 1]))
+        cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # distinct
         mn, mx, count = _segments(cuts, by_pid(p), start, end, launch, mask)
         a = np.searchsorted(cuts, hs[mine], side="right")
         b = np.searchsorted(cuts, he[mine] + 1, side="right")
@@ -220,8 +225,8 @@ def _segments(cuts: np.ndarray, kk, start: np.ndarray, end: np.ndarray, launch: 
     kernels ``kk`` (a slice or positions) with launch >= 0 (and ``mask``). Segment 0 (launches before
     every cut) belongs to no range."""
     size = len(cuts) + 1
-    mn = np.full(size, np.iinfo(np.int64).max, dtype=np.int64)
-    mx = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    mn = np.full(size, _INT64_MAX, dtype=np.int64)
+    mx = np.full(size, _INT64_MIN, dtype=np.int64)
     count = np.zeros(size, dtype=np.int64)
     if isinstance(kk, slice):
         first, stop = kk.start, kk.stop
@@ -251,19 +256,12 @@ def _segments(cuts: np.ndarray, kk, start: np.ndarray, end: np.ndarray, launch: 
 
 
 def _run_reduce(ufunc, values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``ufunc.reduce(values[a[i]:b[i]])`` per i (a < b; ufunc min or max), from a sparse table: level l holds
-    the reduction of every run of 2^l values, and a run of length m is covered by the two (overlapping)
-    runs of 2^floor(log2 m) at its two ends."""
-    levels = [values]
-    while 2 ** len(levels) <= len(values):
-        prev, w = levels[-1], 2 ** (len(levels) - 1)
-        levels.append(ufunc(prev[:-w], prev[w:]))
-    lvl = np.frexp((b - a).astype(float))[1] - 1  # floor(log2(b − a)), exact for these small integers
-    out = np.empty(len(a), dtype=values.dtype)
-    for k in np.unique(lvl):
-        sel = lvl == k
-        out[sel] = ufunc(levels[k][a[sel]], levels[k][b[sel] - 2 ** int(k)])
-    return out
+    """``ufunc.reduce(values[a[i]:b[i]])`` per i (a < b <= len(values) - 1), in one ``ufunc.reduceat`` over
+    the interleaved bounds [a0, b0, a1, b1, ...]: its even positions are the runs [a_i, b_i), whatever the
+    order or overlap of the runs (the odd positions are discarded)."""
+    bounds = np.empty(2 * len(a), dtype=np.intp)
+    bounds[0::2], bounds[1::2] = a, b
+    return ufunc.reduceat(values, bounds)[0::2] if len(a) else values[:0].copy()
 
 
 def _among(rows: np.ndarray, values: np.ndarray):

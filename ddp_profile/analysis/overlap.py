@@ -17,37 +17,141 @@ Per rank (Holistic Trace Analysis' convention): C, N = unions of the rank's comp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pair_groups, pct
+from ddp_profile.analysis._common import (
+    COMPUTE,
+    NCCL,
+    KernelArrays,
+    covered_by_normalized,
+    pair_groups,
+    pct,
+    row_runs,
+)
 
 
 def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
-    copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class. int32 when every
-    kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its kernel's duration): 4 B per
-    kernel less while the overlap tables and contention use it."""
+    copies. Per (pid, device) and class, :func:`intervals.covered_length` of the kernels against the other
+    class's set. int32 when every kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its
+    kernel's duration): 4 B per kernel less while the overlap tables and contention use it."""
     n = len(karr.start)
     longest = max((int((karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]).max()) for lo in range(0, n, chunk)),
                   default=0)
     out = np.zeros(n, dtype=np.int32 if longest < 2**31 else np.int64)
-    for idx in pair_groups(karr.pid, karr.device):
-        comp = idx[karr.is_compute[idx]]
-        nccl = idx[karr.is_nccl[idx]]
-        del idx
-        if comp.size and nccl.size:
-            # = intervals.covered_length, each class's set normalised once and the queries taken a chunk at
-            # a time (same values; the temporaries are chunk-sized, not one per kernel of the process).
-            for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
-                                      (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
-                for lo in range(0, len(queries), chunk):
-                    q = queries[lo:lo + chunk]
-                    out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
-                del ss, se
+    runs = row_runs(karr.pid, karr.device)
+    if runs is None:
+        groups: Iterator[slice | np.ndarray] = pair_groups(karr.pid, karr.device)
+    else:
+        groups = (slice(lo, hi) for lo, hi in runs)
+    for rows in groups:
+        if isinstance(rows, slice) and _sorted(karr.start[rows], chunk):
+            _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
+                          max(longest, 0), out[rows], chunk)
+        else:
+            _cover_rows(karr, np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows, out, chunk)
     return out
+
+
+def _cover_rows(karr: KernelArrays, idx: np.ndarray, out: np.ndarray, chunk: int) -> None:
+    """``out[idx]`` for one (pid, device) group's rows in any order: each class's set normalised once and
+    the queries taken a chunk at a time (the temporaries are chunk-sized, not one per kernel)."""
+    comp = idx[karr.is_compute[idx]]
+    nccl = idx[karr.is_nccl[idx]]
+    del idx
+    if comp.size and nccl.size:
+        for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
+                                  (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
+            for lo in range(0, len(queries), chunk):
+                q = queries[lo:lo + chunk]
+                out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
+            del ss, se
+
+
+def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np.ndarray, longest: int,
+                  out: np.ndarray, chunk: int) -> None:
+    """``out`` for one (pid, device) group's rows sorted by start (the loader's order), touching only the
+    compute kernels that can meet NCCL. A compute kernel c meets the NCCL set N = ∪[ns_j, ne_j) only if
+    c.start < ne_j and c.start > ns_j − longest for some j (c.end ≤ c.start + longest): two binary searches
+    per NCCL interval give those rows (a quarter of the compute kernels on the replica export, 2 % on the
+    synthetic one); every other row keeps 0. NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not
+    by all compute kernels: |k ∩ ∪C| = |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N.
+    Same values as :func:`_cover_rows`."""
+    nset = _prefix(*iv.normalize_rows(s, e, is_nccl))
+    if not len(nset[0]) or not is_comp.any():
+        return
+    lo = s.searchsorted(nset[0] - longest, side="right")
+    hi = s.searchsorted(nset[2][1:], side="left")
+    lo[1:] = np.maximum(lo[1:], hi[:-1])  # disjoint row ranges [lo, hi) (hi never decreases)
+    meets = np.zeros(len(s), dtype=bool)  # compute kernels with |c ∩ N| > 0: C'
+    for c0 in range(0, len(s), chunk):
+        c1 = c0 + chunk
+        j0, j1 = int(hi.searchsorted(c0, side="right")), int(lo.searchsorted(c1, side="left"))
+        a, b = np.clip(lo[j0:j1], c0, c1), np.clip(hi[j0:j1], c0, c1)
+        q = _expand(a, np.maximum(b - a, 0))
+        q = q[is_comp[q]]
+        got = _covered(s[q], e[q], nset)
+        out[q] = got
+        meets[q[got > 0]] = True
+    cset = _prefix(*iv.normalize_rows(s, e, meets))
+    del meets
+    if not len(cset[0]):
+        return
+    for c0 in range(0, len(s), chunk):
+        m = is_nccl[c0:c0 + chunk]
+        if m.any():
+            out[c0:c0 + chunk][m] = _covered(s[c0:c0 + chunk][m], e[c0:c0 + chunk][m], cset)
+
+
+def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A normalised set as (starts, cum, ends_before) for :func:`_covered`: cum[k] = Σ_{i<k} (ne_i − ns_i) and
+    ends_before[k] = ne_{k−1}, with ends_before[0] the int64 minimum (before every time)."""
+    cum = np.zeros(len(ns) + 1, dtype=np.int64)
+    np.cumsum(ne - ns, out=cum[1:])
+    before = np.empty(len(ns) + 1, dtype=np.int64)
+    before[0] = np.iinfo(np.int64).min
+    before[1:] = ne
+    return ns, cum, before
+
+
+def _covered(qs: np.ndarray, qe: np.ndarray, pset: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """``intervals.covered_length`` of fresh query arrays (overwritten) against a :func:`_prefix` set, as
+    F(max(qe, qs)) − F(qs) with F(t) = |S ∩ (−∞, t)| = cum[k] + t − max(ends_before[k], t), k the number of
+    set intervals starting at or before t (the part of interval k−1 after t is not covered before t).
+    Exact int64 arithmetic: the same values."""
+    ns, cum, before = pset
+    np.maximum(qe, qs, out=qe)  # inverted queries cover nothing
+    ks = ns.searchsorted(qs, side="right")
+    ke = ns.searchsorted(qe, side="right")
+    got = cum[ke]
+    got -= cum[ks]
+    got += qe
+    got -= qs
+    got -= np.maximum(before[ke], qe, out=qe)
+    got += np.maximum(before[ks], qs, out=qs)
+    return got
+
+
+def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + n)`` over (start, length) pairs, without a Python loop."""
+    total = int(lengths.sum())
+    out = np.arange(total, dtype=np.intp)
+    out += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return out
+
+
+def _sorted(x: np.ndarray, chunk: int) -> bool:
+    """``x`` is non-decreasing (checked a chunk at a time: no full-length temporary)."""
+    for a in range(0, max(len(x) - 1, 0), chunk):
+        y = x[a:a + chunk + 1]
+        if not (y[1:] >= y[:-1]).all():
+            return False
+    return True
 
 
 def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pytest
 from ddp_profile import intervals as iv
 from ddp_profile import memory
 from ddp_profile.analysis import KernelArrays
-from ddp_profile.analysis._common import int_groups, pair_groups
+from ddp_profile.analysis._common import int_groups, pair_groups, row_runs
 from ddp_profile.analysis.contention import contention
 from ddp_profile.analysis.overlap import kernel_overlap, overlapped_by_other_class
 
@@ -80,6 +80,39 @@ def test_overlap_and_contention_match_pandas_groupby(seed, n_names):
         assert ct.loc[name, "alone_median_ns"] == row["median_a"]
         assert ct.loc[name, "overlapped_median_ns"] == row["median_o"]
         assert ct.loc[name, "lost_ns"] == pytest.approx(row["sum"] - row["size_o"] * row["median_a"])
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed):
+    # The loader's order, (rank, start) with one (pid, device) per rank: each group is one run of rows,
+    # sorted by start, and takes the path that only queries the compute kernels near NCCL. Long kernels,
+    # zero-length ones and NCCL kernels that overlap each other included; small chunks cross boundaries.
+    k = random_kernels(seed, 4000, 6, n_pids=3)
+    rng = np.random.default_rng(seed)
+    k["device"] = k["pid"] - 100
+    k.loc[rng.random(len(k)) < 0.01, "end_ns"] += 20_000  # a few long kernels
+    k = k.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    karr = KernelArrays(k)
+    assert row_runs(karr.pid, karr.device) is not None
+    for chunk in (64, 1 << 17):
+        np.testing.assert_array_equal(overlapped_by_other_class(karr, chunk=chunk), reference_covered(k))
+    # Same rows, one group's order broken (the per-row path for that group only): same values.
+    swapped = k.copy()
+    swapped.loc[[0, 1], ["start_ns", "end_ns"]] = swapped.loc[[1, 0], ["start_ns", "end_ns"]].to_numpy()
+    np.testing.assert_array_equal(overlapped_by_other_class(KernelArrays(swapped), chunk=64),
+                                  reference_covered(swapped))
+
+
+def test_row_runs_are_the_pair_groups_when_each_pair_is_one_run():
+    a = np.array([1, 1, 1, 2, 2, 3], dtype=np.int32)
+    b = np.array([0, 0, 0, 0, 1, 1], dtype=np.int32)
+    for chunk in (1, 2, 1 << 18):
+        assert row_runs(a, b, chunk=chunk) == [(0, 3), (3, 4), (4, 5), (5, 6)]
+        assert [list(range(lo, hi)) for lo, hi in row_runs(a, b, chunk=chunk)] == \
+            sorted(g.tolist() for g in pair_groups(a, b))
+    assert row_runs(np.array([1, 2, 1]), np.array([0, 0, 0])) is None  # pair 1 comes back
+    assert row_runs(np.arange(10), np.zeros(10), max_runs=4) is None
+    assert row_runs(np.zeros(0, np.int32), np.zeros(0, np.int32)) == []
 
 
 @pytest.mark.parametrize("n_pids", [2, 40])  # 40 pids x up to 2 devices: past max_groups, int_groups takes over

@@ -182,36 +182,40 @@ def kernel_sums(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -
     keep = karr.is_compute | karr.is_nccl
     if not keep.any():
         return None
-    # Per (kind, name) pair as one integer key, (name code + 1) * 2 + (1 if NCCL): counts and exact sums
-    # by bincount, a chunk of rows at a time, so every temporary is chunk-sized (on 1M kernels the
-    # full-length keys, factorize codes and durations of a one-shot grouping set the analysis' memory peak).
-    # Pairs keep their order of first appearance (the sort below is stable: ties stay in that order).
-    n_keys = 2 * (len(karr.names) + 1)
+    # Per (kind, name) pair as one integer key, (name code + 2) * 2 + (1 if NCCL), and key 0 for every other
+    # row: counts and exact sums by bincount over contiguous chunks of rows (no row selection, every
+    # temporary chunk-sized: on 1M kernels full-length keys and durations set the analysis' memory peak).
+    # Pairs keep their order of first appearance (the sort below is stable: ties stay in that order): each
+    # chunk's new keys in the order it meets them (a hash of the chunk's keys, only when it has new ones).
+    n_keys = 2 * (len(karr.names) + 2)
     count = np.zeros(n_keys, dtype=np.int64)
     total = np.zeros(n_keys, dtype=np.int64)
     overlapped = np.zeros(n_keys, dtype=np.int64)
-    first = np.full(n_keys, len(keep), dtype=np.int64)
+    seen = np.zeros(n_keys, dtype=bool)
+    seen[0] = True
+    present: list[int] = []
     for lo in range(0, len(keep), chunk):
-        rows = np.flatnonzero(keep[lo:lo + chunk])
-        if rows.size == 0:
-            continue
-        key = karr.name_code[lo:lo + chunk][rows].astype(np.int32)
-        key += 1
+        key = karr.name_code[lo:lo + chunk].astype(np.int32)
+        key += 2
         key *= 2
-        key += karr.is_nccl[lo:lo + chunk][rows]
-        seen, at = np.unique(key, return_index=True)
-        np.minimum.at(first, seen, at + lo)
-        dur = karr.end[lo:lo + chunk][rows] - karr.start[lo:lo + chunk][rows]
-        count += np.bincount(key, minlength=n_keys)
+        key += karr.is_nccl[lo:lo + chunk]
+        key *= keep[lo:lo + chunk]
+        counts = np.bincount(key, minlength=n_keys)
+        if (counts[~seen] > 0).any():
+            new = pd.unique(key)
+            new = new[~seen[new]]
+            present.extend(new.tolist())
+            seen[new] = True
+        count += counts
+        dur = karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]
         total += _int_sums(key, dur, n_keys)
-        overlapped += _int_sums(key, covered[lo:lo + chunk][rows], n_keys)
-    present = np.flatnonzero(count)
-    present = present[np.argsort(first[present], kind="stable")]
+        overlapped += _int_sums(key, covered[lo:lo + chunk], n_keys)
+    at = np.array(present, dtype=np.int64)
     g = pd.DataFrame({
-        "kind": np.where(present % 2 == 1, NCCL, COMPUTE).astype(object),
-        "name": karr.name_values()[present // 2 - 1],
-        "count": count[present],
-        "total_ns": total[present], "overlapped_ns": overlapped[present],
+        "kind": np.where(at % 2 == 1, NCCL, COMPUTE).astype(object),
+        "name": karr.name_values()[at // 2 - 2],
+        "count": count[at],
+        "total_ns": total[at], "overlapped_ns": overlapped[at],
     })
     return g
 

@@ -16,7 +16,7 @@ from ddp_profile import memory
 from ddp_profile.analysis import KernelArrays
 from ddp_profile.analysis._common import int_groups, pair_groups, row_runs
 from ddp_profile.analysis.contention import contention
-from ddp_profile.analysis.overlap import kernel_overlap, overlapped_by_other_class
+from ddp_profile.analysis.overlap import kernel_overlap, kernel_sums, overlapped_by_other_class
 
 
 def random_kernels(seed: int, n: int, n_names: int, n_pids: int = 3) -> pd.DataFrame:
@@ -101,6 +101,20 @@ def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed):
     swapped.loc[[0, 1], ["start_ns", "end_ns"]] = swapped.loc[[1, 0], ["start_ns", "end_ns"]].to_numpy()
     np.testing.assert_array_equal(overlapped_by_other_class(KernelArrays(swapped), chunk=64),
                                   reference_covered(swapped))
+
+
+def test_kernel_sums_keep_the_order_of_first_appearance_across_chunks():
+    # Names that first appear in later chunks (and unnamed kernels) come after the earlier ones, in row order.
+    k = random_kernels(7, 2000, 40)
+    k["name"] = pd.Categorical(np.where(np.arange(len(k)) < 1000, k["name"].astype(object).str[:2],
+                                        k["name"].astype(object)))
+    karr = KernelArrays(k)
+    covered = overlapped_by_other_class(karr)
+    for chunk in (7, 256, 1 << 18):
+        got = kernel_sums(karr, covered, chunk=chunk)
+        sel = k.loc[k["kind"].isin(["compute", "nccl"]), ["kind", "name"]].astype(object)
+        first = sel.drop_duplicates().reset_index(drop=True)
+        assert got[["kind", "name"]].astype(object).equals(first)
 
 
 def test_row_runs_are_the_pair_groups_when_each_pair_is_one_run():

@@ -50,7 +50,9 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.nd
     else:
         groups = (slice(lo, hi) for lo, hi in runs)
     for rows in groups:
-        if isinstance(rows, slice) and _sorted(karr.start[rows], chunk):
+        # Sorted by start: a run of one rank in the loader's (rank, start) order, else checked.
+        if isinstance(rows, slice) and ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
+                                        or _sorted(karr.start[rows], chunk)):
             _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
                           max(longest, 0), out[rows], chunk)
         else:
@@ -82,13 +84,15 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     synthetic one); every other row keeps 0. NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not
     by all compute kernels: |k ∩ ∪C| = |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N.
     Same values as :func:`_cover_rows`."""
-    nset = _prefix(*iv.normalize_rows(s, e, is_nccl))
+    nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
+                                                  for c0 in range(0, len(s), chunk)])
+    nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
     if not len(nset[0]) or not is_comp.any():
         return
     lo = s.searchsorted(nset[0] - longest, side="right")
     hi = s.searchsorted(nset[2][1:], side="left")
     lo[1:] = np.maximum(lo[1:], hi[:-1])  # disjoint row ranges [lo, hi) (hi never decreases)
-    meets = np.zeros(len(s), dtype=bool)  # compute kernels with |c ∩ N| > 0: C'
+    meets = []  # rows of the compute kernels with |c ∩ N| > 0: C', ascending
     for c0 in range(0, len(s), chunk):
         c1 = c0 + chunk
         j0, j1 = int(hi.searchsorted(c0, side="right")), int(lo.searchsorted(c1, side="left"))
@@ -97,15 +101,16 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
         q = q[is_comp[q]]
         got = _covered(s[q], e[q], nset)
         out[q] = got
-        meets[q[got > 0]] = True
-    cset = _prefix(*iv.normalize_rows(s, e, meets))
+        meets.append(q[got > 0].astype(np.int32 if len(s) < 2**31 else np.int64))
+    c_rows = np.concatenate(meets)
     del meets
+    cset = _prefix(*iv.normalize(s[c_rows], e[c_rows]))
+    del c_rows
     if not len(cset[0]):
         return
-    for c0 in range(0, len(s), chunk):
-        m = is_nccl[c0:c0 + chunk]
-        if m.any():
-            out[c0:c0 + chunk][m] = _covered(s[c0:c0 + chunk][m], e[c0:c0 + chunk][m], cset)
+    for c0 in range(0, len(nccl), chunk):
+        q = nccl[c0:c0 + chunk]
+        out[q] = _covered(s[q], e[q], cset)
 
 
 def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

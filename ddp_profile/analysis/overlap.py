@@ -78,20 +78,25 @@ def _cover_rows(karr: KernelArrays, idx: np.ndarray, out: np.ndarray, chunk: int
 def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np.ndarray, longest: int,
                   out: np.ndarray, chunk: int) -> None:
     """``out`` for one (pid, device) group's rows sorted by start (the loader's order), touching only the
-    compute kernels that can meet NCCL. A compute kernel c meets the NCCL set N = ∪[ns_j, ne_j) only if
-    c.start < ne_j and c.start > ns_j − longest for some j (c.end ≤ c.start + longest): two binary searches
-    per NCCL interval give those rows (a quarter of the compute kernels on the replica export, 2 % on the
-    synthetic one); every other row keeps 0. NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not
-    by all compute kernels: |k ∩ ∪C| = |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N.
+    compute kernels that can meet NCCL. With N = ∪[ns_j, ne_j) and R_i = max{c.end : compute row c ≤ i}, a
+    compute kernel at row i meets [ns_j, ne_j) only if R_i > ns_j and c.start < ne_j: the rows from the first
+    with R_i > ns_j (:func:`_first_rows`) to the first starting at or after ne_j (binary searches per NCCL
+    interval), about the compute kernels that do meet NCCL (a quarter of them on the replica export, 2 % on
+    the synthetic one); every other row keeps 0. R_i > ns_j needs c.start > ns_j − longest for some c ≤ i:
+    that looser bound, from the starts alone, is taken when it already leaves under a quarter of the rows. NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0},
+    not by all compute kernels: |k ∩ ∪C| = |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N.
     Same values as :func:`_cover_rows`."""
     nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
                                                   for c0 in range(0, len(s), chunk)])
     nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
     if not len(nset[0]) or not is_comp.any():
         return
-    lo = s.searchsorted(nset[0] - longest, side="right")
     hi = s.searchsorted(nset[2][1:], side="left")
+    lo = s.searchsorted(nset[0] - longest, side="right")
     lo[1:] = np.maximum(lo[1:], hi[:-1])  # disjoint row ranges [lo, hi) (hi never decreases)
+    if int(np.maximum(hi - lo, 0).sum()) > len(s) // 4:
+        lo = _first_rows(e, is_comp, nset[0], chunk)
+        lo[1:] = np.maximum(lo[1:], hi[:-1])
     meets = []  # rows of the compute kernels with |c ∩ N| > 0: C', ascending
     for c0 in range(0, len(s), chunk):
         c1 = c0 + chunk
@@ -111,6 +116,24 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     for c0 in range(0, len(nccl), chunk):
         q = nccl[c0:c0 + chunk]
         out[q] = _covered(s[q], e[q], cset)
+
+
+def _first_rows(e: np.ndarray, is_comp: np.ndarray, ns: np.ndarray, chunk: int) -> np.ndarray:
+    """Per sorted time ns_j: the first row i with R_i = max{e[c] : compute row c ≤ i} > ns_j (len(e) when
+    none), a binary search in R for each; R is built a chunk of rows at a time (its running maximum carried
+    from chunk to chunk), and each ns_j is searched in the chunk where R passes it."""
+    out = np.full(len(ns), len(e), dtype=np.intp)
+    carry, j = np.iinfo(np.int64).min, 0
+    for c0 in range(0, len(e), chunk):
+        reach = np.where(is_comp[c0:c0 + chunk], e[c0:c0 + chunk], np.iinfo(np.int64).min)
+        np.maximum.accumulate(reach, out=reach)
+        np.maximum(reach, carry, out=reach)
+        j1 = int(ns.searchsorted(reach[-1], side="left"))  # the times R has passed by this chunk's end
+        if j1 > j:
+            out[j:j1] = reach.searchsorted(ns[j:j1], side="right") + c0
+            j = j1
+        carry = reach[-1]
+    return out
 
 
 def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

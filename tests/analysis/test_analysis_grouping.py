@@ -82,15 +82,19 @@ def test_overlap_and_contention_match_pandas_groupby(seed, n_names):
         assert ct.loc[name, "lost_ns"] == pytest.approx(row["sum"] - row["size_o"] * row["median_a"])
 
 
-@pytest.mark.parametrize("seed", [4, 5, 6])
-def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed):
+@pytest.mark.parametrize(("seed", "sparse"), [(4, False), (5, False), (6, True), (7, True)])
+def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed, sparse):
     # The loader's order, (rank, start) with one (pid, device) per rank: each group is one run of rows,
-    # sorted by start, and takes the path that only queries the compute kernels near NCCL. Long kernels,
-    # zero-length ones and NCCL kernels that overlap each other included; small chunks cross boundaries.
+    # sorted by start, and takes the path that only queries the compute kernels near NCCL (found from the
+    # kernels' running end, or from the starts alone when NCCL is sparse). Long kernels, zero-length ones
+    # and NCCL kernels that overlap each other included; small chunks cross boundaries.
     k = random_kernels(seed, 4000, 6, n_pids=3)
     rng = np.random.default_rng(seed)
     k["device"] = k["pid"] - 100
-    k.loc[rng.random(len(k)) < 0.01, "end_ns"] += 20_000  # a few long kernels
+    if sparse:  # NCCL kernels 1 in ~60
+        k["kind"] = k["kind"].where((k["kind"] != "nccl") | (rng.random(len(k)) < 0.05), "compute")
+    else:
+        k.loc[rng.random(len(k)) < 0.01, "end_ns"] += 20_000  # a few long kernels
     k = k.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     karr = KernelArrays(k)
     assert row_runs(karr.pid, karr.device) is not None

@@ -91,8 +91,11 @@ def categorical(codes: np.ndarray, values: list) -> pd.Categorical:
     """Rows' ``values[code]`` as a categorical built from codes (None -> missing), categories sorted."""
     cats = sorted({v for v in values if v is not None})
     where = {v: i for i, v in enumerate(cats)}
-    remap = np.array([where.get(v, -1) if v is not None else -1 for v in values] or [-1], dtype=np.int32)
-    return pd.Categorical.from_codes(remap[codes] if len(values) else np.full(len(codes), -1, np.int32),
+    # int8 codes when the categories allow (pandas stores them so anyway): a quarter of the gather's traffic
+    small = len(cats) < np.iinfo(np.int8).max
+    remap = np.array([where.get(v, -1) if v is not None else -1 for v in values] or [-1],
+                     dtype=np.int8 if small else np.int32)
+    return pd.Categorical.from_codes(remap[codes] if len(values) else np.full(len(codes), -1, remap.dtype),
                                      categories=pd.Index(cats) if cats else pd.Index([], dtype=object))
 
 def nullable(values: np.ndarray | None, n: int, own: bool = False) -> pd.arrays.IntegerArray:

@@ -401,8 +401,10 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     del arr
     kernels = _drop_duplicate_rows(kernels, warnings)
     if not nvtx.empty:
-        nvtx["rank"] = pd.array([rank_of.get(k) for k in zip(nvtx["file"].tolist(), nvtx["pid"].tolist(), strict=False)],
-                                dtype="Int64")
+        # one lookup per distinct (file, pid), not per range; <NA> for a process that ran no GPU work
+        inv, uniq = pd.factorize(nvtx["file"].to_numpy(np.int64) * (1 << 32) + nvtx["pid"].to_numpy(np.int64))
+        nvtx["rank"] = pd.array([rank_of.get((int(k) >> 32, int(k) & 0xFFFFFFFF)) for k in uniq],
+                                dtype="Int64").take(inv)
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pandas as pd
 
 from ddp_profile import nvtx_names
@@ -36,8 +37,9 @@ def marker_ranks(nvtx: pd.DataFrame) -> dict[tuple[int, int], tuple[int, int]]:
     found: dict[tuple[int, int], tuple[int, int]] = {}
     if nvtx.empty:
         return found
-    names = nvtx["name"].astype("string")
-    hits = nvtx[names.str.startswith(nvtx_names.RANK_MARKER, na=False)]
+    codes, uniq = pd.factorize(nvtx["name"])  # names repeat (steps, phases): test each distinct one once
+    marked = np.array([isinstance(u, str) and u.startswith(nvtx_names.RANK_MARKER) for u in uniq] + [False])
+    hits = nvtx[marked[codes]]  # code -1 (a missing name) indexes the trailing False
     for file_idx, pid, name in zip(hits["file"], hits["pid"], hits["name"], strict=False):
         m = MARKER_RE.match(str(name))
         if m:

@@ -247,3 +247,24 @@ def test_nccl_channel_count_is_read_from_the_grid_of_nccl_kernels():
     capped = load_trace(campaign / "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100")
     assert capped.run["config"]["nccl_channels"] == 2 and capped.meta["nccl_channels"] == 2
     assert load_trace(campaign / "none_xl_fp32_1xh100").meta["nccl_channels"] is None
+
+
+def test_nvtx_texts_equal_a_per_row_join(sample_path, tmp_path):
+    """NVTX texts are read without a per-row join (own text rows, then each registered id once): on a copy
+    whose rows mix own text, registered ids, both (own text wins) and an id missing from StringIds (no
+    name), every range's name and start equal the per-row ``COALESCE(text, StringIds.value)`` answer."""
+    path = tmp_path / "mixed.sqlite"
+    shutil.copy(sample_path, path)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE textId IS NOT NULL AND rowid % 3 = 0")
+        con.execute("UPDATE NVTX_EVENTS SET textId = 987654321, text = NULL WHERE rowid % 7 = 0 AND eventType = 59")
+    con.close()
+    expected = raw(path, "SELECT e.start, COALESCE(e.text, (SELECT value FROM StringIds s WHERE s.id = e.textId)) "
+                         "FROM NVTX_EVENTS e WHERE e.eventType IN (34, 59, 60) ORDER BY e.start, e.rowid")
+    tr = load_trace(path)
+    got = tr.nvtx.sort_values("start_ns", kind="stable")
+    texts = [None if pd.isna(t) else t for t in got["name"]]
+    assert sorted(zip(got["start_ns"].tolist(), map(str, texts), strict=True)) == \
+        sorted((s, str(t)) for s, t in expected)
+    assert any(t is None for _, t in expected) and any(str(t).startswith("own ") for _, t in expected)

@@ -211,8 +211,9 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
     """:func:`_name_segments` for rows in (rank, start) order and step windows that are the row slices
     [wlo, whi) (:func:`_window_rows`). The named compute rows are grouped by name a chunk of rows at a time
     (one stable sort of the chunk's name codes: a radix sort), so each name's rows come out ascending, and
-    are the only full-length array (4 B per kernel); each name's window, position k and class are then
-    found from its own rows only (a binary search of the window bounds, its covered times and durations)."""
+    are the only full-length array (4 B per kernel); each name's windows, positions k and classes are then
+    found from its own rows only (two binary searches per window, its covered times and durations), with
+    4-byte temporaries per row where they fit."""
     pieces: dict[int, list[np.ndarray]] = {}
     for lo in range(0, len(karr.start), chunk):
         code = karr.name_code[lo:lo + chunk]
@@ -229,31 +230,58 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         for a, b in zip(np.append(0, cuts).tolist(), np.append(cuts, len(code)).tolist(), strict=True):
             pieces.setdefault(int(code[a]), []).append(pos[a:b])
         del pos, code
-    end_of = np.concatenate([np.zeros(1, wlo.dtype), whi])  # end_of[j + 1]: end of the j-th window
     for u in sorted(pieces):
         own = pieces.pop(u)
         r = own[0] if len(own) == 1 else np.concatenate(own)
         del own
-        w = wlo.searchsorted(r, side="right")  # 1 + the last window starting at or before the row
-        inside = r < end_of[w]
-        r, w = r[inside], w[inside]
-        del inside
-        if len(r) == 0:
+        # The name's rows in window j are r[a_j:b_j] (r ascending, windows disjoint row ranges): a search per
+        # window, then int32 marks: in a window or not (+1 at a_j, −1 at b_j, summed) and k = the row's
+        # position in r less a_j of its window (the latest a_j at or before it).
+        a, b = r.searchsorted(wlo, side="left"), r.searchsorted(whi, side="left")
+        a, b = a[b > a], b[b > a]
+        if len(a) == 0:
             continue
-        first = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]])).astype(np.int32)
-        k = np.arange(len(r), dtype=np.int32) - np.repeat(first, np.diff(np.append(first, len(r))))
-        del w, first
+        marks = np.zeros(len(r) + 1, dtype=np.int8)
+        marks[a] += 1
+        marks[b] -= 1
+        inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # 0 or 1: the windows are disjoint
+        del marks
+        k = np.zeros(len(r), dtype=np.int32)
+        k[a] = a
+        np.maximum.accumulate(k, out=k)
+        np.subtract(np.arange(len(r), dtype=np.int32), k, out=k)
+        r = r[inside]
+        k = k[inside]
+        del inside, a, b
         cov = covered[r]
-        d = karr.end[r] - karr.start[r]
+        d = _durations(karr, r)
+        # Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov with d − cov made in place
+        # in d and undone (no 8-byte temporary per row, no doubling of an int32).
         alone = cov == 0
-        keep = alone | ((d > 0) & (cov >= d - cov))  # as _classify: 2·cov ≥ dur, without doubling an int32
+        keep = d > 0
+        d -= cov
+        keep &= cov >= d
+        d += cov
+        keep |= alone
         del cov
         if keep.any():
-            # Handed over from a list, so the generator's frame keeps none of them while the caller works.
-            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
-                (u, r[keep], k[keep], alone[keep], d[keep])]
+            # One array at a time, then handed over from a list, so the generator's frame keeps none of them
+            # while the caller works.
+            r = r[keep]
+            k = k[keep]
+            alone = alone[keep]
+            d = d[keep]
+            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [(u, r, k, alone, d)]
             del r, k, alone, d, keep
             yield out.pop()
+
+
+def _durations(karr: KernelArrays, rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``end[rows] − start[rows]`` (int64), the start times gathered a chunk at a time."""
+    d = karr.end[rows]
+    for lo in range(0, len(rows), chunk):
+        d[lo:lo + chunk] -= karr.start[rows[lo:lo + chunk]]
+    return d
 
 
 def _positions(mask_of, n: int, chunk: int = 1 << 18) -> np.ndarray:

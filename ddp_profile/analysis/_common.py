@@ -335,6 +335,10 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
     if plain:
         if len(karr.rank) == 0:
             return False
+        runs = row_runs(karr.rank, karr.device, max_runs=1 << 16)
+        if runs is not None:  # rank-sorted frames: one run of rows per (rank, device) pair, no hashing
+            ranks_of_pairs = [karr.rank[lo].item() for lo, _ in runs]
+            return len(set(ranks_of_pairs)) < len(ranks_of_pairs)
         # One int64 key built in place (rank << 32 | device's low 32 bits): one temporary, not four.
         key = karr.rank.astype(np.int64)
         key <<= 32

@@ -14,7 +14,7 @@ import pytest
 from ddp_profile import intervals as iv
 from ddp_profile import memory
 from ddp_profile.analysis import KernelArrays
-from ddp_profile.analysis._common import int_groups, pair_groups, row_runs
+from ddp_profile.analysis._common import int_groups, pair_groups, rank_used_several_devices, row_runs
 from ddp_profile.analysis.contention import contention
 from ddp_profile.analysis.overlap import kernel_overlap, kernel_sums, overlapped_by_other_class
 
@@ -157,3 +157,16 @@ def test_allocator_setting_is_applied_and_can_be_declined():
     assert _threshold_in_child({"DDP_PROFILE_MALLOC": "keep"}) == "False"
     assert _threshold_in_child({"MALLOC_MMAP_THRESHOLD_": "131072"}) == "False"
     memory.return_freed_memory()  # callable anywhere, changes nothing visible
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rank_used_several_devices_matches_pandas(seed):
+    # Rank-sorted frames take the row runs, others the hashed keys: both as a pandas nunique per rank.
+    k = random_kernels(seed, 500, 3, n_pids=4)
+    if seed % 2:
+        k["device"] = k["rank"]
+    if seed % 3 == 0:
+        k.loc[k.index[::97], "device"] += 1
+    for frame in (k, k.sort_values("rank", kind="stable").reset_index(drop=True)):
+        ref = bool(frame.groupby("rank")["device"].nunique().gt(1).any())
+        assert rank_used_several_devices(frame, KernelArrays(frame)) == ref

@@ -123,7 +123,8 @@ def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
             yield np.flatnonzero(in_x & (b == y))
 
 
-def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64, chunk: int = 1 << 18) -> list[tuple[int, int]] | None:
+def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64,
+             chunk: int = 1 << 18) -> list[tuple[int, int]] | None:
     """[lo, hi) per distinct (a, b) pair when each pair's rows are one contiguous run (the loader's
     rank-sorted frames: one run per rank), found from the rows where a or b changes, a chunk at a time (no
     full-length temporary); None when a pair's rows are split or there are more than ``max_runs`` runs

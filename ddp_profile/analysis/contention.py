@@ -255,8 +255,8 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         del inside, a, b
         cov = covered[r]
         d = _durations(karr, r)
-        # Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov with d − cov made in place
-        # in d and undone (no 8-byte temporary per row, no doubling of an int32).
+        # Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov with d − cov made in
+        # place in d and undone (no 8-byte temporary per row, no doubling of an int32).
         alone = cov == 0
         keep = d > 0
         d -= cov

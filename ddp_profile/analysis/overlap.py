@@ -50,13 +50,15 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.nd
     else:
         groups = (slice(lo, hi) for lo, hi in runs)
     for rows in groups:
+        if not isinstance(rows, slice):
+            _cover_rows(karr, rows, out, chunk)
         # Sorted by start: a run of one rank in the loader's (rank, start) order, else checked.
-        if isinstance(rows, slice) and ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
-                                        or _sorted(karr.start[rows], chunk)):
+        elif ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
+              or _sorted(karr.start[rows], chunk)):
             _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
                           max(longest, 0), out[rows], chunk)
         else:
-            _cover_rows(karr, np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows, out, chunk)
+            _cover_rows(karr, np.arange(rows.start, rows.stop), out, chunk)
     return out
 
 
@@ -83,9 +85,9 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     with R_i > ns_j (:func:`_first_rows`) to the first starting at or after ne_j (binary searches per NCCL
     interval), about the compute kernels that do meet NCCL (a quarter of them on the replica export, 2 % on
     the synthetic one); every other row keeps 0. R_i > ns_j needs c.start > ns_j − longest for some c ≤ i:
-    that looser bound, from the starts alone, is taken when it already leaves under a quarter of the rows. NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0},
-    not by all compute kernels: |k ∩ ∪C| = |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N.
-    Same values as :func:`_cover_rows`."""
+    that looser bound, from the starts alone, is taken when it already leaves under a quarter of the rows.
+    NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not by all compute kernels: |k ∩ ∪C| =
+    |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N. Same values as :func:`_cover_rows`."""
     nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
                                                   for c0 in range(0, len(s), chunk)])
     nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
@@ -137,8 +139,8 @@ def _first_rows(e: np.ndarray, is_comp: np.ndarray, ns: np.ndarray, chunk: int) 
 
 
 def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A normalised set as (starts, cum, ends_before) for :func:`_covered`: cum[k] = Σ_{i<k} (ne_i − ns_i) and
-    ends_before[k] = ne_{k−1}, with ends_before[0] the int64 minimum (before every time)."""
+    """A normalised set as (starts, cum, ends_before) for :func:`_covered`: cum[k] = Σ_{i<k} (ne_i − ns_i)
+    and ends_before[k] = ne_{k−1}, with ends_before[0] the int64 minimum (before every time)."""
     cum = np.zeros(len(ns) + 1, dtype=np.int64)
     np.cumsum(ne - ns, out=cum[1:])
     before = np.empty(len(ns) + 1, dtype=np.int64)
@@ -149,8 +151,8 @@ def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
 
 def _covered(qs: np.ndarray, qe: np.ndarray, pset: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
     """``intervals.covered_length`` of fresh query arrays (overwritten) against a :func:`_prefix` set, as
-    F(max(qe, qs)) − F(qs) with F(t) = |S ∩ (−∞, t)| = cum[k] + t − max(ends_before[k], t), k the number of
-    set intervals starting at or before t (the part of interval k−1 after t is not covered before t).
+    F(max(qe, qs)) − F(qs) with F(t) = |S ∩ (−∞, t)| = cum[k] + t − max(ends_before[k], t), k the number
+    of set intervals starting at or before t (the part of interval k−1 after t is not covered before t).
     Exact int64 arithmetic: the same values."""
     ns, cum, before = pset
     np.maximum(qe, qs, out=qe)  # inverted queries cover nothing

@@ -44,7 +44,7 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.nd
     longest = max((int((karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]).max()) for lo in range(0, n, chunk)),
                   default=0)
     out = np.zeros(n, dtype=np.int32 if longest < 2**31 else np.int64)
-    runs = row_runs(karr.pid, karr.device)
+    runs = row_runs(karr.pid, karr.device, max_runs=1 << 16)  # 1,024 ranks joined: one run each
     if runs is None:
         groups: Iterator[slice | np.ndarray] = pair_groups(karr.pid, karr.device)
     else:

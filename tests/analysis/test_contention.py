@@ -14,6 +14,8 @@ lost = 480 − 300 = 180, slowdown = 100·180/300 = 60 %.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -184,6 +186,10 @@ def test_window_slices_and_window_search_give_the_same_tables(seed, monkeypatch)
     fast_k = step_ordinals(karr, windows)
     fast_s = contention_samples(karr, covered, windows)
     assert len(fast) and (fast_k >= 0).any() and (fast_k[karr.is_compute] == -1).any()
+    with monkeypatch.context() as m:  # names grouped over many small chunks of rows: the same
+        m.setattr(cont, "_ordered_segments", functools.partial(cont._ordered_segments, chunk=7))
+        pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)
+        np.testing.assert_array_equal(step_ordinals(karr, windows), fast_k)
     with monkeypatch.context() as m:
         m.setattr(cont, "_window_rows", lambda karr, steps: None)
         pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)

@@ -123,6 +123,27 @@ def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
             yield np.flatnonzero(in_x & (b == y))
 
 
+def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64,
+             chunk: int = 1 << 18) -> list[tuple[int, int]] | None:
+    """[lo, hi) per distinct (a, b) pair when each pair's rows are one contiguous run (the loader's
+    rank-sorted frames: one run per rank), found from the rows where a or b changes, a chunk at a time (no
+    full-length temporary); None when a pair's rows are split or there are more than ``max_runs`` runs
+    (then :func:`pair_groups`). The runs are the groups :func:`pair_groups` gives, as slices."""
+    n = len(a)
+    if n == 0:
+        return []
+    cuts = [0]
+    for lo in range(0, n - 1, chunk):
+        x, y = a[lo:lo + chunk + 1], b[lo:lo + chunk + 1]
+        cuts.extend((np.flatnonzero((x[1:] != x[:-1]) | (y[1:] != y[:-1])) + lo + 1).tolist())
+        if len(cuts) > max_runs:
+            return None
+    firsts = {(a[i].item(), b[i].item()) for i in cuts}
+    if len(firsts) < len(cuts):
+        return None
+    return list(zip(cuts, cuts[1:] + [n], strict=True))
+
+
 def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
     """``end[mask] - start[mask]`` as int64, taken a chunk of rows at a time: the selected start times are
     never held at full length beside the result (on 1M kernels one 8 MB temporary less at the analysis'
@@ -315,6 +336,10 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
     if plain:
         if len(karr.rank) == 0:
             return False
+        runs = row_runs(karr.rank, karr.device, max_runs=1 << 16)
+        if runs is not None:  # rank-sorted frames: one run of rows per (rank, device) pair, no hashing
+            ranks_of_pairs = [karr.rank[lo].item() for lo, _ in runs]
+            return len(set(ranks_of_pairs)) < len(ranks_of_pairs)
         # One int64 key built in place (rank << 32 | device's low 32 bits): one temporary, not four.
         key = karr.rank.astype(np.int64)
         key <<= 32

@@ -83,14 +83,13 @@ def _steps_of(windows: pd.DataFrame | None) -> pd.DataFrame | None:
 def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk: int = 1 << 16) -> np.ndarray:
     """Per row of ``rows`` (int32): the step window of its rank it started in (the latest that started at
     or before it, if it started before that window's end), -1 for none. Windows are numbered in (rank,
-    start) order, so rows in the loader's (rank, start) order get non-decreasing numbers. One search over
-    all ranks' windows keyed (rank index, start), a chunk of rows at a time (no full-length temporaries)."""
+    start) order. One search over all ranks' windows keyed (rank index, start), a chunk of rows at a time
+    (no full-length temporaries). Rows in the loader's order with disjoint windows take
+    :func:`_window_rows` instead."""
     ranks = np.unique(steps["rank"].to_numpy(np.int64))
     ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     wr = np.searchsorted(ranks, steps["rank"].to_numpy(np.int64))
     out = np.full(len(rows), -1, dtype=np.int32)
-    if karr.time_ordered() and _by_slices(karr, rows, ranks, wr, ws, we, out):
-        return out
     span = int(max(ws.max(), we.max(), karr.start.max() if len(karr.start) else 0)) + 1
     if min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0 or span * (len(ranks) + 1) >= 2**62:
         span = 0  # keys would not fit int64: per rank below
@@ -120,32 +119,32 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
     return out
 
 
-def _by_slices(karr: KernelArrays, rows: np.ndarray, ranks: np.ndarray, wr: np.ndarray, ws: np.ndarray,
-               we: np.ndarray, out: np.ndarray) -> bool:
-    """:func:`_window_ids` for rows in (rank, start) order and windows that do not overlap within a rank:
-    each window's rows are one slice, found by two binary searches of its bounds in the rank's starts (no
-    per-row search). Fills ``out`` and returns True; False (``out`` untouched) when windows overlap."""
+def _window_rows(karr: KernelArrays, steps: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """For rows in (rank, start) order (``karr.time_ordered()``) and step windows that do not overlap within
+    a rank: each non-empty window's rows as one slice [lo, hi), ascending and disjoint, found by two binary
+    searches of its bounds in its rank's starts (the rows that started in [start_ns, end_ns)). None when
+    windows overlap or are inverted (then :func:`_window_ids`)."""
+    ranks = np.unique(steps["rank"].to_numpy(np.int64))
+    wr = np.searchsorted(ranks, steps["rank"].to_numpy(np.int64))
+    ws, we = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
     order = np.lexsort((ws, wr))
     s_r, s_s, s_e = wr[order], ws[order], we[order]
     same = s_r[1:] == s_r[:-1]
     if (same & (s_s[1:] < s_e[:-1])).any() or (s_e < s_s).any():
-        return False
-    # Needles in the searched array's own dtype (equal_range casts too): an int64 scalar against an int32
-    # array makes numpy convert the whole array on every search (tens of MB per rank on 10M kernels).
-    as_row = rows.dtype.type
+        return None
+    lo, hi = [], []
     for i, rank in enumerate(ranks):
-        lo_k, hi_k = equal_range(karr.rank, rank)
-        a, b = np.searchsorted(rows, as_row(lo_k)), np.searchsorted(rows, as_row(hi_k))
-        if b <= a:
-            continue
-        st = karr.start[rows[a:b]]
-        mine = np.flatnonzero(s_r == i)
-        first = np.searchsorted(st, s_s[mine], "left")
-        last = np.searchsorted(st, s_e[mine], "left")
-        for j, f, e in zip(mine, first, last, strict=True):
-            if e > f:
-                out[a + f:a + e] = j
-    return True
+        a, b = equal_range(karr.rank, rank)
+        if b > a:
+            st = karr.start[a:b]  # a view: the rank's rows are one sorted range
+            mine = s_r == i
+            lo.append(st.searchsorted(s_s[mine], "left") + a)
+            hi.append(st.searchsorted(s_e[mine], "left") + a)
+    dtype = np.int32 if len(karr.start) < 2**31 else np.int64  # the row positions' dtype (_positions)
+    lo_all: np.ndarray = np.concatenate(lo).astype(dtype) if lo else np.zeros(0, dtype)
+    hi_all: np.ndarray = np.concatenate(hi).astype(dtype) if hi else np.zeros(0, dtype)
+    keep = hi_all > lo_all
+    return lo_all[keep], hi_all[keep]
 
 
 MASKED_NAMES = 64  # up to this many kernel names, each name's rows are found by a mask, not a sort
@@ -157,6 +156,10 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
     its rank (by GPU start, then row order), or -1 for all when there are no step windows; instances outside
     every step window are dropped. One name at a time, so temporaries are one name's rows long."""
     steps = _steps_of(windows)
+    bounds = _window_rows(karr, steps) if steps is not None and karr.time_ordered() else None
+    if bounds is not None:
+        yield from _ordered_segments(karr, covered, *bounds)
+        return
     is_alone, over = _classify(karr, covered)
     classified = is_alone | over
     del over
@@ -199,7 +202,86 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
             del w, first
         c = classified[r]
         r, k = r[c], k[c]
-        yield u, r, k, is_alone[r], karr.end[r] - karr.start[r]
+        if len(r):
+            yield u, r, k, is_alone[r], karr.end[r] - karr.start[r]
+
+
+def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, whi: np.ndarray,
+                      chunk: int = 1 << 18):
+    """:func:`_name_segments` for rows in (rank, start) order and step windows that are the row slices
+    [wlo, whi) (:func:`_window_rows`). The named compute rows are grouped by name a chunk of rows at a time
+    (one stable sort of the chunk's name codes: a radix sort), so each name's rows come out ascending, and
+    are the only full-length array (4 B per kernel); each name's windows, positions k and classes are then
+    found from its own rows only (two binary searches per window, its covered times and durations), with
+    4-byte temporaries per row where they fit."""
+    pieces: dict[int, list[np.ndarray]] = {}
+    for lo in range(0, len(karr.start), chunk):
+        code = karr.name_code[lo:lo + chunk]
+        pos = np.flatnonzero(karr.is_compute[lo:lo + chunk] & (code >= 0))
+        code = code[pos]
+        if len(code) == 0:
+            continue
+        if code.dtype.itemsize > 2 and code.max() <= np.iinfo(np.int16).max:
+            code = code.astype(np.int16)  # a 16-bit stable sort is a radix sort
+        order = np.argsort(code, kind="stable")
+        pos, code = (pos[order] + lo).astype(wlo.dtype), code[order]
+        del order
+        cuts = np.flatnonzero(code[1:] != code[:-1]) + 1
+        for a, b in zip(np.append(0, cuts).tolist(), np.append(cuts, len(code)).tolist(), strict=True):
+            pieces.setdefault(int(code[a]), []).append(pos[a:b])
+        del pos, code
+    for u in sorted(pieces):
+        own = pieces.pop(u)
+        r = own[0] if len(own) == 1 else np.concatenate(own)
+        del own
+        # The name's rows in window j are r[a_j:b_j] (r ascending, windows disjoint row ranges): a search per
+        # window, then int32 marks: in a window or not (+1 at a_j, −1 at b_j, summed) and k = the row's
+        # position in r less a_j of its window (the latest a_j at or before it).
+        a, b = r.searchsorted(wlo, side="left"), r.searchsorted(whi, side="left")
+        a, b = a[b > a], b[b > a]
+        if len(a) == 0:
+            continue
+        marks = np.zeros(len(r) + 1, dtype=np.int8)
+        marks[a] += 1
+        marks[b] -= 1
+        inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # 0 or 1: the windows are disjoint
+        del marks
+        k = np.zeros(len(r), dtype=np.int32)
+        k[a] = a
+        np.maximum.accumulate(k, out=k)
+        np.subtract(np.arange(len(r), dtype=np.int32), k, out=k)
+        r = r[inside]
+        k = k[inside]
+        del inside, a, b
+        cov = covered[r]
+        d = _durations(karr, r)
+        # Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov with d − cov made in
+        # place in d and undone (no 8-byte temporary per row, no doubling of an int32).
+        alone = cov == 0
+        keep = d > 0
+        d -= cov
+        keep &= cov >= d
+        d += cov
+        keep |= alone
+        del cov
+        if keep.any():
+            # One array at a time, then handed over from a list, so the generator's frame keeps none of them
+            # while the caller works.
+            r = r[keep]
+            k = k[keep]
+            alone = alone[keep]
+            d = d[keep]
+            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [(u, r, k, alone, d)]
+            del r, k, alone, d, keep
+            yield out.pop()
+
+
+def _durations(karr: KernelArrays, rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+    """``end[rows] − start[rows]`` (int64), the start times gathered a chunk at a time."""
+    d = karr.end[rows]
+    for lo in range(0, len(rows), chunk):
+        d[lo:lo + chunk] -= karr.start[rows[lo:lo + chunk]]
+    return d
 
 
 def _positions(mask_of, n: int, chunk: int = 1 << 18) -> np.ndarray:
@@ -227,11 +309,14 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
     :func:`contention_samples`, without a Python object per key)."""
     names = karr.name_values()
     rows = []
-    for code, _, k, a, d in _name_segments(karr, covered, windows):
-        k, a, d = _sorted_by_key(k, a, d)
-        head = np.flatnonzero(np.concatenate([[True], (k[1:] != k[:-1]) | (a[1:] != a[:-1])]))
-        size = np.diff(np.append(head, len(k)))
-        gk, ga = k[head], a[head]
+    for code, r, k, a, d in _name_segments(karr, covered, windows):
+        del r
+        g, d = _sorted_by_key(k, a, d)  # per row 2·k + is_alone, sorted with the durations
+        del k, a
+        head = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+        size = np.diff(np.append(head, len(g)))
+        gk, ga = g[head] >> 1, (g[head] & 1).astype(bool)
+        del g
         mid = head + (size - 1) // 2  # groups are sorted: the median is the middle value(s)
         med = (d[mid].astype(float) + d[head + size // 2].astype(float)) / 2.0
         keys, key_of = np.unique(gk, return_inverse=True)
@@ -243,8 +328,8 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
         counted = (n_a >= min_count) & (n_o >= min_count)
         if not counted.any():
             continue
-        row_counted = counted[np.searchsorted(keys, k)]
-        da, do = d[row_counted & a], d[row_counted & ~a]
+        group_counted = counted[key_of]  # each row's key counted or not, per group of rows
+        da, do = d[np.repeat(group_counted & ga, size)], d[np.repeat(group_counted & ~ga, size)]
         rows.append({"name": names[code], "n_alone": len(da), "alone_median_ns": _median(da),
                      "n_overlapped": len(do), "overlapped_median_ns": _median(do),
                      "baseline_ns": float((n_o[counted] * med_a[counted]).sum()), "_sum": int(sum_o[counted].sum()),
@@ -257,18 +342,23 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
     return _finish(g)
 
 
-def _sorted_by_key(k: np.ndarray, a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(k, is_alone, duration) ordered by key k, overlapped before alone, then duration. Packed into one
-    int64 (k << 33 | alone << 32 | duration) and sorted in place when k < 2^30 and durations < 2^32 ns:
-    ~4x faster than a three-key lexsort on millions of kernels, and no index array."""
+def _sorted_by_key(k: np.ndarray, a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(2·k + is_alone, duration) per row, ordered by key k, overlapped before alone, then duration. Packed
+    into one int64 (k << 33 | alone << 32 | duration), sorted in place and unpacked in place when k < 2^30
+    and durations < 2^32 ns: ~4x faster than a three-key lexsort on millions of kernels, no index array."""
     if len(k) and k.min() >= 0 and k.max() < 2**30 and d.min() >= 0 and d.max() < 2**32:
-        packed = k.astype(np.int64) << 33
-        packed |= a.astype(np.int64) << 32
+        packed = k.astype(np.int64)
+        packed <<= 33
+        np.bitwise_or(packed, 1 << 32, out=packed, where=a)
         packed |= d
         packed.sort()
-        return (packed >> 33), ((packed >> 32) & 1).astype(bool), packed & 0xFFFFFFFF
+        g = packed >> 32
+        packed &= 0xFFFFFFFF
+        return g, packed
     o = np.lexsort((d, a, k))
-    return k[o], a[o], d[o]
+    g = k[o].astype(np.int64) * 2
+    g += a[o]
+    return g, d[o]
 
 
 def contention_samples(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None) -> Samples:

@@ -17,37 +17,171 @@ Per rank (Holistic Trace Analysis' convention): C, N = unions of the rank's comp
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pair_groups, pct
+from ddp_profile.analysis._common import (
+    COMPUTE,
+    NCCL,
+    KernelArrays,
+    covered_by_normalized,
+    pair_groups,
+    pct,
+    row_runs,
+)
 
 
 def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
-    copies. One vectorised :func:`intervals.covered_length` per (pid, device) and class. int32 when every
-    kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its kernel's duration): 4 B per
-    kernel less while the overlap tables and contention use it."""
+    copies. Per (pid, device) and class, :func:`intervals.covered_length` of the kernels against the other
+    class's set. int32 when every kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its
+    kernel's duration): 4 B per kernel less while the overlap tables and contention use it."""
     n = len(karr.start)
     longest = max((int((karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]).max()) for lo in range(0, n, chunk)),
                   default=0)
     out = np.zeros(n, dtype=np.int32 if longest < 2**31 else np.int64)
-    for idx in pair_groups(karr.pid, karr.device):
-        comp = idx[karr.is_compute[idx]]
-        nccl = idx[karr.is_nccl[idx]]
-        del idx
-        if comp.size and nccl.size:
-            # = intervals.covered_length, each class's set normalised once and the queries taken a chunk at
-            # a time (same values; the temporaries are chunk-sized, not one per kernel of the process).
-            for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
-                                      (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
-                for lo in range(0, len(queries), chunk):
-                    q = queries[lo:lo + chunk]
-                    out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
-                del ss, se
+    runs = row_runs(karr.pid, karr.device, max_runs=1 << 16)  # 1,024 ranks joined: one run each
+    if runs is None:
+        groups: Iterator[slice | np.ndarray] = pair_groups(karr.pid, karr.device)
+    else:
+        groups = (slice(lo, hi) for lo, hi in runs)
+    for rows in groups:
+        if not isinstance(rows, slice):
+            _cover_rows(karr, rows, out, chunk)
+        # Sorted by start: a run of one rank in the loader's (rank, start) order, else checked.
+        elif ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
+              or _sorted(karr.start[rows], chunk)):
+            _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
+                          max(longest, 0), out[rows], chunk)
+        else:
+            _cover_rows(karr, np.arange(rows.start, rows.stop), out, chunk)
     return out
+
+
+def _cover_rows(karr: KernelArrays, idx: np.ndarray, out: np.ndarray, chunk: int) -> None:
+    """``out[idx]`` for one (pid, device) group's rows in any order: each class's set normalised once and
+    the queries taken a chunk at a time (the temporaries are chunk-sized, not one per kernel)."""
+    comp = idx[karr.is_compute[idx]]
+    nccl = idx[karr.is_nccl[idx]]
+    del idx
+    if comp.size and nccl.size:
+        for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
+                                  (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
+            for lo in range(0, len(queries), chunk):
+                q = queries[lo:lo + chunk]
+                out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
+            del ss, se
+
+
+def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np.ndarray, longest: int,
+                  out: np.ndarray, chunk: int) -> None:
+    """``out`` for one (pid, device) group's rows sorted by start (the loader's order), touching only the
+    compute kernels that can meet NCCL. With N = ∪[ns_j, ne_j) and R_i = max{c.end : compute row c ≤ i}, a
+    compute kernel at row i meets [ns_j, ne_j) only if R_i > ns_j and c.start < ne_j: the rows from the first
+    with R_i > ns_j (:func:`_first_rows`) to the first starting at or after ne_j (binary searches per NCCL
+    interval), about the compute kernels that do meet NCCL (a quarter of them on the replica export, 2 % on
+    the synthetic one); every other row keeps 0. R_i > ns_j needs c.start > ns_j − longest for some c ≤ i:
+    that looser bound, from the starts alone, is taken when it already leaves under a quarter of the rows.
+    NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not by all compute kernels: |k ∩ ∪C| =
+    |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N. Same values as :func:`_cover_rows`."""
+    nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
+                                                  for c0 in range(0, len(s), chunk)])
+    nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
+    if not len(nset[0]) or not is_comp.any():
+        return
+    hi = s.searchsorted(nset[2][1:], side="left")
+    lo = s.searchsorted(nset[0] - longest, side="right")
+    lo[1:] = np.maximum(lo[1:], hi[:-1])  # disjoint row ranges [lo, hi) (hi never decreases)
+    if int(np.maximum(hi - lo, 0).sum()) > len(s) // 4:
+        lo = _first_rows(e, is_comp, nset[0], chunk)
+        lo[1:] = np.maximum(lo[1:], hi[:-1])
+    meets = []  # rows of the compute kernels with |c ∩ N| > 0: C', ascending
+    for c0 in range(0, len(s), chunk):
+        c1 = c0 + chunk
+        j0, j1 = int(hi.searchsorted(c0, side="right")), int(lo.searchsorted(c1, side="left"))
+        a, b = np.clip(lo[j0:j1], c0, c1), np.clip(hi[j0:j1], c0, c1)
+        q = _expand(a, np.maximum(b - a, 0))
+        q = q[is_comp[q]]
+        got = _covered(s[q], e[q], nset)
+        out[q] = got
+        meets.append(q[got > 0].astype(np.int32 if len(s) < 2**31 else np.int64))
+    c_rows = np.concatenate(meets)
+    del meets
+    cset = _prefix(*iv.normalize(s[c_rows], e[c_rows]))
+    del c_rows
+    if not len(cset[0]):
+        return
+    for c0 in range(0, len(nccl), chunk):
+        q = nccl[c0:c0 + chunk]
+        out[q] = _covered(s[q], e[q], cset)
+
+
+def _first_rows(e: np.ndarray, is_comp: np.ndarray, ns: np.ndarray, chunk: int) -> np.ndarray:
+    """Per sorted time ns_j: the first row i with R_i = max{e[c] : compute row c ≤ i} > ns_j (len(e) when
+    none), a binary search in R for each; R is built a chunk of rows at a time (its running maximum carried
+    from chunk to chunk), and each ns_j is searched in the chunk where R passes it."""
+    out = np.full(len(ns), len(e), dtype=np.intp)
+    carry, j = np.iinfo(np.int64).min, 0
+    for c0 in range(0, len(e), chunk):
+        reach = np.where(is_comp[c0:c0 + chunk], e[c0:c0 + chunk], np.iinfo(np.int64).min)
+        np.maximum.accumulate(reach, out=reach)
+        np.maximum(reach, carry, out=reach)
+        j1 = int(ns.searchsorted(reach[-1], side="left"))  # the times R has passed by this chunk's end
+        if j1 > j:
+            out[j:j1] = reach.searchsorted(ns[j:j1], side="right") + c0
+            j = j1
+        carry = reach[-1]
+    return out
+
+
+def _prefix(ns: np.ndarray, ne: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A normalised set as (starts, cum, ends_before) for :func:`_covered`: cum[k] = Σ_{i<k} (ne_i − ns_i)
+    and ends_before[k] = ne_{k−1}, with ends_before[0] the int64 minimum (before every time)."""
+    cum = np.zeros(len(ns) + 1, dtype=np.int64)
+    np.cumsum(ne - ns, out=cum[1:])
+    before = np.empty(len(ns) + 1, dtype=np.int64)
+    before[0] = np.iinfo(np.int64).min
+    before[1:] = ne
+    return ns, cum, before
+
+
+def _covered(qs: np.ndarray, qe: np.ndarray, pset: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+    """``intervals.covered_length`` of fresh query arrays (overwritten) against a :func:`_prefix` set, as
+    F(max(qe, qs)) − F(qs) with F(t) = |S ∩ (−∞, t)| = cum[k] + t − max(ends_before[k], t), k the number
+    of set intervals starting at or before t (the part of interval k−1 after t is not covered before t).
+    Exact int64 arithmetic: the same values."""
+    ns, cum, before = pset
+    np.maximum(qe, qs, out=qe)  # inverted queries cover nothing
+    ks = ns.searchsorted(qs, side="right")
+    ke = ns.searchsorted(qe, side="right")
+    got = cum[ke]
+    got -= cum[ks]
+    got += qe
+    got -= qs
+    got -= np.maximum(before[ke], qe, out=qe)
+    got += np.maximum(before[ks], qs, out=qs)
+    return got
+
+
+def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + n)`` over (start, length) pairs, without a Python loop."""
+    total = int(lengths.sum())
+    out = np.arange(total, dtype=np.intp)
+    out += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    return out
+
+
+def _sorted(x: np.ndarray, chunk: int) -> bool:
+    """``x`` is non-decreasing (checked a chunk at a time: no full-length temporary)."""
+    for a in range(0, max(len(x) - 1, 0), chunk):
+        y = x[a:a + chunk + 1]
+        if not (y[1:] >= y[:-1]).all():
+            return False
+    return True
 
 
 def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame:
@@ -78,36 +212,40 @@ def kernel_sums(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -
     keep = karr.is_compute | karr.is_nccl
     if not keep.any():
         return None
-    # Per (kind, name) pair as one integer key, (name code + 1) * 2 + (1 if NCCL): counts and exact sums
-    # by bincount, a chunk of rows at a time, so every temporary is chunk-sized (on 1M kernels the
-    # full-length keys, factorize codes and durations of a one-shot grouping set the analysis' memory peak).
-    # Pairs keep their order of first appearance (the sort below is stable: ties stay in that order).
-    n_keys = 2 * (len(karr.names) + 1)
+    # Per (kind, name) pair as one integer key, (name code + 2) * 2 + (1 if NCCL), and key 0 for every other
+    # row: counts and exact sums by bincount over contiguous chunks of rows (no row selection, every
+    # temporary chunk-sized: on 1M kernels full-length keys and durations set the analysis' memory peak).
+    # Pairs keep their order of first appearance (the sort below is stable: ties stay in that order): each
+    # chunk's new keys in the order it meets them (a hash of the chunk's keys, only when it has new ones).
+    n_keys = 2 * (len(karr.names) + 2)
     count = np.zeros(n_keys, dtype=np.int64)
     total = np.zeros(n_keys, dtype=np.int64)
     overlapped = np.zeros(n_keys, dtype=np.int64)
-    first = np.full(n_keys, len(keep), dtype=np.int64)
+    seen = np.zeros(n_keys, dtype=bool)
+    seen[0] = True
+    present: list[int] = []
     for lo in range(0, len(keep), chunk):
-        rows = np.flatnonzero(keep[lo:lo + chunk])
-        if rows.size == 0:
-            continue
-        key = karr.name_code[lo:lo + chunk][rows].astype(np.int32)
-        key += 1
+        key = karr.name_code[lo:lo + chunk].astype(np.int32)
+        key += 2
         key *= 2
-        key += karr.is_nccl[lo:lo + chunk][rows]
-        seen, at = np.unique(key, return_index=True)
-        np.minimum.at(first, seen, at + lo)
-        dur = karr.end[lo:lo + chunk][rows] - karr.start[lo:lo + chunk][rows]
-        count += np.bincount(key, minlength=n_keys)
+        key += karr.is_nccl[lo:lo + chunk]
+        key *= keep[lo:lo + chunk]
+        counts = np.bincount(key, minlength=n_keys)
+        if (counts[~seen] > 0).any():
+            new = pd.unique(key)
+            new = new[~seen[new]]
+            present.extend(new.tolist())
+            seen[new] = True
+        count += counts
+        dur = karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]
         total += _int_sums(key, dur, n_keys)
-        overlapped += _int_sums(key, covered[lo:lo + chunk][rows], n_keys)
-    present = np.flatnonzero(count)
-    present = present[np.argsort(first[present], kind="stable")]
+        overlapped += _int_sums(key, covered[lo:lo + chunk], n_keys)
+    at = np.array(present, dtype=np.int64)
     g = pd.DataFrame({
-        "kind": np.where(present % 2 == 1, NCCL, COMPUTE).astype(object),
-        "name": karr.name_values()[present // 2 - 1],
-        "count": count[present],
-        "total_ns": total[present], "overlapped_ns": overlapped[present],
+        "kind": np.where(at % 2 == 1, NCCL, COMPUTE).astype(object),
+        "name": karr.name_values()[at // 2 - 2],
+        "count": count[at],
+        "total_ns": total[at], "overlapped_ns": overlapped[at],
     })
     return g
 
@@ -126,7 +264,7 @@ def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     """RANK_OVERLAP_COLUMNS over the whole trace, per rank (HTA semantics)."""
     rows = []
-    for rank in np.unique(karr.rank[karr.rank >= 0]):
+    for rank in _ranks(karr.rank):
         totals = karr.rank_totals(rank)
         c, n, o = totals[COMPUTE], totals[NCCL], totals["overlap"]
         rows.append({"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
@@ -135,3 +273,12 @@ def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["overlap_pct"] = pct(out["overlap_ns"], out["comm_ns"])
     return schema.select(out, schema.RANK_OVERLAP_COLUMNS)
+
+
+def _ranks(rank: np.ndarray) -> list[int]:
+    """``np.unique(rank[rank >= 0])``: from the rows where the rank changes when each rank's rows are one run
+    (the loader's rank-sorted frames; no sort or copy of the column), else by np.unique."""
+    runs = row_runs(rank, rank, max_runs=1 << 16)
+    if runs is None:
+        return np.unique(rank[rank >= 0]).tolist()
+    return sorted(r for r in (rank[lo].item() for lo, _ in runs) if r >= 0)

@@ -14,6 +14,8 @@ lost = 480 − 300 = 180, slowdown = 100·180/300 = 60 %.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -147,3 +149,57 @@ def test_names_found_by_mask_or_by_sort_give_the_same_table(monkeypatch):
     masked = contention(karr, covered, windows)
     monkeypatch.setattr(cont, "MASKED_NAMES", 0)
     pd.testing.assert_frame_equal(contention(karr, covered, windows), masked)
+
+
+def _random_steps(seed: int, n: int = 6000, n_ranks: int = 3, n_names: int = 7):
+    """Loader-ordered random kernels (one (pid, device) per rank, sorted by (rank, start)) with disjoint
+    step windows per rank that leave gaps (kernels outside every step)."""
+    rng = np.random.default_rng(seed)
+    rank = np.sort(rng.integers(0, n_ranks, n)).astype(np.int32)
+    start = rng.integers(0, 200 * n, n).astype(np.int64)
+    kind = rng.choice(np.array(["compute", "nccl", "memcpy"], dtype=object), n, p=[0.75, 0.2, 0.05])
+    end = start + np.where(kind == "nccl", rng.integers(0, 3000, n), rng.integers(0, 400, n))
+    names = np.array([f"k{i}" for i in range(n_names)], dtype=object)
+    name = names[rng.integers(0, n_names, n)]
+    name[rng.random(n) < 0.02] = None
+    k = pd.DataFrame({"rank": rank, "pid": rank + 100, "device": rank, "stream": np.int32(7),
+                      "start_ns": start, "end_ns": end, "name": pd.Categorical(name),
+                      "kind": pd.Categorical(kind), "launch_ns": pd.array([pd.NA] * n, "Int64")})
+    k = k.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    edges = np.arange(0, 200 * n, 10 * n)
+    windows = pd.DataFrame([{"phase": "step", "rank": r, "step": i, "start_ns": int(a),
+                             "end_ns": int(a + 8 * n)} for r in range(n_ranks) for i, a in enumerate(edges)])
+    return k, windows
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_window_slices_and_window_search_give_the_same_tables(seed, monkeypatch):
+    """Rows in (rank, start) order with disjoint windows take the window slices (_window_rows); the searching
+    path (_window_ids) must give the same ordinals and tables, and so must a shuffled frame."""
+    import ddp_profile.analysis.contention as cont
+
+    k, windows = _random_steps(seed)
+    karr = KernelArrays(k)
+    covered = overlapped_by_other_class(karr)
+    assert cont._window_rows(karr, windows) is not None
+    fast = contention(karr, covered, windows, min_count=2)
+    fast_k = step_ordinals(karr, windows)
+    fast_s = contention_samples(karr, covered, windows)
+    assert len(fast) and (fast_k >= 0).any() and (fast_k[karr.is_compute] == -1).any()
+    with monkeypatch.context() as m:  # names grouped over many small chunks of rows: the same
+        m.setattr(cont, "_ordered_segments", functools.partial(cont._ordered_segments, chunk=7))
+        pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)
+        np.testing.assert_array_equal(step_ordinals(karr, windows), fast_k)
+    with monkeypatch.context() as m:
+        m.setattr(cont, "_window_rows", lambda karr, steps: None)
+        pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)
+        np.testing.assert_array_equal(step_ordinals(karr, windows), fast_k)
+        slow_s = contention_samples(karr, covered, windows)
+        assert slow_s.keys() == fast_s.keys()
+        for key, (a, o) in fast_s.items():
+            np.testing.assert_array_equal(a, slow_s[key][0])
+            np.testing.assert_array_equal(o, slow_s[key][1])
+    shuffled = k.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    karr2 = KernelArrays(shuffled)
+    covered2 = overlapped_by_other_class(karr2)
+    pd.testing.assert_frame_equal(contention(karr2, covered2, windows, min_count=2), fast)

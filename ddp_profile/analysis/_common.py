@@ -189,6 +189,14 @@ class KernelArrays:
         else:
             self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
 
+    def memo(self, key: str, compute):
+        """``compute()``, computed once per KernelArrays and kept under ``key``: derived arrays that several
+        analyses read (e.g. ``comm_kinds``' per-kernel kinds and NCCL rows)."""
+        store = self.__dict__.setdefault("_memo", {})
+        if key not in store:
+            store[key] = compute()
+        return store[key]
+
     def subset(self, rows: np.ndarray) -> KernelArrays:
         """The arrays of the given rows only (same names and codes), without the frame: for sums over a
         part of the kernels (one file of several joined) with no copy of the frame's other columns."""

@@ -83,30 +83,28 @@ def kind_codes(collective: pd.Series) -> np.ndarray:
 
 def kernel_kinds(karr) -> np.ndarray:
     """KINDS index of every kernel of ``karr`` (meaningful where ``karr.is_nccl``), computed once."""
-    cached = karr.__dict__.get("_comm_kind")
-    if cached is None:
+    def compute():
         col = karr.frame["collective"] if "collective" in karr.frame else pd.Series([None] * len(karr.frame))
-        cached = karr.__dict__["_comm_kind"] = kind_codes(col)
-    return cached
+        return kind_codes(col)
+
+    return karr.memo("comm_kind", compute)
 
 
 def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
     NCCL kernels are then picked among these few rows, not from all of the rank's."""
-    cached = karr.__dict__.get("_nccl_rows")
-    if cached is None:
+    def compute():
         idx = np.flatnonzero(karr.is_nccl)
-        cached = karr.__dict__["_nccl_rows"] = (idx, kernel_kinds(karr)[idx], karr.rank[idx])
-    return cached
+        return idx, kernel_kinds(karr)[idx], karr.rank[idx]
+
+    return karr.memo("nccl_rows", compute)
 
 
 def _rank_nccl(karr, rank) -> tuple[np.ndarray, np.ndarray]:
     """(positions, KINDS codes) of the rank's NCCL kernels, ascending: two binary searches where the NCCL
     rows are sorted by rank (the loader's order), else one comparison per NCCL row."""
     idx, kcode, krank = nccl_rows(karr)
-    if "_nccl_rank_sorted" not in karr.__dict__:
-        karr.__dict__["_nccl_rank_sorted"] = bool(len(krank) < 2 or (krank[1:] >= krank[:-1]).all())
-    if karr.__dict__["_nccl_rank_sorted"]:
+    if karr.memo("nccl_rank_sorted", lambda: bool(len(krank) < 2 or (krank[1:] >= krank[:-1]).all())):
         lo, hi = equal_range(krank, rank)
         return idx[lo:hi], kcode[lo:hi]
     mine = krank == rank

@@ -185,7 +185,8 @@ class KernelArrays:
         # distinct values: grouping by name then works on integers, whatever the column's dtype.
         # A categorical (the loader's) lends its own small codes (views; -1 = missing), else factorize.
         if isinstance(k["name"].dtype, pd.CategoricalDtype):
-            self.name_code, self.names = k["name"].cat.codes.to_numpy(), k["name"].cat.categories
+            # ``.array.codes``: the categorical's own codes, read-only (``.cat.codes`` copies them: 1 B per row)
+            self.name_code, self.names = k["name"].array.codes, k["name"].cat.categories
         else:
             self.name_code, self.names = pd.factorize(k["name"], use_na_sentinel=True)
 
@@ -196,6 +197,10 @@ class KernelArrays:
         if key not in store:
             store[key] = compute()
         return store[key]
+
+    def drop_memos(self) -> None:
+        """Forget every :meth:`memo` (their analyses are done; a later ``memo`` computes its value again)."""
+        self.__dict__.pop("_memo", None)
 
     def subset(self, rows: np.ndarray) -> KernelArrays:
         """The arrays of the given rows only (same names and codes), without the frame: for sums over a

@@ -207,7 +207,7 @@ def _name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFram
 
 
 def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, whi: np.ndarray,
-                      chunk: int = 1 << 18):
+                      chunk: int = 1 << 16):
     """:func:`_name_segments` for rows in (rank, start) order and step windows that are the row slices
     [wlo, whi) (:func:`_window_rows`). The named compute rows are grouped by name a chunk of rows at a time
     (one stable sort of the chunk's name codes: a radix sort), so each name's rows come out ascending, and
@@ -228,9 +228,11 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         del order
         cuts = np.flatnonzero(code[1:] != code[:-1]) + 1
         for a, b in zip(np.append(0, cuts).tolist(), np.append(cuts, len(code)).tolist(), strict=True):
-            pieces.setdefault(int(code[a]), []).append(pos[a:b])
+            pieces.setdefault(int(code[a]), []).append(pos[a:b].copy())  # not views: each name's go with it
         del pos, code
-    for u in sorted(pieces):
+    # Smallest names first (the table is sorted by name later): the largest name's arrays are then made
+    # with no other name's rows still held.
+    for u in sorted(pieces, key=lambda c: (sum(len(p) for p in pieces[c]), c)):
         own = pieces.pop(u)
         r = own[0] if len(own) == 1 else np.concatenate(own)
         del own
@@ -253,27 +255,39 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         r = r[inside]
         k = k[inside]
         del inside, a, b
-        cov = covered[r]
-        d = _durations(karr, r)
-        # Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov with d − cov made in
-        # place in d and undone (no 8-byte temporary per row, no doubling of an int32).
-        alone = cov == 0
-        keep = d > 0
-        d -= cov
-        keep &= cov >= d
-        d += cov
-        keep |= alone
-        del cov
+        alone, keep = _classes(karr, covered, r)
         if keep.any():
             # One array at a time, then handed over from a list, so the generator's frame keeps none of them
-            # while the caller works.
+            # while the caller works; the durations last, of the kept rows only.
             r = r[keep]
             k = k[keep]
             alone = alone[keep]
-            d = d[keep]
-            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [(u, r, k, alone, d)]
-            del r, k, alone, d, keep
+            del keep
+            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
+                (u, r, k, alone, _durations(karr, r))]
+            del r, k, alone
             yield out.pop()
+
+
+def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray,
+             chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``rows``: (alone, alone or overlapped) as two masks, a chunk of rows at a time (the
+    covered times and durations are chunk-sized). Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as
+    cov ≥ d − cov (no doubling of an int32)."""
+    alone = np.empty(len(rows), dtype=bool)
+    keep = np.empty(len(rows), dtype=bool)
+    for lo in range(0, len(rows), chunk):
+        r = rows[lo:lo + chunk]
+        cov = covered[r]
+        d = _durations(karr, r)
+        np.equal(cov, 0, out=alone[lo:lo + chunk])
+        d -= cov
+        k = keep[lo:lo + chunk]
+        np.greater_equal(cov, d, out=k)
+        d += cov
+        k &= d > 0
+        k |= alone[lo:lo + chunk]
+    return alone, keep
 
 
 def _durations(karr: KernelArrays, rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
@@ -311,27 +325,36 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
     rows = []
     for code, r, k, a, d in _name_segments(karr, covered, windows):
         del r
-        g, d = _sorted_by_key(k, a, d)  # per row 2·k + is_alone, sorted with the durations
-        del k, a
-        head = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
-        size = np.diff(np.append(head, len(g)))
-        gk, ga = g[head] >> 1, (g[head] & 1).astype(bool)
-        del g
+        packed = _packed(k, a, d)
+        if packed is None:
+            g, d = _sorted_by_key(k, a, d)  # per row 2·k + is_alone, sorted with the durations
+            del k, a
+            head = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]]))
+            size = np.diff(np.append(head, len(g)))
+            gk, ga = g[head] >> 1, (g[head] & 1).astype(bool)
+            del g
+            sums = np.add.reduceat(d, head) if len(head) else np.zeros(0, np.int64)
+        else:
+            del k, a, d
+            d, (head, size, gk, ga, sums) = packed, _packed_groups(packed)
+        low = packed is not None  # durations are the low 32 bits of d's rows
         mid = head + (size - 1) // 2  # groups are sorted: the median is the middle value(s)
-        med = (d[mid].astype(float) + d[head + size // 2].astype(float)) / 2.0
+        med = (_low(d[mid], low).astype(float) + _low(d[head + size // 2], low).astype(float)) / 2.0
         keys, key_of = np.unique(gk, return_inverse=True)
         n_a, n_o = np.zeros(len(keys), np.int64), np.zeros(len(keys), np.int64)
         med_a, sum_o = np.zeros(len(keys)), np.zeros(len(keys), np.int64)
         n_a[key_of[ga]], med_a[key_of[ga]] = size[ga], med[ga]
         n_o[key_of[~ga]] = size[~ga]
-        sum_o[key_of[~ga]] = np.add.reduceat(d, head)[~ga] if len(head) else []
+        sum_o[key_of[~ga]] = sums[~ga]
         counted = (n_a >= min_count) & (n_o >= min_count)
         if not counted.any():
             continue
-        group_counted = counted[key_of]  # each row's key counted or not, per group of rows
-        da, do = d[np.repeat(group_counted & ga, size)], d[np.repeat(group_counted & ~ga, size)]
-        rows.append({"name": names[code], "n_alone": len(da), "alone_median_ns": _median(da),
-                     "n_overlapped": len(do), "overlapped_median_ns": _median(do),
+        group_counted = counted[key_of]  # each group's key counted or not
+        n_alone, med_alone = _union_median(d, head, size, group_counted & ga, low)
+        n_over, med_over = _union_median(d, head, size, group_counted & ~ga, low)
+        del d, packed
+        rows.append({"name": names[code], "n_alone": n_alone, "alone_median_ns": med_alone,
+                     "n_overlapped": n_over, "overlapped_median_ns": med_over,
                      "baseline_ns": float((n_o[counted] * med_a[counted]).sum()), "_sum": int(sum_o[counted].sum()),
                      "overlapped_ns": int(sum_o.sum())})
     if not rows:
@@ -340,6 +363,75 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
     for c in ("n_alone", "n_overlapped", "_sum", "overlapped_ns"):
         g[c] = g[c].astype(np.int64)
     return _finish(g)
+
+
+LOW = (1 << 32) - 1  # the duration's bits in a packed row (:func:`_packed`)
+
+
+def _low(x: np.ndarray, packed: bool) -> np.ndarray:
+    """The durations of packed rows (:func:`_packed`: their low 32 bits); unpacked durations as they are."""
+    return x & LOW if packed else x
+
+
+def _packed(k: np.ndarray, a: np.ndarray, d: np.ndarray, chunk: int = 1 << 15) -> np.ndarray | None:
+    """The durations ``d`` (int64, overwritten) as k << 33 | is_alone << 32 | duration, sorted in place: the
+    order of :func:`_sorted_by_key` in the array of the durations, a chunk at a time (no other per-row
+    array). None, ``d`` untouched, when k ≥ 2^30 or a duration is outside [0, 2^32)."""
+    if not len(k) or k.min() < 0 or k.max() >= 2**30 or d.min() < 0 or d.max() >= 2**32:
+        return None
+    for lo in range(0, len(d), chunk):
+        hi = k[lo:lo + chunk].astype(np.int64)
+        hi <<= 1
+        hi |= a[lo:lo + chunk]
+        hi <<= 32
+        d[lo:lo + chunk] |= hi
+    d.sort()
+    return d
+
+
+def _packed_groups(packed: np.ndarray, chunk: int = 1 << 15):
+    """(head, size, k, is_alone, Σ duration) per run of one (k, is_alone) in sorted :func:`_packed` rows.
+    The runs' starts are found a chunk at a time; each run's sum of durations as Σ packed − size · (its
+    high bits), in uint64 arithmetic (exact modulo 2^64, and the true sum, ≤ size · 2^32, is below 2^63)."""
+    cuts = [np.zeros(min(len(packed), 1), dtype=np.intp)]
+    for lo in range(0, len(packed) - 1, chunk):
+        g = packed[lo:lo + chunk + 1] >> 32
+        cuts.append(np.flatnonzero(g[1:] != g[:-1]) + lo + 1)
+    head = np.concatenate(cuts)
+    size = np.diff(np.append(head, len(packed)))
+    top = packed[head] >> 32
+    u = packed.view(np.uint64)
+    sums = (np.add.reduceat(u, head) - size.astype(np.uint64) * (top.astype(np.uint64) << np.uint64(32))).astype(np.int64)
+    return head, size, top >> 1, (top & 1).astype(bool), sums
+
+
+def _union_median(d: np.ndarray, head: np.ndarray, size: np.ndarray, sel: np.ndarray,
+                  packed: bool) -> tuple[int, float]:
+    """(count, :func:`_median`) of the durations in the selected sorted runs d[head_i : head_i + size_i]
+    together. Packed rows (:func:`_packed`): each order statistic by a binary search over the 32-bit
+    duration x, counting the rows ≤ x of every selected run with one ``searchsorted`` of (its high bits | x)
+    (a run is sorted and its high bits are its own): no per-row array is gathered."""
+    if not packed:
+        vals = d[np.repeat(sel, size)]
+        return len(vals), _median(vals)
+    head, n = head[sel], int(size[sel].sum())
+    if n == 0:
+        return 0, _median(d[:0])
+    top = d[head] & ~LOW
+
+    def select(j: int) -> int:  # the j-th smallest duration (0-based): the least x with #{≤ x} > j
+        lo, hi = 0, LOW
+        while lo < hi:
+            x = (lo + hi) // 2
+            if int((np.searchsorted(d, top | x, side="right") - head).sum()) > j:
+                hi = x
+            else:
+                lo = x + 1
+        return lo
+
+    if n % 2:
+        return n, float(select(n // 2))
+    return n, (float(select(n // 2 - 1)) + float(select(n // 2))) / 2.0
 
 
 def _sorted_by_key(k: np.ndarray, a: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

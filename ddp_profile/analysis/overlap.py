@@ -35,7 +35,7 @@ from ddp_profile.analysis._common import (
 )
 
 
-def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 17) -> np.ndarray:
+def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 15) -> np.ndarray:
     """Per kernel row: ns of it covered by the other class (compute<->NCCL) on its (pid, device); 0 for
     copies. Per (pid, device) and class, :func:`intervals.covered_length` of the kernels against the other
     class's set. int32 when every kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its
@@ -99,7 +99,7 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     if int(np.maximum(hi - lo, 0).sum()) > len(s) // 4:
         lo = _first_rows(e, is_comp, nset[0], chunk)
         lo[1:] = np.maximum(lo[1:], hi[:-1])
-    meets = []  # rows of the compute kernels with |c ∩ N| > 0: C', ascending
+    meets = np.zeros(len(s), dtype=bool)  # the compute kernels with |c ∩ N| > 0: C'
     for c0 in range(0, len(s), chunk):
         c1 = c0 + chunk
         j0, j1 = int(hi.searchsorted(c0, side="right")), int(lo.searchsorted(c1, side="left"))
@@ -108,11 +108,10 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
         q = q[is_comp[q]]
         got = _covered(s[q], e[q], nset)
         out[q] = got
-        meets.append(q[got > 0].astype(np.int32 if len(s) < 2**31 else np.int64))
-    c_rows = np.concatenate(meets)
+        meets[q[got > 0]] = True
+    # The rows are sorted by start: C' is merged a chunk of rows at a time (no copy of its rows' times).
+    cset = _prefix(*iv.normalize_rows(s, e, meets))
     del meets
-    cset = _prefix(*iv.normalize(s[c_rows], e[c_rows]))
-    del c_rows
     if not len(cset[0]):
         return
     for c0 in range(0, len(nccl), chunk):
@@ -184,7 +183,7 @@ def _sorted(x: np.ndarray, chunk: int) -> bool:
     return True
 
 
-def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -> pd.DataFrame:
+def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 16) -> pd.DataFrame:
     """KERNEL_OVERLAP_COLUMNS: per (kind, name) of compute and NCCL kernels, duration-weighted overlap."""
     return finish_kernel_overlap([kernel_sums(karr, covered, chunk)])
 

@@ -203,3 +203,48 @@ def test_window_slices_and_window_search_give_the_same_tables(seed, monkeypatch)
     karr2 = KernelArrays(shuffled)
     covered2 = overlapped_by_other_class(karr2)
     pd.testing.assert_frame_equal(contention(karr2, covered2, windows, min_count=2), fast)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_packed_keys_give_the_unpacked_table(seed, monkeypatch):
+    """The keyed table from packed rows (groups' sums and medians read from one sorted int64 array, medians
+    by binary search over the durations) equals the one from the unpacked (key, duration) sort, also with
+    the packing and grouping done over small chunks of rows."""
+    import ddp_profile.analysis.contention as cont
+
+    k, windows = _random_steps(seed)
+    karr = KernelArrays(k)
+    covered = overlapped_by_other_class(karr)
+    packed = contention(karr, covered, windows, min_count=2)
+    assert len(packed)
+    with monkeypatch.context() as m:
+        m.setattr(cont, "_packed", lambda k, a, d: None)
+        pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), packed)
+    with monkeypatch.context() as m:
+        m.setattr(cont, "_packed", functools.partial(cont._packed, chunk=5))
+        m.setattr(cont, "_packed_groups", functools.partial(cont._packed_groups, chunk=3))
+        m.setattr(cont, "_classes", functools.partial(cont._classes, chunk=4))
+        pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), packed)
+
+
+def test_union_median_of_packed_runs():
+    """Order statistics of selected sorted runs of packed rows: the median of their durations together."""
+    import ddp_profile.analysis.contention as cont
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 40):
+        k = rng.integers(0, 4, n).astype(np.int32)
+        a = rng.random(n) < 0.5
+        d = rng.integers(0, 2**32, n) if n < 40 else rng.integers(0, 3, n)  # wide values, many ties
+        want = d.copy()
+        p = cont._packed(k, a, d)
+        head, size, gk, ga, sums = cont._packed_groups(p)
+        for sel in (ga, ~ga, np.ones(len(head), bool)):
+            if not sel.any():
+                continue
+            rows = np.isin(k.astype(np.int64) * 2 + a, gk[sel] * 2 + ga[sel])
+            got = cont._union_median(p, head, size, sel, True)
+            assert got == (int(rows.sum()), float(np.median(want[rows])))
+        for g in range(len(head)):
+            rows = (k == gk[g]) & (a == ga[g])
+            assert sums[g] == want[rows].sum()

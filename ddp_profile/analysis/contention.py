@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays, equal_range, masked_durations
+from ddp_profile.analysis._common import TRIM_ROWS, KernelArrays, equal_range, masked_durations
+from ddp_profile.memory import return_freed_memory
 
 Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
@@ -234,6 +235,11 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
     # with no other name's rows still held.
     for u in sorted(pieces, key=lambda c: (sum(len(p) for p in pieces[c]), c)):
         own = pieces.pop(u)
+        if sum(len(p) for p in own) >= TRIM_ROWS:
+            # The smaller names' freed arrays (heap memory, under glibc's mmap threshold) go back to the OS
+            # before this name's are made: they stayed resident between live blocks (~4 MB on the 1M-kernel
+            # replica's peak).
+            return_freed_memory()
         r = own[0] if len(own) == 1 else np.concatenate(own)
         del own
         # The name's rows in window j are r[a_j:b_j] (r ascending, windows disjoint row ranges): a search per
@@ -255,39 +261,41 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         r = r[inside]
         k = k[inside]
         del inside, a, b
-        alone, keep = _classes(karr, covered, r)
-        if keep.any():
-            # One array at a time, then handed over from a list, so the generator's frame keeps none of them
-            # while the caller works; the durations last, of the kept rows only.
-            r = r[keep]
-            k = k[keep]
-            alone = alone[keep]
-            del keep
-            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [
-                (u, r, k, alone, _durations(karr, r))]
-            del r, k, alone
+        r, k, alone, d = _classes(karr, covered, r, k)
+        if len(d):
+            # Handed over from a list, so the generator's frame keeps none of them while the caller works.
+            out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [(u, r, k, alone, d)]
+            del r, k, alone, d
             yield out.pop()
 
 
-def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray,
-             chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``rows``: (alone, alone or overlapped) as two masks, a chunk of rows at a time (the
-    covered times and durations are chunk-sized). Alone: covered 0. Overlapped: 2·cov ≥ d > 0, tested as
-    cov ≥ d − cov (no doubling of an int32)."""
+def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.ndarray,
+             chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows that ran alone or overlapped, and their k, is_alone and durations, a chunk of rows at a time
+    (covered times and durations chunk-sized). ``rows`` and ``k`` (arrays of their own) are compacted in
+    place and shrunk, as is the durations' array: no per-row mask, no second copy of the kept rows. Alone:
+    covered 0. Overlapped: 2·cov ≥ d > 0, tested as cov ≥ d − cov (no doubling of an int32)."""
     alone = np.empty(len(rows), dtype=bool)
-    keep = np.empty(len(rows), dtype=bool)
+    dur = np.empty(len(rows), dtype=np.int64)
+    n = 0
     for lo in range(0, len(rows), chunk):
         r = rows[lo:lo + chunk]
         cov = covered[r]
         d = _durations(karr, r)
-        np.equal(cov, 0, out=alone[lo:lo + chunk])
+        al = cov == 0
         d -= cov
-        k = keep[lo:lo + chunk]
-        np.greater_equal(cov, d, out=k)
+        keep = cov >= d
         d += cov
-        k &= d > 0
-        k |= alone[lo:lo + chunk]
-    return alone, keep
+        keep &= d > 0
+        keep |= al
+        m = int(np.count_nonzero(keep))
+        # Written at n ≤ lo: every value is read (a selection is a copy) before its slot is overwritten.
+        rows[n:n + m], k[n:n + m] = r[keep], k[lo:lo + chunk][keep]
+        alone[n:n + m], dur[n:n + m] = al[keep], d[keep]
+        n += m
+    for a in (rows, k, alone, dur):
+        a.resize(n, refcheck=False)  # no view of them is held: the dropped rows' memory goes back
+    return rows, k, alone, dur
 
 
 def _durations(karr: KernelArrays, rows: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:

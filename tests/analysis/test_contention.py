@@ -224,6 +224,7 @@ def test_packed_keys_give_the_unpacked_table(seed, monkeypatch):
         m.setattr(cont, "_packed", functools.partial(cont._packed, chunk=5))
         m.setattr(cont, "_packed_groups", functools.partial(cont._packed_groups, chunk=3))
         m.setattr(cont, "_classes", functools.partial(cont._classes, chunk=4))
+        m.setattr(cont, "_ordered_segments", functools.partial(cont._ordered_segments, chunk=6))
         pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), packed)
 
 

@@ -86,37 +86,61 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     interval), about the compute kernels that do meet NCCL (a quarter of them on the replica export, 2 % on
     the synthetic one); every other row keeps 0. R_i > ns_j needs c.start > ns_j − longest for some c ≤ i:
     that looser bound, from the starts alone, is taken when it already leaves under a quarter of the rows.
-    NCCL kernels are then covered by C' = ∪{c : |c ∩ N| > 0}, not by all compute kernels: |k ∩ ∪C| =
-    |k ∩ ∪C'| for every NCCL kernel k, since any c meeting k meets N. Same values as :func:`_cover_rows`."""
+    NCCL kernels are then covered group by group of NCCL intervals (those whose first row is in the same
+    ``chunk`` of rows): a kernel k in [ns_j, ne_j) meets only compute rows in [first_j, hi_j), so
+    |k ∩ ∪C| = |k ∩ ∪C_g| with C_g the compute rows from the group's first first_j to its last hi_j (merged
+    a chunk of rows at a time: no copy of their times, no set of every compute kernel meeting N at once).
+    Same values as :func:`_cover_rows`."""
     nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
                                                   for c0 in range(0, len(s), chunk)])
     nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
     if not len(nset[0]) or not is_comp.any():
         return
     hi = s.searchsorted(nset[2][1:], side="left")
-    lo = s.searchsorted(nset[0] - longest, side="right")
-    lo[1:] = np.maximum(lo[1:], hi[:-1])  # disjoint row ranges [lo, hi) (hi never decreases)
-    if int(np.maximum(hi - lo, 0).sum()) > len(s) // 4:
-        lo = _first_rows(e, is_comp, nset[0], chunk)
-        lo[1:] = np.maximum(lo[1:], hi[:-1])
-    meets = np.zeros(len(s), dtype=bool)  # the compute kernels with |c ∩ N| > 0: C'
+    first = s.searchsorted(nset[0] - longest, side="right")
+    if int(np.maximum(hi - _disjoint(first, hi), 0).sum()) > len(s) // 4:
+        first = _first_rows(e, is_comp, nset[0], chunk)
+    lo = _disjoint(first, hi)  # disjoint row ranges [lo, hi) (hi never decreases)
     for c0 in range(0, len(s), chunk):
         c1 = c0 + chunk
         j0, j1 = int(hi.searchsorted(c0, side="right")), int(lo.searchsorted(c1, side="left"))
         a, b = np.clip(lo[j0:j1], c0, c1), np.clip(hi[j0:j1], c0, c1)
         q = _expand(a, np.maximum(b - a, 0))
         q = q[is_comp[q]]
-        got = _covered(s[q], e[q], nset)
-        out[q] = got
-        meets[q[got > 0]] = True
-    # The rows are sorted by start: C' is merged a chunk of rows at a time (no copy of its rows' times).
-    cset = _prefix(*iv.normalize_rows(s, e, meets))
-    del meets
-    if not len(cset[0]):
-        return
-    for c0 in range(0, len(nccl), chunk):
-        q = nccl[c0:c0 + chunk]
-        out[q] = _covered(s[q], e[q], cset)
+        out[q] = _covered(s[q], e[q], nset)
+    ns, ne, k_start = nset[0], nset[2][1:], s[nccl]
+    groups = np.flatnonzero(np.diff(first // chunk)) + 1
+    for g0, g1 in zip([0, *groups.tolist()], [*groups.tolist(), len(first)], strict=True):
+        r0, r1 = int(first[g0]), int(hi[g1 - 1])
+        if r1 <= r0:
+            continue
+        # Of the span, the rows of the group's ranges [lo_j, hi_j), the first from first_j: they hold every
+        # [first_j, hi_j) (a row before lo_j is in an earlier range of the group), and are disjoint.
+        a = np.minimum(lo[g0:g1], r1) - r0
+        a[0] = 0
+        b = hi[g0:g1] - r0
+        a, b = a[b > a], b[b > a]  # non-empty: each of a and b strictly increasing (no repeated index)
+        marks = np.zeros(r1 - r0 + 1, dtype=np.int8)
+        marks[a] += 1
+        marks[b] -= 1
+        rows = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # 0 or 1: the ranges are disjoint
+        del marks
+        rows &= is_comp[r0:r1]
+        cset = _prefix(*iv.normalize_rows(s[r0:r1], e[r0:r1], rows))
+        del rows
+        if not len(cset[0]):
+            continue
+        k0, k1 = int(k_start.searchsorted(ns[g0], side="left")), int(k_start.searchsorted(ne[g1 - 1], side="left"))
+        for c0 in range(k0, k1, chunk):
+            q = nccl[c0:min(c0 + chunk, k1)]
+            out[q] = _covered(s[q], e[q], cset)
+
+
+def _disjoint(first: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``first`` raised to the previous interval's ``hi``: row ranges [lo_j, hi_j) that do not overlap."""
+    lo = first.copy()
+    lo[1:] = np.maximum(lo[1:], hi[:-1])
+    return lo
 
 
 def _first_rows(e: np.ndarray, is_comp: np.ndarray, ns: np.ndarray, chunk: int) -> np.ndarray:

@@ -98,7 +98,7 @@ def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed, sparse):
     k = k.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     karr = KernelArrays(k)
     assert row_runs(karr.pid, karr.device) is not None
-    for chunk in (64, 1 << 17):
+    for chunk in (7, 64, 1 << 17):  # NCCL intervals grouped by row chunk: many groups, a few, one
         np.testing.assert_array_equal(overlapped_by_other_class(karr, chunk=chunk), reference_covered(k))
     # Same rows, one group's order broken (the per-row path for that group only): same values.
     swapped = k.copy()

@@ -214,7 +214,8 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
     (one stable sort of the chunk's name codes: a radix sort), so each name's rows come out ascending, and
     are the only full-length array (4 B per kernel); each name's windows, positions k and classes are then
     found from its own rows only (two binary searches per window, its covered times and durations), with
-    4-byte temporaries per row where they fit."""
+    4-byte rows and 2-byte k where they fit, and classes and durations a chunk of rows at a time
+    (:func:`_classes`). Peak per name of n rows: 4n (rows) + 2n (k) + n (is_alone) + 8n (durations)."""
     pieces: dict[int, list[np.ndarray]] = {}
     for lo in range(0, len(karr.start), chunk):
         code = karr.name_code[lo:lo + chunk]
@@ -259,7 +260,8 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         np.maximum.accumulate(k, out=k)
         np.subtract(np.arange(len(r), dtype=np.int32), k, out=k)
         r = r[inside]
-        k = k[inside]
+        # k ≤ the name's rows in one window: int16 when it fits (2 B per row less at the name's peak)
+        k = k[inside].astype(np.int16) if len(r) < 2**15 or k.max() < 2**15 else k[inside]
         del inside, a, b
         r, k, alone, d = _classes(karr, covered, r, k)
         if len(d):

@@ -235,17 +235,17 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
     # Smallest names first (the table is sorted by name later): the largest name's arrays are then made
     # with no other name's rows still held.
     for u in sorted(pieces, key=lambda c: (sum(len(p) for p in pieces[c]), c)):
-        own = pieces.pop(u)
-        if sum(len(p) for p in own) >= TRIM_ROWS:
-            # The smaller names' freed arrays (heap memory, under glibc's mmap threshold) go back to the OS
-            # before this name's are made: they stayed resident between live blocks (~4 MB on the 1M-kernel
-            # replica's peak).
-            return_freed_memory()
-        r = own[0] if len(own) == 1 else np.concatenate(own)
-        del own
+        own = pieces.pop(u)[::-1]
+        r = np.empty(sum(len(p) for p in own), dtype=own[0].dtype)  # filled piece by piece, each freed
+        n = 0
+        while own:
+            piece = own.pop()
+            r[n:n + len(piece)] = piece
+            n += len(piece)
+            del piece
         # The name's rows in window j are r[a_j:b_j] (r ascending, windows disjoint row ranges): a search per
-        # window, then int32 marks: in a window or not (+1 at a_j, −1 at b_j, summed) and k = the row's
-        # position in r less a_j of its window (the latest a_j at or before it).
+        # window, then int8 marks: in a window or not (+1 at a_j, −1 at b_j, summed). The rows in windows are
+        # kept in place; k = a row's position among them less c_j, the kept rows before its window.
         a, b = r.searchsorted(wlo, side="left"), r.searchsorted(whi, side="left")
         a, b = a[b > a], b[b > a]
         if len(a) == 0:
@@ -255,20 +255,38 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         marks[b] -= 1
         inside = np.cumsum(marks[:-1], dtype=np.int8).view(bool)  # 0 or 1: the windows are disjoint
         del marks
-        k = np.zeros(len(r), dtype=np.int32)
-        k[a] = a
-        np.maximum.accumulate(k, out=k)
-        np.subtract(np.arange(len(r), dtype=np.int32), k, out=k)
-        r = r[inside]
-        # k ≤ the name's rows in one window: int16 when it fits (2 B per row less at the name's peak)
-        k = k[inside].astype(np.int16) if len(r) < 2**15 or k.max() < 2**15 else k[inside]
-        del inside, a, b
+        r = _compact(r, inside)
+        del inside
+        size = b - a
+        c = np.cumsum(size) - size
+        k = np.empty(len(r), dtype=np.int16 if size.max() <= 2**15 else np.int32)  # k < its window's size
+        for lo in range(0, len(r), 1 << 15):
+            at = np.arange(lo, min(lo + (1 << 15), len(r)))
+            k[lo:lo + len(at)] = at - c[c.searchsorted(at, side="right") - 1]
+        del a, b, c, size
+        if len(r) >= TRIM_ROWS:
+            # The smaller names' and this one's freed temporaries (heap memory, under glibc's mmap threshold)
+            # go back to the OS before its classes and durations are made: they stayed resident between live
+            # blocks (~6 MB on the 1M-kernel replica's peak).
+            return_freed_memory()
         r, k, alone, d = _classes(karr, covered, r, k)
         if len(d):
             # Handed over from a list, so the generator's frame keeps none of them while the caller works.
             out: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = [(u, r, k, alone, d)]
             del r, k, alone, d
             yield out.pop()
+
+
+def _compact(x: np.ndarray, mask: np.ndarray, chunk: int = 1 << 15) -> np.ndarray:
+    """``x[mask]`` made in ``x`` itself (an array of its own, no view of it held): each chunk's selection
+    written at n ≤ its start (a selection is a copy, read before its slots are overwritten), then shrunk."""
+    n = 0
+    for lo in range(0, len(x), chunk):
+        got = x[lo:lo + chunk][mask[lo:lo + chunk]]
+        x[n:n + len(got)] = got
+        n += len(got)
+    x.resize(n, refcheck=False)
+    return x
 
 
 def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.ndarray,

@@ -249,3 +249,17 @@ def test_union_median_of_packed_runs():
         for g in range(len(head)):
             rows = (k == gk[g]) & (a == ga[g])
             assert sums[g] == want[rows].sum()
+
+
+def test_compact_in_place_over_chunks():
+    """_compact selects in the array itself, a chunk at a time: the same values as x[mask]."""
+    import ddp_profile.analysis.contention as cont
+
+    rng = np.random.default_rng(3)
+    for n, chunk in ((0, 4), (1, 4), (50, 4), (50, 7), (50, 64)):
+        x = rng.integers(0, 1000, n).astype(np.int32)
+        mask = rng.random(n) < 0.6
+        want = x[mask]
+        got = cont._compact(x, mask, chunk=chunk)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == np.int32

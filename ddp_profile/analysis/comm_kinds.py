@@ -87,21 +87,16 @@ def kind_codes(collective: pd.Series) -> np.ndarray:
     return table[codes]
 
 
-def kernel_kinds(karr) -> np.ndarray:
-    """KINDS index of every kernel of ``karr`` (meaningful where ``karr.is_nccl``), computed once."""
-    def compute():
-        col = karr.frame["collective"] if "collective" in karr.frame else pd.Series([None] * len(karr.frame))
-        return kind_codes(col)
-
-    return karr.memo("comm_kind", compute)
-
-
 def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
-    NCCL kernels are then picked among these few rows, not from all of the rank's."""
+    NCCL kernels are then picked among these few rows, not from all of the rank's. Only these rows' kinds are
+    classified and kept (not one code per kernel)."""
     def compute():
         idx = np.flatnonzero(karr.is_nccl)
-        return idx, kernel_kinds(karr)[idx], karr.rank[idx]
+        frame = karr.frame
+        kinds = (kind_codes(frame["collective"].iloc[idx]) if "collective" in frame
+                 else np.full(len(idx), OTHER, dtype=np.int8))
+        return idx, kinds, karr.rank[idx]
 
     return karr.memo("nccl_rows", compute)
 
@@ -345,8 +340,9 @@ def other_kind_note(karr) -> str | None:
 
 def other_kinds(karr) -> tuple[int, list]:
     """(count, first three distinct names) of the NCCL kernels of no known kind."""
-    other = karr.is_nccl & (kernel_kinds(karr) == OTHER)
-    n = int(np.count_nonzero(other))
+    idx, kcode, _ = nccl_rows(karr)
+    other = idx[kcode == OTHER]
+    n = len(other)
     return n, list(pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]) if n else []
 
 

@@ -42,11 +42,13 @@ from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis._common import (
     COMPUTE,
     NCCL,
+    TRIM_ROWS,
     KernelArrays,
     covered_by_normalized,
     intersect_normalized,
     pct,
 )
+from ddp_profile.memory import return_freed_memory
 
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -144,10 +146,19 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
     whole for ``comm_kinds``."""
     idx = karr.rank_index(rank)
     s, e = karr.start[idx], karr.end[idx]
+    if len(s) >= TRIM_ROWS:
+        # Freed temporaries of the previous stage or rank (heap memory, under glibc's mmap threshold) go back
+        # to the OS first; without it this rank's pieces stack on them (~2 MB on the 1M-kernel replica).
+        return_freed_memory()
     ns, ne = n_set = iv.normalize_rows(s, e, karr.is_nccl[idx], chunk)
     cov = {NCCL: covered_by_normalized(ws, we, ns, ne)}
     totals = {NCCL: int((ne - ns).sum()), COMPUTE: 0, "overlap": 0}
-    over_s, over_e = [], []
+    # C ∩ N has at most |C| + |N| intervals (each ends at an end of a C or an N interval, no two at the same
+    # one) and |C| is at most the rank's compute kernels: its pieces are written into buffers that long as
+    # they come, then cut to length in place (pages never written are never resident), not gathered and
+    # copied whole (the pieces beside their concatenation: ~2 MB more on the 1M-kernel replica).
+    cap = len(ns) + int(np.count_nonzero(karr.is_compute[idx]))
+    over_s, over_e, n_over = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), 0
     for name, mask in ((COMPUTE, karr.is_compute), ("copy", karr.is_copy), ("all", None)):
         got = np.zeros(len(ws), dtype=np.int64)
         for ps, pe in iv.normalized_pieces(s, e, None if mask is None else mask[idx], chunk):
@@ -158,10 +169,13 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
             lo, hi = np.searchsorted(ne, ps[0], side="right"), np.searchsorted(ns, pe[-1], side="left")
             if hi > lo:  # the NCCL intervals that can meet this piece
                 os_, oe = intersect_normalized((ps, pe), (ns[lo:hi], ne[lo:hi]))
-                over_s.append(os_)
-                over_e.append(oe)
+                over_s[n_over:n_over + len(os_)] = os_
+                over_e[n_over:n_over + len(oe)] = oe
+                n_over += len(os_)
         cov[name] = got
-    overlap = (np.concatenate(over_s), np.concatenate(over_e)) if over_s else (np.zeros(0, np.int64),) * 2
+    over_s.resize(n_over, refcheck=False)  # the buffers are this function's own: no view of them exists
+    over_e.resize(n_over, refcheck=False)
+    overlap = over_s, over_e
     totals["overlap"] = int((overlap[1] - overlap[0]).sum())
     cov["overlap"] = covered_by_normalized(ws, we, *overlap)
     karr.note_rank_totals(rank, totals)

@@ -213,7 +213,8 @@ class KernelArrays:
         return np.append(np.asarray(self.names, dtype=object), None)
 
     def rank_sets(self, rank) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """:meth:`sets` of one rank's kernels, computed once and cached (steps and overlap both use them)."""
+        """:meth:`sets` of one rank's kernels, computed once and cached (``launches`` uses them; the step table
+        sums its own a piece at a time and records the totals: :meth:`note_rank_totals`)."""
         cache = self.__dict__.setdefault("_rank_sets", {})
         if rank not in cache:
             # One rank at a time: all ranks' sets together take ~40 B per kernel (on 10M kernels they set

@@ -44,9 +44,9 @@ def _frame_text(res: dict) -> str:
     if not rows:
         return ""
     return (f"; the returned kernels frame alone takes {rows[-1]['analyze']['frame_bytes_per_row']:.0f} "
-            "bytes per kernel (its 16 columns; int32 ranks, pids, devices, streams and correlation ids, "
-            "categorical names) against 56 for the seven int64 columns, so the 2x memory target leaves about "
-            "half a frame for the reading and the analysis' working arrays")
+            "bytes per row (its 16 columns; int16 ranks, devices and streams, int32 pids and correlation ids, "
+            "categorical names) against 56 per kernel for the seven int64 columns; a row is a kernel, memcpy or "
+            "memset, so an export with many copies (the replica: 18 % of its rows) holds more rows than kernels")
 
 
 def shape_lines(res: dict) -> list[str]:

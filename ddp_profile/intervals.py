@@ -73,18 +73,35 @@ def _sorted(x: np.ndarray) -> bool:
 
 def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
                    chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray]:
-    """``normalize(starts[mask], ends[mask])`` (all rows without ``mask``), a chunk of rows at a time when
-    ``starts`` is sorted (a rank's kernels as the loader orders them): merging then only needs the reach
-    carried from one chunk to the next, and no temporary is longer than a chunk (the selected rows are never
-    copied whole). Unsorted input takes :func:`normalize`. Same arrays either way. 32k rows a chunk: each
-    temporary (256 KB) stays in cache and is reused (a rank of 125k kernels in one 131k chunk took ~50 %
-    more CPU time)."""
+    """``normalize(starts[mask], ends[mask])`` (all rows without ``mask``): the :func:`normalized_pieces`
+    concatenated. Sorted ``starts`` (a rank's kernels as the loader orders them) are merged a chunk of rows at
+    a time, with no temporary longer than a chunk (the selected rows are never copied whole); unsorted input
+    takes :func:`normalize`. Same arrays either way."""
+    pieces = list(normalized_pieces(starts, ends, mask, chunk))
+    if not pieces:
+        return _EMPTY.copy(), _EMPTY.copy()
+    return (np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False),
+            np.concatenate([p[1] for p in pieces]).astype(np.int64, copy=False))
+
+
+def normalized_pieces(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
+                      chunk: int = 1 << 15):
+    """``normalize(starts[mask], ends[mask])`` in consecutive pieces, a generator: each piece is a non-empty
+    normalised set, and the pieces in order, concatenated, are that one normalised set (pieces are disjoint
+    and non-touching). A caller summing over the set (its length, its coverage of a few windows: both add up
+    over disjoint pieces) never holds it whole.
+
+    Sorted ``starts``: a chunk of rows at a time. Merging needs only the interval still open at the chunk's
+    end (its start and reach, carried to the next chunk); every interval closed inside a chunk goes out with
+    it. 32k rows a chunk: each temporary (256 KB) stays in cache and is reused (a rank of 125k kernels in one
+    131k chunk took ~50 % more CPU time). Unsorted input: one piece, :func:`normalize`'s."""
     s_all, e_all = _arrays(starts, ends)
     if not all(_sorted(s_all[a:a + chunk + 1]) for a in range(0, max(len(s_all) - 1, 0), chunk)):
-        return normalize(s_all if mask is None else s_all[mask], e_all if mask is None else e_all[mask])
-    out_s: list[np.ndarray] = []
-    out_e: list[np.ndarray] = []
-    carry = None  # reach of every kept row so far (None: none yet)
+        s, e = normalize(s_all if mask is None else s_all[mask], e_all if mask is None else e_all[mask])
+        if len(s):
+            yield s, e
+        return
+    open_s = open_e = None  # the interval open at the end of the chunks so far (None: no row kept yet)
     for a in range(0, len(s_all), chunk):
         s, e = s_all[a:a + chunk], e_all[a:a + chunk]
         keep = e > s
@@ -95,21 +112,26 @@ def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None
         if not keep.all():
             s, e = s[keep], e[keep]
         reach = np.maximum.accumulate(e)
-        if carry is not None:
-            np.maximum(reach, carry, out=reach)
+        if open_e is not None:
+            np.maximum(reach, open_e, out=reach)
+        # A merged interval starts where the start lies beyond everything seen so far (strictly: touching
+        # intervals merge); each one ends at the reach just before the next one starts.
         new = np.empty(len(s), dtype=bool)
-        new[0] = carry is None or s[0] > carry
+        new[0] = open_e is None or s[0] > open_e
         np.greater(s[1:], reach[:-1], out=new[1:])
-        out_s.append(s[new])
-        ends = reach[:-1][new[1:]]
-        if carry is not None and new[0]:  # the interval open before this chunk ends at the carried reach
-            ends = np.concatenate([[carry], ends])
-        out_e.append(ends)
-        carry = reach[-1]
-    if carry is None:
-        return _EMPTY.copy(), _EMPTY.copy()
-    out_e.append(np.array([carry], dtype=np.int64))
-    return np.concatenate(out_s).astype(np.int64, copy=False), np.concatenate(out_e).astype(np.int64, copy=False)
+        firsts = s[new]
+        closed_e = reach[:-1][new[1:]]  # end of the interval before each new start (after the chunk's first row)
+        if open_e is not None and new[0]:  # the open interval ended before this chunk
+            closed_e = np.concatenate([np.array([open_e], dtype=np.int64), closed_e])
+        if len(firsts):
+            closed_s = firsts[:-1] if open_s is None else np.concatenate([np.array([open_s], dtype=np.int64),
+                                                                          firsts[:-1]])
+            if len(closed_s):
+                yield closed_s, closed_e
+            open_s = firsts[-1]
+        open_e = reach[-1]
+    if open_s is not None:
+        yield np.array([open_s], dtype=np.int64), np.array([open_e], dtype=np.int64)
 
 
 def _sweep(*sets) -> tuple[np.ndarray, list[np.ndarray]]:

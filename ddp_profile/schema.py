@@ -17,9 +17,10 @@ if TYPE_CHECKING:  # pandas is imported where frames are made, so the CLI can re
 # (runtime or driver API, joined on (pid, correlation_id)); phases are projected onto the GPU by launch_ns.
 # bytes: memcpy/memset size, <NA> for kernels.
 # dtypes from load_trace (chosen for memory; values are exact, a column is widened to int64 if a value needs
-# it): rank, pid, device, stream, correlation_id int32; start_ns, end_ns int64; name, kind, collective,
-# algorithm, protocol, dtype categorical (int8 codes while under 128 categories); launch_ns, bytes Int64;
-# launch_tid Int32. Consumers needing int64 arithmetic widen first (analysis._common.ints).
+# it): rank, device, stream int16 (int32 if a value needs it); pid, correlation_id int32; start_ns, end_ns
+# int64; name, kind, collective, algorithm, protocol, dtype categorical (int8 codes while under 128
+# categories); launch_ns Int64; bytes Int32 (Int64 past 2 GiB); launch_tid Int32. Consumers needing int64
+# arithmetic widen first (analysis._common.ints).
 KERNEL_COLUMNS = [
     "rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind",
     "collective", "algorithm", "protocol", "dtype",

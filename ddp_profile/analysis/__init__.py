@@ -206,15 +206,15 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
                      "range 'backward' or pass --phase backward=REGEX)")
     if rank_used_several_devices(kernels, karr):
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
-    # The step table's rank sets go before the rank overlap: it reads only their totals, kept apart
-    # (``KernelArrays.rank_totals``; a rank the steps did not visit has its sets built again): ~18 MB less
-    # resident under it on the 1M-kernel replica. The per-kernel comm kinds (memo) had their last user in
-    # the note above.
+    # Any cached rank sets and the comm kinds' memos (their last user: the note above) go before the rank
+    # overlap: it reads only the rank totals, kept apart (``KernelArrays.rank_totals``; a rank without them
+    # has its sets built again). Before the step table recorded its totals itself, its cached sets kept
+    # ~18 MB resident under the rank overlap on the 1M-kernel replica.
     karr.drop_rank_sets()
     karr.drop_memos()
     return_freed_memory()
     rank_overlap = _ov.rank_overlap(karr)
-    karr.drop_rank_sets()  # steps and rank overlap were their only users: free them before the next peak
+    karr.drop_rank_sets()  # built for ranks without steps only (no totals from the step table): freed
     karr.is_copy = None  # the rank sets' last user: the overlap tables and contention read compute and NCCL only
     # Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     # resident and each stage's peak stacks on them): ~10 MB off the 1M-kernel peak, values unchanged.

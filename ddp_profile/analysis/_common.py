@@ -218,7 +218,8 @@ class KernelArrays:
         return np.append(np.asarray(self.names, dtype=object), None)
 
     def rank_sets(self, rank) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """:meth:`sets` of one rank's kernels, computed once and cached (steps and overlap both use them)."""
+        """:meth:`sets` of one rank's kernels, computed once and cached (``launches`` uses them; the step table
+        sums its own a piece at a time and records the totals: :meth:`note_rank_totals`)."""
         cache = self.__dict__.setdefault("_rank_sets", {})
         if rank not in cache:
             # One rank at a time: all ranks' sets together take ~40 B per kernel (on 10M kernels they set
@@ -252,6 +253,24 @@ class KernelArrays:
             lo, hi = equal_range(self.rank, rank)
             return np.arange(lo, hi, dtype=np.intp)
         return np.flatnonzero(self.rank == rank)
+
+    def rank_index(self, rank) -> slice | np.ndarray:
+        """The rank's rows as a slice when they are one contiguous run (the loader's rank-sorted rows: two
+        binary searches, no index array, and the rank's start and end columns are views, not copies), else
+        their positions (:meth:`rank_rows`)."""
+        if "_rank_sorted" not in self.__dict__:  # as rank_rows finds it (and remembers it)
+            r = self.rank
+            self.__dict__["_rank_sorted"] = bool(len(r) < 2 or (r[1:] >= r[:-1]).all())
+        if self.__dict__["_rank_sorted"]:
+            lo, hi = equal_range(self.rank, rank)
+            return slice(lo, hi)
+        rows = self.rank_rows(rank)
+        return slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else rows
+
+    def note_rank_totals(self, rank, totals: dict[str, int]) -> None:
+        """Keep a rank's compute, NCCL and overlap totals for :meth:`rank_totals` (as :meth:`rank_sets` does):
+        a caller that went over the rank's sets without caching them (``steps``) records what it summed."""
+        self.__dict__.setdefault("_rank_totals", {})[rank] = dict(totals)
 
     def time_ordered(self, chunk: int = 1 << 18) -> bool:
         """Rows sorted by (rank, start), the loader's order: checked a chunk at a time, remembered."""

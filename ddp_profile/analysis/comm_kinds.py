@@ -51,7 +51,13 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import COMPUTE, covered_by_normalized, equal_range, intersect_normalized
+from ddp_profile.analysis._common import (
+    COMPUTE,
+    NCCL,
+    covered_by_normalized,
+    equal_range,
+    intersect_normalized,
+)
 
 KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
 GRADIENT = ("AllReduce", "ReduceScatter")
@@ -81,21 +87,16 @@ def kind_codes(collective: pd.Series) -> np.ndarray:
     return table[codes]
 
 
-def kernel_kinds(karr) -> np.ndarray:
-    """KINDS index of every kernel of ``karr`` (meaningful where ``karr.is_nccl``), computed once."""
-    def compute():
-        col = karr.frame["collective"] if "collective" in karr.frame else pd.Series([None] * len(karr.frame))
-        return kind_codes(col)
-
-    return karr.memo("comm_kind", compute)
-
-
 def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
-    NCCL kernels are then picked among these few rows, not from all of the rank's."""
+    NCCL kernels are then picked among these few rows, not from all of the rank's. Only these rows' kinds are
+    classified and kept (not one code per kernel)."""
     def compute():
         idx = np.flatnonzero(karr.is_nccl)
-        return idx, kernel_kinds(karr)[idx], karr.rank[idx]
+        frame = karr.frame
+        kinds = (kind_codes(frame["collective"].iloc[idx]) if "collective" in frame
+                 else np.full(len(idx), OTHER, dtype=np.int8))
+        return idx, kinds, karr.rank[idx]
 
     return karr.memo("nccl_rows", compute)
 
@@ -213,7 +214,10 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     ``phases``: :func:`phase_index` of the GPU phase windows (or ``bounds``: their :func:`phase_bounds` for
     these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
     (None: no wait information, wait columns NaN)."""
-    c = sets[COMPUTE]
+    # Every set S met with C below lies within N (N_k, P, N_AllGather; Wt when the waits are the rank's own
+    # kernels'), so S ∩ C = S ∩ (C ∩ N): the rank's overlap set (a few intervals per NCCL kernel) stands for
+    # C (about one per compute kernel), the same integers.
+    c = sets["overlap"]
     idx, kcode = _rank_nccl(karr, rank)
     ks, ke = karr.start[idx], karr.end[idx]
     step_ids = np.asarray(steps["step"])
@@ -226,6 +230,8 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     out = {}
     if coll is not None:
         wt = iv.normalize(w0, w1)
+        if not _within(wt, sets[NCCL]):  # waits of other kernels than the rank's (a table from elsewhere)
+            c = sets[COMPUTE] if COMPUTE in sets else _compute_set(karr, rank)
         out["exposed_wait_ns"] = _exposed(ws, we, wt, c)
         out["exposed_transfer_ns"] = np.asarray(steps["exposed_comm_ns"], dtype=float) - out["exposed_wait_ns"]
     else:
@@ -268,6 +274,20 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     kinds = pd.DataFrame({c: v[keep] for c, v in cols.items()}, index=np.flatnonzero(keep))
     kinds["rank"] = kinds["rank"].astype(np.asarray(rank).dtype)
     return out, kinds
+
+
+def _within(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether normalised set a lies within normalised set b: each interval of a inside the interval of b
+    that starts last at or before it (b's intervals are disjoint and non-touching)."""
+    (as_, ae), (bs, be) = a, b
+    j = np.searchsorted(bs, as_, side="right") - 1
+    return bool(((j >= 0) & (be[np.maximum(j, 0)] >= ae)).all()) if len(bs) else not len(as_)
+
+
+def _compute_set(karr, rank) -> tuple[np.ndarray, np.ndarray]:
+    """C: the rank's compute kernels, merged (normalised)."""
+    idx = karr.rank_index(rank)
+    return iv.normalize_rows(karr.start[idx], karr.end[idx], karr.is_compute[idx])
 
 
 def _counts(values: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -320,8 +340,9 @@ def other_kind_note(karr) -> str | None:
 
 def other_kinds(karr) -> tuple[int, list]:
     """(count, first three distinct names) of the NCCL kernels of no known kind."""
-    other = karr.is_nccl & (kernel_kinds(karr) == OTHER)
-    n = int(np.count_nonzero(other))
+    idx, kcode, _ = nccl_rows(karr)
+    other = idx[kcode == OTHER]
+    n = len(other)
     return n, list(pd.unique(karr.name_values()[karr.name_code[other].astype(np.int64)])[:3]) if n else []
 
 

@@ -39,7 +39,16 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized, pct
+from ddp_profile.analysis._common import (
+    COMPUTE,
+    NCCL,
+    TRIM_ROWS,
+    KernelArrays,
+    covered_by_normalized,
+    intersect_normalized,
+    pct,
+)
+from ddp_profile.memory import return_freed_memory
 
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -85,9 +94,8 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     at = 0
     arrays: list[dict] = []
     for rank, rows in groups.items():
-        sets = karr.rank_sets(rank)
         ws, we = start_col[rows].astype(np.int64, copy=False), end_col[rows].astype(np.int64, copy=False)
-        cov = {k: covered_by_normalized(ws, we, *sets[k]) for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
+        cov, sets = rank_cover(karr, rank, ws, we)
         step_ns = iv.window_length(ws, we)
         cols_now = {
             "rank": rank, "step": step_col[rows], "start_ns": ws, "end_ns": we, "step_ns": step_ns,
@@ -109,7 +117,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits)
             arrays.append(cols_now | cols)
         kinds.append(k)
-        del sets  # not held while the next rank's are built (KernelArrays keeps one rank's at a time)
+        del sets  # not held while the next rank's are built
     if arrays:
         out = pd.DataFrame({c: np.concatenate([a[c] for a in arrays]) for c in arrays[0]})
     else:
@@ -120,6 +128,58 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     if not job_tail:
         return out, kinds
     return schema.select(with_job_tail(out), schema.STEP_METRIC_COLUMNS), ck.finish(kinds)
+
+
+def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: int = 1 << 15
+               ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """(|X ∩ [ws, we)| per window for X = C, N, M (``copy``), A (``all``) and C ∩ N (``overlap``), the sets N
+    and C ∩ N) of one rank's kernels (int64), and its totals |C|, |N|, |C ∩ N| recorded for the rank overlap
+    (``KernelArrays.note_rank_totals``).
+
+    C, A and M hold about one interval per kernel of their class (~8 MB each for a rank of 500k kernels):
+    they are merged a chunk of rows at a time (``intervals.normalized_pieces``) and each piece P_j is added
+    up and dropped. The pieces are disjoint, so for X = ∪_j P_j::
+
+        |X ∩ W| = Σ_j |P_j ∩ W|,   |X| = Σ_j |P_j|,   C ∩ N = ∪_j (P_j ∩ N)   (P_j: pieces of C)
+
+    integer sums, the same numbers as from the whole sets. N and C ∩ N (NCCL-long intervals: few) are kept
+    whole for ``comm_kinds``."""
+    idx = karr.rank_index(rank)
+    s, e = karr.start[idx], karr.end[idx]
+    if len(s) >= TRIM_ROWS:
+        # Freed temporaries of the previous stage or rank (heap memory, under glibc's mmap threshold) go back
+        # to the OS first; without it this rank's pieces stack on them (~2 MB on the 1M-kernel replica).
+        return_freed_memory()
+    ns, ne = n_set = iv.normalize_rows(s, e, karr.is_nccl[idx], chunk)
+    cov = {NCCL: covered_by_normalized(ws, we, ns, ne)}
+    totals = {NCCL: int((ne - ns).sum()), COMPUTE: 0, "overlap": 0}
+    # C ∩ N has at most |C| + |N| intervals (each ends at an end of a C or an N interval, no two at the same
+    # one) and |C| is at most the rank's compute kernels: its pieces are written into buffers that long as
+    # they come, then cut to length in place (pages never written are never resident), not gathered and
+    # copied whole (the pieces beside their concatenation: ~2 MB more on the 1M-kernel replica).
+    cap = len(ns) + int(np.count_nonzero(karr.is_compute[idx]))
+    over_s, over_e, n_over = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), 0
+    for name, mask in ((COMPUTE, karr.is_compute), ("copy", karr.is_copy), ("all", None)):
+        got = np.zeros(len(ws), dtype=np.int64)
+        for ps, pe in iv.normalized_pieces(s, e, None if mask is None else mask[idx], chunk):
+            got += covered_by_normalized(ws, we, ps, pe)
+            if name != COMPUTE:
+                continue
+            totals[COMPUTE] += int((pe - ps).sum())
+            lo, hi = np.searchsorted(ne, ps[0], side="right"), np.searchsorted(ns, pe[-1], side="left")
+            if hi > lo:  # the NCCL intervals that can meet this piece
+                os_, oe = intersect_normalized((ps, pe), (ns[lo:hi], ne[lo:hi]))
+                over_s[n_over:n_over + len(os_)] = os_
+                over_e[n_over:n_over + len(oe)] = oe
+                n_over += len(os_)
+        cov[name] = got
+    over_s.resize(n_over, refcheck=False)  # the buffers are this function's own: no view of them exists
+    over_e.resize(n_over, refcheck=False)
+    overlap = over_s, over_e
+    totals["overlap"] = int((overlap[1] - overlap[0]).sum())
+    cov["overlap"] = covered_by_normalized(ws, we, *overlap)
+    karr.note_rank_totals(rank, totals)
+    return cov, {NCCL: n_set, "overlap": overlap}
 
 
 def _joined_once(steps: pd.DataFrame, groups: dict, extras: list[pd.DataFrame]) -> dict[str, np.ndarray] | None:

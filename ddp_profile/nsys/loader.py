@@ -36,6 +36,9 @@ from ddp_profile.nsys.frames import (
 from ddp_profile.nsys.run_record import clean_run_record
 from ddp_profile.trace import Trace
 
+JOIN_CHUNK = 1 << 18
+"""Activities whose launch is looked up at once (their int64 keys and positions are this long, not the trace)."""
+
 
 def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """launch (start, tid) per activity, matched on (pid, correlationId); -1 where no API row matches.
@@ -51,32 +54,34 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
     lkey = lpid.astype(np.int64)
     del lpid
     lkey <<= 32
-    lcorr = lcorr.astype(np.int64, copy=False)
-    np.bitwise_and(lcorr, 0xFFFFFFFF, out=lcorr)
-    lkey |= lcorr
+    lkey |= low_32_bits(lcorr)
     del lcorr
-    order = np.argsort(lkey, kind="stable")
-    lkey = lkey[order]
-    lstart = lstart[order]  # API rows permuted into key order once, so ``order`` is freed before the search
-    ltid = ltid[order]
-    del order
-    key = pid.astype(np.int64)
-    key <<= 32
-    key |= corr.view(np.uint32) if corr.dtype == np.int32 else corr & 0xFFFFFFFF  # the low 32 bits, no copy
-    pos = np.searchsorted(lkey, key)
-    np.minimum(pos, len(lkey) - 1, out=pos)
-    hit = np.empty(n, dtype=bool)
-    for a in range(0, n, 1 << 20):  # lkey[pos] == key by slices: no full-length temporary at the peak
-        np.equal(lkey[pos[a:a + (1 << 20)]], key[a:a + (1 << 20)], out=hit[a:a + (1 << 20)])
-    hit &= corr > 0
-    del key, lkey
-    src = pos[hit]
-    del pos
+    if not (lkey[1:] >= lkey[:-1]).all():  # else already in key order: one process's calls, numbered in order
+        order = np.argsort(lkey, kind="stable")
+        lkey.sort()  # in place: equal keys are equal values, so this is lkey[order] without a second key array
+        lstart = lstart[order]  # API rows permuted into key order once, so ``order`` is freed before the search
+        ltid = ltid[order]
+        del order
     out_ns = np.full(n, -1, dtype=np.int64)
-    out_ns[hit] = lstart[src]
     out_tid = np.full(n, -1, dtype=np.int32 if ltid.dtype == np.int32 else np.int64)  # int64: damaged tid
-    out_tid[hit] = ltid[src]
+    step = JOIN_CHUNK  # activities looked up a chunk at a time: their keys and positions are never full length
+    for a in range(0, n, step):
+        key = pid[a:a + step].astype(np.int64)
+        key <<= 32
+        key |= low_32_bits(corr[a:a + step])
+        pos = np.searchsorted(lkey, key)
+        np.minimum(pos, len(lkey) - 1, out=pos)
+        hit = lkey[pos] == key
+        hit &= corr[a:a + step] > 0
+        src = pos[hit]
+        out_ns[a:a + step][hit] = lstart[src]
+        out_tid[a:a + step][hit] = ltid[src]
     return out_ns, out_tid
+
+
+def low_32_bits(values: np.ndarray) -> np.ndarray:
+    """The low 32 bits of integer ids as non-negative values (an int32 column is viewed, not copied)."""
+    return values.view(np.uint32) if values.dtype == np.int32 else values & 0xFFFFFFFF
 
 
 class _ChunkReaders:
@@ -123,7 +128,8 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     if all(p["bytes"] is None for p in parts):
         cols["bytes"] = None  # kernels only: no byte count (the frame's column is all <NA>)
     else:
-        cols["bytes"] = concat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, np.int64)
+        wide = np.result_type(*[p["bytes"] for p in parts if p["bytes"] is not None])  # int32 unless widened
+        cols["bytes"] = concat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, wide)
                               for p in parts])
     del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
@@ -133,7 +139,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
     lookup = sql.strings(con, kernel_ids)
     labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
     unnamed = np.array([int(i) not in lookup for i in kernel_ids], dtype=bool)
-    codes = np.empty(len(ids), dtype=np.int32)
+    codes = np.empty(len(ids), dtype=np.int16 if len(kernel_ids) < 30000 else np.int32)  # indexes ``labels``
     codes[is_kernel] = inverse
     nccl = np.array([nccl_names.is_nccl(n) for n in labels], dtype=bool)
     if is_kernel.any():  # a name missing from StringIds: neither compute nor NCCL, but "unknown" (code 4)
@@ -153,7 +159,9 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
-    launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], sql.launches(con, have, map_chunks))
+    launch = sql.launches(con, have, map_chunks)
+    return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
+    launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
             "launch_tid": launch_tid, "unnamed": n_unnamed}
 

@@ -231,7 +231,7 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
 
 def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict[str, np.ndarray | None]:
     """Columns pid, device, stream, start, end, name_id, corr, bytes of one activity table (narrow dtypes
-    where values are small: int32 pid/device/stream/name_id/corr; see ``int_columns``).
+    where values are small: int16 device/stream, int32 pid/name_id/corr/bytes; see ``int_columns``).
 
     Kernels: name_id = shortName (the base name; demangledName where shortName is absent), bytes = None
     (no byte count). Memcpy: name_id = copyKind; memset: name_id = -1; bytes = the size. Missing values are -1.
@@ -249,9 +249,10 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict
     exprs = [PID_SQL.format(col=or_default("globalPid", "0", nn)), or_default("deviceId", "-1", nn),
              or_default("streamId", "-1", nn), "start", or_default("end", "start", nn), name_id, corr]
     i32, i64 = np.int32, np.int64
-    dtypes = [i32, i32, i32, i64, i64, i32, i32]
+    i16 = np.int16  # devices and streams are small numbers; a byte count rarely passes 2 GiB (else: widened)
+    dtypes = [i32, i16, i16, i64, i64, i32, i32]
     if nbytes:
-        names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i64]
+        names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i32]
     out: dict[str, np.ndarray | None] = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks,
                                                                     dtypes=dtypes), strict=True))
     out.setdefault("bytes", None)
@@ -280,7 +281,7 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[n
     """Columns (pid, correlation_id, start, tid) of the CUDA runtime/driver API calls that launch GPU work
     (:data:`LAUNCH_FUNCTIONS`, selected by name id in SQL: real exports carry 2-4 API rows per kernel, most
     of them event, stream-capture and name queries that launch nothing) and carry a correlationId (pid and
-    tid int32: both are 24-bit fields of globalTid). Exports without API names: every call with a
+    tid int32: both are 24-bit fields of globalTid; correlation ids int32, widened if one needs it). Exports without API names: every call with a
     correlationId.
 
     The scan of the whole table is most of the cost, so the row filter tests the name first (it drops
@@ -289,15 +290,15 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[n
     exports this read took ~24 % less time than four columns behind the correlationId test)."""
     i32, i64 = np.int32, np.int64
     if RUNTIME not in have:
-        return [np.empty(0, dtype=d) for d in (i32, i64, i64, i32)]
+        return [np.empty(0, dtype=d) for d in (i32, i32, i64, i32)]
     where = "correlationId != 0"
     ids = launch_name_ids(con, have)
     if ids is not None:
         if not ids:
-            return [np.empty(0, dtype=d) for d in (i32, i64, i64, i32)]
+            return [np.empty(0, dtype=d) for d in (i32, i32, i64, i32)]
         where = f"nameId IN ({', '.join(map(str, ids))}) AND {where}"  # integers only (checked above)
     gtid, corr, start = int_columns(con, RUNTIME, ["COALESCE(globalTid, 0)", "correlationId", "start"],
-                                    where=where, map_chunks=map_chunks, dtypes=[i64, i64, i64])
+                                    where=where, map_chunks=map_chunks, dtypes=[i64, i32, i64])
     pid, tid = _pid_tid(gtid)
     return [pid, corr, start, tid]
 

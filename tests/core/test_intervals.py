@@ -127,3 +127,24 @@ def test_covered_and_clip_against_grid(a, queries, lo, hi):
     w = np.zeros(GRID, dtype=bool)
     w[lo:hi] = True
     assert pairs(iv.clip(*a, lo, hi)) == from_grid(ga & w)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, GRID), st.integers(-3, 12), st.booleans()), max_size=40),
+       st.integers(1, 7))
+def test_pieces_a_chunk_at_a_time_are_the_normalised_set(rows, chunk):
+    """normalize_rows / normalized_pieces over sorted starts, a few rows a chunk (an interval open across
+    chunks, masked-out and empty rows at chunk edges): the pieces are non-empty, in order, and together
+    normalize's set of the selected rows."""
+    rows = sorted(rows)
+    s = np.array([r[0] for r in rows], dtype=np.int64)
+    e = s + np.array([r[1] for r in rows], dtype=np.int64)
+    mask = np.array([r[2] for r in rows], dtype=bool)
+    for m in (None, mask):
+        expect = pairs(iv.normalize(s if m is None else s[m], e if m is None else e[m]))
+        pieces = list(iv.normalized_pieces(s, e, m, chunk))
+        assert all(len(p[0]) for p in pieces)
+        assert [x for p in pieces for x in pairs(p)] == expect
+        assert pairs(iv.normalize_rows(s, e, m, chunk)) == expect
+    unsorted = list(iv.normalized_pieces(s[::-1], e[::-1], chunk=chunk))  # unsorted: normalize's set
+    assert [x for p in unsorted for x in pairs(p)] == pairs(iv.normalize(s, e))

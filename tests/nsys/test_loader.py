@@ -268,3 +268,46 @@ def test_nvtx_texts_equal_a_per_row_join(sample_path, tmp_path):
     assert sorted(zip(got["start_ns"].tolist(), map(str, texts), strict=True)) == \
         sorted((s, str(t)) for s, t in expected)
     assert any(t is None for _, t in expected) and any(str(t).startswith("own ") for _, t in expected)
+
+
+def test_join_launches_equals_a_dict_join_across_chunks(monkeypatch):
+    """Activities find the first API row (table order) with their (pid, low 32 bits of the correlation id);
+    several processes interleaved, ids out of order, repeated and past 32 bits, activities without a match
+    or without an id (-1), and lookups spread over several chunks."""
+    from ddp_profile.nsys import loader
+
+    rng = np.random.default_rng(3)
+    m = 5000
+    lpid = rng.integers(1, 4, m).astype(np.int32)
+    lcorr = rng.integers(1, 3000, m).astype(np.int64)
+    lcorr[:50] += 1 << 32  # the same low 32 bits as a small id
+    lstart = rng.integers(0, 10**9, m)
+    ltid = rng.integers(1, 99, m).astype(np.int32)
+    n = 7000
+    pid = rng.integers(0, 4, n).astype(np.int32)
+    corr = rng.integers(-1, 3200, n).astype(np.int32)
+    first: dict = {}
+    for p, c, s, t in zip(lpid.tolist(), lcorr.tolist(), lstart.tolist(), ltid.tolist(), strict=True):
+        first.setdefault((p, c & 0xFFFFFFFF), (s, t))
+    want = [first.get((p, c), (-1, -1)) if c > 0 else (-1, -1) for p, c in zip(pid.tolist(), corr.tolist(), strict=True)]
+    got_ns, got_tid = loader._join_launches(pid, corr, [lpid, lcorr.copy(), lstart, ltid])
+    assert list(zip(got_ns.tolist(), got_tid.tolist(), strict=True)) == want
+    assert sum(s >= 0 for s, _ in want) > n // 4  # many activities matched: the test exercises the lookup
+
+
+def test_frame_columns_are_narrow_where_values_fit(sample_path, tmp_path):
+    """Ranks, devices and streams load as int16 and byte counts as Int32 where their values fit; a value
+    that does not fit widens the column (never truncated)."""
+    tr = load_trace(sample_path)
+    assert {str(tr.kernels[c].dtype) for c in ("rank", "device", "stream")} == {"int16"}
+    assert str(tr.kernels["bytes"].dtype) == "Int32" and tr.kernels["bytes"].notna().any()
+    path = tmp_path / "wide.sqlite"
+    shutil.copy(sample_path, path)
+    con = sqlite3.connect(path)
+    with con:
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 70000 WHERE streamId = 17")
+        con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 5000000000 WHERE rowid = 1")
+    con.close()
+    wide = load_trace(path)
+    assert wide.kernels["stream"].dtype.itemsize >= 4 and (wide.kernels["stream"] == 70000).any()
+    assert str(wide.kernels["bytes"].dtype) == "Int64" and int(wide.kernels["bytes"].max()) == 5000000000

@@ -30,8 +30,8 @@ from ddp_profile.analysis.contention import (
     contention_samples,
     estimated_loss_ns,
     pooled_contention,
-    step_ordinals,
 )
+from ddp_profile.analysis.contention_rows import step_ordinals
 from ddp_profile.analysis.overlap import overlapped_by_other_class
 from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.nsys.loader import load_trace
@@ -142,12 +142,12 @@ def test_rows_out_of_time_order_give_the_same_table():
 
 def test_names_found_by_mask_or_by_sort_give_the_same_table(monkeypatch):
     """Up to MASKED_NAMES names each name's rows are found by a mask; past it by one stable sort."""
-    import ddp_profile.analysis.contention as cont
+    import ddp_profile.analysis.contention_rows as rows_mod
 
     k, n = two_shapes(ranks=(0, 1))
     karr, covered, windows = _parts(k, n)
     masked = contention(karr, covered, windows)
-    monkeypatch.setattr(cont, "MASKED_NAMES", 0)
+    monkeypatch.setattr(rows_mod, "MASKED_NAMES", 0)
     pd.testing.assert_frame_equal(contention(karr, covered, windows), masked)
 
 
@@ -176,22 +176,22 @@ def _random_steps(seed: int, n: int = 6000, n_ranks: int = 3, n_names: int = 7):
 def test_window_slices_and_window_search_give_the_same_tables(seed, monkeypatch):
     """Rows in (rank, start) order with disjoint windows take the window slices (_window_rows); the searching
     path (_window_ids) must give the same ordinals and tables, and so must a shuffled frame."""
-    import ddp_profile.analysis.contention as cont
+    import ddp_profile.analysis.contention_rows as rows_mod
 
     k, windows = _random_steps(seed)
     karr = KernelArrays(k)
     covered = overlapped_by_other_class(karr)
-    assert cont._window_rows(karr, windows) is not None
+    assert rows_mod._window_rows(karr, windows) is not None
     fast = contention(karr, covered, windows, min_count=2)
     fast_k = step_ordinals(karr, windows)
     fast_s = contention_samples(karr, covered, windows)
     assert len(fast) and (fast_k >= 0).any() and (fast_k[karr.is_compute] == -1).any()
     with monkeypatch.context() as m:  # names grouped over many small chunks of rows: the same
-        m.setattr(cont, "_ordered_segments", functools.partial(cont._ordered_segments, chunk=7))
+        m.setattr(rows_mod, "_ordered_segments", functools.partial(rows_mod._ordered_segments, chunk=7))
         pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)
         np.testing.assert_array_equal(step_ordinals(karr, windows), fast_k)
     with monkeypatch.context() as m:
-        m.setattr(cont, "_window_rows", lambda karr, steps: None)
+        m.setattr(rows_mod, "_window_rows", lambda karr, steps: None)
         pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), fast)
         np.testing.assert_array_equal(step_ordinals(karr, windows), fast_k)
         slow_s = contention_samples(karr, covered, windows)
@@ -211,6 +211,7 @@ def test_packed_keys_give_the_unpacked_table(seed, monkeypatch):
     by binary search over the durations) equals the one from the unpacked (key, duration) sort, also with
     the packing and grouping done over small chunks of rows."""
     import ddp_profile.analysis.contention as cont
+    import ddp_profile.analysis.contention_rows as rows_mod
 
     k, windows = _random_steps(seed)
     karr = KernelArrays(k)
@@ -223,8 +224,8 @@ def test_packed_keys_give_the_unpacked_table(seed, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(cont, "_packed", functools.partial(cont._packed, chunk=5))
         m.setattr(cont, "_packed_groups", functools.partial(cont._packed_groups, chunk=3))
-        m.setattr(cont, "_classes", functools.partial(cont._classes, chunk=4))
-        m.setattr(cont, "_ordered_segments", functools.partial(cont._ordered_segments, chunk=6))
+        m.setattr(rows_mod, "_classes", functools.partial(rows_mod._classes, chunk=4))
+        m.setattr(rows_mod, "_ordered_segments", functools.partial(rows_mod._ordered_segments, chunk=6))
         pd.testing.assert_frame_equal(contention(karr, covered, windows, min_count=2), packed)
 
 
@@ -253,13 +254,13 @@ def test_union_median_of_packed_runs():
 
 def test_compact_in_place_over_chunks():
     """_compact selects in the array itself, a chunk at a time: the same values as x[mask]."""
-    import ddp_profile.analysis.contention as cont
+    import ddp_profile.analysis.contention_rows as rows_mod
 
     rng = np.random.default_rng(3)
     for n, chunk in ((0, 4), (1, 4), (50, 4), (50, 7), (50, 64)):
         x = rng.integers(0, 1000, n).astype(np.int32)
         mask = rng.random(n) < 0.6
         want = x[mask]
-        got = cont._compact(x, mask, chunk=chunk)
+        got = rows_mod._compact(x, mask, chunk=chunk)
         np.testing.assert_array_equal(got, want)
         assert got.dtype == np.int32

@@ -249,17 +249,24 @@ def test_nccl_channel_count_is_read_from_the_grid_of_nccl_kernels():
     assert load_trace(campaign / "none_xl_fp32_1xh100").meta["nccl_channels"] is None
 
 
+def edited_copy(src, dst, *statements):
+    """A copy of the export ``src`` at ``dst`` with the SQL ``statements`` applied (the input is untouched)."""
+    shutil.copy(src, dst)
+    con = sqlite3.connect(dst)
+    with con:
+        for statement in statements:
+            con.execute(statement)
+    con.close()
+    return dst
+
+
 def test_nvtx_texts_equal_a_per_row_join(sample_path, tmp_path):
     """NVTX texts are read without a per-row join (own text rows, then each registered id once): on a copy
     whose rows mix own text, registered ids, both (own text wins) and an id missing from StringIds (no
     name), every range's name and start equal the per-row ``COALESCE(text, StringIds.value)`` answer."""
-    path = tmp_path / "mixed.sqlite"
-    shutil.copy(sample_path, path)
-    con = sqlite3.connect(path)
-    with con:
-        con.execute("UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE textId IS NOT NULL AND rowid % 3 = 0")
-        con.execute("UPDATE NVTX_EVENTS SET textId = 987654321, text = NULL WHERE rowid % 7 = 0 AND eventType = 59")
-    con.close()
+    path = edited_copy(sample_path, tmp_path / "mixed.sqlite",
+                       "UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE textId IS NOT NULL AND rowid % 3 = 0",
+                       "UPDATE NVTX_EVENTS SET textId = 987654321, text = NULL WHERE rowid % 7 = 0 AND eventType = 59")
     expected = raw(path, "SELECT e.start, COALESCE(e.text, (SELECT value FROM StringIds s WHERE s.id = e.textId)) "
                          "FROM NVTX_EVENTS e WHERE e.eventType IN (34, 59, 60) ORDER BY e.start, e.rowid")
     tr = load_trace(path)
@@ -301,13 +308,9 @@ def test_frame_columns_are_narrow_where_values_fit(sample_path, tmp_path):
     tr = load_trace(sample_path)
     assert {str(tr.kernels[c].dtype) for c in ("rank", "device", "stream")} == {"int16"}
     assert str(tr.kernels["bytes"].dtype) == "Int32" and tr.kernels["bytes"].notna().any()
-    path = tmp_path / "wide.sqlite"
-    shutil.copy(sample_path, path)
-    con = sqlite3.connect(path)
-    with con:
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 70000 WHERE streamId = 17")
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 5000000000 WHERE rowid = 1")
-    con.close()
+    path = edited_copy(sample_path, tmp_path / "wide.sqlite",
+                       "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 70000 WHERE streamId = 17",
+                       "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 5000000000 WHERE rowid = 1")
     wide = load_trace(path)
     assert wide.kernels["stream"].dtype.itemsize >= 4 and (wide.kernels["stream"] == 70000).any()
     assert str(wide.kernels["bytes"].dtype) == "Int64" and int(wide.kernels["bytes"].max()) == 5000000000

@@ -28,7 +28,7 @@ def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
 
 
 def int_codes(series: pd.Series, fill: int = -1) -> np.ndarray:
-    """Like :func:`ints`, but a plain numpy integer column (the loader's int32 rank, pid, device) comes back
+    """Like :func:`ints`, but a plain numpy integer column (the loader's int16 rank and device, int32 pid) comes back
     as a view in its own dtype: for grouping and comparing, where no arithmetic can overflow it."""
     if isinstance(series.dtype, np.dtype) and series.dtype.kind == "i":
         return series.to_numpy()

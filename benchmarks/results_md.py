@@ -43,10 +43,15 @@ def _frame_text(res: dict) -> str:
     rows = _rows(res)
     if not rows:
         return ""
-    return (f"; the returned kernels frame alone takes {rows[-1]['analyze']['frame_bytes_per_row']:.0f} "
-            "bytes per row (its 16 columns; int16 ranks, devices and streams, int32 pids and correlation ids, "
-            "categorical names) against 56 per kernel for the seven int64 columns; a row is a kernel, memcpy or "
-            "memset, so an export with many copies (the replica: 18 % of its rows) holds more rows than kernels")
+    last = rows[-1]
+    text = (f"; the returned kernels frame alone takes {last['analyze']['frame_bytes_per_row']:.0f} bytes per row "
+            "(its 16 columns; int16 ranks, devices and streams, int32 pids and correlation ids, categorical names) "
+            "against 56 per kernel for the seven int64 columns; a row is a kernel, memcpy or memset")
+    copies = 1 - last["rows"] / last["analyze"]["rows"] if last["analyze"]["rows"] else 0.0
+    if copies > 0.005:
+        text += (f", so an export with copies holds more rows than kernels (in the table's last row, {100 * copies:.0f} % "
+                 "of the rows are copies or memsets)")
+    return text
 
 
 def shape_lines(res: dict) -> list[str]:

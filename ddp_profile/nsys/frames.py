@@ -98,19 +98,6 @@ def categorical(codes: np.ndarray, values: list) -> pd.Categorical:
     return pd.Categorical.from_codes(remap[codes] if len(values) else np.full(len(codes), -1, remap.dtype),
                                      categories=pd.Index(cats) if cats else pd.Index([], dtype=object))
 
-def narrowed(values: np.ndarray) -> np.ndarray:
-    """An integer column in the narrowest of int16 / int32 that holds its values (as it is otherwise): ranks,
-    devices and streams are small numbers, copies' byte counts rarely pass 2 GiB. Narrow columns keep a
-    1M-row frame ~12 MB smaller for the whole analysis; the analyses widen what they compute with."""
-    if values.dtype.kind != "i" or len(values) == 0 or values.dtype.itemsize <= 2:
-        return values
-    lo, hi = int(values.min()), int(values.max())
-    for dtype in (np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if np.dtype(dtype).itemsize < values.dtype.itemsize and info.min <= lo and hi <= info.max:
-            return values.astype(dtype)
-    return values
-
 def nullable(values: np.ndarray | None, n: int, own: bool = False) -> pd.arrays.IntegerArray:
     """Nullable integer column (Int64, or Int32 for int32 input) with <NA> where the reader put -1 (no
     launch row, no byte count); ``values`` None: all <NA> (np.zeros' pages stay untouched until written,
@@ -154,17 +141,15 @@ def kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, co
     """KERNEL_COLUMNS (+ file) from :func:`kernel_arrays`, rows taken in ``order``. Names and NCCL fields
     are categoricals built from integer codes (parsed once per distinct name); no object column per row.
 
-    Column types (see schema.KERNEL_COLUMNS): rank, device, stream int16 where the values fit (:func:`narrowed`),
-    pid and correlation_id int32 (int64 if a value needs it), start_ns, end_ns int64, launch_ns Int64, bytes
-    Int32 where the values fit, else Int64, launch_tid Int32.
+    Column types (see schema.KERNEL_COLUMNS), as the reader and the rank mapping chose them (wider where a
+    value needs it): rank, device, stream int16; pid, correlation_id int32; start_ns, end_ns int64; launch_ns
+    Int64; bytes Int32; launch_tid Int32.
 
     Memory: with ``consume`` each input column is dropped from ``arr`` as soon as its reordered copy exists,
     and the frame adopts the arrays (``copy=False``: no consolidation into one 2-D block, which would copy
     every integer column once more)."""
-    def take(col, narrow=False):
+    def take(col):
         a = arr.pop(col) if consume else arr[col]
-        if narrow and a is not None:
-            a = narrowed(a)
         return a[order] if order is not None and a is not None else a
 
     labels = arr["labels"]
@@ -174,9 +159,9 @@ def kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, co
     # The trace's frame has no file column (schema.KERNEL_COLUMNS): consumed, it is dropped, not reordered.
     if consume:
         del arr["file"]
-    frame = {"file": None if consume else take("file"), "rank": take("rank", True) if "rank" in arr else None}
+    frame = {"file": None if consume else take("file"), "rank": take("rank") if "rank" in arr else None}
     for col in ("pid", "device", "stream", "start_ns", "end_ns"):
-        frame[col] = take(col, col in ("device", "stream"))
+        frame[col] = take(col)
     frame["name"] = categorical(code, labels)
     frame["kind"] = pd.Categorical.from_codes(take("kind").astype(np.int8, copy=False), categories=KINDS)
     for j, col in enumerate(("collective", "algorithm", "protocol", "dtype")):
@@ -184,7 +169,7 @@ def kernel_frame(arr: dict[str, np.ndarray], order: np.ndarray | None = None, co
     del code
     frame["correlation_id"] = take("correlation_id")
     for col in ("launch_ns", "launch_tid", "bytes"):
-        frame[col] = nullable(take(col, col == "bytes"), n, own=order is not None)
+        frame[col] = nullable(take(col), n, own=order is not None)
     if frame["rank"] is None:
         del frame["rank"]
     if frame["file"] is None:

@@ -443,14 +443,16 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
 
 
 def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:
-    """Vectorised (file, pid) -> rank: one lookup per distinct process, not per row."""
+    """Vectorised (file, pid) -> rank: one lookup per distinct process, not per row. The column is int16 when
+    every rank fits (the kernels frame keeps it so, see schema.KERNEL_COLUMNS), else int32 or int64."""
     keys = file.astype(np.int64) * (1 << 32) + pid
     table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
     inv, uniq = pd.factorize(keys)
     del keys
     ranks = np.array([table[int(k)] for k in uniq], dtype=np.int64)
-    fits = len(ranks) == 0 or (ranks.min() >= np.iinfo(np.int32).min and ranks.max() <= np.iinfo(np.int32).max)
-    return ranks.astype(np.int32 if fits else np.int64)[inv]
+    lo, hi = (int(ranks.min()), int(ranks.max())) if len(ranks) else (0, 0)
+    dtype = next(d for d in (np.int16, np.int32, np.int64) if np.iinfo(d).min <= lo and hi <= np.iinfo(d).max)
+    return ranks.astype(dtype)[inv]
 
 
 def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -465,7 +467,7 @@ def _rank_time_order(rank: np.ndarray, start: np.ndarray) -> np.ndarray:
         return np.arange(n)
     lo_r, hi_r = int(rank.min()), int(rank.max())
     narrow = lo_r >= np.iinfo(np.int16).min and hi_r <= np.iinfo(np.int16).max
-    order = np.argsort(rank.astype(np.int16) if narrow else rank, kind="stable")
+    order = np.argsort(rank.astype(np.int16, copy=False) if narrow else rank, kind="stable")
     if hi_r - lo_r <= 1 << 16:
         counts = np.bincount((rank - lo_r).astype(np.intp, copy=False), minlength=hi_r - lo_r + 1)
     else:

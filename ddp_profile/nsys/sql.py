@@ -281,8 +281,8 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[n
     """Columns (pid, correlation_id, start, tid) of the CUDA runtime/driver API calls that launch GPU work
     (:data:`LAUNCH_FUNCTIONS`, selected by name id in SQL: real exports carry 2-4 API rows per kernel, most
     of them event, stream-capture and name queries that launch nothing) and carry a correlationId (pid and
-    tid int32: both are 24-bit fields of globalTid; correlation ids int32, widened if one needs it). Exports without API names: every call with a
-    correlationId.
+    tid int32: both are 24-bit fields of globalTid; correlation ids int32, widened if one needs it). Exports
+    without API names: every call with a correlationId.
 
     The scan of the whole table is most of the cost, so the row filter tests the name first (it drops
     about 60 % of real exports' rows) and ``correlationId != 0`` also drops NULLs; pid and tid are cut from

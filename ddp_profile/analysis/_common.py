@@ -246,22 +246,20 @@ class KernelArrays:
         """Positions of the rank's rows, ascending (``np.flatnonzero(rank == r)``). The loader's frames are
         sorted by rank: then two binary searches, not a pass over every row per rank (a run of 1,024
         per-rank files asks 1,024 times)."""
-        if "_rank_sorted" not in self.__dict__:
-            r = self.rank
-            self.__dict__["_rank_sorted"] = bool(len(r) < 2 or (r[1:] >= r[:-1]).all())
-        if self.__dict__["_rank_sorted"]:
+        if self.rank_sorted():
             lo, hi = equal_range(self.rank, rank)
             return np.arange(lo, hi, dtype=np.intp)
         return np.flatnonzero(self.rank == rank)
+
+    def rank_sorted(self) -> bool:
+        """Whether the rows are sorted by rank (the loader's order): checked once, remembered."""
+        return self.memo("rank_sorted", lambda: bool(len(self.rank) < 2 or (self.rank[1:] >= self.rank[:-1]).all()))
 
     def rank_index(self, rank) -> slice | np.ndarray:
         """The rank's rows as a slice when they are one contiguous run (the loader's rank-sorted rows: two
         binary searches, no index array, and the rank's start and end columns are views, not copies), else
         their positions (:meth:`rank_rows`)."""
-        if "_rank_sorted" not in self.__dict__:  # as rank_rows finds it (and remembers it)
-            r = self.rank
-            self.__dict__["_rank_sorted"] = bool(len(r) < 2 or (r[1:] >= r[:-1]).all())
-        if self.__dict__["_rank_sorted"]:
+        if self.rank_sorted():
             lo, hi = equal_range(self.rank, rank)
             return slice(lo, hi)
         rows = self.rank_rows(rank)

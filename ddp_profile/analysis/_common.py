@@ -251,6 +251,17 @@ class KernelArrays:
             return np.arange(lo, hi, dtype=np.intp)
         return np.flatnonzero(self.rank == rank)
 
+    def distinct_ranks(self) -> np.ndarray:
+        """The ranks present, ascending (``np.unique(rank)``): read off the first row of each run when each
+        rank's rows are one run (the loader's rank-sorted frames: no sort or hash of every row)."""
+        def compute():
+            runs = row_runs(self.rank, self.rank, max_runs=1 << 16)
+            if runs is None:
+                return np.unique(self.rank)
+            return np.unique(self.rank[np.array([lo for lo, _ in runs], dtype=np.intp)])
+
+        return self.memo("distinct_ranks", compute)
+
     def rank_sorted(self) -> bool:
         """Whether the rows are sorted by rank (the loader's order): checked once, remembered."""
         return self.memo("rank_sorted", lambda: bool(len(self.rank) < 2 or (self.rank[1:] >= self.rank[:-1]).all()))

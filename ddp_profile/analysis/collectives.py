@@ -141,16 +141,8 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
         n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
         notes.append(no_nccl_note(n_unknown))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=_distinct_ranks(karr.rank),
+    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=karr.distinct_ranks(),
                              bytes_note=unknown_bytes_note(nvtx))
-
-
-def _distinct_ranks(rank: np.ndarray) -> np.ndarray:
-    """The distinct values of ``rank``: where the rows are sorted by rank (the loader's order), the first row
-    of each run (one pass, not a hash of every row)."""
-    if len(rank) > 1 and bool((rank[1:] >= rank[:-1]).all()):
-        return rank[np.concatenate([[True], rank[1:] != rank[:-1]])]
-    return np.unique(rank)
 
 
 def no_nccl_note(n_unknown: int = 0) -> str:

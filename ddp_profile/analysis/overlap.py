@@ -287,7 +287,7 @@ def _int_sums(groups: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     """RANK_OVERLAP_COLUMNS over the whole trace, per rank (HTA semantics)."""
     rows = []
-    for rank in _ranks(karr.rank):
+    for rank in (r for r in karr.distinct_ranks().tolist() if r >= 0):
         totals = karr.rank_totals(rank)
         c, n, o = totals[COMPUTE], totals[NCCL], totals["overlap"]
         rows.append({"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
@@ -296,12 +296,3 @@ def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     out["overlap_pct"] = pct(out["overlap_ns"], out["comm_ns"])
     return schema.select(out, schema.RANK_OVERLAP_COLUMNS)
-
-
-def _ranks(rank: np.ndarray) -> list[int]:
-    """``np.unique(rank[rank >= 0])``: from the rows where the rank changes when each rank's rows are one run
-    (the loader's rank-sorted frames; no sort or copy of the column), else by np.unique."""
-    runs = row_runs(rank, rank, max_runs=1 << 16)
-    if runs is None:
-        return np.unique(rank[rank >= 0]).tolist()
-    return sorted(r for r in (rank[lo].item() for lo, _ in runs) if r >= 0)

@@ -119,13 +119,6 @@ def rows_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
     return idx[np.isin(kcode, codes)]
 
 
-def mask_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
-    """NCCL kernels whose kind is in ``kinds`` (a mask over all kernels)."""
-    out = np.zeros(len(karr.is_nccl), dtype=bool)
-    out[rows_of(karr, kinds)] = True
-    return out
-
-
 def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """GPU windows (start_ns, end_ns as float) of the forward, backward and optimizer phases, indexed by
     (rank, step): computed once per analysis, looked up per rank."""

@@ -54,7 +54,7 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 15) -> np.nd
             _cover_rows(karr, rows, out, chunk)
         # Sorted by start: a run of one rank in the loader's (rank, start) order, else checked.
         elif ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
-              or _sorted(karr.start[rows], chunk)):
+              or iv.is_sorted(karr.start[rows], chunk)):
             _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
                           max(longest, 0), out[rows], chunk)
         else:
@@ -196,15 +196,6 @@ def _expand(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     out = np.arange(total, dtype=np.intp)
     out += np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
     return out
-
-
-def _sorted(x: np.ndarray, chunk: int) -> bool:
-    """``x`` is non-decreasing (checked a chunk at a time: no full-length temporary)."""
-    for a in range(0, max(len(x) - 1, 0), chunk):
-        y = x[a:a + chunk + 1]
-        if not (y[1:] >= y[:-1]).all():
-            return False
-    return True
 
 
 def kernel_overlap(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 16) -> pd.DataFrame:

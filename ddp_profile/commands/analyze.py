@@ -40,9 +40,11 @@ def register(subparsers) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     add_export_argument(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
-                   help="table (default), json (all sections, stable keys) or csv (one section)")
-    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
-                   help="what to output (default: all; csv: steps)")
+                   help="table (default: the verdict, a per-rank summary in ms and the headline numbers; "
+                        "sections on request), json (all sections, stable keys) or csv (one section)")
+    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None, action="append", metavar="NAME",
+                   help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
+                        "by default; json: all; csv: steps)")
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
@@ -67,36 +69,65 @@ def _phases(items: list[str]) -> dict[str, str]:
     return out
 
 
-def render(res, fmt: str, section: str | None) -> str:
-    """The analysis as text in the requested format (pure; the CLI writes it)."""
+def _chosen(sections: list[str] | str | None, default: list[str]) -> list[str]:
+    if sections is None:
+        return default
+    items = [sections] if isinstance(sections, str) else list(sections)
+    return list(SECTIONS) if "all" in items else list(dict.fromkeys(items))
+
+
+def render(res, fmt: str, section: list[str] | str | None) -> str:
+    """The analysis as text in the requested format (pure; the CLI writes it). ``section``: None (the
+    format's default), one name or a list of names ("all" for every section)."""
+    if fmt == "csv":
+        chosen = _chosen(section, ["steps"])
+        if len(chosen) != 1:
+            raise UsageError("--format csv writes one table: pick one --section " + "|".join(SECTIONS))
+        return _frame(res, chosen[0]).to_csv(index=False)
+    if fmt == "json":
+        chosen = _chosen(section, list(SECTIONS))
+        full = res.to_json_dict()
+        keep = {"version", "summary", "notes", "verdict", "per_rank"} | {JSON_KEY.get(s, s) for s in chosen}
+        return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
+    return table_text(res, _chosen(section, []))
+
+
+def _frame(res, section: str):
     import pandas as pd
 
-    if fmt == "csv":
-        section = section or "steps"
-        if section == "all":
-            raise UsageError("--format csv writes one table: pick --section " + "|".join(SECTIONS))
-        return getattr(res, SECTIONS[section]).to_csv(index=False)
-    section = section or "all"
-    chosen = list(SECTIONS) if section == "all" else [section]
-    if fmt == "json":
-        full = res.to_json_dict()
-        keep = {"version", "summary", "notes"} | {JSON_KEY.get(s, s) for s in chosen}
-        return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
-    lines = []
-    summary = res.summary()
-    lines.append("summary: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary.items()))
-    for note in res.notes:
-        lines.append(f"note: {note}")
-    with pd.option_context("display.width", 200, "display.max_columns", 40, "display.max_colwidth", 60):
-        for s in chosen:
-            df = getattr(res, SECTIONS[s])
-            lines.append(f"\n== {s} ({len(df)} rows) ==")
-            lines.append(df.to_string(index=False) if len(df) else "(none)")
+    df = getattr(res, SECTIONS[section], None)
+    return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
+
+
+def table_text(res, chosen: list[str]) -> str:
+    """The terminal answer: the verdict first (when the analysis has one), a per-rank summary in ms, the
+    headline numbers with units (per-rank values where ranks differ > 2×), the notes, then the sections
+    asked for; every number through :mod:`ddp_profile.fmt`."""
+    from ddp_profile.fmt import text_table
+    from ddp_profile.report.answer_text import (
+        per_rank_of,
+        rank_summary,
+        summary_name,
+        summary_pairs,
+        verdict_lines,
+        verdict_of,
+    )
+
+    lines = verdict_lines(verdict_of(res))
+    if lines:
+        lines = ["== verdict =="] + lines + [""]
+    ranks = rank_summary(res)
+    if len(ranks):
+        lines += ["== per rank (medians over each rank's steps) ==", text_table(ranks), ""]
+    pairs = summary_pairs(res.summary(), per_rank_of(res))
+    lines.append("summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in pairs))
+    lines += [f"note: {note}" for note in res.notes]
+    for s in chosen:
+        df = _frame(res, s)
+        lines += [f"\n== {s} ({len(df)} rows) ==", text_table(df)]
+    if not chosen:
+        lines.append("\nsections (--section NAME, repeatable; --section all): " + ", ".join(SECTIONS))
     return "\n".join(lines) + "\n"
-
-
-def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def run(args) -> int:

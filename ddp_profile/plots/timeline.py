@@ -21,8 +21,9 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.fmt import fmt_bytes, fmt_duration
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import KIND_LABELS, fmt_bytes, fmt_duration, merge_small_bars, titled
+from ddp_profile.plots._common import KIND_LABELS, merge_small_bars, titled
 from ddp_profile.plots.palette import KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]

@@ -21,7 +21,7 @@ var DDP_KIND=['compute kernel','NCCL kernel','memcpy','memset'],
     DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets'],DDP_NTRACES=9,
     DDP_M={l:150,r:20,t:8,b:44},DDP_ROW=44;
 // toFixed, but an exact tie rounds to even as Python's format() does (6.25 -> '6.2', not '6.3'), so the
-// page's tooltips read exactly as plots._common.fmt_duration / fmt_bytes write them.
+// page's tooltips read exactly as ddp_profile.fmt.fmt_duration / fmt_bytes write them.
 function ddpFix(v,d){var s=v.toFixed(d),e=Math.abs(v).toFixed(Math.min(100,d+60)),cut=e.indexOf('.')+1+d;
  if(!/^50*$/.test(e.slice(cut)))return s;var low=e.slice(0,d?cut:cut-1);
  return +low.slice(-1)%2?s:(v<0?'-':'')+low;}

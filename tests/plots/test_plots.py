@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from report_synth import make_run
 
+from ddp_profile.fmt import fmt_duration
 from ddp_profile.plots import (
     alpha_beta_figure,
     bucket_sweep_figure,
@@ -19,7 +20,7 @@ from ddp_profile.plots import (
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots._common import fmt_duration, merge_small_bars
+from ddp_profile.plots._common import merge_small_bars
 from ddp_profile.plots.timeline import TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")

@@ -11,13 +11,12 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ddp_profile.fmt import fmt_ms, missing
+
 
 def ms(ns: float | None) -> str:
-    """ns -> "12.3 ms" with precision by size (3 significant-ish digits)."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "n/a"
-    x = ns / 1e6
-    return f"{x:.1f} ms" if abs(x) >= 100 else f"{x:.2f} ms" if abs(x) >= 1 else f"{x:.3f} ms"
+    """ns -> "12.345 ms" (:func:`ddp_profile.fmt.fmt_ms`, the one formatter); "n/a" when missing."""
+    return "n/a" if missing(ns) else fmt_ms(ns)
 
 
 def pct(x: float | None, digits: int = 1) -> str:
@@ -34,7 +33,7 @@ def mb(nbytes: float) -> str:
 
 def spread(lo: float, hi: float) -> str:
     """"min–max" of a (lo, hi) pair of ns."""
-    return f"{ms(lo)[:-3]}–{ms(hi)}"
+    return f"{fmt_ms(lo, unit=False)}–{ms(hi)}"
 
 
 def compare(a: float, b: float, lower: str = "faster", higher: str = "slower", same: str = "as fast as",

@@ -12,6 +12,7 @@ wait               purple       NCCL wait (ranks arriving at different times), g
 memcpy/memset      green        copies and memsets
 idle               grey         no kernel running
 comm tail          black        end of backward to end of the last collective
+CPU launch / sync  grey / verm.  the main thread's kernel launches; its syncs (host waits for GPU)
 =================  ===========  ==========================================================
 """
 
@@ -32,6 +33,8 @@ MEMSET_PATTERN = {"shape": "/", "fgcolor": "#FFFFFF", "size": 4, "solidity": 0.4
 KIND_COLORS = {"compute": COMPUTE, "nccl": NCCL, "memcpy": COPY, "memset": COPY}
 # NVTX phases are context, not kernels: light tints, and grad_wait (a wait) in the wait colour.
 PHASE_COLORS = {"forward": "#C6DBEF", "backward": "#9ECAE1", "optimizer": "#DDDDDD", "grad_wait": WAIT}
+# The timeline's CPU rows: launches in grey, synchronisation calls (the host waiting) highlighted.
+HOST_COLORS = {"launch": IDLE, "sync": NCCL_EXPOSED}
 SEGMENT_COLORS = {"compute only": COMPUTE, "overlapped comm": NCCL, "exposed comm": NCCL_EXPOSED, "idle": IDLE}
 # Series colours for figures whose traces are runs or strategies rather than concepts.
 SERIES = [COMPUTE, NCCL, COPY, WAIT, NCCL_EXPOSED, SKY, YELLOW, TAIL]

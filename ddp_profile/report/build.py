@@ -32,7 +32,7 @@ from ddp_profile.report.runs import (
     discover_runs,
     fill_from_trace,
     group_runs,
-    launch_diagnosis,
+    host_diagnosis,
     normalise_meta,
 )
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
@@ -48,7 +48,7 @@ def _say(message: str) -> None:
 
 def load_one(path: Path):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis). The run's JSON (``run.json``, ``<run>.json``) is found by the
+    (trace, analysis, launch diagnosis, the main thread's launch and sync calls). The run's JSON (``run.json``, ``<run>.json``) is found by the
     loader (``trace.run``)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
@@ -56,7 +56,9 @@ def load_one(path: Path):
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    return trace, analyze(trace), launch_diagnosis(trace)
+    analysis = analyze(trace)
+    launches, host_calls = host_diagnosis(trace, analysis.phases)
+    return trace, analysis, launches, host_calls
 
 
 def read_program(path: Path) -> dict | None:
@@ -91,14 +93,15 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
             failures.append(f"{path}: {result}")
             print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
-        trace, analysis, launches = result
+        trace, analysis, launches, host_calls = result
         meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
         rid = ids.get(str(path)) or meta.get("run_name") or \
             (path.name if path.is_dir() else export_stem(path))
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
-        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches))
+        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches,
+                        host_calls=host_calls))
         print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 

@@ -117,6 +117,12 @@ METRICS: dict[str, tuple[str, str]] = {
                             "included), largest over ranks (run JSON)."),
     "optimizer_state_bytes": ("optimizer state (GiB/GPU)", "Bytes of the optimizer-state tensors one rank "
                               "holds, largest over ranks (run JSON); sharding divides it."),
+    "memory_bytes": ("GPU memory (GiB)", "The GPU's total memory, as the trace's host reported it."),
+    "kernels_per_step": ("kernels / step", "NCCL kernels of the kind per rank and step (median)."),
+    "after_backward_ns": ("after backward (ms)", "NCCL time of the kind after the step's last backward kernel."),
+    "straggler_steps": ("straggler in steps", "Steps in which this rank reached the step's gradient "
+                        "collectives last (the analysis's straggler_rank)."),
+    "last_arrival_pct": ("arrives last (%)", "Share of the rank's collectives it reached last of all ranks."),
 }
 
 # README "Metrics (definitions)" names these; tests check every one of them is defined in that section.

@@ -166,7 +166,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
     nvtx_row = rows[rows["stream"] == -1].set_index("rank")["row"]
     cpu_row = rows[rows["stream"] == -2].set_index("rank")["row"]
-    marks = _marks(_labelled(phases, nvtx, inferred), steps, nvtx_row, name_index)  # phases and tails
+    marks = _marks(labelled_phases(phases, nvtx, inferred), steps, nvtx_row, name_index)  # phases and tails
     m_key = marks["k"] * (len(labels) + 1) + marks["row"]
     calls = _calls(cpu, cpu_row, name_index)
     c_key = calls["k"] * (len(labels) + 1) + calls["row"]
@@ -206,7 +206,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
             "phase_source": "inferred" if inferred else "NVTX", "steps": out}
 
 
-def _labelled(phases: pd.DataFrame, nvtx: pd.DataFrame | None, inferred: bool) -> pd.DataFrame:
+def labelled_phases(phases: pd.DataFrame, nvtx: pd.DataFrame | None, inferred: bool) -> pd.DataFrame:
     """The phase rows with a ``label``: "forward (inferred)" for inferred phases; the user's NVTX range name
     with its phase, e.g. "model.forward (forward)", when the phase's host range is an NVTX range of that rank
     named otherwise; else "NVTX forward"."""

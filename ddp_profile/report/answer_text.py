@@ -20,6 +20,16 @@ RANK_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "
                 "comm_tail_ns", "idle_ns")
 
 
+INFERRED_NOTES = ("inferred from the launching thread", "steps inferred from the GPU trace")
+"""Fragments of the analysis's notes saying the steps or phases were inferred, not read from NVTX."""
+
+
+def phases_inferred(analysis) -> bool:
+    """Whether the analysis inferred the steps or their phases (no NVTX ranges for them): the timeline and
+    the Perfetto export then label those ranges "inferred", never "NVTX"."""
+    return any(f in str(n) for n in (getattr(analysis, "notes", None) or []) for f in INFERRED_NOTES)
+
+
 def _attr(obj, name):
     """``obj.name`` (called when it is a method); None when absent."""
     v = getattr(obj, name, None)

@@ -83,6 +83,15 @@ def _csv_href(df: pd.DataFrame) -> str:
     return "data:text/csv;charset=utf-8," + urllib.parse.quote(buf.getvalue())
 
 
+def drop_empty_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without the columns where every value is missing (or '–'): an own job's tables leave out what
+    only the harness records."""
+    if df is None or not len(df):
+        return df
+    keep = [c for c in df.columns if any(display_value(str(c), v) not in (None, "–") for v in df[c])]
+    return df.loc[:, keep]
+
+
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,

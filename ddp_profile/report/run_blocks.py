@@ -10,21 +10,13 @@ import pandas as pd
 from ddp_profile.report.answer_text import (
     critical_path_of,
     per_rank_of,
+    phases_inferred,  # noqa: F401  (the run page imports it from here with the other blocks)
     rank_summary,
     verdict_lines,
     verdict_of,
 )
 from ddp_profile.report.html import esc, table
 from ddp_profile.report.runs import Run
-
-INFERRED_NOTES = ("inferred from the launching thread", "steps inferred from the GPU trace")
-"""Fragments of the analysis's notes saying the steps or phases were inferred, not read from NVTX."""
-
-
-def phases_inferred(analysis) -> bool:
-    """Whether the analysis inferred the step's phases (no phase NVTX ranges): the timeline then labels its
-    bands "inferred", never "NVTX"."""
-    return any(f in str(n) for n in (getattr(analysis, "notes", None) or []) for f in INFERRED_NOTES)
 
 
 def own_job(run: Run) -> bool:

@@ -16,7 +16,7 @@ from ddp_profile.nsys.files import export_stem
 from ddp_profile.report.answer_text import per_rank_of
 from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
-from ddp_profile.report.html import esc, figure_div, page, script_json, table
+from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, script_json, table
 from ddp_profile.report.perfetto import link_html as perfetto_link
 from ddp_profile.report.runs import Run, program_text
 
@@ -330,6 +330,15 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
     own = own_job(run)
+
+    def shown(df, caption, **kw):
+        """A table; on an own job's page without the columns only the harness fills, and nothing when empty."""
+        if own:
+            if df is None or not len(df):
+                return ""
+            df = drop_empty_columns(df)
+        return table(df, caption, **kw)
+
     advice = advice_for(run, context)
     if own and advice.startswith("No comparison holds this run"):
         advice = advice.removeprefix(NO_COMPARISON).lstrip()  # no comparison to speak of on an own job
@@ -370,10 +379,10 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         if a.collectives["bytes"].notna().any() else
         "<p class='note'>No collective sizes in this trace (the ddp-profile harness records them as NVTX "
         "ranges), so no α-β plot.</p>",
-        table(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
-        table(collective_summary(a.collectives), "Collectives by bucket (medians)"),
-        table(a.contention, "Contention: compute kernels slowed while NCCL runs"),
-        table(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
+        shown(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
+        shown(collective_summary(a.collectives), "Collectives by bucket (medians)"),
+        shown(a.contention, "Contention: compute kernels slowed while NCCL runs"),
+        shown(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
         ("<h2>Compared on</h2><ul>" + "".join(f"<li><a href='{esc(g.page)}'>{esc(g.kind)}: {esc(g.title)}</a></li>"
                                               for g in groups) + "</ul>") if groups else "",
     ])

@@ -168,6 +168,8 @@ def _cell_text(col: str, v) -> str:
             return f"{d:,.1f}" if abs(d) >= 1 else f"{d:.4g}"
         if col == "bucket_size_mb":
             return f"{d:g}"
+        if col.endswith("_per_step"):  # a mean count: one decimal, whole or not
+            return f"{d:,.1f}"
         if d.is_integer() and abs(d) < 1e15:
             return f"{int(d):,}"
         return f"{d:,.3f}"

@@ -240,7 +240,8 @@ def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
     t0 = time.perf_counter()
     data = from_report_runs(root, runs)
     if not data:
-        print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
+        if any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
+            print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
         return {}
     written = build_findings(root, tmp, runs=data)
     print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
@@ -269,12 +270,12 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
     root = findings_root_of(paths) if findings else None
-    if findings and root is None:
-        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
-              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
     runs, failures = load_runs(found, jobs, progress)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
+    if findings and root is None and any(r.meta.get("strategy") for r in runs):  # own jobs: nothing to say
+        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
+              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
         from ddp_profile.report.findings.data import HOSTS_FILE, read_hosts
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ddp_profile.fmt import fmt_ms, missing
+from ddp_profile.fmt import fmt_mib, fmt_ms, fmt_pct, missing, no_negative_zero
 
 
 def ms(ns: float | None) -> str:
@@ -20,15 +20,19 @@ def ms(ns: float | None) -> str:
 
 
 def pct(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}%"
+    """12.345 -> "12.3 %" (:func:`ddp_profile.fmt.fmt_pct` at one decimal); "n/a" when missing."""
+    if missing(x):
+        return "n/a"
+    return fmt_pct(x) if digits == 1 else no_negative_zero(f"{float(x):,.{digits}f}") + " %"
 
 
 def num(x: float | None, digits: int = 2) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    return "n/a" if missing(x) else no_negative_zero(f"{float(x):,.{digits}f}")
 
 
 def mb(nbytes: float) -> str:
-    return "n/a" if nbytes is None or math.isnan(nbytes) else f"{nbytes / 2**20:.1f} MiB"
+    """bytes -> "61.0 MiB" / "1.86 GiB" (:func:`ddp_profile.fmt.fmt_mib`); "n/a" when missing."""
+    return "n/a" if missing(nbytes) else fmt_mib(nbytes)
 
 
 def spread(lo: float, hi: float) -> str:

@@ -25,18 +25,14 @@ def own_job(run: Run) -> bool:
 
 
 def answer_block(run: Run) -> str:
-    """The analysis's verdict and advice rules (what bounds the step, what to change, the gain and its
-    spread) and the per-rank summary; '' when the analysis has neither."""
+    """The analysis's advice rules (what to change, each with its upper-bound gain, spread and evidence; the
+    verdict box above the page states what bounds the step and the first change) and the per-rank summary;
+    '' when the analysis has neither."""
     a = run.analysis
     lines = verdict_lines(verdict_of(a))
-    head = ""
-    if lines:
-        first, rest = lines[0], lines[1:]
-        items = "".join(f"<li>{esc(x.strip().removeprefix('- '))}</li>" for x in rest if x.startswith("  - "))
-        what = "".join(f"<p>{esc(x)}</p>" for x in rest if not x.startswith("  - "))
-        head = (f"<h2>What bounds the step</h2><p><b>{esc(first)}</b></p>{what}"
-                + (f"<p>Rules that apply to this trace (upper bounds on the gain, spread over steps):</p>"
-                   f"<ul class='advice'>{items}</ul>" if items else ""))
+    items = "".join(f"<li>{esc(x.strip().removeprefix('- '))}</li>" for x in lines if x.startswith("  - "))
+    head = ("<h2>What to change</h2><p>Rules that apply to this trace, from its measured parts (upper bounds on "
+            f"the gain per step, spread over steps):</p><ul class='advice'>{items}</ul>") if items else ""
     ranks = rank_summary(a)
     differ = per_rank_of(a)
     block = ""

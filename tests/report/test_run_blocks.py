@@ -13,6 +13,7 @@ from ddp_profile import fmt
 from ddp_profile.analysis.host_calls import HOST_CALL_COLUMNS, main_thread_calls
 from ddp_profile.plots.timeline import HOST_K, timeline_steps, trace_names
 from ddp_profile.report import perfetto
+from ddp_profile.report.answer_text import verdict_lines, verdict_of
 from ddp_profile.report.run_blocks import answer_block, comm_kinds_table, memory_table
 from ddp_profile.report.runs import Run
 
@@ -81,7 +82,7 @@ def _run(meta=None):
     return Run("r", t, a, meta or {})
 
 
-def test_answer_block_puts_the_verdict_and_per_rank_values_first():
+def test_answer_block_lists_the_advice_and_per_rank_values():
     run = _run()
     assert answer_block(run).startswith("<h3>Per rank")  # no verdict in this analysis: the per-rank table only
     run.analysis.verdict = {"bound_by": "host", "rank": 1, "removable_ns": 2_500_000, "share_pct": 20.0,
@@ -91,9 +92,12 @@ def test_answer_block_puts_the_verdict_and_per_rank_values_first():
                                                               "evidence": "sync 2 ms per step"}]}
     run.analysis.per_rank = {"exposed_wait_ns": {0: 1_000_000, 1: 3_000_000}}
     html = answer_block(run)
-    assert html.index("What bounds the step") < html.index("Per rank")
-    assert "Bound by the host (launches or synchronisation) (rank 1): 2.500 ms per step removable (20.0 % of" in html
-    assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in html and "[host-sync] no .item()" in html
+    assert html.index("What to change") < html.index("Per rank")  # the verdict box above states the bound
+    assert "[host-sync] no .item() (gain ≤ 2.000 ms, spread 0.100 ms); evidence: sync 2 ms per step" in html
+    text = "\n".join(verdict_lines(verdict_of(run.analysis)))  # the terminal's lines: the bound first
+    assert text.startswith("Bound by the host (launches or synchronisation) (rank 1): 2.500 ms per step "
+                           "removable (20.0 % of the step).")
+    assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
     assert "Ranks differ by more than 2× in exposed_wait_ns" in html
 
 

@@ -36,11 +36,11 @@ PART_BYTES=$((15 * 1024 * 1024))
 # name | nsys options beyond the README's | program | program options
 JOBS_TABLE="
 gpt-accum||gpt_loop.py|--accum 4 --eval-first --steps 10
-hf-ddp||hf_trainer_job.py|--steps 16
+hf-ddp||hf_trainer_job.py|--steps 12
 pl-ddp||lightning_job.py|--strategy ddp --steps 16
 gpt-logevery||gpt_loop.py|--accum 1 --log-every 4 --steps 16
 gpt-unused||gpt_loop.py|--find-unused --steps 12
-hf-fsdp||hf_trainer_job.py|--fsdp --steps 16
+hf-fsdp||hf_trainer_job.py|--fsdp --steps 12
 pl-fsdp||lightning_job.py|--strategy fsdp --steps 16
 gpt-compile||gpt_loop.py|--accum 4 --eval-first --compile --steps 10
 gpt-accum-autograd|--pytorch=autograd-nvtx|gpt_loop.py|--accum 4 --eval-first --steps 6

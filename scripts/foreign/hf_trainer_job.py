@@ -110,9 +110,9 @@ class GroundTruth(TrainerCallback):
         out = []
         for k, row in enumerate(self.rows):
             marks = row["marks"]
-            micro = [c.ms(a, b) for a, b in zip(marks, marks[1:])]
+            micro = [c.ms(a, b) for a, b in zip(marks, marks[1:], strict=False)]
             fwd = [c.ms(f0, f1) for f0, f1 in row["fwd"]]
-            bwd = [c.ms(f1, m1) for (_, f1), m1 in zip(row["fwd"], marks[1:])]
+            bwd = [c.ms(f1, m1) for (_, f1), m1 in zip(row["fwd"], marks[1:], strict=False)]
             nxt = self.rows[k + 1] if k + 1 < len(self.rows) else None
             out.append({
                 "iteration": k, "iter_ms": c.ms(marks[0], row["end"]), "micro_steps": len(micro),

@@ -146,7 +146,7 @@ class GroundTruth(pl.Callback):
             nxt = self.rows[k + 1] if k + 1 < len(self.rows) else None
             out.append({
                 "iteration": k, "iter_ms": c.ms(row["micro"][0][0], row["end"]),
-                "micro_steps": len(row["micro"]), "micro_ms": [f + b for f, b in zip(fwd, bwd)],
+                "micro_steps": len(row["micro"]), "micro_ms": [f + b for f, b in zip(fwd, bwd, strict=True)],
                 "forward_ms": fwd, "backward_ms": bwd, "optimizer_ms": c.ms(row["micro"][-1][2], row["end"]),
                 "host_ms": (row["h_end"] - row["h0"]) * 1e3, "host_sync_ms": None,
                 "gap_after_ms": c.ms(row["end"], nxt["micro"][0][0]) if nxt else None,

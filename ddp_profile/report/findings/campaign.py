@@ -92,7 +92,7 @@ def _is_reference(r) -> bool:
             and not c.get("nccl_high_priority") and not c.get("grad_views"))
 
 
-def _reference(rs: list):
+def stock_reference(rs: list):
     refs = [r for r in rs if _is_reference(r) and r.world_size > 1]
     return refs[0] if refs else None
 
@@ -108,7 +108,7 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
         "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
         "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
     for name, rs in sorted(sets.items()):
-        ref = _reference(rs)
+        ref = stock_reference(rs)
         sharded = [r for r in rs if r.config.get("shard_optimizer") or r.strategy == "fsdp"]
         if ref is None or not sharded:
             continue
@@ -162,7 +162,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         "takes SMs and memory bandwidth from them) and 'exposed comm' is NCCL time not hidden by compute, both "
         "medians over ranks × steps of the profiled trace.")
     for name, rs in sorted(sets.items()):
-        ref, one = _reference(rs), _one_gpu(rs)
+        ref, one = stock_reference(rs), _one_gpu(rs)
         # the basis is the whole campaign folder's (all its world sizes), as its comparison pages use
         basis, t = rank_time([r for k, v in sets.items() if set_folder(k) == set_folder(name) for r in v])
         multi = [r for r in rs if r.world_size > 1 and np.isfinite(t(r))]

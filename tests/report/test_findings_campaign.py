@@ -80,17 +80,17 @@ def test_beat_ddp_claims_faster_only_where_intervals_separate():
     s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
     text = " ".join(s.paragraphs())
     assert "the fastest configuration is ch2 at 370.000 ms" in text
-    assert ("Against stock torch_ddp it is faster (95 % intervals 368.0–372.000 ms and 378.0–382.000 ms do not "
+    assert ("Against stock torch_ddp it is faster (95 % intervals 368.000–372.000 ms and 378.000–382.000 ms do not "
             "overlap).") in text
     table = next(b.frame for b in s.blocks if hasattr(b, "frame"))
-    assert table["95 % interval"].tolist() == ["368.0–372.000 ms", "378.0–382.000 ms"]
+    assert table["95 % interval"].tolist() == ["368.000–372.000 ms", "378.000–382.000 ms"]
     assert summary_of(s).endswith("ch2, 370.000 ms, 0.974×, faster than stock (intervals separate).")
     # the same medians with wide intervals: within noise, both intervals given, no "fastest"
     wide = _run("ch2", "torch_ddp", 2, 370.0, 372.0, config={"nccl_channels": 2}, ci=(360.0, 381.0))
     s2 = qc.q10_beat_ddp({"A": [one, ref, wide]}, _page, {"A": "m"})
     text2 = " ".join(s2.paragraphs())
     assert "the lowest median is ch2" in text2 and "fastest configuration" not in text2
-    assert "Against stock torch_ddp it is within noise (95 % intervals 360.0–381.000 ms and 378.0–382.000 ms overlap)." in text2
+    assert "Against stock torch_ddp it is within noise (95 % intervals 360.000–381.000 ms and 378.000–382.000 ms overlap)." in text2
     assert summary_of(s2).endswith(", within noise of stock.")
 
 

@@ -105,9 +105,9 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
         label, definition = header(str(c))
         tip = f" title='{esc(definition)}'" if definition else ""
         # a text column's header sits left, over its cells (numbers and their headers sit right)
-        text = not any(isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
-                       for v in df[c].head(max_rows))
-        cls = " class='txt'" if text else ""
+        words = not any(isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
+                        for v in df[c].head(max_rows))
+        cls = " class='txt'" if words else ""
         heads.append(f"<th scope='col'{cls}{tip} data-k='{esc(c)}'>{esc(label)}</th>")
     rows = []
     cols = [str(c) for c in df.columns]

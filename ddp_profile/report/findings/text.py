@@ -21,13 +21,13 @@ def ms(ns: float | None) -> str:
 
 def pct(x: float | None, digits: int = 1) -> str:
     """12.345 -> "12.3 %" (:func:`ddp_profile.fmt.fmt_pct` at one decimal); "n/a" when missing."""
-    if missing(x):
+    if x is None or missing(x):
         return "n/a"
     return fmt_pct(x) if digits == 1 else no_negative_zero(f"{float(x):,.{digits}f}") + " %"
 
 
 def num(x: float | None, digits: int = 2) -> str:
-    return "n/a" if missing(x) else no_negative_zero(f"{float(x):,.{digits}f}")
+    return "n/a" if x is None or missing(x) else no_negative_zero(f"{float(x):,.{digits}f}")
 
 
 def mb(nbytes: float) -> str:

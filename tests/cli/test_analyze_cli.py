@@ -48,6 +48,7 @@ def test_table_default_is_short_with_units_and_no_e_notation(capsys):
     text = capsys.readouterr().out
     assert "== per rank" in text and "step (ms)" in text and "compute (ms)" in text
     assert "== steps" not in text and "== collectives" not in text and "--section all" in text
+    assert len(text) < 8_000  # a screenful, not every section (35 KB here with --section all)
     assert not re.search(r"\d[eE][+-]\d", text)  # no nanoseconds in e-notation
     steps = analyze(load_trace(SAMPLE)).steps
     med0 = steps.loc[steps["rank"] == 0, "step_ns"].median()

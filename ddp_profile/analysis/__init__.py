@@ -167,13 +167,11 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     held = trace if hasattr(trace, "map_ranks") else _parts.LocalRanks(trace)
     found = held.map_ranks(_parts.step_part, step_pattern=step_pattern)
     notes = _parts.kernel_notes(found) + _parts.step_notes(found)
-    labels, host_steps, rows, id_notes = _parts.label_steps(found, steps)
+    host_steps, id_notes = _parts.label_steps(found, steps)  # the parts' collective rows relabelled in place
     notes += id_notes
-    for part, own_rows in zip(found, rows, strict=True):
-        part.rows = own_rows
     match_notes: list[str] = []
     table = _parts.match(found, match_notes, _ddp_bucket_bytes(trace))
-    del found, rows
+    del found  # the collective rows: the table holds what is needed of them
     return_freed_memory()
     run = getattr(trace, "run", None)
     got = held.map_ranks(_parts.rank_part, _parts.inputs(table, host_steps), phase_patterns=phase_patterns,

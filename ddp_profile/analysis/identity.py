@@ -30,82 +30,116 @@ import pandas as pd
 LABEL_COLUMNS = ["rank", "step", "label"]
 
 
+def _first_per(keys: list[np.ndarray]) -> np.ndarray:
+    """Positions of the first row of each distinct key tuple, rows taken in their given order (ascending)."""
+    if not len(keys[0]):
+        return np.zeros(0, dtype=np.intp)
+    order = np.lexsort(keys[::-1])  # stable: equal keys keep their order
+    sk = [k[order] for k in keys]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = np.any([k[1:] != k[:-1] for k in sk], axis=0)
+    return np.sort(order[new])
+
+
 def common_steps(steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool) -> tuple[pd.DataFrame, list[str]]:
     """(LABEL_COLUMNS: every kept (rank, own step number) with its common label; notes).
 
-    ``steps``: every rank's host step ranges (``rank, pid, step, host_start_ns, host_end_ns``, the rank's own
+    ``steps``: every rank's host step ranges (``rank, step, host_start_ns, host_end_ns``, the rank's own
     numbers); ``rows``: the collective rows of every rank (``rank, comm, seq, step``; None without NCCL
     kernels); ``inferred``: the steps were inferred (labels 0, 1, ...), else NVTX numbers are kept."""
     if steps.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in LABEL_COLUMNS}), []
-    s = steps[["rank", "step", "host_start_ns", "host_end_ns"]].drop_duplicates(["rank", "step"])
-    s = s.astype({"rank": "int64", "step": "int64"}).sort_values(["rank", "host_start_ns"], kind="stable")
-    ranks = np.unique(s["rank"].to_numpy())
+    rank, step = steps["rank"].to_numpy(np.int64), steps["step"].to_numpy(np.int64)
+    hs, he = steps["host_start_ns"].to_numpy(np.int64), steps["host_end_ns"].to_numpy(np.int64)
+    keep = _first_per([rank, step])
+    by_time = np.lexsort((hs[keep], rank[keep]))  # per rank, in time order
+    keep = keep[by_time]
+    rank, step, hs, he = rank[keep], step[keep], hs[keep], he[keep]
+    ranks = np.unique(rank)
     ref = int(ranks[0])
-    theirs = s.loc[s["rank"] != ref]
-    mine = s.loc[s["rank"] == ref]
-    assigned = _by_collectives(theirs, rows, ref)
-    assigned = _by_time(theirs, mine, assigned)
-    # the reference rank's own steps are the iterations
-    assigned = pd.concat([pd.DataFrame({"rank": ref, "step": mine["step"].to_numpy(), "iteration": mine["step"].to_numpy(),
-                                        "votes": np.iinfo(np.int64).max}), assigned], ignore_index=True)
-    assigned = assigned.sort_values(["rank", "iteration", "votes"], ascending=[True, True, False], kind="stable")
-    assigned = assigned.drop_duplicates(["rank", "iteration"])  # one step per rank and iteration
-    cover = assigned.groupby("iteration")["rank"].nunique()
-    full = cover.index[cover.to_numpy() == len(ranks)]
-    kept = assigned.loc[assigned["iteration"].isin(full)]
-    order = mine.loc[mine["step"].isin(full), "step"].to_numpy()  # iterations in the reference's time order
-    if inferred:
-        label_of = dict(zip(order.tolist(), range(len(order)), strict=True))
-    else:
-        label_of = {int(t): int(t) for t in order}
-    out = pd.DataFrame({"rank": kept["rank"].to_numpy(np.int64), "step": kept["step"].to_numpy(np.int64),
-                        "label": kept["iteration"].map(label_of).to_numpy(np.int64)})
+    mine = rank == ref
+    # (rank, step, iteration, votes) candidates: the reference's own steps, steps matched by collectives,
+    # steps matched by host time (votes 0)
+    cand = [(rank[mine], step[mine], step[mine], np.full(int(mine.sum()), np.iinfo(np.int64).max))]
+    voted = _by_collectives(rows, ref)
+    cand.append(voted)
+    has_vote = np.zeros(len(rank), dtype=bool)
+    if len(voted[0]):
+        has_vote = pd.MultiIndex.from_arrays([voted[0], voted[1]]).get_indexer(
+            pd.MultiIndex.from_arrays([rank, step])) >= 0
+    left = ~mine & ~has_vote
+    if left.any():
+        cand.append(_by_time(rank[left], step[left], hs[left], he[left], step[mine], hs[mine], he[mine]))
+    c_rank, c_step, c_it, c_votes = (np.concatenate([c[k] for c in cand]) for k in range(4))
+    # one step per (rank, iteration): the most votes
+    best = np.lexsort((-c_votes, c_it, c_rank))
+    c_rank, c_step, c_it, c_votes = c_rank[best], c_step[best], c_it[best], c_votes[best]
+    first = _first_per([c_rank, c_it])
+    c_rank, c_step, c_it = c_rank[first], c_step[first], c_it[first]
+    its, n_ranks = np.unique(c_it, return_counts=True)
+    full = its[n_ranks == len(ranks)]
+    ok = np.isin(c_it, full)
+    if inferred:  # 0, 1, ... in the reference's time order of the kept iterations
+        order = step[mine][np.isin(step[mine], full)]
+        srt = np.argsort(order, kind="stable")
+        lab = srt[np.searchsorted(order[srt], c_it[ok])]
+    else:  # the reference's NVTX numbers
+        lab = c_it[ok]
+    out = pd.DataFrame({"rank": c_rank[ok], "step": c_step[ok], "label": lab.astype(np.int64)})
     out = out.sort_values(["rank", "label"], kind="stable").reset_index(drop=True)
-    return out, _notes(s, out, ref, inferred)
+    s = pd.DataFrame({"rank": rank, "step": step, "host_start_ns": hs, "host_end_ns": he})
+    notes = _notes(s, out, ref, inferred) if len(out) < len(s) or (not inferred and (c_step[ok] != c_it[ok]).any()) \
+        else []
+    return out, notes
 
 
-def _by_collectives(theirs: pd.DataFrame, rows: pd.DataFrame | None, ref: int) -> pd.DataFrame:
-    """(rank, step, iteration, votes): the reference step sharing the most collectives with each step."""
-    empty = pd.DataFrame({"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
-                          "iteration": pd.Series(dtype="int64"), "votes": pd.Series(dtype="int64")})
-    if rows is None or not len(rows) or theirs.empty:
+def _by_collectives(rows: pd.DataFrame | None, ref: int) -> tuple:
+    """(rank, step, iteration, votes) arrays: each non-reference step with the reference step sharing the
+    most of its collectives (ties: the earliest)."""
+    empty = tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
+    if rows is None or not len(rows):
         return empty
-    r = rows.loc[rows["step"].notna(), ["rank", "comm", "seq", "step"]]
-    at_ref = r.loc[r["rank"] == ref].drop_duplicates(["comm", "seq"]).rename(columns={"step": "iteration"})
-    other = r.loc[r["rank"] != ref]
-    if at_ref.empty or other.empty:
+    has = rows["step"].notna().to_numpy()
+    r_rank, comm, seq = (rows[c].to_numpy()[has].astype(np.int64) for c in ("rank", "comm", "seq"))
+    r_step = rows["step"].to_numpy(dtype=np.float64, na_value=np.nan)[has].astype(np.int64)
+    key = comm * (1 << 40) + seq  # (comm, seq) as one integer: comm is a small stream number
+    at_ref = r_rank == ref
+    ref_key, first = np.unique(key[at_ref], return_index=True)
+    ref_step = r_step[at_ref][first]
+    other = ~at_ref
+    if not len(ref_key) or not other.any():
         return empty
-    m = other.merge(at_ref[["comm", "seq", "iteration"]], on=["comm", "seq"], how="inner")
-    if m.empty:
+    k = key[other]
+    j = np.clip(np.searchsorted(ref_key, k), 0, len(ref_key) - 1)
+    hit = ref_key[j] == k
+    o_rank, o_step, o_it = r_rank[other][hit], r_step[other][hit], ref_step[j[hit]]
+    if not len(o_rank):
         return empty
-    votes = m.groupby(["rank", "step", "iteration"], sort=True).size().rename("votes").reset_index()
-    # most votes first, then the earliest iteration: one iteration per step
-    votes = votes.sort_values(["rank", "step", "votes", "iteration"], ascending=[True, True, False, True],
-                              kind="stable").drop_duplicates(["rank", "step"])
-    return votes.astype("int64").reset_index(drop=True)
+    order = np.lexsort((o_it, o_step, o_rank))  # votes = the size of each (rank, step, iteration) run
+    a, b, c = o_rank[order], o_step[order], o_it[order]
+    new = np.ones(len(a), dtype=bool)
+    new[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (c[1:] != c[:-1])
+    starts = np.flatnonzero(new)
+    votes = np.diff(np.append(starts, len(a)))
+    a, b, c = a[starts], b[starts], c[starts]
+    pick = np.lexsort((c, -votes, b, a))  # per step: the most votes, then the earliest iteration
+    a, b, c, votes = a[pick], b[pick], c[pick], votes[pick]
+    first = _first_per([a, b])
+    return a[first], b[first], c[first], votes[first].astype(np.int64)
 
 
-def _by_time(theirs: pd.DataFrame, mine: pd.DataFrame, assigned: pd.DataFrame) -> pd.DataFrame:
-    """``assigned`` plus the steps it lacks (no collective shared with the reference), each given the
-    reference step whose host range overlaps it most (none: left out); votes 0, so a step matched by its
-    collectives keeps its iteration."""
-    done = pd.MultiIndex.from_frame(assigned[["rank", "step"]]) if len(assigned) else None
-    left = theirs if done is None else theirs.loc[~pd.MultiIndex.from_frame(theirs[["rank", "step"]]).isin(done)]
-    if left.empty or mine.empty:
-        return assigned
-    rs, re_ = mine["host_start_ns"].to_numpy(np.int64), mine["host_end_ns"].to_numpy(np.int64)
-    ls, le = left["host_start_ns"].to_numpy(np.int64), left["host_end_ns"].to_numpy(np.int64)
-    got = np.full(len(left), -1, dtype=np.int64)
-    for lo in range(0, len(left), 4096):  # a (chunk x reference steps) overlap matrix at a time
-        hi = min(lo + 4096, len(left))
-        over = np.minimum(le[lo:hi, None], re_[None, :]) - np.maximum(ls[lo:hi, None], rs[None, :])
-        best = over.argmax(axis=1)
-        got[lo:hi] = np.where(over[np.arange(hi - lo), best] > 0, best, -1)
+def _by_time(rank, step, hs, he, ref_step, ref_hs, ref_he) -> tuple:
+    """(rank, step, iteration, votes = 0) arrays: each given step with the reference step whose host range
+    overlaps it most (none: left out)."""
+    got = np.full(len(rank), -1, dtype=np.int64)
+    if len(ref_step):
+        for lo in range(0, len(rank), 4096):  # a (chunk x reference steps) overlap matrix at a time
+            hi = min(lo + 4096, len(rank))
+            over = np.minimum(he[lo:hi, None], ref_he[None, :]) - np.maximum(hs[lo:hi, None], ref_hs[None, :])
+            best = over.argmax(axis=1)
+            got[lo:hi] = np.where(over[np.arange(hi - lo), best] > 0, best, -1)
     ok = got >= 0
-    extra = pd.DataFrame({"rank": left["rank"].to_numpy(np.int64)[ok], "step": left["step"].to_numpy(np.int64)[ok],
-                          "iteration": mine["step"].to_numpy(np.int64)[got[ok]], "votes": 0})
-    return pd.concat([assigned, extra], ignore_index=True) if len(assigned) else extra
+    return rank[ok], step[ok], ref_step[got[ok]], np.zeros(int(ok.sum()), dtype=np.int64)
 
 
 def _notes(s: pd.DataFrame, out: pd.DataFrame, ref: int, inferred: bool) -> list[str]:
@@ -115,11 +149,13 @@ def _notes(s: pd.DataFrame, out: pd.DataFrame, ref: int, inferred: bool) -> list
     if len(dropped):
         per = []
         for rank, g in dropped.groupby("rank", sort=True):
-            k = out.loc[out["rank"] == rank]
-            start = s.loc[(s["rank"] == rank) & s["step"].isin(k["step"]), "host_start_ns"]
-            t0 = start.min() if len(start) else np.inf
-            before = int((g["host_start_ns"] < t0).sum())
-            what = f"{before} before the first common step, {len(g) - before} after it or between"
+            start = s.loc[(s["rank"] == rank) & s["step"].isin(out.loc[out["rank"] == rank, "step"]), "host_start_ns"]
+            t = g["host_start_ns"].to_numpy()
+            first, last = (start.min(), start.max()) if len(start) else (np.inf, -np.inf)
+            counts = ((int((t < first).sum()), "before the first common step"),
+                      (int((t > last).sum()), "after the last common step"),
+                      (int(((t >= first) & (t <= last)).sum()), "between common steps"))
+            what = ", ".join(f"{n} {where}" for n, where in counts if n)
             if not inferred:
                 what += " (NVTX step " + ", ".join(str(int(v)) for v in g["step"].to_numpy()[:8]) + \
                         (", ..." if len(g) > 8 else "") + ")"
@@ -134,24 +170,37 @@ def _notes(s: pd.DataFrame, out: pd.DataFrame, ref: int, inferred: bool) -> list
     return notes
 
 
+def _lookup(labels: pd.DataFrame, rank: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Each (rank, step)'s position in ``labels``, -1 where it has none. Steps (any int64, e.g. 18-digit
+    NVTX numbers) become dense codes first, so (rank, code) fits one int64 key."""
+    l_rank, l_step = labels["rank"].to_numpy(np.int64), labels["step"].to_numpy(np.int64)
+    uniq, inv = np.unique(np.concatenate([l_step, step]), return_inverse=True)
+    width = len(uniq) + 1
+    l_key, key = l_rank * width + inv[:len(l_step)], rank * width + inv[len(l_step):]
+    srt = np.argsort(l_key, kind="stable")
+    j = np.clip(np.searchsorted(l_key[srt], key), 0, max(len(srt) - 1, 0))
+    found = (l_key[srt][j] == key) if len(srt) else np.zeros(len(key), dtype=bool)
+    return np.where(found, srt[j] if len(srt) else -1, -1)
+
+
 def relabel(frame: pd.DataFrame, labels: pd.DataFrame, *, keep_unlabelled: bool = False) -> pd.DataFrame:
     """``frame`` (with ``rank`` and ``step``, the rank's own numbers) with ``step`` = the common label. Rows
-    without a label are dropped, or with ``keep_unlabelled`` kept with ``step`` = NA (collective rows)."""
+    without a label are dropped (a new frame), or with ``keep_unlabelled`` kept with ``step`` = NA (the
+    collective rows: changed in place and returned)."""
     if frame is None or not len(frame):
         return frame
     has = frame["step"].notna().to_numpy()
-    key = pd.MultiIndex.from_arrays([frame["rank"].to_numpy(np.int64),
-                                     np.where(has, frame["step"].to_numpy(dtype=float, na_value=-1), -1).astype(np.int64)])
-    lookup = pd.Series(labels["label"].to_numpy(np.int64),
-                       index=pd.MultiIndex.from_frame(labels[["rank", "step"]].astype("int64")))
-    got = lookup.reindex(key).to_numpy()
-    ok = ~np.isnan(got.astype(float)) & has
-    if keep_unlabelled:
-        step = pd.array(np.where(ok, got, 0).astype(np.int64), dtype="Int64")
-        step[~ok] = pd.NA
-        return frame.assign(step=step)
+    step = np.where(has, frame["step"].to_numpy(dtype=np.float64, na_value=0), 0).astype(np.int64)
+    at = _lookup(labels, frame["rank"].to_numpy(np.int64), step)
+    ok = has & (at >= 0)
+    got = labels["label"].to_numpy(np.int64)[np.maximum(at, 0)] if len(labels) else np.zeros(len(at), np.int64)
+    if keep_unlabelled:  # in place: the collective rows are the caller's own and long
+        new = pd.array(np.where(ok, got, 0), dtype="Int64")
+        new[~ok] = pd.NA
+        frame["step"] = new
+        return frame
     out = frame.loc[ok].copy()
-    out["step"] = got[ok].astype(np.int64)
+    out["step"] = got[ok]
     return out.reset_index(drop=True)
 
 

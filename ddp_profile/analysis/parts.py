@@ -40,6 +40,9 @@ from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
 from ddp_profile.memory import return_freed_memory
 
 NO_RANGES = "no NVTX ranges in the trace"
+SUMS_CHUNK = 1 << 16
+"""Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
+analysis' memory peak on a million kernels with the default chunk."""
 INFERRED_PHASES_NOTE = ("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
                         "optimizer = main thread after them)")
@@ -105,28 +108,29 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     nccl_nvtx=coll.has_nccl_ranges(nvtx))
 
 
-def label_steps(found: list, steps) -> tuple:
+def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
     """One step identity over every part's steps (:mod:`ddp_profile.analysis.identity`), then the
-    selection: (labels, each part's labelled host steps, each part's collective rows with labels (NA outside
-    the selection), notes)."""
+    selection: (each part's labelled host steps, notes). Each part's collective rows get the labels in
+    place (NA outside the selection)."""
     inferred = not any(not p.steps.empty and not p.inferred for p in found)
     # NVTX steps on some rank: ranks where only inference found steps have none (as one whole trace would)
     own = [p.steps if inferred or not p.inferred else p.steps.iloc[:0] for p in found]
     every = [s for s in own if not s.empty]
     all_steps = pd.concat(every, ignore_index=True) if every else schema.empty_frame(win.RANGE_COLUMNS)
-    rows = [p.rows for p in found if p.rows is not None and len(p.rows)]
+    rows = [p.rows[["rank", "comm", "seq", "step"]] for p in found if p.rows is not None and len(p.rows)]
     labels, notes = ident.common_steps(all_steps, pd.concat(rows, ignore_index=True) if rows else None, inferred)
     labels = ident.select(labels, steps)
-    host = [ident.relabel(s, labels) if not s.empty else s for s in own]
-    return (labels, host, [ident.relabel(p.rows, labels, keep_unlabelled=True) if p.rows is not None else None
-                           for p in found], notes)
+    for p in found:
+        if p.rows is not None:
+            ident.relabel(p.rows, labels, keep_unlabelled=True)
+    return [ident.relabel(s, labels) if not s.empty else s for s in own], notes
 
 
 def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
     """Host step ranges (``windows.RANGE_COLUMNS``) with the common step labels, selected by ``steps`` (as
     :func:`analyze`), and the notes on how they were found: what ``launches`` measures over."""
     found = LocalRanks(trace).map_ranks(step_part, step_pattern=step_pattern)
-    _, host, _, notes = label_steps(found, steps)
+    host, notes = label_steps(found, steps)
     return host[0], step_notes(found) + notes
 
 
@@ -170,24 +174,33 @@ class RankPart:
 def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
     """Stage 2: the collective table from every part's rows (their ``step`` already the common labels, NA
     outside the selection). Rows keep ``_file`` = the index of the part they came from."""
-    frames = [p.rows.assign(_file=i) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
+    have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
     ranks = sorted({r for p in parts for r in p.ranks})
-    if not frames:
+    if not have:
         notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts)))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    if len(frames) > 1:
-        frames = [pd.concat(frames, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)]
-    keep = frames[0]["_file"].to_numpy()
+    # the rows as they are (one part: no copy), each row's part kept beside them
+    keep = np.concatenate([np.full(len(r), i) for i, r in have])
+    df = have[0][1]
+    if len(have) > 1:
+        df = pd.concat([r for _, r in have], ignore_index=True)
+        order = np.argsort(df["rank"].to_numpy(), kind="stable")
+        df, keep = df.iloc[order].reset_index(drop=True), keep[order]
+    del have
     bytes_note = coll.bytes_note_text(any(p.nccl_nvtx for p in parts))
-    table = coll.match_collectives(frames, notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                                   bytes_note=bytes_note)  # keeps the row order
-    return table.assign(_file=keep)
+    table = coll.match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
+                                   bytes_note=bytes_note)  # keeps the row order; a new frame
+    table["_file"] = keep
+    return table
 
 
 def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     """Each part's :class:`RankInput` (``steps``: its labelled host steps) from the collective table, split
-    once by ``_file`` (not one scan per part); ``_row`` = the row's position in the whole table."""
-    table = table.assign(_row=np.arange(len(table)))
+    once by ``_file`` (not one scan per part); ``_row`` = the row's position in the whole table (added to
+    ``table`` in place)."""
+    table["_row"] = np.arange(len(table))  # in place: the table is the caller's, ``combine`` selects its columns
+    if len(steps) == 1:
+        return [RankInput(steps[0], table)]
     if "_file" in table and len(table):
         at = table.groupby("_file", sort=False).indices
         none = np.zeros(0, dtype=np.intp)
@@ -244,9 +257,9 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         for rows in files:
             sub = karr.subset(rows)
             first = int(sub.rank.min()) if len(rows) else np.iinfo(np.int32).max
-            part.file_sums.append((first, ov.kernel_sums(sub, covered[rows])))
+            part.file_sums.append((first, ov.kernel_sums(sub, covered[rows], SUMS_CHUNK)))
     else:
-        part.kernel_sums = ov.kernel_sums(karr, covered)
+        part.kernel_sums = ov.kernel_sums(karr, covered, SUMS_CHUNK)
     return_freed_memory()
     if whole:
         part.contention_table = cont.contention(karr, covered, windows)

@@ -64,7 +64,7 @@ class Analysis:
         ``overlap_pct`` = 100·Σ overlap_ns / Σ comm_ns over those rows; ``n_collectives``, ``wait_pct_of_comm``
         = 100·Σ wait_ns / Σ duration_ns over collectives launched inside the selected steps;
         ``exposed_wait_pct_of_exposed`` = 100·Σ exposed_wait_ns / Σ exposed_comm_ns over the rows;
-        ``job_comm_tail_ns`` = median over steps (one value per step index)."""
+        ``job_comm_tail_ns`` = median over steps (one value per step label: the same iteration on every rank)."""
         s = self.steps
         coll = self.collectives
         ro = self.rank_overlap

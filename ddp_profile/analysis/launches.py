@@ -149,7 +149,7 @@ def _step_of(t: np.ndarray, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
 def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
     """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start), and notes: the
     steps ``analyze`` finds, with their common labels across ranks (``parts.labelled_steps``)."""
-    ranges, notes = parts.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
+    ranges, notes, _ = parts.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
     ranges = ranges.loc[ranges["rank"].notna()] if len(ranges) else ranges
     return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
 

@@ -126,12 +126,14 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     return [ident.relabel(s, labels) if not s.empty else s for s in own], notes
 
 
-def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
+def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str], bool]:
     """Host step ranges (``windows.RANGE_COLUMNS``) with the common step labels, selected by ``steps`` (as
-    :func:`analyze`), and the notes on how they were found: what ``launches`` measures over."""
+    :func:`~ddp_profile.analysis.analyze`), the notes on how they were found, and whether they were
+    inferred: what ``launches`` measures over and ``inspect`` reports."""
     found = LocalRanks(trace).map_ranks(step_part, step_pattern=step_pattern)
     host, notes = label_steps(found, steps)
-    return host[0], step_notes(found) + notes
+    inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
+    return host[0], step_notes(found) + notes, inferred
 
 
 @dataclass

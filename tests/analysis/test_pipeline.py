@@ -35,9 +35,10 @@ def _json(trace, **kw) -> dict:
     return json.loads(render(analyze(trace, **kw), "json", None))
 
 
-def _without_nvtx(run: Path, dst: Path) -> Path:
+def _without_nvtx(run: Path, dst: Path, *, keep_every: int = 1) -> Path:
     """A copy of the run folder's exports with every NVTX row deleted (the run JSON is left behind: the
-    harness's record would say what NVTX no longer does)."""
+    harness's record would say what NVTX no longer does); ``keep_every`` > 1 also keeps only every n-th
+    kernel (a few kernels per rank: too few to infer a step from)."""
     dst.mkdir(parents=True, exist_ok=True)
     for f in sorted(run.glob("*.sqlite.xz")):
         out = dst / f.name.removesuffix(".xz")
@@ -45,6 +46,8 @@ def _without_nvtx(run: Path, dst: Path) -> Path:
         mem.deserialize(lzma.decompress(f.read_bytes()))
         if mem.execute("SELECT 1 FROM sqlite_master WHERE name = 'NVTX_EVENTS'").fetchone():
             mem.execute("DELETE FROM NVTX_EVENTS")
+        if keep_every > 1:
+            mem.execute("DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % ? != 0", (keep_every,))
         mem.commit()
         disk = sqlite3.connect(out)
         mem.backup(disk)
@@ -80,6 +83,28 @@ def test_local_and_dask_give_the_same_json(name, nvtx, client, tmp_path):
     assert local == remote
     if not nvtx and len(local["steps"]):  # steps were inferred, on both paths
         assert any("inferred" in n for n in local["notes"])
+
+
+def test_no_steps_at_all_on_both_paths(client, tmp_path):
+    """Per-rank files where no step is found (NVTX gone, a kernel sequence that does not repeat): the same
+    JSON on both paths, no traceback (the Dask path used to end in 'str' object has no attribute
+    'memory_usage'), and a --steps selection is a usage error naming no steps."""
+    from ddp_profile import distributed
+    from ddp_profile.errors import UsageError
+
+    run = TRACES / "per-rank/bucketed-25mb_small_fp32_2xh200"
+    if not run.exists():
+        pytest.skip(f"{run} not present")
+    path = _without_nvtx(run, tmp_path / "run", keep_every=2003)
+    local = _json(load_trace(path))
+    assert local["steps"] == [] and local["summary"]["population"] == "trace"
+    trace = distributed.load_trace(path, client=client)
+    try:
+        assert _json(trace) == local
+        with pytest.raises(UsageError, match="no step in 1:; the trace has no steps"):
+            analyze(trace, steps="1:")
+    finally:
+        trace.close()
 
 
 def test_dask_selects_by_label_too(client):
@@ -118,7 +143,7 @@ def test_no_step_label_differs_across_ranks(run):
     """On every committed trace, with its NVTX steps and with them removed (steps inferred)."""
     trace = load_trace(run)
     for which, t in (("nvtx", trace), ("inferred", replace(trace, nvtx=schema.empty_frame(schema.NVTX_COLUMNS)))):
-        steps, _ = labelled_steps(t)
+        steps, _, _ = labelled_steps(t)
         _check_identity(t, steps, f"{run.name} ({which})")
         if which == "inferred" and len(steps):
             assert steps["step"].min() == 0  # numbered from the first iteration every rank ran

@@ -62,6 +62,8 @@ def common_steps(steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool)
     # steps matched by host time (votes 0)
     cand = [(rank[mine], step[mine], step[mine], np.full(int(mine.sum()), np.iinfo(np.int64).max))]
     voted = _by_collectives(rows, ref)
+    known = np.isin(voted[0], ranks)  # rows of a rank without steps here (their steps were set aside) vote not
+    voted = tuple(v[known] for v in voted)
     cand.append(voted)
     has_vote = np.zeros(len(rank), dtype=bool)
     if len(voted[0]):

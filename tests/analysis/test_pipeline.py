@@ -238,3 +238,18 @@ def test_nvtx_numbers_stay_the_labels():
                               inferred=False)
     assert got.loc[got["rank"] == 1].sort_values("step")["label"].tolist() == [3, 4, 5, 6]
     assert any("number the same iterations differently" in n for n in notes)
+
+
+def test_collectives_of_a_rank_without_steps_do_not_vote():
+    """Only rank 0 has steps here (another rank's were set aside): rank 1's collective rows, still carrying
+    its own step numbers, neither count as covering an iteration nor drop rank 0's steps."""
+    import pandas as pd
+
+    from ddp_profile.analysis.identity import common_steps
+
+    steps = pd.DataFrame({"rank": 0, "step": [3, 4, 5, 6], "host_start_ns": [0, 100, 200, 300],
+                          "host_end_ns": [90, 190, 290, 390]})
+    rows = pd.DataFrame({"rank": [0] * 4 + [1] * 4, "comm": 1, "seq": [0, 1, 2, 3] * 2,
+                         "step": [3, 4, 5, 6, 0, 1, 2, 3]})
+    got, notes = common_steps(steps, rows, inferred=False)
+    assert got["label"].tolist() == [3, 4, 5, 6] and (got["rank"] == 0).all() and not notes

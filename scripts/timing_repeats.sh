@@ -73,7 +73,7 @@ except Exception:
     gpu = "unknown"
 print(f"timing-{gpu}-{pseudonym(socket.gethostname())}")
 EOF
-)
+) || HOST_LABEL=timing-unlabelled
 fi
 {
     echo "# timing set $SET, $(date -u +%FT%TZ); host label $HOST_LABEL (the scrubber's pseudonym; no real host name)"

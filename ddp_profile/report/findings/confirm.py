@@ -120,7 +120,8 @@ def confirm_rows(ref, rs: list, rates: dict | None = None) -> list[dict]:
         row, why = (None, "the stock run itself (its prediction is its own measurement)") if r is ref else _row_for(rec, r)
         item = {"run": r, "predicted_ns": math.nan, "low_ns": math.nan, "measured_ns": math.nan,
                 "measure": "un-profiled median" if unprof else "profiled step (trace)", "error_pct": math.nan,
-                "why": why, "model": "bucket model" if row is not None else ""}
+                "why": why, "model": "" if row is None else
+                "recommended row (bucket model, contention range)" if row.get("lever") == "recommended" else "bucket model"}
         if row is None and r is not ref:
             rate = rate_for(r, rates or {})
             row, why = _channel_row(ref, r, why, rate)

@@ -42,9 +42,11 @@ import argparse
 import datetime
 import gc
 import json
+import os
 import shlex
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
@@ -375,9 +377,17 @@ def _run(args: argparse.Namespace) -> int:
     init_process_group(info, backend)
     try:
         _job_on_rank(configs, args, device, backend)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - any failure of this rank ends it at once
+        # A rank that failed (out of memory, an NCCL error) must not tear its group down: destroying an NCCL
+        # communicator waits for peers that are blocked in a collective or a barrier and never come, which
+        # hung a job for minutes. Exit now; torchrun then stops the other ranks, and the journal keeps what
+        # finished (scripts/timing_repeats.sh resumes without the configuration that failed).
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    dist.barrier()
+    dist.destroy_process_group()
     return 0
 
 

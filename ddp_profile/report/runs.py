@@ -320,14 +320,16 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return groups
 
 
-def launch_diagnosis(trace):
-    """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made."""
-    return host_diagnosis(trace)[0]
+def launch_diagnosis(trace, steps="all"):
+    """``analyze_launches`` over the run's CUDA API calls (the ``steps`` selected), or the reason (str) it
+    cannot be made."""
+    return host_diagnosis(trace, steps=steps)[0]
 
 
-def host_diagnosis(trace, phases=None):
-    """(launch diagnosis or the reason (str) it cannot be made, the main thread's launch and sync calls
-    per rank for the timeline's CPU rows (``analysis.host_calls``; None without the API table)).
+def host_diagnosis(trace, phases=None, steps="all"):
+    """(launch diagnosis over the ``steps`` selected, or the reason (str) it cannot be made; the main
+    thread's launch and sync calls per rank for the timeline's CPU rows (``analysis.host_calls``; None
+    without the API table)).
 
     The API table is read here, once per run, because ``load_trace`` does not keep it (see
     ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
@@ -342,9 +344,9 @@ def host_diagnosis(trace, phases=None):
         api = load_api_calls(trace)
     except DdpProfileError as exc:
         return str(exc), None
-    steps = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
+    step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
     try:
-        launches = analyze_launches(trace, api)
+        launches = analyze_launches(trace, api, steps=steps)
     except DdpProfileError as exc:
         launches = str(exc)
-    return launches, main_thread_calls(api, steps)
+    return launches, main_thread_calls(api, step_rows)

@@ -50,11 +50,17 @@ from ddp_profile.analysis._common import (
 )
 from ddp_profile.memory import return_freed_memory
 
+STEP_FACTS = ["micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns"]  # carried from the step windows
+
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
-    p = phases.loc[phases["phase"] == name, ["rank", "step", "start_ns", "end_ns"]]
-    return pd.DataFrame({"rank": p["rank"].to_numpy(), "step": p["step"].to_numpy(),
-                         f"{name}_ns": (p["end_ns"] - p["start_ns"]).to_numpy(dtype=float)})
+    """The phase's GPU time per (rank, step): ``phase_ns`` (its micro-steps' windows summed) where the
+    windows carry it, else the window's length."""
+    p = phases.loc[phases["phase"] == name]
+    length = (p["end_ns"] - p["start_ns"]).to_numpy(dtype=float)
+    if "phase_ns" in p:
+        length = np.where(p["phase_ns"].isna(), length, p["phase_ns"].to_numpy(dtype=float))
+    return pd.DataFrame({"rank": p["rank"].to_numpy(), "step": p["step"].to_numpy(), f"{name}_ns": length})
 
 
 def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | None = None,
@@ -86,6 +92,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     phase_idx = ck.phase_index(phases)
     groups = steps.groupby("rank", sort=True).indices
     step_col, start_col, end_col = (steps[c].to_numpy() for c in ("step", "start_ns", "end_ns"))
+    facts = {c: steps[c].to_numpy(dtype=float) if c in steps else np.full(len(steps), np.nan) for c in STEP_FACTS}
     joined = _joined_once(steps, groups, extras)
     order = np.concatenate(list(groups.values())) if groups else np.zeros(0, dtype=np.intp)
     ranks_in_order = np.repeat(np.array(list(groups.keys())), [len(v) for v in groups.values()])
@@ -102,6 +109,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             "compute_ns": cov[COMPUTE], "comm_ns": cov[NCCL], "overlap_ns": cov["overlap"],
             "exposed_comm_ns": cov[NCCL] - cov["overlap"], "copy_ns": cov["copy"],
             "idle_ns": step_ns - cov["all"],
+            **{c: v[rows] for c, v in facts.items()},
         }
         if joined is None:  # a (rank, step) repeated in a phase table: the join may add rows, done per rank
             part = pd.DataFrame(cols_now)

@@ -32,12 +32,18 @@ OPTIMIZER = ["adam", "adam"]
 STEP = FORWARD + BACKWARD + OPTIMIZER  # P = 14 kernels
 
 
+LOG = ["log_norm", "log_sum", "log_copy"]  # what a logging step adds after the optimizer (main thread)
+NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_sync: no all-reduce
+
+
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
-               back_to_back=False, warmup=("init_a", "init_b")) -> Trace:
+               back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
-    ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it)."""
+    ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it);
+    ``log_every`` = N: every N-th step (N-1, 2N-1...) launches LOG after its optimizer; ``micro_steps`` = m:
+    gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD."""
     names, tids, launch = [], [], []
     t = 0
     for w in warmup:
@@ -45,12 +51,16 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         t += 50 * spacing
     for s in range(n_steps):
         t += boundary - spacing
-        seq = list(STEP)
+        fwd = list(FORWARD)
         if s == stray_step:
-            seq.insert(3, "stray")
-        for i, nm in enumerate(seq):
-            in_bwd = len(FORWARD) + (s == stray_step) <= i < len(seq) - len(OPTIMIZER)
-            names.append(nm), tids.append(AUTOGRAD if in_bwd else PID), launch.append(t)
+            fwd.insert(3, "stray")
+        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in NO_SYNC_BACKWARD]
+        seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
+        seq += [(nm, PID) for nm in OPTIMIZER]
+        if log_every and s % log_every == log_every - 1:
+            seq += [(nm, PID) for nm in LOG]
+        for nm, tid in seq:
+            names.append(nm), tids.append(tid), launch.append(t)
             t += spacing
     launch = np.asarray(launch, dtype=np.int64)
     if back_to_back:
@@ -90,18 +100,21 @@ def test_period_is_the_step_not_the_repeated_layer():
 def test_known_answer_steps_and_phases():
     # 6 steps, 2 warm-up kernels before them (no step). Launch spacing 10 µs, kernel 8 µs from launch + 5 µs:
     # a step's GPU window = first start .. last end = 13 launches·10 µs + 8 µs = 138 µs.
-    # forward: 6 kernels -> 5·10 + 8 = 58 µs; backward 6 -> 58 µs; optimizer 2 -> 10 + 8 = 18 µs.
+    # forward: 6 kernels -> 5·10 + 8 = 58 µs; backward = first to last backward *compute* kernel (b2 b1 ar
+    # b2 b1: 4 launches apart) -> 4·10 + 8 = 48 µs; optimizer 2 -> 10 + 8 = 18 µs.
     res = analyze(loop_trace())
     s = res.steps
     assert s["step"].tolist() == [0, 1, 2, 3, 4, 5]
     assert (s["step_ns"] == 138 * US).all()
-    assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 58 * US).all()
+    assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 48 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all()
+    assert (s["micro_steps"] == 1).all() and (s["extra_kernels"] == 0).all() and (s["extra_host_ns"] == 0).all()
     # backward launches b2 b1 ar b2 b1 ar (kernels 6..11 of the step): the last compute kernel b1 (10) ends
     # at launch₁₀ + 13 µs, the last all-reduce (11) at launch₁₁ + 13 µs = 10 µs later: comm_tail = 10 µs.
     assert (s["comm_tail_ns"] == 10 * US).all()
     assert any("steps inferred from the GPU trace" in n for n in res.notes)
     assert any("inferred from the launching thread" in n for n in res.notes)
+    assert any("1 micro-step(s)" in n for n in res.notes)
     # --steps applies to inferred steps (indices from 0)
     assert analyze(loop_trace(), steps="2:").steps["step"].tolist() == [2, 3, 4, 5]
 
@@ -112,6 +125,43 @@ def test_an_inserted_kernel_shifts_no_boundary():
     s = analyze(loop_trace(stray_step=2)).steps
     assert s["step_ns"].tolist() == [138 * US, 138 * US, 148 * US, 138 * US, 138 * US, 138 * US]
     assert s.loc[s["step"] == 2, "forward_ns"].item() == 68 * US
+
+
+def test_a_logging_cycle_is_no_step_and_its_extra_work_is_reported():
+    # Every 4th step (3, 7, 11) launches 3 logging kernels after its optimizer: the name sequence then
+    # repeats every 4 steps + 3 kernels, a super-period the old period finder took. Rank 0 also evaluates
+    # before step 0 (two forwards' kernels), which must not shift its steps.
+    tr = loop_trace(13, log_every=4, warmup=tuple(FORWARD * 2))
+    res = analyze(tr)
+    s = res.steps.set_index("step")
+    assert s.index.tolist() == list(range(13))  # one step per optimizer step, the evaluation no step
+    logged = [3, 7, 11]
+    plain = [i for i in range(13) if i not in logged]
+    # The window of a plain step: 138 µs (above); a logging step also holds its 3 logging kernels, launched
+    # 10 µs apart after the optimizer: 138 + 3·10 = 168 µs. The cut stays before the next forward.
+    assert (s.loc[plain, "step_ns"] == 138 * US).all()
+    assert (s.loc[logged, "step_ns"] == 168 * US).all()
+    assert (s["forward_ns"] == 58 * US).all()
+    # Extra work: 3 kernels of 8 µs on the GPU; host span (first to last launch) 130 + 30 µs vs a median of
+    # 130 µs: 30 µs on the host.
+    assert s.loc[logged, "extra_kernels"].tolist() == [3, 3, 3]
+    assert (s.loc[logged, "extra_gpu_ns"] == 24 * US).all() and (s.loc[logged, "extra_host_ns"] == 30 * US).all()
+    assert (s.loc[plain, ["extra_kernels", "extra_gpu_ns", "extra_host_ns"]] == 0).all().all()
+    note = next(n for n in res.notes if "extra work" in n)
+    assert "rank 0" in note and "step 3: 3 extra kernels, 0.02 ms on the GPU" in note and "step 7" in note
+
+
+def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
+    # 2 micro-steps per optimizer step, the all-reduces only in the second one's backward (no_sync first):
+    # a step = FORWARD (6) + NO_SYNC_BACKWARD (4) + FORWARD (6) + BACKWARD (6) + OPTIMIZER (2) = 24 kernels,
+    # 10 µs apart: window 23·10 + 8 = 238 µs. forward = two windows of 6 kernels (58 µs each) = 116 µs;
+    # backward = 4 compute kernels (38 µs) + b2 b1 ar b2 b1 (48 µs) = 86 µs; optimizer 18 µs; tail 10 µs.
+    s = analyze(loop_trace(6, micro_steps=2)).steps
+    assert len(s) == 6
+    assert (s["micro_steps"] == 2).all()
+    assert (s["step_ns"] == 238 * US).all()
+    assert (s["forward_ns"] == 116 * US).all() and (s["backward_ns"] == 86 * US).all()
+    assert (s["optimizer_ns"] == 18 * US).all() and (s["comm_tail_ns"] == 10 * US).all()
 
 
 def test_gpu_bound_loop_without_idle_gaps():

@@ -1,0 +1,256 @@
+"""Optimizer steps inferred from the gradient-synchronisation cycle (issue 26), and the periodic extra work
+found in them.
+
+Per process, s = its compute and NCCL kernels in launch order; ``main`` = launched from the main thread
+(thread id = process id). PyTorch runs backward on autograd threads, with DDP's and FSDP's gradient hooks::
+
+    backward run  = a maximal run of s of compute kernels from other threads than main (NCCL kernels and
+                    copies do not break a run; one main-thread compute kernel does); runs under a quarter
+                    of the median run's kernels are no runs (a stray thread's launch)
+    gradient collectives = AllReduce / ReduceScatter kernels launched from other threads than main (else,
+                    when none is, from main: the harness's naive and flat strategies), each belonging to
+                    the last run launched before it
+    sync run      = a run owning a gradient collective (every run when the process has no collective)
+    micro-steps   = the runs of a cycle: those after the previous sync run, up to its own sync run
+
+After each sync run, the *stretch* up to the next run's first kernel holds the optimizer (its gradients'
+consumers), then whatever the loop does between steps, then the next cycle's first forward. The cut
+(first kernel of the next step) is f kernels before that next run, f = the forward's length:
+
+1. with gradient accumulation, f = the modal stretch between a non-sync run and the next run (a forward
+   alone), when the modal sync stretch ends with it;
+2. else, in the modal sync stretch (the most frequent kernel sequence, length L), the position c
+   (1 <= c < L; a main-thread kernel, not the stretch's first one: the gap before that is the host
+   waiting for the gradients; after every gradient collective of the stretch) with the largest
+   median host launch gap before it over the stretches of that sequence, c restricted to the offsets where the
+   most longer stretches may have their extra kernels inserted (the span between their longest common
+   prefix and suffix with the modal one), when at least MIN_VOTES of them agree; f = L - c.
+
+A stretch whose last f kernels are the modal forward is cut there (extra work inserted anywhere before
+it stays in the step that ends); else, when its first c kernels are the modal optimizer, after them.
+Step k runs from the cut before its first micro-step to the cut after its sync run. The first cycle is a
+step when the f kernels before its first run are the modal forward and it has the modal micro-step count;
+the last when its stretch opens with the modal optimizer (ending there). Anything else before the first
+cut (warm-up, rank 0's evaluation) is no step. Fewer than two sync runs, or no backward run: no cycle
+(``infer`` falls back to the period of the whole sequence).
+
+**Extra work** (:func:`extra_work`, per step): the step's kernel sequence against the modal step's
+(most frequent sequence among the steps of the process): the kernels between their longest common prefix
+and suffix, when the step is longer, are extra (``extra_kernels`` = length - modal length,
+``extra_gpu_ns`` = Σ duration of those kernels); ``extra_host_ns`` = host span (first to last launch)
+- median host span, where that exceeds max(10 % of the median, 5 · MAD), else 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MIN_RUN_SHARE = 0.25
+MAX_COMPARED = 256
+MIN_VOTES = 2  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
+HOST_EXTRA_SHARE = 0.1
+HOST_EXTRA_MADS = 5.0
+
+
+@dataclass
+class Sequence:
+    """One process's compute and NCCL kernels in launch order (positions ``sel`` into the kernel arrays)."""
+
+    sel: np.ndarray
+    codes: np.ndarray
+    lt: np.ndarray
+    main: np.ndarray
+    compute: np.ndarray
+    grad: np.ndarray
+
+
+@dataclass
+class Cycles:
+    """Steps as (first, last) positions into the sequence, their micro-step counts and the cut used."""
+
+    first: np.ndarray
+    last: np.ndarray
+    micro_steps: np.ndarray
+    forward_kernels: int
+    optimizer_kernels: int
+
+
+def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
+    """One uint64 hash per segment codes[first..last] (inclusive; all non-empty): Σ R1[code]·R2[offset]
+    with wrapping arithmetic, so equal sequences hash equal and different ones almost never do."""
+    if len(first) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    lens = (last - first + 1).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    r1 = rng.integers(1, 1 << 62, size=int(codes.max()) + 2, dtype=np.uint64)
+    r2 = rng.integers(1, 1 << 62, size=int(lens.max()) + 1, dtype=np.uint64)
+    starts = np.cumsum(lens) - lens
+    offset = np.arange(int(lens.sum())) - np.repeat(starts, lens)
+    pos = np.repeat(first, lens) + offset
+    terms = r1[codes[pos]] * r2[offset]
+    return np.add.reduceat(terms, starts) + r2[lens] * np.uint64(1_000_003)
+
+
+def _common(a: np.ndarray, b: np.ndarray, from_end: bool) -> int:
+    """Length of the longest common prefix (or suffix) of two code arrays."""
+    n = min(len(a), len(b))
+    x, y = (a[len(a) - n:][::-1], b[len(b) - n:][::-1]) if from_end else (a[:n], b[:n])
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if diff.size else n
+
+
+def runs(seq: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) positions of the backward runs (module docstring)."""
+    bw = np.flatnonzero(~seq.main & seq.compute)
+    if bw.size == 0:
+        return bw, bw
+    key = np.cumsum(seq.main & seq.compute)[bw]
+    new = np.r_[True, key[1:] != key[:-1]]
+    first, last = bw[new], bw[np.r_[new[1:], True]]
+    size = np.diff(np.r_[np.flatnonzero(new), bw.size])
+    keep = size >= max(2.0, MIN_RUN_SHARE * float(np.median(size)))
+    return first[keep], last[keep]
+
+
+def _modal(h: np.ndarray) -> int:
+    """Index of the first element holding the most frequent value of ``h``."""
+    uniq, inverse, counts = np.unique(h, return_inverse=True, return_counts=True)
+    return int(np.flatnonzero(np.ravel(inverse) == int(np.argmax(counts)))[0])
+
+
+def _cut_offset(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> int | None:
+    """c: the cut's offset in the modal sync stretch (module docstring, 1-2). ``a0``, ``a1``: closed sync
+    stretches; ``b0``, ``b1``: stretches after non-sync runs."""
+    codes = seq.codes
+    ha = segment_hashes(codes, a0, a1)
+    m = _modal(ha)
+    n_a = int(a1[m] - a0[m] + 1)
+    modal = codes[a0[m]:a1[m] + 1]
+    if n_a < 2:
+        return None
+    ok_b = b1 >= b0
+    if ok_b.any():
+        b0, b1 = b0[ok_b], b1[ok_b]
+        mb = _modal(segment_hashes(codes, b0, b1))
+        fwd = codes[b0[mb]:b1[mb] + 1]
+        if len(fwd) < n_a and (modal[n_a - len(fwd):] == fwd).all():
+            return n_a - len(fwd)
+    same = np.flatnonzero(ha == ha[m])
+    gap = np.diff(seq.lt, prepend=seq.lt[0]).astype(float)
+    med = np.median(gap[a0[same][:, None] + np.arange(n_a)], axis=0)
+    eligible = seq.main[a0[m]:a1[m] + 1].copy()
+    # Not the first main-thread kernel after backward (the gap before it is the host waiting for the
+    # gradients), nor before the stretch's last gradient collective.
+    first_main = np.flatnonzero(eligible)
+    eligible[: first_main[0] + 1 if first_main.size else 1] = False
+    g = np.flatnonzero(seq.grad[a0[m]:a1[m] + 1])
+    if g.size:
+        eligible[: g[-1] + 1] = False
+    votes = np.zeros(n_a + 1, dtype=np.int64)  # longer stretches whose insertion may lie at each offset
+    for i in np.flatnonzero((a1 - a0 + 1) > n_a)[:MAX_COMPARED]:
+        s = codes[a0[i]:a1[i] + 1]
+        lo, hi = max(1, n_a - _common(s, modal, True)), min(n_a - 1, _common(s, modal, False))
+        if lo <= hi:
+            votes[lo] += 1
+            votes[hi + 1] -= 1
+    votes = np.cumsum(votes)[:n_a]
+    window = votes == votes.max() if votes.max() >= MIN_VOTES else np.ones(n_a, dtype=bool)
+    for allowed in (eligible & window, eligible, np.r_[False, np.ones(n_a - 1, dtype=bool)]):
+        if allowed.any():
+            return int(np.argmax(np.where(allowed, med, -np.inf)))
+    return None
+
+
+def find_cycles(seq: Sequence) -> Cycles | None:
+    """Optimizer steps of one process (module docstring), None when the sequence shows no cycle."""
+    n = len(seq.codes)
+    rf, rl = runs(seq)
+    if rf.size < 2:
+        return None
+    g = np.flatnonzero(seq.grad)
+    off_main = g[~seq.main[g]]
+    g = off_main if off_main.size else g
+    sync = np.zeros(rf.size, dtype=bool)
+    if g.size:
+        owner = np.searchsorted(rf, g, "right") - 1
+        sync[owner[owner >= 0]] = True
+    else:
+        sync[:] = True
+    ks = np.flatnonzero(sync)
+    if ks.size < 2:
+        return None
+    closed = ks[ks + 1 < rf.size]
+    if closed.size == 0:
+        return None
+    a0, a1 = rl[closed] + 1, rf[closed + 1] - 1
+    plain = np.flatnonzero(~sync[:-1])
+    c = _cut_offset(seq, a0[a1 >= a0], a1[a1 >= a0], rl[plain] + 1, rf[plain + 1] - 1)
+    if c is None:
+        return None
+    ha = segment_hashes(seq.codes, a0[a1 >= a0], a1[a1 >= a0])
+    m = int(np.flatnonzero(a1 >= a0)[_modal(ha)])
+    modal = seq.codes[a0[m]:a1[m] + 1]
+    f = len(modal) - c
+    fwd, opt = modal[c:], modal[:c]
+    # Cut after each closed sync stretch: f kernels before the next run, else c after the sync run.
+    cut = np.empty(closed.size, dtype=np.int64)
+    for i, (x0, x1) in enumerate(zip(a0, a1, strict=True)):
+        if x1 - x0 + 1 >= f and (seq.codes[x1 + 1 - f:x1 + 1] == fwd).all():
+            cut[i] = x1 + 1 - f
+        elif x1 - x0 + 1 >= c and (seq.codes[x0:x0 + c] == opt).all():
+            cut[i] = x0 + c
+        else:
+            cut[i] = max(x0 + 1, x1 + 1 - f)
+    # Cycle of sync run ks[j]: its first run is the one after ks[j - 1] (the first run for j = 0).
+    first_run = np.r_[0, ks[:-1] + 1]
+    micro = ks - first_run + 1
+    modal_micro = int(np.median(micro))
+    starts = np.full(ks.size, -1, dtype=np.int64)
+    ends = np.full(ks.size, -1, dtype=np.int64)
+    at = np.searchsorted(ks, closed)
+    ends[at] = cut - 1
+    starts[at[at + 1 < ks.size] + 1] = cut[at + 1 < ks.size]
+    x = rf[0] - f
+    if x >= 0 and micro[0] == modal_micro and (seq.codes[x:rf[0]] == fwd).all():
+        starts[0] = x
+    last_sync = ks[-1]
+    if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer
+        x0 = rl[last_sync] + 1
+        if x0 + c <= n and (seq.codes[x0:x0 + c] == opt).all():
+            ends[-1] = x0 + c - 1
+    ok = (starts >= 0) & (ends >= starts)
+    if ok.sum() < 2:
+        return None
+    return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c)
+
+
+def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray, start: np.ndarray, end: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(extra_kernels, extra_gpu_ns, extra_host_ns) per step (module docstring). ``start``, ``end``: GPU
+    times of the sequence's kernels."""
+    k = len(first)
+    ek, eg, eh = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
+    if k == 0:
+        return ek, eg, eh
+    h = segment_hashes(seq.codes, first, last)
+    m = _modal(h)
+    modal = seq.codes[first[m]:last[m] + 1]
+    lens = last - first + 1
+    dur = end - start
+    for i in np.flatnonzero((h != h[m]) & (lens > len(modal))):
+        s = seq.codes[first[i]:last[i] + 1]
+        p, q = _common(s, modal, False), _common(s, modal, True)
+        lo, hi = first[i] + p, last[i] + 1 - q
+        if hi <= lo:  # prefix and suffix overlap: the extra kernels lie where they meet
+            lo, hi = first[i] + min(p, len(s) - len(modal)), first[i] + min(p, len(s) - len(modal)) + len(s) - len(modal)
+            lo = max(lo, first[i])
+        ek[i] = lens[i] - len(modal)
+        eg[i] = int(dur[lo:hi].sum())
+    span = (seq.lt[last] - seq.lt[first]).astype(float)
+    med = float(np.median(span))
+    mad = float(np.median(np.abs(span - med)))
+    over = span - med
+    eh = np.where(over > max(HOST_EXTRA_SHARE * med, HOST_EXTRA_MADS * mad), over, 0).astype(np.int64)
+    return ek, eg, eh

@@ -17,14 +17,18 @@ After each sync run, the *stretch* up to the next run's first kernel holds the o
 consumers), then whatever the loop does between steps, then the next cycle's first forward. The cut
 (first kernel of the next step) is f kernels before that next run, f = the forward's length:
 
-1. with gradient accumulation, f = the modal stretch between a non-sync run and the next run (a forward
-   alone), when the modal sync stretch ends with it;
-2. else, in the modal sync stretch (the most frequent kernel sequence, length L), the position c
-   (1 <= c < L; a main-thread kernel, not the stretch's first one: the gap before that is the host
-   waiting for the gradients; after every gradient collective of the stretch) with the largest
-   median host launch gap before it over the stretches of that sequence, c restricted to the offsets where the
-   most longer stretches may have their extra kernels inserted (the span between their longest common
-   prefix and suffix with the modal one), when at least MIN_VOTES of them agree; f = L - c.
+1. with gradient accumulation, f = the longest common suffix of the modal sync stretch and the modal
+   stretch between a non-sync run and the next run (that one holds the next forward, perhaps after the
+   loop's per-micro-step work; the sync stretch the optimizer before it);
+2. else, in the modal sync stretch (the most frequent kernel sequence, length L), the offset c
+   (1 <= c < L) with the largest median host launch gap before it over the stretches of that sequence,
+   among main-thread kernels after the stretch's last gradient collective, not the stretch's first
+   main-thread kernel (the gap before it is the host waiting for the gradients), a gap counted 0 where it
+   was a wait for the gradients (the host stopped before backward's GPU work ended and launched within
+   SYNC_SLACK_NS of the end of all earlier work, itself within SYNC_SLACK_NS of backward's: a NaN check
+   on the loss); c restricted to the offsets where the most longer stretches may have their extra
+   kernels inserted (between their longest common prefix and suffix with the modal one), when at least
+   MIN_VOTES of them agree; f = L - c.
 
 A stretch whose last f kernels are the modal forward is cut there (extra work inserted anywhere before
 it stays in the step that ends); else, when its first c kernels are the modal optimizer, after them.
@@ -49,7 +53,8 @@ import numpy as np
 
 MIN_RUN_SHARE = 0.25
 MAX_COMPARED = 256
-MIN_VOTES = 2  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
+MIN_VOTES = 2
+SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
 HOST_EXTRA_SHARE = 0.1
 HOST_EXTRA_MADS = 5.0
 
@@ -64,6 +69,8 @@ class Sequence:
     main: np.ndarray
     compute: np.ndarray
     grad: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
 
 
 @dataclass
@@ -134,12 +141,20 @@ def _cut_offset(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b
     if ok_b.any():
         b0, b1 = b0[ok_b], b1[ok_b]
         mb = _modal(segment_hashes(codes, b0, b1))
-        fwd = codes[b0[mb]:b1[mb] + 1]
-        if len(fwd) < n_a and (modal[n_a - len(fwd):] == fwd).all():
-            return n_a - len(fwd)
-    same = np.flatnonzero(ha == ha[m])
+        f = _common(modal, codes[b0[mb]:b1[mb] + 1], True)
+        if 0 < f < n_a:
+            return n_a - f
+    same = a0[np.flatnonzero(ha == ha[m])][:, None] + np.arange(n_a)
     gap = np.diff(seq.lt, prepend=seq.lt[0]).astype(float)
-    med = np.median(gap[a0[same][:, None] + np.arange(n_a)], axis=0)
+    # A host that stopped before the backward's GPU work ended and resumed as soon as all queued work had
+    # ended, that work ending soon after backward's, was waiting for the gradients (a sync, e.g. a NaN
+    # check on the loss), not at the loop's boundary.
+    done = np.r_[seq.start[0], np.maximum.accumulate(seq.end)[:-1]]  # end of the work launched before each
+    bwd_end = done[a0[np.flatnonzero(ha == ha[m])]][:, None]
+    prev_lt = np.r_[seq.lt[0], seq.lt[:-1]]
+    waited = ((prev_lt[same] < bwd_end) & (seq.lt[same] >= done[same]) & (seq.lt[same] - done[same] < SYNC_SLACK_NS)
+              & (done[same] - bwd_end < SYNC_SLACK_NS))
+    med = np.median(np.where(waited, 0.0, gap[same]), axis=0)
     eligible = seq.main[a0[m]:a1[m] + 1].copy()
     # Not the first main-thread kernel after backward (the gap before it is the host waiting for the
     # gradients), nor before the stretch's last gradient collective.
@@ -226,10 +241,8 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c)
 
 
-def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray, start: np.ndarray, end: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(extra_kernels, extra_gpu_ns, extra_host_ns) per step (module docstring). ``start``, ``end``: GPU
-    times of the sequence's kernels."""
+def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(extra_kernels, extra_gpu_ns, extra_host_ns) per step (module docstring)."""
     k = len(first)
     ek, eg, eh = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
     if k == 0:
@@ -238,7 +251,7 @@ def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray, start: np.nda
     m = _modal(h)
     modal = seq.codes[first[m]:last[m] + 1]
     lens = last - first + 1
-    dur = end - start
+    dur = seq.end - seq.start
     for i in np.flatnonzero((h != h[m]) & (lens > len(modal))):
         s = seq.codes[first[i]:last[i] + 1]
         p, q = _common(s, modal, False), _common(s, modal, True)

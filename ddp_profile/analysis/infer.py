@@ -233,7 +233,8 @@ def sequence(karr: KernelArrays, p, kinds: np.ndarray, tid_all: np.ndarray, grad
     sel = np.flatnonzero((karr.pid == p) & kinds & (karr.launch >= 0))
     sel = sel[np.argsort(karr.launch[sel], kind="stable")]
     return cy.Sequence(sel=sel, codes=np.maximum(karr.name_code[sel].astype(np.int64), 0), lt=karr.launch[sel],
-                       main=_main_thread(int(p), tid_all[sel]), compute=karr.is_compute[sel], grad=grad[sel])
+                       main=_main_thread(int(p), tid_all[sel]), compute=karr.is_compute[sel], grad=grad[sel],
+                       start=karr.start[sel], end=karr.end[sel])
 
 
 def _gradient_mask(karr: KernelArrays) -> np.ndarray:
@@ -273,7 +274,7 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
                          "no gradient-sync cycle seen)")
         all_lt = np.sort(karr.launch[(karr.pid == p) & (karr.launch >= 0)])
         hs, he = _host_bounds(first, last, seq.lt, all_lt)
-        ek, eg, eh = cy.extra_work(seq, first, last, karr.start[seq.sel], karr.end[seq.sel])
+        ek, eg, eh = cy.extra_work(seq, first, last)
         parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
                                    "phase": "step", "host_start_ns": hs, "host_end_ns": he,
                                    "extra_kernels": ek, "extra_gpu_ns": eg, "extra_host_ns": eh}))

@@ -37,17 +37,21 @@ NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_
 
 
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
-               back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1) -> Trace:
+               back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
+               nan_check=False) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
     ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it);
     ``log_every`` = N: every N-th step (N-1, 2N-1...) launches LOG after its optimizer; ``micro_steps`` = m:
-    gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD."""
-    names, tids, launch = [], [], []
-    t = 0
+    gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD;
+    ``nan_check``: after backward the main thread launches "isnan", waits for all queued GPU work (a
+    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check)."""
+    names, tids, launch, start = [], [], [], []
+    t = free = 0
     for w in warmup:
-        names.append(w), tids.append(PID), launch.append(t)
+        names.append(w), tids.append(PID), launch.append(t), start.append(t + 5 * US)
+        free = t + 5 * US + dur
         t += 50 * spacing
     for s in range(n_steps):
         t += boundary - spacing
@@ -56,21 +60,19 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
             fwd.insert(3, "stray")
         seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in NO_SYNC_BACKWARD]
         seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
+        seq += [("isnan", PID), ("sync", PID), ("isinf", PID)] if nan_check else []
         seq += [(nm, PID) for nm in OPTIMIZER]
         if log_every and s % log_every == log_every - 1:
             seq += [(nm, PID) for nm in LOG]
         for nm, tid in seq:
-            names.append(nm), tids.append(tid), launch.append(t)
+            if nm == "sync":
+                t = max(t, free) + 20 * US
+                continue
+            st = max(t + 5 * US, free) if back_to_back else t + 5 * US
+            names.append(nm), tids.append(tid), launch.append(t), start.append(st)
+            free = st + dur
             t += spacing
-    launch = np.asarray(launch, dtype=np.int64)
-    if back_to_back:
-        start = np.empty_like(launch)
-        free = 0
-        for i, lt in enumerate(launch):
-            start[i] = max(lt + 5 * US, free)
-            free = start[i] + dur
-    else:
-        start = launch + 5 * US
+    launch, start = np.asarray(launch, dtype=np.int64), np.asarray(start, dtype=np.int64)
     n = len(names)
     kind = ["nccl" if x == "ar" else "compute" for x in names]
     k = pd.DataFrame({
@@ -162,6 +164,23 @@ def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
     assert (s["step_ns"] == 238 * US).all()
     assert (s["forward_ns"] == 116 * US).all() and (s["backward_ns"] == 86 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all() and (s["comm_tail_ns"] == 10 * US).all()
+
+
+def test_a_wait_for_the_gradients_is_no_boundary():
+    # A GPU-bound loop (kernels of 20 µs launched every 10 µs) whose host checks the loss for NaN after
+    # backward: it waits for the GPU's backlog (about 10 kernels' worth, > the 100 µs boundary gap), then
+    # launches isinf 20 µs after the GPU drained. That gap is a wait for the gradients, not the loop's
+    # boundary: every step still starts with its forward's first kernel.
+    tr = loop_trace(8, dur=20 * US, back_to_back=True, nan_check=True)
+    res = analyze(tr)
+    k = tr.kernels.sort_values("launch_ns")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    gap = np.diff(lt)
+    names = k["name"].astype(str).to_numpy()
+    assert gap[names[1:] == "isinf"].min() > gap[names[1:] == "emb"][1:].max()  # the trap: the largest gap in a step
+    starts = res.phases.loc[res.phases["phase"] == "step", "host_start_ns"].to_numpy(dtype=np.int64)
+    first = names[np.searchsorted(lt, starts, "left")]
+    assert len(starts) == 8 and set(first) == {"emb"}
 
 
 def test_gpu_bound_loop_without_idle_gaps():

@@ -190,8 +190,9 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         host_phases = _infer.infer_phases(host_steps, karr, trace.nvtx)
         if not host_phases.empty:
             notes.append("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
-                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
-                         "optimizer = main thread after them)")
+                         "(backward = compute kernels launched from autograd threads, per micro-step; forward = "
+                         "what the main thread launched before them; optimizer = after the last gradient "
+                         "collective)")
     windows = _win.phase_windows(host_steps, host_phases, karr)
     # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))

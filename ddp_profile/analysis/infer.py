@@ -1,41 +1,47 @@
 """Steps and phases inferred from the GPU trace itself, for traces without step / phase NVTX ranges.
 
-**Steps** (per process, :func:`infer_steps`). A training loop launches the same kernel sequence every step.
-Let s = the names of the process's compute and NCCL kernels in launch order (copies and memsets are left
-out of s: data-loader threads launch them at varying points). Then
+**Steps** (per process, :func:`infer_steps`): the gradient-synchronisation cycles of ``cycles`` (one
+optimizer step each: its micro-steps' forward and backward, the gradient collectives, the optimizer;
+extra work reported per step by ``cycles.extra_work``). When the process shows no cycle (no kernel
+launched from another thread than the main one, or fewer than two backward runs owning a gradient
+collective), the period of its kernel sequence instead. Let s = the names of the process's compute and
+NCCL kernels in launch order (copies and memsets are left out of s: data-loader threads launch them at
+varying points). Then
 
 1. *Period* P (kernels per step): the smallest lag L (MIN_PERIOD <= L <= len(s)/2) whose match fraction
    m(L) = mean_i [s_i = s_(i+L)] is within PERIOD_SLACK of the best lag's. m is estimated for every lag at
    once with one FFT (names mapped to random unit complex numbers z: Re Σ z_i·conj(z_(i+L)) = matches +
    zero-mean noise), then recomputed exactly for the shortlisted lags. Repeats inside a step (a
    transformer's layers) match only part of the step (m ≈ 0.8 on our XL model), the step's period ≈ 1,
-   and multiples of P are not smaller than P.
+   and multiples of P are not smaller than P (but work inserted every N steps makes N steps the period:
+   hence the cycles first).
 2. *Cut* (where a step starts within the period): in each period-long stretch of s, the kernel with the
    largest host gap before it (launch time minus the previous kernel's launch time) among kernels
    launched from the main thread (launch thread id = process id) right after another main-thread
-   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins): the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
-   between the optimizer and the next forward, both on the main thread, while the gap before the first
-   main-thread kernel after backward is the host waiting for the gradients (DDP's finalize).
+   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins).
 3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
    period); each occurrence starts a step, so a kernel inserted in one step shifts no later boundary.
    A segment between two anchors is a step when its length is within STEP_LENGTH_SLACK of P; the last
    one ends where the k-gram ending the period last occurs. What precedes the first anchor (warm-up,
    initialisation) is no step.
-4. *Host ranges*: a step's host range runs from just after the largest launch gap (any kind, copies
-   included) between the previous step's last kernel and its first kernel, to just before the next
-   step's; the first and last steps get the median lead / trail of the others. They are then projected
-   onto the GPU by launch time exactly like NVTX steps. Step index = order within the process.
 
-**Phases** (per step, :func:`infer_phases`): PyTorch runs backward (and DDP's gradient hooks, hence the
-all-reduces) on autograd threads, so, with ``main`` = the process's main thread (tid = pid)::
+*Host ranges* (either way): a step's host range runs from just after the largest launch gap (any kind,
+copies included) between the previous step's last kernel and its first kernel, to just before the next
+step's; the first and last steps get the median lead / trail of the others. They are then projected onto
+the GPU by launch time exactly like NVTX steps. Step index = order within the process.
 
-    forward   = step start .. the first launch from another thread   (main thread only)
-    backward  = first .. last launch from another thread (or the extent of nsys --pytorch=autograd-nvtx
-                ranges ``autograd::engine::evaluate_function: ...`` inside the step, when present)
-    optimizer = just after the last launch from another thread .. step end (main thread; includes any
-                wait for the gradients and the gradient scaling)
+**Phases** (per step, :func:`infer_phases`), from the launching thread (``main`` = the process's main
+thread, tid = pid; PyTorch runs backward, DDP's and FSDP's gradient hooks on autograd threads), one
+forward and one backward range per micro-step (a backward run of ``cycles``: compute kernels launched
+from other threads)::
 
-A phase that launched nothing is left out; a step with no launch from another thread gets no phase.
+    backward  = the run's first .. last compute launch (projected on compute kernels only: windows)
+    forward   = the step start (first micro-step) or just after the previous run's last launch .. just
+                before the run's first launch (left out when nothing was launched there)
+    optimizer = just after the last run, the last launch from another thread (DDP's bucket copies) and
+                the last gradient collective in the step .. step end
+
+A step with no backward run gets no phase.
 """
 
 from __future__ import annotations

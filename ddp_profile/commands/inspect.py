@@ -8,8 +8,9 @@ ranks, kernels_by_kind, nccl_by_collective, time_span_ns, warnings, and ``nvtx_r
 ``grouped`` true a pattern with ``<N>`` for each number; ``count`` is the number of ranges, ``distinct`` the
 number of distinct names in the entry, ``examples`` up to 3 of them in numeric order. ``steps``: where
 ``analyze`` finds the training steps: ``{"source": "nvtx" | "inferred" | "none", "per_rank": {rank: count},
-"notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are periods of the
-repeating kernel-launch sequence (``ddp_profile.analysis.infer``; ``--steps`` applies to them).
+"notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are the
+gradient-synchronisation cycles of the kernel sequence (``ddp_profile.analysis.infer``; ``--steps`` applies
+to them).
 """
 
 from __future__ import annotations

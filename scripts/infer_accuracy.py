@@ -1,7 +1,7 @@
 """Accuracy of the inferred steps, phases and comm tail against ground truth on the committed traces.
 
-Ground truth: a foreign program's own CUDA-event step times (``program.json`` ``step_ms_per_rank`` from
-``profile_from_step``, or ``truth.json`` ``step_ms_per_rank`` where a job wrote one), else the trace's own
+Ground truth: a foreign program's own CUDA-event step times (``truth.json`` ``iter_ms_per_rank`` and its
+iterations' micro-step counts, or ``program.json`` ``step_ms_per_rank`` from ``profile_from_step``), else the trace's own
 NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per rank::
 
     err_pct         = 100 · (median inferred step_ns − median true step) / median true step
@@ -55,13 +55,20 @@ def foreign_runs() -> list[Path]:
     return sorted(p for p in (TRACES / "foreign").iterdir() if p.is_dir() and any(p.glob("*.sqlite*")))
 
 
-def _truth_file(run: Path) -> dict | None:
-    for name in ("truth.json", "program.json"):
-        f = run / name
-        if f.exists():
-            rec = json.loads(f.read_text())
-            if "step_ms_per_rank" in rec:
-                return rec
+def truth_of(run: Path) -> dict | None:
+    """{"step_ms": [per rank: CUDA-event step times], "micro_steps": [per rank: median micro-steps] or None}
+    from the program's truth.json (``iter_ms_per_rank``, ``iterations``) or program.json
+    (``step_ms_per_rank`` from ``profile_from_step``); None without either."""
+    f = run / "truth.json"
+    if f.exists():
+        rec = json.loads(f.read_text())
+        micro = [float(np.median([it["micro_steps"] for it in its])) for its in rec.get("iterations", [])]
+        return {"step_ms": rec["iter_ms_per_rank"], "micro_steps": micro or None}
+    f = run / "program.json"
+    if f.exists():
+        rec = json.loads(f.read_text())
+        frm = rec.get("profile_from_step") or 0
+        return {"step_ms": [v[frm:] for v in rec["step_ms_per_rank"]], "micro_steps": None}
     return None
 
 
@@ -116,7 +123,7 @@ def measure(run: Path, variant: str) -> list[dict]:
     """One row per rank (module docstring). ``variant``: "as recorded" or "NVTX removed"."""
     trace = load_trace(run)
     nvtx = trace.nvtx
-    truth_rec = _truth_file(run)
+    truth_rec = truth_of(run)
     ref = None if truth_rec else analyze(trace)
     if variant == "NVTX removed":
         trace = replace(trace, nvtx=schema.empty_frame(schema.NVTX_COLUMNS))
@@ -126,8 +133,7 @@ def measure(run: Path, variant: str) -> list[dict]:
     rows = []
     for r, g in res.steps.groupby("rank"):
         if truth_rec:
-            frm = truth_rec.get("profile_from_step") or 0
-            truth = np.asarray(truth_rec["step_ms_per_rank"][int(r)][frm:], dtype=float)
+            truth = np.asarray(truth_rec["step_ms"][int(r)], dtype=float)
         else:
             truth = ref.steps.loc[ref.steps["rank"] == r, "step_ns"].to_numpy(dtype=float) / 1e6
         step_ms = g["step_ns"].to_numpy(dtype=float) / 1e6
@@ -142,6 +148,7 @@ def measure(run: Path, variant: str) -> list[dict]:
             "min_fwd_pct": float(np.nanmin(100 * g["forward_ns"] / g["step_ns"])),
             "min_bwd_pct": float(np.nanmin(100 * g["backward_ns"] / g["step_ns"])),
             "micro_steps": float(np.nanmedian(g["micro_steps"])) if g["micro_steps"].notna().any() else None,
+            "true_micro_steps": truth_rec["micro_steps"][int(r)] if truth_rec and truth_rec["micro_steps"] else None,
             "tail_dev_ms": float(np.nanmax(dev)) if np.isfinite(dev).any() else None,
             "tail_ok": bool(ok[np.isfinite(dev)].all()),
             "cuts_in_opt": cuts_in_optimizer(trace, nvtx, res),
@@ -152,7 +159,8 @@ def measure(run: Path, variant: str) -> list[dict]:
 def all_rows() -> list[dict]:
     rows = []
     for run in foreign_runs():
-        has_nvtx = not load_trace(run).nvtx.empty
+        nvtx = load_trace(run).nvtx
+        has_nvtx = bool((nvtx["domain"].astype(str) != "NCCL").any()) if not nvtx.empty else False
         rows += measure(run, "as recorded")
         if has_nvtx:
             rows += measure(run, "NVTX removed")
@@ -172,7 +180,8 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         lines.append(f"| {r['trace']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
                      f"{r['n_true']} | {r['median_ms']:.3f} ({r['true_ms']:.3f}) | {r['err_pct']:+.2f} % | "
-                     f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')} | "
+                     f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')}"
+                     f"{'' if r['true_micro_steps'] is None else ' (' + format(r['true_micro_steps'], '.0f') + ')'} | "
                      f"{f(r['tail_dev_ms'], '.3f')} | {f(r['cuts_in_opt'], 'd')} |")
     return "\n".join(lines)
 

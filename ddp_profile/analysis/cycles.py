@@ -14,35 +14,40 @@ Per process, s = its compute and NCCL kernels in launch order; ``main`` = launch
     micro-steps   = the runs of a cycle: those after the previous sync run, up to its own sync run
 
 After each sync run, the *stretch* up to the next run's first kernel holds the optimizer (its gradients'
-consumers), then whatever the loop does between steps, then the next cycle's first forward. The cut
-(first kernel of the next step) is f kernels before that next run, f = the forward's length:
+consumers), then whatever the loop does between steps, then the next cycle's first forward. In the modal
+sync stretch (the most frequent kernel sequence, length L) the optimizer is its first c kernels and the
+forward its last f:
 
-1. with gradient accumulation, f = the longest common suffix of the modal sync stretch and the modal
+1. c: the offset (1 <= c < L) with the largest median host launch gap before it over the stretches of
+   that sequence, among main-thread kernels after the stretch's last gradient collective, not the
+   stretch's first main-thread kernel (the gap before it is the host waiting for the gradients), a gap
+   counted 0 where it was a wait for the gradients (the host stopped before backward's GPU work ended
+   and launched within SYNC_SLACK_NS of the end of all earlier work, itself within SYNC_SLACK_NS of
+   backward's: a NaN check on the loss); restricted to the offsets where the most longer stretches may
+   have their extra kernels inserted (between their longest common prefix and suffix with the modal
+   one), when at least MIN_VOTES of them agree, and, with f known, to c <= L - f;
+2. f: with gradient accumulation, the longest common suffix of the modal sync stretch and the modal
    stretch between a non-sync run and the next run (that one holds the next forward, perhaps after the
-   loop's per-micro-step work; the sync stretch the optimizer before it);
-2. else, in the modal sync stretch (the most frequent kernel sequence, length L), the offset c
-   (1 <= c < L) with the largest median host launch gap before it over the stretches of that sequence,
-   among main-thread kernels after the stretch's last gradient collective, not the stretch's first
-   main-thread kernel (the gap before it is the host waiting for the gradients), a gap counted 0 where it
-   was a wait for the gradients (the host stopped before backward's GPU work ended and launched within
-   SYNC_SLACK_NS of the end of all earlier work, itself within SYNC_SLACK_NS of backward's: a NaN check
-   on the loss); c restricted to the offsets where the most longer stretches may have their extra
-   kernels inserted (between their longest common prefix and suffix with the modal one), when at least
-   MIN_VOTES of them agree; f = L - c.
+   loop's per-micro-step work). Else L - c, unless a later offset j has a median gap at least
+   SECOND_GAP_RATIO times the median gap from j on and SECOND_GAP_SHARE of c's: the loop's own work
+   before the forward (a broadcast, data made on the GPU) ends there, f = L - j.
 
-A stretch whose last f kernels are the modal forward is cut there (extra work inserted anywhere before
-it stays in the step that ends); else, when its first c kernels are the modal optimizer, after them.
-Step k runs from the cut before its first micro-step to the cut after its sync run. The first cycle is a
-step when the f kernels before its first run are the modal forward and it has the modal micro-step count;
-the last when its stretch opens with the modal optimizer (ending there). Anything else before the first
-cut (warm-up, rank 0's evaluation) is no step. Fewer than two sync runs, or no backward run: no cycle
-(``infer`` falls back to the period of the whole sequence).
+A stretch opening with the modal optimizer and closing with the modal forward ends the step after the
+former and starts the next at the latter: what lies between (the loop's work between iterations, extra
+work every N steps) is in no step, and kernels beyond the modal stretch are that step's extra work. A
+stretch matching one end only is cut there; neither, f kernels before the next run. Step k runs from the
+start of its first micro-step's forward to the end of its optimizer. The first cycle is a step when the
+f kernels before its first run are the modal forward and it has the modal micro-step count; the last
+when at least LAST_OPTIMIZER_SHARE of the modal optimizer's kernels open its stretch (ending there).
+Anything else before the first cut (warm-up, rank 0's evaluation) is no step. Fewer than two sync runs,
+or no backward run: no cycle (``infer`` falls back to the period of the whole sequence).
 
-**Extra work** (:func:`extra_work`, per step): the step's kernel sequence against the modal step's
-(most frequent sequence among the steps of the process): the kernels between their longest common prefix
-and suffix, when the step is longer, are extra (``extra_kernels`` = length - modal length,
-``extra_gpu_ns`` = Σ duration of those kernels); ``extra_host_ns`` = host span (first to last launch)
-- median host span, where that exceeds max(10 % of the median, 5 · MAD), else 0.
+**Extra work** (per step): kernels beyond the modal sequence, inside the step (:func:`extra_work`: the
+step's sequence against the modal step's, the kernels between their longest common prefix and suffix
+when the step is longer) plus those after it (its stretch against the modal stretch, likewise):
+``extra_kernels`` = their count beyond the modal lengths, ``extra_gpu_ns`` = Σ their GPU durations;
+``extra_host_ns`` = host period (first launch to the next step's first launch) − the median period,
+where that exceeds max(10 % of the median, 5 · MAD), else 0.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ import numpy as np
 MIN_RUN_SHARE = 0.25
 MAX_COMPARED = 256
 MIN_VOTES = 2
+SECOND_GAP_RATIO = 10.0  # a gap this many times the forward's median gap, and at least SECOND_GAP_SHARE
+SECOND_GAP_SHARE = 0.2  # of the cut's, ends the loop's own work before the forward
+LAST_OPTIMIZER_SHARE = 0.9  # the trace's last optimizer: at least this share of the modal one's kernels
 SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
 HOST_EXTRA_SHARE = 0.1
 HOST_EXTRA_MADS = 5.0
@@ -82,6 +90,8 @@ class Cycles:
     micro_steps: np.ndarray
     forward_kernels: int
     optimizer_kernels: int
+    after_kernels: np.ndarray
+    after_gpu_ns: np.ndarray
 
 
 def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
@@ -127,9 +137,10 @@ def _modal(h: np.ndarray) -> int:
     return int(np.flatnonzero(np.ravel(inverse) == int(np.argmax(counts)))[0])
 
 
-def _cut_offset(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> int | None:
-    """c: the cut's offset in the modal sync stretch (module docstring, 1-2). ``a0``, ``a1``: closed sync
-    stretches; ``b0``, ``b1``: stretches after non-sync runs."""
+def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
+                 ) -> tuple[int, int] | None:
+    """(c, f): the optimizer's end and the forward's length in the modal sync stretch (module docstring).
+    ``a0``, ``a1``: closed sync stretches; ``b0``, ``b1``: stretches after non-sync runs."""
     codes = seq.codes
     ha = segment_hashes(codes, a0, a1)
     m = _modal(ha)
@@ -137,13 +148,14 @@ def _cut_offset(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b
     modal = codes[a0[m]:a1[m] + 1]
     if n_a < 2:
         return None
+    f = 0
     ok_b = b1 >= b0
     if ok_b.any():
         b0, b1 = b0[ok_b], b1[ok_b]
         mb = _modal(segment_hashes(codes, b0, b1))
         f = _common(modal, codes[b0[mb]:b1[mb] + 1], True)
-        if 0 < f < n_a:
-            return n_a - f
+    accumulated = 0 < f < n_a
+    f = f if accumulated else 0
     same = a0[np.flatnonzero(ha == ha[m])][:, None] + np.arange(n_a)
     gap = np.diff(seq.lt, prepend=seq.lt[0]).astype(float)
     # A host that stopped before the backward's GPU work ended and resumed as soon as all queued work had
@@ -172,15 +184,24 @@ def _cut_offset(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b
             votes[hi + 1] -= 1
     votes = np.cumsum(votes)[:n_a]
     window = votes == votes.max() if votes.max() >= MIN_VOTES else np.ones(n_a, dtype=bool)
-    for allowed in (eligible & window, eligible, np.r_[False, np.ones(n_a - 1, dtype=bool)]):
+    before_fwd = np.arange(n_a) <= n_a - f if f else np.ones(n_a, dtype=bool)
+    for allowed in (eligible & window & before_fwd, eligible & before_fwd, eligible & window, eligible,
+                    np.r_[False, np.ones(n_a - 1, dtype=bool)]):
         if allowed.any():
-            return int(np.argmax(np.where(allowed, med, -np.inf)))
+            c = int(np.argmax(np.where(allowed, med, -np.inf)))
+            f = min(f, n_a - c) if f else n_a - c
+            if not accumulated and n_a - f + 1 < n_a:
+                # The loop's own work before the forward (a broadcast, data on the GPU) ends at a second,
+                # clearly larger gap: the forward starts after it.
+                j = n_a - f + 1 + int(np.argmax(med[n_a - f + 1:]))
+                if med[j] >= SECOND_GAP_RATIO * max(float(np.median(med[j:])), 1.0) and med[j] >= SECOND_GAP_SHARE * med[c]:
+                    f = n_a - j
+            return c, f
     return None
 
 
 def find_cycles(seq: Sequence) -> Cycles | None:
     """Optimizer steps of one process (module docstring), None when the sequence shows no cycle."""
-    n = len(seq.codes)
     rf, rl = runs(seq)
     if rf.size < 2:
         return None
@@ -201,23 +222,42 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         return None
     a0, a1 = rl[closed] + 1, rf[closed + 1] - 1
     plain = np.flatnonzero(~sync[:-1])
-    c = _cut_offset(seq, a0[a1 >= a0], a1[a1 >= a0], rl[plain] + 1, rf[plain + 1] - 1)
-    if c is None:
+    cf = _cut_offsets(seq, a0[a1 >= a0], a1[a1 >= a0], rl[plain] + 1, rf[plain + 1] - 1)
+    if cf is None:
         return None
+    c, f = cf
     ha = segment_hashes(seq.codes, a0[a1 >= a0], a1[a1 >= a0])
     m = int(np.flatnonzero(a1 >= a0)[_modal(ha)])
     modal = seq.codes[a0[m]:a1[m] + 1]
-    f = len(modal) - c
-    fwd, opt = modal[c:], modal[:c]
-    # Cut after each closed sync stretch: f kernels before the next run, else c after the sync run.
+    fwd, opt = modal[len(modal) - f:], modal[:c]
+    # After each closed sync stretch: the step ends c kernels after the sync run (the modal optimizer) and
+    # the next starts f kernels before the next run (the modal forward); what lies between (the loop's own
+    # work between iterations, extra work) is in no step. A stretch matching only one end is cut there.
+    end_at = np.empty(closed.size, dtype=np.int64)
     cut = np.empty(closed.size, dtype=np.int64)
+    gap_k = np.zeros(closed.size, dtype=np.int64)
+    gap_ns = np.zeros(closed.size, dtype=np.int64)
+    dur = seq.end - seq.start
     for i, (x0, x1) in enumerate(zip(a0, a1, strict=True)):
-        if x1 - x0 + 1 >= f and (seq.codes[x1 + 1 - f:x1 + 1] == fwd).all():
+        length = x1 - x0 + 1
+        sm = length >= f and (seq.codes[x1 + 1 - f:x1 + 1] == fwd).all()
+        pm = length >= c and (seq.codes[x0:x0 + c] == opt).all()
+        if sm and pm and x0 + c <= x1 + 1 - f:
+            end_at[i], cut[i] = x0 + c - 1, x1 + 1 - f
+        elif sm:
             cut[i] = x1 + 1 - f
-        elif x1 - x0 + 1 >= c and (seq.codes[x0:x0 + c] == opt).all():
-            cut[i] = x0 + c
+            end_at[i] = cut[i] - 1
+        elif pm:
+            end_at[i] = x0 + c - 1
+            cut[i] = end_at[i] + 1
         else:
             cut[i] = max(x0 + 1, x1 + 1 - f)
+            end_at[i] = cut[i] - 1
+        if length > len(modal):  # extra kernels: where this stretch departs from the modal one
+            s_ = seq.codes[x0:x1 + 1]
+            p, q = _common(s_, modal, False), _common(s_, modal, True)
+            lo, hi = (x0 + p, x1 + 1 - q) if p + q < length else (x0 + min(p, c), x0 + min(p, c) + length - len(modal))
+            gap_k[i], gap_ns[i] = length - len(modal), int(dur[lo:hi].sum())
     # Cycle of sync run ks[j]: its first run is the one after ks[j - 1] (the first run for j = 0).
     first_run = np.r_[0, ks[:-1] + 1]
     micro = ks - first_run + 1
@@ -225,20 +265,24 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     starts = np.full(ks.size, -1, dtype=np.int64)
     ends = np.full(ks.size, -1, dtype=np.int64)
     at = np.searchsorted(ks, closed)
-    ends[at] = cut - 1
+    ends[at] = end_at
     starts[at[at + 1 < ks.size] + 1] = cut[at + 1 < ks.size]
+    after_k, after_ns = np.zeros(ks.size, dtype=np.int64), np.zeros(ks.size, dtype=np.int64)
+    after_k[at], after_ns[at] = gap_k, gap_ns
     x = rf[0] - f
     if x >= 0 and micro[0] == modal_micro and (seq.codes[x:rf[0]] == fwd).all():
         starts[0] = x
     last_sync = ks[-1]
-    if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer
+    if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer (most of the modal one)
         x0 = rl[last_sync] + 1
-        if x0 + c <= n and (seq.codes[x0:x0 + c] == opt).all():
-            ends[-1] = x0 + c - 1
+        p = _common(seq.codes[x0:], opt, False)
+        if p >= max(1.0, LAST_OPTIMIZER_SHARE * c):
+            ends[-1] = x0 + p - 1
     ok = (starts >= 0) & (ends >= starts)
     if ok.sum() < 2:
         return None
-    return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c)
+    return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
+                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok])
 
 
 def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -261,7 +305,12 @@ def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.n
             lo = max(lo, first[i])
         ek[i] = lens[i] - len(modal)
         eg[i] = int(dur[lo:hi].sum())
+    # Host period: first launch to the next step's first launch (the last step: its span plus the others'
+    # median period beyond their span).
     span = (seq.lt[last] - seq.lt[first]).astype(float)
+    if k > 1:
+        period = (seq.lt[first[1:]] - seq.lt[first[:-1]]).astype(float)
+        span = np.r_[period, span[-1] + float(np.median(period - span[:-1]))]
     med = float(np.median(span))
     mad = float(np.median(np.abs(span - med)))
     over = span - med

@@ -281,6 +281,8 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
         all_lt = np.sort(karr.launch[(karr.pid == p) & (karr.launch >= 0)])
         hs, he = _host_bounds(first, last, seq.lt, all_lt)
         ek, eg, eh = cy.extra_work(seq, first, last)
+        if cyc is not None:  # and what follows each step before the next one's forward
+            ek, eg = ek + cyc.after_kernels, eg + cyc.after_gpu_ns
         parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
                                    "phase": "step", "host_start_ns": hs, "host_end_ns": he,
                                    "extra_kernels": ek, "extra_gpu_ns": eg, "extra_host_ns": eh}))
@@ -346,7 +348,8 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
         # collectives launched up to the step's end.
         js, b_last = j[last_in_step], rl[last_in_step]
         tail = np.zeros(js.size, dtype=np.int64)
-        for mask in (~seq.main, seq.grad):
+        grad_off = seq.grad & ~seq.main
+        for mask in (~seq.main, grad_off if grad_off.any() else seq.grad):
             t = lt[mask]
             k = np.searchsorted(t, he[js], "right") - 1
             tail = np.where(k >= 0, np.maximum(tail, t[np.maximum(k, 0)] if t.size else 0), tail)

@@ -14,7 +14,8 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
                        GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
-                       launched between the start of backward and the end of the step; 0 when none remains
+                       launched between the start of backward and the start of the optimizer phase (the
+                       end of the step without one); 0 when none remains
                        after backward; NaN without a backward range. Parameter AllGather/Broadcast after
                        backward is param_sync_ns (comm_kinds), not tail.
     job_comm_tail_ns = max(0, max_ranks last_grad_comm_end − max_ranks backward_end_ns) over the rows of one
@@ -227,10 +228,18 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
                              "backward_end_ns": pd.Series(dtype=float), "comm_tail_ns": pd.Series(dtype=float),
                              "_grad_end": pd.Series(dtype=float)})
     step_end = phases.loc[phases["phase"] == "step"].set_index(["rank", "step"])["host_end_ns"]
+    keys = pd.MultiIndex.from_frame(bwd[["rank", "step"]])
+    opt = phases.loc[phases["phase"] == "optimizer"].set_index(["rank", "step"])["host_start_ns"]
+    # Gradient collectives launched from backward's start until the optimizer's (else the step's end): a
+    # logging all-reduce after the optimizer is no gradient's.
+    until = step_end.reindex(keys).to_numpy(dtype=float)
+    if len(opt) and not opt.index.has_duplicates:
+        o = opt.reindex(keys).to_numpy(dtype=float) - 1
+        until = np.where(np.isnan(o), until, np.minimum(until, o))
     bwd_end = _latest_end(bwd, karr, karr.is_compute)
     grad = pd.DataFrame({
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
-        "host_end_ns": step_end.reindex(pd.MultiIndex.from_frame(bwd[["rank", "step"]])).to_numpy(),
+        "host_end_ns": until.astype(np.int64),
     })
     comm_end = _latest_end(grad, karr, rows=ck.rows_of(karr, ck.GRADIENT))
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))

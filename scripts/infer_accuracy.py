@@ -156,6 +156,29 @@ def measure(run: Path, variant: str) -> list[dict]:
     return rows
 
 
+def extra_found(run: Path) -> list[dict]:
+    """The program's own extra-work records (truth.json ``extra_work``: rank, kind, after_iteration, gpu_ms)
+    for iterations followed by another one, each with ``found``: whether the inferred step of that
+    iteration (steps counted from the first, all found) reports extra kernels or extra host time."""
+    f = run / "truth.json"
+    if not f.exists():
+        return []
+    rec = json.loads(f.read_text())
+    res = analyze(load_trace(run))
+    s = res.steps.set_index(["rank", "step"])
+    out = []
+    for e in rec.get("extra_work", []):
+        r, k = int(e["rank"]), int(e["after_iteration"])
+        n_true = len(rec["iter_ms_per_rank"][r])
+        if k < 0 or k + 1 >= n_true or (res.steps["rank"] == r).sum() != n_true:
+            continue
+        row = s.loc[(r, k)]
+        out.append({"trace": str(run.relative_to(TRACES)), "rank": r, "after_iteration": k, "kind": e["kind"],
+                    "gpu_ms": e.get("gpu_ms"),
+                    "found": bool(row["extra_kernels"] > 0 or row["extra_host_ns"] > 0)})
+    return out
+
+
 def all_rows() -> list[dict]:
     rows = []
     for run in foreign_runs():

@@ -335,7 +335,7 @@ def _union_lengths(ranges: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """keys + phase_ns: per group, the length of the union of its rows' [start_ns, end_ns] windows."""
     r = ranges[[*keys, "start_ns", "end_ns"]].sort_values([*keys, "start_ns"], kind="stable")
     s, e = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
-    g = r.groupby(keys, sort=False).ngroup().to_numpy()
+    g = r.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()  # first-appearance order, as below
     reach = pd.Series(e).groupby(g).cummax().to_numpy()  # latest end so far in the group
     prev = np.r_[np.iinfo(np.int64).min, reach[:-1]]
     prev = np.where(np.r_[True, g[1:] != g[:-1]], np.iinfo(np.int64).min, prev)

@@ -304,11 +304,11 @@ def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFra
     ranges = pd.concat([steps, phases], ignore_index=True) if not phases.empty else steps.copy()
     if ranges.empty:
         return schema.empty_frame(schema.PHASE_COLUMNS + ["pid"] + schema.WINDOW_FACT_COLUMNS)
-    gs, ge, _ = project(ranges, karr.start, karr.end, karr.launch, karr.pid)
-    bwd = np.flatnonzero((ranges["phase"] == "backward").to_numpy())
-    if bwd.size:
-        bs, be, _ = project(ranges.iloc[bwd], karr.start, karr.end, karr.launch, karr.pid, karr.is_compute)
-        gs[bwd], ge[bwd] = bs, be
+    is_bwd = (ranges["phase"] == "backward").to_numpy()
+    gs, ge = np.zeros(len(ranges), dtype=np.int64), np.zeros(len(ranges), dtype=np.int64)
+    for rows, mask in ((np.flatnonzero(~is_bwd), None), (np.flatnonzero(is_bwd), karr.is_compute)):
+        if rows.size:
+            gs[rows], ge[rows], _ = project(ranges.iloc[rows], karr.start, karr.end, karr.launch, karr.pid, mask)
     ranges = ranges.assign(start_ns=gs, end_ns=ge)
     keys = ["rank", "pid", "step", "phase"]
     out = ranges.groupby(keys, sort=False).agg(

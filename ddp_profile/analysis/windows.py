@@ -315,7 +315,10 @@ def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFra
         start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
         host_start_ns=("host_start_ns", "min"), host_end_ns=("host_end_ns", "max"),
     ).reset_index()
-    out = out.merge(_union_lengths(ranges, keys), on=keys, how="left")
+    if len(out) == len(ranges):  # one range per (rank, step, phase): the union is the window
+        out["phase_ns"] = (out["end_ns"] - out["start_ns"]).astype(float)
+    else:
+        out = out.merge(_union_lengths(ranges, keys), on=keys, how="left")
     n_bwd = ranges.loc[ranges["phase"] == "backward"].groupby(["rank", "pid", "step"]).size().rename("micro_steps")
     out = out.merge(n_bwd.reset_index().assign(phase="step"), on=keys, how="left")
     facts = [c for c in schema.WINDOW_FACT_COLUMNS if c.startswith("extra_")]

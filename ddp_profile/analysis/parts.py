@@ -46,8 +46,9 @@ SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
 INFERRED_PHASES_NOTE = ("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
-                        "(backward = kernels launched from autograd threads, forward = main thread before them, "
-                        "optimizer = main thread after them)")
+                        "(backward = compute kernels launched from autograd threads, per micro-step; forward = "
+                        "what the main thread launched before them; optimizer = after the last gradient "
+                        "collective)")
 
 
 class LocalRanks:

@@ -244,6 +244,12 @@ def _channel_reason(now: int | None, room: float, keep: int | None) -> str:
             f"channels is the fewest whose worst-case slowdown ({now}/{keep} = {now / keep:.2f}×) fits")
 
 
+def needs_ready_times(run: dict | None) -> bool:
+    """Whether :func:`recommend` replays gradient-ready times for this run (its strategy's buckets)."""
+    cfg = (run or {}).get("config") or {}
+    return str(cfg.get("strategy") or (run or {}).get("strategy") or "") in (*BUCKETED, "overlap")
+
+
 def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None,
               nccl_channels: int | None = None) -> pd.DataFrame:
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient

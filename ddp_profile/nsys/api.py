@@ -93,3 +93,37 @@ def load_api_calls(source) -> pd.DataFrame:
     df["name"] = union_categoricals(names, sort_categories=True) if len(names) > 1 else names[0]
     df = df.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     return schema.select(df, schema.API_CALL_COLUMNS)
+
+
+def load_host_waits(trace) -> pd.DataFrame:
+    """``schema.HOST_WAIT_COLUMNS``: the calls during which a host thread may wait for its GPU (synchronize
+    calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) of a loaded :class:`~ddp_profile.trace.Trace`, on its clock
+    and with its ranks, sorted by (rank, start_ns). Files without a CUDA API trace (or without call names)
+    add no rows; the analysis then says the straggler's cause is unknown. A few rows per step: the straggler
+    analysis reads them (``ddp_profile.analysis.straggler``), ``analyze`` takes them as ``host_waits``."""
+    offsets = {f["path"]: int(f.get("offset_ns") or 0) for f in trace.meta.get("files", [])}
+    ranks = trace.ranks
+    frames = []
+    for path in trace.paths:
+        con = open_export(path)
+        try:
+            rows = sql.host_wait_calls(con, sql.tables(con))
+        except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
+            raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
+                             "the .nsys-rep") from exc
+        finally:
+            con.close()
+        if not rows:
+            continue
+        mine = ranks[ranks["file"].astype(str) == str(path)]
+        rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
+        off = offsets.get(str(path), 0)
+        pid, tid, start, end, name, kind = zip(*rows, strict=True)
+        frames.append(pd.DataFrame({
+            "rank": pd.array([rank_of.get(p) for p in pid], dtype="Int64"), "pid": np.asarray(pid, np.int64),
+            "tid": np.asarray(tid, np.int64), "name": [api_name(n) for n in name], "kind": list(kind),
+            "start_ns": np.asarray(start, np.int64) + off, "end_ns": np.asarray(end, np.int64) + off}))
+    if not frames:
+        return schema.empty_frame(schema.HOST_WAIT_COLUMNS)
+    df = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ns"], kind="stable", na_position="last")
+    return schema.select(df, schema.HOST_WAIT_COLUMNS)

@@ -447,3 +447,31 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     i32, i64 = np.int32, np.int64
     names = ["pid", "tid", "start", "end", "name_id"]
     return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))
+
+
+# CUDA API functions during which the calling host thread may sit waiting for the GPU: the synchronize
+# calls, and copies (a device-to-host copy into pageable memory, as ``tensor.item()`` does, returns only
+# when the copy is done). GLOB patterns over StringIds, as LAUNCH_FUNCTIONS. kind: the pattern's class.
+HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cuMemcpy*")}
+
+
+def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, int, int, int, str, str]] | None:
+    """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls (names as StringIds
+    store them, version suffix included), or None when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table or
+    its calls carry no names. Selected by name id in SQL: these calls are a few per step, so rows are
+    fetched as tuples; the scan of the API table is the cost (read only on request, never by ``load_trace``)."""
+    if RUNTIME not in have or STRINGS not in have or "nameId" not in columns(con, RUNTIME):
+        return None
+    kind_of: dict[int, tuple[str, str]] = {}
+    for kind, globs in HOST_WAIT_FUNCTIONS.items():
+        cond = " OR ".join("value GLOB ?" for _ in globs)
+        for i, value in con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE {cond}", globs):
+            if type(i) is int and i not in kind_of:
+                kind_of[i] = (str(value), kind)
+    if not kind_of:
+        return []
+    gtid = "COALESCE(globalTid, 0)"
+    rows = con.execute(f"SELECT {PID_SQL.format(col=gtid)}, {TID_SQL.format(col=gtid)}, start, "
+                       f"COALESCE(end, start), nameId FROM {RUNTIME} "
+                       f"WHERE nameId IN ({', '.join(map(str, kind_of))})").fetchall()  # integers only
+    return [(int(p), int(t), int(s), int(e), *kind_of[int(n)]) for p, t, s, e, n in rows]

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import answers as _answers
 from ddp_profile.analysis import collectives as _coll
 from ddp_profile.analysis import comm_kinds as _ck
 from ddp_profile.analysis import contention as _cont
@@ -62,6 +63,13 @@ class Analysis:
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
+    critical_path: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS))
+    """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to step_ns)."""
+    verdict: dict = field(default_factory=dict)
+    """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
+    share_pct, advice (JSON key ``verdict``)."""
+    per_rank: dict = field(default_factory=dict)
+    """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
 
     def summary(self) -> dict:
         """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
@@ -124,7 +132,8 @@ class Analysis:
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
         null. Per kernel name, NCCL rows also carry ``compute_overlap_pct`` (= overlap_pct)."""
-        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes)}
+        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+               "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
         for key, attr in JSON_SECTIONS.items():
             out[key] = records(getattr(self, attr))
         for row in out["kernels"]:
@@ -146,6 +155,15 @@ def _clean(v):
     return v
 
 
+def _json_safe(v):
+    """Nested dicts/lists with JSON-safe scalars (dict keys as str)."""
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return _clean(v)
+
+
 def records(df: pd.DataFrame) -> list[dict]:
     """Rows as JSON-safe dicts."""
     cols = list(df.columns)
@@ -165,8 +183,10 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all") -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
+    ``host_waits``: ``nsys.api.load_host_waits(trace)`` (schema.HOST_WAIT_COLUMNS), the calls that name a
+    straggler's host cause; without it the cause is still found, its evidence names no call.
 
     A trace whose ranks are held where their data lives (``trace.map_ranks(fn, per_file, **kwargs)``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in the stages of
@@ -197,6 +217,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
     return_freed_memory()
     step_frame, kinds_frame = _steps.step_tables(windows, karr, coll)
+    rank_paths = _answers.paths(step_frame, karr, coll)  # [answers] needs the launch times dropped below
     if (note := _ck.other_kind_note(karr)) is not None:
         notes.append(note)
     karr.launch = None  # launch times' last users were the collective and step tables
@@ -236,6 +257,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     )
     res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None),
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+    # [answers] straggler, critical path, verdict, per-rank values (analysis/answers.py)
+    _answers.attach(res, rank_paths, host_waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res
 
 
@@ -262,4 +285,6 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     res = Analysis(**fields)
     res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+    # [answers] no kernels here: straggler without cause, no critical path (analysis/answers.py)
+    _answers.attach(res, None, None, _rec.contention_per_step_ns(res.contention, res.steps))
     return res

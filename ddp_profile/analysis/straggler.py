@@ -164,7 +164,7 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                     cause = "gpu"
                     evidence = f"GPU busy {_ms(me['compute_ns'])} (peers {_ms(peers['compute_ns'].median())})"
                 else:
-                    evidence = (f"lead {_ms(lead)}: neither its GPU idle awaiting launches (+{_ms(d_host)}) nor "
-                                f"its GPU work (+{_ms(d_gpu)}) over its peers accounts for half of it")
+                    evidence = (f"lead {_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
+                                f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
         out.loc[step] = [s, lead, cause, evidence]
     return out

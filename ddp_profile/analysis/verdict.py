@@ -11,6 +11,7 @@ From the critical path (``critical_path``: per step, the parts of the rank that 
     bound_by     = the largest of communication (comm), host, straggler (strag) by median over steps,
                    among those whose median is at least BOUND_SHARE_PCT % of the median step; else compute
     removable_ns = that median;  share_pct = 100 · removable_ns / median step_ns
+                   (compute: removable_ns 0, share_pct = 100 · median compute_ns / median step_ns)
     spread_ns    = max − min of that part over steps
     rank         = the straggler rank (when one rank is the straggler in ≥ STRAGGLER_STEPS_PCT % of steps and
                    its median part is at least ADVICE_MIN_PCT % of the step), else null
@@ -100,7 +101,7 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
             out["what_to_change"] = _GENERIC[k].format(rank=rank)
             out["expected_gain_ns"] = med[k]
     else:
-        out["removable_ns"] = max(med.values())
+        out["removable_ns"] = 0.0
         out["spread_ns"] = _spread(crit["compute_ns"])
         out["share_pct"] = 100.0 * float(crit["compute_ns"].median()) / step if step > 0 else 0.0
         out["what_to_change"] = _GENERIC["compute"]

@@ -80,7 +80,7 @@ def render(res, fmt: str, section: str | None) -> str:
     chosen = list(SECTIONS) if section == "all" else [section]
     if fmt == "json":
         full = res.to_json_dict()
-        keep = {"version", "summary", "notes"} | {JSON_KEY.get(s, s) for s in chosen}
+        keep = {"version", "summary", "notes", "verdict", "per_rank"} | {JSON_KEY.get(s, s) for s in chosen}
         return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
     lines = []
     summary = res.summary()
@@ -101,11 +101,13 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.api import host_waits_of
 
     phases = _phases(args.phase)
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
-        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
+                      host_waits=host_waits_of(trace))
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

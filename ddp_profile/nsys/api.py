@@ -127,3 +127,9 @@ def load_host_waits(trace) -> pd.DataFrame:
         return schema.empty_frame(schema.HOST_WAIT_COLUMNS)
     df = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     return schema.select(df, schema.HOST_WAIT_COLUMNS)
+
+
+def host_waits_of(trace) -> pd.DataFrame | None:
+    """:func:`load_host_waits` for a locally loaded :class:`~ddp_profile.trace.Trace`; None for anything else
+    (a trace held on a Dask cluster: its files are read where its ranks live)."""
+    return load_host_waits(trace) if isinstance(trace, Trace) else None

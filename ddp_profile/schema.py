@@ -146,6 +146,8 @@ JSON_SECTIONS = {
 # rank's row; analysis/straggler.py), the ranks section RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS.
 STEP_STRAGGLER_COLUMNS = ["straggler_rank", "straggler_lead_ns", "straggler_cause", "straggler_evidence"]
 RANK_ARRIVAL_COLUMNS = ["last_arrival_pct"]
+STEP_SECTION_COLUMNS = STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS  # Analysis.steps, JSON "steps"
+RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.rank_overlap, JSON "ranks"
 # Top-level JSON keys beside the sections: verdict (dict: bound_by in VERDICT_BOUND_BY or null without steps,
 # removable_ns, what_to_change, expected_gain_ns, spread_ns, rank, share_pct, advice = [ADVICE_KEYS dicts]),
 # per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.

@@ -192,6 +192,8 @@ def test_critical_path_adds_up_on_committed_traces(analysed, name):
     assert len(c) == res.steps["step"].nunique() > 0
     assert (c[cp.PARTS] >= 0).all().all()
     assert (c[cp.PARTS].sum(axis=1) == c["step_ns"]).all()
+    assert list(res.steps.columns) == schema.STEP_SECTION_COLUMNS
+    assert list(res.rank_overlap.columns) == schema.RANK_SECTION_COLUMNS
     v = res.to_json_dict()["verdict"]
     assert v["bound_by"] in schema.VERDICT_BOUND_BY and set(schema.VERDICT_KEYS) <= set(v)
     assert all(set(schema.ADVICE_KEYS) == set(a) for a in v["advice"])

@@ -282,9 +282,10 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     got = trace.map_ranks(_parts.rank_part, per_file, phase_patterns=phase_patterns, **kw)
     fields = _parts.combine(got, table, match_notes)
     ready = fields.pop("ready_ns")
+    rank_paths = fields.pop("rank_paths")
     res = Analysis(**fields)
     res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
-    # [answers] no kernels here: straggler without cause, no critical path (analysis/answers.py)
-    _answers.attach(res, None, None, _rec.contention_per_step_ns(res.contention, res.steps))
+    # [answers] rank paths from the ranks' stage; no host-wait calls here (analysis/answers.py)
+    _answers.attach(res, rank_paths, None, _rec.contention_per_step_ns(res.contention, res.steps))
     return res

@@ -26,6 +26,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
+from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
@@ -52,13 +53,15 @@ class RankPart:
     other_kind: tuple = (0, [])
     several_devices: bool = False
     first_rank: int = 0
+    paths: pd.DataFrame | None = None
+    """``critical_path.rank_paths`` of its ranks (needs their kernels' launch times: computed here)."""
     file_sums: list | None = None
     """For a part of several files (a Dask batch): (first rank, ``kernel_sums``) per file, in place of
     ``kernel_sums``: first appearances are then ordered by rank over files, as with one part per file."""
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, *self.kinds,
+        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, self.paths, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
@@ -105,6 +108,7 @@ def rank_part(trace, matched: pd.DataFrame | None = None, *, step_pattern: str |
                     step_notes=step_notes, other_kind=ck.other_kinds(karr),
                     several_devices=rank_used_several_devices(kernels, karr),
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
+    part.paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers]
     if table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     karr.drop_rank_sets()
@@ -149,7 +153,7 @@ def _file_sums(parts: list[RankPart]) -> list:
 def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[str]) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every rank's part and the
     collective table (:func:`match`, with its notes), plus ``ready_ns`` (per collective table row, for
-    ``recommend``). Parts of disjoint ranks, any order (put in rank order here)."""
+    ``recommend``) and ``rank_paths`` (for ``answers.attach``). Parts of disjoint ranks, any order (put in rank order here)."""
     parts = sorted(parts, key=lambda p: p.first_rank)
     notes: list[str] = []
     if sum(p.n_kernels for p in parts) == 0:
@@ -186,4 +190,5 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[
         notes=notes,
         comm_kinds=ck.finish([k for p in parts for k in p.kinds]).reset_index(drop=True),
         ready_ns=ready,
+        rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
     )

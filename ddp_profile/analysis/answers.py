@@ -56,8 +56,6 @@ def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, con
     rules = vd.advice(crit, res.steps, per_step, _sync_per_step(crit, rp, waits), contention_ns,
                       res.recommendation) if len(crit) else []
     res.verdict = vd.verdict(crit, per_step, rules)
-    extra = {"last_arrival_pct": pd.Series(res.rank_overlap["last_arrival_pct"].to_numpy(float),
-                                           index=ints(res.rank_overlap["rank"]))} if len(ro) else {}
-    res.per_rank = vd.per_rank(rp, extra)
+    res.per_rank = vd.per_rank(res.steps, rp, res.rank_overlap)
     if rank_paths is None and len(res.steps):
         res.notes.append("no critical path: the kernels' launch times were not available to this analysis")

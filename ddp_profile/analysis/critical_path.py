@@ -62,26 +62,29 @@ def spans(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"rank": rank, "step": step, "start_ns": begin, "end_ns": end})
 
 
-def _host_gaps(karr: KernelArrays, idx, all_set: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """H of the module docstring for one rank (rows ``idx``; ``all_set`` = A normalised)."""
-    a_s, a_e = all_set
-    if len(a_s) < 2:
+def _host_gaps(karr: KernelArrays, idx) -> tuple[np.ndarray, np.ndarray]:
+    """H of the module docstring for one rank (rows ``idx``), normalised. In start order, a gap opens before
+    row i when its start is past every earlier end (their running maximum); row i and any rows starting at
+    the same instant end it, and the earliest of their launch calls decides."""
+    start, end, launch = karr.start[idx], karr.end[idx], karr.launch[idx]
+    if len(start) < 2:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    start, launch = karr.start[idx], karr.launch[idx]
-    order = None if iv.is_sorted(start) else np.argsort(start, kind="stable")
-    st = start if order is None else start[order]
-    la = launch if order is None else launch[order]
-    g0, g1 = a_e[:-1], a_s[1:]  # gaps between consecutive busy periods
-    lo = np.searchsorted(st, g1, side="left")
-    hi = np.searchsorted(st, g1, side="right")
-    first = la[lo].astype(np.int64)
-    first = np.where(first < 0, np.iinfo(np.int64).max, first)
-    for k in np.flatnonzero(hi - lo > 1):  # several activities start the busy period at once: the earliest launch
-        ls = la[lo[k]:hi[k]]
+    if not iv.is_sorted(start):
+        order = np.argsort(start, kind="stable")
+        start, end, launch = start[order], end[order], launch[order]
+    reach = np.maximum.accumulate(end[:-1])
+    i = np.flatnonzero(start[1:] > reach) + 1  # rows that end a gap
+    g0, g1 = reach[i - 1].astype(np.int64), start[i].astype(np.int64)
+    first = launch[i].astype(np.int64)
+    tied = np.flatnonzero((i + 1 < len(start)) & (start[np.minimum(i + 1, len(start) - 1)] == start[i]))
+    for k in tied:  # several activities start the busy period at once (rare): the earliest known launch
+        j = i[k]
+        hi = j + int(np.searchsorted(start[j:], start[j], side="right"))
+        ls = launch[j:hi]
         ls = ls[ls >= 0]
-        first[k] = ls.min() if len(ls) else np.iinfo(np.int64).max
-    keep = (first != np.iinfo(np.int64).max) & (first > g0) & (g1 > g0)
-    return g0[keep].astype(np.int64), g1[keep].astype(np.int64)
+        first[k] = ls.min() if len(ls) else -1
+    keep = (first >= 0) & (first > g0)
+    return g0[keep], g1[keep]
 
 
 def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None) -> pd.DataFrame:
@@ -91,16 +94,16 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in PATH_COLUMNS})
     sp = spans(steps)
     out = []
+    waits = coll.groupby(ints(coll["rank"])).indices if coll is not None and len(coll) else {}
     for rank, rows in sp.groupby("rank", sort=True).indices.items():
         js, je = sp["start_ns"].to_numpy()[rows], sp["end_ns"].to_numpy()[rows]
         idx = karr.rank_index(rank)
         s, e = karr.start[idx], karr.end[idx]
         nccl = karr.is_nccl[idx]
-        a_set = iv.normalize_rows(s, e)
         x_set = iv.normalize_rows(s, e, ~nccl)
         n_set = iv.normalize_rows(s, e, nccl)
-        if coll is not None and len(coll):
-            mine = coll.loc[ints(coll["rank"]) == rank]
+        if rank in waits:
+            mine = coll.iloc[waits[rank]]
             ws = ints(mine["start_ns"])
             wt = iv.normalize(ws, ws + ints(mine["wait_ns"], 0))
         else:
@@ -111,12 +114,12 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
         exposed = covered_by_normalized(js, je, *n_set) - covered_by_normalized(
             js, je, *intersect_normalized(x_set, n_set))
         wait = covered_by_normalized(js, je, *nw) - covered_by_normalized(js, je, *intersect_normalized(x_set, nw))
-        host = covered_by_normalized(js, je, *_host_gaps(karr, idx, a_set))
+        host = covered_by_normalized(js, je, *_host_gaps(karr, idx))
         out.append(pd.DataFrame({
             "rank": rank, "step": sp["step"].to_numpy()[rows], "start_ns": js, "end_ns": je, "step_ns": step_ns,
             "compute_ns": compute, "exposed_transfer_ns": exposed - wait, "wait_ns": wait, "host_ns": host,
             "idle_ns": step_ns - compute - exposed - host}))
-        del a_set, x_set, n_set
+        del x_set, n_set
     return pd.concat(out, ignore_index=True)[PATH_COLUMNS]
 
 

@@ -36,8 +36,8 @@ STRAGGLER_STEPS_PCT = 75.0
 ADVICE_MIN_PCT = 1.0
 """Advice whose gain bound is below this share of the step is not listed."""
 PER_RANK_RATIO = 2.0
-"""``per_rank`` lists a metric when its largest per-rank median exceeds this multiple of the smallest and
-the difference is at least ADVICE_MIN_PCT % of the median step (smaller differences are noise)."""
+"""``per_rank`` lists a metric when its largest per-rank median exceeds this multiple of the smallest (and,
+for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences are noise)."""
 
 CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
             "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler",
@@ -202,23 +202,40 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     return sorted(rules, key=lambda r: -r["gain_upper_ns"])
 
 
-def per_rank(paths: pd.DataFrame, extra: dict[str, pd.Series]) -> dict:
-    """{metric: {rank: median}} for the metrics whose per-rank medians differ by more than PER_RANK_RATIO
-    (``paths``: ``critical_path.rank_paths``; ``extra``: more per-rank values, e.g. last_arrival_pct, compared
-    by ratio only)."""
-    if paths is None or paths.empty or paths["rank"].nunique() < 2:
+PER_RANK_METRICS = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
+                    "idle_ns"]
+"""Step-table metrics :func:`per_rank` compares across ranks (besides the critical path's ``host_ns`` and
+``last_arrival_pct``)."""
+
+
+def differing_ranks(frame: pd.DataFrame, metrics: list[str], floor: float = 0.0) -> dict:
+    """{metric: {rank: median over the rank's rows}} for the ``metrics`` of ``frame`` (a ``rank`` column, any
+    rows per rank) whose largest per-rank median exceeds PER_RANK_RATIO × the smallest and by at least
+    ``floor`` (same unit): where one pooled median would hide a rank."""
+    if frame is None or frame.empty or frame["rank"].nunique() < 2:
         return {}
-    step = float(paths["step_ns"].median())
+    med = frame.groupby("rank")[[m for m in metrics if m in frame]].median()
     out = {}
-    med = paths.groupby("rank")[["step_ns", "compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns",
-                                 "idle_ns"]].median()
     for m in med.columns:
-        v = med[m]
+        v = med[m].dropna()
+        if len(v) < 2:
+            continue
         lo, hi = float(v.min()), float(v.max())
-        if hi - lo >= ADVICE_MIN_PCT / 100.0 * step and hi > PER_RANK_RATIO * lo:
+        if hi - lo >= floor and hi > PER_RANK_RATIO * lo:
             out[m] = {int(r): float(x) for r, x in v.items()}
-    for m, v in extra.items():
-        v = v.dropna()
-        if len(v) >= 2 and float(v.max()) > PER_RANK_RATIO * float(v.min()):
-            out[m] = {int(r): float(x) for r, x in v.items()}
+    return out
+
+
+def per_rank(steps: pd.DataFrame, paths: pd.DataFrame | None, ranks: pd.DataFrame) -> dict:
+    """The JSON ``per_rank``: :func:`differing_ranks` over the step table's PER_RANK_METRICS and the critical
+    path's ``host_ns`` (times: differing by at least ADVICE_MIN_PCT % of the median step) and the rank
+    table's ``last_arrival_pct`` (``ranks``: the ranks section)."""
+    if steps is None or steps.empty:
+        return {}
+    floor = ADVICE_MIN_PCT / 100.0 * float(steps["step_ns"].median())
+    out = differing_ranks(steps, PER_RANK_METRICS, floor)
+    if paths is not None and len(paths):
+        out.update(differing_ranks(paths, ["host_ns"], floor))
+    if "last_arrival_pct" in ranks:
+        out.update(differing_ranks(ranks, ["last_arrival_pct"]))
     return out

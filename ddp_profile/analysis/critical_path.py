@@ -102,7 +102,7 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
         nccl = karr.is_nccl[idx]
         x_set = iv.normalize_rows(s, e, ~nccl)
         n_set = iv.normalize_rows(s, e, nccl)
-        if rank in waits:
+        if coll is not None and rank in waits:
             mine = coll.iloc[waits[rank]]
             ws = ints(mine["start_ns"])
             wt = iv.normalize(ws, ws + ints(mine["wait_ns"], 0))

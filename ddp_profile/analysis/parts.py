@@ -26,8 +26,8 @@ from ddp_profile import schema
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
-from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import costmodel as cm
+from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win

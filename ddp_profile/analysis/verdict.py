@@ -116,8 +116,8 @@ _GENERIC = {
     "host": "keep the GPU fed: fewer host syncs in the loop, fewer and larger kernels (torch.compile, CUDA "
             "graphs, a larger batch)",
     "straggler": "find why rank {rank} arrives late at the collectives and even it out",
-    "compute": "the GPU is busy with kernels: faster kernels (bf16/TF32, fused or compiled kernels) or more "
-               "GPUs; no removable part reaches the threshold, so no communication or host change pays",
+    "compute": "faster kernels (bf16/TF32, fused or compiled kernels) or more GPUs: the GPU is busy with "
+               "kernels, and no communication or host change would pay more",
 }
 
 

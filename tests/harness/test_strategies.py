@@ -34,7 +34,7 @@ from ddp_profile.harness.strategies.fsdp import FSDP
 from ddp_profile.harness.strategies.sharded_optimizer import assign_owners
 from ddp_profile.harness.strategies.torch_ddp import TorchDDP
 from ddp_profile.harness.train import loss_fn, optimizer_state_bytes, run_steps
-from ddp_profile.strategies import ShardedOptimizer
+from ddp_profile.harness.strategies import ShardedOptimizer
 
 VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
 

@@ -26,8 +26,10 @@ the straggler s against the median of its peers P::
 A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence: for
 ``host``, the host-wait function (``nsys.api.load_host_waits``: synchronize, memcpy) whose time on the
 straggler's main thread (thread id = process id; calls ending inside the rank's step span) exceeds its
-peers' median time in it by the most (by at least CALL_SHARE of the lead), with both times; always the host (or GPU) difference itself. Times in
-the text are ms with one decimal.
+peers' median time in it by the most (by at least CALL_SHARE of the lead), with both times, else the
+synchronize function it calls more often than its peers (a sync that returns at once still empties the
+GPU's queue: ``loss.item()`` on one rank); always the host (or GPU) difference itself. Times in the text
+are ms with one decimal.
 """
 
 from __future__ import annotations
@@ -95,32 +97,47 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     return out.rename("lead_ns").reset_index()
 
 
-def call_times(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.Series:
-    """Time per function of the host-wait calls on the rank's main thread (tid = pid) ending in [lo, hi)."""
+def call_stats(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.DataFrame:
+    """Per function (index) of the host-wait calls on the rank's main thread (tid = pid) ending in [lo, hi):
+    ``ns`` (their time), ``calls`` and ``sync`` (the nsys layer's kind is "sync")."""
     if waits is None or waits.empty:
-        return pd.Series(dtype=float)
+        return pd.DataFrame({"ns": [], "calls": [], "sync": []}, dtype=float)
     end = ints(waits["end_ns"])
     m = (ints(waits["rank"]) == rank) & (ints(waits["tid"]) == ints(waits["pid"])) & (end >= lo) & (end < hi)
     sub = waits.loc[m]
-    dur = (ints(sub["end_ns"]) - ints(sub["start_ns"])).astype(float)
-    return pd.Series(dur, index=sub["name"].astype(str).to_numpy()).groupby(level=0).sum()
+    df = pd.DataFrame({"name": sub["name"].astype(str).to_numpy(),
+                       "ns": (ints(sub["end_ns"]) - ints(sub["start_ns"])).astype(float),
+                       "sync": (sub["kind"].astype(str) == "sync").to_numpy()})
+    return df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), sync=("sync", "any"))
 
 
 def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.DataFrame, lead: float
                    ) -> str | None:
-    """'<function> X ms on the main thread (peers Y ms)' for the function whose time on the straggler's main
-    thread exceeds its peers' median by the most (within each rank's own step span); None unless that excess
-    is at least CALL_SHARE of the lead."""
-    mine = call_times(waits, s, int(me["start_ns"]), int(me["end_ns"]))
+    """The host-wait function that sets the straggler apart, each rank within its own step span: the one
+    whose time on its main thread exceeds its peers' median by the most, when that excess is at least
+    CALL_SHARE of the lead ('<function> X ms on the main thread (peers Y ms)'); else the synchronize function
+    it calls more often than its peers ('<function> ×N on the main thread (peers ×M), X ms': a
+    sync that returns at once still empties the GPU's queue); None without either."""
+    mine = call_stats(waits, s, int(me["start_ns"]), int(me["end_ns"]))
     if mine.empty:
         return None
-    theirs = pd.DataFrame([call_times(waits, int(p), int(r["start_ns"]), int(r["end_ns"])) for p, r in peers.iterrows()])
-    base = theirs.reindex(columns=mine.index).fillna(0.0).median() if len(theirs) else pd.Series(0.0, index=mine.index)
-    diff = mine - base.reindex(mine.index).fillna(0.0)
-    if diff.max() < CALL_SHARE * lead:
-        return None
-    name = str(diff.idxmax())
-    return f"{name} {_ms(mine[name])} on the main thread (peers {_ms(base.get(name, 0.0))})"
+    theirs = [call_stats(waits, int(p), int(r["start_ns"]), int(r["end_ns"])) for p, r in peers.iterrows()]
+
+    def base(col):
+        got = pd.DataFrame([t[col] for t in theirs]) if theirs else pd.DataFrame()
+        return got.reindex(columns=mine.index).fillna(0.0).median() if len(got) else pd.Series(0.0, index=mine.index)
+
+    t_base, n_base = base("ns").reindex(mine.index).fillna(0.0), base("calls").reindex(mine.index).fillna(0.0)
+    extra = mine["ns"] - t_base
+    if extra.max() >= CALL_SHARE * lead:
+        name = str(extra.idxmax())
+        return f"{name} {_ms(mine.loc[name, 'ns'])} on the main thread (peers {_ms(t_base[name])})"
+    more = (mine["calls"] - n_base).where(mine["sync"].astype(bool), 0.0)
+    if more.max() > 0:
+        name = str(more.idxmax())
+        return (f"{name} ×{int(mine.loc[name, 'calls'])} on the main thread (peers ×{n_base[name]:g}), "
+                f"{_ms(mine.loc[name, 'ns'])}")
+    return None
 
 
 def _ms(ns: float) -> str:

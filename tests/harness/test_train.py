@@ -14,8 +14,8 @@ from ddp_profile.errors import ConfigError
 from ddp_profile.harness.config import RunConfig
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
-from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
 from ddp_profile.harness.strategies import ShardedOptimizer
+from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 

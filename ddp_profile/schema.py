@@ -149,9 +149,10 @@ RANK_ARRIVAL_COLUMNS = ["last_arrival_pct"]
 STEP_SECTION_COLUMNS = STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS  # Analysis.steps, JSON "steps"
 RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.rank_overlap, JSON "ranks"
 # Top-level JSON keys beside the sections: verdict (dict: bound_by in VERDICT_BOUND_BY or null without steps,
-# removable_ns, what_to_change, expected_gain_ns, spread_ns, rank, share_pct, advice = [ADVICE_KEYS dicts]),
+# removable_ns, what_to_change, expected_gain_ns, spread_ns, rank, share_pct, advice = [ADVICE_KEYS dicts],
+# step_ns = the median critical-path step every share divides by),
 # per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.
 VERDICT_BOUND_BY = ("communication", "host", "straggler", "compute")
 VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "spread_ns", "rank", "share_pct",
-                "advice"]
+                "advice", "step_ns"]
 ADVICE_KEYS = ["rule", "what_to_change", "gain_upper_ns", "spread_ns", "evidence"]

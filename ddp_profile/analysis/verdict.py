@@ -10,7 +10,8 @@ From the critical path (``critical_path``: per step, the parts of the rank that 
 
     bound_by     = the largest of communication (comm), host, straggler (strag) by median over steps,
                    among those whose median is at least BOUND_SHARE_PCT % of the median step; else compute
-    removable_ns = that median;  share_pct = 100 · removable_ns / median step_ns
+    step_ns      = the median critical-path step (the denominator of every share here)
+    removable_ns = that median;  share_pct = 100 · removable_ns / step_ns
                    (compute: removable_ns 0, share_pct = 100 · median compute_ns / median step_ns)
     spread_ns    = max − min of that part over steps
     rank         = the straggler rank (when one rank is the straggler in ≥ STRAGGLER_STEPS_PCT % of steps and
@@ -40,7 +41,7 @@ PER_RANK_RATIO = 2.0
 for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences are noise)."""
 
 CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
-            "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler",
+            "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler", "straggler_host": "straggler",
             "contention": "compute", "measured": "communication"}
 
 
@@ -77,13 +78,14 @@ def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFram
 def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> dict:
     """The ``verdict`` dict (keys in the module docstring, plus ``advice`` = ``rules``)."""
     out = {"bound_by": "compute", "removable_ns": 0.0, "what_to_change": None, "expected_gain_ns": 0.0,
-           "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules}
+           "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules, "step_ns": None}
     if crit is None or crit.empty:
         out["bound_by"] = None
         out["what_to_change"] = "no steps: no verdict"
         return out
     parts, rank = split_parts(crit, per_step)
     step = float(parts["step_ns"].median())
+    out["step_ns"] = step
     med = {k: float(parts[k].median()) for k in ("communication", "host", "straggler")}
     passing = {k: v for k, v in med.items() if step > 0 and 100.0 * v / step >= BOUND_SHARE_PCT}
     # the straggler rank is named when its part is material (at least ADVICE_MIN_PCT % of the step)
@@ -93,7 +95,8 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
         out.update(bound_by=k, removable_ns=med[k], spread_ns=_spread(parts[k]), share_pct=100.0 * med[k] / step)
         mine = [r for r in rules if CATEGORY.get(r["rule"]) == k]
         if k == "straggler":
-            mine = [r for r in rules if r["rule"] in ("host_sync", "straggler_gpu", "launch_bound")]
+            mine = [r for r in rules if r["rule"] in ("straggler_host", "straggler_gpu")] or [
+                r for r in rules if r["rule"] in ("host_sync", "launch_bound")]
         if mine:
             out["what_to_change"] = mine[0]["what_to_change"]
             out["expected_gain_ns"] = min(float(mine[0]["gain_upper_ns"]), med[k])
@@ -131,6 +134,34 @@ def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float) 
 
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
+
+
+def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> dict | None:
+    """``straggler_host`` or ``straggler_gpu`` for the job's straggler rank (by its commonest cause over its
+    steps), gain = its part of the critical path (:func:`split_parts`), evidence = its median step's."""
+    parts, rank = split_parts(crit, per_step)
+    if rank is None:
+        return None
+    g = per_step.reindex(crit["step"].to_numpy())
+    mine = g[g["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank]
+    causes = mine["straggler_cause"].dropna()
+    causes = causes[causes != "unknown"]
+    if causes.empty:
+        return None
+    cause = causes.mode().iloc[0]
+    ev = mine.loc[mine["straggler_cause"] == cause].sort_values("straggler_lead_ns")["straggler_evidence"].dropna()
+    evidence = f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps" + (
+        f"; e.g. {ev.iloc[len(ev) // 2]}" if len(ev) else "")
+    if cause == "gpu":
+        text = f"even out the GPU work: rank {rank} runs more than its peers (data or model imbalance)"
+    elif ev.str.contains("on the main thread").any():
+        text = (f"rank {rank}'s host falls behind: drop its per-step host sync (log every N steps, no .item() in "
+                "the loop) so its GPU queue stays full; CUDA graphs or torch.compile shorten its launches")
+    else:
+        text = (f"rank {rank}'s host launches its work later than its peers': find what its main thread does "
+                "that theirs does not (logging, data loading, rank-0-only work); CUDA graphs or torch.compile "
+                "shorten its launches")
+    return _rule(f"straggler_{cause}", text, pd.Series(parts["straggler"].to_numpy()), evidence, step)
 
 
 def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
@@ -177,15 +208,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
                      launch, f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
                      "of it explained by host syncs", step))
     if per_step is not None and len(per_step):
-        g = per_step.reindex(c.index)
-        gpu = g["straggler_cause"] == "gpu"
-        if gpu.any():
-            lead = pd.Series(np.where(gpu, np.minimum(g["straggler_lead_ns"].fillna(0.0), comm + host), 0.0),
-                             index=c.index)
-            r = g.loc[gpu, "straggler_rank"].mode()
-            out.append(_rule("straggler_gpu", f"even out the GPU work: rank {int(r.iloc[0])} runs more than its "
-                             "peers (data or model imbalance)", lead,
-                             f"rank {int(r.iloc[0])} arrives {_ms(lead.median())} late with more GPU work", step))
+        out.append(_straggler_rule(crit, per_step, step))
     if contention_ns > 0:
         out.append(_rule("contention", "give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or "
                          "high-priority NCCL streams", pd.Series(np.minimum(contention_ns, c["compute_ns"])),

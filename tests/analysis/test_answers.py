@@ -263,3 +263,18 @@ def test_gpt_accum_names_rank_0s_per_iteration_sync_as_evidence(analysed):
     ev = per_step.loc[per_step["straggler_rank"] == 0, "straggler_evidence"]
     assert (ev.str.startswith("cudaStreamSynchronize")).sum() >= len(ev) // 2
     assert res.verdict["bound_by"] == "straggler" and res.verdict["rank"] == 0
+
+
+def test_bf16_run_with_exposed_communication_says_communication(analysed):
+    """The issue's bf16 run 'with 37 % exposed communication' that the step-table rule called compute."""
+    res = analysed("campaign/B/torch_ddp-25mb-ch2-hiprio_xl_bf16_2xh200")
+    assert res.verdict["bound_by"] == "communication" and res.verdict["share_pct"] > 30
+    assert res.verdict["advice"][0]["rule"] == "comm_tail"
+
+
+def test_zero_run_advises_overlapping_the_parameter_sync(analysed):
+    """ZeRO-1: the optimizer's broadcast of updated shards after backward is exposed."""
+    res = analysed("campaign/A/bucketed-100mb+zero1_xl_fp32_2xh200")
+    assert res.verdict["bound_by"] == "communication"
+    assert res.verdict["advice"][0]["rule"] == "param_sync"
+    assert res.verdict["expected_gain_ns"] <= res.verdict["removable_ns"]

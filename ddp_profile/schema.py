@@ -115,9 +115,10 @@ PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns",
 # version suffix dropped (cudaLaunchKernel, cuLaunchKernelEx, cudaDeviceSynchronize...). rank: <NA> for a
 # process that ran no GPU work. Times on the trace's clock (load_trace's per-file offsets).
 API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
-# The calls during which a host thread may wait for its GPU (ddp_profile.nsys.api.load_host_waits): kind
-# "sync" (cudaStreamSynchronize, cudaDeviceSynchronize...) or "copy" (cudaMemcpy*: a device-to-host copy such
-# as tensor.item()'s returns when done). name: the function as API_CALL_COLUMNS names it. Read on request.
+# The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
+# load_trace; nsys.api.load_host_waits reads them again): kind "sync" (cudaStreamSynchronize,
+# cudaDeviceSynchronize...) or "copy" (cudaMemcpy*: a device-to-host copy such as tensor.item()'s returns when
+# done). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.

@@ -185,8 +185,9 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all", host_waits: pd.DataFrame | None = None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
-    ``host_waits``: ``nsys.api.load_host_waits(trace)`` (schema.HOST_WAIT_COLUMNS), the calls that name a
-    straggler's host cause; without it the cause is still found, its evidence names no call.
+    ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
+    trace's own, ``Trace.host_waits`` as ``load_trace`` read them); without any the cause is still found,
+    its evidence names no call.
 
     A trace whose ranks are held where their data lives (``trace.map_ranks(fn, per_file, **kwargs)``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in the stages of
@@ -258,7 +259,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None),
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
     # [answers] straggler, critical path, verdict, per-rank values (analysis/answers.py)
-    _answers.attach(res, rank_paths, host_waits, _rec.contention_per_step_ns(res.contention, res.steps))
+    waits = host_waits if host_waits is not None else getattr(trace, "host_waits", None)
+    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res
 
 
@@ -282,10 +284,10 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     got = trace.map_ranks(_parts.rank_part, per_file, phase_patterns=phase_patterns, **kw)
     fields = _parts.combine(got, table, match_notes)
     ready = fields.pop("ready_ns")
-    rank_paths = fields.pop("rank_paths")
+    rank_paths, waits = fields.pop("rank_paths"), fields.pop("host_waits")
     res = Analysis(**fields)
     res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
-    # [answers] rank paths from the ranks' stage; no host-wait calls here (analysis/answers.py)
-    _answers.attach(res, rank_paths, None, _rec.contention_per_step_ns(res.contention, res.steps))
+    # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
+    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res

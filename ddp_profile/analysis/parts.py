@@ -55,13 +55,16 @@ class RankPart:
     first_rank: int = 0
     paths: pd.DataFrame | None = None
     """``critical_path.rank_paths`` of its ranks (needs their kernels' launch times: computed here)."""
+    host_waits: pd.DataFrame | None = None
+    """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
     file_sums: list | None = None
     """For a part of several files (a Dask batch): (first rank, ``kernel_sums``) per file, in place of
     ``kernel_sums``: first appearances are then ordered by rank over files, as with one part per file."""
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, self.paths, *self.kinds,
+        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, self.paths,
+                  self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
@@ -109,6 +112,7 @@ def rank_part(trace, matched: pd.DataFrame | None = None, *, step_pattern: str |
                     several_devices=rank_used_several_devices(kernels, karr),
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
     part.paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers]
+    part.host_waits = getattr(trace, "host_waits", None)  # [answers]
     if table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     karr.drop_rank_sets()
@@ -153,7 +157,7 @@ def _file_sums(parts: list[RankPart]) -> list:
 def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[str]) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every rank's part and the
     collective table (:func:`match`, with its notes), plus ``ready_ns`` (per collective table row, for
-    ``recommend``) and ``rank_paths`` (for ``answers.attach``). Parts of disjoint ranks, any order (put in rank order here)."""
+    ``recommend``), ``rank_paths`` and ``host_waits`` (for ``answers.attach``). Parts of disjoint ranks, any order (put in rank order here)."""
     parts = sorted(parts, key=lambda p: p.first_rank)
     notes: list[str] = []
     if sum(p.n_kernels for p in parts) == 0:
@@ -191,4 +195,5 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[
         comm_kinds=ck.finish([k for p in parts for k in p.kinds]).reset_index(drop=True),
         ready_ns=ready,
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
+        host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
     )

@@ -24,7 +24,7 @@ the straggler s against the median of its peers P::
     unknown otherwise (or without a CUDA API trace: no launch times, no host time)
 
 A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence: for
-``host``, the host-wait function (``nsys.api.load_host_waits``: synchronize, memcpy) whose time on the
+``host``, the host-wait function (``Trace.host_waits``: synchronize, memcpy) whose time on the
 straggler's main thread (thread id = process id; calls ending inside the rank's step span) exceeds its
 peers' median time in it by the most (by at least CALL_SHARE of the lead), with both times, else the
 synchronize function it calls more often than its peers (a sync that returns at once still empties the

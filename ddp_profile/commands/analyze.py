@@ -101,13 +101,11 @@ def _fmt(v) -> str:
 
 def run(args) -> int:
     from ddp_profile.analysis import analyze
-    from ddp_profile.nsys.api import host_waits_of
 
     phases = _phases(args.phase)
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
-        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
-                      host_waits=host_waits_of(trace))
+        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

@@ -12,7 +12,6 @@ ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 
 import numpy as np
@@ -23,15 +22,9 @@ from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import open_export, short_error
+from ddp_profile.nsys.frames import api_name, host_waits_frame
 from ddp_profile.nsys.loader import load_trace
 from ddp_profile.trace import Trace
-
-_VERSION_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel (as nsys stats shows it)
-
-
-def api_name(raw: str) -> str:
-    """The function name without nsys's API version suffix."""
-    return _VERSION_SUFFIX.sub("", raw)
 
 
 def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
@@ -97,39 +90,29 @@ def load_api_calls(source) -> pd.DataFrame:
 
 def load_host_waits(trace) -> pd.DataFrame:
     """``schema.HOST_WAIT_COLUMNS``: the calls during which a host thread may wait for its GPU (synchronize
-    calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) of a loaded :class:`~ddp_profile.trace.Trace`, on its clock
-    and with its ranks, sorted by (rank, start_ns). Files without a CUDA API trace (or without call names)
-    add no rows; the analysis then says the straggler's cause is unknown. A few rows per step: the straggler
-    analysis reads them (``ddp_profile.analysis.straggler``), ``analyze`` takes them as ``host_waits``."""
+    calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) on each process's main thread, of a loaded
+    :class:`~ddp_profile.trace.Trace`, on its clock and with its ranks. ``load_trace`` reads them already
+    (``Trace.host_waits``); this reads them again from the files (for a Trace built otherwise). Files
+    without a CUDA API trace (or without call names) add no rows; the straggler's cause then names no call."""
     offsets = {f["path"]: int(f.get("offset_ns") or 0) for f in trace.meta.get("files", [])}
-    ranks = trace.ranks
-    frames = []
+    per_file = []
     for path in trace.paths:
         con = open_export(path)
         try:
-            rows = sql.host_wait_calls(con, sql.tables(con))
+            per_file.append((str(path), sql.host_wait_calls(con, sql.tables(con))))
         except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
             raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
                              "the .nsys-rep") from exc
         finally:
             con.close()
-        if not rows:
-            continue
-        mine = ranks[ranks["file"].astype(str) == str(path)]
-        rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
-        off = offsets.get(str(path), 0)
-        pid, tid, start, end, name, kind = zip(*rows, strict=True)
-        frames.append(pd.DataFrame({
-            "rank": pd.array([rank_of.get(p) for p in pid], dtype="Int64"), "pid": np.asarray(pid, np.int64),
-            "tid": np.asarray(tid, np.int64), "name": [api_name(n) for n in name], "kind": list(kind),
-            "start_ns": np.asarray(start, np.int64) + off, "end_ns": np.asarray(end, np.int64) + off}))
-    if not frames:
-        return schema.empty_frame(schema.HOST_WAIT_COLUMNS)
-    df = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ns"], kind="stable", na_position="last")
-    return schema.select(df, schema.HOST_WAIT_COLUMNS)
+    return host_waits_frame(per_file, trace.ranks, offsets)
 
 
 def host_waits_of(trace) -> pd.DataFrame | None:
-    """:func:`load_host_waits` for a locally loaded :class:`~ddp_profile.trace.Trace`; None for anything else
-    (a trace held on a Dask cluster: its files are read where its ranks live)."""
-    return load_host_waits(trace) if isinstance(trace, Trace) else None
+    """The trace's host-wait calls: ``Trace.host_waits`` as ``load_trace`` read them, else read from its
+    files (:func:`load_host_waits`); None for a trace that is not a local Trace (one held on a Dask cluster:
+    its files are read where its ranks live)."""
+    if not isinstance(trace, Trace):
+        return None
+    got = getattr(trace, "host_waits", None)
+    return got if got is not None else load_host_waits(trace)

@@ -56,9 +56,7 @@ def load_one(path: Path):
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    from ddp_profile.nsys.api import host_waits_of
-
-    return trace, analyze(trace, host_waits=host_waits_of(trace)), launch_diagnosis(trace)
+    return trace, analyze(trace), launch_diagnosis(trace)
 
 
 def read_program(path: Path) -> dict | None:

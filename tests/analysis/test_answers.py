@@ -174,15 +174,13 @@ REAL = ["naive_xl_fp32_2xh200", "none_small_fp32_1xh200", "none_xl_fp32_1xh200",
 @pytest.fixture(scope="module")
 def analysed():
     from ddp_profile.analysis import analyze
-    from ddp_profile.nsys.api import load_host_waits
     from ddp_profile.nsys.loader import load_trace
 
     cache = {}
 
     def get(name):
         if name not in cache:
-            tr = load_trace(TRACES / name)
-            cache[name] = analyze(tr, host_waits=load_host_waits(tr))
+            cache[name] = analyze(load_trace(TRACES / name))  # with the host-wait calls load_trace reads
         return cache[name]
 
     return get
@@ -278,3 +276,16 @@ def test_zero_run_advises_overlapping_the_parameter_sync(analysed):
     assert res.verdict["bound_by"] == "communication"
     assert res.verdict["advice"][0]["rule"] == "param_sync"
     assert res.verdict["expected_gain_ns"] <= res.verdict["removable_ns"]
+
+
+def test_load_trace_reads_the_main_threads_host_waits_as_load_host_waits_does():
+    from ddp_profile.nsys.api import load_host_waits
+    from ddp_profile.nsys.loader import load_trace
+
+    tr = load_trace(TRACES / "foreign" / "gpt-accum")
+    w = tr.host_waits
+    assert list(w.columns) == schema.HOST_WAIT_COLUMNS and len(w) > 0
+    assert (w["tid"] == w["pid"]).all() and set(w["kind"]) <= {"sync", "copy"}
+    assert (w["end_ns"] >= w["start_ns"]).all() and set(w["rank"].dropna()) == {0, 1}
+    assert "cudaStreamSynchronize" in set(w["name"])  # rank 0's loss.item() (truth.json: item = rank0)
+    pd.testing.assert_frame_equal(load_host_waits(tr), w)

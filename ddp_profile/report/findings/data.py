@@ -228,12 +228,11 @@ def collective_facts(analysis) -> dict:
 def load_run(set_name: str, folder: Path) -> RunData:
     """Load, analyse and summarise one run folder."""
     from ddp_profile.analysis import analyze
-    from ddp_profile.nsys.api import host_waits_of
     from ddp_profile.nsys.loader import load_trace
 
     trace = load_trace(folder)
     meta = require_meta(folder, trace)
-    return summarise(set_name, folder, meta, trace, analyze(trace, host_waits=host_waits_of(trace)))
+    return summarise(set_name, folder, meta, trace, analyze(trace))
 
 
 def summarise(set_name: str, folder: Path, meta: dict, trace, res, launches=None) -> RunData:

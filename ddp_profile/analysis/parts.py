@@ -60,6 +60,7 @@ class LocalRanks:
         self.nvtx = trace.nvtx
         self.meta = getattr(trace, "meta", None) or {}
         self.run = getattr(trace, "run", None)
+        self.host_waits = getattr(trace, "host_waits", None)  # [answers] the straggler's evidence
         self.kernel_arrays = KernelArrays(self.kernels)
 
     def map_ranks(self, fn, per_part: list | None = None, **kwargs) -> list:

@@ -221,9 +221,6 @@ def test_one_gpu_runs_never_say_communication_or_straggler(analysed, name):
 # for both ranks). The late rank is the one whose host starts the iterations later (median over iterations);
 # only jobs where that lag is at least 1 ms are a clear truth (gpt-logevery and gpt-unused lag < 1 ms).
 JOBS = ["gpt-accum", "gpt-compile", "hf-ddp", "hf-fsdp", "pl-ddp", "pl-fsdp"]
-# Jobs whose inferred steps are the same iteration on both ranks today (hf-ddp's and hf-fsdp's inferred steps
-# span several iterations and start apart across ranks: step identity across ranks is not theirs yet).
-ALIGNED = ["gpt-accum", "gpt-compile", "pl-ddp", "pl-fsdp"]
 
 
 def _truth_late_rank(job: str) -> tuple[int, float]:
@@ -243,7 +240,7 @@ def test_the_rank_arriving_last_is_the_programs_late_rank(analysed, job):
     assert int(ranks.idxmax()) == late and ranks[late] > 70.0
 
 
-@pytest.mark.parametrize("job", ALIGNED)
+@pytest.mark.parametrize("job", JOBS)
 def test_straggler_rank_and_host_cause_match_the_programs_truth(analysed, job):
     late, _ = _truth_late_rank(job)
     res = analysed(f"foreign/{job}")

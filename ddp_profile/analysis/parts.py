@@ -15,7 +15,9 @@ reduce steps see only small tables.
 4. :func:`combine` (reduce): concatenation in rank order, the job-level tail across ranks, notes.
 
 A part holds whole ranks (one file, several files joined, or the whole trace); frames have a fresh 0..n-1
-index. Opens no file.
+index. A new section: its per-part share as a :class:`RankPart` field filled in :func:`rank_part`, merged in
+:func:`combine` (the one place parts become the Analysis' fields), or computed in :func:`combine` from the
+merged frames when it needs every rank. Opens no file.
 """
 
 from __future__ import annotations

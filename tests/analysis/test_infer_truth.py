@@ -1,6 +1,6 @@
 """Inferred steps, phases and tail against ground truth on the committed traces (issue 26 items 2 and 3):
 the foreign programs' own CUDA-event step times (program.json / truth.json) and the harness's NVTX steps
-(traces analysed with their NVTX removed). The measures are scripts/infer_accuracy.py's, whose table is
+(traces analysed with their NVTX removed). The measures are benchmarks/infer_accuracy.py's, whose table is
 README "Metrics"' accuracy block: the README must show what the script measures now."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import infer_accuracy as ia  # noqa: E402
 
 STEP_TOL_PCT = 3.0  # median inferred step vs the true median
@@ -83,7 +83,7 @@ def test_every_true_iteration_is_found(rows):
 
 def test_readme_shows_what_the_script_measures(rows):
     readme = (ROOT / "README.md").read_text()
-    assert ia.readme_block(ia.render(rows)) in readme, "run: python scripts/infer_accuracy.py --write-readme"
+    assert ia.readme_block(ia.render(rows)) in readme, "run: python benchmarks/infer_accuracy.py --write-readme"
 
 
 def test_extra_work_the_programs_recorded_is_found():

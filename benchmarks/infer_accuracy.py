@@ -16,8 +16,8 @@ NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per 
                       ``opt``; after its first and at or before its last launch), same process, where the
                       trace has such ranges
 
-    python scripts/infer_accuracy.py                  # print the table
-    python scripts/infer_accuracy.py --write-readme   # and replace README.md's block between its markers
+    python benchmarks/infer_accuracy.py                  # print the table
+    python benchmarks/infer_accuracy.py --write-readme   # and replace README.md's block between its markers
 
 The README's block is this script's output (tests/analysis/test_infer_truth.py checks it is current).
 """

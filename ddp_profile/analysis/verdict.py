@@ -13,7 +13,7 @@ From the critical path (``critical_path``: per step, the parts of the rank that 
     step_ns      = the median critical-path step (the denominator of every share here)
     removable_ns = that median;  share_pct = 100 · removable_ns / step_ns
                    (compute: removable_ns 0, share_pct = 100 · median compute_ns / median step_ns)
-    spread_ns    = max − min of that part over steps
+    spread_ns    = the interquartile range (p75 − p25) of that part over steps
     rank         = the straggler rank (when one rank is the straggler in ≥ STRAGGLER_STEPS_PCT % of steps and
                    its median part is at least ADVICE_MIN_PCT % of the step), else null
 
@@ -45,9 +45,11 @@ CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communica
             "contention": "compute", "measured": "communication"}
 
 
-def _spread(v: pd.Series) -> float:
-    v = v.dropna()
-    return float(v.max() - v.min()) if len(v) else 0.0
+def _spread(v) -> float:
+    """Interquartile range over steps (p75 − p25): how much the part moves from step to step, robust to the
+    one warm-up step whose span holds the program's start."""
+    v = pd.Series(v, dtype=float).dropna()
+    return float(v.quantile(0.75) - v.quantile(0.25)) if len(v) else 0.0
 
 
 def consistent_straggler(steps_straggler: pd.Series) -> int | None:

@@ -101,6 +101,9 @@ def _shift(trace, offset: int) -> None:
     for c in ("start_ns", "end_ns"):
         if c in trace.nvtx:
             trace.nvtx[c] = trace.nvtx[c] + offset
+    if trace.host_waits is not None and len(trace.host_waits):
+        trace.host_waits = trace.host_waits.assign(start_ns=trace.host_waits["start_ns"] + offset,
+                                                   end_ns=trace.host_waits["end_ns"] + offset)
 
 
 def load_one(path: Path, offset: int):
@@ -136,6 +139,9 @@ def set_ranks(trace, by_pid: dict[int, int]):
     if len(nv):
         nv["rank"] = pd.array([by_pid.get(int(p)) if pd.notna(p) else None for p in nv["pid"]], dtype="Int64")
     trace.ranks["rank"] = [by_pid[int(p)] for p in trace.ranks["pid"]]
+    hw = trace.host_waits
+    if hw is not None and len(hw):
+        hw["rank"] = pd.array([by_pid.get(int(p)) for p in hw["pid"]], dtype="Int64")
     return trace
 
 
@@ -244,7 +250,9 @@ def joined(traces: list):
                  gpus=pd.concat([t.gpus for t in traces], ignore_index=True),
                  ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
                  meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
-                 run=traces[0].run, paths=[p for t in traces for p in t.paths])
+                 run=traces[0].run, paths=[p for t in traces for p in t.paths],
+                 host_waits=pd.concat([t.host_waits for t in traces if t.host_waits is not None], ignore_index=True)
+                 if any(t.host_waits is not None for t in traces) else None)
 
 
 def batches(n_files: int, n_workers: int, size: int | None = None) -> list[range]:

@@ -79,7 +79,7 @@ def render(res, fmt: str, section: str | None) -> str:
     chosen = list(SECTIONS) if section == "all" else [section]
     if fmt == "json":
         full = res.to_json_dict()
-        keep = {"version", "summary", "notes"} | {JSON_KEY.get(s, s) for s in chosen}
+        keep = {"version", "summary", "notes", "verdict", "per_rank"} | {JSON_KEY.get(s, s) for s in chosen}
         return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
     lines = []
     summary = res.summary()

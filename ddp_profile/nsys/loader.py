@@ -28,6 +28,7 @@ from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_e
 from ddp_profile.nsys.frames import (
     concat,
     gpu_frame,
+    host_waits_frame,
     kernel_arrays,
     kernel_frame,
     nvtx_frame,
@@ -193,6 +194,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
         if sql.NVTX in have:
             out["nvtx"] = sql.nvtx_ranges(con, have)
             out["domains"] = sql.nvtx_domains(con, have)
+        out["host_waits"] = sql.host_wait_calls(con, have)  # a few rows per step (one filtered API scan)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
@@ -431,11 +433,13 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         "warnings": warnings,
     }
     run = _find_run_json(files_in, warnings)
+    ranks = schema.select(procs, schema.RANK_COLUMNS)
+    waits = host_waits_frame([(str(f["path"]), f["host_waits"]) for f in files], ranks,
+                             {str(f["path"]): o for f, o in zip(files, offsets, strict=False)})
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
-        gpus=gpus, ranks=schema.select(procs, schema.RANK_COLUMNS), meta=meta,
-        run=run, paths=files_in,
+        gpus=gpus, ranks=ranks, meta=meta, run=run, paths=files_in, host_waits=waits,
     )
     del kernels, nvtx, files
     return_freed_memory()  # the unordered columns freed by the frame build, before the analysis' arrays

@@ -297,7 +297,8 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
-                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta)
+                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta,
+                          verdict=getattr(a, "verdict", None))
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     prog = program_text(run.meta)
     body = "\n".join([

@@ -18,7 +18,7 @@ from ddp_profile.commands.options import (
     steps_spec,
 )
 from ddp_profile.errors import UsageError
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_atomic
 from ddp_profile.schema import JSON_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
@@ -102,6 +102,8 @@ def _fmt(v) -> str:
 def run(args) -> int:
     from ddp_profile.analysis import analyze
 
+    if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
+        check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:

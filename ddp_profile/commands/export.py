@@ -4,10 +4,9 @@ ui.perfetto.dev (library: ddp_profile/report/perfetto.py)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
-from ddp_profile.errors import UsageError
+from ddp_profile.safeio import check_output_file
 
 
 def register(subparsers) -> None:
@@ -32,9 +31,7 @@ def run(args) -> int:
     from ddp_profile.nsys.loader import load_trace
     from ddp_profile.report.perfetto import write_perfetto
 
-    out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"-o {out}: is a folder; name the .json file to write")
+    out = check_output_file(args.output, args.paths)  # not an input, a folder or a device
     paths = input_paths(args)
     trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
     path = write_perfetto(out, trace, analyze(trace), compress=True if args.gzip or out.suffix == ".gz" else False)

@@ -35,13 +35,23 @@ import lzma
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
 from pathlib import Path
 
 import ddp_profile.nsys.rawio as rawio
-from ddp_profile.errors import OneLineParser, OutputError, TraceError, UsageError, run_main
+from ddp_profile.errors import (
+    SIGNALS_SEEN,
+    OneLineParser,
+    OutputError,
+    Terminated,
+    TraceError,
+    UsageError,
+    run_main,
+)
+from ddp_profile.safeio import check_output_file
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -209,8 +219,8 @@ def _guarded(fn, interrupted: list):
     def call(value):
         try:
             return fn(value)
-        except KeyboardInterrupt:
-            interrupted.append(True)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
             raise
     return call
 
@@ -222,8 +232,12 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
     try:
         return _scrub_connection(con, slim, interrupted)
     except sqlite3.DatabaseError:
+        # The signal may also land between the function's entry and its try (then only the handler of
+        # errors.run_main saw it): SQLite reports either as "user-defined function raised exception".
         if interrupted:
-            raise KeyboardInterrupt from None
+            raise interrupted[0] from None
+        if SIGNALS_SEEN:
+            raise KeyboardInterrupt() if SIGNALS_SEEN[0] == signal.SIGINT else Terminated(SIGNALS_SEEN[0]) from None
         raise
 
 
@@ -444,6 +458,8 @@ def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
         dst = final_name(output_path(src, args.output, len(inputs), args.in_place), args.compress)
         if dst.resolve() == src.resolve() and not args.in_place:
             raise UsageError(f"-o {dst} is the input itself; use --in-place to replace it")
+        if not args.in_place:  # the same file through a hard link, a device, a FIFO, a folder
+            check_output_file(dst, inputs)
         key = dst.resolve()
         if key in seen:
             raise UsageError(f"{seen[key]} and {src} would both be written to {dst}; nothing was written: "

@@ -112,19 +112,38 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
             done(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        from concurrent.futures.process import BrokenProcessPool
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        try:
             futures = [(p, pool.submit(load_one, p)) for p in paths]
             for i, (p, fut) in enumerate(futures, 1):
                 try:
                     result = fut.result()
                 except DdpProfileError as exc:
                     result = exc
+                except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
+                    result = TraceError("a worker process died while loading it (killed, or out of memory); "
+                                        "run again with fewer --jobs")
                 done(i, p, result)
+        except BaseException:  # Ctrl-C / SIGTERM: do not wait for the other workers' loads
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     names = [r.run_id for r in runs]
     for i, r in enumerate(runs):  # bare locations with one run_name: keep both pages apart
         if names.count(r.run_id) > 1 and names.index(r.run_id) != i:
             r.run_id = r.name = f"{r.run_id}~{i + 1}"
     return runs, failures
+
+
+def _stop_workers(pool) -> None:
+    """Cancel what has not started and end the worker processes now (shutdown would wait for their loads)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(5)
 
 
 # ---- folder writing, entry points -----------------------------------------------------------------------

@@ -55,14 +55,17 @@ def _distributed():
     return dd
 
 
+SCHEDULER_TIMEOUT_S = 5
+
+
 def make_client(scheduler: str | None = None, *, workers: int | None = None, processes: bool = True):
     """A ``dask.distributed.Client``: to the cluster at ``scheduler`` (an address such as
     ``tcp://host:8786``), or on a new ``LocalCluster`` of ``workers`` single-threaded workers (processes,
     or threads with ``processes=False``) when ``scheduler`` is None or ``"local"``. Closing the client also
     closes a cluster made here."""
     dd = _distributed()
-    if scheduler not in (None, "local"):
-        return dd.Client(scheduler)
+    if scheduler not in (None, "local"):  # an unreachable address fails after this many seconds
+        return dd.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
     workers = workers or os.cpu_count() or 1
     cluster = dd.LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
                               dashboard_address=":0", silence_logs=40)

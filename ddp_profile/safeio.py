@@ -24,7 +24,8 @@ INPUT_SCAN_LIMIT = 20000
 """Files of an input folder compared with an output path (a deeper tree is not walked further)."""
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """'a folder', 'a FIFO (named pipe)', 'a character device', ... for a non-regular file's ``st_mode``."""
     return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
             else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
             else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
@@ -62,7 +63,7 @@ def check_output_file(path: Path | str, inputs: Iterable = ()) -> Path:
     except (OSError, ValueError):
         return path
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"-o {path}: is {_kind(st.st_mode)}, not a file; name a file to write "
+        raise UsageError(f"-o {path}: is {kind_of(st.st_mode)}, not a file; name a file to write "
                          "(leave out -o to print)")
     same = _input_ids(inputs).get((st.st_dev, st.st_ino))
     if same is not None:
@@ -81,9 +82,28 @@ def check_output_folder(path: Path | str, inputs: Iterable = ()) -> Path:
         return path
     if not stat.S_ISDIR(st.st_mode):
         same = _input_ids(inputs).get((st.st_dev, st.st_ino))
-        what = f"the input {same}" if same is not None else _kind(st.st_mode)
+        what = f"the input {same}" if same is not None else kind_of(st.st_mode)
         raise UsageError(f"-o {path}: is {what}, not a folder; name a folder to write into")
     return path
+
+
+def read_side_json(path: Path | str, limit: int = SIDE_FILE_LIMIT):
+    """The parsed JSON of a side file (:func:`read_side_file`), or None when it is absent; a file that is not
+    a regular file, too large, not UTF-8, not JSON or nested deeper than the parser's recursion limit raises
+    TraceError naming the file."""
+    import json
+
+    data = read_side_file(path, limit)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise TraceError(f"{path}: not valid JSON ({str(exc)[:120]})") from None
 
 
 def read_side_file(path: Path | str, limit: int = SIDE_FILE_LIMIT) -> bytes | None:
@@ -100,7 +120,7 @@ def read_side_file(path: Path | str, limit: int = SIDE_FILE_LIMIT) -> bytes | No
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise TraceError(f"{path}: is {_kind(st.st_mode)}, not a regular file; not read")
+            raise TraceError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; not read")
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise TraceError(f"{path}: larger than {limit >> 20} MiB, too large for a side file; not read")

@@ -7,7 +7,6 @@ their integer arrays into frames (names are resolved once per distinct id, never
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -34,6 +33,7 @@ from ddp_profile.nsys.frames import (
     process_frame,
 )
 from ddp_profile.nsys.run_record import clean_run_record
+from ddp_profile.safeio import read_side_json
 from ddp_profile.trace import Trace
 
 JOIN_CHUNK = 1 << 18
@@ -244,13 +244,14 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
     read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
     the trace, so a damaged one should not stop the analysis."""
     for candidate in _run_json_candidates(paths):
-        if not candidate.is_file():
+        try:  # only a regular file, size-capped: a FIFO or a link to /dev/zero named run.json never blocks
+            data = read_side_json(candidate)
+        except TraceError as exc:
+            why = short_error(exc).removeprefix(f"{candidate}: ")
+            warnings.append(f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
+                            "fix or remove the file")
             continue
-        try:
-            data = json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            warnings.append(f"{candidate}: run record not read ({short_error(exc)}); run facts (strategy, model, ...) "
-                            "are unknown: fix or remove the file")
+        if data is None:
             continue
         if not isinstance(data, dict):
             warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")

@@ -60,7 +60,7 @@ from ddp_profile.nsys.secrets import (
     Scrubber,
     pseudonym,
 )
-from ddp_profile.safeio import check_output_file
+from ddp_profile.safeio import check_output_file, kind_of
 
 _Scrubber = Scrubber  # the name tests patch
 __all__ = ["pseudonym", "scrub_connection", "scrub_file", "main"]
@@ -325,6 +325,8 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
     """
     src, dst = Path(src), Path(dst)
     if not src.is_file():
+        if src.exists():
+            raise TraceError(f"{src}: is {kind_of(os.stat(src).st_mode)}, not an export file")
         raise TraceError(f"{src}: no such file")
     if src.suffix in (".nsys-rep", ".qdstrm"):
         raise TraceError(f"{src}: a report, not an SQLite export; run `nsys export --type sqlite -o "

@@ -36,6 +36,7 @@ from ddp_profile.report.runs import (
     normalise_meta,
 )
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
+from ddp_profile.safeio import read_side_json
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
@@ -62,14 +63,12 @@ def load_one(path: Path):
 def read_program(path: Path) -> dict | None:
     """The run folder's program.json (a foreign program's own description), or None when absent or not a
     JSON object."""
-    import json
-
     if not path.is_dir():
         return None
-    f = path / PROGRAM_FILE
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError):
+    try:  # a regular file only, size-capped (a FIFO or /dev/zero named program.json must not block)
+        data = read_side_json(path / PROGRAM_FILE)
+    except TraceError as exc:
+        _say(f"{exc}; ignored")
         return None
     return data if isinstance(data, dict) else None
 

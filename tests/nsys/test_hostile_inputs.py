@@ -1,0 +1,173 @@
+"""Issue 29, classes "hang", "tracebacks" and "wrong exit or misleading message": hostile inputs built from
+the committed real exports (``tests/data/ddp_mlp_2xh200.sqlite`` and the harness capture
+``traces/naive_small_fp32_2xh200``) in a tmp dir. Each case ends in a result or one clear line with a
+documented exit code, within seconds; none blocks, exhausts memory or shows a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLE
+
+from ddp_profile.errors import TraceError
+from ddp_profile.nsys import rawio
+from ddp_profile.nsys.files import open_export
+from ddp_profile.nsys.loader import load_trace
+
+ROOT = Path(__file__).resolve().parents[2]
+XZ = ROOT / "traces" / "naive_small_fp32_2xh200" / "naive_small_fp32_2xh200.sqlite.xz"
+
+
+def _cli(args, cwd, env=None, timeout=120):
+    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ddp_profile", *map(str, args)], cwd=cwd, env=e,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_error_line(proc, code):
+    assert proc.returncode == code, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("report:")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def _run_folder(tmp: Path, name="run") -> Path:
+    d = tmp / name
+    d.mkdir()
+    shutil.copyfile(SAMPLE, d / "run.sqlite")
+    return d
+
+
+# ---- side files: never block, never read without bound ---------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "17 MiB file"])
+@pytest.mark.parametrize("name", ["run.json", "program.json"])
+def test_side_file_that_is_a_fifo_device_or_huge_never_blocks(name, kind, tmp_path):
+    """A FIFO (which would block a reader forever), a link to /dev/zero (never ends) or an oversized file
+    named like a run JSON: the run still renders, with a line naming the file; it finishes in seconds."""
+    run = _run_folder(tmp_path)
+    side = run / name
+    if kind == "fifo":
+        os.mkfifo(side)
+    elif kind == "link to /dev/zero":
+        side.symlink_to("/dev/zero")
+    else:
+        side.write_bytes(b" " * (17 << 20) + b"{}")
+    t0 = time.monotonic()
+    proc = _cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 60
+    if name == "run.json":
+        warnings = load_trace(run / "run.sqlite").warnings
+        assert any(name in w and "run record not read" in w for w in warnings), warnings
+    else:
+        assert "not a regular file" in proc.stderr or "too large" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("content", ["deep", "world_size 10^18"])
+def test_hostile_run_json_is_a_warning_not_a_traceback(content, tmp_path):
+    run = _run_folder(tmp_path)
+    if content == "deep":
+        (run / "run.json").write_text("[" * 200_000 + "]" * 200_000)
+    else:
+        (run / "run.json").write_text(json.dumps({"world_size": 10**18, "config": {"world_size": 10**18}}))
+    warnings = load_trace(run / "run.sqlite").warnings
+    assert any("run.json" in w for w in warnings), warnings
+    proc = _cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+
+
+# ---- decompression: memory-aware default, the header's size, a limit below the header ---------------------
+
+def _header_bomb(tmp: Path, pages: int = 0x7FFFFFF0) -> Path:
+    """A small .xz whose first bytes are the real export's SQLite header, stating ``pages`` 4 KiB pages."""
+    head = bytearray(SAMPLE.read_bytes()[:100])
+    head[28:32] = pages.to_bytes(4, "big")
+    bomb = tmp / "bomb.sqlite.xz"
+    with lzma.open(bomb, "wb", preset=0) as f:
+        f.write(bytes(head))
+        f.write(b"\0" * (8 << 20))
+    return bomb
+
+
+def test_header_stating_more_than_the_limit_is_refused_before_expanding(tmp_path):
+    bomb = _header_bomb(tmp_path)
+    t0 = time.perf_counter()
+    with pytest.raises(TraceError, match="header states .* decompression limit"):
+        open_export(bomb)
+    assert time.perf_counter() - t0 < 1
+    line = _one_error_line(_cli(["inspect", bomb], tmp_path), 3)
+    assert rawio.LIMIT_ENV in line
+
+
+def test_default_decompression_limit_follows_the_machines_memory(monkeypatch):
+    sizes = {"SC_PHYS_PAGES": 1 << 20, "SC_PAGE_SIZE": 4096}  # a 4 GiB machine
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
+    monkeypatch.delenv(rawio.LIMIT_ENV, raising=False)
+    assert rawio.max_decompressed() == 2 << 30
+    sizes["SC_PHYS_PAGES"] = 1 << 30  # a 4 TiB machine: capped
+    assert rawio.max_decompressed() == rawio.DEFAULT_LIMIT
+
+
+@pytest.mark.parametrize("limit", ["50", "1K"])
+def test_limit_below_the_header_size_is_one_clear_line(limit, tmp_path):
+    line = _one_error_line(_cli(["inspect", XZ], tmp_path, env={rawio.LIMIT_ENV: limit}), 3)
+    assert "decompression limit" in line and rawio.LIMIT_ENV in line
+
+
+# ---- exports that are not regular files, and symlinked exports ---------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("command", ["inspect", "scrub"])
+def test_fifo_or_device_given_as_an_export_is_named_as_such(kind, command, tmp_path):
+    path = tmp_path / "run.sqlite"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(os.devnull)
+    extra = ["-o", tmp_path / "c.sqlite"] if command == "scrub" else []
+    line = _one_error_line(_cli([command, path, *extra], tmp_path, timeout=60), 3)
+    assert ("FIFO" if kind == "fifo" else "character device") in line and "no such file" not in line, line
+
+
+def test_wal_guard_looks_beside_the_real_file_of_a_symlinked_export(tmp_path):
+    import sqlite3
+
+    real = tmp_path / "store"
+    real.mkdir()
+    shutil.copyfile(SAMPLE, real / "run.sqlite")
+    (tmp_path / "link.sqlite").symlink_to(real / "run.sqlite")
+    con = sqlite3.connect(real / "run.sqlite", isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("PRAGMA wal_autocheckpoint=0")
+    con.execute("UPDATE StringIds SET value = 'COMMITTED' WHERE id = (SELECT MIN(id) FROM StringIds)")
+    try:
+        assert (real / "run.sqlite-wal").stat().st_size > 0
+        with pytest.raises(TraceError, match="write-ahead log"):
+            load_trace(tmp_path / "link.sqlite")
+    finally:
+        con.close()
+
+
+# ---- --scheduler -----------------------------------------------------------------------------------------
+
+def test_malformed_scheduler_address_is_one_line_at_once(tmp_path):
+    t0 = time.monotonic()
+    line = _one_error_line(_cli(["analyze", SAMPLE, "--scheduler", "garbage::://"], tmp_path), 2)
+    assert "not an address" in line and time.monotonic() - t0 < 30
+
+
+def test_unreachable_scheduler_fails_within_seconds(tmp_path):
+    pytest.importorskip("distributed")
+    t0 = time.monotonic()
+    line = _one_error_line(_cli(["analyze", SAMPLE, "--scheduler", "tcp://127.0.0.1:9"], tmp_path), 2)
+    assert "cannot connect" in line and time.monotonic() - t0 < 40

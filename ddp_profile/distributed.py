@@ -39,6 +39,7 @@ from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import export_stem, find_exports, open_export
 from ddp_profile.nsys.loader import load_trace as load_local
+from ddp_profile.safeio import shown_path
 
 INSTALL_HINT = "Dask is not installed: pip install 'ddp-profile[dask]' (or: pip install 'dask[distributed]')"
 
@@ -174,7 +175,7 @@ def load_batch(paths: list[Path], offsets: list[int] | None):
 
 
 def _file_ranks(trace, path: Path) -> pd.DataFrame:
-    return trace.ranks.loc[trace.ranks["file"] == str(path)]
+    return trace.ranks.loc[trace.ranks["file"] == shown_path(path)]
 
 
 def evidence_batch(loaded, paths: list[Path]) -> list[dict]:

@@ -24,6 +24,12 @@ INPUT_SCAN_LIMIT = 20000
 """Files of an input folder compared with an output path (a deeper tree is not walked further)."""
 
 
+def shown_path(path: Path | str) -> str:
+    """``path`` as text any encoder accepts: bytes of a non-UTF-8 file name (kept by Python as lone
+    surrogates) are written as ``\\xff`` escapes."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
 def kind_of(mode: int) -> str:
     """'a folder', 'a FIFO (named pipe)', 'a character device', ... for a non-regular file's ``st_mode``."""
     return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)

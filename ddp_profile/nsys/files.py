@@ -93,7 +93,7 @@ def open_export(path: Path) -> sqlite3.Connection:
             rawio.check_no_writer(path)  # immutable=1 would ignore a -wal and read a writer's pages unlocked
             with open(path, "rb") as f:
                 check_header(path, f.read(100), path.stat().st_size)
-            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+            uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"  # bytes: any file name
             con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         have = sql.tables(con)
     except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:

@@ -33,7 +33,7 @@ from ddp_profile.nsys.frames import (
     process_frame,
 )
 from ddp_profile.nsys.run_record import clean_run_record
-from ddp_profile.safeio import read_side_json
+from ddp_profile.safeio import read_side_json, shown_path
 from ddp_profile.trace import Trace
 
 JOIN_CHUNK = 1 << 18
@@ -207,17 +207,23 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
 def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     """Per-file offsets (ns) putting every file on the first-started file's session clock."""
     if len(files) == 1:
-        return [0], {"method": "single-file", "offsets_ns": {str(files[0]["path"]): 0}}
+        return [0], {"method": "single-file", "offsets_ns": {shown_path(files[0]["path"]): 0}}
     utc = [f["utc_ns"] for f in files]
     if any(u is None for u in utc):
         warnings.append("some files lack TARGET_INFO_SESSION_START_TIME: their clocks were not aligned")
-        return [0] * len(files), {"method": "none", "offsets_ns": {str(f["path"]): 0 for f in files}}
+        return [0] * len(files), {"method": "none", "offsets_ns": {shown_path(f["path"]): 0 for f in files}}
     base = min(utc)
     offsets = [u - base for u in utc]
+    if max(offsets) > MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
+        raise TraceError(f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
+                         "apart: not one run's files; load one run's files together")
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
-    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
+    return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
+
+MAX_CLOCK_OFFSET_NS = 1 << 62
+"""Session starts further apart than this (146 years) are no run's ranks, and would overflow int64 times."""
 
 RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
 
@@ -292,7 +298,7 @@ def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> Non
     """No GPU activity at all (``n_rows`` = 0), or activity ending before it starts (``kernels``: such rows),
     gives no honest numbers: say so rather than return a trace whose analysis is silently empty or negative."""
     if n_rows == 0:
-        names = ", ".join(str(f["path"]) for f in files)
+        names = ", ".join(shown_path(f["path"]) for f in files)
         raise MissingDataError(f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
                                "`nsys profile -t cuda,nvtx` and check the capture range covers training steps")
     bad = (kernels["end_ns"] < kernels["start_ns"]).to_numpy()
@@ -417,13 +423,13 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
-    procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
-    procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]
+    procs["host"] = [files[i]["host"] for i in procs["file"]]
+    procs["file"] = [shown_path(files[i]["path"]) for i in procs["file"]]
     procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)]
     meta = {
         "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
-        "files": [{"path": str(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
+        "files": [{"path": shown_path(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
                    "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),

@@ -36,7 +36,7 @@ from ddp_profile.report.runs import (
     normalise_meta,
 )
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
-from ddp_profile.safeio import read_side_json
+from ddp_profile.safeio import read_side_json, shown_path
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
@@ -92,8 +92,8 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
             return
         trace, analysis, launches = result
         meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
-        rid = ids.get(str(path)) or meta.get("run_name") or \
-            (path.name if path.is_dir() else export_stem(path))
+        rid = shown_path(ids.get(str(path)) or meta.get("run_name") or
+                         (path.name if path.is_dir() else export_stem(path)))  # a non-UTF-8 name escaped
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
@@ -188,7 +188,7 @@ def write_report_dir(out_dir: Path, fill) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 file name in the text
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,

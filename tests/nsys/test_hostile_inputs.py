@@ -171,3 +171,72 @@ def test_unreachable_scheduler_fails_within_seconds(tmp_path):
     t0 = time.monotonic()
     line = _one_error_line(_cli(["analyze", SAMPLE, "--scheduler", "tcp://127.0.0.1:9"], tmp_path), 2)
     assert "cannot connect" in line and time.monotonic() - t0 < 40
+
+
+# ---- tracebacks ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["inspect", "analyze", "launches", "export", "report", "scrub"])
+def test_non_utf8_file_name_works_in_every_command(command, tmp_path):
+    """A file name whose bytes are not UTF-8 (``r\\xff\\xfe.sqlite``): every command runs; names are shown with
+    ``\\xff`` escapes."""
+    name = os.fsdecode(b"r\xff\xfe.sqlite")
+    shutil.copyfile(SAMPLE, tmp_path / name)
+    extra = {"export": ["-o", "p.json"], "report": ["-o", "rep"], "scrub": ["-o", "c.sqlite"]}.get(command, [])
+    proc = subprocess.run([sys.executable, "-m", "ddp_profile", command, name, *extra], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
+
+
+def test_stream_id_minus_one_is_a_stream_like_any_other(tmp_path):
+    """CUDA stream ids are whatever the export says; -1 once collided with the timeline's NVTX-row marker."""
+    import sqlite3
+
+    path = tmp_path / "run.sqlite"
+    shutil.copyfile(SAMPLE, path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = -1 WHERE rowid % 3 = 0")
+    con.commit()
+    con.close()
+    proc = _cli(["report", path, "-o", tmp_path / "rep"], tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "stream -1" in (tmp_path / "rep" / "run-run.html").read_text()
+
+
+def test_per_rank_files_with_session_starts_2_63_apart_are_one_line(tmp_path):
+    import sqlite3
+
+    src = ROOT / "traces" / "per-rank" / "bucketed-25mb_small_fp32_2xh200"
+    for r, utc in ((0, 1), (1, 2**63 - 1000)):
+        dst = tmp_path / f"run_rank{r}.sqlite"
+        with lzma.open(src / f"bucketed-25mb_small_fp32_2xh200_rank{r}.sqlite.xz") as fin, open(dst, "wb") as fout:
+            shutil.copyfileobj(fin, fout)
+        con = sqlite3.connect(dst)
+        con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", (utc,))
+        con.commit()
+        con.close()
+    for command in ("inspect", "analyze"):
+        line = _one_error_line(_cli([command, tmp_path], tmp_path), 3)
+        assert "session start times" in line and "not one run" in line
+
+
+KILL_WORKER = (
+    "import os, signal, sys, ddp_profile.report.build as R\n"
+    "real = R.load_one\n"
+    "def load_one(p):\n"
+    "    if 'doomed' in str(p):\n"
+    "        os.kill(os.getpid(), signal.SIGKILL)\n"
+    "    return real(p)\n"
+    "R.load_one = load_one\n"
+    "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+)
+
+
+def test_report_worker_killed_mid_run_is_a_listed_failure(tmp_path):
+    for name in ("good", "doomed"):
+        _run_folder(tmp_path, name)
+    proc = subprocess.run([sys.executable, "-c", KILL_WORKER, "report", "good", "doomed", "-o", "rep", "--jobs", "2"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=180)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 3, proc.stderr
+    assert "worker process died" in proc.stderr

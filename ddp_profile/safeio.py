@@ -78,7 +78,7 @@ def check_output_file(path: Path | str, inputs: Iterable = ()) -> Path:
     return path
 
 
-def check_output_folder(path: Path | str, inputs: Iterable = ()) -> Path:
+def check_output_folder(path: Path | str, inputs: Iterable = (), flag: str = "-o") -> Path:
     """Refuse (UsageError) an output folder that exists as something else (a file, a device), or that is an
     input file."""
     path = Path(path)
@@ -89,7 +89,7 @@ def check_output_folder(path: Path | str, inputs: Iterable = ()) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         same = _input_ids(inputs).get((st.st_dev, st.st_ino))
         what = f"the input {same}" if same is not None else kind_of(st.st_mode)
-        raise UsageError(f"-o {path}: is {what}, not a folder; name a folder to write into")
+        raise UsageError(f"{flag} {path}: is {what}, not a folder; name a folder to write into")
     return path
 
 

@@ -159,11 +159,47 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
+    no_pid = cols["pid"] == 0  # NULL globalPid (read as 0): no process, so no rank; left out of every command
+    n_no_pid = int(no_pid.sum())
+    if n_no_pid:
+        keep = ~no_pid
+        cols = {c: None if v is None else v[keep] for c, v in cols.items()}
+        kind, codes = kind[keep], codes[keep]
     launch = sql.launches(con, have, map_chunks)
+    shift = _rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
-            "launch_tid": launch_tid, "unnamed": n_unnamed}
+            "launch_tid": launch_tid, "unnamed": n_unnamed, "no_pid": n_no_pid, "shift": shift}
+
+
+EXACT_NS = 1 << 52
+"""Times up to this magnitude are exact in float64 (the analysis' arrays): larger ones, or negative ones (which
+would collide with -1, "no launch"), are rebased (:func:`_rebase`)."""
+
+
+def _rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) -> int:
+    """Shift one file's raw GPU and launch times (in place) so they start at 0 when any is negative or beyond
+    :data:`EXACT_NS`; returns the shift (0 for every export nsys writes: times from the session start). The
+    shift goes back into the file's clock offset, so the trace's times stay what the file says (rebased once
+    more for the whole trace, see load_trace), every computation stays in exact integers, and -1 ("no
+    launch") never meets a real time."""
+    arrays = [a for a in (cols["start"], cols["end"], launch[2] if len(launch) > 2 else None) if a is not None and len(a)]
+    if not arrays:
+        return 0
+    lo, hi = min(int(a.min()) for a in arrays), max(int(a.max()) for a in arrays)
+    if nvtx_range is not None:  # NVTX ranges move with the GPU times: none may end up negative either
+        lo, hi = min(lo, nvtx_range[0]), max(hi, nvtx_range[1])
+    if lo >= 0 and hi <= EXACT_NS:
+        return 0
+    if hi - lo > EXACT_NS:
+        raise TraceError(f"GPU times span {hi - lo:,} ns ({lo:,} .. {hi:,}): more than 52 days in one capture; "
+                         "the export's timestamps are damaged")
+    for key in ("start", "end"):
+        cols[key] = cols[key].astype(np.int64) - lo
+    if len(launch) > 2:
+        launch[2] = launch[2].astype(np.int64) - lo
+    return lo
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -192,6 +228,11 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
         }
         if sql.NVTX in have:
             out["nvtx"] = sql.nvtx_ranges(con, have)
+            shift = out["kernels"]["shift"]
+            if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
+                ints = out["nvtx"][0]
+                ints[:, 3] -= shift
+                ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
@@ -390,7 +431,17 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         if f["kernels"].get("unnamed"):
             warnings.append(f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
                             "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged")
-    offsets, clock = _clock(files, warnings)
+        if f["kernels"].get("no_pid"):
+            warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
+                            "(NULL globalPid): they belong to no rank and are left out (by every command)")
+    raw_offsets, clock = _clock(files, warnings)
+    shifts = [f["kernels"]["shift"] for f in files]
+    origin = min(o + s for o, s in zip(raw_offsets, shifts, strict=True)) if any(shifts) else 0
+    offsets = [o + s - origin for o, s in zip(raw_offsets, shifts, strict=True)]  # for the rebased arrays
+    raw_offsets = [o - origin for o in raw_offsets]  # for a file's own times (API calls, read again later)
+    if origin:
+        warnings.append(f"timestamps were negative or beyond 2^52 ns: every time is counted from {origin:,} ns "
+                        "(the earliest GPU activity) so that all arithmetic stays exact")
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None
@@ -431,7 +482,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
         "files": [{"path": shown_path(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
-                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
+                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, raw_offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
         # NCCL's channel count (gridX of its kernels), the largest over files; None without NCCL kernels
         "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),

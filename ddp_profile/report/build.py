@@ -86,6 +86,8 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
     runs, failures, t0 = [], [], time.perf_counter()
 
     def done(i, path, result):
+        if isinstance(result, UsageError):  # a bad setting (environment, options) fails every run alike: exit 2
+            raise result
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
             print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)

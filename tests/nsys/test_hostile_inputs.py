@@ -240,3 +240,84 @@ def test_report_worker_killed_mid_run_is_a_listed_failure(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 3, proc.stderr
     assert "worker process died" in proc.stderr
+
+
+# ---- exactness ---------------------------------------------------------------------------------------------
+
+def _shifted_harness_capture(tmp: Path, shift: int) -> tuple[Path, Path]:
+    """The harness capture, decompressed, and a copy with every GPU, API and NVTX time moved by ``shift``."""
+    import sqlite3
+
+    src = tmp / "naive.sqlite"
+    with lzma.open(XZ) as fin, open(src, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    dst = tmp / "shifted.sqlite"
+    shutil.copyfile(src, dst)
+    con = sqlite3.connect(dst)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        con.execute(f"UPDATE {table} SET start = start + ?, end = CASE WHEN end IS NULL THEN NULL ELSE end + ? END",
+                    (shift, shift))
+    con.commit()
+    con.close()
+    return src, dst
+
+
+DURATIONS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "comm_tail_ns", "job_comm_tail_ns", "idle_ns",
+             "step_ns", "exposed_wait_ns", "exposed_transfer_ns")
+
+
+@pytest.mark.parametrize("shift", [2**63 - 2**33, -(10**12)], ids=["near 2^63", "negative"])
+def test_odd_but_legal_timestamps_give_exactly_the_same_analysis(shift, tmp_path):
+    """Times near 2^63 lost ~300 ns to float arithmetic in comm_tail_ns; negative ones collided with -1 ("no
+    launch") and changed every step. Both now analyse number for number as the source (times are counted in
+    exact integers from the earliest activity, with a warning saying so)."""
+    from ddp_profile.analysis import analyze
+
+    src, dst = _shifted_harness_capture(tmp_path, shift)
+    before, after = load_trace(src), load_trace(dst)
+    assert any("counted from" in w for w in after.warnings)
+    a, b = analyze(before), analyze(after)
+    assert a.summary() == b.summary()
+    for col in DURATIONS:
+        if col in a.steps:
+            assert a.steps[col].equals(b.steps[col]), col
+    assert (after.kernels["launch_ns"] >= 0).all() and (after.kernels["start_ns"] >= 0).all()
+
+
+def test_null_global_pid_is_left_out_alike_by_inspect_and_analyze(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "run.sqlite"
+    shutil.copyfile(SAMPLE, path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 5 = 0")
+    con.commit()
+    con.close()
+    inspect = json.loads(_cli(["inspect", path, "--format", "json"], tmp_path).stdout)
+    analysis = json.loads(_cli(["analyze", path, "--format", "json"], tmp_path).stdout)
+    clean = load_trace(SAMPLE)
+    assert [r["pid"] for r in inspect["ranks"]] == clean.ranks["pid"].tolist()  # no phantom rank
+    assert analysis["summary"]["n_ranks"] == len(inspect["ranks"]) == 2
+    assert any("NULL globalPid" in w for w in inspect["warnings"])
+
+
+def test_kernel_table_with_demangled_name_only_is_read(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "run.sqlite"
+    shutil.copyfile(SAMPLE, path)
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN shortName")
+    con.commit()
+    con.close()
+    for command in ("inspect", "analyze", "launches"):
+        proc = _cli([command, path], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+    assert load_trace(path).meta["nccl_channels"] == load_trace(SAMPLE).meta["nccl_channels"]
+
+
+def test_bad_environment_value_in_report_is_a_usage_error(tmp_path):
+    line = _one_error_line(_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path,
+                                env={rawio.LIMIT_ENV: "lots"}), 2)
+    assert rawio.LIMIT_ENV in line

@@ -123,10 +123,11 @@ def read_side_file(path: Path | str, limit: int = SIDE_FILE_LIMIT) -> bytes | No
         return None
     except OSError as exc:
         raise TraceError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise TraceError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; not read")
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise TraceError(f"{path}: is {kind_of(st.st_mode)}, not a regular file; not read")
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise TraceError(f"{path}: larger than {limit >> 20} MiB, too large for a side file; not read")

@@ -22,7 +22,7 @@ from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
-from ddp_profile.nsys import sql
+from ddp_profile.nsys import sql, timebase
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
 from ddp_profile.nsys.frames import (
     concat,
@@ -159,47 +159,13 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
-    no_pid = cols["pid"] == 0  # NULL globalPid (read as 0): no process, so no rank; left out of every command
-    n_no_pid = int(no_pid.sum())
-    if n_no_pid:
-        keep = ~no_pid
-        cols = {c: None if v is None else v[keep] for c, v in cols.items()}
-        kind, codes = kind[keep], codes[keep]
+    cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
     launch = sql.launches(con, have, map_chunks)
-    shift = _rebase(cols, launch, sql.nvtx_time_range(con, have))
+    shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
             "launch_tid": launch_tid, "unnamed": n_unnamed, "no_pid": n_no_pid, "shift": shift}
-
-
-EXACT_NS = 1 << 52
-"""Times up to this magnitude are exact in float64 (the analysis' arrays): larger ones, or negative ones (which
-would collide with -1, "no launch"), are rebased (:func:`_rebase`)."""
-
-
-def _rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) -> int:
-    """Shift one file's raw GPU and launch times (in place) so they start at 0 when any is negative or beyond
-    :data:`EXACT_NS`; returns the shift (0 for every export nsys writes: times from the session start). The
-    shift goes back into the file's clock offset, so the trace's times stay what the file says (rebased once
-    more for the whole trace, see load_trace), every computation stays in exact integers, and -1 ("no
-    launch") never meets a real time."""
-    arrays = [a for a in (cols["start"], cols["end"], launch[2] if len(launch) > 2 else None) if a is not None and len(a)]
-    if not arrays:
-        return 0
-    lo, hi = min(int(a.min()) for a in arrays), max(int(a.max()) for a in arrays)
-    if nvtx_range is not None:  # NVTX ranges move with the GPU times: none may end up negative either
-        lo, hi = min(lo, nvtx_range[0]), max(hi, nvtx_range[1])
-    if lo >= 0 and hi <= EXACT_NS:
-        return 0
-    if hi - lo > EXACT_NS:
-        raise TraceError(f"GPU times span {hi - lo:,} ns ({lo:,} .. {hi:,}): more than 52 days in one capture; "
-                         "the export's timestamps are damaged")
-    for key in ("start", "end"):
-        cols[key] = cols[key].astype(np.int64) - lo
-    if len(launch) > 2:
-        launch[2] = launch[2].astype(np.int64) - lo
-    return lo
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -255,16 +221,13 @@ def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
         return [0] * len(files), {"method": "none", "offsets_ns": {shown_path(f["path"]): 0 for f in files}}
     base = min(utc)
     offsets = [u - base for u in utc]
-    if max(offsets) > MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
+    if max(offsets) > timebase.MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
         raise TraceError(f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
                          "apart: not one run's files; load one run's files together")
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
     return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
-
-MAX_CLOCK_OFFSET_NS = 1 << 62
-"""Session starts further apart than this (146 years) are no run's ranks, and would overflow int64 times."""
 
 RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
 
@@ -434,14 +397,8 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         if f["kernels"].get("no_pid"):
             warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
                             "(NULL globalPid): they belong to no rank and are left out (by every command)")
-    raw_offsets, clock = _clock(files, warnings)
-    shifts = [f["kernels"]["shift"] for f in files]
-    origin = min(o + s for o, s in zip(raw_offsets, shifts, strict=True)) if any(shifts) else 0
-    offsets = [o + s - origin for o, s in zip(raw_offsets, shifts, strict=True)]  # for the rebased arrays
-    raw_offsets = [o - origin for o in raw_offsets]  # for a file's own times (API calls, read again later)
-    if origin:
-        warnings.append(f"timestamps were negative or beyond 2^52 ns: every time is counted from {origin:,} ns "
-                        "(the earliest GPU activity) so that all arithmetic stays exact")
+    clock_offsets, clock = _clock(files, warnings)
+    offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None

@@ -94,14 +94,29 @@ def _tables(con: sqlite3.Connection) -> list[str]:
     return [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
 
 
+_TEXT_COLUMNS: dict[tuple[int, str], list[str]] = {}
+
+
 def _text_columns(con: sqlite3.Connection, table: str) -> list[str]:
-    """Every column that holds text or a BLOB in some row, whatever its declared type (CLOB, STRING, JSON and
-    NUMERIC columns hold text as readily as TEXT ones; SQLite does not enforce declared types)."""
-    out = []
+    """Every column that may hold text or a BLOB, whatever its declared type (CLOB, STRING, JSON, NUMERIC and
+    even INTEGER columns hold text as readily as TEXT ones; SQLite does not enforce declared types): columns
+    declared as text or BLOB, and others found holding some (one scan of the table for all of them; cached
+    per connection while scrubbing)."""
+    key = (id(con), table)
+    if key in _TEXT_COLUMNS:
+        return _TEXT_COLUMNS[key]
+    out, others = [], []
     for c in con.execute(f"PRAGMA table_info({q(table)})").fetchall():
-        hit = con.execute(f"SELECT 1 FROM {q(table)} WHERE typeof({q(c[1])}) IN ('text', 'blob') LIMIT 1").fetchone()
-        if hit:
+        declared = c[2].upper()
+        if declared in ("", "TEXT", "BLOB") or any(t in declared for t in ("CHAR", "CLOB", "TEXT")):
             out.append(c[1])
+        else:
+            others.append(c[1])
+    if others:
+        found = con.execute("SELECT " + ", ".join(f"max(typeof({q(c)}) IN ('text', 'blob'))" for c in others)
+                            + f" FROM {q(table)}").fetchone()
+        out += [c for c, hit in zip(others, found, strict=True) if hit]
+    _TEXT_COLUMNS[key] = out
     return out
 
 
@@ -191,6 +206,7 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
     """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed.
     Ctrl-C inside a row function is raised as KeyboardInterrupt (not as SQLite's "function raised")."""
     interrupted: list = []
+    _TEXT_COLUMNS.clear()
     try:
         return _scrub_connection(con, slim, interrupted)
     except sqlite3.DatabaseError:
@@ -201,6 +217,8 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
         if SIGNALS_SEEN:
             raise KeyboardInterrupt() if SIGNALS_SEEN[0] == signal.SIGINT else Terminated(SIGNALS_SEEN[0]) from None
         raise
+    finally:
+        _TEXT_COLUMNS.clear()
 
 
 def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) -> dict[str, int]:

@@ -108,6 +108,9 @@ def run(args) -> int:
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
         res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+        # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
+        # as inspect says it: the same rows whichever command reads the trace.
+        res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

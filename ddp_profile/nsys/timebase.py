@@ -33,14 +33,17 @@ def drop_no_process(cols: dict, kind: np.ndarray, codes: np.ndarray) -> tuple[di
 
 
 def rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) -> int:
-    """Shift one file's raw GPU, launch and (through the returned value) NVTX times so they start at 0 when
-    any is negative or beyond :data:`EXACT_NS`; ``cols`` and ``launch`` (``sql.launches``' columns, start
+    """Shift one file's raw GPU, launch and (through the returned value) NVTX times so they start at 0 when a
+    GPU or launch time is negative, or any time is beyond :data:`EXACT_NS` either way; ``cols`` and ``launch`` (``sql.launches``' columns, start
     third) are changed in place. Returns the shift (0 for every export nsys writes)."""
     arrays = [a for a in (cols["start"], cols["end"], launch[2] if len(launch) > 2 else None) if a is not None and len(a)]
     if not arrays:
         return 0
     lo, hi = min(int(a.min()) for a in arrays), max(int(a.max()) for a in arrays)
-    if nvtx_range is not None:  # NVTX ranges move with the GPU times: none may end up negative either
+    if nvtx_range is not None:  # NVTX times move with the GPU times; negative ones are normal (events before
+        # the capture range, seen in real exports) and harmless: only GPU and launch times meet -1
+        if lo >= 0 and hi <= EXACT_NS and -EXACT_NS <= nvtx_range[0] and nvtx_range[1] <= EXACT_NS:
+            return 0
         lo, hi = min(lo, nvtx_range[0]), max(hi, nvtx_range[1])
     if lo >= 0 and hi <= EXACT_NS:
         return 0

@@ -7,7 +7,7 @@
 # job killed at the hard end), it is resumed once more where time allows, without the configuration whose
 # repeat never finished, and whatever finished is summarized and packed.
 #
-# Usage (on the lent machine, repository root):
+# Usage: scripts/timing_repeats.sh   (on the lent machine, repository root), e.g.
 #   OUT=$OUT DEADLINE=540 bash scripts/timing_repeats.sh
 # $OUT receives (at most 4 files): <SET>.tar (traces/campaign/<SET>/: <run>/<run>.json per configuration,
 # repeats.jsonl (every repeat as measured), skipped.txt, machine.txt), machine-<SET>.txt and timing-<SET>.log.
@@ -79,7 +79,7 @@ except Exception:
     gpu = "unknown"
 print(f"timing-{gpu}-{pseudonym(socket.gethostname())}")
 EOF
-)
+) || HOST_LABEL=timing-unlabelled
 fi
 {
     echo "# timing set $SET, $(date -u +%FT%TZ); host label $HOST_LABEL (the scrubber's pseudonym; no real host name)"

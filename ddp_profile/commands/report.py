@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, check_jobs, input_paths
+from ddp_profile.commands.options import add_export_argument, add_steps_argument, check_jobs, input_paths
 from ddp_profile.safeio import check_output_folder
 
 
@@ -24,6 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-findings", action="store_true",
                    help="skip FINDINGS.md and findings.html (written by default when the input is a campaign "
                         "folder such as traces/)")
+    add_steps_argument(p)
     add_export_argument(p)
     p.set_defaults(func=run)
 
@@ -35,7 +36,7 @@ def run(args) -> int:
     check_output_folder(args.output, args.paths)
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
-                                   findings=not getattr(args, "no_findings", False))
+                                   findings=not getattr(args, "no_findings", False), steps=args.steps)
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

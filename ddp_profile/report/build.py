@@ -47,17 +47,20 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path):
+def load_one(path: Path, steps="all"):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis). The run's JSON (``run.json``, ``<run>.json``) is found by the
-    loader (``trace.run``)."""
+    (trace, analysis, launch diagnosis) over the ``steps`` selected (``analyze``'s). The run's JSON
+    (``run.json``, ``<run>.json``) is found by the loader (``trace.run``)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    return trace, analyze(trace), launch_diagnosis(trace)
+    try:
+        return trace, analyze(trace, steps=steps), launch_diagnosis(trace, steps)
+    except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
+        raise UsageError(f"{path}: {exc}") from None
 
 
 def read_program(path: Path) -> dict | None:
@@ -73,9 +76,10 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
+def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
-    locations or (location, run id) pairs from :func:`discover_runs`. Returns the runs and one message per
+    locations or (location, run id) pairs from :func:`discover_runs`; ``steps``: the step selection
+    (``analyze``'s; one keeping no step of a run raises UsageError). Returns the runs and one message per
     run that failed (the report lists them; the CLI exits non-zero)."""
     from ddp_profile.errors import DdpProfileError
 
@@ -107,7 +111,9 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
     if jobs <= 1 or len(paths) <= 1:
         for i, p in enumerate(paths, 1):
             try:
-                result = load_one(p)
+                result = load_one(p, steps)
+            except UsageError:
+                raise
             except DdpProfileError as exc:
                 result = exc
             done(i, p, result)
@@ -116,10 +122,12 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
         from concurrent.futures.process import BrokenProcessPool
         pool = ProcessPoolExecutor(max_workers=jobs)
         try:
-            futures = [(p, pool.submit(load_one, p)) for p in paths]
+            futures = [(p, pool.submit(load_one, p, steps)) for p in paths]
             for i, (p, fut) in enumerate(futures, 1):
                 try:
                     result = fut.result()
+                except UsageError:
+                    raise
                 except DdpProfileError as exc:
                     result = exc
                 except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
@@ -276,10 +284,11 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 findings: bool = True) -> tuple[dict, list[str]]:
+                 findings: bool = True, steps="all") -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
     FINDINGS.md and findings.html are written too when the input is one campaign folder (see
-    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped."""
+    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. ``steps``: the step
+    selection every run is analysed over (``analyze``'s)."""
     _check_inputs_outside(paths, out_dir)
     found = discover_runs(paths)
     if not found:
@@ -289,7 +298,7 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     if findings and root is None:
         print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
               "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
-    runs, failures = load_runs(found, jobs, progress)
+    runs, failures = load_runs(found, jobs, progress, steps)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which

@@ -222,10 +222,10 @@ def test_per_rank_files_with_session_starts_2_63_apart_are_one_line(tmp_path):
 KILL_WORKER = (
     "import os, signal, sys, ddp_profile.report.build as R\n"
     "real = R.load_one\n"
-    "def load_one(p):\n"
+    "def load_one(p, *args, **kwargs):\n"
     "    if 'doomed' in str(p):\n"
     "        os.kill(os.getpid(), signal.SIGKILL)\n"
-    "    return real(p)\n"
+    "    return real(p, *args, **kwargs)\n"
     "R.load_one = load_one\n"
     "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
 )

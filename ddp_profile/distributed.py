@@ -110,8 +110,19 @@ def _shift(trace, offset: int) -> None:
 def load_one(path: Path, offset: int):
     """On a worker: one export loaded alone and put on the run's clock. The trace stays on the worker."""
     trace = load_local(path)
+    _not_rebased(trace)
     _shift(trace, offset)
     return trace
+
+
+def _not_rebased(trace) -> None:
+    """Files whose times the loader rebased (negative or beyond 2^52 ns: ``nsys.timebase``) are counted from
+    their own earliest activity, which the run's clock offsets here do not know: refused, not misaligned."""
+    from ddp_profile.errors import TraceError
+
+    if min((f["offset_ns"] for f in trace.meta.get("files", [])), default=0) != 0:
+        raise TraceError(f"{', '.join(str(f['path']) for f in trace.meta['files'])}: times negative or beyond 2^52 ns "
+                         "were rebased on loading, which per-rank work on Dask cannot align; load without --dask")
 
 
 def evidence(trace) -> dict:
@@ -167,6 +178,7 @@ def load_batch(paths: list[Path], offsets: list[int] | None):
     if len(paths) > 1 and offsets is not None:
         try:
             trace = load_local(paths)
+            _not_rebased(trace)
         except TraceError:
             pass
         else:

@@ -152,7 +152,10 @@ def _stop_workers(pool) -> None:
     for proc in procs:
         proc.terminate()
     for proc in procs:
-        proc.join(5)
+        proc.join(2)
+        if proc.is_alive():  # a worker inherits the SIGTERM-as-exception handler and may linger: end it
+            proc.kill()
+            proc.join(2)
 
 
 # ---- folder writing, entry points -----------------------------------------------------------------------

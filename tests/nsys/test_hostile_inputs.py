@@ -321,3 +321,42 @@ def test_bad_environment_value_in_report_is_a_usage_error(tmp_path):
     line = _one_error_line(_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path,
                                 env={rawio.LIMIT_ENV: "lots"}), 2)
     assert rawio.LIMIT_ENV in line
+
+
+SLOW_WORKERS = (
+    "import sys, time, ddp_profile.report.build as R\n"
+    "def load_one(p, *args, **kwargs):\n"
+    "    print('LOADING', file=sys.stderr, flush=True)\n"
+    "    time.sleep(120)\n"
+    "R.load_one = load_one\n"
+    "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+)
+
+
+def test_sigterm_during_report_jobs_ends_the_workers_at_once(tmp_path):
+    """SIGTERM while ``report --jobs 2`` workers load: exit 143 within seconds (the workers' loads are not
+    waited for), no hidden folder left."""
+    import signal
+
+    for name in ("a", "b"):
+        _run_folder(tmp_path, name)
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, "report", "a", "b", "-o", "rep", "--jobs", "2"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)
+    while not (line := proc.stderr.readline()).startswith("LOADING"):
+        assert line, "the report ended before its workers started"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert time.monotonic() - t0 < 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
+
+
+def test_rebased_times_are_refused_by_dask_not_misaligned(tmp_path):
+    pytest.importorskip("distributed")
+    _, dst = _shifted_harness_capture(tmp_path, -(10**12))
+    proc = _cli(["analyze", dst, "--dask", "--jobs", "1"], tmp_path, timeout=180)
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]  # Dask's worker logs its task's error above the one line
+    assert line.startswith("ddp-profile analyze: error:") and "rebased" in line and "without --dask" in line

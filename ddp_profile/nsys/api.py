@@ -24,6 +24,7 @@ from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import open_export, short_error
 from ddp_profile.nsys.frames import api_name, host_waits_frame
 from ddp_profile.nsys.loader import load_trace
+from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
 
 
@@ -69,11 +70,11 @@ def load_api_calls(source) -> pd.DataFrame:
             raise MissingDataError(f"{path}: no {sql.RUNTIME} table (CUDA API calls were not traced); profile "
                                    "with `nsys profile -t cuda,nvtx ...`")
         cols, name = got
-        mine = ranks[ranks["file"].astype(str) == str(path)]
+        mine = ranks[ranks["file"].astype(str) == shown_path(path)]
         rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
         inverse, pids = pd.factorize(cols["pid"])
         rank = pd.array([rank_of.get(int(p)) for p in pids] or [None], dtype="Int64")
-        off = offsets.get(str(path), 0)
+        off = offsets.get(shown_path(path), 0)
         frames.append(pd.DataFrame({
             "rank": rank[inverse] if len(pids) else pd.array([], dtype="Int64"),
             "pid": cols["pid"], "tid": cols["tid"],

@@ -12,6 +12,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import sql
+from ddp_profile.safeio import shown_path
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -207,7 +208,7 @@ def process_frame(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame
     return procs.reset_index(drop=True)
 
 def gpu_frame(files: list[dict]) -> pd.DataFrame:
-    rows = [(str(f["path"]), *g) for f in files for g in f["gpus"]]
+    rows = [(shown_path(f["path"]), *g) for f in files for g in f["gpus"]]
     df = pd.DataFrame(rows, columns=schema.GPU_COLUMNS)
     return df.astype({"device": "int64", "sm_count": "Int64", "memory_bytes": "Int64"})
 

@@ -7,7 +7,6 @@ their integer arrays into frames (names are resolved once per distinct id, never
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -23,7 +22,7 @@ from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
-from ddp_profile.nsys import sql
+from ddp_profile.nsys import sql, timebase
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
 from ddp_profile.nsys.frames import (
     concat,
@@ -35,6 +34,7 @@ from ddp_profile.nsys.frames import (
     process_frame,
 )
 from ddp_profile.nsys.run_record import clean_run_record
+from ddp_profile.safeio import read_side_json, shown_path
 from ddp_profile.trace import Trace
 
 JOIN_CHUNK = 1 << 18
@@ -160,11 +160,13 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
+    cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
     launch = sql.launches(con, have, map_chunks)
+    shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
-            "launch_tid": launch_tid, "unnamed": n_unnamed}
+            "launch_tid": launch_tid, "unnamed": n_unnamed, "no_pid": n_no_pid, "shift": shift}
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -193,6 +195,11 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
         }
         if sql.NVTX in have:
             out["nvtx"] = sql.nvtx_ranges(con, have)
+            shift = out["kernels"]["shift"]
+            if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
+                ints = out["nvtx"][0]
+                ints[:, 3] -= shift
+                ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
         out["host_waits"] = sql.host_wait_calls(con, have)  # a few rows per step (one filtered API scan)
         return out
@@ -209,16 +216,19 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
 def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     """Per-file offsets (ns) putting every file on the first-started file's session clock."""
     if len(files) == 1:
-        return [0], {"method": "single-file", "offsets_ns": {str(files[0]["path"]): 0}}
+        return [0], {"method": "single-file", "offsets_ns": {shown_path(files[0]["path"]): 0}}
     utc = [f["utc_ns"] for f in files]
     if any(u is None for u in utc):
         warnings.append("some files lack TARGET_INFO_SESSION_START_TIME: their clocks were not aligned")
-        return [0] * len(files), {"method": "none", "offsets_ns": {str(f["path"]): 0 for f in files}}
+        return [0] * len(files), {"method": "none", "offsets_ns": {shown_path(f["path"]): 0 for f in files}}
     base = min(utc)
     offsets = [u - base for u in utc]
+    if max(offsets) > timebase.MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
+        raise TraceError(f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
+                         "apart: not one run's files; load one run's files together")
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
-    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
+    return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
 
 RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
@@ -246,13 +256,14 @@ def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
     read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
     the trace, so a damaged one should not stop the analysis."""
     for candidate in _run_json_candidates(paths):
-        if not candidate.is_file():
+        try:  # only a regular file, size-capped: a FIFO or a link to /dev/zero named run.json never blocks
+            data = read_side_json(candidate)
+        except TraceError as exc:
+            why = short_error(exc).removeprefix(f"{candidate}: ")
+            warnings.append(f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
+                            "fix or remove the file")
             continue
-        try:
-            data = json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            warnings.append(f"{candidate}: run record not read ({short_error(exc)}); run facts (strategy, model, ...) "
-                            "are unknown: fix or remove the file")
+        if data is None:
             continue
         if not isinstance(data, dict):
             warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
@@ -293,7 +304,7 @@ def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> Non
     """No GPU activity at all (``n_rows`` = 0), or activity ending before it starts (``kernels``: such rows),
     gives no honest numbers: say so rather than return a trace whose analysis is silently empty or negative."""
     if n_rows == 0:
-        names = ", ".join(str(f["path"]) for f in files)
+        names = ", ".join(shown_path(f["path"]) for f in files)
         raise MissingDataError(f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
                                "`nsys profile -t cuda,nvtx` and check the capture range covers training steps")
     bad = (kernels["end_ns"] < kernels["start_ns"]).to_numpy()
@@ -385,7 +396,11 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         if f["kernels"].get("unnamed"):
             warnings.append(f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
                             "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged")
-    offsets, clock = _clock(files, warnings)
+        if f["kernels"].get("no_pid"):
+            warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
+                            "(NULL globalPid): they belong to no rank and are left out (by every command)")
+    clock_offsets, clock = _clock(files, warnings)
+    offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None
@@ -418,15 +433,15 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
-    procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
-    procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]
+    procs["host"] = [files[i]["host"] for i in procs["file"]]
+    procs["file"] = [shown_path(files[i]["path"]) for i in procs["file"]]
     procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)]
     meta = {
         "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
-        "files": [{"path": str(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
+        "files": [{"path": shown_path(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
-                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
+                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, raw_offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
         # NCCL's channel count (gridX of its kernels), the largest over files; None without NCCL kernels
         "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),

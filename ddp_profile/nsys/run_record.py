@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 
 MAX_INT = 2**63 - 1
+MAX_RANKS = 1 << 20
+"""A world size beyond this (a million GPUs) is not a real run: dropped like a value of the wrong type
+(pages build per-rank lists from it)."""
 
 
 def _int(v) -> bool:
@@ -18,6 +21,10 @@ def _int(v) -> bool:
 
 def _pos_int(v) -> bool:
     return _int(v) and v >= 1
+
+
+def _ranks(v) -> bool:
+    return _pos_int(v) and v <= MAX_RANKS
 
 
 def _num(v) -> bool:
@@ -49,7 +56,7 @@ FIELDS = {
     "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
     "backend": (_str, "a string"), "gpu_name": (_str, "a string"), "gpu_short": (_str, "a string"),
     "timing_source": (_str, "a string"),
-    "world_size": (_pos_int, "a positive integer"), "bucket_count": (_int, "an integer"),
+    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"), "bucket_count": (_int, "an integer"),
     "measured_steps": (_int, "an integer"), "warmup_steps": (_int, "an integer"),
     "bucket_size_mb": (_num, "a number"), "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
     "step_ms_median": (_num, "a number"),
@@ -62,7 +69,7 @@ CONFIG_FIELDS = {
     "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
     "batch": (_pos_int, "a positive integer"), "seq_len": (_pos_int, "a positive integer"),
     "steps": (_int, "an integer"), "bucket_mb": (_num, "a number"), "ddp_nvtx_hook": (_bool, "true or false"),
-    "world_size": (_pos_int, "a positive integer"),
+    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"),
 }
 
 

@@ -196,14 +196,16 @@ def nccl_channels(con: sqlite3.Connection, have: set[str]) -> int | None:
     of NCCL kernels, the most common value over the first :data:`NCCL_CHANNEL_SAMPLE` of them (the
     ``LIMIT`` ends the scan early: NCCL kernels come from the first step on). None without NCCL kernels
     or without a ``gridX`` column."""
-    if KERNEL not in have or STRINGS not in have or "gridX" not in columns(con, KERNEL):
+    cols = columns(con, KERNEL) if KERNEL in have else set()
+    if STRINGS not in have or "gridX" not in cols or not cols & {"shortName", "demangledName"}:
         return None
+    name_col = "shortName" if "shortName" in cols else "demangledName"  # as gpu_activities
     ids = [r[0] for r in con.execute(f"SELECT id FROM {STRINGS} WHERE value GLOB 'ncclDevKernel*' "
                                      "OR value GLOB 'ncclKernel*'")]
     if not ids:
         return None
     marks = ",".join("?" * len(ids))
-    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE shortName IN ({marks}) "
+    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE {name_col} IN ({marks}) "
                                        f"LIMIT {NCCL_CHANNEL_SAMPLE}", ids) if isinstance(r[0], int) and r[0] > 0]
     if not grids:
         return None
@@ -418,6 +420,14 @@ def gpus(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
             for c in ("name", "smCount", "totalMemory", "busLocation")]
     return con.execute(f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU WHERE typeof({dev}) = 'integer' "
                        f"ORDER BY {dev}").fetchall()
+
+
+def nvtx_time_range(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
+    """(earliest start, latest start or end) of the NVTX events, or None without any."""
+    if NVTX not in have:
+        return None
+    row = con.execute(f"SELECT MIN(start), MAX(MAX(start, COALESCE(end, start))) FROM {NVTX}").fetchone()
+    return (int(row[0]), int(row[1])) if row and row[0] is not None else None
 
 
 def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:

@@ -8,7 +8,6 @@ their integer arrays into frames (names are resolved once per distinct id, never
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -33,8 +32,8 @@ from ddp_profile.nsys.frames import (
     nvtx_frame,
     process_frame,
 )
-from ddp_profile.nsys.run_record import clean_run_record
-from ddp_profile.safeio import read_side_json, shown_path
+from ddp_profile.nsys.run_record import find_run_json
+from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
 
 JOIN_CHUNK = 1 << 18
@@ -231,47 +230,6 @@ def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
 
-RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
-
-
-def _run_json_candidates(paths: list[Path]) -> list[Path]:
-    """Where the harness's run record may sit, in order of preference, for each folder holding exports:
-    ``run.json``, then ``<stem>.json`` for each export's stem (its name less ``.sqlite[.xz|.gz]``, with and
-    without a rank suffix such as ``_rank0``), then ``<folder name>.json`` (the campaign's
-    ``<run>/<run>.json``)."""
-    out: list[Path] = []
-    for folder in dict.fromkeys(p.resolve().parent for p in paths):
-        out.append(folder / "run.json")
-        for p in paths:
-            if p.resolve().parent != folder:
-                continue
-            stem = export_stem(p)
-            out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
-        out.append(folder / f"{folder.name}.json")
-    return list(dict.fromkeys(out))
-
-
-def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
-    """The first candidate (see :func:`_run_json_candidates`) that holds a JSON object. One that cannot be
-    read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
-    the trace, so a damaged one should not stop the analysis."""
-    for candidate in _run_json_candidates(paths):
-        try:  # only a regular file, size-capped: a FIFO or a link to /dev/zero named run.json never blocks
-            data = read_side_json(candidate)
-        except TraceError as exc:
-            why = short_error(exc).removeprefix(f"{candidate}: ")
-            warnings.append(f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
-                            "fix or remove the file")
-            continue
-        if data is None:
-            continue
-        if not isinstance(data, dict):
-            warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
-            continue
-        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
-    return None
-
-
 def _check_duplicate_files(files: list[dict]) -> None:
     """The same capture passed twice (a copy under another name) would double the ranks: refused. Two files
     are one capture when session start, capture span and GPU activity (count, first starts, processes,
@@ -447,7 +405,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),
         "warnings": warnings,
     }
-    run = _find_run_json(files_in, warnings)
+    run = find_run_json(files_in, warnings)
     ranks = schema.select(procs, schema.RANK_COLUMNS)
     waits = host_waits_frame([(str(f["path"]), f["host_waits"]) for f in files], ranks,
                              {str(f["path"]): o for f, o in zip(files, offsets, strict=False)})

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pandas is imported where frames are made, so the CLI can re
 # it): rank, device, stream int16 (int32 if a value needs it); pid, correlation_id int32; start_ns, end_ns
 # int64; name, kind, collective, algorithm, protocol, dtype categorical (int8 codes while under 128
 # categories); launch_ns Int64; bytes Int32 (Int64 past 2 GiB); launch_tid Int32. Consumers needing int64
-# arithmetic widen first (analysis._common.ints).
+# arithmetic widen first (analysis.kernel_arrays.ints).
 KERNEL_COLUMNS = [
     "rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind",
     "collective", "algorithm", "protocol", "dtype",

@@ -29,9 +29,9 @@ from ddp_profile.analysis import answers as _answers
 from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
-from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS
 

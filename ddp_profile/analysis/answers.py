@@ -12,7 +12,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import straggler as st
 from ddp_profile.analysis import verdict as vd
-from ddp_profile.analysis._common import KernelArrays, ints
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 
 
 def paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None) -> pd.DataFrame | None:

@@ -44,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays, masked_durations
 from ddp_profile.analysis.contention_rows import classify, name_segments, steps_of
+from ddp_profile.analysis.kernel_arrays import KernelArrays, masked_durations
 
 Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 

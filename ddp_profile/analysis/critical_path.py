@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
-from ddp_profile.analysis._common import KernelArrays, covered_by_normalized, intersect_normalized, ints
+from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, intersect_normalized, ints
 
 PATH_COLUMNS = ["rank", "step", "start_ns", "end_ns", "step_ns", "compute_ns", "exposed_transfer_ns", "wait_ns",
                 "host_ns", "idle_ns"]

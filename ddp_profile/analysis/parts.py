@@ -39,7 +39,7 @@ from ddp_profile.analysis import infer
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
-from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
+from ddp_profile.analysis.kernel_arrays import KernelArrays, rank_used_several_devices
 from ddp_profile.memory import return_freed_memory
 
 NO_RANGES = "no NVTX ranges in the trace"

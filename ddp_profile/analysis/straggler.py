@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis import comm_kinds as ck
-from ddp_profile.analysis._common import ints
+from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
 
 CAUSE_SHARE = 0.5

@@ -14,8 +14,8 @@ import pytest
 from ddp_profile import intervals as iv
 from ddp_profile import memory
 from ddp_profile.analysis import KernelArrays
-from ddp_profile.analysis._common import int_groups, pair_groups, rank_used_several_devices, row_runs
 from ddp_profile.analysis.contention import contention
+from ddp_profile.analysis.kernel_arrays import int_groups, pair_groups, rank_used_several_devices, row_runs
 from ddp_profile.analysis.overlap import kernel_overlap, kernel_sums, overlapped_by_other_class
 
 

@@ -13,7 +13,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import straggler as st
 from ddp_profile.analysis import verdict as vd
-from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 MS = 1_000_000

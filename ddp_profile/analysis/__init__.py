@@ -25,12 +25,13 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import answers as _answers
 from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
-from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS
 
@@ -55,6 +56,13 @@ class Analysis:
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
+    critical_path: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS))
+    """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to step_ns)."""
+    verdict: dict = field(default_factory=dict)
+    """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
+    share_pct, advice (JSON key ``verdict``)."""
+    per_rank: dict = field(default_factory=dict)
+    """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
 
     def summary(self) -> dict:
         """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
@@ -117,7 +125,8 @@ class Analysis:
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
         null. Per kernel name, NCCL rows also carry ``compute_overlap_pct`` (= overlap_pct)."""
-        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes)}
+        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+               "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
         for key, attr in JSON_SECTIONS.items():
             out[key] = records(getattr(self, attr))
         for row in out["kernels"]:
@@ -139,6 +148,15 @@ def _clean(v):
     return v
 
 
+def _json_safe(v):
+    """Nested dicts/lists with JSON-safe scalars (dict keys as str)."""
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return _clean(v)
+
+
 def records(df: pd.DataFrame) -> list[dict]:
     """Rows as JSON-safe dicts."""
     cols = list(df.columns)
@@ -158,9 +176,11 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all") -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
+    ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
+    trace's own, ``Trace.host_waits`` as ``load_trace`` read them, from each part).
 
     One code path (:mod:`ddp_profile.analysis.parts`): the per-part stages run where the ranks are (this
     process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
@@ -179,8 +199,12 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
                          need_ready=_rec.needs_ready_times(run), whole=not hasattr(trace, "map_ranks"))
     fields = _parts.combine(got, table, notes, match_notes)
     ready = fields.pop("ready_ns")
+    rank_paths, waits = fields.pop("rank_paths"), fields.pop("host_waits")
+    waits = host_waits if host_waits is not None else waits
     res = Analysis(**fields)
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
     res.recommendation = _rec.recommend(res, None, run, ready_ns=ready,
                                         nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+    # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
+    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res

@@ -40,7 +40,7 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
-from ddp_profile.analysis._common import (
+from ddp_profile.analysis.kernel_arrays import (
     COMPUTE,
     NCCL,
     TRIM_ROWS,

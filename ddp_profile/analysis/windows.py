@@ -38,7 +38,7 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
-from ddp_profile.analysis._common import equal_range, ints
+from ddp_profile.analysis.kernel_arrays import equal_range, ints
 
 DEFAULT_PHASE_PATTERNS = {
     "forward": nn.FORWARD_PATTERN,

@@ -18,7 +18,7 @@ from ddp_profile.commands.options import (
     regex,
 )
 from ddp_profile.errors import UsageError
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_atomic
 from ddp_profile.schema import JSON_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
@@ -132,10 +132,15 @@ def table_text(res, chosen: list[str]) -> str:
 def run(args) -> int:
     from ddp_profile.analysis import analyze
 
+    if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
+        check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
         res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+        # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
+        # as inspect says it: the same rows whichever command reads the trace.
+        res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ddp_profile import nvtx_names as nn
 from ddp_profile.commands.options import add_steps_argument, regex
 from ddp_profile.errors import MissingDataError, UsageError
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_atomic
 
 JSON_VERSION = 1
 
@@ -75,6 +75,8 @@ def run(args) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.suffix not in (".csv", ".json"):
         raise UsageError(f"-o {out}: name a .csv (step table) or .json (all tables) file")
+    if out is not None:
+        check_output_file(out, args.paths)
     trace = load_trace([Path(p) for p in args.paths])
     res = analyze_launches(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
     if res.steps.empty:

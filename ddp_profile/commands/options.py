@@ -86,11 +86,32 @@ def loaded_run(args: argparse.Namespace, paths):
         return
     from ddp_profile import distributed
 
-    client = distributed.make_client(scheduler, workers=args.jobs)
+    client = connect(scheduler, args.jobs)
     try:
         yield distributed.load_trace(paths, client=client, progress=progress)
     finally:
         distributed.close_client(client)
+SCHEDULER_RE = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx|inproc)://)?[\w.\-\[\]:]+:\d{1,5}/?")
+
+
+def connect(scheduler: str, jobs: int):
+    """A Dask client for ``--scheduler`` / ``--dask``; a malformed address is refused at once and an
+    unreachable one within seconds (``distributed.SCHEDULER_TIMEOUT_S``), each as one line (UsageError)."""
+    from ddp_profile import distributed
+    from ddp_profile.errors import DdpProfileError
+
+    if scheduler != "local" and not SCHEDULER_RE.fullmatch(scheduler):
+        raise UsageError(f"--scheduler {scheduler[:80]!r}: not an address; give tcp://HOST:PORT (or 'local')")
+    try:
+        return distributed.make_client(scheduler, workers=jobs)
+    except DdpProfileError:
+        raise
+    except Exception as exc:  # dask raises OSError (timeout), ValueError, even MemoryError for a bad peer
+        why = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise UsageError(f"--scheduler {scheduler[:80]}: cannot connect ({why}); check the address and that "
+                         "the scheduler is running") from exc
+
+
 def regex(text: str) -> str:
     """argparse type: a regex that compiles (checked before any trace is read)."""
     try:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ddp_profile.commands.options import add_export_argument, add_steps_argument, check_jobs, input_paths
+from ddp_profile.safeio import check_output_folder
 
 
 def register(subparsers) -> None:
@@ -32,6 +33,7 @@ def run(args) -> int:
     from ddp_profile.report import build_report
 
     check_jobs(args.jobs)
+    check_output_folder(args.output, args.paths)
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
                                    findings=not getattr(args, "no_findings", False), steps=args.steps)

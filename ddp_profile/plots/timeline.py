@@ -164,8 +164,10 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     max_dur = int((k_end - k_start).max()) if len(k) else 0
     key = (k["kc"].to_numpy() * (len(labels) + 1) + k["row"].to_numpy()).astype(np.int64)
     cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
-    nvtx_row = rows[rows["stream"] == -1].set_index("rank")["row"]
-    cpu_row = rows[rows["stream"] == -2].set_index("rank")["row"]
+    # The NVTX row's key is (rank, -1, -1, -1), the CPU row's (rank, -2, -2, -2): stream -1 alone is a legal
+    # CUDA stream id (seen in exports)
+    nvtx_row = rows[(rows["stream"] == -1) & (rows["pid"] == -1) & (rows["device"] == -1)].set_index("rank")["row"]
+    cpu_row = rows[(rows["stream"] == -2) & (rows["pid"] == -2) & (rows["device"] == -2)].set_index("rank")["row"]
     marks = _marks(labelled_phases(phases, nvtx, inferred), steps, nvtx_row, name_index)  # phases and tails
     m_key = marks["k"] * (len(labels) + 1) + marks["row"]
     calls = _calls(cpu, cpu_row, name_index)

@@ -36,6 +36,7 @@ from ddp_profile.report.runs import (
     normalise_meta,
 )
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
+from ddp_profile.safeio import read_side_json, shown_path
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
@@ -67,14 +68,12 @@ def load_one(path: Path, steps="all"):
 def read_program(path: Path) -> dict | None:
     """The run folder's program.json (a foreign program's own description), or None when absent or not a
     JSON object."""
-    import json
-
     if not path.is_dir():
         return None
-    f = path / PROGRAM_FILE
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError):
+    try:  # a regular file only, size-capped (a FIFO or /dev/zero named program.json must not block)
+        data = read_side_json(path / PROGRAM_FILE)
+    except TraceError as exc:
+        _say(f"{exc}; ignored")
         return None
     return data if isinstance(data, dict) else None
 
@@ -93,14 +92,16 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[l
     runs, failures, t0 = [], [], time.perf_counter()
 
     def done(i, path, result):
+        if isinstance(result, UsageError):  # a bad setting (environment, options) fails every run alike: exit 2
+            raise result
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
             print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
         trace, analysis, launches, host_calls = result
         meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
-        rid = ids.get(str(path)) or meta.get("run_name") or \
-            (path.name if path.is_dir() else export_stem(path))
+        rid = shown_path(ids.get(str(path)) or meta.get("run_name") or
+                         (path.name if path.is_dir() else export_stem(path)))  # a non-UTF-8 name escaped
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
@@ -121,7 +122,9 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[l
             done(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        from concurrent.futures.process import BrokenProcessPool
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        try:
             futures = [(p, pool.submit(load_one, p, steps)) for p in paths]
             for i, (p, fut) in enumerate(futures, 1):
                 try:
@@ -130,12 +133,32 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[l
                     raise
                 except DdpProfileError as exc:
                     result = exc
+                except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
+                    result = TraceError("a worker process died while loading it (killed, or out of memory); "
+                                        "run again with fewer --jobs")
                 done(i, p, result)
+        except BaseException:  # Ctrl-C / SIGTERM: do not wait for the other workers' loads
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     names = [r.run_id for r in runs]
     for i, r in enumerate(runs):  # bare locations with one run_name: keep both pages apart
         if names.count(r.run_id) > 1 and names.index(r.run_id) != i:
             r.run_id = r.name = f"{r.run_id}~{i + 1}"
     return runs, failures
+
+
+def _stop_workers(pool) -> None:
+    """Cancel what has not started and end the worker processes now (shutdown would wait for their loads)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(2)
+        if proc.is_alive():  # a worker inherits the SIGTERM-as-exception handler and may linger: end it
+            proc.kill()
+            proc.join(2)
 
 
 # ---- folder writing, entry points -----------------------------------------------------------------------
@@ -181,7 +204,7 @@ def write_report_dir(out_dir: Path, fill) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 file name in the text
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,

@@ -95,7 +95,7 @@ def test_csv_to_file_and_steps_slice(tmp_path, capsys):
     assert main(["analyze", str(SAMPLE), "--format", "csv", "--steps", "2:", "-o", str(out)]) == 0
     assert capsys.readouterr().out == ""
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
-    assert list(rows[0]) == schema.STEP_METRIC_COLUMNS
+    assert list(rows[0]) == schema.STEP_SECTION_COLUMNS
     assert sorted({int(r["step"]) for r in rows}) == [2, 3, 4, 5]  # warm-up steps 0 and 1 dropped
     assert [p.name for p in tmp_path.iterdir()] == ["steps.csv"]  # no temp file left behind
 

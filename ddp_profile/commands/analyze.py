@@ -104,6 +104,7 @@ def table_text(res, chosen: list[str]) -> str:
     asked for; every number through :mod:`ddp_profile.fmt`."""
     from ddp_profile.fmt import text_table
     from ddp_profile.report.answer_text import (
+        other_per_rank,
         per_rank_of,
         rank_summary,
         summary_name,
@@ -118,8 +119,11 @@ def table_text(res, chosen: list[str]) -> str:
     ranks = rank_summary(res)
     if len(ranks):
         lines += ["== per rank (medians over each rank's steps) ==", text_table(ranks), ""]
-    pairs = summary_pairs(res.summary(), per_rank_of(res))
-    lines.append("summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in pairs))
+    summary, per_rank = res.summary(), per_rank_of(res)
+    lines.append("summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in summary_pairs(summary, per_rank)))
+    other = other_per_rank(summary, per_rank)
+    if other:
+        lines.append("ranks differ > 2× in: " + "; ".join(f"{summary_name(k)}: {v}" for k, v in other))
     lines += [f"note: {note}" for note in res.notes]
     for s in chosen:
         df = _frame(res, s)

@@ -12,9 +12,6 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms, fmt_number, fmt_pct, missing
 
-BOUND_WORDS = {"communication": "communication", "host": "the host (launches or synchronisation)",
-               "straggler": "a straggler rank", "compute": "compute"}
-
 # Per-rank summary: medians over the rank's steps of these step-table columns (those the table has).
 RANK_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
                 "comm_tail_ns", "idle_ns")
@@ -55,27 +52,35 @@ def critical_path_of(analysis) -> pd.DataFrame | None:
 
 
 def verdict_lines(v: dict | None) -> list[str]:
-    """The verdict as sentences: what bounds the step and by how much, what to change with its gain and
-    spread, then each advice rule. [] without a verdict."""
+    """The verdict as sentences: what bounds the step and by how much (for compute: its share, nothing
+    removable), what to change with its gain and spread, then each advice rule. [] without a verdict.
+    Words as the run page's verdict (``report.verdicts.BOUND_NAMES``)."""
+    from ddp_profile.report.verdicts import BOUND_NAMES
+
     if not v:
         return []
     bound = str(v.get("bound_by"))
-    who = f" (rank {v['rank']})" if not missing(v.get("rank")) else ""
-    head = f"Bound by {BOUND_WORDS.get(bound, bound)}{who}"
-    if not missing(v.get("removable_ns")):
+    who = f", rank {v['rank']}" if bound == "straggler" and not missing(v.get("rank")) else ""
+    of_step = f" of the {fmt_ms(v['step_ns'])} critical-path step" if not missing(v.get("step_ns")) else \
+        " of the step"
+    head = f"Bound by {BOUND_NAMES.get(bound, bound)}{who}"
+    if bound == "compute":
+        if not missing(v.get("share_pct")):
+            head += f": compute is {fmt_pct(v['share_pct'])}{of_step}; nothing removable reaches the threshold"
+    elif not missing(v.get("removable_ns")):
         head += f": {fmt_ms(v['removable_ns'])} per step removable"
         if not missing(v.get("share_pct")):
-            head += f" ({fmt_pct(v['share_pct'])} of the step)"
+            head += f" ({fmt_pct(v['share_pct'])}{of_step})"
     lines = [head + "."]
     what = v.get("what_to_change")
     if what:
         gain = v.get("expected_gain_ns")
         tail = ""
-        if not missing(gain):
+        if bound != "compute" and not missing(gain):
             tail = f" — expected gain up to {fmt_ms(gain)} per step"
             if not missing(v.get("spread_ns")):
                 tail += f" (spread over steps {fmt_ms(v['spread_ns'])})"
-        lines.append(f"What to change: {what}{tail}.")
+        lines.append(f"What to change: {what.rstrip('.')}{tail}.")
     for a in v.get("advice") or []:
         if not isinstance(a, dict) or not a.get("what_to_change"):
             continue
@@ -126,15 +131,23 @@ def summary_name(key: str) -> str:
     return key[:-3] if key.endswith("_ns") else key.replace("_pct", "")
 
 
+def per_rank_text(key: str, values: dict) -> str:
+    """'rank 0 1.377 ms, rank 1 0.534 ms' (ranks in order)."""
+    return ", ".join(f"rank {r} {value_text(key, x)}" for r, x in sorted(values.items(), key=lambda kv: int(kv[0])))
+
+
+def other_per_rank(summary: dict, per_rank: dict) -> list[tuple[str, str]]:
+    """(key, per-rank text) for the metrics whose ranks differ > 2× that the summary does not hold."""
+    return [(k, per_rank_text(k, v)) for k, v in per_rank.items() if k not in summary and isinstance(v, dict) and v]
+
+
 def summary_pairs(summary: dict, per_rank: dict) -> list[tuple[str, str]]:
     """(key, text) per summary number; a metric in ``per_rank`` (ranks differ > 2×) shows each rank's value
     instead of the pooled median."""
     out = []
     for k, v in summary.items():
         if k in per_rank and isinstance(per_rank[k], dict) and per_rank[k]:
-            text = ", ".join(f"rank {r} {value_text(k, x)}" for r, x in sorted(per_rank[k].items(),
-                                                                                  key=lambda kv: int(kv[0])))
-            out.append((k, text + " (ranks differ > 2×)"))
+            out.append((k, per_rank_text(k, per_rank[k]) + " (ranks differ > 2×)"))
         else:
             out.append((k, value_text(k, v)))
     return out

@@ -95,8 +95,13 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
     assert html.index("What to change") < html.index("Per rank")  # the verdict box above states the bound
     assert "[host-sync] no .item() (gain ≤ 2.000 ms, spread 0.100 ms); evidence: sync 2 ms per step" in html
     text = "\n".join(verdict_lines(verdict_of(run.analysis)))  # the terminal's lines: the bound first
-    assert text.startswith("Bound by the host (launches or synchronisation) (rank 1): 2.500 ms per step "
-                           "removable (20.0 % of the step).")
+    assert text.startswith("Bound by the host (GPU idle awaiting launches): 2.500 ms per step removable "
+                           "(20.0 % of the step).")
+    run.analysis.verdict = {"bound_by": "compute", "share_pct": 94.1, "step_ns": 119_241_000, "removable_ns": 0,
+                            "what_to_change": "faster kernels", "expected_gain_ns": 0, "advice": []}
+    assert verdict_lines(verdict_of(run.analysis)) == [
+        "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step; nothing removable reaches "
+        "the threshold.", "What to change: faster kernels."]
     assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
     assert "Ranks differ by more than 2× in exposed_wait_ns" in html
 

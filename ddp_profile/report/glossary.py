@@ -122,6 +122,11 @@ METRICS: dict[str, tuple[str, str]] = {
     "after_backward_ns": ("after backward (ms)", "NCCL time of the kind after the step's last backward kernel."),
     "straggler_steps": ("straggler in steps", "Steps in which this rank reached the step's gradient "
                         "collectives last (the analysis's straggler_rank)."),
+    "critical_rank": ("critical rank", "The rank whose work ends the step (README: critical path)."),
+    "host_ns": ("host (ms)", "Critical path: GPU idle gaps of the critical rank that end with work launched "
+                "after the gap began (the GPU ran dry before the host issued the next work)."),
+    "rest_ns": ("other idle (ms)", "Critical path: the rest of the step (the analysis's idle_ns there): work "
+                "issued but not yet started, stream/event waits, the µs between queued kernels."),
     "last_arrival_pct": ("arrives last (%)", "Share of the rank's collectives it reached last of all ranks."),
 }
 

@@ -51,6 +51,7 @@ def critical_path_block(run: Run) -> str:
     cp = critical_path_of(run.analysis)
     if cp is None:
         return ""
+    cp = cp.rename(columns={"idle_ns": "rest_ns"})  # not the step table's idle_ns: what the other parts leave
     return ("<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its step time "
             "went; the parts add up to the step time.</p>" + table(cp, "Critical path per step", max_rows=64))
 

@@ -390,7 +390,12 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     crumbs = [(f"{g.kind}: {g.title}", g.page) for g in groups[:1]] + [(f"Run {run.name}", None)]
     keys = list(HEADLINE) + [c for c, _ in LAUNCH_TABLE] + ["host_range_ns", "gpu_busy_ns", "gpu_idle_ns",
                                                              "o_us", "w_gb_per_s", "wait_us", "transfer_us",
-                                                             "busbw_gb_per_s", "slowdown_pct", "lost_ns"]
+                                                             "busbw_gb_per_s", "slowdown_pct", "lost_ns", "critical_rank",
+                                                             "host_ns", "rest_ns", "straggler_steps",
+                                                             "last_arrival_pct", "kernels_per_step",
+                                                             "after_backward_ns", "memory_bytes",
+                                                             "peak_allocated_bytes", "peak_reserved_bytes",
+                                                             "optimizer_state_bytes"]
     return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)
 
 

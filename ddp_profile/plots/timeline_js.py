@@ -205,8 +205,11 @@ function ddpSearch(div,q){var T=div.ddp,data=T.data;T.q=q;T.hits=[];T.cur=-1;
  ddpPaint(div);return n;}
 // Zoom to the next (d=1) or previous (d=-1) match, showing it with some context.
 function ddpGo(div,d){var T=div.ddp;if(!T.hits.length)return null;T.cur=(T.cur+d+T.hits.length)%T.hits.length;
- var h=T.hits[T.cur],D=ddpDecode(T.data.steps[T.idx])[h[0]],s=D.s[h[1]]/1e6,e=D.e[h[1]]/1e6,w=Math.max((e-s)*20,0.02);
- T.zoom(s-w/2,e+w/2);var nm=document.createElement('span');nm.innerHTML=T.data.names[D.n[h[1]]];
+ var h=T.hits[T.cur],D=ddpDecode(T.data.steps[T.idx])[h[0]],s=D.s[h[1]]/1e6,e=D.e[h[1]]/1e6,F=T.full,
+  // the match with 20x its length around it, but never wider than the step's own view (a long kernel
+  // would zoom out) and kept inside it
+  W=Math.min(Math.max((e-s)*21,0.02),Math.max(F[1]-F[0],(e-s)*1.1)),lo=(s+e)/2-W/2,hi=lo+W;
+ if(W<=F[1]-F[0]){if(lo<F[0]){hi+=F[0]-lo;lo=F[0];}if(hi>F[1]){lo-=hi-F[1];hi=F[1];}}T.zoom(lo,hi);var nm=document.createElement('span');nm.innerHTML=T.data.names[D.n[h[1]]];
  T.status.textContent='match '+(T.cur+1)+' of '+T.hits.length+': '+nm.textContent+' at '+ddpDur(D.s[h[1]])+' ('+T.data.rows[D.r]+')';
  return T.cur;}
 function ddpShowStep(div,i){var T=div.ddp;if(i==='all')i=ddpAllStep(T.data);var st=T.data.steps[i];if(st.all)st._data=T.data;T.idx=i;T.range=null;

@@ -136,3 +136,23 @@ def test_cpu_rows_and_inferred_phase_labels(own_page, browser):
                for t in texts)
     page.locator("#timeline").screenshot(path=str(ARTIFACTS / "timeline-cpu-rows.png"))
     assert not problems, problems
+
+
+def test_stepping_through_matches_never_zooms_out_past_the_step(own_page, browser):
+    """Each match is shown with context around it, but the view stays inside the step's own view: a long
+    NCCL kernel (one waiting for a later rank) once sent the view to 20x its length, wider than the step."""
+    page, problems = _open(browser, own_page)
+    _ready(page)
+    T = "document.getElementById('timeline').ddp"
+    full = page.evaluate(f"{T}.full")
+    page.fill("#tl-search", "nccl")
+    n = page.evaluate(f"{T}.hits.length")
+    assert n > 0, "the step runs NCCL kernels"
+    for _ in range(n):
+        page.click("#tl-next")
+        lo, hi = page.evaluate(f"{T}.range")
+        s, e = page.evaluate(f"(() => {{ const h = {T}.hits[{T}.cur], D = ddpDecode({T}.data.steps[{T}.idx])[h[0]];"
+                             " return [D.s[h[1]] / 1e6, D.e[h[1]] / 1e6]; })()")
+        assert lo <= s and e <= hi  # the match is in view
+        assert full[0] - 1e-9 <= lo and hi <= full[1] + 1e-9, (lo, hi, full)  # and the view is inside the step's
+    assert not problems, problems

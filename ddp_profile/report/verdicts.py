@@ -322,25 +322,44 @@ def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:
     return text + ")."
 
 
+def _is_ratio(pct, part, whole) -> bool:
+    """Whether ``pct`` (as shown, one decimal) is 100 · part / whole of the two values shown beside it."""
+    if missing(pct) or part is None or missing(part) or not whole:
+        return True
+    return abs(float(pct) - 100 * float(part) / float(whole)) < 0.1
+
+
 def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
                 world_size, meta: dict | None = None, verdict: dict | None = None) -> str:
-    """2–5 sentences: step time (trace, and un-profiled when ``meta``, the run JSON, has it),
-    communication, hidden, exposed (wait per rank vs transfer), tail, the straggler, bound (``verdict``:
-    the analysis' verdict), what to change (a measured comparison's ``advice`` follows it)."""
+    """Two paragraphs. The answer: what bounds the step (``verdict``: the analysis' verdict) and what to
+    change (a measured comparison's ``advice`` follows it), the straggler. Then the measurements: step time
+    (trace, and un-profiled when ``meta``, the run JSON, has it), communication, hidden, exposed (wait per
+    rank vs transfer), tail."""
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
     n = int(summary.get("n_steps") or 0)
+    # the answer first: what bounds the step, what to change, who is waited for; the measurements after it
+    what, why = bound_by(summary, launch_bound, verdict)
+    first = [f"The step is bound by <b>{_e(what)}</b> ({_e(why)})."]
+    if advice:
+        first.append(advice)
+    if steps is not None and (strag := straggler_sentence(steps, verdict)):
+        first.append(strag)
     out = [step_times_sentence(step, n, meta)]
     comm = float(summary.get("comm_ns") or 0.0)
     if world_size and int(world_size) > 1 and comm > 0:
         hidden, exposed = summary.get("overlap_ns"), summary.get("exposed_comm_ns")
         # the hidden share the headline shows (comm hidden (%)) when the summary states it: one value per fact
-        share = summary.get("overlap_pct")
-        share_text = fmt_pct(share) if not missing(share) else f"{100 * (hidden or 0) / comm:.0f} %"
+        # a share that is not the ratio of the two medians beside it says how it was taken
+        share, ex_pct = summary.get("overlap_pct"), summary.get("exposed_comm_pct")
+        share_text = (f"{100 * (hidden or 0) / comm:.0f} %" if missing(share)
+                      else fmt_pct(share) if _is_ratio(share, hidden, comm)
+                      else f"{fmt_pct(share)} of all communication, pooled over ranks and steps")
+        ex_text = (f"{fmt_pct(ex_pct)} of the step" if _is_ratio(ex_pct, exposed, step)
+                   else f"median share of the step {fmt_pct(ex_pct)}")
         s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
-             f"({share_text}) is hidden under compute and {fmt_ms(exposed)} "
-             f"({fmt_pct(summary.get('exposed_comm_pct'))} of the step) is exposed")
+             f"({share_text}) is hidden under compute and {fmt_ms(exposed)} ({ex_text}) is exposed")
         if steps is not None and len(steps) and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
             s += wait_sentence(steps)
         s += f". The comm tail after the last backward kernel is {fmt_ms(summary.get('comm_tail_ns'))}"
@@ -351,13 +370,7 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
         out.append("No NCCL kernels were found in the steps.")
     else:
         out.append("One GPU: no communication.")
-    if steps is not None and (strag := straggler_sentence(steps, verdict)):
-        out.append(strag)
-    what, why = bound_by(summary, launch_bound, verdict)
-    out.append(f"The step is bound by <b>{_e(what)}</b> ({_e(why)}).")
-    if advice:
-        out.append(advice)
-    return "<p>" + " ".join(out) + "</p>"
+    return "<p>" + " ".join(first) + "</p><p>" + " ".join(out) + "</p>"
 
 
 def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[float], b_star_mib,

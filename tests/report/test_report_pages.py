@@ -128,9 +128,11 @@ def test_run_page_shows_both_step_times_and_its_advice_says_which_it_uses_and_th
     html_ = render_run_page(runs[1], context)
     v = _text(html_.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
     overhead = round(100 * (1.1 / 0.95 - 1), 3)
-    assert v.startswith("Median step 1.100 ms in the trace (over 3 profiled steps and every rank); 0.950 ms "
+    assert v.startswith("The step is bound by ")
+    assert v.split("). ", 1)[1].split("Median step", 1)[0].startswith("What to change: switch to")
+    assert ("Median step 1.100 ms in the trace (over 3 profiled steps and every rank); 0.950 ms "
                         f"un-profiled (median of 3 runs without nsys, CUDA events; profiler overhead "
-                        f"{overhead:.1f} %).")
+                        f"{overhead:.1f} %).") in v
     assert ("switch to torch_ddp 25 MiB ×2, measured 0.900 ms per step (un-profiled), 0.050 ms (5.3 %) less than "
             "this run's 0.950 ms (un-profiled; evidence: the strategy comparison). It trades memory: it peaks at "
             "40.00 GiB allocated per GPU against this run's 30.00 GiB (run JSONs).") in v
@@ -215,10 +217,12 @@ def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
                "exposed_comm_ns": 50.467e6, "exposed_comm_pct": 10.2, "comm_pct": 43.5, "comm_tail_ns": 0.632e6,
                "compute_ns": 386.470e6, "idle_ns": 76.471e6}
     v = _text(run_verdict(summary, None, False, "", 2))
-    assert "50.467 ms (10.2 % of the step) is exposed" in v
+    # 50.467 / 530.608 is 9.5 %: the median of the per-step shares says how it was taken, not "of the step"
+    assert "50.467 ms (median share of the step 10.2 %) is exposed" in v
     assert "174.611 ms of it (78 %) is hidden" in v  # no pooled hidden share in this summary: the ratio
     pooled = _text(run_verdict(dict(summary, overlap_pct=75.5), None, False, "", 2))
-    assert "174.611 ms of it (75.5 %) is hidden" in pooled  # the headline's comm hidden (%), not a second value
+    # the headline's comm hidden (%), not a second value, named as pooled since it is not 174.611 / 223.872
+    assert "174.611 ms of it (75.5 % of all communication, pooled over ranks and steps) is hidden" in pooled
     assert ("The step is bound by compute (share of the step: compute 72.8 %, exposed communication 10.2 %, "
             "idle gaps 14.4 %).") in v
     assert "9.5 %" not in v and "communication 10.2" in v and ", communication" not in v

@@ -82,7 +82,10 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
     # per rank, not pooled: the waiting rank is named beside the others' median
     assert ("10.000 ms (2.5 % of the step) is exposed — rank 1 waits 6.000 ms per step for a later rank (other "
             "ranks 0.000 ms), 4.000 ms transferring") in a
-    assert "(2.000 ms after the last rank's backward)" in a and "bound by compute" in a and a.endswith("ADVICE")
+    assert "(2.000 ms after the last rank's backward)" in a
+    # the answer first: what bounds the step and what to change, then the measurements
+    assert a.startswith("The step is bound by compute (") and "idle gaps 2.5 %). ADVICE" in a
+    assert a.index("ADVICE") < a.index("Median step 400.000 ms")
     b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
     assert "bound by exposed communication" in b and "waiting" not in b
     assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
@@ -151,7 +154,8 @@ def test_pages_start_with_a_verdict_link_back_and_index_has_no_plotly(site):
     assert _text(sweep.split("<div class='verdict'>", 1)[1]).lstrip().startswith("Use a bucket cap of ")
     run = (out / "run-naive_xl_fp32_2xh100.html").read_text()
     v = _text(run.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
-    assert v.startswith("Median step 1.002 ms") and "What to change: switch to overlap ×2" in v
+    assert v.startswith("The step is bound by ") and "Median step 1.002 ms" in v
+    assert "What to change: switch to overlap ×2" in v.split("Median step", 1)[0]  # the answer before the numbers
     assert "0.100 ms (10.0 %) less than this run" in v and "#step=" in run
     keep = (out / "run-bucketed-25mb_xl_fp32_2xh100.html").read_text()
     assert "What to change" not in _text(keep.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])

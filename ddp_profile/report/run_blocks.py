@@ -15,6 +15,7 @@ from ddp_profile.report.answer_text import (
     verdict_lines,
     verdict_of,
 )
+from ddp_profile.report.glossary import header
 from ddp_profile.report.html import esc, table
 from ddp_profile.report.runs import Run
 
@@ -39,7 +40,7 @@ def answer_block(run: Run) -> str:
     if len(ranks) > 1 or differ:
         note = ""
         if differ:
-            names = ", ".join(sorted(differ))
+            names = ", ".join(header(k)[0] for k in sorted(differ))  # the columns' labels, not their keys
             note = (f"<p class='note'>Ranks differ by more than 2× in {esc(names)}: read these per-rank values, "
                     "not the pooled medians of the headline.</p>")
         block = table(ranks, "Per rank (medians over each rank's steps)") + note

@@ -344,7 +344,7 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         advice = advice.removeprefix(NO_COMPARISON).lstrip()  # no comparison to speak of on an own job
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice,
                           run.meta.get("world_size") or summary.get("n_ranks"), run.meta,
-                          verdict=getattr(a, "verdict", None))
+                          verdict=getattr(a, "verdict", None), per_rank=per_rank_of(a))
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     prog = program_text(run.meta)
     body = "\n".join([

@@ -330,11 +330,15 @@ def _is_ratio(pct, part, whole) -> bool:
 
 
 def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
-                world_size, meta: dict | None = None, verdict: dict | None = None) -> str:
+                world_size, meta: dict | None = None, verdict: dict | None = None,
+                per_rank: dict | None = None) -> str:
     """Two paragraphs. The answer: what bounds the step (``verdict``: the analysis' verdict) and what to
     change (a measured comparison's ``advice`` follows it), the straggler. Then the measurements: step time
     (trace, and un-profiled when ``meta``, the run JSON, has it), communication, hidden, exposed (wait per
-    rank vs transfer), tail."""
+    rank vs transfer), tail; ``per_rank`` ({metric: {rank: value}} where ranks differ > 2×) replaces the
+    pooled communication and exposed medians by each rank's."""
+    from ddp_profile.report.answer_text import per_rank_text
+
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
@@ -358,8 +362,13 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
                       else f"{fmt_pct(share)} of all communication, pooled over ranks and steps")
         ex_text = (f"{fmt_pct(ex_pct)} of the step" if _is_ratio(ex_pct, exposed, step)
                    else f"median share of the step {fmt_pct(ex_pct)}")
-        s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
-             f"({share_text}) is hidden under compute and {fmt_ms(exposed)} ({ex_text}) is exposed")
+        # where ranks differ > 2x (``per_rank``), each rank's value, not a pooled median no rank has
+        pr = per_rank or {}
+        comm_text = (f"Communication takes {per_rank_text('comm_ns', pr['comm_ns'])} per step (ranks differ > 2×)"
+                     if pr.get("comm_ns") else f"Communication takes {fmt_ms(comm)} per step")
+        ex_all = (f"{per_rank_text('exposed_comm_ns', pr['exposed_comm_ns'])}" if pr.get("exposed_comm_ns")
+                  else f"{fmt_ms(exposed)} ({ex_text})")
+        s = (f"{comm_text}; {fmt_ms(hidden)} of it ({share_text}) is hidden under compute and {ex_all} is exposed")
         if steps is not None and len(steps) and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
             s += wait_sentence(steps)
         s += f". The comm tail after the last backward kernel is {fmt_ms(summary.get('comm_tail_ns'))}"

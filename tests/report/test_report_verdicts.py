@@ -205,3 +205,19 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
     assert "Rank 0 arrives last at the step's collectives in 2 of 2 steps, median 35.000 ms after the first rank; " \
            "cause host in 2 (e.g. cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms))." in s
     assert "bound by a straggler, rank 0" in s
+
+
+def test_run_verdict_gives_each_rank_where_ranks_differ_more_than_2x():
+    # gpt-accum: rank 0 communicates 0.302 ms per step, rank 1 21.816 ms (waiting for rank 0); the pooled
+    # median, 2.511 ms, is no rank's value
+    summary = {"step_ns": 43.644e6, "n_steps": 10, "comm_ns": 2.511e6, "overlap_ns": 0.022e6,
+               "exposed_comm_ns": 1.986e6, "exposed_comm_pct": 1.8, "overlap_pct": 12.9, "comm_tail_ns": 1.662e6,
+               "compute_ns": 17.119e6, "idle_ns": 20e6}
+    per_rank = {"comm_ns": {0: 0.302e6, 1: 21.816e6}, "exposed_comm_ns": {0: 0.291e6, 1: 18.529e6}}
+    a = _text(run_verdict(summary, None, False, "", 2, per_rank=per_rank))
+    assert ("Communication takes rank 0 0.302 ms, rank 1 21.816 ms per step (ranks differ > 2×); 0.022 ms of it "
+            "(12.9 % of all communication, pooled over ranks and steps) is hidden under compute and rank 0 "
+            "0.291 ms, rank 1 18.529 ms is exposed") in a
+    assert "2.511" not in a and "1.986" not in a
+    pooled = _text(run_verdict(summary, None, False, "", 2))
+    assert "1.986 ms (median share of the step 1.8 %) is exposed" in pooled  # 1.986 / 43.644 is 4.6 %

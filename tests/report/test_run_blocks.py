@@ -103,7 +103,7 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
         "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step; nothing removable reaches "
         "the threshold.", "What to change: faster kernels."]
     assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
-    assert "Ranks differ by more than 2× in exposed_wait_ns" in html
+    assert "Ranks differ by more than 2× in exposed wait (ms)" in html  # the column label, not the key
 
 
 def test_comm_kinds_table_medians_per_kind():

@@ -180,7 +180,8 @@ table{{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}}td,th{{borde
 text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]::after{{content:" ▲"}}
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
-.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}.fail{{color:#b00}}
+.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}
+td:not([data-v]){{max-width:32em;overflow-wrap:anywhere}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

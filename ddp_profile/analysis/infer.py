@@ -53,7 +53,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
-from ddp_profile.analysis.windows import RANGE_COLUMNS, find_steps
+from ddp_profile.analysis.windows import NO_STEP_RANGE, RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3
 MIN_STEPS = 2
@@ -388,5 +388,7 @@ def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
     inferred, inf_notes = infer_steps(karr)
     if inferred.empty:
         return steps, notes + inf_notes, False
-    # keep why NVTX gave no steps (e.g. step ranges that were never closed) beside how they were inferred
+    # keep why NVTX gave no steps (e.g. step ranges that were never closed) beside how they were inferred;
+    # not "no range matches: per-step metrics are missing", which the inferred steps contradict
+    notes = [n for n in notes if not n.startswith(NO_STEP_RANGE)]
     return inferred, notes + inf_notes, True

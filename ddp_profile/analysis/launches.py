@@ -100,9 +100,9 @@ class LaunchAnalysis:
             n, bound = len(g), int(g["launch_bound"].sum())
             idle, host, gpu = (g[c].median() for c in ("idle_pct", "host_us_per_launch", "gpu_us_per_kernel"))
             what = "launch-bound" if 2 * bound > n else "not launch-bound"
-            lines.append(f"rank {rank}: {what} ({bound} of {n} steps launch-bound; median GPU idle {idle:.1f}% "
-                         f"{'>' if idle > IDLE_THRESHOLD_PCT else '<='} {IDLE_THRESHOLD_PCT:g}%, host "
-                         f"{host:.1f} us per launch {'>' if host > gpu else '<='} GPU {gpu:.1f} us per kernel)")
+            lines.append(f"rank {rank}: {what} ({bound} of {n} steps launch-bound; median GPU idle {idle:.1f} % "
+                         f"{'>' if idle > IDLE_THRESHOLD_PCT else '<='} {IDLE_THRESHOLD_PCT:g} %, host "
+                         f"{host:.1f} µs per launch {'>' if host > gpu else '<='} GPU {gpu:.1f} µs per kernel)")
         return lines
 
 

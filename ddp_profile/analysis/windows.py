@@ -47,6 +47,8 @@ DEFAULT_PHASE_PATTERNS = {
     "grad_wait": rf"^{re.escape(nn.GRAD_WAIT)}\b",
 }
 RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
+NO_STEP_RANGE = "no NVTX range matches the step pattern"
+"""How the note for a trace without step ranges begins (dropped when steps are inferred instead)."""
 _PROJECT_STEP = re.compile(rf"^{re.escape(nn.STEP)}( \d+)?$")
 
 
@@ -109,7 +111,7 @@ def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.
                          "stopped before the steps ended, or a range was pushed and never popped): per-step metrics "
                          "are missing; extend the capture past the last step or close the ranges")
             return schema.empty_frame(RANGE_COLUMNS), notes
-        notes.append(f"no NVTX range matches the step pattern {pat!r}: per-step metrics are missing "
+        notes.append(f"{NO_STEP_RANGE} {pat!r}: per-step metrics are missing "
                      "(name each step's range e.g. 'step 3', or pass --step-pattern REGEX)")
         return schema.empty_frame(RANGE_COLUMNS), notes
     # Outermost only: a matching range inside another one (ProfilerStep#3 > Optimizer.step) is no step. By

@@ -102,8 +102,8 @@ def test_known_answer_summaries(build_export):
     assert groups.loc["elementwise (incl. copies, casts)", "gpu_ns_per_step"] == 4 * 2_000 / 2
     assert set(groups.index) == {"GEMM", "elementwise (incl. copies, casts)"}  # the memset is not a kernel
     assert res.verdicts() == [
-        "rank 0: not launch-bound (1 of 2 steps launch-bound; median GPU idle 47.5% > 25%, host 11.2 us per launch "
-        "<= GPU 13.0 us per kernel)"]
+        "rank 0: not launch-bound (1 of 2 steps launch-bound; median GPU idle 47.5 % > 25 %, host 11.2 µs per launch "
+        "<= GPU 13.0 µs per kernel)"]
 
 
 def test_steps_selection_and_missing_steps(build_export):

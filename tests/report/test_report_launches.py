@@ -73,8 +73,8 @@ def _rows(page: str) -> list[list[str]]:
 def test_run_page_says_launch_bound_with_the_step_table(build_export):
     page, run = _page(_export(build_export, 2, "bound.sqlite"))
     text = _block(page)
-    assert ("rank 0: launch-bound (2 of 2 steps launch-bound; median GPU idle 92.0% &gt; 25%, host 23.8 us per "
-            "launch &gt; GPU 2.0 us per kernel)") in text
+    assert ("rank 0: launch-bound (2 of 2 steps launch-bound; median GPU idle 92.0 % &gt; 25 %, host 23.8 µs per "
+            "launch &gt; GPU 2.0 µs per kernel)") in text
     # rank, step, host range/busy/idle ms, idle %, launches, host us/launch, GPU us/kernel, launch_bound
     assert _rows(page) == [["0", "0", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"],
                            ["0", "1", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"]]
@@ -84,7 +84,7 @@ def test_run_page_says_launch_bound_with_the_step_table(build_export):
 def test_run_page_verdict_flips_when_kernels_fill_the_step(build_export):
     page, _ = _page(_export(build_export, 19, "busy.sqlite"))
     text = _block(page)
-    assert "rank 0: not launch-bound (0 of 2 steps launch-bound; median GPU idle 24.0% &lt;= 25%" in text
+    assert "rank 0: not launch-bound (0 of 2 steps launch-bound; median GPU idle 24.0 % &lt;= 25 %" in text
     assert [r[-1] for r in _rows(page)] == ["no", "no"] and [r[5] for r in _rows(page)] == ["24.0", "24.0"]
 
 

@@ -136,12 +136,16 @@ def launch_block(run: Run) -> str:
     df = pd.DataFrame({h: s[c] for c, h in LAUNCH_TABLE})
     window = run.analysis.steps["step_ns"].median() if len(run.analysis.steps) else float("nan")
     lines = "".join(f"<li>{esc(v)}</li>" for v in res.verdicts())
-    notes = "".join(f"<li class='note'>{esc(n)}</li>" for n in res.notes)
-    return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g}% of the step's "
+    shown = set(getattr(run.analysis, "notes", None) or [])  # the page lists the analysis' notes once already
+    notes = "".join(f"<li class='note'>{esc(n)}</li>" for n in res.notes if n not in shown)
+    inferred = any("steps inferred from the GPU trace" in str(n) for n in res.notes)
+    host = ("host range, inferred from the kernel launches (no step NVTX ranges)" if inferred
+            else "<b>host</b> NVTX range")
+    return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g} % of the step's "
             "host range and the host needs longer per kernel launch (step time minus synchronize wait, ÷ "
             "launches) than the GPU needs per kernel: then fewer, larger kernels help, a faster GPU does not. "
-            "Same numbers as <code>ddp-profile launches</code>. These columns measure the step's <b>host</b> "
-            f"NVTX range (median {fmt_ms(s['step_ns'].median())}): it is longer than the GPU window used "
+            f"Same numbers as <code>ddp-profile launches</code>. These columns measure the step's {host} "
+            f"(median {fmt_ms(s['step_ns'].median())}): it is longer than the GPU window used "
             f"everywhere else on this page (median {fmt_ms(window)}) by the time between the host entering "
             "the step and its first kernel starting, and the GPU idle here counts that time too.</p>"
             f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))

@@ -196,3 +196,14 @@ def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):
     assert calls == ["trace-of-small"] and launches_of(small) is made and calls == ["trace-of-small"]
     assert "set small's 1-GPU run is launch-bound in 1 of 1 steps" in text
     assert "set A's 1-GPU run is not launch-bound (0 of 1 steps" in text
+
+
+def test_inferred_steps_launch_block_says_inferred_host_range_and_lists_no_note_twice():
+    """gpt-accum has no NVTX: the launch block measures an inferred host range (not an "NVTX range") and
+    leaves the step-inference note to the page's notes above, where it already stands."""
+    page, run = _page(TRACES / "foreign" / "gpt-accum")
+    text = _block(page)
+    assert "host range, inferred from the kernel launches (no step NVTX ranges)" in text
+    assert "NVTX range (median" not in text
+    assert "steps inferred from the GPU trace" not in text
+    assert page.count("steps inferred from the GPU trace (no closed NVTX") == 1

@@ -66,9 +66,14 @@ def _headline(summary: dict, per_rank: dict | None = None) -> str:
                                                                               key=lambda kv: int(kv[0])))
         return cell_text(k, summary[k])
 
-    rows = [(METRICS[k][0], value(k), METRICS[k][1]) for k in HEADLINE
+    keys = HEADLINE
+    nr = summary.get("n_ranks")
+    if nr == 1 and not summary.get("comm_ns"):  # one GPU, no NCCL: a column of communication zeros says nothing
+        keys = tuple(k for k in HEADLINE if k in ("step_ns", "compute_ns", "idle_ns"))
+    rows = [(METRICS[k][0], value(k), METRICS[k][1]) for k in keys
             if k in summary and summary[k] is not None]
-    n = f"{summary.get('n_ranks', '?')} ranks × {summary.get('n_steps', '?')} steps"
+    n = (f"{nr if nr is not None else '?'} rank{'' if nr == 1 else 's'} × {summary.get('n_steps', '?')} "
+         f"step{'' if summary.get('n_steps') == 1 else 's'}")
     extra = "; per-rank values where ranks differ > 2×" if any(k in per_rank for k in HEADLINE) else ""
     return table(pd.DataFrame(rows, columns=["metric", "value", "definition"]),
                  f"Headline: medians over {n} (step = GPU window{extra})")

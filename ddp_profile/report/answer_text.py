@@ -126,9 +126,9 @@ def value_text(key: str, v) -> str:
 
 
 def summary_name(key: str) -> str:
-    """'step_ns' -> 'step', 'comm_pct' -> 'comm', 'wait_pct_of_comm' -> 'wait_of_comm' (the value carries
-    the unit)."""
-    return key[:-3] if key.endswith("_ns") else key.replace("_pct", "")
+    """'step_ns' -> 'step', 'comm_pct' -> 'comm_share', 'wait_pct_of_comm' -> 'wait_share_of_comm' (the
+    value carries the unit; a share keeps a name of its own, so 'comm=' is never both ms and %)."""
+    return key[:-3] if key.endswith("_ns") else key.replace("_pct", "_share")
 
 
 def per_rank_text(key: str, values: dict) -> str:

@@ -54,6 +54,10 @@ def test_table_default_is_short_with_units_and_no_e_notation(capsys):
     med0 = steps.loc[steps["rank"] == 0, "step_ns"].median()
     row0 = next(line for line in text.splitlines() if re.match(r"\s*0\s", line))
     assert f"{med0 / 1e6:,.3f}" in row0  # rank 0's median step, in ms with 3 decimals
+    summary = next(line for line in text.splitlines() if line.startswith("summary: "))
+    names = [kv.split("=", 1)[0] for kv in re.split(r", (?=[a-z_]+=)", summary.removeprefix("summary: "))]
+    assert len(names) == len(set(names)), names  # 'comm=' once: the share of the step is comm_share
+    assert "comm_share" in names and "overlap_share" in names
 
 
 def test_section_all_and_repeatable(capsys):

@@ -92,6 +92,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL (counted kernels)."),
     "speedup_vs_1gpu": ("speedup", "n · t₁ / tₙ with t₁ the step time of the run's 1-GPU baseline "
                         "(fixed per-GPU batch)."),
+    "bound_by": ("bound by", "What limits the step: the analysis' verdict, the largest removable part of the "
+                 "critical path (exposed communication, a straggler rank, the host) with the ms per step it "
+                 "would save, else compute; the run page says what to change."),
     "efficiency_pct": ("efficiency vs 1 GPU (%)", "100 · t₁ / tₙ: step time of the run's 1-GPU baseline / "
                        "step time of the run (100 % = perfect weak scaling)."),
     "serial_fraction": ("serial fraction", "Amdahl serial fraction (Karp–Flatt): (1/S − 1/n) / (1 − 1/n)."),

@@ -92,6 +92,10 @@ def drop_empty_columns(df: pd.DataFrame) -> pd.DataFrame:
     return df.loc[:, keep]
 
 
+LONG_WORD = 48
+"""Characters of one word beyond which a table cell may wrap inside it (kernel names run to 130)."""
+
+
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
@@ -120,7 +124,9 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
             text = esc(cell_text(c, v))
             if c in hrefs and hrefs[c][i]:
                 text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"
-            cells.append(f"<td{key}>{text}</td>")
+            # a long unbroken text (a kernel name) may wrap anywhere; short ones (run names) stay whole
+            long = " class='long'" if not key and any(len(w) > LONG_WORD for w in str(cell_text(c, v)).split()) else ""
+            cells.append(f"<td{key}{long}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
     name = re.sub(r"[^A-Za-z0-9]+", "-", caption).strip("-")[:60].lower() or "table"
@@ -181,7 +187,7 @@ text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}
-td:not([data-v]){{max-width:32em;overflow-wrap:anywhere}}.fail{{color:#b00}}
+td.long{{max-width:32em;overflow-wrap:anywhere}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

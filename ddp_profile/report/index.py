@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.report.answer_text import verdict_of
 from ddp_profile.report.compare import (
     comparison,
     group_source,
@@ -19,7 +20,7 @@ from ddp_profile.report.compare import (
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
-from ddp_profile.report.verdicts import ranked, strategy_verdict
+from ddp_profile.report.verdicts import bound_cell, ranked, strategy_verdict
 
 INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
                  "unprofiled_step_ns", "profiler_overhead_pct", "exposed_comm_ns", "comm_tail_ns", "overlap_pct",
@@ -326,6 +327,9 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
     comp = comparison(runs) if runs else pd.DataFrame()
     if len(comp):
         shown = comp[["run"] + INDEX_COLUMNS]
+        # what each run's page answers first: what bounds its step
+        verdicts = {r.page: bound_cell(verdict_of(r.analysis)) for r in runs}
+        shown.insert(1, "bound_by", [verdicts.get(p, "–") for p in comp["page"]])
         if not groups:  # own jobs only: columns no run fills (bucket cap, baseline, efficiency...) say nothing
             shown = drop_empty_columns(shown)
         parts.insert(0, "<h2>Runs</h2>" + table(
@@ -341,4 +345,4 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
     verdict = index_verdict(runs, groups, context)
     sub = f"{len(runs)} run(s)" + (f", {len(groups)} comparison(s)" if groups else "")
     return page("ddp-profile report", "\n".join(parts), sub,
-                crumbs=[], verdict=verdict, glossary=INDEX_COLUMNS)
+                crumbs=[], verdict=verdict, glossary=["bound_by", *INDEX_COLUMNS])

@@ -66,7 +66,7 @@ def _headline(summary: dict, per_rank: dict | None = None) -> str:
                                                                               key=lambda kv: int(kv[0])))
         return cell_text(k, summary[k])
 
-    keys = HEADLINE
+    keys: tuple[str, ...] = HEADLINE
     nr = summary.get("n_ranks")
     if nr == 1 and not summary.get("comm_ns"):  # one GPU, no NCCL: a column of communication zeros says nothing
         keys = tuple(k for k in HEADLINE if k in ("step_ns", "compute_ns", "idle_ns"))

@@ -232,6 +232,19 @@ BOUND_NAMES = {"communication": "exposed communication", "host": "the host (GPU 
 """How the verdict's ``bound_by`` (``analysis.verdict``) reads in a sentence."""
 
 
+def bound_cell(verdict: dict | None) -> str:
+    """The verdict in a table cell: 'a straggler, rank 0 (15.537 ms removable)', 'compute'; '–' without."""
+    if not verdict or not verdict.get("bound_by"):
+        return "–"
+    k = verdict["bound_by"]
+    what = BOUND_NAMES.get(k, k)
+    if k == "straggler" and verdict.get("rank") is not None:
+        what = f"a straggler, rank {verdict['rank']}"
+    if k != "compute" and not missing(verdict.get("removable_ns")):
+        what += f" ({fmt_ms(verdict['removable_ns'])} removable)"
+    return what
+
+
 def bound_by(summary: dict, launch_bound: bool | None, verdict: dict | None = None) -> tuple[str, str]:
     """(what bounds the step, why). With the analysis' ``verdict`` (``analysis.verdict``: the largest
     removable part of the critical path), its bound_by, share, spread, what to change and expected gain.
@@ -337,8 +350,6 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
     (trace, and un-profiled when ``meta``, the run JSON, has it), communication, hidden, exposed (wait per
     rank vs transfer), tail; ``per_rank`` ({metric: {rank: value}} where ranks differ > 2×) replaces the
     pooled communication and exposed medians by each rank's."""
-    from ddp_profile.report.answer_text import per_rank_text
-
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
@@ -364,9 +375,12 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
                    else f"median share of the step {fmt_pct(ex_pct)}")
         # where ranks differ > 2x (``per_rank``), each rank's value, not a pooled median no rank has
         pr = per_rank or {}
-        comm_text = (f"Communication takes {per_rank_text('comm_ns', pr['comm_ns'])} per step (ranks differ > 2×)"
+
+        def ranks_ms(values):  # 'rank 0 0.302 ms, rank 1 21.816 ms'
+            return ", ".join(f"rank {r} {fmt_ms(x)}" for r, x in sorted(values.items(), key=lambda kv: int(kv[0])))
+        comm_text = (f"Communication takes {ranks_ms(pr['comm_ns'])} per step (ranks differ > 2×)"
                      if pr.get("comm_ns") else f"Communication takes {fmt_ms(comm)} per step")
-        ex_all = (f"{per_rank_text('exposed_comm_ns', pr['exposed_comm_ns'])}" if pr.get("exposed_comm_ns")
+        ex_all = (f"{ranks_ms(pr['exposed_comm_ns'])}" if pr.get("exposed_comm_ns")
                   else f"{fmt_ms(exposed)} ({ex_text})")
         s = (f"{comm_text}; {fmt_ms(hidden)} of it ({share_text}) is hidden under compute and {ex_all} is exposed")
         if steps is not None and len(steps) and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):

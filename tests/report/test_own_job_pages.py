@@ -42,3 +42,16 @@ def test_one_gpu_headline_has_no_rows_of_communication_zeros():
     assert head.startswith("1 rank × ")
     assert "step time (ms)" in head and "compute (ms)" in head
     assert "comm tail (ms)" not in head and "exposed wait (ms)" not in head
+
+
+def test_index_says_what_bounds_each_run_and_long_kernel_names_may_wrap(tmp_path):
+    runs, failures = report.load_runs([TRACES / "foreign" / "gpt-accum"], progress=io.StringIO())
+    assert not failures
+    report.write_report(runs, tmp_path / "out", progress=io.StringIO())
+    index = (tmp_path / "out" / "index.html").read_text()
+    row = _text(index.split("href='run-gpt-accum.html'>", 1)[1].split("</tr>", 1)[0])
+    assert re.match(r"gpt-accum a straggler, rank 0 \([\d.]+ ms removable\)", row.strip()), row
+    page = (tmp_path / "out" / runs[0].page).read_text()
+    # the contention table's 130-character cuBLAS name may wrap; short names (Kernel2) are cells like any other
+    assert re.search(r"<td class='long'>sm90_xmma_gemm_\w{60,}</td>", page)
+    assert "<td class='long'>Kernel2</td>" not in page and "<td>Kernel2</td>" in page

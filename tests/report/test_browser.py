@@ -313,7 +313,7 @@ def test_pages_fit_1440px_tables_sort_csv_downloads_and_the_step_is_in_the_addre
             with page.expect_download() as dl:
                 page.locator("a.csv").first.click()
             text = Path(dl.value.path()).read_text()
-            assert text.startswith("run,strategy,bucket cap (MiB)") and len(text.splitlines()) == 8
+            assert text.startswith("run,bound by,strategy,bucket cap (MiB)") and len(text.splitlines()) == 8
         page.close()
     run = site / "run-naive_xl_fp32_2xh100.html"
     page = browser.new_page(viewport={"width": 1440, "height": 900})

@@ -21,13 +21,14 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile import schema
 from ddp_profile.fmt import fmt_bytes, fmt_duration
 from ddp_profile.plots import palette
 from ddp_profile.plots._common import KIND_LABELS, merge_small_bars, titled
 from ddp_profile.plots.palette import HOST_COLORS, KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]
-PHASES = ["forward", "backward", "optimizer", "grad_wait"]
+PHASES = list(schema.PHASES)
 HOST_KINDS = ["launch", "sync"]
 # Fixed trace order (the JS fills traces by index): 4 kernel classes, 4 phases, the comm tail, then the
 # main thread's launch and synchronisation calls (the CPU rows).

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
+from ddp_profile.plots.figure_parts import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
 
 # panel title -> (COMPARISON_COLUMNS column, scale to display unit)
 PANELS = {

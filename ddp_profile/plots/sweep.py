@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import titled
+from ddp_profile.plots.figure_parts import titled
 
 
 def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = None,

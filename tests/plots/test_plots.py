@@ -20,7 +20,7 @@ from ddp_profile.plots import (
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots._common import merge_small_bars
+from ddp_profile.plots.figure_parts import merge_small_bars
 from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")

@@ -86,7 +86,7 @@ CRITICAL_PATH_COLUMNS = ["step", "step_ns", "critical_rank", "compute_ns", "expo
                          "host_ns", "idle_ns"]
 # One row per run in a comparison (strategies, bucket sweep, scaling).
 COMPARISON_COLUMNS = [
-    "run", "strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
+    "run", "strategy", "bucket_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
     "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct", "overlap_pct",
     "speedup_vs_1gpu", "efficiency_pct",
     # appended by the analysis (issue 5): Amdahl serial fraction (Karp-Flatt) and the cost model's
@@ -109,8 +109,11 @@ def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
         raise AssertionError(f"frame lacks contracted columns {missing}")
     return df.loc[:, columns].reset_index(drop=True)
 
-# GPU-projected phase windows (timeline bands, per-step breakdown). phase: "step" | "forward" | "backward" |
-# "optimizer" | "grad_wait". start/end: first/last GPU activity of kernels launched inside the host range
+# The phases of a training step, each name spelled here once: the ``phase`` column's values besides "step",
+# the ``--phase NAME=REGEX`` names, the timeline's bands. GRAD_PHASES: the three with a ``<name>_ns`` column.
+PHASES = ("forward", "backward", "grad_wait", "optimizer")
+GRAD_PHASES = ("forward", "backward", "optimizer")
+# GPU-projected phase windows (timeline bands, per-step breakdown). phase: "step" or one of PHASES. start/end: first/last GPU activity of kernels launched inside the host range
 # (by launch time within the process), or the host range itself when no kernel was launched in it.
 PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns", "host_end_ns"]
 # Beside PHASE_COLUMNS (and pid) in analysis.windows.phase_windows' frame (the per-rank windows, not the

@@ -88,7 +88,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     if steps.empty:
         return schema.empty_frame(schema.STEP_METRIC_COLUMNS), schema.empty_frame(schema.COMM_KIND_COLUMNS)
     tail = _tail(phases, karr)
-    extras = [*(_phase_len(phases, name) for name in ("forward", "backward", "optimizer")), tail]
+    extras = [*(_phase_len(phases, name) for name in schema.GRAD_PHASES), tail]
     parts, kinds = [], []
     phase_idx = ck.phase_index(phases)
     groups = steps.groupby("rank", sort=True).indices

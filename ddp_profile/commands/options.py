@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ddp_profile.errors import UsageError
 from ddp_profile.nsys.progress import ProgressBar
+from ddp_profile.schema import PHASES
 
 SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
 
@@ -149,8 +150,7 @@ def add_steps_argument(parser: argparse.ArgumentParser) -> None:
 def phase_spec(text: str) -> str:
     """argparse type: ``NAME=REGEX`` with a known phase name and a valid regex."""
     name, sep, rx = text.partition("=")
-    if not sep or name not in ("forward", "backward", "optimizer", "grad_wait") or not rx:
-        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME forward, backward, optimizer "
-                                         "or grad_wait")
+    if not sep or name not in PHASES or not rx:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME one of {', '.join(PHASES)}")
     regex(rx)
     return text

@@ -55,3 +55,10 @@ def test_index_says_what_bounds_each_run_and_long_kernel_names_may_wrap(tmp_path
     # the contention table's 130-character cuBLAS name may wrap; short names (Kernel2) are cells like any other
     assert re.search(r"<td class='long'>sm90_xmma_gemm_\w{60,}</td>", page)
     assert "<td class='long'>Kernel2</td>" not in page and "<td>Kernel2</td>" in page
+
+
+def test_one_run_folder_report_says_why_there_are_no_findings(tmp_path):
+    out = io.StringIO()
+    report.build_report([str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out)
+    assert "naive_xl_fp32_2xh200 is one run (FINDINGS.md answers from a campaign folder" in out.getvalue()
+    assert "none of the loaded runs is a run folder" not in out.getvalue()

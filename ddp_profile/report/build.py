@@ -271,10 +271,12 @@ def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
     t0 = time.perf_counter()
     data = from_report_runs(root, runs)
     if not data:
+        if not any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
+            return {}
         if any(root.glob("*.sqlite*")):  # the folder passed is one run: the findings answer a campaign
             print(f"report: no findings: {root} is one run (FINDINGS.md answers from a campaign folder of run "
                   "folders, e.g. traces/)", file=out, flush=True)
-        elif any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
+        else:
             print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
         return {}
     written = build_findings(root, tmp, runs=data)

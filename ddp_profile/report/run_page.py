@@ -13,7 +13,7 @@ import pandas as pd
 
 from ddp_profile.analysis.launches import STEP_TABLE
 from ddp_profile.nsys.files import export_stem
-from ddp_profile.report.answer_text import per_rank_of
+from ddp_profile.report.answer_text import per_rank_of, verdict_of
 from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, script_json, table
@@ -349,8 +349,10 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         return table(df, caption, **kw)
 
     advice = advice_for(run, context)
-    if own and advice.startswith("No comparison holds this run"):
-        advice = advice.removeprefix(NO_COMPARISON).lstrip()  # no comparison to speak of on an own job
+    # no comparison to speak of on an own job, nor where the analysis already says what to change
+    has_rule = bool((verdict_of(a) or {}).get("what_to_change"))
+    if (own or has_rule) and advice.startswith(NO_COMPARISON):
+        advice = advice.removeprefix(NO_COMPARISON).lstrip()
     verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice,
                           run.meta.get("world_size") or summary.get("n_ranks"), run.meta,
                           verdict=getattr(a, "verdict", None), per_rank=per_rank_of(a))

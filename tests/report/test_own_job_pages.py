@@ -62,3 +62,10 @@ def test_one_run_folder_report_says_why_there_are_no_findings(tmp_path):
     report.build_report([str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out)
     assert "naive_xl_fp32_2xh200 is one run (FINDINGS.md answers from a campaign folder" in out.getvalue()
     assert "none of the loaded runs is a run folder" not in out.getvalue()
+
+
+def test_a_harness_run_alone_says_what_to_change_without_a_no_comparison_sentence():
+    """fsdp_xl alone: the analysis says what to change, so "No comparison holds this run" adds nothing."""
+    page = _page(TRACES / "campaign" / "A" / "fsdp_xl_fp32_2xh200")
+    box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+    assert "what to change: " in box and "No comparison holds this run" not in box

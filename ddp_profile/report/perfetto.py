@@ -165,8 +165,9 @@ def link_html(run, esc) -> str:
     """The run page's "Open in Perfetto" paragraph (``esc`` is the page's escaper)."""
     name = file_name(run.page)
     if fits_in_report(run.trace):
+        phases = "phases per rank, inferred" if phases_inferred(run.analysis) else "NVTX phases per rank"
         return (f"<p>Open in Perfetto: download <a href='{esc(name)}' download>{esc(name)}</a> and drop it on "
-                "ui.perfetto.dev (every kernel, one track per rank × stream, NVTX phases per rank; the file "
+                f"ui.perfetto.dev (every kernel, one track per rank × stream, {phases}; the file "
                 "stays on your machine, Perfetto's UI runs in the browser).</p>")
     return ("<p class='note'>Open in Perfetto: this run is too large to write its trace beside the page "
             f"(over {REPORT_LIMIT_BYTES // 1_000_000} MB); make it with <code>ddp-profile export --format perfetto "

@@ -34,6 +34,8 @@ def test_gpt_accum_page_names_the_straggler_and_its_fix_before_any_measurement()
     assert "what to change: rank 0's host falls behind" in first and "cause host" in first
     # ranks differ > 2x in communication: each rank's value, not a pooled median
     assert re.search(r"Communication takes rank 0 [\d.]+ ms, rank 1 [\d.]+ ms per step \(ranks differ > 2×\)", box)
+    # no NVTX in this program: the Perfetto link says its phases are inferred, as the export labels them
+    assert "phases per rank, inferred;" in page and "NVTX phases per rank" not in page
 
 
 def test_one_gpu_headline_has_no_rows_of_communication_zeros():

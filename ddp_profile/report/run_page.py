@@ -53,7 +53,7 @@ def headline_values(run: Run) -> dict:
     return summary
 
 
-def _headline(summary: dict, per_rank: dict | None = None) -> str:
+def _headline(summary: dict, per_rank: dict | None = None, inferred: bool = False) -> str:
     """The headline table; a metric whose ranks differ more than 2× (``per_rank``, from the analysis) shows
     each rank's value instead of the pooled median."""
     from ddp_profile.report.glossary import METRICS, cell_text
@@ -70,7 +70,12 @@ def _headline(summary: dict, per_rank: dict | None = None) -> str:
     nr = summary.get("n_ranks")
     if nr == 1 and not summary.get("comm_ns"):  # one GPU, no NCCL: a column of communication zeros says nothing
         keys = tuple(k for k in HEADLINE if k in ("step_ns", "compute_ns", "idle_ns"))
-    rows = [(METRICS[k][0], value(k), METRICS[k][1]) for k in keys
+    def definition(k):  # inferred steps have no NVTX range: say what the step is instead
+        d = METRICS[k][1]
+        return d.replace("the step's NVTX range", "the step (inferred from the kernel sequence: no step NVTX "
+                         "ranges)") if inferred else d
+
+    rows = [(METRICS[k][0], value(k), definition(k)) for k in keys
             if k in summary and summary[k] is not None]
     n = (f"{nr if nr is not None else '?'} rank{'' if nr == 1 else 's'} × {summary.get('n_steps', '?')} "
          f"step{'' if summary.get('n_steps') == 1 else 's'}")
@@ -361,7 +366,8 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     body = "\n".join([
         f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "", two_node_note(run),
         answer_block(run),
-        _headline(summary, per_rank_of(a)),
+        _headline(summary, per_rank_of(a), inferred=any("steps inferred from the GPU trace" in str(n)
+                                                        for n in (getattr(a, "notes", None) or []))),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),
         "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class. Each rank's first "

@@ -36,6 +36,9 @@ def test_gpt_accum_page_names_the_straggler_and_its_fix_before_any_measurement()
     assert re.search(r"Communication takes rank 0 [\d.]+ ms, rank 1 [\d.]+ ms per step \(ranks differ > 2×\)", box)
     # no NVTX in this program: the Perfetto link says its phases are inferred, as the export labels them
     assert "phases per rank, inferred;" in page and "NVTX phases per rank" not in page
+    head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
+    assert "inside the step (inferred from the kernel sequence: no step NVTX ranges)" in head
+    assert "step's NVTX range" not in head
 
 
 def test_one_gpu_headline_has_no_rows_of_communication_zeros():

@@ -407,8 +407,8 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     }
     run = find_run_json(files_in, warnings)
     ranks = schema.select(procs, schema.RANK_COLUMNS)
-    waits = host_waits_frame([(str(f["path"]), f["host_waits"]) for f in files], ranks,
-                             {str(f["path"]): o for f, o in zip(files, offsets, strict=False)})
+    waits = host_waits_frame([(shown_path(f["path"]), f["host_waits"]) for f in files], ranks,  # ranks' file names
+                             {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)})
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),

@@ -62,6 +62,28 @@ class Analysis:
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
+    _deferred: dict = field(default_factory=dict, repr=False, compare=False)
+    """Sections not computed yet (``analyze(sections=...)``): name -> function computing the frame."""
+
+    # ---- sections computed on first access (analyze(sections=...)) --------------------------------------
+    def defer(self, name: str, compute) -> None:
+        """Compute section ``name`` (an attribute) with ``compute()`` when it is first read, not now."""
+        self._deferred[name] = compute
+        self.__dict__.pop(name, None)  # so that reading it reaches __getattr__
+
+    def __getattr__(self, name: str):
+        deferred = self.__dict__.get("_deferred")  # only reached for attributes not set: deferred sections
+        if deferred and name in deferred:
+            value = deferred.pop(name)()
+            setattr(self, name, value)
+            return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict:
+        """Pickled (report cache, Dask) with every deferred section computed: the functions stay here."""
+        for name in list(self.__dict__.get("_deferred", {})):
+            getattr(self, name)
+        return self.__dict__
 
     def summary(self) -> dict:
         """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
@@ -164,15 +186,22 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
     return sizes
 
 
+OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
+"""Sections ``analyze(sections=...)`` computes only when asked for (else on first access of the attribute)."""
+
+
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all") -> Analysis:
+            steps="all", sections=None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
+    ``sections``: JSON section names wanted now (default None: all); of :data:`OPTIONAL_SECTIONS`, those not
+    named are computed when first read (``res.comm_kinds``), so they never come out empty or stale.
 
     A trace whose ranks are held where their data lives (``trace.map_ranks(fn, per_file, **kwargs)``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in the stages of
     :mod:`ddp_profile.analysis.parts`; only small tables come back."""
+    later = set() if sections is None else set(OPTIONAL_SECTIONS) - set(sections)
     if hasattr(trace, "map_ranks"):
-        return _staged(trace, step_pattern, phase_patterns, steps)
+        return _staged(trace, step_pattern, phase_patterns, steps, later)
     notes: list[str] = []
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
     karr = KernelArrays(kernels)
@@ -196,7 +225,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
     coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
     return_freed_memory()
-    step_frame, kinds_frame = _steps.step_tables(windows, karr, coll)
+    step_frame, kinds_frame = _steps.step_tables(windows, karr, coll, with_kinds="comm_kinds" not in later)
     if (note := _ck.other_kind_note(karr)) is not None:
         notes.append(note)
     karr.launch = None  # launch times' last users were the collective and step tables
@@ -234,12 +263,21 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         notes=notes,
         comm_kinds=kinds_frame,
     )
-    res.recommendation = _rec.recommend(res, kernels, getattr(trace, "run", None),
-                                        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+    if "comm_kinds" in later:
+        res.defer("comm_kinds", lambda: _steps.step_tables(windows, KernelArrays(kernels), coll)[1])
+
+    def recommendation():
+        return _rec.recommend(res, kernels, getattr(trace, "run", None),
+                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+
+    if "recommendation" in later:
+        res.defer("recommendation", recommendation)
+    else:
+        res.recommendation = recommendation()
     return res
 
 
-def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
+def _staged(trace, step_pattern, phase_patterns, steps, later=frozenset()) -> Analysis:
     """``analyze`` on a trace whose ranks are held elsewhere (``trace.map_ranks``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace`): the stages of :mod:`ddp_profile.analysis.parts` run
     where the ranks are; collectives are matched and the parts combined here, from small tables only."""
@@ -260,6 +298,13 @@ def _staged(trace, step_pattern, phase_patterns, steps) -> Analysis:
     fields = _parts.combine(got, table, match_notes)
     ready = fields.pop("ready_ns")
     res = Analysis(**fields)
-    res.recommendation = _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
-                                        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+
+    def recommendation():
+        return _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
+                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+
+    if "recommendation" in later:
+        res.defer("recommendation", recommendation)
+    else:
+        res.recommendation = recommendation()
     return res

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -42,7 +41,8 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
                    help="table (default), json (all sections, stable keys) or csv (one section)")
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
-                   help="what to output (default: all; csv: steps)")
+                   help="what to output (default: every section but comm_kinds and recommendation, which are "
+                        "computed only when asked for; all: every one; csv: one, default steps)")
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
@@ -67,21 +67,33 @@ def _phases(items: list[str]) -> dict[str, str]:
     return out
 
 
-def render(res, fmt: str, section: str | None) -> str:
-    """The analysis as text in the requested format (pure; the CLI writes it)."""
-    import pandas as pd
+def chosen_sections(fmt: str, section: str | None) -> list[str]:
+    """The CLI sections to output: csv one (default steps); json and table the one asked for, every one for
+    ``all``, and by default every section except those computed only on request (``comm_kinds``,
+    ``recommendation``: ``analysis.OPTIONAL_SECTIONS``)."""
+    from ddp_profile.analysis import OPTIONAL_SECTIONS
 
     if fmt == "csv":
         section = section or "steps"
         if section == "all":
             raise UsageError("--format csv writes one table: pick --section " + "|".join(SECTIONS))
-        return getattr(res, SECTIONS[section]).to_csv(index=False)
-    section = section or "all"
-    chosen = list(SECTIONS) if section == "all" else [section]
+        return [section]
+    if section == "all":
+        return list(SECTIONS)
+    return [section] if section else [s for s in SECTIONS if JSON_KEY.get(s, s) not in OPTIONAL_SECTIONS]
+
+
+def render(res, fmt: str, section: str | None) -> str:
+    """The analysis as text in the requested format (pure; the CLI writes it)."""
+    import pandas as pd
+
+    chosen = chosen_sections(fmt, section)
+    if fmt == "csv":
+        return getattr(res, SECTIONS[chosen[0]]).to_csv(index=False)
     if fmt == "json":
-        full = res.to_json_dict()
-        keep = {"version", "summary", "notes"} | {JSON_KEY.get(s, s) for s in chosen}
-        return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
+        from ddp_profile.commands.writers import json_text
+
+        return json_text(res, [JSON_KEY.get(s, s) for s in chosen])
     lines = []
     summary = res.summary()
     lines.append("summary: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary.items()))
@@ -103,9 +115,11 @@ def run(args) -> int:
     from ddp_profile.analysis import analyze
 
     phases = _phases(args.phase)
+    wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
-        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
+                      sections=wanted)
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

@@ -23,6 +23,10 @@ def register(subparsers) -> None:
     p.add_argument("--no-findings", action="store_true",
                    help="skip FINDINGS.md and findings.html (written by default when the input is a campaign "
                         "folder such as traces/)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="analyse every run again and keep no cache (by default each run's results are kept in "
+                        "OUTPUT/.cache/, keyed by its files' contents and the tool's version, and reused while "
+                        "both are unchanged)")
     add_export_argument(p)
     p.set_defaults(func=run)
 
@@ -33,7 +37,8 @@ def run(args) -> int:
     check_jobs(args.jobs)
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
-                                   findings=not getattr(args, "no_findings", False))
+                                   findings=not getattr(args, "no_findings", False),
+                                   cache=not getattr(args, "no_cache", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

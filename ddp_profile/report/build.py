@@ -21,6 +21,7 @@ from typing import Any
 
 from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
 from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.html import PLOTLY_JS
@@ -46,17 +47,24 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path):
+def load_one(path: Path, cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
     (trace, analysis, launch diagnosis). The run's JSON (``run.json``, ``<run>.json``) is found by the
-    loader (``trace.run``)."""
+    loader (``trace.run``). With ``cache_entry``, the result is also written there (report/cache.py); a
+    cache that cannot be written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
     trace = load_trace(path, progress=_say)
     _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    return trace, analyze(trace), launch_diagnosis(trace)
+    result = trace, analyze(trace), launch_diagnosis(trace)
+    if cache_entry is not None:
+        try:
+            run_cache.store(cache_entry, result)
+        except OutputError as exc:
+            _say(f"not cached: {exc}")
+    return result
 
 
 def read_program(path: Path) -> dict | None:
@@ -74,10 +82,12 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], list[str]]:
+def load_runs(paths: list, jobs: int = 1, progress=None,
+              cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
-    locations or (location, run id) pairs from :func:`discover_runs`. Returns the runs and one message per
-    run that failed (the report lists them; the CLI exits non-zero)."""
+    locations or (location, run id) pairs from :func:`discover_runs`. With ``cache``, a run whose inputs and
+    tool are unchanged since the last report is taken from it, and the others are stored in it. Returns the
+    runs and one message per run that failed (the report lists them; the CLI exits non-zero)."""
     from ddp_profile.errors import DdpProfileError
 
     out = progress or sys.stderr
@@ -103,23 +113,39 @@ def load_runs(paths: list, jobs: int = 1, progress=None) -> tuple[list[Run], lis
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 
     print(f"report: loading {len(paths)} run(s) with {jobs} job(s)", file=out, flush=True)
-    if jobs <= 1 or len(paths) <= 1:
+    keys = [run_cache.run_key(p) if cache is not None else None for p in paths]
+    cached = [cache.get(k) if cache is not None and k is not None else None for k in keys]
+    if cache is not None and any(c is not None for c in cached):
+        print(f"report: {sum(c is not None for c in cached)} run(s) unchanged since the last report: taken from "
+              f"its cache", file=out, flush=True)
+    entries = [cache.entry_path(k) if cache is not None and k is not None and c is None else None
+               for k, c in zip(keys, cached, strict=True)]
+
+    def finish(i, p, result):
+        if keys[i - 1] is not None and entries[i - 1] is not None and not isinstance(result, DdpProfileError):
+            cache.record(keys[i - 1], entries[i - 1])
+        done(i, p, result)
+
+    todo = [i for i, c in enumerate(cached) if c is None]
+    if jobs <= 1 or len(todo) <= 1:
         for i, p in enumerate(paths, 1):
-            try:
-                result = load_one(p)
-            except DdpProfileError as exc:
-                result = exc
-            done(i, p, result)
+            result = cached[i - 1]
+            if result is None:
+                try:
+                    result = load_one(p, entries[i - 1])
+                except DdpProfileError as exc:
+                    result = exc
+            finish(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [(p, pool.submit(load_one, p)) for p in paths]
-            for i, (p, fut) in enumerate(futures, 1):
+            futures = {i: pool.submit(load_one, paths[i], entries[i]) for i in todo}
+            for i, p in enumerate(paths, 1):
                 try:
-                    result = fut.result()
+                    result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
                 except DdpProfileError as exc:
                     result = exc
-                done(i, p, result)
+                finish(i, p, result)
     names = [r.run_id for r in runs]
     for i, r in enumerate(runs):  # bare locations with one run_name: keep both pages apart
         if names.count(r.run_id) > 1 and names.index(r.run_id) != i:
@@ -174,7 +200,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
-                 findings_root: Path | None = None) -> dict:
+                 findings_root: Path | None = None, cache: run_cache.RunCache | None = None) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
     campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
     are built from the same already-analysed runs and land in the same atomic swap."""
@@ -210,6 +236,8 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
         _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes,
                                                     context=context))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
+        if cache is not None:
+            cache.carry_into(tmp)  # the runs' cached results go into the new folder (not counted as pages)
 
     write_report_dir(out_dir, fill)
     return sizes
@@ -256,10 +284,11 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 findings: bool = True) -> tuple[dict, list[str]]:
+                 findings: bool = True, cache: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
     FINDINGS.md and findings.html are written too when the input is one campaign folder (see
-    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped."""
+    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. With ``cache``
+    (default), per-run results are kept in the report folder and reused while unchanged (report/cache.py)."""
     _check_inputs_outside(paths, out_dir)
     found = discover_runs(paths)
     if not found:
@@ -269,7 +298,16 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     if findings and root is None:
         print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
               "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
-    runs, failures = load_runs(found, jobs, progress)
+    store = run_cache.RunCache(out_dir, MARKER) if cache else None
+    try:
+        return _build(paths, found, out_dir, jobs, progress, root, store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _build(paths, found, out_dir, jobs, progress, root, store) -> tuple[dict, list[str]]:
+    runs, failures = load_runs(found, jobs, progress, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
@@ -280,5 +318,5 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, findings_root=root), failures
+    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store), failures
 

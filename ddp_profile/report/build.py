@@ -200,7 +200,8 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
-                 findings_root: Path | None = None, cache: run_cache.RunCache | None = None) -> dict:
+                 findings_root: Path | None = None, cache: run_cache.RunCache | None = None,
+                 key: str | None = None) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
     campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
     are built from the same already-analysed runs and land in the same atomic swap."""
@@ -238,6 +239,8 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
         sizes["index.html"] = (tmp / "index.html").stat().st_size
         if cache is not None:
             cache.carry_into(tmp)  # the runs' cached results go into the new folder (not counted as pages)
+        if key is not None:  # what this report was made from, for the next one (report/cache.py)
+            run_cache.write_record(tmp, key, list(failures), sizes)
 
     write_report_dir(out_dir, fill)
     return sizes
@@ -298,15 +301,24 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     if findings and root is None:
         print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
               "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
+    key = None
+    if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
+        key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
+                                   {"findings": root is not None, "ids": [rid for _, rid in found]})
+        kept = run_cache.unchanged_report(out_dir, MARKER, key)
+        if kept is not None:
+            print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
+                  file=progress or sys.stderr, flush=True)
+            return kept
     store = run_cache.RunCache(out_dir, MARKER) if cache else None
     try:
-        return _build(paths, found, out_dir, jobs, progress, root, store)
+        return _build(paths, found, out_dir, jobs, progress, root, store, key)
     finally:
         if store is not None:
             store.close()
 
 
-def _build(paths, found, out_dir, jobs, progress, root, store) -> tuple[dict, list[str]]:
+def _build(paths, found, out_dir, jobs, progress, root, store, key) -> tuple[dict, list[str]]:
     runs, failures = load_runs(found, jobs, progress, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
@@ -318,5 +330,5 @@ def _build(paths, found, out_dir, jobs, progress, root, store) -> tuple[dict, li
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store), failures
+    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store, key=key), failures
 

@@ -18,6 +18,7 @@ run code when loaded: the cache trusts its own report folder, as it trusts the t
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import platform
@@ -134,3 +135,54 @@ class RunCache:
 def store(entry: Path, result) -> None:
     """Write one result atomically (a reader never sees half an entry)."""
     write_bytes_atomic(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# ---- the whole report: unchanged inputs and tool -> the previous folder is kept as it is --------------------
+
+REPORT_RECORD = "report.json"
+
+
+def report_key(paths: list, locations: list, out_dir: Path, options: dict) -> str:
+    """Digest of a whole report's inputs: the tool, the options, the output folder, every file under the
+    input paths and every file each run's load may read (:func:`input_files`)."""
+    files: set[Path] = set()
+    for p in paths:
+        p = Path(p).resolve()
+        files.update(q.resolve() for q in p.rglob("*") if q.is_file()) if p.is_dir() else files.add(p)
+    for loc in locations:
+        files.update(input_files(Path(loc)))
+    h = hashlib.blake2b(tool_digest(), digest_size=20)
+    h.update(json.dumps([str(Path(out_dir).resolve()), [str(x) for x in locations], options],
+                        sort_keys=True, default=str).encode())
+    for f in sorted(files):
+        h.update(str(f).encode() + b"\0" + _file_digest(f))
+    return h.hexdigest()
+
+
+def _manifest(folder: Path) -> dict[str, str]:
+    """Every file of a report folder but its hidden ones (the cache, the report marker): relative path ->
+    content digest."""
+    return {str(f.relative_to(folder)): _file_digest(f).hex() for f in sorted(folder.rglob("*"))
+            if f.is_file() and not f.relative_to(folder).parts[0].startswith(".")}
+
+
+def write_record(folder: Path, key: str, failures: list[str], sizes: dict) -> None:
+    """Record, in a finished report folder, what it was made from and what it holds (checked on reuse)."""
+    (folder / CACHE_DIR).mkdir(exist_ok=True)
+    record = {"key": key, "failures": list(failures), "sizes": sizes, "files": _manifest(folder)}
+    write_bytes_atomic(folder / CACHE_DIR / REPORT_RECORD, json.dumps(record).encode())
+
+
+def unchanged_report(out_dir: Path, marker: str, key: str) -> tuple[dict, list[str]] | None:
+    """(page sizes, failures) of the report in ``out_dir`` when it was made from the same inputs and tool
+    (``key``) and its files are still the ones it wrote; else None (the report is built again)."""
+    out_dir = Path(out_dir).resolve()
+    try:
+        if not (out_dir / marker).is_file():
+            return None
+        record = json.loads((out_dir / CACHE_DIR / REPORT_RECORD).read_text())
+        if record.get("key") != key or record.get("files") != _manifest(out_dir):
+            return None
+        return dict(record["sizes"]), list(record["failures"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
-from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
 from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
 from ddp_profile.report.compare import assign_baselines, comparison
@@ -56,9 +56,10 @@ def load_one(path: Path, cache_entry: Path | None = None):
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
-    trace = load_trace(path, progress=_say)
-    _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    result = trace, analyze(trace), launch_diagnosis(trace)
+    with reuse_decompressed():  # the launch diagnosis reads the same (compressed) export again
+        trace = load_trace(path, progress=_say)
+        _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
+        result = trace, analyze(trace), launch_diagnosis(trace)
     if cache_entry is not None:
         try:
             run_cache.store(cache_entry, result)
@@ -201,10 +202,11 @@ def _write(path: Path, text: str) -> None:
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
                  findings_root: Path | None = None, cache: run_cache.RunCache | None = None,
-                 key: str | None = None) -> dict:
+                 key: str | None = None, jobs: int = 1) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
     campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
-    are built from the same already-analysed runs and land in the same atomic swap."""
+    are built from the same already-analysed runs and land in the same atomic swap. ``jobs`` > 1 renders
+    the run pages (and their Perfetto files) in that many forked processes (:func:`_run_pages`)."""
     from plotly.offline import get_plotlyjs
 
     out = progress or sys.stderr
@@ -217,14 +219,9 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
 
     def fill(tmp: Path):
         _write(tmp / PLOTLY_JS, get_plotlyjs())
-        for i, r in enumerate(runs, 1):
-            t0 = time.perf_counter()
-            _write(tmp / r.page, render_run_page(r, context))
-            if perfetto.fits_in_report(r.trace):
-                perfetto.write_perfetto(tmp / perfetto.file_name(r.page), r.trace, r.analysis)
-            sizes[r.page] = (tmp / r.page).stat().st_size
-            print(f"report: [{i}/{len(runs)}] page {r.page} ({sizes[r.page] / 1e6:.1f} MB, "
-                  f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)
+        for i, (page, size, seconds) in enumerate(_run_pages(runs, context, tmp, jobs), 1):
+            sizes[page] = size
+            print(f"report: [{i}/{len(runs)}] page {page} ({size / 1e6:.1f} MB, {seconds:.1f} s)", file=out, flush=True)
         for g in groups:
             if g.kind == "sweep":
                 text = render_sweep_page(g, runs, facts=context["sweeps"][g.page])
@@ -244,6 +241,41 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
 
     write_report_dir(out_dir, fill)
     return sizes
+
+
+_PAGES: tuple | None = None  # (runs, context, folder) while run pages are rendered; forked workers inherit it
+
+
+def _page_of(i: int) -> tuple[str, int, float]:
+    """Render run ``i``'s page (and its Perfetto file) into the folder: (page, bytes, seconds)."""
+    assert _PAGES is not None
+    runs, context, folder = _PAGES
+    r, t0 = runs[i], time.perf_counter()
+    _write(folder / r.page, render_run_page(r, context))
+    if perfetto.fits_in_report(r.trace):
+        perfetto.write_perfetto(folder / perfetto.file_name(r.page), r.trace, r.analysis)
+    return r.page, (folder / r.page).stat().st_size, time.perf_counter() - t0
+
+
+def _run_pages(runs: list[Run], context: dict, folder: Path, jobs: int):
+    """(page, bytes, seconds) of each run page, in run order. With ``jobs`` > 1 (and fork available) the
+    pages are rendered in forked worker processes, which inherit the loaded runs (nothing large is sent to
+    them; each writes its own files); pages depend only on their run and the shared context, so the
+    folder is the same either way (tests/report/test_report_cache.py)."""
+    import multiprocessing as mp
+
+    global _PAGES
+    _PAGES = (runs, context, folder)
+    try:
+        if jobs <= 1 or len(runs) <= 1 or "fork" not in mp.get_all_start_methods():
+            yield from map(_page_of, range(len(runs)))
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=mp.get_context("fork")) as pool:
+            yield from pool.map(_page_of, range(len(runs)))
+    finally:
+        _PAGES = None
 
 
 def findings_root_of(paths: list) -> Path | None:
@@ -330,5 +362,6 @@ def _build(paths, found, out_dir, jobs, progress, root, store, key) -> tuple[dic
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store, key=key), failures
+    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store, key=key,
+                        jobs=jobs), failures
 

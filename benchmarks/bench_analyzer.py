@@ -474,8 +474,20 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
                    match_share=match_s / (t3 - t1), rows=trace.stats["rows"],
                    worker_peak_mb=trace.stats["worker_peak_kb"] / 1024, part_mb=trace.stats["part_bytes"] / 1e6)
     out.update(rss_before_kb=before, peak_kb=_peak_kb(), client_peak_over_start_mb=(_peak_kb() - before) / 1024,
-               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()))
+               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()),
+               result_digest=_result_digest(res))
     return out
+
+
+def _result_digest(res) -> str:
+    """A digest of the whole analysis as `analyze --format json --section all` writes it: threads and Dask
+    must give the same one."""
+    import hashlib
+
+    from ddp_profile.commands.writers import json_text
+    from ddp_profile.schema import JSON_SECTIONS
+
+    return hashlib.blake2b(json_text(res, list(JSON_SECTIONS)).encode(), digest_size=16).hexdigest()
 
 
 def _import_stack() -> None:

@@ -81,12 +81,18 @@ def sweep_lines(res: dict) -> list[str]:
            f"{sw['kernels_per_file']:,} kernels each ({sw['disk_mb']:.0f} MB on disk for the largest set):", "",
            "| files | mode | wall s | client peak over start MB | worker peak RSS MB | parts MB | load s (Dask) | "
            "cross-rank matching s (share) | load average |", "|---|---|---|---|---|---|---|---|---|"]
+    threads = {r["files"]: r.get("result_digest") for r in sw["rows"] if r["mode"] == "threads"}
+    same = []
     for r in sw["rows"]:
         d = r["mode"] == "dask"
         out.append(f"| {r['files']} | {r['mode']} | {r['seconds']:.2f} | {r['client_peak_over_start_mb']:.0f} | "
                    + (f"{r['worker_peak_mb']:.0f} | {r['part_mb']:.1f} | {r['load_s']:.2f} | "
                       f"{r['match_s']:.3f} ({100 * r['match_share']:.1f} %) |" if d else "- | - | - | - |")
                    + f" {r.get('loadavg', '-')} |")
+        if d and r.get("result_digest") and threads.get(r["files"]):
+            same.append(f"{r['files']} files: {'the same' if r['result_digest'] == threads[r['files']] else 'DIFFERENT'}")
+    if same:
+        out += ["", "Dask against threads, the whole analysis (`--section all` JSON, digested): " + "; ".join(same) + "."]
     return out
 
 

@@ -3,7 +3,7 @@
 # each configuration runs stock and hooked alternately, REPEATS times, and the script prints the median
 # step time (CUDA events, slowest rank) of every run and the median of each arm. The hook changes DDP's GPU
 # path (unscaled gradient copies, then an in-place scale of each bucket), which is why torch_ddp runs
-# stock by default (ddp_profile/strategies/torch_ddp.py); this measures what the hook costs.
+# stock by default (ddp_profile/harness/strategies/torch_ddp.py); this measures what the hook costs.
 #
 # Usage: scripts/ddp_hook_ab.sh [OUT_DIR]        e.g. scripts/ddp_hook_ab.sh /tmp/ab
 # Knobs (environment):

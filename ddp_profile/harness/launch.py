@@ -93,12 +93,14 @@ def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict |
     return opts, desc
 
 
-def _read_back(device: torch.device) -> dict:
-    """What the live NCCL backend says it was built with (private API: {} where it moved)."""
+def _read_back(device: torch.device, group=None) -> dict:
+    """What the live NCCL backend of ``group`` (default: the default group) says it was built with
+    (private API: {} where it moved)."""
     try:
-        options = dist.distributed_c10d._get_default_group()._get_backend(device).options
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        options = pg._get_backend(device).options
         # the stubs type `.options` as the base Backend.Options; NCCL's is ProcessGroupNCCL.Options
-        out: dict[str, bool | int] = {"is_high_priority_stream": bool(options.is_high_priority_stream)}  # type: ignore[attr-defined]
+        out: dict[str, bool | int] = {"is_high_priority_stream": bool(options.is_high_priority_stream)}  # type: ignore[attr-defined,union-attr]
         config = getattr(options, "config", None)
         if config is not None:
             out["max_ctas"] = int(config.max_ctas)
@@ -129,6 +131,25 @@ def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, 
     _COMM_SETUP.clear()
     _COMM_SETUP.update(desc)
     return desc
+
+
+def new_lever_group(backend: str, device: torch.device, nccl_channels: int = 0, nccl_high_priority: bool = False):
+    """(group, description): a new process group over every rank with the NCCL levers applied through its
+    options, as init_process_group applies them to the default group, for configurations that differ in
+    their levers inside one job (ddp_profile.harness.repeats). Every rank must call it, in the same order.
+    On gloo the levers are ignored, with a note."""
+    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
+                  "channels_mechanism": None, "high_priority_mechanism": None, "group": "own group (new_group)"}
+    if backend != "nccl":
+        if nccl_channels or nccl_high_priority:
+            desc["note"] = f"ignored: backend {backend} has no NCCL channels or streams"
+        return dist.new_group(backend=backend), desc
+    opts, levers = nccl_options(nccl_channels, nccl_high_priority)
+    desc.update(levers)
+    group = dist.new_group(backend="nccl", pg_options=opts)
+    desc["read_back"] = _read_back(device, group)
+    desc["nccl_env"] = {k: os.environ[k] for k in NCCL_TUNING_ENV if k in os.environ}
+    return group, desc
 
 
 def comm_setup(nccl_channels: int = 0, nccl_high_priority: bool = False) -> dict:

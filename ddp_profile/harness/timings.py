@@ -11,6 +11,9 @@ measured, so a reader can see what the step costs without the profiler and how m
 * ``unprofiled_repeat_medians_ms``: each repeat's own ``step_ms_median`` (spread between launches);
 * ``unprofiled_step_ms_min`` / ``unprofiled_step_ms_max``: the fastest and slowest step of all repeats;
 * ``unprofiled_repeats`` and ``unprofiled_steps``: how many runs and steps the numbers come from;
+* ``unprofiled_ci_low_ms`` / ``unprofiled_ci_high_ms`` (with ``unprofiled_ci_level``, ``_method``,
+  ``_resamples``, ``_seed``): the median's 95 % bootstrap interval over repeats and their steps
+  (:mod:`ddp_profile.harness.spread`; with few repeats it is wide, as it should be);
 * ``profiler_overhead_pct``: 100 * (profiled ``step_ms_median`` / ``unprofiled_step_ms_median`` - 1);
 * ``host``: a label for the machine (``--host``), never its real name.
 
@@ -26,21 +29,15 @@ import json
 from pathlib import Path
 
 from ddp_profile.errors import TraceError, UsageError, run_main
+from ddp_profile.harness import spread
 from ddp_profile.safeio import write_text_atomic
 
 # Keys that must agree between the profiled run and every repeat for the comparison to mean anything.
 SAME_KEYS = ("run", "config", "world_size", "gpu_name", "timing_source")
 ADDED_KEYS = ("unprofiled_step_ms_median", "unprofiled_repeat_medians_ms", "unprofiled_step_ms_min",
               "unprofiled_step_ms_max", "unprofiled_repeats", "unprofiled_steps", "profiler_overhead_pct",
-              "host")
-
-
-def harness_median(values: list[float]) -> float:
-    """The harness's median rule (ddp_profile.harness.train.run): the upper median for an even count."""
-    if not values:
-        raise TraceError("no measured steps to take a median of")
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+              "host", "unprofiled_ci_low_ms", "unprofiled_ci_high_ms", "unprofiled_ci_level", "unprofiled_ci_method",
+              "unprofiled_ci_resamples", "unprofiled_ci_seed")
 
 
 def slowest_rank_steps(record: dict) -> list[float]:
@@ -69,13 +66,14 @@ def fold(profiled: dict, repeats: list[dict], host: str | None = None) -> dict:
     out = dict(profiled)
     for key in ADDED_KEYS:  # folding twice replaces, never mixes, the earlier numbers
         out.pop(key, None)
-    unprofiled = harness_median(every)
+    unprofiled = spread.upper_median(every)
     out["unprofiled_step_ms_median"] = unprofiled
-    out["unprofiled_repeat_medians_ms"] = [harness_median(steps) for steps in per_repeat]
+    out["unprofiled_repeat_medians_ms"] = [spread.upper_median(steps) for steps in per_repeat]
     out["unprofiled_step_ms_min"] = min(every)
     out["unprofiled_step_ms_max"] = max(every)
     out["unprofiled_repeats"] = len(repeats)
     out["unprofiled_steps"] = len(every)
+    out.update(spread.bootstrap_median(per_repeat).fields())
     prof = profiled.get("step_ms_median")
     out["profiler_overhead_pct"] = (round(100.0 * (float(prof) / unprofiled - 1.0), 3)
                                     if prof is not None and unprofiled > 0 else None)

@@ -93,7 +93,8 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
 
 def add_run_facts(comp: pd.DataFrame, runs: list[Run]) -> None:
     """The columns from the run JSONs (:mod:`ddp_profile.report.measures`): the step time each run is
-    ranked by (rank_step_ns, with its min–max: the un-profiled repeats or the profiled steps) under its
+    ranked by (rank_step_ns, with its min–max: the un-profiled repeats or the profiled steps, and the
+    un-profiled median's confidence interval rank_ci_low_ns / rank_ci_high_ns where recorded) under its
     set's basis (rank_basis), the un-profiled median and its repeat count, the profiler overhead, and the
     peak memory and optimizer state per GPU (the largest rank). ``step_ns`` stays the trace's time."""
     from ddp_profile.report import measures
@@ -106,6 +107,11 @@ def add_run_facts(comp: pd.DataFrame, runs: list[Run]) -> None:
              for r, b, lo, hi in zip(runs, bases, comp["step_min_ns"], comp["step_max_ns"], strict=True)]
     comp["rank_min_ns"] = [s[0] for s in spans]
     comp["rank_max_ns"] = [s[1] for s in spans]
+    # the un-profiled median's confidence interval, where the run JSON has one and the set ranks by it
+    nan = (float("nan"), float("nan"))
+    cis = [measures.ci_ns(r.meta) if b == measures.UNPROFILED else nan for r, b in zip(runs, bases, strict=True)]
+    comp["rank_ci_low_ns"] = [c[0] for c in cis]
+    comp["rank_ci_high_ns"] = [c[1] for c in cis]
     comp["unprofiled_step_ns"] = [measures.unprofiled_ns(r.meta) for r in runs]
     comp["unprofiled_repeats"] = [measures.unprofiled_repeats(r.meta) for r in runs]
     comp["profiler_overhead_pct"] = [measures.profiler_overhead_pct(r.meta) for r in runs]

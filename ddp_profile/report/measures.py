@@ -10,6 +10,13 @@ profiled steps of ``step_ns``) otherwise (:data:`TRACE`): never a mix of the two
 (``report.compare.comparison``) and the findings (``report.findings.campaign``) both go through
 :func:`ranking_basis` and :func:`rank_ns`, so they cannot name different winners.
 
+Spread (issue 30). A run JSON written by the interleaved-repeats protocol (``ddp_profile.harness.repeats``,
+or ``harness.timings`` folding repeats) carries a bootstrap confidence interval of the un-profiled median,
+``unprofiled_ci_low_ms`` / ``unprofiled_ci_high_ms`` (:func:`ci_ns`). Two runs are called faster or slower
+than each other only when both intervals are known and do not overlap (:func:`versus`); overlapping intervals
+are "within noise", and runs without intervals (the older JSONs) are compared by their medians with the
+spread stated as unknown.
+
 Memory: the harness records per rank ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` after
 set-up and the bytes of the rank's optimizer-state tensors; a run's value is the largest over its ranks
 (:func:`peak_bytes`), the GPU that runs out first.
@@ -53,6 +60,41 @@ def unprofiled_repeats(meta: dict | None) -> float:
         reps = m.get("unprofiled_repeat_medians_ms")
         n = len(reps) if isinstance(reps, list) and reps else None
     return _number(n)
+
+
+def ci_ns(meta: dict | None) -> tuple[float, float]:
+    """(low, high) of the un-profiled median's confidence interval (ns); NaN when the run JSON has none."""
+    m = meta or {}
+    return _number(m.get("unprofiled_ci_low_ms")) * 1e6, _number(m.get("unprofiled_ci_high_ms")) * 1e6
+
+
+def ci_level_pct(meta: dict | None) -> float:
+    """The interval's confidence level in percent (95 when the JSON does not say); NaN without an interval."""
+    m = meta or {}
+    if not all(math.isfinite(v) for v in ci_ns(m)):
+        return math.nan
+    level = _number(m.get("unprofiled_ci_level"))
+    return 100.0 * level if math.isfinite(level) else 95.0
+
+
+FASTER, SLOWER, WITHIN_NOISE, SAME = "faster", "slower", "within noise", "equal"
+SPREAD_UNKNOWN = "spread unknown"
+
+
+def versus(a_ns: float, a_ci: tuple[float, float], b_ns: float, b_ci: tuple[float, float]) -> tuple[str, bool]:
+    """(word, established) for step time ``a`` against ``b``: with both intervals known, FASTER / SLOWER when
+    they do not overlap (established) and WITHIN_NOISE when they do; with an interval missing, the medians'
+    order (FASTER / SLOWER / SAME) and established False (the spread is unknown). ("n/a", False) when a
+    median is missing."""
+    if not (math.isfinite(a_ns) and math.isfinite(b_ns)):
+        return "n/a", False
+    if all(math.isfinite(v) for v in (*a_ci, *b_ci)):
+        if a_ci[1] < b_ci[0]:
+            return FASTER, True
+        if b_ci[1] < a_ci[0]:
+            return SLOWER, True
+        return WITHIN_NOISE, False
+    return (FASTER if a_ns < b_ns else SLOWER if a_ns > b_ns else SAME), False
 
 
 def profiler_overhead_pct(meta: dict | None) -> float:

@@ -97,21 +97,30 @@ def basis_sentence(rows: list[dict]) -> str:
 
 
 def strategy_verdict(comp: pd.DataFrame) -> str:
+    from ddp_profile.report.measures import versus
+
     r = ranked(comp).to_dict("records")
     if not r:
         return "<p>No multi-GPU run with steps here, so no ranking.</p>"
     best = r[0]
     t = rank_time
-    out = [f"<b>Fastest: {_e(label(best))}</b> at {fmt_ms(t(best))} per step ({_population(best)})."]
+    # with both intervals recorded and overlapping, the top two are within noise: no "fastest" claim
+    within = (len(r) > 1 and _has_ci(best) and _has_ci(r[1])
+              and not versus(t(best), _ci(best), t(r[1]), _ci(r[1]))[1])
+    head = "Lowest median (within noise of the next)" if within else "Fastest"
+    out = [f"<b>{head}: {_e(label(best))}</b> at {fmt_ms(t(best))} per step ({_population(best)})."]
     if len(r) > 1:
         nxt, worst = r[1], r[-1]
-        s = (f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))}{_what(nxt)} "
-             f"({fmt_ms(t(nxt))}, range {_range(nxt)})")
+        s = (f"Its median is {_diff(t(best), t(nxt))} below the next, {_e(label(nxt))}{_what(nxt)} "
+             if within else f"It is {_diff(t(best), t(nxt))} faster than the next, {_e(label(nxt))}{_what(nxt)} ")
+        s += f"({fmt_ms(t(nxt))}, range {_range(nxt)})"
         if len(r) > 2:
             s += f", and {_diff(t(best), t(worst))} faster than the slowest, {_e(label(worst))}"
         out.append(s + ".")
         b_hi, n_lo = best.get(_HI, best.get("step_max_ns")), nxt.get(_LO, nxt.get("step_min_ns"))
-        if missing(b_hi) or missing(n_lo):
+        if _has_ci(best) and _has_ci(nxt):
+            out.append(_ci_sentence(best, nxt))
+        elif missing(b_hi) or missing(n_lo):
             out.append("No step-time range is recorded for the top two, so whether their steps establish the "
                        "order is not known.")
         elif b_hi < n_lo:
@@ -126,20 +135,66 @@ def strategy_verdict(comp: pd.DataFrame) -> str:
     if ddp and ddp[0] is not best:
         d = ddp[0]
         out.append(f"Against PyTorch DDP ({_e(label(d))}, {fmt_ms(t(d))}): "
-                   f"{_diff(t(best), t(d))} faster{_hosts(best, d)}.")
+                   f"{_diff(t(best), t(d))} {_versus(best, d)}{_hosts(best, d)}.")
         if own and own[0] is not best:
             o = own[0]
-            word = "faster" if t(o) < t(d) else "slower"
             out.append(f"The fastest of ddp-profile's own strategies, {_e(label(o))}, is {_diff(t(o), t(d))} "
-                       f"{word} than torch_ddp.")
+                       f"{_versus(o, d)} than torch_ddp.")
     elif ddp and own:
         out.append(f"PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, {_e(label(own[0]))}, "
-                   f"is {_diff(t(best), t(own[0]))} slower.")
+                   f"is {_diff(t(best), t(own[0]))} {_versus(own[0], best)}.")
     order = ", ".join(f"{i}. {_e(label(x))} {fmt_ms(t(x))}" for i, x in enumerate(r, 1))
     out.append(f"Ranked: {order}.")
     if "rank_basis" in best:
         out.append(basis_sentence(r))
     return "<p>" + " ".join(out) + "</p>"
+
+
+_CI_LO, _CI_HI = "rank_ci_low_ns", "rank_ci_high_ns"
+"""The un-profiled median's confidence interval (``report.compare.add_run_facts``; NaN where not recorded)."""
+
+
+def _ci(row) -> tuple[float, float]:
+    lo, hi = row.get(_CI_LO), row.get(_CI_HI)
+    return (float("nan") if missing(lo) else float(lo), float("nan") if missing(hi) else float(hi))
+
+
+def _has_ci(row) -> bool:
+    return all(math.isfinite(v) for v in _ci(row))
+
+
+def _ci_text(row) -> str:
+    lo, hi = _ci(row)
+    return f"{fmt_ms(lo, unit=False)}–{fmt_ms(hi)}"
+
+
+def _ci_sentence(best, nxt) -> str:
+    """Whether the top two's confidence intervals separate (both recorded)."""
+    from ddp_profile.report.measures import versus
+
+    word, established = versus(rank_time(best), _ci(best), rank_time(nxt), _ci(nxt))
+    both = f"({_e(label(best))} {_ci_text(best)}, {_e(label(nxt))} {_ci_text(nxt)})"
+    if established:
+        return f"Their 95 % confidence intervals {both} do not overlap, so the order of the top two is established."
+    return (f"Their 95 % confidence intervals {both} overlap: the top two are within noise of each other, so "
+            f"the {fmt_ms(abs(rank_time(nxt) - rank_time(best)))} gap between their medians does not establish "
+            "their order.")
+
+
+def _versus(a, b) -> str:
+    """'faster' / 'slower' than ``b`` where the intervals separate; 'within noise (intervals ... overlap), by
+    the medians faster' where they overlap; 'faster (spread unknown: no confidence interval recorded)' where
+    either run lacks one."""
+    from ddp_profile.report.measures import FASTER, SLOWER, WITHIN_NOISE, versus
+
+    word, established = versus(rank_time(a), _ci(a), rank_time(b), _ci(b))
+    if established:
+        return word
+    by_median = FASTER if rank_time(a) < rank_time(b) else SLOWER if rank_time(a) > rank_time(b) else "equal"
+    if word == WITHIN_NOISE:
+        return (f"{by_median} by the medians but within noise (95 % confidence intervals {_ci_text(a)} and "
+                f"{_ci_text(b)} overlap)")
+    return f"{by_median} (spread unknown: no confidence interval recorded)"
 
 
 OWN_STRATEGIES = ("naive", "flat", "overlap", "bucketed")

@@ -29,12 +29,11 @@ from ddp_profile.errors import ConfigError
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.launch import spawn_local
 from ddp_profile.harness.models import build_model
-from ddp_profile.harness.strategies import REGISTRY, create, pack_buckets
+from ddp_profile.harness.strategies import REGISTRY, ShardedOptimizer, create, pack_buckets
 from ddp_profile.harness.strategies.fsdp import FSDP
 from ddp_profile.harness.strategies.sharded_optimizer import assign_owners
 from ddp_profile.harness.strategies.torch_ddp import TorchDDP
 from ddp_profile.harness.train import loss_fn, optimizer_state_bytes, run_steps
-from ddp_profile.strategies import ShardedOptimizer
 
 VOCAB, DIM, BATCH, SEQ, STEPS, WARMUP = 11, 8, 3, 5, 3, 1
 

@@ -57,6 +57,8 @@ def test_fold_writes_the_unprofiled_numbers(records, tmp_path):
     every = rep[0]["step_ms_slowest_rank"] + rep[1]["step_ms_slowest_rank"]
     median = sorted(every)[len(every) // 2]  # the harness's rule for step_ms_median
     assert after["unprofiled_step_ms_median"] == median
+    assert after["unprofiled_ci_low_ms"] <= median <= after["unprofiled_ci_high_ms"]
+    assert after["unprofiled_ci_seed"] == 0 and after["unprofiled_ci_resamples"] > 0
     # each repeat's median by the same rule is the harness's own step_ms_median of that run
     assert after["unprofiled_repeat_medians_ms"] == [r["step_ms_median"] for r in rep]
     assert after["unprofiled_step_ms_min"] == min(every) and after["unprofiled_step_ms_max"] == max(every)

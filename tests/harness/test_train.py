@@ -14,8 +14,8 @@ from ddp_profile.errors import ConfigError
 from ddp_profile.harness.config import RunConfig
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
+from ddp_profile.harness.strategies import ShardedOptimizer
 from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
-from ddp_profile.strategies import ShardedOptimizer
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -97,7 +97,7 @@ def test_bench_sharded_optimizer_run_json_has_per_rank_memory_fields(tmp_path):
 
 
 def test_bad_config_is_one_line_and_exit_code_2():
-    for module in ("ddp_profile.harness", "ddp_profile.train", "ddp_profile"):
+    for module in ("ddp_profile.harness", "ddp_profile"):
         args = ["bench"] if module == "ddp_profile" else []
         proc = bench(*args, "--strategy", "naive", "--batch", "0", module=module)
         assert proc.returncode == 2

@@ -17,7 +17,7 @@ GIB = 2**30
 
 
 def _run(name, strategy, world, unprof_ms, prof_ms, *, config=None, mem_gib=40.0, opt_gib=14.0, kinds=None,
-         rec=None, overhead=1.0):
+         rec=None, overhead=1.0, ci=None):
     config = {"strategy": strategy, "bucket_mb": 25.0, **(config or {})}
     meta = {"strategy": strategy, "world_size": world, "config": config,
             "unprofiled_step_ms_median": unprof_ms, "unprofiled_repeat_medians_ms": [unprof_ms, unprof_ms],
@@ -25,6 +25,8 @@ def _run(name, strategy, world, unprof_ms, prof_ms, *, config=None, mem_gib=40.0
             "peak_memory_allocated_bytes_per_rank": [mem_gib * GIB] * world,
             "peak_memory_reserved_bytes_per_rank": [(mem_gib + 1) * GIB] * world,
             "optimizer_state_bytes_per_rank": [opt_gib * GIB] * world}
+    if ci is not None:  # the un-profiled median's 95 % interval (ms), as harness.timings / repeats write it
+        meta |= {"unprofiled_ci_low_ms": ci[0], "unprofiled_ci_high_ms": ci[1]}
     ck = pd.DataFrame([{"rank": 0, "step": 0, "collective": k, "exposed_comm_ns": v} for k, v in (kinds or {}).items()])
     analysis = SimpleNamespace(comm_kinds=ck, recommendation=rec if rec is not None else pd.DataFrame())
     row = {"step_ns": prof_ms * 1e6, "compute_ns": 300e6, "exposed_comm_ns": 4e6}
@@ -59,13 +61,43 @@ def test_beat_ddp_names_the_fastest_by_unprofiled_time_and_says_when_rankings_fl
     s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "2× GPU"})
     text = " ".join(s.paragraphs())
     # 370 / 380 = 0.974x; 350 / 370 = 94.6 % efficiency
-    assert "the fastest configuration is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
+    # no intervals in these run JSONs: the lowest median, not "the fastest", and the spread said to be unknown
+    assert "the lowest median is torch_ddp-ch2 at 370.0 ms per step, 0.974× stock torch_ddp" in text
+    assert ("Against stock torch_ddp it is faster by the medians; spread unknown (no confidence interval "
+            "recorded, 2 repeats).") in text
     assert "94.6% 2-GPU efficiency" in text
     assert "Campaign set A ran on 2× GPU." in text and "Set A" not in text
     assert "the ranking under nsys differs from the un-profiled one (2 of 2 configurations change place)" in text
     same = qc.q10_beat_ddp({"A": [one, ref, _run("x", "torch_ddp", 2, 370.0, 371.0,
                                                   config={"nccl_channels": 2})]}, _page, {"A": "m"})
     assert "the ranking under nsys is the same as without it" in " ".join(same.paragraphs())
+
+
+def test_beat_ddp_claims_faster_only_where_intervals_separate():
+    one = _run("none", "none", 1, 350.0, 352.0, ci=(349.0, 351.0))
+    ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, ci=(378.0, 382.0))
+    lever = _run("ch2", "torch_ddp", 2, 370.0, 372.0, config={"nccl_channels": 2}, ci=(368.0, 372.0))
+    s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
+    text = " ".join(s.paragraphs())
+    assert "the fastest configuration is ch2 at 370.0 ms" in text
+    assert ("Against stock torch_ddp it is faster (95 % intervals 368.0–372.0 ms and 378.0–382.0 ms do not "
+            "overlap).") in text
+    table = next(b.frame for b in s.blocks if hasattr(b, "frame"))
+    assert table["95 % interval"].tolist() == ["368.0–372.0 ms", "378.0–382.0 ms"]
+    assert summary_of(s).endswith("ch2, 370.0 ms, 0.974×, faster than stock (intervals separate).")
+    # the same medians with wide intervals: within noise, both intervals given, no "fastest"
+    wide = _run("ch2", "torch_ddp", 2, 370.0, 372.0, config={"nccl_channels": 2}, ci=(360.0, 381.0))
+    s2 = qc.q10_beat_ddp({"A": [one, ref, wide]}, _page, {"A": "m"})
+    text2 = " ".join(s2.paragraphs())
+    assert "the lowest median is ch2" in text2 and "fastest configuration" not in text2
+    assert "Against stock torch_ddp it is within noise (95 % intervals 360.0–381.0 ms and 378.0–382.0 ms overlap)." in text2
+    assert summary_of(s2).endswith(", within noise of stock.")
+
+
+def summary_of(section) -> str:
+    from ddp_profile.report.findings.text import summary_sentences
+
+    return summary_sentences([section])[0]
 
 
 def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
@@ -116,10 +148,10 @@ def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_referen
     assert qc.set_folder("A, 4 GPUs") == "A" and qc.set_title("A, 4 GPUs") == "XL fp32, batch 4×256 per GPU, 4 GPUs"
     text = " ".join(qc.q10_beat_ddp(sets, _page, {"A, 2 GPUs": "m2", "A, 4 GPUs": "m4"}).paragraphs())
     # 4 GPUs: stock 400 ms is fastest (the lever is 440); 360 / 400 = 90.0 % efficiency
-    assert "Campaign set A, 4 GPUs: the fastest configuration is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
+    assert "Campaign set A, 4 GPUs: the lowest median is ddp-4 at 400.0 ms per step, 1.000× stock torch_ddp" in text
     assert "90.0% 4-GPU efficiency against the 1-GPU run's 360.0 ms" in text
     # 2 GPUs: 380 / 390 = 0.974x, 360 / 380 = 94.7 %
-    assert "Campaign set A, 2 GPUs: the fastest configuration is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
+    assert "Campaign set A, 2 GPUs: the lowest median is ch2-2 at 380.0 ms per step, 0.974× stock torch_ddp" in text
     assert "Campaign set A, 4 GPUs ran on m4." in text
 
 
@@ -161,7 +193,7 @@ def test_summary_opens_both_documents_with_the_sections_own_results():
     s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
     summary = summary_sentences([s])
     assert len(summary) == 2
-    assert summary[0].endswith(": campaign set A: ch2, 370.0 ms, 0.974×.")  # 370 / 380
+    assert summary[0].endswith(": campaign set A: ch2, 370.0 ms, 0.974×, spread unknown.")  # 370 / 380
     assert summary[1].endswith(": campaign set A: `--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 "
                                "--nccl-high-priority`, predicted 380.0 ms per profiled step, measured 376.0 ms "
                                "(falls inside the predicted range).")

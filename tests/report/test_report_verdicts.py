@@ -46,6 +46,32 @@ def test_strategy_verdict_names_the_fastest_and_flips_with_the_data():
     assert c.startswith("Fastest: torch_ddp") and "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, overlap ×2, is 14.000 ms" in c
 
 
+def _with_ci(comp, intervals):
+    """The comparison with un-profiled confidence intervals (ms) per row, as add_run_facts sets them."""
+    return comp.assign(rank_ci_low_ns=[lo * 1e6 for lo, _ in intervals],
+                       rank_ci_high_ns=[hi * 1e6 for _, hi in intervals])
+
+
+def test_strategy_verdict_claims_an_order_only_where_intervals_separate():
+    # separated: overlap's interval lies below torch_ddp's
+    a = _text(strategy_verdict(_with_ci(_comp([395.0, 354.0, 380.0]), [(390, 400), (352, 356), (378, 382)])))
+    assert a.startswith("Fastest: overlap ×2")
+    assert "95 % confidence intervals (overlap ×2 352.000–356.000 ms, torch_ddp 25 MiB ×2 378.000–382.000 ms) do not " \
+           "overlap, so the order of the top two is established" in a
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380.000 ms): 26.000 ms (6.8 %) faster." in a
+    # overlapping intervals: within noise, both intervals given, no "fastest"/"faster" claim
+    b = _text(strategy_verdict(_with_ci(_comp([395.0, 354.0, 380.0]), [(390, 400), (340, 385), (370, 390)])))
+    assert b.startswith("Lowest median (within noise of the next): overlap ×2")
+    assert "Its median is 26.000 ms (6.8 %) below the next" in b
+    assert "overlap: the top two are within noise of each other" in b
+    assert ("26.000 ms (6.8 %) faster by the medians but within noise (95 % confidence intervals "
+            "340.000–385.000 ms and 370.000–390.000 ms overlap)") in b
+    assert "Fastest:" not in b
+    # no intervals (older run JSONs): medians compared, the spread said to be unknown
+    c = _text(strategy_verdict(_comp([395.0, 354.0, 380.0])))
+    assert "26.000 ms (6.8 %) faster (spread unknown: no confidence interval recorded)" in c
+
+
 def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():
     summary = {"step_ns": 400e6, "n_steps": 4, "comm_ns": 40e6, "overlap_ns": 30e6, "exposed_comm_ns": 10e6,
                "exposed_comm_pct": 2.5, "comm_tail_ns": 1e6, "compute_ns": 380e6, "idle_ns": 10e6}

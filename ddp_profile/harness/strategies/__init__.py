@@ -9,7 +9,15 @@ from __future__ import annotations
 from torch import nn
 
 from ddp_profile.errors import ConfigError
-from ddp_profile.harness.strategies.base import Strategy, Wrapper, broadcast_state, world
+from ddp_profile.harness.strategies.base import (
+    Strategy,
+    Wrapper,
+    broadcast_state,
+    comm_group,
+    solo,
+    use_group,
+    world,
+)
 from ddp_profile.harness.strategies.bucketed import Bucketed, pack_buckets
 from ddp_profile.harness.strategies.flat import Flat
 from ddp_profile.harness.strategies.fsdp import FSDP
@@ -47,5 +55,5 @@ def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook:
     return factory(module, bucket_mb, ddp_nvtx_hook=ddp_nvtx_hook, **options)
 
 
-__all__ = ["FSDP", "REGISTRY", "ShardedOptimizer", "Strategy", "Wrapper", "broadcast_state", "create",
-           "pack_buckets", "world"]
+__all__ = ["FSDP", "REGISTRY", "ShardedOptimizer", "Strategy", "Wrapper", "broadcast_state", "comm_group", "create",
+           "pack_buckets", "solo", "use_group", "world"]

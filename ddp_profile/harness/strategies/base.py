@@ -14,6 +14,8 @@ stream (Work.wait() makes the stream wait, not the host); with gloo it is a host
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -37,11 +39,46 @@ class Strategy(Protocol):
     def layout(self) -> dict: ...
 
 
+# Set by solo() / use_group() for the code inside them (one training process, one thread).
+_SCOPE: dict = {"solo": False, "group": None}
+
+
 def world() -> tuple[int, int]:
-    """(rank, world_size), or (0, 1) when no process group is initialised."""
-    if dist.is_available() and dist.is_initialized():
+    """(rank, world_size), or (0, 1) when no process group is initialised or inside :func:`solo`."""
+    if not _SCOPE["solo"] and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def comm_group():
+    """The process group the strategies' collectives use: None (the default group) unless inside
+    :func:`use_group`."""
+    return _SCOPE["group"]
+
+
+@contextlib.contextmanager
+def solo() -> Iterator[None]:
+    """Inside, this process trains alone: :func:`world` is (0, 1), so strategies and the loop launch no
+    collective although a process group exists (the 1-GPU configuration of an interleaved timing run,
+    ddp_profile.harness.repeats, on one GPU of the job while the other ranks wait)."""
+    before = _SCOPE["solo"]
+    _SCOPE["solo"] = True
+    try:
+        yield
+    finally:
+        _SCOPE["solo"] = before
+
+
+@contextlib.contextmanager
+def use_group(group) -> Iterator[None]:
+    """Inside, the strategies' collectives go to ``group`` (a process group over every rank, e.g. one made
+    with other NCCL options by ``dist.new_group``) instead of the default group."""
+    before = _SCOPE["group"]
+    _SCOPE["group"] = group
+    try:
+        yield
+    finally:
+        _SCOPE["group"] = before
 
 
 def broadcast_state(module: nn.Module) -> None:
@@ -54,7 +91,7 @@ def broadcast_state(module: nn.Module) -> None:
         return
     with torch.no_grad():
         for tensor in [*module.parameters(), *module.buffers()]:
-            dist.broadcast(tensor.data, src=0)
+            dist.broadcast(tensor.data, src=0, group=comm_group())
 
 
 def grad_params(module: nn.Module) -> list[nn.Parameter]:

@@ -32,7 +32,13 @@ import torch
 import torch.distributed as dist
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, wait_phase
+from ddp_profile.harness.strategies.base import (
+    Wrapper,
+    comm_group,
+    grad_params,
+    layout_from_groups,
+    wait_phase,
+)
 
 
 def pack_buckets(sizes_bytes: list[int], cap_bytes: int, keys: list | None = None,
@@ -161,7 +167,7 @@ class Bucketed(Wrapper):
             bucket.comm.copy_(bucket.buffer)
             wire = bucket.comm
         with nvtx_ranges.collective(bucket.index, bucket.wire_nbytes):
-            bucket.handle = dist.all_reduce(wire, async_op=True)
+            bucket.handle = dist.all_reduce(wire, group=comm_group(), async_op=True)
         self._launched.append(bucket)
 
     def on_train_batch_start(self) -> None:

@@ -10,7 +10,14 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, wait_phase
+from ddp_profile.harness.strategies.base import (
+    Wrapper,
+    comm_group,
+    grad_params,
+    layout_from_groups,
+    nbytes,
+    wait_phase,
+)
 
 
 class Flat(Wrapper):
@@ -25,7 +32,7 @@ class Flat(Wrapper):
         with wait_phase():
             flat = _flatten_dense_tensors(grads)
             with nvtx_ranges.collective(0, nbytes(flat)):
-                dist.all_reduce(flat)
+                dist.all_reduce(flat, group=comm_group())
             flat.div_(self.world_size)
             torch._foreach_copy_(grads, list(_unflatten_dense_tensors(flat, grads)))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import Wrapper, grad_params, nbytes, wait_phase
+from ddp_profile.harness.strategies.base import Wrapper, comm_group, grad_params, nbytes, wait_phase
 
 
 class Naive(Wrapper):
@@ -23,5 +23,5 @@ class Naive(Wrapper):
                 if p.grad is None:
                     continue
                 with nvtx_ranges.collective(index, nbytes(p.grad)):
-                    dist.all_reduce(p.grad)
+                    dist.all_reduce(p.grad, group=comm_group())
                 p.grad.div_(self.world_size)

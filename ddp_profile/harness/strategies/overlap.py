@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import Wrapper, grad_params, nbytes, wait_phase
+from ddp_profile.harness.strategies.base import Wrapper, comm_group, grad_params, nbytes, wait_phase
 
 
 class Overlap(Wrapper):
@@ -28,7 +28,7 @@ class Overlap(Wrapper):
             # Pre-divide so the sum is already the mean (gloo has no AVG op).
             p.grad.div_(self.world_size)
             with nvtx_ranges.collective(index, nbytes(p.grad)):
-                self._handles.append(dist.all_reduce(p.grad, async_op=True))
+                self._handles.append(dist.all_reduce(p.grad, group=comm_group(), async_op=True))
 
         return hook
 

@@ -32,7 +32,14 @@ import torch.distributed as dist
 from torch import nn
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import Wrapper, grad_params, layout_from_groups, nbytes, world
+from ddp_profile.harness.strategies.base import (
+    Wrapper,
+    comm_group,
+    grad_params,
+    layout_from_groups,
+    nbytes,
+    world,
+)
 from ddp_profile.harness.strategies.bucketed import pack_buckets
 
 
@@ -71,14 +78,14 @@ class TorchDDP(Wrapper):
             # With broadcast_buffers=False DDP's constructor syncs parameters only; send buffers here.
             with torch.no_grad():
                 for buffer in module.buffers():
-                    dist.broadcast(buffer.data, src=0)
+                    dist.broadcast(buffer.data, src=0, group=comm_group())
             device_ids = None
             first = next(module.parameters())
             if first.is_cuda:
                 device_ids = [first.device.index]
             self.ddp = nn.parallel.DistributedDataParallel(
                 module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False,
-                gradient_as_bucket_view=gradient_as_bucket_view,
+                gradient_as_bucket_view=gradient_as_bucket_view, process_group=comm_group(),
             )
             if nvtx_hook:
                 self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)

@@ -12,16 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddp_profile.report.findings import campaign as qc
+from ddp_profile.report.findings import confirm as qf
 from ddp_profile.report.findings import questions_a as qa
 from ddp_profile.report.findings import questions_b as qb
+from ddp_profile.report.findings import timing as qt
 from ddp_profile.report.findings.data import (
     CAMPAIGN,
     HOSTS_FILE,
     MAIN,
     SCALING,
+    TIMING,
     load_all,
     machine_line,
     read_hosts,
+    read_timing_runs,
 )
 from ddp_profile.report.findings.render import to_html, to_markdown
 from ddp_profile.report.findings.text import summary_sentences
@@ -74,6 +78,16 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     if camp:
         m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
+    stock = [(f"Set {k} (traces/, {'XL fp32' if k == 'A' else 'XL bf16'} bucket sweep)", sets[k]["torch_ddp"],
+              list(sets[k].values())) for k in ("A", "B") if "torch_ddp" in sets[k]]
+    stock += [(qc.set_label(name, True), ref, rs) for name, rs in sorted(camp.items())
+              if (ref := qc.stock_reference(rs)) is not None]
+    if stock:
+        secs.append(qf.q12_confirm(stock, page_for))
+    timed = read_timing_runs(root)
+    if timed:
+        m_time = {f: machine_line(root, TIMING, timed, sub=f"campaign/{f}") for f in {r.folder.parent.name for r in timed}}
+        secs.append(qt.q11_timing(timed, m_time))
     folders: dict[str, list] = {}  # campaign folder -> its runs (a folder split by GPU count is one here)
     for r in runs:
         if r.set == CAMPAIGN:

@@ -92,7 +92,7 @@ def _is_reference(r) -> bool:
             and not c.get("nccl_high_priority") and not c.get("grad_views"))
 
 
-def _reference(rs: list):
+def stock_reference(rs: list):
     refs = [r for r in rs if _is_reference(r) and r.world_size > 1]
     return refs[0] if refs else None
 
@@ -108,7 +108,7 @@ def q9_sharding(sets: dict, page_for, machines: dict[str, str]) -> Section:
         "over ranks of torch.cuda.max_memory_allocated / max_memory_reserved after set-up, optimizer state is "
         "the bytes of this rank's optimizer tensors; step times are un-profiled CUDA-event medians.")
     for name, rs in sorted(sets.items()):
-        ref = _reference(rs)
+        ref = stock_reference(rs)
         sharded = [r for r in rs if r.config.get("shard_optimizer") or r.strategy == "fsdp"]
         if ref is None or not sharded:
             continue
@@ -162,7 +162,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         "takes SMs and memory bandwidth from them) and 'exposed comm' is NCCL time not hidden by compute, both "
         "medians over ranks × steps of the profiled trace.")
     for name, rs in sorted(sets.items()):
-        ref, one = _reference(rs), _one_gpu(rs)
+        ref, one = stock_reference(rs), _one_gpu(rs)
         # the basis is the whole campaign folder's (all its world sizes), as its comparison pages use
         basis, t = rank_time([r for k, v in sets.items() if set_folder(k) == set_folder(name) for r in v])
         multi = [r for r in rs if r.world_size > 1 and np.isfinite(t(r))]
@@ -174,6 +174,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         for r in sorted(multi, key=t):
             over = r.meta.get("profiler_overhead_pct")
             rows.append({"run": r.name, "un-profiled step": ms(unprofiled_ns(r)),
+                         "95 % interval": interval_text(r),
                          "repeats (ms)": repeats_text(r),
                          "vs stock torch_ddp": f"{t(r) / t(ref):.3f}×",
                          f"{n_gpus}-GPU efficiency": pct(100.0 * t(one) / t(r)) if one else "–",
@@ -182,25 +183,57 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                          "compute": ms(r.v("compute_ns")),
                          "exposed comm": ms(r.v("exposed_comm_ns")), "report page": page_for(r)})
         s.table(pd.DataFrame(rows), f"{set_label(name, True)} ({set_title(name)}), fastest first")
-        best = min(multi, key=t)
+        ranked = sorted(multi, key=t)
+        best = ranked[0]
         ratio = t(best) / t(ref)
         eff = 100.0 * t(one) / t(best) if one else math.nan
-        s.p(f"{set_label(name, True)}: the fastest configuration is {best.name} at {ms(t(best))} per step, "
-            f"{ratio:.3f}× stock torch_ddp ({ms(t(ref))})"
+        ahead = _against(best, ranked[1], basis) if len(ranked) > 1 else ("", True)
+        s.p(f"{set_label(name, True)}: the {'fastest configuration' if ahead[1] else 'lowest median'} is "
+            f"{best.name} at {ms(t(best))} per step, {ratio:.3f}× stock torch_ddp ({ms(t(ref))})"
             + (f" and {pct(eff)} {n_gpus}-GPU efficiency against the 1-GPU run's {ms(t(one))}" if one else "")
             + (" (ranked by the profiled trace time: not every run of this set was timed without nsys)"
                if basis == measures.TRACE else "")
-            + ". " + _one_gpu_note(one, basis) + _lever_evidence(ref, best, one, multi))
+            + ". " + (f"Against the runner-up, {ranked[1].name}, it is {ahead[0]}. " if len(ranked) > 1 else "")
+            + (f"Against stock torch_ddp it is {_against(best, ref, basis)[0]}. " if best is not ref else "")
+            + _one_gpu_note(one, basis) + _lever_evidence(ref, best, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
         text, outcome = _prediction(name, ref, rs, others)
         s.p(text)
-        s.add_summary("Fastest configuration of each campaign set, per step and against its stock torch_ddp "
-                      "(un-profiled time unless marked)",
+        vs_ref = _against(best, ref, basis)
+        spread_tag = ("" if best is ref else ", faster than stock (intervals separate)" if vs_ref[1] else
+                      ", within noise of stock" if vs_ref[0].startswith(measures.WITHIN_NOISE) else
+                      ", spread unknown")
+        s.add_summary("Lowest-median configuration of each campaign set, per step and against its stock torch_ddp "
+                      "(un-profiled time unless marked; a run is faster only where 95 % intervals separate)",
                       f"{set_label(name)}: {best.name}, {ms(t(best))}, {ratio:.3f}×"
-                      + (" (trace time)" if basis == measures.TRACE else ""))
+                      + (" (trace time)" if basis == measures.TRACE else "") + spread_tag)
         s.add_summary("The recommendation from each campaign set's stock trace", f"{set_label(name)}: {outcome}")
     return s
+
+
+def interval_text(r) -> str:
+    """The un-profiled median's 95 % interval, or 'not recorded' (run JSONs before issue 30)."""
+    lo, hi = measures.ci_ns(r.meta)
+    return f"{ms(lo)[:-3]}–{ms(hi)}" if math.isfinite(lo) and math.isfinite(hi) else "not recorded"
+
+
+def _against(a, b, basis: str) -> tuple[str, bool]:
+    """(clause, established): ``a`` against ``b`` by :func:`measures.versus` on un-profiled medians and their
+    intervals — 'faster than b (95 % intervals ... do not overlap)', 'within noise of b (... overlap)', or by
+    the medians with the spread unknown (no interval, or a set ranked by trace time)."""
+    if basis != measures.UNPROFILED:
+        return "compared by trace time only; spread unknown", False
+    word, established = measures.versus(unprofiled_ns(a), measures.ci_ns(a.meta), unprofiled_ns(b),
+                                        measures.ci_ns(b.meta))
+    both = f"95 % intervals {interval_text(a)} and {interval_text(b)}"
+    if established:
+        return f"{word} ({both} do not overlap)", True
+    if word == measures.WITHIN_NOISE:
+        return f"within noise ({both} overlap)", False
+    return (f"{word} by the medians; spread unknown (no confidence interval recorded, "
+            f"{int(measures.unprofiled_repeats(a.meta)) if math.isfinite(measures.unprofiled_repeats(a.meta)) else '?'} "
+            "repeats)"), False
 
 
 def _one_gpu_note(one, basis: str) -> str:

@@ -22,7 +22,9 @@ from ddp_profile import nvtx_names as nn
 from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.errors import TraceError
 
-MAIN, SCALING, CAMPAIGN = "main", "scaling", "campaign"
+MAIN, SCALING, CAMPAIGN, TIMING = "main", "scaling", "campaign", "timing"
+TIMING_PROTOCOL = "interleaved-repeats"
+"""``timing_protocol.kind`` of the run JSONs ``python -m ddp_profile.harness.repeats`` writes (no trace)."""
 
 
 @dataclass
@@ -99,7 +101,7 @@ class RunData:
     def run_id(self) -> str:
         """The run folder relative to the traces folder: ``<name>`` or ``scaling/<name>`` (names repeat
         across the two sets)."""
-        if self.set == CAMPAIGN:
+        if self.set in (CAMPAIGN, TIMING):
             return f"{CAMPAIGN}/{self.folder.parent.name}/{self.name}"
         return f"scaling/{self.name}" if self.set == SCALING else self.name
 
@@ -133,6 +135,34 @@ def find_runs(root: Path) -> list[tuple[str, Path]]:
     if not out:
         raise TraceError(f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
                          "scripts/profile_all.sh or pass the traces/ folder")
+    return out
+
+
+def read_timing_runs(root: Path) -> list[RunData]:
+    """The timing-only runs under ``root/campaign/<set>/<run>/<run>.json``: run JSONs written by the
+    interleaved-repeats protocol (``timing_protocol.kind`` = :data:`TIMING_PROTOCOL`; un-profiled step times
+    of every repeat, the median and its confidence interval, nvidia-smi per repeat) in folders without an
+    nsys export. They have no trace: ``trace`` and ``analysis`` are None and every trace value is NaN.
+    Sorted by set folder, then run name; [] when there are none."""
+    import json
+
+    from ddp_profile.report.runs import discover_runs
+
+    base = Path(root) / CAMPAIGN
+    if not base.is_dir():
+        return []
+    traced = {Path(folder).resolve() for folder, _ in discover_runs([base])}
+    out = []
+    for path in sorted(base.glob("*/*/*.json")):
+        folder = path.parent
+        if path.stem != folder.name or folder.name.startswith(".") or folder.resolve() in traced:
+            continue
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise TraceError(f"{path}: not a readable run JSON ({exc})") from None
+        if isinstance(meta, dict) and (meta.get("timing_protocol") or {}).get("kind") == TIMING_PROTOCOL:
+            out.append(RunData(set=TIMING, name=folder.name, folder=folder, meta=meta, trace=None, analysis=None))
     return out
 
 

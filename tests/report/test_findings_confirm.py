@@ -1,0 +1,83 @@
+"""Recommend → confirm in the findings: the prediction from the stock trace's recommendation table against each
+configuration's measured step, error per configuration and the ±5 % target. Runs are RunData built here;
+every expected number is derived from the values written in the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from ddp_profile.analysis.recommend import fields_of, flags_of
+from ddp_profile.report.findings import confirm
+from ddp_profile.report.findings.data import CAMPAIGN, RunData
+from ddp_profile.schema import RECOMMEND_COLUMNS
+
+MIB = 2**20
+
+
+def _rec(measured_ms):
+    """A stock torch_ddp 25 MiB trace's table: itself, 100 MiB predicted +1 ms, and a channel recommendation."""
+    rows = []
+    for lever, cap, pred, extra, upper in (("current", 25, measured_ms, {}, None),
+                                          ("bucket cap", 100, measured_ms + 1.0, {}, None),
+                                          ("recommended", 25, measured_ms, {"nccl_channels": 2, "nccl_high_priority": True}, 8.0)):
+        f = fields_of("torch_ddp", cap * MIB) | extra
+        rows.append({c: None for c in RECOMMEND_COLUMNS} | f | {
+            "lever": lever, "flags": flags_of(f), "cap_bytes": float(cap * MIB), "predicted_step_ns": pred * 1e6,
+            "upper_gain_ns": None if upper is None else upper * 1e6})
+    return pd.DataFrame(rows)
+
+
+def _run(name, strategy, prof_ms, unprof_ms=None, world=2, rec=None, **config):
+    meta = {"strategy": strategy, "world_size": world, "config": {"strategy": strategy, "bucket_mb": 25.0, **config}}
+    if unprof_ms is not None:
+        meta["unprofiled_step_ms_median"] = unprof_ms
+    analysis = SimpleNamespace(recommendation=rec if rec is not None else pd.DataFrame())
+    return RunData(set=CAMPAIGN, name=name, folder=Path("traces/campaign/X") / name, meta=meta, trace=None,
+                   analysis=analysis, row={"step_ns": prof_ms * 1e6})
+
+
+def test_errors_per_configuration_against_profiled_steps():
+    ref = _run("ddp", "torch_ddp", 380.0, rec=_rec(380.0))
+    b100 = _run("b100", "bucketed", 370.0, bucket_mb=100.0)      # predicted 381: +3.0 %
+    b1 = _run("b1", "bucketed", 390.0, bucket_mb=1.0)            # below the stock cap: no prediction
+    ch2 = _run("ch2", "torch_ddp", 400.0, nccl_channels=2, nccl_high_priority=True)   # predicted 380: -5.0 %
+    ch4 = _run("ch4", "torch_ddp", 360.0, nccl_channels=4, nccl_high_priority=True)   # no row for 4 channels
+    zero = _run("zero", "torch_ddp", 390.0, shard_optimizer="ours")
+    one = _run("none", "none", 350.0, world=1)
+    rows = {x["run"].name: x for x in confirm.confirm_rows(ref, [ref, b100, b1, ch2, ch4, zero, one])}
+    assert "none" not in rows  # 1-GPU runs are not configurations of the comparison
+    assert abs(rows["b100"]["error_pct"] - 100.0 * (381.0 - 370.0) / 370.0) < 1e-9
+    assert abs(rows["ch2"]["error_pct"] - 100.0 * (380.0 - 400.0) / 400.0) < 1e-9
+    assert abs(rows["ch2"]["low_ns"] - 372e6) < 1  # 380 - 8 ms bound
+    assert "merged, not split" in rows["b1"]["why"]
+    assert "recommended row" in rows["ch4"]["why"] and "shard_optimizer" in rows["zero"]["why"]
+    assert rows["ddp"]["why"].startswith("the stock run itself")
+    sec = confirm.q12_confirm([("Set X", ref, [ref, b100, b1, ch2, ch4, zero, one])], lambda r: r.name)
+    table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
+    assert table.loc["b100", "within ±5%"] == "yes" and table.loc["b100", "error"] == "+3.0%"
+    assert table.loc["ch2", "within ±5%"] == "yes" and table.loc["ch2", "error"] == "-5.0%"
+    assert "zero" not in table.index
+    text = " ".join(sec.paragraphs())
+    assert "Set X: 2 of 2 predicted configurations within ±5% (largest error -5.0%, ch2)" in text
+    assert "Not predicted (other strategies or levers): zero." in text
+
+
+def test_target_flips_with_the_data():
+    ref = _run("ddp", "torch_ddp", 380.0, rec=_rec(380.0))
+    far = _run("ch2", "torch_ddp", 300.0, nccl_channels=2, nccl_high_priority=True)  # 380 vs 300: +26.7 %
+    sec = confirm.q12_confirm([("Set X", ref, [ref, far])], lambda r: r.name)
+    table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
+    assert table.loc["ch2", "within ±5%"] == "no" and table.loc["ch2", "error"] == "+26.7%"
+    assert "0 of 1 predicted configurations" in " ".join(sec.paragraphs())
+
+
+def test_unprofiled_medians_move_the_prediction_by_the_stock_run_overhead():
+    # stock: 380 profiled, 370 un-profiled -> a prediction of 381 (profiled) becomes 371 un-profiled
+    ref = _run("ddp", "torch_ddp", 380.0, unprof_ms=370.0, rec=_rec(380.0))
+    b100 = _run("b100", "bucketed", 379.0, unprof_ms=365.0, bucket_mb=100.0)
+    (row,) = [x for x in confirm.confirm_rows(ref, [ref, b100]) if x["run"] is b100]
+    assert row["measure"] == "un-profiled median"
+    assert abs(row["predicted_ns"] - 371e6) < 1 and abs(row["measured_ns"] - 365e6) < 1

@@ -1,0 +1,125 @@
+"""Timing-only campaign sets in the findings (issue 30): the loader-side reader of the interleaved-repeats
+run JSONs, and "faster" only where the 95 % intervals separate, "within noise" with both intervals otherwise.
+
+The run JSONs are written by the real summarizer (``ddp_profile.harness.repeats.summarize``) from a journal
+built here with synthetic step times (chosen to separate or overlap), not measurements; the nvidia-smi
+snapshots are the parser fixture tests/data/nvidia_smi_query_fixture.csv.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ddp_profile.harness import gpu_state, repeats
+from ddp_profile.report import measures
+from ddp_profile.report.findings import timing
+from ddp_profile.report.findings.data import TIMING, read_timing_runs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _record(name, strategy, world, steps, **cfg):
+    config = {"strategy": strategy, "model": "xl", "batch": 4, "seq_len": 256, "dtype": "fp32", "bucket_mb": 25.0,
+              "nccl_channels": 0, "nccl_high_priority": False, **cfg}
+    return {"run": name, "config": config, "strategy": strategy, "model": "xl", "dtype": "fp32", "world_size": world,
+            "gpu_name": "NVIDIA H100 80GB HBM3", "measured_steps": len(steps), "warmup_steps": 3,
+            "step_ms_slowest_rank": steps, "step_ms_per_rank": [steps] * world, "step_ms_median": sorted(steps)[len(steps) // 2]}
+
+
+def _timing_set(root: Path, plans: dict, name="F") -> Path:
+    """plans: {run name: (strategy, world, [per-repeat centre ms], config extras)}; writes the journal
+    (interleaved order) and summarizes it into root/campaign/<name>/."""
+    out = root / "campaign" / name
+    out.mkdir(parents=True)
+    snap = {"gpus": gpu_state.parse((DATA / "nvidia_smi_query_fixture.csv").read_text())[:2]}
+    lines = []
+    names = list(plans)
+    rounds = len(next(iter(plans.values()))[2])
+    for r in range(rounds):
+        for c, run in enumerate(names):
+            strategy, world, centres, extra = plans[run]
+            steps = [centres[r] + d for d in (-0.2, 0.0, 0.1, 0.2, -0.1)]
+            lines.append({"event": "start", "repeat": r + 1, "config_index": c})
+            lines.append({"event": "done", "repeat": r + 1, "config_index": c, "wall_s": 9.0,
+                          "record": _record(run, strategy, world, steps, **extra), "gpu_before": snap, "gpu_after": snap})
+    (out / repeats.JOURNAL).write_text("".join(json.dumps(e) + "\n" for e in lines))
+    repeats.summarize(out, host="test")
+    (out / "machine.txt").write_text("index, name, memory.total [MiB], driver_version\n0, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n"
+                                     "1, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n")
+    return out
+
+
+PLANS = {
+    "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
+    "torch_ddp-25mb_xl_fp32_2xh100": ("torch_ddp", 2, [380.0, 381.0, 379.5, 380.5, 380.2], {}),
+    # clearly faster than stock: intervals separate
+    "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": ("torch_ddp", 2, [369.0, 370.0, 368.5, 369.5, 369.2],
+                                                 {"nccl_channels": 2, "nccl_high_priority": True}),
+    # noisy and overlapping stock: within noise
+    "bucketed-25mb_xl_fp32_2xh100": ("bucketed", 2, [360.0, 395.0, 372.0, 388.0, 379.0], {}),
+}
+
+
+def _section(tmp_path):
+    _timing_set(tmp_path, PLANS)
+    runs = read_timing_runs(tmp_path)
+    return runs, timing.q11_timing(runs, {"F": "2× NVIDIA H100 (test)"})
+
+
+def test_reader_finds_the_timing_runs_only(tmp_path):
+    _timing_set(tmp_path, PLANS)
+    traced = tmp_path / "campaign" / "F" / "other"  # a JSON without the protocol is not a timing run
+    traced.mkdir()
+    (traced / "other.json").write_text(json.dumps({"run": "other"}))
+    runs = read_timing_runs(tmp_path)
+    assert sorted(r.name for r in runs) == sorted(PLANS)
+    assert {r.set for r in runs} == {TIMING} and all(r.trace is None for r in runs)
+    assert runs[0].run_id.startswith("campaign/F/")
+    assert read_timing_runs(tmp_path / "nowhere") == []
+
+
+def test_faster_only_where_intervals_separate(tmp_path):
+    runs, sec = _section(tmp_path)
+    text = " ".join(sec.paragraphs())
+    by = {r.name: r for r in runs}
+    fast, noisy, stock = (by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"], by["bucketed-25mb_xl_fp32_2xh100"],
+                          by["torch_ddp-25mb_xl_fp32_2xh100"])
+    assert measures.versus(timing.med(fast), timing.ci(fast), timing.med(stock), timing.ci(stock)) == ("faster", True)
+    assert ("torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 is faster than torch_ddp-25mb_xl_fp32_2xh100 by "
+            in text) and "do not overlap" in text
+    assert "bucketed-25mb_xl_fp32_2xh100 is within noise of torch_ddp-25mb_xl_fp32_2xh100" in text
+    assert f"{timing.ci_text(noisy)} and {timing.ci_text(stock)} overlap" in text
+    table = sec.blocks[2].frame
+    verdicts = dict(zip(table["run"], table["vs stock"], strict=True))
+    assert verdicts == {"none_xl_fp32_1xh100": "–", "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": "faster",
+                        "bucketed-25mb_xl_fp32_2xh100": "within noise", "torch_ddp-25mb_xl_fp32_2xh100": "reference"}
+
+
+def test_efficiency_interval_and_target(tmp_path):
+    runs, sec = _section(tmp_path)
+    by = {r.name: r for r in runs}
+    one, best = by["none_xl_fp32_1xh100"], by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"]
+    point, lo, hi = timing.efficiency(one, best)
+    assert lo <= point <= hi
+    text = " ".join(sec.paragraphs())
+    # ~350 / 369 = 94.9 %: the whole interval lies below the 96 % fp32 target
+    assert "the target of 96% (issue 30) is missed" in text
+    assert "Throttle reasons active" in text and "sw_power_cap in" in text
+
+
+def test_wording_flips_when_the_data_flip(tmp_path):
+    flipped = dict(PLANS)
+    flipped["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"] = ("torch_ddp", 2, [391.0, 392.0, 390.5, 391.5, 391.2],
+                                                           {"nccl_channels": 2, "nccl_high_priority": True})
+    _timing_set(tmp_path, flipped)
+    text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
+    assert "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 is slower than torch_ddp-25mb_xl_fp32_2xh100 by" in text
+
+
+def test_old_json_without_interval_says_spread_unknown():
+    a = {"unprofiled_step_ms_median": 370.0}
+    b = {"unprofiled_step_ms_median": 380.0}
+    assert measures.versus(measures.unprofiled_ns(a), measures.ci_ns(a), measures.unprofiled_ns(b),
+                           measures.ci_ns(b)) == ("faster", False)
+    assert measures.ci_level_pct(a) != measures.ci_level_pct(a)  # NaN: no interval

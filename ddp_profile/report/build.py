@@ -68,6 +68,13 @@ def load_one(path: Path, cache_entry: Path | None = None):
     return result
 
 
+def _load_stored(path: Path, entry: Path | None):
+    """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
+    parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
+    result = load_one(path, entry)
+    return entry if entry is not None and entry.is_file() else result
+
+
 def read_program(path: Path) -> dict | None:
     """The run folder's program.json (a foreign program's own description), or None when absent or not a
     JSON object."""
@@ -140,10 +147,12 @@ def load_runs(paths: list, jobs: int = 1, progress=None,
     else:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {i: pool.submit(load_one, paths[i], entries[i]) for i in todo}
+            futures = {i: pool.submit(_load_stored, paths[i], entries[i]) for i in todo}
             for i, p in enumerate(paths, 1):
                 try:
                     result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
+                    if isinstance(result, Path):  # written to the cache by the worker: read, not sent back
+                        result = run_cache.read_entry(result)
                 except DdpProfileError as exc:
                     result = exc
                 finish(i, p, result)

@@ -132,6 +132,12 @@ class RunCache:
             self.staging = None
 
 
+def read_entry(entry: Path):
+    """A result this report's worker just stored (see :func:`store`)."""
+    with open(entry, "rb") as f:
+        return pickle.load(f)
+
+
 def store(entry: Path, result) -> None:
     """Write one result atomically (a reader never sees half an entry)."""
     write_bytes_atomic(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))

@@ -164,19 +164,26 @@ def measure_floor_cx(path: str) -> dict:
     return {"available": True, "seconds": time.perf_counter() - t0, "rows": len(cols[0]), "version": cx.__version__}
 
 
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs): a figure the machine's
+    other work disturbs far less than wall time."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def measure_cli(path: str) -> dict:
     """`python -m ddp_profile analyze PATH --format json -o FILE` as a user runs it: wall time from process
     start to exit (interpreter start and imports included), and the process's peak RSS."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "analysis.json"
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu_s(), time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "ddp_profile", "analyze", path, "--format", "json", "-o", str(out)],
                               cwd=HERE.parent, capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
+        seconds, cpu_s = time.perf_counter() - t0, _children_cpu_s() - c0
         if proc.returncode != 0:
             raise SystemExit(f"analyze failed on {path}: {proc.stderr[-2000:]}")
         size = out.stat().st_size
-    return {"seconds": seconds, "json_mb": size / 1e6,
+    return {"seconds": seconds, "cpu_s": cpu_s, "json_mb": size / 1e6,
             "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
 
 
@@ -294,16 +301,18 @@ def measure_report(traces: str, jobs: str) -> dict:
         cmd = [sys.executable, "-m", "ddp_profile", "report", traces, "-o", str(out)]
         if jobs != "default":
             cmd += ["--jobs", jobs]
-        times, loads = [], []
+        times, loads, cpu = [], [], []
         for _ in range(2):
             loads.append(_loadavg())
-            t0 = time.perf_counter()
+            c0, t0 = _children_cpu_s(), time.perf_counter()
             proc = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)
             times.append(time.perf_counter() - t0)
+            cpu.append(_children_cpu_s() - c0)
             if proc.returncode not in (0, 3):
                 raise SystemExit(f"report failed: {proc.stderr[-2000:]}")
         pages = sum(1 for p in out.iterdir() if p.suffix == ".html")
     return {"first_s": times[0], "second_s": times[1], "second_share": times[1] / times[0], "pages": pages,
+            "first_cpu_s": cpu[0], "second_cpu_s": cpu[1],
             "jobs": jobs, "rc": proc.returncode, "loadavg": loads, "loadavg_end": _loadavg(),
             "command": "ddp-profile report" + (f" --jobs {jobs}" if jobs != "default" else "")}
 

@@ -7,7 +7,8 @@ An entry's name is a digest of everything the result depends on, so an entry is 
 * the tool: its version, this cache's format, the Python / numpy / pandas versions (pickles) and the bytes
   of every module of the ``ddp_profile`` package (a changed analysis recomputes even without a version bump);
 * the run: the resolved path of each file the loader may read (the run's exports and every file in their
-  folders: run JSON, ``program.json``) and each file's content digest (BLAKE2b), not its date.
+  folders: run JSON, ``program.json``) and each file's content digest (BLAKE2b), not its date (within one
+  process a file is read once while its size and modification time stay the same).
 
 Entries are written atomically (:func:`ddp_profile.safeio.write_bytes_atomic`) into a staging folder beside
 the report, and the entries this report used are linked into the new report folder as it is built; entries of
@@ -36,6 +37,14 @@ PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def _file_digest(path: Path) -> bytes:
+    """BLAKE2b of a file's bytes, computed once per process for an unchanged file (same size and
+    modification time): the whole report's key and each run's key read the same exports."""
+    st = path.stat()
+    return _digest_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _digest_of(path: str, size: int, mtime_ns: int) -> bytes:
     h = hashlib.blake2b(digest_size=20)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):

@@ -472,10 +472,9 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
         res = analyze(trace)
         t3 = time.perf_counter()
         # The cross-rank matching alone, on the same rows (gathered again; not counted above).
-        rows = [r.assign(_file=i) if r is not None else None
-                for i, r in enumerate(trace.map_ranks(ap.collective_part))]
+        found = trace.map_ranks(ap.step_part)
         m0 = time.perf_counter()
-        ap.match(rows, [])
+        ap.match(found, [])
         match_s = time.perf_counter() - m0
         trace.close()
         distributed.close_client(client)

@@ -4,8 +4,9 @@ small per-rank tables travel back (``pip install ddp-profile[dask]``).
 Layers: this module composes the reader (:mod:`ddp_profile.nsys`) and the analysis
 (:mod:`ddp_profile.analysis`), which never import each other. ``load_trace(paths, client=...)`` returns a
 :class:`DistributedTrace`, a handle that holds no kernel: :func:`ddp_profile.analysis.analyze` sees its
-``map_ranks`` and runs the per-rank stage (:func:`ddp_profile.analysis.parts.rank_part`) on the workers, then
-the reduce stage on the client (cross-rank collective matching, cost model, summaries).
+``map_ranks`` and runs the per-rank stages (:mod:`ddp_profile.analysis.parts`: steps and collective rows, then
+the step metrics) on the workers, the cross-rank steps on the client (one step identity across ranks,
+collective matching, cost model, summaries): the same code path as a trace loaded in one process.
 
 Rounds of tasks, each task handling a batch of files (by default about four tasks per worker thread, so
 thousands of small per-rank files do not cost a scheduler round trip each; every file is still loaded and
@@ -18,7 +19,7 @@ analysed on its own):
    markers; the client chooses every process's rank from all files' evidence (``nsys.ranks.assign_ranks``,
    as the loader does) and ``set_ranks`` renames them on the worker.
 3. The analysis' stages (``analysis.parts``) run on the held traces (``map_ranks``); between them the client
-   matches collectives across ranks.
+   gives steps one identity across ranks and matches collectives.
 
 Without Dask installed, asking for it raises :class:`DaskMissing` (the CLI prints one line and exits 2).
 """

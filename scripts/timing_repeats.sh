@@ -7,7 +7,7 @@
 # job killed at the hard end), it is resumed once more where time allows, without the configuration whose
 # repeat never finished, and whatever finished is summarized and packed.
 #
-# Usage (on the lent machine, repository root):
+# Usage: scripts/timing_repeats.sh   (on the lent machine, repository root), e.g.
 #   OUT=$OUT DEADLINE=540 bash scripts/timing_repeats.sh
 # $OUT receives (at most 4 files): <SET>.tar (traces/campaign/<SET>/: <run>/<run>.json per configuration,
 # repeats.jsonl (every repeat as measured), skipped.txt, machine.txt), machine-<SET>.txt and timing-<SET>.log.
@@ -26,6 +26,7 @@
 #   KIT=<repo>/.device-kit   carried kit: wheels/nvtx-*.whl installed if nvtx is missing
 #   TRACES=<repo>/traces  output root                                                e.g. TRACES=/tmp/t
 #   PYTHON=python3        interpreter with torch
+#   STALL_S=75            seconds without a new journal line after which the job is taken for hung and killed
 set -euo pipefail
 
 START=$(date +%s)
@@ -43,7 +44,9 @@ KIT=${KIT:-$ROOT/.device-kit}
 TRACES=${TRACES:-$ROOT/traces}
 PYTHON=${PYTHON:-python3}
 DEADLINE_AT=$((START + DEADLINE - RESERVE))   # every repeat must be expected to end by then
-HARD_END=$((START + DEADLINE - RESERVE + 5))  # the job is killed then (only if a repeat overruns its estimate)
+HARD_END=$((START + DEADLINE - RESERVE + 5))
+STALL_S=${STALL_S:-75}                        # watchdog: seconds without a journal line before a job is killed
+JOURNAL=repeats.jsonl  # the job is killed then (only if a repeat overruns its estimate)
 
 [ -f "$CONFIGS" ] || { echo "error: no configuration list at $CONFIGS" >&2; exit 2; }
 cd "$ROOT"
@@ -56,6 +59,9 @@ exec > >(tee -a "$LOG") 2>&1
 
 # nsys-free by construction; NVLink multicast off as on every lent machine (KINDS.md)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# XL fp32 stock DDP ran out of memory on an 80 GB H100 in its second repeat of one job (fragmentation
+# after the bf16 configurations); expandable segments let the caching allocator reuse that memory.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 if ! "$PYTHON" -c "import nvtx" 2>/dev/null && ls "$KIT"/wheels/nvtx-*.whl >/dev/null 2>&1; then
     "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/site "$KIT"/wheels/nvtx-*.whl
 fi
@@ -73,7 +79,7 @@ except Exception:
     gpu = "unknown"
 print(f"timing-{gpu}-{pseudonym(socket.gethostname())}")
 EOF
-)
+) || HOST_LABEL=timing-unlabelled
 fi
 {
     echo "# timing set $SET, $(date -u +%FT%TZ); host label $HOST_LABEL (the scrubber's pseudonym; no real host name)"
@@ -81,7 +87,7 @@ fi
     nvidia-smi topo -m 2>/dev/null || true
     "$PYTHON" -c "import torch; c = torch.cuda.is_available(); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if c else None, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0) if c else 'cpu')"
     echo "knobs: REPEATS=$REPEATS DEADLINE=$DEADLINE RESERVE=$RESERVE FIRST_ESTIMATE_S=$FIRST_ESTIMATE_S NPROC=$NPROC CONFIGS=$(basename "$CONFIGS")"
-    echo "env: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
+    echo "env: PYTORCH_CUDA_ALLOC_CONF=$PYTORCH_CUDA_ALLOC_CONF NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
 } | tee "$DIR/machine.txt"
 cp "$CONFIGS" "$DIR/configs.txt"
 
@@ -93,10 +99,26 @@ while :; do
     left=$((HARD_END - $(date +%s)))
     if [ "$left" -lt 30 ]; then echo "== no time left for attempt $attempt"; break; fi
     echo "== attempt $attempt ($(( $(date +%s) - START )) s elapsed, deadline in $((DEADLINE_AT - $(date +%s))) s)"
-    if timeout -k 10 "$left" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" \
+    setsid timeout -k 10 "$left" "$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$NPROC" \
             -m ddp_profile.harness.repeats run --configs "$CONFIGS" --out "$DIR" --repeats "$REPEATS" \
             --deadline-at "$DEADLINE_AT" --first-estimate-s "$FIRST_ESTIMATE_S" --host "$HOST_LABEL" "${resume[@]}" \
-            </dev/null; then
+            </dev/null &
+    job=$!
+    # Watchdog: a job whose journal has not moved for STALL_S seconds is hung (a repeat takes ~5-12 s; seen
+    # once on 2 x H100: 6 minutes without output after a repeat finished); its process group is killed and
+    # the next attempt resumes without the configuration whose repeat never finished.
+    last=$(date +%s)
+    while kill -0 "$job" 2>/dev/null; do
+        sleep 2
+        m=$(stat -c %Y "$DIR/$JOURNAL" 2>/dev/null || echo 0)
+        [ "$m" -gt "$last" ] && last=$m
+        if [ $(( $(date +%s) - last )) -gt "$STALL_S" ]; then
+            echo "!! no progress for $STALL_S s: the job is taken for hung and killed"
+            kill -TERM -- -"$job" 2>/dev/null || true; sleep 5; kill -KILL -- -"$job" 2>/dev/null || true
+            break
+        fi
+    done
+    if wait "$job"; then
         STATUS=0
         break
     fi

@@ -25,23 +25,15 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis import collectives as _coll
-from ddp_profile.analysis import comm_kinds as _ck
-from ddp_profile.analysis import contention as _cont
-from ddp_profile.analysis import costmodel as _cm
-from ddp_profile.analysis import infer as _infer
-from ddp_profile.analysis import overlap as _ov
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
-from ddp_profile.analysis import steps as _steps
-from ddp_profile.analysis import windows as _win
-from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
+from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS
 
-__all__ = ["Analysis", "analyze", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
+__all__ = ["Analysis", "analyze", "KernelArrays", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]
 
 JSON_VERSION = 1
@@ -94,7 +86,7 @@ class Analysis:
         ``overlap_pct`` = 100·Σ overlap_ns / Σ comm_ns over those rows; ``n_collectives``, ``wait_pct_of_comm``
         = 100·Σ wait_ns / Σ duration_ns over collectives launched inside the selected steps;
         ``exposed_wait_pct_of_exposed`` = 100·Σ exposed_wait_ns / Σ exposed_comm_ns over the rows;
-        ``job_comm_tail_ns`` = median over steps (one value per step index)."""
+        ``job_comm_tail_ns`` = median over steps (one value per step label: the same iteration on every rank)."""
         s = self.steps
         coll = self.collectives
         ro = self.rank_overlap
@@ -192,119 +184,68 @@ OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all", sections=None) -> Analysis:
-    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (slice over step indices) or ints.
-    ``sections``: JSON section names wanted now (default None: all); of :data:`OPTIONAL_SECTIONS`, those not
-    named are computed when first read (``res.comm_kinds``), so they never come out empty or stale.
+    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
+    allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
+    ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
+    :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
+    come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
 
-    A trace whose ranks are held where their data lives (``trace.map_ranks(fn, per_file, **kwargs)``, e.g.
-    :class:`ddp_profile.distributed.DistributedTrace` on a Dask cluster) is analysed in the stages of
-    :mod:`ddp_profile.analysis.parts`; only small tables come back."""
-    later = set() if sections is None else set(OPTIONAL_SECTIONS) - set(sections)
-    if hasattr(trace, "map_ranks"):
-        return _staged(trace, step_pattern, phase_patterns, steps, later)
-    notes: list[str] = []
-    kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
-    karr = KernelArrays(kernels)
-    if len(kernels) == 0:
-        notes.append("the trace has no GPU kernels (profile with `nsys profile -t cuda`)")
-    elif (karr.launch < 0).all():
-        notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
-                     "the GPU; profile with `nsys profile -t cuda,nvtx`")
-    # NVTX step ranges, else the training loop's period in the kernel sequence (analysis/infer.py).
-    host_steps, step_notes, _ = _infer.steps_from_trace(trace.nvtx, karr, step_pattern)
-    notes += step_notes
-    host_steps = _win.select_steps(host_steps, steps)
-    host_phases = _win.find_phases(trace.nvtx, host_steps, phase_patterns)
-    if host_phases.empty and not host_steps.empty:
-        host_phases = _infer.infer_phases(host_steps, karr, trace.nvtx)
-        if not host_phases.empty:
-            notes.append("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
-                         "(backward = kernels launched from autograd threads, forward = main thread before them, "
-                         "optimizer = main thread after them)")
-    windows = _win.phase_windows(host_steps, host_phases, karr)
-    # The collective table first: the step table splits exposed comm with its per-kernel wait intervals.
-    coll = _coll.collective_table(karr, getattr(trace, "nvtx", None), host_steps, notes, _ddp_bucket_bytes(trace))
-    return_freed_memory()
-    step_frame, kinds_frame = _steps.step_tables(windows, karr, coll, with_kinds="comm_kinds" not in later)
-    if (note := _ck.other_kind_note(karr)) is not None:
-        notes.append(note)
-    karr.launch = None  # launch times' last users were the collective and step tables
-    return_freed_memory()
-    if not step_frame.empty and step_frame["comm_tail_ns"].isna().all():
-        notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
-                     "range 'backward' or pass --phase backward=REGEX)")
-    if rank_used_several_devices(kernels, karr):
-        notes.append("a rank used several GPUs: its kernel sets are merged across them")
-    # Any cached rank sets and the comm kinds' memos (their last user: the note above) go before the rank
-    # overlap: it reads only the rank totals, kept apart (``KernelArrays.rank_totals``; a rank without them
-    # has its sets built again). Before the step table recorded its totals itself, its cached sets kept
-    # ~18 MB resident under the rank overlap on the 1M-kernel replica.
-    karr.drop_rank_sets()
-    karr.drop_memos()
-    return_freed_memory()
-    rank_overlap = _ov.rank_overlap(karr)
-    karr.drop_rank_sets()  # built for ranks without steps only (no totals from the step table): freed
-    karr.is_copy = None  # the rank sets' last user: the overlap tables and contention read compute and NCCL only
-    # Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
-    # resident and each stage's peak stacks on them): ~10 MB off the 1M-kernel peak, values unchanged.
-    return_freed_memory()
-    covered = _ov.overlapped_by_other_class(karr)
-    return_freed_memory()
-    kernel_overlap = _ov.kernel_overlap(karr, covered)
-    return_freed_memory()
-    res = Analysis(
-        steps=step_frame,
-        phases=schema.select(windows, schema.PHASE_COLUMNS),
-        rank_overlap=rank_overlap,
-        kernel_overlap=kernel_overlap,
-        collectives=coll,
-        cost_model=_cm.cost_model(coll, notes),
-        contention=_cont.contention(karr, covered, windows),
-        notes=notes,
-        comm_kinds=kinds_frame,
-    )
-    if "comm_kinds" in later:
-        res.defer("comm_kinds", lambda: _steps.step_tables(windows, KernelArrays(kernels), coll)[1])
-
-    def recommendation():
-        return _rec.recommend(res, kernels, getattr(trace, "run", None),
-                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
-
-    if "recommendation" in later:
-        res.defer("recommendation", recommendation)
-    else:
-        res.recommendation = recommendation()
-    return res
-
-
-def _staged(trace, step_pattern, phase_patterns, steps, later=frozenset()) -> Analysis:
-    """``analyze`` on a trace whose ranks are held elsewhere (``trace.map_ranks``, e.g.
-    :class:`ddp_profile.distributed.DistributedTrace`): the stages of :mod:`ddp_profile.analysis.parts` run
-    where the ranks are; collectives are matched and the parts combined here, from small tables only."""
-    kw = {"step_pattern": step_pattern, "steps": steps}
-    rows = trace.map_ranks(_parts.collective_part, **kw)
-    rows = [r.assign(_file=i) if r is not None else None for i, r in enumerate(rows)]
+    One code path (:mod:`ddp_profile.analysis.parts`): the per-part stages run where the ranks are (this
+    process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
+    :class:`ddp_profile.distributed.DistributedTrace`), the cross-rank steps here, on small tables only."""
+    local = not hasattr(trace, "map_ranks")
+    later = set(OPTIONAL_SECTIONS) - set(sections) if sections is not None and local else set()
+    held = _parts.LocalRanks(trace) if local else trace
+    found = held.map_ranks(_parts.step_part, step_pattern=step_pattern)
+    notes = _parts.kernel_notes(found) + _parts.step_notes(found)
+    host_steps, id_notes = _parts.label_steps(found, steps)  # the parts' collective rows relabelled in place
+    notes += id_notes
     match_notes: list[str] = []
-    ranks = trace.ranks["rank"].to_numpy() if getattr(trace, "ranks", None) is not None else None
-    table = _parts.match(rows, match_notes, _ddp_bucket_bytes(trace), ranks)
-    table = table.assign(_row=np.arange(len(table)))
-    if "_file" in table:  # each file's rows, the table split once (not one scan of it per file)
-        at = table.groupby("_file", sort=False).indices
-        none = np.zeros(0, dtype=np.intp)
-        per_file = [table.iloc[at.get(i, none)] for i in range(len(rows))]
-    else:
-        per_file = [table] * len(rows)
-    got = trace.map_ranks(_parts.rank_part, per_file, phase_patterns=phase_patterns, **kw)
-    fields = _parts.combine(got, table, match_notes)
+    table = _parts.match(found, match_notes, _ddp_bucket_bytes(trace))
+    del found  # the collective rows: the table holds what is needed of them
+    return_freed_memory()
+    run = getattr(trace, "run", None)
+    given = _parts.inputs(table, host_steps)
+    got = held.map_ranks(_parts.rank_part, given, phase_patterns=phase_patterns,
+                         need_ready=_rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
+                         with_kinds="comm_kinds" not in later)
+    fields = _parts.combine(got, table, notes, match_notes)
     ready = fields.pop("ready_ns")
     res = Analysis(**fields)
-
-    def recommendation():
-        return _rec.recommend(res, None, getattr(trace, "run", None), ready_ns=ready,
-                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
-
+    channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
+    if "comm_kinds" in later:
+        res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
     if "recommendation" in later:
-        res.defer("recommendation", recommendation)
+        res.defer("recommendation", lambda: _rec.recommend(res, None, run, nccl_channels=channels,
+                                                           ready_ns=_later_ready(held, given, run, len(table))))
     else:
-        res.recommendation = recommendation()
+        res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     return res
+
+
+# ---- deferred sections of a trace held in this process (one part: parts.LocalRanks) ------------------------
+
+def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
+    """``comm_kinds`` as :func:`analyze` computes it with every section, from the part's windows and matched
+    collective rows (its kernel arrays built again: the stages consumed theirs)."""
+    from ddp_profile.analysis import comm_kinds as ck
+    from ddp_profile.analysis import steps as st
+
+    kinds: list[pd.DataFrame] = []
+    for part, inp in zip(got, given, strict=True):
+        k = st.step_tables(part.windows, KernelArrays(held.kernels), inp.matched, job_tail=False)[1]
+        kinds += [k] if isinstance(k, pd.DataFrame) else k
+    return ck.finish(kinds).reset_index(drop=True)
+
+
+def _later_ready(held, given: list, run, n: int) -> np.ndarray:
+    """The gradient-ready time per collective table row, as the stages measure it for ``recommend``."""
+    from ddp_profile.analysis.costmodel import grad_ready_ns
+
+    ready = np.full(n, np.nan)
+    if _rec.needs_ready_times(run):
+        for inp in given:
+            t = inp.matched
+            if t is not None and len(t):
+                ready[t["_row"].to_numpy()] = grad_ready_ns(t, held.kernels)
+    return ready

@@ -223,7 +223,7 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     if not has[is_ar].any() and ddp_bucket_bytes:  # stock DDP: no all-reduce sized by an NVTX range
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
-        notes.append(bytes_note if bytes_note is not None else unknown_bytes_note(None))
+        notes.append(bytes_note if bytes_note is not None else bytes_note_text(False))
     df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -258,14 +258,25 @@ def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
     return joined[inv.reshape(-1)]
 
 
+def has_nccl_ranges(nvtx: pd.DataFrame | None) -> bool:
+    """Whether NCCL's own NVTX ranges (domain "NCCL") are in the trace."""
+    # compared as it is (a categorical compares its codes; no object copy of every row's domain)
+    return nvtx is not None and not nvtx.empty and bool((nvtx["domain"] == "NCCL").any())
+
+
 def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
-    """Why message sizes are unknown. NCCL >= 2.19 annotates its calls with NVTX ranges in domain "NCCL"
-    whose extended (binary, schema-described) payload holds the message size; the loader reads each range's
-    scalar payload only, so those sizes are not decoded (not verified on an export that records them)."""
+    """Why message sizes are unknown, given the trace's NVTX ranges (:func:`bytes_note_text`)."""
+    return bytes_note_text(has_nccl_ranges(nvtx))
+
+
+def bytes_note_text(nccl_ranges: bool) -> str:
+    """Why message sizes are unknown (``nccl_ranges``: :func:`has_nccl_ranges`). NCCL >= 2.19 annotates its
+    calls with NVTX ranges in domain "NCCL" whose extended (binary, schema-described) payload holds the
+    message size; the loader reads each range's scalar payload only, so those sizes are not decoded (not
+    verified on an export that records them)."""
     base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
             "launches (the ddp-profile harness writes them)")
-    # compared as it is (a categorical compares its codes; no object copy of every row's domain)
-    if nvtx is not None and not nvtx.empty and bool((nvtx["domain"] == "NCCL").any()):
+    if nccl_ranges:
         return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
                 "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
                 "cost model are left empty")

@@ -259,7 +259,7 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
             "period of the repeating kernel-launch sequence, cut at the largest launch gap on the main thread; "
-            "step indices count from 0 per rank; " + "; ".join(found))
+            "steps are numbered from 0 at the first iteration every rank ran; " + "; ".join(found))
     return out, [note]
 
 

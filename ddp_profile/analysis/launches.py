@@ -6,7 +6,8 @@ the GPU faster (bf16, a better kernel) does not make the step faster. The cure i
 larger kernels (bigger batch, fusion, ``torch.compile``, CUDA graphs).
 
 Steps are the NVTX step ranges ``analyze`` uses (``windows.find_steps``, else inferred from the kernel
-sequence: ``infer.steps_from_trace``; ``steps`` selects them as in ``analyze``). Everything is measured over the step's *host* range H = [start_ns, end_ns] (the time the
+sequence: ``infer.steps_from_trace``, with the same step labels on every rank; ``steps`` selects them by
+label as in ``analyze``). Everything is measured over the step's *host* range H = [start_ns, end_ns] (the time the
 process spent in the step on the CPU), not ``analyze``'s GPU window: whether the GPU waited while the host
 was busy with the step is the question. A CUDA API call or kernel belongs to the step when the call (for a
 kernel: the call that launched it, ``launch_ns``) started inside H on the same process, any thread.
@@ -50,8 +51,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis import infer
-from ddp_profile.analysis import windows as win
+from ddp_profile.analysis import parts
 from ddp_profile.analysis._common import NCCL, KernelArrays, covered_by_normalized, ints, pct
 
 IDLE_THRESHOLD_PCT = 25.0
@@ -147,10 +147,9 @@ def _step_of(t: np.ndarray, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
 
 
 def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
-    """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start), and notes."""
-    kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
-    ranges, notes, _ = infer.steps_from_trace(trace.nvtx, KernelArrays(kernels), step_pattern)
-    ranges = win.select_steps(ranges, steps)
+    """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start), and notes: the
+    steps ``analyze`` finds, with their common labels across ranks (``parts.labelled_steps``)."""
+    ranges, notes, _ = parts.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
     ranges = ranges.loc[ranges["rank"].notna()] if len(ranges) else ranges
     return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
 

@@ -1,22 +1,26 @@
-"""The analysis split for distributed runs: what :func:`ddp_profile.analysis.analyze` computes, in stages that
-run where each rank's trace is and a reduce step that sees only small tables.
+"""The analysis in stages, one code path for every trace: the stages run where each rank's data is (the whole
+trace in this process: :class:`LocalRanks`; per-rank files on Dask: ``distributed.DistributedTrace``) and the
+reduce steps see only small tables.
 
-1. :func:`collective_part` (per rank): the rank's NCCL kernels, one row per collective, with issue order
-   (``comm``, ``seq``), step and bucket.
-2. :func:`match` (reduce): the collective table: the same collective on every rank is ``(comm, seq)``,
-   grouped by hashing (O(rows), rows = collectives x ranks); each kernel's wait for the last arrival.
-3. :func:`rank_part` (per rank, given its matched rows): step and phase windows, step metrics with the wait
-   split, per-kind communication, rank overlap, per-name kernel sums, the durations contention needs for
-   exact medians (int32), gradient-ready times for the recommendation.
+1. :func:`step_part` (per part): host step ranges (NVTX, else inferred: ``infer.steps_from_trace``) with the
+   part's own step numbers, and the rank's NCCL kernels, one row per collective, with issue order
+   (``comm``, ``seq``) and the step that launched it.
+2. reduce (``analysis.analyze``): one step identity across ranks (``analysis.identity``: the same collective
+   ``(comm, seq)`` in the same iteration on every rank), the ``--steps`` selection by label, then
+   :func:`match`: the collective table, grouped by hashing (O(rows), rows = collectives x ranks); each
+   kernel's wait for the last arrival.
+3. :func:`rank_part` (per part, given its labelled steps and matched rows): phase windows (NVTX, else
+   inferred), step metrics with the wait split, per-kind communication, rank overlap, per-name kernel sums,
+   the durations contention needs for exact medians (int32), gradient-ready times for the recommendation.
 4. :func:`combine` (reduce): concatenation in rank order, the job-level tail across ranks, notes.
 
-Same numbers as ``analyze`` on the whole trace when the ranks agree on the step pattern's source (project
-ranges on every rank or on none) and, with ``steps="A:B"``, on the set of step indices; frames have a fresh
-0..n-1 index. Opens no file.
+A part holds whole ranks (one file, several files joined, or the whole trace); frames have a fresh 0..n-1
+index. Opens no file.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,17 +31,122 @@ from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
+from ddp_profile.analysis import identity as ident
+from ddp_profile.analysis import infer
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
 from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
+from ddp_profile.memory import return_freed_memory
 
 NO_RANGES = "no NVTX ranges in the trace"
+SUMS_CHUNK = 1 << 16
+"""Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
+analysis' memory peak on a million kernels with the default chunk."""
+INFERRED_PHASES_NOTE = ("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
+                        "(backward = kernels launched from autograd threads, forward = main thread before them, "
+                        "optimizer = main thread after them)")
+
+
+class LocalRanks:
+    """A trace held in this process as the stages see a part: the whole trace is one part (every stage runs
+    once over all its ranks, as one batch of several files does on Dask). ``kernel_arrays`` is built once
+    and shared by the stages."""
+
+    def __init__(self, trace):
+        self.kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+        self.nvtx = trace.nvtx
+        self.meta = getattr(trace, "meta", None) or {}
+        self.run = getattr(trace, "run", None)
+        self.kernel_arrays = KernelArrays(self.kernels)
+
+    def map_ranks(self, fn, per_part: list | None = None, **kwargs) -> list:
+        """``[fn(self, per_part[0], **kwargs)]`` (or ``[fn(self, **kwargs)]``): one part."""
+        return [fn(self, **kwargs) if per_part is None else fn(self, per_part[0], **kwargs)]
+
+
+def kernel_arrays(trace) -> KernelArrays:
+    """The part's KernelArrays: the one :class:`LocalRanks` keeps, else built from its kernels."""
+    karr = getattr(trace, "kernel_arrays", None)
+    if karr is None:
+        kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+        karr = KernelArrays(kernels)
+    return karr
+
+
+@dataclass
+class StepPart:
+    """Stage 1 of one part: its host steps (RANGE_COLUMNS, the part's own step numbers) and collective rows."""
+
+    steps: pd.DataFrame
+    rows: pd.DataFrame | None
+    notes: list[str]
+    inferred: bool
+    ranks: list[int]
+    """Ranks that ran GPU work in this part."""
+    n_kernels: int = 0
+    any_launch: bool = False
+    n_unknown: int = 0
+    nccl_nvtx: bool = False
+    """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
+
+    def nbytes(self) -> int:
+        frames = [self.steps, self.rows]
+        return sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
+
+
+def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart:
+    """Stage 1 on a part: host steps (``infer.steps_from_trace``) and ``collectives.collective_rows``."""
+    karr = kernel_arrays(trace)
+    nvtx = getattr(trace, "nvtx", None)
+    host_steps, notes, inferred = infer.steps_from_trace(nvtx, karr, step_pattern)
+    kind = karr.frame["kind"] if karr.frame is not None and "kind" in karr.frame else None
+    return StepPart(steps=host_steps, rows=coll.collective_rows(karr, nvtx, host_steps), notes=notes,
+                    inferred=inferred, ranks=[int(r) for r in karr.distinct_ranks()], n_kernels=len(karr.start),
+                    any_launch=bool((karr.launch >= 0).any()),
+                    n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
+                    nccl_nvtx=coll.has_nccl_ranges(nvtx))
+
+
+def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
+    """One step identity over every part's steps (:mod:`ddp_profile.analysis.identity`), then the
+    selection: (each part's labelled host steps, notes). Each part's collective rows get the labels in
+    place (NA outside the selection)."""
+    inferred = not any(not p.steps.empty and not p.inferred for p in found)
+    # NVTX steps on some rank: ranks where only inference found steps have none (as one whole trace would)
+    own = [p.steps if inferred or not p.inferred else p.steps.iloc[:0] for p in found]
+    every = [s for s in own if not s.empty]
+    all_steps = pd.concat(every, ignore_index=True) if every else schema.empty_frame(win.RANGE_COLUMNS)
+    rows = [p.rows[["rank", "comm", "seq", "step"]] for p in found if p.rows is not None and len(p.rows)]
+    labels, notes = ident.common_steps(all_steps, pd.concat(rows, ignore_index=True) if rows else None, inferred)
+    labels = ident.select(labels, steps)
+    for p in found:
+        if p.rows is not None:
+            ident.relabel(p.rows, labels, keep_unlabelled=True)
+    return [ident.relabel(s, labels) if not s.empty else s for s in own], notes
+
+
+def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str], bool]:
+    """Host step ranges (``windows.RANGE_COLUMNS``) with the common step labels, selected by ``steps`` (as
+    :func:`~ddp_profile.analysis.analyze`), the notes on how they were found, and whether they were
+    inferred: what ``launches`` measures over and ``inspect`` reports."""
+    found = LocalRanks(trace).map_ranks(step_part, step_pattern=step_pattern)
+    host, notes = label_steps(found, steps)
+    inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
+    return host[0], step_notes(found) + notes, inferred
+
+
+@dataclass
+class RankInput:
+    """What stage 3 of one part is given: its labelled, selected host steps and its matched collective rows."""
+
+    steps: pd.DataFrame
+    matched: pd.DataFrame | None
 
 
 @dataclass
 class RankPart:
-    """One rank's (or one file's) share of an analysis: small tables only (see the module docstring)."""
+    """One part's share of an analysis: small tables only (see the module docstring)."""
 
     windows: pd.DataFrame
     steps: pd.DataFrame
@@ -45,10 +154,10 @@ class RankPart:
     rank_overlap: pd.DataFrame
     kernel_sums: pd.DataFrame | None
     contention: dict = field(default_factory=dict)
+    contention_table: pd.DataFrame | None = None
+    """A part holding every rank (``whole``): the finished contention table, in place of the samples."""
     ready: pd.DataFrame | None = None
-    n_kernels: int = 0
-    any_launch: bool = False
-    step_notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     other_kind: tuple = (0, [])
     several_devices: bool = False
     first_rank: int = 0
@@ -64,61 +173,101 @@ class RankPart:
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
 
 
-def _host_steps(trace, step_pattern, steps):
-    host_steps, notes = win.find_steps(trace.nvtx, step_pattern)
-    return win.select_steps(host_steps, steps), notes
-
-
-def collective_part(trace, *, step_pattern: str | None = None, steps="all", **_ignored) -> pd.DataFrame | None:
-    """Stage 1 on one rank's trace: ``collectives.collective_rows`` (None without NCCL kernels)."""
-    host_steps, _ = _host_steps(trace, step_pattern, steps)
-    return coll.collective_rows(KernelArrays(trace.kernels), getattr(trace, "nvtx", None), host_steps)
-
-
-def match(rows: list[pd.DataFrame | None], notes: list[str], ddp_bucket_bytes: list[int] | None = None,
-          ranks=None) -> pd.DataFrame:
-    """Stage 2: the collective table from every rank's :func:`collective_part` (ranks already the run's).
-    Rows keep ``_file`` when the inputs carry it (which part each row came from)."""
-    frames: list[pd.DataFrame] = [r for r in rows if r is not None and len(r)]
-    if len(frames) > 1:
-        frames = [pd.concat(frames, ignore_index=True).sort_values("rank", kind="stable").reset_index(drop=True)]
-    keep = frames[0]["_file"].to_numpy() if frames and "_file" in frames[0] else None
-    table = coll.match_collectives(list(frames), notes, ddp_bucket_bytes, ranks=ranks)  # keeps the row order
-    if keep is not None:
-        table = table.assign(_file=keep)
+def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+    """Stage 2: the collective table from every part's rows (their ``step`` already the common labels, NA
+    outside the selection). Rows keep ``_file`` = the index of the part they came from."""
+    have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
+    ranks = sorted({r for p in parts for r in p.ranks})
+    if not have:
+        notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts)))
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    # the rows as they are (one part: no copy), each row's part kept beside them
+    keep = np.concatenate([np.full(len(r), i) for i, r in have])
+    df = have[0][1]
+    if len(have) > 1:
+        df = pd.concat([r for _, r in have], ignore_index=True)
+        order = np.argsort(df["rank"].to_numpy(), kind="stable")
+        df, keep = df.iloc[order].reset_index(drop=True), keep[order]
+    del have
+    bytes_note = coll.bytes_note_text(any(p.nccl_nvtx for p in parts))
+    table = coll.match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
+                                   bytes_note=bytes_note)  # keeps the row order; a new frame
+    table["_file"] = keep
     return table
 
 
-def rank_part(trace, matched: pd.DataFrame | None = None, *, step_pattern: str | None = None,
-              phase_patterns: dict[str, str] | None = None, steps="all") -> RankPart:
-    """Stage 3 on a trace holding one rank (or any set of whole ranks); ``matched``: its rows of the
-    collective table (:func:`match`), with ``_row`` = their position in the whole table."""
+def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
+    """Each part's :class:`RankInput` (``steps``: its labelled host steps) from the collective table, split
+    once by ``_file`` (not one scan per part); ``_row`` = the row's position in the whole table (added to
+    ``table`` in place)."""
+    table["_row"] = np.arange(len(table))  # in place: the table is the caller's, ``combine`` selects its columns
+    if len(steps) == 1:
+        return [RankInput(steps[0], table)]
+    if "_file" in table and len(table):
+        at = table.groupby("_file", sort=False).indices
+        none = np.zeros(0, dtype=np.intp)
+        return [RankInput(s, table.iloc[at.get(i, none)]) for i, s in enumerate(steps)]
+    return [RankInput(s, table) for s in steps]
+
+
+def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
+              whole: bool = False, with_kinds: bool = True, **_ignored) -> RankPart:
+    """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
+    (:func:`match`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
+    needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
+    False: no comm_kinds rows (``analyze`` computes them later, when read).
+
+    Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
+    resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
-    karr = KernelArrays(kernels)
-    host_steps, step_notes = _host_steps(trace, step_pattern, steps)
-    host_phases = win.find_phases(trace.nvtx, host_steps, phase_patterns)
+    karr = kernel_arrays(trace)
+    nvtx = getattr(trace, "nvtx", None)
+    notes: list[str] = []
+    host_steps, table = given.steps, given.matched
+    host_phases = win.find_phases(nvtx, host_steps, phase_patterns)
+    if host_phases.empty and not host_steps.empty:
+        host_phases = infer.infer_phases(host_steps, karr, nvtx)
+        if not host_phases.empty:
+            notes.append(INFERRED_PHASES_NOTE)
     windows = win.phase_windows(host_steps, host_phases, karr)
-    table = matched
-    step_frame, kinds = st.step_tables(windows, karr, table, job_tail=False)
-    part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=ov.rank_overlap(karr),
-                    kernel_sums=None, n_kernels=len(kernels), any_launch=bool((karr.launch >= 0).any()),
-                    step_notes=step_notes, other_kind=ck.other_kinds(karr),
+    return_freed_memory()
+    step_frame, kinds = st.step_tables(windows, karr, table, job_tail=False, with_kinds=with_kinds)
+    if isinstance(kinds, pd.DataFrame):  # no steps: one empty frame, not a list of per-rank ones
+        kinds = [kinds]
+    other_kind = ck.other_kinds(karr)
+    karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
+    return_freed_memory()
+    part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
+                    kernel_sums=None, notes=notes, other_kind=other_kind,
                     several_devices=rank_used_several_devices(kernels, karr),
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
-    if table is not None and len(table):
+    if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
+    # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
+    # the step table recorded (a rank without them has its sets built again).
     karr.drop_rank_sets()
+    karr.drop_memos()
+    return_freed_memory()
+    part.rank_overlap = ov.rank_overlap(karr)
+    karr.drop_rank_sets()
+    karr.is_copy = None  # type: ignore[assignment]  # the overlap tables and contention read compute and NCCL only
+    return_freed_memory()
     covered = ov.overlapped_by_other_class(karr)
+    return_freed_memory()
     files = (getattr(trace, "meta", None) or {}).get("file_rows")
     if files:  # several files joined (one Dask batch): per-name sums per file, ordered by rank in combine
         part.file_sums = []
         for rows in files:
             sub = karr.subset(rows)
             first = int(sub.rank.min()) if len(rows) else np.iinfo(np.int32).max
-            part.file_sums.append((first, ov.kernel_sums(sub, covered[rows])))
+            part.file_sums.append((first, ov.kernel_sums(sub, covered[rows], SUMS_CHUNK)))
     else:
-        part.kernel_sums = ov.kernel_sums(karr, covered)
-    part.contention = cont.contention_samples(karr, covered, windows)
+        part.kernel_sums = ov.kernel_sums(karr, covered, SUMS_CHUNK)
+    return_freed_memory()
+    if whole:
+        part.contention_table = cont.contention(karr, covered, windows)
+    else:
+        part.contention = cont.contention_samples(karr, covered, windows)
     return part
 
 
@@ -130,14 +279,40 @@ def _ordered(frames: list[pd.DataFrame], by: list[str], empty: list[str]) -> pd.
     return out.sort_values(by, kind="stable").reset_index(drop=True)
 
 
-def _step_notes(parts: list[RankPart]) -> list[str]:
-    """``find_steps``' note on the whole trace: none when some rank has steps; "no ranges" only when no rank
-    has any NVTX range, else the pattern note."""
-    if any(not p.windows.empty for p in parts):
-        return []
-    notes = [n for p in parts for n in p.step_notes]
-    other = [n for n in notes if not n.startswith(NO_RANGES)]
-    return other[:1] or notes[:1]
+_RANK_ITEM = re.compile(r"; (?=rank \d+: )")
+
+
+def merged_notes(notes: list[list[str]]) -> list[str]:
+    """Several parts' notes as one trace's: each distinct note once, in part order; notes that differ only
+    in their per-rank items (``"...; rank 0: ...; rank 1: ..."``, one part's ranks each) become one note
+    listing every part's items in that order."""
+    out: dict[str, list[str]] = {}
+    for part in notes:
+        for note in part:
+            head, *items = _RANK_ITEM.split(note)
+            got = out.setdefault(head, [])
+            got += [i for i in items if i not in got]
+    return ["; ".join([head, *items]) for head, items in out.items()]
+
+
+def step_notes(parts: list[StepPart]) -> list[str]:
+    """The step notes of the whole trace from its parts': those of the parts that found NVTX steps, else of
+    those that inferred steps, else of all; "no NVTX ranges" only when every one of them says so."""
+    with_steps = [p for p in parts if not p.steps.empty]
+    chosen = [p for p in with_steps if not p.inferred] or with_steps or parts
+    lists = [p.notes for p in chosen]
+    if not all(any(n.startswith(NO_RANGES) for n in notes) for notes in lists):
+        lists = [[n for n in notes if not n.startswith(NO_RANGES)] for notes in lists]
+    return merged_notes(lists)
+
+
+def kernel_notes(parts: list[StepPart]) -> list[str]:
+    if sum(p.n_kernels for p in parts) == 0:
+        return ["the trace has no GPU kernels (profile with `nsys profile -t cuda`)"]
+    if not any(p.any_launch for p in parts):
+        return ["kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
+                "the GPU; profile with `nsys profile -t cuda,nvtx`"]
+    return []
 
 
 def _file_sums(parts: list[RankPart]) -> list:
@@ -146,19 +321,13 @@ def _file_sums(parts: list[RankPart]) -> list:
     return [f for _, f in sorted(got, key=lambda pair: pair[0])]
 
 
-def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[str]) -> dict:
-    """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every rank's part and the
-    collective table (:func:`match`, with its notes), plus ``ready_ns`` (per collective table row, for
-    ``recommend``). Parts of disjoint ranks, any order (put in rank order here)."""
+def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str]) -> dict:
+    """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every part and the collective
+    table (:func:`match`), plus ``ready_ns`` (per collective table row, for ``recommend``). ``notes``: the
+    earlier stages' (kernels, steps, identity), ``match_notes``: the collective table's. Parts of disjoint
+    ranks, any order (put in rank order here)."""
     parts = sorted(parts, key=lambda p: p.first_rank)
-    notes: list[str] = []
-    if sum(p.n_kernels for p in parts) == 0:
-        notes.append("the trace has no GPU kernels (profile with `nsys profile -t cuda`)")
-    elif not any(p.any_launch for p in parts):
-        notes.append("kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
-                     "the GPU; profile with `nsys profile -t cuda,nvtx`")
-    notes += _step_notes(parts)
-    notes += match_notes
+    notes = [*notes, *merged_notes([p.notes for p in parts]), *match_notes]
     n_other = sum(p.other_kind[0] for p in parts)
     if n_other:
         notes.append(ck.other_kind_message(n_other, list(dict.fromkeys(n for p in parts for n in p.other_kind[1]))[:3]))
@@ -175,6 +344,8 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[
         if p.ready is not None and len(p.ready):
             ready[p.ready["_row"].to_numpy()] = p.ready["ready"].to_numpy(float)
     collectives = schema.select(collectives, schema.COLLECTIVE_COLUMNS).reset_index(drop=True)
+    whole = [p.contention_table for p in parts if p.contention_table is not None]
+    contention = whole[0] if len(parts) == 1 and whole else cont.pooled_contention([p.contention for p in parts])
     return dict(
         steps=schema.select(steps, schema.STEP_METRIC_COLUMNS).reset_index(drop=True),
         phases=schema.select(windows, schema.PHASE_COLUMNS).reset_index(drop=True),
@@ -182,7 +353,7 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, match_notes: list[
         kernel_overlap=ov.finish_kernel_overlap(_file_sums(parts)).reset_index(drop=True),
         collectives=collectives,
         cost_model=cm.cost_model(collectives, notes),
-        contention=cont.pooled_contention([p.contention for p in parts]).reset_index(drop=True),
+        contention=contention.reset_index(drop=True),
         notes=notes,
         comm_kinds=ck.finish([k for p in parts for k in p.kinds]).reset_index(drop=True),
         ready_ns=ready,

@@ -128,20 +128,99 @@ def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> flo
     return estimated_loss_ns(contention) / max(len(steps), 1)
 
 
+def comm_window(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, step) with both known: ``comm`` (the gradient collectives' summed duration), ``window``
+    (from the first one's ready time to the end of backward), ``transfer`` and ``wait`` (their summed
+    transfer and wait time, where the collectives carry them) and ``bytes``; ns and bytes."""
+    cols = ["comm", "window", "transfer", "wait", "bytes"]
+    if "duration_ns" not in grad or not len(grad):
+        return pd.DataFrame(columns=cols, dtype=float)
+    n = len(grad)
+
+    def col(name):
+        return grad[name].to_numpy(dtype=float) if name in grad else np.full(n, np.nan)
+
+    g = pd.DataFrame({"rank": grad["rank"].to_numpy(), "step": grad["step"].to_numpy(), "d": col("duration_ns"),
+                      "ready": np.asarray(ready_ns, dtype=float), "t": col("transfer_ns"), "w": col("wait_ns"),
+                      "b": col("bytes")})
+    g = g.loc[g["step"].notna()]
+    per = g.groupby(["rank", "step"]).agg(comm=("d", "sum"), first=("ready", "min"), transfer=("t", "sum"),
+                                          wait=("w", "sum"), bytes=("b", "sum"))
+    bend = steps.set_index(["rank", "step"])["backward_end_ns"].astype(float)
+    out = per.assign(window=bend.reindex(per.index).to_numpy() - per["first"].to_numpy())[cols]
+    return out.loc[np.isfinite(out["window"].to_numpy()) & (out["comm"].to_numpy() > 0)].reset_index(drop=True)
+
+
 def channel_room(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> float:
     """How many times longer the gradient collectives could take and still end by the end of backward: per
     (rank, step), (backward_end_ns − the first gradient collective's ready time) / the collectives' summed
     duration, median over (rank, step); NaN when unknown."""
-    if "duration_ns" not in grad or not len(grad):
+    per = comm_window(grad, ready_ns, steps)
+    return float(np.median(per["window"] / per["comm"])) if len(per) else float("nan")
+
+
+def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None, channels: int,
+                       nccl_channels: int | None = None, ready_ns=None, channel_bytes_per_s: float | None = None) -> dict:
+    """The step with ``channels`` NCCL channels instead of the run's c (its ``--nccl-channels``, else
+    ``nccl_channels`` as the trace shows it). Per (rank, step) the gradient collectives' transfer time grows
+    to ``transfer'`` while their wait time stays, and what no longer fits between the first gradient being
+    ready and the end of backward is added to the step::
+
+        transfer' = transfer · c / channels                          (worst case: bandwidth-bound per channel)
+                  = max(transfer, bytes / (channels · per-channel rate))   (``channel_bytes_per_s`` given)
+        extra = max(0, wait + transfer' − window) − max(0, comm − window)
+        predicted_step_ns = measured step + median over (rank, step) of extra
+
+    The worst case needs the trace alone; a run whose collectives are bound by the link, not by channels,
+    makes it far too slow (transfer does not shrink below the link's time however many channels there are).
+    ``low_ns`` = predicted − the compute lost to contention per step (the most that taking SMs from NCCL can
+    give back; bounded by the trace, not predicted). Returns {"predicted_step_ns", "low_ns", "extra_ns",
+    "channels_now"}; NaN where the trace lacks what it needs."""
+    nan = {"predicted_step_ns": np.nan, "low_ns": np.nan, "extra_ns": np.nan, "channels_now": None}
+    steps, coll = analysis.steps, analysis.collectives
+    if (steps is None or not len(steps) or coll is None or not len(coll) or "backward_end_ns" not in steps
+            or channels < 1):
+        return nan
+    cfg = (run or {}).get("config") or {}
+    now = int(cfg.get("nccl_channels") or 0) or nccl_channels
+    if not now:
+        return nan
+    is_grad = coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]).to_numpy()
+    grad = coll.loc[is_grad]
+    if ready_ns is None and kernels is None:
+        return nan | {"channels_now": now}
+    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
+    per = comm_window(grad, ready, steps)
+    if not len(per):
+        return nan | {"channels_now": now}
+    if "transfer_ns" not in grad or "wait_ns" not in grad:  # no wait/transfer split: all of it is transfer
+        per = per.assign(transfer=per["comm"], wait=0.0)
+    transfer = per["transfer"].to_numpy()
+    if channel_bytes_per_s:
+        slower = np.maximum(transfer, per["bytes"].to_numpy() / (channels * channel_bytes_per_s) * 1e9)
+    else:
+        slower = transfer * now / channels
+    comm, window = per["comm"].to_numpy(), per["window"].to_numpy()
+    extra = float(np.median(np.maximum(0.0, per["wait"].to_numpy() + slower - window) - np.maximum(0.0, comm - window)))
+    pred = float(steps["step_ns"].median()) + extra
+    return {"predicted_step_ns": pred, "low_ns": pred - contention_per_step_ns(analysis.contention, steps),
+            "extra_ns": extra, "channels_now": now}
+
+
+def channel_rate(analysis, run: dict | None, nccl_channels: int | None = None) -> float:
+    """Bytes per second per NCCL channel of a run's gradient collectives: median over (rank, step) of
+    bytes / (transfer time · channels). Meaningful for a run whose channels, not the link, bound its
+    collectives (one run with few channels calibrates :func:`channel_prediction` for the others); NaN
+    when unknown."""
+    coll = analysis.collectives
+    cfg = (run or {}).get("config") or {}
+    now = int(cfg.get("nccl_channels") or 0) or nccl_channels
+    if coll is None or not len(coll) or not now or "transfer_ns" not in coll:
         return float("nan")
-    g = pd.DataFrame({"rank": grad["rank"].to_numpy(), "step": grad["step"].to_numpy(),
-                      "d": grad["duration_ns"].to_numpy(dtype=float), "ready": np.asarray(ready_ns, dtype=float)})
-    g = g.loc[g["step"].notna()]
-    per = g.groupby(["rank", "step"]).agg(comm=("d", "sum"), first=("ready", "min"))
-    bend = steps.set_index(["rank", "step"])["backward_end_ns"].astype(float)
-    window = bend.reindex(per.index).to_numpy() - per["first"].to_numpy()
-    ok = np.isfinite(window) & (per["comm"].to_numpy() > 0)
-    return float(np.median(window[ok] / per["comm"].to_numpy()[ok])) if ok.any() else float("nan")
+    g = coll.loc[coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]) & coll["step"].notna()]
+    per = g.groupby(["rank", "step"]).agg(t=("transfer_ns", "sum"), b=("bytes", "sum"))
+    per = per.loc[(per["t"] > 0) & (per["b"] > 0)]
+    return float(np.median(per["b"] / (per["t"] * 1e-9 * now))) if len(per) else float("nan")
 
 
 def channels_to_keep(now: int | None, room: float) -> int | None:
@@ -163,6 +242,12 @@ def _channel_reason(now: int | None, room: float, keep: int | None) -> str:
                 f"{now} channels can go")
     return (f"; gradient NCCL time could grow {room:.2f}× and still end under backward: {keep} of NCCL's {now} "
             f"channels is the fewest whose worst-case slowdown ({now}/{keep} = {now / keep:.2f}×) fits")
+
+
+def needs_ready_times(run: dict | None) -> bool:
+    """Whether :func:`recommend` replays gradient-ready times for this run (its strategy's buckets)."""
+    cfg = (run or {}).get("config") or {}
+    return str(cfg.get("strategy") or (run or {}).get("strategy") or "") in (*BUCKETED, "overlap")
 
 
 def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None,

@@ -319,8 +319,8 @@ def parse_steps(which: str) -> list[int | None]:
     parses but keeps nothing would silently report no steps."""
     from ddp_profile.errors import UsageError
 
-    bad = UsageError(f"--steps {which[:40]!r}: use 'all', 'A:B', 'A:' or ':B' with step indices 0 <= A < B, "
-                     "or one index")
+    bad = UsageError(f"--steps {which[:40]!r}: use 'all', 'A:B' (steps A <= step < B), 'A:' or ':B' with step "
+                     "labels 0 <= A < B, or one label")
     parts = which.split(":")
     if len(parts) > 2 or not all(p.strip() == "" or (p.strip().isdigit() and len(p.strip()) <= 18) for p in parts):
         raise bad
@@ -330,18 +330,3 @@ def parse_steps(which: str) -> list[int | None]:
     if len(nums) == 2 and None not in nums and nums[0] >= nums[1]:
         raise bad
     return nums
-
-
-def select_steps(steps: pd.DataFrame, which) -> pd.DataFrame:
-    """Keep steps by index: "all", "A:B" (Python slice over step indices, e.g. "2:" skips warm-up), or ints."""
-    if which in (None, "all"):
-        return steps
-    if isinstance(which, str):
-        parts = parse_steps(which)
-        if steps.empty:
-            return steps
-        uniq = np.unique(steps["step"].to_numpy())
-        keep = uniq[slice(*parts)] if len(parts) > 1 else np.array(parts[:1])
-    else:
-        keep = np.asarray(list(which))
-    return steps.loc[steps["step"].isin(keep)].reset_index(drop=True)

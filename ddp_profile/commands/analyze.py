@@ -10,11 +10,11 @@ from ddp_profile.commands.options import (
     add_export_argument,
     add_jobs_argument,
     add_scheduler_arguments,
+    add_steps_argument,
     input_paths,
     loaded_run,
     phase_spec,
     regex,
-    steps_spec,
 )
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import write_text_atomic
@@ -46,11 +46,10 @@ def register(subparsers) -> None:
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
-                        "repeating kernel-launch sequence and --steps counts them from 0)")
+                        "repeating kernel-launch sequence and numbered from 0 at the first step every rank ran)")
     p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX", type=phase_spec,
                    help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
-    p.add_argument("--steps", default="all", metavar="A:B", type=steps_spec,
-                   help="steps to keep, as a slice over step indices, e.g. 2: to skip warm-up (default all)")
+    add_steps_argument(p)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
     add_jobs_argument(p)
     add_scheduler_arguments(p)

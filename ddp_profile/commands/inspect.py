@@ -8,8 +8,9 @@ ranks, kernels_by_kind, nccl_by_collective, time_span_ns, warnings, and ``nvtx_r
 ``grouped`` true a pattern with ``<N>`` for each number; ``count`` is the number of ranges, ``distinct`` the
 number of distinct names in the entry, ``examples`` up to 3 of them in numeric order. ``steps``: where
 ``analyze`` finds the training steps: ``{"source": "nvtx" | "inferred" | "none", "per_rank": {rank: count},
-"notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are periods of the
-repeating kernel-launch sequence (``ddp_profile.analysis.infer``; ``--steps`` applies to them).
+"labels": "steps 3–7", "notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are periods of the
+repeating kernel-launch sequence (``ddp_profile.analysis.infer``); ``per_rank`` counts the steps every rank
+ran (one step identity across ranks) and ``labels`` names them, as ``--steps`` selects them.
 """
 
 from __future__ import annotations
@@ -47,13 +48,12 @@ def run(args) -> int:
 
 
 def step_summary(trace) -> dict:
-    """How ``analyze`` would find this trace's steps (default step pattern): source, count per rank, notes."""
-    from ddp_profile import schema
-    from ddp_profile.analysis._common import KernelArrays
-    from ddp_profile.analysis.infer import steps_from_trace
+    """How ``analyze`` would find this trace's steps (default step pattern): source, count per rank after
+    the common step identity across ranks, the labels (``labels``, e.g. "steps 3–7"), notes."""
+    from ddp_profile.analysis.identity import describe
+    from ddp_profile.analysis.parts import labelled_steps
 
-    kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
-    steps, notes, inferred = steps_from_trace(trace.nvtx, KernelArrays(kernels))
+    steps, notes, inferred = labelled_steps(trace)
     source = "none" if steps.empty else "inferred" if inferred else "nvtx"
     per_rank = {} if steps.empty else {str(int(r)): int(c) for r, c in steps.groupby("rank").size().items()}
-    return {"source": source, "per_rank": per_rank, "notes": notes}
+    return {"source": source, "per_rank": per_rank, "labels": describe(steps["step"].to_numpy()), "notes": notes}

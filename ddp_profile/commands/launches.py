@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ddp_profile import nvtx_names as nn
-from ddp_profile.commands.options import regex, steps_spec
+from ddp_profile.commands.options import add_steps_argument, regex
 from ddp_profile.errors import MissingDataError, UsageError
 from ddp_profile.safeio import write_text_atomic
 
@@ -27,8 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + ")")
-    p.add_argument("--steps", default="all", metavar="A:B", type=steps_spec,
-                   help="steps to keep, as a slice over step indices, e.g. 1: to skip the first (default all)")
+    add_steps_argument(p)
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="write FILE.csv (the step table) or FILE.json (all tables) instead of printing")
     p.set_defaults(func=run)

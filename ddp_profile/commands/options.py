@@ -115,6 +115,16 @@ def steps_spec(text: str) -> str:
     return text
 
 
+STEPS_HELP = ("steps to keep by their label (the step numbers the output shows, the same on every rank): "
+              "A:B keeps A <= step < B, A: and :B leave one end open, A keeps one step (default all); a "
+              "selection with no step in it is an error naming the trace's steps")
+
+
+def add_steps_argument(parser: argparse.ArgumentParser) -> None:
+    """``--steps A:B`` for commands that analyse steps (``analyze``, ``launches``, ``export``, ``report``)."""
+    parser.add_argument("--steps", default="all", metavar="A:B", type=steps_spec, help=STEPS_HELP)
+
+
 def phase_spec(text: str) -> str:
     """argparse type: ``NAME=REGEX`` with a known phase name and a valid regex."""
     name, sep, rx = text.partition("=")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, check_jobs, input_paths
+from ddp_profile.commands.options import add_export_argument, add_steps_argument, check_jobs, input_paths
 
 
 def register(subparsers) -> None:
@@ -26,8 +26,9 @@ def register(subparsers) -> None:
                         "folder such as traces/)")
     p.add_argument("--no-cache", action="store_true",
                    help="analyse every run again and keep no cache (by default each run's results are kept in "
-                        "OUTPUT/.cache/, keyed by its files' contents and the tool's version, and reused while "
-                        "both are unchanged)")
+                        "OUTPUT/.cache/, keyed by its files' contents, --steps and the tool's version, and reused "
+                        "while all are unchanged)")
+    add_steps_argument(p)
     add_export_argument(p)
     p.set_defaults(func=run)
 
@@ -50,7 +51,7 @@ def run(args) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs()
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=jobs,
-                                   findings=not getattr(args, "no_findings", False),
+                                   findings=not getattr(args, "no_findings", False), steps=args.steps,
                                    cache=not getattr(args, "no_cache", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""

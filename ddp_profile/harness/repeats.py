@@ -42,9 +42,11 @@ import argparse
 import datetime
 import gc
 import json
+import os
 import shlex
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
@@ -196,9 +198,14 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
     if rank == 0 and not resume:
         (out / JOURNAL).unlink(missing_ok=True)
     groups: dict = {(0, False): (None, None)}
+    broken: dict = {}  # lever key -> why its group could not be made (its configurations are skipped)
     if world_size > 1:
         for key in sorted({lever_key(c) for c in configs if not is_solo(c)} - {(0, False)}):
-            groups[key] = new_lever_group(backend, device, *key)
+            try:
+                groups[key] = new_lever_group(backend, device, *key)
+            except (RuntimeError, ValueError, TypeError) as exc:  # e.g. an NCCL build without these options
+                broken[key] = f"no process group with these NCCL options: {exc}"[:300]
+                print(f"!! {broken[key]}", file=sys.stderr, flush=True)
     gpu = train.gpu_short_name(device)
     names = [run_name(cfg, 1 if is_solo(cfg) else world_size, gpu) for cfg in configs]
     slowest: dict[int, float] = {}  # configuration index -> its slowest repeat's wall time so far, s
@@ -213,6 +220,7 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
         verdict = "run"
         if rank == 0:
             verdict = ("failed earlier (a repeat of it started and never finished)" if c in failed else
+                       broken[lever_key(cfg)] if lever_key(cfg) in broken and not is_solo(cfg) else
                        fits(time.time(), MARGIN * slowest.get(c, first_estimate_s), deadline_at))
         verdict = _decide(rank, world_size, verdict)
         if verdict != "run":
@@ -369,9 +377,17 @@ def _run(args: argparse.Namespace) -> int:
     init_process_group(info, backend)
     try:
         _job_on_rank(configs, args, device, backend)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - any failure of this rank ends it at once
+        # A rank that failed (out of memory, an NCCL error) must not tear its group down: destroying an NCCL
+        # communicator waits for peers that are blocked in a collective or a barrier and never come, which
+        # hung a job for minutes. Exit now; torchrun then stops the other ranks, and the journal keeps what
+        # finished (scripts/timing_repeats.sh resumes without the configuration that failed).
+        traceback.print_exc()
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+    dist.barrier()
+    dist.destroy_process_group()
     return 0
 
 

@@ -256,6 +256,9 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         torch.cuda.reset_peak_memory_stats(device)
     times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype)
     times["memory"] = memory_stats(device, optimizer)
+    # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
+    # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.
+    strategy.remove_hooks()
     per_rank: list[dict]
     if world_size > 1:
         gathered: list[object] = [None] * world_size

@@ -80,7 +80,7 @@ def format_table(summary: dict) -> str:
     steps = summary.get("steps")  # added by the inspect command (the analysis finds the steps)
     if steps:
         counts = ", ".join(f"rank {r}: {c}" for r, c in steps["per_rank"].items()) or "none"
-        lines.append(f"steps ({steps['source']}): {counts}")
+        lines.append(f"steps ({steps['source']}): {counts}" + (f" ({steps['labels']})" if steps.get("per_rank") else ""))
         lines += [f"  {n}" for n in steps["notes"]]
     if summary["time_span_ns"]:
         a, b = summary["time_span_ns"]

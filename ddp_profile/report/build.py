@@ -47,11 +47,12 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path, cache_entry: Path | None = None):
+def load_one(path: Path, cache_entry: Path | None = None, steps="all"):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis). The run's JSON (``run.json``, ``<run>.json``) is found by the
-    loader (``trace.run``). With ``cache_entry``, the result is also written there (report/cache.py); a
-    cache that cannot be written is skipped with a line on stderr, not an error of the run."""
+    (trace, analysis, launch diagnosis) over the ``steps`` selected (``analyze``'s). The run's JSON
+    (``run.json``, ``<run>.json``) is found by the loader (``trace.run``). With ``cache_entry``, the result
+    is also written there (report/cache.py); a cache that cannot be written is skipped with a line on
+    stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
@@ -59,7 +60,10 @@ def load_one(path: Path, cache_entry: Path | None = None):
     with reuse_decompressed():  # the launch diagnosis reads the same (compressed) export again
         trace = load_trace(path, progress=_say)
         _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-        result = trace, analyze(trace), launch_diagnosis(trace)
+        try:
+            result = trace, analyze(trace, steps=steps), launch_diagnosis(trace, steps)
+        except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
+            raise UsageError(f"{path}: {exc}") from None
     if cache_entry is not None:
         try:
             run_cache.store(cache_entry, result)
@@ -68,10 +72,10 @@ def load_one(path: Path, cache_entry: Path | None = None):
     return result
 
 
-def _load_stored(path: Path, entry: Path | None):
+def _load_stored(path: Path, entry: Path | None, steps="all"):
     """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
     parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
-    result = load_one(path, entry)
+    result = load_one(path, entry, steps)
     return entry if entry is not None and entry.is_file() else result
 
 
@@ -90,12 +94,14 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None,
+def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
               cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
-    locations or (location, run id) pairs from :func:`discover_runs`. With ``cache``, a run whose inputs and
-    tool are unchanged since the last report is taken from it, and the others are stored in it. Returns the
-    runs and one message per run that failed (the report lists them; the CLI exits non-zero)."""
+    locations or (location, run id) pairs from :func:`discover_runs`; ``steps``: the step selection
+    (``analyze``'s; one keeping no step of a run raises UsageError). With ``cache``, a run whose inputs,
+    step selection and tool are unchanged since the last report is taken from it, and the others are stored
+    in it. Returns the runs and one message per run that failed (the report lists them; the CLI exits
+    non-zero)."""
     from ddp_profile.errors import DdpProfileError
 
     out = progress or sys.stderr
@@ -121,7 +127,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None,
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 
     print(f"report: loading {len(paths)} run(s) with {jobs} job(s)", file=out, flush=True)
-    keys = [run_cache.run_key(p) if cache is not None else None for p in paths]
+    keys = [run_cache.run_key(p, cache.options) if cache is not None else None for p in paths]
     cached = [cache.get(k) if cache is not None and k is not None else None for k in keys]
     if cache is not None and any(c is not None for c in cached):
         print(f"report: {sum(c is not None for c in cached)} run(s) unchanged since the last report: taken from "
@@ -140,19 +146,23 @@ def load_runs(paths: list, jobs: int = 1, progress=None,
             result = cached[i - 1]
             if result is None:
                 try:
-                    result = load_one(p, entries[i - 1])
+                    result = load_one(p, entries[i - 1], steps)
+                except UsageError:
+                    raise
                 except DdpProfileError as exc:
                     result = exc
             finish(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {i: pool.submit(_load_stored, paths[i], entries[i]) for i in todo}
+            futures = {i: pool.submit(_load_stored, paths[i], entries[i], steps) for i in todo}
             for i, p in enumerate(paths, 1):
                 try:
                     result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
                     if isinstance(result, Path):  # written to the cache by the worker: read, not sent back
                         result = run_cache.read_entry(result)
+                except UsageError:
+                    raise
                 except DdpProfileError as exc:
                     result = exc
                 finish(i, p, result)
@@ -328,11 +338,12 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 findings: bool = True, cache: bool = True) -> tuple[dict, list[str]]:
+                 findings: bool = True, steps="all", cache: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
     FINDINGS.md and findings.html are written too when the input is one campaign folder (see
-    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. With ``cache``
-    (default), per-run results are kept in the report folder and reused while unchanged (report/cache.py)."""
+    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. ``steps``: the step
+    selection every run is analysed over (``analyze``'s). With ``cache`` (default), per-run results are kept
+    in the report folder and reused while unchanged (report/cache.py)."""
     _check_inputs_outside(paths, out_dir)
     found = discover_runs(paths)
     if not found:
@@ -345,22 +356,23 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     key = None
     if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
         key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
-                                   {"findings": root is not None, "ids": [rid for _, rid in found]})
+                                   {"findings": root is not None, "ids": [rid for _, rid in found],
+                                    "steps": repr(steps)})
         kept = run_cache.unchanged_report(out_dir, MARKER, key)
         if kept is not None:
             print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
                   file=progress or sys.stderr, flush=True)
             return kept
-    store = run_cache.RunCache(out_dir, MARKER) if cache else None
+    store = run_cache.RunCache(out_dir, MARKER, options=repr(steps)) if cache else None
     try:
-        return _build(paths, found, out_dir, jobs, progress, root, store, key)
+        return _build(paths, found, out_dir, jobs, progress, root, store, key, steps)
     finally:
         if store is not None:
             store.close()
 
 
-def _build(paths, found, out_dir, jobs, progress, root, store, key) -> tuple[dict, list[str]]:
-    runs, failures = load_runs(found, jobs, progress, cache=store)
+def _build(paths, found, out_dir, jobs, progress, root, store, key, steps) -> tuple[dict, list[str]]:
+    runs, failures = load_runs(found, jobs, progress, steps, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which

@@ -6,6 +6,7 @@ An entry's name is a digest of everything the result depends on, so an entry is 
 
 * the tool: its version, this cache's format, the Python / numpy / pandas versions (pickles) and the bytes
   of every module of the ``ddp_profile`` package (a changed analysis recomputes even without a version bump);
+* the analysis options (the report's ``--steps``);
 * the run: the resolved path of each file the loader may read (the run's exports and every file in their
   folders: run JSON, ``program.json``) and each file's content digest (BLAKE2b), not its date (within one
   process a file is read once while its size and modification time stay the same).
@@ -77,9 +78,11 @@ def input_files(path: Path) -> list[Path]:
     return sorted(files)
 
 
-def run_key(path: Path) -> str:
-    """The cache entry name of one run location (see the module docstring)."""
+def run_key(path: Path, options: str = "") -> str:
+    """The cache entry name of one run location analysed with ``options`` (the step selection's text; see
+    the module docstring)."""
     h = hashlib.blake2b(tool_digest(), digest_size=20)
+    h.update(options.encode() + b"\0")
     for f in input_files(Path(path)):
         h.update(str(f).encode() + b"\0" + _file_digest(f))
     return h.hexdigest()
@@ -89,9 +92,9 @@ class RunCache:
     """The cache of one report: entries of the previous report folder (``out_dir``) are read; new ones
     go to a staging folder beside it; :meth:`carry_into` links the used ones into the new folder."""
 
-    def __init__(self, out_dir: Path, marker: str):
+    def __init__(self, out_dir: Path, marker: str, options: str = ""):
         out_dir = Path(out_dir).resolve()
-        self.out_dir = out_dir
+        self.out_dir, self.options = out_dir, options
         # only a folder that is ours (the report's marker) is read: never someone else's files
         self.old = out_dir / CACHE_DIR if (out_dir / marker).is_file() else None
         self.staging: Path | None = None

@@ -315,7 +315,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return groups
 
 
-def launch_diagnosis(trace):
+def launch_diagnosis(trace, steps="all"):
     """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made.
 
     The API table is read here, once per run, because ``load_trace`` does not keep it (see
@@ -326,6 +326,6 @@ def launch_diagnosis(trace):
     from ddp_profile.nsys.api import load_api_calls
 
     try:
-        return analyze_launches(trace, load_api_calls(trace))
+        return analyze_launches(trace, load_api_calls(trace), steps=steps)
     except DdpProfileError as exc:
         return str(exc)

@@ -28,8 +28,6 @@ STRAGGLER_SHARE = 2 / 3  # a straggler arrives last at this share of the gradien
 XFAIL = {
     ("gpt-accum", "phases"): "forward 2.8 % of a step (6 of 18 rank-steps <= 5 %)",
     ("gpt-compile", "phases"): "forward 1.8 % of a step (2 of 20 rank-steps <= 5 %)",
-    ("gpt-logevery", "labels"): "rank 0 has steps 0-2, rank 1 steps 0-3 (labels restart per rank)",
-    ("gpt-logevery", "overlap"): "steps 0, 1, 2 of rank 0 are other iterations than on rank 1",
     ("gpt-logevery", "median"): "median step 48.49 ms vs true period 13.66 ms (+255 %): the log-every-4 cycle",
     ("gpt-logevery", "phases"): "forward 4.3 % of one rank-step",
     ("gpt-logevery", "tail"): "4 of 7 steps off, e.g. rank 1 step 0: 20.24 ms vs independent 0.23 ms",
@@ -38,7 +36,6 @@ XFAIL = {
     ("gpt-unused", "median"): "median step 30.61 ms vs true period 15.41 ms (+99 %): two iterations per step "
                               "(the auxiliary head used on even iterations)",
     ("gpt-unused", "count"): "5 steps for 12 iterations",
-    ("hf-ddp", "labels"): "rank 0 has steps 0-2, rank 1 steps 0-1",
     ("hf-ddp", "median"): "median step 173.79 ms vs true period 43.33 ms (+301 %): the logging cycle",
     ("hf-ddp", "count"): "2 steps on rank 1 for 12 iterations",
     ("hf-ddp", "period"): "median step is 4.01 true periods (logging every 4 steps folded in)",
@@ -46,8 +43,6 @@ XFAIL = {
     ("hf-fsdp", "tail"): "4 of 4 steps off, e.g. rank 0 step 0: 4.47 ms vs independent 0.26 ms",
     ("hf-fsdp", "count"): "2 steps for 12 iterations",
     ("hf-fsdp", "period"): "median step is 4.02 true periods (logging every 4 steps folded in)",
-    ("pl-ddp", "labels"): "rank 0 has steps 0-14, rank 1 steps 0-13",
-    ("pl-fsdp", "labels"): "rank 0 has steps 0-14, rank 1 steps 0-13",
 }
 
 CHECKS = ["labels", "overlap", "median", "phases", "tail", "count", "period", "straggler"]

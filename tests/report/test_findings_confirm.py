@@ -53,7 +53,8 @@ def test_errors_per_configuration_against_profiled_steps():
     assert abs(rows["ch2"]["error_pct"] - 100.0 * (380.0 - 400.0) / 400.0) < 1e-9
     assert abs(rows["ch2"]["low_ns"] - 372e6) < 1  # 380 - 8 ms bound
     assert "merged, not split" in rows["b1"]["why"]
-    assert "recommended row" in rows["ch4"]["why"] and "shard_optimizer" in rows["zero"]["why"]
+    assert rows["ch4"]["why"] == "the stock run's trace is not loaded"  # the channel model needs its trace
+    assert "shard_optimizer" in rows["zero"]["why"]
     assert rows["ddp"]["why"].startswith("the stock run itself")
     sec = confirm.q12_confirm([("Set X", ref, [ref, b100, b1, ch2, ch4, zero, one])], lambda r: r.name)
     table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
@@ -81,3 +82,13 @@ def test_unprofiled_medians_move_the_prediction_by_the_stock_run_overhead():
     (row,) = [x for x in confirm.confirm_rows(ref, [ref, b100]) if x["run"] is b100]
     assert row["measure"] == "un-profiled median"
     assert abs(row["predicted_ns"] - 371e6) < 1 and abs(row["measured_ns"] - 365e6) < 1
+
+
+def test_channel_rate_is_calibrated_leave_one_out():
+    a, b, c = (_run(n, "torch_ddp", 380.0, nccl_channels=2) for n in ("a", "b", "c"))
+    for r in (a, b):
+        r.meta["gpu_name"] = "H200"
+    c.meta["gpu_name"] = "H100"
+    rates = {id(a): ("H200", 10.0), id(b): ("H200", 20.0), id(c): ("H100", 30.0)}
+    assert confirm.rate_for(a, rates) == 20.0 and confirm.rate_for(b, rates) == 10.0  # never its own
+    assert confirm.rate_for(c, rates) is None  # no other run on its GPU model: the worst case is used

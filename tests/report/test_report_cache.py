@@ -33,9 +33,9 @@ def loads(monkeypatch):
     seen: list[str] = []
     real = build.load_one
 
-    def counting(path, cache_entry=None):
+    def counting(path, cache_entry=None, steps="all"):
         seen.append(Path(path).name)
-        return real(path, cache_entry)
+        return real(path, cache_entry, steps)
 
     monkeypatch.setattr(build, "load_one", counting)
     return seen

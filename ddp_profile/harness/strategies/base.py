@@ -121,6 +121,20 @@ class Wrapper(nn.Module):
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
+    def add_grad_hook(self, param: nn.Parameter, hook) -> None:
+        """``param.register_post_accumulate_grad_hook(hook)``, remembered for :meth:`remove_hooks`."""
+        if "_grad_hooks" not in self.__dict__:
+            self.__dict__["_grad_hooks"] = []
+        self.__dict__["_grad_hooks"].append(param.register_post_accumulate_grad_hook(hook))
+
+    def remove_hooks(self) -> None:
+        """Remove the gradient hooks this strategy registered. A hook kept on a parameter holds the strategy
+        (its closure) through autograd's C++ side, which Python's garbage collector cannot see: without this,
+        a wrapped model, its buckets and optimizer stay alive after the run (ddp_profile.harness.repeats runs
+        many in one process; train.run calls this at its end)."""
+        for handle in self.__dict__.pop("_grad_hooks", []):
+            handle.remove()
+
     def on_train_batch_start(self) -> None:
         pass
 

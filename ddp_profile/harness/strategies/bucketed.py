@@ -144,7 +144,7 @@ class Bucketed(Wrapper):
         if self.world_size > 1:
             for bucket in self.buckets:
                 for slot, p in enumerate(bucket.params):
-                    p.register_post_accumulate_grad_hook(self._make_hook(bucket, slot))
+                    self.add_grad_hook(p, self._make_hook(bucket, slot))
 
     def _make_hook(self, bucket: _Bucket, slot: int):
         view = bucket.views[slot]

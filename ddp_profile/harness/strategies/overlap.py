@@ -21,7 +21,7 @@ class Overlap(Wrapper):
         self._handles: list = []
         if self.world_size > 1:
             for index, p in enumerate(grad_params(module)):
-                p.register_post_accumulate_grad_hook(self._make_hook(index))
+                self.add_grad_hook(p, self._make_hook(index))
 
     def _make_hook(self, index: int):
         def hook(p) -> None:

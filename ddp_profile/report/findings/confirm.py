@@ -4,8 +4,10 @@ recommendation` predicts from the stock torch_ddp trace alone, against the step 
 with the error per configuration and the ±5 % target.
 
 What the stock trace predicts (:mod:`ddp_profile.analysis.recommend`): the step at each candidate bucket cap
-at or above its own (buckets can be merged, not split), and for the recommended row a range down to the
-bound on compute lost to contention when it cuts NCCL channels. A configuration gets a prediction when a
+at or above its own (buckets can be merged, not split), for the recommended row a range down to the bound on
+compute lost to contention when it cuts NCCL channels, and for any other channel count at the stock cap the
+worst-case channel prediction (:func:`ddp_profile.analysis.recommend.channel_prediction`: collectives slowed
+in proportion to the channels taken, what no longer fits under backward added to the step; the same range). A configuration gets a prediction when a
 recommendation row names its bucket cap and NCCL channels/priority; the bucket model replays buckets, not a
 strategy, so a ``bucketed`` run at a cap is compared with the stock trace's prediction at that cap (the
 row at the stock cap then shows what the strategy change alone costs). Every other configuration is listed
@@ -22,6 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ddp_profile.report import measures
@@ -59,7 +62,53 @@ def _row_for(rec: pd.DataFrame, r) -> tuple[pd.Series | None, str]:
     return None, "no candidate cap of the stock trace at this size"
 
 
-def confirm_rows(ref, rs: list) -> list[dict]:
+def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str]:
+    """For a run that differs from the stock run only in its NCCL channel count (high-priority streams or
+    not): the channel prediction from the stock trace (:func:`recommend.channel_prediction`, with the
+    per-channel ``rate`` when given, else the worst case) as a row like the recommendation table's; else
+    (None, why)."""
+    from ddp_profile.analysis.recommend import channel_prediction
+
+    c, rc = r.config, ref.config
+    ch = int(c.get("nccl_channels") or 0)
+    if not why.startswith("NCCL channels") or float(c.get("bucket_mb") or 0) != float(rc.get("bucket_mb") or 0):
+        return None, why
+    if not ch:
+        return None, "high-priority NCCL streams alone are not modelled"
+    trace = getattr(ref, "trace", None)
+    if trace is None:
+        return None, "the stock run's trace is not loaded"
+    got = channel_prediction(ref.analysis, trace.kernels, ref.meta, ch,
+                             nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"),
+                             channel_bytes_per_s=rate)
+    if not math.isfinite(got["predicted_step_ns"]):
+        return None, "the stock trace lacks NCCL's channel count or gradient-ready times"
+    return {"predicted_step_ns": got["predicted_step_ns"],
+            "upper_gain_ns": got["predicted_step_ns"] - got["low_ns"]}, ""
+
+
+def channel_rates(runs) -> dict[int, tuple[str, float]]:
+    """{id(run): (GPU name, bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
+    choice (``--nccl-channels``: their channels, not the link, bound the collectives), from their traces."""
+    from ddp_profile.analysis.recommend import channel_rate
+
+    out = {}
+    for r in runs:
+        if int(r.config.get("nccl_channels") or 0) and r.analysis is not None and getattr(r, "trace", None) is not None:
+            rate = channel_rate(r.analysis, r.meta)
+            if math.isfinite(rate):
+                out[id(r)] = (str(r.meta.get("gpu_name")), rate)
+    return out
+
+
+def rate_for(r, rates: dict[int, tuple[str, float]]) -> float | None:
+    """Leave-one-out calibration: the median per-channel rate of the other channel-limited runs on the same
+    GPU model (never ``r``'s own), None when there is none."""
+    others = [v for k, (gpu, v) in rates.items() if k != id(r) and gpu == str(r.meta.get("gpu_name"))]
+    return float(np.median(others)) if others else None
+
+
+def confirm_rows(ref, rs: list, rates: dict | None = None) -> list[dict]:
     """One dict per multi-GPU configuration of ``rs`` (the stock run ``ref`` included): predicted and
     measured step (ns), which measurement, the error (percent) or the reason there is none."""
     rec = getattr(ref.analysis, "recommendation", None)
@@ -71,7 +120,14 @@ def confirm_rows(ref, rs: list) -> list[dict]:
         row, why = (None, "the stock run itself (its prediction is its own measurement)") if r is ref else _row_for(rec, r)
         item = {"run": r, "predicted_ns": math.nan, "low_ns": math.nan, "measured_ns": math.nan,
                 "measure": "un-profiled median" if unprof else "profiled step (trace)", "error_pct": math.nan,
-                "why": why}
+                "why": why, "model": "" if row is None else
+                "recommended row (bucket model, contention range)" if row.get("lever") == "recommended" else "bucket model"}
+        if row is None and r is not ref:
+            rate = rate_for(r, rates or {})
+            row, why = _channel_row(ref, r, why, rate)
+            item["why"] = why
+            if row is not None:
+                item["model"] = "channel model, " + ("per-channel rate of other runs" if rate else "worst case")
         if row is not None:
             pred = float(row["predicted_step_ns"])
             upper = float(row["upper_gain_ns"]) if pd.notna(row.get("upper_gain_ns")) else math.nan
@@ -94,9 +150,19 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
         "(its range reaches down by the bound on compute lost to contention). A bucketed run is compared with "
         "the prediction at its cap, so its error includes the difference between bucketed and torch_ddp. "
         "Configurations of other strategies or with levers the recommender does not set are named, not tabled.")
+    rates = channel_rates([r for _, _, rs in groups for r in rs])
+    if rates:
+        s.p("Channel counts other than NCCL's: the stock trace gives each gradient collective's transfer and wait "
+            "time; with fewer channels the transfer takes max(its stock time, bytes ÷ (channels × per-channel "
+            "rate)), the wait stays, and what no longer fits under backward is added to the step. The per-channel "
+            "rate is calibrated leave-one-out: the median of bytes ÷ (transfer time × channels) over the other "
+            f"runs with fewer channels on the same GPU model ({len(rates)} such runs: "
+            + ", ".join(f"{gpu} {v / 1e9:.1f} GB/s" for gpu, v in rates.values())
+            + "), never the run being predicted; with none, the worst case (transfer × stock channels ÷ "
+            "channels) from the stock trace alone.")
     met_all, total = [], 0
     for title, ref, rs in groups:
-        rows = confirm_rows(ref, rs)
+        rows = confirm_rows(ref, rs, rates)
         if not rows:
             s.p(f"{title}: the stock trace ({ref.name}) gives no recommendation table.")
             continue
@@ -104,11 +170,11 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
         table = []
         for x in shown:
             r, err = x["run"], x["error_pct"]
-            table.append({"run": r.name, "predicted": ms(x["predicted_ns"]) + (
+            table.append({"run": r.name, "model": x["model"], "predicted": ms(x["predicted_ns"]) + (
                 f" (down to {ms(x['low_ns'])})" if math.isfinite(x["low_ns"]) else ""),
                 "measured": ms(x["measured_ns"]), "error": (("+" if err >= 0 else "") + pct(err)),
                 f"within {target}": "yes" if abs(err) <= TARGET_PCT else "no", "report page": page_for(r)}
-                if math.isfinite(err) else {"run": r.name, "predicted": "–", "measured": "–", "error": "–",
+                if math.isfinite(err) else {"run": r.name, "model": "–", "predicted": "–", "measured": "–", "error": "–",
                                             f"within {target}": "no prediction: " + x["why"], "report page": page_for(r)})
         if table:
             s.table(pd.DataFrame(table), f"{title}: predicted from {ref.name} against the measured {rows[0]['measure']}")

@@ -83,6 +83,15 @@ def test_optional_sections_are_deferred_and_equal_when_read(tmp_path, monkeypatc
     pd.testing.assert_frame_equal(restored.recommendation, eager.recommendation)
 
 
+def test_deferred_sections_equal_eager_ones_on_a_real_torch_ddp_run():
+    """A run whose recommendation replays gradient-ready times (stock torch_ddp, bucket sizes in its JSON)."""
+    trace = load_trace(REAL.parent)
+    eager, lazy = analyze(trace), analyze(trace, sections=CORE)
+    assert len(eager.recommendation) and len(eager.comm_kinds)
+    pd.testing.assert_frame_equal(lazy.recommendation, eager.recommendation)
+    pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
+
+
 def test_analyze_imports_neither_the_scrubber_nor_the_harness():
     code = ("import sys; from ddp_profile.cli import main; main(['analyze', '--help'])\n"
             "bad = [m for m in sys.modules if m.startswith(('ddp_profile.nsys.scrub', 'ddp_profile.harness', 'plotly'))]\n"

@@ -45,6 +45,10 @@ STEP_METRIC_COLUMNS = [
     # job-level tail (last gradient collective on any rank − latest backward end over ranks, same step).
     "exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns", "exposed_allgather_ns",
     "job_comm_tail_ns",
+    # appended (issue 26; analysis/windows.py, analysis/cycles.py): backward ranges (micro-steps) in the
+    # step; extra work beside the modal step of the rank (inferred steps; NaN for NVTX steps): kernels
+    # beyond the modal sequence, their GPU time, host time beyond the median step's.
+    "micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns",
 ]
 # Per (rank, step, collective kind), NCCL time of the kind (analysis/comm_kinds.py). collective: AllReduce |
 # AllGather | ReduceScatter | Broadcast | AllToAll | SendRecv | other. forward/backward/optimizer_ns: comm_ns
@@ -103,6 +107,10 @@ def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 # "optimizer" | "grad_wait". start/end: first/last GPU activity of kernels launched inside the host range
 # (by launch time within the process), or the host range itself when no kernel was launched in it.
 PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns", "host_end_ns"]
+# Beside PHASE_COLUMNS (and pid) in analysis.windows.phase_windows' frame (the per-rank windows, not the
+# user's phases): phase_ns = union of the phase's GPU windows in the step (micro-steps summed); step rows:
+# the step facts of STEP_METRIC_COLUMNS (NaN on phase rows).
+WINDOW_FACT_COLUMNS = ["phase_ns", "micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns"]
 
 # ---- CUDA API calls and launch-bound diagnosis (ddp_profile.nsys.api, ddp_profile.analysis.launches) -------
 # One row per CUDA runtime or driver API call (read on request, not by load_trace). name: the function,

@@ -44,9 +44,9 @@ KIT=${KIT:-$ROOT/.device-kit}
 TRACES=${TRACES:-$ROOT/traces}
 PYTHON=${PYTHON:-python3}
 DEADLINE_AT=$((START + DEADLINE - RESERVE))   # every repeat must be expected to end by then
-HARD_END=$((START + DEADLINE - RESERVE + 5))
+HARD_END=$((START + DEADLINE - RESERVE + 5))  # the job is killed then (only if a repeat overruns its estimate)
 STALL_S=${STALL_S:-75}                        # watchdog: seconds without a journal line before a job is killed
-JOURNAL=repeats.jsonl  # the job is killed then (only if a repeat overruns its estimate)
+JOURNAL=repeats.jsonl                         # python -m ddp_profile.harness.repeats appends a line per event
 
 [ -f "$CONFIGS" ] || { echo "error: no configuration list at $CONFIGS" >&2; exit 2; }
 cd "$ROOT"

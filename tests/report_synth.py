@@ -50,7 +50,9 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
                               max(comm - 150 * US, 0), 1 * US, 20 * US, 300 * US, 400 * US, 150 * US,
                               t0 + 700 * US, 50 * US if comm else 0, 22.0, 5.5,
                               # exposed wait/transfer, param sync (none), exposed all-gather (none), job tail
-                              10 * US if comm else 0, 40 * US if comm else 0, 0, 0, 0, 50 * US if comm else 0))
+                              10 * US if comm else 0, 40 * US if comm else 0, 0, 0, 0, 50 * US if comm else 0,
+                              # micro-steps, extra kernels / GPU / host time (none)
+                              1, 0, 0, 0))
     kernels = pd.DataFrame(k_rows, columns=schema.KERNEL_COLUMNS)
     trace = SimpleNamespace(
         kernels=kernels, nvtx=schema.empty_frame(schema.NVTX_COLUMNS),

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis._common import KernelArrays
@@ -212,6 +213,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     fields = _parts.combine(got, table, notes, match_notes)
     ready = fields.pop("ready_ns")
     res = Analysis(**fields)
+    res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
     if "comm_kinds" in later:
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))

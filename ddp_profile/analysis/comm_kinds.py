@@ -23,8 +23,9 @@ Per (rank, step, kind k) — the ``comm_kinds`` table::
     wait_ns            = |Wt_k|_W                    (Wt_k: wait intervals of kind-k kernels)
     exposed_wait_ns    = |Wt_k|_W − |Wt_k ∩ C|_W
     forward_ns, backward_ns, optimizer_ns = |N_k|_P for the phase's GPU window P (NaN without the phase;
-                         phase windows may overlap: a backward window runs to the end of the all-reduces
-                         launched in backward, so these need not add up to comm_ns)
+                         the backward window spans backward's compute kernels only, so the tail's
+                         collectives are in after_backward_ns, and windows of several micro-steps may
+                         hold another phase: these need not add up to comm_ns)
     after_backward_ns  = |N_k|_[B, W.end)            (NaN without a backward range)
 
 Σ_k comm_ns ≥ the step's comm_ns = |N|_W, with equality when kernels of different kinds never run at the

@@ -1,41 +1,47 @@
 """Steps and phases inferred from the GPU trace itself, for traces without step / phase NVTX ranges.
 
-**Steps** (per process, :func:`infer_steps`). A training loop launches the same kernel sequence every step.
-Let s = the names of the process's compute and NCCL kernels in launch order (copies and memsets are left
-out of s: data-loader threads launch them at varying points). Then
+**Steps** (per process, :func:`infer_steps`): the gradient-synchronisation cycles of ``cycles`` (one
+optimizer step each: its micro-steps' forward and backward, the gradient collectives, the optimizer;
+extra work reported per step by ``cycles.extra_work``). When the process shows no cycle (no kernel
+launched from another thread than the main one, or fewer than two backward runs owning a gradient
+collective), the period of its kernel sequence instead. Let s = the names of the process's compute and
+NCCL kernels in launch order (copies and memsets are left out of s: data-loader threads launch them at
+varying points). Then
 
 1. *Period* P (kernels per step): the smallest lag L (MIN_PERIOD <= L <= len(s)/2) whose match fraction
    m(L) = mean_i [s_i = s_(i+L)] is within PERIOD_SLACK of the best lag's. m is estimated for every lag at
    once with one FFT (names mapped to random unit complex numbers z: Re Σ z_i·conj(z_(i+L)) = matches +
    zero-mean noise), then recomputed exactly for the shortlisted lags. Repeats inside a step (a
    transformer's layers) match only part of the step (m ≈ 0.8 on our XL model), the step's period ≈ 1,
-   and multiples of P are not smaller than P.
+   and multiples of P are not smaller than P (but work inserted every N steps makes N steps the period:
+   hence the cycles first).
 2. *Cut* (where a step starts within the period): in each period-long stretch of s, the kernel with the
    largest host gap before it (launch time minus the previous kernel's launch time) among kernels
    launched from the main thread (launch thread id = process id) right after another main-thread
-   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins): the loop's own overhead (data loading, ``loss.item()``, a synchronize) sits
-   between the optimizer and the next forward, both on the main thread, while the gap before the first
-   main-thread kernel after backward is the host waiting for the gradients (DDP's finalize).
+   kernel; the stretches vote with the 8 names that follow (the most frequent 8-gram wins).
 3. *Anchors*: the k-gram of names starting at that offset (k grown until it occurs at most once per
    period); each occurrence starts a step, so a kernel inserted in one step shifts no later boundary.
    A segment between two anchors is a step when its length is within STEP_LENGTH_SLACK of P; the last
    one ends where the k-gram ending the period last occurs. What precedes the first anchor (warm-up,
    initialisation) is no step.
-4. *Host ranges*: a step's host range runs from just after the largest launch gap (any kind, copies
-   included) between the previous step's last kernel and its first kernel, to just before the next
-   step's; the first and last steps get the median lead / trail of the others. They are then projected
-   onto the GPU by launch time exactly like NVTX steps. Step index = order within the process.
 
-**Phases** (per step, :func:`infer_phases`): PyTorch runs backward (and DDP's gradient hooks, hence the
-all-reduces) on autograd threads, so, with ``main`` = the process's main thread (tid = pid)::
+*Host ranges* (either way): a step's host range runs from just after the largest launch gap (any kind,
+copies included) between the previous step's last kernel and its first kernel, to just before the next
+step's; the first and last steps get the median lead / trail of the others. They are then projected onto
+the GPU by launch time exactly like NVTX steps. Step index = order within the process.
 
-    forward   = step start .. the first launch from another thread   (main thread only)
-    backward  = first .. last launch from another thread (or the extent of nsys --pytorch=autograd-nvtx
-                ranges ``autograd::engine::evaluate_function: ...`` inside the step, when present)
-    optimizer = just after the last launch from another thread .. step end (main thread; includes any
-                wait for the gradients and the gradient scaling)
+**Phases** (per step, :func:`infer_phases`), from the launching thread (``main`` = the process's main
+thread, tid = pid; PyTorch runs backward, DDP's and FSDP's gradient hooks on autograd threads), one
+forward and one backward range per micro-step (a backward run of ``cycles``: compute kernels launched
+from other threads)::
 
-A phase that launched nothing is left out; a step with no launch from another thread gets no phase.
+    backward  = the run's first .. last compute launch (projected on compute kernels only: windows)
+    forward   = the step start (first micro-step) or just after the previous run's last launch .. just
+                before the run's first launch (left out when nothing was launched there)
+    optimizer = just after the last run, the last launch from another thread (DDP's bucket copies) and
+                the last gradient collective in the step .. step end
+
+A step with no backward run gets no phase.
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import comm_kinds as ck
+from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis._common import KernelArrays, ints
 from ddp_profile.analysis.windows import RANGE_COLUMNS, find_steps
 
@@ -53,7 +61,6 @@ PERIOD_SLACK = 0.05
 STEP_LENGTH_SLACK = 0.1
 MAX_SHORTLIST = 64
 MAX_ANCHOR = 64
-AUTOGRAD_RANGE = "autograd::engine::evaluate_function"
 
 
 def match_fraction(codes: np.ndarray, lag: int) -> float:
@@ -224,106 +231,151 @@ def _main_thread(pid: int, tid: np.ndarray) -> np.ndarray:
     return tid == tid[0] if len(tid) else np.zeros(0, dtype=bool)
 
 
+STEP_FACTS = ["extra_kernels", "extra_gpu_ns", "extra_host_ns"]
+
+
+def sequence(karr: KernelArrays, p, kinds: np.ndarray, tid_all: np.ndarray, grad: np.ndarray) -> cy.Sequence:
+    """Process ``p``'s kernels selected by ``kinds`` (with a launch time) in launch order."""
+    sel = np.flatnonzero((karr.pid == p) & kinds & (karr.launch >= 0))
+    sel = sel[np.argsort(karr.launch[sel], kind="stable")]
+    return cy.Sequence(sel=sel, codes=np.maximum(karr.name_code[sel].astype(np.int64), 0), lt=karr.launch[sel],
+                       main=_main_thread(int(p), tid_all[sel]), compute=karr.is_compute[sel], grad=grad[sel],
+                       start=karr.start[sel], end=karr.end[sel])
+
+
+def _gradient_mask(karr: KernelArrays) -> np.ndarray:
+    grad = np.zeros(len(karr.launch), dtype=bool)
+    grad[ck.rows_of(karr, ck.GRADIENT)] = True
+    return grad
+
+
 def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
-    """Step host ranges (RANGE_COLUMNS, phase "step", step = order within the process) inferred from the
-    kernel sequence of each process. Returns (frame, notes)."""
+    """Step host ranges (RANGE_COLUMNS + STEP_FACTS, phase "step", step = order within the process): the
+    gradient-synchronisation cycles of each process (``cycles``), else the period of its kernel sequence
+    (module docstring). Returns (frame, notes)."""
     frame = karr.frame
     tid_all = ints(frame["launch_tid"], -1) if "launch_tid" in frame else np.full(len(frame), -1, np.int64)
-    kern = (karr.is_compute | karr.is_nccl) & (karr.launch >= 0) & (karr.name_code >= 0)
+    kern = (karr.is_compute | karr.is_nccl) & (karr.name_code >= 0)
+    grad = _gradient_mask(karr)
     parts, found = [], []
     for p in pd.unique(karr.pid[karr.launch >= 0]):
-        in_p = karr.pid == p
-        sel = np.flatnonzero(in_p & kern)
-        if sel.size < MIN_PERIOD * MIN_STEPS:
+        seq = sequence(karr, p, kern, tid_all, grad)
+        if seq.sel.size < MIN_PERIOD * MIN_STEPS:
             continue
-        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
-        codes = karr.name_code[sel].astype(np.int64)
-        lt = karr.launch[sel]
-        main = _main_thread(int(p), tid_all[sel])
-        period, match = find_period(codes)
-        if period is None:
-            continue
-        first, last = _segments(codes, lt, main, period)
-        if first.size == 0:
-            continue
-        all_lt = np.sort(karr.launch[in_p & (karr.launch >= 0)])
-        hs, he = _host_bounds(first, last, lt, all_lt)
-        rank = int(karr.rank[sel[0]])
+        rank = int(karr.rank[seq.sel[0]])
+        cyc = cy.find_cycles(seq) if (tid_all[seq.sel] >= 0).any() else None
+        if cyc is not None:
+            first, last = cyc.first, cyc.last
+            micro = int(np.median(cyc.micro_steps))
+            found.append(f"rank {rank}: {first.size} gradient-sync cycles of {micro} micro-step(s) (forward "
+                         f"{cyc.forward_kernels} kernels after the optimizer's {cyc.optimizer_kernels})")
+        else:
+            period, match = find_period(seq.codes)
+            if period is None:
+                continue
+            first, last = _segments(seq.codes, seq.lt, seq.main, period)
+            if first.size == 0:
+                continue
+            found.append(f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %, "
+                         "no gradient-sync cycle seen)")
+        all_lt = np.sort(karr.launch[(karr.pid == p) & (karr.launch >= 0)])
+        hs, he = _host_bounds(first, last, seq.lt, all_lt)
+        ek, eg, eh = cy.extra_work(seq, first, last)
+        if cyc is not None:  # and what follows each step before the next one's forward
+            ek, eg = ek + cyc.after_kernels, eg + cyc.after_gpu_ns
         parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
-                                   "phase": "step", "host_start_ns": hs, "host_end_ns": he}))
-        found.append(f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %)")
+                                   "phase": "step", "host_start_ns": hs, "host_end_ns": he,
+                                   "extra_kernels": ek, "extra_gpu_ns": eg, "extra_host_ns": eh}))
     if not parts:
-        return schema.empty_frame(RANGE_COLUMNS), [
+        return schema.empty_frame(RANGE_COLUMNS + STEP_FACTS), [
             "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
             "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
-            "period of the repeating kernel-launch sequence, cut at the largest launch gap on the main thread; "
-            "steps are numbered from 0 at the first iteration every rank ran; " + "; ".join(found))
+            "gradient-synchronisation cycle (its micro-steps' forward and backward, the gradient collectives, "
+            "the optimizer), cut between the optimizer's last kernel and the next forward's first; steps are "
+            "numbered from 0 at the first iteration every rank ran; " + "; ".join(found))
     return out, [note]
 
 
+def extra_work_notes(steps: pd.DataFrame) -> list[str]:
+    """One note per rank naming its steps with extra work (cycles.extra_work), by the step labels common to
+    every rank (the step table, after the labels are set): kernels and GPU ms, host ms."""
+    if steps.empty or "extra_kernels" not in steps:
+        return []
+    ek = steps["extra_kernels"].fillna(0).to_numpy()
+    eh = steps["extra_host_ns"].fillna(0).to_numpy()
+    eg = steps["extra_gpu_ns"].fillna(0).to_numpy()
+    ranks, labels = steps["rank"].to_numpy(), steps["step"].to_numpy()
+    hit = np.flatnonzero((ek > 0) | (eh > 0))
+    out = []
+    for rank in np.unique(ranks[hit]):
+        at = hit[ranks[hit] == rank]
+        parts = []
+        for i in at[:20]:
+            k, g, h = int(ek[i]), float(eg[i]), float(eh[i])
+            what = [f"{k} extra kernels, {g / 1e6:.2f} ms on the GPU"] if k > 0 else []
+            what += [f"{h / 1e6:.2f} ms longer on the host"] if h > 0 else []
+            parts.append(f"step {int(labels[i])}: " + ", ".join(what))
+        more = f" (and {at.size - 20} more)" if at.size > 20 else ""
+        out.append(f"rank {int(rank)}: extra work beside the modal step (logging, evaluation, checkpointing...): "
+                   + "; ".join(parts) + more)
+    return out
+
+
 def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | None = None) -> pd.DataFrame:
-    """forward / backward / optimizer host ranges (RANGE_COLUMNS) of each step, from the launching thread
-    (module docstring). ``steps``: step host ranges (NVTX or inferred)."""
+    """forward / backward / optimizer host ranges (RANGE_COLUMNS) of each step from the launching thread
+    (module docstring): one forward and one backward range per micro-step. ``nvtx`` is not read (kept for
+    callers; autograd NVTX ranges run on the same autograd threads the launches tell)."""
     if steps.empty or "launch_tid" not in karr.frame:
         return schema.empty_frame(RANGE_COLUMNS)
     tid_all = ints(karr.frame["launch_tid"], -1)
-    auto = _autograd_ranges(nvtx)
-    parts = []
+    grad = _gradient_mask(karr)
+    cols: dict[str, list] = {c: [] for c in RANGE_COLUMNS}
     for p, sg in steps.groupby("pid", sort=False):
-        # Every kind: DDP's autograd threads also copy gradients into buckets (memcpy DtoD) after their
-        # last kernel.
-        sel = np.flatnonzero((karr.pid == p) & (karr.launch >= 0))
-        sel = sel[np.argsort(karr.launch[sel], kind="stable")]
-        lt, tid = karr.launch[sel], tid_all[sel]
-        if not (tid >= 0).any():
+        seq = sequence(karr, p, np.ones(len(karr.launch), dtype=bool), tid_all, grad)
+        if not (tid_all[seq.sel] >= 0).any():
             continue
-        other = np.flatnonzero(~_main_thread(int(p), tid))
+        sg = sg.sort_values("host_start_ns", kind="stable")
         hs, he = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
-        lo, hi = np.searchsorted(lt, hs, "left"), np.searchsorted(lt, he, "right")
-        j0 = np.searchsorted(other, lo, "left")
-        j1 = np.searchsorted(other, hi, "left") - 1
-        ok = j1 >= j0
-        f = np.where(ok, other[np.minimum(j0, max(other.size - 1, 0))] if other.size else lo, lo)
-        b = np.where(ok, other[np.clip(j1, 0, max(other.size - 1, 0))] if other.size else lo, lo)
-        ap = auto.loc[auto["pid"] == p].sort_values("start_ns") if not auto.empty else auto
-        if not ap.empty:  # nsys --pytorch=autograd-nvtx: backward = the extent of its engine's ranges
-            st, en = ints(ap["start_ns"]), ints(ap["end_ns"])
-            r0, r1 = np.searchsorted(st, hs, "left"), np.searchsorted(st, he, "right")
-            has = r1 > r0
-            if has.any():
-                run_max = np.maximum.accumulate(en)  # ranges nest or follow: the latest end so far
-                bs, be = st[np.minimum(r0, st.size - 1)], run_max[np.maximum(r1 - 1, 0)]
-                fa = np.searchsorted(lt, bs, "left")
-                ba = np.searchsorted(lt, be, "right") - 1
-                use = has & (fa <= ba) & (fa < hi) & (ba >= lo)
-                f, b = np.where(use, np.maximum(fa, lo), f), np.where(use, np.minimum(ba, hi - 1), b)
-                ok = ok | use
-        if not ok.any():
+        rank, step = sg["rank"].to_numpy(), sg["step"].to_numpy()
+        rf, rl = cy.runs(seq)
+        if rf.size == 0:
             continue
-        rank, step = sg["rank"].to_numpy()[ok], sg["step"].to_numpy()[ok]
-        f, b, lo, hi, hs, he = f[ok], b[ok], lo[ok], hi[ok], hs[ok], he[ok]
-        b0, b1 = lt[f], lt[b]
-        for phase, keep, start, end in (("forward", f > lo, hs, b0 - 1), ("backward", np.ones(len(f), bool), b0, b1),
-                                        ("optimizer", b < hi - 1, b1 + 1, he)):
-            parts.append(pd.DataFrame({"rank": rank[keep], "pid": int(p), "step": step[keep], "phase": phase,
-                                       "host_start_ns": start[keep], "host_end_ns": end[keep]}))
-    if not parts:
+        lt = seq.lt
+        j = np.searchsorted(hs, lt[rf], "right") - 1
+        ok = (j >= 0) & (lt[rf] <= he[np.maximum(j, 0)])
+        rf, rl, j = rf[ok], rl[ok], j[ok]
+        if rf.size == 0:
+            continue
+        first_in_step = np.r_[True, j[1:] != j[:-1]]
+        last_in_step = np.r_[first_in_step[1:], True]
+        f0 = np.where(first_in_step, hs[j], lt[np.r_[rl[0], rl[:-1]]] + 1)
+        f1 = lt[rf] - 1
+        launched = np.searchsorted(lt, f1, "right") > np.searchsorted(lt, f0, "left")
+        # The optimizer opens after everything other threads (DDP's bucket copies) and the gradient
+        # collectives launched up to the step's end.
+        js, b_last = j[last_in_step], rl[last_in_step]
+        tail = np.zeros(js.size, dtype=np.int64)
+        grad_off = seq.grad & ~seq.main
+        for mask in (~seq.main, grad_off if grad_off.any() else seq.grad):
+            t = lt[mask]
+            k = np.searchsorted(t, he[js], "right") - 1
+            tail = np.where(k >= 0, np.maximum(tail, t[np.maximum(k, 0)] if t.size else 0), tail)
+        o0 = np.maximum(lt[b_last], tail) + 1
+        o_ok = o0 <= he[js]
+        for phase, keep, jj, start, end in (
+                ("forward", launched & (f0 <= f1), j, f0, f1), ("backward", np.ones(j.size, bool), j, lt[rf], lt[rl]),
+                ("optimizer", o_ok, js, o0, he[js])):
+            cols["rank"].append(rank[jj[keep]])
+            cols["pid"].append(np.full(int(keep.sum()), int(p)))
+            cols["step"].append(step[jj[keep]])
+            cols["phase"].append(np.full(int(keep.sum()), phase, dtype=object))
+            cols["host_start_ns"].append(start[keep])
+            cols["host_end_ns"].append(end[keep])
+    if not cols["rank"]:
         return schema.empty_frame(RANGE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[RANGE_COLUMNS]
-
-
-def _autograd_ranges(nvtx: pd.DataFrame | None) -> pd.DataFrame:
-    """nsys --pytorch=autograd-nvtx's backward ranges (``autograd::engine::evaluate_function: ...``)."""
-    if nvtx is None or nvtx.empty:
-        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": []})
-    names = nvtx["name"].astype("object").fillna("")
-    uniq = pd.unique(names)
-    hit = names.map({u: str(u).startswith(AUTOGRAD_RANGE) for u in uniq}).to_numpy(dtype=bool)
-    hit = hit & nvtx["end_ns"].notna().to_numpy()
-    r = nvtx.loc[hit]
-    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"])})
+    return pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()})[RANGE_COLUMNS]
 
 
 def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,

@@ -15,7 +15,9 @@ reduce steps see only small tables.
 4. :func:`combine` (reduce): concatenation in rank order, the job-level tail across ranks, notes.
 
 A part holds whole ranks (one file, several files joined, or the whole trace); frames have a fresh 0..n-1
-index. Opens no file.
+index. A new section: its per-part share as a :class:`RankPart` field filled in :func:`rank_part`, merged in
+:func:`combine` (the one place parts become the Analysis' fields), or computed in :func:`combine` from the
+merged frames when it needs every rank. Opens no file.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
 INFERRED_PHASES_NOTE = ("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
-                        "(backward = kernels launched from autograd threads, forward = main thread before them, "
-                        "optimizer = main thread after them)")
+                        "(backward = compute kernels launched from autograd threads, per micro-step; forward = "
+                        "what the main thread launched before them; optimizer = after the last gradient "
+                        "collective)")
 
 
 class LocalRanks:

@@ -14,7 +14,8 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
                        GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
-                       launched between the start of backward and the end of the step; 0 when none remains
+                       launched between the start of backward and the start of the optimizer phase (the
+                       end of the step without one); 0 when none remains
                        after backward; NaN without a backward range. Parameter AllGather/Broadcast after
                        backward is param_sync_ns (comm_kinds), not tail.
     job_comm_tail_ns = max(0, max_ranks last_grad_comm_end − max_ranks backward_end_ns) over the rows of one
@@ -50,11 +51,17 @@ from ddp_profile.analysis._common import (
 )
 from ddp_profile.memory import return_freed_memory
 
+STEP_FACTS = ["micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns"]  # carried from the step windows
+
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
-    p = phases.loc[phases["phase"] == name, ["rank", "step", "start_ns", "end_ns"]]
-    return pd.DataFrame({"rank": p["rank"].to_numpy(), "step": p["step"].to_numpy(),
-                         f"{name}_ns": (p["end_ns"] - p["start_ns"]).to_numpy(dtype=float)})
+    """The phase's GPU time per (rank, step): ``phase_ns`` (its micro-steps' windows summed) where the
+    windows carry it, else the window's length."""
+    p = phases.loc[phases["phase"] == name]
+    length = (p["end_ns"] - p["start_ns"]).to_numpy(dtype=float)
+    if "phase_ns" in p:
+        length = np.where(p["phase_ns"].isna(), length, p["phase_ns"].to_numpy(dtype=float))
+    return pd.DataFrame({"rank": p["rank"].to_numpy(), "step": p["step"].to_numpy(), f"{name}_ns": length})
 
 
 def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | None = None,
@@ -86,6 +93,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     phase_idx = ck.phase_index(phases)
     groups = steps.groupby("rank", sort=True).indices
     step_col, start_col, end_col = (steps[c].to_numpy() for c in ("step", "start_ns", "end_ns"))
+    facts = {c: steps[c].to_numpy(dtype=float) if c in steps else np.full(len(steps), np.nan) for c in STEP_FACTS}
     joined = _joined_once(steps, groups, extras)
     order = np.concatenate(list(groups.values())) if groups else np.zeros(0, dtype=np.intp)
     ranks_in_order = np.repeat(np.array(list(groups.keys())), [len(v) for v in groups.values()])
@@ -102,6 +110,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             "compute_ns": cov[COMPUTE], "comm_ns": cov[NCCL], "overlap_ns": cov["overlap"],
             "exposed_comm_ns": cov[NCCL] - cov["overlap"], "copy_ns": cov["copy"],
             "idle_ns": step_ns - cov["all"],
+            **{c: v[rows] for c, v in facts.items()},
         }
         if joined is None:  # a (rank, step) repeated in a phase table: the join may add rows, done per rank
             part = pd.DataFrame(cols_now)
@@ -220,10 +229,18 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
                              "backward_end_ns": pd.Series(dtype=float), "comm_tail_ns": pd.Series(dtype=float),
                              "_grad_end": pd.Series(dtype=float)})
     step_end = phases.loc[phases["phase"] == "step"].set_index(["rank", "step"])["host_end_ns"]
+    keys = pd.MultiIndex.from_frame(bwd[["rank", "step"]])
+    opt = phases.loc[phases["phase"] == "optimizer"].set_index(["rank", "step"])["host_start_ns"]
+    # Gradient collectives launched from backward's start until the optimizer's (else the step's end): a
+    # logging all-reduce after the optimizer is no gradient's.
+    until = step_end.reindex(keys).to_numpy(dtype=float)
+    if len(opt) and not opt.index.has_duplicates:
+        o = opt.reindex(keys).to_numpy(dtype=float) - 1
+        until = np.where(np.isnan(o), until, np.minimum(until, o))
     bwd_end = _latest_end(bwd, karr, karr.is_compute)
     grad = pd.DataFrame({
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
-        "host_end_ns": step_end.reindex(pd.MultiIndex.from_frame(bwd[["rank", "step"]])).to_numpy(),
+        "host_end_ns": until.astype(np.int64),
     })
     comm_end = _latest_end(grad, karr, rows=ck.rows_of(karr, ck.GRADIENT))
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))

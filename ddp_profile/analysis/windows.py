@@ -296,21 +296,56 @@ def _rows_by_value(values: np.ndarray, wanted: np.ndarray, few: int = 16):
 
 
 def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFrame:
-    """PHASE_COLUMNS + pid: every step and phase with its GPU window (merged per (rank, step, phase))."""
+    """PHASE_COLUMNS + pid + WINDOW_FACT_COLUMNS: every step and phase with its GPU window (merged per (rank,
+    step, phase)). A backward range's window spans the *compute* kernels launched in it (NCCL kernels and
+    copies are not backward). ``phase_ns`` = length of the union of the phase's ranges' windows in the step
+    (the micro-steps' forward or backward summed; = end − start for one range); ``micro_steps`` (step rows) =
+    backward ranges in the step (NaN: none); the step rows' ``extra_*`` facts are carried (NaN: none)."""
     ranges = pd.concat([steps, phases], ignore_index=True) if not phases.empty else steps.copy()
     if ranges.empty:
-        return schema.empty_frame(schema.PHASE_COLUMNS + ["pid"])
-    gs, ge, _ = project(ranges, karr.start, karr.end, karr.launch, karr.pid)
+        return schema.empty_frame(schema.PHASE_COLUMNS + ["pid"] + schema.WINDOW_FACT_COLUMNS)
+    is_bwd = (ranges["phase"] == "backward").to_numpy()
+    gs, ge = np.zeros(len(ranges), dtype=np.int64), np.zeros(len(ranges), dtype=np.int64)
+    for rows, mask in ((np.flatnonzero(~is_bwd), None), (np.flatnonzero(is_bwd), karr.is_compute)):
+        if rows.size:
+            gs[rows], ge[rows], _ = project(ranges.iloc[rows], karr.start, karr.end, karr.launch, karr.pid, mask)
     ranges = ranges.assign(start_ns=gs, end_ns=ge)
-    out = ranges.groupby(["rank", "pid", "step", "phase"], sort=False).agg(
+    keys = ["rank", "pid", "step", "phase"]
+    out = ranges.groupby(keys, sort=False).agg(
         start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
         host_start_ns=("host_start_ns", "min"), host_end_ns=("host_end_ns", "max"),
     ).reset_index()
+    if len(out) == len(ranges):  # one range per (rank, step, phase): the union is the window
+        out["phase_ns"] = (out["end_ns"] - out["start_ns"]).astype(float)
+    else:
+        out = out.merge(_union_lengths(ranges, keys), on=keys, how="left")
+    n_bwd = ranges.loc[ranges["phase"] == "backward"].groupby(["rank", "pid", "step"]).size().rename("micro_steps")
+    out = out.merge(n_bwd.reset_index().assign(phase="step"), on=keys, how="left")
+    facts = [c for c in schema.WINDOW_FACT_COLUMNS if c.startswith("extra_")]
+    have = [c for c in facts if c in steps.columns]
+    if have:
+        out = out.merge(steps[["rank", "pid", "step", *have]].assign(phase="step"), on=keys, how="left")
+    for c in ["micro_steps", *facts]:
+        out[c] = out[c].astype(float) if c in out else np.nan
     order = {"step": 0, "forward": 1, "backward": 2, "grad_wait": 3, "optimizer": 4}
     out["_o"] = out["phase"].map(order).fillna(9)
     out = out.sort_values(["rank", "step", "_o", "start_ns"], kind="stable")
     # pid is kept (after the contract's columns) for later projections; analyze() drops it for the user.
-    return schema.select(out, schema.PHASE_COLUMNS + ["pid"])
+    return schema.select(out, schema.PHASE_COLUMNS + ["pid"] + schema.WINDOW_FACT_COLUMNS)
+
+
+def _union_lengths(ranges: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """keys + phase_ns: per group, the length of the union of its rows' [start_ns, end_ns] windows."""
+    r = ranges[[*keys, "start_ns", "end_ns"]].sort_values([*keys, "start_ns"], kind="stable")
+    s, e = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
+    g = r.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()  # first-appearance order, as below
+    reach = pd.Series(e).groupby(g).cummax().to_numpy()  # latest end so far in the group
+    prev = np.r_[np.iinfo(np.int64).min, reach[:-1]]
+    prev = np.where(np.r_[True, g[1:] != g[:-1]], np.iinfo(np.int64).min, prev)
+    add = np.maximum(e - np.maximum(s, prev), 0)
+    total = pd.Series(add).groupby(g).sum()
+    head = r.drop_duplicates(keys)[keys].reset_index(drop=True)
+    return head.assign(phase_ns=total.to_numpy(dtype=float))
 
 
 def parse_steps(which: str) -> list[int | None]:

@@ -8,9 +8,9 @@ ranks, kernels_by_kind, nccl_by_collective, time_span_ns, warnings, and ``nvtx_r
 ``grouped`` true a pattern with ``<N>`` for each number; ``count`` is the number of ranges, ``distinct`` the
 number of distinct names in the entry, ``examples`` up to 3 of them in numeric order. ``steps``: where
 ``analyze`` finds the training steps: ``{"source": "nvtx" | "inferred" | "none", "per_rank": {rank: count},
-"labels": "steps 3–7", "notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are periods of the
-repeating kernel-launch sequence (``ddp_profile.analysis.infer``); ``per_rank`` counts the steps every rank
-ran (one step identity across ranks) and ``labels`` names them, as ``--steps`` selects them.
+"labels": "steps 3–7", "notes": [...]}``; "inferred" means no NVTX range matched the step pattern and the steps are
+the gradient-synchronisation cycles of the kernel sequence (``ddp_profile.analysis.infer``); ``per_rank`` counts
+the steps every rank ran (one step identity across ranks) and ``labels`` names them, as ``--steps`` selects them.
 """
 
 from __future__ import annotations

@@ -32,35 +32,47 @@ OPTIMIZER = ["adam", "adam"]
 STEP = FORWARD + BACKWARD + OPTIMIZER  # P = 14 kernels
 
 
+LOG = ["log_norm", "log_sum", "log_copy"]  # what a logging step adds after the optimizer (main thread)
+NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_sync: no all-reduce
+
+
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
-               back_to_back=False, warmup=("init_a", "init_b")) -> Trace:
+               back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
+               nan_check=False) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
-    ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it)."""
-    names, tids, launch = [], [], []
-    t = 0
+    ``stray_step``: that step's forward has one extra kernel (the period's anchors must absorb it);
+    ``log_every`` = N: every N-th step (N-1, 2N-1...) launches LOG after its optimizer; ``micro_steps`` = m:
+    gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD;
+    ``nan_check``: after backward the main thread launches "isnan", waits for all queued GPU work (a
+    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check)."""
+    names, tids, launch, start = [], [], [], []
+    t = free = 0
     for w in warmup:
-        names.append(w), tids.append(PID), launch.append(t)
+        names.append(w), tids.append(PID), launch.append(t), start.append(t + 5 * US)
+        free = t + 5 * US + dur
         t += 50 * spacing
     for s in range(n_steps):
         t += boundary - spacing
-        seq = list(STEP)
+        fwd = list(FORWARD)
         if s == stray_step:
-            seq.insert(3, "stray")
-        for i, nm in enumerate(seq):
-            in_bwd = len(FORWARD) + (s == stray_step) <= i < len(seq) - len(OPTIMIZER)
-            names.append(nm), tids.append(AUTOGRAD if in_bwd else PID), launch.append(t)
+            fwd.insert(3, "stray")
+        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in NO_SYNC_BACKWARD]
+        seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
+        seq += [("isnan", PID), ("sync", PID), ("isinf", PID)] if nan_check else []
+        seq += [(nm, PID) for nm in OPTIMIZER]
+        if log_every and s % log_every == log_every - 1:
+            seq += [(nm, PID) for nm in LOG]
+        for nm, tid in seq:
+            if nm == "sync":
+                t = max(t, free) + 20 * US
+                continue
+            st = max(t + 5 * US, free) if back_to_back else t + 5 * US
+            names.append(nm), tids.append(tid), launch.append(t), start.append(st)
+            free = st + dur
             t += spacing
-    launch = np.asarray(launch, dtype=np.int64)
-    if back_to_back:
-        start = np.empty_like(launch)
-        free = 0
-        for i, lt in enumerate(launch):
-            start[i] = max(lt + 5 * US, free)
-            free = start[i] + dur
-    else:
-        start = launch + 5 * US
+    launch, start = np.asarray(launch, dtype=np.int64), np.asarray(start, dtype=np.int64)
     n = len(names)
     kind = ["nccl" if x == "ar" else "compute" for x in names]
     k = pd.DataFrame({
@@ -90,18 +102,21 @@ def test_period_is_the_step_not_the_repeated_layer():
 def test_known_answer_steps_and_phases():
     # 6 steps, 2 warm-up kernels before them (no step). Launch spacing 10 µs, kernel 8 µs from launch + 5 µs:
     # a step's GPU window = first start .. last end = 13 launches·10 µs + 8 µs = 138 µs.
-    # forward: 6 kernels -> 5·10 + 8 = 58 µs; backward 6 -> 58 µs; optimizer 2 -> 10 + 8 = 18 µs.
+    # forward: 6 kernels -> 5·10 + 8 = 58 µs; backward = first to last backward *compute* kernel (b2 b1 ar
+    # b2 b1: 4 launches apart) -> 4·10 + 8 = 48 µs; optimizer 2 -> 10 + 8 = 18 µs.
     res = analyze(loop_trace())
     s = res.steps
     assert s["step"].tolist() == [0, 1, 2, 3, 4, 5]
     assert (s["step_ns"] == 138 * US).all()
-    assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 58 * US).all()
+    assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 48 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all()
+    assert (s["micro_steps"] == 1).all() and (s["extra_kernels"] == 0).all() and (s["extra_host_ns"] == 0).all()
     # backward launches b2 b1 ar b2 b1 ar (kernels 6..11 of the step): the last compute kernel b1 (10) ends
     # at launch₁₀ + 13 µs, the last all-reduce (11) at launch₁₁ + 13 µs = 10 µs later: comm_tail = 10 µs.
     assert (s["comm_tail_ns"] == 10 * US).all()
     assert any("steps inferred from the GPU trace" in n for n in res.notes)
     assert any("inferred from the launching thread" in n for n in res.notes)
+    assert any("1 micro-step(s)" in n for n in res.notes)
     # --steps applies to inferred steps (indices from 0)
     assert analyze(loop_trace(), steps="2:").steps["step"].tolist() == [2, 3, 4, 5]
 
@@ -112,6 +127,59 @@ def test_an_inserted_kernel_shifts_no_boundary():
     s = analyze(loop_trace(stray_step=2)).steps
     assert s["step_ns"].tolist() == [138 * US, 138 * US, 148 * US, 138 * US, 138 * US, 138 * US]
     assert s.loc[s["step"] == 2, "forward_ns"].item() == 68 * US
+
+
+def test_a_logging_cycle_is_no_step_and_its_extra_work_is_reported():
+    # After every 4th step (3, 7, 11) the loop launches 3 logging kernels: the name sequence then
+    # repeats every 4 steps + 3 kernels, a super-period the old period finder took. Rank 0 also evaluates
+    # before step 0 (two forwards' kernels), which must not shift its steps.
+    tr = loop_trace(13, log_every=4, warmup=tuple(FORWARD * 2))
+    res = analyze(tr)
+    s = res.steps.set_index("step")
+    assert s.index.tolist() == list(range(13))  # one step per optimizer step, the evaluation no step
+    logged = [3, 7, 11]
+    plain = [i for i in range(13) if i not in logged]
+    # Every step's window is 138 µs (above): the logging kernels after a step's optimizer, before the next
+    # forward, are in no step (not folded into the period), and reported as that step's extra work.
+    assert (s["step_ns"] == 138 * US).all()
+    assert (s["forward_ns"] == 58 * US).all() and (s["optimizer_ns"] == 18 * US).all()
+    # Extra work: 3 kernels of 8 µs on the GPU; host period (first launch to the next step's) 230 + 30 µs vs
+    # a median of 230 µs: 30 µs on the host.
+    assert s.loc[logged, "extra_kernels"].tolist() == [3, 3, 3]
+    assert (s.loc[logged, "extra_gpu_ns"] == 24 * US).all() and (s.loc[logged, "extra_host_ns"] == 30 * US).all()
+    assert (s.loc[plain, ["extra_kernels", "extra_gpu_ns", "extra_host_ns"]] == 0).all().all()
+    note = next(n for n in res.notes if "extra work" in n)
+    assert "rank 0" in note and "step 3: 3 extra kernels, 0.02 ms on the GPU" in note and "step 7" in note
+
+
+def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
+    # 2 micro-steps per optimizer step, the all-reduces only in the second one's backward (no_sync first):
+    # a step = FORWARD (6) + NO_SYNC_BACKWARD (4) + FORWARD (6) + BACKWARD (6) + OPTIMIZER (2) = 24 kernels,
+    # 10 µs apart: window 23·10 + 8 = 238 µs. forward = two windows of 6 kernels (58 µs each) = 116 µs;
+    # backward = 4 compute kernels (38 µs) + b2 b1 ar b2 b1 (48 µs) = 86 µs; optimizer 18 µs; tail 10 µs.
+    s = analyze(loop_trace(6, micro_steps=2)).steps
+    assert len(s) == 6
+    assert (s["micro_steps"] == 2).all()
+    assert (s["step_ns"] == 238 * US).all()
+    assert (s["forward_ns"] == 116 * US).all() and (s["backward_ns"] == 86 * US).all()
+    assert (s["optimizer_ns"] == 18 * US).all() and (s["comm_tail_ns"] == 10 * US).all()
+
+
+def test_a_wait_for_the_gradients_is_no_boundary():
+    # A GPU-bound loop (kernels of 20 µs launched every 10 µs) whose host checks the loss for NaN after
+    # backward: it waits for the GPU's backlog (about 10 kernels' worth, > the 100 µs boundary gap), then
+    # launches isinf 20 µs after the GPU drained. That gap is a wait for the gradients, not the loop's
+    # boundary: every step still starts with its forward's first kernel.
+    tr = loop_trace(8, dur=20 * US, back_to_back=True, nan_check=True)
+    res = analyze(tr)
+    k = tr.kernels.sort_values("launch_ns")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    gap = np.diff(lt)
+    names = k["name"].astype(str).to_numpy()
+    assert gap[names[1:] == "isinf"].min() > gap[names[1:] == "emb"][1:].max()  # the trap: the largest gap in a step
+    starts = res.phases.loc[res.phases["phase"] == "step", "host_start_ns"].to_numpy(dtype=np.int64)
+    first = names[np.searchsorted(lt, starts, "left")]
+    assert len(starts) == 8 and set(first) == {"emb"}
 
 
 def test_gpu_bound_loop_without_idle_gaps():

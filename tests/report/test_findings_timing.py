@@ -123,3 +123,16 @@ def test_old_json_without_interval_says_spread_unknown():
     assert measures.versus(measures.unprofiled_ns(a), measures.ci_ns(a), measures.unprofiled_ns(b),
                            measures.ci_ns(b)) == ("faster", False)
     assert measures.ci_level_pct(a) != measures.ci_level_pct(a)  # NaN: no interval
+
+
+def test_skipped_repeats_are_named_with_their_reason(tmp_path):
+    out = _timing_set(tmp_path, PLANS)
+    with open(out / repeats.JOURNAL, "a") as f:
+        f.write(json.dumps({"event": "skip", "repeat": 6, "config_index": 0, "run": "none_xl_fp32_1xh100",
+                            "why": "failed earlier (a repeat of it started and never finished)"}) + "\n")
+        f.write(json.dumps({"event": "skip", "repeat": 6, "config_index": 1, "run": "torch_ddp-25mb_xl_fp32_2xh100",
+                            "why": "deadline: ~12 s needed, 3 s left"}) + "\n")
+    repeats.summarize(out)
+    text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
+    assert ("skipped: 1 repeat of none_xl_fp32_1xh100 (a repeat of it started and never finished), "
+            "1 repeat of torch_ddp-25mb_xl_fp32_2xh100 (deadline)") in text

@@ -122,6 +122,21 @@ def _reasons_sentence(rs) -> str:
             f"{listed} (gpu_idle is expected in the snapshots taken between repeats).")
 
 
+def _skipped_clause(rs) -> str:
+    """' (skipped: 2 repeats of none_xl_bf16_1xh200, a repeat of it never finished; ...)' from the run JSONs'
+    ``skipped`` lists (reason up to its first ':' or '('), '' when nothing was skipped."""
+    parts = []
+    for r in rs:
+        why: dict[str, int] = {}
+        for sk in r.meta.get("skipped") or []:
+            text = str(sk.get("why") or "?")
+            key = ("a repeat of it started and never finished" if text.startswith("failed earlier") else
+                   text.split(":")[0].split(" (")[0])
+            why[key] = why.get(key, 0) + 1
+        parts += [f"{n} repeat{'s' if n > 1 else ''} of {r.name} ({k})" for k, n in why.items()]
+    return f"; skipped: {', '.join(parts)}" if parts else ""
+
+
 def q11_timing(runs, machines: dict[str, str]) -> Section:
     s = Section("timing", "Timing with intervals: interleaved un-profiled repeats")
     if not runs:
@@ -146,8 +161,7 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
             f"{len(rs)} configurations with {'–'.join(str(c) for c in (counts[0], counts[-1]) if c) if len(counts) > 1 else counts[0]} "
             f"repeats each, {rs[0].meta.get('warmup_steps')} warm-up + {rs[0].meta.get('measured_steps')} measured "
             f"steps per repeat; the set's call ran {len(order)} repeats in all, interleaved"
-            + (f" (repeats skipped at the deadline: {sum(len(r.meta.get('skipped') or []) for r in rs)})"
-               if any(r.meta.get("skipped") for r in rs) else "") + ".")
+            + _skipped_clause(rs) + ".")
         rows = []
         for r in rs:
             eff = efficiency(one, r) if one is not None and r.world_size > 1 else (math.nan,) * 3

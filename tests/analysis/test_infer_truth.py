@@ -1,0 +1,97 @@
+"""Inferred steps, phases and tail against ground truth on the committed traces (issue 26 items 2 and 3):
+the foreign programs' own CUDA-event step times (program.json / truth.json) and the harness's NVTX steps
+(traces analysed with their NVTX removed). The measures are benchmarks/infer_accuracy.py's, whose table is
+README "Metrics"' accuracy block: the README must show what the script measures now."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import infer_accuracy as ia  # noqa: E402
+
+STEP_TOL_PCT = 3.0  # median inferred step vs the true median
+# Ranks whose programs' events also span host time before the first forward kernel while the GPU idles
+# (README Metrics, accuracy): the step (a kernel window) is shorter than the true iteration there, by at
+# most this much.
+IDLE_LEAD = {("foreign/gpt-logevery", 1), ("foreign/hf-ddp", 0), ("foreign/gpt-compile", 1)}
+IDLE_LEAD_TOL_PCT = 5.0
+PHASE_MIN_PCT = 5.0  # forward and backward, each, of every step
+
+
+@pytest.fixture(scope="module")
+def rows():
+    if not (ROOT / "traces" / "foreign").exists():
+        pytest.skip("committed traces not present")
+    return ia.all_rows()
+
+
+def _label(r):
+    return f"{r['trace']} ({r['variant']}) rank {r['rank']}"
+
+
+def test_every_foreign_trace_and_variant_is_measured(rows):
+    got = {(r["trace"], r["variant"]) for r in rows}
+    for run in ia.foreign_runs():
+        assert (str(run.relative_to(ia.TRACES)), "as recorded") in got
+    assert any(r["steps_from"] == "inferred" for r in rows)
+    assert {r["trace"] for r in rows} >= set(ia.HARNESS)
+
+
+def test_median_step_within_3_pct_of_the_truth(rows):
+    bad = [(_label(r), round(r["err_pct"], 2)) for r in rows
+           if abs(r["err_pct"]) > STEP_TOL_PCT and (r["trace"], r["rank"]) not in IDLE_LEAD]
+    assert not bad
+    lead = [r for r in rows if (r["trace"], r["rank"]) in IDLE_LEAD]
+    assert lead and all(-IDLE_LEAD_TOL_PCT <= r["err_pct"] < 0 for r in lead)
+
+
+def test_micro_steps_as_the_program_counted_them(rows):
+    told = [r for r in rows if r["true_micro_steps"] is not None]
+    assert any(r["true_micro_steps"] > 1 for r in told)  # gradient accumulation is among them
+    assert not [_label(r) for r in told if r["micro_steps"] != r["true_micro_steps"]]
+
+
+def test_every_step_has_forward_and_backward(rows):
+    bad = [_label(r) for r in rows if not (r["min_fwd_pct"] > PHASE_MIN_PCT and r["min_bwd_pct"] > PHASE_MIN_PCT)]
+    assert not bad
+
+
+def test_tail_matches_an_independent_measure(rows):
+    # Within max(25 %, 0.3 ms) of last gradient collective end − last backward compute end, computed from the
+    # raw kernel rows of each step (ia.independent_tail_ms), on every step of every rank.
+    assert all(r["tail_dev_ms"] is not None for r in rows if r["trace"].startswith("foreign/"))
+    assert not [_label(r) for r in rows if not r["tail_ok"]]
+
+
+def test_no_cut_inside_optimizer_step(rows):
+    measured = [r for r in rows if r["cuts_in_opt"] is not None]
+    assert measured  # the harness traces and fsdp2 have optimizer ranges
+    assert not [(_label(r), r["cuts_in_opt"]) for r in measured if r["cuts_in_opt"] > 0]
+
+
+def test_every_true_iteration_is_found(rows):
+    # Every iteration the truth records is found but, at most, the first (torch.compile's first iteration
+    # launches autotuning kernels: its forward is not the modal one, so it is no step).
+    assert not [_label(r) for r in rows if r["n_steps"] < r["n_true"] - 1]
+    assert sum(r["n_steps"] == r["n_true"] for r in rows) >= len(rows) - 2
+
+
+def test_readme_shows_what_the_script_measures(rows):
+    readme = (ROOT / "README.md").read_text()
+    assert ia.readme_block(ia.render(rows)) in readme, "run: python benchmarks/infer_accuracy.py --write-readme"
+
+
+def test_extra_work_the_programs_recorded_is_found():
+    # gpt_loop's log_eval (a forward, an all-reduce, .item()) and Trainer's logging after every 4th
+    # optimizer step launch kernels of their own: their iteration's step reports extra work on every rank.
+    # Lightning's logger_write is left out: its GPU gap (1.1-1.8 ms in truth.json) is within the range of
+    # the same program's ordinary gaps between iterations (gap_after_ms 1.0-1.9 ms), nothing to find.
+    got = [e for run in ia.foreign_runs() for e in ia.extra_found(run)]
+    kernels = [e for e in got if e["kind"] in ("log_eval", "trainer_log")]
+    assert len(kernels) >= 12
+    assert not [(e["trace"], e["rank"], e["after_iteration"]) for e in kernels if not e["found"]]

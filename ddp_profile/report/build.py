@@ -47,7 +47,7 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path, cache_entry: Path | None = None, steps="all"):
+def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
     (trace, analysis, launch diagnosis) over the ``steps`` selected (``analyze``'s). The run's JSON
     (``run.json``, ``<run>.json``) is found by the loader (``trace.run``). With ``cache_entry``, the result
@@ -75,7 +75,7 @@ def load_one(path: Path, cache_entry: Path | None = None, steps="all"):
 def _load_stored(path: Path, entry: Path | None, steps="all"):
     """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
     parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
-    result = load_one(path, entry, steps)
+    result = load_one(path, steps, entry)
     return entry if entry is not None and entry.is_file() else result
 
 
@@ -146,7 +146,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
             result = cached[i - 1]
             if result is None:
                 try:
-                    result = load_one(p, entries[i - 1], steps)
+                    result = load_one(p, steps, entries[i - 1])
                 except UsageError:
                     raise
                 except DdpProfileError as exc:

@@ -33,9 +33,9 @@ def loads(monkeypatch):
     seen: list[str] = []
     real = build.load_one
 
-    def counting(path, cache_entry=None, steps="all"):
+    def counting(path, steps="all", cache_entry=None):
         seen.append(Path(path).name)
-        return real(path, cache_entry, steps)
+        return real(path, steps, cache_entry)
 
     monkeypatch.setattr(build, "load_one", counting)
     return seen

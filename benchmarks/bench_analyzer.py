@@ -233,8 +233,12 @@ def measure_render(path: str, browser: bool) -> dict:
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
+    from ddp_profile.report.runs import host_diagnosis
+
     trace = load_trace(path)
-    run = report.Run(Path(path).name.split(".sqlite")[0], trace, analyze(trace))
+    analysis = analyze(trace)
+    launches, host_calls = host_diagnosis(trace, analysis.phases)  # as the report loads a run: CPU rows too
+    run = report.Run(Path(path).name.split(".sqlite")[0], trace, analysis, launches=launches, host_calls=host_calls)
     out = Path(tempfile.mkdtemp(prefix="bench-report-")) / "report"
     try:
         t0 = time.perf_counter()

@@ -40,6 +40,7 @@ from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import export_stem, find_exports, open_export
 from ddp_profile.nsys.loader import load_trace as load_local
+from ddp_profile.safeio import shown_path
 
 INSTALL_HINT = "Dask is not installed: pip install 'ddp-profile[dask]' (or: pip install 'dask[distributed]')"
 
@@ -56,14 +57,17 @@ def _distributed():
     return dd
 
 
+SCHEDULER_TIMEOUT_S = 5
+
+
 def make_client(scheduler: str | None = None, *, workers: int | None = None, processes: bool = True):
     """A ``dask.distributed.Client``: to the cluster at ``scheduler`` (an address such as
     ``tcp://host:8786``), or on a new ``LocalCluster`` of ``workers`` single-threaded workers (processes,
     or threads with ``processes=False``) when ``scheduler`` is None or ``"local"``. Closing the client also
     closes a cluster made here."""
     dd = _distributed()
-    if scheduler not in (None, "local"):
-        return dd.Client(scheduler)
+    if scheduler not in (None, "local"):  # an unreachable address fails after this many seconds
+        return dd.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
     workers = workers or os.cpu_count() or 1
     cluster = dd.LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
                               dashboard_address=":0", silence_logs=40)
@@ -101,13 +105,27 @@ def _shift(trace, offset: int) -> None:
     for c in ("start_ns", "end_ns"):
         if c in trace.nvtx:
             trace.nvtx[c] = trace.nvtx[c] + offset
+    if trace.host_waits is not None and len(trace.host_waits):
+        trace.host_waits = trace.host_waits.assign(start_ns=trace.host_waits["start_ns"] + offset,
+                                                   end_ns=trace.host_waits["end_ns"] + offset)
 
 
 def load_one(path: Path, offset: int):
     """On a worker: one export loaded alone and put on the run's clock. The trace stays on the worker."""
     trace = load_local(path)
+    _not_rebased(trace)
     _shift(trace, offset)
     return trace
+
+
+def _not_rebased(trace) -> None:
+    """Files whose times the loader rebased (negative or beyond 2^52 ns: ``nsys.timebase``) are counted from
+    their own earliest activity, which the run's clock offsets here do not know: refused, not misaligned."""
+    from ddp_profile.errors import TraceError
+
+    if min((f["offset_ns"] for f in trace.meta.get("files", [])), default=0) != 0:
+        raise TraceError(f"{', '.join(str(f['path']) for f in trace.meta['files'])}: times negative or beyond 2^52 ns "
+                         "were rebased on loading, which per-rank work on Dask cannot align; load without --dask")
 
 
 def evidence(trace) -> dict:
@@ -136,6 +154,9 @@ def set_ranks(trace, by_pid: dict[int, int]):
     if len(nv):
         nv["rank"] = pd.array([by_pid.get(int(p)) if pd.notna(p) else None for p in nv["pid"]], dtype="Int64")
     trace.ranks["rank"] = [by_pid[int(p)] for p in trace.ranks["pid"]]
+    hw = trace.host_waits
+    if hw is not None and len(hw):
+        hw["rank"] = pd.array([by_pid.get(int(p)) for p in hw["pid"]], dtype="Int64")
     return trace
 
 
@@ -163,6 +184,7 @@ def load_batch(paths: list[Path], offsets: list[int] | None):
     if len(paths) > 1 and offsets is not None:
         try:
             trace = load_local(paths)
+            _not_rebased(trace)
         except TraceError:
             pass
         else:
@@ -172,7 +194,7 @@ def load_batch(paths: list[Path], offsets: list[int] | None):
 
 
 def _file_ranks(trace, path: Path) -> pd.DataFrame:
-    return trace.ranks.loc[trace.ranks["file"] == str(path)]
+    return trace.ranks.loc[trace.ranks["file"] == shown_path(path)]
 
 
 def evidence_batch(loaded, paths: list[Path]) -> list[dict]:
@@ -244,7 +266,9 @@ def joined(traces: list):
                  gpus=pd.concat([t.gpus for t in traces], ignore_index=True),
                  ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
                  meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
-                 run=traces[0].run, paths=[p for t in traces for p in t.paths])
+                 run=traces[0].run, paths=[p for t in traces for p in t.paths],
+                 host_waits=pd.concat([t.host_waits for t in traces if t.host_waits is not None], ignore_index=True)
+                 if any(t.host_waits is not None for t in traces) else None)
 
 
 def batches(n_files: int, n_workers: int, size: int | None = None) -> list[range]:

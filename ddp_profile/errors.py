@@ -10,11 +10,16 @@ Exit codes (documented in the README):
     4  trace lacks data the command needs (e.g. no CUDA kernels, no NVTX)
     5  output error (cannot write the output)
     130 interrupted (Ctrl-C); no partial output is left behind
+    143 terminated (SIGTERM: ``kill``, ``timeout``, a batch scheduler), 129 hung up (SIGHUP): cleaned up as Ctrl-C
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -61,25 +66,114 @@ def one_line(text: str, limit: int = 2000) -> str:
     return out if len(out) <= limit else out[:limit] + "..."
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt would be, so every cleanup that handles
+    Ctrl-C (temporary files and folders) runs for them too; the exit code is 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+"""A write to stdout (or any output not wrapped in OutputError) failing with these is exit 5, one line."""
+
+SIGNALS_SEEN: list[int] = []
+"""Signals received while :func:`run_main` ran (a row function inside SQLite can swallow the exception
+raised for one; code that must tell an interrupt from a failure checks here too)."""
+
+
+def _on_signal(signum: int, frame) -> None:
+    if SIGNALS_SEEN:  # a second signal while the first one's cleanup runs: let the cleanup finish
+        return
+    SIGNALS_SEEN.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def signals_as_interrupts():
+    """SIGINT, SIGTERM and SIGHUP raise (Terminated is a KeyboardInterrupt) while inside; the previous
+    handlers come back on exit. Only in the main thread (signal handlers can be set nowhere else)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    names = [s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s)]
+    old = {}
+    for name in names:
+        num = getattr(signal, name)
+        with contextlib.suppress(OSError, ValueError):
+            old[num] = signal.signal(num, _on_signal)
+    try:
+        yield
+    finally:
+        for num, handler in old.items():
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                signal.signal(num, handler)
+
+
+def interrupted_code(exc: BaseException) -> int:
+    """128 + the signal number: 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+def _flush_stdout() -> None:
+    """Flush stdout inside the error translation: a full disk (``> /dev/full``) is an output error with one
+    line, not a traceback at interpreter exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError):  # nothing more may reach the broken stream
+            sys.stdout = open(os.devnull, "w")
+        raise OutputError(f"cannot write to standard output ({exc.strerror or exc}); pass -o FILE or free "
+                          "space") from exc
+
+
 def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False) -> int:
     """Call ``func(args)`` and turn the outcome into an exit code: the one error translation.
 
     A :class:`DdpProfileError` becomes one line on stderr and its ``exit_code`` (a traceback with
-    ``debug``); Ctrl-C becomes 130 with a line saying nothing partial was written; a closed pipe (``| head``)
-    is a success. Standard library only, so the harness and the scrubber use it on GPU machines too.
+    ``debug``); Ctrl-C, SIGTERM and SIGHUP become 130, 143 and 129 with a line saying nothing partial was
+    written (the same cleanup runs for each); a closed pipe (``| head``) is a success; text that the terminal's
+    encoding cannot show (a non-UTF-8 file name) is escaped, not a crash. Standard library only, so the harness
+    and the scrubber use it on GPU machines too.
     """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    del SIGNALS_SEEN[:]
     try:
-        return int(func(args) or 0)
+        with signals_as_interrupts():
+            code = int(func(args) or 0)
+            _flush_stdout()
+            return code
     except DdpProfileError as exc:
         if debug:
             raise
         print(f"{prog}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; no partial output was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        what = {130: "interrupted", 143: "terminated (SIGTERM)", 129: "hung up (SIGHUP)"}
+        code = interrupted_code(exc)
+        print(f"{prog}: {what.get(code, f'signal {code - 128}')}; no partial output was written", file=sys.stderr)
+        return code
     except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout = open(os.devnull, "w")
         return 0
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        with contextlib.suppress(OSError, ValueError):  # stdout may be the full device: nothing more to it
+            sys.stdout = open(os.devnull, "w")
+        print(f"{prog}: error: cannot write the output ({exc.strerror}); free space or pass -o FILE "
+              "elsewhere", file=sys.stderr)
+        return OutputError.exit_code
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pandas is imported where frames are made, so the CLI can re
 # it): rank, device, stream int16 (int32 if a value needs it); pid, correlation_id int32; start_ns, end_ns
 # int64; name, kind, collective, algorithm, protocol, dtype categorical (int8 codes while under 128
 # categories); launch_ns Int64; bytes Int32 (Int64 past 2 GiB); launch_tid Int32. Consumers needing int64
-# arithmetic widen first (analysis._common.ints).
+# arithmetic widen first (analysis.kernel_arrays.ints).
 KERNEL_COLUMNS = [
     "rank", "pid", "device", "stream", "start_ns", "end_ns", "name", "kind",
     "collective", "algorithm", "protocol", "dtype",
@@ -78,6 +78,12 @@ CONTENTION_COLUMNS = [
     "name", "n_alone", "n_overlapped", "alone_median_ns", "overlapped_median_ns", "slowdown_pct", "baseline_ns",
     "lost_ns", "overlapped_ns",
 ]
+# Per step, the time of the rank whose step ends last on the GPU (analysis/critical_path.py: its step span
+# J = [end of its previous step, end of this step)), in parts that add up to step_ns exactly (integers):
+# compute (GPU busy with anything but NCCL), exposed NCCL transfer, exposed NCCL waiting for a later peer,
+# host (GPU idle because the next work was not launched yet) and idle (the rest).
+CRITICAL_PATH_COLUMNS = ["step", "step_ns", "critical_rank", "compute_ns", "exposed_transfer_ns", "wait_ns",
+                         "host_ns", "idle_ns"]
 # One row per run in a comparison (strategies, bucket sweep, scaling).
 COMPARISON_COLUMNS = [
     "run", "strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
@@ -103,8 +109,11 @@ def select(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
         raise AssertionError(f"frame lacks contracted columns {missing}")
     return df.loc[:, columns].reset_index(drop=True)
 
-# GPU-projected phase windows (timeline bands, per-step breakdown). phase: "step" | "forward" | "backward" |
-# "optimizer" | "grad_wait". start/end: first/last GPU activity of kernels launched inside the host range
+# The phases of a training step, each name spelled here once: the ``phase`` column's values besides "step",
+# the ``--phase NAME=REGEX`` names, the timeline's bands. GRAD_PHASES: the three with a ``<name>_ns`` column.
+PHASES = ("forward", "backward", "grad_wait", "optimizer")
+GRAD_PHASES = ("forward", "backward", "optimizer")
+# GPU-projected phase windows (timeline bands, per-step breakdown). phase: "step" or one of PHASES. start/end: first/last GPU activity of kernels launched inside the host range
 # (by launch time within the process), or the host range itself when no kernel was launched in it.
 PHASE_COLUMNS = ["rank", "step", "phase", "start_ns", "end_ns", "host_start_ns", "host_end_ns"]
 # Beside PHASE_COLUMNS (and pid) in analysis.windows.phase_windows' frame (the per-rank windows, not the
@@ -117,6 +126,11 @@ WINDOW_FACT_COLUMNS = ["phase_ns", "micro_steps", "extra_kernels", "extra_gpu_ns
 # version suffix dropped (cudaLaunchKernel, cuLaunchKernelEx, cudaDeviceSynchronize...). rank: <NA> for a
 # process that ran no GPU work. Times on the trace's clock (load_trace's per-file offsets).
 API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
+# The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
+# load_trace; nsys.api.load_host_waits reads them again): kind "sync" (cudaStreamSynchronize,
+# cudaDeviceSynchronize...) or "copy" (cudaMemcpy*: a device-to-host copy such as tensor.item()'s returns when
+# done). name: the function as API_CALL_COLUMNS names it.
+HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.
 RECOMMEND_COLUMNS = ["lever", "flags", "cap_bytes", "predicted_tail_ns", "predicted_step_ns", "measured_step_ns",
@@ -137,5 +151,20 @@ KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
-    "comm_kinds": "comm_kinds", "recommendation": "recommendation",
+    "comm_kinds": "comm_kinds", "recommendation": "recommendation", "critical_path": "critical_path",
 }
+# Columns analysis/answers.py appends after a section's own contract (its producer selects that contract
+# first): the steps section is STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS (per step, the same value on each
+# rank's row; analysis/straggler.py), the ranks section RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS.
+STEP_STRAGGLER_COLUMNS = ["straggler_rank", "straggler_lead_ns", "straggler_cause", "straggler_evidence"]
+RANK_ARRIVAL_COLUMNS = ["last_arrival_pct"]
+STEP_SECTION_COLUMNS = STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS  # Analysis.steps, JSON "steps"
+RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.rank_overlap, JSON "ranks"
+# Top-level JSON keys beside the sections: verdict (dict: bound_by in VERDICT_BOUND_BY or null without steps,
+# removable_ns, what_to_change, expected_gain_ns, spread_ns, rank, share_pct, advice = [ADVICE_KEYS dicts],
+# step_ns = the median critical-path step every share divides by),
+# per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.
+VERDICT_BOUND_BY = ("communication", "host", "straggler", "compute")
+VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "spread_ns", "rank", "share_pct",
+                "advice", "step_ns"]
+ADVICE_KEYS = ["rule", "what_to_change", "gain_upper_ns", "spread_ns", "evidence"]

@@ -31,6 +31,9 @@ class Trace:
     ``<folder name>.json``), when found; a damaged one is skipped with a warning in ``meta``."""
     paths: list[Path] = field(default_factory=list)
     """The export files read, in the order read."""
+    host_waits: pd.DataFrame | None = None
+    """``schema.HOST_WAIT_COLUMNS``: synchronize and memcpy calls on each process's main thread (the straggler's
+    evidence, ``analysis.straggler``); None when the trace was not read by ``load_trace``."""
 
     @property
     def world_size(self) -> int:

@@ -25,12 +25,13 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import answers as _answers
 from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
-from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS
 
@@ -55,6 +56,13 @@ class Analysis:
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
+    critical_path: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS))
+    """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to step_ns)."""
+    verdict: dict = field(default_factory=dict)
+    """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
+    share_pct, advice (JSON key ``verdict``)."""
+    per_rank: dict = field(default_factory=dict)
+    """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
     _deferred: dict = field(default_factory=dict, repr=False, compare=False)
     """Sections not computed yet (``analyze(sections=...)``): name -> function computing the frame."""
 
@@ -136,10 +144,15 @@ class Analysis:
         }
         return out
 
+    def json_head(self) -> dict:
+        """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank)."""
+        return {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+                "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
         null. Per kernel name, NCCL rows also carry ``compute_overlap_pct`` (= overlap_pct)."""
-        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes)}
+        out = self.json_head()
         for key, attr in JSON_SECTIONS.items():
             out[key] = records(getattr(self, attr))
         for row in out["kernels"]:
@@ -159,6 +172,15 @@ def _clean(v):
     if isinstance(v, np.bool_):
         return bool(v)
     return v
+
+
+def _json_safe(v):
+    """Nested dicts/lists with JSON-safe scalars (dict keys as str)."""
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return _clean(v)
 
 
 def records(df: pd.DataFrame) -> list[dict]:
@@ -184,9 +206,11 @@ OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
 
 
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all", sections=None) -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
+    ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
+    trace's own, ``Trace.host_waits`` as ``load_trace`` read them, from each part).
     ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
     :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
     come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
@@ -212,6 +236,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
                          with_kinds="comm_kinds" not in later)
     fields = _parts.combine(got, table, notes, match_notes)
     ready = fields.pop("ready_ns")
+    rank_paths, waits = fields.pop("rank_paths"), fields.pop("host_waits")
+    waits = host_waits if host_waits is not None else waits
     res = Analysis(**fields)
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
@@ -222,6 +248,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
                                                            ready_ns=_later_ready(held, given, run, len(table))))
     else:
         res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
+    # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
+    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res
 
 

@@ -43,7 +43,7 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays, ints
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 
 # "allreduce b<bucket> <bytes>B" or "param_sync b<bucket> r<owner> <bytes>B" (bounded: fits int64)
 _BUCKET_RX = re.compile(rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PARAM_SYNC_PREFIX)})"

@@ -52,7 +52,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import (
+from ddp_profile.analysis.kernel_arrays import (
     COMPUTE,
     NCCL,
     covered_by_normalized,
@@ -124,7 +124,7 @@ def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """GPU windows (start_ns, end_ns as float) of the forward, backward and optimizer phases, indexed by
     (rank, step): computed once per analysis, looked up per rank."""
     out = {}
-    for name in ("forward", "backward", "optimizer"):
+    for name in schema.GRAD_PHASES:
         p = phases.loc[phases["phase"] == name]
         out[name] = pd.DataFrame({"start_ns": p["start_ns"].to_numpy(float), "end_ns": p["end_ns"].to_numpy(float)},
                                  index=pd.MultiIndex.from_arrays([p["rank"].to_numpy(), p["step"].to_numpy()]))
@@ -140,7 +140,7 @@ def _phase_bounds(index: dict, rank, steps: np.ndarray, name: str) -> tuple[np.n
 def phase_bounds(index: dict, ranks: np.ndarray, steps: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """:func:`_phase_bounds` of every phase for many (rank, step) rows at once: one lookup per phase."""
     out = {}
-    for name in ("forward", "backward", "optimizer"):
+    for name in schema.GRAD_PHASES:
         p = index[name].reindex(pd.MultiIndex.from_arrays([ranks, steps]))
         out[name] = (p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float))
     return out
@@ -241,7 +241,7 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     if not with_kinds:
         return out, schema.empty_frame(schema.COMM_KIND_COLUMNS)
     phase = bounds if bounds is not None else {n: _phase_bounds(phases, rank, step_ids, n)
-                                               for n in ("forward", "backward", "optimizer")}
+                                               for n in schema.GRAD_PHASES}
     rows = []
     for k in np.unique(np.concatenate([kcode, wc if coll is not None else np.zeros(0, np.int8)])):
         nk = iv.normalize(ks[kcode == k], ke[kcode == k])

@@ -16,7 +16,9 @@ and one row per name over its counted keys (keys without enough instances either
 
     n_alone, n_overlapped = instances of the counted keys, each way
     alone_median_ns, overlapped_median_ns = medians over those instances
-    baseline_ns, lost_ns  = Σ over the counted keys
+    baseline_ns           = Σ over the counted keys
+    lost_ns               = max(0, Σ over the counted keys of their lost_ns)   (never negative: a name whose
+                            overlapped instances ran no slower than alone lost nothing, and gained nothing)
     slowdown_pct          = 100 · lost_ns / baseline_ns   (duration-weighted, like for like)
     overlapped_ns         = Σ duration of all the name's overlapped instances in steps (counted keys or not)
 
@@ -42,8 +44,8 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis._common import KernelArrays, masked_durations
 from ddp_profile.analysis.contention_rows import classify, name_segments, steps_of
+from ddp_profile.analysis.kernel_arrays import KernelArrays, masked_durations
 
 Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
@@ -267,7 +269,9 @@ def _finish(g: pd.DataFrame) -> pd.DataFrame:
     selected as CONTENTION_COLUMNS."""
     g = g.sort_values("name", kind="stable")
     g["baseline_ns"] = g["baseline_ns"].astype(float)
-    g["lost_ns"] = g["_sum"] - g["baseline_ns"]
+    # never negative: overlapped instances that ran no slower than alone (noise, or a key pairing unlike
+    # kernels) cost nothing, they are no gain
+    g["lost_ns"] = np.maximum(g["_sum"] - g["baseline_ns"], 0.0)
     base = g["baseline_ns"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
         g["slowdown_pct"] = np.where(base > 0, 100.0 * g["lost_ns"].to_numpy() / np.where(base > 0, base, 1.0), np.nan)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis._common import TRIM_ROWS, KernelArrays, equal_range
+from ddp_profile.analysis.kernel_arrays import TRIM_ROWS, KernelArrays, equal_range
 from ddp_profile.memory import return_freed_memory
 
 

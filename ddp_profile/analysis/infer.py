@@ -52,7 +52,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import cycles as cy
-from ddp_profile.analysis._common import KernelArrays, ints
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.analysis.windows import RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3

@@ -52,7 +52,7 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import parts
-from ddp_profile.analysis._common import NCCL, KernelArrays, covered_by_normalized, ints, pct
+from ddp_profile.analysis.kernel_arrays import NCCL, KernelArrays, covered_by_normalized, ints, pct
 
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the

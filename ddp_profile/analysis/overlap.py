@@ -24,7 +24,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis._common import (
+from ddp_profile.analysis.kernel_arrays import (
     COMPUTE,
     NCCL,
     KernelArrays,

@@ -33,12 +33,13 @@ from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
+from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
 from ddp_profile.analysis import infer
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
-from ddp_profile.analysis._common import KernelArrays, rank_used_several_devices
+from ddp_profile.analysis.kernel_arrays import KernelArrays, rank_used_several_devices
 from ddp_profile.memory import return_freed_memory
 
 NO_RANGES = "no NVTX ranges in the trace"
@@ -61,6 +62,7 @@ class LocalRanks:
         self.nvtx = trace.nvtx
         self.meta = getattr(trace, "meta", None) or {}
         self.run = getattr(trace, "run", None)
+        self.host_waits = getattr(trace, "host_waits", None)  # [answers] the straggler's evidence
         self.kernel_arrays = KernelArrays(self.kernels)
 
     def map_ranks(self, fn, per_part: list | None = None, **kwargs) -> list:
@@ -164,13 +166,18 @@ class RankPart:
     other_kind: tuple = (0, [])
     several_devices: bool = False
     first_rank: int = 0
+    paths: pd.DataFrame | None = None
+    """``critical_path.rank_paths`` of its ranks (needs their kernels' launch times: computed here)."""
+    host_waits: pd.DataFrame | None = None
+    """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
     file_sums: list | None = None
     """For a part of several files (a Dask batch): (first rank, ``kernel_sums``) per file, in place of
     ``kernel_sums``: first appearances are then ordered by rank over files, as with one part per file."""
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, *self.kinds,
+        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, self.paths,
+                  self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
@@ -238,12 +245,14 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
     if isinstance(kinds, pd.DataFrame):  # no steps: one empty frame, not a list of per-rank ones
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
+    paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
     part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
                     kernel_sums=None, notes=notes, other_kind=other_kind,
                     several_devices=rank_used_several_devices(kernels, karr),
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
+    part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
     if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
@@ -326,9 +335,9 @@ def _file_sums(parts: list[RankPart]) -> list:
 
 def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str]) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every part and the collective
-    table (:func:`match`), plus ``ready_ns`` (per collective table row, for ``recommend``). ``notes``: the
-    earlier stages' (kernels, steps, identity), ``match_notes``: the collective table's. Parts of disjoint
-    ranks, any order (put in rank order here)."""
+    table (:func:`match`), plus ``ready_ns`` (per collective table row, for ``recommend``), ``rank_paths`` and
+    ``host_waits`` (for ``answers.attach``). ``notes``: the earlier stages' (kernels, steps, identity),
+    ``match_notes``: the collective table's. Parts of disjoint ranks, any order (put in rank order here)."""
     parts = sorted(parts, key=lambda p: p.first_rank)
     notes = [*notes, *merged_notes([p.notes for p in parts]), *match_notes]
     n_other = sum(p.other_kind[0] for p in parts)
@@ -360,4 +369,6 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         notes=notes,
         comm_kinds=ck.finish([k for p in parts for k in p.kinds]).reset_index(drop=True),
         ready_ns=ready,
+        rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
+        host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
     )

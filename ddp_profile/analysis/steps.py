@@ -40,7 +40,7 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
-from ddp_profile.analysis._common import (
+from ddp_profile.analysis.kernel_arrays import (
     COMPUTE,
     NCCL,
     TRIM_ROWS,
@@ -88,7 +88,7 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     if steps.empty:
         return schema.empty_frame(schema.STEP_METRIC_COLUMNS), schema.empty_frame(schema.COMM_KIND_COLUMNS)
     tail = _tail(phases, karr)
-    extras = [*(_phase_len(phases, name) for name in ("forward", "backward", "optimizer")), tail]
+    extras = [*(_phase_len(phases, name) for name in schema.GRAD_PHASES), tail]
     parts, kinds = [], []
     phase_idx = ck.phase_index(phases)
     groups = steps.groupby("rank", sort=True).indices

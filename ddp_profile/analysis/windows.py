@@ -38,14 +38,11 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
-from ddp_profile.analysis._common import equal_range, ints
+from ddp_profile.analysis.kernel_arrays import equal_range, ints
 
-DEFAULT_PHASE_PATTERNS = {
-    "forward": nn.FORWARD_PATTERN,
-    "backward": nn.BACKWARD_PATTERN,
-    "optimizer": nn.OPTIMIZER_PATTERN,
-    "grad_wait": rf"^{re.escape(nn.GRAD_WAIT)}\b",
-}
+DEFAULT_PHASE_PATTERNS = dict(zip(schema.PHASES, (nn.FORWARD_PATTERN, nn.BACKWARD_PATTERN,
+                                                   rf"^{re.escape(nn.GRAD_WAIT)}\b", nn.OPTIMIZER_PATTERN),
+                                  strict=True))
 RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
 _PROJECT_STEP = re.compile(rf"^{re.escape(nn.STEP)}( \d+)?$")
 
@@ -327,7 +324,7 @@ def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFra
         out = out.merge(steps[["rank", "pid", "step", *have]].assign(phase="step"), on=keys, how="left")
     for c in ["micro_steps", *facts]:
         out[c] = out[c].astype(float) if c in out else np.nan
-    order = {"step": 0, "forward": 1, "backward": 2, "grad_wait": 3, "optimizer": 4}
+    order = {name: i for i, name in enumerate(("step", *schema.PHASES))}
     out["_o"] = out["phase"].map(order).fillna(9)
     out = out.sort_values(["rank", "step", "_o", "start_ns"], kind="stable")
     # pid is kept (after the contract's columns) for later projections; analyze() drops it for the user.

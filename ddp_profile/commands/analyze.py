@@ -17,7 +17,7 @@ from ddp_profile.commands.options import (
     regex,
 )
 from ddp_profile.errors import UsageError
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_atomic
 from ddp_profile.schema import JSON_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
@@ -39,10 +39,12 @@ def register(subparsers) -> None:
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     add_export_argument(p)
     p.add_argument("--format", choices=["table", "json", "csv"], default="table",
-                   help="table (default), json (all sections, stable keys) or csv (one section)")
-    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None,
-                   help="what to output (default: every section but comm_kinds and recommendation, which are "
-                        "computed only when asked for; all: every one; csv: one, default steps)")
+                   help="table (default: the verdict, a per-rank summary in ms and the headline numbers; "
+                        "sections on request), json (all sections, stable keys) or csv (one section)")
+    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None, action="append", metavar="NAME",
+                   help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
+                        "by default; json: every one but comm_kinds and recommendation, which are computed only "
+                        "when asked for; csv: steps)")
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
@@ -57,68 +59,102 @@ def register(subparsers) -> None:
 
 
 def _phases(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, rx = item.partition("=")
-        if not sep or name not in ("forward", "backward", "optimizer", "grad_wait") or not rx:
-            raise UsageError(f"--phase {item!r}: use NAME=REGEX with NAME forward, backward, optimizer or grad_wait")
-        out[name] = rx
-    return out
+    """``--phase NAME=REGEX`` items (each already checked by ``options.phase_spec``) as {name: regex}."""
+    return dict(item.partition("=")[::2] for item in items)
 
 
-def chosen_sections(fmt: str, section: str | None) -> list[str]:
-    """The CLI sections to output: csv one (default steps); json and table the one asked for, every one for
-    ``all``, and by default every section except those computed only on request (``comm_kinds``,
-    ``recommendation``: ``analysis.OPTIONAL_SECTIONS``)."""
+def _chosen(sections: list[str] | str | None, default: list[str]) -> list[str]:
+    if sections is None:
+        return default
+    items = [sections] if isinstance(sections, str) else list(sections)
+    return list(SECTIONS) if "all" in items else list(dict.fromkeys(items))
+
+
+def chosen_sections(fmt: str, section: list[str] | str | None) -> list[str]:
+    """The sections the format outputs: csv one (default steps); json those asked for, by default every one
+    except those computed only on request (``analysis.OPTIONAL_SECTIONS``: comm_kinds, recommendation);
+    table those asked for (default none)."""
     from ddp_profile.analysis import OPTIONAL_SECTIONS
 
     if fmt == "csv":
-        section = section or "steps"
-        if section == "all":
-            raise UsageError("--format csv writes one table: pick --section " + "|".join(SECTIONS))
-        return [section]
-    if section == "all":
-        return list(SECTIONS)
-    return [section] if section else [s for s in SECTIONS if JSON_KEY.get(s, s) not in OPTIONAL_SECTIONS]
+        chosen = _chosen(section, ["steps"])
+        if len(chosen) != 1:
+            raise UsageError("--format csv writes one table: pick one --section " + "|".join(SECTIONS))
+        return chosen
+    if fmt == "json":
+        return _chosen(section, [s for s in SECTIONS if JSON_KEY.get(s, s) not in OPTIONAL_SECTIONS])
+    return _chosen(section, [])
 
 
-def render(res, fmt: str, section: str | None) -> str:
-    """The analysis as text in the requested format (pure; the CLI writes it)."""
-    import pandas as pd
-
+def render(res, fmt: str, section: list[str] | str | None) -> str:
+    """The analysis as text in the requested format (pure; the CLI writes it). ``section``: None (the
+    format's default), one name or a list of names ("all" for every section)."""
     chosen = chosen_sections(fmt, section)
     if fmt == "csv":
-        return getattr(res, SECTIONS[chosen[0]]).to_csv(index=False)
+        return _frame(res, chosen[0]).to_csv(index=False)
     if fmt == "json":
         from ddp_profile.commands.writers import json_text
 
         return json_text(res, [JSON_KEY.get(s, s) for s in chosen])
-    lines = []
-    summary = res.summary()
-    lines.append("summary: " + ", ".join(f"{k}={_fmt(v)}" for k, v in summary.items()))
-    for note in res.notes:
-        lines.append(f"note: {note}")
-    with pd.option_context("display.width", 200, "display.max_columns", 40, "display.max_colwidth", 60):
-        for s in chosen:
-            df = getattr(res, SECTIONS[s])
-            lines.append(f"\n== {s} ({len(df)} rows) ==")
-            lines.append(df.to_string(index=False) if len(df) else "(none)")
+    return table_text(res, chosen)
+
+
+def _frame(res, section: str):
+    import pandas as pd
+
+    df = getattr(res, SECTIONS[section], None)
+    return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
+
+
+def table_text(res, chosen: list[str]) -> str:
+    """The terminal answer: the verdict first (when the analysis has one), a per-rank summary in ms, the
+    headline numbers with units (per-rank values where ranks differ > 2×), the notes, then the sections
+    asked for; every number through :mod:`ddp_profile.fmt`."""
+    from ddp_profile.fmt import text_table
+    from ddp_profile.report.answer_text import (
+        other_per_rank,
+        per_rank_of,
+        rank_summary,
+        summary_name,
+        summary_pairs,
+        verdict_lines,
+        verdict_of,
+    )
+
+    lines = verdict_lines(verdict_of(res))
+    if lines:
+        lines = ["== verdict =="] + lines + [""]
+    ranks = rank_summary(res)
+    if len(ranks):
+        lines += ["== per rank (medians over each rank's steps) ==", text_table(ranks), ""]
+    summary, per_rank = res.summary(), per_rank_of(res)
+    lines.append("summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in summary_pairs(summary, per_rank)))
+    other = other_per_rank(summary, per_rank)
+    if other:
+        lines.append("ranks differ > 2× in: " + "; ".join(f"{summary_name(k)}: {v}" for k, v in other))
+    lines += [f"note: {note}" for note in res.notes]
+    for s in chosen:
+        df = _frame(res, s)
+        lines += [f"\n== {s} ({len(df)} rows) ==", text_table(df)]
+    if not chosen:
+        lines.append("\nsections (--section NAME, repeatable; --section all): " + ", ".join(SECTIONS))
     return "\n".join(lines) + "\n"
-
-
-def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def run(args) -> int:
     from ddp_profile.analysis import analyze
 
+    if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
+        check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
     wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
         res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
                       sections=wanted)
+        # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
+        # as inspect says it: the same rows whichever command reads the trace.
+        res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]
     text = render(res, args.format, args.section)
     if args.output:
         write_text_atomic(Path(args.output), text)

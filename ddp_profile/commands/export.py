@@ -4,7 +4,6 @@ ui.perfetto.dev (library: ddp_profile/report/perfetto.py)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from ddp_profile.commands.options import (
     add_export_argument,
@@ -13,7 +12,7 @@ from ddp_profile.commands.options import (
     cli_progress,
     input_paths,
 )
-from ddp_profile.errors import UsageError
+from ddp_profile.safeio import check_output_file
 
 
 def register(subparsers) -> None:
@@ -39,9 +38,7 @@ def run(args) -> int:
     from ddp_profile.nsys.loader import load_trace
     from ddp_profile.report.perfetto import write_perfetto
 
-    out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"-o {out}: is a folder; name the .json file to write")
+    out = check_output_file(args.output, args.paths)  # not an input, a folder or a device
     paths = input_paths(args)
     trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
     path = write_perfetto(out, trace, analyze(trace, steps=args.steps), compress=True if args.gzip or out.suffix == ".gz" else False)

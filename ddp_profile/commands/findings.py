@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ddp_profile.safeio import check_output_folder
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -25,6 +27,7 @@ def run(args) -> int:
     def say(msg):
         print(f"findings: {msg}", file=sys.stderr, flush=True)
 
+    check_output_folder(args.output, [args.traces])
     sizes = build_findings(Path(args.traces), Path(args.output), progress=say)
     out = Path(args.output)
     print(f"wrote {', '.join(sizes)} to {out}/ (open {out / 'findings.html'} in a browser; works offline)")

@@ -10,7 +10,7 @@ from pathlib import Path
 from ddp_profile import nvtx_names as nn
 from ddp_profile.commands.options import add_steps_argument, regex
 from ddp_profile.errors import MissingDataError, UsageError
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_atomic
 
 JSON_VERSION = 1
 
@@ -42,25 +42,29 @@ def render_json(res) -> str:
     return json.dumps(out, indent=2) + "\n"
 
 
+LABELS = {"host_us_per_launch": "host µs / launch", "gpu_us_per_kernel": "GPU µs / kernel",
+          "launch_bound": "launch-bound", "per_step_ns": "per step (ms)", "gpu_per_step_ns": "GPU per step (ms)",
+          "calls_per_step": "calls / step", "kernels_per_step": "kernels / step", "gpu_busy_ns": "GPU busy (ms)",
+          "gpu_idle_ns": "GPU idle (ms)", "idle_pct": "GPU idle (%)", "api_ns": "CUDA API (ms)",
+          "sync_ns": "sync (ms)", "step_ns": "host range (ms)"}
+
+
 def render_text(res) -> str:
-    import pandas as pd
-
+    """The verdicts, then the step table, API calls and kernel groups: times in ms (µs per launch and per
+    kernel), units in the headers (:func:`ddp_profile.fmt.text_table`)."""
     from ddp_profile.analysis.launches import STEP_TABLE
+    from ddp_profile.fmt import text_table
 
-    steps = pd.DataFrame({head: res.steps[col] / scale if scale else res.steps[col]
-                          for col, head, scale in STEP_TABLE})
-    api = res.api_functions.assign(ms_per_step=res.api_functions["ns_per_step"] / 1e6,
-                                   mean_us=res.api_functions["mean_ns"] / 1e3)
-    groups = res.kernel_groups.assign(gpu_ms_per_step=res.kernel_groups["gpu_ns_per_step"] / 1e6,
-                                      mean_us=res.kernel_groups["mean_ns"] / 1e3)
-    lines = [*res.verdicts(), *(f"note: {n}" for n in res.notes)]
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.2f}".format):
-        lines += ["", f"== steps ({len(steps)} rows) ==", steps.to_string(index=False),
-                  "", "== CUDA API calls per step, by function ==",
-                  api[["rank", "name", "calls_per_step", "ms_per_step", "mean_us"]].to_string(index=False),
-                  "", "== kernels per step, by group ==",
-                  groups[["rank", "group", "kernels_per_step", "gpu_ms_per_step", "mean_us"]].to_string(index=False)]
-    return "\n".join(lines) + "\n"
+    steps = res.steps[[col for col, _, _ in STEP_TABLE]]
+    api = res.api_functions.assign(per_step_ns=res.api_functions["ns_per_step"])
+    groups = res.kernel_groups.assign(gpu_per_step_ns=res.kernel_groups["gpu_ns_per_step"])
+    return "\n".join([
+        *res.verdicts(), *(f"note: {n}" for n in res.notes),
+        "", f"== steps ({len(steps)} rows) ==", text_table(steps, LABELS),
+        "", "== CUDA API calls per step, by function ==",
+        text_table(api[["rank", "name", "calls_per_step", "per_step_ns", "mean_ns"]], LABELS),
+        "", "== kernels per step, by group ==",
+        text_table(groups[["rank", "group", "kernels_per_step", "gpu_per_step_ns", "mean_ns"]], LABELS)]) + "\n"
 
 
 def run(args) -> int:
@@ -71,6 +75,8 @@ def run(args) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.suffix not in (".csv", ".json"):
         raise UsageError(f"-o {out}: name a .csv (step table) or .json (all tables) file")
+    if out is not None:
+        check_output_file(out, args.paths)
     trace = load_trace([Path(p) for p in args.paths])
     res = analyze_launches(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
     if res.steps.empty:

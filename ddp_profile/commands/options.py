@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ddp_profile.errors import UsageError
 from ddp_profile.nsys.progress import ProgressBar
+from ddp_profile.schema import PHASES
 
 SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
 
@@ -86,11 +87,32 @@ def loaded_run(args: argparse.Namespace, paths):
         return
     from ddp_profile import distributed
 
-    client = distributed.make_client(scheduler, workers=args.jobs)
+    client = connect(scheduler, args.jobs)
     try:
         yield distributed.load_trace(paths, client=client, progress=progress)
     finally:
         distributed.close_client(client)
+SCHEDULER_RE = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx|inproc)://)?[\w.\-\[\]:]+:\d{1,5}/?")
+
+
+def connect(scheduler: str, jobs: int):
+    """A Dask client for ``--scheduler`` / ``--dask``; a malformed address is refused at once and an
+    unreachable one within seconds (``distributed.SCHEDULER_TIMEOUT_S``), each as one line (UsageError)."""
+    from ddp_profile import distributed
+    from ddp_profile.errors import DdpProfileError
+
+    if scheduler != "local" and not SCHEDULER_RE.fullmatch(scheduler):
+        raise UsageError(f"--scheduler {scheduler[:80]!r}: not an address; give tcp://HOST:PORT (or 'local')")
+    try:
+        return distributed.make_client(scheduler, workers=jobs)
+    except DdpProfileError:
+        raise
+    except Exception as exc:  # dask raises OSError (timeout), ValueError, even MemoryError for a bad peer
+        why = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise UsageError(f"--scheduler {scheduler[:80]}: cannot connect ({why}); check the address and that "
+                         "the scheduler is running") from exc
+
+
 def regex(text: str) -> str:
     """argparse type: a regex that compiles (checked before any trace is read)."""
     try:
@@ -128,8 +150,7 @@ def add_steps_argument(parser: argparse.ArgumentParser) -> None:
 def phase_spec(text: str) -> str:
     """argparse type: ``NAME=REGEX`` with a known phase name and a valid regex."""
     name, sep, rx = text.partition("=")
-    if not sep or name not in ("forward", "backward", "optimizer", "grad_wait") or not rx:
-        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME forward, backward, optimizer "
-                                         "or grad_wait")
+    if not sep or name not in PHASES or not rx:
+        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME one of {', '.join(PHASES)}")
     regex(rx)
     return text

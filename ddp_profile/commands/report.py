@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from ddp_profile.commands.options import add_export_argument, add_steps_argument, check_jobs, input_paths
+from ddp_profile.safeio import check_output_folder
 
 
 def register(subparsers) -> None:
@@ -49,6 +50,7 @@ def run(args) -> int:
     if args.jobs is not None:
         check_jobs(args.jobs)
     jobs = args.jobs if args.jobs is not None else default_jobs()
+    check_output_folder(args.output, args.paths)
     paths = input_paths(args)
     sizes, failures = build_report(paths, Path(args.output), jobs=jobs,
                                    findings=not getattr(args, "no_findings", False), steps=args.steps,

@@ -21,11 +21,11 @@ INDENT = "  "
 
 def json_text(res, keys: list[str]) -> str:
     """``json.dumps({k: v for k, v in res.to_json_dict().items() if k in keep}, indent=2) + "\\n"`` with
-    ``keep`` = version, summary, notes and ``keys`` (JSON section names), in to_json_dict's key order."""
+    ``keep`` = the head (version, summary, notes, verdict, per_rank: ``res.json_head()``) and ``keys`` (JSON
+    section names), in to_json_dict's key order."""
     from ddp_profile.schema import JSON_SECTIONS
 
-    items = [("version", _small(_json_version())), ("summary", _small(res.summary())),
-             ("notes", _small(list(res.notes)))]
+    items = [(k, _small(v)) for k, v in res.json_head().items()]
     for key, attr in JSON_SECTIONS.items():
         if key in keys:
             df = getattr(res, attr)
@@ -33,12 +33,6 @@ def json_text(res, keys: list[str]) -> str:
             items.append((key, records_text(df, 2, extra)))
     body = ",\n".join(f'{INDENT}{json.dumps(k)}: {v}' for k, v in items)
     return "{\n" + body + "\n}\n"
-
-
-def _json_version() -> int:
-    from ddp_profile.analysis import JSON_VERSION
-
-    return JSON_VERSION
 
 
 def _small(value) -> str:

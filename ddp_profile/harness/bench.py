@@ -123,13 +123,20 @@ def _local_worker(info, cfg: RunConfig, out: str) -> None:
     _finish(train_run(cfg, torch.device("cpu")), out)
 
 
+MAX_NPROC = 256
+"""Local gloo processes --nproc may spawn (each is a full Python + torch process)."""
+
+
 def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.nproc <= MAX_NPROC:  # before the config, so nothing is started for a senseless count
+        raise UsageError(f"--nproc must be between 1 and {MAX_NPROC}, got {str(args.nproc)[:30]}")
+    from ddp_profile.safeio import check_output_folder
+
+    check_output_folder(args.out, flag="--out")
     cfg = config_from_args(args)
     from ddp_profile.harness.launch import default_backend, torchrun_env
 
     info = torchrun_env()
-    if args.nproc < 1:
-        raise UsageError(f"--nproc must be >= 1, got {args.nproc}")
     if info is not None and args.nproc != 1 and args.nproc != info.world_size:
         raise UsageError("--nproc conflicts with torchrun's WORLD_SIZE; drop --nproc under torchrun")
     if args.print_run_name:

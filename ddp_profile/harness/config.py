@@ -158,6 +158,22 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+BOUNDS = {"batch": (1, 1 << 16), "seq_len": (1, 1 << 20), "steps": (1, 100_000), "warmup": (0, 100_000),
+          "bucket_mb": (1e-6, float(1 << 20)), "lr": (1e-12, 10.0), "mlp_depth": (2, 1024), "seed": (0, 2**63 - 1),
+          "first_bucket_mb": (0.0, float(1 << 20))}
+"""Sane ranges of the numeric fields (inclusive): a value outside parses but makes no sense for a run (a
+bucket of ``inf`` MiB, a learning rate of 1e308, a batch of 10^12 sequences)."""
+
+
+def _check_bounds(cfg: RunConfig) -> None:
+    import math
+
+    for name, (lo, hi) in BOUNDS.items():
+        value = getattr(cfg, name)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+        _check(ok, f"{name} must be between {_mb(lo)} and {_mb(hi)}, got {str(value)[:30]}")
+
+
 def validate(cfg: RunConfig) -> None:
     """Raise ConfigError naming the field and the allowed values for the first bad field."""
     _check(cfg.strategy in STRATEGIES, f"strategy {cfg.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
@@ -186,6 +202,7 @@ def validate(cfg: RunConfig) -> None:
            f"fsdp_reshard and fsdp_param_dtype apply to strategy fsdp only, not {cfg.strategy!r}")
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
     _validate_levers(cfg)
+    _check_bounds(cfg)
     if cfg.model in TRANSFORMER_PRESETS:
         ctx = TRANSFORMER_PRESETS[cfg.model].context_length
         _check(cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}")

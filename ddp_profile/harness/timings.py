@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ddp_profile.errors import TraceError, UsageError, run_main
 from ddp_profile.harness import spread
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import read_side_json, write_text_atomic
 
 # Keys that must agree between the profiled run and every repeat for the comparison to mean anything.
 SAME_KEYS = ("run", "config", "world_size", "gpu_name", "timing_source")
@@ -84,11 +84,11 @@ def fold(profiled: dict, repeats: list[dict], host: str | None = None) -> dict:
 
 def _read(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TraceError(f"{path}: not a readable run JSON ({exc})") from None
+        data = read_side_json(path)  # a regular file only, size-capped, depth-safe
+    except TraceError as exc:
+        raise TraceError(f"{exc}: not a readable run JSON") from None
+    if data is None:
+        raise UsageError(f"{path}: no such file")
     if not isinstance(data, dict):
         raise TraceError(f"{path}: holds a JSON {type(data).__name__}, not a run record")
     return data

@@ -12,7 +12,6 @@ ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock 
 
 from __future__ import annotations
 
-import re
 import sqlite3
 
 import numpy as np
@@ -23,15 +22,10 @@ from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import open_export, short_error
+from ddp_profile.nsys.frames import api_name, host_waits_frame
 from ddp_profile.nsys.loader import load_trace
+from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
-
-_VERSION_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel (as nsys stats shows it)
-
-
-def api_name(raw: str) -> str:
-    """The function name without nsys's API version suffix."""
-    return _VERSION_SUFFIX.sub("", raw)
 
 
 def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
@@ -76,11 +70,11 @@ def load_api_calls(source) -> pd.DataFrame:
             raise MissingDataError(f"{path}: no {sql.RUNTIME} table (CUDA API calls were not traced); profile "
                                    "with `nsys profile -t cuda,nvtx ...`")
         cols, name = got
-        mine = ranks[ranks["file"].astype(str) == str(path)]
+        mine = ranks[ranks["file"].astype(str) == shown_path(path)]
         rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
         inverse, pids = pd.factorize(cols["pid"])
         rank = pd.array([rank_of.get(int(p)) for p in pids] or [None], dtype="Int64")
-        off = offsets.get(str(path), 0)
+        off = offsets.get(shown_path(path), 0)
         frames.append(pd.DataFrame({
             "rank": rank[inverse] if len(pids) else pd.array([], dtype="Int64"),
             "pid": cols["pid"], "tid": cols["tid"],
@@ -93,3 +87,33 @@ def load_api_calls(source) -> pd.DataFrame:
     df["name"] = union_categoricals(names, sort_categories=True) if len(names) > 1 else names[0]
     df = df.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     return schema.select(df, schema.API_CALL_COLUMNS)
+
+
+def load_host_waits(trace) -> pd.DataFrame:
+    """``schema.HOST_WAIT_COLUMNS``: the calls during which a host thread may wait for its GPU (synchronize
+    calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) on each process's main thread, of a loaded
+    :class:`~ddp_profile.trace.Trace`, on its clock and with its ranks. ``load_trace`` reads them already
+    (``Trace.host_waits``); this reads them again from the files (for a Trace built otherwise). Files
+    without a CUDA API trace (or without call names) add no rows; the straggler's cause then names no call."""
+    offsets = {f["path"]: int(f.get("offset_ns") or 0) for f in trace.meta.get("files", [])}
+    per_file = []
+    for path in trace.paths:
+        con = open_export(path)
+        try:
+            per_file.append((str(path), sql.host_wait_calls(con, sql.tables(con))))
+        except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
+            raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
+                             "the .nsys-rep") from exc
+        finally:
+            con.close()
+    return host_waits_frame(per_file, trace.ranks, offsets)
+
+
+def host_waits_of(trace) -> pd.DataFrame | None:
+    """The trace's host-wait calls: ``Trace.host_waits`` as ``load_trace`` read them, else read from its
+    files (:func:`load_host_waits`); None for a trace that is not a local Trace (one held on a Dask cluster:
+    its files are read where its ranks live)."""
+    if not isinstance(trace, Trace):
+        return None
+    got = getattr(trace, "host_waits", None)
+    return got if got is not None else load_host_waits(trace)

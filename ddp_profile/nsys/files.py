@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys import rawio, sql
+from ddp_profile.safeio import kind_of
 
 EXPORT_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 """Files load_trace reads; run discovery in the report and the findings uses the same tuple."""
@@ -120,6 +121,8 @@ def open_export(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: an nsys report, not an SQLite export; run "
                          f"`nsys export --type sqlite -o {out} {name}` and load {out} (or add --export where nsys is installed)")
     if not path.is_file():
+        if path.exists():  # a FIFO or device would block or never end; a folder is not an export either
+            raise TraceError(f"{path}: is {kind_of(os.stat(path).st_mode)}, not an export file; pass the .sqlite file itself")
         raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
@@ -131,7 +134,7 @@ def open_export(path: Path) -> sqlite3.Connection:
             rawio.check_no_writer(path)  # immutable=1 would ignore a -wal and read a writer's pages unlocked
             with open(path, "rb") as f:
                 check_header(path, f.read(100), path.stat().st_size)
-            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+            uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"  # bytes: any file name
             con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         have = sql.tables(con)
     except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:

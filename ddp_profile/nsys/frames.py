@@ -4,12 +4,15 @@ processes). Pure numpy/pandas: no SQL here; ``loader`` reads and aligns, this mo
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import sql
+from ddp_profile.safeio import shown_path
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -205,6 +208,37 @@ def process_frame(arr: dict[str, np.ndarray], files: list[dict]) -> pd.DataFrame
     return procs.reset_index(drop=True)
 
 def gpu_frame(files: list[dict]) -> pd.DataFrame:
-    rows = [(str(f["path"]), *g) for f in files for g in f["gpus"]]
+    rows = [(shown_path(f["path"]), *g) for f in files for g in f["gpus"]]
     df = pd.DataFrame(rows, columns=schema.GPU_COLUMNS)
     return df.astype({"device": "int64", "sm_count": "Int64", "memory_bytes": "Int64"})
+
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")  # cudaLaunchKernel_v7000 -> cudaLaunchKernel (as nsys stats shows it)
+
+
+def api_name(raw: str) -> str:
+    """The CUDA API function name without nsys's API version suffix."""
+    return _VERSION_SUFFIX.sub("", raw)
+
+
+def host_waits_frame(per_file: list[tuple[str, list | None]], ranks: pd.DataFrame, offsets: dict[str, int]
+                     ) -> pd.DataFrame:
+    """``schema.HOST_WAIT_COLUMNS`` from each file's :func:`sql.host_wait_calls` rows (``per_file``: (path,
+    rows or None)), with the trace's ranks (RANK_COLUMNS: file, pid, rank) and per-file clock offsets, sorted
+    by (rank, start_ns)."""
+    frames = []
+    for path, rows in per_file:
+        if not rows:
+            continue
+        mine = ranks[ranks["file"].astype(str) == str(path)]
+        rank_of = dict(zip(mine["pid"].astype(int), mine["rank"].astype(int), strict=True))
+        off = offsets.get(str(path), 0)
+        pid, tid, start, end, name, kind = zip(*rows, strict=True)
+        frames.append(pd.DataFrame({
+            "rank": pd.array([rank_of.get(p) for p in pid], dtype="Int64"), "pid": np.asarray(pid, np.int64),
+            "tid": np.asarray(tid, np.int64), "name": [api_name(n) for n in name], "kind": list(kind),
+            "start_ns": np.asarray(start, np.int64) + off, "end_ns": np.asarray(end, np.int64) + off}))
+    if not frames:
+        return schema.empty_frame(schema.HOST_WAIT_COLUMNS)
+    df = pd.concat(frames, ignore_index=True).sort_values(["rank", "start_ns"], kind="stable", na_position="last")
+    return schema.select(df, schema.HOST_WAIT_COLUMNS)

@@ -7,9 +7,7 @@ their integer arrays into frames (names are resolved once per distinct id, never
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,19 +18,21 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
-from ddp_profile.nsys import columnar, sql
+from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
 from ddp_profile.nsys.frames import (
     concat,
     gpu_frame,
+    host_waits_frame,
     kernel_arrays,
     kernel_frame,
     nvtx_frame,
     process_frame,
 )
-from ddp_profile.nsys.run_record import clean_run_record
+from ddp_profile.nsys.run_record import find_run_json
+from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
 
 JOIN_CHUNK = 1 << 18
@@ -156,11 +156,13 @@ def _named_kernels(con: sqlite3.Connection, have: set[str], map_chunks, reader, 
             labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
+    cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
     launch = pending.result() if pending is not None else sql.launches(con, have, map_chunks)
+    shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
     return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
-            "launch_tid": launch_tid, "unnamed": n_unnamed}
+            "launch_tid": launch_tid, "unnamed": n_unnamed, "no_pid": n_no_pid, "shift": shift}
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -191,7 +193,13 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
         }
         if sql.NVTX in have:
             out["nvtx"] = sql.nvtx_ranges(con, have, columnar=arrow)
+            shift = out["kernels"]["shift"]
+            if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
+                ints = out["nvtx"][0]
+                ints[:, 3] -= shift
+                ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
+        out["host_waits"] = sql.host_wait_calls(con, have)  # a few rows per step (one filtered API scan)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
@@ -208,56 +216,19 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
 def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     """Per-file offsets (ns) putting every file on the first-started file's session clock."""
     if len(files) == 1:
-        return [0], {"method": "single-file", "offsets_ns": {str(files[0]["path"]): 0}}
+        return [0], {"method": "single-file", "offsets_ns": {shown_path(files[0]["path"]): 0}}
     utc = [f["utc_ns"] for f in files]
     if any(u is None for u in utc):
         warnings.append("some files lack TARGET_INFO_SESSION_START_TIME: their clocks were not aligned")
-        return [0] * len(files), {"method": "none", "offsets_ns": {str(f["path"]): 0 for f in files}}
+        return [0] * len(files), {"method": "none", "offsets_ns": {shown_path(f["path"]): 0 for f in files}}
     base = min(utc)
     offsets = [u - base for u in utc]
+    if max(offsets) > timebase.MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
+        raise TraceError(f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
+                         "apart: not one run's files; load one run's files together")
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
-    return offsets, {"method": method, "offsets_ns": {str(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
-
-
-RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
-
-
-def _run_json_candidates(paths: list[Path]) -> list[Path]:
-    """Where the harness's run record may sit, in order of preference, for each folder holding exports:
-    ``run.json``, then ``<stem>.json`` for each export's stem (its name less ``.sqlite[.xz|.gz]``, with and
-    without a rank suffix such as ``_rank0``), then ``<folder name>.json`` (the campaign's
-    ``<run>/<run>.json``)."""
-    out: list[Path] = []
-    for folder in dict.fromkeys(p.resolve().parent for p in paths):
-        out.append(folder / "run.json")
-        for p in paths:
-            if p.resolve().parent != folder:
-                continue
-            stem = export_stem(p)
-            out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
-        out.append(folder / f"{folder.name}.json")
-    return list(dict.fromkeys(out))
-
-
-def _find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
-    """The first candidate (see :func:`_run_json_candidates`) that holds a JSON object. One that cannot be
-    read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
-    the trace, so a damaged one should not stop the analysis."""
-    for candidate in _run_json_candidates(paths):
-        if not candidate.is_file():
-            continue
-        try:
-            data = json.loads(candidate.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            warnings.append(f"{candidate}: run record not read ({short_error(exc)}); run facts (strategy, model, ...) "
-                            "are unknown: fix or remove the file")
-            continue
-        if not isinstance(data, dict):
-            warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
-            continue
-        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
-    return None
+    return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
 
 
 def _check_duplicate_files(files: list[dict]) -> None:
@@ -292,7 +263,7 @@ def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> Non
     """No GPU activity at all (``n_rows`` = 0), or activity ending before it starts (``kernels``: such rows),
     gives no honest numbers: say so rather than return a trace whose analysis is silently empty or negative."""
     if n_rows == 0:
-        names = ", ".join(str(f["path"]) for f in files)
+        names = ", ".join(shown_path(f["path"]) for f in files)
         raise MissingDataError(f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
                                "`nsys profile -t cuda,nvtx` and check the capture range covers training steps")
     bad = (kernels["end_ns"] < kernels["start_ns"]).to_numpy()
@@ -384,7 +355,11 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         if f["kernels"].get("unnamed"):
             warnings.append(f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
                             "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged")
-    offsets, clock = _clock(files, warnings)
+        if f["kernels"].get("no_pid"):
+            warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
+                            "(NULL globalPid): they belong to no rank and are left out (by every command)")
+    clock_offsets, clock = _clock(files, warnings)
+    offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None
@@ -417,26 +392,28 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
-    procs["file"] = [str(files[i]["path"]) for i in procs["file"]]
-    procs["host"] = [files[files_in.index(Path(f))]["host"] for f in procs["file"]]
+    procs["host"] = [files[i]["host"] for i in procs["file"]]
+    procs["file"] = [shown_path(files[i]["path"]) for i in procs["file"]]
     procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)]
     meta = {
         "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
-        "files": [{"path": str(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
+        "files": [{"path": shown_path(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
                    "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
-                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, offsets, strict=False)],
+                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, raw_offsets, strict=False)],
         "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
         # NCCL's channel count (gridX of its kernels), the largest over files; None without NCCL kernels
         "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),
         "warnings": warnings,
     }
-    run = _find_run_json(files_in, warnings)
+    run = find_run_json(files_in, warnings)
+    ranks = schema.select(procs, schema.RANK_COLUMNS)
+    waits = host_waits_frame([(str(f["path"]), f["host_waits"]) for f in files], ranks,
+                             {str(f["path"]): o for f, o in zip(files, offsets, strict=False)})
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
-        gpus=gpus, ranks=schema.select(procs, schema.RANK_COLUMNS), meta=meta,
-        run=run, paths=files_in,
+        gpus=gpus, ranks=ranks, meta=meta, run=run, paths=files_in, host_waits=waits,
     )
     del kernels, nvtx, files
     return_freed_memory()  # the unordered columns freed by the frame build, before the analysis' arrays

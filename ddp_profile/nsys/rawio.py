@@ -9,8 +9,9 @@ Standard library only (the scrubber runs on GPU machines). Two guards:
   writes sidecar files, so refusing is the one way to never read a writer's uncommitted pages.
 * :func:`read_decompressed`: ``.xz`` / ``.gz`` exports are decompressed as a stream; the first 100 bytes
   are checked for the SQLite header before anything else is expanded, and the expansion stops at
-  :func:`max_decompressed` bytes (``DDP_PROFILE_MAX_DECOMPRESSED``, default 32G) with a clear error, so a
-  small file that expands to terabytes cannot fill memory.
+  :func:`max_decompressed` bytes (``DDP_PROFILE_MAX_DECOMPRESSED``; default half the machine's memory, at
+  most 32G) with a clear error, so a small file that expands to terabytes cannot fill memory. A header whose
+  database size (page size x page count) is beyond the limit is refused before expanding anything.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ CHUNK = 16 << 20
 
 def check_no_writer(path: Path) -> None:
     """Refuse a plain export with a hot ``-journal`` or a non-empty ``-wal`` beside it (see module doc)."""
-    path = Path(path)
+    path = Path(path).resolve()  # through a symlink: the writer's -wal sits beside the real file
     if path.suffix in OPENERS:
         return
     journal = path.with_name(path.name + "-journal")
@@ -58,19 +59,38 @@ def check_no_writer(path: Path) -> None:
                          f"with `sqlite3 {path.name} '.backup copy.sqlite'`)")
 
 
+def default_limit() -> int:
+    """Half the machine's physical memory, at most :data:`DEFAULT_LIMIT` (the export is expanded in memory)."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return DEFAULT_LIMIT
+    return min(DEFAULT_LIMIT, max(memory // 2, 1 << 30)) if memory > 0 else DEFAULT_LIMIT
+
+
 def max_decompressed() -> int:
-    """The decompression bound in bytes: ``DDP_PROFILE_MAX_DECOMPRESSED`` (``5000000000``, ``64G``, ``512M``)."""
+    """The decompression bound in bytes: ``DDP_PROFILE_MAX_DECOMPRESSED`` (``5000000000``, ``64G``, ``512M``),
+    else :func:`default_limit`."""
     raw = os.environ.get(LIMIT_ENV, "").strip()
     if not raw:
-        return DEFAULT_LIMIT
+        return default_limit()
     m = re.fullmatch(r"(\d{1,15})\s*([KMGT]?)i?B?", raw, re.I)
     if not m or int(m.group(1)) == 0:
         raise UsageError(f"{LIMIT_ENV}={raw[:40]!r}: give a size in bytes such as 64G or 500M")
     return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[m.group(2).upper()]
 
 
-def _too_big(path: Path, limit: int) -> TraceError:
-    return TraceError(f"{path}: expands to more than {limit:,} bytes, the decompression limit; if this export "
+def header_size(head: bytes) -> int | None:
+    """The database size an SQLite header states (page size x page count), or None when it is not valid."""
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    n_pages = int.from_bytes(head[28:32], "big")
+    return page_size * n_pages if head[92:96] == head[24:28] and n_pages else None
+
+
+def _too_big(path: Path, limit: int, stated: int | None = None) -> TraceError:
+    what = f"its header states {stated:,} bytes, over" if stated else "expands to more than"
+    return TraceError(f"{path}: {what} {limit:,} bytes, the decompression limit; if this export "
                       f"really is that large, raise it with {LIMIT_ENV}=<size> (e.g. 64G) or decompress it "
                       "yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite")
 
@@ -84,6 +104,9 @@ def copy_decompressed(path: Path, fout, limit: int | None = None) -> int:
         if head[:16] != SQLITE_MAGIC:
             raise TraceError(f"{path}: does not decompress to an SQLite file (expected an nsys export: "
                              "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
+        stated = header_size(head)
+        if len(head) > limit or (stated is not None and stated > limit):
+            raise _too_big(path, limit, stated)
         fout.write(head)
         total = len(head)
         while True:
@@ -98,8 +121,10 @@ def copy_decompressed(path: Path, fout, limit: int | None = None) -> int:
 
 def read_decompressed(path: Path, limit: int | None = None) -> bytes:
     """The decompressed bytes of ``path`` (``.xz``/``.gz``), checked and bounded as :func:`copy_decompressed`."""
-    import io
-
     buf = io.BytesIO()
-    copy_decompressed(path, buf, limit)
-    return buf.getvalue()
+    try:
+        copy_decompressed(path, buf, limit)
+        return buf.getvalue()
+    except MemoryError:
+        raise TraceError(f"{path}: not enough memory to decompress it; set {LIMIT_ENV} lower to fail sooner, "
+                         "or decompress it yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite") from None

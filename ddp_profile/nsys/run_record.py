@@ -8,8 +8,17 @@ the rest of the record is kept. Fields not listed here are kept as they are (not
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
+
+from ddp_profile.errors import TraceError
+from ddp_profile.nsys.files import export_stem, short_error
+from ddp_profile.safeio import read_side_json
 
 MAX_INT = 2**63 - 1
+MAX_RANKS = 1 << 20
+"""A world size beyond this (a million GPUs) is not a real run: dropped like a value of the wrong type
+(pages build per-rank lists from it)."""
 
 
 def _int(v) -> bool:
@@ -18,6 +27,10 @@ def _int(v) -> bool:
 
 def _pos_int(v) -> bool:
     return _int(v) and v >= 1
+
+
+def _ranks(v) -> bool:
+    return _pos_int(v) and v <= MAX_RANKS
 
 
 def _num(v) -> bool:
@@ -49,7 +62,7 @@ FIELDS = {
     "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
     "backend": (_str, "a string"), "gpu_name": (_str, "a string"), "gpu_short": (_str, "a string"),
     "timing_source": (_str, "a string"),
-    "world_size": (_pos_int, "a positive integer"), "bucket_count": (_int, "an integer"),
+    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"), "bucket_count": (_int, "an integer"),
     "measured_steps": (_int, "an integer"), "warmup_steps": (_int, "an integer"),
     "bucket_size_mb": (_num, "a number"), "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
     "step_ms_median": (_num, "a number"),
@@ -62,7 +75,7 @@ CONFIG_FIELDS = {
     "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
     "batch": (_pos_int, "a positive integer"), "seq_len": (_pos_int, "a positive integer"),
     "steps": (_int, "an integer"), "bucket_mb": (_num, "a number"), "ddp_nvtx_hook": (_bool, "true or false"),
-    "world_size": (_pos_int, "a positive integer"),
+    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"),
 }
 
 
@@ -89,3 +102,44 @@ def clean_run_record(data: dict, where, warnings: list[str]) -> dict:
     if isinstance(out.get("config"), dict):
         out["config"] = _check(out["config"], CONFIG_FIELDS, str(where), "config.", warnings)
     return out
+
+
+RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
+
+
+def run_json_candidates(paths: list[Path]) -> list[Path]:
+    """Where the harness's run record may sit, in order of preference, for each folder holding exports:
+    ``run.json``, then ``<stem>.json`` for each export's stem (its name less ``.sqlite[.xz|.gz]``, with and
+    without a rank suffix such as ``_rank0``), then ``<folder name>.json`` (the campaign's
+    ``<run>/<run>.json``)."""
+    out: list[Path] = []
+    for folder in dict.fromkeys(p.resolve().parent for p in paths):
+        out.append(folder / "run.json")
+        for p in paths:
+            if p.resolve().parent != folder:
+                continue
+            stem = export_stem(p)
+            out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
+        out.append(folder / f"{folder.name}.json")
+    return list(dict.fromkeys(out))
+
+
+def find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
+    """The first candidate (see :func:`run_json_candidates`) that holds a JSON object. One that cannot be
+    read or parsed, or holds something else, adds a warning and is passed over: the run record only labels
+    the trace, so a damaged one should not stop the analysis."""
+    for candidate in run_json_candidates(paths):
+        try:  # only a regular file, size-capped: a FIFO or a link to /dev/zero named run.json never blocks
+            data = read_side_json(candidate)
+        except TraceError as exc:
+            why = short_error(exc).removeprefix(f"{candidate}: ")
+            warnings.append(f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
+                            "fix or remove the file")
+            continue
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
+            continue
+        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
+    return None

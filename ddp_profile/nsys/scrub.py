@@ -30,18 +30,40 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import lzma
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import sys
 import tempfile
 from pathlib import Path
 
 import ddp_profile.nsys.rawio as rawio
-from ddp_profile.errors import OneLineParser, OutputError, TraceError, UsageError, run_main
+from ddp_profile.errors import (
+    SIGNALS_SEEN,
+    OneLineParser,
+    OutputError,
+    Terminated,
+    TraceError,
+    UsageError,
+    run_main,
+)
+from ddp_profile.nsys.secrets import (
+    ENV_ASSIGN_RE,
+    HOME_RE,
+    NOT_A_HOST,
+    NOT_A_USER,
+    PATH_RE,
+    SECRET_FLAG_RE,
+    Scrubber,
+    pseudonym,
+)
+from ddp_profile.safeio import check_output_file, kind_of
+
+_Scrubber = Scrubber  # the name tests patch
+__all__ = ["pseudonym", "scrub_connection", "scrub_file", "main"]
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -63,95 +85,45 @@ ACTIVITY_PID_COLUMNS = [
 ]
 TID_MASK = 0xFFFFFF  # globalTid = globalPid | tid (low 24 bits): Nsight Systems' serialized GlobalId
 
-_SEG = r"[^\s/\\'\"=:;,()\[\]{}<>|`]+"
-PATH_RE = re.compile(rf"(?<![\w.~\-])(?:~|[A-Za-z]:)?(?:/{_SEG})+/?|(?<![\w.])[A-Za-z]:(?:\\{_SEG})+")
-HOME_RE = re.compile(r"^(?:/home|/Users|/users|/u|/scratch|/data|/mnt/home)/([^/]+)")
-SECRET_RE = re.compile(  # no \b before: a token joined by "_" (triton_poi_fused_<token>_0) is found too
-    r"(?<![A-Za-z0-9])(?:hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{8,}|github_pat_\w{8,}|sk-[A-Za-z0-9_\-]{8,}"
-    r"|xox[abpr]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,}|wandb_[A-Za-z0-9]{8,})"
-)
-ENV_ASSIGN_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=")
-# A process environment block (seen in StringIds of a real 2023.4 export): NUL- or newline-separated
-# KEY=VALUE entries. Two such entries in one string make it an environment block.
-ENV_BLOCK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\x00\n]*[\x00\n]+[A-Za-z_][A-Za-z0-9_]*=")
-# ... and a block holding one variable: ``NAME=value`` ended by NUL (no NVTX text or kernel name holds NUL).
-ENV_ONE_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=[^\x00]*\x00")
-# Words never taken as a user name learnt from a path (/scratch/nccl/...): the analysis matches on them.
-NOT_A_USER = {"root", "<user>", "nccl", "cuda", "nvtx", "data", "home", "step", "train", "torch", "python", "tmp",
-              "ddp", "forward", "backward", "optimizer", "model", "runs", "shared", "public", "scratch", "users"}
-NOT_A_HOST = {"", "localhost", "local (cli)", "<host>", "unknown", "none"}
+def q(name: str) -> str:
+    """An SQL identifier quoted (a table or column name may hold a double quote)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _tables(con: sqlite3.Connection) -> list[str]:
     return [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
 
 
+_TEXT_COLUMNS: dict[tuple[int, str], list[str]] = {}
+
+
 def _text_columns(con: sqlite3.Connection, table: str) -> list[str]:
-    cols = con.execute(f'PRAGMA table_info("{table}")').fetchall()
-    return [c[1] for c in cols if c[2].upper() in ("", "TEXT") or "CHAR" in c[2].upper()]
+    """Every column that may hold text or a BLOB, whatever its declared type (CLOB, STRING, JSON, NUMERIC and
+    even INTEGER columns hold text as readily as TEXT ones; SQLite does not enforce declared types): columns
+    declared as text or BLOB, and others found holding some (one scan of the table for all of them; cached
+    per connection while scrubbing)."""
+    key = (id(con), table)
+    if key in _TEXT_COLUMNS:
+        return _TEXT_COLUMNS[key]
+    out, others = [], []
+    for c in con.execute(f"PRAGMA table_info({q(table)})").fetchall():
+        declared = c[2].upper()
+        if declared in ("", "TEXT", "BLOB") or any(t in declared for t in ("CHAR", "CLOB", "TEXT")):
+            out.append(c[1])
+        else:
+            others.append(c[1])
+    if others:
+        found = con.execute("SELECT " + ", ".join(f"max(typeof({q(c)}) IN ('text', 'blob'))" for c in others)
+                            + f" FROM {q(table)}").fetchone()
+        out += [c for c, hit in zip(others, found, strict=True) if hit]
+    _TEXT_COLUMNS[key] = out
+    return out
 
 
 def _meta_values(con: sqlite3.Connection, tables: set[str], table: str, name_sql: str) -> list[str]:
     if table not in tables:
         return []
-    return [r[0] for r in con.execute(f'SELECT value FROM "{table}" WHERE {name_sql}') if r[0]]
-
-
-def pseudonym(host: str) -> str:
-    """Stable stand-in for a host name: equal hosts stay equal across separately scrubbed files."""
-    return "host-" + hashlib.sha256(host.strip().lower().encode()).hexdigest()[:8]
-
-
-class _Scrubber:
-    """Holds what to replace (hosts, users) and counts what was changed; ``text`` is the row function."""
-
-    def __init__(self, hosts: set[str], users: set[str]):
-        self.hosts = {h: pseudonym(h) for h in hosts}
-        self.users = set(users)
-        words = sorted(self.hosts.keys() | self.users, key=len, reverse=True)
-        self.word_re = (
-            re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words) + r")(?![A-Za-z0-9])", re.I)
-            if words else None
-        )
-        self.counts = {"paths": 0, "hosts": 0, "users": 0, "secrets": 0, "env_blocks": 0}
-
-    def _path(self, m: re.Match) -> str:
-        path = m.group(0).rstrip("/\\")
-        base = re.split(r"[/\\]", path)[-1]
-        home = HOME_RE.match(path)
-        if home:
-            self.users.add(home.group(1))
-        self.counts["paths"] += 1
-        if not base or (home and base == home.group(1)) or base in self.users:
-            return "<path>"
-        return base
-
-    def _word(self, m: re.Match) -> str:
-        word = m.group(0)
-        for host, alias in self.hosts.items():
-            if word.lower() == host.lower():
-                self.counts["hosts"] += 1
-                return alias
-        self.counts["users"] += 1
-        return "<user>"
-
-    def text(self, value):
-        if not isinstance(value, str):
-            return value
-        if ("\x00" in value or "\n" in value) and (ENV_BLOCK_RE.search(value) or ENV_ONE_RE.match(value)):
-            self.counts["env_blocks"] += 1
-            return "<env>"
-        new = SECRET_RE.sub("<secret>", value)
-        if new != value:
-            self.counts["secrets"] += 1
-        if "/" in new or "\\" in new:
-            new = PATH_RE.sub(self._path, new)
-        if self.word_re is not None:
-            new = self.word_re.sub(self._word, new)
-        return new
-
-    def dirty(self, value) -> int:
-        return int(isinstance(value, str) and self.text(value) != value)
+    return [r[0] for r in con.execute(f"SELECT value FROM {q(table)} WHERE {name_sql}") if r[0]]
 
 
 def _find_hosts_users(con: sqlite3.Connection, tables: set[str]) -> tuple[set[str], set[str]]:
@@ -181,7 +153,8 @@ def _users_in_paths(con: sqlite3.Connection, tables: set[str]) -> set[str]:
         if table == RECORD_TABLE or table.startswith("ENUM_"):
             continue
         for col in _text_columns(con, table):
-            for (value,) in con.execute(f'SELECT DISTINCT "{col}" FROM "{table}" WHERE instr("{col}", \'/\') > 0'):
+            for (value,) in con.execute(f"SELECT DISTINCT {q(col)} FROM {q(table)} WHERE typeof({q(col)}) = 'text' "
+                                          f"AND instr({q(col)}, '/') > 0"):
                 if isinstance(value, str):
                     for m in PATH_RE.finditer(value):
                         home = HOME_RE.match(m.group(0))
@@ -196,11 +169,25 @@ def _string_refs(con: sqlite3.Connection, tables: set[str]) -> str:
     name, NVTX text or thread name that something kept still points to."""
     parts = []
     for table in sorted(tables - {"StringIds"}):
-        for _, col, ctype, *_ in con.execute(f'PRAGMA table_info("{table}")'):
+        for _, col, ctype, *_ in con.execute(f"PRAGMA table_info({q(table)})"):
             low = col.lower()
             if "INT" in ctype.upper() and low.endswith(("nameid", "textid", "name", "contentid", "stringid")):
-                parts.append(f'SELECT "{col}" FROM "{table}" WHERE "{col}" IS NOT NULL')
+                parts.append(f"SELECT {q(col)} FROM {q(table)} WHERE {q(col)} IS NOT NULL")
     return " UNION ".join(parts)
+
+
+def _secret_arguments(con: sqlite3.Connection) -> int:
+    """The recorded command line is one row per argument (``PROCESS_0:ARGUMENT_3``): the argument after a
+    secret-named flag given alone (``--token``, ``--hf-token``, ``--password``) is its value -> ``<secret>``."""
+    args: dict[tuple[str, int], tuple[int, object]] = {}
+    for rowid, name, value in con.execute("SELECT rowid, name, value FROM META_DATA_CAPTURE WHERE name LIKE '%ARGUMENT%'"):
+        m = re.fullmatch(r"(.*)ARGUMENT_(\d+)", str(name))
+        if m:
+            args[(m.group(1), int(m.group(2)))] = (rowid, value)
+    hit = [args[(p, i + 1)][0] for (p, i), (_, v) in args.items()
+           if isinstance(v, str) and SECRET_FLAG_RE.match(v) and (p, i + 1) in args]
+    con.executemany("UPDATE META_DATA_CAPTURE SET value = '<secret>' WHERE rowid = ?", [(r,) for r in hit])
+    return len(hit)
 
 
 def _guarded(fn, interrupted: list):
@@ -209,8 +196,8 @@ def _guarded(fn, interrupted: list):
     def call(value):
         try:
             return fn(value)
-        except KeyboardInterrupt:
-            interrupted.append(True)
+        except KeyboardInterrupt as exc:
+            interrupted.append(exc)
             raise
     return call
 
@@ -219,12 +206,19 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
     """Scrub an open, writable export in place (the caller owns the copy). Returns counts of what changed.
     Ctrl-C inside a row function is raised as KeyboardInterrupt (not as SQLite's "function raised")."""
     interrupted: list = []
+    _TEXT_COLUMNS.clear()
     try:
         return _scrub_connection(con, slim, interrupted)
     except sqlite3.DatabaseError:
+        # The signal may also land between the function's entry and its try (then only the handler of
+        # errors.run_main saw it): SQLite reports either as "user-defined function raised exception".
         if interrupted:
-            raise KeyboardInterrupt from None
+            raise interrupted[0] from None
+        if SIGNALS_SEEN:
+            raise KeyboardInterrupt() if SIGNALS_SEEN[0] == signal.SIGINT else Terminated(SIGNALS_SEEN[0]) from None
         raise
+    finally:
+        _TEXT_COLUMNS.clear()
 
 
 def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) -> dict[str, int]:
@@ -247,7 +241,9 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
                                                  interrupted))
     for table in sorted(t for t in tables if t.startswith(("META_DATA_", "TARGET_INFO_"))):
         for col in _text_columns(con, table):
-            run("env_values", f'UPDATE "{table}" SET "{col}" = \'<env>\' WHERE _ddp_env("{col}")', table)
+            run("env_values", f"UPDATE {q(table)} SET {q(col)} = '<env>' WHERE _ddp_env({q(col)})", table)
+    if "META_DATA_CAPTURE" in tables:
+        counts["secret_args"] = _secret_arguments(con)
 
     # Captured program output: the strings first (they are found through ProcessStreams), then the rows.
     if "StringIds" in tables:
@@ -262,7 +258,7 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
     run("output_streams", "DELETE FROM ProcessStreams", "ProcessStreams")
 
     # Unrelated host processes: no kernel, copy, API call or NVTX event belongs to them.
-    active = [f'SELECT DISTINCT "{c}" - ("{c}" & {TID_MASK}) FROM "{t}"' for t, c in ACTIVITY_PID_COLUMNS if t in tables]
+    active = [f"SELECT DISTINCT {q(c)} - ({q(c)} & {TID_MASK}) FROM {q(t)}" for t, c in ACTIVITY_PID_COLUMNS if t in tables]
     if active:
         con.execute("CREATE TEMP TABLE _ddp_active(globalPid INTEGER PRIMARY KEY)")
         con.execute(f"INSERT OR IGNORE INTO _ddp_active {' UNION '.join(active)}")
@@ -292,7 +288,8 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
         if table == RECORD_TABLE or table.startswith("ENUM_"):
             continue
         for col in _text_columns(con, table):
-            con.execute(f'UPDATE "{table}" SET "{col}" = _ddp_text("{col}") WHERE _ddp_dirty("{col}")')
+            con.execute(f"UPDATE {q(table)} SET {q(col)} = _ddp_text({q(col)}) "
+                        f"WHERE typeof({q(col)}) IN ('text', 'blob') AND _ddp_dirty({q(col)})")
     for key in ("paths", "hosts", "users", "secrets", "env_blocks"):
         counts[key] = scrubber.counts[key] // 2  # dirty() and text() each count one replacement
     counts["host_names"] = len(hosts)
@@ -300,7 +297,7 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
     if slim:
         for table in sorted(tables - ANALYSIS_TABLES):
             if not table.startswith("ENUM_"):
-                con.execute(f'DROP TABLE "{table}"')
+                con.execute(f"DROP TABLE {q(table)}")
                 counts["tables_dropped"] = counts.get("tables_dropped", 0) + 1
     _record(con, counts, hosts, slim)
     return counts
@@ -346,6 +343,8 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
     """
     src, dst = Path(src), Path(dst)
     if not src.is_file():
+        if src.exists():
+            raise TraceError(f"{src}: is {kind_of(os.stat(src).st_mode)}, not an export file")
         raise TraceError(f"{src}: no such file")
     if src.suffix in (".nsys-rep", ".qdstrm"):
         raise TraceError(f"{src}: a report, not an SQLite export; run `nsys export --type sqlite -o "
@@ -444,6 +443,8 @@ def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
         dst = final_name(output_path(src, args.output, len(inputs), args.in_place), args.compress)
         if dst.resolve() == src.resolve() and not args.in_place:
             raise UsageError(f"-o {dst} is the input itself; use --in-place to replace it")
+        if not args.in_place:  # the same file through a hard link, a device, a FIFO, a folder
+            check_output_file(dst, inputs)
         key = dst.resolve()
         if key in seen:
             raise UsageError(f"{seen[key]} and {src} would both be written to {dst}; nothing was written: "

@@ -208,14 +208,16 @@ def nccl_channels(con: sqlite3.Connection, have: set[str]) -> int | None:
     of NCCL kernels, the most common value over the first :data:`NCCL_CHANNEL_SAMPLE` of them (the
     ``LIMIT`` ends the scan early: NCCL kernels come from the first step on). None without NCCL kernels
     or without a ``gridX`` column."""
-    if KERNEL not in have or STRINGS not in have or "gridX" not in columns(con, KERNEL):
+    cols = columns(con, KERNEL) if KERNEL in have else set()
+    if STRINGS not in have or "gridX" not in cols or not cols & {"shortName", "demangledName"}:
         return None
+    name_col = "shortName" if "shortName" in cols else "demangledName"  # as gpu_activities
     ids = [r[0] for r in con.execute(f"SELECT id FROM {STRINGS} WHERE value GLOB 'ncclDevKernel*' "
                                      "OR value GLOB 'ncclKernel*'")]
     if not ids:
         return None
     marks = ",".join("?" * len(ids))
-    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE shortName IN ({marks}) "
+    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE {name_col} IN ({marks}) "
                                        f"LIMIT {NCCL_CHANNEL_SAMPLE}", ids) if isinstance(r[0], int) and r[0] > 0]
     if not grids:
         return None
@@ -433,6 +435,14 @@ def gpus(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
                        f"ORDER BY {dev}").fetchall()
 
 
+def nvtx_time_range(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
+    """(earliest start, latest start or end) of the NVTX events, or None without any."""
+    if NVTX not in have:
+        return None
+    row = con.execute(f"SELECT MIN(start), MAX(MAX(start, COALESCE(end, start))) FROM {NVTX}").fetchone()
+    return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+
 def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
     """(start, end) of the capture from ANALYSIS_DETAILS, when exported."""
     if "ANALYSIS_DETAILS" not in have:
@@ -460,3 +470,34 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     i32, i64 = np.int32, np.int64
     names = ["pid", "tid", "start", "end", "name_id"]
     return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))
+
+
+# CUDA API functions during which the calling host thread may sit waiting for the GPU: the synchronize
+# calls, and copies (a device-to-host copy into pageable memory, as ``tensor.item()`` does, returns only
+# when the copy is done). GLOB patterns over StringIds, as LAUNCH_FUNCTIONS. kind: the pattern's class.
+HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cuMemcpy*")}
+
+
+def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, int, int, int, str, str]] | None:
+    """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls made on a process's
+    main thread (thread id = process id; names as StringIds store them, version suffix included), or None
+    when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table or its calls carry no names. Selected by name id
+    and thread in SQL: a few calls per step, fetched as tuples; the cost is one scan of the API table (0.07 s
+    for 455k calls on traces/campaign/C/fsdp_xl_fp32_4xh100), none when no call has such a name."""
+    if RUNTIME not in have or STRINGS not in have or "nameId" not in columns(con, RUNTIME):
+        return None
+    kind_of: dict[int, tuple[str, str]] = {}
+    for kind, globs in HOST_WAIT_FUNCTIONS.items():
+        cond = " OR ".join("value GLOB ?" for _ in globs)
+        for i, value in con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE {cond}", globs):
+            if type(i) is int and i not in kind_of:
+                kind_of[i] = (str(value), kind)
+    if not kind_of:
+        return []
+    gtid = "COALESCE(globalTid, 0)"
+    pid, tid = PID_SQL.format(col=gtid), TID_SQL.format(col=gtid)
+    rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId FROM {RUNTIME} "
+                       f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()  # integers only
+    # a damaged row (a start or end that is not an integer) is skipped: these rows only name evidence
+    return [(p, t, s, e, *kind_of[n]) for p, t, s, e, n in rows
+            if type(s) is int and type(e) is int and type(p) is int and type(t) is int and n in kind_of]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import html
 
 import numpy as np
-import pandas as pd
 
 from ddp_profile.plots.palette import KIND_COLORS, PHASE_COLORS, SEGMENT_COLORS  # noqa: F401
 
@@ -65,24 +64,3 @@ def merge_small_bars(row: np.ndarray, start: np.ndarray, end: np.ndarray, min_ns
     small = dur < min_ns
     new[1:] = (row[1:] != row[:-1]) | (gap > min_ns) | ~small[1:] | ~small[:-1]
     return np.cumsum(new) - 1
-
-
-def fmt_bytes(n) -> str:
-    """'25.0 MiB' style; '–' for missing."""
-    if n is None or (isinstance(n, float) and np.isnan(n)) or pd.isna(n) or n < 0:
-        return "–"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def fmt_duration(ns) -> str:
-    """The one duration format of every tooltip: '247.106 ms' from 1 ms up, '235.0 µs' below; '–' if
-    missing. TIMELINE_JS's ddpDur() is the same in the browser."""
-    if ns is None or pd.isna(ns):
-        return "–"
-    ns = float(ns)
-    return f"{ns / 1e6:.3f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"

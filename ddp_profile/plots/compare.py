@@ -8,6 +8,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
 from ddp_profile.plots._common import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
 
@@ -110,7 +111,7 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = "", time_label: 
     d = ((c["step_ns"] - best) / 1e6).round(3)
     lo = ((c["step_ns"] - c.get("step_min_ns", c["step_ns"])) / 1e6).round(3)
     hi = ((c.get("step_max_ns", c["step_ns"]) - c["step_ns"]) / 1e6).round(3)
-    text = [f"{v / 1e6:,.3f} ms" for v in c["step_ns"]]
+    text = [fmt_ms(v) for v in c["step_ns"]]
     labels = [f"{lbl} · {t}" for lbl, t in zip(labels, text, strict=True)]  # absolute time beside the name
     fig = go.Figure(go.Bar(
         orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color=palette.COMPUTE,

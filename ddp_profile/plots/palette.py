@@ -12,10 +12,13 @@ wait               purple       NCCL wait (ranks arriving at different times), g
 memcpy/memset      green        copies and memsets
 idle               grey         no kernel running
 comm tail          black        end of backward to end of the last collective
+CPU launch / sync  grey / verm.  the main thread's kernel launches; its syncs (host waits for GPU)
 =================  ===========  ==========================================================
 """
 
 from __future__ import annotations
+
+from ddp_profile.schema import PHASES
 
 COMPUTE = "#0072B2"         # Okabe–Ito blue
 NCCL = "#E69F00"            # orange: NCCL kernels / communication hidden under compute
@@ -31,7 +34,9 @@ MEMSET_PATTERN = {"shape": "/", "fgcolor": "#FFFFFF", "size": 4, "solidity": 0.4
 
 KIND_COLORS = {"compute": COMPUTE, "nccl": NCCL, "memcpy": COPY, "memset": COPY}
 # NVTX phases are context, not kernels: light tints, and grad_wait (a wait) in the wait colour.
-PHASE_COLORS = {"forward": "#C6DBEF", "backward": "#9ECAE1", "optimizer": "#DDDDDD", "grad_wait": WAIT}
+PHASE_COLORS = dict(zip(PHASES, ("#C6DBEF", "#9ECAE1", WAIT, "#DDDDDD"), strict=True))  # schema.PHASES order
+# The timeline's CPU rows: launches in grey, synchronisation calls (the host waiting) highlighted.
+HOST_COLORS = {"launch": IDLE, "sync": NCCL_EXPOSED}
 SEGMENT_COLORS = {"compute only": COMPUTE, "overlapped comm": NCCL, "exposed comm": NCCL_EXPOSED, "idle": IDLE}
 # Series colours for figures whose traces are runs or strategies rather than concepts.
 SERIES = [COMPUTE, NCCL, COPY, WAIT, NCCL_EXPOSED, SKY, YELLOW, TAIL]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
 from ddp_profile.plots._common import SEGMENT_COLORS, titled
 
@@ -59,7 +60,7 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                 y.append(round(med, 4))
                 lo.append(round(med - float(v.min()), 4))
                 hi.append(round(float(v.max()) - med, 4))
-                text.append("<br>".join(f"rank {int(r)}: {float(m):.3f} ms" for r, m in zip(g["rank"], v, strict=False)
+                text.append("<br>".join(f"rank {int(r)}: {fmt_ms(m * 1e6)}" for r, m in zip(g["rank"], v, strict=False)
                                         if pd.notna(m)))
         fig.add_trace(go.Bar(name=name, x=x, y=y, marker={"color": color}, hovertext=text,
                              error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,

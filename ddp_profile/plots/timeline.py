@@ -21,19 +21,34 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile import schema
+from ddp_profile.fmt import fmt_bytes, fmt_duration
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import KIND_LABELS, fmt_bytes, fmt_duration, merge_small_bars, titled
-from ddp_profile.plots.palette import KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
+from ddp_profile.plots._common import KIND_LABELS, merge_small_bars, titled
+from ddp_profile.plots.palette import HOST_COLORS, KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]
-PHASES = ["forward", "backward", "optimizer", "grad_wait"]
-# Fixed trace order (the JS fills traces by index): 4 kernel classes, 4 phases, the comm tail.
-TRACE_NAMES = [KIND_LABELS[k] for k in KINDS] + [f"NVTX {p}" for p in PHASES] + ["comm tail"]
-PLURAL = ["compute kernels", "NCCL kernels", "memcpys", "memsets"]
+PHASES = list(schema.PHASES)
+HOST_KINDS = ["launch", "sync"]
+# Fixed trace order (the JS fills traces by index): 4 kernel classes, 4 phases, the comm tail, then the
+# main thread's launch and synchronisation calls (the CPU rows).
+TRACE_NAMES = [KIND_LABELS[k] for k in KINDS] + [f"NVTX {p}" for p in PHASES] + ["comm tail"] + \
+    ["CPU kernel launch", "CPU sync (host waits for GPU)"]
+TAIL_K = len(KINDS) + len(PHASES)
+HOST_K = TAIL_K + 1  # first CPU trace
+PLURAL = ["compute kernels", "NCCL kernels", "memcpys", "memsets"] + [""] * (HOST_K - len(KINDS)) + \
+    ["launch calls", "sync calls"]
+CALL_LABELS = {HOST_K: "kernel launch · CPU", HOST_K + 1: "sync, host waits for the GPU · CPU"}
 # (offset, width) of each trace's lane within its row (rows are 1 apart, the axis is reversed: negative
 # offsets are the upper part of the row). Kinds never share a lane, so no kind hides another.
 LANES = [(-0.42, 0.42), (0.02, 0.22), (0.26, 0.08), (0.35, 0.08),
-         (-0.42, 0.36), (-0.42, 0.36), (-0.42, 0.36), (-0.04, 0.24), (0.24, 0.2)]
+         (-0.42, 0.36), (-0.42, 0.36), (-0.42, 0.36), (-0.04, 0.24), (0.24, 0.2),
+         (-0.42, 0.4), (0.02, 0.4)]
+
+
+def mergeable(k: int) -> bool:
+    """Kernels and CPU calls merge below a pixel; NVTX phases and the comm tail never do."""
+    return k < len(KINDS) or k >= HOST_K
 HOVER = "%{hovertext}<extra></extra>"
 # The figure's default plot width in pixels (the page uses the real width of the drawn plot).
 PIXELS = 1200
@@ -50,16 +65,21 @@ def _windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> list[tuple[str, int,
     return [("empty trace", 0, 1, [])]
 
 
-def _rows(kernels: pd.DataFrame, phases: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
-    """Row labels (per rank: an NVTX row, then its streams) and a frame mapping (rank, pid, device, stream)
-    to a row index; stream -1 marks the NVTX row."""
+def _rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
+          ) -> tuple[list[str], pd.DataFrame]:
+    """Row labels (per rank: an NVTX row, a CPU row when the rank has host calls, then its streams) and a
+    frame mapping (rank, pid, device, stream) to a row index; stream -1 marks the NVTX row, -2 the CPU
+    row."""
     ranks = sorted(set(kernels["rank"].dropna().astype(int)) | set(phases["rank"].dropna().astype(int)))
     streams = kernels[["rank", "pid", "device", "stream"]].drop_duplicates().dropna(subset=["rank"])
     streams = streams.astype("int64").sort_values(["rank", "device", "stream", "pid"])
     labels, keys = [], []
     for r in ranks:
-        labels.append(f"rank {r} · NVTX")
+        labels.append(f"rank {r} · " + ("phases (inferred)" if inferred else "NVTX"))
         keys.append((r, -1, -1, -1))
+        if r in cpu_ranks:
+            labels.append(f"rank {r} · CPU main thread")
+            keys.append((r, -2, -2, -2))
         mine = streams[streams["rank"] == r]
         multi = mine["device"].nunique() > 1
         for row in mine.itertuples(index=False):
@@ -116,12 +136,21 @@ def _track(k: int, row: int, start: np.ndarray, end: np.ndarray, name_i: np.ndar
 
 
 def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFrame,
-                   collectives: pd.DataFrame | None = None) -> dict:
-    """Compact timeline data for every step: ``{"rows", "names", "steps": [{"label", "step", "span_ms",
-    "tracks": [{k, r, s, d, n[, b, by, w, t]}]}]}``: every kernel overlapping the step, per (trace, row),
-    sorted by start. ``names`` are HTML-escaped (plotly hover text is pseudo-HTML, so escaping keeps a
-    kernel called ``<b>`` literal)."""
-    labels, rows = _rows(kernels, phases)
+                   collectives: pd.DataFrame | None = None, *, host_calls: pd.DataFrame | None = None,
+                   nvtx: pd.DataFrame | None = None, inferred: bool = False) -> dict:
+    """Compact timeline data for every step: ``{"rows", "names", "phase_source", "steps": [{"label", "step",
+    "span_ms", "t0_ns", "tracks": [{k, r, s, d, n[, b, by, w, t]}]}]}``: every kernel overlapping the step, per
+    (trace, row), sorted by start; ``t0_ns``: the step window's start after the first step's (the page's
+    all-steps view lays steps end to end with it). ``names`` are HTML-escaped (plotly hover text is
+    pseudo-HTML, so escaping keeps a kernel called ``<b>`` literal).
+
+    ``host_calls`` (``analysis.host_calls``): each rank's main-thread launch and sync calls, drawn on a CPU
+    row. ``nvtx``: the trace's NVTX ranges; a phase band is labelled with the user's own range name (e.g.
+    ``model.forward``) when its host range is one of them. ``inferred``: the phases were inferred from the
+    launching threads, not NVTX (bands and rows say "inferred")."""
+    cpu = host_calls if host_calls is not None and len(host_calls) else None
+    cpu_ranks = set(cpu["rank"].astype(int)) if cpu is not None else set()
+    labels, rows = _rows(kernels, phases, cpu_ranks, inferred)
     k, names = _prepare(kernels, collectives, rows)
     names_extra: dict[str, int] = {}
 
@@ -136,11 +165,21 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     max_dur = int((k_end - k_start).max()) if len(k) else 0
     key = (k["kc"].to_numpy() * (len(labels) + 1) + k["row"].to_numpy()).astype(np.int64)
     cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
-    nvtx_row = rows[rows["stream"] == -1].set_index("rank")["row"]
-    marks = _marks(phases, steps, nvtx_row, name_index)  # phases and tails: a few rows per rank and step
+    # The NVTX row's key is (rank, -1, -1, -1), the CPU row's (rank, -2, -2, -2): stream -1 alone is a legal
+    # CUDA stream id (seen in exports)
+    nvtx_row = rows[(rows["stream"] == -1) & (rows["pid"] == -1) & (rows["device"] == -1)].set_index("rank")["row"]
+    cpu_row = rows[(rows["stream"] == -2) & (rows["pid"] == -2) & (rows["device"] == -2)].set_index("rank")["row"]
+    marks = _marks(labelled_phases(phases, nvtx, inferred), steps, nvtx_row, name_index)  # phases and tails
     m_key = marks["k"] * (len(labels) + 1) + marks["row"]
+    calls = _calls(cpu, cpu_row, name_index)
+    c_key = calls["k"] * (len(labels) + 1) + calls["row"]
+    c_by_start = np.argsort(calls["s"], kind="stable")
+    c_sorted = calls["s"][c_by_start]
+    c_max = int((calls["e"] - calls["s"]).max()) if len(calls["s"]) else 0
     out = []
-    for label, w0, w1, step_ids in _windows(steps, k):
+    windows = _windows(steps, k)
+    first_w0 = windows[0][1] if windows else 0
+    for label, w0, w1, step_ids in windows:
         lo, hi = np.searchsorted(sorted_start, [w0 - max_dur, w1])
         idx = by_start[lo:hi]
         idx = np.sort(idx[k_end[idx] > w0])  # back in (kind, row, start) order
@@ -150,7 +189,14 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
             kc = int(cols["kc"][sel[0]])
             extra = {f: cols[f][sel] for f in NCCL_FIELDS} if KINDS[kc] == "nccl" else None
             tracks.append(_track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0, extra))
-        in_step = (marks["s"] < w1) & (marks["e"] > w0) & ((marks["k"] < len(TRACE_NAMES) - 1) |
+        lo, hi = np.searchsorted(c_sorted, [w0 - c_max, w1])
+        ci = c_by_start[lo:hi]
+        ci = np.sort(ci[calls["e"][ci] > w0])  # (trace, row, start) order
+        for a, b in _runs(c_key[ci]):
+            sel = ci[a:b]
+            tracks.append(_track(calls["k"][sel[0]], calls["row"][sel[0]], calls["s"][sel], calls["e"][sel],
+                                 calls["n"][sel], w0))
+        in_step = (marks["s"] < w1) & (marks["e"] > w0) & ((marks["k"] != TAIL_K) |
                                                             np.isin(marks["step"], step_ids))
         m = np.flatnonzero(in_step)
         for a, b in _runs(m_key[m]):
@@ -158,8 +204,48 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
             tracks.append(_track(marks["k"][sel[0]], marks["row"][sel[0]], marks["s"][sel], marks["e"][sel],
                                  marks["n"][sel], w0))
         out.append({"label": label, "step": step_ids[0] if step_ids else None,
-                    "span_ms": round((w1 - w0) / 1e6, 6), "tracks": tracks})
-    return {"rows": labels, "row_rank": rows["rank"].tolist(), "names": names + list(names_extra), "steps": out}
+                    "span_ms": round((w1 - w0) / 1e6, 6), "t0_ns": int(w0 - first_w0), "tracks": tracks})
+    return {"rows": labels, "row_rank": rows["rank"].tolist(), "names": names + list(names_extra),
+            "phase_source": "inferred" if inferred else "NVTX", "steps": out}
+
+
+def labelled_phases(phases: pd.DataFrame, nvtx: pd.DataFrame | None, inferred: bool) -> pd.DataFrame:
+    """The phase rows with a ``label``: "forward (inferred)" for inferred phases; the user's NVTX range name
+    with its phase, e.g. "model.forward (forward)", when the phase's host range is an NVTX range of that rank
+    named otherwise; else "NVTX forward"."""
+    if not len(phases):
+        return phases.assign(label=pd.Series(dtype=object))
+    if inferred:
+        return phases.assign(label=phases["phase"].astype(str) + " (inferred)")
+    label = "NVTX " + phases["phase"].astype(str)
+    if nvtx is not None and len(nvtx) and {"host_start_ns", "host_end_ns"} <= set(phases.columns):
+        n = nvtx[["rank", "start_ns", "end_ns", "name"]].dropna(subset=["rank", "start_ns", "end_ns"])
+        n = n.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"}).drop_duplicates(
+            ["rank", "start_ns", "end_ns"])
+        p = phases[["rank", "host_start_ns", "host_end_ns"]].apply(pd.to_numeric, errors="coerce")
+        p = p.fillna(-1).astype("int64").reset_index(drop=True)
+        got = p.merge(n, left_on=["rank", "host_start_ns", "host_end_ns"], right_on=["rank", "start_ns", "end_ns"],
+                      how="left")["name"].astype(object).to_numpy()
+        phase = phases["phase"].astype(str).to_numpy()
+        label = pd.Series([f"{nm} ({ph})" if isinstance(nm, str) and nm != ph else f"NVTX {ph}"
+                           for nm, ph in zip(got, phase, strict=True)], index=phases.index)
+    return phases.assign(label=label)
+
+
+def _calls(cpu: pd.DataFrame | None, cpu_row: pd.Series, name_index) -> dict:
+    """The CPU rows' calls as arrays sorted by (trace, row, start): k, row, s, e, n."""
+    cols = ["k", "row", "s", "e", "n"]
+    if cpu is None or not len(cpu):
+        return {c: np.zeros(0, np.int64) for c in cols}
+    c = cpu[cpu["rank"].astype(int).isin(cpu_row.index)]
+    codes, uniq = pd.factorize(c["name"].astype(object))
+    idx = np.array([name_index(html.escape(str(u), quote=False)) for u in uniq] + [name_index("?")], np.int64)
+    m = pd.DataFrame({"k": np.where(c["kind"].to_numpy() == "sync", HOST_K + 1, HOST_K),
+                      "row": cpu_row.loc[c["rank"].astype(int)].to_numpy(),
+                      "s": c["start_ns"].to_numpy(np.int64), "e": c["end_ns"].to_numpy(np.int64),
+                      "n": idx[np.where(codes < 0, len(uniq), codes)]}).astype("int64")
+    m = m.sort_values(["k", "row", "s"], kind="stable")
+    return {col: m[col].to_numpy() for col in cols}
 
 
 # ---- the page's form of the data: per track, each integer column as base64 of a little-endian typed array ----
@@ -200,11 +286,23 @@ def decode_page_data(data: dict) -> dict:
 def page_config(data: dict, source: str) -> dict:
     """What the page's canvas timeline (:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS`) needs beside the
     data: per trace its name, colour, lane, opacity and hatching (the same as :func:`figure_for_step`)."""
-    colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
+    colors = trace_colors()
     return {"source": source, "xtitle": "time since step start (ms)",
             "traces": [{"name": name, "color": colors[i], "lane": list(LANES[i]),
-                        "opacity": 0.95 if i < len(KINDS) else 0.8, "hatch": name == KIND_LABELS["memset"]}
-                       for i, name in enumerate(TRACE_NAMES)]}
+                        "opacity": 0.8 if len(KINDS) <= i < HOST_K else 0.95,
+                        "hatch": name == KIND_LABELS["memset"]}
+                       for i, name in enumerate(trace_names(data))]}
+
+
+def trace_names(data: dict) -> list[str]:
+    """The legend's names: phases say "inferred" when they were inferred rather than read from NVTX."""
+    src = data.get("phase_source", "NVTX")
+    return [f"{p} (inferred)" if src == "inferred" and n == f"NVTX {p}" else n
+            for n, p in zip(TRACE_NAMES, KINDS + PHASES + [""] * 3, strict=True)]
+
+
+def trace_colors() -> list[str]:
+    return [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL, HOST_COLORS["launch"], HOST_COLORS["sync"]]
 
 
 def _runs(keys: np.ndarray):
@@ -224,12 +322,14 @@ def _marks(phases, steps, nvtx_row, name_index) -> dict:
     for j, phase in enumerate(PHASES):
         p = ph[ph["phase"] == phase] if len(ph) else ph
         if len(p):
+            labels = p["label"] if "label" in p else pd.Series(f"NVTX {phase}", index=p.index)
             parts.append(pd.DataFrame({"k": len(KINDS) + j, "row": nvtx_row.loc[p["rank"]].to_numpy(),
                                        "s": p["start_ns"].to_numpy(np.int64), "e": p["end_ns"].to_numpy(np.int64),
-                                       "n": name_index(f"NVTX {phase}"), "step": -1}))
+                                       "n": [name_index(html.escape(str(x), quote=False)) for x in labels],
+                                       "step": -1}))
     tail = _tail_rows(steps, None, nvtx_row)
     if len(tail):
-        parts.append(tail.assign(k=len(TRACE_NAMES) - 1, n=name_index("comm tail")))
+        parts.append(tail.assign(k=TAIL_K, n=name_index("comm tail")))
     cols = ["k", "row", "s", "e", "n", "step"]
     if not parts:
         return {c: np.zeros(0, np.int64) for c in cols}
@@ -255,12 +355,13 @@ def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end
     """The tooltip of the bar holding kernels a..b-1 of track t; TIMELINE_JS's ddpHover() builds the same."""
     k, row, c = t["k"], data["rows"][t["r"]], b - a
     where = f"start {fmt_duration(start[a])}"
-    if k >= len(KINDS):  # NVTX phase or comm tail: never merged
-        head = f"<b>{data['names'][t['n'][a]]}</b>" + (f" · {st['label']}" if k == len(TRACE_NAMES) - 1 else "")
-        tail = "<br>end of backward → end of the last collective" if k == len(TRACE_NAMES) - 1 else ""
+    if not mergeable(k):  # NVTX phase or comm tail: never merged
+        head = f"<b>{data['names'][t['n'][a]]}</b>" + (f" · {st['label']}" if k == TAIL_K else "")
+        tail = "<br>end of backward → end of the last collective" if k == TAIL_K else ""
         return f"{head}<br>{row}<br>{where} · duration {fmt_duration(dur[a])}{tail}"
+    what = CALL_LABELS[k] if k >= HOST_K else KIND_LABELS[KINDS[k]]
     if c == 1:
-        text = (f"<b>{data['names'][t['n'][a]]}</b><br>{KIND_LABELS[KINDS[k]]} · {row}<br>"
+        text = (f"<b>{data['names'][t['n'][a]]}</b><br>{what} · {row}<br>"
                 f"{where} · duration {fmt_duration(dur[a])}")
     else:
         span = float(np.max(end[a:b]) - start[a])
@@ -298,7 +399,7 @@ def bars_for_window(data: dict, index: int, lo_ns: float, hi_ns: float, min_ns: 
         keep = np.flatnonzero((end >= lo_ns) & (start <= hi_ns))
         if not len(keep):
             continue
-        mn = min_ns if t["k"] < len(KINDS) else 0.0
+        mn = min_ns if mergeable(t["k"]) else 0.0
         sl = slice(keep[0], keep[-1] + 1)
         gid = merge_small_bars(np.zeros(sl.stop - sl.start, np.int64), start[sl], end[sl], mn)
         first = np.flatnonzero(np.r_[True, gid[1:] != gid[:-1]]) + sl.start
@@ -321,15 +422,16 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
     st = data["steps"][index]
     span = max(st["span_ms"] * 1e6, 1.0)
     drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
-    colors = [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL]
+    colors = trace_colors()
     fig = go.Figure()
-    for i, (name, b) in enumerate(zip(TRACE_NAMES, drawn, strict=False)):
+    for i, (name, b) in enumerate(zip(trace_names(data), drawn, strict=False)):
         marker = {"color": colors[i], "line": {"width": 0}}
         if name == KIND_LABELS["memset"]:
             marker["pattern"] = MEMSET_PATTERN
         fig.add_trace(go.Bar(orientation="h", name=name, base=b["base"], x=b["x"], y=b["y"],
                              hovertext=b["hovertext"], hovertemplate=HOVER, marker=marker,
-                             offset=LANES[i][0], width=LANES[i][1], opacity=0.95 if i < len(KINDS) else 0.8))
+                             offset=LANES[i][0], width=LANES[i][1],
+                             opacity=0.8 if len(KINDS) <= i < HOST_K else 0.95))
     n = len(data["rows"])
     fig.update_layout(
         title=titled(f"Timeline · {st['label']}", source), barmode="overlay", bargap=0,

@@ -17,11 +17,14 @@ benchmark's page-open time).
 """
 
 TIMELINE_JS = r"""
-var DDP_KIND=['compute kernel','NCCL kernel','memcpy','memset'],
-    DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets'],DDP_NTRACES=9,
-    DDP_M={l:150,r:20,t:8,b:44},DDP_ROW=44;
+var DDP_KIND=['compute kernel','NCCL kernel','memcpy','memset',,,,,,'kernel launch \u00b7 CPU',
+    'sync, host waits for the GPU \u00b7 CPU'],
+    DDP_PLURAL=['compute kernels','NCCL kernels','memcpys','memsets',,,,,,'launch calls','sync calls'],DDP_NTRACES=11,
+    DDP_TAIL=8,DDP_M={l:190,r:20,t:8,b:44},DDP_ROW=44;
+// Kernels (0-3) and the CPU rows' calls (9, 10) merge below a pixel; NVTX phases (4-7) and the tail (8) never.
+function ddpMergeable(k){return k<4||k>8;}
 // toFixed, but an exact tie rounds to even as Python's format() does (6.25 -> '6.2', not '6.3'), so the
-// page's tooltips read exactly as plots._common.fmt_duration / fmt_bytes write them.
+// page's tooltips read exactly as ddp_profile.fmt.fmt_duration / fmt_bytes write them.
 function ddpFix(v,d){var s=v.toFixed(d),e=Math.abs(v).toFixed(Math.min(100,d+60)),cut=e.indexOf('.')+1+d;
  if(!/^50*$/.test(e.slice(cut)))return s;var low=e.slice(0,d?cut:cut-1);
  return +low.slice(-1)%2?s:(v<0?'-':'')+low;}
@@ -32,15 +35,36 @@ function ddpCol(v){var bin=atob(v.slice(2)),n=bin.length,u=new Uint8Array(n);
  for(var i=0;i<n;i++)u[i]=bin.charCodeAt(i);
  return v[0]==='h'?new Uint16Array(u.buffer):v[0]==='i'?new Int32Array(u.buffer):new Float64Array(u.buffer);}
 // A step's tracks as typed arrays: s/e absolute (ns from the step start), d, n and NCCL b, by, w, t.
-function ddpDecode(st){if(st._dec)return st._dec;st._dec=st.tracks.map(function(t){
+function ddpDecode(st){if(st._dec)return st._dec;if(st.all)return ddpDecodeAll(st);st._dec=st.tracks.map(function(t){
  var ds=ddpCol(t.s),d=ddpCol(t.d),n=ds.length,s=new Float64Array(n),e=new Float64Array(n),acc=0,maxd=0;
  for(var i=0;i<n;i++){acc+=ds[i];s[i]=acc;e[i]=acc+d[i];if(d[i]>maxd)maxd=d[i];}
  var D={k:t.k,r:t.r,s:s,e:e,d:d,n:ddpCol(t.n),maxd:maxd};
  if(t.b){D.b=ddpCol(t.b);D.by=ddpCol(t.by);D.w=ddpCol(t.w);D.t=ddpCol(t.t);}return D;});return st._dec;}
+// The all-steps view: every step's tracks laid end to end by the step's t0_ns, one track per (trace, row),
+// sorted by start; a kernel overlapping two step windows appears once.
+function ddpAllStep(data){if(data._all!==undefined)return data._all;var n=data.steps.length,span=0;
+ data.steps.forEach(function(st){span=Math.max(span,(st.t0_ns||0)/1e6+st.span_ms);});
+ data.steps.push({label:'all steps',step:null,span_ms:span,t0_ns:0,all:true,n:n,tracks:[]});return data._all=n;}
+function ddpDecodeAll(st){var steps=st._data.steps.slice(0,st.n),groups={},keys=[];
+ steps.forEach(function(s){var off=s.t0_ns||0;ddpDecode(s).forEach(function(D){var key=D.k*1e6+D.r;
+  if(!groups[key]){groups[key]=[];keys.push(key);}groups[key].push([D,off]);});});
+ st._dec=keys.sort(function(a,b){return a-b;}).map(function(key){var parts=groups[key],m=0,i,j;
+  parts.forEach(function(p){m+=p[0].s.length;});var s=new Float64Array(m),d=new Float64Array(m),nn=new Float64Array(m),
+   f=parts[0][0].b?{b:new Float64Array(m),by:new Float64Array(m),w:new Float64Array(m),t:new Float64Array(m)}:null,o=0;
+  parts.forEach(function(p){var D=p[0];for(i=0;i<D.s.length;i++,o++){s[o]=D.s[i]+p[1];d[o]=D.d[i];nn[o]=D.n[i];
+   if(f){f.b[o]=D.b[i];f.by[o]=D.by[i];f.w[o]=D.w[i];f.t[o]=D.t[i];}}});
+  var idx=new Uint32Array(m);for(i=0;i<m;i++)idx[i]=i;idx.sort(function(a,b){return s[a]-s[b];});
+  var keep=[];for(j=0;j<m;j++){i=idx[j];var p2=keep.length?keep[keep.length-1]:-1;
+   if(p2>=0&&s[p2]===s[i]&&d[p2]===d[i]&&nn[p2]===nn[i])continue;keep.push(i);}
+  var q=keep.length,D={k:Math.floor(key/1e6),r:key%1e6,s:new Float64Array(q),e:new Float64Array(q),d:new Float64Array(q),
+   n:new Float64Array(q),maxd:0};if(f){D.b=new Float64Array(q);D.by=new Float64Array(q);D.w=new Float64Array(q);D.t=new Float64Array(q);}
+  keep.forEach(function(i,x){D.s[x]=s[i];D.d[x]=d[i];D.e[x]=s[i]+d[i];D.n[x]=nn[i];if(d[i]>D.maxd)D.maxd=d[i];
+   if(f){D.b[x]=f.b[i];D.by[x]=f.by[i];D.w[x]=f.w[i];D.t[x]=f.t[i];}});return D;});
+ return st._dec;}
 function ddpFirst(a,v){var lo=0,hi=a.length;while(lo<hi){var m=(lo+hi)>>1;if(a[m]<v)lo=m+1;else hi=m;}return lo;}
 function ddpHover(data,st,D,a,b){var k=D.k,row=data.rows[D.r],c=b-a,nm=data.names[D.n[a]],
  where='start '+ddpDur(D.s[a]),text,i;
- if(k>=4){var tail=k===DDP_NTRACES-1;return '<b>'+nm+'</b>'+(tail?' \u00b7 '+st.label:'')+'<br>'+row+'<br>'+where+
+ if(!ddpMergeable(k)){var tail=k===DDP_TAIL;return '<b>'+nm+'</b>'+(tail?' \u00b7 '+st.label:'')+'<br>'+row+'<br>'+where+
   ' \u00b7 duration '+ddpDur(D.d[a])+(tail?'<br>end of backward \u2192 end of the last collective':'');}
  if(c===1){text='<b>'+nm+'</b><br>'+DDP_KIND[k]+' \u00b7 '+row+'<br>'+where+' \u00b7 duration '+ddpDur(D.d[a]);}
  else{var end=-Infinity,busy=0;for(i=a;i<b;i++){if(D.e[i]>end)end=D.e[i];busy+=D.d[i];}
@@ -57,7 +81,7 @@ function ddpHover(data,st,D,a,b){var k=D.k,row=data.rows[D.r],c=b-a,nm=data.name
 // Per trace: base/x in ms, y (row), and the track and kernel range each bar holds (for its tooltip).
 function ddpBars(data,idx,lo,hi,minns,shown){var st=data.steps[idx],out=[];
  for(var k=0;k<DDP_NTRACES;k++)out.push({base:[],x:[],y:[],tr:[],a:[],b:[]});
- ddpDecode(st).forEach(function(D,ti){if(shown&&!shown[D.r])return;var o=out[D.k],n=D.s.length,mn=D.k<4?minns:0,
+ ddpDecode(st).forEach(function(D,ti){if(shown&&!shown[D.r])return;var o=out[D.k],n=D.s.length,mn=ddpMergeable(D.k)?minns:0,
   j=ddpFirst(D.s,lo-D.maxd);
   while(j<n&&D.s[j]<=hi){if(D.e[j]<lo){j++;continue;}
    var a=j,end=D.e[j];
@@ -69,8 +93,10 @@ function ddpTicks(a,b,n){var step=Math.pow(10,Math.floor(Math.log10((b-a)/n))),f
  return {v:out,dec:Math.max(0,-Math.floor(Math.log10(step)+1e-9))};}
 function ddpEl(tag,cls,parent){var e=document.createElement(tag);if(cls)e.className=cls;if(parent)parent.appendChild(e);return e;}
 function ddpTimeline(div,data,idx,cfg,rank){
- var T={data:data,cfg:cfg,idx:idx,range:null,full:[0,1],hidden:{},shown:null,bars:null};div.ddp=T;div.innerHTML='';
- var title=ddpEl('div','tl-title',div),legend=ddpEl('div','tl-legend',div),wrap=ddpEl('div','tl-wrap',div),
+ var T={data:data,cfg:cfg,idx:idx,range:null,full:[0,1],hidden:{},shown:null,bars:null,q:'',hits:[],cur:-1};
+ div.ddp=T;div.innerHTML='';
+ var title=ddpEl('div','tl-title',div),find=ddpEl('div','tl-find',div),legend=ddpEl('div','tl-legend',div),
+  wrap=ddpEl('div','tl-wrap',div),
   cv=ddpEl('canvas','',wrap),sel=ddpEl('div','tl-sel',wrap),tip=ddpEl('div','hovertext',wrap);
  wrap.style.position='relative';sel.style.cssText='position:absolute;display:none;background:rgba(0,114,178,.15);'+
   'border:1px solid #0072B2;pointer-events:none';
@@ -85,6 +111,17 @@ function ddpTimeline(div,data,idx,cfg,rank){
   b.addEventListener('click',function(){T.hidden[k]=!T.hidden[k];b.style.opacity=T.hidden[k]?0.4:1;
    b.setAttribute('aria-pressed',String(!T.hidden[k]));ddpPaint(div);});});
  T.title=title;T.canvas=cv;T.tip=tip;
+ // Find a kernel by name: every kernel of the shown step (or all steps) whose name holds the text (any
+ // case) is outlined; Enter or the arrows zoom to the next / previous one.
+ find.style.cssText='font-size:13px;margin:4px 0';var lab=ddpEl('label','',find);lab.textContent='Find kernel: ';
+ var qi=ddpEl('input','',lab);qi.type='search';qi.id='tl-search';qi.placeholder='name contains\u2026';qi.size=28;
+ var pv=ddpEl('button','',find),nx=ddpEl('button','',find),stat=ddpEl('span','note',find);
+ pv.type=nx.type='button';pv.id='tl-prev';nx.id='tl-next';pv.textContent='\u25c0 previous';nx.textContent='next \u25b6';
+ pv.style.marginLeft='6px';stat.id='tl-search-status';stat.setAttribute('role','status');stat.style.marginLeft='8px';
+ T.status=stat;qi.addEventListener('input',function(){ddpSearch(div,qi.value);});
+ qi.addEventListener('keydown',function(e){if(e.key==='Enter'){ddpGo(div,e.shiftKey?-1:1);e.preventDefault();}});
+ pv.addEventListener('click',function(){ddpGo(div,-1);});nx.addEventListener('click',function(){ddpGo(div,1);});
+ T.search=function(q){return ddpSearch(div,q);};T.go=function(d){return ddpGo(div,d);};
  function ms(x){var r=T.range||T.full;return r[0]+(x-DDP_M.l)/T.pw*(r[1]-r[0]);}
  T.px=function(v){var r=T.range||T.full;return DDP_M.l+(v-r[0])/(r[1]-r[0])*T.pw;};
  T.py=function(y){var r=Math.round(y),p=T.pos[r];return DDP_M.t+(p+0.5+(y-r))*DDP_ROW;};
@@ -140,6 +177,11 @@ function ddpPaint(div){var T=div.ddp,cfg=T.cfg,cv=T.canvas,n=T.rowAt.length,pw=T
   c.fillStyle=tr.hatch?ddpHatch(c,tr.color):tr.color;
   for(var i=0;i<o.x.length;i++){var x0=T.px(o.base[i]),x1=T.px(o.base[i]+o.x[i]);if(x1<DDP_M.l||x0>DDP_M.l+pw)continue;
    c.fillRect(x0,T.py(o.y[i]+tr.lane[0]),Math.max(x1-x0,1),tr.lane[1]*DDP_ROW);}});
+ if(T.hits.length){c.globalAlpha=1;c.strokeStyle='#000';c.lineWidth=1.5;var dec=ddpDecode(T.data.steps[T.idx]),drawn=0;
+  for(var h=0;h<T.hits.length&&drawn<20000;h++){var D=dec[T.hits[h][0]],j=T.hits[h][1],L=cfg.traces[D.k].lane;
+   if(T.pos[D.r]===undefined||T.hidden[D.k])continue;var a0=T.px(D.s[j]/1e6),a1=T.px(D.e[j]/1e6);
+   if(a1<DDP_M.l||a0>DDP_M.l+pw)continue;var w=Math.max(a1-a0,3);drawn++;
+   c.strokeStyle=h===T.cur?'#D55E00':'#000';c.strokeRect(a0-(w-(a1-a0))/2,T.py(D.r+L[0]),w,L[1]*DDP_ROW);}}
  c.restore();c.globalAlpha=1;c.fillStyle='#444';c.font='12px system-ui,sans-serif';c.textAlign='right';c.textBaseline='middle';
  T.rowAt.forEach(function(row,p){c.fillText(T.data.rows[row],DDP_M.l-6,DDP_M.t+(p+0.5)*DDP_ROW);});
  c.textAlign='center';c.textBaseline='top';
@@ -150,12 +192,31 @@ function ddpPaint(div){var T=div.ddp,cfg=T.cfg,cv=T.canvas,n=T.rowAt.length,pw=T
 function ddpHatch(c,color){var p=document.createElement('canvas');p.width=p.height=6;var g=p.getContext('2d');
  g.fillStyle=color;g.fillRect(0,0,6,6);g.strokeStyle='rgba(255,255,255,.6)';g.beginPath();g.moveTo(0,6);g.lineTo(6,0);g.stroke();
  return c.createPattern(p,'repeat');}
-function ddpShowStep(div,i){var T=div.ddp,st=T.data.steps[i];T.idx=i;T.range=null;
+function ddpEsc(t){return String(t).replace(/&/g,'&amp;').replace(/</g,'&lt;').replace(/>/g,'&gt;');}
+// The kernels (traces 0-3, shown rows) of the shown step whose name holds q, in start order.
+function ddpSearch(div,q){var T=div.ddp,data=T.data;T.q=q;T.hits=[];T.cur=-1;
+ if(!q){T.status.textContent='';ddpPaint(div);return 0;}
+ var needle=ddpEsc(q).toLowerCase(),hit=data.names.map(function(nm){return String(nm).toLowerCase().indexOf(needle)>=0;}),
+  names={};ddpDecode(data.steps[T.idx]).forEach(function(D,ti){if(D.k>3||(T.shown&&!T.shown[D.r]))return;
+  for(var j=0;j<D.n.length;j++)if(hit[D.n[j]]){T.hits.push([ti,j,D.s[j]]);names[D.n[j]]=1;}});
+ T.hits.sort(function(a,b){return a[2]-b[2];});var n=T.hits.length,k=Object.keys(names).length;
+ T.status.textContent=n?n+' kernel'+(n>1?'s':'')+' of '+k+' name'+(k>1?'s':'')+' match in '+data.steps[T.idx].label+
+  ' (outlined; Enter or next zooms to each)':'no kernel name holds \u201c'+q+'\u201d in '+data.steps[T.idx].label;
+ ddpPaint(div);return n;}
+// Zoom to the next (d=1) or previous (d=-1) match, showing it with some context.
+function ddpGo(div,d){var T=div.ddp;if(!T.hits.length)return null;T.cur=(T.cur+d+T.hits.length)%T.hits.length;
+ var h=T.hits[T.cur],D=ddpDecode(T.data.steps[T.idx])[h[0]],s=D.s[h[1]]/1e6,e=D.e[h[1]]/1e6,w=Math.max((e-s)*20,0.02);
+ T.zoom(s-w/2,e+w/2);var nm=document.createElement('span');nm.innerHTML=T.data.names[D.n[h[1]]];
+ T.status.textContent='match '+(T.cur+1)+' of '+T.hits.length+': '+nm.textContent+' at '+ddpDur(D.s[h[1]])+' ('+T.data.rows[D.r]+')';
+ return T.cur;}
+function ddpShowStep(div,i){var T=div.ddp;if(i==='all')i=ddpAllStep(T.data);var st=T.data.steps[i];if(st.all)st._data=T.data;T.idx=i;T.range=null;
  T.title.textContent='Timeline \u00b7 '+st.label;var s=ddpEl('div','note',T.title);s.style.fontSize='12px';s.textContent=T.cfg.source;
- div.setAttribute('aria-label','Timeline \u00b7 '+st.label);return ddpDraw(div,true);}
+ div.setAttribute('aria-label','Timeline \u00b7 '+st.label);
+ T.cfg.xtitle=st.all?'time since the first step start (ms)':'time since step start (ms)';
+ var p=ddpDraw(div,true);if(T.q)ddpSearch(div,T.q);return p;}
 // Show one rank's rows (null: every rank); its rows keep their order.
 function ddpShowRank(div,rank,i){var T=div.ddp,rr=T.data.row_rank;T.rank=rank;T.pos={};T.rowAt=[];
  T.shown=rank===null?null:rr.map(function(r){return r===rank;});
  rr.forEach(function(r,row){if(rank===null||r===rank){T.pos[row]=T.rowAt.length;T.rowAt.push(row);}});
- return ddpShowStep(div,i===undefined?T.idx:i);}
+ return ddpShowStep(div,i===undefined?(T.data.steps[T.idx].all?'all':T.idx):i);}
 """

@@ -33,10 +33,11 @@ from ddp_profile.report.runs import (
     discover_runs,
     fill_from_trace,
     group_runs,
-    launch_diagnosis,
+    host_diagnosis,
     normalise_meta,
 )
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
+from ddp_profile.safeio import read_side_json, shown_path
 
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
@@ -49,21 +50,23 @@ def _say(message: str) -> None:
 
 def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis) over the ``steps`` selected (``analyze``'s). The run's JSON
-    (``run.json``, ``<run>.json``) is found by the loader (``trace.run``). With ``cache_entry``, the result
-    is also written there (report/cache.py); a cache that cannot be written is skipped with a line on
-    stderr, not an error of the run."""
+    (trace, analysis, launch diagnosis, the main thread's launch and sync calls) over the ``steps`` selected
+    (``analyze``'s). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
+    With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
+    written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
-    with reuse_decompressed():  # the launch diagnosis reads the same (compressed) export again
+    with reuse_decompressed():  # the host diagnosis reads the same (compressed) export again
         trace = load_trace(path, progress=_say)
         _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
         try:
-            result = trace, analyze(trace, steps=steps), launch_diagnosis(trace, steps)
+            analysis = analyze(trace, steps=steps)
+            launches, host_calls = host_diagnosis(trace, analysis.phases, steps)
         except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
             raise UsageError(f"{path}: {exc}") from None
+    result = trace, analysis, launches, host_calls
     if cache_entry is not None:
         try:
             run_cache.store(cache_entry, result)
@@ -72,7 +75,7 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     return result
 
 
-def _load_stored(path: Path, entry: Path | None, steps="all"):
+def _load_stored(path: Path, steps, entry: Path | None):
     """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
     parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
     result = load_one(path, steps, entry)
@@ -82,14 +85,12 @@ def _load_stored(path: Path, entry: Path | None, steps="all"):
 def read_program(path: Path) -> dict | None:
     """The run folder's program.json (a foreign program's own description), or None when absent or not a
     JSON object."""
-    import json
-
     if not path.is_dir():
         return None
-    f = path / PROGRAM_FILE
-    try:
-        data = json.loads(f.read_text())
-    except (OSError, ValueError):
+    try:  # a regular file only, size-capped (a FIFO or /dev/zero named program.json must not block)
+        data = read_side_json(path / PROGRAM_FILE)
+    except TraceError as exc:
+        _say(f"{exc}; ignored")
         return None
     return data if isinstance(data, dict) else None
 
@@ -111,18 +112,21 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
     runs, failures, t0 = [], [], time.perf_counter()
 
     def done(i, path, result):
+        if isinstance(result, UsageError):  # a bad setting (environment, options) fails every run alike: exit 2
+            raise result
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
             print(one_line(f"report: [{i}/{len(paths)}] FAILED {path}: {result}"), file=out, flush=True)
             return
-        trace, analysis, launches = result
+        trace, analysis, launches, host_calls = result
         meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
-        rid = ids.get(str(path)) or meta.get("run_name") or \
-            (path.name if path.is_dir() else export_stem(path))
+        rid = shown_path(ids.get(str(path)) or meta.get("run_name") or
+                         (path.name if path.is_dir() else export_stem(path)))  # a non-UTF-8 name escaped
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
-        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches))
+        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches,
+                        host_calls=host_calls))
         print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 
@@ -154,8 +158,10 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
             finish(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {i: pool.submit(_load_stored, paths[i], entries[i], steps) for i in todo}
+        from concurrent.futures.process import BrokenProcessPool
+        pool = ProcessPoolExecutor(max_workers=jobs)
+        try:
+            futures = {i: pool.submit(_load_stored, paths[i], steps, entries[i]) for i in todo}
             for i, p in enumerate(paths, 1):
                 try:
                     result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
@@ -165,12 +171,32 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
                     raise
                 except DdpProfileError as exc:
                     result = exc
+                except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
+                    result = TraceError("a worker process died while loading it (killed, or out of memory); "
+                                        "run again with fewer --jobs")
                 finish(i, p, result)
+        except BaseException:  # Ctrl-C / SIGTERM: do not wait for the other workers' loads
+            _stop_workers(pool)
+            raise
+        pool.shutdown()
     names = [r.run_id for r in runs]
     for i, r in enumerate(runs):  # bare locations with one run_name: keep both pages apart
         if names.count(r.run_id) > 1 and names.index(r.run_id) != i:
             r.run_id = r.name = f"{r.run_id}~{i + 1}"
     return runs, failures
+
+
+def _stop_workers(pool) -> None:
+    """Cancel what has not started and end the worker processes now (shutdown would wait for their loads)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(2)
+        if proc.is_alive():  # a worker inherits the SIGTERM-as-exception handler and may linger: end it
+            proc.kill()
+            proc.join(2)
 
 
 # ---- folder writing, entry points -----------------------------------------------------------------------
@@ -216,7 +242,7 @@ def write_report_dir(out_dir: Path, fill) -> Path:
 
 
 def _write(path: Path, text: str) -> None:
-    path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 file name in the text
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
@@ -319,7 +345,8 @@ def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
     t0 = time.perf_counter()
     data = from_report_runs(root, runs)
     if not data:
-        print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
+        if any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
+            print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
         return {}
     written = build_findings(root, tmp, runs=data)
     print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
@@ -350,9 +377,6 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
     root = findings_root_of(paths) if findings else None
-    if findings and root is None:
-        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
-              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
     key = None
     if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
         key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
@@ -365,16 +389,19 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
             return kept
     store = run_cache.RunCache(out_dir, MARKER, options=repr(steps)) if cache else None
     try:
-        return _build(paths, found, out_dir, jobs, progress, root, store, key, steps)
+        return _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings)
     finally:
         if store is not None:
             store.close()
 
 
-def _build(paths, found, out_dir, jobs, progress, root, store, key, steps) -> tuple[dict, list[str]]:
+def _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings) -> tuple[dict, list[str]]:
     runs, failures = load_runs(found, jobs, progress, steps, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
+    if findings and root is None and any(r.meta.get("strategy") for r in runs):  # own jobs: nothing to say
+        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
+              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
         from ddp_profile.report.findings.data import HOSTS_FILE, read_hosts
 

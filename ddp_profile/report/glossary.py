@@ -1,18 +1,26 @@
-"""One unit convention and one formatter for every number a page shows, and one dict of metric definitions.
+"""One dict of metric definitions, with the header label (unit included) of every column a page shows.
 
-Units: durations in ms with 3 decimals (µs only where a column is already in µs: per-launch and α-β
-latencies); bytes in MiB / GiB (binary: 1 MiB = 2**20 bytes, the harness's bucket caps are MiB too);
-percentages with 1 decimal. Tables show the number in the header's unit; prose uses :func:`fmt_ms`,
-:func:`fmt_mib`, :func:`fmt_pct`. Definitions (:data:`METRICS`) follow README "Metrics (definitions)" and
+Numbers are formatted by :mod:`ddp_profile.fmt` (the one formatter of the CLI, pages and findings; its
+functions are re-exported here for the report's modules). Tables show the number in the header's unit;
+prose uses :func:`fmt_ms`, :func:`fmt_mib`, :func:`fmt_pct`. Definitions (:data:`METRICS`) follow README "Metrics (definitions)" and
 are shown as hover titles on table headers and as the glossary block at the end of each page.
 """
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-import pandas as pd
+from ddp_profile.fmt import (  # noqa: F401  (the report's modules import the formatters from here too)
+    GIB_COLUMNS,
+    cell_text,
+    display_value,
+    fmt_cap,
+    fmt_gib,
+    fmt_mib,
+    fmt_ms,
+    fmt_pct,
+    missing,
+    no_negative_zero,
+    unit_label,
+)
 
 # column -> (header label with unit, definition). Keys are the analysis' column names.
 METRICS: dict[str, tuple[str, str]] = {
@@ -109,10 +117,18 @@ METRICS: dict[str, tuple[str, str]] = {
                             "included), largest over ranks (run JSON)."),
     "optimizer_state_bytes": ("optimizer state (GiB/GPU)", "Bytes of the optimizer-state tensors one rank "
                               "holds, largest over ranks (run JSON); sharding divides it."),
+    "memory_bytes": ("GPU memory (GiB)", "The GPU's total memory, as the trace's host reported it."),
+    "kernels_per_step": ("kernels / step", "NCCL kernels of the kind per rank and step (median)."),
+    "after_backward_ns": ("after backward (ms)", "NCCL time of the kind after the step's last backward kernel."),
+    "straggler_steps": ("straggler in steps", "Steps in which this rank reached the step's gradient "
+                        "collectives last (the analysis's straggler_rank)."),
+    "critical_rank": ("critical rank", "The rank whose work ends the step (README: critical path)."),
+    "host_ns": ("host (ms)", "Critical path: GPU idle gaps of the critical rank that end with work launched "
+                "after the gap began (the GPU ran dry before the host issued the next work)."),
+    "rest_ns": ("other idle (ms)", "Critical path: the rest of the step (the analysis's idle_ns there): work "
+                "issued but not yet started, stream/event waits, the µs between queued kernels."),
+    "last_arrival_pct": ("arrives last (%)", "Share of the rank's collectives it reached last of all ranks."),
 }
-
-GIB_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "optimizer_state_bytes")
-"""Byte columns shown in GiB (binary, 2**30 bytes): GPU memory; other byte columns are MiB."""
 
 # README "Metrics (definitions)" names these; tests check every one of them is defined in that section.
 README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
@@ -122,112 +138,11 @@ README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_com
                   "lost_ns", "efficiency_pct")
 
 
-def missing(v) -> bool:
-    """None, NaN, pandas' NA / NaT (nullable columns): a value the tables show as '–', never '<NA>'."""
-    if v is None or v is pd.NA or v is pd.NaT:
-        return True
-    try:
-        return not isinstance(v, (str, bool)) and math.isnan(float(v))
-    except (TypeError, ValueError):
-        return False
-
-
-def no_negative_zero(text: str) -> str:
-    """'-0.000' -> '0.000': a value that rounds to zero is shown without a sign."""
-    return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
-
-
-def fmt_ms(ns, unit: bool = True) -> str:
-    """ns -> '384.306 ms' (3 decimals, thousands separators); '–' when missing."""
-    if missing(ns):
-        return "–"
-    return no_negative_zero(f"{float(ns) / 1e6:,.3f}") + (" ms" if unit else "")
-
-
-def fmt_mib(nbytes, unit: bool = True) -> str:
-    """bytes -> '61.0 MiB' / '1.86 GiB' (binary); '–' when missing."""
-    if missing(nbytes):
-        return "–"
-    mib = float(nbytes) / 2**20
-    if unit and mib >= 1024:
-        return f"{mib / 1024:,.2f} GiB"
-    return f"{mib:,.1f}" + (" MiB" if unit else "") if mib >= 1 or mib == 0 else \
-        f"{mib:,.4g}" + (" MiB" if unit else "")
-
-
-def fmt_gib(nbytes) -> str:
-    """bytes -> '37.82 GiB' (binary, 2 decimals, as the memory columns); '–' when missing."""
-    return "–" if missing(nbytes) else f"{float(nbytes) / 2**30:,.2f} GiB"
-
-
-def fmt_cap(mib) -> str:
-    """A bucket cap given in MiB -> '25 MiB'."""
-    return "–" if missing(mib) else f"{float(mib):g} MiB"
-
-
-def fmt_pct(v) -> str:
-    return "–" if missing(v) else no_negative_zero(f"{float(v):.1f}") + " %"
-
-
-def display_value(col: str, v):
-    """(number in the header's unit or text, as shown in a table cell) for column ``col``."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if missing(v):
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return v
-    if col.endswith("_ns"):
-        return float(v) / 1e6
-    if col in GIB_COLUMNS:
-        return float(v) / 2**30
-    if col in ("bytes", "min_bytes", "max_bytes") or col.endswith("_bytes"):
-        return float(v) / 2**20
-    return v
-
-
 def header(col: str) -> tuple[str, str]:
     """(label with unit, definition or '') for a column."""
     if col in METRICS:
         return METRICS[col]
-    if col.endswith("_ns"):
-        return col[:-3].replace("_", " ") + " (ms)", ""
-    if col.endswith("_bytes"):
-        return col[:-6].replace("_", " ") + " (MiB)", ""
-    if col.endswith("_pct"):
-        return col[:-4].replace("_", " ") + " (%)", ""
-    return col.replace("_", " "), ""
-
-
-def cell_text(col: str, v) -> str:
-    """The one table-cell formatter: ms and MiB with 3 and 1-3 decimals, % with 1, counts with separators;
-    a value that rounds to zero has no minus sign."""
-    return no_negative_zero(_cell_text(col, v))
-
-
-def _cell_text(col: str, v) -> str:
-    d = display_value(col, v)
-    if d is None:
-        return "–"
-    if isinstance(d, bool):
-        return "yes" if d else "no"
-    if isinstance(d, int):
-        return f"{d:,}"
-    if isinstance(d, float):
-        if col.endswith(("_ns", "_ms")):
-            return f"{d:,.3f}"
-        if col in GIB_COLUMNS:
-            return f"{d:,.2f}"
-        if "pct" in col or "_us" in col or col.endswith("_per_s"):
-            return f"{d:,.1f}"
-        if col in ("bytes", "min_bytes", "max_bytes", "s_mib", "b_star_mib") or col.endswith("_bytes"):
-            return f"{d:,.1f}" if abs(d) >= 1 else f"{d:.4g}"
-        if col == "bucket_size_mb":
-            return f"{d:g}"
-        if d.is_integer() and abs(d) < 1e15:
-            return f"{int(d):,}"
-        return f"{d:,.3f}"
-    return str(d)
+    return unit_label(col), ""
 
 
 def glossary_html(keys, esc) -> str:

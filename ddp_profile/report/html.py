@@ -83,6 +83,15 @@ def _csv_href(df: pd.DataFrame) -> str:
     return "data:text/csv;charset=utf-8," + urllib.parse.quote(buf.getvalue())
 
 
+def drop_empty_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without the columns where every value is missing (or '–'): an own job's tables leave out what
+    only the harness records."""
+    if df is None or not len(df):
+        return df
+    keep = [c for c in df.columns if any(display_value(str(c), v) not in (None, "–") for v in df[c])]
+    return df.loc[:, keep]
+
+
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
@@ -95,7 +104,11 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
     for c in df.columns:
         label, definition = header(str(c))
         tip = f" title='{esc(definition)}'" if definition else ""
-        heads.append(f"<th scope='col'{tip} data-k='{esc(c)}'>{esc(label)}</th>")
+        # a text column's header sits left, over its cells (numbers and their headers sit right)
+        words = not any(isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
+                        for v in df[c].head(max_rows))
+        cls = " class='txt'" if words else ""
+        heads.append(f"<th scope='col'{cls}{tip} data-k='{esc(c)}'>{esc(label)}</th>")
     rows = []
     cols = [str(c) for c in df.columns]
     hrefs = links or {}
@@ -167,7 +180,7 @@ table{{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}}td,th{{borde
 text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]::after{{content:" ▲"}}
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
-.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]){{text-align:left}}.note,.empty{{color:#595959}}.fail{{color:#b00}}
+.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

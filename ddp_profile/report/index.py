@@ -17,7 +17,7 @@ from ddp_profile.report.compare import (
     overlap_runs,
 )
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
-from ddp_profile.report.html import esc, figure_div, page, run_links, table
+from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
@@ -287,9 +287,11 @@ def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = N
     if fastest:
         head.append("Use the fastest configuration of your set (ranked by un-profiled step time where every run "
                     "of the set was timed without nsys, else by the trace's):")
-    else:
+    elif groups:
         head.append("No comparison here holds two multi-GPU configurations, so there is no ranking; the run "
                     "pages say what bounds each step.")
+    else:  # own jobs only: nothing to compare, so no comparison wording
+        head.append("Each run page says what bounds its step and what to change.")
     out, caps = [], []
     for g in (g for g in groups if g.kind == "sweep"):
         f = ctx.get("sweeps", {}).get(g.page) or {}
@@ -298,10 +300,12 @@ def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = N
                         f"({fmt_ms(f.get('best_step_ns'))} per step)")
     if caps:
         out.append("Bucket cap measured fastest for bucketed training: " + "; ".join(caps) + ".")
-    out.append("Each comparison says whether its steps establish the order; each run page says what bounds its "
-               "step and what to change.")
+    if groups:
+        out.append("Each comparison says whether its steps establish the order; each run page says what bounds "
+                   "its step and what to change.")
     listed = f"<ul>{''.join(fastest)}</ul>" if fastest else ""
-    return f"<p>{' '.join(head)}</p>{listed}<p>{' '.join(out)}</p>"
+    tail = f"<p>{' '.join(out)}</p>" if out else ""
+    return f"<p>{' '.join(head)}</p>{listed}{tail}"
 
 
 def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
@@ -321,16 +325,20 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
                 f"<li><a href='{esc(g.page)}'>{esc(g.title)}</a> ({len(g.runs)} runs)</li>" for g in mine) + "</ul>")
     comp = comparison(runs) if runs else pd.DataFrame()
     if len(comp):
+        shown = comp[["run"] + INDEX_COLUMNS]
+        if not groups:  # own jobs only: columns no run fills (bucket cap, baseline, efficiency...) say nothing
+            shown = drop_empty_columns(shown)
         parts.insert(0, "<h2>Runs</h2>" + table(
-            comp[["run"] + INDEX_COLUMNS], "Every run (trace: medians over profiled steps and ranks)",
-            links={"run": list(comp["page"])}) +
+            shown, "Every run (trace: medians over profiled steps and ranks)",
+            links={"run": list(comp["page"])}) + ("" if "efficiency_pct" not in shown else
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
             "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "
-            "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>")
+            "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>"))
     if findings:
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>")
     verdict = index_verdict(runs, groups, context)
-    return page("ddp-profile report", "\n".join(parts), f"{len(runs)} run(s), {len(groups)} comparison(s)",
+    sub = f"{len(runs)} run(s)" + (f", {len(groups)} comparison(s)" if groups else "")
+    return page("ddp-profile report", "\n".join(parts), sub,
                 crumbs=[], verdict=verdict, glossary=INDEX_COLUMNS)

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ddp_profile.plots.timeline import labelled_phases
+from ddp_profile.report.answer_text import phases_inferred
 from ddp_profile.safeio import write_bytes_atomic
 
 REPORT_LIMIT_BYTES = 20_000_000
@@ -58,6 +60,9 @@ def _parts(trace, analysis):
     ph = phases.assign(hs=phases.get("host_start_ns", phases["start_ns"]).fillna(phases["start_ns"]),
                        he=phases.get("host_end_ns", phases["end_ns"]).fillna(phases["end_ns"]))
     ph = ph.dropna(subset=["rank", "hs", "he"])
+    inferred = phases_inferred(analysis) if analysis is not None else False
+    if len(ph):  # the user's own NVTX names, or "forward (inferred)" for inferred phases
+        ph = labelled_phases(ph, getattr(trace, "nvtx", None), inferred)
     starts = [float(k["start_ns"].min())] if len(k) else []
     starts += [float(ph["hs"].min())] if len(ph) else []
     t0 = min(starts) if starts else 0.0
@@ -67,7 +72,8 @@ def _parts(trace, analysis):
     for r in ranks:
         events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_name", "args": {"name": f"rank {r}"}})
         events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_sort_index", "args": {"sort_index": r}})
-        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "thread_name", "args": {"name": "host (NVTX)"}})
+        host = "host (inferred steps and phases)" if inferred else "host (NVTX)"
+        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "thread_name", "args": {"name": host}})
         mine = k[k["rank"] == r][["device", "stream"]].drop_duplicates().astype("int64").sort_values(["device", "stream"])
         multi = mine["device"].nunique() > 1
         for i, (dev, stream) in enumerate(mine.itertuples(index=False), start=1):
@@ -78,7 +84,7 @@ def _parts(trace, analysis):
     cols = _kernel_columns(k, getattr(analysis, "collectives", None), tids, t0)
     other = {"generator": "ddp-profile", "time_origin_ns": int(t0),
              "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream"}
-    return events, cols, _phase_events(ph, t0), other
+    return events, cols, _phase_events(ph, t0, inferred), other
 
 
 def _kernel_columns(k: pd.DataFrame, collectives, tids: dict, t0: float) -> dict:
@@ -174,18 +180,25 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def _phase_events(ph: pd.DataFrame, t0: float) -> list[dict]:
-    """NVTX steps and phases (host ranges) on each rank's host track, outermost first so they nest."""
+def _phase_events(ph: pd.DataFrame, t0: float, inferred: bool = False) -> list[dict]:
+    """NVTX steps and phases (host ranges) on each rank's host track, outermost first so they nest; named
+    by the user's NVTX range (phase in brackets) or, when inferred, "forward (inferred)" in category
+    "inferred" instead of "nvtx"."""
     if not len(ph):
         return []
     ph = ph.assign(order=(ph["phase"] != "step").astype(int)).sort_values(["rank", "hs", "order"])
     ts, end = _us(ph["hs"], t0), _us(ph["he"], t0)
     out = []
     for i, row in enumerate(ph.itertuples(index=False)):
-        name = f"step {int(row.step)}" if row.phase == "step" else str(row.phase)
+        label = getattr(row, "label", None)
+        if row.phase == "step":
+            name = f"step {int(row.step)}" + (" (inferred)" if inferred else "")
+        else:
+            name = str(label).removeprefix("NVTX ") if isinstance(label, str) else str(row.phase)
         args = {"step": int(row.step)} if not _missing(row.step) else {}
         out.append({"ph": "X", "pid": int(row.rank), "tid": HOST_TID, "ts": float(ts[i]),
-                    "dur": float(max(end[i] - ts[i], 0.0)), "name": name, "cat": "nvtx", "args": args})
+                    "dur": float(max(end[i] - ts[i], 0.0)), "name": name, "cat": "inferred" if inferred else "nvtx",
+                    "args": args})
     return out
 
 

@@ -13,9 +13,10 @@ import pandas as pd
 
 from ddp_profile.analysis.launches import STEP_TABLE
 from ddp_profile.nsys.files import export_stem
+from ddp_profile.report.answer_text import per_rank_of
 from ddp_profile.report.compare import median_step_ns
 from ddp_profile.report.glossary import fmt_ms
-from ddp_profile.report.html import esc, figure_div, page, script_json, table
+from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, script_json, table
 from ddp_profile.report.perfetto import link_html as perfetto_link
 from ddp_profile.report.runs import Run, program_text
 
@@ -52,14 +53,25 @@ def headline_values(run: Run) -> dict:
     return summary
 
 
-def _headline(summary: dict) -> str:
+def _headline(summary: dict, per_rank: dict | None = None) -> str:
+    """The headline table; a metric whose ranks differ more than 2× (``per_rank``, from the analysis) shows
+    each rank's value instead of the pooled median."""
     from ddp_profile.report.glossary import METRICS, cell_text
 
-    rows = [(METRICS[k][0], cell_text(k, summary[k]), METRICS[k][1]) for k in HEADLINE
+    per_rank = per_rank or {}
+
+    def value(k):
+        if isinstance(per_rank.get(k), dict) and per_rank[k]:
+            return "; ".join(f"rank {r}: {cell_text(k, v)}" for r, v in sorted(per_rank[k].items(),
+                                                                              key=lambda kv: int(kv[0])))
+        return cell_text(k, summary[k])
+
+    rows = [(METRICS[k][0], value(k), METRICS[k][1]) for k in HEADLINE
             if k in summary and summary[k] is not None]
     n = f"{summary.get('n_ranks', '?')} ranks × {summary.get('n_steps', '?')} steps"
+    extra = "; per-rank values where ranks differ > 2×" if any(k in per_rank for k in HEADLINE) else ""
     return table(pd.DataFrame(rows, columns=["metric", "value", "definition"]),
-                 f"Headline: medians over {n} (step = GPU window)")
+                 f"Headline: medians over {n} (step = GPU window{extra})")
 
 
 def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
@@ -215,7 +227,10 @@ def measured_advice(run: Run, context: dict | None) -> str:
         return (f"<b>What to change: switch to {esc(label(best))}</b>, measured {fmt_ms(rank_time(best))} per "
                 f"step ({how}), {fmt_ms(gain)} ({100 * gain / t_run:.1f} %) less than this run's "
                 f"{fmt_ms(t_run)} ({how}; evidence: the {link}).{memory_trade(best, own)}")
-    return "No comparison holds this run, so no measured alternative to recommend."
+    return NO_COMPARISON
+
+
+NO_COMPARISON = "No comparison holds this run, so no measured alternative to recommend."
 
 
 TWO_NODE_FOLDER = "two-node"
@@ -253,10 +268,11 @@ def memory_trade(best, own) -> str:
 # shown; an old #step=N link still opens its step) and restored from it on load and on hashchange. A step the
 # trace lacks: a one-line notice says which step is shown instead, and the address is rewritten to it.
 HASH_JS = """function ddpHash(div){var ss=document.getElementById('step-select'),rs=document.getElementById('rank-select');
-function num(o){return o.text.replace(/\\D+/g,'');}
-function read(){var s=/(?:^#|&)step=(\\d+)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false,
+function num(o){return o.value==='all'?'all':o.text.replace(/\\D+/g,'');}
+function val(){return ss.value==='all'?'all':+ss.value;}
+function read(){var s=/(?:^#|&)step=(\\d+|all)/.exec(location.hash),r=/(?:^#|&)rank=(\\d+)/.exec(location.hash),changed=false,
 found=false,note=document.getElementById('step-notice');
-if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===String(+s[1])){found=true;if(ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}}
+if(s)for(var i=0;i<ss.options.length;i++)if(num(ss.options[i])===(s[1]==='all'?'all':String(+s[1]))){found=true;if(ss.selectedIndex!==i){ss.selectedIndex=i;changed=true;}}
 var rv=r?r[1]:'';if(location.hash&&rs.value!==rv&&Array.prototype.some.call(rs.options,function(o){return o.value===rv;})){
 rs.value=rv;changed=true;}
 if(note){note.hidden=!(s&&!found);note.textContent=s&&!found?'step '+(+s[1])+' is not in this trace; showing step '+
@@ -266,10 +282,10 @@ function write(){var h=(rs.value===''?'#':'#rank='+rs.value+'&')+'step='+num(ss.
 if(location.hash!==h)history.replaceState(null,'',h);}
 function rank(){return rs.value===''?null:+rs.value;}
 function quiet(){var n=document.getElementById('step-notice');if(n){n.hidden=true;n.textContent='';}}
-ss.addEventListener('change',function(){ddpShowStep(div,+ss.value);write();quiet();});
+ss.addEventListener('change',function(){ddpShowStep(div,val());write();quiet();});
 rs.addEventListener('change',function(){ddpShowRank(div,rank());write();});
-window.addEventListener('hashchange',function(){if(read())ddpShowRank(div,rank(),+ss.value);});
-read();return {step:+ss.value,rank:rank()};}"""
+window.addEventListener('hashchange',function(){if(read())ddpShowRank(div,rank(),val());});
+read();return {step:val(),rank:rank()};}"""
 
 
 def render_run_page(run: Run, context: dict | None = None) -> str:
@@ -279,14 +295,31 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
     from ddp_profile.plots import alpha_beta_figure, exposed_comm_figure, step_breakdown
     from ddp_profile.plots.timeline import encode_for_page, page_config, timeline_steps
     from ddp_profile.plots.timeline_js import TIMELINE_JS
+    from ddp_profile.report.run_blocks import (
+        answer_block,
+        comm_kinds_block,
+        critical_path_block,
+        memory_block,
+        own_job,
+        phases_inferred,
+    )
     from ddp_profile.report.verdicts import run_verdict
 
     a, t = run.analysis, run.trace
     src = source_of(run)
-    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    inferred = phases_inferred(a)
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives, host_calls=run.host_calls,
+                          nvtx=getattr(t, "nvtx", None), inferred=inferred)
     idx = len(data["steps"]) // 2
     options = "".join(f'<option value="{i}"{" selected" if i == idx else ""}>{esc(s["label"])}</option>'
                       for i, s in enumerate(data["steps"]))
+    if len(data["steps"]) > 1:
+        options += "<option value='all'>all steps</option>"
+    bands = ("bands inferred from the launching threads (no phase NVTX ranges; labelled \"inferred\")"
+             if inferred else "the step's NVTX ranges, under your own range names")
+    cpu = ("; below it, the rank's CPU main thread: its kernel launches (grey) and synchronisation calls, "
+           "where the host waits for the GPU (vermilion)") if data["rows"] and any(
+        "CPU" in r for r in data["rows"]) else ""
     ranks = sorted(set(data["row_rank"]))
     rank_options = "<option value='' selected>every rank</option>" + "".join(
         f"<option value='{r}'>rank {r}</option>" for r in ranks)
@@ -296,21 +329,38 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
              f"{script_json(page_config(data, src))},h.rank);}})();")
     notes = "".join(f"<li>{esc(n)}</li>" for n in (getattr(a, "notes", None) or []))
     summary = headline_values(run)
-    verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice_for(run, context),
-                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta)
+    own = own_job(run)
+
+    def shown(df, caption, **kw):
+        """A table; on an own job's page without the columns only the harness fills, and nothing when empty."""
+        if own:
+            if df is None or not len(df):
+                return ""
+            df = drop_empty_columns(df)
+        return table(df, caption, **kw)
+
+    advice = advice_for(run, context)
+    if own and advice.startswith("No comparison holds this run"):
+        advice = advice.removeprefix(NO_COMPARISON).lstrip()  # no comparison to speak of on an own job
+    verdict = run_verdict(summary, a.steps, launch_bound_majority(run), advice,
+                          run.meta.get("world_size") or summary.get("n_ranks"), run.meta,
+                          verdict=getattr(a, "verdict", None))
     groups = [g for g in (context or {}).get("groups", ()) if run in g.runs]
     prog = program_text(run.meta)
     body = "\n".join([
         f"<p>Program (program.json beside the trace): {esc(prog)}</p>" if prog else "", two_node_note(run),
-        _headline(summary),
+        answer_block(run),
+        _headline(summary, per_rank_of(a)),
         f"<ul class='notes'>{notes}</ul>" if notes else "",
         _nsys_rep_hint(t), perfetto_link(run, esc),
-        "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class, NVTX phases are "
-        "bands in each rank's NVTX row, the black strip is the comm tail (end of backward to end of the last "
-        "collective). Each kind has its own lane in a row; kernels narrower than a pixel merge with "
+        "<h2>Timeline</h2><p>One row per rank × stream; bars are kernels coloured by class. Each rank's first "
+        f"row holds its phases ({esc(bands)}) and the black strip of the comm tail (end of backward to end of "
+        f"the last collective){cpu}. Each kind has its own lane in a row; bars narrower than a pixel merge with "
         "neighbours of the same kind only (hover says how many) and separate as you zoom. Drag to zoom, "
-        "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or show its bars. The selected rank and step are in "
-        "the address (#rank=R&amp;step=N, or #step=N with every rank), so a link opens them.</p>",
+        "double-click to reset (keyboard: + / − zoom, arrows pan, 0 resets); click a legend entry to hide or "
+        "show its bars; <i>Find kernel</i> outlines every kernel whose name holds the text and steps through "
+        "them. Choose <i>all steps</i> to see the steps end to end. The selected rank and step are in "
+        "the address (#rank=R&amp;step=N, #step=all, or #step=N with every rank), so a link opens them.</p>",
         f"<label>Step: <select id='step-select'>{options}</select></label> "
         f"<label>Rank: <select id='rank-select'>{rank_options}</select></label>"
         "<p id='step-notice' class='note' role='status' hidden></p>",
@@ -321,23 +371,31 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         f"</div><script>{start}</script>",
         figure_div(exposed_comm_figure(a.steps, source=src), "exposed", lazy=True),
         "<h2>Per-step breakdown</h2>", figure_div(step_breakdown(a.steps, source=src), "steps", lazy=True),
+        critical_path_block(run),
         launch_block(run),
+        comm_kinds_block(run),
+        memory_block(run),
         "<h2>Collectives</h2>",
         figure_div(alpha_beta_figure(a.collectives, a.cost_model, source=src), "alphabeta", lazy=True)
         if a.collectives["bytes"].notna().any() else
         "<p class='note'>No collective sizes in this trace (the ddp-profile harness records them as NVTX "
         "ranges), so no α-β plot.</p>",
-        table(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
-        table(collective_summary(a.collectives), "Collectives by bucket (medians)"),
-        table(a.contention, "Contention: compute kernels slowed while NCCL runs"),
-        table(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
+        shown(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
+        shown(collective_summary(a.collectives), "Collectives by bucket (medians)"),
+        shown(a.contention, "Contention: compute kernels slowed while NCCL runs"),
+        shown(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
         ("<h2>Compared on</h2><ul>" + "".join(f"<li><a href='{esc(g.page)}'>{esc(g.kind)}: {esc(g.title)}</a></li>"
                                               for g in groups) + "</ul>") if groups else "",
     ])
     crumbs = [(f"{g.kind}: {g.title}", g.page) for g in groups[:1]] + [(f"Run {run.name}", None)]
     keys = list(HEADLINE) + [c for c, _ in LAUNCH_TABLE] + ["host_range_ns", "gpu_busy_ns", "gpu_idle_ns",
                                                              "o_us", "w_gb_per_s", "wait_us", "transfer_us",
-                                                             "busbw_gb_per_s", "slowdown_pct", "lost_ns"]
+                                                             "busbw_gb_per_s", "slowdown_pct", "lost_ns", "critical_rank",
+                                                             "host_ns", "rest_ns", "straggler_steps",
+                                                             "last_arrival_pct", "kernels_per_step",
+                                                             "after_backward_ns", "memory_bytes",
+                                                             "peak_allocated_bytes", "peak_reserved_bytes",
+                                                             "optimizer_state_bytes"]
     return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)
 
 

@@ -32,6 +32,8 @@ from ddp_profile.errors import TraceError
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
+    import pandas as pd
+
     from ddp_profile.analysis import Analysis
     from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.trace import Trace
@@ -75,6 +77,9 @@ class Run:
     launches: LaunchAnalysis | str | None = None
     """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
     none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
+    host_calls: pd.DataFrame | None = None
+    """The main thread's launch and sync calls per rank (``analysis.host_calls``): the timeline's CPU rows;
+    None when the export has no CUDA API table or they were not read."""
     host: str | None = None
     """The lent host's label from ``hosts.txt`` beside the traces (None when not listed)."""
     hosts_file: bool = False
@@ -316,16 +321,32 @@ def group_runs(runs: list[Run]) -> list[Group]:
 
 
 def launch_diagnosis(trace, steps="all"):
-    """``analyze_launches`` over the run's CUDA API calls, or the reason (str) it cannot be made.
+    """``analyze_launches`` over the run's CUDA API calls (the ``steps`` selected), or the reason (str) it
+    cannot be made."""
+    return host_diagnosis(trace, steps=steps)[0]
+
+
+def host_diagnosis(trace, phases=None, steps="all"):
+    """(launch diagnosis over the ``steps`` selected, or the reason (str) it cannot be made; the main
+    thread's launch and sync calls per rank for the timeline's CPU rows (``analysis.host_calls``; None
+    without the API table)).
 
     The API table is read here, once per run, because ``load_trace`` does not keep it (see
     ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
-    then says why it is missing instead of failing the whole run."""
+    then says why it is missing instead of failing the whole run. ``phases``: the analysis's phase rows;
+    the CPU rows keep the calls inside its steps."""
+    from ddp_profile.analysis.host_calls import main_thread_calls
     from ddp_profile.analysis.launches import analyze_launches
     from ddp_profile.errors import DdpProfileError
     from ddp_profile.nsys.api import load_api_calls
 
     try:
-        return analyze_launches(trace, load_api_calls(trace), steps=steps)
+        api = load_api_calls(trace)
     except DdpProfileError as exc:
-        return str(exc)
+        return str(exc), None
+    step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
+    try:
+        launches = analyze_launches(trace, api, steps=steps)
+    except DdpProfileError as exc:
+        launches = str(exc)
+    return launches, main_thread_calls(api, step_rows)

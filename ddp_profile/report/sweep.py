@@ -131,8 +131,8 @@ def model_text(curve, opt, fit, members) -> str:
         return ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct sizes), "
                 "so no model curve.</p>")
     rows = "".join(f"<tr><td>{c.bucket_size_mb:g}</td><td>{c.bucket_count:.0f}</td><td>{c.ideal_count}</td>"
-                   f"<td>{c.predicted_ns / 1e6:.3f}</td><td>{c.overhead_ns / 1e6:.3f}</td>"
-                   f"<td>{c.comm_tail_ns / 1e6:.3f}</td></tr>"
+                   f"<td>{fmt_ms(c.predicted_ns, unit=False)}</td><td>{fmt_ms(c.overhead_ns, unit=False)}</td>"
+                   f"<td>{fmt_ms(c.comm_tail_ns, unit=False)}</td></tr>"
                    for c in curve.itertuples())
     names = ", ".join(esc(r.name) for r in members)
     regimes = ("one line" if len(fit) == 1 else

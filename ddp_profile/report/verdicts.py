@@ -227,11 +227,34 @@ def _population(row) -> str:
     return f"median over ranks and {int(row.get('n_steps') or 0)} profiled steps; range {_range(row)}"
 
 
-def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
-    """(what bounds the step, why) from the step's median parts: launches when the launch check says so,
-    else the largest of compute, exposed communication and idle. Each share is named by what it is, and the
-    exposed share is the summary's exposed_comm_pct (the value the verdict and the headline show) when
-    the summary has it."""
+BOUND_NAMES = {"communication": "exposed communication", "host": "the host (GPU idle awaiting launches)",
+               "straggler": "a straggler", "compute": "compute"}
+"""How the verdict's ``bound_by`` (``analysis.verdict``) reads in a sentence."""
+
+
+def bound_by(summary: dict, launch_bound: bool | None, verdict: dict | None = None) -> tuple[str, str]:
+    """(what bounds the step, why). With the analysis' ``verdict`` (``analysis.verdict``: the largest
+    removable part of the critical path), its bound_by, share, spread, what to change and expected gain.
+    Without one (an analysis made before verdicts existed): launches when the launch check says so, else the
+    largest of compute, exposed communication and idle (medians of the step table)."""
+    if verdict and verdict.get("bound_by"):
+        k = verdict["bound_by"]
+        what = BOUND_NAMES.get(k, k)
+        if k == "straggler" and verdict.get("rank") is not None:
+            what = f"a straggler, rank {verdict['rank']}"
+        if k == "compute":
+            why = (f"compute is {fmt_pct(verdict.get('share_pct'))} of the {fmt_ms(verdict.get('step_ns'))} "
+                   "critical-path step; no removable part "
+                   "(exposed communication, waiting, host) reaches the verdict's threshold")
+        else:
+            why = (f"removable {fmt_ms(verdict.get('removable_ns'))} per step, {fmt_pct(verdict.get('share_pct'))} "
+                   f"of the {fmt_ms(verdict.get('step_ns'))} critical-path step, spread "
+                   f"{fmt_ms(verdict.get('spread_ns'))} over steps")
+        if verdict.get("what_to_change"):
+            why += f"; what to change: {verdict['what_to_change']}"
+            if k != "compute":
+                why += f" (expected gain up to {fmt_ms(verdict.get('expected_gain_ns'))})"
+        return what, why
     step = float(summary.get("step_ns") or 0)
     raw = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),
            "idle gaps (host or launches)": summary.get("idle_ns")}
@@ -248,6 +271,37 @@ def bound_by(summary: dict, launch_bound: bool | None) -> tuple[str, str]:
              "idle gaps (host or launches)": "idle gaps"}
     share = ", ".join(f"{names[n]} {fmt_pct(v)}" for n, v in pct.items())
     return names[k], f"share of the step: {share}"
+
+
+def wait_sentence(steps: pd.DataFrame) -> str:
+    """' — rank R waits X ms per step for the slower rank, Y ms transferring' per rank, not pooled: the
+    rank whose median exposed wait is largest is named (ranks differ most there)."""
+    per = steps.groupby("rank")[["exposed_wait_ns", "exposed_transfer_ns"]].median()
+    r = per["exposed_wait_ns"].idxmax() if per["exposed_wait_ns"].notna().any() else per.index[0]
+    text = f" — rank {int(r)} waits {fmt_ms(per.loc[r, 'exposed_wait_ns'])} per step for a later rank"
+    if len(per) > 1:
+        others = per.drop(index=r)["exposed_wait_ns"]
+        text += f" (other ranks {fmt_ms(others.median())})"
+    return text + f", {fmt_ms(per['exposed_transfer_ns'].median())} transferring"
+
+
+def straggler_sentence(steps: pd.DataFrame, verdict: dict | None) -> str:
+    """'Rank R arrives last at the collectives (cause host in N of M steps: <evidence>).' when the verdict
+    names a straggler rank, else ''."""
+    if not verdict or verdict.get("rank") is None or "straggler_cause" not in steps:
+        return ""
+    r = int(verdict["rank"])
+    per_step = steps.groupby("step")[["straggler_rank", "straggler_lead_ns", "straggler_cause",
+                                       "straggler_evidence"]].first()
+    mine = per_step[per_step["straggler_rank"] == r]
+    if mine.empty:
+        return ""
+    cause = mine["straggler_cause"].mode().iloc[0]
+    n = int((mine["straggler_cause"] == cause).sum())
+    ev = mine.loc[mine["straggler_cause"] == cause, "straggler_evidence"].dropna()
+    text = (f"Rank {r} arrives last at the step's collectives in {len(mine)} of {len(per_step)} steps, "
+            f"median {fmt_ms(mine['straggler_lead_ns'].median())} after the first rank; cause {_e(cause)} in {n}")
+    return text + (f" (e.g. {_e(ev.iloc[len(ev) // 2])})." if len(ev) else ".")
 
 
 def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:
@@ -269,9 +323,10 @@ def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:
 
 
 def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | None, advice: str,
-                world_size, meta: dict | None = None) -> str:
-    """2–4 sentences: step time (trace, and un-profiled when ``meta``, the run JSON, has it),
-    communication, hidden, exposed (wait vs transfer), tail, bound, what to change."""
+                world_size, meta: dict | None = None, verdict: dict | None = None) -> str:
+    """2–5 sentences: step time (trace, and un-profiled when ``meta``, the run JSON, has it),
+    communication, hidden, exposed (wait per rank vs transfer), tail, the straggler, bound (``verdict``:
+    the analysis' verdict), what to change (a measured comparison's ``advice`` follows it)."""
     step = summary.get("step_ns")
     if missing(step):
         return "<p>No profiled steps in this run, so no verdict.</p>"
@@ -286,9 +341,8 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
         s = (f"Communication takes {fmt_ms(comm)} per step; {fmt_ms(hidden)} of it "
              f"({share_text}) is hidden under compute and {fmt_ms(exposed)} "
              f"({fmt_pct(summary.get('exposed_comm_pct'))} of the step) is exposed")
-        if steps is not None and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
-            s += (f" — {fmt_ms(steps['exposed_wait_ns'].median())} waiting for the slower rank, "
-                  f"{fmt_ms(steps['exposed_transfer_ns'].median())} transferring")
+        if steps is not None and len(steps) and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
+            s += wait_sentence(steps)
         s += f". The comm tail after the last backward kernel is {fmt_ms(summary.get('comm_tail_ns'))}"
         if steps is not None and "job_comm_tail_ns" in steps:
             s += f" ({fmt_ms(steps['job_comm_tail_ns'].median())} after the last rank's backward)"
@@ -297,7 +351,9 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
         out.append("No NCCL kernels were found in the steps.")
     else:
         out.append("One GPU: no communication.")
-    what, why = bound_by(summary, launch_bound)
+    if steps is not None and (strag := straggler_sentence(steps, verdict)):
+        out.append(strag)
+    what, why = bound_by(summary, launch_bound, verdict)
     out.append(f"The step is bound by <b>{_e(what)}</b> ({_e(why)}).")
     if advice:
         out.append(advice)

@@ -116,7 +116,7 @@ def test_per_kernel_and_rank_overlap():
 
 def test_without_step_ranges_whole_trace_still_works():
     res = analyze(trace(ONE_STEP))
-    assert res.steps.empty and list(res.steps.columns) == schema.STEP_METRIC_COLUMNS
+    assert res.steps.empty and list(res.steps.columns) == schema.STEP_SECTION_COLUMNS
     assert res.rank_overlap.iloc[0]["overlap_ns"] == 150
     assert any("nvtx" in n.lower() for n in res.notes)
     assert res.summary()["overlap_pct"] == pytest.approx(50.0) and res.summary()["step_ns"] is None

@@ -84,7 +84,7 @@ def test_kind_names():
 def test_known_answer_mixed_collectives(build_export):
     res = analyze(load_trace(_zero_fsdp_run(build_export)))
     s = res.steps.set_index("rank")
-    assert list(res.steps.columns) == schema.STEP_METRIC_COLUMNS
+    assert list(res.steps.columns) == schema.STEP_SECTION_COLUMNS
     # Rank 0. C = [30,100) [120,200) [310,400) [420,500) [570,600); N = AG1 20 + AG2 40 + RS1 40 + RS2 60
     # + BC 50 = 210; C∩N = AG2∩F1 [80,100) + RS1∩B1 [380,400) = 40 -> exposed 170.
     # Waiting: only RS2, [500, 520) (rank 1 arrives at 520), no compute then -> exposed_wait 20, transfer 150.
@@ -169,7 +169,7 @@ def test_cli_section(build_export, capsys):
     path = _zero_fsdp_run(build_export)
     assert main(["analyze", str(path), "--format", "json", "--section", "comm_kinds"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"version", "summary", "notes", "comm_kinds"} and len(out["comm_kinds"]) == 6
+    assert set(out) == {"version", "summary", "notes", "verdict", "per_rank", "comm_kinds"} and len(out["comm_kinds"]) == 6
     assert main(["analyze", str(path), "--format", "csv", "--section", "comm_kinds"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == ",".join(schema.COMM_KIND_COLUMNS)
 

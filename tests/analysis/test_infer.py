@@ -17,8 +17,8 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis import analyze
-from ddp_profile.analysis._common import KernelArrays
 from ddp_profile.analysis.infer import find_period, infer_steps
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.analysis.windows import find_steps
 from ddp_profile.trace import Trace
 

@@ -10,7 +10,7 @@ import pytest
 
 from ddp_profile import schema
 from ddp_profile.analysis import steps
-from ddp_profile.analysis._common import COMPUTE, NCCL, KernelArrays, covered_by_normalized
+from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, KernelArrays, covered_by_normalized
 
 
 def _random_kernels(seed: int, n_ranks: int = 3, per_rank: int = 400) -> pd.DataFrame:

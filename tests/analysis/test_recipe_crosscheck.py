@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ddp_profile.analysis._common import KernelArrays
+from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.analysis.overlap import overlapped_by_other_class
 from ddp_profile.nsys.loader import load_trace
 

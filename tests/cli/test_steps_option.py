@@ -90,9 +90,12 @@ def test_export_selects_by_label(tmp_path, capsys):
 def test_report_selects_by_label(tmp_path, capsys):
     from ddp_profile.report.build import load_one
 
-    _, analysis, launches = load_one(RUN, "4:6")
+    _, analysis, launches, calls = load_one(RUN, "4:6")
     assert sorted(analysis.steps["step"].unique()) == [4, 5]
     assert sorted(launches.steps["step"].unique()) == [4, 5]
+    steps = analysis.phases[analysis.phases["phase"] == "step"]  # the CPU rows hold those steps' calls only
+    lo, hi = steps[["start_ns", "host_start_ns"]].min().min(), steps[["end_ns", "host_end_ns"]].max().max()
+    assert len(calls) and calls["start_ns"].between(lo, hi).all()
     capsys.readouterr()
     _one_line_exit_2(["report", str(RUN), "-o", str(tmp_path / "r"), "--steps", "20:", "--no-findings"], capsys,
                      "no step in 20:; the trace has steps 3–7")

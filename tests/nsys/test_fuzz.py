@@ -185,7 +185,7 @@ def _load_and_analyze(test: str, kind: str, muts: list[tuple], analyse: bool) ->
         except DdpProfileError as exc:
             _record(test, f"analyze:{type(exc).__name__}")
             return
-        assert list(res.steps.columns) == schema.STEP_METRIC_COLUMNS
+        assert list(res.steps.columns) == schema.STEP_SECTION_COLUMNS
         _record(test, "analysed")
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from report_synth import make_run
 
+from ddp_profile.fmt import fmt_duration
 from ddp_profile.plots import (
     alpha_beta_figure,
     bucket_sweep_figure,
@@ -19,8 +20,8 @@ from ddp_profile.plots import (
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots._common import fmt_duration, merge_small_bars
-from ddp_profile.plots.timeline import TRACE_NAMES, bars_for_window
+from ddp_profile.plots._common import merge_small_bars
+from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")
 SRC = describe_source({"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl", "dtype": "fp32"}, None, [3, 4])
@@ -47,7 +48,7 @@ def test_merge_small_bars_table(rows, starts, ends, min_ns, expected):
 def test_timeline_traces_axes_title_and_known_bars():
     t, a = make_run(n_steps=3, kernels_per_phase=4)
     fig = timeline_figure(t.kernels, a.phases, a.steps, a.collectives, step=1, source=SRC)
-    assert [tr.name for tr in fig.data] == TRACE_NAMES and len(fig.data) == 9
+    assert [tr.name for tr in fig.data] == TRACE_NAMES and len(fig.data) == 11
     assert fig.layout.xaxis.title.text == "time since step start (ms)"
     assert fig.layout.yaxis.title.text == "rank · stream"
     assert "step 1" in fig.layout.title.text and "NVIDIA H100" in fig.layout.title.text
@@ -62,8 +63,8 @@ def test_timeline_traces_axes_title_and_known_bars():
     assert all("wait 10.0 µs · transfer 90.0 µs" in h and "duration 100.0 µs" in h for h in hover)
     assert "start 0.500 ms" in hover[0] or "start 500.0 µs" in hover[0]
     assert all("bucket" not in h for h in compute.hovertext)       # compute bars have no bucket line
-    assert "rank 0 · NVTX" in fig.data[-1].hovertext[0]            # the tail has its own tooltip
-    assert len(fig.data[-1].x) == 2 and fig.data[-1].x[0] == pytest.approx(0.05)  # 50 µs tail per rank
+    assert "rank 0 · NVTX" in fig.data[TAIL_K].hovertext[0]            # the tail has its own tooltip
+    assert len(fig.data[TAIL_K].x) == 2 and fig.data[TAIL_K].x[0] == pytest.approx(0.05)  # 50 µs tail per rank
     assert list(fig.layout.yaxis.ticktext) == ["rank 0 · NVTX", "rank 0 · stream 7", "rank 0 · stream 17",
                                               "rank 1 · NVTX", "rank 1 · stream 7", "rank 1 · stream 17"]
     with pytest.raises(ValueError, match="step 9"):

@@ -11,7 +11,7 @@ import pytest
 from ddp_profile.report.findings import build_findings, page_for, run_sets
 from ddp_profile.report.findings import questions_a as qa
 from ddp_profile.report.findings.data import load_run
-from ddp_profile.report.findings.text import compare, ms, ranges_overlap
+from ddp_profile.report.findings.text import compare, ms, pct, ranges_overlap
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
@@ -67,7 +67,7 @@ def test_scaling_numbers_equal_the_analysis(built):
     assert ms(r2.v("step_ns")) in md
     r1 = load_run("scaling", TRACES / "scaling" / SCALING[0])
     eff = 100 * r1.v("step_ns") / r2.v("step_ns")  # weak scaling: same work per GPU
-    assert f"{eff:.1f}%" in md
+    assert pct(eff) in md
 
 
 def test_q1_numbers_are_the_analysis_values(small):
@@ -75,7 +75,7 @@ def test_q1_numbers_are_the_analysis_values(small):
     text = " ".join(s.paragraphs())
     n = small["naive"]
     assert ms(n.v("step_ns")) in text and ms(n.v("comm_ns")) in text and ms(n.host["grad_wait_ns"][0]) in text
-    assert f"{n.v('comm_pct'):.1f}%" in text
+    assert pct(n.v('comm_pct')) in text
 
 
 def test_flat_vs_naive_word_flips_when_runs_swap(small):
@@ -175,7 +175,7 @@ def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(built, small):
     sm = analyze_launches(trace, load_api_calls(trace)).summary()
     assert sm["launch_bound_steps"] == sm["n_steps"] >= 4  # this run is launch-bound in every step
     assert (f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
-            f"GPU idle {sm['idle_pct']:.1f}%, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
+            f"GPU idle {sm['idle_pct']:.1f} %, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
             f"{sm['gpu_us_per_kernel']:.1f} µs per kernel)") in md
 
 

@@ -58,11 +58,11 @@ def test_errors_per_configuration_against_profiled_steps():
     assert rows["ddp"]["why"].startswith("the stock run itself")
     sec = confirm.q12_confirm([("Set X", ref, [ref, b100, b1, ch2, ch4, zero, one])], lambda r: r.name)
     table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
-    assert table.loc["b100", "within ±5%"] == "yes" and table.loc["b100", "error"] == "+3.0%"
-    assert table.loc["ch2", "within ±5%"] == "yes" and table.loc["ch2", "error"] == "-5.0%"
+    assert table.loc["b100", "within ±5 %"] == "yes" and table.loc["b100", "error"] == "+3.0 %"
+    assert table.loc["ch2", "within ±5 %"] == "yes" and table.loc["ch2", "error"] == "-5.0 %"
     assert "zero" not in table.index
     text = " ".join(sec.paragraphs())
-    assert "Set X: 2 of 2 predicted configurations within ±5% (largest error -5.0%, ch2)" in text
+    assert "Set X: 2 of 2 predicted configurations within ±5 % (largest error -5.0 %, ch2)" in text
     assert "Not predicted (other strategies or levers): zero." in text
 
 
@@ -71,7 +71,7 @@ def test_target_flips_with_the_data():
     far = _run("ch2", "torch_ddp", 300.0, nccl_channels=2, nccl_high_priority=True)  # 380 vs 300: +26.7 %
     sec = confirm.q12_confirm([("Set X", ref, [ref, far])], lambda r: r.name)
     table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
-    assert table.loc["ch2", "within ±5%"] == "no" and table.loc["ch2", "error"] == "+26.7%"
+    assert table.loc["ch2", "within ±5 %"] == "no" and table.loc["ch2", "error"] == "+26.7 %"
     assert "0 of 1 predicted configurations" in " ".join(sec.paragraphs())
 
 

@@ -74,7 +74,8 @@ def test_run_page_embeds_every_step_and_a_selector(written):
     data = decode_page_data(json.loads(re.search(r"id='tl-data'>(.*?)</script>", text, re.S).group(1)))
     assert [s["label"] for s in data["steps"]] == ["step 0", "step 1", "step 2"]
     steps = re.search(r"<select id='step-select'>(.*?)</select>", text).group(1)
-    assert steps.count("<option") == 3 and "selected>step 1<" in steps
+    assert steps.count("<option") == 4 and "selected>step 1<" in steps  # 3 steps, then all steps
+    assert steps.endswith("<option value='all'>all steps</option>")
     ranks = re.search(r"<select id='rank-select'>(.*?)</select>", text).group(1)
     assert re.findall(r"<option value='(\d*)'", ranks) == ["", "0", "1"]  # every rank, then each rank
     # every kernel of the step is kept (per trace and row), for the page to aggregate at any zoom

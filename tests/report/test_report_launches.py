@@ -165,13 +165,13 @@ def test_findings_sentence_follows_the_launch_diagnosis():
     gpu = LaunchAnalysis(_steps([3.0, 4.0, 30.0], [40.0, 45.0, 60.0], [50.0, 55.0, 20.0]),
                          pd.DataFrame(), pd.DataFrame())
     text = _limits_text(bound, gpu)
-    assert ("set small's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0%, host 40.0 µs per "
+    assert ("set small's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0 %, host 40.0 µs per "
             "launch vs GPU 10.0 µs per kernel), so host-side launch overhead") in text
-    assert ("set A's 1-GPU run is not launch-bound (1 of 3 steps launch-bound; median GPU idle 4.0%, host 45.0 µs "
+    assert ("set A's 1-GPU run is not launch-bound (1 of 3 steps launch-bound; median GPU idle 4.0 %, host 45.0 µs "
             "per launch vs GPU 50.0 µs per kernel)") in text
     flipped = _limits_text(gpu, bound)  # swap the diagnoses: the verdict words swap with them
     assert "set small's 1-GPU run is not launch-bound (1 of 3 steps" in flipped
-    assert "set A's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0%" in flipped
+    assert "set A's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0 %" in flipped
     assert "set small's 1-GPU run is launch-bound" not in flipped
     missing = _limits_text("x.sqlite: no CUPTI_ACTIVITY_KIND_RUNTIME table", bound)
     assert "set small's 1-GPU run (none) has no launch-bound check: x.sqlite: no CUPTI_ACTIVITY_KIND_RUNTIME" \

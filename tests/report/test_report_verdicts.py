@@ -75,10 +75,13 @@ def test_strategy_verdict_claims_an_order_only_where_intervals_separate():
 def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():
     summary = {"step_ns": 400e6, "n_steps": 4, "comm_ns": 40e6, "overlap_ns": 30e6, "exposed_comm_ns": 10e6,
                "exposed_comm_pct": 2.5, "comm_tail_ns": 1e6, "compute_ns": 380e6, "idle_ns": 10e6}
-    steps = pd.DataFrame({"exposed_wait_ns": [6e6], "exposed_transfer_ns": [4e6], "job_comm_tail_ns": [2e6]})
+    steps = pd.DataFrame({"rank": [0, 1], "exposed_wait_ns": [0.0, 6e6], "exposed_transfer_ns": [4e6, 4e6],
+                          "job_comm_tail_ns": [2e6, 2e6]})
     a = _text(run_verdict(summary, steps, False, "ADVICE", 2))
     assert "Communication takes 40.000 ms per step; 30.000 ms of it (75 %) is hidden" in a
-    assert "10.000 ms (2.5 % of the step) is exposed — 6.000 ms waiting for the slower rank, 4.000 ms transferring" in a
+    # per rank, not pooled: the waiting rank is named beside the others' median
+    assert ("10.000 ms (2.5 % of the step) is exposed — rank 1 waits 6.000 ms per step for a later rank (other "
+            "ranks 0.000 ms), 4.000 ms transferring") in a
     assert "(2.000 ms after the last rank's backward)" in a and "bound by compute" in a and a.endswith("ADVICE")
     b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
     assert "bound by exposed communication" in b and "waiting" not in b
@@ -174,3 +177,27 @@ def test_efficiency_has_one_baseline_across_pages(monkeypatch):
     assert runs[2].baseline is runs[1]
     assert np.isclose(everywhere["bucketed_2x"], alone["bucketed_2x"]) and np.isclose(alone["bucketed_2x"],
                                                                                        100 * 1000 / 1100)
+
+
+def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
+    summary = {"step_ns": 400e6, "n_steps": 4, "comm_ns": 40e6, "overlap_ns": 5e6, "exposed_comm_ns": 35e6,
+               "exposed_comm_pct": 8.75, "comm_tail_ns": 34e6, "compute_ns": 350e6, "idle_ns": 10e6}
+    v = {"bound_by": "communication", "removable_ns": 34e6, "share_pct": 8.5, "spread_ns": 0.3e6,
+         "what_to_change": "overlap the gradient collectives with backward", "expected_gain_ns": 33e6, "rank": None,
+         "step_ns": 400e6}
+    a = _text(run_verdict(summary, None, False, "", 2, verdict=v))
+    # the step-table medians alone would say compute (350 of 400 ms); the verdict says communication
+    assert "bound by exposed communication (removable 34.000 ms per step, 8.5 % of the 400.000 ms critical-path " \
+           "step, spread 0.300 ms over steps" in a
+    assert "what to change: overlap the gradient collectives with backward (expected gain up to 33.000 ms)" in a
+    c = _text(run_verdict(summary, None, False, "", 2, verdict=dict(v, bound_by="compute", share_pct=90.0,
+                                                                        what_to_change="faster kernels")))
+    assert "bound by compute (compute is 90.0 % of the 400.000 ms critical-path step" in c and "expected gain" not in c
+    steps = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [0, 0, 1, 1], "exposed_wait_ns": [0, 40e6, 0, 30e6],
+                          "exposed_transfer_ns": [1e6] * 4, "straggler_rank": [0] * 4,
+                          "straggler_lead_ns": [40e6, 40e6, 30e6, 30e6], "straggler_cause": ["host"] * 4,
+                          "straggler_evidence": ["cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms)"] * 4})
+    s = _text(run_verdict(summary, steps, False, "", 2, verdict=dict(v, bound_by="straggler", rank=0)))
+    assert "Rank 0 arrives last at the step's collectives in 2 of 2 steps, median 35.000 ms after the first rank; " \
+           "cause host in 2 (e.g. cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms))." in s
+    assert "bound by a straggler, rank 0" in s

@@ -21,6 +21,7 @@ import pandas as pd
 from ddp_profile import nvtx_names as nn
 from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.errors import TraceError
+from ddp_profile.safeio import read_side_file
 
 MAIN, SCALING, CAMPAIGN, TIMING = "main", "scaling", "campaign", "timing"
 TIMING_PROTOCOL = "interleaved-repeats"
@@ -297,8 +298,9 @@ def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None
         sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
     path = Path(root) / sub / "machine.txt"
     gpus, links = [], set()
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
+    text = read_side_file(path) if path.is_file() else None
+    if text is not None:
+        for line in text.decode("utf-8", errors="replace").splitlines():
             parts = [p.strip() for p in line.split(",")]
             if len(parts) >= 2 and parts[0].isdigit():
                 gpus.append(parts[1])
@@ -323,10 +325,11 @@ def read_hosts(root: Path) -> dict[str, str]:
     (``scaling/<name>`` for the scaling runs); ``#`` starts a comment. The findings use it to say which sets
     mix hosts. Lines naming runs that are not loaded are ignored (the file may cover more runs)."""
     path = Path(root) / HOSTS_FILE
-    if not path.is_file():
+    text = read_side_file(path)  # a regular file only, size-capped
+    if text is None:
         return {}
     out = {}
-    for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    for i, line in enumerate(text.decode("utf-8", errors="replace").splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue

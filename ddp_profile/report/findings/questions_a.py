@@ -23,10 +23,10 @@ from ddp_profile.report.findings.text import Section, certainty, compare, mb, ms
 def step_row(r, page) -> dict:
     """The common table row: median step (min–max) and where the GPU time went."""
     lo, hi = r.spread["step_ns"]
-    return {"run": r.label, "step (median)": ms(r.v("step_ns")), "step min–max": spread(lo, hi),
-            "compute": ms(r.v("compute_ns")), "NCCL (comm_ns)": ms(r.v("comm_ns")),
+    return {"run": r.label, "step, median": ms(r.v("step_ns")), "step min–max": spread(lo, hi),
+            "compute": ms(r.v("compute_ns")), "NCCL kernels running": ms(r.v("comm_ns")),
             "exposed comm": ms(r.v("exposed_comm_ns")), "tail after backward": ms(r.v("comm_tail_ns")),
-            "overlap": pct(r.v("overlap_pct")), "report page": page(r)}
+            "comm hidden": pct(r.v("overlap_pct")), "report page": page(r)}
 
 
 def q1_naive(rs, page, machine) -> Section:

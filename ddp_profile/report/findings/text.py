@@ -11,30 +11,33 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ddp_profile.fmt import fmt_mib, fmt_ms, fmt_pct, missing, no_negative_zero
+
 
 def ms(ns: float | None) -> str:
-    """ns -> "12.3 ms" with precision by size (3 significant-ish digits)."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
-        return "n/a"
-    x = ns / 1e6
-    return f"{x:.1f} ms" if abs(x) >= 100 else f"{x:.2f} ms" if abs(x) >= 1 else f"{x:.3f} ms"
+    """ns -> "12.345 ms" (:func:`ddp_profile.fmt.fmt_ms`, the one formatter); "n/a" when missing."""
+    return "n/a" if missing(ns) else fmt_ms(ns)
 
 
 def pct(x: float | None, digits: int = 1) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}%"
+    """12.345 -> "12.3 %" (:func:`ddp_profile.fmt.fmt_pct` at one decimal); "n/a" when missing."""
+    if x is None or missing(x):
+        return "n/a"
+    return fmt_pct(x) if digits == 1 else no_negative_zero(f"{float(x):,.{digits}f}") + " %"
 
 
 def num(x: float | None, digits: int = 2) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    return "n/a" if x is None or missing(x) else no_negative_zero(f"{float(x):,.{digits}f}")
 
 
 def mb(nbytes: float) -> str:
-    return "n/a" if nbytes is None or math.isnan(nbytes) else f"{nbytes / 2**20:.1f} MiB"
+    """bytes -> "61.0 MiB" / "1.86 GiB" (:func:`ddp_profile.fmt.fmt_mib`); "n/a" when missing."""
+    return "n/a" if missing(nbytes) else fmt_mib(nbytes)
 
 
 def spread(lo: float, hi: float) -> str:
     """"min–max" of a (lo, hi) pair of ns."""
-    return f"{ms(lo)[:-3]}–{ms(hi)}"
+    return f"{fmt_ms(lo, unit=False)}–{ms(hi)}"
 
 
 def compare(a: float, b: float, lower: str = "faster", higher: str = "slower", same: str = "as fast as",

@@ -1,0 +1,61 @@
+"""The answers ``analyze`` adds on top of its tables: straggler and cause, the critical path across ranks, the
+verdict with advice, and per-rank values where ranks differ (modules ``straggler``, ``critical_path``,
+``verdict``). Two calls from ``analyze``: :func:`paths` while the kernels' launch times are still held, and
+:func:`attach` once the other tables are done."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis import critical_path as cp
+from ddp_profile.analysis import straggler as st
+from ddp_profile.analysis import verdict as vd
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+
+
+def paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``critical_path.rank_paths`` (None without launch times: the host part cannot be told)."""
+    if karr.launch is None or steps is None or steps.empty:
+        return None
+    return cp.rank_paths(steps, karr, coll)
+
+
+def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataFrame | None) -> pd.Series:
+    """Per step: host-wait call time on the critical rank's main thread (tid = pid), calls ending in its span."""
+    if waits is None or waits.empty or crit.empty:
+        return pd.Series(dtype=float)
+    sp = rank_paths.set_index(["rank", "step"])
+    w_rank, w_tid, w_pid = ints(waits["rank"]), ints(waits["tid"]), ints(waits["pid"])
+    w_end, w_dur = ints(waits["end_ns"]), ints(waits["end_ns"]) - ints(waits["start_ns"])
+    out = {}
+    for step, rank in zip(crit["step"].to_numpy(), crit["critical_rank"].to_numpy(), strict=True):
+        lo, hi = sp.loc[(rank, step), ["start_ns", "end_ns"]]
+        m = (w_rank == rank) & (w_tid == w_pid) & (w_end >= lo) & (w_end < hi)
+        out[int(step)] = float(w_dur[m].sum())
+    return pd.Series(out, dtype=float)
+
+
+def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, contention_ns: float) -> None:
+    """Fill ``res`` (an Analysis) in place: straggler columns of ``steps``, ``last_arrival_pct`` of
+    ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``."""
+    arr = st.arrivals(res.collectives)
+    ro = res.rank_overlap
+    res.rank_overlap = ro.assign(last_arrival_pct=st.last_arrival_pct(arr, ints(ro["rank"])) if len(ro) else [])
+    step_ids = np.unique(ints(res.steps["step"])) if len(res.steps) else np.zeros(0, np.int64)
+    rp = rank_paths if rank_paths is not None else pd.DataFrame(columns=cp.PATH_COLUMNS)
+    per_step = st.stragglers(st.step_leads(arr), rp, waits, step_ids)
+    if len(res.steps):
+        got = per_step.reindex(ints(res.steps["step"]))
+        res.steps = res.steps.assign(**{c: got[c].to_numpy() for c in st.STEP_COLUMNS})
+    else:
+        res.steps = res.steps.assign(**{c: [] for c in st.STEP_COLUMNS})
+    crit = cp.critical_path(rp) if len(rp) else schema.empty_frame(schema.CRITICAL_PATH_COLUMNS)
+    res.critical_path = crit
+    rules = vd.advice(crit, res.steps, per_step, _sync_per_step(crit, rp, waits), contention_ns,
+                      res.recommendation) if len(crit) else []
+    res.verdict = vd.verdict(crit, per_step, rules)
+    res.per_rank = vd.per_rank(res.steps, rp, res.rank_overlap)
+    if rank_paths is None and len(res.steps):
+        res.notes.append("no critical path: the kernels' launch times were not available to this analysis")

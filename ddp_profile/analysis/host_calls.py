@@ -1,0 +1,79 @@
+"""The main thread's kernel launches and synchronisation calls per rank: the timeline's CPU rows.
+
+From the CUDA API calls (``schema.API_CALL_COLUMNS``, read by ``nsys.api.load_api_calls``): a call is a
+*launch* when its name matches ``launches.LAUNCH_PATTERN`` and a *sync* (the host waiting for the GPU:
+``.item()``, ``cudaStreamSynchronize``...) when it matches ``launches.SYNC_PATTERN``; the rank's *main
+thread* is the thread that made most of its launches (the training loop's; autograd's backward threads
+launch too, and they are left out so the row reads as the loop). Other calls are dropped.
+
+Output (:data:`HOST_CALL_COLUMNS`): one row per call, sorted by (rank, start_ns); ``kind`` is "launch" or
+"sync". ``steps`` (optional: the analysis's phase rows of phase "step", with GPU and host windows) keeps only calls that start inside a step's
+host-or-GPU window of that rank, so a page holds the steps it shows and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile.analysis.launches import LAUNCH_PATTERN, SYNC_PATTERN
+
+HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
+
+
+def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Launch and sync calls of each rank's main thread (module docstring); empty frame when none."""
+    empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("kind", "name") else "int64")
+                          for c in HOST_CALL_COLUMNS})
+    if api is None or not len(api):
+        return empty
+    a = api.dropna(subset=["rank", "start_ns", "end_ns"])
+    if not len(a):
+        return empty
+    launch = _names_matching(a["name"], LAUNCH_PATTERN)
+    sync = _names_matching(a["name"], SYNC_PATTERN)
+    keep = launch | sync
+    a = a.loc[keep]
+    launch, sync = launch[keep], sync[keep]
+    if not len(a):
+        return empty
+    counts = a.loc[launch].groupby(["rank", "tid"], observed=True).size()
+    if not len(counts):
+        return empty
+    main = counts.reset_index(name="n").sort_values(["rank", "n"], ascending=[True, False]).drop_duplicates("rank")
+    mine = pd.MultiIndex.from_frame(a[["rank", "tid"]].astype("int64")).isin(
+        pd.MultiIndex.from_frame(main[["rank", "tid"]].astype("int64")))
+    out = pd.DataFrame({"rank": a["rank"].astype("int64").to_numpy()[mine],
+                        "tid": a["tid"].astype("int64").to_numpy()[mine],
+                        "kind": np.where(sync[mine], "sync", "launch"),
+                        "name": a["name"].astype("object").to_numpy()[mine],
+                        "start_ns": a["start_ns"].astype("int64").to_numpy()[mine],
+                        "end_ns": a["end_ns"].astype("int64").to_numpy()[mine]})
+    if steps is not None and len(steps):
+        out = _in_steps(out, steps)
+    return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _names_matching(names: pd.Series, pattern: str) -> np.ndarray:
+    """Rows whose name matches ``pattern``, each distinct name tested once."""
+    rx = re.compile(pattern)
+    codes, uniq = pd.factorize(names.astype("object"))
+    hit = np.array([bool(rx.search(str(u))) for u in uniq] + [False], dtype=bool)
+    return hit[np.where(codes < 0, len(uniq), codes)]
+
+
+def _in_steps(calls: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Calls starting inside [min(host, GPU start), max(host, GPU end)] of one of their rank's steps."""
+    keep = np.zeros(len(calls), dtype=bool)
+    st = steps.assign(lo=steps[["start_ns"] + (["host_start_ns"] if "host_start_ns" in steps else [])].min(axis=1),
+                      hi=steps[["end_ns"] + (["host_end_ns"] if "host_end_ns" in steps else [])].max(axis=1))
+    for rank, g in st.dropna(subset=["lo", "hi"]).groupby("rank"):
+        sel = np.flatnonzero(calls["rank"].to_numpy() == int(rank))
+        if not sel.size:
+            continue
+        t = calls["start_ns"].to_numpy()[sel]
+        for lo, hi in zip(g["lo"].to_numpy(np.int64), g["hi"].to_numpy(np.int64), strict=True):
+            keep[sel[(t >= lo) & (t <= hi)]] = True
+    return calls.loc[keep]

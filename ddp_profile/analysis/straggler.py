@@ -1,0 +1,187 @@
+"""Who arrives last at the collectives, by how much, and why.
+
+Arrival: a rank reaches collective c when its NCCL kernel of c starts (the collective table's ``start_ns``;
+c = the same (stream number, issue order) on every rank, as ``collectives`` matches them). Over the
+collectives seen on at least two ranks::
+
+    lateness_r(c)     = start_r(c) − min over ranks of start(c)
+    last_arrival_pct  = 100 · #{c : lateness_r(c) = max over ranks of lateness(c)} / #{c of rank r}
+                        (per rank; a tie counts for each tied rank)
+
+Per step (the step's *gradient* collectives, AllReduce and ReduceScatter, launched in the step on each rank;
+all its collectives when it has none)::
+
+    lead_r            = max over those c of lateness_r(c)
+    straggler_rank    = argmax_r lead_r   (ties: the lowest rank)
+    straggler_lead_ns = lead of the straggler rank: how much later than the first rank it arrived
+
+Cause, from the per-(rank, step) parts of ``critical_path.rank_paths`` (each rank over its own step span),
+the straggler s against the median of its peers P::
+
+    host  when host_s − median_P(host) ≥ CAUSE_SHARE · lead and ≥ the GPU difference below:
+          its GPU sat idle because its host had not launched the work yet
+    gpu   when compute_s − median_P(compute) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
+    unknown otherwise (or without a CUDA API trace: no launch times, no host time)
+
+A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence: for
+``host``, the host-wait function (``Trace.host_waits``: synchronize, memcpy) whose time on the
+straggler's main thread (thread id = process id; calls ending inside the rank's step span) exceeds its
+peers' median time in it by the most (by at least CALL_SHARE of the lead), with both times, else the
+synchronize function it calls more often than its peers (a sync that returns at once still empties the
+GPU's queue: ``loss.item()`` on one rank); always the host (or GPU) difference itself. Times in the text
+are ms with one decimal.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile.analysis import comm_kinds as ck
+from ddp_profile.analysis.kernel_arrays import ints
+from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
+
+CAUSE_SHARE = 0.5
+"""A cause must account for at least this share of the straggler's lead."""
+CALL_SHARE = 0.1
+"""A host-wait function is named as evidence when the straggler spends at least this share of its lead more
+in it than its peers do."""
+MIN_LEAD_PCT = 1.0
+"""A lead under this share of the straggler's step span is noise: its cause is left unknown."""
+STEP_COLUMNS = STEP_STRAGGLER_COLUMNS
+
+
+def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
+    """The collective table's rows (rank, step, collective, start_ns) with ``key`` (one id per collective across
+    ranks, as ``collectives`` matches them: stream number by first use within (pid, device), then issue order),
+    ``n_ranks``, ``lateness_ns`` and ``last`` (this rank arrived last), for collectives seen on ≥ 2 ranks."""
+    if coll is None or coll.empty:
+        return pd.DataFrame({"rank": [], "step": [], "collective": [], "start_ns": [], "key": [], "n_ranks": [],
+                             "lateness_ns": [], "last": []})
+    df = pd.DataFrame({"rank": ints(coll["rank"]), "pid": ints(coll["pid"]), "device": ints(coll["device"]),
+                       "stream": ints(coll["stream"]), "seq": ints(coll["seq"]), "step": coll["step"].to_numpy(),
+                       "collective": coll["collective"].to_numpy(), "start_ns": ints(coll["start_ns"])})
+    first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
+    comm = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
+    df["key"] = comm.to_numpy() * (int(df["seq"].max()) + 1) + df["seq"].to_numpy()
+    g = df.groupby("key")
+    df["n_ranks"] = g["rank"].transform("nunique")
+    df["lateness_ns"] = df["start_ns"] - g["start_ns"].transform("min")
+    df["last"] = df["lateness_ns"] == g["lateness_ns"].transform("max")
+    return df.loc[df["n_ranks"] >= 2, ["rank", "step", "collective", "start_ns", "key", "n_ranks", "lateness_ns",
+                                       "last"]].reset_index(drop=True)
+
+
+def last_arrival_pct(arr: pd.DataFrame, ranks) -> np.ndarray:
+    """``last_arrival_pct`` for each rank of ``ranks`` (NaN for a rank without a shared collective)."""
+    if arr.empty:
+        return np.full(len(ranks), np.nan)
+    pct = 100.0 * arr.groupby("rank")["last"].mean()
+    return pct.reindex(np.asarray(ranks, dtype=np.int64)).to_numpy(dtype=float)
+
+
+def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
+    """(step, rank, lead_ns) per step and rank: the rank's latest arrival behind the first rank over the step's
+    gradient collectives (all collectives of a step without any)."""
+    a = arr.loc[arr["step"].notna()]
+    if a.empty:
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
+                             "lead_ns": pd.Series(dtype="int64")})
+    kind = np.array([ck.kind_of(c) for c in a["collective"]], dtype=object)
+    grad = np.isin(kind, ck.GRADIENT)
+    step = ints(a["step"])
+    has_grad = pd.Series(grad).groupby(step).transform("any").to_numpy()
+    a = a.loc[grad | ~has_grad]
+    out = a.groupby([ints(a["step"]), ints(a["rank"])])["lateness_ns"].max()
+    out.index.names = ["step", "rank"]
+    return out.rename("lead_ns").reset_index()
+
+
+def call_stats(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.DataFrame:
+    """Per function (index) of the host-wait calls on the rank's main thread (tid = pid) ending in [lo, hi):
+    ``ns`` (their time), ``calls`` and ``sync`` (the nsys layer's kind is "sync")."""
+    if waits is None or waits.empty:
+        return pd.DataFrame({"ns": [], "calls": [], "sync": []}, dtype=float)
+    end = ints(waits["end_ns"])
+    m = (ints(waits["rank"]) == rank) & (ints(waits["tid"]) == ints(waits["pid"])) & (end >= lo) & (end < hi)
+    sub = waits.loc[m]
+    df = pd.DataFrame({"name": sub["name"].astype(str).to_numpy(),
+                       "ns": (ints(sub["end_ns"]) - ints(sub["start_ns"])).astype(float),
+                       "sync": (sub["kind"].astype(str) == "sync").to_numpy()})
+    return df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), sync=("sync", "any"))
+
+
+def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.DataFrame, lead: float
+                   ) -> str | None:
+    """The host-wait function that sets the straggler apart, each rank within its own step span: the one
+    whose time on its main thread exceeds its peers' median by the most, when that excess is at least
+    CALL_SHARE of the lead ('<function> X ms on the main thread (peers Y ms)'); else the synchronize function
+    it calls more often than its peers ('<function> ×N on the main thread (peers ×M), X ms': a
+    sync that returns at once still empties the GPU's queue); None without either."""
+    mine = call_stats(waits, s, int(me["start_ns"]), int(me["end_ns"]))
+    if mine.empty:
+        return None
+    theirs = [call_stats(waits, int(p), int(r["start_ns"]), int(r["end_ns"])) for p, r in peers.iterrows()]
+
+    def base(col):
+        got = pd.DataFrame([t[col] for t in theirs]) if theirs else pd.DataFrame()
+        return got.reindex(columns=mine.index).fillna(0.0).median() if len(got) else pd.Series(0.0, index=mine.index)
+
+    t_base, n_base = base("ns").reindex(mine.index).fillna(0.0), base("calls").reindex(mine.index).fillna(0.0)
+    extra = mine["ns"] - t_base
+    if extra.max() >= CALL_SHARE * lead:
+        name = str(extra.idxmax())
+        return f"{name} {_ms(mine.loc[name, 'ns'])} on the main thread (peers {_ms(t_base[name])})"
+    more = (mine["calls"] - n_base).where(mine["sync"].astype(bool), 0.0)
+    if more.max() > 0:
+        name = str(more.idxmax())
+        return (f"{name} ×{int(mine.loc[name, 'calls'])} on the main thread (peers ×{n_base[name]:g}), "
+                f"{_ms(mine.loc[name, 'ns'])}")
+    return None
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
+               ) -> pd.DataFrame:
+    """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
+    HOST_WAIT_COLUMNS or None (then no call is named)."""
+    idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
+    out = pd.DataFrame({"straggler_rank": pd.array([pd.NA] * len(idx), dtype="Int64"),
+                        "straggler_lead_ns": np.full(len(idx), np.nan),
+                        "straggler_cause": [None] * len(idx), "straggler_evidence": [None] * len(idx)}, index=idx)
+    if leads.empty:
+        return out
+    best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
+    best = best.drop_duplicates("step").set_index("step")
+    pv = paths.set_index(["step", "rank"]) if len(paths) else None
+    for step, row in best.iterrows():
+        if step not in out.index:
+            continue
+        s, lead = int(row["rank"]), float(row["lead_ns"])
+        cause, evidence = "unknown", None
+        if pv is not None and step in pv.index.get_level_values(0):
+            here = pv.loc[step]
+            if s in here.index and len(here) > 1:
+                me, peers = here.loc[s], here.drop(index=s)
+                d_host = float(me["host_ns"] - peers["host_ns"].median())
+                d_gpu = float(me["compute_ns"] - peers["compute_ns"].median())
+                material = 100.0 * lead >= MIN_LEAD_PCT * float(me["step_ns"])
+                if not material:
+                    evidence = f"lead {_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
+                elif d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
+                    cause = "host"
+                    evidence = f"GPU idle awaiting launches {_ms(me['host_ns'])} (peers {_ms(peers['host_ns'].median())})"
+                    call = _evidence_call(waits, s, me, peers, lead)
+                    if call is not None:
+                        evidence = f"{call}; {evidence}"
+                elif d_gpu >= CAUSE_SHARE * lead:
+                    cause = "gpu"
+                    evidence = f"GPU busy {_ms(me['compute_ns'])} (peers {_ms(peers['compute_ns'].median())})"
+                else:
+                    evidence = (f"lead {_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
+                                f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
+        out.loc[step] = [s, lead, cause, evidence]
+    return out

@@ -1,0 +1,266 @@
+"""The verdict: the largest part of the step that a change can remove, what to change, and how much it gains.
+
+From the critical path (``critical_path``: per step, the parts of the rank that ends it, adding up to
+``step_ns``), each step's removable time is split three ways, so the three add up to transfer + wait + host:
+
+    strag  = min(straggler_lead_ns, wait_ns + host_ns)  when one rank is the straggler in at least
+             STRAGGLER_STEPS_PCT % of the steps and this step's straggler is that rank, else 0
+    comm   = exposed_transfer_ns + wait_ns − min(strag, wait_ns)
+    host   = host_ns − (strag − min(strag, wait_ns))
+
+    bound_by     = the largest of communication (comm), host, straggler (strag) by median over steps,
+                   among those whose median is at least BOUND_SHARE_PCT % of the median step; else compute
+    step_ns      = the median critical-path step (the denominator of every share here)
+    removable_ns = that median;  share_pct = 100 · removable_ns / step_ns
+                   (compute: removable_ns 0, share_pct = 100 · median compute_ns / median step_ns)
+    spread_ns    = the interquartile range (p75 − p25) of that part over steps
+    rank         = the straggler rank (when one rank is the straggler in ≥ STRAGGLER_STEPS_PCT % of steps and
+                   its median part is at least ADVICE_MIN_PCT % of the step), else null
+
+``compute`` (the GPU running kernels) is not removable by a configuration change: it is the verdict when no
+removable part reaches the share, and then no communication fix follows it.
+
+Advice (:func:`advice`): rules grounded on measured parts, each with an upper bound on its gain (never more
+than the critical-path part it removes) and the spread of that bound over steps; only rules whose bound is at
+least ADVICE_MIN_PCT % of the step are listed, largest first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+BOUND_SHARE_PCT = 5.0
+"""A removable part bounds the step when its median is at least this share of the median step."""
+STRAGGLER_STEPS_PCT = 75.0
+"""A rank is the job's straggler when it is the step's straggler in at least this share of the steps."""
+ADVICE_MIN_PCT = 1.0
+"""Advice whose gain bound is below this share of the step is not listed."""
+PER_RANK_RATIO = 2.0
+"""``per_rank`` lists a metric when its largest per-rank median exceeds this multiple of the smallest (and,
+for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences are noise)."""
+
+CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
+            "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler", "straggler_host": "straggler",
+            "contention": "compute", "measured": "communication"}
+
+
+def _spread(v) -> float:
+    """Interquartile range over steps (p75 − p25): how much the part moves from step to step, robust to the
+    one warm-up step whose span holds the program's start."""
+    v = pd.Series(v, dtype=float).dropna()
+    return float(v.quantile(0.75) - v.quantile(0.25)) if len(v) else 0.0
+
+
+def consistent_straggler(steps_straggler: pd.Series) -> int | None:
+    """The rank that is the step's straggler in ≥ STRAGGLER_STEPS_PCT % of the steps, else None."""
+    s = steps_straggler.dropna()
+    if s.empty:
+        return None
+    counts = s.astype("int64").value_counts()
+    return int(counts.index[0]) if 100.0 * counts.iloc[0] / len(s) >= STRAGGLER_STEPS_PCT else None
+
+
+def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
+    """(per step (crit's rows): step_ns, communication, host, straggler of the module docstring; the job's
+    straggler rank or None). ``per_step``: index step, columns straggler_rank, straggler_lead_ns."""
+    s = per_step.reindex(crit["step"].to_numpy())
+    rank = consistent_straggler(s["straggler_rank"]) if len(s) else None
+    wait, host = crit["wait_ns"].to_numpy(float), crit["host_ns"].to_numpy(float)
+    lead = s["straggler_lead_ns"].to_numpy(float) if len(s) else np.zeros(len(crit))
+    mine = (s["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank) if rank is not None else \
+        np.zeros(len(crit), bool)
+    strag = np.where(mine & ~np.isnan(lead), np.minimum(np.nan_to_num(lead), wait + host), 0.0)
+    from_wait = np.minimum(strag, wait)
+    return pd.DataFrame({"step": crit["step"].to_numpy(), "step_ns": crit["step_ns"].to_numpy(float),
+                         "communication": crit["exposed_transfer_ns"].to_numpy(float) + wait - from_wait,
+                         "host": host - (strag - from_wait), "straggler": strag}), rank
+
+
+def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> dict:
+    """The ``verdict`` dict (keys in the module docstring, plus ``advice`` = ``rules``)."""
+    out = {"bound_by": "compute", "removable_ns": 0.0, "what_to_change": None, "expected_gain_ns": 0.0,
+           "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules, "step_ns": None}
+    if crit is None or crit.empty:
+        out["bound_by"] = None
+        out["what_to_change"] = "no steps: no verdict"
+        return out
+    parts, rank = split_parts(crit, per_step)
+    step = float(parts["step_ns"].median())
+    out["step_ns"] = step
+    med = {k: float(parts[k].median()) for k in ("communication", "host", "straggler")}
+    passing = {k: v for k, v in med.items() if step > 0 and 100.0 * v / step >= BOUND_SHARE_PCT}
+    # the straggler rank is named when its part is material (at least ADVICE_MIN_PCT % of the step)
+    out["rank"] = rank if step > 0 and 100.0 * med["straggler"] / step >= ADVICE_MIN_PCT else None
+    if passing:
+        k = max(passing, key=lambda name: passing[name])
+        out.update(bound_by=k, removable_ns=med[k], spread_ns=_spread(parts[k]), share_pct=100.0 * med[k] / step)
+        mine = [r for r in rules if CATEGORY.get(r["rule"]) == k]
+        if k == "straggler":
+            mine = [r for r in rules if r["rule"] in ("straggler_host", "straggler_gpu")] or [
+                r for r in rules if r["rule"] in ("host_sync", "launch_bound")]
+        if mine:
+            out["what_to_change"] = mine[0]["what_to_change"]
+            out["expected_gain_ns"] = min(float(mine[0]["gain_upper_ns"]), med[k])
+        else:
+            out["what_to_change"] = _GENERIC[k].format(rank=rank)
+            out["expected_gain_ns"] = med[k]
+    else:
+        out["removable_ns"] = 0.0
+        out["spread_ns"] = _spread(crit["compute_ns"])
+        out["share_pct"] = 100.0 * float(crit["compute_ns"].median()) / step if step > 0 else 0.0
+        out["what_to_change"] = _GENERIC["compute"]
+        out["expected_gain_ns"] = 0.0
+        out["advice"] = [r for r in rules if CATEGORY.get(r["rule"]) != "communication"]
+    return out
+
+
+_GENERIC = {
+    "communication": "hide or shrink the exposed communication: overlap it with backward (bucketed DDP), "
+                     "fewer or larger collectives, or a faster interconnect",
+    "host": "keep the GPU fed: fewer host syncs in the loop, fewer and larger kernels (torch.compile, CUDA "
+            "graphs, a larger batch)",
+    "straggler": "find why rank {rank} arrives late at the collectives and even it out",
+    "compute": "faster kernels (bf16/TF32, fused or compiled kernels) or more GPUs: the GPU is busy with "
+               "kernels, and no communication or host change would pay more",
+}
+
+
+def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float) -> dict | None:
+    g = float(gain.median()) if len(gain.dropna()) else 0.0
+    if not step_ns or 100.0 * g / step_ns < ADVICE_MIN_PCT:
+        return None
+    return {"rule": name, "what_to_change": text, "gain_upper_ns": g, "spread_ns": _spread(gain),
+            "evidence": evidence}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> dict | None:
+    """``straggler_host`` or ``straggler_gpu`` for the job's straggler rank (by its commonest cause over its
+    steps), gain = its part of the critical path (:func:`split_parts`), evidence = its median step's."""
+    parts, rank = split_parts(crit, per_step)
+    if rank is None:
+        return None
+    g = per_step.reindex(crit["step"].to_numpy())
+    mine = g[g["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank]
+    causes = mine["straggler_cause"].dropna()
+    causes = causes[causes != "unknown"]
+    if causes.empty:
+        return None
+    cause = causes.mode().iloc[0]
+    ev = mine.loc[mine["straggler_cause"] == cause].sort_values("straggler_lead_ns")["straggler_evidence"].dropna()
+    evidence = f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps" + (
+        f"; e.g. {ev.iloc[len(ev) // 2]}" if len(ev) else "")
+    if cause == "gpu":
+        text = f"even out the GPU work: rank {rank} runs more than its peers (data or model imbalance)"
+    elif ev.str.contains("on the main thread").any():
+        text = (f"rank {rank}'s host falls behind: drop its per-step host sync (log every N steps, no .item() in "
+                "the loop) so its GPU queue stays full; CUDA graphs or torch.compile shorten its launches")
+    else:
+        text = (f"rank {rank}'s host launches its work later than its peers': find what its main thread does "
+                "that theirs does not (logging, data loading, rank-0-only work); CUDA graphs or torch.compile "
+                "shorten its launches")
+    return _rule(f"straggler_{cause}", text, pd.Series(parts["straggler"].to_numpy()), evidence, step)
+
+
+def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
+           contention_ns: float, recommendation: pd.DataFrame | None) -> list[dict]:
+    """The advice rules, largest gain bound first. ``steps``: the step table (critical rank's rows are used);
+    ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
+    ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``)."""
+    if crit is None or crit.empty:
+        return []
+    step = float(crit["step_ns"].median())
+    c = crit.set_index("step")
+    row = steps.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
+        [crit["critical_rank"].to_numpy(), crit["step"].to_numpy()])) if len(steps) else None
+    comm = c["exposed_transfer_ns"] + c["wait_ns"]
+    host = c["host_ns"]
+    out: list[dict | None] = []
+    sync = sync_per_step.reindex(c.index).fillna(0.0)
+    if row is not None:
+        def col(name):
+            return pd.Series(row[name].to_numpy(float), index=c.index) if name in row else pd.Series(
+                np.zeros(len(c)), index=c.index)
+
+        tail = np.minimum(col("job_comm_tail_ns").fillna(col("comm_tail_ns")).fillna(0.0), comm)
+        out.append(_rule("comm_tail", "overlap the gradient collectives with backward and shrink what is left "
+                         "after it: bucketed all-reduce during backward, a smaller last bucket or bucket_cap_mb",
+                         tail,
+                         f"gradient collectives run {_ms(tail.median())} past the last backward kernel", step))
+        ag = np.minimum(col("exposed_allgather_ns").fillna(0.0), comm)
+        out.append(_rule("fsdp_allgather", "prefetch FSDP's parameter AllGather (forward/backward prefetch) or "
+                         "reshard_after_forward=False", ag,
+                         f"exposed AllGather before backward ends {_ms(ag.median())} per step", step))
+        ps = np.minimum(col("exposed_param_sync_ns").fillna(0.0), comm)
+        out.append(_rule("param_sync", "overlap or bucket the parameter sync after the optimizer step (ZeRO's "
+                         "broadcast of updated shards)", ps,
+                         f"exposed parameter AllGather/Broadcast after backward {_ms(ps.median())} per step", step))
+    hs = np.minimum(sync, host)
+    sync_rule = _rule("host_sync", "drop the per-step host sync: log every N steps, avoid .item() / "
+                      ".cpu() / synchronize in the loop", hs,
+                      f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
+                      f"calls; its GPU idles {_ms(host.median())} awaiting launches", step)
+    out.append(sync_rule)
+    launch = host - hs
+    out.append(_rule("launch_bound", "issue fewer, larger kernels: CUDA graphs, torch.compile, a larger batch",
+                     launch, f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
+                     "of it explained by host syncs", step))
+    if per_step is not None and len(per_step):
+        out.append(_straggler_rule(crit, per_step, step))
+    if contention_ns > 0:
+        out.append(_rule("contention", "give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or "
+                         "high-priority NCCL streams", pd.Series(np.minimum(contention_ns, c["compute_ns"])),
+                         f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL", step))
+    if recommendation is not None and len(recommendation):
+        first = recommendation.iloc[0]
+        m = first.get("measured_step_ns")
+        gain = first.get("predicted_gain_ns")
+        if gain is not None and not pd.isna(gain) and float(gain) > 0 and first.get("flags"):
+            out.append(_rule("measured" if m is not None and not pd.isna(m) else "comm_tail",
+                             f"run with {first['flags']}", pd.Series([min(float(gain), float(comm.median()))]),
+                             f"{first.get('basis')}", step))
+    rules = [r for r in out if r is not None]
+    return sorted(rules, key=lambda r: -r["gain_upper_ns"])
+
+
+PER_RANK_METRICS = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
+                    "idle_ns"]
+"""Step-table metrics :func:`per_rank` compares across ranks (besides the critical path's ``host_ns`` and
+``last_arrival_pct``)."""
+
+
+def differing_ranks(frame: pd.DataFrame, metrics: list[str], floor: float = 0.0) -> dict:
+    """{metric: {rank: median over the rank's rows}} for the ``metrics`` of ``frame`` (a ``rank`` column, any
+    rows per rank) whose largest per-rank median exceeds PER_RANK_RATIO × the smallest and by at least
+    ``floor`` (same unit): where one pooled median would hide a rank."""
+    if frame is None or frame.empty or frame["rank"].nunique() < 2:
+        return {}
+    med = frame.groupby("rank")[[m for m in metrics if m in frame]].median()
+    out = {}
+    for m in med.columns:
+        v = med[m].dropna()
+        if len(v) < 2:
+            continue
+        lo, hi = float(v.min()), float(v.max())
+        if hi - lo >= floor and hi > PER_RANK_RATIO * lo:
+            out[m] = {int(r): float(x) for r, x in v.items()}
+    return out
+
+
+def per_rank(steps: pd.DataFrame, paths: pd.DataFrame | None, ranks: pd.DataFrame) -> dict:
+    """The JSON ``per_rank``: :func:`differing_ranks` over the step table's PER_RANK_METRICS and the critical
+    path's ``host_ns`` (times: differing by at least ADVICE_MIN_PCT % of the median step) and the rank
+    table's ``last_arrival_pct`` (``ranks``: the ranks section)."""
+    if steps is None or steps.empty:
+        return {}
+    floor = ADVICE_MIN_PCT / 100.0 * float(steps["step_ns"].median())
+    out = differing_ranks(steps, PER_RANK_METRICS, floor)
+    if paths is not None and len(paths):
+        out.update(differing_ranks(paths, ["host_ns"], floor))
+    if "last_arrival_pct" in ranks:
+        out.update(differing_ranks(ranks, ["last_arrival_pct"]))
+    return out

@@ -106,9 +106,8 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     threads with their own read-only connections: SQLite scans release the GIL) and yields the results in
     order; chunks are independent rowid ranges, so the result is the same either way.
 
-    ``columnar`` (a :class:`ddp_profile.nsys.columnar.Reader` of the same file), when given, runs the same
-    SELECT through the Arrow ADBC driver (no text round trip); where it cannot (a damaged export) the rows
-    are read as above, so the checks and errors are the same.
+    ``columnar`` (a ``columnar.Reader`` of the file) runs the SELECT through Arrow ADBC instead; where it
+    cannot (a damaged export), the rows are read as above (the same checks and errors).
     """
     dtypes = [np.dtype(d) for d in (dtypes or [np.int64] * len(exprs))]
     cond = f" AND ({where})" if where else ""
@@ -130,10 +129,8 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
                                "ORDER BY rowid",
                                [dtypes[i] for i in read], cap) if columnar is not None and read else None
     if got is not None:  # filled from Arrow batches; the chunked read below is skipped
-        for i, col in zip(read, got, strict=True):
-            out[i] = col
-        firsts = range(0)
-        done = len(got[0])
+        out = [got[read.index(i)] if i in read else c for i, c in enumerate(out)]
+        firsts, done = range(0), len(got[0])
 
     def one(c, first):
         return _chunk(c, wanted, table, cond, first, first + CHUNK_ROWS)

@@ -72,7 +72,10 @@ def test_optional_sections_are_deferred_and_equal_when_read(tmp_path, monkeypatc
     real = A._rec.recommend
     monkeypatch.setattr(A._rec, "recommend", lambda *a, **k: calls.append(1) or real(*a, **k))
     lazy = analyze(trace, sections=CORE)
-    assert not calls and "recommendation" not in lazy.__dict__ and "comm_kinds" not in lazy.__dict__
+    assert "comm_kinds" not in lazy.__dict__
+    # the recommendation is deferred too, but the verdict (analysis.answers) reads it when the run has a
+    # critical path, so it may have been computed already: once at most
+    assert len(calls) <= 1 and ("recommendation" in lazy.__dict__) == (len(calls) == 1)
     assert len(eager.comm_kinds)  # the synthetic run has NCCL kernels: the deferred frame is not trivially empty
     pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
     pd.testing.assert_frame_equal(lazy.recommendation, eager.recommendation)

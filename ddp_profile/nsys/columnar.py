@@ -59,7 +59,8 @@ class Reader:
     """Read-only ADBC connections to one plain (uncompressed) export; one per thread that reads."""
 
     def __init__(self, path: Path):
-        self.uri = "file:" + urllib.parse.quote(str(Path(path).resolve())) + "?mode=ro&immutable=1"
+        # the file name's bytes, percent-quoted (any name, also one that is not UTF-8), as files.open_export does
+        self.uri = "file:" + urllib.parse.quote(os.fsencode(Path(path).resolve())) + "?mode=ro&immutable=1"
         self.local = threading.local()
         self.cons: list = []
 

@@ -84,7 +84,7 @@ def run_key(path: Path, options: str = "") -> str:
     h = hashlib.blake2b(tool_digest(), digest_size=20)
     h.update(options.encode() + b"\0")
     for f in input_files(Path(path)):
-        h.update(str(f).encode() + b"\0" + _file_digest(f))
+        h.update(os.fsencode(f) + b"\0" + _file_digest(f))
     return h.hexdigest()
 
 
@@ -173,7 +173,7 @@ def report_key(paths: list, locations: list, out_dir: Path, options: dict) -> st
     h.update(json.dumps([str(Path(out_dir).resolve()), [str(x) for x in locations], options],
                         sort_keys=True, default=str).encode())
     for f in sorted(files):
-        h.update(str(f).encode() + b"\0" + _file_digest(f))
+        h.update(os.fsencode(f) + b"\0" + _file_digest(f))
     return h.hexdigest()
 
 

@@ -166,7 +166,7 @@ def _cell_text(col: str, v) -> str:
             return f"{d:,.1f}"
         if col in MIB_COLUMNS or col.endswith("_bytes"):
             return f"{d:,.1f}" if abs(d) >= 1 else f"{d:.4g}"
-        if col == "bucket_size_mb":
+        if col == "bucket_mb":
             return f"{d:g}"
         if col.endswith("_per_step"):  # a mean count: one decimal, whole or not
             return f"{d:,.1f}"

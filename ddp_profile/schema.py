@@ -86,7 +86,7 @@ CRITICAL_PATH_COLUMNS = ["step", "step_ns", "critical_rank", "compute_ns", "expo
                          "host_ns", "idle_ns"]
 # One row per run in a comparison (strategies, bucket sweep, scaling).
 COMPARISON_COLUMNS = [
-    "run", "strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
+    "run", "strategy", "bucket_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
     "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct", "overlap_pct",
     "speedup_vs_1gpu", "efficiency_pct",
     # appended by the analysis (issue 5): Amdahl serial fraction (Karp-Flatt) and the cost model's

@@ -62,7 +62,7 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
                            columns=schema.RANK_COLUMNS),
         meta={"nsys_version": "2025.3"}, paths=[],
         run={"run_name": (HOSTILE if hostile else name), "strategy": strategy, "model": (HOSTILE if hostile else model),
-             "dtype": "fp32", "world_size": world_size, "bucket_size_mb": bucket_mb, "gpu_name": gpu,
+             "dtype": "fp32", "world_size": world_size, "bucket_mb": bucket_mb, "gpu_name": gpu,
              "steps": n_steps})
     collectives = pd.DataFrame(col_rows, columns=schema.COLLECTIVE_COLUMNS) if col_rows else \
         schema.empty_frame(schema.COLLECTIVE_COLUMNS)
@@ -87,7 +87,7 @@ def fake_compare_runs(pairs):
     rows = []
     for trace, a in pairs:
         r, s = trace.run, a.steps
-        rows.append({"run": r["run_name"], "strategy": r["strategy"], "bucket_size_mb": r["bucket_size_mb"],
+        rows.append({"run": r["run_name"], "strategy": r["strategy"], "bucket_mb": r["bucket_mb"],
                      "model": r["model"], "dtype": r["dtype"], "world_size": r["world_size"],
                      "gpu_name": r["gpu_name"], "n_steps": s["step"].nunique(), "step_ns": s["step_ns"].median(),
                      "compute_ns": s["compute_ns"].median(), "comm_ns": s["comm_ns"].median(),

@@ -85,7 +85,7 @@ def compare_runs(runs: list[tuple]) -> pd.DataFrame:
         rows.append({
             "run": _fact(run, "run_name", "name") or meta.get("name") or meta.get("path") or f"run{i}",
             "strategy": _fact(run, "strategy"),
-            "bucket_size_mb": _fact(run, "bucket_size_mb", "bucket_mb"),
+            "bucket_mb": _fact(run, "bucket_mb"),
             "model": _fact(run, "model"), "dtype": _fact(run, "dtype"),
             "world_size": _fact(run, "world_size") or n_ranks,
             "gpu_name": _fact(run, "gpu_name") or _gpu_name(trace),

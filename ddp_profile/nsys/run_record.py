@@ -64,7 +64,7 @@ FIELDS = {
     "timing_source": (_str, "a string"),
     "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"), "bucket_count": (_int, "an integer"),
     "measured_steps": (_int, "an integer"), "warmup_steps": (_int, "an integer"),
-    "bucket_size_mb": (_num, "a number"), "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
+    "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
     "step_ms_median": (_num, "a number"),
     "config": (_dict, "an object"), "layout": (_dict, "an object"),
     "bucket_bytes": (_nums, "a list of numbers"), "final_loss_per_rank": (_nums, "a list of numbers"),

@@ -6,8 +6,8 @@ Every figure's title ends with a *source* line (GPU, model, dtype, steps) built 
 so a screenshot of one figure still says what it was measured on.
 """
 
-from ddp_profile.plots._common import describe_source
 from ddp_profile.plots.compare import overlap_picture, strategy_bars
+from ddp_profile.plots.figure_parts import describe_source
 from ddp_profile.plots.steps import exposed_comm_figure, step_breakdown
 from ddp_profile.plots.sweep import alpha_beta_figure, bucket_sweep_figure
 from ddp_profile.plots.timeline import timeline_figure, timeline_steps

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
+from ddp_profile.plots.figure_parts import KIND_COLORS, KIND_LABELS, merge_small_bars, titled
 
 # panel title -> (COMPARISON_COLUMNS column, scale to display unit)
 PANELS = {
@@ -24,7 +24,7 @@ PANELS = {
 def run_label(row) -> str:
     """'bucketed 25 MiB ×2' — short, unique enough within one comparison."""
     label = str(row.get("strategy") or row.get("run"))
-    mb = row.get("bucket_size_mb")
+    mb = row.get("bucket_mb")
     if mb is not None and not pd.isna(mb) and str(row.get("strategy")) in ("bucketed", "torch_ddp"):
         label += f" {float(mb):g} MiB"
     variant = row.get("variant")

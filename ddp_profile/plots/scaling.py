@@ -8,8 +8,8 @@ import html
 import pandas as pd
 
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import titled
 from ddp_profile.plots.compare import run_label
+from ddp_profile.plots.figure_parts import titled
 
 COLORS = palette.SERIES
 

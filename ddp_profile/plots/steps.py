@@ -7,7 +7,7 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import SEGMENT_COLORS, titled
+from ddp_profile.plots.figure_parts import SEGMENT_COLORS, titled
 
 # segment -> how it is computed from STEP_METRIC_COLUMNS (ns). compute only + overlapped comm = compute;
 # overlapped + exposed = comm; idle = time with no kernel at all. Copies hidden under either are not shown.

@@ -8,24 +8,24 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import titled
+from ddp_profile.plots.figure_parts import titled
 
 
 def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = None,
                         optimum_mb: float | None = None, *, source: str = ""):
-    """Two panels vs bucket size (COMPARISON_COLUMNS rows with bucket_size_mb, MiB): left, time per step;
+    """Two panels vs bucket size (COMPARISON_COLUMNS rows with bucket_mb, MiB): left, time per step;
     right, the measured comm tail and exposed comm with the fitted overhead model (``model`` columns:
-    bucket_size_mb, predicted_ns) and its optimum b* as a vertical marker. torch_ddp rows are single
+    bucket_mb, predicted_ns) and its optimum b* as a vertical marker. torch_ddp rows are single
     markers. Log x axis: sweeps span decades. Separate panels because the step (hundreds of ms) would
     flatten the tail (often < 1 ms) on a shared axis."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    c = comparison.dropna(subset=["bucket_size_mb"]).sort_values("bucket_size_mb")
+    c = comparison.dropna(subset=["bucket_mb"]).sort_values("bucket_mb")
     strategy = c["strategy"].astype("object") if "strategy" in c else pd.Series("bucketed", index=c.index)
     others = c[strategy == "torch_ddp"]
     c = c[strategy != "torch_ddp"]
-    x = c["bucket_size_mb"].astype(float).tolist()
+    x = c["bucket_mb"].astype(float).tolist()
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=[
         "time per step (ms)", "comm tail, exposed comm and model overhead (ms)"])
     series = [("step_ns", "bucketed: time per step", 1, palette.COMPUTE),
@@ -39,14 +39,14 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
     for col, name, panel, symbol in (("step_ns", "time per step", 1, "diamond"),
                                      ("comm_tail_ns", "comm tail", 2, "x")):
         if len(others):
-            fig.add_trace(go.Scatter(x=others["bucket_size_mb"].astype(float).tolist(),
+            fig.add_trace(go.Scatter(x=others["bucket_mb"].astype(float).tolist(),
                                      y=(others[col] / 1e6).round(3).tolist(), mode="markers",
                                      name=f"torch_ddp: {name}", marker={"symbol": symbol, "size": 11,
                                                                         "color": palette.COPY}),
                           row=1, col=panel)
     if model is not None and len(model):
-        m = model.sort_values("bucket_size_mb")
-        fig.add_trace(go.Scatter(x=m["bucket_size_mb"].tolist(), y=(m["predicted_ns"] / 1e6).round(4).tolist(),
+        m = model.sort_values("bucket_mb")
+        fig.add_trace(go.Scatter(x=m["bucket_mb"].tolist(), y=(m["predicted_ns"] / 1e6).round(4).tolist(),
                                  mode="lines", name="model n_b·o + s/(n_b·w)",
                                  line={"dash": "dash", "color": palette.SKY}), row=1, col=2)
     if optimum_mb is not None and np.isfinite(optimum_mb) and optimum_mb > 0:
@@ -61,7 +61,7 @@ def bucket_sweep_figure(comparison: pd.DataFrame, model: pd.DataFrame | None = N
                                  hovertemplate=label + "<extra>model optimum</extra>"), row=1, col=2)
     # Ticks only at the measured caps (x) and at whole decades (y, log), labelled in full ('0.3 ms', not a
     # bare minor '3' that reads as the next decade's label).
-    caps = sorted({float(v) for v in comparison["bucket_size_mb"].dropna()})
+    caps = sorted({float(v) for v in comparison["bucket_mb"].dropna()})
     fig.update_xaxes(title_text="bucket cap (MiB, log scale)", type="log", tickvals=caps,
                      ticktext=[f"{v:g}" for v in caps])
     fig.update_yaxes(title_text="time (ms; axis zoomed, not from 0)", row=1, col=1)

@@ -5,7 +5,7 @@ Why not one SVG bar per kernel: a 1 M-kernel run cannot be drawn as 1 M bars. In
 :func:`timeline_steps` keeps, per step, every kernel as compact sorted arrays per (row, kind) ("tracks":
 start deltas and durations in ns, name index; bucket, bytes, wait and transfer for NCCL), and the bars are
 aggregated *for the visible window at pixel resolution*: sub-pixel kernels of one kind on one row merge
-(:func:`~ddp_profile.plots._common.merge_small_bars`), kinds never merge, and every kind has its own lane
+(:func:`~ddp_profile.plots.figure_parts.merge_small_bars`), kinds never merge, and every kind has its own lane
 in the row, so a merged compute bar can never hide a memset or an NCCL kernel. :func:`figure_for_step`
 does this in Python for the whole step (a plotly figure, for notebooks); the run page embeds the same data
 packed as typed-array columns (:func:`encode_for_page`) and its canvas chart,
@@ -24,7 +24,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.fmt import fmt_bytes, fmt_duration
 from ddp_profile.plots import palette
-from ddp_profile.plots._common import KIND_LABELS, merge_small_bars, titled
+from ddp_profile.plots.figure_parts import KIND_LABELS, merge_small_bars, titled
 from ddp_profile.plots.palette import HOST_COLORS, KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]

@@ -64,8 +64,8 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     comp["run"] = [r.name for r in runs]  # the run id, unique in the report
     comp["variant"] = [r.meta.get("variant") or "" for r in runs]  # levers / sharding beyond strategy and cap
     # bucket size only where the strategy has buckets (the harness records its default for all)
-    comp["bucket_size_mb"] = [r.meta.get("bucket_size_mb") if r.meta else b
-                              for r, b in zip(runs, comp["bucket_size_mb"], strict=False)]
+    comp["bucket_mb"] = [r.meta.get("bucket_mb") if r.meta else b
+                              for r, b in zip(runs, comp["bucket_mb"], strict=False)]
     steps = [r.analysis.steps for r in runs]
     comp["step_min_ns"] = [float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps]
     comp["step_max_ns"] = [float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps]
@@ -166,7 +166,7 @@ def overlap_runs(runs: list[Run], comp: pd.DataFrame | None = None) -> list[Run]
     if not rank:
         return multi[:2]
     stock = sorted((r for r in multi if r.meta.get("strategy") == "torch_ddp" and not r.meta.get("variant")),
-                   key=lambda r: (abs(float(r.meta.get("bucket_size_mb") or 25.0) - 25.0), r.page))
+                   key=lambda r: (abs(float(r.meta.get("bucket_mb") or 25.0) - 25.0), r.page))
     ref = stock[0] if stock else rank[-1]
     other = next((r for r in rank if r is not ref), None)
     return [ref] + ([other] if other is not None else [])

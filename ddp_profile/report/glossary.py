@@ -97,7 +97,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "serial_fraction": ("serial fraction", "Amdahl serial fraction (Karp–Flatt): (1/S − 1/n) / (1 − 1/n)."),
     "samples_per_s": ("samples / s", "world_size · per-GPU batch / step time (the time the run set is ranked "
                       "by: un-profiled when the whole set has it, see ranked by)."),
-    "bucket_size_mb": ("bucket cap (MiB)", "Gradient bucket cap (binary MiB) of bucketed and torch_ddp runs."),
+    "bucket_mb": ("bucket cap (MiB)", "Gradient bucket cap (binary MiB) of bucketed and torch_ddp runs."),
     "world_size": ("GPUs", "Number of ranks."),
     "n_steps": ("steps", "Profiled steps."),
     "baseline": ("1-GPU baseline", "The run efficiency and speedup are measured against."),

@@ -21,13 +21,13 @@ from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, r
 from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import ranked, strategy_verdict
 
-INDEX_COLUMNS = ["strategy", "bucket_size_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
+INDEX_COLUMNS = ["strategy", "bucket_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
                  "unprofiled_step_ns", "profiler_overhead_pct", "exposed_comm_ns", "comm_tail_ns", "overlap_pct",
                  "efficiency_pct", "baseline"]
 TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name",
               # the ranked time repeats step_ns or unprofiled_step_ns; its basis is stated above the table
               "rank_step_ns", "rank_min_ns", "rank_max_ns", "rank_basis"]
-TABLE_FIRST = ["run", "strategy", "bucket_size_mb", "variant", "world_size", "unprofiled_step_ns", "unprofiled_repeats",
+TABLE_FIRST = ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofiled_step_ns", "unprofiled_repeats",
                "step_ns", "profiler_overhead_pct", "peak_allocated_bytes", "peak_reserved_bytes",
                "optimizer_state_bytes"]
 """Numbers tables start with what the verdict compares: both step times, the profiler's cost, memory."""
@@ -151,8 +151,8 @@ def scaling_frame(runs: list[Run]) -> pd.DataFrame:
     plus samples_per_s = world_size · batch / step time (the time the set is ranked by, rank_step_ns; batch:
     the run JSON's per-GPU batch; NaN when unknown)."""
     parts = []
-    for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_size_mb")) for r in runs):
-        mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_size_mb")) == key),
+    for key in dict.fromkeys((r.meta.get("strategy"), r.meta.get("bucket_mb")) for r in runs):
+        mine = sorted((r for r in runs if (r.meta.get("strategy"), r.meta.get("bucket_mb")) == key),
                       key=strategy_key)
         comp = comparison(mine)
         batch = [((r.meta.get("config") or {}).get("batch") or r.meta.get("batch")) for r in mine]
@@ -177,8 +177,8 @@ def scaling_verdict(comp: pd.DataFrame) -> str:
     rest = "; ".join(f"{esc(run_label(r))} {fmt_pct(r['efficiency_pct'])}" for r in top.iloc[1:].to_dict("records"))
     # 'its own 1-GPU run' only when the baseline has the run's strategy and cap (baseline_for's first rule)
     base = comp[comp["run"] == best["baseline"]]
-    own = len(base) and (base.iloc[0]["strategy"], str(base.iloc[0].get("bucket_size_mb"))) == \
-        (best["strategy"], str(best.get("bucket_size_mb")))
+    own = len(base) and (base.iloc[0]["strategy"], str(base.iloc[0].get("bucket_mb"))) == \
+        (best["strategy"], str(best.get("bucket_mb")))
     whose = "its own 1-GPU run" if own else "its 1-GPU baseline, the run without communication"
     if not own and len(base) and base.iloc[0]["strategy"] != "none":
         whose = "its 1-GPU baseline"
@@ -195,7 +195,7 @@ def baseline_text(runs: list[Run]) -> str:
 
     multi = [r for r in runs if str(r.meta.get("world_size")) != "1"]
     own = [r for r in multi if r.baseline is not None and (r.baseline.meta.get("strategy"),
-           r.baseline.meta.get("bucket_size_mb")) == (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))]
+           r.baseline.meta.get("bucket_mb")) == (r.meta.get("strategy"), r.meta.get("bucket_mb"))]
     other = [r for r in multi if r.baseline is not None and all(r is not o for o in own)]
     none = [r for r in multi if r.baseline is None]
     rule = ("Efficiency = step time(1 GPU) / step time(n GPUs) against each run's 1-GPU baseline (column "

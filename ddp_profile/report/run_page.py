@@ -197,7 +197,7 @@ def measured_advice(run: Run, context: dict | None) -> str:
             " is that cap." if bstar is not None and abs(bstar - cap) / cap < 0.5 else " was not measured.") \
             if bstar is not None else ""
         link = f"<a href='{esc(g.page)}'>bucket sweep</a>"
-        mine_cap = run.meta.get("bucket_size_mb")
+        mine_cap = run.meta.get("bucket_mb")
         if run.meta.get("strategy") == "bucketed" and mine_cap is not None and float(mine_cap) == cap:
             return (f"<b>Keep the bucket cap at {cap:g} MiB</b>: it is the fastest cap of the measured {link}."
                     + model)

@@ -168,7 +168,7 @@ def discover(paths: list) -> list[Path]:
 
 
 def normalise_meta(meta: dict) -> dict:
-    """run JSON -> the flat keys pages use: run_name, strategy, model, dtype, world_size, bucket_size_mb,
+    """run JSON -> the flat keys pages use: run_name, strategy, model, dtype, world_size, bucket_mb,
     gpu_name (top-level keys win; ``config`` fills gaps; the campaign writes ``run`` and ``config.bucket_mb``)."""
     m = dict(meta or {})
     cfg = m.get("config")
@@ -176,7 +176,7 @@ def normalise_meta(meta: dict) -> dict:
         cfg = {}
     for key, alts in (("run_name", ("run_name", "run", "name")), ("strategy", ("strategy",)),
                       ("model", ("model",)), ("dtype", ("dtype",)), ("world_size", ("world_size",)),
-                      ("bucket_size_mb", ("bucket_size_mb", "bucket_mb")), ("gpu_name", ("gpu_name",))):
+                      ("bucket_mb", ("bucket_mb",)), ("gpu_name", ("gpu_name",))):
         if m.get(key) is None:
             for src in (m, cfg):
                 v = next((src.get(a) for a in alts if src.get(a) is not None), None)
@@ -184,7 +184,7 @@ def normalise_meta(meta: dict) -> dict:
                     m[key] = v
                     break
     if m.get("strategy") not in ("bucketed", "torch_ddp"):
-        m["bucket_size_mb"] = None  # strategies without buckets: a config default, not a setting
+        m["bucket_mb"] = None  # strategies without buckets: a config default, not a setting
     m["variant"] = run_variant(str(m.get("run_name") or ""), str(m.get("strategy") or ""))
     return m
 
@@ -247,7 +247,7 @@ def _ws(run: Run) -> int:
 
 def strategy_key(run: Run) -> tuple:
     s = str(run.meta.get("strategy"))
-    mb = run.meta.get("bucket_size_mb")
+    mb = run.meta.get("bucket_mb")
     return (STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else len(STRATEGY_ORDER), s,
             float(mb) if mb is not None else 0.0, _ws(run))
 
@@ -263,8 +263,8 @@ def baseline_for(run: Run, pool: list[Run]) -> Run | None:
 
     ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
                   key=strategy_key)
-    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_size_mb"))
-            == (run.meta.get("strategy"), run.meta.get("bucket_size_mb"))]
+    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_mb"))
+            == (run.meta.get("strategy"), run.meta.get("bucket_mb"))]
     found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
     return found[0] if found else None
 
@@ -297,18 +297,18 @@ def group_runs(runs: list[Run]) -> list[Group]:
         for ws in sorted({_ws(r) for r in same} - {1}):
             at = [r for r in same if _ws(r) == ws]
             # lever variants of one strategy (torch_ddp stock vs -ch9-hiprio) are configurations too
-            if len({(r.meta["strategy"], r.meta.get("bucket_size_mb"), r.meta.get("variant") or "")
+            if len({(r.meta["strategy"], r.meta.get("bucket_mb"), r.meta.get("variant") or "")
                     for r in at}) >= 2:
                 groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
                                     group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
-            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_size_mb") is not None
+            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_mb") is not None
                      and not r.meta.get("variant")]
-            if len({float(r.meta["bucket_size_mb"]) for r in sweep}) >= 2:
+            if len({float(r.meta["bucket_mb"]) for r in sweep}) >= 2:
                 ddp = [r for r in at if r.meta["strategy"] == "torch_ddp" and not r.meta.get("variant")]
                 groups.append(Group("sweep", f"{hw} · {ws} GPUs", sweep + ddp,
                                     group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
         scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]
-                                           and o.meta.get("bucket_size_mb") == r.meta.get("bucket_size_mb")}) >= 2]
+                                           and o.meta.get("bucket_mb") == r.meta.get("bucket_mb")}) >= 2]
         if scaling:  # with the 1-GPU run each point's efficiency is against (baseline_for), shown as a point
             for r in list(scaling):
                 b = baseline_for(r, same)

@@ -60,7 +60,7 @@ def measured_bucket_count(run: Run) -> float:
 
 
 def sweep_model(group: Group, fit: pd.DataFrame) -> tuple[pd.DataFrame | None, float | None]:
-    """(model frame, b* in MiB): one row per measured bucketed cap with bucket_size_mb, bucket_count (measured),
+    """(model frame, b* in MiB): one row per measured bucketed cap with bucket_mb, bucket_count (measured),
     ideal_count (⌈s/cap⌉, for comparison only), predicted_ns (the queue model's tail), overhead_ns (the
     equal-bucket formula), comm_tail_ns (measured); (None, None) without a fit."""
     from ddp_profile.analysis.costmodel import fit_params, predicted_tail_ns, sweep_prediction
@@ -70,17 +70,17 @@ def sweep_model(group: Group, fit: pd.DataFrame) -> tuple[pd.DataFrame | None, f
         return None, None
     s = float(fit["grad_bytes_per_step"].iloc[0])
     bucketed = sorted((r for r in group.runs if r.meta.get("strategy") == "bucketed"
-                       and r.meta.get("bucket_size_mb") is not None),
-                      key=lambda r: float(r.meta["bucket_size_mb"]))
+                       and r.meta.get("bucket_mb") is not None),
+                      key=lambda r: float(r.meta["bucket_mb"]))
     if not bucketed or not np.isfinite(s):
         return None, None
-    caps = [float(r.meta["bucket_size_mb"]) for r in bucketed]
+    caps = [float(r.meta["bucket_mb"]) for r in bucketed]
     counts = [measured_bucket_count(r) for r in bucketed]
     tails = [float(np.nanmedian(r.analysis.steps["comm_tail_ns"])) if len(r.analysis.steps) else float("nan")
              for r in bucketed]
     queue = [predicted_tail_ns(r.analysis.collectives, getattr(r.trace, "kernels", None), r.analysis.steps, fit)
              for r in bucketed]
-    curve = pd.DataFrame({"bucket_size_mb": caps, "bucket_count": counts,
+    curve = pd.DataFrame({"bucket_mb": caps, "bucket_count": counts,
                           "ideal_count": [int(np.ceil(s / (c * 2**20))) for c in caps],
                           "predicted_ns": queue, "overhead_ns": sweep_prediction(fit, s, counts),
                           "comm_tail_ns": tails})
@@ -102,8 +102,8 @@ def _accuracy(curve: pd.DataFrame) -> str:
     ok = ok[ok["comm_tail_ns"] > 0]
     if not len(ok):
         return "No measured tail and predicted tail to compare."
-    best_model = float(ok.loc[ok["predicted_ns"].idxmin(), "bucket_size_mb"])
-    best_meas = float(ok.loc[ok["comm_tail_ns"].idxmin(), "bucket_size_mb"])
+    best_model = float(ok.loc[ok["predicted_ns"].idxmin(), "bucket_mb"])
+    best_meas = float(ok.loc[ok["comm_tail_ns"].idxmin(), "bucket_mb"])
     return (_ratio_words(curve["predicted_ns"], curve["comm_tail_ns"], "Queue model") + " "
             + _ratio_words(curve["overhead_ns"], curve["comm_tail_ns"], "Equal-bucket formula") + " "
             f"The queue model's shortest tail is at {best_model:g} MiB, the shortest measured tail at "
@@ -130,7 +130,7 @@ def model_text(curve, opt, fit, members) -> str:
     if curve is None:
         return ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct sizes), "
                 "so no model curve.</p>")
-    rows = "".join(f"<tr><td>{c.bucket_size_mb:g}</td><td>{c.bucket_count:.0f}</td><td>{c.ideal_count}</td>"
+    rows = "".join(f"<tr><td>{c.bucket_mb:g}</td><td>{c.bucket_count:.0f}</td><td>{c.ideal_count}</td>"
                    f"<td>{fmt_ms(c.predicted_ns, unit=False)}</td><td>{fmt_ms(c.overhead_ns, unit=False)}</td>"
                    f"<td>{fmt_ms(c.comm_tail_ns, unit=False)}</td></tr>"
                    for c in curve.itertuples())
@@ -160,10 +160,10 @@ def sweep_facts(group: Group, runs: list[Run] | None = None) -> dict:
     comp = comparison(group.runs)
     pooled, fit, members = pooled_fit(group, runs)
     curve, opt = sweep_model(group, fit)
-    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_size_mb", "step_ns"])
+    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_mb", "step_ns"])
     best = b.loc[b["step_ns"].idxmin()] if len(b) else None
     return {"comp": comp, "pooled": pooled, "fit": fit, "members": members, "curve": curve,
-            "b_star_mib": opt, "best_cap": float(best["bucket_size_mb"]) if best is not None else None,
+            "b_star_mib": opt, "best_cap": float(best["bucket_mb"]) if best is not None else None,
             "best_step_ns": float(best["step_ns"]) if best is not None else None}
 
 
@@ -182,13 +182,13 @@ def render_sweep_page(group: Group, runs: list[Run] | None = None, facts: dict |
     ddp = [r for r in group.runs if r.meta.get("strategy") == "torch_ddp"]
     shown = fit.drop(columns=["grad_bytes_per_step", "b_star_bytes"]).assign(
         s_mib=fit["grad_bytes_per_step"] / 2**20, b_star_mib=fit["b_star_bytes"] / 2**20) if len(fit) else fit
-    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_size_mb"]).sort_values("bucket_size_mb")
+    b = comp[comp["strategy"] == "bucketed"].dropna(subset=["bucket_mb"]).sort_values("bucket_mb")
     d = comp[comp["strategy"] == "torch_ddp"]
-    verdict = sweep_verdict(b["bucket_size_mb"].astype(float).tolist(), b["step_ns"].tolist(),
+    verdict = sweep_verdict(b["bucket_mb"].astype(float).tolist(), b["step_ns"].tolist(),
                             b["comm_tail_ns"].tolist(), opt, ddp=d.iloc[0].to_dict() if len(d) else None,
-                            spread={float(r.bucket_size_mb): (r.step_min_ns, r.step_max_ns) for r in b.itertuples()})
+                            spread={float(r.bucket_mb): (r.step_min_ns, r.step_max_ns) for r in b.itertuples()})
     alt = "Bucket sweep: time per step by cap: " + "; ".join(
-        f"{c:g} MiB {fmt_ms(t)}" for c, t in zip(b["bucket_size_mb"], b["step_ns"], strict=False))
+        f"{c:g} MiB {fmt_ms(t)}" for c, t in zip(b["bucket_mb"], b["step_ns"], strict=False))
     body = "\n".join([
         figure_div(fig, "sweep", alt=alt), model_text(curve, opt, fit, members),
         "<p class='note'>torch_ddp (PyTorch DDP at its bucket cap) is shown as single points: its "

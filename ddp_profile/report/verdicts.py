@@ -402,5 +402,5 @@ def sweep_verdict(curve_caps: list[float], step_ns: list[float], tails_ns: list[
                    f"{b_star_mib:,.0f} MiB before preferring it.")
         out.append(why)
     if ddp and not missing(ddp.get("step_ns")):
-        out.append(f"PyTorch DDP at {fmt_cap(ddp.get('bucket_size_mb'))} measured {fmt_ms(ddp['step_ns'])}.")
+        out.append(f"PyTorch DDP at {fmt_cap(ddp.get('bucket_mb'))} measured {fmt_ms(ddp['step_ns'])}.")
     return "<p>" + " ".join(out) + "</p>"

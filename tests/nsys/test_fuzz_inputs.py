@@ -76,7 +76,7 @@ json_value = st.recursive(
               st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30)),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
     max_leaves=12)
-KEYS = ["run", "run_name", "strategy", "model", "dtype", "world_size", "bucket_size_mb", "gpu_name", "config",
+KEYS = ["run", "run_name", "strategy", "model", "dtype", "world_size", "bucket_mb", "gpu_name", "config",
         "step_ms_per_rank", "host_step_ms_per_rank", "bucket_bytes", "measured_steps"]
 run_json = st.one_of(
     json_value,

@@ -261,7 +261,7 @@ def _bad_types(meta):
     meta["world_size"] = "2"
     meta["config"] = ["not", "an", "object"]
     meta["step_ms_per_rank"] = {"a": 1}
-    meta["bucket_size_mb"] = [1]
+    meta["bucket_mb"] = [1]
 
 
 def test_run_json_fields_of_the_wrong_type_are_warned_and_ignored(tmp_path):

@@ -20,7 +20,7 @@ from ddp_profile.plots import (
     timeline_figure,
     timeline_steps,
 )
-from ddp_profile.plots._common import merge_small_bars
+from ddp_profile.plots.figure_parts import merge_small_bars
 from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")
@@ -147,7 +147,7 @@ def test_step_breakdown_segments_add_up():
 
 def _comparison(n):
     return pd.DataFrame({"run": [f"r{i}" for i in range(n)], "strategy": ["naive", "overlap", "bucketed"][:n],
-                         "bucket_size_mb": [25.0] * n, "world_size": [2] * n, "step_ns": [3e6, 2e6, 1.5e6][:n],
+                         "bucket_mb": [25.0] * n, "world_size": [2] * n, "step_ns": [3e6, 2e6, 1.5e6][:n],
                          "exposed_comm_ns": [1e6, 4e5, 2e5][:n], "comm_tail_ns": [1e6, 5e5, 3e5][:n],
                          "efficiency_pct": [40.0, np.nan, 80.0][:n]})
 
@@ -172,8 +172,8 @@ def test_overlap_picture_rows_per_run():
 
 
 def test_bucket_sweep_marks_model_and_optimum():
-    comp = _comparison(3).assign(bucket_size_mb=[1.0, 25.0, 100.0])
-    model = pd.DataFrame({"bucket_size_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})
+    comp = _comparison(3).assign(bucket_mb=[1.0, 25.0, 100.0])
+    model = pd.DataFrame({"bucket_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})
     fig = bucket_sweep_figure(comp, model, 12.5, source=SRC)
     assert [tr.name for tr in fig.data] == ["bucketed: time per step", "bucketed: comm tail",
                                            "bucketed: exposed comm", "model n_b·o + s/(n_b·w)", "b* = 12.5 MiB"]

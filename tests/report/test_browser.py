@@ -155,10 +155,10 @@ def test_sweep_optimum_marker_sits_at_b_star_without_stretching_the_axis(browser
     from ddp_profile.plots.sweep import bucket_sweep_figure
 
     caps = [1.0, 10.0, 25.0, 100.0, 1000.0]
-    comp = pd.DataFrame({"bucket_size_mb": caps, "strategy": "bucketed", "step_ns": [3.9e8] * 5,
+    comp = pd.DataFrame({"bucket_mb": caps, "strategy": "bucketed", "step_ns": [3.9e8] * 5,
                          "comm_tail_ns": [3.3e5, 3.3e5, 4.1e5, 8.1e5, 2.7e6],
                          "exposed_comm_ns": [6.0e6, 5.7e6, 3.7e6, 2.0e6, 1.9e6]})
-    model = pd.DataFrame({"bucket_size_mb": caps, "predicted_ns": [9.6e6, 6.9e6, 5.6e6, 2.3e6, 3.7e6]})
+    model = pd.DataFrame({"bucket_mb": caps, "predicted_ns": [9.6e6, 6.9e6, 5.6e6, 2.3e6, 3.7e6]})
     path = tmp_path / "sweep.html"
     bucket_sweep_figure(comp, model, 243.3).write_html(path, include_plotlyjs=True)
     page, problems = _open(browser, path)

@@ -124,7 +124,7 @@ def test_findings_and_sweep_page_state_one_fit(small):
     text = " ".join(qa.q4_buckets(small, page_for, "m", fit).paragraphs())
     assert f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s" in text
     assert f"b* = √(s·w·o) = {mb(float(fit['b_star_bytes'].iloc[0]))}" in text
-    runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_size_mb=r.bucket_mb)) for r in small.values()]
+    runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_mb=r.bucket_mb)) for r in small.values()]
     _, fit2, members = pooled_fit(Group("sweep", "t", [x for x in runs if x.meta.get("strategy") == "bucketed"]),
                                   runs)
     assert fit2.equals(fit) and len(members) == int(fit["n_runs"].iloc[0]) >= 2

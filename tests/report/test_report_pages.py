@@ -76,7 +76,7 @@ def test_runs_of_one_configuration_only_make_no_strategy_comparison(monkeypatch)
 
 def _row(strategy, t_ms, variant="", mb=25.0):
     return {"run": f"{strategy}{variant}", "strategy": strategy, "variant": variant, "world_size": 4,
-            "bucket_size_mb": mb if strategy in ("bucketed", "torch_ddp") else None, "n_steps": 4,
+            "bucket_mb": mb if strategy in ("bucketed", "torch_ddp") else None, "n_steps": 4,
             "step_ns": t_ms * 1e6, "step_min_ns": t_ms * 1e6, "step_max_ns": t_ms * 1e6, "page": f"{strategy}.html"}
 
 

@@ -77,7 +77,7 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     # both times and the overhead are columns of the numbers table
     t = numbers_table(comp, "Numbers")
     heads = re.findall(r"data-k='([^']+)'", t)
-    assert heads[:9] == ["run", "strategy", "bucket_size_mb", "variant", "world_size", "unprofiled_step_ns",
+    assert heads[:9] == ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofiled_step_ns",
                          "unprofiled_repeats", "step_ns", "profiler_overhead_pct"]
 
 

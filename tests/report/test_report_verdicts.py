@@ -22,7 +22,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _comp(times, spreads=0.0, strategies=("naive", "overlap", "torch_ddp")):
     rows = []
     for s, t in zip(strategies, times, strict=True):
-        rows.append({"run": s, "strategy": s, "bucket_size_mb": 25.0 if s == "torch_ddp" else None,
+        rows.append({"run": s, "strategy": s, "bucket_mb": 25.0 if s == "torch_ddp" else None,
                      "world_size": 2, "n_steps": 4, "step_ns": t * 1e6, "step_min_ns": (t - spreads) * 1e6,
                      "step_max_ns": (t + spreads) * 1e6, "page": f"run-{s}.html"})
     return pd.DataFrame(rows)
@@ -103,7 +103,7 @@ def test_one_formatter_ms_three_decimals_mib_binary():
     assert fmt_ms(384_306_123) == "384.306 ms" and fmt_ms(float("nan")) == "–"
     assert fmt_mib(64_000_000) == "61.0 MiB" and fmt_mib(2**31) == "2.00 GiB"
     assert cell_text("step_ns", 612_190_124) == "612.190"
-    assert cell_text("bytes", 64_000_000) == "61.0" and cell_text("bucket_size_mb", 25.0) == "25"
+    assert cell_text("bytes", 64_000_000) == "61.0" and cell_text("bucket_mb", 25.0) == "25"
     assert cell_text("exposed_comm_pct", 0.9551) == "1.0" and cell_text("launches", 6824) == "6,824"
 
 

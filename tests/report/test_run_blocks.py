@@ -155,7 +155,7 @@ def test_own_job_report_says_nothing_empty(tmp_path):
     index = (tmp_path / "out" / "index.html").read_text()
     assert "comparison(s)" not in index and "No comparison here" not in index and "Each comparison" not in index
     assert "Efficiency is against" not in index
-    assert "data-k='bucket_size_mb'" not in index and "data-k='efficiency_pct'" not in index  # nobody fills them
+    assert "data-k='bucket_mb'" not in index and "data-k='efficiency_pct'" not in index  # nobody fills them
     page = next((tmp_path / "out").glob("run-*.html")).read_text()
     assert "No comparison holds this run" not in page and "none in this trace" not in page
     assert "Communication by collective kind" in page and "Memory per GPU" in page

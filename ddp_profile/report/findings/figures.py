@@ -20,7 +20,7 @@ def scaling_figure(df: pd.DataFrame, source: str):
     """Throughput ÷ 1-GPU throughput per (model, strategy) vs GPUs, plus y = n."""
     import plotly.graph_objects as go
 
-    from ddp_profile.plots._common import titled
+    from ddp_profile.plots.figure_parts import titled
 
     fig = go.Figure()
     for (m, st), g in df.groupby(["model", "strategy"]):

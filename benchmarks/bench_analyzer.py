@@ -232,7 +232,6 @@ def measure_render(path: str, browser: bool) -> dict:
     from ddp_profile import report
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-
     from ddp_profile.report.runs import host_diagnosis
 
     trace = load_trace(path)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
+from ddp_profile.errors import OutputError, TraceError, UsageError, one_line, quiet_worker_signals
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
 from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
@@ -159,7 +159,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
     else:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
-        pool = ProcessPoolExecutor(max_workers=jobs)
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker_signals)
         try:
             futures = {i: pool.submit(_load_stored, paths[i], steps, entries[i]) for i in todo}
             for i, p in enumerate(paths, 1):
@@ -317,7 +317,8 @@ def _run_pages(runs: list[Run], context: dict, folder: Path, jobs: int):
             return
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=mp.get_context("fork")) as pool:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=mp.get_context("fork"),
+                                 initializer=quiet_worker_signals) as pool:
             yield from pool.map(_page_of, range(len(runs)))
     finally:
         _PAGES = None

@@ -104,20 +104,110 @@ def measure_floor_concat(path: str) -> dict:
     return {"seconds": seconds, "rows": len(cols[0]), "rss_before_kb": before, "peak_kb": _peak_kb()}
 
 
-def measure_analyze(path: str, jobs: int = 1) -> dict:
-    """load_trace + full analyze (steps, phases, overlap per kernel and rank, collectives, cost model)."""
-    from ddp_profile.analysis import analyze
-    from ddp_profile.nsys.loader import load_trace
+def _launch_query(path: str) -> tuple[str, str]:
+    """The two SELECTs of the rows ``analyze`` needs, as the loader words them (``sql``): the kernel columns,
+    and the launching CUDA API calls (selected by name id, with a correlation id)."""
+    from ddp_profile.nsys import sql
+    from ddp_profile.nsys.files import open_export
 
+    con = open_export(Path(path))
+    ids = sql.launch_name_ids(con, sql.tables(con))
+    con.close()
+    names = f"nameId IN ({', '.join(map(str, ids))}) AND " if ids is not None else ""
+    return (f"SELECT {', '.join(KERNEL_COLS)} FROM {sql.KERNEL}",
+            f"SELECT globalTid, correlationId, start FROM {sql.RUNTIME} WHERE {names}correlationId != 0")
+
+
+def measure_floor_arrow(path: str) -> dict:
+    """The issue-28 floor: a native Arrow read (ADBC SQLite driver, the loader's batch size) of the rows
+    ``analyze`` needs, the kernel rows and the kernel-launch rows of the runtime table, into numpy arrays.
+    Single-threaded; the launch-row names are looked up first (not timed: a few hundred strings)."""
+    import adbc_driver_sqlite.dbapi as dbapi
+    import numpy as np
+    import pyarrow  # noqa: F401  (imported before the clock, as the driver's results need it)
+
+    from ddp_profile.nsys.columnar import BATCH_ROWS, Reader
+
+    kernels_q, launch_q = _launch_query(path)
+    before = _rss_now_kb()
+    t0 = time.perf_counter()
+    con = dbapi.connect(Reader(Path(path)).uri)
+    cur = con.cursor()
+    cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+    cols = []
+    for q in (kernels_q, launch_q):
+        cur.execute(q)
+        table = cur.fetch_arrow_table()
+        cols += [np.asarray(c.to_numpy()) for c in table.columns]
+        del table
+    seconds = time.perf_counter() - t0
+    con.close()
+    k, n = len(cols[0]), len(cols[-1])
+    return {"seconds": seconds, "rows": k, "launch_rows": n, "rss_before_kb": before, "peak_kb": _peak_kb(),
+            "loaded_int64_mb": (7 * k + 3 * n) * 8 / 1e6}
+
+
+def measure_floor_cx(path: str) -> dict:
+    """The same rows read by connectorx (Arrow), for the choice of reader; {"available": False} without it."""
+    try:
+        import connectorx as cx
+    except ImportError:
+        return {"available": False}
+    import numpy as np
+
+    kernels_q, launch_q = _launch_query(path)
+    t0 = time.perf_counter()
+    cols = []
+    for q in (kernels_q, launch_q):
+        table = cx.read_sql(f"sqlite://{Path(path).resolve()}", q, return_type="arrow")
+        cols += [np.asarray(c.to_numpy()) for c in table.columns]
+    return {"available": True, "seconds": time.perf_counter() - t0, "rows": len(cols[0]), "version": cx.__version__}
+
+
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children (and theirs): a figure the machine's
+    other work disturbs far less than wall time."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measure_cli(path: str) -> dict:
+    """`python -m ddp_profile analyze PATH --format json -o FILE` as a user runs it: wall time from process
+    start to exit (interpreter start and imports included), and the process's peak RSS."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "analysis.json"
+        c0, t0 = _children_cpu_s(), time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "ddp_profile", "analyze", path, "--format", "json", "-o", str(out)],
+                              cwd=HERE.parent, capture_output=True, text=True)
+        seconds, cpu_s = time.perf_counter() - t0, _children_cpu_s() - c0
+        if proc.returncode != 0:
+            raise SystemExit(f"analyze failed on {path}: {proc.stderr[-2000:]}")
+        size = out.stat().st_size
+    return {"seconds": seconds, "cpu_s": cpu_s, "json_mb": size / 1e6,
+            "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+
+
+def measure_analyze(path: str, jobs: int = 1) -> dict:
+    """load_trace + analyze (the core sections `analyze` outputs by default: steps, phases, overlap per kernel
+    and rank, collectives, cost model, contention) + its JSON text, in one process, imports excluded."""
+    from ddp_profile.analysis import OPTIONAL_SECTIONS, analyze
+    from ddp_profile.commands.writers import json_text
+    from ddp_profile.nsys.loader import load_trace
+    from ddp_profile.schema import JSON_SECTIONS
+
+    core = [k for k in JSON_SECTIONS if k not in OPTIONAL_SECTIONS]
     _warm_imports()
     before = _rss_now_kb()
     t0 = time.perf_counter()
     trace = load_trace(path, jobs=jobs, progress=True if jobs > 1 else None)
     t1 = time.perf_counter()
-    result = analyze(trace)
+    result = analyze(trace, sections=core)
     t2 = time.perf_counter()
+    text = json_text(result, core)
+    t3 = time.perf_counter()
     s = result.summary()
-    return {"seconds": t2 - t0, "load_s": t1 - t0, "analyze_s": t2 - t1, "rows": len(trace.kernels),
+    return {"seconds": t3 - t0, "load_s": t1 - t0, "analyze_s": t2 - t1, "json_s": t3 - t2, "json_mb": len(text) / 1e6,
+            "rows": len(trace.kernels),
             "rss_before_kb": before, "peak_kb": _peak_kb(), "n_ranks": s["n_ranks"], "n_steps": s["n_steps"],
             "n_collectives": s["n_collectives"], "overlap_pct": s["overlap_pct"],
             "frame_bytes_per_row": trace.kernels.memory_usage(deep=True, index=False).sum() / max(1, len(trace.kernels))}
@@ -125,13 +215,15 @@ def measure_analyze(path: str, jobs: int = 1) -> dict:
 
 def _warm_imports() -> None:
     """Load and analyse a tiny export first, so modules imported lazily on first use (pandas internals,
-    regexes) are in memory before the baseline RSS is taken: the peak then measures the trace's data."""
+    regexes, the Arrow driver) are in memory before the baseline RSS is taken: the peak then measures the
+    trace's data."""
     from ddp_profile.analysis import analyze
+    from ddp_profile.commands.writers import json_text
     from ddp_profile.nsys.loader import load_trace
     from ddp_profile.nsys.synth import synth_ddp_run
 
     with tempfile.TemporaryDirectory() as tmp:
-        analyze(load_trace(synth_ddp_run(Path(tmp) / "warm.sqlite")["path"]))
+        json_text(analyze(load_trace(synth_ddp_run(Path(tmp) / "warm.sqlite")["path"])), ["steps"])
 
 
 def measure_render(path: str, browser: bool) -> dict:
@@ -140,7 +232,6 @@ def measure_render(path: str, browser: bool) -> dict:
     from ddp_profile import report
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-
     from ddp_profile.report.runs import host_diagnosis
 
     trace = load_trace(path)
@@ -204,6 +295,31 @@ def _open_in_browser(page_path: Path, _size) -> dict:
             "loadavg": _loadavg(), "browser": chromium}
 
 
+def measure_report(traces: str, jobs: str) -> dict:
+    """`ddp-profile report` of the shipped traces as the README's quick start runs it (here into a temporary
+    output folder): the first run on a fresh folder, then a second with nothing changed (which the report's
+    cache in that folder serves, report/cache.py). Wall times, process start included."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "reports"
+        cmd = [sys.executable, "-m", "ddp_profile", "report", traces, "-o", str(out)]
+        if jobs != "default":
+            cmd += ["--jobs", jobs]
+        times, loads, cpu = [], [], []
+        for _ in range(2):
+            loads.append(_loadavg())
+            c0, t0 = _children_cpu_s(), time.perf_counter()
+            proc = subprocess.run(cmd, cwd=HERE.parent, capture_output=True, text=True)
+            times.append(time.perf_counter() - t0)
+            cpu.append(_children_cpu_s() - c0)
+            if proc.returncode not in (0, 3):
+                raise SystemExit(f"report failed: {proc.stderr[-2000:]}")
+        pages = sum(1 for p in out.iterdir() if p.suffix == ".html")
+    return {"first_s": times[0], "second_s": times[1], "second_share": times[1] / times[0], "pages": pages,
+            "first_cpu_s": cpu[0], "second_cpu_s": cpu[1],
+            "jobs": jobs, "rc": proc.returncode, "loadavg": loads, "loadavg_end": _loadavg(),
+            "command": "ddp-profile report" + (f" --jobs {jobs}" if jobs != "default" else "")}
+
+
 def measure_nsys(path: str) -> dict:
     exe = shutil.which("nsys")
     if not exe:
@@ -221,7 +337,8 @@ def measure_nsys(path: str) -> dict:
             "version": ver.replace("NVIDIA Nsight Systems version", "nsys").strip() or None}
 
 
-MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "analyze": measure_analyze}
+MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "floor_arrow": measure_floor_arrow,
+            "floor_cx": measure_floor_cx, "analyze": measure_analyze, "cli": measure_cli}
 
 
 def _child(kind: str, path: Path, *extra: str) -> dict:
@@ -368,8 +485,20 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
                    match_share=match_s / (t3 - t1), rows=trace.stats["rows"],
                    worker_peak_mb=trace.stats["worker_peak_kb"] / 1024, part_mb=trace.stats["part_bytes"] / 1e6)
     out.update(rss_before_kb=before, peak_kb=_peak_kb(), client_peak_over_start_mb=(_peak_kb() - before) / 1024,
-               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()))
+               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()),
+               result_digest=_result_digest(res))
     return out
+
+
+def _result_digest(res) -> str:
+    """A digest of the whole analysis as `analyze --format json --section all` writes it: threads and Dask
+    must give the same one."""
+    import hashlib
+
+    from ddp_profile.commands.writers import json_text
+    from ddp_profile.schema import JSON_SECTIONS
+
+    return hashlib.blake2b(json_text(res, list(JSON_SECTIONS)).encode(), digest_size=16).hexdigest()
 
 
 def _import_stack() -> None:
@@ -442,28 +571,35 @@ def _loadavg() -> str:
 def bench_size(n: int, args, path: Path | None = None) -> dict:
     path, built = (path, None) if path else export_for(n, args.ranks, args.rebuild)
     warm(path)
-    runs = {"floor": [], "floor_concat": [], "analyze": []}
+    runs: dict[str, list] = {"floor_arrow": [], "cli": [], "analyze": [], "floor": [], "floor_concat": []}
     for _ in range(args.repeat):
         for kind in runs:
             runs[kind].append(_child(kind, path))
     best = {k: min(v, key=lambda r: r["seconds"]) for k, v in runs.items()}
     rows = best["floor"]["rows"]
     int64_bytes = rows * len(KERNEL_COLS) * 8
-    a, f = best["analyze"], best["floor"]
+    a, f, fa, cli = best["analyze"], best["floor"], best["floor_arrow"], best["cli"]
     res = {
         "size": label(n), "path": _rel(path), "file_mb": path.stat().st_size / 1e6,
         "build_s": built, "rows": rows, "repeats": args.repeat, "floor": f, "floor_concat": best["floor_concat"],
+        "floor_arrow": fa, "floor_cx": _child("floor_cx", path), "cli": cli,
         "analyze": a, "all_runs": runs, "ratio": a["seconds"] / f["seconds"],
-        "kernel_cols_int64_mb": int64_bytes / 1e6,
+        # issue 28: the CLI (process start included) and the in-process work against the Arrow floor
+        "ratio_arrow": cli["seconds"] / fa["seconds"], "ratio_arrow_inproc": a["seconds"] / fa["seconds"],
+        "kernel_cols_int64_mb": int64_bytes / 1e6, "loaded_int64_mb": fa["loaded_int64_mb"],
         "peak_over_base_mb": (a["peak_kb"] - a["rss_before_kb"]) * 1024 / 1e6,
         "floor_peak_over_base_mb": (f["peak_kb"] - f["rss_before_kb"]) * 1024 / 1e6,
         "nsys": measure_nsys(str(path)),
     }
     res["mem_ratio"] = res["peak_over_base_mb"] / res["kernel_cols_int64_mb"]
+    res["mem_ratio_loaded"] = res["peak_over_base_mb"] / res["loaded_int64_mb"]
     print(f"{res['size']:>5} {rows:>11,} rows | floor {f['seconds']:7.2f} s ({rows / f['seconds'] / 1e6:5.2f} M rows/s)"
-          f" | load+analyze {a['seconds']:7.2f} s (load {a['load_s']:.2f} + analyze {a['analyze_s']:.2f};"
-          f" {rows / a['seconds'] / 1e6:5.2f} M rows/s) | ratio {res['ratio']:.2f}"
+          f" | load+analyze {a['seconds']:7.2f} s (load {a['load_s']:.2f} + analyze {a['analyze_s']:.2f} + json "
+          f"{a['json_s']:.2f}; {rows / a['seconds'] / 1e6:5.2f} M rows/s) | ratio {res['ratio']:.2f}"
           f" | peak +{res['peak_over_base_mb']:.0f} MB = {res['mem_ratio']:.2f}x kernel cols", flush=True)
+    print(f"      arrow floor {fa['seconds']:.2f} s | analyze CLI {cli['seconds']:.2f} s = {res['ratio_arrow']:.2f}x "
+          f"(in process {res['ratio_arrow_inproc']:.2f}x) | peak = {res['mem_ratio_loaded']:.2f}x the loaded arrays "
+          f"({res['loaded_int64_mb']:.0f} MB)", flush=True)
     return res
 
 
@@ -494,6 +630,10 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", default="64,256,1024", help="per-rank file counts, threads vs Dask ('' to skip)")
     ap.add_argument("--sweep-repeat", type=int, default=1, help="repeats per sweep point (default 1)")
     ap.add_argument("--no-render", action="store_true", help="skip the report rendering timing")
+    ap.add_argument("--report", default="traces",
+                    help="folder reported twice with `ddp-profile report` (first run, then unchanged; default "
+                         "traces, the quick start's; '' to skip)")
+    ap.add_argument("--report-jobs", default="default", help="--jobs for that report (default: the command's own)")
     ap.add_argument("--browser", action="store_true", help="also time opening the page in headless Chromium")
     ap.add_argument("--rebuild", action="store_true", help="build the cached exports again")
     ap.add_argument("--data", default=str(DATA), help="cache folder for built exports (default benchmarks/.data)")
@@ -509,6 +649,8 @@ def main(argv=None) -> int:
         kind, path, *extra = args.measure
         if kind == "render":
             out = measure_render(path, browser=bool(extra and extra[0] == "browser"))
+        elif kind == "report":
+            out = measure_report(path, extra[0] if extra else "default")
         elif kind == "ranks":
             out = measure_ranks(path, *extra)
         elif kind == "analyze" and extra:
@@ -580,6 +722,12 @@ def main(argv=None) -> int:
                  f"opens {', '.join(f'{x:.2f}' for x in r['browser_open_all_s'])} s; load average "
                  f"{r['loadavg']}), figures below it drawn {r['figures_s']:.2f} s after scrolling"
                  if "browser_open_s" in r else ""), flush=True)
+    if args.report:
+        r = _child("report", Path(args.report).resolve(), args.report_jobs)
+        results["report"] = dict(r, folder=_rel(Path(args.report).resolve()))
+        print(f"report of {args.report}: first run {r['first_s']:.1f} s, second (unchanged) {r['second_s']:.1f} s = "
+              f"{100 * r['second_share']:.1f} % of the first ({r['pages']} pages; load average {r['loadavg'][0]})",
+              flush=True)
     info["loadavg_end"] = _loadavg()
     md = write_results(results, Path(args.out))
     print(f"wrote {md} and {md.with_name('results.json')}")
@@ -589,5 +737,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]  # results_md, and this tree's ddp_profile (not an installed one)
     raise SystemExit(main())

@@ -7,17 +7,20 @@ its parser and sets ``func`` (a callable taking the parsed args and returning an
 from __future__ import annotations
 
 import argparse
+import importlib
 
 from ddp_profile import __version__
-from ddp_profile.commands import analyze, bench, export, findings, inspect, launches, report, scrub
 from ddp_profile.errors import OneLineParser, run_main
 
-# Order here is the order of `ddp-profile --help`.
-COMMANDS = {"inspect": inspect, "scrub": scrub, "analyze": analyze, "launches": launches, "report": report,
-            "export": export, "findings": findings, "bench": bench}
+# Order here is the order of `ddp-profile --help`: name -> module in ddp_profile/commands/.
+COMMANDS = {name: f"ddp_profile.commands.{name}" for name in
+            ("inspect", "scrub", "analyze", "launches", "report", "export", "findings", "bench")}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only`` (a sub-command name), one whose only sub-command is that one: the
+    other commands' modules (the scrubber, the training harness's options) are then never imported, which
+    process start pays for (``python -X importtime -m ddp_profile analyze ...``)."""
     parser = OneLineParser(
         prog="ddp-profile",
         description="Where multi-GPU step time goes, measured from Nsight Systems SQLite exports.",
@@ -25,13 +28,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ddp-profile {__version__}")
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS.values():
-        module.register(sub)
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module).register(sub)
     return parser
 
 
+def _command_in(argv: list[str]) -> str | None:
+    """The sub-command named by ``argv`` (its first word that is not an option), when it is one of ours."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    import sys
+
+    args_in = sys.argv[1:] if argv is None else argv
+    # `--help` / `--version` before the command, or no known command: the full parser (it lists them all)
+    only = _command_in(args_in) if args_in and not args_in[0].startswith("-") else None
+    parser = build_parser(only)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version (0) or a bad argument (2, one line already printed)

@@ -92,6 +92,16 @@ def _on_signal(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
+def quiet_worker_signals() -> None:
+    """A pool worker's initializer: SIGTERM and SIGHUP end it at once (the default action) and SIGINT is left
+    to the parent, which cleans up and ends its workers. Without it a forked worker inherits the parent's
+    handlers and prints a traceback from inside multiprocessing when a signal reaches the process group."""
+    for name, action in (("SIGTERM", signal.SIG_DFL), ("SIGHUP", signal.SIG_DFL), ("SIGINT", signal.SIG_IGN)):
+        if hasattr(signal, name):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(getattr(signal, name), action)
+
+
 @contextlib.contextmanager
 def signals_as_interrupts():
     """SIGINT, SIGTERM and SIGHUP raise (Terminated is a KeyboardInterrupt) while inside; the previous

@@ -63,6 +63,28 @@ class Analysis:
     share_pct, advice (JSON key ``verdict``)."""
     per_rank: dict = field(default_factory=dict)
     """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
+    _deferred: dict = field(default_factory=dict, repr=False, compare=False)
+    """Sections not computed yet (``analyze(sections=...)``): name -> function computing the frame."""
+
+    # ---- sections computed on first access (analyze(sections=...)) --------------------------------------
+    def defer(self, name: str, compute) -> None:
+        """Compute section ``name`` (an attribute) with ``compute()`` when it is first read, not now."""
+        self._deferred[name] = compute
+        self.__dict__.pop(name, None)  # so that reading it reaches __getattr__
+
+    def __getattr__(self, name: str):
+        deferred = self.__dict__.get("_deferred")  # only reached for attributes not set: deferred sections
+        if deferred and name in deferred:
+            value = deferred.pop(name)()
+            setattr(self, name, value)
+            return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getstate__(self) -> dict:
+        """Pickled (report cache, Dask) with every deferred section computed: the functions stay here."""
+        for name in list(self.__dict__.get("_deferred", {})):
+            getattr(self, name)
+        return self.__dict__
 
     def summary(self) -> dict:
         """Headline numbers over one population: the selected steps (``population`` = "steps"), or the whole
@@ -122,11 +144,15 @@ class Analysis:
         }
         return out
 
+    def json_head(self) -> dict:
+        """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank)."""
+        return {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+                "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
         null. Per kernel name, NCCL rows also carry ``compute_overlap_pct`` (= overlap_pct)."""
-        out = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
-               "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+        out = self.json_head()
         for key, attr in JSON_SECTIONS.items():
             out[key] = records(getattr(self, attr))
         for row in out["kernels"]:
@@ -175,17 +201,26 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
     return sizes
 
 
+OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
+"""Sections ``analyze(sections=...)`` computes only when asked for (else on first access of the attribute)."""
+
+
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all", host_waits: pd.DataFrame | None = None) -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
     ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
     trace's own, ``Trace.host_waits`` as ``load_trace`` read them, from each part).
+    ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
+    :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
+    come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
 
     One code path (:mod:`ddp_profile.analysis.parts`): the per-part stages run where the ranks are (this
     process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace`), the cross-rank steps here, on small tables only."""
-    held = trace if hasattr(trace, "map_ranks") else _parts.LocalRanks(trace)
+    local = not hasattr(trace, "map_ranks")
+    later = set(OPTIONAL_SECTIONS) - set(sections) if sections is not None and local else set()
+    held = _parts.LocalRanks(trace) if local else trace
     found = held.map_ranks(_parts.step_part, step_pattern=step_pattern)
     notes = _parts.kernel_notes(found) + _parts.step_notes(found)
     host_steps, id_notes = _parts.label_steps(found, steps)  # the parts' collective rows relabelled in place
@@ -195,16 +230,52 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     del found  # the collective rows: the table holds what is needed of them
     return_freed_memory()
     run = getattr(trace, "run", None)
-    got = held.map_ranks(_parts.rank_part, _parts.inputs(table, host_steps), phase_patterns=phase_patterns,
-                         need_ready=_rec.needs_ready_times(run), whole=not hasattr(trace, "map_ranks"))
+    given = _parts.inputs(table, host_steps)
+    got = held.map_ranks(_parts.rank_part, given, phase_patterns=phase_patterns,
+                         need_ready=_rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
+                         with_kinds="comm_kinds" not in later)
     fields = _parts.combine(got, table, notes, match_notes)
     ready = fields.pop("ready_ns")
     rank_paths, waits = fields.pop("rank_paths"), fields.pop("host_waits")
     waits = host_waits if host_waits is not None else waits
     res = Analysis(**fields)
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
-    res.recommendation = _rec.recommend(res, None, run, ready_ns=ready,
-                                        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"))
+    channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
+    if "comm_kinds" in later:
+        res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
+    if "recommendation" in later:
+        res.defer("recommendation", lambda: _rec.recommend(res, None, run, nccl_channels=channels,
+                                                           ready_ns=_later_ready(held, given, run, len(table))))
+    else:
+        res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
     _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
     return res
+
+
+# ---- deferred sections of a trace held in this process (one part: parts.LocalRanks) ------------------------
+
+def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
+    """``comm_kinds`` as :func:`analyze` computes it with every section, from the part's windows and matched
+    collective rows (its kernel arrays built again: the stages consumed theirs)."""
+    from ddp_profile.analysis import comm_kinds as ck
+    from ddp_profile.analysis import steps as st
+
+    kinds: list[pd.DataFrame] = []
+    for part, inp in zip(got, given, strict=True):
+        k = st.step_tables(part.windows, KernelArrays(held.kernels), inp.matched, job_tail=False)[1]
+        kinds += [k] if isinstance(k, pd.DataFrame) else k
+    return ck.finish(kinds).reset_index(drop=True)
+
+
+def _later_ready(held, given: list, run, n: int) -> np.ndarray:
+    """The gradient-ready time per collective table row, as the stages measure it for ``recommend``."""
+    from ddp_profile.analysis.costmodel import grad_ready_ns
+
+    ready = np.full(n, np.nan)
+    if _rec.needs_ready_times(run):
+        for inp in given:
+            t = inp.matched
+            if t is not None and len(t):
+                ready[t["_row"].to_numpy()] = grad_ready_ns(t, held.kernels)
+    return ready

@@ -200,8 +200,10 @@ def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
 
 
 def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],
-                   coll: pd.DataFrame | None, bounds: dict | None = None, waits=None) -> tuple[dict, pd.DataFrame]:
-    """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows).
+                   coll: pd.DataFrame | None, bounds: dict | None = None, waits=None,
+                   with_kinds: bool = True) -> tuple[dict, pd.DataFrame]:
+    """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows; with
+    ``with_kinds`` False, no COMM_KIND rows: an empty frame, the step columns alone).
 
     ``steps``: this rank's step rows with start_ns, end_ns, step, exposed_comm_ns, backward_end_ns (a frame,
     or a mapping of those names to arrays);
@@ -236,7 +238,8 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     out["exposed_param_sync_ns"] = _exposed(bend, we, pset, c)
     ag = kcode == KINDS.index("AllGather")
     out["exposed_allgather_ns"] = _exposed(ws, bend_or_end, iv.normalize(ks[ag], ke[ag]), c)
-
+    if not with_kinds:
+        return out, schema.empty_frame(schema.COMM_KIND_COLUMNS)
     phase = bounds if bounds is not None else {n: _phase_bounds(phases, rank, step_ids, n)
                                                for n in schema.GRAD_PHASES}
     rows = []

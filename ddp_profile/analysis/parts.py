@@ -221,10 +221,11 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
 
 
 def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
-              whole: bool = False, **_ignored) -> RankPart:
+              whole: bool = False, with_kinds: bool = True, **_ignored) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`match`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
-    needs them); ``whole``: the part holds every rank (contention is then finished here).
+    needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
+    False: no comm_kinds rows (``analyze`` computes them later, when read).
 
     Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
@@ -240,7 +241,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
             notes.append(INFERRED_PHASES_NOTE)
     windows = win.phase_windows(host_steps, host_phases, karr)
     return_freed_memory()
-    step_frame, kinds = st.step_tables(windows, karr, table, job_tail=False)
+    step_frame, kinds = st.step_tables(windows, karr, table, job_tail=False, with_kinds=with_kinds)
     if isinstance(kinds, pd.DataFrame):  # no steps: one empty frame, not a list of per-rank ones
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)

@@ -80,9 +80,9 @@ def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | 
 
 
 def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
-                job_tail: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+                job_tail: bool = True, with_kinds: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(STEP_METRIC_COLUMNS, COMM_KIND_COLUMNS). ``coll``: the collective table (wait intervals); without
-    it the wait columns are NaN. ``job_tail=False`` (one rank of a distributed analysis): the step rows
+    it the wait columns are NaN. ``with_kinds`` False: the COMM_KIND frame is left empty (not computed). ``job_tail=False`` (one rank of a distributed analysis): the step rows
     before the cross-rank job tail (:func:`with_job_tail`), and the per-rank kind frames unfinished."""
     steps = phases.loc[phases["phase"] == "step"].reset_index(drop=True)
     if steps.empty:
@@ -116,14 +116,15 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             part = pd.DataFrame(cols_now)
             for extra in extras:
                 part = part.merge(extra, on=["rank", "step"], how="left")
-            cols, k = ck.rank_breakdown(rank, sets, karr, part, phase_idx, coll, None, waits)
+            cols, k = ck.rank_breakdown(rank, sets, karr, part, phase_idx, coll, None, waits, with_kinds)
             parts.append(part.assign(**cols))
         else:  # columns as arrays, one frame for all ranks at the end (a frame per rank costs ~5 ms)
             cols_now["rank"] = np.full(len(rows), rank)
             cols_now.update({c: v[at:at + len(rows)] for c, v in joined.items()})
             mine = {n: (b[0][at:at + len(rows)], b[1][at:at + len(rows)]) for n, b in bounds.items()}
             at += len(rows)
-            cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits)
+            cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits,
+                                           with_kinds)
             arrays.append(cols_now | cols)
         kinds.append(k)
         del sets  # not held while the next rank's are built

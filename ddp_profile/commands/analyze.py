@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -44,7 +43,8 @@ def register(subparsers) -> None:
                         "sections on request), json (all sections, stable keys) or csv (one section)")
     p.add_argument("--section", choices=[*SECTIONS, "all"], default=None, action="append", metavar="NAME",
                    help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
-                        "by default; json: all; csv: steps)")
+                        "by default; json: every one but comm_kinds and recommendation, which are computed only "
+                        "when asked for; csv: steps)")
     p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
                    help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
                         + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
@@ -70,20 +70,33 @@ def _chosen(sections: list[str] | str | None, default: list[str]) -> list[str]:
     return list(SECTIONS) if "all" in items else list(dict.fromkeys(items))
 
 
-def render(res, fmt: str, section: list[str] | str | None) -> str:
-    """The analysis as text in the requested format (pure; the CLI writes it). ``section``: None (the
-    format's default), one name or a list of names ("all" for every section)."""
+def chosen_sections(fmt: str, section: list[str] | str | None) -> list[str]:
+    """The sections the format outputs: csv one (default steps); json those asked for, by default every one
+    except those computed only on request (``analysis.OPTIONAL_SECTIONS``: comm_kinds, recommendation);
+    table those asked for (default none)."""
+    from ddp_profile.analysis import OPTIONAL_SECTIONS
+
     if fmt == "csv":
         chosen = _chosen(section, ["steps"])
         if len(chosen) != 1:
             raise UsageError("--format csv writes one table: pick one --section " + "|".join(SECTIONS))
+        return chosen
+    if fmt == "json":
+        return _chosen(section, [s for s in SECTIONS if JSON_KEY.get(s, s) not in OPTIONAL_SECTIONS])
+    return _chosen(section, [])
+
+
+def render(res, fmt: str, section: list[str] | str | None) -> str:
+    """The analysis as text in the requested format (pure; the CLI writes it). ``section``: None (the
+    format's default), one name or a list of names ("all" for every section)."""
+    chosen = chosen_sections(fmt, section)
+    if fmt == "csv":
         return _frame(res, chosen[0]).to_csv(index=False)
     if fmt == "json":
-        chosen = _chosen(section, list(SECTIONS))
-        full = res.to_json_dict()
-        keep = {"version", "summary", "notes", "verdict", "per_rank"} | {JSON_KEY.get(s, s) for s in chosen}
-        return json.dumps({k: v for k, v in full.items() if k in keep}, indent=2) + "\n"
-    return table_text(res, _chosen(section, []))
+        from ddp_profile.commands.writers import json_text
+
+        return json_text(res, [JSON_KEY.get(s, s) for s in chosen])
+    return table_text(res, chosen)
 
 
 def _frame(res, section: str):
@@ -134,9 +147,11 @@ def run(args) -> int:
     if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
         check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
+    wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
-        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps)
+        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
+                      sections=wanted)
         # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
         # as inspect says it: the same rows whichever command reads the trace.
         res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]

@@ -20,23 +20,41 @@ def register(subparsers) -> None:
                     "lists them) or none was found.")
     p.add_argument("paths", nargs="*", default=["traces"], help="runs or folders of runs (default: traces/)")
     p.add_argument("-o", "--output", default="reports", help="output folder (default: reports/)")
-    p.add_argument("--jobs", type=int, default=1, help="runs loaded in parallel (default: 1)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs loaded, and run pages rendered, in parallel processes (default: one per CPU)")
     p.add_argument("--no-findings", action="store_true",
                    help="skip FINDINGS.md and findings.html (written by default when the input is a campaign "
                         "folder such as traces/)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="analyse every run again and keep no cache (by default each run's results are kept in "
+                        "OUTPUT/.cache/, keyed by its files' contents, --steps and the tool's version, and reused "
+                        "while all are unchanged)")
     add_steps_argument(p)
     add_export_argument(p)
     p.set_defaults(func=run)
 
 
+def default_jobs() -> int:
+    """One process per CPU this process may run on."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def run(args) -> int:
     from ddp_profile.report import build_report
 
-    check_jobs(args.jobs)
+    if args.jobs is not None:
+        check_jobs(args.jobs)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
     check_output_folder(args.output, args.paths)
     paths = input_paths(args)
-    sizes, failures = build_report(paths, Path(args.output), jobs=args.jobs,
-                                   findings=not getattr(args, "no_findings", False), steps=args.steps)
+    sizes, failures = build_report(paths, Path(args.output), jobs=jobs,
+                                   findings=not getattr(args, "no_findings", False), steps=args.steps,
+                                   cache=not getattr(args, "no_cache", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

@@ -10,7 +10,9 @@ import gzip
 import lzma
 import os
 import sqlite3
+import threading
 import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
 
 from ddp_profile.errors import TraceError
@@ -72,6 +74,45 @@ def short_error(exc: BaseException, limit: int = 200) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[:limit] + "..."
 
+_last_decompressed: dict[tuple, bytes] = {}
+_last_lock = threading.Lock()
+_reusing = 0  # how many reuse_decompressed() blocks are open
+
+
+@contextmanager
+def reuse_decompressed():
+    """Within this block a compressed export opened again (same resolved path, size, modification time and
+    decompression limit) is not decompressed again: the report opens each run's export twice (kernels, then
+    the API table for the launch diagnosis) and xz decompression is most of a small run's load. The last
+    file's bytes are kept (immutable; ``deserialize`` copies them) and dropped when the block ends, so a
+    lone ``load_trace`` holds no second copy of its export."""
+    global _reusing
+    with _last_lock:
+        _reusing += 1
+    try:
+        yield
+    finally:
+        with _last_lock:
+            _reusing -= 1
+            if not _reusing:
+                _last_decompressed.clear()
+
+
+def _decompressed(path: Path) -> bytes:
+    """``rawio.read_decompressed(path)``, or the kept bytes (see :func:`reuse_decompressed`)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, rawio.max_decompressed())
+    with _last_lock:
+        if key in _last_decompressed:
+            return _last_decompressed[key]
+    data = rawio.read_decompressed(path)
+    with _last_lock:
+        if _reusing:
+            _last_decompressed.clear()
+            _last_decompressed[key] = data
+    return data
+
+
 def open_export(path: Path) -> sqlite3.Connection:
     """Open one export read-only; compressed ones are decompressed into memory. Never writes ``path``."""
     name = path.name
@@ -85,7 +126,7 @@ def open_export(path: Path) -> sqlite3.Connection:
         raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
-            data = rawio.read_decompressed(path)  # header checked from the first bytes; expansion bounded
+            data = _decompressed(path)  # header checked from the first bytes; expansion bounded
             check_header(path, data[:100], len(data))
             con = sqlite3.connect(":memory:", check_same_thread=False)
             con.deserialize(data)

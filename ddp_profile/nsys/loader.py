@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
+from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
-from ddp_profile.nsys import sql, timebase
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
 from ddp_profile.nsys.frames import (
     concat,
@@ -84,38 +83,36 @@ def low_32_bits(values: np.ndarray) -> np.ndarray:
     return values.view(np.uint32) if values.dtype == np.int32 else values & 0xFFFFFFFF
 
 
-class _ChunkReaders:
-    """Worker threads, each with its own read-only connection to one export, reading row chunks in
-    parallel (``sql.int_columns(map_chunks=...)``). SQLite runs the scans with the GIL released (numpy's
-    parsing of each chunk does not), so reads overlap: on the 2-vCPU benchmark VM a 10M-kernel export read
-    in ~9.7 s instead of ~12.3 s (mean of 3). Plain files only: an export decompressed into memory has a
-    single connection."""
-
-    def __init__(self, path: Path, workers: int):
-        self.path, self.local, self.cons = path, threading.local(), []
-        self.pool = ThreadPoolExecutor(max_workers=workers)
-
-    def _con(self) -> sqlite3.Connection:
-        con = getattr(self.local, "con", None)
-        if con is None:
-            con = self.local.con = open_export(self.path)
-            self.cons.append(con)
-        return con
-
-    def map(self, fn, items):
-        return self.pool.map(lambda item: fn(self._con(), item), items)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-        for con in self.cons:
-            con.close()
+def _read_launches(path: Path, have: set[str], reader) -> list[np.ndarray]:
+    """``sql.launches`` on a connection of its own (it runs on a thread beside the kernel-table read)."""
+    con = open_export(path)
+    try:
+        return sql.launches(con, have, columnar=reader)
+    finally:
+        con.close()
 
 
-def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> dict[str, np.ndarray]:
+def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
+                  path: Path | None = None) -> dict[str, np.ndarray]:
+    """GPU activity columns, names and launch times of one export. With ``reader`` (columnar reads of the
+    plain file at ``path``), the launching API rows are read on a second thread while the activity tables
+    are read and named here (each read releases the GIL in the driver)."""
+    pending, pool = None, None
+    if reader is not None and path is not None:
+        pool = ThreadPoolExecutor(max_workers=1)
+        pending = pool.submit(_read_launches, path, have, reader)
+    try:
+        return _named_kernels(con, have, map_chunks, reader, pending)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _named_kernels(con: sqlite3.Connection, have: set[str], map_chunks, reader, pending) -> dict[str, np.ndarray]:
     parts, kinds, labels = [], [], []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
-            cols = sql.gpu_activities(con, table, map_chunks)
+            cols = sql.gpu_activities(con, table, map_chunks, columnar=reader)
             parts.append(cols)
             kinds.append(np.full(len(cols["start"]), code, dtype=np.int8))
     if not parts:  # unreachable from _read_file (it requires the kernel table); kept total
@@ -160,7 +157,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None) -> d
             codes[sel] = base + inv
     del ids, is_kernel
     cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
-    launch = sql.launches(con, have, map_chunks)
+    launch = pending.result() if pending is not None else sql.launches(con, have, map_chunks)
     shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
@@ -176,8 +173,10 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
     con = open_export(path)
     # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
     # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
-    readers = (_ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS
+    readers = (columnar.ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS
                and path.stat().st_size >= PARALLEL_READ_BYTES else None)
+    # Columnar reads (Arrow ADBC, when installed) of plain files; else, and where a read fails, sqlite3.
+    arrow = columnar.Reader(path) if path.suffix not in DECOMPRESS and columnar.available() else None
     try:
         have = sql.tables(con)
         if sql.KERNEL not in have:
@@ -185,7 +184,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                                    "profile with `nsys profile -t cuda,nvtx ...`")
         meta = sql.metadata(con, have)
         out = {
-            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map),
+            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, path),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
             "nccl_channels": sql.nccl_channels(con, have),
@@ -193,7 +192,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             "nvtx": None, "domains": {},
         }
         if sql.NVTX in have:
-            out["nvtx"] = sql.nvtx_ranges(con, have)
+            out["nvtx"] = sql.nvtx_ranges(con, have, columnar=arrow)
             shift = out["kernels"]["shift"]
             if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
                 ints = out["nvtx"][0]
@@ -209,6 +208,8 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
     finally:
         if readers:
             readers.close()
+        if arrow is not None:
+            arrow.close()
         con.close()
 
 
@@ -407,8 +408,8 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     }
     run = find_run_json(files_in, warnings)
     ranks = schema.select(procs, schema.RANK_COLUMNS)
-    waits = host_waits_frame([(str(f["path"]), f["host_waits"]) for f in files], ranks,
-                             {str(f["path"]): o for f, o in zip(files, offsets, strict=False)})
+    waits = host_waits_frame([(shown_path(f["path"]), f["host_waits"]) for f in files], ranks,  # ranks' file names
+                             {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)})
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),

@@ -87,7 +87,7 @@ def _fits(col: np.ndarray, dtype: np.dtype) -> bool:
 
 
 def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
-                map_chunks=None, *, dtypes=None) -> list[np.ndarray]:
+                map_chunks=None, *, dtypes=None, columnar=None) -> list[np.ndarray]:
     """Integer columns of a table, one 1-D array per expression, of ``dtypes`` (default int64 each).
 
     Why not ``cursor.fetchall()``: building one Python tuple and int per value costs ~150 ns each and 10M
@@ -105,6 +105,9 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     ``map_chunks(fn, firsts)``, when given, runs ``fn(connection, first)`` for each chunk (e.g. on worker
     threads with their own read-only connections: SQLite scans release the GIL) and yields the results in
     order; chunks are independent rowid ranges, so the result is the same either way.
+
+    ``columnar`` (a ``columnar.Reader`` of the file) runs the SELECT through Arrow ADBC instead; where it
+    cannot (a damaged export), the rows are read as above (the same checks and errors).
     """
     dtypes = [np.dtype(d) for d in (dtypes or [np.int64] * len(exprs))]
     cond = f" AND ({where})" if where else ""
@@ -122,6 +125,12 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     done = 0
     wanted = [exprs[i] for i in read]
     firsts = range(lo - 1, hi, CHUNK_ROWS) if read else range(0)
+    got = columnar.int_columns(f"SELECT {', '.join(wanted)} FROM {table}{cond.replace(' AND ', ' WHERE ', 1)} "
+                               "ORDER BY rowid",
+                               [dtypes[i] for i in read], cap) if columnar is not None and read else None
+    if got is not None:  # filled from Arrow batches; the chunked read below is skipped
+        out = [got[read.index(i)] if i in read else c for i, c in enumerate(out)]
+        firsts, done = range(0), len(got[0])
 
     def one(c, first):
         return _chunk(c, wanted, table, cond, first, first + CHUNK_ROWS)
@@ -231,7 +240,7 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
                             "WHERE s.value IS NOT NULL"))
 
 
-def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict[str, np.ndarray | None]:
+def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None, columnar=None) -> dict[str, np.ndarray | None]:
     """Columns pid, device, stream, start, end, name_id, corr, bytes of one activity table (narrow dtypes
     where values are small: int16 device/stream, int32 pid/name_id/corr/bytes; see ``int_columns``).
 
@@ -256,7 +265,7 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None) -> dict
     if nbytes:
         names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i32]
     out: dict[str, np.ndarray | None] = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks,
-                                                                    dtypes=dtypes), strict=True))
+                                                                    dtypes=dtypes, columnar=columnar), strict=True))
     out.setdefault("bytes", None)
     return out
 
@@ -279,7 +288,7 @@ def launch_name_ids(con: sqlite3.Connection, have: set[str]) -> list[int] | None
             if type(i) is int]
 
 
-def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[np.ndarray]:
+def launches(con: sqlite3.Connection, have: set[str], map_chunks=None, columnar=None) -> list[np.ndarray]:
     """Columns (pid, correlation_id, start, tid) of the CUDA runtime/driver API calls that launch GPU work
     (:data:`LAUNCH_FUNCTIONS`, selected by name id in SQL: real exports carry 2-4 API rows per kernel, most
     of them event, stream-capture and name queries that launch nothing) and carry a correlationId (pid and
@@ -300,7 +309,8 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None) -> list[n
             return [np.empty(0, dtype=d) for d in (i32, i32, i64, i32)]
         where = f"nameId IN ({', '.join(map(str, ids))}) AND {where}"  # integers only (checked above)
     gtid, corr, start = int_columns(con, RUNTIME, ["COALESCE(globalTid, 0)", "correlationId", "start"],
-                                    where=where, map_chunks=map_chunks, dtypes=[i64, i32, i64])
+                                    where=where, map_chunks=map_chunks, dtypes=[i64, i32, i64],
+                                    columnar=columnar)
     pid, tid = _pid_tid(gtid)
     return [pid, corr, start, tid]
 
@@ -332,7 +342,7 @@ def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:
     return ids
 
 
-def nvtx_ranges(con: sqlite3.Connection, have: set[str]) -> tuple[np.ndarray, np.ndarray]:
+def nvtx_ranges(con: sqlite3.Connection, have: set[str], columnar=None) -> tuple[np.ndarray, np.ndarray]:
     """NVTX ranges and marks, ordered by start (ties in table order): int rows (pid, tid, domain_id, start,
     end, payload, category, has_end, has_payload, has_category, event_type) and their texts
     (``COALESCE(text, StringIds.value)``, an object array; None where neither is present).
@@ -358,7 +368,7 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str]) -> tuple[np.ndarray, np
              f"{category} IS NOT NULL", "eventType", text_id, "rowid"]
     # A NULL where nsys writes an integer drops out of group_concat: int_columns then finds columns of
     # unequal length and raises (a damaged export), as the row read did.
-    got = int_columns(con, NVTX, exprs, where=f"eventType IN ({wanted})")
+    got = int_columns(con, NVTX, exprs, where=f"eventType IN ({wanted})", columnar=columnar)
     if len(got[0]) == 0:
         return np.empty((0, 11), dtype=np.int64), np.empty(0, dtype=object)
     order = np.argsort(got[3], kind="stable")

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddp_profile.errors import OutputError, TraceError, UsageError, one_line
-from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.errors import OutputError, TraceError, UsageError, one_line, quiet_worker_signals
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
+from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
 from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.html import PLOTLY_JS
@@ -47,22 +48,38 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path, steps="all"):
+def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
     (trace, analysis, launch diagnosis, the main thread's launch and sync calls) over the ``steps`` selected
-    (``analyze``'s). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``)."""
+    (``analyze``'s). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
+    With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
+    written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
-    trace = load_trace(path, progress=_say)
-    _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
-    try:
-        analysis = analyze(trace, steps=steps)
-        launches, host_calls = host_diagnosis(trace, analysis.phases, steps)
-        return trace, analysis, launches, host_calls
-    except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
-        raise UsageError(f"{path}: {exc}") from None
+    with reuse_decompressed():  # the host diagnosis reads the same (compressed) export again
+        trace = load_trace(path, progress=_say)
+        _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
+        try:
+            analysis = analyze(trace, steps=steps)
+            launches, host_calls = host_diagnosis(trace, analysis.phases, steps)
+        except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
+            raise UsageError(f"{path}: {exc}") from None
+    result = trace, analysis, launches, host_calls
+    if cache_entry is not None:
+        try:
+            run_cache.store(cache_entry, result)
+        except OutputError as exc:
+            _say(f"not cached: {exc}")
+    return result
+
+
+def _load_stored(path: Path, steps, entry: Path | None):
+    """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
+    parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
+    result = load_one(path, steps, entry)
+    return entry if entry is not None and entry.is_file() else result
 
 
 def read_program(path: Path) -> dict | None:
@@ -78,11 +95,14 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[list[Run], list[str]]:
+def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
+              cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
     locations or (location, run id) pairs from :func:`discover_runs`; ``steps``: the step selection
-    (``analyze``'s; one keeping no step of a run raises UsageError). Returns the runs and one message per
-    run that failed (the report lists them; the CLI exits non-zero)."""
+    (``analyze``'s; one keeping no step of a run raises UsageError). With ``cache``, a run whose inputs,
+    step selection and tool are unchanged since the last report is taken from it, and the others are stored
+    in it. Returns the runs and one message per run that failed (the report lists them; the CLI exits
+    non-zero)."""
     from ddp_profile.errors import DdpProfileError
 
     out = progress or sys.stderr
@@ -111,24 +131,42 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[l
               f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
 
     print(f"report: loading {len(paths)} run(s) with {jobs} job(s)", file=out, flush=True)
-    if jobs <= 1 or len(paths) <= 1:
+    keys = [run_cache.run_key(p, cache.options) if cache is not None else None for p in paths]
+    cached = [cache.get(k) if cache is not None and k is not None else None for k in keys]
+    if cache is not None and any(c is not None for c in cached):
+        print(f"report: {sum(c is not None for c in cached)} run(s) unchanged since the last report: taken from "
+              f"its cache", file=out, flush=True)
+    entries = [cache.entry_path(k) if cache is not None and k is not None and c is None else None
+               for k, c in zip(keys, cached, strict=True)]
+
+    def finish(i, p, result):
+        if keys[i - 1] is not None and entries[i - 1] is not None and not isinstance(result, DdpProfileError):
+            cache.record(keys[i - 1], entries[i - 1])
+        done(i, p, result)
+
+    todo = [i for i, c in enumerate(cached) if c is None]
+    if jobs <= 1 or len(todo) <= 1:
         for i, p in enumerate(paths, 1):
-            try:
-                result = load_one(p, steps)
-            except UsageError:
-                raise
-            except DdpProfileError as exc:
-                result = exc
-            done(i, p, result)
+            result = cached[i - 1]
+            if result is None:
+                try:
+                    result = load_one(p, steps, entries[i - 1])
+                except UsageError:
+                    raise
+                except DdpProfileError as exc:
+                    result = exc
+            finish(i, p, result)
     else:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
-        pool = ProcessPoolExecutor(max_workers=jobs)
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker_signals)
         try:
-            futures = [(p, pool.submit(load_one, p, steps)) for p in paths]
-            for i, (p, fut) in enumerate(futures, 1):
+            futures = {i: pool.submit(_load_stored, paths[i], steps, entries[i]) for i in todo}
+            for i, p in enumerate(paths, 1):
                 try:
-                    result = fut.result()
+                    result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
+                    if isinstance(result, Path):  # written to the cache by the worker: read, not sent back
+                        result = run_cache.read_entry(result)
                 except UsageError:
                     raise
                 except DdpProfileError as exc:
@@ -136,7 +174,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all") -> tuple[l
                 except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
                     result = TraceError("a worker process died while loading it (killed, or out of memory); "
                                         "run again with fewer --jobs")
-                done(i, p, result)
+                finish(i, p, result)
         except BaseException:  # Ctrl-C / SIGTERM: do not wait for the other workers' loads
             _stop_workers(pool)
             raise
@@ -208,10 +246,12 @@ def _write(path: Path, text: str) -> None:
 
 
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
-                 findings_root: Path | None = None) -> dict:
+                 findings_root: Path | None = None, cache: run_cache.RunCache | None = None,
+                 key: str | None = None, jobs: int = 1) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
     campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
-    are built from the same already-analysed runs and land in the same atomic swap."""
+    are built from the same already-analysed runs and land in the same atomic swap. ``jobs`` > 1 renders
+    the run pages (and their Perfetto files) in that many forked processes (:func:`_run_pages`)."""
     from plotly.offline import get_plotlyjs
 
     out = progress or sys.stderr
@@ -224,14 +264,9 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
 
     def fill(tmp: Path):
         _write(tmp / PLOTLY_JS, get_plotlyjs())
-        for i, r in enumerate(runs, 1):
-            t0 = time.perf_counter()
-            _write(tmp / r.page, render_run_page(r, context))
-            if perfetto.fits_in_report(r.trace):
-                perfetto.write_perfetto(tmp / perfetto.file_name(r.page), r.trace, r.analysis)
-            sizes[r.page] = (tmp / r.page).stat().st_size
-            print(f"report: [{i}/{len(runs)}] page {r.page} ({sizes[r.page] / 1e6:.1f} MB, "
-                  f"{time.perf_counter() - t0:.1f} s)", file=out, flush=True)
+        for i, (page, size, seconds) in enumerate(_run_pages(runs, context, tmp, jobs), 1):
+            sizes[page] = size
+            print(f"report: [{i}/{len(runs)}] page {page} ({size / 1e6:.1f} MB, {seconds:.1f} s)", file=out, flush=True)
         for g in groups:
             if g.kind == "sweep":
                 text = render_sweep_page(g, runs, facts=context["sweeps"][g.page])
@@ -244,9 +279,49 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
         _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes,
                                                     context=context))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
+        if cache is not None:
+            cache.carry_into(tmp)  # the runs' cached results go into the new folder (not counted as pages)
+        if key is not None:  # what this report was made from, for the next one (report/cache.py)
+            run_cache.write_record(tmp, key, list(failures), sizes)
 
     write_report_dir(out_dir, fill)
     return sizes
+
+
+_PAGES: tuple | None = None  # (runs, context, folder) while run pages are rendered; forked workers inherit it
+
+
+def _page_of(i: int) -> tuple[str, int, float]:
+    """Render run ``i``'s page (and its Perfetto file) into the folder: (page, bytes, seconds)."""
+    assert _PAGES is not None
+    runs, context, folder = _PAGES
+    r, t0 = runs[i], time.perf_counter()
+    _write(folder / r.page, render_run_page(r, context))
+    if perfetto.fits_in_report(r.trace):
+        perfetto.write_perfetto(folder / perfetto.file_name(r.page), r.trace, r.analysis)
+    return r.page, (folder / r.page).stat().st_size, time.perf_counter() - t0
+
+
+def _run_pages(runs: list[Run], context: dict, folder: Path, jobs: int):
+    """(page, bytes, seconds) of each run page, in run order. With ``jobs`` > 1 (and fork available) the
+    pages are rendered in forked worker processes, which inherit the loaded runs (nothing large is sent to
+    them; each writes its own files); pages depend only on their run and the shared context, so the
+    folder is the same either way (tests/report/test_report_cache.py)."""
+    import multiprocessing as mp
+
+    global _PAGES
+    _PAGES = (runs, context, folder)
+    try:
+        if jobs <= 1 or len(runs) <= 1 or "fork" not in mp.get_all_start_methods():
+            yield from map(_page_of, range(len(runs)))
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=mp.get_context("fork"),
+                                 initializer=quiet_worker_signals) as pool:
+            yield from pool.map(_page_of, range(len(runs)))
+    finally:
+        _PAGES = None
 
 
 def findings_root_of(paths: list) -> Path | None:
@@ -296,18 +371,38 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 findings: bool = True, steps="all") -> tuple[dict, list[str]]:
+                 findings: bool = True, steps="all", cache: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
     FINDINGS.md and findings.html are written too when the input is one campaign folder (see
     :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. ``steps``: the step
-    selection every run is analysed over (``analyze``'s)."""
+    selection every run is analysed over (``analyze``'s). With ``cache`` (default), per-run results are kept
+    in the report folder and reused while unchanged (report/cache.py)."""
     _check_inputs_outside(paths, out_dir)
     found = discover_runs(paths)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
     root = findings_root_of(paths) if findings else None
-    runs, failures = load_runs(found, jobs, progress, steps)
+    key = None
+    if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
+        key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
+                                   {"findings": root is not None, "ids": [rid for _, rid in found],
+                                    "steps": repr(steps)})
+        kept = run_cache.unchanged_report(out_dir, MARKER, key)
+        if kept is not None:
+            print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
+                  file=progress or sys.stderr, flush=True)
+            return kept
+    store = run_cache.RunCache(out_dir, MARKER, options=repr(steps)) if cache else None
+    try:
+        return _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings) -> tuple[dict, list[str]]:
+    runs, failures = load_runs(found, jobs, progress, steps, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     if findings and root is None and any(r.meta.get("strategy") for r in runs):  # own jobs: nothing to say
@@ -321,5 +416,6 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, findings_root=root), failures
+    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store, key=key,
+                        jobs=jobs), failures
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,27 @@ def _us(ns, t0) -> np.ndarray:
 def trace_events(trace, analysis) -> dict:
     """``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` for a loaded trace and its
     analysis (``analysis`` may be None: kernels only, no NCCL wait/transfer, no NVTX phases)."""
+    meta, cols, phase_events, other = _parts(trace, analysis)
+    return {"traceEvents": meta + _kernel_events(cols) + phase_events, "displayTimeUnit": "ms", "otherData": other}
+
+
+def trace_json(trace, analysis) -> str:
+    """``json.dumps(trace_events(trace, analysis), separators=(",", ":"), allow_nan=False)``, the same text,
+    with the kernel events (all but a few of the events) written a column at a time rather than as one dict
+    per kernel: the report writes this file for every run."""
+    meta, cols, phase_events, other = _parts(trace, analysis)
+    head = _dumps(meta)[1:-1]
+    tail = _dumps(phase_events)[1:-1]
+    body = ",".join(x for x in (head, _kernel_json(cols), tail) if x)
+    return '{"traceEvents":[' + body + '],"displayTimeUnit":"ms","otherData":' + _dumps(other) + "}"
+
+
+def _dumps(value) -> str:
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _parts(trace, analysis):
+    """(metadata events, kernel columns, phase events, otherData) of :func:`trace_events`."""
     k = trace.kernels.dropna(subset=["rank", "start_ns", "end_ns"])
     phases = getattr(analysis, "phases", None)
     phases = phases if phases is not None else pd.DataFrame(columns=["rank", "step", "phase", "start_ns", "end_ns"])
@@ -59,14 +81,14 @@ def trace_events(trace, analysis) -> dict:
             name = (f"dev {dev} " if multi else "") + f"stream {stream}"
             events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_name", "args": {"name": name}})
             events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
-    events += _kernel_events(k, getattr(analysis, "collectives", None), tids, t0)
-    events += _phase_events(ph, t0, inferred)
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"generator": "ddp-profile", "time_origin_ns": int(t0),
-                          "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream"}}
+    cols = _kernel_columns(k, getattr(analysis, "collectives", None), tids, t0)
+    other = {"generator": "ddp-profile", "time_origin_ns": int(t0),
+             "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream"}
+    return events, cols, _phase_events(ph, t0, inferred), other
 
 
-def _kernel_events(k: pd.DataFrame, collectives, tids: dict, t0: float) -> list[dict]:
+def _kernel_columns(k: pd.DataFrame, collectives, tids: dict, t0: float) -> dict:
+    """The kernel events' fields as columns (lists), rows in (rank, device, stream, start) order."""
     k = k.assign(rank=k["rank"].astype("int64"), device=k["device"].astype("int64"),
                  stream=k["stream"].astype("int64"), start_ns=k["start_ns"].astype("int64"))
     k = k.sort_values(["rank", "device", "stream", "start_ns"], kind="stable")
@@ -92,14 +114,57 @@ def _kernel_events(k: pd.DataFrame, collectives, tids: dict, t0: float) -> list[
         else:
             own = k["bytes"].astype("object").tolist()
             extra["bytes"] = [v if not _missing(v) else o for v, o in zip(extra["bytes"], own, strict=False)]
+    return {"ts": ts, "dur": dur, "tid": tid, "name": names, "kind": kinds, "pid": ranks, "nccl": nccl,
+            "extra": extra}
+
+
+def _kernel_events(cols: dict) -> list[dict]:
+    ts, dur, tid, names, kinds, ranks = (cols[c] for c in ("ts", "dur", "tid", "name", "kind", "pid"))
+    nccl, extra = cols["nccl"], cols["extra"]
     out = []
-    for i in range(len(k)):
+    for i in range(len(ts)):
         args = {"kind": kinds[i]}
         if nccl[i]:
             args.update({key: _plain(vals[i]) for key, vals in extra.items() if not _missing(vals[i])})
         out.append({"ph": "X", "pid": ranks[i], "tid": tid[i], "ts": ts[i], "dur": dur[i], "name": names[i],
                     "cat": kinds[i], "args": args})
     return out
+
+
+def _kernel_json(cols: dict) -> str:
+    """:func:`_kernel_events` as JSON text (objects joined by commas), one column at a time: numbers by numpy's
+    shortest round-trip formatting (Python's float repr), names and kinds one ``json.dumps`` per distinct value,
+    the NCCL arguments only on NCCL rows, each present only where it has a value."""
+    n = len(cols["ts"])
+    if n == 0:
+        return ""
+    kind = _words(cols["kind"])
+    parts = [repeat('{"ph":"X","pid":'), np.asarray(cols["pid"], dtype=np.int64).astype(str).tolist(),
+             repeat(',"tid":'), np.asarray(cols["tid"], dtype=np.int64).astype(str).tolist(),
+             repeat(',"ts":'), _floats(cols["ts"]), repeat(',"dur":'), _floats(cols["dur"]),
+             repeat(',"name":'), _words(cols["name"]), repeat(',"cat":'), kind,
+             repeat(',"args":{"kind":'), kind]
+    nccl = np.asarray(cols["nccl"], dtype=bool)
+    for key, vals in cols["extra"].items():
+        toks = np.full(n, "", dtype=object)
+        sel = np.flatnonzero(nccl)
+        prefix = "," + _dumps(key) + ":"
+        toks[sel] = [prefix + _dumps(_plain(vals[i])) if not _missing(vals[i]) else "" for i in sel]
+        parts.append(toks.tolist())
+    parts.append(repeat("}}"))
+    return ",".join(map("".join, zip(*parts, strict=False)))  # the repeat() parts are endless
+
+
+def _floats(values: list) -> list[str]:
+    """JSON numbers of finite floats, as json.dumps writes them (float.__repr__)."""
+    return np.asarray(values, dtype=np.float64).astype(str).tolist()
+
+
+def _words(values: list) -> list[str]:
+    """json.dumps of each value, computed once per distinct value."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    words = np.array([_dumps(v) for v in uniques], dtype=object)
+    return words[codes].tolist()
 
 
 def _missing(v) -> bool:
@@ -143,10 +208,12 @@ def to_bytes(events: dict, *, compress: bool = False) -> bytes:
 
 
 def write_perfetto(path: Path | str, trace, analysis, *, compress: bool | None = None) -> Path:
-    """Write the trace-event JSON atomically; gzipped when ``compress`` (default: when ``path`` ends .gz)."""
+    """Write the trace-event JSON (:func:`trace_json`) atomically; gzipped when ``compress`` (default: when
+    ``path`` ends .gz)."""
     path = Path(path)
     compress = path.suffix == ".gz" if compress is None else compress
-    return write_bytes_atomic(path, to_bytes(trace_events(trace, analysis), compress=compress))
+    data = trace_json(trace, analysis).encode("utf-8")
+    return write_bytes_atomic(path, gzip.compress(data, compresslevel=6, mtime=0) if compress else data)
 
 
 def file_name(page: str) -> str:

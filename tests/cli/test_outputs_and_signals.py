@@ -157,7 +157,8 @@ def test_sigterm_mid_report_leaves_no_hidden_folder_and_keeps_previous_report(tm
     _run_copy(tmp_path)
     assert _cli(["report", "run.sqlite", "-o", "reports"], tmp_path).returncode == 0
     before = {p: sha256(p) for p in (tmp_path / "reports").rglob("*") if p.is_file()}
-    rc, err = _signal_when(SLOW_REPORT, "WRITING", ["report", "run.sqlite", "-o", "reports"], tmp_path,
+    # --no-cache: an unchanged report is otherwise kept as it is, without writing (issue 28)
+    rc, err = _signal_when(SLOW_REPORT, "WRITING", ["report", "run.sqlite", "-o", "reports", "--no-cache"], tmp_path,
                            signal.SIGTERM)
     assert rc == 143, err
     assert "Traceback" not in err

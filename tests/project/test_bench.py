@@ -16,11 +16,17 @@ SCRIPT = ROOT / "benchmarks" / "bench_analyzer.py"
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
+    from ddp_profile.nsys.synth import synth_ddp_run
+
     out = tmp_path_factory.mktemp("bench")
     data = out / "data"
+    runs = out / "runs" / "tiny_run"
+    runs.mkdir(parents=True)
+    synth_ddp_run(runs / "tiny_run.sqlite")
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--sizes", "0.02M", "--ranks", "2", "--repeat", "1", "--jobs", "2",
-         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--replica", "", "--sweep", "", "--data", str(data), "--out", str(out)],
+         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--replica", "", "--sweep", "", "--data", str(data),
+         "--out", str(out), "--report", str(runs.parent)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, out
@@ -34,6 +40,8 @@ def test_prints_the_figures(bench):
     assert "machine:" in proc.stdout and "cores" in proc.stdout
     assert "per-rank files" in proc.stdout and "report of 0.02M: rendered" in proc.stdout
     assert "2/2 files" in proc.stderr  # the --jobs load drew its progress bar
+    assert "arrow floor" in proc.stdout and "analyze CLI" in proc.stdout
+    assert "second (unchanged)" in proc.stdout
 
 
 def test_results_files_are_complete(bench):
@@ -45,9 +53,16 @@ def test_results_files_are_complete(bench):
     assert size["ratio"] == pytest.approx(size["analyze"]["seconds"] / size["floor"]["seconds"])
     assert size["kernel_cols_int64_mb"] == pytest.approx(size["rows"] * 7 * 8 / 1e6)
     assert set(res["per_rank"]["by_jobs"]) == {"1", "2"}
+    # issue 28: the Arrow floor read the same rows; the command and the in-process split were measured
+    assert size["floor_arrow"]["rows"] == size["rows"] and size["floor_arrow"]["launch_rows"] > 0
+    assert size["ratio_arrow"] == pytest.approx(size["cli"]["seconds"] / size["floor_arrow"]["seconds"])
+    assert size["cli"]["json_mb"] == pytest.approx(size["analyze"]["json_mb"], rel=1e-6)  # the same JSON text
+    rep = res["report"]
+    assert rep["pages"] >= 2 and rep["second_share"] == pytest.approx(rep["second_s"] / rep["first_s"])
     assert res["machine"]["cores"] >= 1 and res["command"].startswith("python benchmarks/bench_analyzer.py")
     md = (out / "RESULTS.md").read_text()
-    for text in ("## Targets", "## Performance", res["command"], f"{size['rows']:,}", "nsys"):
+    for text in ("## Targets", "## Performance", res["command"], f"{size['rows']:,}", "nsys", "Arrow floor",
+                 "second `ddp-profile report`"):
         assert text in md, text
 
 

@@ -1,0 +1,103 @@
+"""`analyze`'s output at speed: the column-at-a-time JSON writer gives json.dumps' exact text, the optional
+sections (comm_kinds, recommendation) are computed only when asked for, and read later they equal the eager
+ones; the CLI imports only the command it runs."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ddp_profile.analysis import OPTIONAL_SECTIONS, analyze
+from ddp_profile.cli import main
+from ddp_profile.commands.writers import json_text, records_text
+from ddp_profile.nsys.loader import load_trace
+from ddp_profile.nsys.synth import synth_ddp_run
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "ddp_mlp_2xh200.sqlite"
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT / "traces" / "torch_ddp-25mb_xl_fp32_2xh200" / "torch_ddp-25mb_xl_fp32_2xh200.sqlite.xz"
+CORE = ["steps", "phases", "ranks", "kernels", "collectives", "cost_model", "contention"]
+
+
+@pytest.mark.parametrize("path", [SAMPLE, REAL], ids=["sample", "real-torch_ddp"])
+def test_json_writer_gives_json_dumps_text(path):
+    res = analyze(load_trace(path))
+    full = res.to_json_dict()
+    keys = [k for k in full if k not in ("version", "summary", "notes")]
+    assert json_text(res, keys) == json.dumps(full, indent=2) + "\n"
+
+
+def test_json_writer_tokens_of_awkward_values():
+    """NaN, infinities, <NA>, None, booleans, categoricals with missing values, quotes and non-ASCII text."""
+    df = pd.DataFrame({
+        "f": [1.5, np.nan, np.inf, -np.inf, 1e-7, 123456789012345678.0],
+        "i": np.array([0, -1, 2**62, 5, 6, 7], dtype=np.int64),
+        "ni": pd.array([1, None, 3, None, 5, 6], dtype="Int64"),
+        "b": [True, False, True, True, False, False],
+        "s": ["a\"b", None, "é\n", "x", "x", "a\"b"],
+        "c": pd.Categorical(["k", None, "k", "m", "m", "k"]),
+        "o": [None, 1, "two", 3.5, np.int64(4), np.nan],
+    })
+    from ddp_profile.analysis import records
+
+    want = json.dumps(records(df), indent=2)
+    assert records_text(df, 1, None) == want
+
+
+def test_default_json_leaves_out_the_optional_sections_and_all_puts_them_in(capsys):
+    assert main(["analyze", str(SAMPLE), "--format", "json"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert not set(OPTIONAL_SECTIONS) & set(default) and set(CORE) <= set(default)
+    assert main(["analyze", str(SAMPLE), "--format", "json", "--section", "all"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert set(OPTIONAL_SECTIONS) <= set(every)
+    assert main(["analyze", str(SAMPLE), "--format", "json", "--section", "recommendation"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["recommendation"] == every["recommendation"] and "steps" not in one
+
+
+def test_optional_sections_are_deferred_and_equal_when_read(tmp_path, monkeypatch):
+    trace = load_trace(synth_ddp_run(tmp_path / "run.sqlite", n_ranks=2, n_steps=4)["path"])
+    eager = analyze(trace)
+    calls = []
+    import ddp_profile.analysis as A
+
+    real = A._rec.recommend
+    monkeypatch.setattr(A._rec, "recommend", lambda *a, **k: calls.append(1) or real(*a, **k))
+    lazy = analyze(trace, sections=CORE)
+    assert "comm_kinds" not in lazy.__dict__
+    # the recommendation is deferred too, but the verdict (analysis.answers) reads it when the run has a
+    # critical path, so it may have been computed already: once at most
+    assert len(calls) <= 1 and ("recommendation" in lazy.__dict__) == (len(calls) == 1)
+    assert len(eager.comm_kinds)  # the synthetic run has NCCL kernels: the deferred frame is not trivially empty
+    pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
+    pd.testing.assert_frame_equal(lazy.recommendation, eager.recommendation)
+    assert calls == [1]
+    again = analyze(trace, sections=CORE)
+    restored = pickle.loads(pickle.dumps(again))  # pickled with the deferred sections computed
+    pd.testing.assert_frame_equal(restored.comm_kinds, eager.comm_kinds)
+    pd.testing.assert_frame_equal(restored.recommendation, eager.recommendation)
+
+
+def test_deferred_sections_equal_eager_ones_on_a_real_torch_ddp_run():
+    """A run whose recommendation replays gradient-ready times (stock torch_ddp, bucket sizes in its JSON)."""
+    trace = load_trace(REAL.parent)
+    eager, lazy = analyze(trace), analyze(trace, sections=CORE)
+    assert len(eager.recommendation) and len(eager.comm_kinds)
+    pd.testing.assert_frame_equal(lazy.recommendation, eager.recommendation)
+    pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
+
+
+def test_analyze_imports_neither_the_scrubber_nor_the_harness():
+    code = ("import sys; from ddp_profile.cli import main; main(['analyze', '--help'])\n"
+            "bad = [m for m in sys.modules if m.startswith(('ddp_profile.nsys.scrub', 'ddp_profile.harness', 'plotly'))]\n"
+            "sys.stderr.write(repr(bad))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.stderr.strip() == "[]", proc.stderr

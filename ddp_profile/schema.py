@@ -128,8 +128,8 @@ WINDOW_FACT_COLUMNS = ["phase_ns", "micro_steps", "extra_kernels", "extra_gpu_ns
 API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
 # The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
 # load_trace; nsys.api.load_host_waits reads them again): kind "sync" (cudaStreamSynchronize,
-# cudaDeviceSynchronize...) or "copy" (cudaMemcpy*: a device-to-host copy such as tensor.item()'s returns when
-# done). name: the function as API_CALL_COLUMNS names it.
+# cudaDeviceSynchronize...) or "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies
+# of other directions are left out). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.

@@ -1,14 +1,17 @@
 """The main thread's kernel launches and synchronisation calls per rank: the timeline's CPU rows.
 
 From the CUDA API calls (``schema.API_CALL_COLUMNS``, read by ``nsys.api.load_api_calls``): a call is a
-*launch* when its name matches ``launches.LAUNCH_PATTERN`` and a *sync* (the host waiting for the GPU:
-``.item()``, ``cudaStreamSynchronize``...) when it matches ``launches.SYNC_PATTERN``; the rank's *main
-thread* is the thread that made most of its launches (the training loop's; autograd's backward threads
-launch too, and they are left out so the row reads as the loop). Other calls are dropped.
+*launch* when its name matches ``launches.LAUNCH_PATTERN``; a *sync* (the host waiting for the GPU) is one of
+the host-wait calls the nsys layer classified (``waits``: ``schema.HOST_WAIT_COLUMNS``, synchronize calls and
+copies to the host, as ``.item()`` makes) or, without them, a call matching ``launches.SYNC_PATTERN``. The
+rank's *main thread* is the thread whose id is its process id when that thread launches kernels (the
+training loop's; autograd's backward threads launch too, often more, and they are left out so the row reads
+as the loop), else the thread that made most of its launches. Other calls are dropped.
 
 Output (:data:`HOST_CALL_COLUMNS`): one row per call, sorted by (rank, start_ns); ``kind`` is "launch" or
-"sync". ``steps`` (optional: the analysis's phase rows of phase "step", with GPU and host windows) keeps only calls that start inside a step's
-host-or-GPU window of that rank, so a page holds the steps it shows and nothing else.
+"sync". ``steps`` (optional: the analysis's phase rows of phase "step", with GPU and host windows) keeps only
+calls that start inside a step's host-or-GPU window of that rank, so a page holds the steps it shows and
+nothing else.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from ddp_profile.analysis.launches import LAUNCH_PATTERN, SYNC_PATTERN
 HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
 
 
-def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = None,
+                      waits: pd.DataFrame | None = None) -> pd.DataFrame:
     """Launch and sync calls of each rank's main thread (module docstring); empty frame when none."""
     empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("kind", "name") else "int64")
                           for c in HOST_CALL_COLUMNS})
@@ -33,24 +37,32 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
     if not len(a):
         return empty
     launch = _names_matching(a["name"], LAUNCH_PATTERN)
-    sync = _names_matching(a["name"], SYNC_PATTERN)
+    classified = waits is not None and len(waits) > 0
+    sync = np.zeros(len(a), bool) if classified else _names_matching(a["name"], SYNC_PATTERN)
     keep = launch | sync
-    a = a.loc[keep]
-    launch, sync = launch[keep], sync[keep]
+    a, launch, sync = a.loc[keep], launch[keep], sync[keep]
     if not len(a):
         return empty
-    counts = a.loc[launch].groupby(["rank", "tid"], observed=True).size()
+    cols = ["rank", "tid"] + (["pid"] if "pid" in a else [])
+    counts = a.loc[launch].groupby(cols, observed=True).size().reset_index(name="n")
     if not len(counts):
         return empty
-    main = counts.reset_index(name="n").sort_values(["rank", "n"], ascending=[True, False]).drop_duplicates("rank")
-    mine = pd.MultiIndex.from_frame(a[["rank", "tid"]].astype("int64")).isin(
-        pd.MultiIndex.from_frame(main[["rank", "tid"]].astype("int64")))
-    out = pd.DataFrame({"rank": a["rank"].astype("int64").to_numpy()[mine],
-                        "tid": a["tid"].astype("int64").to_numpy()[mine],
-                        "kind": np.where(sync[mine], "sync", "launch"),
-                        "name": a["name"].astype("object").to_numpy()[mine],
-                        "start_ns": a["start_ns"].astype("int64").to_numpy()[mine],
-                        "end_ns": a["end_ns"].astype("int64").to_numpy()[mine]})
+    own = (counts["tid"] == counts["pid"]).astype(int) if "pid" in counts else 0  # the process's own thread first
+    main = counts.assign(own=own).sort_values(["rank", "own", "n"], ascending=[True, False, False])
+    main = main.drop_duplicates("rank")[["rank", "tid"]].astype("int64")
+    calls = pd.DataFrame({"rank": a["rank"].astype("int64").to_numpy(), "tid": a["tid"].astype("int64").to_numpy(),
+                          "kind": np.where(sync, "sync", "launch"), "name": a["name"].astype("object").to_numpy(),
+                          "start_ns": a["start_ns"].astype("int64").to_numpy(),
+                          "end_ns": a["end_ns"].astype("int64").to_numpy()})
+    if classified:
+        w = waits.dropna(subset=["rank"])
+        calls = pd.concat([calls, pd.DataFrame({
+            "rank": w["rank"].astype("int64").to_numpy(), "tid": w["tid"].astype("int64").to_numpy(),
+            "kind": "sync", "name": w["name"].astype("object").to_numpy(),
+            "start_ns": w["start_ns"].astype("int64").to_numpy(), "end_ns": w["end_ns"].astype("int64").to_numpy()})],
+            ignore_index=True)
+    mine = pd.MultiIndex.from_frame(calls[["rank", "tid"]]).isin(pd.MultiIndex.from_frame(main))
+    out = calls.loc[mine].reset_index(drop=True)
     if steps is not None and len(steps):
         out = _in_steps(out, steps)
     return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)

@@ -23,13 +23,13 @@ the straggler s against the median of its peers P::
     gpu   when compute_s − median_P(compute) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
     unknown otherwise (or without a CUDA API trace: no launch times, no host time)
 
-A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence: for
-``host``, the host-wait function (``Trace.host_waits``: synchronize, memcpy) whose time on the
-straggler's main thread (thread id = process id; calls ending inside the rank's step span) exceeds its
-peers' median time in it by the most (by at least CALL_SHARE of the lead), with both times, else the
-synchronize function it calls more often than its peers (a sync that returns at once still empties the
-GPU's queue: ``loss.item()`` on one rank); always the host (or GPU) difference itself. Times in the text
-are ms with one decimal.
+A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence, what
+proves the cause first: for ``host``, the time its GPU sat idle awaiting launches (``host_ns``, against its
+peers' median), then the host-wait functions (``Trace.host_waits``: synchronize calls, copies to the host)
+on the straggler's main thread (thread id = process id; calls ending inside the rank's step span) that it
+calls more often than its peers or spends at least CALL_SHARE of the lead longer in, with their counts and
+their time in the step (a sync that returns at once still empties the GPU's queue: ``loss.item()`` on one
+rank); for ``gpu``, its GPU busy time against its peers'. Times in the text are ``fmt.fmt_ms``'s.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import pandas as pd
 
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis.kernel_arrays import ints
+from ddp_profile.fmt import fmt_ms
 from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
 
 CAUSE_SHARE = 0.5
@@ -113,11 +114,11 @@ def call_stats(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.Da
 
 def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.DataFrame, lead: float
                    ) -> str | None:
-    """The host-wait function that sets the straggler apart, each rank within its own step span: the one
-    whose time on its main thread exceeds its peers' median by the most, when that excess is at least
-    CALL_SHARE of the lead ('<function> X ms on the main thread (peers Y ms)'); else the synchronize function
-    it calls more often than its peers ('<function> ×N on the main thread (peers ×M), X ms': a
-    sync that returns at once still empties the GPU's queue); None without either."""
+    """The host-wait functions that set the straggler apart, each rank within its own step span: those it
+    calls more often than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that
+    returns at once still empties the GPU's queue: ``loss.item()`` on one rank), as
+    'host waits on the main thread: <function> ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's
+    time in those functions in the step); None without any."""
     mine = call_stats(waits, s, int(me["start_ns"]), int(me["end_ns"]))
     if mine.empty:
         return None
@@ -128,20 +129,13 @@ def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.
         return got.reindex(columns=mine.index).fillna(0.0).median() if len(got) else pd.Series(0.0, index=mine.index)
 
     t_base, n_base = base("ns").reindex(mine.index).fillna(0.0), base("calls").reindex(mine.index).fillna(0.0)
-    extra = mine["ns"] - t_base
-    if extra.max() >= CALL_SHARE * lead:
-        name = str(extra.idxmax())
-        return f"{name} {_ms(mine.loc[name, 'ns'])} on the main thread (peers {_ms(t_base[name])})"
-    more = (mine["calls"] - n_base).where(mine["sync"].astype(bool), 0.0)
-    if more.max() > 0:
-        name = str(more.idxmax())
-        return (f"{name} ×{int(mine.loc[name, 'calls'])} on the main thread (peers ×{n_base[name]:g}), "
-                f"{_ms(mine.loc[name, 'ns'])}")
-    return None
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    named = mine.index[((mine["ns"] - t_base) >= CALL_SHARE * lead) | (mine["calls"] > n_base)]
+    if not len(named):
+        return None
+    named = mine.loc[named].sort_values("ns", ascending=False, kind="stable").index
+    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (peers ×{n_base[n]:g})" for n in named)
+    return (f"host waits on the main thread: {calls}, {fmt_ms(mine.loc[named, 'ns'].sum())} "
+            f"(peers {fmt_ms(t_base[named].sum())})")
 
 
 def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
@@ -170,18 +164,18 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                 d_gpu = float(me["compute_ns"] - peers["compute_ns"].median())
                 material = 100.0 * lead >= MIN_LEAD_PCT * float(me["step_ns"])
                 if not material:
-                    evidence = f"lead {_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
+                    evidence = f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
                 elif d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
                     cause = "host"
-                    evidence = f"GPU idle awaiting launches {_ms(me['host_ns'])} (peers {_ms(peers['host_ns'].median())})"
+                    evidence = f"GPU idle awaiting launches {fmt_ms(me['host_ns'])} (peers {fmt_ms(peers['host_ns'].median())})"
                     call = _evidence_call(waits, s, me, peers, lead)
                     if call is not None:
-                        evidence = f"{call}; {evidence}"
+                        evidence = f"{evidence}; {call}"
                 elif d_gpu >= CAUSE_SHARE * lead:
                     cause = "gpu"
-                    evidence = f"GPU busy {_ms(me['compute_ns'])} (peers {_ms(peers['compute_ns'].median())})"
+                    evidence = f"GPU busy {fmt_ms(me['compute_ns'])} (peers {fmt_ms(peers['compute_ns'].median())})"
                 else:
-                    evidence = (f"lead {_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
+                    evidence = (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                                 f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
         out.loc[step] = [s, lead, cause, evidence]
     return out

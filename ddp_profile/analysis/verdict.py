@@ -22,7 +22,9 @@ removable part reaches the share, and then no communication fix follows it.
 
 Advice (:func:`advice`): rules grounded on measured parts, each with an upper bound on its gain (never more
 than the critical-path part it removes) and the spread of that bound over steps; only rules whose bound is at
-least ADVICE_MIN_PCT % of the step are listed, largest first.
+least ADVICE_MIN_PCT % of the step are listed, largest first. The verdict's rule (the first of its kind) is
+moved to the head of the list, its bound capped at ``removable_ns``: ``expected_gain_ns`` is that rule's
+``gain_upper_ns``, one number in both places.
 """
 
 from __future__ import annotations
@@ -100,8 +102,11 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
             mine = [r for r in rules if r["rule"] in ("straggler_host", "straggler_gpu")] or [
                 r for r in rules if r["rule"] in ("host_sync", "launch_bound")]
         if mine:
-            out["what_to_change"] = mine[0]["what_to_change"]
-            out["expected_gain_ns"] = min(float(mine[0]["gain_upper_ns"]), med[k])
+            # one number per fact: the verdict's rule, capped at the verdict's part, heads the advice list
+            # with the gain the verdict states
+            first = dict(mine[0], gain_upper_ns=min(float(mine[0]["gain_upper_ns"]), med[k]))
+            out["what_to_change"], out["expected_gain_ns"] = first["what_to_change"], first["gain_upper_ns"]
+            out["advice"] = [first] + [r for r in rules if r is not mine[0]]
         else:
             out["what_to_change"] = _GENERIC[k].format(rank=rank)
             out["expected_gain_ns"] = med[k]

@@ -469,32 +469,36 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))
 
 
-# CUDA API functions during which the calling host thread may sit waiting for the GPU: the synchronize
-# calls, and copies (a device-to-host copy into pageable memory, as ``tensor.item()`` does, returns only
-# when the copy is done). GLOB patterns over StringIds, as LAUNCH_FUNCTIONS. kind: the pattern's class.
+# CUDA API calls during which the host thread may wait for the GPU (GLOB patterns over StringIds): synchronize
+# calls, and copies to the host (``.item()`` in torch 2.11: a DtoH cudaMemcpyAsync, then cudaStreamSynchronize).
 HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cuMemcpy*")}
+COPY_TO_HOST = (2, 4, 12)  # MEMCPY copyKind DtoH, AtoH, unified DtoH
 
 
 def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, int, int, int, str, str]] | None:
-    """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls made on a process's
-    main thread (thread id = process id; names as StringIds store them, version suffix included), or None
-    when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table or its calls carry no names. Selected by name id
-    and thread in SQL: a few calls per step, fetched as tuples; the cost is one scan of the API table (0.07 s
-    for 455k calls on traces/campaign/C/fsdp_xl_fp32_4xh100), none when no call has such a name."""
+    """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls on a process's main
+    thread (tid = pid; names as StringIds store them), or None without an API table or names. A copy counts
+    only when its MEMCPY row (same pid and correlationId) is a COPY_TO_HOST kind (when the export has that
+    table): host-to-device and device-to-device copies return at once. A few calls per step, selected in SQL:
+    one scan of the API table (0.07 s for 455k calls on traces/campaign/C/fsdp_xl_fp32_4xh100)."""
     if RUNTIME not in have or STRINGS not in have or "nameId" not in columns(con, RUNTIME):
         return None
     kind_of: dict[int, tuple[str, str]] = {}
     for kind, globs in HOST_WAIT_FUNCTIONS.items():
-        cond = " OR ".join("value GLOB ?" for _ in globs)
-        for i, value in con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE {cond}", globs):
-            if type(i) is int and i not in kind_of:
-                kind_of[i] = (str(value), kind)
+        got = con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE "
+                          + " OR ".join("value GLOB ?" for _ in globs), globs)
+        kind_of.update({i: (str(v), kind) for i, v in got if type(i) is int and i not in kind_of})
     if not kind_of:
         return []
-    gtid = "COALESCE(globalTid, 0)"
-    pid, tid = PID_SQL.format(col=gtid), TID_SQL.format(col=gtid)
-    rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId FROM {RUNTIME} "
+    pid, tid = PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)")
+    corr = "correlationId" if "correlationId" in columns(con, RUNTIME) else "-1"
+    rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
                        f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()  # integers only
+    to_host = None  # (pid, correlationId) of the copies to the host; None: direction unknown, all kept
+    if MEMCPY in have and {"correlationId", "globalPid", "copyKind"} <= columns(con, MEMCPY):
+        to_host = set(con.execute(f"SELECT {PID_SQL.format(col='globalPid')}, correlationId FROM {MEMCPY} "
+                                  f"WHERE copyKind IN ({', '.join(map(str, COPY_TO_HOST))})").fetchall())
     # a damaged row (a start or end that is not an integer) is skipped: these rows only name evidence
-    return [(p, t, s, e, *kind_of[n]) for p, t, s, e, n in rows
-            if type(s) is int and type(e) is int and type(p) is int and type(t) is int and n in kind_of]
+    return [(p, t, s, e, *kind_of[n]) for p, t, s, e, n, c in rows
+            if type(s) is int and type(e) is int and type(p) is int and type(t) is int and n in kind_of
+            and (to_host is None or kind_of[n][1] != "copy" or (p, c) in to_host)]

@@ -338,7 +338,7 @@ def host_diagnosis(trace, phases=None, steps="all"):
     from ddp_profile.analysis.host_calls import main_thread_calls
     from ddp_profile.analysis.launches import analyze_launches
     from ddp_profile.errors import DdpProfileError
-    from ddp_profile.nsys.api import load_api_calls
+    from ddp_profile.nsys.api import host_waits_of, load_api_calls
 
     try:
         api = load_api_calls(trace)
@@ -349,4 +349,8 @@ def host_diagnosis(trace, phases=None, steps="all"):
         launches = analyze_launches(trace, api, steps=steps)
     except DdpProfileError as exc:
         launches = str(exc)
-    return launches, main_thread_calls(api, step_rows)
+    try:
+        waits = host_waits_of(trace)  # the nsys layer's syncs and copies to the host: the CPU rows' syncs
+    except DdpProfileError:
+        waits = None
+    return launches, main_thread_calls(api, step_rows, waits)

@@ -54,7 +54,7 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
                           "kind": np.where(sync, "sync", "launch"), "name": a["name"].astype("object").to_numpy(),
                           "start_ns": a["start_ns"].astype("int64").to_numpy(),
                           "end_ns": a["end_ns"].astype("int64").to_numpy()})
-    if classified:
+    if classified and waits is not None:
         w = waits.dropna(subset=["rank"])
         calls = pd.concat([calls, pd.DataFrame({
             "rank": w["rank"].astype("int64").to_numpy(), "tid": w["tid"].astype("int64").to_numpy(),

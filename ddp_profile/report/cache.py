@@ -29,6 +29,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ddp_profile.errors import OutputError
 from ddp_profile.nsys.files import find_exports
 from ddp_profile.safeio import write_bytes_atomic
 
@@ -117,8 +118,12 @@ class RunCache:
     def entry_path(self, key: str) -> Path:
         """Where a new entry for ``key`` is written (the staging folder, made on first use)."""
         if self.staging is None:
-            self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-            self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.cache-", dir=self.out_dir.parent))
+            try:
+                self.out_dir.parent.mkdir(parents=True, exist_ok=True)
+                self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.cache-", dir=self.out_dir.parent))
+            except OSError as exc:  # e.g. a regular file where a parent folder should be: one line, exit 5
+                raise OutputError(f"{self.out_dir}: cannot write the report there "
+                                  f"({exc.strerror or exc}: {exc.filename or self.out_dir.parent})") from exc
         return self.staging / f"{key}.pickle"
 
     def record(self, key: str, entry: Path) -> None:

@@ -423,7 +423,7 @@ def test_sigint_mid_report_exits_130_and_keeps_previous_report(tmp_path):
     signal lands there every time): exit 130, one line, no temp folder, the previous report unchanged."""
     reports, before = _previous_report(tmp_path)
     cmd = [PY, "-c", SLOW_WRITE_PRELUDE + "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
-           "report", "good.sqlite", "-o", "reports"]
+           "report", "good.sqlite", "-o", "reports", "--no-cache"]  # an unchanged report is otherwise kept, not written
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     seen = []
     deadline = time.monotonic() + 60

@@ -26,14 +26,19 @@ def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataF
     """Per step: host-wait call time on the critical rank's main thread (tid = pid), calls ending in its span."""
     if waits is None or waits.empty or crit.empty:
         return pd.Series(dtype=float)
-    sp = rank_paths.set_index(["rank", "step"])
-    w_rank, w_tid, w_pid = ints(waits["rank"]), ints(waits["tid"]), ints(waits["pid"])
-    w_end, w_dur = ints(waits["end_ns"]), ints(waits["end_ns"]) - ints(waits["start_ns"])
+    span = {(r, s): (lo, hi) for r, s, lo, hi in zip(*(ints(rank_paths[c]).tolist() for c in
+                                                         ("rank", "step", "start_ns", "end_ns")), strict=True)}
+    main = ints(waits["tid"]) == ints(waits["pid"])
+    w_rank, w_end = ints(waits["rank"])[main], ints(waits["end_ns"])[main]
+    w_dur = (ints(waits["end_ns"]) - ints(waits["start_ns"]))[main]
+    by_rank = {r: np.flatnonzero(w_rank == r) for r in np.unique(w_rank).tolist()}
+    none = np.zeros(0, np.int64)
     out = {}
-    for step, rank in zip(crit["step"].to_numpy(), crit["critical_rank"].to_numpy(), strict=True):
-        lo, hi = sp.loc[(rank, step), ["start_ns", "end_ns"]]
-        m = (w_rank == rank) & (w_tid == w_pid) & (w_end >= lo) & (w_end < hi)
-        out[int(step)] = float(w_dur[m].sum())
+    for step, rank in zip(ints(crit["step"]).tolist(), ints(crit["critical_rank"]).tolist(), strict=True):
+        lo, hi = span[(rank, step)]
+        mine = by_rank.get(rank, none)
+        e = w_end[mine]
+        out[step] = float(w_dur[mine[(e >= lo) & (e < hi)]].sum())
     return pd.Series(out, dtype=float)
 
 

@@ -88,8 +88,7 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     if a.empty:
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
                              "lead_ns": pd.Series(dtype="int64")})
-    kind = np.array([ck.kind_of(c) for c in a["collective"]], dtype=object)
-    grad = np.isin(kind, ck.GRADIENT)
+    grad = np.isin(ck.kind_codes(a["collective"]), [ck.KINDS.index(k) for k in ck.GRADIENT])  # per distinct name
     step = ints(a["step"])
     has_grad = pd.Series(grad).groupby(step).transform("any").to_numpy()
     a = a.loc[grad | ~has_grad]
@@ -143,39 +142,71 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
     """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
     HOST_WAIT_COLUMNS or None (then no call is named)."""
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
-    out = pd.DataFrame({"straggler_rank": pd.array([pd.NA] * len(idx), dtype="Int64"),
-                        "straggler_lead_ns": np.full(len(idx), np.nan),
-                        "straggler_cause": [None] * len(idx), "straggler_evidence": [None] * len(idx)}, index=idx)
-    if leads.empty:
-        return out
-    best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
-    best = best.drop_duplicates("step").set_index("step")
-    pv = paths.set_index(["step", "rank"]) if len(paths) else None
-    for step, row in best.iterrows():
-        if step not in out.index:
-            continue
-        s, lead = int(row["rank"]), float(row["lead_ns"])
-        cause, evidence = "unknown", None
-        if pv is not None and step in pv.index.get_level_values(0):
-            here = pv.loc[step]
-            if s in here.index and len(here) > 1:
-                me, peers = here.loc[s], here.drop(index=s)
-                d_host = float(me["host_ns"] - peers["host_ns"].median())
-                d_gpu = float(me["compute_ns"] - peers["compute_ns"].median())
-                material = 100.0 * lead >= MIN_LEAD_PCT * float(me["step_ns"])
-                if not material:
-                    evidence = f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
-                elif d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
-                    cause = "host"
-                    evidence = f"GPU idle awaiting launches {fmt_ms(me['host_ns'])} (peers {fmt_ms(peers['host_ns'].median())})"
-                    call = _evidence_call(waits, s, me, peers, lead)
-                    if call is not None:
-                        evidence = f"{evidence}; {call}"
-                elif d_gpu >= CAUSE_SHARE * lead:
-                    cause = "gpu"
-                    evidence = f"GPU busy {fmt_ms(me['compute_ns'])} (peers {fmt_ms(peers['compute_ns'].median())})"
-                else:
-                    evidence = (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
-                                f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
-        out.loc[step] = [s, lead, cause, evidence]
-    return out
+    rank_of = np.full(len(idx), -1, dtype=np.int64)
+    lead_of = np.full(len(idx), np.nan)
+    cause_of: list = [None] * len(idx)
+    evidence_of: list = [None] * len(idx)
+    if not leads.empty:
+        best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
+        best = best.drop_duplicates("step")
+        at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
+        by_step = _paths_by_step(paths)
+        for pos, step, s, lead in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
+                                      best["lead_ns"].to_numpy(dtype=float).tolist(), strict=True):
+            if pos < 0:
+                continue
+            cause, evidence = _cause(by_step.get(step), s, lead, paths, waits)
+            rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
+    return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
+                                                    dtype="Int64"),
+                         "straggler_lead_ns": lead_of,
+                         "straggler_cause": pd.Series(cause_of, dtype=object, index=idx),
+                         "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
+
+
+def _paths_by_step(paths: pd.DataFrame) -> dict[int, np.ndarray]:
+    """Row positions of ``paths`` per step (in the rows' order)."""
+    if paths is None or not len(paths):
+        return {}
+    return {int(k): v for k, v in pd.Series(np.arange(len(paths))).groupby(ints(paths["step"])).indices.items()}
+
+
+def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, waits: pd.DataFrame | None
+           ) -> tuple[str, str | None]:
+    """(straggler_cause, straggler_evidence) of straggler ``s`` in a step whose ``paths`` rows are ``rows``."""
+    if rows is None:
+        return "unknown", None
+    rank = ints(paths["rank"])[rows]
+    mine = np.flatnonzero(rank == s)
+    if not len(mine) or len(rows) < 2:
+        return "unknown", None
+    me_row, peer_rows = rows[mine[0]], rows[rank != s]
+
+    def col(name):
+        return paths[name].to_numpy()
+
+    host, compute = col("host_ns"), col("compute_ns")
+    me_host, me_compute = host[me_row], compute[me_row]
+    peers_host, peers_compute = _median(host[peer_rows]), _median(compute[peer_rows])
+    d_host = float(me_host - peers_host)
+    d_gpu = float(me_compute - peers_compute)
+    material = 100.0 * lead >= MIN_LEAD_PCT * float(col("step_ns")[me_row])
+    if not material:
+        return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
+    if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
+        evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (peers {fmt_ms(peers_host)})"
+        me = paths.iloc[me_row].drop("step").rename(s)
+        peers = paths.iloc[peer_rows].drop(columns="step").set_index("rank")
+        call = _evidence_call(waits, s, me, peers, lead)
+        return "host", evidence if call is None else f"{evidence}; {call}"
+    if d_gpu >= CAUSE_SHARE * lead:
+        return "gpu", f"GPU busy {fmt_ms(me_compute)} (peers {fmt_ms(peers_compute)})"
+    return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
+                       f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
+
+
+def _median(values: np.ndarray) -> float:
+    """pandas' Series.median (NaN skipped; NaN when none)."""
+    v = values.astype(float)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if len(v) else float("nan")

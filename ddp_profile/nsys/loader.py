@@ -83,32 +83,21 @@ def low_32_bits(values: np.ndarray) -> np.ndarray:
     return values.view(np.uint32) if values.dtype == np.int32 else values & 0xFFFFFFFF
 
 
-def _read_launches(path: Path, have: set[str], reader) -> list[np.ndarray]:
-    """``sql.launches`` on a connection of its own (it runs on a thread beside the kernel-table read)."""
+def _on_own_connection(path: Path, fn, *args, **kwargs):
+    """``fn(con, *args, **kwargs)`` on a connection of its own (it runs on a thread beside the reads of the
+    activity tables and NVTX)."""
     con = open_export(path)
     try:
-        return sql.launches(con, have, columnar=reader)
+        return fn(con, *args, **kwargs)
     finally:
         con.close()
 
 
 def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
-                  path: Path | None = None) -> dict[str, np.ndarray]:
-    """GPU activity columns, names and launch times of one export. With ``reader`` (columnar reads of the
-    plain file at ``path``), the launching API rows are read on a second thread while the activity tables
-    are read and named here (each read releases the GIL in the driver)."""
-    pending, pool = None, None
-    if reader is not None and path is not None:
-        pool = ThreadPoolExecutor(max_workers=1)
-        pending = pool.submit(_read_launches, path, have, reader)
-    try:
-        return _named_kernels(con, have, map_chunks, reader, pending)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-
-
-def _named_kernels(con: sqlite3.Connection, have: set[str], map_chunks, reader, pending) -> dict[str, np.ndarray]:
+                  pending=None) -> dict[str, np.ndarray]:
+    """GPU activity columns, names and launch times of one export. ``pending``: a future of ``sql.launches``
+    (the launching API rows read on a second thread while the activity tables are read and named here: each
+    read releases the GIL in the driver), else they are read here after them."""
     parts, kinds, labels = [], [], []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
@@ -177,14 +166,21 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                and path.stat().st_size >= PARALLEL_READ_BYTES else None)
     # Columnar reads (Arrow ADBC, when installed) of plain files; else, and where a read fails, sqlite3.
     arrow = columnar.Reader(path) if path.suffix not in DECOMPRESS and columnar.available() else None
+    # With columnar reads, the two scans of the CUDA API table (the launching calls, then the host-wait calls)
+    # run on a second thread while this one reads the activity tables and NVTX.
+    pool = ThreadPoolExecutor(max_workers=1) if arrow is not None else None
     try:
         have = sql.tables(con)
         if sql.KERNEL not in have:
             raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
                                    "profile with `nsys profile -t cuda,nvtx ...`")
         meta = sql.metadata(con, have)
+        launches = waits = None
+        if pool is not None:
+            launches = pool.submit(_on_own_connection, path, sql.launches, have, columnar=arrow)
+            waits = pool.submit(_on_own_connection, path, sql.host_wait_calls, have)
         out = {
-            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, path),
+            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, launches),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
             "nccl_channels": sql.nccl_channels(con, have),
@@ -199,13 +195,16 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                 ints[:, 3] -= shift
                 ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
-        out["host_waits"] = sql.host_wait_calls(con, have)  # a few rows per step (one filtered API scan)
+        # a few rows per step (one filtered API scan)
+        out["host_waits"] = waits.result() if waits is not None else sql.host_wait_calls(con, have)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
         # wrong type where nsys writes another (this function only converts the file's own data).
         raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the .nsys-rep") from exc
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if readers:
             readers.close()
         if arrow is not None:

@@ -18,7 +18,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
-from ddp_profile.nsys import columnar, sql, timebase
+from ddp_profile.nsys import api_scan, columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
@@ -95,9 +95,9 @@ def _on_own_connection(path: Path, fn, *args, **kwargs):
 
 def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
                   pending=None) -> dict[str, np.ndarray]:
-    """GPU activity columns, names and launch times of one export. ``pending``: a future of ``sql.launches``
-    (the launching API rows read on a second thread while the activity tables are read and named here: each
-    read releases the GIL in the driver), else they are read here after them."""
+    """GPU activity columns, names and launch times of one export. ``pending``: a future of
+    ``api_scan.launches_and_waits`` (the launching API rows read on a second thread while the activity tables
+    are read and named here: each read releases the GIL in the driver), else they are read here after them."""
     parts, kinds, labels = [], [], []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
@@ -146,7 +146,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, read
             codes[sel] = base + inv
     del ids, is_kernel
     cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
-    launch = pending.result() if pending is not None else sql.launches(con, have, map_chunks)
+    launch = pending.result()[0] if pending is not None else sql.launches(con, have, map_chunks)
     shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
@@ -166,8 +166,8 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                and path.stat().st_size >= PARALLEL_READ_BYTES else None)
     # Columnar reads (Arrow ADBC, when installed) of plain files; else, and where a read fails, sqlite3.
     arrow = columnar.Reader(path) if path.suffix not in DECOMPRESS and columnar.available() else None
-    # With columnar reads, the two scans of the CUDA API table (the launching calls, then the host-wait calls)
-    # run on a second thread while this one reads the activity tables and NVTX.
+    # With columnar reads, the scan of the CUDA API table (the launching and the host-wait calls: one scan)
+    # runs on a second thread while this one reads the activity tables and NVTX.
     pool = ThreadPoolExecutor(max_workers=1) if arrow is not None else None
     try:
         have = sql.tables(con)
@@ -175,12 +175,9 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
                                    "profile with `nsys profile -t cuda,nvtx ...`")
         meta = sql.metadata(con, have)
-        launches = waits = None
-        if pool is not None:
-            launches = pool.submit(_on_own_connection, path, sql.launches, have, columnar=arrow)
-            waits = pool.submit(_on_own_connection, path, sql.host_wait_calls, have)
+        api = pool.submit(_on_own_connection, path, api_scan.launches_and_waits, have, columnar=arrow) if pool else None
         out = {
-            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, launches),
+            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, api),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
             "nccl_channels": sql.nccl_channels(con, have),
@@ -196,7 +193,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                 ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
         # a few rows per step (one filtered API scan)
-        out["host_waits"] = waits.result() if waits is not None else sql.host_wait_calls(con, have)
+        out["host_waits"] = api.result()[1] if api is not None else api_scan.host_wait_calls(con, have)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the

@@ -100,7 +100,9 @@ def load_host_waits(trace) -> pd.DataFrame:
     for path in trace.paths:
         con = open_export(path)
         try:
-            per_file.append((str(path), api_scan.host_wait_calls(con, sql.tables(con))))
+            # the file as the trace's ranks and meta name it (a non-UTF-8 name as ``\xff`` escapes: text every
+            # string column takes)
+            per_file.append((shown_path(path), api_scan.host_wait_calls(con, sql.tables(con))))
         except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
             raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
                              "the .nsys-rep") from exc

@@ -15,10 +15,9 @@ from ddp_profile.nsys import sql
 from ddp_profile.safeio import shown_path
 
 # pandas 3 stores its default ``str`` columns in pyarrow when pyarrow is installed (it is, for the columnar
-# reader: nsys/columnar.py), and Arrow strings must be valid UTF-8, while names here may not be (a file name
-# of any bytes arrives as surrogate escapes). Python storage keeps the behaviour the toolkit had without
-# pyarrow (tests/nsys/test_hostile_inputs.py); set once, when the loader's frames module is imported.
-pd.set_option("mode.string_storage", "python")
+# reader: nsys/columnar.py), and Arrow strings must be valid UTF-8, while a file name may not be (Python keeps
+# its bytes as lone surrogates): file names enter frames only as ``safeio.shown_path`` text (``\xff``
+# escapes), so every string column takes them; pandas' options are the caller's (none is set here).
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:

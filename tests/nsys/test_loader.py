@@ -314,3 +314,26 @@ def test_frame_columns_are_narrow_where_values_fit(sample_path, tmp_path):
     wide = load_trace(path)
     assert wide.kernels["stream"].dtype.itemsize >= 4 and (wide.kernels["stream"] == 70000).any()
     assert str(wide.kernels["bytes"].dtype) == "Int64" and int(wide.kernels["bytes"].max()) == 5000000000
+
+
+def test_loading_and_analysing_leave_pandas_string_options_as_they_were(sample_path):
+    """The library sets no pandas option (a program that imports it keeps its own; the string storage was once
+    set to "python" on import of nsys/frames.py): in a fresh process, the string options read the same after
+    ``load_trace`` + ``analyze`` as before the import."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, pandas as pd\n"
+            "keys = ['mode.string_storage', 'future.infer_string']\n"
+            "before = [pd.get_option(k) for k in keys]\n"
+            "from ddp_profile.analysis import analyze\n"
+            "from ddp_profile.nsys.loader import load_trace\n"
+            "analyze(load_trace(sys.argv[1]))\n"
+            "print(before == [pd.get_option(k) for k in keys], before)\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code, str(sample_path)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("True "), proc.stdout

@@ -20,7 +20,7 @@ from pandas.api.types import union_categoricals
 
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
-from ddp_profile.nsys import api_scan, sql
+from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import open_export, short_error
 from ddp_profile.nsys.frames import api_name, host_waits_frame
 from ddp_profile.nsys.loader import load_trace
@@ -91,7 +91,7 @@ def load_api_calls(source) -> pd.DataFrame:
 
 def load_host_waits(trace) -> pd.DataFrame:
     """``schema.HOST_WAIT_COLUMNS``: the calls during which a host thread may wait for its GPU (synchronize
-    calls, copies: ``api_scan.HOST_WAIT_FUNCTIONS``) on each process's main thread, of a loaded
+    calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) on each process's main thread, of a loaded
     :class:`~ddp_profile.trace.Trace`, on its clock and with its ranks. ``load_trace`` reads them already
     (``Trace.host_waits``); this reads them again from the files (for a Trace built otherwise). Files
     without a CUDA API trace (or without call names) add no rows; the straggler's cause then names no call."""
@@ -102,7 +102,7 @@ def load_host_waits(trace) -> pd.DataFrame:
         try:
             # the file as the trace's ranks and meta name it (a non-UTF-8 name as ``\xff`` escapes: text every
             # string column takes)
-            per_file.append((shown_path(path), api_scan.host_wait_calls(con, sql.tables(con))))
+            per_file.append((shown_path(path), sql.host_wait_calls(con, sql.tables(con))))
         except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
             raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
                              "the .nsys-rep") from exc

@@ -228,7 +228,7 @@ def api_name(raw: str) -> str:
 
 def host_waits_frame(per_file: list[tuple[str, list | None]], ranks: pd.DataFrame, offsets: dict[str, int]
                      ) -> pd.DataFrame:
-    """``schema.HOST_WAIT_COLUMNS`` from each file's :func:`api_scan.host_wait_calls` rows (``per_file``: (path,
+    """``schema.HOST_WAIT_COLUMNS`` from each file's :func:`sql.host_wait_calls` rows (``per_file``: (path,
     rows or None)), with the trace's ranks (RANK_COLUMNS: file, pid, rank) and per-file clock offsets, sorted
     by (rank, start_ns)."""
     frames = []

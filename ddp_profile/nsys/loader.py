@@ -18,7 +18,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_large_arrays, return_freed_memory
-from ddp_profile.nsys import api_scan, columnar, sql, timebase
+from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys.files import DECOMPRESS, export_stem, find_exports, open_export, short_error
@@ -78,6 +78,21 @@ def _join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) 
     return out_ns, out_tid
 
 
+def _factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize(ids)`` up to the order of the distinct ids (here ascending; the loader sorts the labels
+    later, ``frames.global_codes``): StringIds ids are small non-negative integers, so one lookup table of
+    max(id) + 1 entries replaces the hashing (~0.15 s for 10M kernels); other ids (a damaged export's) are
+    hashed."""
+    if len(ids) == 0 or ids.min() < 0 or ids.max() >= 1 << 24:
+        return pd.factorize(ids)
+    seen = np.zeros(int(ids.max()) + 1, dtype=bool)
+    seen[ids] = True
+    uniques = np.flatnonzero(seen)
+    lut = np.zeros(len(seen), dtype=np.int32)
+    lut[uniques] = np.arange(len(uniques), dtype=np.int32)
+    return lut[ids], uniques
+
+
 def low_32_bits(values: np.ndarray) -> np.ndarray:
     """The low 32 bits of integer ids as non-negative values (an int32 column is viewed, not copied)."""
     return values.view(np.uint32) if values.dtype == np.int32 else values & 0xFFFFFFFF
@@ -95,9 +110,9 @@ def _on_own_connection(path: Path, fn, *args, **kwargs):
 
 def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
                   pending=None) -> dict[str, np.ndarray]:
-    """GPU activity columns, names and launch times of one export. ``pending``: a future of
-    ``api_scan.launches_and_waits`` (the launching API rows read on a second thread while the activity tables
-    are read and named here: each read releases the GIL in the driver), else they are read here after them."""
+    """GPU activity columns, names and launch times of one export. ``pending``: a future of ``sql.launches``
+    (the launching API rows read on a second thread while the activity tables are read and named here: each
+    read releases the GIL in the driver), else they are read here after them."""
     parts, kinds, labels = [], [], []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
@@ -120,19 +135,29 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, read
     del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
     ids = cols.pop("name_id")
-    is_kernel = kind == 0
-    inverse, kernel_ids = pd.factorize(ids[is_kernel])  # hashing, not sorting: names are few, rows many
+    only_kernels = kinds == [] or (len(kinds) == 1 and sql.KERNEL in have)  # one table read: the kernels'
+    is_kernel = None if only_kernels else kind == 0
+    inverse, kernel_ids = _factorize_ids(ids if only_kernels else ids[is_kernel])
     lookup = sql.strings(con, kernel_ids)
     labels = [lookup.get(int(i), f"<string {i}>") for i in kernel_ids]
     unnamed = np.array([int(i) not in lookup for i in kernel_ids], dtype=bool)
-    codes = np.empty(len(ids), dtype=np.int16 if len(kernel_ids) < 30000 else np.int32)  # indexes ``labels``
-    codes[is_kernel] = inverse
+    code_type = np.int16 if len(kernel_ids) < 30000 else np.int32  # codes index ``labels``
     nccl = np.array([nccl_names.is_nccl(n) for n in labels], dtype=bool)
-    if is_kernel.any():  # a name missing from StringIds: neither compute nor NCCL, but "unknown" (code 4)
-        kind[is_kernel] = np.where(unnamed[inverse], 4, np.where(nccl[inverse], 1, 0))
-    n_unnamed = int(unnamed[inverse].sum()) if is_kernel.any() else 0
+    # per label: a name missing from StringIds is neither compute nor NCCL, but "unknown" (code 4)
+    kind_of_label = np.where(unnamed, 4, np.where(nccl, 1, 0)).astype(np.int8)
+    n_unnamed = int(unnamed[inverse].sum()) if unnamed.any() else 0
+    if only_kernels:  # no masks: every row is a kernel
+        codes = inverse.astype(code_type)
+        kind = kind_of_label[inverse]
+    else:
+        codes = np.empty(len(ids), dtype=code_type)
+        codes[is_kernel] = inverse
+        if len(inverse):
+            kind[is_kernel] = kind_of_label[inverse]
     del inverse
     for k, fixed in ((2, None), (3, "[CUDA memset]")):
+        if only_kernels:
+            break
         sel = kind == k
         if not sel.any():
             continue
@@ -146,7 +171,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, read
             codes[sel] = base + inv
     del ids, is_kernel
     cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)
-    launch = pending.result()[0] if pending is not None else sql.launches(con, have, map_chunks)
+    launch = pending.result() if pending is not None else sql.launches(con, have, map_chunks)
     shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = _join_launches(cols["pid"], cols["corr"], launch)
@@ -166,8 +191,11 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                and path.stat().st_size >= PARALLEL_READ_BYTES else None)
     # Columnar reads (Arrow ADBC, when installed) of plain files; else, and where a read fails, sqlite3.
     arrow = columnar.Reader(path) if path.suffix not in DECOMPRESS and columnar.available() else None
-    # With columnar reads, the scan of the CUDA API table (the launching and the host-wait calls: one scan)
-    # runs on a second thread while this one reads the activity tables and NVTX.
+    # With columnar reads, the two scans of the CUDA API table (the launching calls, then the host-wait calls)
+    # run on a second thread while this one reads NVTX and the activity tables: about the same time each way
+    # on the benchmark's exports (one scan of the API table with the columns of both costs more than the two:
+    # its wider IN list and two more columns per launch row). NVTX comes first, so this thread is not idle
+    # waiting for the launches it needs before NVTX would be read.
     pool = ThreadPoolExecutor(max_workers=1) if arrow is not None else None
     try:
         have = sql.tables(con)
@@ -175,17 +203,21 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
             raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
                                    "profile with `nsys profile -t cuda,nvtx ...`")
         meta = sql.metadata(con, have)
-        api = pool.submit(_on_own_connection, path, api_scan.launches_and_waits, have, columnar=arrow) if pool else None
+        launches = waits = None
+        if pool is not None:
+            launches = pool.submit(_on_own_connection, path, sql.launches, have, columnar=arrow)
+            waits = pool.submit(_on_own_connection, path, sql.host_wait_calls, have)
+        nvtx = sql.nvtx_ranges(con, have, columnar=arrow) if sql.NVTX in have else None
         out = {
-            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, api),
+            "index": index, "path": path, "kernels": _read_kernels(con, have, readers and readers.map, arrow, launches),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
             "nccl_channels": sql.nccl_channels(con, have),
             "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
             "nvtx": None, "domains": {},
         }
-        if sql.NVTX in have:
-            out["nvtx"] = sql.nvtx_ranges(con, have, columnar=arrow)
+        if nvtx is not None:
+            out["nvtx"] = nvtx
             shift = out["kernels"]["shift"]
             if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
                 ints = out["nvtx"][0]
@@ -193,7 +225,7 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                 ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
         # a few rows per step (one filtered API scan)
-        out["host_waits"] = api.result()[1] if api is not None else api_scan.host_wait_calls(con, have)
+        out["host_waits"] = waits.result() if waits is not None else sql.host_wait_calls(con, have)
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
@@ -419,9 +451,12 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
 def _map_ranks(file: np.ndarray, pid: np.ndarray, rank_of: dict) -> np.ndarray:
     """Vectorised (file, pid) -> rank: one lookup per distinct process, not per row. The column is int16 when
     every rank fits (the kernels frame keeps it so, see schema.KERNEL_COLUMNS), else int32 or int64."""
-    keys = file.astype(np.int64) * (1 << 32) + pid
-    table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
-    inv, uniq = pd.factorize(keys)
+    if len(pid) and file.min() == file.max():  # one file: its pids alone are the keys (no int64 key column)
+        keys, table = pid, {p: r for (f, p), r in rank_of.items() if f == int(file[0])}
+    else:
+        keys = file.astype(np.int64) * (1 << 32) + pid
+        table = {f * (1 << 32) + p: r for (f, p), r in rank_of.items()}
+    inv, uniq = _factorize_ids(keys)
     del keys
     ranks = np.array([table[int(k)] for k in uniq], dtype=np.int64)
     lo, hi = (int(ranks.min()), int(ranks.max())) if len(ranks) else (0, 0)

@@ -1,5 +1,4 @@
-"""The module that knows nsys table and column names (with ``api_scan``, the CUDA API table's reads by
-``load_trace``): named queries over one SQLite export.
+"""The only module that knows nsys table and column names: named queries over one SQLite export.
 
 Schema facts relied on (checked on a real nsys 2025.3.2 export, schema 3.20.3, see tests/data/README.md):
 
@@ -469,3 +468,33 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     names = ["pid", "tid", "start", "end", "name_id"]
     return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))
 
+
+# CUDA API calls the host may wait for the GPU in (GLOBs): syncs, copies to the host (.item(): DtoH copy + sync)
+HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cuMemcpy*")}
+COPY_TO_HOST = (2, 4, 12)  # MEMCPY copyKind DtoH, AtoH, unified DtoH
+
+
+def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, int, int, int, str, str]] | None:
+    """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls on a process's main
+    thread (tid = pid; names as StringIds store them), or None without an API table or names. A copy counts
+    only when its MEMCPY row (same pid, correlationId) is a COPY_TO_HOST kind, where the export has that table.
+    One scan of the API table (0.07 s for 455k calls on traces/campaign/C/fsdp_xl_fp32_4xh100)."""
+    if RUNTIME not in have or STRINGS not in have or "nameId" not in columns(con, RUNTIME):
+        return None
+    kind_of: dict[int, tuple[str, str]] = {}  # name id -> (name, kind)
+    for kind, globs in HOST_WAIT_FUNCTIONS.items():
+        got = con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE "
+                          + " OR ".join("value GLOB ?" for _ in globs), globs)
+        kind_of.update({i: (str(v), kind) for i, v in got if type(i) is int and i not in kind_of})
+    if not kind_of:
+        return []
+    pid, tid = PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)")
+    corr = "correlationId" if "correlationId" in columns(con, RUNTIME) else "-1"
+    rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
+                       f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()  # integers only
+    ok = MEMCPY in have and {"correlationId", "globalPid", "copyKind"} <= columns(con, MEMCPY)  # else all kept
+    to_host = set(con.execute(f"SELECT {PID_SQL.format(col='globalPid')}, correlationId FROM {MEMCPY} "
+                              f"WHERE copyKind IN {COPY_TO_HOST}").fetchall()) if ok else None
+    return [(p, t, s, e, *kind_of[n]) for p, t, s, e, n, c in rows  # damaged rows (non-integers) skipped
+            if all(type(x) is int for x in (p, t, s, e)) and n in kind_of
+            and (to_host is None or kind_of[n][1] != "copy" or (p, c) in to_host)]

@@ -14,6 +14,9 @@ Two glibc behaviours make freed numpy temporaries stay resident (both are no-ops
 * Reader threads free their parsed chunks into per-thread arenas glibc does not shrink on its own:
   :func:`return_freed_memory` (``malloc_trim``) hands them back between stages.
 
+A third setting is pandas': :func:`python_strings` keeps the ``str`` columns the load and the analysis make in
+Python storage while they run (the caller's setting is restored after).
+
 Neither changes a value. The threshold is process-wide (it also applies to the caller's own arrays, as
 glibc's starting threshold would): set ``DDP_PROFILE_MALLOC=keep`` (or glibc's own
 ``MALLOC_MMAP_THRESHOLD_``) to leave the allocator as it is.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from contextlib import contextmanager
 
 LARGE_ARRAY_BYTES = 3 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number (malloc.h)
@@ -57,3 +61,16 @@ def return_freed_memory() -> None:
     trim = getattr(_libc(), "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+@contextmanager
+def python_strings():
+    """pandas' ``str`` columns made inside in Python storage (``mode.string_storage``), restored after; used as
+    a decorator of ``load_trace`` and ``analyze``. With pyarrow installed (the columnar reader's) pandas 3
+    stores them in Arrow buffers instead: the same values, but load + analyze of the benchmark's replica export
+    then peaked ~20 MB higher (183 vs 163 MB over the start, ``benchmarks/bench_analyzer.py``), and a file
+    name's lone surrogates (a non-UTF-8 name) would not fit an Arrow string."""
+    import pandas as pd
+
+    with pd.option_context("mode.string_storage", "python"):
+        yield

@@ -32,7 +32,7 @@ from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.memory import return_freed_memory
+from ddp_profile.memory import python_strings, return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS
 
 __all__ = ["Analysis", "analyze", "KernelArrays", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
@@ -205,6 +205,7 @@ OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
 """Sections ``analyze(sections=...)`` computes only when asked for (else on first access of the attribute)."""
 
 
+@python_strings()
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
             steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends

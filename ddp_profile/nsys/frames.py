@@ -14,10 +14,9 @@ from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import sql
 from ddp_profile.safeio import shown_path
 
-# pandas 3 stores its default ``str`` columns in pyarrow when pyarrow is installed (it is, for the columnar
-# reader: nsys/columnar.py), and Arrow strings must be valid UTF-8, while a file name may not be (Python keeps
-# its bytes as lone surrogates): file names enter frames only as ``safeio.shown_path`` text (``\xff``
-# escapes), so every string column takes them; pandas' options are the caller's (none is set here).
+# File names enter frames only as ``safeio.shown_path`` text (a non-UTF-8 name's bytes as ``\xff`` escapes), so
+# any string column takes them, Arrow-backed ones too; ``load_trace`` makes its frames with Python-backed
+# strings (``memory.python_strings``).
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:

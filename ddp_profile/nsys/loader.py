@@ -17,7 +17,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
-from ddp_profile.memory import map_large_arrays, return_freed_memory
+from ddp_profile.memory import map_large_arrays, python_strings, return_freed_memory
 from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
@@ -347,6 +347,7 @@ def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
                         "need an end skip them")
 
 
+@python_strings()
 def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     """Load one run from nsys SQLite export(s): one file holding all ranks, one file per rank, or a folder.
 

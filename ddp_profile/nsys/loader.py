@@ -17,7 +17,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
-from ddp_profile.memory import map_large_arrays, python_strings, return_freed_memory
+from ddp_profile.memory import map_arrays_of, map_large_arrays, python_strings, return_freed_memory
 from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import ranks as rank_rules
@@ -389,6 +389,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
                             "(NULL globalPid): they belong to no rank and are left out (by every command)")
     clock_offsets, clock = _clock(files, warnings)
     offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
+    map_arrays_of(sum(len(f["kernels"]["start"]) for f in files))  # the frames' and analysis' temporaries
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
         f["kernels"] = None

@@ -40,7 +40,9 @@ _FACE = {"build": ["MARKER", "build_report", "findings_root_of", "load_runs", "w
          "runs": ["Group", "Run", "discover", "discover_runs", "group_page_name", "group_runs", "run_page_name"]}
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 
-__all__ = sorted(_MODULE_OF, key=str.lower)
+__all__ = ["MARKER", "Group", "Run", "build_report", "discover", "discover_runs", "findings_root_of",
+           "group_page_name", "group_runs", "load_runs", "render_run_page", "run_page_name", "script_json",
+           "write_report", "write_report_dir"]
 
 
 def __getattr__(name: str):

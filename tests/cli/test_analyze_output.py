@@ -101,3 +101,18 @@ def test_analyze_imports_neither_the_scrubber_nor_the_harness():
             "sys.stderr.write(repr(bad))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.stderr.strip() == "[]", proc.stderr
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_analyze_imports_no_page_writer(fmt):
+    """The terminal answer imports ``report.answer_text`` only: the report package's face is imported on first
+    use, so neither output pays for the page writers, the timeline or plotly at process start."""
+    code = (f"import sys; from ddp_profile.cli import main; main(['analyze', sys.argv[1], '--format', '{fmt}'])\n"
+            "bad = [m for m in sys.modules if m.startswith(('ddp_profile.report.build', 'ddp_profile.report.run_page',"
+            " 'ddp_profile.plots', 'plotly'))]\n"
+            "sys.stderr.write(repr(bad))")
+    proc = subprocess.run([sys.executable, "-c", code, str(REAL.parent)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stderr.strip() == "[]", proc.stderr[-2000:]
+    from ddp_profile.report import MARKER, build_report  # the face still gives its names
+
+    assert callable(build_report) and MARKER

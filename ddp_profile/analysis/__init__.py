@@ -68,8 +68,9 @@ class Analysis:
 
     # ---- sections computed on first access (analyze(sections=...)) --------------------------------------
     def defer(self, name: str, compute) -> None:
-        """Compute section ``name`` (an attribute) with ``compute()`` when it is first read, not now."""
-        self._deferred[name] = compute
+        """Compute section ``name`` (an attribute) with ``compute()`` when it is first read, not now (with the
+        string storage ``analyze`` makes its frames with: ``memory.python_strings``)."""
+        self._deferred[name] = python_strings()(compute)
         self.__dict__.pop(name, None)  # so that reading it reaches __getattr__
 
     def __getattr__(self, name: str):

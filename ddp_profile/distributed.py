@@ -36,6 +36,7 @@ import pandas as pd
 
 from ddp_profile import nvtx_names
 from ddp_profile.errors import UsageError
+from ddp_profile.memory import python_strings
 from ddp_profile.nsys import ranks as rank_rules
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import export_stem, find_exports, open_export
@@ -160,6 +161,7 @@ def set_ranks(trace, by_pid: dict[int, int]):
     return trace
 
 
+@python_strings()
 def apply(trace, extra, fn, kwargs: dict):
     """On a worker: ``fn(trace, extra, **kwargs)`` (``extra`` None: ``fn(trace, **kwargs)``)."""
     part = fn(trace, **kwargs) if extra is None else fn(trace, extra, **kwargs)
@@ -217,6 +219,7 @@ def evidence_batch(loaded, paths: list[Path]) -> list[dict]:
     return out
 
 
+@python_strings()
 def set_ranks_batch(loaded, mappings: list[dict[int, int]], paths: list[Path]):
     """The batch with the run's ranks, as one trace (:func:`joined`): the analysis stages then run once per
     batch, not once per file (their fixed cost per call, ~0.1 s of pandas work, is what made thousands of

@@ -6,7 +6,14 @@ import hashlib
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+# The library's entry points (load_trace, analyze, the API-call loaders, the Dask tasks) make their frames with
+# Python-backed strings and give the caller's pandas setting back after (ddp_profile.memory.python_strings);
+# tests that call the analysis internals directly and compare their frames with an entry point's use the same
+# storage (a frame's column labels and text columns carry it in their dtype).
+pd.set_option("mode.string_storage", "python")
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = DATA / "ddp_mlp_2xh200.sqlite"

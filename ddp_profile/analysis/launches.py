@@ -53,6 +53,7 @@ from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import parts
 from ddp_profile.analysis.kernel_arrays import NCCL, KernelArrays, covered_by_normalized, ints, pct
+from ddp_profile.memory import python_strings
 
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
@@ -154,6 +155,7 @@ def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.
     return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
 
 
+@python_strings()
 def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = None,
                      steps="all") -> LaunchAnalysis:
     """Per-step launch diagnosis. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)`` (the reader's job:

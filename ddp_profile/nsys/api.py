@@ -20,6 +20,7 @@ from pandas.api.types import union_categoricals
 
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
+from ddp_profile.memory import python_strings
 from ddp_profile.nsys import sql
 from ddp_profile.nsys.files import open_export, short_error
 from ddp_profile.nsys.frames import api_name, host_waits_frame
@@ -53,6 +54,7 @@ def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
         con.close()
 
 
+@python_strings()
 def load_api_calls(source) -> pd.DataFrame:
     """``schema.API_CALL_COLUMNS``, sorted by (rank, start_ns); ranks missing (last) for processes that ran
     no GPU work. ``source``: a loaded :class:`~ddp_profile.trace.Trace` (preferred: its ranks and clock are
@@ -89,6 +91,7 @@ def load_api_calls(source) -> pd.DataFrame:
     return schema.select(df, schema.API_CALL_COLUMNS)
 
 
+@python_strings()
 def load_host_waits(trace) -> pd.DataFrame:
     """``schema.HOST_WAIT_COLUMNS``: the calls during which a host thread may wait for its GPU (synchronize
     calls, copies: ``sql.HOST_WAIT_FUNCTIONS``) on each process's main thread, of a loaded

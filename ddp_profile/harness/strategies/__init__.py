@@ -35,8 +35,9 @@ REGISTRY = {
     "bucketed": lambda m, mb, first_bucket_mb=0.0, grad_views=False, grad_reduce_dtype="", optimizer_factory=None, **kw:
         Bucketed(m, bucket_size_mb=mb, first_bucket_mb=first_bucket_mb, grad_views=grad_views,
                  reduce_dtype=grad_reduce_dtype, optimizer_factory=optimizer_factory),
-    "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, grad_views=False, **kw:
-        TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook, gradient_as_bucket_view=grad_views),
+    "torch_ddp": lambda m, mb, ddp_nvtx_hook=False, grad_views=False, ddp_comm_hook="", **kw:
+        TorchDDP(m, bucket_cap_mb=mb, nvtx_hook=ddp_nvtx_hook, gradient_as_bucket_view=grad_views,
+                 comm_hook=ddp_comm_hook),
     "fsdp": lambda m, mb, fsdp_reshard=True, fsdp_param_dtype="fp32", **kw: FSDP(
         m, reshard_after_forward=fsdp_reshard, param_dtype=fsdp_param_dtype),
 }
@@ -45,7 +46,8 @@ REGISTRY = {
 def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False, **options) -> Wrapper:
     """Wrap `module` in strategy `name` (broadcasting rank 0's state); bucket_mb is used by the bucketed ones,
     ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``), fsdp_reshard / fsdp_param_dtype by fsdp
-    (``strategies/fsdp.py``); the levers (first_bucket_mb, grad_views, grad_reduce_dtype, optimizer_factory)
+    (``strategies/fsdp.py``); the levers (first_bucket_mb, grad_views, grad_reduce_dtype, optimizer_factory,
+    ddp_comm_hook)
     by the strategies that have them. Options a strategy lacks are ignored (RunConfig's validation rejects
     them there)."""
     try:

@@ -112,7 +112,7 @@ class TorchDDP(Wrapper):
                 self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)
             elif comm_hook:
                 on_nccl, elsewhere, _ = COMM_HOOKS[comm_hook]
-                hook = on_nccl if dist.get_backend(self.ddp.process_group) == "nccl" else elsewhere
+                hook = on_nccl if "nccl" in str(dist.get_backend(self.ddp.process_group)) else elsewhere
                 self.ddp.register_comm_hook(self.ddp.process_group, hook)
                 self.comm_hook_fn = f"{hook.__module__}.{hook.__name__}"
 

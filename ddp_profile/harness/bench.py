@@ -59,6 +59,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-channels", type=int, default=0, metavar="N",
                    help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")
     g.add_argument("--nccl-high-priority", action="store_true", help="high-priority NCCL streams (-hiprio; ignored on gloo)")
+    g.add_argument("--peer-copy-allreduce", action="store_true",
+                   help="bucketed, 2 ranks: sum each bucket by a peer copy into the other GPU's symmetric memory "
+                        "(copy engine) plus one local add, instead of NCCL (-peercopy)")
     g.add_argument("--nccl-min-ctas", type=int, default=0, metavar="N",
                    help="at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the "
                         "maximum, equal values pin the count) (-minctasN; ignored on gloo)")
@@ -79,7 +82,8 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
     return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
-            "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook}
+            "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
+            "peer_copy_allreduce": args.peer_copy_allreduce}
 
 
 

@@ -122,6 +122,9 @@ class RunConfig:
     """At least N CTAs per collective (0: NCCL's choice), through the group's NCCL config
     (`ProcessGroupNCCL.Options().config.min_ctas`, ncclConfig_t.minCTAs), else NCCL_MIN_CTAS; ignored (with
     a note) on gloo. The upper limit is `nccl_channels` (maxCTAs); equal values pin the CTA count."""
+    peer_copy_allreduce: bool = False
+    """bucketed only, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
+    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce."""
     ddp_comm_hook: str = ""
     """torch_ddp only: "bf16" registers PyTorch's own `bf16_compress_hook` (default_hooks): each bucket is
     cast to bf16, divided by the world size, all-reduced in bf16 and copied back into the fp32 bucket;
@@ -224,7 +227,7 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_levers(cfg: RunConfig) -> None:
     bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
-                     "overlap_optimizer": cfg.overlap_optimizer}
+                     "overlap_optimizer": cfg.overlap_optimizer, "peer_copy_allreduce": cfg.peer_copy_allreduce}
     for name, on in bucketed_only.items():
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
@@ -250,7 +253,7 @@ def _mb(value: float) -> str:
 
 def lever_suffix(cfg: RunConfig) -> str:
     """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
-    -ch<N> -minctas<N> -hiprio."""
+    -peercopy -ch<N> -minctas<N> -hiprio."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -262,6 +265,8 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append(f"-hook{cfg.ddp_comm_hook}")
     if cfg.overlap_optimizer:
         parts.append("-optoverlap")
+    if cfg.peer_copy_allreduce:
+        parts.append("-peercopy")
     if cfg.nccl_channels:
         parts.append(f"-ch{cfg.nccl_channels}")
     if cfg.nccl_min_ctas:

@@ -42,6 +42,10 @@ CASES = [
      "adamw"),
     ("ddp-views", "torch_ddp", {"grad_views": True}, "sgd"),
     ("ddp-hookbf16", "torch_ddp", {"ddp_comm_hook": "bf16"}, "sgd"),
+    ("peercopy", "bucketed", {"peer_copy_allreduce": True}, "sgd"),
+    ("peercopy-bf16", "bucketed", {"peer_copy_allreduce": True, "grad_reduce_dtype": "bf16"}, "sgd"),
+    ("peercopy-views-optoverlap-adamw", "bucketed", {"peer_copy_allreduce": True, "grad_views": True,
+                                                     "overlap_optimizer": True}, "adamw"),
     ("ddp-hookbf16-views", "torch_ddp", {"ddp_comm_hook": "bf16", "grad_views": True}, "sgd"),
 ]
 
@@ -119,7 +123,7 @@ CASE = {c[0]: c for c in CASES}
 
 @pytest.mark.parametrize("case_id", [c[0] for c in CASES if c[3] == "sgd" and c[2].get("grad_reduce_dtype") != "bf16"
                                      and c[2].get("ddp_comm_hook") != "bf16"]
-                         + ["plain-adamw", "optoverlap-adamw", "all-but-bf16-adamw"])
+                         + ["plain-adamw", "optoverlap-adamw", "all-but-bf16-adamw", "peercopy-views-optoverlap-adamw"])
 def test_fp32_levers_train_like_a_single_process(results, case_id):
     _, expected = reference(CASE[case_id][3])
     for rank in (0, 1):
@@ -127,7 +131,7 @@ def test_fp32_levers_train_like_a_single_process(results, case_id):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case_id", ["bf16", "all", "ddp-hookbf16", "ddp-hookbf16-views"])
+@pytest.mark.parametrize("case_id", ["bf16", "all", "ddp-hookbf16", "ddp-hookbf16-views", "peercopy-bf16"])
 def test_bf16_reduction_is_within_its_stated_tolerance(results, case_id):
     """Stated tolerance: with SGD the training update (final - initial parameters) matches fp32
     single-process training within 1 % in norm per tensor (each rank's pre-divided share is rounded to bf16,
@@ -171,6 +175,21 @@ def test_ddp_bf16_hook_is_pytorchs_hook_and_matches_our_bf16_buckets(results):
                 assert torch.equal(a, b), (case_id, rank)
     assert results[("ddp-hookbf16-views", 0)]["layout"]["gradient_as_bucket_view"] is True
     assert results[("ddp-views", 0)]["layout"]["comm_hook_fn"] is None  # no hook unless asked
+
+
+def test_peer_copy_allreduce_is_bitwise_the_all_reduce(results):
+    """Peer copy + one local add sums the same two addends as gloo's two-rank all-reduce: the same result,
+    bit for bit, in fp32 and with bf16 wires (on gloo the copy is a send/recv; the GPU transport, symmetric
+    memory and copy engines, has no CPU test)."""
+    for peer, plain in (("peercopy", "plain"), ("peercopy-bf16", "bf16"),
+                        ("peercopy-views-optoverlap-adamw", "all-but-bf16-adamw")):
+        layout = results[(peer, 0)]["layout"]
+        assert layout["peer_copy_allreduce"] is True and results[(plain, 0)]["layout"]["peer_copy_allreduce"] is False
+        assert layout["peer_copy"]["transport"].startswith("gloo send/recv + one add")
+        assert layout["peer_copy"]["recv_bytes"] == sum(layout["reduce_bytes"])
+        for rank in (0, 1):
+            for a, b in zip(results[(peer, rank)]["final"], results[(plain, rank)]["final"], strict=True):
+                assert torch.equal(a, b), (peer, rank)
 
 
 def test_gloo_stand_in_only_calls_pytorchs_hook(monkeypatch):
@@ -260,6 +279,7 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "ddp_nvtx_hook": True},
          "ddp_comm_hook and ddp_nvtx_hook cannot be combined"),
         ({"nccl_min_ctas": 65}, "nccl_min_ctas must be an integer from 1 to 64"),
+        ({"strategy": "torch_ddp", "peer_copy_allreduce": True}, "peer_copy_allreduce applies to strategy bucketed only"),
         ({"nccl_min_ctas": 4, "nccl_channels": 2}, "nccl_min_ctas 4 must not exceed nccl_channels 2"),
         ({"strategy": "none", "nccl_min_ctas": 2}, "nccl_min_ctas needs communication"),
     ],
@@ -282,6 +302,8 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "nccl_channels": 2, "nccl_min_ctas": 2, "nccl_high_priority": True},
          "torch_ddp-25mb-hookbf16-ch2-minctas2-hiprio_xl_fp32_2xh200"),
         ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "grad_views": True}, "torch_ddp-25mb-views-hookbf16_xl_fp32_2xh200"),
+        ({"grad_reduce_dtype": "bf16", "peer_copy_allreduce": True, "nccl_high_priority": True},
+         "bucketed-25mb-gradbf16-peercopy-hiprio_xl_fp32_2xh200"),
         ({}, "bucketed-25mb_xl_fp32_2xh200"),
     ],
 )

@@ -344,7 +344,7 @@ def same_workload(a, b) -> bool:
 
 
 OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
-                "nccl_min_ctas")
+                "nccl_min_ctas", "peer_copy_allreduce")
 """Harness levers the recommender never sets: a run with any of them on is not the recommended one."""
 
 

@@ -190,10 +190,11 @@ def records(df: pd.DataFrame) -> list[dict]:
 
 
 def _ddp_bucket_bytes(trace) -> list[int] | None:
-    """Stock torch_ddp's bucket sizes from the run JSON (``layout.ddp_bucket_bytes``), else None."""
+    """Stock torch_ddp's all-reduce sizes from the run JSON (``layout.ddp_bucket_bytes``; with a compressing
+    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
     run = getattr(trace, "run", None) or {}
     layout = run.get("layout") if isinstance(run, dict) else None
-    sizes = layout.get("ddp_bucket_bytes") if isinstance(layout, dict) else None
+    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
     if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
         return None
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):

@@ -62,12 +62,21 @@ def _row_for(rec: pd.DataFrame, r) -> tuple[pd.Series | None, str]:
     return None, "no candidate cap of the stock trace at this size"
 
 
+def sm_count_of(trace) -> int | None:
+    """SMs per GPU of a trace (its GPUs' ``sm_count``, the smallest where they differ); None when unknown."""
+    gpus = getattr(trace, "gpus", None)
+    if gpus is None or not len(gpus) or "sm_count" not in gpus:
+        return None
+    v = pd.to_numeric(gpus["sm_count"], errors="coerce").dropna()
+    return int(v.min()) if len(v) and v.min() > 0 else None
+
+
 def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str]:
     """For a run that differs from the stock run only in its NCCL channel count (high-priority streams or
-    not): the channel prediction from the stock trace (:func:`recommend.channel_prediction`, with the
-    per-channel ``rate`` when given, else the worst case) as a row like the recommendation table's; else
-    (None, why)."""
-    from ddp_profile.analysis.recommend import channel_prediction
+    not): the channel prediction from the stock trace (:func:`channel_model.channel_prediction`, with the
+    per-channel ``rate`` when given, else the worst case, and the stock GPUs' SM count) as a row like the
+    recommendation table's; else (None, why)."""
+    from ddp_profile.analysis.channel_model import channel_prediction
 
     c, rc = r.config, ref.config
     ch = int(c.get("nccl_channels") or 0)
@@ -80,7 +89,7 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
         return None, "the stock run's trace is not loaded"
     got = channel_prediction(ref.analysis, trace.kernels, ref.meta, ch,
                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"),
-                             channel_bytes_per_s=rate)
+                             channel_bytes_per_s=rate, sm_count=sm_count_of(trace))
     if not math.isfinite(got["predicted_step_ns"]):
         return None, "the stock trace lacks NCCL's channel count or gradient-ready times"
     return {"predicted_step_ns": got["predicted_step_ns"],
@@ -88,9 +97,9 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
 
 
 def channel_rates(runs) -> dict[int, tuple[str, float]]:
-    """{id(run): (GPU name, bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
+    """{id(run): (GPU name, bus bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
     choice (``--nccl-channels``: their channels, not the link, bound the collectives), from their traces."""
-    from ddp_profile.analysis.recommend import channel_rate
+    from ddp_profile.analysis.channel_model import channel_rate
 
     out = {}
     for r in runs:

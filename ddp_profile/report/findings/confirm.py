@@ -93,8 +93,8 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
                              channel_bytes_per_s=rate, sm_count=sm_count_of(trace))
     if not math.isfinite(got["predicted_step_ns"]):
         return None, "the stock trace lacks NCCL's channel count or gradient-ready times"
-    return {"predicted_step_ns": got["predicted_step_ns"],
-            "upper_gain_ns": got["predicted_step_ns"] - got["low_ns"]}, ""
+    beyond = got["predicted_step_ns"] - got["low_ns"]  # the contention estimate beyond the SM share, if any
+    return {"predicted_step_ns": got["predicted_step_ns"], "upper_gain_ns": beyond if beyond > 0 else math.nan}, ""
 
 
 def channel_rates(runs) -> dict[int, tuple[str, float]]:

@@ -96,33 +96,51 @@ def channel_rate(analysis, run: dict | None, nccl_channels: int | None = None) -
     return float(np.median(per["b"] / (per["t"] * 1e-9 * now))) if len(per) else float("nan")
 
 
-def _ops(grad: pd.DataFrame, ready: np.ndarray, slower: np.ndarray) -> pd.DataFrame:
-    """One row per collective operation (one queue per communicator, as in ``costmodel.queue_tail``): step,
-    ready (latest over ranks), t and t2 (slowest rank, stock and slower), ordered for the replay."""
+def _transfer_ns(grad: pd.DataFrame) -> np.ndarray:
+    """Each collective's transfer time: ``transfer_ns`` (its wait for late peers excluded), the whole duration
+    where the trace has no split."""
+    d = grad["duration_ns"].to_numpy(dtype=float, na_value=np.nan)
+    if "transfer_ns" not in grad:
+        return d
+    t = grad["transfer_ns"].to_numpy(dtype=float, na_value=np.nan)
+    return np.where(np.isfinite(t), t, d)
+
+
+def _ops(grad: pd.DataFrame, ready: np.ndarray, t: np.ndarray, slower: np.ndarray) -> pd.DataFrame:
+    """One row per collective operation (one queue per communicator, as in ``costmodel.queue_tail``): comm,
+    seq, step, ready (latest over ranks), t and t2 (slowest rank, stock and slower), ok (all known)."""
     first = grad.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     comm = grad.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense")
-    t = grad["transfer_ns"] if "transfer_ns" in grad else grad["duration_ns"]
     c = pd.DataFrame({"comm": comm.to_numpy(), "seq": grad["seq"].to_numpy(), "step": grad["step"].to_numpy(),
-                      "ready": ready, "t": t.to_numpy(dtype=float, na_value=np.nan), "t2": slower})
+                      "ready": ready, "t": t, "t2": slower})
     ops = c.groupby(["comm", "seq"]).agg(step=("step", "min"), ready=("ready", "max"), t=("t", "max"),
-                                         t2=("t2", "max"), n=("ready", "size"), known=("ready", "count"))
-    ops = ops.loc[(ops["n"] == ops["known"]) & ops["t"].notna() & ops["t2"].notna()]
+                                         t2=("t2", "max"), n=("ready", "size"), known=("ready", "count"),
+                                         t_known=("t2", "count"))
+    ops["ok"] = (ops["n"] == ops["known"]) & (ops["n"] == ops["t_known"])
     return ops.reset_index().sort_values(["comm", "step", "seq"])
 
 
 def _replay(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per step: first (earliest ready), end and end2 (the last collective's end with t and with t2)."""
+    """Per step: first (earliest ready), end and end2 (the last collective's end with t and with t2, latest
+    over communicators); a step with an operation of unknown size, time or ready time is left out."""
     rows = []
-    for step, g in ops.groupby("step", sort=True):
+    for (_, step), g in ops.groupby(["comm", "step"], sort=True):
+        if not g["ok"].all():
+            rows.append({"step": step, "first": np.nan, "end": np.nan, "end2": np.nan})
+            continue
         ready = g["ready"].to_numpy(dtype=float)
         ends = []
         for col in ("t", "t2"):
             # end_i = max(ready_i, end_{i−1}) + t_i  ⇔  end_i = T_i + max_{j≤i}(ready_j − T_{j−1}), T = cumsum(t)
             t = g[col].to_numpy(dtype=float)
             cum = np.cumsum(t)
-            ends.append(float(np.max(cum + np.maximum.accumulate(ready - (cum - t)))) if len(t) else np.nan)
+            ends.append(float(cum[-1] + np.max(ready - (cum - t))))
         rows.append({"step": step, "first": float(ready.min()), "end": ends[0], "end2": ends[1]})
-    return pd.DataFrame(rows, columns=["step", "first", "end", "end2"])
+    per = pd.DataFrame(rows, columns=["step", "first", "end", "end2"])
+    # a step with one unknown operation is unknown (max would skip the NaN)
+    return per.groupby("step").agg(first=("first", "min"), end=("end", "max"), end2=("end2", "max"),
+                                   n=("end", "size"), known=("end", "count")).query("n == known")[
+        ["first", "end", "end2"]].reset_index()
 
 
 def _optimizer_start(analysis) -> pd.Series:
@@ -155,12 +173,12 @@ def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None,
         return nan
     keep = is_grad & coll["step"].notna().to_numpy()
     ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[keep]
-    t = (grad["transfer_ns"] if "transfer_ns" in grad else grad["duration_ns"]).to_numpy(dtype=float, na_value=np.nan)
+    t = _transfer_ns(grad)
     if channel_bytes_per_s:
         slower = np.maximum(t, _bus_bytes(grad, _world(analysis, run)) / (channels * channel_bytes_per_s) * 1e9)
     else:
         slower = t * now / channels
-    per = _replay(_ops(grad, ready, slower)).dropna()
+    per = _replay(_ops(grad, ready, t, slower)).dropna()
     if not len(per):
         return nan
     s = steps.merge(per, on="step", how="inner")

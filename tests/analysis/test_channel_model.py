@@ -77,3 +77,10 @@ def test_channel_rate_is_bus_bytes_per_channel():
     assert channel_rate(analysis, {"world_size": 2, "config": {"nccl_channels": 2}}) == pytest.approx(12.5e9)
     assert channel_rate(analysis, {"world_size": 4, "config": {"nccl_channels": 2}}) == pytest.approx(18.75e9)
     assert np.isnan(channel_rate(analysis, {"config": {}}))
+
+
+def test_a_step_with_an_unknown_ready_time_is_left_out():
+    analysis, ready = _case()
+    ready[3] = np.nan  # rank 1's second gradient: that operation's ready time, and so its step, is unknown
+    got = channel_prediction(analysis, None, RUN, 4, nccl_channels=24, ready_ns=ready)
+    assert np.isnan(got["predicted_step_ns"]) and got["channels_now"] == 24

@@ -162,7 +162,7 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                 me, peers = here.loc[s], here.drop(index=s)
                 d_host = float(me["host_ns"] - peers["host_ns"].median())
                 d_gpu = float(me["compute_ns"] - peers["compute_ns"].median())
-                material = 100.0 * lead >= MIN_LEAD_PCT * float(me["step_ns"])
+                material = 100.0 * lead >= MIN_LEAD_PCT * float(me["span_ns"])
                 if not material:
                     evidence = f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
                 elif d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:

@@ -20,6 +20,7 @@ import pytest
 
 from ddp_profile.errors import UsageError
 from ddp_profile.harness import gpu_state, repeats, spread
+from ddp_profile.harness.config import run_name
 from ddp_profile.harness.strategies import solo, world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,3 +298,12 @@ def test_a_run_leaves_no_tensor_alive(tmp_path):
     spawn_local(2, _leak_worker, str(tmp_path))
     counts = json.loads((tmp_path / "counts.json").read_text())
     assert counts and all(n == 0 for n in counts.values()), counts
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("timing_configs*.txt")), ids=lambda p: p.name)
+def test_committed_configuration_lists_parse(path):
+    """Every line of the committed lists is a valid configuration, each name once (a typo fails here, not
+    on the device)."""
+    configs = repeats.parse_configs(path.read_text(), where=path.name)
+    names = [run_name(c, 1 if repeats.is_solo(c) else 2, "h100") for c in configs]
+    assert len(set(names)) == len(names)

@@ -34,7 +34,8 @@ from ddp_profile.report.findings.text import Section, ms, pct
 TARGET_PCT = 5.0
 """Issue 30's target for the prediction error (a requirement, not a measurement)."""
 MIB = float(1 << 20)
-LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")
+LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
+          "nccl_min_ctas", "peer_copy_allreduce")
 """Harness levers no recommendation row sets: a configuration with one on has no prediction."""
 
 

@@ -26,14 +26,14 @@ long as the replayed collectives stay under backward::
     recovered = (overlap · c − overlap' · channels) / S
     span = end_last − first ready (replay),  window = backward_end − first ready
 
-This is the SM share only (wave quantisation and memory-bandwidth contention come on top; on the committed
-2 × H200 fp32 set the kernels under 24-channel NCCL ran 12 ms/step slower than the same kernels beside
-2-channel NCCL, the SM share credits 3 ms of it).
+This is the SM share only, a first-order estimate: wave quantisation (a grid of one CTA per SM needs a second
+wave when channels hold SMs, whatever their number) and memory-bandwidth contention come on top. On
+traces/campaign/A (2 × H200, fp32) it credits about half of the compute time the 2-channel run recovered.
 
 **Step.** Backward ends ``recovered`` earlier; the optimizer, the first work that waits for the gradient
 collectives, starts at X (its GPU start in the trace; backward's end when the trace has no optimizer phase),
-and the work between backward's end and X (the parameters' gradient copies, launched by the host) hides a
-collective ending before it::
+and the work between backward's end and X (in the committed torch_ddp traces, some hundred small
+device-to-device copies the host launches after backward, ~5 ms) hides a collective ending before it::
 
     extra = max(X − recovered, end'_last) − max(X, end_last)            per (rank, step)
     predicted_step_ns = median step_ns + median extra

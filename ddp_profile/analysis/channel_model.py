@@ -33,7 +33,7 @@ traces/campaign/A (2 × H200, fp32) it credits about half of the compute time th
 **Step.** Backward ends ``recovered`` earlier; the optimizer, the first work that waits for the gradient
 collectives, starts at X (its GPU start in the trace; backward's end when the trace has no optimizer phase),
 and the work between backward's end and X (in the committed torch_ddp traces, some hundred small
-device-to-device copies the host launches after backward, ~5 ms) hides a collective ending before it::
+device-to-device copies the host launches after backward) hides a collective ending before it::
 
     extra = max(X − recovered, end'_last) − max(X, end_last)            per (rank, step)
     predicted_step_ns = median step_ns + median extra

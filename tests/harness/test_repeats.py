@@ -258,7 +258,7 @@ def test_wrapper_packs_one_set_into_out(tmp_path):
     listing = subprocess.run(["tar", "-tf", str(tmp_path / "out" / "T.tar")], capture_output=True, text=True).stdout
     for path in ("traces/campaign/T/none_tiny_fp32_1xcpu/none_tiny_fp32_1xcpu.json",
                  "traces/campaign/T/torch_ddp-25mb_tiny_fp32_2xcpu/torch_ddp-25mb_tiny_fp32_2xcpu.json",
-                 "traces/campaign/T/repeats.jsonl", "traces/campaign/T/skipped.txt", "traces/campaign/T/machine.txt"):
+                 "traces/campaign/T/repeats.jsonl.xz", "traces/campaign/T/skipped.txt", "traces/campaign/T/machine.txt"):
         assert path in listing.split()
     assert "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1" in (
         tmp_path / "out" / "machine-T.txt").read_text()

@@ -5,6 +5,10 @@ iterations' micro-step counts, or ``program.json`` ``step_ms_per_rank`` from ``p
 NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per rank::
 
     err_pct         = 100 · (median inferred step_ns − median true step) / median true step
+    span_err_pct    = (truth.json only) median over the rank's steps after its first of
+                      100 · (span_ns / true period − 1), the true period of iteration i = end event(i) −
+                      end event(i − 1) (``gpu_start_ms + iter_ms``); steps are paired with the program's
+                      last iterations (a step the analysis leaves out is an early one: warm-up, compilation)
     min_fwd_pct     = min over steps of 100 · forward_ns / step_ns     (likewise min_bwd_pct)
     tail_dev_ms     = max over steps of |comm_tail_ns − independent tail|, the independent tail computed
                       here from the raw kernel rows launched in the step's host range: last end of the
@@ -62,13 +66,15 @@ def truth_of(run: Path) -> dict | None:
     f = run / "truth.json"
     if f.exists():
         rec = json.loads(f.read_text())
-        micro = [float(np.median([it["micro_steps"] for it in its])) for its in rec.get("iterations", [])]
-        return {"step_ms": rec["iter_ms_per_rank"], "micro_steps": micro or None}
+        its_ = rec.get("iterations", [])
+        micro = [float(np.median([it["micro_steps"] for it in its])) for its in its_]
+        ends = [[it["gpu_start_ms"] + it["iter_ms"] for it in its] for its in its_]
+        return {"step_ms": rec["iter_ms_per_rank"], "micro_steps": micro or None, "end_ms": ends or None}
     f = run / "program.json"
     if f.exists():
         rec = json.loads(f.read_text())
         frm = rec.get("profile_from_step") or 0
-        return {"step_ms": [v[frm:] for v in rec["step_ms_per_rank"]], "micro_steps": None}
+        return {"step_ms": [v[frm:] for v in rec["step_ms_per_rank"]], "micro_steps": None, "end_ms": None}
     return None
 
 
@@ -141,6 +147,7 @@ def measure(run: Path, variant: str) -> list[dict]:
         dev = np.abs(g["comm_tail_ns"].to_numpy(dtype=float) / 1e6 - tail[mine])
         ok = dev <= np.maximum(TAIL_REL * tail[mine], TAIL_ABS_MS)
         rows.append({
+            "span_err_pct": span_error_pct(g, truth_rec["end_ms"][int(r)]) if truth_rec and truth_rec["end_ms"] else None,
             "trace": str(run.relative_to(TRACES)), "variant": variant, "steps_from": "inferred" if inferred else "NVTX",
             "rank": int(r), "n_steps": len(g), "n_true": len(truth),
             "median_ms": float(np.median(step_ms)), "true_ms": float(np.median(truth)),
@@ -154,6 +161,14 @@ def measure(run: Path, variant: str) -> list[dict]:
             "cuts_in_opt": cuts_in_optimizer(trace, nvtx, res),
         })
     return rows
+
+
+def span_error_pct(g, end_ms: list[float]) -> float:
+    """``span_err_pct`` of one rank (module docstring); ``g``: its rows of the step table."""
+    span = g.sort_values("step")["span_ns"].to_numpy(dtype=float)[1:] / 1e6
+    ends = np.asarray(end_ms, dtype=float)
+    period = np.diff(ends)[len(ends) - 1 - len(span):]
+    return float(np.median(100 * (span / period - 1)))
 
 
 def extra_found(run: Path) -> list[dict]:
@@ -198,14 +213,15 @@ def render(rows: list[dict]) -> str:
         return "–" if v is None else format(v, fmt)
 
     lines = ["| trace | NVTX | steps | rank | steps found / true | median step ms (true) | error | min forward "
-             "| min backward | micro-steps | max tail deviation ms | cuts inside optimizer |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| min backward | micro-steps | max tail deviation ms | cuts inside optimizer | span vs true period |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['trace']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
                      f"{r['n_true']} | {r['median_ms']:.3f} ({r['true_ms']:.3f}) | {r['err_pct']:+.2f} % | "
                      f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')}"
                      f"{'' if r['true_micro_steps'] is None else ' (' + format(r['true_micro_steps'], '.0f') + ')'} | "
-                     f"{f(r['tail_dev_ms'], '.3f')} | {f(r['cuts_in_opt'], 'd')} |")
+                     f"{f(r['tail_dev_ms'], '.3f')} | {f(r['cuts_in_opt'], 'd')} | "
+                     f"{'–' if r['span_err_pct'] is None else format(r['span_err_pct'], '+.2f') + ' %'} |")
     return "\n".join(lines)
 
 

@@ -35,7 +35,7 @@ RANK_COLUMNS = ["rank", "pid", "device", "gpu_name", "file", "host", "rank_sourc
 
 # ---- analysis (ddp_profile.analysis) -------------------------------------------------------------------
 STEP_METRIC_COLUMNS = [
-    "rank", "step", "start_ns", "end_ns", "step_ns",
+    "rank", "step", "start_ns", "end_ns", "step_ns", "span_ns",
     "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
     "forward_ns", "backward_ns", "optimizer_ns",
     "backward_end_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
@@ -79,10 +79,10 @@ CONTENTION_COLUMNS = [
     "lost_ns", "overlapped_ns",
 ]
 # Per step, the time of the rank whose step ends last on the GPU (analysis/critical_path.py: its step span
-# J = [end of its previous step, end of this step)), in parts that add up to step_ns exactly (integers):
+# J = [end of its previous step, end of this step)), in parts that add up to span_ns exactly (integers):
 # compute (GPU busy with anything but NCCL), exposed NCCL transfer, exposed NCCL waiting for a later peer,
 # host (GPU idle because the next work was not launched yet) and idle (the rest).
-CRITICAL_PATH_COLUMNS = ["step", "step_ns", "critical_rank", "compute_ns", "exposed_transfer_ns", "wait_ns",
+CRITICAL_PATH_COLUMNS = ["step", "span_ns", "critical_rank", "compute_ns", "exposed_transfer_ns", "wait_ns",
                          "host_ns", "idle_ns"]
 # One row per run in a comparison (strategies, bucket sweep, scaling).
 COMPARISON_COLUMNS = [
@@ -162,9 +162,9 @@ STEP_SECTION_COLUMNS = STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS  # Analysis.
 RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.rank_overlap, JSON "ranks"
 # Top-level JSON keys beside the sections: verdict (dict: bound_by in VERDICT_BOUND_BY or null without steps,
 # removable_ns, what_to_change, expected_gain_ns, spread_ns, rank, share_pct, advice = [ADVICE_KEYS dicts],
-# step_ns = the median critical-path step every share divides by),
+# span_ns = the median critical-path step span every share divides by),
 # per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.
 VERDICT_BOUND_BY = ("communication", "host", "straggler", "compute")
 VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "spread_ns", "rank", "share_pct",
-                "advice", "step_ns"]
+                "advice", "span_ns"]
 ADVICE_KEYS = ["rule", "what_to_change", "gain_upper_ns", "spread_ns", "evidence"]

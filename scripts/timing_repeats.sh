@@ -10,7 +10,7 @@
 # Usage: scripts/timing_repeats.sh   (on the lent machine, repository root), e.g.
 #   OUT=$OUT DEADLINE=540 bash scripts/timing_repeats.sh
 # $OUT receives (at most 4 files): <SET>.tar (traces/campaign/<SET>/: <run>/<run>.json per configuration,
-# repeats.jsonl (every repeat as measured), skipped.txt, machine.txt), machine-<SET>.txt and timing-<SET>.log.
+# repeats.jsonl.xz (every repeat as measured; plain repeats.jsonl where xz is missing), skipped.txt, machine.txt), machine-<SET>.txt and timing-<SET>.log.
 # Unpack in the repository root: `tar -xf <SET>.tar` puts traces/campaign/<SET>/...
 #
 # Knobs (environment):
@@ -132,6 +132,8 @@ echo "== summary ($(( $(date +%s) - START )) s elapsed)"
 "$PYTHON" -m ddp_profile.harness.repeats summarize --out "$DIR" --host "$HOST_LABEL" || STATUS=1
 cat "$DIR/skipped.txt" 2>/dev/null || true
 cp "$DIR/machine.txt" "$OUT/machine-$SET.txt"
+# the journal (every step of every repeat, nvidia-smi before and after each) is ~1.4 MB of text: committed xz'd
+xz -9 -f "$DIR/$JOURNAL" 2>/dev/null || true
 (cd "$TRACES/.." && tar -cf "$OUT/$SET.tar" "$(basename "$TRACES")/campaign/$SET")
 echo "== packed $OUT/$SET.tar in $(( $(date +%s) - START )) s (status $STATUS)"
 ls -la "$OUT"

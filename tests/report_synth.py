@@ -46,7 +46,8 @@ def make_run(name="bucketed-25mb_xl_fp32_2xh100", strategy="bucketed", world_siz
             k_rows.append((rank, pid, rank, 7, t0 + 901 * US, t0 + 902 * US, "Memcpy HtoD", "memcpy",
                            None, None, None, None, len(k_rows), t0, 1, 4096))
             comm = 200 * US if world_size > 1 else 0
-            step_rows.append((rank, step, t0, t0 + 902 * US, 902 * US, 880 * US, comm, min(comm, 150 * US),
+            step_rows.append((rank, step, t0, t0 + 902 * US, 902 * US,
+                              (step_us * 2 * US if step else 902 * US), 880 * US, comm, min(comm, 150 * US),
                               max(comm - 150 * US, 0), 1 * US, 20 * US, 300 * US, 400 * US, 150 * US,
                               t0 + 700 * US, 50 * US if comm else 0, 22.0, 5.5,
                               # exposed wait/transfer, param sync (none), exposed all-gather (none), job tail

@@ -57,7 +57,7 @@ class Analysis:
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
     critical_path: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS))
-    """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to step_ns)."""
+    """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to span_ns)."""
     verdict: dict = field(default_factory=dict)
     """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
     share_pct, advice (JSON key ``verdict``)."""
@@ -129,7 +129,7 @@ class Analysis:
             "population": "steps" if by_steps else "trace",
             "n_ranks": int(s["rank"].nunique()) if by_steps else int(ro["rank"].nunique()) if len(ro) else 0,
             "n_steps": int(s["step"].nunique()) if by_steps else 0,
-            "step_ns": med("step_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
+            "step_ns": med("step_ns"), "span_ns": med("span_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
             "overlap_ns": med("overlap_ns"), "exposed_comm_ns": med("exposed_comm_ns"),
             "comm_tail_ns": med("comm_tail_ns"), "idle_ns": med("idle_ns"), "comm_pct": med("comm_pct"),
             "exposed_comm_pct": med("exposed_comm_pct"),
@@ -191,10 +191,11 @@ def records(df: pd.DataFrame) -> list[dict]:
 
 
 def _ddp_bucket_bytes(trace) -> list[int] | None:
-    """Stock torch_ddp's bucket sizes from the run JSON (``layout.ddp_bucket_bytes``), else None."""
+    """Stock torch_ddp's all-reduce sizes from the run JSON (``layout.ddp_bucket_bytes``; with a compressing
+    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
     run = getattr(trace, "run", None) or {}
     layout = run.get("layout") if isinstance(run, dict) else None
-    sizes = layout.get("ddp_bucket_bytes") if isinstance(layout, dict) else None
+    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
     if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
         return None
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):

@@ -9,7 +9,7 @@ as in ``steps`` (merged across streams): N = NCCL kernels, X = every other GPU a
 memcpy, memset), A = N ∪ X, Wt = the rank's waiting intervals [start, start + ``wait_ns``) of its NCCL
 kernels (the collective table)::
 
-    step_ns             = |J|
+    span_ns             = |J|
     compute_ns          = |X ∩ J|                          (GPU busy with anything but NCCL)
     exposed_ns          = |N ∩ J| − |N ∩ X ∩ J|            (NCCL running alone)
     wait_ns             = |N ∩ Wt ∩ J| − |N ∩ Wt ∩ X ∩ J|   (... while waiting for a later peer)
@@ -18,11 +18,11 @@ kernels (the collective table)::
                           launch call started after g0: the GPU ran dry before the host began to issue the
                           next work (it was syncing, in Python, or launching slower than the GPU runs), so
                           the whole gap (the call's own time and its submission included) is the host's
-    idle_ns             = step_ns − compute_ns − exposed_ns − host_ns   (the other gaps: work issued before
+    idle_ns             = span_ns − compute_ns − exposed_ns − host_ns   (the other gaps: work issued before
                           the GPU ran dry but not started yet, e.g. a stream waiting on an event, or the
                           few-µs switch between queued kernels)
 
-so ``compute_ns + exposed_transfer_ns + wait_ns + host_ns + idle_ns == step_ns`` in integers (A's length is
+so ``compute_ns + exposed_transfer_ns + wait_ns + host_ns + idle_ns == span_ns`` in integers (A's length is
 |X| + |N| − |N ∩ X|; H lies in A's gaps). When several activities start the busy period at once, the
 earliest launch call counts; an activity without a launch call (no CUDA API trace) leaves its gap in
 ``idle_ns``. (The launch call's end is not read by the loader, so a gap that began while the call ran counts
@@ -43,23 +43,21 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, intersect_normalized, ints
+from ddp_profile.analysis.steps import span_starts
 
-PATH_COLUMNS = ["rank", "step", "start_ns", "end_ns", "step_ns", "compute_ns", "exposed_transfer_ns", "wait_ns",
+PATH_COLUMNS = ["rank", "step", "start_ns", "end_ns", "span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns",
                 "host_ns", "idle_ns"]
 """Per (rank, step), :func:`rank_paths`: the same parts as ``schema.CRITICAL_PATH_COLUMNS`` on each rank."""
 PARTS = ["compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
 
 
 def spans(steps: pd.DataFrame) -> pd.DataFrame:
-    """(rank, step, start_ns, end_ns) of each step span J from the step table's GPU windows."""
+    """(rank, step, start_ns, end_ns) of each step span J from the step table's GPU windows
+    (``steps.span_starts``: the step table's ``span_ns`` is J's length)."""
     s = steps[["rank", "step", "start_ns", "end_ns"]].sort_values(["rank", "step"], kind="stable")
     s = s.reset_index(drop=True)
-    rank, step = ints(s["rank"]), ints(s["step"])
-    start, end = ints(s["start_ns"]), ints(s["end_ns"])
-    prev = np.r_[False, (rank[1:] == rank[:-1]) & (step[1:] == step[:-1] + 1)]
-    begin = start.copy()
-    begin[prev] = end[np.flatnonzero(prev) - 1]
-    return pd.DataFrame({"rank": rank, "step": step, "start_ns": begin, "end_ns": end})
+    return pd.DataFrame({"rank": ints(s["rank"]), "step": ints(s["step"]), "start_ns": span_starts(s),
+                         "end_ns": ints(s["end_ns"])})
 
 
 def _host_gaps(karr: KernelArrays, idx) -> tuple[np.ndarray, np.ndarray]:
@@ -109,16 +107,16 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
         else:
             wt = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         nw = intersect_normalized(n_set, wt)
-        step_ns = iv.window_length(js, je)
+        span_ns = iv.window_length(js, je)
         compute = covered_by_normalized(js, je, *x_set)
         exposed = covered_by_normalized(js, je, *n_set) - covered_by_normalized(
             js, je, *intersect_normalized(x_set, n_set))
         wait = covered_by_normalized(js, je, *nw) - covered_by_normalized(js, je, *intersect_normalized(x_set, nw))
         host = covered_by_normalized(js, je, *_host_gaps(karr, idx))
         out.append(pd.DataFrame({
-            "rank": rank, "step": sp["step"].to_numpy()[rows], "start_ns": js, "end_ns": je, "step_ns": step_ns,
+            "rank": rank, "step": sp["step"].to_numpy()[rows], "start_ns": js, "end_ns": je, "span_ns": span_ns,
             "compute_ns": compute, "exposed_transfer_ns": exposed - wait, "wait_ns": wait, "host_ns": host,
-            "idle_ns": step_ns - compute - exposed - host}))
+            "idle_ns": span_ns - compute - exposed - host}))
         del x_set, n_set
     return pd.concat(out, ignore_index=True)[PATH_COLUMNS]
 

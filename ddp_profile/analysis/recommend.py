@@ -33,6 +33,9 @@ and NCCL's channel count now, c (``gridX`` of its kernels, one CTA per channel, 
 worst-case slowdown still fits under backward, and cuts none when that is not below c or c is unknown.
 (In the committed campaigns, 2 of 24 channels slowed gradient NCCL time 3.2–5.9×, not 12×: the bound is
 conservative.)
+The step a given channel count would take is predicted from the trace by
+:func:`ddp_profile.analysis.channel_model.channel_prediction` (slower collectives replayed through the NCCL
+queue, less SM contention with compute); the findings' recommend → confirm compares it with measured runs.
 
 Columns (``RECOMMEND_COLUMNS``), first row = the recommendation: lever, flags (harness options), cap_bytes,
 predicted_tail_ns, predicted_step_ns, measured_step_ns, predicted_gain_ns, upper_gain_ns, basis, and the
@@ -157,70 +160,6 @@ def channel_room(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) 
     duration, median over (rank, step); NaN when unknown."""
     per = comm_window(grad, ready_ns, steps)
     return float(np.median(per["window"] / per["comm"])) if len(per) else float("nan")
-
-
-def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None, channels: int,
-                       nccl_channels: int | None = None, ready_ns=None, channel_bytes_per_s: float | None = None) -> dict:
-    """The step with ``channels`` NCCL channels instead of the run's c (its ``--nccl-channels``, else
-    ``nccl_channels`` as the trace shows it). Per (rank, step) the gradient collectives' transfer time grows
-    to ``transfer'`` while their wait time stays, and what no longer fits between the first gradient being
-    ready and the end of backward is added to the step::
-
-        transfer' = transfer · c / channels                          (worst case: bandwidth-bound per channel)
-                  = max(transfer, bytes / (channels · per-channel rate))   (``channel_bytes_per_s`` given)
-        extra = max(0, wait + transfer' − window) − max(0, comm − window)
-        predicted_step_ns = measured step + median over (rank, step) of extra
-
-    The worst case needs the trace alone; a run whose collectives are bound by the link, not by channels,
-    makes it far too slow (transfer does not shrink below the link's time however many channels there are).
-    ``low_ns`` = predicted − the compute lost to contention per step (the most that taking SMs from NCCL can
-    give back; bounded by the trace, not predicted). Returns {"predicted_step_ns", "low_ns", "extra_ns",
-    "channels_now"}; NaN where the trace lacks what it needs."""
-    nan = {"predicted_step_ns": np.nan, "low_ns": np.nan, "extra_ns": np.nan, "channels_now": None}
-    steps, coll = analysis.steps, analysis.collectives
-    if (steps is None or not len(steps) or coll is None or not len(coll) or "backward_end_ns" not in steps
-            or channels < 1):
-        return nan
-    cfg = (run or {}).get("config") or {}
-    now = int(cfg.get("nccl_channels") or 0) or nccl_channels
-    if not now:
-        return nan
-    is_grad = coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]).to_numpy()
-    grad = coll.loc[is_grad]
-    if ready_ns is None and kernels is None:
-        return nan | {"channels_now": now}
-    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
-    per = comm_window(grad, ready, steps)
-    if not len(per):
-        return nan | {"channels_now": now}
-    if "transfer_ns" not in grad or "wait_ns" not in grad:  # no wait/transfer split: all of it is transfer
-        per = per.assign(transfer=per["comm"], wait=0.0)
-    transfer = per["transfer"].to_numpy()
-    if channel_bytes_per_s:
-        slower = np.maximum(transfer, per["bytes"].to_numpy() / (channels * channel_bytes_per_s) * 1e9)
-    else:
-        slower = transfer * now / channels
-    comm, window = per["comm"].to_numpy(), per["window"].to_numpy()
-    extra = float(np.median(np.maximum(0.0, per["wait"].to_numpy() + slower - window) - np.maximum(0.0, comm - window)))
-    pred = float(steps["step_ns"].median()) + extra
-    return {"predicted_step_ns": pred, "low_ns": pred - contention_per_step_ns(analysis.contention, steps),
-            "extra_ns": extra, "channels_now": now}
-
-
-def channel_rate(analysis, run: dict | None, nccl_channels: int | None = None) -> float:
-    """Bytes per second per NCCL channel of a run's gradient collectives: median over (rank, step) of
-    bytes / (transfer time · channels). Meaningful for a run whose channels, not the link, bound its
-    collectives (one run with few channels calibrates :func:`channel_prediction` for the others); NaN
-    when unknown."""
-    coll = analysis.collectives
-    cfg = (run or {}).get("config") or {}
-    now = int(cfg.get("nccl_channels") or 0) or nccl_channels
-    if coll is None or not len(coll) or not now or "transfer_ns" not in coll:
-        return float("nan")
-    g = coll.loc[coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]) & coll["step"].notna()]
-    per = g.groupby(["rank", "step"]).agg(t=("transfer_ns", "sum"), b=("bytes", "sum"))
-    per = per.loc[(per["t"] > 0) & (per["b"] > 0)]
-    return float(np.median(per["b"] / (per["t"] * 1e-9 * now))) if len(per) else float("nan")
 
 
 def channels_to_keep(now: int | None, room: float) -> int | None:

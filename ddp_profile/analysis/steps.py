@@ -4,6 +4,10 @@ Kernel sets are per rank, merged across streams (a union: two kernels running at
 C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each clipped to W::
 
     step_ns          = |W|
+    span_ns          = end_ns − end_ns of the rank's previous step (step − 1 in the table; else = step_ns):
+                       the iteration as the training loop sees it, the GPU idle before W included (the host
+                       syncing on ``loss.item()``, fetching the batch, launching the forward), the same span
+                       the critical path divides (``critical_path``); consecutive spans tile the rank's time
     compute_ns       = |C ∩ W|
     comm_ns          = |N ∩ W|
     overlap_ns       = |C ∩ N ∩ W|          (communication hidden behind compute)
@@ -135,9 +139,21 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     out["comm_pct"] = pct(out["comm_ns"], out["step_ns"])
     out["exposed_comm_pct"] = pct(out["exposed_comm_ns"], out["step_ns"])
     out = out.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    out["span_ns"] = out["end_ns"].to_numpy(np.int64) - span_starts(out)
     if not job_tail:
         return out, kinds
     return schema.select(with_job_tail(out), schema.STEP_METRIC_COLUMNS), ck.finish(kinds)
+
+
+def span_starts(steps: pd.DataFrame) -> np.ndarray:
+    """Each row's span start (int64): the end of the same rank's previous step (label step − 1) when the
+    frame has that row, else the row's own ``start_ns``. ``steps`` sorted by (rank, step)."""
+    rank, step = steps["rank"].to_numpy(np.int64), steps["step"].to_numpy(np.int64)
+    start, end = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+    prev = np.r_[False, (rank[1:] == rank[:-1]) & (step[1:] == step[:-1] + 1)]
+    begin = start.copy()
+    begin[prev] = end[np.flatnonzero(prev) - 1]
+    return begin
 
 
 def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: int = 1 << 15

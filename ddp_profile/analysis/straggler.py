@@ -190,7 +190,7 @@ def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, wa
     peers_host, peers_compute = _median(host[peer_rows]), _median(compute[peer_rows])
     d_host = float(me_host - peers_host)
     d_gpu = float(me_compute - peers_compute)
-    material = 100.0 * lead >= MIN_LEAD_PCT * float(col("step_ns")[me_row])
+    material = 100.0 * lead >= MIN_LEAD_PCT * float(col("span_ns")[me_row])
     if not material:
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
     if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:

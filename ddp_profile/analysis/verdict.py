@@ -1,7 +1,7 @@
 """The verdict: the largest part of the step that a change can remove, what to change, and how much it gains.
 
 From the critical path (``critical_path``: per step, the parts of the rank that ends it, adding up to
-``step_ns``), each step's removable time is split three ways, so the three add up to transfer + wait + host:
+``span_ns``, the step's span: end of the rank's previous step to the end of this one), each step's removable time is split three ways, so the three add up to transfer + wait + host:
 
     strag  = min(straggler_lead_ns, wait_ns + host_ns)  when one rank is the straggler in at least
              STRAGGLER_STEPS_PCT % of the steps and this step's straggler is that rank, else 0
@@ -10,9 +10,9 @@ From the critical path (``critical_path``: per step, the parts of the rank that 
 
     bound_by     = the largest of communication (comm), host, straggler (strag) by median over steps,
                    among those whose median is at least BOUND_SHARE_PCT % of the median step; else compute
-    step_ns      = the median critical-path step (the denominator of every share here)
-    removable_ns = that median;  share_pct = 100 · removable_ns / step_ns
-                   (compute: removable_ns 0, share_pct = 100 · median compute_ns / median step_ns)
+    span_ns      = the median critical-path step span (the denominator of every share here)
+    removable_ns = that median;  share_pct = 100 · removable_ns / span_ns
+                   (compute: removable_ns 0, share_pct = 100 · median compute_ns / median span_ns)
     spread_ns    = the interquartile range (p75 − p25) of that part over steps
     rank         = the straggler rank (when one rank is the straggler in ≥ STRAGGLER_STEPS_PCT % of steps and
                    its median part is at least ADVICE_MIN_PCT % of the step), else null
@@ -64,7 +64,7 @@ def consistent_straggler(steps_straggler: pd.Series) -> int | None:
 
 
 def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFrame, int | None]:
-    """(per step (crit's rows): step_ns, communication, host, straggler of the module docstring; the job's
+    """(per step (crit's rows): span_ns, communication, host, straggler of the module docstring; the job's
     straggler rank or None). ``per_step``: index step, columns straggler_rank, straggler_lead_ns."""
     s = per_step.reindex(crit["step"].to_numpy())
     rank = consistent_straggler(s["straggler_rank"]) if len(s) else None
@@ -74,7 +74,7 @@ def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFram
         np.zeros(len(crit), bool)
     strag = np.where(mine & ~np.isnan(lead), np.minimum(np.nan_to_num(lead), wait + host), 0.0)
     from_wait = np.minimum(strag, wait)
-    return pd.DataFrame({"step": crit["step"].to_numpy(), "step_ns": crit["step_ns"].to_numpy(float),
+    return pd.DataFrame({"step": crit["step"].to_numpy(), "span_ns": crit["span_ns"].to_numpy(float),
                          "communication": crit["exposed_transfer_ns"].to_numpy(float) + wait - from_wait,
                          "host": host - (strag - from_wait), "straggler": strag}), rank
 
@@ -82,14 +82,14 @@ def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFram
 def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> dict:
     """The ``verdict`` dict (keys in the module docstring, plus ``advice`` = ``rules``)."""
     out = {"bound_by": "compute", "removable_ns": 0.0, "what_to_change": None, "expected_gain_ns": 0.0,
-           "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules, "step_ns": None}
+           "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules, "span_ns": None}
     if crit is None or crit.empty:
         out["bound_by"] = None
         out["what_to_change"] = "no steps: no verdict"
         return out
     parts, rank = split_parts(crit, per_step)
-    step = float(parts["step_ns"].median())
-    out["step_ns"] = step
+    step = float(parts["span_ns"].median())
+    out["span_ns"] = step
     med = {k: float(parts[k].median()) for k in ("communication", "host", "straggler")}
     passing = {k: v for k, v in med.items() if step > 0 and 100.0 * v / step >= BOUND_SHARE_PCT}
     # the straggler rank is named when its part is material (at least ADVICE_MIN_PCT % of the step)
@@ -178,7 +178,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``)."""
     if crit is None or crit.empty:
         return []
-    step = float(crit["step_ns"].median())
+    step = float(crit["span_ns"].median())
     c = crit.set_index("step")
     row = steps.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
         [crit["critical_rank"].to_numpy(), crit["step"].to_numpy()])) if len(steps) else None

@@ -59,6 +59,15 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-channels", type=int, default=0, metavar="N",
                    help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")
     g.add_argument("--nccl-high-priority", action="store_true", help="high-priority NCCL streams (-hiprio; ignored on gloo)")
+    g.add_argument("--peer-copy-allreduce", action="store_true",
+                   help="bucketed, 2 ranks: sum each bucket by a peer copy into the other GPU's symmetric memory "
+                        "(copy engine) plus one local add, instead of NCCL (-peercopy)")
+    g.add_argument("--nccl-min-ctas", type=int, default=0, metavar="N",
+                   help="at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the "
+                        "maximum, equal values pin the count) (-minctasN; ignored on gloo)")
+    g.add_argument("--ddp-comm-hook", default="", choices=("", "bf16"),
+                   help="torch_ddp: PyTorch's bf16_compress_hook, buckets all-reduced in bf16, fp32 params, grads "
+                        "and optimizer (-hookbf16)")
     g.add_argument("--first-bucket-mb", type=float, default=0.0, metavar="X",
                    help="bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)")
     g.add_argument("--grad-views", action="store_true",
@@ -72,7 +81,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
 def lever_kwargs(args: argparse.Namespace) -> dict:
     return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
-            "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer}
+            "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
+            "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
+            "peer_copy_allreduce": args.peer_copy_allreduce}
 
 
 
@@ -105,7 +116,8 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
 
     backend = default_backend(cfg.backend)
     device = device_for(backend, info.local_rank)
-    init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority)
+    init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority,
+                       nccl_min_ctas=cfg.nccl_min_ctas)
     try:
         _finish(train_run(cfg, device), out)
         # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
@@ -155,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--nproc spawns local CPU (gloo) processes; for NCCL on GPUs use torchrun")
         from ddp_profile.harness.launch import spawn_local
 
-        if cfg.nccl_channels or cfg.nccl_high_priority:
-            print("note: --nccl-channels/--nccl-high-priority are ignored on gloo (recorded in the run JSON)",
+        if cfg.nccl_channels or cfg.nccl_high_priority or cfg.nccl_min_ctas:
+            print("note: --nccl-channels/--nccl-high-priority/--nccl-min-ctas are ignored on gloo (recorded in the run JSON)",
                   file=sys.stderr, flush=True)
         spawn_local(args.nproc, _local_worker, cfg.replace(backend="gloo"), args.out)
     else:

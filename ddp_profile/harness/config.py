@@ -21,6 +21,7 @@ SHARDABLE_STRATEGIES = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
 FSDP_PARAM_DTYPES = ("fp32", "bf16")
 DTYPES = ("fp32", "bf16")
 GRAD_REDUCE_DTYPES = ("", "bf16")
+DDP_COMM_HOOKS = ("", "bf16")
 MAX_NCCL_CHANNELS = 64
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
@@ -117,6 +118,17 @@ class RunConfig:
     (with a note in the run JSON) on gloo."""
     nccl_high_priority: bool = False
     """NCCL streams at high CUDA priority (`ProcessGroupNCCL.Options(is_high_priority_stream=True)`)."""
+    nccl_min_ctas: int = 0
+    """At least N CTAs per collective (0: NCCL's choice), through the group's NCCL config
+    (`ProcessGroupNCCL.Options().config.min_ctas`, ncclConfig_t.minCTAs), else NCCL_MIN_CTAS; ignored (with
+    a note) on gloo. The upper limit is `nccl_channels` (maxCTAs); equal values pin the CTA count."""
+    peer_copy_allreduce: bool = False
+    """bucketed only, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
+    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce."""
+    ddp_comm_hook: str = ""
+    """torch_ddp only: "bf16" registers PyTorch's own `bf16_compress_hook` (default_hooks): each bucket is
+    cast to bf16, divided by the world size, all-reduced in bf16 and copied back into the fp32 bucket;
+    parameters, gradients and optimizer stay fp32. Empty: stock DDP (no hook)."""
     first_bucket_mb: float = 0.0
     """bucketed only: cap in MiB of the first bucket (the last layers' gradients), smaller than bucket_mb,
     so communication starts early; later buckets use bucket_mb (0: every bucket uses bucket_mb)."""
@@ -189,6 +201,11 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
     _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
            f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.ddp_comm_hook in DDP_COMM_HOOKS, f"ddp_comm_hook {cfg.ddp_comm_hook!r} is unknown; choose bf16 (or leave it empty)")
+    _check(not cfg.ddp_comm_hook or cfg.strategy == "torch_ddp",
+           f"ddp_comm_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
+    _check(not (cfg.ddp_comm_hook and cfg.ddp_nvtx_hook),
+           "ddp_comm_hook and ddp_nvtx_hook cannot be combined (DDP takes one communication hook)")
     _check(cfg.shard_optimizer in SHARD_OPTIMIZERS,
            f"shard_optimizer {cfg.shard_optimizer!r} is unknown; choose ours or torch")
     _check(not cfg.shard_optimizer or cfg.strategy in SHARDABLE_STRATEGIES,
@@ -210,7 +227,7 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_levers(cfg: RunConfig) -> None:
     bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
-                     "overlap_optimizer": cfg.overlap_optimizer}
+                     "overlap_optimizer": cfg.overlap_optimizer, "peer_copy_allreduce": cfg.peer_copy_allreduce}
     for name, on in bucketed_only.items():
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
@@ -222,7 +239,11 @@ def _validate_levers(cfg: RunConfig) -> None:
            f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}")
     _check(isinstance(cfg.nccl_channels, int) and 0 <= cfg.nccl_channels <= MAX_NCCL_CHANNELS,
            f"nccl_channels must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_channels!r}")
-    for name in ("nccl_channels", "nccl_high_priority"):
+    _check(isinstance(cfg.nccl_min_ctas, int) and 0 <= cfg.nccl_min_ctas <= MAX_NCCL_CHANNELS,
+           f"nccl_min_ctas must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_min_ctas!r}")
+    _check(not (cfg.nccl_min_ctas and cfg.nccl_channels) or cfg.nccl_min_ctas <= cfg.nccl_channels,
+           f"nccl_min_ctas {cfg.nccl_min_ctas} must not exceed nccl_channels {cfg.nccl_channels} (the CTA maximum)")
+    for name in ("nccl_channels", "nccl_high_priority", "nccl_min_ctas"):
         _check(not getattr(cfg, name) or cfg.strategy != "none", f"{name} needs communication; strategy none has none")
 
 
@@ -231,7 +252,8 @@ def _mb(value: float) -> str:
 
 
 def lever_suffix(cfg: RunConfig) -> str:
-    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -optoverlap -ch<N> -hiprio."""
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
+    -peercopy -ch<N> -minctas<N> -hiprio."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -239,10 +261,16 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append("-views")
     if cfg.grad_reduce_dtype:
         parts.append(f"-grad{cfg.grad_reduce_dtype}")
+    if cfg.ddp_comm_hook:
+        parts.append(f"-hook{cfg.ddp_comm_hook}")
     if cfg.overlap_optimizer:
         parts.append("-optoverlap")
+    if cfg.peer_copy_allreduce:
+        parts.append("-peercopy")
     if cfg.nccl_channels:
         parts.append(f"-ch{cfg.nccl_channels}")
+    if cfg.nccl_min_ctas:
+        parts.append(f"-minctas{cfg.nccl_min_ctas}")
     if cfg.nccl_high_priority:
         parts.append("-hiprio")
     return "".join(parts)
@@ -281,6 +309,7 @@ def run_name(cfg: RunConfig, world_size: int, gpu_short: str) -> str:
 
 
 __all__ = [
+    "DDP_COMM_HOOKS",
     "DTYPES",
     "GRAD_REDUCE_DTYPES",
     "FSDP_PARAM_DTYPES",

@@ -59,18 +59,22 @@ NCCL_TUNING_ENV = ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", 
 _COMM_SETUP: dict = {}
 
 
-def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict | None = None):
-    """(ProcessGroupNCCL.Options or None, description) for the levers `--nccl-channels`/`--nccl-high-priority`.
+def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict | None = None, min_ctas: int = 0):
+    """(ProcessGroupNCCL.Options or None, description) for the levers `--nccl-channels`,
+    `--nccl-high-priority` and `--nccl-min-ctas`.
 
     Preferred: the group's own NCCL config (`opts.config.max_ctas = N`, NCCL's ncclConfig_t.maxCTAs: at most
-    N CTAs, one per channel, per collective) and `Options(is_high_priority_stream=True)`. Where the build
-    lacks them, the environment fallbacks NCCL_MAX_NCHANNELS / TORCH_NCCL_HIGH_PRIORITY=1 are set (before
-    the group exists). The description says which mechanism took effect.
+    N CTAs, one per channel, per collective; `opts.config.min_ctas = M`, ncclConfig_t.minCTAs: at least M) and
+    `Options(is_high_priority_stream=True)`. Where the build lacks them, the environment fallbacks
+    NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS / TORCH_NCCL_HIGH_PRIORITY=1 are set (before the group exists). The
+    description says which mechanism took effect.
     """
     env = os.environ if environ is None else environ
     desc: dict = {"nccl_channels": channels or None, "nccl_high_priority": high_priority,
                   "channels_mechanism": None, "high_priority_mechanism": None}
-    if not channels and not high_priority:
+    if min_ctas:  # only then, so records of runs without the lever keep their keys
+        desc.update({"nccl_min_ctas": min_ctas, "min_ctas_mechanism": None})
+    if not channels and not high_priority and not min_ctas:
         return None, desc
     options_cls = getattr(getattr(dist, "ProcessGroupNCCL", None), "Options", None)
     opts = None
@@ -81,15 +85,18 @@ def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict |
     elif high_priority:
         env["TORCH_NCCL_HIGH_PRIORITY"] = "1"
         desc["high_priority_mechanism"] = "env TORCH_NCCL_HIGH_PRIORITY=1"
-    if channels:
+    for value, field, variable, key in ((channels, "max_ctas", "NCCL_MAX_NCHANNELS", "channels_mechanism"),
+                                        (min_ctas, "min_ctas", "NCCL_MIN_CTAS", "min_ctas_mechanism")):
+        if not value:
+            continue
         try:
             if opts is None:  # no Options class in this build: the same fallback as a config-less one
                 raise AttributeError("ProcessGroupNCCL.Options")
-            opts.config.max_ctas = channels
-            desc["channels_mechanism"] = "pg_options.config.max_ctas"
+            setattr(opts.config, field, value)
+            desc[key] = f"pg_options.config.{field}"
         except AttributeError:
-            env["NCCL_MAX_NCHANNELS"] = str(channels)
-            desc["channels_mechanism"] = "env NCCL_MAX_NCHANNELS"
+            env[variable] = str(value)
+            desc[key] = f"env {variable}"
     return opts, desc
 
 
@@ -104,25 +111,28 @@ def _read_back(device: torch.device, group=None) -> dict:
         config = getattr(options, "config", None)
         if config is not None:
             out["max_ctas"] = int(config.max_ctas)
+            out["min_ctas"] = int(config.min_ctas)
         return out
     except (AttributeError, RuntimeError, TypeError):
         return {}
 
 
-def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, nccl_high_priority: bool = False) -> dict:
+def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, nccl_high_priority: bool = False,
+                       nccl_min_ctas: int = 0) -> dict:
     """Initialise the default group from MASTER_ADDR/MASTER_PORT (set by torchrun or spawn_local).
 
     Returns (and keeps for `comm_setup()`) what the NCCL levers did; on gloo they are ignored, with a note.
     """
     kwargs: dict[str, Any] = {}  # device_id (torch.device) and pg_options (ProcessGroupNCCL.Options)
-    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority}
+    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
+                  **({"nccl_min_ctas": nccl_min_ctas} if nccl_min_ctas else {})}
     if backend == "nccl":
         kwargs["device_id"] = torch.device("cuda", info.local_rank)
-        opts, desc = nccl_options(nccl_channels, nccl_high_priority)
+        opts, desc = nccl_options(nccl_channels, nccl_high_priority, min_ctas=nccl_min_ctas)
         desc["backend"] = backend
         if opts is not None:
             kwargs["pg_options"] = opts
-    elif nccl_channels or nccl_high_priority:
+    elif nccl_channels or nccl_high_priority or nccl_min_ctas:
         desc["note"] = f"ignored: backend {backend} has no NCCL channels or streams"
     dist.init_process_group(backend=backend, rank=info.rank, world_size=info.world_size, **kwargs)
     if backend == "nccl":
@@ -133,18 +143,21 @@ def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, 
     return desc
 
 
-def new_lever_group(backend: str, device: torch.device, nccl_channels: int = 0, nccl_high_priority: bool = False):
+def new_lever_group(backend: str, device: torch.device, nccl_channels: int = 0, nccl_high_priority: bool = False,
+                    nccl_min_ctas: int = 0):
     """(group, description): a new process group over every rank with the NCCL levers applied through its
     options, as init_process_group applies them to the default group, for configurations that differ in
     their levers inside one job (ddp_profile.harness.repeats). Every rank must call it, in the same order.
     On gloo the levers are ignored, with a note."""
     desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
                   "channels_mechanism": None, "high_priority_mechanism": None, "group": "own group (new_group)"}
+    if nccl_min_ctas:
+        desc.update({"nccl_min_ctas": nccl_min_ctas, "min_ctas_mechanism": None})
     if backend != "nccl":
-        if nccl_channels or nccl_high_priority:
+        if nccl_channels or nccl_high_priority or nccl_min_ctas:
             desc["note"] = f"ignored: backend {backend} has no NCCL channels or streams"
         return dist.new_group(backend=backend), desc
-    opts, levers = nccl_options(nccl_channels, nccl_high_priority)
+    opts, levers = nccl_options(nccl_channels, nccl_high_priority, min_ctas=nccl_min_ctas)
     desc.update(levers)
     group = dist.new_group(backend="nccl", pg_options=opts)
     desc["read_back"] = _read_back(device, group)
@@ -152,14 +165,16 @@ def new_lever_group(backend: str, device: torch.device, nccl_channels: int = 0, 
     return group, desc
 
 
-def comm_setup(nccl_channels: int = 0, nccl_high_priority: bool = False) -> dict:
+def comm_setup(nccl_channels: int = 0, nccl_high_priority: bool = False, nccl_min_ctas: int = 0) -> dict:
     """The NCCL levers' record for the run JSON: what init_process_group applied, else why nothing was."""
     if _COMM_SETUP.get("backend") == "nccl":
         return dict(_COMM_SETUP)
     backend = _COMM_SETUP.get("backend")
     desc = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
             "channels_mechanism": None, "high_priority_mechanism": None}
-    if nccl_channels or nccl_high_priority:
+    if nccl_min_ctas:
+        desc.update({"nccl_min_ctas": nccl_min_ctas, "min_ctas_mechanism": None})
+    if nccl_channels or nccl_high_priority or nccl_min_ctas:
         where = f"backend {backend}" if backend else "a single process (no process group)"
         desc["note"] = f"ignored: {where} has no NCCL channels or streams"
     return desc

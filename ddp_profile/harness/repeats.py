@@ -15,7 +15,7 @@ configuration alike instead of on whichever ran last.
 
 * ``--strategy none`` is the 1-GPU configuration: rank 0 trains alone on its GPU (world size 1, no
   collective: :func:`ddp_profile.harness.strategies.solo`) while the other ranks wait at a host barrier.
-* A configuration with NCCL levers (``--nccl-channels``, ``--nccl-high-priority``) runs its collectives on
+* A configuration with NCCL levers (``--nccl-channels``, ``--nccl-high-priority``, ``--nccl-min-ctas``) runs its collectives on
   its own process group made with those options (``launch.new_lever_group``, created once at start); the
   others use the default group, whose options are NCCL's defaults.
 * Before and after each repeat rank 0 records ``nvidia-smi`` (clocks, temperature, power, throttle reasons:
@@ -90,7 +90,7 @@ def parse_configs(text: str, where: str = "configs") -> list[RunConfig]:
             cfg = config_from_args(args)
         except (argparse.ArgumentError, UsageError, ValueError) as exc:
             raise UsageError(f"{where}:{n}: {exc}") from None
-        if (cfg.nccl_channels or cfg.nccl_high_priority) and (cfg.strategy == "fsdp" or cfg.shard_optimizer):
+        if any(lever_key(cfg)) and (cfg.strategy == "fsdp" or cfg.shard_optimizer):
             raise UsageError(f"{where}:{n}: NCCL levers run on their own group, which fsdp and shard_optimizer "
                              "do not take; time them with scripts/campaign.sh")
         out.append(cfg)
@@ -109,8 +109,13 @@ def is_solo(cfg: RunConfig) -> bool:
     return cfg.strategy == "none"
 
 
-def lever_key(cfg: RunConfig) -> tuple[int, bool]:
-    return cfg.nccl_channels, cfg.nccl_high_priority
+NO_LEVERS = (0, False, 0)
+"""The lever key of a configuration on the default group (NCCL's defaults)."""
+
+
+def lever_key(cfg: RunConfig) -> tuple[int, bool, int]:
+    """The NCCL options a configuration's process group needs: (nccl_channels, nccl_high_priority, nccl_min_ctas)."""
+    return cfg.nccl_channels, cfg.nccl_high_priority, cfg.nccl_min_ctas
 
 
 def fits(now: float, expected_s: float, deadline_at: float | None) -> str:
@@ -197,10 +202,10 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
     done, failed = _decide(rank, world_size, journal_state(events))
     if rank == 0 and not resume:
         (out / JOURNAL).unlink(missing_ok=True)
-    groups: dict = {(0, False): (None, None)}
+    groups: dict = {NO_LEVERS: (None, None)}
     broken: dict = {}  # lever key -> why its group could not be made (its configurations are skipped)
     if world_size > 1:
-        for key in sorted({lever_key(c) for c in configs if not is_solo(c)} - {(0, False)}):
+        for key in sorted({lever_key(c) for c in configs if not is_solo(c)} - {NO_LEVERS}):
             try:
                 groups[key] = new_lever_group(backend, device, *key)
             except (RuntimeError, ValueError, TypeError) as exc:  # e.g. an NCCL build without these options

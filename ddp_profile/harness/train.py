@@ -235,7 +235,8 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
     levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
-              "grad_reduce_dtype": cfg.grad_reduce_dtype}
+              "grad_reduce_dtype": cfg.grad_reduce_dtype, "ddp_comm_hook": cfg.ddp_comm_hook,
+              "peer_copy_allreduce": cfg.peer_copy_allreduce}
     if cfg.overlap_optimizer:  # one optimizer per bucket, stepped by the strategy as buckets complete
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
@@ -284,7 +285,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "bucket_count": layout["buckets"],
         "bucket_bytes": layout["bucket_bytes"],
         "layout": layout,
-        "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority),
+        "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority, cfg.nccl_min_ctas),
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),

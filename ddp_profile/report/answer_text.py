@@ -13,7 +13,7 @@ import pandas as pd
 from ddp_profile.fmt import fmt_ms, fmt_number, fmt_pct, missing
 
 # Per-rank summary: medians over the rank's steps of these step-table columns (those the table has).
-RANK_COLUMNS = ("step_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
+RANK_COLUMNS = ("step_ns", "span_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
                 "comm_tail_ns", "idle_ns")
 
 
@@ -61,7 +61,7 @@ def verdict_lines(v: dict | None) -> list[str]:
         return []
     bound = str(v.get("bound_by"))
     who = f", rank {v['rank']}" if bound == "straggler" and not missing(v.get("rank")) else ""
-    of_step = f" of the {fmt_ms(v['step_ns'])} critical-path step" if not missing(v.get("step_ns")) else \
+    of_step = f" of the {fmt_ms(v['span_ns'])} critical-path step" if not missing(v.get("span_ns")) else \
         " of the step"
     head = f"Bound by {BOUND_NAMES.get(bound, bound)}{who}"
     if bound == "compute":

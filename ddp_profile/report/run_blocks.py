@@ -53,8 +53,9 @@ def critical_path_block(run: Run) -> str:
     if cp is None:
         return ""
     cp = cp.rename(columns={"idle_ns": "rest_ns"})  # not the step table's idle_ns: what the other parts leave
-    return ("<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its step time "
-            "went; the parts add up to the step time.</p>" + table(cp, "Critical path per step", max_rows=64))
+    return ("<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its time went "
+            "over the step's span (from the end of that rank's previous step to the end of this one: the "
+            "iteration as the training loop sees it); the parts add up to span_ns.</p>" + table(cp, "Critical path per step", max_rows=64))
 
 
 KIND_PARTS = ("comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns", "forward_ns", "backward_ns",

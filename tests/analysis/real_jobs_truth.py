@@ -71,6 +71,22 @@ class Job:
         return np.array([b["gpu_start_ms"] - a["gpu_start_ms"] for rank in self.truth["iterations"]
                          for a, b in zip(rank, rank[1:], strict=False)], dtype=float)
 
+    def span_pairs(self) -> pd.DataFrame:
+        """(rank, step, span_ms, true_ms) for each rank's steps after its first: the analysis's ``span_ns``
+        against the program's own period of that iteration, end event to end event (``gpu_start_ms +
+        iter_ms`` of it minus the previous iteration's). Steps pair with the program's last iterations (a step
+        the analysis leaves out is an early one: warm-up, compilation; the ``count`` check bounds how many)."""
+        rows = []
+        for rank, g in self.analysis.steps.groupby("rank"):
+            its = self.truth["iterations"][int(rank)]
+            ends = np.array([it["gpu_start_ms"] + it["iter_ms"] for it in its])
+            g = g.sort_values("step")
+            span = g["span_ns"].to_numpy(dtype=float)[1:] / 1e6
+            period = np.diff(ends)[len(ends) - 1 - len(span):]
+            rows.append(pd.DataFrame({"rank": int(rank), "step": g["step"].to_numpy()[1:], "span_ms": span,
+                                      "true_ms": period}))
+        return pd.concat(rows, ignore_index=True)
+
     def true_iterations(self) -> int:
         return min(len(rank) for rank in self.truth["iterations"])
 

@@ -78,7 +78,7 @@ def test_rank_paths_parts_exact():
     _, _, paths = _setup()
     p = paths.set_index(["rank", "step"])
     # rank 0 step 1: span [24, 44): host gap 6, compute 10, all-reduce 4 (last to arrive: transfer)
-    assert p.loc[(0, 1), ["step_ns", "compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]].tolist() \
+    assert p.loc[(0, 1), ["span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]].tolist() \
         == [20 * MS, 10 * MS, 4 * MS, 0, 6 * MS, 0]
     # rank 0 step 0: host gap [10, 14)
     assert p.loc[(0, 0), "host_ns"] == 4 * MS and p.loc[(0, 0), "compute_ns"] == 16 * MS
@@ -86,7 +86,7 @@ def test_rank_paths_parts_exact():
     assert p.loc[(1, 0), ["wait_ns", "exposed_transfer_ns", "host_ns", "idle_ns"]].tolist() == [4 * MS, 4 * MS, 0, 0]
     assert p.loc[(1, 1), ["compute_ns", "wait_ns", "exposed_transfer_ns", "idle_ns", "host_ns"]].tolist() == \
         [12 * MS, 3 * MS, 4 * MS, 1 * MS, 0]
-    assert (paths[cp.PARTS].sum(axis=1) == paths["step_ns"]).all()
+    assert (paths[cp.PARTS].sum(axis=1) == paths["span_ns"]).all()
 
 
 def test_critical_path_takes_the_rank_that_ends_last():
@@ -95,7 +95,7 @@ def test_critical_path_takes_the_rank_that_ends_last():
     assert list(crit.columns) == schema.CRITICAL_PATH_COLUMNS
     # both ranks end at 24 and 44 ms: ties go to the lowest rank
     assert crit["critical_rank"].tolist() == [0, 0]
-    assert (crit[cp.PARTS].sum(axis=1) == crit["step_ns"]).all()
+    assert (crit[cp.PARTS].sum(axis=1) == crit["span_ns"]).all()
 
 
 def test_straggler_rank_lead_and_host_cause_with_the_sync_call():
@@ -130,7 +130,7 @@ def test_gpu_cause_when_the_late_rank_runs_more_work():
 
 
 def test_verdict_splits_removable_time_and_names_the_straggler():
-    crit = pd.DataFrame({"step": [0, 1, 2, 3], "step_ns": [100] * 4, "critical_rank": [1] * 4,
+    crit = pd.DataFrame({"step": [0, 1, 2, 3], "span_ns": [100] * 4, "critical_rank": [1] * 4,
                          "compute_ns": [60] * 4, "exposed_transfer_ns": [5] * 4, "wait_ns": [30] * 4,
                          "host_ns": [2] * 4, "idle_ns": [3] * 4})
     per_step = pd.DataFrame({"straggler_rank": [0, 0, 0, 1], "straggler_lead_ns": [28.0, 30, 32, 1]},
@@ -147,7 +147,7 @@ def test_verdict_splits_removable_time_and_names_the_straggler():
 
 
 def test_compute_verdict_drops_communication_advice():
-    crit = pd.DataFrame({"step": [0, 1], "step_ns": [100, 100], "critical_rank": [0, 0], "compute_ns": [95, 95],
+    crit = pd.DataFrame({"step": [0, 1], "span_ns": [100, 100], "critical_rank": [0, 0], "compute_ns": [95, 95],
                          "exposed_transfer_ns": [3, 3], "wait_ns": [0, 0], "host_ns": [1, 1], "idle_ns": [1, 1]})
     rules = [{"rule": "comm_tail", "what_to_change": "x", "gain_upper_ns": 3.0, "spread_ns": 0.0, "evidence": ""},
              {"rule": "host_sync", "what_to_change": "y", "gain_upper_ns": 1.0, "spread_ns": 0.0, "evidence": ""}]
@@ -195,7 +195,7 @@ def test_critical_path_adds_up_on_committed_traces(analysed, name):
     c = res.critical_path
     assert len(c) == res.steps["step"].nunique() > 0
     assert (c[cp.PARTS] >= 0).all().all()
-    assert (c[cp.PARTS].sum(axis=1) == c["step_ns"]).all()
+    assert (c[cp.PARTS].sum(axis=1) == c["span_ns"]).all()
     assert list(res.steps.columns) == schema.STEP_SECTION_COLUMNS
     assert list(res.rank_overlap.columns) == schema.RANK_SECTION_COLUMNS
     v = res.to_json_dict()["verdict"]
@@ -353,7 +353,7 @@ ALL_RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})
 @pytest.mark.parametrize("run", ALL_RUNS, ids=[str(p.relative_to(TRACES)) for p in ALL_RUNS])
 def test_critical_path_parts_add_up_on_every_committed_trace(run):
     """Issue 27's done-when: on every committed export (harness, campaign, scaling, per-rank, two-node,
-    foreign and real jobs), compute + exposed transfer + wait + host + idle == step_ns exactly, per step, and
+    foreign and real jobs), compute + exposed transfer + wait + host + idle == span_ns exactly, per step, and
     the verdict's numbers are that table's (its bound is one of the documented ones)."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
@@ -362,5 +362,5 @@ def test_critical_path_parts_add_up_on_every_committed_trace(run):
     c = res.critical_path
     assert len(c) == res.steps["step"].nunique() > 0
     assert (c[cp.PARTS] >= 0).all().all()
-    assert (c[cp.PARTS].sum(axis=1) == c["step_ns"]).all()
+    assert (c[cp.PARTS].sum(axis=1) == c["span_ns"]).all()
     assert res.to_json_dict()["verdict"]["bound_by"] in schema.VERDICT_BOUND_BY

@@ -25,11 +25,7 @@ PHASE_MIN_PCT = 5.0
 STRAGGLER_SHARE = 2 / 3  # a straggler arrives last at this share of the gradient collectives or more
 
 # Measured on main 748a83b (2 x H200 exports of 2026-11-26); numbers in ms unless said.
-XFAIL = {
-    # Measured on this branch (steps from the first forward kernel to the optimizer's last, issue 26 item 2).
-    ("gpt-logevery", "median"): "median step 12.40 ms vs true iter_ms median 12.82 ms (-3.3 %): rank 1's events "
-                                "also span host time before its first forward kernel while its GPU idles",
-}
+XFAIL: dict[tuple[str, str], str] = {}  # (job, check) -> the number measured when it was marked
 
 CHECKS = ["labels", "overlap", "median", "phases", "tail", "count", "period", "straggler"]
 
@@ -86,15 +82,17 @@ def test_real_job(name, check):
                     wrong.append((k, rank))
         assert not wrong, f"(step, rank) {wrong} of {len(common)} steps do not overlap the first rank's step"
     elif check == "median":
-        # Truth: the median over ranks and iterations of iter_ms (first forward to the optimizer's end):
-        # a step runs from its first forward kernel to its optimizer's last kernel, the loop's work between
-        # iterations (Trainer's and Lightning's batch fetch, 1-2 ms) in no step (README Metrics, Inferred
-        # steps). Both medians are in the failure message.
-        truth = np.median(j.true_iter_ms())
-        got = steps["step_ns"].median() / 1e6
-        assert abs(got / truth - 1) <= MEDIAN_REL, (
-            f"median step {got:.2f} ms vs true iter_ms median {truth:.2f} ms ({100 * (got / truth - 1):+.1f} %), "
-            f"true period {np.median(j.true_period_ms()):.2f} ms")
+        # Truth: the program's own period of each iteration, end event to end event (its events: before the
+        # first forward, after zero_grad). The step's span (end of the rank's previous step to the end of
+        # this one) is that iteration as the loop sees it: the GPU idle while the host syncs on .item(),
+        # fetches the batch or prepares the forward is in it (the GPU window step_ns leaves it out, up to
+        # 4.6 % on gpt-logevery's rank 1: benchmarks/infer_accuracy.py). Per-iteration ratios and the medians.
+        pairs = j.span_pairs()
+        ratio = np.median(pairs["span_ms"] / pairs["true_ms"])
+        got, truth = pairs["span_ms"].median(), pairs["true_ms"].median()
+        assert abs(ratio - 1) <= MEDIAN_REL and abs(got / truth - 1) <= MEDIAN_REL, (
+            f"median span/true period {100 * (ratio - 1):+.2f} %; median span {got:.2f} ms vs median true "
+            f"period {truth:.2f} ms ({100 * (got / truth - 1):+.1f} %) over {len(pairs)} (rank, step)")
     elif check == "phases":
         shares = rj.phase_shares(j.analysis)
         low = shares[(shares["forward_pct"] <= PHASE_MIN_PCT) | (shares["backward_pct"] <= PHASE_MIN_PCT)]

@@ -13,8 +13,6 @@ import pytest
 from ddp_profile.analysis import analyze
 from ddp_profile.analysis.contention import estimated_loss_ns
 from ddp_profile.analysis.recommend import (
-    channel_prediction,
-    channel_rate,
     channel_room,
     channels_to_keep,
     fields_of,
@@ -131,42 +129,6 @@ def test_channel_room_known_answer():
     steps = pd.DataFrame({"rank": [0, 0], "step": [0, 1], "backward_end_ns": [160, 400]})
     assert channel_room(grad, np.array([100.0, 120.0, 300.0]), steps) == 4.0
     assert np.isnan(channel_room(grad, np.full(3, np.nan), steps))
-
-
-def _channel_case():
-    """One rank, one step, 24 channels: two all-reduces of 1 kB each, 10 ns wait + 40 ns transfer, the first
-    ready at 100; backward ends at 300; the step takes 1000 ns."""
-    from types import SimpleNamespace
-
-    coll = pd.DataFrame({"rank": [0, 0], "step": [0, 0], "collective": ["AllReduce", "AllReduce"],
-                         "duration_ns": [50.0, 50.0], "transfer_ns": [40.0, 40.0], "wait_ns": [10.0, 10.0],
-                         "bytes": [1e3, 1e3]})
-    steps = pd.DataFrame({"rank": [0], "step": [0], "backward_end_ns": [300.0], "step_ns": [1000.0]})
-    return SimpleNamespace(steps=steps, collectives=coll, contention=None), np.array([100.0, 150.0])
-
-
-def test_channel_prediction_known_answer():
-    analysis, ready = _channel_case()
-    run = {"config": {"nccl_channels": 0}}
-    # worst case, 24 -> 4 channels: transfer 80 ns x 6 = 480, + 20 wait = 500 against a 200 ns window: 300 ns
-    # more than the stock's max(0, 100 - 200) = 0 after backward
-    got = channel_prediction(analysis, None, run, 4, nccl_channels=24, ready_ns=ready)
-    assert got["extra_ns"] == 300.0 and got["predicted_step_ns"] == 1300.0 and got["channels_now"] == 24
-    assert got["low_ns"] == 1300.0  # no contention table: nothing to give back
-    # per-channel rate 10 GB/s: 2 kB over 4 channels = 50 ns, below the stock's 80 ns of transfer: no change
-    same = channel_prediction(analysis, None, run, 4, nccl_channels=24, ready_ns=ready, channel_bytes_per_s=10e9)
-    assert same["extra_ns"] == 0.0 and same["predicted_step_ns"] == 1000.0
-    # 1 GB/s: 2 kB over 4 channels = 500 ns + 20 wait - 200 window = 320 ns after backward
-    slow = channel_prediction(analysis, None, run, 4, nccl_channels=24, ready_ns=ready, channel_bytes_per_s=1e9)
-    assert slow["extra_ns"] == 320.0
-    assert np.isnan(channel_prediction(analysis, None, run, 4, ready_ns=ready)["predicted_step_ns"])  # c unknown
-
-
-def test_channel_rate_known_answer():
-    analysis, _ = _channel_case()
-    # 2 kB in 80 ns of transfer over 2 channels = 12.5 GB/s per channel
-    assert channel_rate(analysis, {"config": {"nccl_channels": 2}}) == pytest.approx(12.5e9)
-    assert np.isnan(channel_rate(analysis, {"config": {}}))
 
 
 def test_recommendation_on_the_committed_4_gpu_stock_run_is_the_one_set_d_confirmed():

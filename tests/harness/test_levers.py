@@ -1,8 +1,9 @@
 """The contention-cutting levers on CPU with gloo, world size 2 (one spawn for every case).
 
 Each lever on `bucketed` trains like single-process training on the full batch (SGD, the same 1e-5
-tolerance as tests/harness/test_strategies.py), except the bf16 reduction, which is held to a stated tolerance;
-grad views really alias the bucket buffers; per-bucket optimizers give bitwise the plain step.
+tolerance as tests/harness/test_strategies.py), except the bf16 reductions (bucketed's and torch_ddp's
+bf16 comm hook), which are held to a stated tolerance; grad views really alias the bucket buffers;
+per-bucket optimizers give bitwise the plain step.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ CASES = [
     ("all-but-bf16-adamw", "bucketed", {"first_bucket_mb": 0.002, "grad_views": True, "overlap_optimizer": True},
      "adamw"),
     ("ddp-views", "torch_ddp", {"grad_views": True}, "sgd"),
+    ("ddp-hookbf16", "torch_ddp", {"ddp_comm_hook": "bf16"}, "sgd"),
+    ("peercopy", "bucketed", {"peer_copy_allreduce": True}, "sgd"),
+    ("peercopy-bf16", "bucketed", {"peer_copy_allreduce": True, "grad_reduce_dtype": "bf16"}, "sgd"),
+    ("peercopy-views-optoverlap-adamw", "bucketed", {"peer_copy_allreduce": True, "grad_views": True,
+                                                     "overlap_optimizer": True}, "adamw"),
+    ("ddp-hookbf16-views", "torch_ddp", {"ddp_comm_hook": "bf16", "grad_views": True}, "sgd"),
 ]
 
 
@@ -82,12 +89,13 @@ def _worker(info, outdir: str) -> None:
         grads = [p.grad for p in model.parameters()]
         out = {"final": state(model), "layout": strategy.layout(),
                "grad_is_none": [g is None for g in grads],
-               "grad_storages": [g.untyped_storage().data_ptr() for g in grads if g is not None]}
+               "grad_storages": [g.untyped_storage().data_ptr() for g in grads if g is not None],
+               "grad_dtypes": sorted({str(g.dtype) for g in grads if g is not None})}
         if strategy_name == "bucketed":
             out["grad_in_own_bucket"] = [all(p.grad is not None and _inside(p.grad, b.buffer) for p in b.params)
                                          for b in strategy.buckets]
             out["bucket_optimizers"] = [type(b.optimizer).__name__ for b in strategy.buckets]
-        out["nccl_levers"] = launch.comm_setup(2, True)  # what a run JSON on this gloo group would say
+        out["nccl_levers"] = launch.comm_setup(2, True, 2)  # what a run JSON on this gloo group would say
         torch.save(out, f"{outdir}/{case_id}_rank{info.rank}.pt")
         dist.barrier()
 
@@ -113,8 +121,9 @@ def reference(opt_kind: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
 CASE = {c[0]: c for c in CASES}
 
 
-@pytest.mark.parametrize("case_id", [c[0] for c in CASES if c[3] == "sgd" and c[2].get("grad_reduce_dtype") != "bf16"]
-                         + ["plain-adamw", "optoverlap-adamw", "all-but-bf16-adamw"])
+@pytest.mark.parametrize("case_id", [c[0] for c in CASES if c[3] == "sgd" and c[2].get("grad_reduce_dtype") != "bf16"
+                                     and c[2].get("ddp_comm_hook") != "bf16"]
+                         + ["plain-adamw", "optoverlap-adamw", "all-but-bf16-adamw", "peercopy-views-optoverlap-adamw"])
 def test_fp32_levers_train_like_a_single_process(results, case_id):
     _, expected = reference(CASE[case_id][3])
     for rank in (0, 1):
@@ -122,7 +131,7 @@ def test_fp32_levers_train_like_a_single_process(results, case_id):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case_id", ["bf16", "all"])
+@pytest.mark.parametrize("case_id", ["bf16", "all", "ddp-hookbf16", "ddp-hookbf16-views", "peercopy-bf16"])
 def test_bf16_reduction_is_within_its_stated_tolerance(results, case_id):
     """Stated tolerance: with SGD the training update (final - initial parameters) matches fp32
     single-process training within 1 % in norm per tensor (each rank's pre-divided share is rounded to bf16,
@@ -141,7 +150,56 @@ def test_bf16_reduction_is_within_its_stated_tolerance(results, case_id):
     assert any(not torch.equal(a, b) for a, b in zip(final, expected, strict=True))
     layout = results[(case_id, 0)]["layout"]
     assert layout["reduce_dtype"] == "bf16"
-    assert layout["reduce_bytes"] == [n // 2 for n in layout["bucket_bytes"]]
+    sent = layout["ddp_bucket_bytes"] if CASE[case_id][1] == "torch_ddp" else layout["bucket_bytes"]
+    assert layout["reduce_bytes"] == [n // 2 for n in sent]
+    assert results[(case_id, 0)]["grad_dtypes"] == ["torch.float32"]  # fp32 gradients, parameters stay fp32
+
+
+def test_ddp_bf16_hook_is_pytorchs_hook_and_matches_our_bf16_buckets(results):
+    """torch_ddp + --ddp-comm-hook bf16 runs PyTorch's bf16_compress_hook (on gloo under a second name, since
+    DDP's by-name check refuses it on a build without NCCL) and gives bitwise the result of bucketed's bf16
+    reduction: at world size 2 both send bf16(g)/2 (exact halving) and sum two bf16 values, element by
+    element, so the bucket boundaries (DDP's and ours differ) change nothing."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from ddp_profile.harness.strategies import torch_ddp
+
+    on_nccl, elsewhere, dtype = torch_ddp.COMM_HOOKS["bf16"]
+    assert on_nccl is default_hooks.bf16_compress_hook and dtype == torch.bfloat16
+    for case_id in ("ddp-hookbf16", "ddp-hookbf16-views"):
+        layout = results[(case_id, 0)]["layout"]
+        assert layout["comm_hook"] == "bf16"
+        assert layout["comm_hook_fn"] == f"{elsewhere.__module__}.{elsewhere.__name__}"  # gloo: the wrapper
+        for rank in (0, 1):
+            for a, b in zip(results[(case_id, rank)]["final"], results[("bf16", rank)]["final"], strict=True):
+                assert torch.equal(a, b), (case_id, rank)
+    assert results[("ddp-hookbf16-views", 0)]["layout"]["gradient_as_bucket_view"] is True
+    assert results[("ddp-views", 0)]["layout"]["comm_hook_fn"] is None  # no hook unless asked
+
+
+def test_peer_copy_allreduce_is_bitwise_the_all_reduce(results):
+    """Peer copy + one local add sums the same two addends as gloo's two-rank all-reduce: the same result,
+    bit for bit, in fp32 and with bf16 wires (on gloo the copy is a send/recv; the GPU transport, symmetric
+    memory and copy engines, has no CPU test)."""
+    for peer, plain in (("peercopy", "plain"), ("peercopy-bf16", "bf16"),
+                        ("peercopy-views-optoverlap-adamw", "all-but-bf16-adamw")):
+        layout = results[(peer, 0)]["layout"]
+        assert layout["peer_copy_allreduce"] is True and results[(plain, 0)]["layout"]["peer_copy_allreduce"] is False
+        assert layout["peer_copy"]["transport"].startswith("gloo send/recv + one add")
+        assert layout["peer_copy"]["recv_bytes"] == sum(layout["reduce_bytes"])
+        for rank in (0, 1):
+            for a, b in zip(results[(peer, rank)]["final"], results[(plain, rank)]["final"], strict=True):
+                assert torch.equal(a, b), (peer, rank)
+
+
+def test_gloo_stand_in_only_calls_pytorchs_hook(monkeypatch):
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from ddp_profile.harness.strategies import torch_ddp
+
+    calls = []
+    monkeypatch.setattr(default_hooks, "bf16_compress_hook", lambda group, bucket: calls.append((group, bucket)) or "fut")
+    assert torch_ddp.COMM_HOOKS["bf16"][1]("group", "bucket") == "fut" and calls == [("group", "bucket")]
 
 
 def test_grad_views_alias_the_bucket_buffers_and_change_no_value(results):
@@ -216,6 +274,14 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"nccl_channels": 65}, "nccl_channels must be an integer from 1 to 64"),
         ({"strategy": "none", "nccl_channels": 2}, "nccl_channels needs communication"),
         ({"strategy": "none", "nccl_high_priority": True}, "nccl_high_priority needs communication"),
+        ({"strategy": "bucketed", "ddp_comm_hook": "bf16"}, "ddp_comm_hook applies to strategy torch_ddp only"),
+        ({"strategy": "torch_ddp", "ddp_comm_hook": "fp16"}, "ddp_comm_hook 'fp16' is unknown"),
+        ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "ddp_nvtx_hook": True},
+         "ddp_comm_hook and ddp_nvtx_hook cannot be combined"),
+        ({"nccl_min_ctas": 65}, "nccl_min_ctas must be an integer from 1 to 64"),
+        ({"strategy": "torch_ddp", "peer_copy_allreduce": True}, "peer_copy_allreduce applies to strategy bucketed only"),
+        ({"nccl_min_ctas": 4, "nccl_channels": 2}, "nccl_min_ctas 4 must not exceed nccl_channels 2"),
+        ({"strategy": "none", "nccl_min_ctas": 2}, "nccl_min_ctas needs communication"),
     ],
 )
 def test_senseless_lever_combinations_raise_one_line(changes, needle):
@@ -233,6 +299,11 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"first_bucket_mb": 0.5}, "bucketed-25mb-first0.5mb_xl_fp32_2xh200"),
         ({"strategy": "torch_ddp", "grad_views": True, "nccl_channels": 4}, "torch_ddp-25mb-views-ch4_xl_fp32_2xh200"),
         ({"strategy": "flat", "nccl_high_priority": True}, "flat-hiprio_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "nccl_channels": 2, "nccl_min_ctas": 2, "nccl_high_priority": True},
+         "torch_ddp-25mb-hookbf16-ch2-minctas2-hiprio_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "grad_views": True}, "torch_ddp-25mb-views-hookbf16_xl_fp32_2xh200"),
+        ({"grad_reduce_dtype": "bf16", "peer_copy_allreduce": True, "nccl_high_priority": True},
+         "bucketed-25mb-gradbf16-peercopy-hiprio_xl_fp32_2xh200"),
         ({}, "bucketed-25mb_xl_fp32_2xh200"),
     ],
 )
@@ -244,7 +315,7 @@ class _FakeNCCL:
     class Options:
         def __init__(self, is_high_priority_stream=False):
             self.is_high_priority_stream = is_high_priority_stream
-            self.config = type("Config", (), {"max_ctas": -1})()
+            self.config = type("Config", (), {"max_ctas": -1, "min_ctas": -1})()
 
 
 def test_nccl_options_prefer_the_group_config_and_fall_back_to_the_environment(monkeypatch):
@@ -261,10 +332,25 @@ def test_nccl_options_prefer_the_group_config_and_fall_back_to_the_environment(m
     assert launch.nccl_options(0, False, environ=env)[0] is None
 
 
+def test_nccl_min_ctas_goes_through_the_group_config_else_the_environment(monkeypatch):
+    env: dict = {}
+    monkeypatch.setattr(dist, "ProcessGroupNCCL", _FakeNCCL, raising=False)
+    opts, desc = launch.nccl_options(4, False, environ=env, min_ctas=4)
+    assert (opts.config.max_ctas, opts.config.min_ctas, opts.is_high_priority_stream, env) == (4, 4, False, {})
+    assert desc["nccl_min_ctas"] == 4 and desc["min_ctas_mechanism"] == "pg_options.config.min_ctas"
+    opts, desc = launch.nccl_options(0, False, environ=env, min_ctas=2)  # min alone makes options too
+    assert opts.config.min_ctas == 2 and opts.config.max_ctas == -1 and desc["channels_mechanism"] is None
+    monkeypatch.delattr(dist, "ProcessGroupNCCL")
+    opts, desc = launch.nccl_options(0, False, environ=env, min_ctas=3)
+    assert opts is None and env == {"NCCL_MIN_CTAS": "3"} and desc["min_ctas_mechanism"] == "env NCCL_MIN_CTAS"
+    assert "nccl_min_ctas" not in launch.nccl_options(2, False, environ={})[1]  # records without the lever keep their keys
+
+
 def test_nccl_levers_are_ignored_with_a_note_on_gloo(results):
     levers = results[("plain", 1)]["nccl_levers"]
     assert levers["backend"] == "gloo" and levers["nccl_channels"] == 2 and levers["nccl_high_priority"] is True
     assert levers["channels_mechanism"] is None and levers["high_priority_mechanism"] is None
+    assert levers["nccl_min_ctas"] == 2 and levers["min_ctas_mechanism"] is None
     assert levers["note"] == "ignored: backend gloo has no NCCL channels or streams"
 
 
@@ -286,6 +372,20 @@ def test_cli_records_every_lever_in_the_run_json(tmp_path, capsys):
     assert layout["first_bucket_mb"] == 0.002 and layout["buckets"] > 1
     # single process: the per-bucket optimizers still stepped (the loop's own step() is a no-op)
     assert record["final_loss_per_rank"][0] > 0
+
+
+def test_cli_records_the_ddp_hook_and_min_ctas_in_the_run_json(tmp_path, capsys):
+    args = ["--strategy", "torch_ddp", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "2",
+            "--warmup", "1", "--ddp-comm-hook", "bf16", "--nccl-channels", "4", "--nccl-min-ctas", "4",
+            "--backend", "gloo", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    name = "torch_ddp-25mb-hookbf16-ch4-minctas4_tiny_fp32_1xcpu"
+    assert name in capsys.readouterr().out
+    record = json.loads((tmp_path / f"{name}.json").read_text())
+    assert (record["config"]["ddp_comm_hook"], record["config"]["nccl_min_ctas"]) == ("bf16", 4)
+    assert record["nccl_levers"]["nccl_min_ctas"] == 4 and "ignored" in record["nccl_levers"]["note"]
+    # one process: no DDP wrapper, so no hook registered, and the layout says so
+    assert record["layout"]["comm_hook"] == "bf16" and record["layout"]["comm_hook_fn"] is None
 
 
 def test_cli_rejects_a_senseless_lever_with_one_line(capsys):

@@ -20,6 +20,7 @@ import pytest
 
 from ddp_profile.errors import UsageError
 from ddp_profile.harness import gpu_state, repeats, spread
+from ddp_profile.harness.config import run_name
 from ddp_profile.harness.strategies import solo, world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,7 +258,7 @@ def test_wrapper_packs_one_set_into_out(tmp_path):
     listing = subprocess.run(["tar", "-tf", str(tmp_path / "out" / "T.tar")], capture_output=True, text=True).stdout
     for path in ("traces/campaign/T/none_tiny_fp32_1xcpu/none_tiny_fp32_1xcpu.json",
                  "traces/campaign/T/torch_ddp-25mb_tiny_fp32_2xcpu/torch_ddp-25mb_tiny_fp32_2xcpu.json",
-                 "traces/campaign/T/repeats.jsonl", "traces/campaign/T/skipped.txt", "traces/campaign/T/machine.txt"):
+                 "traces/campaign/T/repeats.jsonl.xz", "traces/campaign/T/skipped.txt", "traces/campaign/T/machine.txt"):
         assert path in listing.split()
     assert "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1" in (
         tmp_path / "out" / "machine-T.txt").read_text()
@@ -297,3 +298,12 @@ def test_a_run_leaves_no_tensor_alive(tmp_path):
     spawn_local(2, _leak_worker, str(tmp_path))
     counts = json.loads((tmp_path / "counts.json").read_text())
     assert counts and all(n == 0 for n in counts.values()), counts
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("timing_configs*.txt")), ids=lambda p: p.name)
+def test_committed_configuration_lists_parse(path):
+    """Every line of the committed lists is a valid configuration, each name once (a typo fails here, not
+    on the device)."""
+    configs = repeats.parse_configs(path.read_text(), where=path.name)
+    names = [run_name(c, 1 if repeats.is_solo(c) else 2, "h100") for c in configs]
+    assert len(set(names)) == len(names)

@@ -1,13 +1,17 @@
 """Recommend → confirm in the findings: the prediction from the stock trace's recommendation table against each
-configuration's measured step, error per configuration and the ±5 % target. Runs are RunData built here;
-every expected number is derived from the values written in the test."""
+configuration's measured step, error per configuration and the ±5 % target. The first tests build RunData
+here, every expected number derived from the values written in the test; the last ones compute every judged
+configuration's error on the committed sets (traces/ and traces/campaign/), from their traces and run JSONs."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from ddp_profile.analysis.recommend import fields_of, flags_of
 from ddp_profile.report.findings import confirm
@@ -92,3 +96,68 @@ def test_channel_rate_is_calibrated_leave_one_out():
     rates = {id(a): ("H200", 10.0), id(b): ("H200", 20.0), id(c): ("H100", 30.0)}
     assert confirm.rate_for(a, rates) == 20.0 and confirm.rate_for(b, rates) == 10.0  # never its own
     assert confirm.rate_for(c, rates) is None  # no other run on its GPU model: the worst case is used
+
+
+# ---- the committed sets: every judged configuration's error, computed from traces/ ----------------------------
+
+# The configurations the findings judge (a prediction from the set's stock trace and a measured step), by
+# (set, run); a configuration that gains or loses its prediction fails test_judged_configurations.
+JUDGED = [("A", "bucketed-25mb_xl_fp32_2xh200"), ("A", "bucketed-100mb_xl_fp32_2xh200"),
+          ("A", "bucketed-1000mb_xl_fp32_2xh200"), ("B", "bucketed-25mb_xl_bf16_2xh200"),
+          ("B", "bucketed-100mb_xl_bf16_2xh200"), ("campaign A", "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh200"),
+          ("campaign B", "torch_ddp-25mb-ch2-hiprio_xl_bf16_2xh200"),
+          ("campaign B", "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200"),
+          ("campaign C", "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100"),
+          ("campaign D, 2 GPUs", "torch_ddp-25mb-ch5-hiprio_xl_fp32_2xh100"),
+          ("campaign D, 4 GPUs", "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")]
+# Outside ±5 % on branch predict (from main 2c8e31e), with the error measured when marked: a fix that brings
+# one within shows up as XPASS (a failure) and its mark must go.
+XFAIL = {
+    ("campaign B", "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200"):
+        "-20.6 %: predicted 222.7 ms, measured 280.3 ms; the run's host was slower, not its GPU: its forward, "
+        "which runs no NCCL kernel, took 96.0 ms on the host against the stock run's 70.8 ms (same 50 ms of GPU "
+        "compute), and backward's kernels were launched 22.2 µs apart against 19.6 µs",
+    ("campaign C", "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100"):
+        "+6.1 %: predicted 465.0 ms, measured 438.0 ms; the per-channel rate calibrated on the other H100 runs "
+        "(18.4 GB/s bus) is below the run's own 20.9 GB/s",
+}
+
+
+@cache
+def _committed() -> dict:
+    """{(set, run name): confirm row} for the committed sets, built as the findings build them (run_sets for
+    traces/, campaign_sets and stock_reference for traces/campaign/), loading only the runs a prediction can
+    concern: bucketed and torch_ddp runs of the XL sets, torch_ddp runs of campaign sets A-D without levers."""
+    from ddp_profile.report.findings import campaign as qc
+    from ddp_profile.report.findings import run_sets
+    from ddp_profile.report.findings.data import MAIN, find_runs, load_run
+
+    def wanted(set_name, folder):
+        n = folder.name
+        if set_name == MAIN:
+            return "_xl_" in n and n.startswith(("bucketed-", "torch_ddp-"))
+        return folder.parent.name in "ABCD" and n.startswith("torch_ddp-") and "+" not in n
+
+    runs = [load_run(s, f) for s, f in find_runs(Path("traces")) if s in (MAIN, CAMPAIGN) and wanted(s, f)]
+    sets = run_sets(runs)
+    groups = [(k, sets[k]["torch_ddp"], list(sets[k].values())) for k in ("A", "B")]
+    groups += [(f"campaign {n}", ref, rs) for n, rs in sorted(qc.campaign_sets(runs).items())
+               if (ref := qc.stock_reference(rs)) is not None]
+    rates = confirm.channel_rates([r for _, _, rs in groups for r in rs])
+    return {(key, x["run"].name): x for key, ref, rs in groups for x in confirm.confirm_rows(ref, rs, rates)}
+
+
+def test_judged_configurations():
+    got = sorted(k for k, x in _committed().items() if np.isfinite(x["error_pct"]))
+    assert got == sorted(JUDGED)
+
+
+@pytest.mark.parametrize(("set_name", "run"), [
+    pytest.param(s, n, id=f"{s}-{n}", marks=[pytest.mark.xfail(strict=True, reason=XFAIL[s, n])] if (s, n) in XFAIL else [])
+    for s, n in JUDGED])
+def test_prediction_from_the_stock_trace_within_target(set_name, run):
+    x = _committed()[set_name, run]
+    assert x["measure"] == ("un-profiled median" if set_name.startswith("campaign") else "profiled step (trace)")
+    assert abs(x["error_pct"]) <= confirm.TARGET_PCT, (
+        f"{x['error_pct']:+.1f} %: predicted {x['predicted_ns'] / 1e6:.1f} ms, measured {x['measured_ns'] / 1e6:.1f} ms "
+        f"({x['model']})")

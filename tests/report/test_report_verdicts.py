@@ -188,7 +188,7 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
                "exposed_comm_pct": 8.75, "comm_tail_ns": 34e6, "compute_ns": 350e6, "idle_ns": 10e6}
     v = {"bound_by": "communication", "removable_ns": 34e6, "share_pct": 8.5, "spread_ns": 0.3e6,
          "what_to_change": "overlap the gradient collectives with backward", "expected_gain_ns": 33e6, "rank": None,
-         "step_ns": 400e6}
+         "span_ns": 400e6}
     a = _text(run_verdict(summary, None, False, "", 2, verdict=v))
     # the step-table medians alone would say compute (350 of 400 ms); the verdict says communication
     assert "bound by exposed communication (removable 34.000 ms per step, 8.5 % of the 400.000 ms critical-path " \

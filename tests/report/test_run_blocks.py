@@ -97,7 +97,7 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
     text = "\n".join(verdict_lines(verdict_of(run.analysis)))  # the terminal's lines: the bound first
     assert text.startswith("Bound by the host (GPU idle awaiting launches): 2.500 ms per step removable "
                            "(20.0 % of the step).")
-    run.analysis.verdict = {"bound_by": "compute", "share_pct": 94.1, "step_ns": 119_241_000, "removable_ns": 0,
+    run.analysis.verdict = {"bound_by": "compute", "share_pct": 94.1, "span_ns": 119_241_000, "removable_ns": 0,
                             "what_to_change": "faster kernels", "expected_gain_ns": 0, "advice": []}
     assert verdict_lines(verdict_of(run.analysis)) == [
         "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step; nothing removable reaches "

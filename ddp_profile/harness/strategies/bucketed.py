@@ -24,6 +24,9 @@ Levers (RunConfig fields; all off by default, so the default is the reference im
   order), so with NCCL the step of early buckets runs on the compute stream while later buckets are
   still being reduced. Per-parameter optimizers (SGD, AdamW) give the same result as one optimizer over
   all parameters; ``self.optimizer`` stands in for it in the loop (its step() is then a no-op).
+- ``peer_copy`` (``peer_copy_allreduce``, 2 ranks only): instead of ``dist.all_reduce``, each bucket's wire
+  tensor is pushed into a receive buffer on the other rank and added to the local one
+  (``strategies/peer_copy.py``: a copy-engine transfer through symmetric memory on GPUs, send/recv on gloo).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ddp_profile.harness.strategies.base import (
     layout_from_groups,
     wait_phase,
 )
+from ddp_profile.harness.strategies.peer_copy import PeerCopyExchange, PeerCopyWork
 
 
 def pack_buckets(sizes_bytes: list[int], cap_bytes: int, keys: list | None = None,
@@ -109,18 +113,22 @@ class _Bucket:
         self.comm = None  # the low-precision copy that is all-reduced, when reduce_dtype differs
         if reduce_dtype is not None and reduce_dtype != self.buffer.dtype:
             self.comm = torch.empty(self.buffer.numel(), dtype=reduce_dtype, device=self.buffer.device)
-        wire = self.comm if self.comm is not None else self.buffer
-        self.wire_nbytes = wire.numel() * wire.element_size()
+        self.wire_nbytes = self.wire.numel() * self.wire.element_size()
         self.optimizer: torch.optim.Optimizer | None = None
         self.ready: set[int] = set()
-        self.handle: dist.Work | None = None
+        self.handle: dist.Work | PeerCopyWork | None = None
+
+    @property
+    def wire(self) -> torch.Tensor:
+        """The tensor that is summed over ranks: the low-precision copy, else the buffer itself."""
+        return self.comm if self.comm is not None else self.buffer
 
 
 class Bucketed(Wrapper):
     name = "bucketed"
 
     def __init__(self, module, bucket_size_mb: float = 25.0, first_bucket_mb: float = 0.0, grad_views: bool = False,
-                 reduce_dtype: str = "", optimizer_factory=None) -> None:
+                 reduce_dtype: str = "", optimizer_factory=None, peer_copy: bool = False) -> None:
         super().__init__(module)
         self.bucket_size_mb = bucket_size_mb
         self.first_bucket_mb = first_bucket_mb
@@ -141,6 +149,9 @@ class Bucketed(Wrapper):
             for bucket in self.buckets:
                 bucket.optimizer = optimizer_factory(bucket.params)
             self.optimizer = BucketOptimizers([b.optimizer for b in self.buckets])
+        self.exchange: PeerCopyExchange | None = None
+        if peer_copy and self.world_size > 1:
+            self.exchange = PeerCopyExchange([b.wire for b in self.buckets], comm_group())
         if self.world_size > 1:
             for bucket in self.buckets:
                 for slot, p in enumerate(bucket.params):
@@ -162,15 +173,18 @@ class Bucketed(Wrapper):
 
     def _launch(self, bucket: _Bucket) -> None:
         bucket.buffer.div_(self.world_size)  # pre-divide: gloo has no AVG op, and bf16 sums stay in range
-        wire = bucket.buffer
         if bucket.comm is not None:
             bucket.comm.copy_(bucket.buffer)
-            wire = bucket.comm
         with nvtx_ranges.collective(bucket.index, bucket.wire_nbytes):
-            bucket.handle = dist.all_reduce(wire, group=comm_group(), async_op=True)
+            if self.exchange is not None:
+                bucket.handle = self.exchange.launch(bucket.index, bucket.wire)
+            else:
+                bucket.handle = dist.all_reduce(bucket.wire, group=comm_group(), async_op=True)
         self._launched.append(bucket)
 
     def on_train_batch_start(self) -> None:
+        if self.exchange is not None:
+            self.exchange.start_step()
         self._launched.clear()
         for bucket in self.buckets:
             bucket.ready.clear()
@@ -212,5 +226,7 @@ class Bucketed(Wrapper):
         out = layout_from_groups(self.module, [b.params for b in self.buckets])
         out.update(first_bucket_mb=self.first_bucket_mb, grad_views=self.grad_views,
                    reduce_dtype=self.reduce_dtype or None, overlap_optimizer=self.optimizer is not None,
-                   reduce_bytes=[b.wire_nbytes for b in self.buckets])
+                   reduce_bytes=[b.wire_nbytes for b in self.buckets], peer_copy_allreduce=self.exchange is not None)
+        if self.exchange is not None:
+            out["peer_copy"] = self.exchange.layout()
         return out

@@ -23,6 +23,15 @@ rebuilt buckets once a step has run, in bucket-index order, i.e. the sizes the N
 ``gradient_as_bucket_view=True`` (``RunConfig.grad_views``, ``--grad-views``) is DDP's own option: after the
 first copy into the bucket, ``.grad`` points at the bucket slot, so DDP skips its copy-back after the
 all-reduce (with the loop's ``zero_grad(set_to_none=True)`` it still copies each fresh gradient in, scaled).
+
+``comm_hook="bf16"`` (``RunConfig.ddp_comm_hook``, ``--ddp-comm-hook bf16``) registers PyTorch's own
+``default_hooks.bf16_compress_hook``: per bucket, cast to bf16, divide by the world size, all-reduce the bf16
+copy (half the bytes), copy the result back into the fp32 bucket. Parameters, gradients and the optimizer
+stay fp32. DDP refuses that hook by its function name unless the build has CUDA and NCCL 2.10+
+(``DistributedDataParallel._check_comm_hook``), a check of the build, not of the group. On an NCCL group the
+hook itself is registered; on any other group (gloo: CPU tests) `_bf16_compress_hook_on_gloo`, which only
+calls that same function, so the CPU tests run PyTorch's code path (gloo all-reduces bf16). ``layout()``
+names the function registered (``comm_hook_fn``) and the bytes each all-reduce moves (``reduce_bytes``).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import (
@@ -62,16 +72,27 @@ def _nvtx_allreduce_hook(group, bucket):
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+def _bf16_compress_hook_on_gloo(process_group, bucket):
+    """PyTorch's bf16_compress_hook under another name, for groups other than NCCL (module docstring)."""
+    return default_hooks.bf16_compress_hook(process_group, bucket)
+
+
+COMM_HOOKS = {"bf16": (default_hooks.bf16_compress_hook, _bf16_compress_hook_on_gloo, torch.bfloat16)}
+"""--ddp-comm-hook value -> (hook on NCCL, the same hook under another name elsewhere, all-reduce dtype)."""
+
+
 class TorchDDP(Wrapper):
     name = "torch_ddp"
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = False,
-                 gradient_as_bucket_view: bool = False) -> None:
+                 gradient_as_bucket_view: bool = False, comm_hook: str = "") -> None:
         nn.Module.__init__(self)  # DDP does its own wrap-time broadcast of parameters and buffers
         self.rank, self.world_size = world()
         self.bucket_cap_mb = bucket_cap_mb
         self.nvtx_hook = nvtx_hook
         self.gradient_as_bucket_view = gradient_as_bucket_view
+        self.comm_hook = comm_hook
+        self.comm_hook_fn: str | None = None
         self.module = module
         self.ddp = None
         if self.world_size > 1:
@@ -89,6 +110,11 @@ class TorchDDP(Wrapper):
             )
             if nvtx_hook:
                 self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)
+            elif comm_hook:
+                on_nccl, elsewhere, _ = COMM_HOOKS[comm_hook]
+                hook = on_nccl if "nccl" in str(dist.get_backend(self.ddp.process_group)) else elsewhere
+                self.ddp.register_comm_hook(self.ddp.process_group, hook)
+                self.comm_hook_fn = f"{hook.__module__}.{hook.__name__}"
 
     def forward(self, *args, **kwargs):
         return (self.ddp or self.module)(*args, **kwargs)
@@ -100,6 +126,8 @@ class TorchDDP(Wrapper):
         planned["source"] = "planned (project packing at the same cap)"
         planned["nvtx_hook"] = bool(self.nvtx_hook and self.ddp is not None)
         planned["gradient_as_bucket_view"] = bool(self.gradient_as_bucket_view)
+        planned["comm_hook"] = self.comm_hook or None
+        planned["comm_hook_fn"] = self.comm_hook_fn
         if self.ddp is not None:
             try:
                 data = self.ddp._get_ddp_logging_data()
@@ -109,6 +137,10 @@ class TorchDDP(Wrapper):
                 if sizes:
                     planned["ddp_bucket_bytes"] = sizes
                     planned["ddp_buckets"] = len(sizes)
+                    if self.comm_hook_fn is not None:  # the hook all-reduces a copy in its own dtype
+                        itemsize = torch.empty(0, dtype=COMM_HOOKS[self.comm_hook][2]).element_size()
+                        planned["reduce_dtype"] = self.comm_hook
+                        planned["reduce_bytes"] = [s * itemsize // params[0].element_size() for s in sizes]
             except (AttributeError, RuntimeError, ValueError):
                 pass
         return planned

@@ -27,6 +27,7 @@ from ddp_profile.report.findings.data import (
     read_hosts,
     read_timing_runs,
 )
+from ddp_profile.report.findings.losses import q13_where_lost
 from ddp_profile.report.findings.render import to_html, to_markdown
 from ddp_profile.report.findings.text import summary_sentences
 from ddp_profile.report.runs import run_page_name
@@ -78,6 +79,8 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     if camp:
         m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
+        lost = q13_where_lost(runs)
+        secs += [lost] if lost is not None else []
     stock = [(f"Set {k} (traces/, {'XL fp32' if k == 'A' else 'XL bf16'} bucket sweep)", sets[k]["torch_ddp"],
               list(sets[k].values())) for k in ("A", "B") if "torch_ddp" in sets[k]]
     stock += [(qc.set_label(name, True), ref, rs) for name, rs in sorted(camp.items())

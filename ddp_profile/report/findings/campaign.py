@@ -89,7 +89,8 @@ def exposed_by_kind(r) -> dict[str, float]:
 def _is_reference(r) -> bool:
     c = r.config
     return (r.strategy == "torch_ddp" and not c.get("shard_optimizer") and not c.get("nccl_channels")
-            and not c.get("nccl_high_priority") and not c.get("grad_views"))
+            and not c.get("nccl_high_priority") and not c.get("grad_views") and not c.get("ddp_comm_hook")
+            and not c.get("nccl_min_ctas"))
 
 
 def stock_reference(rs: list):
@@ -342,7 +343,8 @@ def same_workload(a, b) -> bool:
             and all((a.config or {}).get(k) == (b.config or {}).get(k) for k in WORKLOAD_CONFIG))
 
 
-OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")
+OTHER_LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
+                "nccl_min_ctas", "peer_copy_allreduce")
 """Harness levers the recommender never sets: a run with any of them on is not the recommended one."""
 
 

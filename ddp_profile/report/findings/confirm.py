@@ -6,12 +6,13 @@ with the error per configuration and the ±5 % target.
 What the stock trace predicts (:mod:`ddp_profile.analysis.recommend`): the step at each candidate bucket cap
 at or above its own (buckets can be merged, not split), for the recommended row a range down to the bound on
 compute lost to contention when it cuts NCCL channels, and for any other channel count at the stock cap the
-worst-case channel prediction (:func:`ddp_profile.analysis.recommend.channel_prediction`: collectives slowed
-in proportion to the channels taken, what no longer fits under backward added to the step; the same range). A configuration gets a prediction when a
-recommendation row names its bucket cap and NCCL channels/priority; the bucket model replays buckets, not a
-strategy, so a ``bucketed`` run at a cap is compared with the stock trace's prediction at that cap (the
-row at the stock cap then shows what the strategy change alone costs). Every other configuration is listed
-with the reason it has none.
+channel prediction (:func:`ddp_profile.analysis.channel_model.channel_prediction`: the gradient collectives,
+slower with fewer channels, replayed through the NCCL queue up to the optimizer's start, and the SM share NCCL
+gives back to compute subtracted; the range reaches further down by the like-for-like contention estimate).
+A configuration gets a prediction when a recommendation row names its bucket cap and NCCL channels/priority;
+the bucket model replays buckets, not a strategy, so a ``bucketed`` run at a cap is compared with the stock
+trace's prediction at that cap (the row at the stock cap then shows what the strategy change alone costs).
+Every other configuration is listed with the reason it has none.
 
 Measured: the un-profiled median where both the configuration and the stock run have one, the prediction then
 moved by the stock run's own profiler overhead (predicted − stock profiled + stock un-profiled, so the model's
@@ -33,7 +34,8 @@ from ddp_profile.report.findings.text import Section, ms, pct
 TARGET_PCT = 5.0
 """Issue 30's target for the prediction error (a requirement, not a measurement)."""
 MIB = float(1 << 20)
-LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb")
+LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
+          "nccl_min_ctas", "peer_copy_allreduce")
 """Harness levers no recommendation row sets: a configuration with one on has no prediction."""
 
 
@@ -62,12 +64,21 @@ def _row_for(rec: pd.DataFrame, r) -> tuple[pd.Series | None, str]:
     return None, "no candidate cap of the stock trace at this size"
 
 
+def sm_count_of(trace) -> int | None:
+    """SMs per GPU of a trace (its GPUs' ``sm_count``, the smallest where they differ); None when unknown."""
+    gpus = getattr(trace, "gpus", None)
+    if gpus is None or not len(gpus) or "sm_count" not in gpus:
+        return None
+    v = pd.to_numeric(gpus["sm_count"], errors="coerce").dropna()
+    return int(v.min()) if len(v) and v.min() > 0 else None
+
+
 def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str]:
     """For a run that differs from the stock run only in its NCCL channel count (high-priority streams or
-    not): the channel prediction from the stock trace (:func:`recommend.channel_prediction`, with the
-    per-channel ``rate`` when given, else the worst case) as a row like the recommendation table's; else
-    (None, why)."""
-    from ddp_profile.analysis.recommend import channel_prediction
+    not): the channel prediction from the stock trace (:func:`channel_model.channel_prediction`, with the
+    per-channel ``rate`` when given, else the worst case, and the stock GPUs' SM count) as a row like the
+    recommendation table's; else (None, why)."""
+    from ddp_profile.analysis.channel_model import channel_prediction
 
     c, rc = r.config, ref.config
     ch = int(c.get("nccl_channels") or 0)
@@ -80,17 +91,17 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
         return None, "the stock run's trace is not loaded"
     got = channel_prediction(ref.analysis, trace.kernels, ref.meta, ch,
                              nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"),
-                             channel_bytes_per_s=rate)
+                             channel_bytes_per_s=rate, sm_count=sm_count_of(trace))
     if not math.isfinite(got["predicted_step_ns"]):
         return None, "the stock trace lacks NCCL's channel count or gradient-ready times"
-    return {"predicted_step_ns": got["predicted_step_ns"],
-            "upper_gain_ns": got["predicted_step_ns"] - got["low_ns"]}, ""
+    beyond = got["predicted_step_ns"] - got["low_ns"]  # the contention estimate beyond the SM share, if any
+    return {"predicted_step_ns": got["predicted_step_ns"], "upper_gain_ns": beyond if beyond > 0 else math.nan}, ""
 
 
 def channel_rates(runs) -> dict[int, tuple[str, float]]:
-    """{id(run): (GPU name, bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
+    """{id(run): (GPU name, bus bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
     choice (``--nccl-channels``: their channels, not the link, bound the collectives), from their traces."""
-    from ddp_profile.analysis.recommend import channel_rate
+    from ddp_profile.analysis.channel_model import channel_rate
 
     out = {}
     for r in runs:
@@ -152,11 +163,14 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
         "Configurations of other strategies or with levers the recommender does not set are named, not tabled.")
     rates = channel_rates([r for _, _, rs in groups for r in rs])
     if rates:
-        s.p("Channel counts other than NCCL's: the stock trace gives each gradient collective's transfer and wait "
-            "time; with fewer channels the transfer takes max(its stock time, bytes ÷ (channels × per-channel "
-            "rate)), the wait stays, and what no longer fits under backward is added to the step. The per-channel "
-            "rate is calibrated leave-one-out: the median of bytes ÷ (transfer time × channels) over the other "
-            f"runs with fewer channels on the same GPU model ({len(rates)} such runs: "
+        s.p("Channel counts other than NCCL's (analysis.channel_model): each gradient collective of the stock trace "
+            "transfers for max(its stock time, bus bytes ÷ (channels × per-channel rate)); the collectives are "
+            "replayed in order through the NCCL queue, each starting when the last rank's gradients are ready, "
+            "and what ends after the optimizer's start in the stock trace is added to the step; compute under "
+            "NCCL gets back the SMs the channels held (overlapped compute × channels ÷ SMs per GPU, before and "
+            "after). The per-channel rate is the one input not from the stock trace: a hardware rate calibrated "
+            "leave-one-out, the median of bus bytes ÷ (transfer time × channels) over the other runs with fewer "
+            f"channels on the same GPU model ({len(rates)} such runs: "
             + ", ".join(f"{gpu} {v / 1e9:.1f} GB/s" for gpu, v in rates.values())
             + "), never the run being predicted; with none, the worst case (transfer × stock channels ÷ "
             "channels) from the stock trace alone.")

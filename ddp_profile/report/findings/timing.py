@@ -49,7 +49,8 @@ def ci_text(r) -> str:
 def is_stock(r) -> bool:
     c = r.config
     return (r.strategy == "torch_ddp" and r.world_size > 1 and float(c.get("bucket_mb") or 0) == 25.0
-            and not any(c.get(k) for k in ("nccl_channels", "nccl_high_priority", "grad_views", "shard_optimizer")))
+            and not any(c.get(k) for k in ("nccl_channels", "nccl_high_priority", "grad_views", "shard_optimizer",
+                                           "ddp_comm_hook", "nccl_min_ctas")))
 
 
 def efficiency(one, r) -> tuple[float, float, float]:

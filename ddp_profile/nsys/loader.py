@@ -135,7 +135,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, read
     del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
     ids = cols.pop("name_id")
-    only_kernels = kinds == [] or (len(kinds) == 1 and sql.KERNEL in have)  # one table read: the kernels'
+    only_kernels = not kinds or (len(kinds) == 1 and sql.KERNEL in have)  # one table read: the kernels'
     is_kernel = None if only_kernels else kind == 0
     inverse, kernel_ids = _factorize_ids(ids if only_kernels else ids[is_kernel])
     lookup = sql.strings(con, kernel_ids)
@@ -155,9 +155,7 @@ def _read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, read
         if len(inverse):
             kind[is_kernel] = kind_of_label[inverse]
     del inverse
-    for k, fixed in ((2, None), (3, "[CUDA memset]")):
-        if only_kernels:
-            break
+    for k, fixed in () if only_kernels else ((2, None), (3, "[CUDA memset]")):
         sel = kind == k
         if not sel.any():
             continue

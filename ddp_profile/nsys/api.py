@@ -8,11 +8,16 @@ calls) is needed only to tell whether a step is launch-bound (``ddp_profile.anal
 It reuses what ``load_trace`` decided for the same files, so the calls line up with the kernels and NVTX
 ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock offset from
 ``trace.meta["files"]``. Files are opened as the loader opens them (read-only; ``.xz``/``.gz`` in memory).
+
+Each call also gets a ``kind`` from the fixed vocabulary :data:`CALL_KINDS`, so the analysis above sees
+what a call does (launches work, waits for the GPU, copies) without knowing any CUDA API name.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -26,6 +31,32 @@ from ddp_profile.nsys.frames import api_name, host_waits_frame
 from ddp_profile.nsys.loader import load_trace
 from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
+
+
+CALL_KINDS = ("launch", "sync", "copy", "other")
+"""The ``kind`` of a call in ``schema.API_CALL_COLUMNS``: the first of :data:`KIND_PATTERNS` its name
+matches, else "other"."""
+KIND_PATTERNS = (
+    # Kernel launch calls: cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex), cooperative launches,
+    # cudaGraphLaunch / cuGraphLaunch (a whole graph counts as one launch).
+    ("launch", r"^cu(da)?(Launch(Cooperative)?Kernel|GraphLaunch)"),
+    # Synchronize calls, where the host sits waiting for the GPU: cudaDeviceSynchronize,
+    # cudaStreamSynchronize, cudaEventSynchronize, cuCtxSynchronize...
+    ("sync", r"^cu(da)?\w*Synchronize$"),
+    ("copy", r"^cu(da)?Memcpy"),  # cudaMemcpy, cudaMemcpyAsync, cuMemcpyDtoH...
+)
+"""(kind, regex on the function name without nsys's ``_vNNNN`` suffix, as :func:`api_name` gives it)."""
+
+
+def call_kinds(names: Iterable[str]) -> pd.Categorical:
+    """The :data:`CALL_KINDS` category of each call name (each distinct name tested once)."""
+    codes, uniq = pd.factorize(np.asarray(list(names), dtype=object))
+    rules = [(CALL_KINDS.index(kind), re.compile(rx)) for kind, rx in KIND_PATTERNS]
+    other = CALL_KINDS.index("other")
+    kind_of = np.array([next((k for k, rx in rules if rx.search(str(u))), other) for u in uniq] + [other],
+                       dtype=np.int8)
+    return pd.Categorical.from_codes(kind_of[np.where(codes < 0, len(uniq), codes)],
+                                     categories=pd.Index(CALL_KINDS, dtype=object))
 
 
 def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
@@ -55,7 +86,7 @@ def _read(path) -> tuple[dict[str, np.ndarray], pd.Categorical] | None:
 
 def load_api_calls(source) -> pd.DataFrame:
     """``schema.API_CALL_COLUMNS``, sorted by (rank, start_ns); ranks missing (last) for processes that ran
-    no GPU work. ``source``: a loaded :class:`~ddp_profile.trace.Trace` (preferred: its ranks and clock are
+    no GPU work; ``kind`` from :func:`call_kinds`. ``source``: a loaded :class:`~ddp_profile.trace.Trace` (preferred: its ranks and clock are
     reused), or what ``load_trace`` accepts (then it is loaded first).
 
     Raises MissingDataError when a file has no CUDA API table (the API trace was off), since its ranks'
@@ -85,6 +116,11 @@ def load_api_calls(source) -> pd.DataFrame:
         return schema.empty_frame(schema.API_CALL_COLUMNS)
     df = pd.concat(frames, ignore_index=True)
     df["name"] = union_categoricals(names, sort_categories=True) if len(names) > 1 else names[0]
+    kinds = call_kinds(df["name"].cat.categories)  # per distinct name, then by code (-1: missing -> other)
+    other = np.int8(CALL_KINDS.index("other"))
+    by_code = np.append(kinds.codes, other).astype(np.int8)
+    df["kind"] = pd.Categorical.from_codes(by_code[df["name"].cat.codes.to_numpy()],
+                                           categories=pd.Index(CALL_KINDS, dtype=object))
     df = df.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     return schema.select(df, schema.API_CALL_COLUMNS)
 

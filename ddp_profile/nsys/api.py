@@ -32,7 +32,6 @@ from ddp_profile.nsys.loader import load_trace
 from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
 
-
 CALL_KINDS = ("launch", "sync", "copy", "other")
 """The ``kind`` of a call in ``schema.API_CALL_COLUMNS``: the first of :data:`KIND_PATTERNS` its name
 matches, else "other"."""

@@ -18,7 +18,7 @@ from ddp_profile import schema
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT, analyze_launches
 from ddp_profile.cli import main
 from ddp_profile.errors import MissingDataError
-from ddp_profile.nsys.api import CALL_KINDS, api_name, call_kinds, load_api_calls
+from ddp_profile.nsys.api import CALL_KINDS, api_name, call_kinds, load_api_calls, load_calls_and_waits
 from ddp_profile.nsys.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,6 +132,8 @@ def test_api_reader_needs_the_runtime_table(build_export):
                         kernels={"pid": [PID], "device": [0], "stream": [7], "start": [10], "end": [20], "name": ["k"]})
     with pytest.raises(MissingDataError, match="CUPTI_ACTIVITY_KIND_RUNTIME"):
         load_api_calls(path)
+    why, waits = load_calls_and_waits(load_trace(path, host_waits=False))  # the report's one read: the reason
+    assert isinstance(why, str) and "CUPTI_ACTIVITY_KIND_RUNTIME" in why and waits.empty
 
 
 def test_names_and_kinds():

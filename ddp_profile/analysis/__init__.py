@@ -61,6 +61,9 @@ class Analysis:
     verdict: dict = field(default_factory=dict)
     """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
     share_pct, advice (JSON key ``verdict``)."""
+    trace_totals: dict = field(default_factory=dict)
+    """Under a ``--steps`` selection: the summary's whole-trace ``trace_`` values, computed before the
+    collectives and overlap sections were cut to the selected steps ({} without a selection)."""
     per_rank: dict = field(default_factory=dict)
     """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
     _deferred: dict = field(default_factory=dict, repr=False, compare=False)
@@ -109,10 +112,7 @@ class Analysis:
             num, den = float(num), float(den)
             return _clean(100.0 * num / den) if den > 0 else None
 
-        trace_coll = {"trace_n_collectives": len(coll),
-                      "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum())
-                      if len(coll) else None,
-                      "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}
+        trace_coll = dict(self.trace_totals) or _parts.trace_keys(coll, ro)
         if by_steps:
             in_steps = coll.loc[coll["step"].notna()] if len(coll) else coll
             pop = {
@@ -234,12 +234,14 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     return_freed_memory()
     run = getattr(trace, "run", None)
     given = _parts.inputs(table, host_steps)
-    got = held.map_ranks(_parts.rank_part, given, phase_patterns=phase_patterns,
+    selected = steps not in (None, "all")
+    got = held.map_ranks(_parts.rank_part, given, phase_patterns=phase_patterns, selected=selected,
                          need_ready=_rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
                          with_kinds="comm_kinds" not in later)
-    fields = _parts.combine(got, table, notes, match_notes)
+    fields = _parts.combine(got, table, notes, match_notes, selected=selected)
     ready = fields.pop("ready_ns")
     rank_paths, waits = fields.pop("rank_paths"), fields.pop("host_waits")
+    keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
     waits = host_waits if host_waits is not None else waits
     res = Analysis(**fields)
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
@@ -248,7 +250,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
     if "recommendation" in later:
         res.defer("recommendation", lambda: _rec.recommend(res, None, run, nccl_channels=channels,
-                                                           ready_ns=_later_ready(held, given, run, len(table))))
+                                                           ready_ns=_later_ready(held, given, run, len(table), keep)))
     else:
         res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
@@ -271,8 +273,9 @@ def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
     return ck.finish(kinds).reset_index(drop=True)
 
 
-def _later_ready(held, given: list, run, n: int) -> np.ndarray:
-    """The gradient-ready time per collective table row, as the stages measure it for ``recommend``."""
+def _later_ready(held, given: list, run, n: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """The gradient-ready time per collective table row, as the stages measure it for ``recommend`` (``keep``:
+    the rows a ``--steps`` selection kept, None: all)."""
     from ddp_profile.analysis.costmodel import grad_ready_ns
 
     ready = np.full(n, np.nan)
@@ -281,4 +284,4 @@ def _later_ready(held, given: list, run, n: int) -> np.ndarray:
             t = inp.matched
             if t is not None and len(t):
                 ready[t["_row"].to_numpy()] = grad_ready_ns(t, held.kernels)
-    return ready
+    return ready[keep] if keep is not None else ready

@@ -170,13 +170,17 @@ class RankPart:
     """``critical_path.rank_paths`` of its ranks (needs their kernels' launch times: computed here)."""
     host_waits: pd.DataFrame | None = None
     """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
+    trace_rank_overlap: pd.DataFrame | None = None
+    """Under a ``--steps`` selection: the whole-trace rank overlap (the summary's ``trace_`` keys), while
+    ``rank_overlap`` and the kernel sums hold the kernels of the selected steps only."""
     file_sums: list | None = None
     """For a part of several files (a Dask batch): (first rank, ``kernel_sums``) per file, in place of
     ``kernel_sums``: first appearances are then ordered by rank over files, as with one part per file."""
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.kernel_sums, self.ready, self.paths,
+        frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
+                  self.paths,
                   self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
@@ -220,12 +224,28 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     return [RankInput(s, table) for s in steps]
 
 
+def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the kernels that start inside a step window of their own rank (``steps``: rank,
+    start_ns, end_ns; windows of one rank do not overlap)."""
+    keep = np.zeros(len(karr.start), dtype=bool)
+    for rank, g in steps.groupby("rank", sort=False):
+        idx = np.flatnonzero(karr.rank == rank)
+        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        ws, we = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
+        s = karr.start[idx]
+        at = np.searchsorted(ws, s, side="right") - 1
+        keep[idx] = (at >= 0) & (s < we[np.maximum(at, 0)])
+    return keep
+
+
 def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
-              whole: bool = False, with_kinds: bool = True, **_ignored) -> RankPart:
+              whole: bool = False, with_kinds: bool = True, selected: bool = False, **_ignored) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`match`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
-    False: no comm_kinds rows (``analyze`` computes them later, when read).
+    False: no comm_kinds rows (``analyze`` computes them later, when read); ``selected``: a ``--steps``
+    selection is in force, so the rank overlap and per-name kernel sums count the kernels that start inside
+    the selected steps' windows only (the whole-trace rank overlap is kept for the ``trace_`` keys).
 
     Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
@@ -261,6 +281,10 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
     karr.drop_memos()
     return_freed_memory()
     part.rank_overlap = ov.rank_overlap(karr)
+    chosen = in_steps(karr, step_frame) if selected and not step_frame.empty else None
+    if chosen is not None:
+        part.trace_rank_overlap = part.rank_overlap
+        part.rank_overlap = ov.rank_overlap(karr.subset(np.flatnonzero(chosen)))
     karr.drop_rank_sets()
     karr.is_copy = None  # type: ignore[assignment]  # the overlap tables and contention read compute and NCCL only
     return_freed_memory()
@@ -270,9 +294,13 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
     if files:  # several files joined (one Dask batch): per-name sums per file, ordered by rank in combine
         part.file_sums = []
         for rows in files:
+            rows = rows[chosen[rows]] if chosen is not None else rows
             sub = karr.subset(rows)
             first = int(sub.rank.min()) if len(rows) else np.iinfo(np.int32).max
             part.file_sums.append((first, ov.kernel_sums(sub, covered[rows], SUMS_CHUNK)))
+    elif chosen is not None:
+        rows = np.flatnonzero(chosen)
+        part.kernel_sums = ov.kernel_sums(karr.subset(rows), covered[rows], SUMS_CHUNK)
     else:
         part.kernel_sums = ov.kernel_sums(karr, covered, SUMS_CHUNK)
     return_freed_memory()
@@ -333,7 +361,19 @@ def _file_sums(parts: list[RankPart]) -> list:
     return [f for _, f in sorted(got, key=lambda pair: pair[0])]
 
 
-def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str]) -> dict:
+def trace_keys(coll: pd.DataFrame, ro: pd.DataFrame) -> dict:
+    """The summary's whole-trace ``trace_`` keys from the whole collective table and rank overlap."""
+    def ratio(num, den) -> float | None:
+        num, den = float(num), float(den)
+        return 100.0 * num / den if den > 0 else None
+
+    return {"trace_n_collectives": len(coll),
+            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum()) if len(coll) else None,
+            "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}
+
+
+def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str],
+            selected: bool = False) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every part and the collective
     table (:func:`match`), plus ``ready_ns`` (per collective table row, for ``recommend``), ``rank_paths`` and
     ``host_waits`` (for ``answers.attach``). ``notes``: the earlier stages' (kernels, steps, identity),
@@ -356,12 +396,20 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         if p.ready is not None and len(p.ready):
             ready[p.ready["_row"].to_numpy()] = p.ready["ready"].to_numpy(float)
     collectives = schema.select(collectives, schema.COLLECTIVE_COLUMNS).reset_index(drop=True)
+    rank_overlap = _ordered([p.rank_overlap for p in parts], ["rank"], schema.RANK_OVERLAP_COLUMNS)
+    keep, totals = None, {}
+    if selected:  # every section over the selected steps; the summary's trace_ keys over the whole trace
+        full = [p.trace_rank_overlap for p in parts if p.trace_rank_overlap is not None]
+        totals = trace_keys(collectives, _ordered(full, ["rank"], schema.RANK_OVERLAP_COLUMNS) if full
+                            else rank_overlap)
+        keep = collectives["step"].notna().to_numpy()
+        collectives, ready = collectives.loc[keep].reset_index(drop=True), ready[keep]
     whole = [p.contention_table for p in parts if p.contention_table is not None]
     contention = whole[0] if len(parts) == 1 and whole else cont.pooled_contention([p.contention for p in parts])
     return dict(
         steps=schema.select(steps, schema.STEP_METRIC_COLUMNS).reset_index(drop=True),
         phases=schema.select(windows, schema.PHASE_COLUMNS).reset_index(drop=True),
-        rank_overlap=_ordered([p.rank_overlap for p in parts], ["rank"], schema.RANK_OVERLAP_COLUMNS),
+        rank_overlap=rank_overlap, trace_totals=totals, collective_rows=keep,
         kernel_overlap=ov.finish_kernel_overlap(_file_sums(parts)).reset_index(drop=True),
         collectives=collectives,
         cost_model=cm.cost_model(collectives, notes),

@@ -56,7 +56,17 @@ def test_every_section_follows_the_selection(analyzed):
     assert got["summary"]["n_collectives"] < all_steps["n_collectives"]
     for section in ("phases", "comm_kinds", "collectives"):
         assert set(_labels(got[section])) <= {4, 5} and _labels(got[section]), section
-    assert all(r["step"] in (None, 4, 5) for r in got["collectives"])
+    assert all(r["step"] in (4, 5) for r in got["collectives"])  # none outside the selection
+    # the per-rank overlap and per-kernel sums count the kernels of the selected steps only ...
+    whole = analyzed["all"]
+    for section, key in (("ranks", "comm_ns"), ("kernels", "total_ns")):
+        picked = sum(r[key] for r in got[section])
+        assert 0 < picked < sum(r[key] for r in whole[section]), section
+    assert sum(r["count"] for r in got["kernels"]) < sum(r["count"] for r in whole["kernels"])
+    # ... while the summary's trace_ keys stay whole-trace, as documented
+    for key in ("trace_n_collectives", "trace_wait_pct_of_comm", "trace_overlap_pct"):
+        assert got["summary"][key] == whole["summary"][key], key
+    assert got["summary"]["n_collectives"] == len(got["collectives"])
 
 
 def test_empty_selection_names_the_labels(capsys):

@@ -82,7 +82,10 @@ def comm_kinds_block(run: Run) -> str:
         return ""
     return ("<h2>Communication by collective kind and phase</h2><p>NCCL time per collective kind, split by "
             "the phase whose GPU window it runs in (after backward: after the step's last backward kernel); "
-            "medians over rank × step.</p>" + table(df, "Communication by collective kind × phase (medians)"))
+            "each column is its own median over rank × step, so the phase columns need not add up to the "
+            "comm column: a median of parts is not a part of the median, NCCL time between phase windows falls "
+            "in none of them, and with micro-steps one phase's window may hold another phase's kernels.</p>"
+            + table(df, "Communication by collective kind × phase (separate medians, not a breakdown)"))
 
 
 def memory_table(run: Run) -> pd.DataFrame:

@@ -25,7 +25,8 @@ from ddp_profile.fmt import (  # noqa: F401  (the report's modules import the fo
 # column -> (header label with unit, definition). Keys are the analysis' column names.
 METRICS: dict[str, tuple[str, str]] = {
     "step_ns": ("step time (ms)", "GPU window of the step: first GPU start to last GPU end of the kernels "
-                "launched inside the step's NVTX range (median over ranks and steps in comparisons)."),
+                "launched inside the step's NVTX range (median over ranks and steps in comparisons); the step "
+                "span adds the GPU idle before it."),
     "span_ns": ("step span (ms)", "The iteration as the training loop times it: end of the rank's previous "
                 "step to the end of this one (the step window plus the GPU idle before it, while the host "
                 "syncs, fetches the batch or prepares the forward); the critical path divides it."),

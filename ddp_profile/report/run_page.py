@@ -33,7 +33,7 @@ def source_of(run: Run, steps=None) -> str:
     return describe_source(run.meta, gpu, steps)
 
 
-HEADLINE = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "exposed_wait_ns",
+HEADLINE = ("step_ns", "span_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "exposed_wait_ns",
             "exposed_transfer_ns", "comm_tail_ns", "job_comm_tail_ns", "param_sync_ns", "idle_ns", "comm_pct",
             "exposed_comm_pct", "overlap_pct", "wait_pct_of_comm")
 
@@ -69,7 +69,7 @@ def _headline(summary: dict, per_rank: dict | None = None, inferred: bool = Fals
     keys: tuple[str, ...] = HEADLINE
     nr = summary.get("n_ranks")
     if nr == 1 and not summary.get("comm_ns"):  # one GPU, no NCCL: a column of communication zeros says nothing
-        keys = tuple(k for k in HEADLINE if k in ("step_ns", "compute_ns", "idle_ns"))
+        keys = tuple(k for k in HEADLINE if k in ("step_ns", "span_ns", "compute_ns", "idle_ns"))
     def definition(k):  # inferred steps have no NVTX range: say what the step is instead
         d = METRICS[k][1]
         return d.replace("the step's NVTX range", "the step (inferred from the kernel sequence: no step NVTX "

@@ -41,11 +41,27 @@ def test_gpt_accum_page_names_the_straggler_and_its_fix_before_any_measurement()
     assert "step's NVTX range" not in head
 
 
+def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
+    """gpt-logevery (steps inferred, no NVTX): the verdict's share divides the critical-path step span, so
+    it says "step span", shows the number the critical-path table's median gives, and the headline has a
+    step span row beside the GPU-window step time, each defined against the other."""
+    runs, failures = report.load_runs([TRACES / "foreign" / "gpt-logevery"], progress=io.StringIO())
+    assert not failures
+    page = report.render_run_page(runs[0])
+    box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+    span = runs[0].analysis.critical_path["span_ns"].median()
+    from ddp_profile.fmt import fmt_ms
+    assert f"of the {fmt_ms(span)} critical-path step span" in box
+    head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
+    assert "step time (ms)" in head and "step span (ms)" in head
+    assert "the step span adds the GPU idle before it" in head and "the critical path divides it" in head
+
+
 def test_one_gpu_headline_has_no_rows_of_communication_zeros():
     page = _page(TRACES / "none_xl_fp32_1xh200")
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
     assert head.startswith("1 rank × ")
-    assert "step time (ms)" in head and "compute (ms)" in head
+    assert "step time (ms)" in head and "step span (ms)" in head and "compute (ms)" in head
     assert "comm tail (ms)" not in head and "exposed wait (ms)" not in head
 
 

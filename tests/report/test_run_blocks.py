@@ -100,7 +100,7 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
     run.analysis.verdict = {"bound_by": "compute", "share_pct": 94.1, "span_ns": 119_241_000, "removable_ns": 0,
                             "what_to_change": "faster kernels", "expected_gain_ns": 0, "advice": []}
     assert verdict_lines(verdict_of(run.analysis)) == [
-        "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step; nothing removable reaches "
+        "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step span; nothing removable reaches "
         "the threshold.", "What to change: faster kernels."]
     assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
     assert "Ranks differ by more than 2× in exposed wait (ms)" in html  # the column label, not the key

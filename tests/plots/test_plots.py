@@ -71,6 +71,25 @@ def test_timeline_traces_axes_title_and_known_bars():
         timeline_figure(t.kernels, a.phases, a.steps, step=9)
 
 
+def test_a_stream_used_only_between_steps_gets_no_timeline_row():
+    """Seen on gpt-logevery: streams 14 and 15 ran kernels only outside the steps and showed as empty rows
+    in every step's view. A stream with one kernel inside some step keeps its row."""
+    import pandas as pd
+
+    t, a = make_run(n_steps=2, kernels_per_phase=2)
+    k, w = t.kernels, a.steps.groupby("step")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    gap = int(w.loc[0, "end_ns"]) + 1, int(w.loc[1, "start_ns"]) - 1  # strictly between step 0 and step 1
+    assert gap[0] < gap[1]
+    one = k.head(1)
+    between = one.assign(stream=14, start_ns=gap[0], end_ns=gap[1])
+    before = one.assign(stream=15, start_ns=int(w.loc[0, "start_ns"]) - 10, end_ns=int(w.loc[0, "start_ns"]) - 1)
+    straddles = one.assign(stream=16, start_ns=int(w.loc[1, "start_ns"]) - 5, end_ns=int(w.loc[1, "start_ns"]) + 5)
+    t.kernels = pd.concat([k, between, before, straddles], ignore_index=True)
+    rows = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)["rows"]
+    base = timeline_steps(k, a.phases, a.steps, a.collectives)["rows"]
+    assert set(rows) - set(base) == {"rank 0 · stream 16"}, rows  # 16 overlaps step 1's window by 5 ns
+
+
 def _merged_count(text):
     return int(text[3:].split(" ")[0]) if "merged" in text else 1
 

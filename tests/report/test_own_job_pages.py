@@ -52,6 +52,8 @@ def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
     span = runs[0].analysis.critical_path["span_ns"].median()
     from ddp_profile.fmt import fmt_ms
     assert f"of the {fmt_ms(span)} critical-path step span" in box
+    cp = _text(page.split("<h2>Critical path</h2>", 1)[1].split("</p>", 1)[0])
+    assert f"The verdict's shares divide this table's median step span, {fmt_ms(span)};" in cp
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
     assert "step time (ms)" in head and "step span (ms)" in head
     assert "the step span adds the GPU idle before it" in head and "the critical path divides it" in head

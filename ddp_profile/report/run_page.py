@@ -151,13 +151,20 @@ def launch_block(run: Run) -> str:
     inferred = any("steps inferred from the GPU trace" in str(n) for n in res.notes)
     host = ("host range, inferred from the kernel launches (no step NVTX ranges)" if inferred
             else "<b>host</b> NVTX range")
+    host_ns = s["step_ns"].median()
+    if window > host_ns:  # the GPU window's median can be the longer one (the host runs ahead of the GPU)
+        versus = (f"shorter than the GPU window used everywhere else on this page (median {fmt_ms(window)}): the "
+                  "host range and the GPU window start and end at different moments, as the host runs ahead of "
+                  "the GPU; the GPU idle here is measured over the host range.")
+    else:
+        versus = (f"it is longer than the GPU window used everywhere else on this page (median {fmt_ms(window)}) "
+                  "by the time between the host entering the step and its first kernel starting, and the GPU "
+                  "idle here counts that time too.")
     return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g} % of the step's "
             "host range and the host needs longer per kernel launch (step time minus synchronize wait, ÷ "
             "launches) than the GPU needs per kernel: then fewer, larger kernels help, a faster GPU does not. "
             f"Same numbers as <code>ddp-profile launches</code>. These columns measure the step's {host} "
-            f"(median {fmt_ms(s['step_ns'].median())}): it is longer than the GPU window used "
-            f"everywhere else on this page (median {fmt_ms(window)}) by the time between the host entering "
-            "the step and its first kernel starting, and the GPU idle here counts that time too.</p>"
+            f"(median {fmt_ms(host_ns)}): {versus}</p>"
             f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))
 
 

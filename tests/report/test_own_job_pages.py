@@ -54,6 +54,12 @@ def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
     assert f"of the {fmt_ms(span)} critical-path step span" in box
     cp = _text(page.split("<h2>Critical path</h2>", 1)[1].split("</p>", 1)[0])
     assert f"The verdict's shares divide this table's median step span, {fmt_ms(span)};" in cp
+    # the launch section compares its host range with the GPU window the way round the medians are
+    launch = _text(page.split("<h2>Is the step launch-bound?</h2>", 1)[1].split("</p>", 1)[0])
+    host, window = runs[0].launches.steps["step_ns"].median(), runs[0].analysis.steps["step_ns"].median()
+    assert f"(median {fmt_ms(host)}): " in launch and f"(median {fmt_ms(window)})" in launch
+    assert ("shorter than the GPU window" in launch) == (window > host), launch
+    assert ("it is longer than the GPU window" in launch) == (window <= host), launch
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
     assert "step time (ms)" in head and "step span (ms)" in head
     assert "the step span adds the GPU idle before it" in head and "the critical path divides it" in head

@@ -74,6 +74,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
                    help="bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)")
     g.add_argument("--grad-reduce-dtype", default="", choices=("", "bf16"),
                    help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
+    g.add_argument("--gc", dest="gc_mode", default="", choices=("", "freeze", "off"),
+                   help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
+                        "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
     g.add_argument("--overlap-optimizer", action="store_true",
                    help="bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)")
 
@@ -83,7 +86,7 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
-            "peer_copy_allreduce": args.peer_copy_allreduce}
+            "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode}
 
 
 

@@ -21,6 +21,7 @@ SHARDABLE_STRATEGIES = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
 FSDP_PARAM_DTYPES = ("fp32", "bf16")
 DTYPES = ("fp32", "bf16")
 GRAD_REDUCE_DTYPES = ("", "bf16")
+GC_MODES = ("", "freeze", "off")
 DDP_COMM_HOOKS = ("", "bf16")
 MAX_NCCL_CHANNELS = 64
 OPTIMIZERS = ("adamw", "sgd")
@@ -136,6 +137,12 @@ class RunConfig:
     """bucketed: each .grad becomes a view of its bucket slot (no copy-back after the all-reduce);
     torch_ddp: DDP's gradient_as_bucket_view=True."""
     grad_reduce_dtype: str = ""
+    gc_mode: str = ""
+    """Python's garbage collector during the steps, any strategy (1 GPU included): "" automatic (Python's
+    default); "freeze": one collection, then everything alive moved to the permanent generation (gc.freeze)
+    before the first step, so the collector's full passes skip the model's long-lived objects; "off": the
+    same, then automatic collection disabled until the last step (a long job collects every N steps at the
+    same point on every rank). Restored after the loop."""
     """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
     optimizer stay fp32); empty: in the gradients' own dtype."""
     overlap_optimizer: bool = False
@@ -232,6 +239,7 @@ def _validate_levers(cfg: RunConfig) -> None:
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
            f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
+    _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
     _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
            f"grad_reduce_dtype {cfg.grad_reduce_dtype!r} is unknown; choose bf16 (or leave it empty)")
     _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
@@ -253,7 +261,7 @@ def _mb(value: float) -> str:
 
 def lever_suffix(cfg: RunConfig) -> str:
     """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
-    -peercopy -ch<N> -minctas<N> -hiprio."""
+    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode>."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -273,6 +281,8 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append(f"-minctas{cfg.nccl_min_ctas}")
     if cfg.nccl_high_priority:
         parts.append("-hiprio")
+    if cfg.gc_mode:
+        parts.append(f"-gc{cfg.gc_mode}")
     return "".join(parts)
 
 

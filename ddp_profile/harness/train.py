@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import itertools
 import json
 import os
@@ -157,9 +158,34 @@ def host_barrier(tag: str) -> None:
         time.sleep(0.0005)
 
 
-def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32") -> dict:
+def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32",
+              gc_mode: str = "") -> dict:
     """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
-    "host_step_ms": wall ms per measured step, "final_loss": float}."""
+    "host_step_ms": wall ms per measured step, "final_loss": float}. ``gc_mode``: RunConfig.gc_mode."""
+    with collector(gc_mode):
+        return _steps(strategy, optimizer, batches, device, warmup, dtype)
+
+
+@contextlib.contextmanager
+def collector(gc_mode: str):
+    """Python's garbage collector as ``RunConfig.gc_mode`` says, restored on exit."""
+    if not gc_mode:
+        yield
+        return
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    if gc_mode == "off":
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.unfreeze()
+
+
+def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str) -> dict:
     cuda = device.type == "cuda"
     rank, world_size = world()
     autocast = (
@@ -255,7 +281,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         # Peaks cover warm-up + measured steps: the reset keeps what setup left allocated (parameters,
         # batches) as the starting level but forgets setup's transient peaks (e.g. initialisation).
         torch.cuda.reset_peak_memory_stats(device)
-    times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype)
+    times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode)
     times["memory"] = memory_stats(device, optimizer)
     # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
     # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from ddp_profile.errors import ConfigError
-from ddp_profile.harness.config import RunConfig
+from ddp_profile.harness.config import RunConfig, validate
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import ShardedOptimizer
@@ -149,3 +150,33 @@ def test_torchrun_env_and_free_port():
 
 def test_gpu_short_name_on_cpu():
     assert gpu_short_name(torch.device("cpu")) == "cpu"
+
+
+@pytest.mark.parametrize("mode", ["freeze", "off"])
+def test_gc_mode_trains_the_same_and_restores_the_collector(mode, monkeypatch):
+    """--gc freeze / off: the same losses as Python's automatic collector; during the steps the collector is
+    frozen (and off for "off"); afterwards enabled and unfrozen again, as before the run."""
+    import gc
+
+    from ddp_profile.harness import train as tr
+
+    seen = []
+    real = tr._steps
+
+    def spy(*args, **kwargs):
+        seen.append((gc.isenabled(), gc.get_freeze_count() > 0))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tr, "_steps", spy)
+    base = RunConfig(strategy="none", model="tiny", batch=2, seq_len=8, steps=3, warmup=1, optimizer="sgd")
+    plain = run(base, torch.device("cpu"))
+    got = run(dataclasses.replace(base, gc_mode=mode), torch.device("cpu"))
+    assert got["final_loss_per_rank"] == plain["final_loss_per_rank"]
+    assert got["run"] == f"none-gc{mode}_tiny_fp32_1xcpu" and got["config"]["gc_mode"] == mode
+    assert seen == [(True, False), (mode != "off", True)]
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_unknown_gc_mode_is_a_one_line_error():
+    with pytest.raises(ConfigError, match="gc_mode 'never' is unknown"):
+        validate(RunConfig(strategy="none", gc_mode="never"))

@@ -23,14 +23,19 @@ TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
 
 
 def workload_key(r) -> tuple:
+    """Runs compared with each other: same set, model, dtype, batch, GPU and garbage-collector mode (a setting
+    of the whole job, 1 GPU included, like the dtype: not a lever against stock)."""
     c = r.config
-    return (r.folder.parent.name, r.model, r.dtype, c.get("batch"), c.get("seq_len"), r.meta.get("gpu_name"))
+    return (r.folder.parent.name, r.model, r.dtype, c.get("batch"), c.get("seq_len"), r.meta.get("gpu_name"),
+            c.get("gc_mode") or "")
 
 
 def workload_title(key: tuple) -> str:
-    folder, model, dtype, batch, seq, gpu = key
+    folder, model, dtype, batch, seq, gpu, gc_mode = key
     dt = "bf16 autocast (fp32 gradients)" if dtype == "bf16" else dtype
-    return f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
+    gc_text = {"": "", "freeze": ", Python GC frozen", "off": ", Python GC off during the steps"}.get(gc_mode, "")
+    return (f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
+            f"{gc_text}")
 
 
 def med(r) -> float:

@@ -153,7 +153,7 @@ def launch_block(run: Run) -> str:
             else "<b>host</b> NVTX range")
     host_ns = s["step_ns"].median()
     if window > host_ns:  # the GPU window's median can be the longer one (the host runs ahead of the GPU)
-        versus = (f"shorter than the GPU window used everywhere else on this page (median {fmt_ms(window)}): the "
+        versus = (f"it is shorter than the GPU window used everywhere else on this page (median {fmt_ms(window)}): the "
                   "host range and the GPU window start and end at different moments, as the host runs ahead of "
                   "the GPU; the GPU idle here is measured over the host range.")
     else:

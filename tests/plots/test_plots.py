@@ -164,6 +164,27 @@ def test_step_breakdown_segments_add_up():
     assert fig.layout.yaxis.title.text == "time (ms)" and "fp32" in fig.layout.title.text
 
 
+def test_step_breakdown_cuts_one_long_step_and_writes_its_height():
+    """gpt-logevery's step 0 (warm-up, ~335 ms) beside 12-18 ms steps flattened every other bar; the axis now
+    stops at 1.5 × the 90th percentile and the cut bar carries its height as text."""
+    from ddp_profile.plots.steps import outlier_cap
+
+    assert outlier_cap([12.0] * 10 + [330.0]) == pytest.approx(18.0)  # median 12, q90 12
+    assert outlier_cap([12.0, 13.0, 30.0]) is None  # 30 < 3 × 13: every bar fits
+    assert outlier_cap([0.0, 0.0, 5.0]) is None and outlier_cap([1.0, 100.0]) is None
+    t, a = make_run(n_steps=6)
+    s = a.steps.copy()
+    first = (s["step"] == 0) & (s["rank"] == 0)
+    s.loc[first, "idle_ns"] += 50_000_000  # 50 ms of idle: 50.95 ms against 0.95 ms for the others
+    fig = step_breakdown(s, source=SRC)
+    assert fig.layout.yaxis.range == pytest.approx((0, 1.5 * 0.95), rel=1e-3)
+    label = fig.data[-1]
+    assert label.mode == "text" and list(label.text) == ["↑51"] and list(label.x[0]) == ["step 0"]
+    assert fig.layout.yaxis.title.text == "time (ms, cut at 1.43)"
+    fig_plain = step_breakdown(a.steps, source=SRC)  # equal bars: nothing cut
+    assert fig_plain.layout.yaxis.range is None and len(fig_plain.data) == 4
+
+
 def _comparison(n):
     return pd.DataFrame({"run": [f"r{i}" for i in range(n)], "strategy": ["naive", "overlap", "bucketed"][:n],
                          "bucket_mb": [25.0] * n, "world_size": [2] * n, "step_ns": [3e6, 2e6, 1.5e6][:n],

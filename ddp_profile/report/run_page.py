@@ -84,6 +84,15 @@ def _headline(summary: dict, per_rank: dict | None = None, inferred: bool = Fals
                  f"Headline: medians over {n} (step = GPU window{extra})")
 
 
+def beside_other(kernel_overlap: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The per-name overlap table with its columns named for what they are there: time beside a kernel of
+    the other class (NCCL for compute, compute for NCCL), not the contention table's time under NCCL nor
+    the headline's comm hidden."""
+    if kernel_overlap is None:
+        return None
+    return kernel_overlap.rename(columns={"overlapped_ns": "beside_other_ns", "overlap_pct": "beside_other_pct"})
+
+
 def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
     """Collectives grouped by (collective, dtype, bucket, bytes): count and median times (µs)."""
     if col is None or not len(col):
@@ -406,13 +415,15 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "ranges), so no α-β plot.</p>",
         shown(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
         shown(collective_summary(a.collectives), "Collectives by bucket (medians)"),
-        shown(a.contention, "Contention: compute kernels slowed while NCCL runs"),
-        shown(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
+        shown(a.contention, "Contention: compute kernels slowed while NCCL runs (counted: kernels seen both "
+                            "alone and under NCCL; the last column sums every instance under NCCL)"),
+        shown(beside_other(getattr(a, "kernel_overlap", None)), "Overlap per kernel name", max_rows=40),
         ("<h2>Compared on</h2><ul>" + "".join(f"<li><a href='{esc(g.page)}'>{esc(g.kind)}: {esc(g.title)}</a></li>"
                                               for g in groups) + "</ul>") if groups else "",
     ])
     crumbs = [(f"{g.kind}: {g.title}", g.page) for g in groups[:1]] + [(f"Run {run.name}", None)]
     keys = list(HEADLINE) + [c for c, _ in LAUNCH_TABLE] + ["host_range_ns", "gpu_busy_ns", "gpu_idle_ns",
+                                                             "beside_other_ns", "beside_other_pct",
                                                              "o_us", "w_gb_per_s", "wait_us", "transfer_us",
                                                              "busbw_gb_per_s", "slowdown_pct", "lost_ns", "critical_rank",
                                                              "host_ns", "rest_ns", "straggler_steps",

@@ -65,6 +65,21 @@ def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
     assert "the step span adds the GPU idle before it" in head and "the critical path divides it" in head
 
 
+def test_contention_and_overlap_tables_name_their_samples_apart():
+    """gpt-logevery: the contention table counts only kernels seen both alone and under NCCL, while its last
+    column sums every instance under NCCL, and the per-name overlap
+    table's column is time beside the other class (an NCCL kernel's is time beside compute): the labels
+    say so instead of 'n overlapped' beside 'time under NCCL' and 'comm hidden (%)' on compute kernels."""
+    page = _page(TRACES / "foreign" / "gpt-logevery")
+    cont = page.split("Contention: compute kernels slowed", 1)[1].split("</thead>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", cont)
+    assert heads[1:3] == ["counted alone", "counted under NCCL"] and heads[-1] == "all time under NCCL (ms)"
+    over = page.split("Overlap per kernel name", 1)[1].split("</thead>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", over)
+    assert heads[-2:] == ["beside the other class (ms)", "beside the other class (%)"], heads
+    assert "comm hidden" not in over and "time under NCCL" not in over
+
+
 def test_one_gpu_headline_has_no_rows_of_communication_zeros():
     page = _page(TRACES / "none_xl_fp32_1xh200")
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]

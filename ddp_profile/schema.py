@@ -124,8 +124,9 @@ WINDOW_FACT_COLUMNS = ["phase_ns", "micro_steps", "extra_kernels", "extra_gpu_ns
 # ---- CUDA API calls and launch-bound diagnosis (ddp_profile.nsys.api, ddp_profile.analysis.launches) -------
 # One row per CUDA runtime or driver API call (read on request, not by load_trace). name: the function,
 # version suffix dropped (cudaLaunchKernel, cuLaunchKernelEx, cudaDeviceSynchronize...). rank: <NA> for a
-# process that ran no GPU work. Times on the trace's clock (load_trace's per-file offsets).
-API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "start_ns", "end_ns"]
+# process that ran no GPU work. kind: what the call does, one of nsys.api.CALL_KINDS (launch, sync, copy,
+# other): the analysis reads kinds, never names. Times on the trace's clock (load_trace's per-file offsets).
+API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
 # load_trace; nsys.api.load_host_waits reads them again): kind "sync" (cudaStreamSynchronize,
 # cudaDeviceSynchronize...) or "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies

@@ -33,7 +33,8 @@ class Trace:
     """The export files read, in the order read."""
     host_waits: pd.DataFrame | None = None
     """``schema.HOST_WAIT_COLUMNS``: synchronize and memcpy calls on each process's main thread (the straggler's
-    evidence, ``analysis.straggler``); None when the trace was not read by ``load_trace``."""
+    evidence, ``analysis.straggler``); None when the trace was not read by ``load_trace``, or was read with
+    ``host_waits=False`` (then ``nsys.api.load_calls_and_waits`` gives them)."""
 
     @property
     def world_size(self) -> int:

@@ -147,7 +147,7 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
 
 def no_nccl_note(n_unknown: int = 0) -> str:
     return (f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
-            "export's StringIds lack them): NCCL kernels may be among them, so there is no collective "
+            "export's string table lacks them): NCCL kernels may be among them, so there is no collective "
             "table, cost model or overlap" if n_unknown else
             "no NCCL kernels in the trace: no collective table, cost model or overlap")
 

@@ -1,9 +1,9 @@
 """The main thread's kernel launches and synchronisation calls per rank: the timeline's CPU rows.
 
 From the CUDA API calls (``schema.API_CALL_COLUMNS``, read by ``nsys.api.load_api_calls``): a call is a
-*launch* when its name matches ``launches.LAUNCH_PATTERN``; a *sync* (the host waiting for the GPU) is one of
+*launch* when the nsys layer gave it kind "launch"; a *sync* (the host waiting for the GPU) is one of
 the host-wait calls the nsys layer classified (``waits``: ``schema.HOST_WAIT_COLUMNS``, synchronize calls and
-copies to the host, as ``.item()`` makes) or, without them, a call matching ``launches.SYNC_PATTERN``. The
+copies to the host, as ``.item()`` makes) or, without them, a call of kind "sync". The
 rank's *main thread* is the thread whose id is its process id when that thread launches kernels (the
 training loop's; autograd's backward threads launch too, often more, and they are left out so the row reads
 as the loop), else the thread that made most of its launches. Other calls are dropped.
@@ -16,12 +16,10 @@ nothing else.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis.launches import LAUNCH_PATTERN, SYNC_PATTERN
+from ddp_profile.analysis.launches import of_kind
 
 HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
 
@@ -36,9 +34,9 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
     a = api.dropna(subset=["rank", "start_ns", "end_ns"])
     if not len(a):
         return empty
-    launch = _names_matching(a["name"], LAUNCH_PATTERN)
+    launch = of_kind(a, "launch")
     classified = waits is not None and len(waits) > 0
-    sync = np.zeros(len(a), bool) if classified else _names_matching(a["name"], SYNC_PATTERN)
+    sync = np.zeros(len(a), bool) if classified else of_kind(a, "sync")
     keep = launch | sync
     a, launch, sync = a.loc[keep], launch[keep], sync[keep]
     if not len(a):
@@ -66,14 +64,6 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
     if steps is not None and len(steps):
         out = _in_steps(out, steps)
     return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-
-
-def _names_matching(names: pd.Series, pattern: str) -> np.ndarray:
-    """Rows whose name matches ``pattern``, each distinct name tested once."""
-    rx = re.compile(pattern)
-    codes, uniq = pd.factorize(names.astype("object"))
-    hit = np.array([bool(rx.search(str(u))) for u in uniq] + [False], dtype=bool)
-    return hit[np.where(codes < 0, len(uniq), codes)]
 
 
 def _in_steps(calls: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:

@@ -18,9 +18,9 @@ A = the rank's kernels, memcpys and memsets, merged across streams::
     gpu_idle_ns        = step_ns − gpu_busy_ns
     idle_pct           = 100 · gpu_idle_ns / step_ns
     kernels            = number of kernels (not memcpy/memset) launched in H
-    launches           = number of kernel launch calls in H (names matching LAUNCH_PATTERN)
+    launches           = number of kernel launch calls in H (calls of kind "launch")
     api_ns             = Σ duration of every CUDA API call in H (any thread, each call in full)
-    sync_ns            = |∪ synchronize calls (SYNC_PATTERN) ∩ H|: time the host sat waiting for the GPU
+    sync_ns            = |∪ synchronize calls (kind "sync") ∩ H|: time the host sat waiting for the GPU
     host_us_per_launch = (step_ns − sync_ns) / launches / 1000: host time to issue one launch
     gpu_us_per_kernel  = mean duration of the step's kernels / 1000
     launch_bound       = idle_pct > IDLE_THRESHOLD_PCT  and  host_us_per_launch > gpu_us_per_kernel
@@ -35,6 +35,9 @@ not issuing work; left in, host time per launch would exceed GPU time per kernel
 idle time, and the second condition would say nothing. The comparison assumes one kernel per launch, as in
 eager PyTorch; with CUDA graphs (``cudaGraphLaunch``, counted as one launch) compare ``kernels`` with
 ``launches``. NaN where the step has no launches or kernels (then ``launch_bound`` is False).
+
+Which call is a launch or a synchronize is the nsys layer's knowledge: each API row arrives with its
+``kind`` (``schema.API_CALL_COLUMNS``); this module reads kinds, never call names.
 
 Summaries over the selected steps: per (rank, API function) calls and time (``api_functions``) and per
 (rank, kernel group) kernels and GPU time (``kernel_groups``; groups from the kernel's short name, first
@@ -57,11 +60,6 @@ from ddp_profile.analysis.kernel_arrays import NCCL, KernelArrays, covered_by_no
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
 time; the findings' host/launch-bound line is the same). Below it, shaving host time buys little."""
-LAUNCH_PATTERN = r"^cu(da)?(Launch(Cooperative)?Kernel|GraphLaunch)"
-"""Kernel launch calls: cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex), cooperative launches,
-cudaGraphLaunch/cuGraphLaunch (names without nsys's ``_vNNNN`` suffix)."""
-SYNC_PATTERN = r"^cu(da)?\w*Synchronize$"
-"""Synchronize calls: cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, cuCtxSynchronize..."""
 KERNEL_GROUPS = (
     ("optimizer (multi_tensor_apply)", r"multi_tensor_apply"),
     ("GEMM", r"^(nvjet|Kernel2$|cutlass)|gemm"),
@@ -116,16 +114,9 @@ STEP_TABLE = (  # (column, header, scale): the one launch step table; `ddp-profi
 )
 
 
-def _names_matching(names: pd.Series, pattern: str) -> np.ndarray:
-    """Rows whose name matches ``pattern``, each distinct name tested once (a categorical's categories
-    directly: sorting the call names as strings cost ~3.5 s over the committed traces' 3.8M calls)."""
-    rx = re.compile(pattern)
-    if isinstance(names.dtype, pd.CategoricalDtype):  # load_api_calls' names; code -1 (missing) -> False
-        hit = np.array([bool(rx.search(str(c))) for c in names.cat.categories] + [False], dtype=bool)
-        return hit[names.cat.codes.to_numpy()]
-    values = names.astype("object").to_numpy()
-    uniq, inv = np.unique(values.astype(str), return_inverse=True)
-    return np.array([bool(rx.search(u)) for u in uniq], dtype=bool)[inv] if len(uniq) else np.zeros(0, bool)
+def of_kind(api: pd.DataFrame, kind: str) -> np.ndarray:
+    """Rows of an API_CALL_COLUMNS frame whose ``kind`` (the nsys layer's class of the call) is ``kind``."""
+    return np.asarray(api["kind"] == kind, dtype=bool)
 
 
 def _in_ranges(t_sorted: np.ndarray, hs: np.ndarray, he: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -163,7 +154,7 @@ def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = Non
     karr = KernelArrays(trace.kernels)
     kdur = karr.end - karr.start
     is_kernel = karr.is_compute | karr.is_nccl
-    launch_rx, sync_rx = _names_matching(api["name"], LAUNCH_PATTERN), _names_matching(api["name"], SYNC_PATTERN)
+    launch_rx, sync_rx = of_kind(api, "launch"), of_kind(api, "sync")
     api_rank, a_start, a_end = ints(api["rank"], -1), ints(api["start_ns"]), ints(api["end_ns"])
     group = _kernel_group(karr)
     step_parts, fn_parts, group_parts = [], [], []
@@ -247,5 +238,4 @@ def _kernel_group(karr: KernelArrays) -> np.ndarray:
     return np.where(karr.is_compute | karr.is_nccl, out, "copy")
 
 
-__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "IDLE_THRESHOLD_PCT", "LAUNCH_PATTERN",
-           "SYNC_PATTERN", "KERNEL_GROUPS"]
+__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "IDLE_THRESHOLD_PCT", "KERNEL_GROUPS"]

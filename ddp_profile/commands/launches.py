@@ -77,7 +77,7 @@ def run(args) -> int:
         raise UsageError(f"-o {out}: name a .csv (step table) or .json (all tables) file")
     if out is not None:
         check_output_file(out, args.paths)
-    trace = load_trace([Path(p) for p in args.paths])
+    trace = load_trace([Path(p) for p in args.paths], host_waits=False)  # the diagnosis names no host wait
     res = analyze_launches(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
     if res.steps.empty:
         why = "; ".join(res.notes) or "no step ranges were found"

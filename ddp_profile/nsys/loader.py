@@ -169,7 +169,7 @@ READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large
 PARALLEL_READ_BYTES = 16 << 20  # files smaller than this are read on the calling thread
 
 
-def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
+def _read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: bool = True) -> dict:
     con = open_export(path)
     # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
     # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
@@ -199,7 +199,8 @@ def _read_file(index: int, path: Path, threads: int = READ_THREADS) -> dict:
                 ints[:, 3] -= shift
                 ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
-        out["host_waits"] = sql.host_wait_calls(con, have)  # a few rows per step (one filtered API scan)
+        # a few rows per step (one filtered API scan)
+        out["host_waits"] = sql.host_wait_calls(con, have) if host_waits else None
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
@@ -319,12 +320,14 @@ def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
                         "need an end skip them")
 
 
-def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
+def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) -> Trace:
     """Load one run from nsys SQLite export(s): one file holding all ranks, one file per rank, or a folder.
 
     ``jobs`` > 1 reads files in parallel threads (SQLite scans run with the GIL released, so per-rank files
     load concurrently); ``progress(message)`` is called as each file is read, ``progress=True`` draws a
-    file-count bar on stderr (:class:`ddp_profile.nsys.progress.ProgressBar`).
+    file-count bar on stderr (:class:`ddp_profile.nsys.progress.ProgressBar`). ``host_waits=False`` skips
+    the scan for ``Trace.host_waits`` (left None) for a caller that reads the whole API table anyway
+    (``nsys.api.load_calls_and_waits``).
     Raises TraceError (unreadable, not an export, contradictory ranks, mixed runs) or MissingDataError
     (no CUDA kernels). A trace without NVTX loads with an empty ``nvtx`` frame and a warning in ``meta``.
     """
@@ -339,7 +342,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     per_file = max(1, READ_THREADS // max(1, min(jobs, len(files_in))))
 
     def read(item):
-        result = _read_file(*item, threads=per_file)
+        result = _read_file(*item, threads=per_file, host_waits=host_waits)
         if progress:
             progress(f"read {item[1]}")
         return result
@@ -409,7 +412,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None) -> Trace:
     run = find_run_json(files_in, warnings)
     ranks = schema.select(procs, schema.RANK_COLUMNS)
     waits = host_waits_frame([(shown_path(f["path"]), f["host_waits"]) for f in files], ranks,  # ranks' file names
-                             {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)})
+                             {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}) if host_waits else None
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),

@@ -176,11 +176,9 @@ def metadata(con: sqlite3.Connection, have: set[str]) -> dict[str, str]:
 
 def capture_host(con: sqlite3.Connection, have: set[str]) -> str | None:
     """The profiled host's name: TARGET_INFO_SYSTEM_ENV host row, else DEVICE_DISPLAY_NAME, else EXPORT_HOST."""
-    queries = [
-        ("TARGET_INFO_SYSTEM_ENV", "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name LIKE '%host%name%'"),
-        ("META_DATA_CAPTURE", "SELECT value FROM META_DATA_CAPTURE WHERE name = 'DEVICE_DISPLAY_NAME'"),
-        ("META_DATA_EXPORT", "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_HOST'"),
-    ]
+    queries = [("TARGET_INFO_SYSTEM_ENV", "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name LIKE '%host%name%'"),
+               ("META_DATA_CAPTURE", "SELECT value FROM META_DATA_CAPTURE WHERE name = 'DEVICE_DISPLAY_NAME'"),
+               ("META_DATA_EXPORT", "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_HOST'")]
     for table, sql in queries:
         if table in have:
             row = con.execute(sql).fetchone()
@@ -449,24 +447,21 @@ def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None
 
 
 def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] | None:
-    """Every CUDA runtime and driver API call: columns pid, tid (int32), start, end, name_id (int64); None
-    when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table (CUDA API tracing was off).
-
-    Same table and GlobalId decoding as :func:`launches` (pid and tid from ``globalTid``; driver calls such
-    as ``cuLaunchKernelEx`` are rows of this table too), but all rows, with their end and name: calls that
-    launch nothing (synchronize, allocator, event calls) are what tells host time apart from launch time.
-    ``nameId`` references StringIds (names carry a version suffix, e.g. ``cudaLaunchKernel_v7000``);
-    -1 where the column or value is missing. Read only on request (``ddp_profile.nsys.api``), never by
-    ``load_trace``."""
+    """Every CUDA runtime and driver API call: columns pid, tid, corr (int32), start, end, name_id (int64);
+    None when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table (CUDA API tracing was off). As
+    :func:`launches` reads this table, but all rows, with end and name: calls that launch nothing (synchronize,
+    allocator, event calls) tell host time apart from launch time. ``nameId`` references StringIds (with a
+    version suffix, e.g. ``cudaLaunchKernel_v7000``); -1 where missing. Read on request (``nsys.api``)."""
     if RUNTIME not in have:
         return None
     cols = columns(con, RUNTIME)
-    name_id = "COALESCE(nameId, -1)" if "nameId" in cols else "-1"
+    name_id, corr = ("COALESCE(nameId, -1)" if "nameId" in cols else "-1",
+                     "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1")
     exprs = [PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)"),
-             "start", "COALESCE(end, start)", name_id]
+             corr, "start", "COALESCE(end, start)", name_id]
     i32, i64 = np.int32, np.int64
-    names = ["pid", "tid", "start", "end", "name_id"]
-    return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i64, i64, i64]), strict=True))
+    names = ["pid", "tid", "corr", "start", "end", "name_id"]
+    return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i32, i64, i64, i64]), strict=True))
 
 
 # CUDA API calls the host may wait for the GPU in (GLOBs): syncs, copies to the host (.item(): DtoH copy + sync)
@@ -474,11 +469,11 @@ HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cu
 COPY_TO_HOST = (2, 4, 12)  # MEMCPY copyKind DtoH, AtoH, unified DtoH
 
 
-def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, int, int, int, str, str]] | None:
+def host_wait_calls(con: sqlite3.Connection, have: set[str], calls: dict | None = None) -> list[tuple] | None:
     """Rows (pid, tid, start, end, name, kind) of the :data:`HOST_WAIT_FUNCTIONS` calls on a process's main
     thread (tid = pid; names as StringIds store them), or None without an API table or names. A copy counts
-    only when its MEMCPY row (same pid, correlationId) is a COPY_TO_HOST kind, where the export has that table.
-    One scan of the API table (0.07 s for 455k calls on traces/campaign/C/fsdp_xl_fp32_4xh100)."""
+    only if its MEMCPY row (same pid, correlationId), where exported, is a COPY_TO_HOST kind. One scan of the
+    API table (0.07 s for 455k calls, campaign/C/fsdp_xl_fp32_4xh100); none with ``calls`` (:func:`api_calls`)."""
     if RUNTIME not in have or STRINGS not in have or "nameId" not in columns(con, RUNTIME):
         return None
     kind_of: dict[int, tuple[str, str]] = {}  # name id -> (name, kind)
@@ -488,10 +483,15 @@ def host_wait_calls(con: sqlite3.Connection, have: set[str]) -> list[tuple[int, 
         kind_of.update({i: (str(v), kind) for i, v in got if type(i) is int and i not in kind_of})
     if not kind_of:
         return []
-    pid, tid = PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)")
-    corr = "correlationId" if "correlationId" in columns(con, RUNTIME) else "-1"
-    rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
-                       f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()  # integers only
+    if calls is None:
+        pid, tid = PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)")
+        corr = "correlationId" if "correlationId" in columns(con, RUNTIME) else "-1"
+        rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
+                           f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()
+    else:  # the same rows, picked from the columns already read
+        pick = np.isin(calls["name_id"], list(kind_of)) & (calls["tid"] == calls["pid"])
+        picked = [calls[c][pick].tolist() for c in ("pid", "tid", "start", "end", "name_id", "corr")]
+        rows = list(zip(*picked, strict=True))
     ok = MEMCPY in have and {"correlationId", "globalPid", "copyKind"} <= columns(con, MEMCPY)  # else all kept
     to_host = set(con.execute(f"SELECT {PID_SQL.format(col='globalPid')}, correlationId FROM {MEMCPY} "
                               f"WHERE copyKind IN {COPY_TO_HOST}").fetchall()) if ok else None

@@ -55,15 +55,20 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
     written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.api import load_calls_and_waits
     from ddp_profile.nsys.loader import load_trace
 
     t0 = time.perf_counter()
-    with reuse_decompressed():  # the host diagnosis reads the same (compressed) export again
-        trace = load_trace(path, progress=_say)
+    with reuse_decompressed():  # the API calls are read from the same (compressed) export again
+        # The CUDA API table is read once: the calls for the launch diagnosis and the CPU rows, and from
+        # the same read the host waits (the straggler's evidence) that load_trace would scan for.
+        trace = load_trace(path, progress=_say, host_waits=False)
+        api, trace.host_waits = load_calls_and_waits(trace)
         _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
         try:
             analysis = analyze(trace, steps=steps)
-            launches, host_calls = host_diagnosis(trace, analysis.phases, steps)
+            launches, host_calls = host_diagnosis(trace, analysis.phases, steps, api)
+            del api
         except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
             raise UsageError(f"{path}: {exc}") from None
     result = trace, analysis, launches, host_calls

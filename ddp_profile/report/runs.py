@@ -326,24 +326,28 @@ def launch_diagnosis(trace, steps="all"):
     return host_diagnosis(trace, steps=steps)[0]
 
 
-def host_diagnosis(trace, phases=None, steps="all"):
+def host_diagnosis(trace, phases=None, steps="all", api=None):
     """(launch diagnosis over the ``steps`` selected, or the reason (str) it cannot be made; the main
     thread's launch and sync calls per rank for the timeline's CPU rows (``analysis.host_calls``; None
     without the API table)).
 
-    The API table is read here, once per run, because ``load_trace`` does not keep it (see
-    ``ddp_profile.nsys.api``). A run whose export lacks the table still gets its page: the launch block
-    then says why it is missing instead of failing the whole run. ``phases``: the analysis's phase rows;
-    the CPU rows keep the calls inside its steps."""
+    ``api``: the run's API calls, or why they cannot be read, as ``nsys.api.load_calls_and_waits`` gives
+    them (:func:`load_one` reads them once with the trace's host waits); default: read here, because
+    ``load_trace`` does not keep them (see ``ddp_profile.nsys.api``). A run whose export lacks the table
+    still gets its page: the launch block then says why it is missing instead of failing the whole run.
+    ``phases``: the analysis's phase rows; the CPU rows keep the calls inside its steps."""
     from ddp_profile.analysis.host_calls import main_thread_calls
     from ddp_profile.analysis.launches import analyze_launches
     from ddp_profile.errors import DdpProfileError
     from ddp_profile.nsys.api import host_waits_of, load_api_calls
 
-    try:
-        api = load_api_calls(trace)
-    except DdpProfileError as exc:
-        return str(exc), None
+    if api is None:
+        try:
+            api = load_api_calls(trace)
+        except DdpProfileError as exc:
+            return str(exc), None
+    if isinstance(api, str):
+        return api, None
     step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
     try:
         launches = analyze_launches(trace, api, steps=steps)

@@ -347,6 +347,22 @@ def test_load_trace_reads_the_main_threads_host_waits_as_load_host_waits_does():
     pd.testing.assert_frame_equal(load_host_waits(tr), w)
 
 
+@pytest.mark.parametrize("run", ["foreign/gpt-accum", "foreign/hf-ddp", "per-rank/bucketed-25mb_small_fp32_2xh200",
+                                 "two-node/bucketed-25mb_small_fp32_4xh100"])
+def test_one_api_read_gives_the_calls_and_load_traces_host_waits(run):
+    """The report reads the API table once (load_calls_and_waits, after load_trace(host_waits=False)): the
+    same calls as load_api_calls and the same host waits as load_trace's own scan, on one-file, per-rank and
+    two-host runs."""
+    from ddp_profile.nsys.api import load_api_calls, load_calls_and_waits
+    from ddp_profile.nsys.loader import load_trace
+
+    full, bare = load_trace(TRACES / run), load_trace(TRACES / run, host_waits=False)
+    assert bare.host_waits is None and len(full.host_waits) > 0
+    calls, waits = load_calls_and_waits(bare)
+    pd.testing.assert_frame_equal(waits, full.host_waits)
+    pd.testing.assert_frame_equal(calls, load_api_calls(full))
+
+
 ALL_RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})
 
 

@@ -15,16 +15,10 @@ import pytest
 from ddp_profile import intervals as iv
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
-from ddp_profile.analysis.launches import (
-    IDLE_THRESHOLD_PCT,
-    LAUNCH_PATTERN,
-    SYNC_PATTERN,
-    _names_matching,
-    analyze_launches,
-)
+from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT, analyze_launches
 from ddp_profile.cli import main
 from ddp_profile.errors import MissingDataError
-from ddp_profile.nsys.api import api_name, load_api_calls
+from ddp_profile.nsys.api import CALL_KINDS, api_name, call_kinds, load_api_calls, load_calls_and_waits
 from ddp_profile.nsys.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,15 +132,22 @@ def test_api_reader_needs_the_runtime_table(build_export):
                         kernels={"pid": [PID], "device": [0], "stream": [7], "start": [10], "end": [20], "name": ["k"]})
     with pytest.raises(MissingDataError, match="CUPTI_ACTIVITY_KIND_RUNTIME"):
         load_api_calls(path)
+    why, waits = load_calls_and_waits(load_trace(path, host_waits=False))  # the report's one read: the reason
+    assert isinstance(why, str) and "CUPTI_ACTIVITY_KIND_RUNTIME" in why and waits.empty
 
 
-def test_names_and_patterns():
+def test_names_and_kinds():
+    """The nsys layer's classes of call names: 6 launches, 2 calls that launch nothing, 3 synchronize calls,
+    2 copies, the rest "other"."""
     assert api_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel" and api_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
-    names = pd.Series(["cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
-                       "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuKernelGetName", "cuLaunchHostFunc",
-                       "cudaDeviceSynchronize", "cudaStreamSynchronize", "cuCtxSynchronize", "cudaEventQuery"])
-    assert names[_names_matching(names, LAUNCH_PATTERN)].tolist() == names[:6].tolist()
-    assert names[_names_matching(names, SYNC_PATTERN)].tolist() == names[8:11].tolist()
+    names = ["cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+             "cudaLaunchCooperativeKernel", "cudaGraphLaunch", "cuKernelGetName", "cuLaunchHostFunc",
+             "cudaDeviceSynchronize", "cudaStreamSynchronize", "cuCtxSynchronize", "cudaEventQuery",
+             "cudaMemcpyAsync", "cuMemcpyDtoH", "cudaMemsetAsync"]
+    want = ["launch"] * 6 + ["other"] * 2 + ["sync"] * 3 + ["other", "copy", "copy", "other"]
+    got = call_kinds(names)
+    assert got.tolist() == want and list(got.categories) == list(CALL_KINDS)
+    assert call_kinds([]).tolist() == []
 
 
 # ---- committed real traces -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from report_synth import US, make_run
 
 from ddp_profile import fmt
 from ddp_profile.analysis.host_calls import HOST_CALL_COLUMNS, main_thread_calls
+from ddp_profile.nsys.api import call_kinds
 from ddp_profile.plots.timeline import HOST_K, timeline_steps, trace_names
 from ddp_profile.report import perfetto
 from ddp_profile.report.answer_text import verdict_lines, verdict_of
@@ -21,7 +22,9 @@ T0 = 10_000 * US  # step 0's start in make_run
 
 
 def _api(rows):
-    return pd.DataFrame(rows, columns=["rank", "pid", "tid", "name", "start_ns", "end_ns"])
+    """API_CALL_COLUMNS rows; each call's kind as the nsys layer gives it (nsys.api.call_kinds)."""
+    api = pd.DataFrame(rows, columns=["rank", "pid", "tid", "name", "start_ns", "end_ns"])
+    return api.assign(kind=call_kinds(api["name"]))
 
 
 def test_main_thread_is_the_one_launching_most_and_only_launches_and_syncs_stay():

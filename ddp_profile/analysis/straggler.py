@@ -133,9 +133,9 @@ def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.
     if not len(named):
         return None
     named = mine.loc[named].sort_values("ns", ascending=False, kind="stable").index
-    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (peers ×{n_base[n]:g})" for n in named)
+    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (other ranks' median ×{n_base[n]:g})" for n in named)
     return (f"host waits on the main thread: {calls}, {fmt_ms(mine.loc[named, 'ns'].sum())} "
-            f"(peers {fmt_ms(t_base[named].sum())})")
+            f"(other ranks' median {fmt_ms(t_base[named].sum())})")
 
 
 def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
@@ -167,13 +167,15 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                     evidence = f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
                 elif d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
                     cause = "host"
-                    evidence = f"GPU idle awaiting launches {fmt_ms(me['host_ns'])} (peers {fmt_ms(peers['host_ns'].median())})"
+                    evidence = (f"GPU idle awaiting launches {fmt_ms(me['host_ns'])} "
+                                f"(other ranks' median {fmt_ms(peers['host_ns'].median())})")
                     call = _evidence_call(waits, s, me, peers, lead)
                     if call is not None:
                         evidence = f"{evidence}; {call}"
                 elif d_gpu >= CAUSE_SHARE * lead:
                     cause = "gpu"
-                    evidence = f"GPU busy {fmt_ms(me['compute_ns'])} (peers {fmt_ms(peers['compute_ns'].median())})"
+                    evidence = (f"GPU busy {fmt_ms(me['compute_ns'])} "
+                                f"(other ranks' median {fmt_ms(peers['compute_ns'].median())})")
                 else:
                     evidence = (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                                 f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")

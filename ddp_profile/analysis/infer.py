@@ -53,7 +53,7 @@ from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
-from ddp_profile.analysis.windows import NO_STEP_RANGE, RANGE_COLUMNS, find_steps
+from ddp_profile.analysis.windows import NO_NVTX_RANGES, NO_STEP_RANGE, RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3
 MIN_STEPS = 2
@@ -389,6 +389,6 @@ def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
     if inferred.empty:
         return steps, notes + inf_notes, False
     # keep why NVTX gave no steps (e.g. step ranges that were never closed) beside how they were inferred;
-    # not "no range matches: per-step metrics are missing", which the inferred steps contradict
-    notes = [n for n in notes if not n.startswith(NO_STEP_RANGE)]
+    # not "no range matches / no ranges: per-step metrics are missing", which the inferred steps contradict
+    notes = [n for n in notes if not n.startswith((NO_STEP_RANGE, NO_NVTX_RANGES))]
     return inferred, notes + inf_notes, True

@@ -42,7 +42,7 @@ from ddp_profile.analysis import windows as win
 from ddp_profile.analysis.kernel_arrays import KernelArrays, rank_used_several_devices
 from ddp_profile.memory import return_freed_memory
 
-NO_RANGES = "no NVTX ranges in the trace"
+NO_RANGES = win.NO_NVTX_RANGES
 SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""

@@ -132,9 +132,9 @@ def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.
     if not len(named):
         return None
     named = mine.loc[named].sort_values("ns", ascending=False, kind="stable").index
-    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (peers ×{n_base[n]:g})" for n in named)
+    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (other ranks' median ×{n_base[n]:g})" for n in named)
     return (f"host waits on the main thread: {calls}, {fmt_ms(mine.loc[named, 'ns'].sum())} "
-            f"(peers {fmt_ms(t_base[named].sum())})")
+            f"(other ranks' median {fmt_ms(t_base[named].sum())})")
 
 
 def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
@@ -194,13 +194,13 @@ def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, wa
     if not material:
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
     if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
-        evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (peers {fmt_ms(peers_host)})"
+        evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (other ranks' median {fmt_ms(peers_host)})"
         me = paths.iloc[me_row].drop("step").rename(s)
         peers = paths.iloc[peer_rows].drop(columns="step").set_index("rank")
         call = _evidence_call(waits, s, me, peers, lead)
         return "host", evidence if call is None else f"{evidence}; {call}"
     if d_gpu >= CAUSE_SHARE * lead:
-        return "gpu", f"GPU busy {fmt_ms(me_compute)} (peers {fmt_ms(peers_compute)})"
+        return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
     return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
 

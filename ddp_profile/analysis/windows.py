@@ -45,6 +45,7 @@ DEFAULT_PHASE_PATTERNS = dict(zip(schema.PHASES, (nn.FORWARD_PATTERN, nn.BACKWAR
                                   strict=True))
 RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
 NO_STEP_RANGE = "no NVTX range matches the step pattern"
+NO_NVTX_RANGES = "no NVTX ranges in the trace"
 """How the note for a trace without step ranges begins (dropped when steps are inferred instead)."""
 _PROJECT_STEP = re.compile(rf"^{re.escape(nn.STEP)}( \d+)?$")
 
@@ -82,7 +83,7 @@ def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.
     notes: list[str] = []
     ranges = _closed(nvtx)
     if ranges.empty:
-        notes.append("no NVTX ranges in the trace: per-step metrics need step ranges (profile with "
+        notes.append(f"{NO_NVTX_RANGES}: per-step metrics need step ranges (profile with "
                      "`nsys profile -t cuda,nvtx` and wrap each step in an NVTX range)")
         return schema.empty_frame(RANGE_COLUMNS), notes
     if step_pattern is None:

@@ -3,6 +3,7 @@ idle), one stacked bar per (step, rank)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ddp_profile.fmt import fmt_ms
@@ -26,18 +27,42 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
     s = steps.sort_values(["step", "rank"]) if len(steps) else steps
     x = [[f"step {int(v)}" for v in s["step"]], [f"r{int(v)}" for v in s["rank"]]] if len(s) else [[], []]
     fig = go.Figure()
+    heights = np.zeros(len(s))
     for name, fn in SEGMENTS.items():
         y = (pd.to_numeric(fn(s), errors="coerce") / 1e6).round(4).tolist() if len(s) else []
+        heights += np.nan_to_num(np.asarray(y, dtype=float))
         total = (pd.to_numeric(s["step_ns"], errors="coerce") / 1e6).round(3).tolist() if len(s) else []
         fig.add_trace(go.Bar(name=name, x=x, y=y, customdata=total, marker_color=SEGMENT_COLORS[name],
                              hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
                                            "<extra>%{x}</extra>"))
+    yaxis: dict = {"title": {"text": "time (ms)"}}
+    cap = outlier_cap(heights)
+    if cap is not None:  # one long step (the first, with warm-up) would flatten every other bar: cut it
+        cut = np.flatnonzero(heights > cap)
+        fig.add_trace(go.Scatter(x=[[x[0][i] for i in cut], [x[1][i] for i in cut]], y=[cap] * len(cut),
+                                 mode="text", text=[f"↑{h:.3g}" for h in heights[cut]], textposition="bottom center",
+                                 textfont={"size": 10}, showlegend=False, hoverinfo="skip"))
+        yaxis = {"title": {"text": f"time (ms, cut at {cap:.3g})"}, "range": [0, cap]}
     fig.update_layout(
         title=titled("Per-step breakdown (per rank)", source), barmode="stack", template="plotly_white", colorway=palette.SERIES,
         height=380, margin={"l": 60, "r": 20, "t": 70, "b": 60}, legend={"orientation": "h", "y": -0.25},
-        xaxis={"title": {"text": "step · rank"}}, yaxis={"title": {"text": "time (ms)"}},
+        xaxis={"title": {"text": "step · rank"}}, yaxis=yaxis,
     )
     return fig
+
+
+def outlier_cap(heights) -> float | None:
+    """A y-axis top that keeps the usual bars readable: 1.5 × the 90th percentile of the bar heights when the
+    tallest bar is over 3 × the median one (else None: every bar fits as it is)::
+
+        heights  12 12 12 12 12 12 12 12 12 12 330   median 12, 330 > 3 × 12  →  cap 1.5 × q90 = 18
+    """
+    h = np.asarray(heights, dtype=float)
+    h = h[np.isfinite(h)]
+    if len(h) < 3 or not h.max() > 3 * np.median(h) or not np.median(h) > 0:
+        return None
+    cap = 1.5 * float(np.quantile(h, 0.9))
+    return cap if cap < h.max() else None
 
 
 def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):

@@ -65,6 +65,26 @@ def _windows(steps: pd.DataFrame, kernels: pd.DataFrame) -> list[tuple[str, int,
     return [("empty trace", 0, 1, [])]
 
 
+def _in_steps(kernels: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame:
+    """The kernels overlapping some step's window (every kernel without steps): the timeline draws step
+    windows only, so a stream used only between steps (data loading, logging, evaluation) would be an empty
+    row in every view. A kernel [s, e) overlaps a window [a, b) when a < e and b > s; with windows sorted by
+    start, the last window starting before e and the latest end among it and those before it decide::
+
+        windows  [a0---b0)   [a1------b1)
+        kernel              [s--e)           overlaps: a1 < e, max(b0, b1) > s
+        kernel          [s-e)                no: a1 >= e, b0 <= s
+    """
+    if steps is None or not len(steps) or not len(kernels):
+        return kernels
+    g = steps.groupby("step").agg(a=("start_ns", "min"), b=("end_ns", "max")).sort_values("a")
+    a, b_max = g["a"].to_numpy(np.int64), np.maximum.accumulate(g["b"].to_numpy(np.int64))
+    k = kernels.dropna(subset=["start_ns", "end_ns"])
+    s, e = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
+    i = np.searchsorted(a, e, side="left") - 1
+    return k[(i >= 0) & (b_max[np.maximum(i, 0)] > s)]
+
+
 def _rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
           ) -> tuple[list[str], pd.DataFrame]:
     """Row labels (per rank: an NVTX row, a CPU row when the rank has host calls, then its streams) and a
@@ -150,7 +170,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     launching threads, not NVTX (bands and rows say "inferred")."""
     cpu = host_calls if host_calls is not None and len(host_calls) else None
     cpu_ranks = set(cpu["rank"].astype(int)) if cpu is not None else set()
-    labels, rows = _rows(kernels, phases, cpu_ranks, inferred)
+    labels, rows = _rows(_in_steps(kernels, steps), phases, cpu_ranks, inferred)
     k, names = _prepare(kernels, collectives, rows)
     names_extra: dict[str, int] = {}
 

@@ -61,7 +61,7 @@ def verdict_lines(v: dict | None) -> list[str]:
         return []
     bound = str(v.get("bound_by"))
     who = f", rank {v['rank']}" if bound == "straggler" and not missing(v.get("rank")) else ""
-    of_step = f" of the {fmt_ms(v['span_ns'])} critical-path step" if not missing(v.get("span_ns")) else \
+    of_step = f" of the {fmt_ms(v['span_ns'])} critical-path step span" if not missing(v.get("span_ns")) else \
         " of the step"
     head = f"Bound by {BOUND_NAMES.get(bound, bound)}{who}"
     if bound == "compute":

@@ -25,7 +25,8 @@ from ddp_profile.fmt import (  # noqa: F401  (the report's modules import the fo
 # column -> (header label with unit, definition). Keys are the analysis' column names.
 METRICS: dict[str, tuple[str, str]] = {
     "step_ns": ("step time (ms)", "GPU window of the step: first GPU start to last GPU end of the kernels "
-                "launched inside the step's NVTX range (median over ranks and steps in comparisons)."),
+                "launched inside the step's NVTX range (median over ranks and steps in comparisons); the step "
+                "span adds the GPU idle before it."),
     "span_ns": ("step span (ms)", "The iteration as the training loop times it: end of the rank's previous "
                 "step to the end of this one (the step window plus the GPU idle before it, while the host "
                 "syncs, fetches the batch or prepares the forward); the critical path divides it."),
@@ -89,8 +90,17 @@ METRICS: dict[str, tuple[str, str]] = {
                     "time alone (same name and position in the step, other steps and ranks)."),
     "lost_ns": ("time lost (ms)", "Σ over the counted instances under NCCL of duration − alone baseline; only "
                 "kernels seen both alone and under NCCL count."),
-    "overlapped_ns": ("time under NCCL (ms)", "Σ duration of all the name's instances with ≥ 50 % of it under "
-                      "NCCL, in steps (also those never seen alone)."),
+    "overlapped_ns": ("all time under NCCL (ms)", "Σ duration of all the name's instances with ≥ 50 % of it "
+                      "under NCCL, in steps (also those never seen alone, which the counted columns leave out)."),
+    "beside_other_ns": ("beside the other class (ms)", "Time the kernel name ran while a kernel of the other "
+                        "class ran beside it (NCCL for a compute kernel, compute for an NCCL kernel), summed over "
+                        "its instances, ranks and steps."),
+    "beside_other_pct": ("beside the other class (%)", "100 · time beside the other class / total time of the "
+                         "kernel name."),
+    "n_alone": ("counted alone", "Instances run with no NCCL kernel beside them, of the kernels seen both alone "
+                "and under NCCL (same name and position in the step): the like-for-like sample."),
+    "n_overlapped": ("counted under NCCL", "Instances with ≥ 50 % of their duration under NCCL, of the kernels "
+                     "seen both alone and under NCCL: the sample the slowdown and time lost come from."),
     "alone_median_ns": ("alone (ms)", "Median duration with no NCCL kernel beside it (counted kernels)."),
     "overlapped_median_ns": ("under NCCL (ms)", "Median duration with ≥ 50 % of it under NCCL (counted kernels)."),
     "speedup_vs_1gpu": ("speedup", "n · t₁ / tₙ with t₁ the step time of the run's 1-GPU baseline "

@@ -94,6 +94,8 @@ def drop_empty_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 LONG_WORD = 48
 """Characters of one word beyond which a table cell may wrap inside it (kernel names run to 130)."""
+TOKEN = 16
+"""Characters of one word beyond which a table cell may wrap inside it at any character (run names)."""
 
 
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
@@ -121,12 +123,20 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
         for c, v in zip(cols, row, strict=False):
             d = display_value(c, v)
             key = f" data-v='{esc(d)}'" if isinstance(d, (int, float)) and not isinstance(d, bool) else ""
-            text = esc(cell_text(c, v))
-            if c in hrefs and hrefs[c][i]:
+            raw = str(cell_text(c, v))
+            text = esc(raw)
+            link = c in hrefs and hrefs[c][i]
+            if link:
                 text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"
-            # a long unbroken text (a kernel name) may wrap anywhere; short ones (run names) stay whole
-            long = " class='long'" if not key and any(len(w) > LONG_WORD for w in str(cell_text(c, v)).split()) else ""
-            cells.append(f"<td{key}{long}>{text}</td>")
+            # a long unbroken text (a kernel name) may wrap anywhere; so may a text with a word longer than
+            # TOKEN (a run name, its baseline; a linked one stays 12em wide), so wide tables fit the screen;
+            # shorter words wrap at spaces only
+            cls = ""
+            if not key and any(len(w) > LONG_WORD for w in raw.split()):
+                cls = " class='long'"
+            elif not key and any(len(w) > TOKEN for w in raw.split()):
+                cls = " class='tok link'" if link else " class='tok'"
+            cells.append(f"<td{key}{cls}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
     name = re.sub(r"[^A-Za-z0-9]+", "-", caption).strip("-")[:60].lower() or "table"
@@ -187,7 +197,7 @@ text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}
-td.long{{max-width:32em;overflow-wrap:anywhere}}.fail{{color:#b00}}
+td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

@@ -17,7 +17,7 @@ from ddp_profile.report.compare import (
     overlap_caption,
     overlap_runs,
 )
-from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct
+from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, header
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
 from ddp_profile.report.verdicts import bound_cell, ranked, strategy_verdict
@@ -32,6 +32,14 @@ TABLE_FIRST = ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofi
                "step_ns", "profiler_overhead_pct", "peak_allocated_bytes", "peak_reserved_bytes",
                "optimizer_state_bytes"]
 """Numbers tables start with what the verdict compares: both step times, the profiler's cost, memory."""
+NUMBERS_MAIN = ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofiled_step_ns", "step_ns",
+                "profiler_overhead_pct", "peak_allocated_bytes", "compute_ns", "exposed_comm_ns", "comm_tail_ns",
+                "overlap_pct", "efficiency_pct"]
+SCALING_MAIN = ["run", "strategy", "bucket_mb", "world_size", "unprofiled_step_ns", "step_ns", "compute_ns",
+                "comm_ns", "exposed_comm_ns", "comm_pct", "speedup_vs_1gpu", "efficiency_pct", "serial_fraction",
+                "samples_per_s"]
+"""The columns a comparison's first table shows (they fit a 1280-pixel screen); the run name and every other
+column follow in a second, folded table, so no table scrolls sideways to reach its numbers."""
 
 
 def host_text(runs: list[Run]) -> str:
@@ -53,15 +61,24 @@ def host_text(runs: list[Run]) -> str:
             f"with the strategy: {parts}. ")
 
 
-def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns") -> str:
-    """The comparison as a table: run names link to their pages; ranked by ``sort`` (default: the time the
-    set is ranked by, :mod:`ddp_profile.report.measures`); a note when memory is missing from run JSONs."""
+def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", main=NUMBERS_MAIN) -> str:
+    """The comparison as two tables: the ``main`` columns, then (folded) the run and every other column;
+    run names link to their pages; both ranked by ``sort`` (default: the time the set is ranked by,
+    :mod:`ddp_profile.report.measures`); a note when memory is missing from run JSONs."""
     sort = sort if sort in comp else "step_ns"
     c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
     first = [x for x in TABLE_FIRST if x in shown]
     shown = shown[first + [x for x in shown.columns if x not in first]]
-    return table(shown, caption, links={"run": list(c["page"])}) + memory_note(c)
+    links = {"run": list(c["page"])}
+    head = [x for x in main if x in shown]
+    rest = ["run"] * ("run" in shown) + [x for x in shown.columns if x not in head]
+    more = ""
+    if len(rest) > 1:
+        cols = ", ".join(esc(header(x)[0]) for x in rest[1:])
+        more = (f"<details><summary>More columns: {cols}</summary>"
+                + table(shown[rest], f"{caption}: more columns", links=links) + "</details>")
+    return table(shown[head], caption, links=links) + more + memory_note(c)
 
 
 def memory_note(comp: pd.DataFrame) -> str:
@@ -230,7 +247,7 @@ def render_scaling_page(group: Group) -> str:
         + "Serial fraction f solves Amdahl's law S = 1 / (f + (1 − f)/n) for the measured speedup S "
         "(Karp–Flatt); comm share = NCCL kernel time / step time (median over ranks and steps).</p>",
         figure_div(scaling_figure(comp, source=src), "scaling"),
-        numbers_table(comp, "Numbers", sort="world_size"), run_links(group.runs),
+        numbers_table(comp, "Numbers", sort="world_size", main=SCALING_MAIN), run_links(group.runs),
     ])
     return page(f"Scaling: {group.title}", body, src, crumbs=[(f"Scaling: {group.title}", None)],
                 verdict=scaling_verdict(comp), glossary=list(comp.columns))

@@ -15,7 +15,7 @@ from ddp_profile.report.answer_text import (
     verdict_lines,
     verdict_of,
 )
-from ddp_profile.report.glossary import header
+from ddp_profile.report.glossary import fmt_ms, header
 from ddp_profile.report.html import esc, table
 from ddp_profile.report.runs import Run
 
@@ -55,7 +55,10 @@ def critical_path_block(run: Run) -> str:
     cp = cp.rename(columns={"idle_ns": "rest_ns"})  # not the step table's idle_ns: what the other parts leave
     return ("<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its time went "
             "over the step's span (from the end of that rank's previous step to the end of this one: the "
-            "iteration as the training loop sees it); the parts add up to span_ns.</p>" + table(cp, "Critical path per step", max_rows=64))
+            "iteration as the training loop sees it); its parts add up to the step span. The verdict's "
+            f"shares divide this table's median step span, {fmt_ms(cp['span_ns'].median())}; the headline's step "
+            "time is the GPU window alone, without the idle before it.</p>"
+            + table(cp, "Critical path per step", max_rows=64))
 
 
 KIND_PARTS = ("comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns", "forward_ns", "backward_ns",
@@ -82,7 +85,10 @@ def comm_kinds_block(run: Run) -> str:
         return ""
     return ("<h2>Communication by collective kind and phase</h2><p>NCCL time per collective kind, split by "
             "the phase whose GPU window it runs in (after backward: after the step's last backward kernel); "
-            "medians over rank × step.</p>" + table(df, "Communication by collective kind × phase (medians)"))
+            "each column is its own median over rank × step, so the phase columns need not add up to the "
+            "comm column: a median of parts is not a part of the median, NCCL time between phase windows falls "
+            "in none of them, and with micro-steps one phase's window may hold another phase's kernels.</p>"
+            + table(df, "Communication by collective kind × phase (separate medians, not a breakdown)"))
 
 
 def memory_table(run: Run) -> pd.DataFrame:

@@ -33,7 +33,7 @@ def source_of(run: Run, steps=None) -> str:
     return describe_source(run.meta, gpu, steps)
 
 
-HEADLINE = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "exposed_wait_ns",
+HEADLINE = ("step_ns", "span_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "exposed_wait_ns",
             "exposed_transfer_ns", "comm_tail_ns", "job_comm_tail_ns", "param_sync_ns", "idle_ns", "comm_pct",
             "exposed_comm_pct", "overlap_pct", "wait_pct_of_comm")
 
@@ -69,7 +69,7 @@ def _headline(summary: dict, per_rank: dict | None = None, inferred: bool = Fals
     keys: tuple[str, ...] = HEADLINE
     nr = summary.get("n_ranks")
     if nr == 1 and not summary.get("comm_ns"):  # one GPU, no NCCL: a column of communication zeros says nothing
-        keys = tuple(k for k in HEADLINE if k in ("step_ns", "compute_ns", "idle_ns"))
+        keys = tuple(k for k in HEADLINE if k in ("step_ns", "span_ns", "compute_ns", "idle_ns"))
     def definition(k):  # inferred steps have no NVTX range: say what the step is instead
         d = METRICS[k][1]
         return d.replace("the step's NVTX range", "the step (inferred from the kernel sequence: no step NVTX "
@@ -82,6 +82,15 @@ def _headline(summary: dict, per_rank: dict | None = None, inferred: bool = Fals
     extra = "; per-rank values where ranks differ > 2×" if any(k in per_rank for k in HEADLINE) else ""
     return table(pd.DataFrame(rows, columns=["metric", "value", "definition"]),
                  f"Headline: medians over {n} (step = GPU window{extra})")
+
+
+def beside_other(kernel_overlap: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The per-name overlap table with its columns named for what they are there: time beside a kernel of
+    the other class (NCCL for compute, compute for NCCL), not the contention table's time under NCCL nor
+    the headline's comm hidden."""
+    if kernel_overlap is None:
+        return None
+    return kernel_overlap.rename(columns={"overlapped_ns": "beside_other_ns", "overlap_pct": "beside_other_pct"})
 
 
 def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
@@ -151,13 +160,20 @@ def launch_block(run: Run) -> str:
     inferred = any("steps inferred from the GPU trace" in str(n) for n in res.notes)
     host = ("host range, inferred from the kernel launches (no step NVTX ranges)" if inferred
             else "<b>host</b> NVTX range")
+    host_ns = s["step_ns"].median()
+    if window > host_ns:  # the GPU window's median can be the longer one (the host runs ahead of the GPU)
+        versus = (f"it is shorter than the GPU window used everywhere else on this page (median {fmt_ms(window)}): the "
+                  "host range and the GPU window start and end at different moments, as the host runs ahead of "
+                  "the GPU; the GPU idle here is measured over the host range.")
+    else:
+        versus = (f"it is longer than the GPU window used everywhere else on this page (median {fmt_ms(window)}) "
+                  "by the time between the host entering the step and its first kernel starting, and the GPU "
+                  "idle here counts that time too.")
     return (f"{head}<p>A step is launch-bound when the GPU idles more than {IDLE_THRESHOLD_PCT:g} % of the step's "
             "host range and the host needs longer per kernel launch (step time minus synchronize wait, ÷ "
             "launches) than the GPU needs per kernel: then fewer, larger kernels help, a faster GPU does not. "
             f"Same numbers as <code>ddp-profile launches</code>. These columns measure the step's {host} "
-            f"(median {fmt_ms(s['step_ns'].median())}): it is longer than the GPU window used "
-            f"everywhere else on this page (median {fmt_ms(window)}) by the time between the host entering "
-            "the step and its first kernel starting, and the GPU idle here counts that time too.</p>"
+            f"(median {fmt_ms(host_ns)}): {versus}</p>"
             f"<ul class='verdicts'>{lines}{notes}</ul>" + table(df, "Launch diagnosis per rank and step", max_rows=64))
 
 
@@ -399,13 +415,15 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
         "ranges), so no α-β plot.</p>",
         shown(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
         shown(collective_summary(a.collectives), "Collectives by bucket (medians)"),
-        shown(a.contention, "Contention: compute kernels slowed while NCCL runs"),
-        shown(getattr(a, "kernel_overlap", None), "Overlap per kernel name", max_rows=40),
+        shown(a.contention, "Contention: compute kernels slowed while NCCL runs (counted: kernels seen both "
+                            "alone and under NCCL; the last column sums every instance under NCCL)"),
+        shown(beside_other(getattr(a, "kernel_overlap", None)), "Overlap per kernel name", max_rows=40),
         ("<h2>Compared on</h2><ul>" + "".join(f"<li><a href='{esc(g.page)}'>{esc(g.kind)}: {esc(g.title)}</a></li>"
                                               for g in groups) + "</ul>") if groups else "",
     ])
     crumbs = [(f"{g.kind}: {g.title}", g.page) for g in groups[:1]] + [(f"Run {run.name}", None)]
     keys = list(HEADLINE) + [c for c, _ in LAUNCH_TABLE] + ["host_range_ns", "gpu_busy_ns", "gpu_idle_ns",
+                                                             "beside_other_ns", "beside_other_pct",
                                                              "o_us", "w_gb_per_s", "wait_us", "transfer_us",
                                                              "busbw_gb_per_s", "slowdown_pct", "lost_ns", "critical_rank",
                                                              "host_ns", "rest_ns", "straggler_steps",

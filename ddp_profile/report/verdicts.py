@@ -257,11 +257,11 @@ def bound_by(summary: dict, launch_bound: bool | None, verdict: dict | None = No
             what = f"a straggler, rank {verdict['rank']}"
         if k == "compute":
             why = (f"compute is {fmt_pct(verdict.get('share_pct'))} of the {fmt_ms(verdict.get('span_ns'))} "
-                   "critical-path step; no removable part "
+                   "critical-path step span; no removable part "
                    "(exposed communication, waiting, host) reaches the verdict's threshold")
         else:
             why = (f"removable {fmt_ms(verdict.get('removable_ns'))} per step, {fmt_pct(verdict.get('share_pct'))} "
-                   f"of the {fmt_ms(verdict.get('span_ns'))} critical-path step, spread "
+                   f"of the {fmt_ms(verdict.get('span_ns'))} critical-path step span, spread "
                    f"{fmt_ms(verdict.get('spread_ns'))} over steps")
         if verdict.get("what_to_change"):
             why += f"; what to change: {verdict['what_to_change']}"

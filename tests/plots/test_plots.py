@@ -71,6 +71,25 @@ def test_timeline_traces_axes_title_and_known_bars():
         timeline_figure(t.kernels, a.phases, a.steps, step=9)
 
 
+def test_a_stream_used_only_between_steps_gets_no_timeline_row():
+    """Seen on gpt-logevery: streams 14 and 15 ran kernels only outside the steps and showed as empty rows
+    in every step's view. A stream with one kernel inside some step keeps its row."""
+    import pandas as pd
+
+    t, a = make_run(n_steps=2, kernels_per_phase=2)
+    k, w = t.kernels, a.steps.groupby("step")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    gap = int(w.loc[0, "end_ns"]) + 1, int(w.loc[1, "start_ns"]) - 1  # strictly between step 0 and step 1
+    assert gap[0] < gap[1]
+    one = k.head(1)
+    between = one.assign(stream=14, start_ns=gap[0], end_ns=gap[1])
+    before = one.assign(stream=15, start_ns=int(w.loc[0, "start_ns"]) - 10, end_ns=int(w.loc[0, "start_ns"]) - 1)
+    straddles = one.assign(stream=16, start_ns=int(w.loc[1, "start_ns"]) - 5, end_ns=int(w.loc[1, "start_ns"]) + 5)
+    t.kernels = pd.concat([k, between, before, straddles], ignore_index=True)
+    rows = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)["rows"]
+    base = timeline_steps(k, a.phases, a.steps, a.collectives)["rows"]
+    assert set(rows) - set(base) == {"rank 0 · stream 16"}, rows  # 16 overlaps step 1's window by 5 ns
+
+
 def _merged_count(text):
     return int(text[3:].split(" ")[0]) if "merged" in text else 1
 
@@ -143,6 +162,27 @@ def test_step_breakdown_segments_add_up():
     # compute 880 − overlap 150 + overlap 150 + exposed 50 + idle 20 = 950 µs per (rank, step)
     assert total == pytest.approx([0.95] * 4)
     assert fig.layout.yaxis.title.text == "time (ms)" and "fp32" in fig.layout.title.text
+
+
+def test_step_breakdown_cuts_one_long_step_and_writes_its_height():
+    """gpt-logevery's step 0 (warm-up, ~335 ms) beside 12-18 ms steps flattened every other bar; the axis now
+    stops at 1.5 × the 90th percentile and the cut bar carries its height as text."""
+    from ddp_profile.plots.steps import outlier_cap
+
+    assert outlier_cap([12.0] * 10 + [330.0]) == pytest.approx(18.0)  # median 12, q90 12
+    assert outlier_cap([12.0, 13.0, 30.0]) is None  # 30 < 3 × 13: every bar fits
+    assert outlier_cap([0.0, 0.0, 5.0]) is None and outlier_cap([1.0, 100.0]) is None
+    t, a = make_run(n_steps=6)
+    s = a.steps.copy()
+    first = (s["step"] == 0) & (s["rank"] == 0)
+    s.loc[first, "idle_ns"] += 50_000_000  # 50 ms of idle: 50.95 ms against 0.95 ms for the others
+    fig = step_breakdown(s, source=SRC)
+    assert fig.layout.yaxis.range == pytest.approx((0, 1.5 * 0.95), rel=1e-3)
+    label = fig.data[-1]
+    assert label.mode == "text" and list(label.text) == ["↑51"] and list(label.x[0]) == ["step 0"]
+    assert fig.layout.yaxis.title.text == "time (ms, cut at 1.43)"
+    fig_plain = step_breakdown(a.steps, source=SRC)  # equal bars: nothing cut
+    assert fig_plain.layout.yaxis.range is None and len(fig_plain.data) == 4
 
 
 def _comparison(n):

@@ -36,7 +36,11 @@ def test_parts_and_their_differences_are_stated_for_the_set():
     text = " ".join(s.paragraphs())
     assert ("Campaign set B (bf16): the 2-GPU step span is 240.000 ms against 276.000 ms on one GPU; by part, "
             "compute +30.000 ms, exposed transfer +3.000 ms, wait +3.000 ms, host −72.000 ms, idle +0.000 ms; "
-            "the largest growth is compute.") in text
+            "the largest growth is compute; the span is 36.000 ms shorter on 2 GPUs because host drops by "
+            "72.000 ms, more than compute grows.") in text
+    # a longer span on 2 GPUs gets no such clause
+    longer = [_run("none_xl_bf16_1x", "none", 1, dict(ONE, host_ns=20)), _run("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2, TWO)]
+    assert "shorter on" not in " ".join(q13_where_lost(longer).paragraphs())
 
 
 def test_no_section_without_a_matching_one_gpu_run():

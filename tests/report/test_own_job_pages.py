@@ -41,11 +41,50 @@ def test_gpt_accum_page_names_the_straggler_and_its_fix_before_any_measurement()
     assert "step's NVTX range" not in head
 
 
+def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
+    """gpt-logevery (steps inferred, no NVTX): the verdict's share divides the critical-path step span, so
+    it says "step span", shows the number the critical-path table's median gives, and the headline has a
+    step span row beside the GPU-window step time, each defined against the other."""
+    runs, failures = report.load_runs([TRACES / "foreign" / "gpt-logevery"], progress=io.StringIO())
+    assert not failures
+    page = report.render_run_page(runs[0])
+    box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
+    span = runs[0].analysis.critical_path["span_ns"].median()
+    from ddp_profile.fmt import fmt_ms
+    assert f"of the {fmt_ms(span)} critical-path step span" in box
+    cp = _text(page.split("<h2>Critical path</h2>", 1)[1].split("</p>", 1)[0])
+    assert f"The verdict's shares divide this table's median step span, {fmt_ms(span)};" in cp
+    # the launch section compares its host range with the GPU window the way round the medians are
+    launch = _text(page.split("<h2>Is the step launch-bound?</h2>", 1)[1].split("</p>", 1)[0])
+    host, window = runs[0].launches.steps["step_ns"].median(), runs[0].analysis.steps["step_ns"].median()
+    assert f"(median {fmt_ms(host)}): " in launch and f"(median {fmt_ms(window)})" in launch
+    assert ("shorter than the GPU window" in launch) == (window > host), launch
+    assert ("it is longer than the GPU window" in launch) == (window <= host), launch
+    head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
+    assert "step time (ms)" in head and "step span (ms)" in head
+    assert "the step span adds the GPU idle before it" in head and "the critical path divides it" in head
+
+
+def test_contention_and_overlap_tables_name_their_samples_apart():
+    """gpt-logevery: the contention table counts only kernels seen both alone and under NCCL, while its last
+    column sums every instance under NCCL, and the per-name overlap
+    table's column is time beside the other class (an NCCL kernel's is time beside compute): the labels
+    say so instead of 'n overlapped' beside 'time under NCCL' and 'comm hidden (%)' on compute kernels."""
+    page = _page(TRACES / "foreign" / "gpt-logevery")
+    cont = page.split("Contention: compute kernels slowed", 1)[1].split("</thead>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", cont)
+    assert heads[1:3] == ["counted alone", "counted under NCCL"] and heads[-1] == "all time under NCCL (ms)"
+    over = page.split("Overlap per kernel name", 1)[1].split("</thead>", 1)[0]
+    heads = re.findall(r"<th[^>]*>([^<]*)</th>", over)
+    assert heads[-2:] == ["beside the other class (ms)", "beside the other class (%)"], heads
+    assert "comm hidden" not in over and "time under NCCL" not in over
+
+
 def test_one_gpu_headline_has_no_rows_of_communication_zeros():
     page = _page(TRACES / "none_xl_fp32_1xh200")
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
     assert head.startswith("1 rank × ")
-    assert "step time (ms)" in head and "compute (ms)" in head
+    assert "step time (ms)" in head and "step span (ms)" in head and "compute (ms)" in head
     assert "comm tail (ms)" not in head and "exposed wait (ms)" not in head
 
 

@@ -279,8 +279,8 @@ def test_campaign_d_scaling_page_holds_its_1gpu_baseline_and_says_which_it_is(mo
     assert ("At 4 GPUs, torch_ddp 25 MiB (ch9, hiprio) ×4 scales best: efficiency 92.7 % of its 1-GPU baseline, "
             "the run without communication (none_xl_fp32_1xh100)") in text
     # the 1-GPU point is a row of the numbers table
-    assert "<td><a href='run-campaign--D--none_xl_fp32_1xh100.html'>none_xl_fp32_1xh100</a></td><td>none</td>" \
-        in html_
+    assert ("<td class='tok link'><a href='run-campaign--D--none_xl_fp32_1xh100.html'>none_xl_fp32_1xh100</a></td>"
+            "<td>none</td>") in html_
 
 
 def test_scaling_host_sentence_tells_an_unlisted_run_from_a_missing_hosts_file(monkeypatch):

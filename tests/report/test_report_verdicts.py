@@ -192,11 +192,11 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
     a = _text(run_verdict(summary, None, False, "", 2, verdict=v))
     # the step-table medians alone would say compute (350 of 400 ms); the verdict says communication
     assert "bound by exposed communication (removable 34.000 ms per step, 8.5 % of the 400.000 ms critical-path " \
-           "step, spread 0.300 ms over steps" in a
+           "step span, spread 0.300 ms over steps" in a
     assert "what to change: overlap the gradient collectives with backward (expected gain up to 33.000 ms)" in a
     c = _text(run_verdict(summary, None, False, "", 2, verdict=dict(v, bound_by="compute", share_pct=90.0,
                                                                         what_to_change="faster kernels")))
-    assert "bound by compute (compute is 90.0 % of the 400.000 ms critical-path step" in c and "expected gain" not in c
+    assert "bound by compute (compute is 90.0 % of the 400.000 ms critical-path step span" in c and "expected gain" not in c
     steps = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [0, 0, 1, 1], "exposed_wait_ns": [0, 40e6, 0, 30e6],
                           "exposed_transfer_ns": [1e6] * 4, "straggler_rank": [0] * 4,
                           "straggler_lead_ns": [40e6, 40e6, 30e6, 30e6], "straggler_cause": ["host"] * 4,

@@ -15,7 +15,7 @@ from ddp_profile.nsys.api import call_kinds
 from ddp_profile.plots.timeline import HOST_K, timeline_steps, trace_names
 from ddp_profile.report import perfetto
 from ddp_profile.report.answer_text import verdict_lines, verdict_of
-from ddp_profile.report.run_blocks import answer_block, comm_kinds_table, memory_table
+from ddp_profile.report.run_blocks import answer_block, comm_kinds_block, comm_kinds_table, memory_table
 from ddp_profile.report.runs import Run
 
 T0 = 10_000 * US  # step 0's start in make_run
@@ -103,7 +103,7 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
     run.analysis.verdict = {"bound_by": "compute", "share_pct": 94.1, "span_ns": 119_241_000, "removable_ns": 0,
                             "what_to_change": "faster kernels", "expected_gain_ns": 0, "advice": []}
     assert verdict_lines(verdict_of(run.analysis)) == [
-        "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step; nothing removable reaches "
+        "Bound by compute: compute is 94.1 % of the 119.241 ms critical-path step span; nothing removable reaches "
         "the threshold.", "What to change: faster kernels."]
     assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
     assert "Ranks differ by more than 2× in exposed wait (ms)" in html  # the column label, not the key
@@ -117,6 +117,20 @@ def test_comm_kinds_table_medians_per_kind():
     df = comm_kinds_table(ck)
     assert df.iloc[0]["collective"] == "AllGather" and df.iloc[0]["comm_ns"] == 2.5e6
     assert df.iloc[0]["kernels_per_step"] == 4 and df.iloc[0]["forward_ns"] == 2.5e6
+
+
+def test_comm_kinds_block_says_its_phase_medians_need_not_add_up():
+    # per row forward + after backward = comm, yet the medians 2 + 3 ms are not the comm median 5.5 ms:
+    # the page must not present the phase columns as a breakdown of the comm column
+    ck = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [0, 1, 0, 1], "collective": ["AllReduce"] * 4,
+                       "count": [2] * 4, "comm_ns": [1e6, 9e6, 6e6, 5e6], "forward_ns": [0.0, 4e6, 5e6, 0.0],
+                       "after_backward_ns": [1e6, 5e6, 1e6, 5e6]})
+    df = comm_kinds_table(ck)
+    assert df.iloc[0]["forward_ns"] + df.iloc[0]["after_backward_ns"] != df.iloc[0]["comm_ns"]
+    run = _run()
+    run.analysis.comm_kinds = ck
+    html = comm_kinds_block(run)
+    assert "need not add up to the comm column" in html and "not a breakdown" in html
 
 
 def test_memory_per_gpu_from_the_trace_and_the_run_json():

@@ -72,6 +72,10 @@ def q13_where_lost(runs) -> Section | None:
                   f"{ms(a['span_ns'])} on one GPU; by part, " + ", ".join(
                       f"{name} {'+' if d >= 0 else '−'}{ms(abs(d))}" for name, d in diffs.items())
                   + f"; the largest growth is {biggest}")
+        drop = min(diffs, key=lambda k: diffs[k])
+        if b["span_ns"] < a["span_ns"] and diffs[drop] < 0:  # a shorter span needs its reason beside the growth
+            clause += (f"; the span is {ms(a['span_ns'] - b['span_ns'])} shorter on {ref.world_size} GPUs because "
+                       f"{drop} drops by {ms(-diffs[drop])}, more than {biggest} grows")
         s.p(clause + ".")
         s.add_summary("Where the multi-GPU step loses its time (critical-path medians, profiled campaign runs)", clause)
     return s

@@ -103,7 +103,9 @@ function ddpTimeline(div,data,idx,cfg,rank){
  tip.style.cssText='position:absolute;display:none;pointer-events:none;background:#fff;border:1px solid #888;'+
   'padding:4px 6px;font:12px system-ui,sans-serif;white-space:nowrap;z-index:2;box-shadow:0 1px 4px rgba(0,0,0,.2)';
  title.style.cssText='font-size:16px;margin:4px 0';legend.style.cssText='font-size:12px;margin:2px 0 4px';
- cfg.traces.forEach(function(tr,k){var b=ddpEl('button','tl-leg',legend);b.type='button';b.setAttribute('aria-pressed','true');
+ var used={};data.steps.forEach(function(st){(st.tracks||[]).forEach(function(t){used[t.k]=1;});});
+ cfg.traces.forEach(function(tr,k){if(!used[k])return;  // no legend entry for what no step draws
+  var b=ddpEl('button','tl-leg',legend);b.type='button';b.setAttribute('aria-pressed','true');
   b.style.cssText='border:0;background:none;cursor:pointer;margin-right:10px;font:inherit';
   var sw=ddpEl('span','',b);sw.style.cssText='display:inline-block;width:14px;height:10px;margin-right:4px;background:'+(tr.hatch?
    'repeating-linear-gradient(135deg,'+tr.color+' 0 3px,rgba(255,255,255,.6) 3px 4px)':tr.color);

@@ -129,6 +129,11 @@ def test_cpu_rows_and_inferred_phase_labels(own_page, browser):
     assert not any("NVTX" in r for r in rows)
     legend = page.locator(".tl-leg").all_text_contents()
     assert "forward (inferred)" in legend and not any(x.startswith("NVTX") for x in legend)
+    # the legend lists only what some step draws: no grad_wait band in this job, so no entry for one
+    drawn = page.evaluate(f"[...new Set({T}.data.steps.flatMap(s => (s.tracks || []).map(t => t.k)))]")
+    names = page.evaluate(f"{T}.cfg.traces.map(t => t.name)")
+    assert sorted(legend) == sorted(names[k] for k in drawn) and len(legend) < len(names)
+    assert not any(x.startswith("grad_wait") for x in legend)
     syncs = page.evaluate(f"{T}.bars[10].x.length")  # trace 10: the main thread's sync calls
     assert syncs > 0
     texts = page.evaluate(f"{T}.bars[10].x.map((_, i) => {T}.text(10, i))")

@@ -229,7 +229,7 @@ def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
     start_ns, end_ns; windows of one rank do not overlap)."""
     keep = np.zeros(len(karr.start), dtype=bool)
     for rank, g in steps.groupby("rank", sort=False):
-        idx = np.flatnonzero(karr.rank == rank)
+        idx = karr.rank_index(rank)  # a slice on the loader's rank-sorted rows: no pass over every row
         order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
         ws, we = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
         s = karr.start[idx]

@@ -61,12 +61,12 @@ from ddp_profile.memory import python_strings
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
 time; the findings' host/launch-bound line is the same). Below it, shaving host time buys little."""
-OPTIMIZER, GEMM, REDUCE = "optimizer (multi_tensor_apply)", "GEMM", "reduce"
+OPTIMIZER, GEMM, ATTENTION, REDUCE = "optimizer (multi_tensor_apply)", "GEMM", "attention", "reduce"
 ELEMENTWISE = "elementwise (incl. copies, casts)"
 KERNEL_GROUPS = (
     (OPTIMIZER, r"multi_tensor_apply"),
     (GEMM, r"^(nvjet|Kernel2$|cutlass)|gemm"),
-    ("attention", r"sdpa|fmha|flash|convert_dq_to_16bits|compute_dot_do_o"),
+    (ATTENTION, r"sdpa|fmha|flash|convert_dq_to_16bits|compute_dot_do_o"),
     (REDUCE, r"reduce_kernel"),
     (ELEMENTWISE, r"elementwise"),
 )
@@ -259,5 +259,5 @@ def _kernel_group(karr: KernelArrays) -> np.ndarray:
 
 
 __all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "kernel_group_codes", "IDLE_THRESHOLD_PCT",
-           "KERNEL_GROUPS", "GROUPS", "MEMORY_BOUND_GROUPS", "OPTIMIZER", "GEMM", "REDUCE", "ELEMENTWISE", "OTHER",
+           "KERNEL_GROUPS", "GROUPS", "MEMORY_BOUND_GROUPS", "OPTIMIZER", "GEMM", "ATTENTION", "REDUCE", "ELEMENTWISE", "OTHER",
            "COPY", "NCCL_GROUP"]

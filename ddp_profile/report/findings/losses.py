@@ -151,7 +151,8 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     total = t2[NON_NCCL] - t1[NON_NCCL]
     ranked = sorted(grow, key=lambda f: -grow[f])
     top = ranked[0]
-    parts = ", ".join(f"{f} {signed(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in ranked[:3])
+    shown = [f for f in ranked[:3] if grow[f] > 0] or ranked[:3]  # the three that grow most
+    parts = ", ".join(f"{f} {signed(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in shown)
     text = (f"{label}: on the critical rank, the GPU time of every kernel but NCCL's is {ms(t2[NON_NCCL])} per step "
             f"on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed(total)}, "
             f"{signed_pct(total, t1[NON_NCCL])}); by family {parts}")

@@ -117,8 +117,9 @@ def _rank_range(per_rank: pd.DataFrame, family: str) -> str:
 
 
 def _slowdown(crit1: pd.DataFrame, crit2: pd.DataFrame, families) -> float:
-    """Change of the mean time per kernel (%) of ``families`` taken together, each family weighted by its 1-GPU
-    time: how much slower the kernels run, whatever their count."""
+    """Change of the mean time per kernel (%) of ``families`` taken together, each family's change weighted by
+    its 1-GPU time: how much slower the kernels run (a family whose kernel count changed brings the mean of all
+    its kernels, the extra ones included); NaN when none of them ran on both."""
     a, b = crit1.set_index("family"), crit2.set_index("family")
     fam = [f for f in families if a.at[f, "kernels_per_step"] > 0 and b.at[f, "kernels_per_step"] > 0]
     w = a.loc[fam, "gpu_ns_per_step"].astype(float)
@@ -153,8 +154,8 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     top = ranked[0]
     shown = [f for f in ranked[:3] if grow[f] > 0] or ranked[:3]  # the three that grow most
     parts = ", ".join(f"{f} {signed(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in shown)
-    text = (f"{label}: on the critical rank, the GPU time of every kernel but NCCL's is {ms(t2[NON_NCCL])} per step "
-            f"on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed(total)}, "
+    text = (f"{label}: on the critical rank, the non-NCCL GPU time (kernels, memcpys, memsets) is "
+            f"{ms(t2[NON_NCCL])} per step on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed(total)}, "
             f"{signed_pct(total, t1[NON_NCCL])}); by family {parts}")
     if total > 0 and grow[top] > 0:
         text += f"; the largest contributor is {top}, {pct(100.0 * grow[top] / total)} of the growth"
@@ -164,7 +165,7 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
                                  f"{fmt_number(k1.at[f, 'kernels_per_step'])}" for f in more)
         text += " on one GPU (part of that growth is more kernels, not slower ones)"
     mem, gemm = _slowdown(c1, c2, MEMORY_BOUND_GROUPS), _slowdown(c1, c2, [GEMM])
-    if total > 0 and mem == mem and gemm == gemm:  # not NaN
+    if total > 0 and pd.notna(mem) and pd.notna(gemm):
         mixed = [f for f in MEMORY_BOUND_GROUPS if k2.at[f, "kernels_per_step"] != k1.at[f, "kernels_per_step"]]
         text += (f". The mean time per kernel changes by {signed_pct(gemm, 100.0)} for GEMMs and by "
                  f"{signed_pct(mem, 100.0)} for the memory-bound kernels ({', '.join(MEMORY_BOUND_GROUPS)}; "
@@ -177,7 +178,7 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     s.p(text + ".")
     if limited:
         _limited_table(s, label, one, ref, limited, fams, t1, total)
-    return (f"on the critical rank the non-NCCL GPU time grows by {ms(total)} per step, most in {top} "
+    return (f"on the critical rank the non-NCCL GPU time grows by {ms(total)} per step, the largest part in {top} "
             f"({signed(grow[top])})") if total > 0 else f"the non-NCCL GPU time changes by {signed(total)} per step"
 
 

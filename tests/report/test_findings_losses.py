@@ -169,3 +169,12 @@ def test_real_set_b_section_carries_the_family_table():
     assert "GPU time per step by kernel family on the critical rank, none_xl_bf16_1xh200 and " \
            "torch_ddp-25mb_xl_bf16_2xh200" in md
     assert "| family | 1 GPU | 2 GPUs | difference | difference % |" in md
+
+
+def test_signed_changes_that_round_to_zero_carry_no_minus():
+    from ddp_profile.report.findings.losses import signed, signed_pct
+
+    assert signed(-2 * MS) == "−2.000 ms" and signed(2 * MS) == "+2.000 ms"
+    assert signed(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
+    assert signed_pct(-1, 1000.0) == "−0.1 %" and signed_pct(-0.1, 1000.0) == "+0.0 %"
+    assert signed_pct(5, 0) == "n/a"

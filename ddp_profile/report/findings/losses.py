@@ -91,13 +91,18 @@ def run_families(run) -> tuple[pd.DataFrame, pd.DataFrame] | None:
 
 
 def signed(d: float) -> str:
-    """+12.345 ms / −12.345 ms (:func:`text.ms`)."""
-    return ("+" if d >= 0 else "−") + ms(abs(d))
+    """+12.345 ms / −12.345 ms (:func:`text.ms`); a change that rounds to zero is +0.000 ms."""
+    text = ms(abs(d))
+    return ("−" if d < 0 and text != ms(0) else "+") + text
 
 
 def signed_pct(d: float, base: float) -> str:
-    """The change ``d`` relative to ``base`` as +12.3 % / −12.3 %; "n/a" without a base."""
-    return ("+" if d >= 0 else "−") + pct(100.0 * abs(d) / base) if base > 0 else "n/a"
+    """The change ``d`` relative to ``base`` as +12.3 % / −12.3 % (+0.0 % when it rounds to zero); "n/a"
+    without a base."""
+    if not base > 0:
+        return "n/a"
+    text = pct(100.0 * abs(d) / base)
+    return ("−" if d < 0 and text != pct(0.0) else "+") + text
 
 
 def _totals(crit: pd.DataFrame) -> dict[str, float]:

@@ -146,6 +146,12 @@ LAUNCH_STEP_COLUMNS = [
 API_FUNCTION_COLUMNS = ["rank", "name", "calls", "total_ns", "mean_ns", "calls_per_step", "ns_per_step"]
 # Per (rank, kernel group), kernels launched inside the selected steps (groups: analysis/launches.py).
 KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
+# Kernel families of a step's GPU time (analysis/kernel_families.py; families: analysis/launches.py GROUPS), the
+# kernels (and memcpys, memsets) starting in the critical path's step span: per (rank, step, family) the count
+# and Σ duration; per rank, and per step on its critical rank, sums over the steps / steps.
+FAMILY_STEP_COLUMNS = ["rank", "step", "family", "kernels", "gpu_ns"]
+FAMILY_COLUMNS = ["rank", "family", "steps", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
+CRITICAL_FAMILY_COLUMNS = ["family", "steps", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
 
 
 # Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).

@@ -61,15 +61,26 @@ from ddp_profile.memory import python_strings
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
 time; the findings' host/launch-bound line is the same). Below it, shaving host time buys little."""
+OPTIMIZER, GEMM, ATTENTION, REDUCE = "optimizer (multi_tensor_apply)", "GEMM", "attention", "reduce"
+ELEMENTWISE = "elementwise (incl. copies, casts)"
 KERNEL_GROUPS = (
-    ("optimizer (multi_tensor_apply)", r"multi_tensor_apply"),
-    ("GEMM", r"^(nvjet|Kernel2$|cutlass)|gemm"),
-    ("attention", r"sdpa|fmha|flash|convert_dq_to_16bits|compute_dot_do_o"),
-    ("reduce", r"reduce_kernel"),
-    ("elementwise (incl. copies, casts)", r"elementwise"),
+    (OPTIMIZER, r"multi_tensor_apply"),
+    (GEMM, r"^(nvjet|Kernel2$|cutlass)|gemm"),
+    (ATTENTION, r"sdpa|fmha|flash|convert_dq_to_16bits|compute_dot_do_o"),
+    (REDUCE, r"reduce_kernel"),
+    (ELEMENTWISE, r"elementwise"),
 )
 """(group, regex on the short kernel name). Casts and copies run as ``*elementwise_kernel`` whose template
-arguments (in the demangled name, which the loader does not read) would tell them apart."""
+arguments (in the demangled name, which the loader does not read) would tell them apart. The one list of kernel
+families: ``kernel_families`` groups a step's GPU time by it too."""
+OTHER, COPY, NCCL_GROUP = "other", "copy", NCCL.upper()
+"""Groups beside KERNEL_GROUPS: a compute kernel no pattern matches; a memcpy or memset (by kind); an NCCL kernel
+(by kind)."""
+GROUPS = (*(g for g, _ in KERNEL_GROUPS), OTHER, COPY, NCCL_GROUP)
+"""Every group label :func:`kernel_group_codes` indexes, in this order."""
+MEMORY_BOUND_GROUPS = (OPTIMIZER, REDUCE, ELEMENTWISE)
+"""The groups whose kernels stream tensors through HBM with little arithmetic per byte (optimizer updates,
+reductions, elementwise ops, casts and copies): their speed is the memory bandwidth they get."""
 
 
 @dataclass
@@ -230,14 +241,23 @@ def _per_step(parts: list[pd.DataFrame], count: str, columns: list[str]) -> pd.D
     return schema.select(df, columns)
 
 
-def _kernel_group(karr: KernelArrays) -> np.ndarray:
-    """Group label per row (KERNEL_GROUPS by name; "NCCL" by kind; memcpy/memset rows get "copy")."""
+def kernel_group_codes(karr: KernelArrays) -> np.ndarray:
+    """Per row, the index into GROUPS of its group: the first KERNEL_GROUPS pattern matching the kernel's short
+    name (else OTHER), NCCL kernels by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
     names = karr.name_values()
-    labels = np.array([next((g for g, rx in KERNEL_GROUPS if n is not None and re.search(rx, str(n))), "other")
-                       for n in names], dtype=object)
-    out = labels[karr.name_code.astype(np.int64)] if len(labels) else np.zeros(0, dtype=object)
-    out = np.where(karr.is_nccl, NCCL.upper(), out)
-    return np.where(karr.is_compute | karr.is_nccl, out, "copy")
+    other = GROUPS.index(OTHER)
+    by_name = np.array([next((i for i, (_, rx) in enumerate(KERNEL_GROUPS)
+                              if n is not None and re.search(rx, str(n))), other) for n in names], dtype=np.int8)
+    out = by_name[karr.name_code.astype(np.int64)] if len(karr.name_code) else np.zeros(0, dtype=np.int8)
+    out = np.where(karr.is_nccl, np.int8(GROUPS.index(NCCL_GROUP)), out)
+    return np.where(karr.is_compute | karr.is_nccl, out, np.int8(GROUPS.index(COPY))).astype(np.int8)
 
 
-__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "IDLE_THRESHOLD_PCT", "KERNEL_GROUPS"]
+def _kernel_group(karr: KernelArrays) -> np.ndarray:
+    """Group label per row (:func:`kernel_group_codes` as GROUPS labels)."""
+    return np.asarray(GROUPS, dtype=object)[kernel_group_codes(karr)]
+
+
+__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "kernel_group_codes", "IDLE_THRESHOLD_PCT",
+           "KERNEL_GROUPS", "GROUPS", "MEMORY_BOUND_GROUPS", "OPTIMIZER", "GEMM", "ATTENTION", "REDUCE", "ELEMENTWISE", "OTHER",
+           "COPY", "NCCL_GROUP"]

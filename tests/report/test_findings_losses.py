@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
 from ddp_profile.report.findings.data import CAMPAIGN, RunData
 from ddp_profile.report.findings.losses import critical_medians, q13_where_lost
@@ -47,3 +48,133 @@ def test_no_section_without_a_matching_one_gpu_run():
     # the 1-GPU run has another batch: not the same workload, so no pair and no section
     runs = [_run("none_xl_bf16_1x", "none", 1, ONE, batch=8), _run("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2, TWO)]
     assert q13_where_lost(runs) is None
+
+
+# ---- which compute grows: kernel families on the critical rank -------------------------------------------------
+
+US = 1_000
+STEP_US = 1_000  # each synthetic step's GPU window is [s * STEP_US, (s + 1) * STEP_US)
+
+
+def _traced(name, strategy, world, per_step_us, *, channels=0, folder="B"):
+    """A campaign run with a kernel table: every step of every rank runs, back to back from the window's start,
+    the kernels ``per_step_us`` lists as (name, kind, count, µs each); rank 0 is critical on every step."""
+    rows, steps = [], []
+    for rank in range(world):
+        for s in range(3):
+            t = s * STEP_US * US
+            steps.append({"rank": rank, "step": s, "start_ns": t, "end_ns": t + STEP_US * US})
+            for kname, kind, count, us in per_step_us:
+                for _ in range(count):
+                    rows.append({"rank": rank, "pid": 10 + rank, "device": rank, "stream": 7, "start_ns": t,
+                                 "end_ns": t + us * US, "name": kname, "kind": kind, "launch_ns": t - US})
+                    t += us * US
+    run = _run(name, strategy, world, TWO if world > 1 else ONE, folder=folder)
+    run.meta["config"]["nccl_channels"] = channels
+    run.meta["config"]["nccl_high_priority"] = bool(channels)
+    run.trace = SimpleNamespace(kernels=pd.DataFrame(rows))
+    cp = run.analysis.critical_path
+    run.analysis = SimpleNamespace(critical_path=cp, steps=pd.DataFrame(steps))
+    return run
+
+
+GEMM_K, ELEM_K, NCCL_K = "nvjet_sm90_tst_128x256", "vectorized_elementwise_kernel", "ncclDevKernel_AllReduce"
+ONE_GPU = [(GEMM_K, "compute", 4, 25), (ELEM_K, "compute", 10, 5)]  # GEMM 100 µs, elementwise 50 µs per step
+
+
+def _text(s) -> str:
+    return " ".join(s.paragraphs())
+
+
+def _family_table(s):
+    from ddp_profile.report.findings.text import Table
+
+    return next(b.frame for b in s.blocks if isinstance(b, Table) and "by kernel family" in b.caption)
+
+
+def test_family_table_and_its_sentence_follow_the_numbers():
+    one = _traced("none_xl_bf16_1x", "none", 1, ONE_GPU)
+    # GEMMs 25 -> 35 µs (+40 %), elementwise 5 -> 5.5 µs (+10 %): GEMM grows most and slows most per kernel
+    gemm_slow = _traced("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2,
+                        [(GEMM_K, "compute", 4, 35), (ELEM_K, "compute", 10, 5.5), (NCCL_K, "nccl", 1, 30)])
+    s = q13_where_lost([one, gemm_slow])
+    t = _family_table(s).set_index("family")
+    assert t.loc["GEMM", "1 GPU"] == "0.100 ms" and t.loc["GEMM", "2 GPUs"] == "0.140 ms"
+    assert t.loc["GEMM", "difference"] == "+0.040 ms" and t.loc["GEMM", "difference %"] == "+40.0 %"
+    assert t.loc["all but NCCL", "difference"] == "+0.045 ms"  # 40 + 5 µs
+    assert t.loc["NCCL", "2 GPUs"] == "0.030 ms"
+    assert t.loc["elementwise (incl. copies, casts)", "kernels per step"] == "10 → 10"
+    text = _text(s)
+    assert "the largest contributor is GEMM, 88.9 % of the growth" in text  # 40 of 45 µs
+    assert "+40.0 % for GEMMs" in text and "GEMMs slowing more" in text
+    assert "HBM bandwidth shared with the NCCL kernels running beside them" not in text
+    # elementwise 5 -> 9 µs (+80 %), GEMMs 25 -> 26 µs (+4 %): now the memory-bound kernels grow and slow most
+    mem_slow = _traced("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2,
+                       [(GEMM_K, "compute", 4, 26), (ELEM_K, "compute", 10, 9), (NCCL_K, "nccl", 1, 30)])
+    text = _text(q13_where_lost([one, mem_slow]))
+    assert "the largest contributor is elementwise (incl. copies, casts), 90.9 % of the growth" in text  # 40 of 44
+    assert "memory-bound kernels slowing more points at HBM bandwidth" in text
+    assert "GEMMs slowing more" not in text
+
+
+def test_a_channel_limited_run_gets_its_own_columns_and_sentence():
+    one = _traced("none_xl_bf16_1x", "none", 1, ONE_GPU)
+    stock = _traced("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2,
+                    [(GEMM_K, "compute", 4, 35), (ELEM_K, "compute", 10, 5), (NCCL_K, "nccl", 1, 30)])
+    ch2 = _traced("torch_ddp-25mb-ch2-hiprio_xl_bf16_2x", "torch_ddp", 2,
+                  [(GEMM_K, "compute", 4, 30), (ELEM_K, "compute", 10, 5), (NCCL_K, "nccl", 1, 60)], channels=2)
+    s = q13_where_lost([one, stock, ch2])
+    from ddp_profile.report.findings.text import Table
+
+    limited = next(b.frame for b in s.blocks if isinstance(b, Table) and "fewer channels" in b.caption)
+    row = limited.set_index("family").loc["all but NCCL"]
+    assert row["stock vs 1 GPU"] == "+0.040 ms (+26.7 %)" and row["2 channels, high priority vs 1 GPU"] == \
+        "+0.020 ms (+13.3 %)"
+    assert ("with 2 channels, high priority the change is +0.020 ms (+13.3 %), 0.020 ms less than stock's "
+            "+0.040 ms: NCCL held to fewer channels (CTAs) shrinks the compute kernels' slowdown") in _text(s)
+    # a channel-limited run slower than stock gets no such conclusion
+    ch2_slow = _traced("torch_ddp-25mb-ch2-hiprio_xl_bf16_2x", "torch_ddp", 2,
+                       [(GEMM_K, "compute", 4, 40), (ELEM_K, "compute", 10, 5), (NCCL_K, "nccl", 1, 60)], channels=2)
+    text = _text(q13_where_lost([one, stock, ch2_slow]))
+    assert "0.020 ms more than stock's" in text and "shrinks" not in text
+
+
+def _cell_ms(v: str) -> float:
+    return float(v.replace("+", "").replace("−", "-").replace(",", "").split(" ms")[0])
+
+
+def test_real_set_b_section_carries_the_family_table():
+    """Campaign set B (2 x H200, XL bf16), the committed traces: the table's 'all but NCCL' row is the critical
+    path's compute part (mean over steps; its union equals the sum of durations on these traces), its family
+    rows add up to it, the sentence names the family whose growth the table shows largest, and the rendered
+    Markdown carries the table."""
+    from ddp_profile.report.findings.data import load_run
+    from ddp_profile.report.findings.render import to_markdown
+
+    root = Path(__file__).resolve().parents[2] / "traces" / "campaign" / "B"
+    runs = [load_run(CAMPAIGN, root / n) for n in ("none_xl_bf16_1xh200", "torch_ddp-25mb_xl_bf16_2xh200",
+                                                   "torch_ddp-25mb-ch2-hiprio_xl_bf16_2xh200")]
+    s = q13_where_lost(runs)
+    t = _family_table(s).set_index("family")
+    for col, run in (("1 GPU", runs[0]), ("2 GPUs", runs[1])):
+        compute = float(run.analysis.critical_path["compute_ns"].mean()) / 1e6
+        assert _cell_ms(t.loc["all but NCCL", col]) == pytest.approx(compute, abs=1e-3)
+        families = t.drop(index=["all but NCCL", "NCCL"])[col].map(_cell_ms)
+        assert families.sum() == pytest.approx(_cell_ms(t.loc["all but NCCL", col]), abs=1e-3 * len(families))
+    growth = t.drop(index=["all but NCCL", "NCCL"])["difference"].map(_cell_ms)
+    assert growth.sum() > 0
+    assert f"the largest contributor is {growth.idxmax()}," in _text(s)
+    assert "with 2 channels, high priority the change is" in _text(s)
+    md = to_markdown("t", [], [s], [])
+    assert "GPU time per step by kernel family on the critical rank, none_xl_bf16_1xh200 and " \
+           "torch_ddp-25mb_xl_bf16_2xh200" in md
+    assert "| family | 1 GPU | 2 GPUs | difference | difference % |" in md
+
+
+def test_signed_changes_that_round_to_zero_carry_no_minus():
+    from ddp_profile.report.findings.losses import signed, signed_pct
+
+    assert signed(-2 * MS) == "−2.000 ms" and signed(2 * MS) == "+2.000 ms"
+    assert signed(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
+    assert signed_pct(-1, 1000.0) == "−0.1 %" and signed_pct(-0.1, 1000.0) == "+0.0 %"
+    assert signed_pct(5, 0) == "n/a"

@@ -1,0 +1,106 @@
+"""Where a step's GPU time goes, kernel family by kernel family: per (rank, step), per rank, and on the
+critical path's rank.
+
+Families are the launch diagnosis' kernel groups (``launches.GROUPS``: the first ``launches.KERNEL_GROUPS``
+pattern matching the kernel's short name, else "other"; NCCL kernels by kind; memcpy and memset "copy").
+Steps are the critical path's step spans J = [end of the rank's previous selected step, end of this step)
+(``critical_path.spans``, from the step table's GPU windows), so the spans tile each rank's timeline as the
+critical path's parts do, and a kernel belongs to the step whose span its start lies in. Per (rank, step,
+family), :func:`family_steps`::
+
+    kernels = number of the family's activities starting in J
+    gpu_ns  = Σ (end − start) of them, each in full (also when it ends after J)
+
+A sum of durations, not a union: two kernels of a family running at once on two streams count twice, so
+the non-NCCL families of a step can add up to a little more than the critical path's ``compute_ns`` (the
+union of the same activities clipped to J). Every family of ``launches.GROUPS`` has a row for every
+(rank, step), 0 where it ran nothing.
+
+Summaries (:func:`family_per_rank`, :func:`family_on_critical_rank`) are sums over the steps divided by the
+number of steps, not medians, so the families of a summary add up to its total per step::
+
+    kernels_per_step = Σ kernels / steps
+    gpu_ns_per_step  = Σ gpu_ns / steps
+    mean_ns          = Σ gpu_ns / Σ kernels   (NaN without kernels)
+
+``family_on_critical_rank`` takes each step's row from its critical rank (``schema.CRITICAL_PATH_COLUMNS``:
+the rank whose step ends last), the rank the critical path's parts describe.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.analysis.critical_path import spans
+from ddp_profile.analysis.kernel_arrays import KernelArrays
+from ddp_profile.analysis.launches import GROUPS, kernel_group_codes
+
+
+def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """``schema.FAMILY_STEP_COLUMNS``, one row per (rank, step, family of ``launches.GROUPS``), rows by rank,
+    step, then family in GROUPS order. ``kernels``: KERNEL_COLUMNS (the trace's kernels, memcpys and
+    memsets); ``steps``: the step table (rank, step, start_ns, end_ns: GPU windows) of the selected steps."""
+    if steps is None or steps.empty or kernels is None or kernels.empty:
+        return schema.empty_frame(schema.FAMILY_STEP_COLUMNS)
+    karr = KernelArrays(kernels)
+    code = kernel_group_codes(karr)
+    dur = karr.end - karr.start
+    n_fam = len(GROUPS)
+    sp = spans(steps)
+    parts = []
+    for rank, rows in sp.groupby("rank", sort=True).indices.items():
+        js, je = sp["start_ns"].to_numpy()[rows], sp["end_ns"].to_numpy()[rows]
+        idx = karr.rank_index(rank)
+        s = karr.start[idx]
+        at = np.searchsorted(js, s, side="right") - 1  # spans of a rank are sorted and do not overlap
+        inside = (at >= 0) & (s < je[np.maximum(at, 0)])
+        cell = at[inside] * n_fam + code[idx][inside]  # (step position, family) as one integer
+        size = len(rows) * n_fam
+        kernels_n = np.bincount(cell, minlength=size)
+        gpu_ns = np.bincount(cell, weights=dur[idx][inside], minlength=size)
+        parts.append(pd.DataFrame({
+            "rank": int(rank), "step": np.repeat(sp["step"].to_numpy()[rows], n_fam),
+            "family": np.tile(np.asarray(GROUPS, dtype=object), len(rows)),
+            "kernels": kernels_n.astype(np.int64), "gpu_ns": np.rint(gpu_ns).astype(np.int64)}))
+    return schema.select(pd.concat(parts, ignore_index=True), schema.FAMILY_STEP_COLUMNS)
+
+
+def _summarise(rows: pd.DataFrame, key: str, steps: pd.Series) -> pd.DataFrame:
+    """Sums of ``rows`` (FAMILY_STEP_COLUMNS) per (``key``, family), divided by ``steps`` (the number of steps
+    per value of ``key``)."""
+    g = rows.groupby([key, "family"], sort=False)[["kernels", "gpu_ns"]].sum().reset_index()
+    n = g[key].map(steps).to_numpy(np.int64)
+    g["steps"] = n
+    g["kernels_per_step"] = g["kernels"] / n
+    g["gpu_ns_per_step"] = g["gpu_ns"] / n
+    g["mean_ns"] = (g["gpu_ns"] / g["kernels"].where(g["kernels"] > 0)).astype(float)
+    return g
+
+
+def family_per_rank(per_step: pd.DataFrame) -> pd.DataFrame:
+    """``schema.FAMILY_COLUMNS``, one row per (rank, family), from :func:`family_steps`: sums over the rank's
+    steps divided by their number. Rows by rank, then family in ``launches.GROUPS`` order."""
+    if per_step.empty:
+        return schema.empty_frame(schema.FAMILY_COLUMNS)
+    steps = per_step.groupby("rank")["step"].nunique()
+    return schema.select(_summarise(per_step, "rank", steps), schema.FAMILY_COLUMNS)
+
+
+def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> pd.DataFrame:
+    """``schema.CRITICAL_FAMILY_COLUMNS``, one row per family: per step the critical rank's row (``critical``:
+    ``schema.CRITICAL_PATH_COLUMNS``), summed over the steps both frames have and divided by their number.
+    Rows in ``launches.GROUPS`` order; empty when no step is in both."""
+    if per_step.empty or critical is None or critical.empty:
+        return schema.empty_frame(schema.CRITICAL_FAMILY_COLUMNS)
+    pick = critical[["step", "critical_rank"]].rename(columns={"critical_rank": "rank"}).astype("int64")
+    rows = per_step.astype({"rank": "int64", "step": "int64"}).merge(pick, on=["rank", "step"], how="inner")
+    if rows.empty:
+        return schema.empty_frame(schema.CRITICAL_FAMILY_COLUMNS)
+    rows = rows.assign(path=0)
+    steps = pd.Series({0: rows["step"].nunique()})
+    return schema.select(_summarise(rows, "path", steps), schema.CRITICAL_FAMILY_COLUMNS)
+
+
+__all__ = ["family_steps", "family_per_rank", "family_on_critical_rank"]

@@ -108,10 +108,10 @@ class Reader:
         self.local = threading.local()
         self.cons: list = []
 
-    def _con(self) -> _Connection:
+    def _con(self, driver: _Driver) -> _Connection:
         con = getattr(self.local, "con", None)
         if con is None:
-            con = self.local.con = _Connection(_loaded(), self.uri)
+            con = self.local.con = _Connection(driver, self.uri)
             with _lock:
                 self.cons.append(con)
         return con
@@ -121,11 +121,13 @@ class Reader:
         widened to int64), at most ``cap`` rows; None when the driver fails or a column is not non-null
         integers (the caller then reads through ``sqlite3``)."""
         driver = _loaded()
+        if driver is None:  # switched off since the Reader was made
+            return None
         pa = driver.pa
         out = [np.empty(cap, dtype=d) for d in dtypes]
         done = 0
         try:
-            for batch in self._con().batches(query):
+            for batch in self._con(driver).batches(query):
                 n = batch.num_rows
                 if done + n > cap or batch.num_columns != len(out):
                     return None

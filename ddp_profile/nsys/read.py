@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -104,21 +105,23 @@ def on_own_connection(path: Path, fn, *args, **kwargs):
 
 
 def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
-                  pending=None) -> dict[str, np.ndarray]:
+                  pending=None) -> dict[str, Any]:
     """GPU activity columns, names and launch times of one export. ``pending``: a future of ``sql.launches``
     (the launching API rows read on a second thread while the activity tables are read and named here: each
     read releases the GIL in the driver), else they are read here after them."""
-    parts, kinds, labels = [], [], []
+    parts: list[dict[str, Any]] = []
+    kinds: list[np.ndarray] = []
+    labels: list[str] = []
     for table, code in ((sql.KERNEL, 0), (sql.MEMCPY, 2), (sql.MEMSET, 3)):  # codes index KINDS
         if table in have:
-            cols = sql.gpu_activities(con, table, map_chunks, columnar=reader)
-            parts.append(cols)
-            kinds.append(np.full(len(cols["start"]), code, dtype=np.int8))
+            got: dict[str, Any] = sql.gpu_activities(con, table, map_chunks, columnar=reader)
+            parts.append(got)
+            kinds.append(np.full(len(got["start"]), code, dtype=np.int8))
     if not parts:  # unreachable from read_file (it requires the kernel table); kept total
         parts = [{c: np.empty(0, np.int64) for c in ("pid", "device", "stream", "start", "end", "name_id", "corr")}
                  | {"bytes": None}]
     kind = concat(kinds) if kinds else np.empty(0, dtype=np.int8)
-    cols = {}
+    cols: dict[str, Any] = {}
     for c in ("pid", "device", "stream", "start", "end", "name_id", "corr"):
         cols[c] = concat([p[c] for p in parts])
     if all(p["bytes"] is None for p in parts):
@@ -176,7 +179,7 @@ READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large
 PARALLEL_READ_BYTES = 16 << 20  # files smaller than this are read on the calling thread
 
 
-def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: bool = True) -> dict:
+def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: bool = True) -> dict[str, Any]:
     con = open_export(path)
     # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
     # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
@@ -201,7 +204,7 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             launches = pool.submit(on_own_connection, path, sql.launches, have, columnar=arrow)
             waits = pool.submit(on_own_connection, path, sql.host_wait_calls, have) if host_waits else None
         nvtx = sql.nvtx_ranges(con, have, columnar=arrow) if sql.NVTX in have else None
-        out = {
+        out: dict[str, Any] = {
             "index": index, "path": path, "kernels": read_kernels(con, have, readers and readers.map, arrow, launches),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
@@ -242,7 +245,7 @@ def read_files(files_in: list[Path], *, jobs: int = 1, progress=None, host_waits
     per_file = max(1, READ_THREADS // max(1, min(jobs, len(files_in))))
 
     def read(item):
-        result = read_file(*item, threads=per_file, host_waits=host_waits)
+        result = read_file(item[0], item[1], threads=per_file, host_waits=host_waits)
         if progress:
             progress(f"read {item[1]}")
         return result

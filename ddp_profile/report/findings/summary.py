@@ -124,8 +124,8 @@ def timing_table(facts: list[dict]) -> Table | None:
                               else f["word"] if f["word"] == measures.WITHIN_NOISE else f"{f['word']}, spread unknown"),
              "of one GPU (interval)": f"{f['eff']} ({f['eff_interval']})"}
             for f in sorted(facts, key=lambda f: (f["set"], _dtypes(facts).index(f["dtype"]), f["workload"]))]
-    return Table(pd.DataFrame(rows), "Interleaved timing sets: the lowest-median multi-GPU configuration of each "
-                                     "(faster or slower than stock only where the 95 % intervals separate)")
+    return Table(pd.DataFrame(rows), "Timing sets: the lowest-median multi-GPU configuration of each (faster or "
+                                     "slower than stock only where the 95 % intervals separate)")
 
 
 def loss_bullets(facts: list[dict], anchor: str) -> list[Bullet]:

@@ -114,3 +114,20 @@ def test_summary_renders_the_same_escaped_bullets_in_both_documents():
     # the table opens the body, before the intro
     assert page.index("Timing sets") < page.index("<p>intro</p>")
     assert to_markdown("T", ["intro"], [s], Summary()).startswith("# T\n\nintro")
+
+
+def test_confirm_bullet_counts_and_names_the_worst_case():
+    """The recommend → confirm bullet states the counts and the worst error q12 recorded; a topic no bullet
+    knows is refused where it is recorded."""
+    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.report.findings.text import TOPIC_CONFIRM
+
+    s = Section("confirm", "Recommend → confirm")
+    s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
+                  worst_run="ch4", worst_error="-20.6 %")
+    (b,) = build_summary([s]).bullets
+    assert (b.anchor, b.text) == ("confirm", "9 of 11 step times predicted from the stock trace alone lie within ±5 % "
+                                             "of the measured step (5 of 7 sets with none outside); worst -20.6 %: ch4 "
+                                             "(Campaign set B).")
+    with pytest.raises(ValueError, match="summary topic"):
+        s.add_summary("Recommend → confirm (prediction from the stock trace vs measured, target ±5 %)", met=1)

@@ -162,7 +162,7 @@ def confirm_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     f = facts[-1]
     return [Bullet("Recommend → confirm:",
                    f"{f['met']} of {f['total']} step times predicted from the stock trace alone lie within {f['target']} "
-                   f"of the measured one (all of a set's in {f['sets_met']} of {f['sets']} sets); worst "
+                   f"of the measured step ({f['sets_met']} of {f['sets']} sets with none outside); worst "
                    f"{f['worst_error']}: {f['worst_run']} ({f['worst_set']}).", anchor, LINK_TEXT[TOPIC_CONFIRM])]
 
 

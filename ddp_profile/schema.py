@@ -160,6 +160,9 @@ JSON_SECTIONS = {
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
     "comm_kinds": "comm_kinds", "recommendation": "recommendation", "critical_path": "critical_path",
 }
+OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
+"""Sections ``analysis.analyze(sections=...)`` computes only when asked for (else on first access of the
+attribute); ``analyze --format json`` leaves them out unless named."""
 # Columns analysis/answers.py appends after a section's own contract (its producer selects that contract
 # first): the steps section is STEP_METRIC_COLUMNS + STEP_STRAGGLER_COLUMNS (per step, the same value on each
 # rank's row; analysis/straggler.py), the ranks section RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS.

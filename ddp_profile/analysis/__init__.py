@@ -33,7 +33,7 @@ from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.analysis.kernel_arrays import KernelArrays
 from ddp_profile.memory import python_strings, return_freed_memory
-from ddp_profile.schema import JSON_SECTIONS
+from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
 __all__ = ["Analysis", "analyze", "KernelArrays", "compare_runs", "predict_overhead", "optimal_bucket_bytes",
            "amdahl_serial_fraction", "JSON_SECTIONS"]
@@ -201,10 +201,6 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
     if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
         return None
     return sizes
-
-
-OPTIONAL_SECTIONS = ("comm_kinds", "recommendation")
-"""Sections ``analyze(sections=...)`` computes only when asked for (else on first access of the attribute)."""
 
 
 @python_strings()

@@ -18,7 +18,7 @@ from ddp_profile.commands.options import (
 )
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import check_output_file, write_text_atomic
-from ddp_profile.schema import JSON_SECTIONS
+from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}
@@ -74,8 +74,6 @@ def chosen_sections(fmt: str, section: list[str] | str | None) -> list[str]:
     """The sections the format outputs: csv one (default steps); json those asked for, by default every one
     except those computed only on request (``analysis.OPTIONAL_SECTIONS``: comm_kinds, recommendation);
     table those asked for (default none)."""
-    from ddp_profile.analysis import OPTIONAL_SECTIONS
-
     if fmt == "csv":
         chosen = _chosen(section, ["steps"])
         if len(chosen) != 1:
@@ -142,14 +140,14 @@ def table_text(res, chosen: list[str]) -> str:
 
 
 def run(args) -> int:
-    from ddp_profile.analysis import analyze
-
     if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
         check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
     wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
-    with loaded_run(args, paths) as trace:
+    with loaded_run(args, paths, meanwhile=("ddp_profile.analysis", "ddp_profile.commands.writers")) as trace:
+        from ddp_profile.analysis import analyze
+
         res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
                       sections=wanted)
         # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,

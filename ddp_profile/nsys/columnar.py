@@ -31,28 +31,72 @@ of rows). Batches are copied into preallocated numpy columns as they arrive, so 
 twice."""
 
 _lock = threading.Lock()
-_driver: Any = None  # the dbapi module once imported; False when unavailable
+_driver: Any = None  # the driver's modules once imported (_Driver); False when unavailable
 
 
-def _dbapi():
-    """The ADBC SQLite dbapi module, or None when not installed or switched off (``DDP_PROFILE_READER``)."""
+class _Driver:
+    """The driver's low-level modules: ``adbc_driver_manager`` (database, connection, statement handles),
+    ``adbc_driver_sqlite`` (the SQLite driver's library) and ``pyarrow`` (the result stream's reader).
+    Not their DB-API layer (``adbc_driver_sqlite.dbapi``): that one imports pandas and ``pyarrow.dataset``,
+    about 0.2 s of process start that a read does not need, and the read can then begin while the caller
+    imports pandas on another thread."""
+
+    def __init__(self) -> None:
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+        import pyarrow
+
+        if not hasattr(pyarrow.RecordBatchReader, "from_stream"):  # pyarrow < 15
+            raise ImportError("pyarrow.RecordBatchReader.from_stream is missing")
+        self.manager, self.sqlite, self.pa = adbc_driver_manager, adbc_driver_sqlite, pyarrow
+        self.errors = (adbc_driver_manager.Error, pyarrow.ArrowException)
+
+
+def _loaded() -> _Driver | None:
+    """The driver, or None when not installed or switched off (``DDP_PROFILE_READER=sqlite3``)."""
     global _driver
     if os.environ.get("DDP_PROFILE_READER", "").lower() == "sqlite3":
         return None
     with _lock:
         if _driver is None:
             try:
-                import adbc_driver_sqlite.dbapi as dbapi
+                _driver = _Driver()
             except ImportError:
                 _driver = False
-            else:
-                _driver = dbapi
     return _driver or None
 
 
 def available() -> bool:
     """Whether columnar reads will be used (the driver imports, and no environment switch turns it off)."""
-    return _dbapi() is not None
+    return _loaded() is not None
+
+
+class _Connection:
+    """One read-only ADBC connection (database and connection handles, closed together)."""
+
+    def __init__(self, driver: _Driver, uri: str) -> None:
+        self.driver = driver
+        self.database = driver.sqlite.connect(uri)
+        try:
+            self.connection = driver.manager.AdbcConnection(self.database)
+        except BaseException:
+            self.database.close()
+            raise
+
+    def batches(self, query: str):
+        """The query's record batches, as the driver builds them (``BATCH_ROWS`` rows each)."""
+        statement = self.driver.manager.AdbcStatement(self.connection)
+        try:
+            statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            statement.set_sql_query(query)
+            stream, _ = statement.execute_query()
+            yield from self.driver.pa.RecordBatchReader.from_stream(stream)
+        finally:
+            statement.close()
+
+    def close(self) -> None:
+        self.connection.close()
+        self.database.close()
 
 
 class Reader:
@@ -64,10 +108,10 @@ class Reader:
         self.local = threading.local()
         self.cons: list = []
 
-    def _con(self):
+    def _con(self, driver: _Driver) -> _Connection:
         con = getattr(self.local, "con", None)
         if con is None:
-            con = self.local.con = _dbapi().connect(self.uri)
+            con = self.local.con = _Connection(driver, self.uri)
             with _lock:
                 self.cons.append(con)
         return con
@@ -76,31 +120,26 @@ class Reader:
         """The query's columns as 1-D arrays of ``dtypes`` (a column whose values do not fit its dtype is
         widened to int64), at most ``cap`` rows; None when the driver fails or a column is not non-null
         integers (the caller then reads through ``sqlite3``)."""
-        dbapi = _dbapi()
-        import pyarrow as pa
-
+        driver = _loaded()
+        if driver is None:  # switched off since the Reader was made
+            return None
+        pa = driver.pa
         out = [np.empty(cap, dtype=d) for d in dtypes]
         done = 0
         try:
-            cur = self._con().cursor()
-            try:
-                cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-                cur.execute(query)
-                for batch in cur.fetch_record_batch():
-                    n = batch.num_rows
-                    if done + n > cap or batch.num_columns != len(out):
+            for batch in self._con(driver).batches(query):
+                n = batch.num_rows
+                if done + n > cap or batch.num_columns != len(out):
+                    return None
+                for i, col in enumerate(batch.columns):
+                    if col.null_count or not pa.types.is_integer(col.type):
                         return None
-                    for i, col in enumerate(batch.columns):
-                        if col.null_count or not pa.types.is_integer(col.type):
-                            return None
-                        values = col.to_numpy(zero_copy_only=False)
-                        if not _fits(values, out[i].dtype):
-                            out[i] = out[i].astype(np.int64)
-                        out[i][done:done + n] = values
-                    done += n
-            finally:
-                cur.close()
-        except (dbapi.Error, pa.ArrowException):
+                    values = _values(col, pa.types.is_signed_integer(col.type))
+                    if not _fits(values, out[i].dtype):
+                        out[i] = out[i].astype(np.int64)
+                    out[i][done:done + n] = values
+                done += n
+        except driver.errors:
             return None
         return [c[:done] if done >= 0.9 * cap else c[:done].copy() for c in out]
 
@@ -139,6 +178,14 @@ class ChunkReaders:
         self.pool.shutdown(wait=True)
         for con in self.cons:
             con.close()
+
+
+def _values(col, signed: bool) -> np.ndarray:
+    """An Arrow integer column without nulls as a numpy view of its data buffer (``Array.to_numpy`` would
+    import pandas, which the read is meant to run beside, not wait for)."""
+    width = col.type.bit_width // 8
+    kind = "i" if signed else "u"
+    return np.frombuffer(col.buffers()[1], dtype=np.dtype(f"{kind}{width}"), count=len(col), offset=col.offset * width)
 
 
 def _fits(col: np.ndarray, dtype: np.dtype) -> bool:

@@ -12,16 +12,12 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys import sql
+from ddp_profile.nsys.read import concat
 from ddp_profile.safeio import shown_path
 
 # File names enter frames only as ``safeio.shown_path`` text (a non-UTF-8 name's bytes as ``\xff`` escapes), so
 # any string column takes them, Arrow-backed ones too; ``load_trace`` makes its frames with Python-backed
 # strings (``memory.python_strings``).
-
-
-def concat(parts: list[np.ndarray]) -> np.ndarray:
-    """np.concatenate, but one part is returned as is (no copy: one export of one table is the usual case)."""
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 KINDS = ["compute", "nccl", "memcpy", "memset", "unknown"]  # unknown: a kernel whose name id is not in StringIds

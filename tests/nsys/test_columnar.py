@@ -17,7 +17,7 @@ from ddp_profile.nsys.loader import load_trace
 from ddp_profile.nsys.synth import synth_ddp_run
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "ddp_mlp_2xh200.sqlite"
-pytest.importorskip("adbc_driver_sqlite.dbapi")
+pytest.importorskip("adbc_driver_sqlite")
 
 
 def _both(path, monkeypatch):

@@ -281,7 +281,7 @@ def test_join_launches_equals_a_dict_join_across_chunks(monkeypatch):
     """Activities find the first API row (table order) with their (pid, low 32 bits of the correlation id);
     several processes interleaved, ids out of order, repeated and past 32 bits, activities without a match
     or without an id (-1), and lookups spread over several chunks."""
-    from ddp_profile.nsys import loader
+    from ddp_profile.nsys import read
 
     rng = np.random.default_rng(3)
     m = 5000
@@ -297,7 +297,7 @@ def test_join_launches_equals_a_dict_join_across_chunks(monkeypatch):
     for p, c, s, t in zip(lpid.tolist(), lcorr.tolist(), lstart.tolist(), ltid.tolist(), strict=True):
         first.setdefault((p, c & 0xFFFFFFFF), (s, t))
     want = [first.get((p, c), (-1, -1)) if c > 0 else (-1, -1) for p, c in zip(pid.tolist(), corr.tolist(), strict=True)]
-    got_ns, got_tid = loader._join_launches(pid, corr, [lpid, lcorr.copy(), lstart, ltid])
+    got_ns, got_tid = read.join_launches(pid, corr, [lpid, lcorr.copy(), lstart, ltid])
     assert list(zip(got_ns.tolist(), got_tid.tolist(), strict=True)) == want
     assert sum(s >= 0 for s, _ in want) > n // 4  # many activities matched: the test exercises the lookup
 

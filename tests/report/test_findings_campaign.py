@@ -84,20 +84,21 @@ def test_beat_ddp_claims_faster_only_where_intervals_separate():
             "overlap).") in text
     table = next(b.frame for b in s.blocks if hasattr(b, "frame"))
     assert table["95 % interval"].tolist() == ["368.000–372.000 ms", "378.000–382.000 ms"]
-    assert summary_of(s).endswith("ch2, 370.000 ms, 0.974×, faster than stock (intervals separate).")
+    assert summary_of(s) == ("a configuration beats stock outside noise in A at 0.974× stock.")
     # the same medians with wide intervals: within noise, both intervals given, no "fastest"
     wide = _run("ch2", "torch_ddp", 2, 370.0, 372.0, config={"nccl_channels": 2}, ci=(360.0, 381.0))
     s2 = qc.q10_beat_ddp({"A": [one, ref, wide]}, _page, {"A": "m"})
     text2 = " ".join(s2.paragraphs())
     assert "the lowest median is ch2" in text2 and "fastest configuration" not in text2
     assert "Against stock torch_ddp it is within noise (95 % intervals 360.000–381.000 ms and 378.000–382.000 ms overlap)." in text2
-    assert summary_of(s2).endswith(", within noise of stock.")
+    assert summary_of(s2) == "the lowest median is within noise of stock in A at 0.974× stock."
 
 
 def summary_of(section) -> str:
-    from ddp_profile.report.findings.text import summary_sentences
+    """The text of the summary's bullet on the campaign sets' lowest medians (the section's recorded facts)."""
+    from ddp_profile.report.findings.summary import build_summary
 
-    return summary_sentences([section])[0]
+    return next(b.text for b in build_summary([section]).bullets if b.lead.startswith("Campaign sets"))
 
 
 def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
@@ -129,10 +130,9 @@ def test_a_recommendation_of_the_stock_configuration_is_said_as_such():
     ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 380.0, rec=rec)
     lever = _run("torch_ddp-ch2-hiprio", "torch_ddp", 2, 369.0, 376.0,
                  config={"nccl_channels": 2, "nccl_high_priority": True})
-    text, clause = qc._prediction("A", ref, [ref, lever])
+    text, outcome = qc._prediction("A", ref, [ref, lever])
     assert "recommends keeping the stock configuration (`--strategy torch_ddp --bucket-mb 25`)" in text
-    assert "not run" not in text and "not run" not in clause
-    assert clause == "`--strategy torch_ddp --bucket-mb 25`, the stock configuration itself (no change)"
+    assert "not run" not in text and outcome == "stock"
 
 
 def test_a_set_of_several_world_sizes_is_ranked_per_size_against_its_own_reference():
@@ -169,20 +169,20 @@ def test_a_recommendation_run_in_another_set_is_pointed_to():
     text = qc._prediction_sentence("C", ref, [ref], {"D, 4 GPUs": [ch9], "D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert text.endswith("This set has no run of exactly that configuration; campaign set D, 4 GPUs ran it beside its own "
                          "stock run, on the same GPU type and workload (see there).")
-    # the summary's clause for the same facts keeps the pointer inside one clause
-    assert qc._prediction("C", ref, [ref], {"D, 4 GPUs": [ch9]})[1] == (
-        "`--strategy torch_ddp --bucket-mb 25 --nccl-channels 9 --nccl-high-priority`, not run in this set "
-        "(campaign set D, 4 GPUs ran it)")
+    # the outcome the summary counts for the same facts
+    assert qc._prediction("C", ref, [ref], {"D, 4 GPUs": [ch9]})[1] == "run elsewhere"
+    assert qc._prediction("C", ref, [ref], {"D, 2 GPUs": [ch9_2]})[1] == "not run"
     # another GPU count, or another dtype and batch, is not the same workload
     alone = qc._prediction_sentence("C", ref, [ref], {"D, 2 GPUs": [ch9_2], "B": [bf16]})
     assert alone.endswith("This set has no run of exactly that configuration.")
 
 
 def test_summary_opens_both_documents_with_the_sections_own_results():
-    """The opening summary is the fastest configuration and the recommendation outcome per campaign set, as
-    clauses q10 builds from the values it states (the same ms and ratio strings), placed before the intro."""
+    """The opening summary states the lowest median and the recommendation's outcome of each campaign set as q10
+    decided them (the same ratio string; "beats stock" only where its own comparison established it), as
+    bullets before the intro, each linking to the section's anchor, the same in Markdown and HTML."""
     from ddp_profile.report.findings.render import to_html, to_markdown
-    from ddp_profile.report.findings.text import summary_sentences
+    from ddp_profile.report.findings.summary import build_summary
 
     fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
     rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
@@ -191,18 +191,24 @@ def test_summary_opens_both_documents_with_the_sections_own_results():
     ref = _run("torch_ddp", "torch_ddp", 2, 380.0, 381.0, rec=rec)
     lever = _run("ch2", "torch_ddp", 2, 370.0, 376.0, config={"nccl_channels": 2, "nccl_high_priority": True})
     s = qc.q10_beat_ddp({"A": [one, ref, lever]}, _page, {"A": "m"})
-    summary = summary_sentences([s])
-    assert len(summary) == 2
-    assert summary[0].endswith(": campaign set A: ch2, 370.000 ms, 0.974×, spread unknown.")  # 370 / 380
-    assert summary[1].endswith(": campaign set A: `--strategy torch_ddp --bucket-mb 25 --nccl-channels 2 "
-                               "--nccl-high-priority`, predicted 380.000 ms per profiled step, measured 376.000 ms "
-                               "(falls inside the predicted range).")
+    summary = build_summary([s])
+    assert [(b.lead, b.anchor) for b in summary.bullets] == [
+        ("Campaign sets (profiled sweeps, un-profiled medians):", "beat-ddp"),
+        ("Each campaign set's stock trace recommends:", "beat-ddp")]
+    # no interval recorded: a lower median (370 / 380 = 0.974x), never "beats"
+    assert summary.bullets[0].text == "a lower median than stock, with no interval to tell it from noise, in A at 0.974× stock."
+    # 376 profiled lies in the predicted 372-380 ms
+    assert summary.bullets[1].text == ("change it in A — A ran it and measured a step inside the predicted range.")
     text = " ".join(s.paragraphs())  # the section states the same values
     assert "ch2 at 370.000 ms per step, 0.974× stock torch_ddp" in text and "Measured: 376.000 ms profiled" in text
+    assert "the measurement falls inside the predicted range" in text
     md, html = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
-    assert md.index("**Summary.** ") < md.index("intro") < md.index("## ")
+    assert md.index("**Summary.**") < md.index("- **Campaign sets") < md.index("intro") < md.index("## ")
+    assert "no interval to tell it from noise, in A at 0.974× stock. ([how to beat DDP](#beat-ddp))" in md
+    assert '<a id="beat-ddp"></a>\n\n## How to beat PyTorch DDP' in md
     assert html.index("<strong>Summary.</strong>") < html.index("<p>intro</p>") < html.index("<h2")
-    assert "<code>--strategy torch_ddp" in html
+    assert "in A at 0.974× stock. (<a href='#beat-ddp'>how to beat DDP</a>)</li>" in html
+    assert "<h2 id='beat-ddp'>" in html
 
 
 def test_a_1gpu_run_inflated_by_nsys_is_named_and_efficiency_stays_unprofiled():

@@ -178,3 +178,23 @@ def test_signed_changes_that_round_to_zero_carry_no_minus():
     assert signed(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
     assert signed_pct(-1, 1000.0) == "−0.1 %" and signed_pct(-0.1, 1000.0) == "+0.0 %"
     assert signed_pct(5, 0) == "n/a"
+
+
+def test_summary_says_per_dtype_which_part_grows_and_why_a_span_is_shorter():
+    """One summary bullet per dtype over its campaign sets, from the section's own differences: set B's span is
+    36 ms shorter (276 → 240) though compute grows 30 ms, because host drops 72 ms; set E (its 1-GPU host only
+    20 ms) grows 40 ms. It links to the section."""
+    from ddp_profile.report.findings.summary import build_summary
+
+    runs = [_run("none_xl_bf16_1x", "none", 1, ONE), _run("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2, TWO),
+            _run("none_xl_bf16_1x", "none", 1, dict(ONE, host_ns=20), folder="E"),
+            _run("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2, TWO, folder="E")]
+    s = q13_where_lost(runs)
+    (b,) = build_summary([s]).bullets
+    assert (b.lead, b.anchor) == ("bf16, where the multi-GPU step loses time:", "losses")
+    assert b.text == ("step span vs one GPU −36.000 to +41.000 ms (2 campaign sets); compute grows most in 2 of 2 "
+                      "(+30.000 ms), then exposed transfer (+3.000 ms); the span is still shorter in 1 of 2 as host "
+                      "drops (−72.000 ms).")
+    (b1,) = build_summary([q13_where_lost(runs[:2])]).bullets
+    assert b1.text == ("step span vs one GPU −36.000 ms (one campaign set); compute grows most (+30.000 ms), then "
+                       "exposed transfer (+3.000 ms); the span is still shorter as host drops (−72.000 ms).")

@@ -15,6 +15,7 @@ from ddp_profile.harness import gpu_state, repeats
 from ddp_profile.report import measures
 from ddp_profile.report.findings import timing
 from ddp_profile.report.findings.data import TIMING, read_timing_runs
+from ddp_profile.report.findings.text import pct
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -136,3 +137,34 @@ def test_skipped_repeats_are_named_with_their_reason(tmp_path):
     text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
     assert ("skipped: 1 repeat of none_xl_fp32_1xh100 (a repeat of it started and never finished), "
             "1 repeat of torch_ddp-25mb_xl_fp32_2xh100 (deadline)") in text
+
+
+def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
+    """The summary's fp32 bullet and table row name the lowest-median configuration with the section's own
+    comparison: 'faster ... (intervals separate)' while the intervals separate; when its repeats are made
+    noisy enough to overlap stock, 'within noise' and no 'faster' anywhere in the summary."""
+    from ddp_profile.report.findings.summary import build_summary
+
+    runs, sec = _section(tmp_path)
+    by = {r.name: r for r in runs}
+    fast, stock, one = (by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"], by["torch_ddp-25mb_xl_fp32_2xh100"],
+                        by["none_xl_fp32_1xh100"])
+    got = build_summary([sec])
+    (bullet,) = got.bullets
+    eff = timing.efficiency(one, fast)
+    assert bullet.lead == "fp32, closest to one GPU:" and bullet.anchor == sec.key == "timing"
+    assert bullet.text == (f"{fast.name} (timing set F) runs at {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
+                           f"target 96 % missed) and is faster than stock DDP by {timing.rel_diff(fast, stock)} "
+                           "(intervals separate). Stock DDP is beaten outside noise in 1 of 1 fp32 timing set.")
+    row = got.table.frame.iloc[0]
+    assert (row["best configuration"], row["vs stock DDP"]) == (fast.name, f"faster by {timing.rel_diff(fast, stock)}")
+    assert row["median step (95 % interval)"] == f"{timing.ms(timing.med(fast))} ({timing.ci_text(fast)})"
+
+    noisy = dict(PLANS)  # the same centre, spread over stock's interval
+    noisy[fast.name] = ("torch_ddp", 2, [355.0, 390.0, 369.0, 384.0, 369.2], {"nccl_channels": 2, "nccl_high_priority": True})
+    _timing_set(tmp_path / "noisy", noisy)
+    got = build_summary([timing.q11_timing(read_timing_runs(tmp_path / "noisy"), {})])
+    best = got.table.frame.iloc[0]["best configuration"]
+    assert "is within noise of stock DDP. Stock DDP is beaten outside noise in 0 of 1 fp32" in got.bullets[0].text
+    assert got.table.frame.iloc[0]["vs stock DDP"] == "within noise" and best in got.bullets[0].text
+    assert "faster" not in got.bullets[0].text + " ".join(got.table.frame["vs stock DDP"])

@@ -29,7 +29,7 @@ from ddp_profile.report.findings.data import (
 )
 from ddp_profile.report.findings.losses import q13_where_lost
 from ddp_profile.report.findings.render import to_html, to_markdown
-from ddp_profile.report.findings.text import summary_sentences
+from ddp_profile.report.findings.summary import build_summary
 from ddp_profile.report.runs import run_page_name
 from ddp_profile.safeio import write_text_atomic
 
@@ -217,7 +217,7 @@ def build_findings(root, out_dir, progress=None, runs=None) -> dict:
     if len(extra["scaling"]):
         figs["scaling"] = figures.scaling_figure(extra["scaling"], machine_line(root, SCALING, runs).split(" (")[0])
     title = "Findings: CS336 assignment 2 DDP questions, answered from Nsight Systems traces"
-    summary = summary_sentences(secs)
+    summary = build_summary(secs)
     md = to_markdown(title, intro(root, runs), secs, summary)
     pages = any((out_dir / page_for(r)).exists() for r in runs)
     html_text = to_html(title, intro(root, runs, pages), secs, figs, summary)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import Section, ms, pct
+from ddp_profile.report.findings.text import TOPIC_CAMPAIGN_BEST, TOPIC_CAMPAIGN_REC, Section, ms, pct
 
 GIB = float(1 << 30)
 SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU",
@@ -51,6 +51,12 @@ def set_label(name: str, start: bool = False) -> str:
     """How the findings name a campaign set: "campaign set A" (``start``: "Campaign set A"), never "set A",
     which names a top-level set of traces/ (sections 1–8)."""
     return f"{'C' if start else 'c'}ampaign set {name}"
+
+
+def short_label(name: str) -> str:
+    """A set name in a list: ``"A"``, ``"C, 4 GPUs"`` -> ``"C (4 GPUs)"`` (no comma inside one item)."""
+    folder = set_folder(name)
+    return folder + (f" ({name[len(folder):].lstrip(', ')})" if name != folder else "")
 
 
 def set_title(name: str) -> str:
@@ -202,14 +208,11 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         text, outcome = _prediction(name, ref, rs, others)
         s.p(text)
         vs_ref = _against(best, ref, basis)
-        spread_tag = ("" if best is ref else ", faster than stock (intervals separate)" if vs_ref[1] else
-                      ", within noise of stock" if vs_ref[0].startswith(measures.WITHIN_NOISE) else
-                      ", spread unknown")
-        s.add_summary("Lowest-median configuration of each campaign set, per step and against its stock torch_ddp "
-                      "(un-profiled time unless marked; a run is faster only where 95 % intervals separate)",
-                      f"{set_label(name)}: {best.name}, {ms(t(best))}, {ratio:.3f}×"
-                      + (" (trace time)" if basis == measures.TRACE else "") + spread_tag)
-        s.add_summary("The recommendation from each campaign set's stock trace", f"{set_label(name)}: {outcome}")
+        how = ("stock" if best is ref else "faster" if vs_ref[1] else
+               "within noise" if vs_ref[0].startswith(measures.WITHIN_NOISE) else "spread unknown")
+        s.add_summary(TOPIC_CAMPAIGN_BEST, set=short_label(name), run=best.name, ratio=f"{ratio:.3f}×",
+                      trace_time=basis == measures.TRACE, how=how)
+        s.add_summary(TOPIC_CAMPAIGN_REC, set=short_label(name), outcome=outcome)
     return s
 
 
@@ -288,6 +291,12 @@ def _ranking_sentence(name: str, ranked: list, basis: str = measures.UNPROFILED)
             "change place): rank by un-profiled time.")
 
 
+PREDICTION_OUTCOMES = ("none made", "stock", "not run", "run elsewhere", "inside", "outside")
+"""What became of a campaign set's recommendation (:func:`_prediction`'s second value): none made, the stock
+configuration itself, run by no set, run only by another set of the same workload, run in the set with the
+measured step inside / outside the predicted range."""
+
+
 def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -> str:
     """The recommendation from ``ref``'s trace against the set's run of exactly that configuration; without
     one, the sets of ``others`` ({name: runs}) that ran it at the same GPU count on the same GPU are named."""
@@ -295,7 +304,7 @@ def _prediction_sentence(name: str, ref, rs: list, others: dict | None = None) -
 
 
 def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[str, str]:
-    """(:func:`_prediction_sentence`, its outcome in one clause for the summary, from the same values)."""
+    """(:func:`_prediction_sentence`, its outcome as one of :data:`PREDICTION_OUTCOMES`), from the same values."""
     rec = getattr(ref.analysis, "recommendation", None)
     if rec is None or not len(rec):
         return (f"{set_label(name, True)}: the analysis of {ref.name} makes no recommendation (see its report "
@@ -306,7 +315,7 @@ def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[s
         return (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "
                 f"recommendation` recommends keeping the stock configuration (`{flags}`): neither a larger "
                 "bucket cap nor the NCCL-channel lever is predicted to gain (see the stock run's page for the "
-                "figures weighed)."), f"`{flags}`, the stock configuration itself (no change)"
+                "figures weighed)."), "stock"
     match = [r for r in rs if r is not ref and config_matches(r.config, head)]
     pred, upper = float(head["predicted_step_ns"]), float(head["upper_gain_ns"])
     text = (f"{set_label(name, True)}: from the stock run's trace alone, `ddp-profile analyze --section "
@@ -316,20 +325,16 @@ def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[s
     if not match:
         elsewhere = [n for n, o in (others or {}).items()
                      if any(same_workload(r, ref) and config_matches(r.config, head) for r in o)]
-        where = f" ({' and '.join(map(set_label, elsewhere))} ran it)" if elsewhere else ""
         return text + ("This set has no run of exactly that configuration" + (
             f"; {' and '.join(map(set_label, elsewhere))} ran it beside its own stock run, on the same GPU type "
-            "and workload (see there)." if elsewhere else ".")), (
-            f"`{flags}`, not run in this set{where}")
+            "and workload (see there)." if elsewhere else ".")), "run elsewhere" if elsewhere else "not run"
     m = match[0]
     err = 100.0 * (profiled_ns(m) - pred) / profiled_ns(m)
     within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
     inside = "falls inside" if within else "falls outside"
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
                    f"prediction is off by {pct(err)} of the measured step, and the measurement "
-                   f"{inside} the predicted range."), (
-        f"`{flags}`, predicted {ms(pred)} per profiled step, measured {ms(profiled_ns(m))} ({inside} the "
-        "predicted range)")
+                   f"{inside} the predicted range."), "inside" if within else "outside"
 
 
 WORKLOAD_KEYS = ("gpu_name", "world_size")

@@ -32,7 +32,7 @@ from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCC
 from ddp_profile.fmt import fmt_duration, fmt_number
 from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
 from ddp_profile.report.findings.data import RunData
-from ddp_profile.report.findings.text import Section, ms, pct, spread
+from ddp_profile.report.findings.text import TOPIC_LOSSES, Section, ms, pct, spread
 
 PARTS = [("span_ns", "step span"), ("compute_ns", "compute"), ("exposed_transfer_ns", "exposed transfer"),
          ("wait_ns", "wait"), ("host_ns", "host"), ("idle_ns", "idle")]
@@ -132,8 +132,10 @@ def _slowdown(crit1: pd.DataFrame, crit2: pd.DataFrame, families) -> float:
     return 100.0 * float((w * ratio).sum() / w.sum()) if w.sum() > 0 else float("nan")
 
 
-def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: list[RunData], fams: dict) -> str:
-    """Add the set's family table(s) and sentence to ``s``; return a short clause for the summary."""
+def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: list[RunData],
+                  fams: dict) -> dict[str, str]:
+    """Add the set's family table(s) and sentence to ``s``; return the fact for the summary: the family that
+    grows most, when one grows."""
     c1, c2 = fams[one.name][0], fams[ref.name][0]
     t1, t2 = _totals(c1), _totals(c2)
     n = ref.world_size
@@ -183,8 +185,7 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     s.p(text + ".")
     if limited:
         _limited_table(s, label, one, ref, limited, fams, t1, total)
-    return (f"on the critical rank the non-NCCL GPU time grows by {ms(total)} per step, the largest part in {top} "
-            f"({signed(grow[top])})") if total > 0 else f"the non-NCCL GPU time changes by {signed(total)} per step"
+    return {"family": top} if grow[top] > 0 else {}
 
 
 def tag(r: RunData) -> str:
@@ -255,12 +256,14 @@ def q13_where_lost(runs) -> Section | None:
                       f"{name} {signed(d)}" for name, d in diffs.items())
                   + f"; the largest growth is {biggest}")
         drop = min(diffs, key=lambda k: diffs[k])
-        if b["span_ns"] < a["span_ns"] and diffs[drop] < 0:  # a shorter span needs its reason beside the growth
+        shorter = b["span_ns"] < a["span_ns"] and diffs[drop] < 0
+        if shorter:  # a shorter span needs its reason beside the growth
             clause += (f"; the span is {ms(a['span_ns'] - b['span_ns'])} shorter on {ref.world_size} GPUs because "
                        f"{drop} drops by {ms(-diffs[drop])}, more than {biggest} grows")
         s.p(clause + ".")
         fams = {r.name: f for r in (one, ref, *limited) if (f := run_families(r)) is not None}
-        if one.name in fams and ref.name in fams:
-            clause += "; " + _family_table(s, label, one, ref, [r for r in limited if r.name in fams], fams)
-        s.add_summary("Where the multi-GPU step loses its time (critical-path medians, profiled campaign runs)", clause)
+        grown = (_family_table(s, label, one, ref, [r for r in limited if r.name in fams], fams)
+                 if one.name in fams and ref.name in fams else {})
+        s.add_summary(TOPIC_LOSSES, set=label, dtype=ref.dtype, span_ns=b["span_ns"] - a["span_ns"],
+                      diffs=diffs, biggest=biggest, drop=drop if shorter else "", **grown)
     return s

@@ -11,7 +11,17 @@ from ddp_profile.analysis.compare import amdahl_serial_fraction
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
 from ddp_profile.report import measures
 from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
-from ddp_profile.report.findings.text import Section, compare, mb, ms, num, pct, ranges_overlap, spread
+from ddp_profile.report.findings.text import (
+    TOPIC_TRACES_BEST,
+    Section,
+    compare,
+    mb,
+    ms,
+    num,
+    pct,
+    ranges_overlap,
+    spread,
+)
 
 
 def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
@@ -29,19 +39,19 @@ def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
             if r.world_size < 2:
                 continue
             ratio = r.v("step_ns") / ref.v("step_ns")
+            word = compare(r.v("step_ns"), ref.v("step_ns"), "faster", "slower", "equal")
+            overlap = k != "torch_ddp" and ranges_overlap(r.spread["step_ns"], ref.spread["step_ns"])
             rows.append({"run": r.label, "step (median)": ms(r.v("step_ns")),
                          "step min–max": spread(*r.spread["step_ns"]), "÷ torch_ddp": num(ratio, 3),
-                         "vs torch_ddp": compare(r.v("step_ns"), ref.v("step_ns"), "faster", "slower", "equal")
-                         + ("" if k == "torch_ddp" else
-                            " (ranges overlap)" if ranges_overlap(r.spread["step_ns"], ref.spread["step_ns"]) else ""),
-                         "report page": page(r), "_ratio": ratio})
+                         "vs torch_ddp": word + (" (ranges overlap)" if overlap else ""),
+                         "report page": page(r), "_ratio": ratio, "_word": word, "_overlap": overlap})
         df = pd.DataFrame(rows).sort_values("_ratio")
-        s.table(df.drop(columns=["_ratio"]), f"{title}: step time relative to torch_ddp")
+        s.table(df.drop(columns=["_ratio", "_word", "_overlap"]), f"{title}: step time relative to torch_ddp")
         hand = df[df["run"] != "torch_ddp"]
         if len(hand):
-            s.add_summary("Fastest hand-written strategy of each set of traces/ (sections 1–8) against its "
-                          "torch_ddp (step time ratio in the trace)", f"{title}: {hand.iloc[0]['run']}, "
-                          f"{hand.iloc[0]['÷ torch_ddp']}×")
+            top = hand.iloc[0]
+            s.add_summary(TOPIC_TRACES_BEST, set=title, run=top["run"], ratio=f"{top['÷ torch_ddp']}×", word=top["_word"],
+                          overlap=bool(top["_overlap"]))
             s.p(torch_verdict(title, hand, ref) + " "
                 f"torch_ddp overlaps {pct(ref.v('overlap_pct'))} of its NCCL time and leaves "
                 f"{ms(ref.v('exposed_comm_ns'))} exposed." + cross_host(rs, ref, hosts or {}))

@@ -5,10 +5,10 @@ module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON esca
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 import pandas as pd
 
+from ddp_profile.report.findings.summary import Summary
 from ddp_profile.report.findings.text import Figure, Links, Para, Table
 
 CODE = re.compile(r"`([^`]+)`")
@@ -43,11 +43,24 @@ def html_text(v) -> str:
     return CODE.sub(r"<code>\1</code>", esc(v))
 
 
-def to_markdown(title: str, intro: list[str], sections: list, summary: Sequence[str] = ()) -> str:
-    lines = [f"# {md_text(title)}", ""] + (["**Summary.** " + md_text(" ".join(summary)), ""] if summary else [])
+def summary_markdown(summary: Summary | None) -> list[str]:
+    """The summary's lines: one bullet per claim, each ending with a link to its section's anchor (the
+    ``<a id>`` :func:`to_markdown` puts before every section heading, the id findings.html gives it), then the
+    timing sets' table."""
+    if not summary:
+        return []
+    lines = ["**Summary.**", ""] + [f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
+                                   for b in summary.bullets]
+    if summary.table is not None:
+        lines += ["", f"*{md_text(summary.table.caption)}*", "", _md_table(summary.table.frame)]
+    return lines + [""]
+
+
+def to_markdown(title: str, intro: list[str], sections: list, summary: Summary | None = None) -> str:
+    lines = [f"# {md_text(title)}", ""] + summary_markdown(summary)
     lines += [md_text(x) + "\n" for x in intro]
     for s in sections:
-        lines += [f"## {md_text(s.title)}", ""]
+        lines += [f'<a id="{s.key}"></a>', "", f"## {md_text(s.title)}", ""]
         for block in s.blocks:
             match block:
                 case Para(text):
@@ -61,10 +74,25 @@ def to_markdown(title: str, intro: list[str], sections: list, summary: Sequence[
     return "\n".join(lines).rstrip() + "\n"
 
 
-def to_html(title: str, intro: list[str], sections: list, figures: dict, summary: Sequence[str] = ()) -> str:
+def summary_html(summary: Summary | None) -> tuple[str, str]:
+    """(the bullets, for the page's verdict box; the timing sets' table, opening the body), the same content
+    as :func:`summary_markdown`."""
+    from ddp_profile.report.html import esc
+
+    if not summary:
+        return "", ""
+    bullets = ("<p><strong>Summary.</strong></p><ul class='summary'>" + "".join(
+        f"<li><strong>{html_text(b.lead)}</strong> {html_text(b.text)} (<a href='#{esc(b.anchor)}'>{esc(b.link)}</a>)"
+        "</li>" for b in summary.bullets) + "</ul>") if summary.bullets else ""
+    table = _html_table(summary.table.frame, summary.table.caption) if summary.table is not None else ""
+    return bullets, table
+
+
+def to_html(title: str, intro: list[str], sections: list, figures: dict, summary: Summary | None = None) -> str:
     from ddp_profile.report.html import esc, figure_div, page
 
-    parts = [f"<p><strong>Summary.</strong> {html_text(' '.join(summary))}</p>"] if summary else []
+    verdict, table = summary_html(summary)
+    parts = [table] if table else []
     parts += [f"<p>{html_text(x)}</p>" for x in intro]
     parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
     for s in sections:
@@ -80,7 +108,7 @@ def to_html(title: str, intro: list[str], sections: list, figures: dict, summary
                 case Links(pairs):
                     parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>")
     return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings",
-                crumbs=[("Findings", None)])
+                crumbs=[("Findings", None)], verdict=verdict)
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:

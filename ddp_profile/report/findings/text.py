@@ -13,6 +13,20 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_mib, fmt_ms, fmt_pct, missing, no_negative_zero
 
+TOPIC_TIMING = "timing"
+"""Topic of the summary: the lowest-median configuration of one interleaved timing set (:mod:`.timing`)."""
+TOPIC_LOSSES = "losses"
+"""Topic of the summary: where one campaign set's multi-GPU step loses its time (:mod:`.losses`)."""
+TOPIC_CONFIRM = "confirm"
+"""Topic of the summary: recommend → confirm over every set (:mod:`.confirm`)."""
+TOPIC_CAMPAIGN_BEST = "campaign-best"
+"""Topic of the summary: the lowest-median configuration of one campaign set (:mod:`.campaign`)."""
+TOPIC_CAMPAIGN_REC = "campaign-recommendation"
+"""Topic of the summary: what one campaign set's stock trace recommends and whether it ran (:mod:`.campaign`)."""
+TOPIC_TRACES_BEST = "traces-best"
+"""Topic of the summary: the fastest hand-written strategy of one set of traces/ (:mod:`.questions_b`)."""
+TOPICS = (TOPIC_TIMING, TOPIC_LOSSES, TOPIC_CONFIRM, TOPIC_CAMPAIGN_BEST, TOPIC_CAMPAIGN_REC, TOPIC_TRACES_BEST)
+
 
 def ms(ns: float | None) -> str:
     """ns -> "12.345 ms" (:func:`ddp_profile.fmt.fmt_ms`, the one formatter); "n/a" when missing."""
@@ -111,12 +125,15 @@ class Section:
     key: str
     title: str
     blocks: list[Block] = field(default_factory=list)
-    summary: dict[str, list[str]] = field(default_factory=dict)  # topic -> clauses, for the opening summary
+    summary: dict[str, list[dict]] = field(default_factory=dict)  # topic -> facts, for the opening summary
 
-    def add_summary(self, topic: str, clause: str) -> None:
-        """Add a short result under ``topic`` to the document's opening summary (:func:`summary_sentences`):
-        a clause built from the values this section states, never a second computation of them."""
-        self.summary.setdefault(topic, []).append(clause)
+    def add_summary(self, topic: str, **fact) -> None:
+        """Record a result under ``topic`` (one of :data:`TOPICS`) for the document's opening summary
+        (:mod:`ddp_profile.report.findings.summary`): the values this section states, formatted as it states
+        them, and the words its own comparisons chose; never a second computation of them."""
+        if topic not in TOPICS:
+            raise ValueError(f"summary topic {topic!r} is none of {TOPICS}")
+        self.summary.setdefault(topic, []).append(fact)
 
     def p(self, text: str) -> None:
         self.blocks.append(Para(text))
@@ -133,8 +150,3 @@ class Section:
     def paragraphs(self) -> list[str]:
         """The prose of the section, in order."""
         return [b.text for b in self.blocks if isinstance(b, Para)]
-
-
-def summary_sentences(sections: list[Section]) -> list[str]:
-    """One sentence per summary topic of the sections, in section order: "Topic: clause; clause."."""
-    return [f"{topic}: {'; '.join(clauses)}." for s in sections for topic, clauses in s.summary.items()]

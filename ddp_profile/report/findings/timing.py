@@ -16,7 +16,7 @@ import math
 import pandas as pd
 
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import Section, ms, pct
+from ddp_profile.report.findings.text import TOPIC_TIMING, Section, ms, pct
 
 TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
 """Issue 30's targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
@@ -30,12 +30,22 @@ def workload_key(r) -> tuple:
             c.get("gc_mode") or "")
 
 
+GC_TEXT = {"": "", "freeze": "Python GC frozen", "off": "Python GC off during the steps"}
+
+
 def workload_title(key: tuple) -> str:
     folder, model, dtype, batch, seq, gpu, gc_mode = key
     dt = "bf16 autocast (fp32 gradients)" if dtype == "bf16" else dtype
-    gc_text = {"": "", "freeze": ", Python GC frozen", "off": ", Python GC off during the steps"}.get(gc_mode, "")
+    gc_text = GC_TEXT.get(gc_mode, "")
     return (f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
-            f"{gc_text}")
+            + (f", {gc_text}" if gc_text else ""))
+
+
+def workload_short(key: tuple) -> str:
+    """"XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell."""
+    _, model, dtype, batch, seq, gpu, gc_mode = key
+    return ", ".join(x for x in (f"{'XL' if model == 'xl' else model} {dtype}", f"{batch}×{seq}", str(gpu),
+                                 GC_TEXT.get(gc_mode, "")) if x)
 
 
 def med(r) -> float:
@@ -66,10 +76,15 @@ def efficiency(one, r) -> tuple[float, float, float]:
     return point, 100.0 * o_lo / hi if hi > 0 else math.nan, 100.0 * o_hi / lo if lo > 0 else math.nan
 
 
+def rel_diff(r, ref) -> str:
+    """|median(r) / median(ref) − 1| as a percentage."""
+    return pct(100.0 * abs(med(r) / med(ref) - 1.0))
+
+
 def against(r, ref) -> str:
     """The comparison of ``r`` with ``ref`` in words, by :func:`measures.versus`."""
     word, established = measures.versus(med(r), ci(r), med(ref), ci(ref))
-    diff = f"{ms(abs(med(r) - med(ref)))} ({pct(100.0 * abs(med(r) / med(ref) - 1.0))})"
+    diff = f"{ms(abs(med(r) - med(ref)))} ({rel_diff(r, ref)})"
     both = f"95 % intervals {ci_text(r)} and {ci_text(ref)}"
     if established:
         return f"{word} than {ref.name} by {diff} ({both} do not overlap)"
@@ -192,18 +207,20 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
         if best is not None and one is not None:
             eff = efficiency(one, best)
             target = TARGET_EFFICIENCY_PCT.get(key[2])
-            verdict = ""
+            verdict, outcome = "", ""
             if target is not None and all(math.isfinite(v) for v in eff):
-                verdict = (f"; the target of {pct(target, 0)} (issue 30) is "
-                           + ("met: the whole interval lies above it" if eff[1] >= target else
-                              "missed: the whole interval lies below it" if eff[2] < target else
-                              "not decided: the interval straddles it"))
+                outcome = "met" if eff[1] >= target else "missed" if eff[2] < target else "not decided"
+                verdict = (f"; the target of {pct(target, 0)} (issue 30) is " + outcome + ": "
+                           + {"met": "the whole interval lies above it", "missed": "the whole interval lies below it",
+                              "not decided": "the interval straddles it"}[outcome])
             s.p(f"The lowest-median 2-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
                 f"({one.name}, {ms(med(one))}; interval {pct(eff[1])}–{pct(eff[2])}){verdict}.")
             if ref is not None:
-                s.add_summary("Interleaved timing (medians with 95 % intervals, timing sets)",
-                              f"{title}: {best.name} {ms(med(best))} ({ci_text(best)}), "
-                              + ("the stock reference itself" if best is ref else against(best, ref))
-                              + f", {pct(eff[0])} of one GPU")
+                word, established = measures.versus(med(best), ci(best), med(ref), ci(ref))
+                s.add_summary(TOPIC_TIMING, set=key[0], dtype=key[2], workload=workload_short(key), run=best.name,
+                              median=ms(med(best)), interval=ci_text(best), stock=best is ref, word=word,
+                              established=established, diff=rel_diff(best, ref), eff_pct=eff[0], eff=pct(eff[0]),
+                              eff_interval=f"{pct(eff[1])}–{pct(eff[2])}", target=pct(target, 0) if outcome else "",
+                              outcome=outcome)
         s.p(_reasons_sentence(rs))
     return s

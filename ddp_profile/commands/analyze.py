@@ -140,14 +140,14 @@ def table_text(res, chosen: list[str]) -> str:
 
 
 def run(args) -> int:
+    from ddp_profile.analysis import analyze
+
     if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
         check_output_file(args.output, args.paths)
     phases = _phases(args.phase)
     wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
-    with loaded_run(args, paths, meanwhile=("ddp_profile.analysis", "ddp_profile.commands.writers")) as trace:
-        from ddp_profile.analysis import analyze
-
+    with loaded_run(args, paths) as trace:
         res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
                       sections=wanted)
         # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,23 +74,16 @@ def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def loaded_run(args: argparse.Namespace, paths, meanwhile: tuple[str, ...] = ()):
+def loaded_run(args: argparse.Namespace, paths):
     """The trace a command analyses: ``nsys.loader.load_trace`` (threads, ``--jobs``), or with ``--dask`` /
     ``--scheduler`` a :class:`ddp_profile.distributed.DistributedTrace` whose cluster is closed on exit.
-    ``meanwhile``: modules the command needs next (its analysis), imported while the exports are read
-    (``nsys.read.Prefetch``: the reads start before pandas is imported and release the GIL).
     Raises UsageError (exit 2) when Dask is asked for but not installed."""
     scheduler = getattr(args, "scheduler", None) or ("local" if getattr(args, "dask", False) else None)
     progress = cli_progress(paths, args.jobs)
     if scheduler is None:
-        from ddp_profile.nsys.read import Prefetch
-
-        pending = Prefetch(paths, jobs=args.jobs, progress=progress)
-        for module in ("ddp_profile.nsys.loader", *meanwhile):
-            importlib.import_module(module)
         from ddp_profile.nsys.loader import load_trace
 
-        yield load_trace(paths, prefetched=pending)
+        yield load_trace(paths, jobs=args.jobs, progress=progress)
         return
     from ddp_profile import distributed
 

@@ -24,7 +24,7 @@ from ddp_profile.nsys.frames import (
     nvtx_frame,
     process_frame,
 )
-from ddp_profile.nsys.read import Prefetch, read_files
+from ddp_profile.nsys.read import read_files
 from ddp_profile.nsys.run_record import find_run_json
 from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
@@ -137,30 +137,24 @@ def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
 
 
 @python_strings()
-def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True,
-               prefetched: Prefetch | None = None) -> Trace:
+def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) -> Trace:
     """Load one run from nsys SQLite export(s): one file holding all ranks, one file per rank, or a folder.
 
     ``jobs`` > 1 reads files in parallel threads (SQLite scans run with the GIL released, so per-rank files
     load concurrently); ``progress(message)`` is called as each file is read, ``progress=True`` draws a
     file-count bar on stderr (:class:`ddp_profile.nsys.progress.ProgressBar`). ``host_waits=False`` skips
     the scan for ``Trace.host_waits`` (left None) for a caller that reads the whole API table anyway
-    (``nsys.api.load_calls_and_waits``). ``prefetched``: the same ``paths`` already being read
-    (:class:`ddp_profile.nsys.read.Prefetch`, started before pandas was imported); its files are used.
+    (``nsys.api.load_calls_and_waits``).
     Raises TraceError (unreadable, not an export, contradictory ranks, mixed runs) or MissingDataError
     (no CUDA kernels). A trace without NVTX loads with an empty ``nvtx`` frame and a warning in ``meta``.
     """
+    files_in = find_exports(paths)
     map_large_arrays()  # freed full-length arrays go back to the OS, not into the heap (nsys/memory.py)
-    if prefetched is not None:
-        files_in, host_waits = prefetched.files_in, prefetched.host_waits
-        files = prefetched.files()
-    else:
-        files_in = find_exports(paths)
-        if progress is True:
-            from ddp_profile.nsys.progress import ProgressBar
+    if progress is True:
+        from ddp_profile.nsys.progress import ProgressBar
 
-            progress = ProgressBar(len(files_in))
-        files = read_files(files_in, jobs=jobs, progress=progress, host_waits=host_waits)
+        progress = ProgressBar(len(files_in))
+    files = read_files(files_in, jobs=jobs, progress=progress, host_waits=host_waits)
     warnings: list[str] = []
     _check_duplicate_files(files)
     for f in files:

@@ -1,17 +1,15 @@
 """Reading nsys SQLite exports into integer arrays: the first stage of ``nsys.loader.load_trace``, without pandas.
 
 Each export is read by :func:`read_file` into a dict of numpy arrays (GPU activities with their launch times
-joined, NVTX rows, metadata); the loader turns those into the trace's frames. Nothing here imports pandas, so
-:class:`Prefetch` can start the reads on a background thread at once while the caller imports pandas and the
-analysis (about 0.2 s of a command's start on the benchmark machine), and the reads release the GIL in
-SQLite and the Arrow driver. Queries live in :mod:`ddp_profile.nsys.sql`.
+joined, NVTX rows, metadata); the loader turns those into the trace's frames. Nothing here imports pandas
+(``tests/nsys/test_read.py`` checks it): the reading is numpy, SQLite and the Arrow driver only. Queries
+live in :mod:`ddp_profile.nsys.sql`.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.nsys import columnar, sql, timebase
 from ddp_profile.nsys import names as nccl_names
-from ddp_profile.nsys.files import DECOMPRESS, find_exports, open_export, short_error
+from ddp_profile.nsys.files import DECOMPRESS, open_export, short_error
 
 
 def concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -255,33 +253,3 @@ def read_files(files_in: list[Path], *, jobs: int = 1, progress=None, host_waits
             return list(pool.map(read, enumerate(files_in)))
     return [read(item) for item in enumerate(files_in)]
 
-
-class Prefetch:
-    """:func:`read_files` of ``paths`` started now on a background thread; :meth:`files` waits for the result
-    (and raises what the reads raised, as a direct read would). The exports are found here, on the calling
-    thread, so a bad path is refused at once. ``load_trace(paths, prefetched=...)`` takes it."""
-
-    def __init__(self, paths, *, jobs: int = 1, progress=None, host_waits: bool = True):
-        self.files_in = find_exports(paths)
-        self.host_waits = host_waits
-        self._result: list[dict] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(jobs, progress), name="ddp-profile-read", daemon=True)
-        self._thread.start()
-
-    def _run(self, jobs: int, progress) -> None:
-        try:
-            self._result = read_files(self.files_in, jobs=jobs, progress=progress, host_waits=self.host_waits)
-        except BaseException as exc:  # handed to the caller's thread by files()
-            self._error = exc
-
-    def files(self) -> list[dict]:
-        """The exports as :func:`read_file` returns them, once read (in ``files_in`` order)."""
-        self._thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._result is None:
-            raise RuntimeError("the prefetched files were taken already")
-        result, self._result = self._result, None  # handed over once: the arrays are the caller's now
-        return result

@@ -114,7 +114,7 @@ def test_prediction_is_compared_with_the_run_of_exactly_the_recommended_flags():
     text = qc._prediction_sentence("A", ref, [ref, decoy, hit])
     # measured 376 ms profiled against 380 predicted: (376 - 380) / 376 = -1.1 %, inside [372, 380]
     assert "Measured: 376.000 ms profiled (369.000 ms un-profiled)" in text
-    assert "off by -1.1 % of the measured step, and the measurement falls inside the predicted range" in text
+    assert "off by −1.1 % of the measured step, and the measurement falls inside the predicted range" in text
     # matched on fields: another cap, or a lever the recommender never sets, is not the recommended run
     assert not qc.config_matches(hit.config | {"bucket_mb": 100.0}, rec.iloc[0])
     assert not qc.config_matches(hit.config | {"grad_views": True}, rec.iloc[0])

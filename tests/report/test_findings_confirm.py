@@ -63,10 +63,10 @@ def test_errors_per_configuration_against_profiled_steps():
     sec = confirm.q12_confirm([("Set X", ref, [ref, b100, b1, ch2, ch4, zero, one])], lambda r: r.name)
     table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
     assert table.loc["b100", "within ±5 %"] == "yes" and table.loc["b100", "error"] == "+3.0 %"
-    assert table.loc["ch2", "within ±5 %"] == "yes" and table.loc["ch2", "error"] == "-5.0 %"
+    assert table.loc["ch2", "within ±5 %"] == "yes" and table.loc["ch2", "error"] == "−5.0 %"  # a true minus, as every signed change
     assert "zero" not in table.index
     text = " ".join(sec.paragraphs())
-    assert "Set X: 2 of 2 predicted configurations within ±5 % (largest error -5.0 %, ch2)" in text
+    assert "Set X: 2 of 2 predicted configurations within ±5 % (largest error −5.0 %, ch2)" in text
     assert "Not predicted (other strategies or levers): zero." in text
 
 
@@ -161,3 +161,14 @@ def test_prediction_from_the_stock_trace_within_target(set_name, run):
     assert abs(x["error_pct"]) <= confirm.TARGET_PCT, (
         f"{x['error_pct']:+.1f} %: predicted {x['predicted_ns'] / 1e6:.1f} ms, measured {x['measured_ns'] / 1e6:.1f} ms "
         f"({x['model']})")
+
+
+def test_signed_percentages_use_a_true_minus():
+    """Signed percentages in the findings read as the signed ms changes beside them: "−20.6 %" (U+2212), not
+    "-20.6 %"; a change that rounds to zero is "+0.0 %"; a missing one "n/a"."""
+    from ddp_profile.report.findings.losses import signed_pct
+    from ddp_profile.report.findings.text import signed_pct_value
+
+    assert signed_pct_value(-20.6) == "−20.6 %" and signed_pct_value(3.04) == "+3.0 %"
+    assert signed_pct_value(-0.04) == "+0.0 %" and signed_pct_value(float("nan")) == "n/a"
+    assert signed_pct(-5.0, 100.0) == "−5.0 %" and signed_pct(1.0, 0.0) == "n/a"

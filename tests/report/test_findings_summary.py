@@ -124,10 +124,10 @@ def test_confirm_bullet_counts_and_names_the_worst_case():
 
     s = Section("confirm", "Recommend → confirm")
     s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
-                  worst_run="ch4", worst_error="-20.6 %")
+                  worst_run="ch4", worst_error="−20.6 %")
     (b,) = build_summary([s]).bullets
     assert (b.anchor, b.text) == ("confirm", "9 of 11 step times predicted from the stock trace alone lie within ±5 % "
-                                             "of the measured step (5 of 7 sets with none outside); worst -20.6 %: ch4 "
+                                             "of the measured step (5 of 7 sets with none outside); worst −20.6 %: ch4 "
                                              "(Campaign set B).")
     with pytest.raises(ValueError, match="summary topic"):
         s.add_summary("Recommend → confirm (prediction from the stock trace vs measured, target ±5 %)", met=1)

@@ -16,7 +16,14 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import TOPIC_CAMPAIGN_BEST, TOPIC_CAMPAIGN_REC, Section, ms, pct
+from ddp_profile.report.findings.text import (
+    TOPIC_CAMPAIGN_BEST,
+    TOPIC_CAMPAIGN_REC,
+    Section,
+    ms,
+    pct,
+    signed_pct_value,
+)
 
 GIB = float(1 << 30)
 SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU",
@@ -333,7 +340,7 @@ def _prediction(name: str, ref, rs: list, others: dict | None = None) -> tuple[s
     within = np.isfinite(upper) and pred - upper <= profiled_ns(m) <= pred
     inside = "falls inside" if within else "falls outside"
     return text + (f"Measured: {ms(profiled_ns(m))} profiled ({ms(unprofiled_ns(m))} un-profiled); the bucket-model "
-                   f"prediction is off by {pct(err)} of the measured step, and the measurement "
+                   f"prediction is off by {signed_pct_value(err)} of the measured step, and the measurement "
                    f"{inside} the predicted range."), "inside" if within else "outside"
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import TOPIC_CONFIRM, Section, ms, pct
+from ddp_profile.report.findings.text import TOPIC_CONFIRM, Section, ms, pct, signed_pct_value
 
 TARGET_PCT = 5.0
 """Issue 30's target for the prediction error (a requirement, not a measurement)."""
@@ -187,7 +187,7 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
             r, err = x["run"], x["error_pct"]
             table.append({"run": r.name, "model": x["model"], "predicted": ms(x["predicted_ns"]) + (
                 f" (down to {ms(x['low_ns'])})" if math.isfinite(x["low_ns"]) else ""),
-                "measured": ms(x["measured_ns"]), "error": (("+" if err >= 0 else "") + pct(err)),
+                "measured": ms(x["measured_ns"]), "error": signed_pct_value(err),
                 f"within {target}": "yes" if abs(err) <= TARGET_PCT else "no", "report page": page_for(r)}
                 if math.isfinite(err) else {"run": r.name, "model": "–", "predicted": "–", "measured": "–", "error": "–",
                                             f"within {target}": "no prediction: " + x["why"], "report page": page_for(r)})
@@ -202,7 +202,7 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
         if judged:
             worst = max(judged, key=lambda x: abs(x["error_pct"]))
             s.p(f"{title}: {len(met)} of {len(judged)} predicted configurations within {target} (largest error "
-                f"{pct(worst['error_pct'])}, {worst['run'].name}).{rest}")
+                f"{signed_pct_value(worst['error_pct'])}, {worst['run'].name}).{rest}")
             sets_judged += 1
             sets_met += len(met) == len(judged)
             if worst_all is None or abs(worst["error_pct"]) > abs(worst_all[1]["error_pct"]):
@@ -214,5 +214,5 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
     if worst_all is not None:
         s.add_summary(TOPIC_CONFIRM, met=len(met_all), total=total, target=target, sets_met=sets_met,
                       sets=sets_judged, worst_set=worst_all[0],
-                      worst_run=worst_all[1]["run"].name, worst_error=pct(worst_all[1]["error_pct"]))
+                      worst_run=worst_all[1]["run"].name, worst_error=signed_pct_value(worst_all[1]["error_pct"]))
     return s

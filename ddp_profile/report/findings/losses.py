@@ -32,7 +32,7 @@ from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCC
 from ddp_profile.fmt import fmt_duration, fmt_number
 from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
 from ddp_profile.report.findings.data import RunData
-from ddp_profile.report.findings.text import TOPIC_LOSSES, Section, ms, pct, spread
+from ddp_profile.report.findings.text import TOPIC_LOSSES, Section, ms, pct, signed_pct_value, spread
 
 PARTS = [("span_ns", "step span"), ("compute_ns", "compute"), ("exposed_transfer_ns", "exposed transfer"),
          ("wait_ns", "wait"), ("host_ns", "host"), ("idle_ns", "idle")]
@@ -99,10 +99,7 @@ def signed(d: float) -> str:
 def signed_pct(d: float, base: float) -> str:
     """The change ``d`` relative to ``base`` as +12.3 % / −12.3 % (+0.0 % when it rounds to zero); "n/a"
     without a base."""
-    if not base > 0:
-        return "n/a"
-    text = pct(100.0 * abs(d) / base)
-    return ("−" if d < 0 and text != pct(0.0) else "+") + text
+    return signed_pct_value(100.0 * d / base) if base > 0 else "n/a"
 
 
 def _totals(crit: pd.DataFrame) -> dict[str, float]:

@@ -40,6 +40,15 @@ def pct(x: float | None, digits: int = 1) -> str:
     return fmt_pct(x) if digits == 1 else no_negative_zero(f"{float(x):,.{digits}f}") + " %"
 
 
+def signed_pct_value(x: float | None) -> str:
+    """12.3 -> "+12.3 %", -20.6 -> "−20.6 %" (a true minus sign, as every other signed change); "+0.0 %" when
+    it rounds to zero; "n/a" when missing."""
+    if x is None or missing(x):
+        return "n/a"
+    text = pct(abs(float(x)))
+    return ("−" if float(x) < 0 and text != pct(0.0) else "+") + text
+
+
 def num(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None or missing(x) else no_negative_zero(f"{float(x):,.{digits}f}")
 

@@ -92,11 +92,11 @@ def test_q8_same_batch_says_so_and_word_flips_when_bf16_costs_more():
 def test_q8_gpu_bound_vs_host_bound_follows_idle_share():
     gpu = text_of(qb.q8_dtype(*sets(b_none_idle=20.0), page, "m"))  # 20 / 200 = 10%
     host = text_of(qb.q8_dtype(*sets(b_none_idle=80.0), page, "m"))  # 80 / 200 = 40%
-    assert "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.000 ms of its 200.000 ms (10.0 %, under the 25%" in gpu
+    assert "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.000 ms of its 200.000 ms (10.0 %, under the 25 %" in gpu
     assert "host/launch-bound" not in gpu
     assert "The 1-GPU bf16 step is host/launch-bound: the GPU idles 80.000 ms of its 200.000 ms (40.0 %, above" in host
     assert "GPU-bound" not in host
-    assert "The multi-GPU bf16 runs idle 3.2 %–4.0 % of their steps; all under the 25% line" in gpu  # 10/310, 10/250
+    assert "The multi-GPU bf16 runs idle 3.2 %–4.0 % of their steps; all under the 25 % line" in gpu  # 10/310, 10/250
     busy = text_of(qb.q8_dtype(*sets(b_naive_idle=100.0), page, "m"))  # 100 / 310 = 32.3 %
     assert "naive (32.3 %) is above the line, so its rank includes host-side time" in busy
     # the threshold is a parameter: 10% idle is host-bound under a 5% line
@@ -195,3 +195,14 @@ def test_limits_and_q5_name_the_set_that_mixes_hosts():
     q5_mixed = text_of(qb.q5_torch([("Set small", ss["small"])], page, "m", mixed))
     assert "change of host" not in q5_one
     assert "torch_ddp ran on host-2, other runs of this set on host-1" in q5_mixed
+
+
+def test_scaling_prose_writes_percentages_as_the_tables_do():
+    """q7's sentence states NCCL's share of the step as '24.9 %' (space before the sign, as the table's comm
+    share column), never '24.9%'."""
+    import re
+
+    srs = [fake("torch_ddp", world=w, step=s, bucket=25, comm_pct=c) for w, s, c in ((1, 400, 0.0), (4, 420, 24.94))]
+    text = text_of(qb.q7_scaling(srs, page, "m")[0])
+    assert "NCCL is 24.9 % of the step" in text
+    assert not re.search(r"\d%", text), re.search(r".{30}\d%", text)

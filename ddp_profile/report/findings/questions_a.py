@@ -156,7 +156,7 @@ def q2_flat(rs, page, machine, fit=None) -> Section:
         f"time a rank waited for its peer inside the NCCL kernel. Fitted on relative errors, where a {size(lo)} "
         f"and a {size(hi)} message count alike, the model describes naive's many small calls "
         f"{'poorly' if abs(pred_n / meas_n - 1) > 0.1 else 'fairly well'} and flat's one large call "
-        f"{'poorly' if abs(pred_f / meas_f - 1) > 0.1 else 'fairly well'} (10% as the line between the two). "
+        f"{'poorly' if abs(pred_f / meas_f - 1) > 0.1 else 'fairly well'} (10 % as the line between the two). "
         f"Flattening costs elsewhere: flat's compute kernels (which include "
         f"the copies into and out of the flat buffer) take {ms(f.v('compute_ns'))} per step, "
         f"{ms(abs(f.v('compute_ns') - n.v('compute_ns')))} {compare(f.v('compute_ns'), n.v('compute_ns'), 'less', 'more', 'no different')} "
@@ -258,8 +258,8 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
         f"model)'). "
         + (f"It gives {min(q_ratio):.2f}× to {max(q_ratio):.2f}× the measured tail: "
            + ", ".join(f"{x['cap']}: {x['tail (queue model)']} vs {x['tail (measured)']}" for x in q_rows)
-           + (". Within 25% at every cap" if all(0.8 <= v <= 1.25 for v in q_ratio) else
-              ". Not within 25% at every cap")
+           + (". Within 25 % at every cap" if all(0.8 <= v <= 1.25 for v in q_ratio) else
+              ". Not within 25 % at every cap")
            + (f"; its shortest tail is at {q_best['cap']}, the measured one at {tail_best['cap']}"
               + (" (the same cap). " if q_best['cap'] == tail_best['cap'] else " (different caps). ")
               if q_best else ". ")
@@ -285,7 +285,7 @@ def q4_buckets(rs, page, machine, fit=None) -> Section:
         "communication that is a larger share of the step. On this host the all-reduces of all gradients take "
         f"{ms(min(x['_r'].v('comm_ns') for x in rows))}–{ms(max(x['_r'].v('comm_ns') for x in rows))} of NCCL "
         f"kernel time per step across the sweep against ≈{ms(rows[0]['_r'].v('compute_ns'))} of fp32 compute, and "
-        f"every bucket size hides {min(hidden):.0f}–{max(hidden):.0f}% of it (1 − exposed ÷ NCCL time). Faster compute (bf16 autocast, TF32, a larger batch per GPU cut into more steps), a slower "
+        f"every bucket size hides {pct(min(hidden), 0)}–{pct(max(hidden), 0)} of it (1 − exposed ÷ NCCL time). Faster compute (bf16 autocast, TF32, a larger batch per GPU cut into more steps), a slower "
         "interconnect (PCIe or across hosts), or more ranks (the ring's 2(n−1)/n traffic and more peers to wait "
         "for) all raise the exposed share, and then the n_b·o vs s/(n_b·w) trade-off decides the step time.")
     return s

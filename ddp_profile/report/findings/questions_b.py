@@ -173,7 +173,7 @@ def q7_scaling(srs, page, machine) -> tuple[Section, pd.DataFrame]:
         e = ", ".join(f"{row['strategy']} {row['efficiency']} (f = {row['serial fraction']})"
                       for _, row in four.iterrows())
         r0 = four["_r"].iloc[0]
-        s.p(f"{m} at {int(g['GPUs'].max())} GPUs: efficiency {e}; NCCL is {r0.v('comm_pct'):.1f}% of the step "
+        s.p(f"{m} at {int(g['GPUs'].max())} GPUs: efficiency {e}; NCCL is {pct(r0.v('comm_pct'))} of the step "
             f"({ms(r0.v('comm_ns'))}), {ms(r0.v('exposed_comm_ns'))} exposed, against a 1-GPU step of "
             f"{ms(g[g['GPUs'] == 1]['_r'].iloc[0].v('step_ns')) if (g['GPUs'] == 1).any() else 'n/a'}.")
     eff = df[df["GPUs"] == df["GPUs"].max()].groupby("model")["_eff"].mean()
@@ -232,7 +232,7 @@ def multi_idle(rs, idle_pct: float) -> str:
     high = [k for k, v in sorted(shares.items(), key=lambda kv: -kv[1]) if v > idle_pct]
     head = f"The multi-GPU bf16 runs idle {pct(min(shares.values()))}–{pct(max(shares.values()))} of their steps; "
     if not high:
-        return head + f"all under the {idle_pct:g}% line. "
+        return head + f"all under the {idle_pct:g} % line. "
     return head + (f"{', '.join(f'{k} ({pct(shares[k])})' for k in high)} "
                    f"{'is' if len(high) == 1 else 'are'} above the line, so "
                    f"{'its rank includes' if len(high) == 1 else 'their ranks include'} host-side time "
@@ -324,12 +324,12 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
         idle, share = idle_share(nb)
         lo, hi = nb.spread["step_ns"]
         verdict = (f"The 1-GPU bf16 step is host/launch-bound: the GPU idles {ms(idle)} of its {ms(nb.v('step_ns'))} "
-                   f"({pct(share)}, above the {idle_pct:g}% line used here; fp32: {pct(idle_share(na)[1])}), so host "
+                   f"({pct(share)}, above the {idle_pct:g} % line used here; fp32: {pct(idle_share(na)[1])}), so host "
                    "overhead orders the bf16 "
                    "strategies as much as communication does"
                    if share > idle_pct else
                    f"The 1-GPU bf16 step is GPU-bound: the GPU idles {ms(idle)} of its {ms(nb.v('step_ns'))} "
-                   f"({pct(share)}, under the {idle_pct:g}% line used here; fp32: {pct(idle_share(na)[1])}), so "
+                   f"({pct(share)}, under the {idle_pct:g} % line used here; fp32: {pct(idle_share(na)[1])}), so "
                    "bf16 compute itself is not held back by the host")
         s.p(f"{verdict}. Its steps range {spread(lo, hi)} ({pct(100 * (hi - lo) / nb.v('step_ns'))} of the median). "
             + multi_idle(b, idle_pct)
@@ -388,7 +388,7 @@ def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: 
         from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
 
         s.p(f"Launch-bound check of each set's 1-GPU run (`ddp-profile launches`: a step is launch-bound when "
-            f"the GPU idles more than {IDLE_THRESHOLD_PCT:g}% of it and the host takes longer per kernel launch "
+            f"the GPU idles more than {IDLE_THRESHOLD_PCT:g} % of it and the host takes longer per kernel launch "
             "than the GPU per kernel): " + "; ".join(checked) + ".")
     if hosts:
         single: dict = {}

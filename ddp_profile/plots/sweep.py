@@ -7,6 +7,7 @@ import html
 import numpy as np
 import pandas as pd
 
+from ddp_profile.fmt import fmt_bytes
 from ddp_profile.plots import palette
 from ddp_profile.plots.figure_parts import titled
 
@@ -108,6 +109,18 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
             f"w={float(row['w_gb_per_s']):.1f} GB/s" + ("" if pd.isna(r2) else f", R²={float(r2):.3f}"))))
     fig.update_layout(title=titled("α-β fit: collective time vs message size", source),
                       template="plotly_white", colorway=palette.SERIES, height=420, margin={"l": 60, "r": 20, "t": 80, "b": 50},
-                      xaxis={"title": {"text": "message size (bytes)"}, "type": "log"},
+                      xaxis={"title": {"text": "message size (log scale)"}, "type": "log",
+                             **size_ticks([v for tr in fig.data for v in (tr.x or ())])},
                       yaxis={"title": {"text": "time (µs)"}, "type": "log"})
     return fig
+
+
+def size_ticks(sizes) -> dict:
+    """Log-axis ticks for byte counts in binary units, as every size of the report ('4.0 KiB', '1.0 MiB'):
+    powers of 4 spanning ``sizes`` (plotly's own ticks read 1e9 bytes as '1B', which looks like one byte)."""
+    v = np.asarray([float(x) for x in sizes if x is not None and float(x) > 0])
+    if not len(v):
+        return {}
+    lo, hi = int(np.floor(np.log2(v.min()) / 2)), int(np.ceil(np.log2(v.max()) / 2))
+    ticks = [4.0 ** k for k in range(lo, hi + 1)]
+    return {"tickvals": ticks, "ticktext": [fmt_bytes(t) for t in ticks]}

@@ -266,3 +266,21 @@ def test_page_encoding_keeps_every_kernel_exactly():
     big = [2**40 + 3, -7]  # a delta over int32 (a gap of 18 minutes) stays exact
     assert decode_page_data({"steps": [{"tracks": [{"s": pack_column(big)}]}]})["steps"][0]["tracks"][0]["s"] == big
     assert len(base64.b64decode(pack_column(range(10))[2:])) == 20  # 2 bytes per value
+
+
+def test_alpha_beta_message_sizes_read_in_binary_units():
+    """The size axis is labelled in KiB / MiB / GiB like every size of the report, never plotly's SI '1B'
+    (10^9 bytes, read as one byte); the ticks span every point."""
+    from ddp_profile.plots.sweep import size_ticks
+
+    t, a = make_run(n_steps=2)
+    fig = alpha_beta_figure(a.collectives, a.cost_model, source=SRC)
+    xs = [float(x) for tr in fig.data for x in tr.x]
+    ax = fig.layout.xaxis
+    assert ax.title.text == "message size (log scale)"
+    assert min(ax.tickvals) <= min(xs) and max(ax.tickvals) >= max(xs)
+    assert all(txt.endswith(("B", "KiB", "MiB", "GiB")) for txt in ax.ticktext)
+    assert size_ticks([6 * 2**10, 3 * 2**30])["ticktext"] == [
+        "4.0 KiB", "16.0 KiB", "64.0 KiB", "256.0 KiB", "1.0 MiB", "4.0 MiB", "16.0 MiB", "64.0 MiB", "256.0 MiB",
+        "1.0 GiB", "4.0 GiB"]
+    assert size_ticks([]) == {}

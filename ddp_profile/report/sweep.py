@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddp_profile.fmt import fmt_number, missing
 from ddp_profile.report.compare import comparison, group_source
 from ddp_profile.report.glossary import fmt_ms
 from ddp_profile.report.html import esc, figure_div, page, run_links, table
@@ -130,10 +131,13 @@ def model_text(curve, opt, fit, members) -> str:
     if curve is None:
         return ("<p class='note'>No α-β fit (the collectives carry no sizes or fewer than 3 distinct sizes), "
                 "so no model curve.</p>")
-    rows = "".join(f"<tr><td>{c.bucket_mb:g}</td><td>{c.bucket_count:.0f}</td><td>{c.ideal_count}</td>"
-                   f"<td>{fmt_ms(c.predicted_ns, unit=False)}</td><td>{fmt_ms(c.overhead_ns, unit=False)}</td>"
-                   f"<td>{fmt_ms(c.comm_tail_ns, unit=False)}</td></tr>"
-                   for c in curve.itertuples())
+    def td(v, text: str) -> str:  # a number's cell: data-v right-aligns it, as in every other table
+        return f"<td data-v='{v}'>{text}</td>" if not missing(v) else f"<td>{text}</td>"
+
+    rows = "".join("<tr>" + f"<td>{c.bucket_mb:g}</td>" + td(c.bucket_count, fmt_number(float(c.bucket_count)))
+                   + td(c.ideal_count, fmt_number(int(c.ideal_count)))
+                   + "".join(td(v, fmt_ms(v, unit=False)) for v in (c.predicted_ns, c.overhead_ns, c.comm_tail_ns))
+                   + "</tr>" for c in curve.itertuples())
     names = ", ".join(esc(r.name) for r in members)
     regimes = ("one line" if len(fit) == 1 else
                f"{len(fit)} lines, one per message-size regime (one line could not follow both the small and "

@@ -340,3 +340,22 @@ def test_run_page_channel_advice_quotes_the_recommendations_estimated_loss():
     assert f"compute loses an estimated {fmt_ms(head['upper_gain_ns'])} per step beside NCCL" in text
     assert f"contention ({head['upper_gain_ns'] / 1e6:.2f} ms/step" in head["basis"]
     assert "--nccl-channels 9" in text
+
+
+def test_sweep_model_table_numbers_sit_right_with_separators():
+    """The bucket-sweep page's model table writes counts with thousands separators ('7,623', as the fit table's
+    '6,160 kernels') and marks every number cell with data-v, so it sits right like every other table's."""
+    import pandas as pd
+
+    from ddp_profile.report.sweep import model_text
+
+    curve = pd.DataFrame({"bucket_mb": [1.0, 1000.0], "bucket_count": [338.0, 8.0], "ideal_count": [7623, 8],
+                          "predicted_ns": [0.267e6, 2.008e6], "overhead_ns": [9.571e6, float("nan")],
+                          "comm_tail_ns": [0.332e6, 2.689e6]})
+    curve.attrs.update(total_mb=7622.7)
+    fit = pd.DataFrame({"o_us": [7.0], "w_gb_per_s": [202.5], "min_bytes": [6.0 * 2**10], "max_bytes": [9.8 * 2**20],
+                        "median_rel_err_pct": [8.2], "p90_rel_err_pct": [14.3], "n_points": [6160]})
+    html_ = model_text(curve, 243.3, fit, [])
+    body = html_[html_.index("<tbody>"):]
+    assert "<tr><td>1</td><td data-v='338.0'>338</td><td data-v='7623'>7,623</td>" in body
+    assert "<td data-v='9571000.0'>9.571</td>" in body and "<td>–</td>" in body  # a missing value: a dash, left

@@ -68,6 +68,8 @@ def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", 
     sort = sort if sort in comp else "step_ns"
     c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
+    if "variant" in shown and not shown["variant"].fillna("").astype(str).str.len().any():
+        shown = shown.drop(columns="variant")  # no lever variant in the set: no column of blank cells
     first = [x for x in TABLE_FIRST if x in shown]
     shown = shown[first + [x for x in shown.columns if x not in first]]
     links = {"run": list(c["page"])}

@@ -78,11 +78,15 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     t = numbers_table(comp, "Numbers")
     main, more = t.split("<details>", 1)
     heads = re.findall(r"data-k='([^']+)'", main)
-    assert heads[:8] == ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofiled_step_ns",
-                         "step_ns", "profiler_overhead_pct"]
+    assert heads[:7] == ["run", "strategy", "bucket_mb", "world_size", "unprofiled_step_ns", "step_ns",
+                         "profiler_overhead_pct"]  # no run has a lever variant: no column of blank cells
     # the rest folds away in a second table that repeats the run and leaves none of the columns out
     rest = re.findall(r"data-k='([^']+)'", more)
     assert rest[0] == "run" and "unprofiled_repeats" in rest and not set(heads[1:]) & set(rest)
+    assert "variant" not in rest
+    comp.loc[comp.index[0], "variant"] = "ch2-hiprio"  # one lever variant: the column is back, beside the cap
+    heads = re.findall(r"data-k='([^']+)'", numbers_table(comp, "Numbers").split("<details>", 1)[0])
+    assert heads[:5] == ["run", "strategy", "bucket_mb", "variant", "world_size"]
 
 
 def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_is_not_established(monkeypatch):

@@ -18,6 +18,7 @@ import urllib.parse
 
 import pandas as pd
 
+from ddp_profile.fmt import DASH
 from ddp_profile.report.glossary import cell_text, display_value, glossary_html, header
 from ddp_profile.report.runs import Run
 
@@ -106,7 +107,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
     if df is None or not len(df):
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
-    heads = []
+    heads, numeric = [], set()
     for c in df.columns:
         label, definition = header(str(c))
         tip = f" title='{esc(definition)}'" if definition else ""
@@ -114,6 +115,8 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
         words = not any(isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
                         for v in df[c].head(max_rows))
         cls = " class='txt'" if words else ""
+        if not words:
+            numeric.add(str(c))
         heads.append(f"<th scope='col'{cls}{tip} data-k='{esc(c)}'>{esc(label)}</th>")
     rows = []
     cols = [str(c) for c in df.columns]
@@ -132,7 +135,9 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
             # TOKEN (a run name, its baseline; a linked one stays 12em wide), so wide tables fit the screen;
             # shorter words wrap at spaces only
             cls = ""
-            if not key and any(len(w) > LONG_WORD for w in raw.split()):
+            if not key and c in numeric and raw == DASH:
+                cls = " class='na'"  # a missing number sits right, under its header, as the numbers do
+            elif not key and any(len(w) > LONG_WORD for w in raw.split()):
                 cls = " class='long'"
             elif not key and any(len(w) > TOKEN for w in raw.split()):
                 cls = " class='tok link'" if link else " class='tok'"
@@ -196,7 +201,7 @@ table{{border-collapse:collapse;margin:.5em 0 1.5em;font-size:12px}}td,th{{borde
 text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]::after{{content:" ▲"}}
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
-.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}.note,.empty{{color:#595959}}
+.figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}td.na{{text-align:right}}.note,.empty{{color:#595959}}
 td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}

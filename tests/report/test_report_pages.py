@@ -359,3 +359,17 @@ def test_sweep_model_table_numbers_sit_right_with_separators():
     body = html_[html_.index("<tbody>"):]
     assert "<tr><td>1</td><td data-v='338.0'>338</td><td data-v='7623'>7,623</td>" in body
     assert "<td data-v='9571000.0'>9.571</td>" in body and "<td>–</td>" in body  # a missing value: a dash, left
+
+
+def test_a_missing_number_sits_right_in_its_numeric_column():
+    """A '–' in a number column (an un-profiled step a run lacks, a 1-GPU run's comm hidden) is right-aligned
+    under its header like the numbers above and below it; a '–' in a text column stays left."""
+    import pandas as pd
+
+    from ddp_profile.report.html import page, table
+
+    html_ = table(pd.DataFrame({"run": ["a", "b"], "dtype": ["f32", None], "step_ns": [1e6, float("nan")]}), "T")
+    cells = re.findall(r"<td([^>]*)>([^<]*)</td>", html_)
+    assert cells == [("", "a"), ("", "f32"), (" data-v='1.0'", "1.000"), ("", "b"), ("", "–"), (" class='na'", "–")]
+    css = page("t", "", "")
+    assert css.index("td:not([data-v]),th.txt{text-align:left}") < css.index("td.na{text-align:right}")

@@ -110,6 +110,15 @@ def test_torch_verdict_words_follow_the_ratios():
     assert "1 of 2 hand-written strategies are faster" in t1 and "fastest is a at 0.900×" in t1
     assert "closest" not in t1
     assert "no hand-written strategy is faster" in t2 and "closest is a at 1.050×" in t2
+    # lower medians whose step ranges overlap torch_ddp's are not called faster
+    close = pd.DataFrame({"run": ["a", "b", "c"], "÷ torch_ddp": ["0.836", "0.879", "1.100"],
+                          "_ratio": [0.836, 0.879, 1.1], "_overlap": [False, True, True]})
+    t3 = torch_verdict("S", close, Ref())
+    assert t3.startswith("S: 2 of 3 hand-written strategies have a lower median step than torch_ddp's 100.000 ms "
+                         "(a, b); beyond the step ranges only a; the fastest is a at 0.836×"), t3
+    t4 = torch_verdict("S", close.assign(_overlap=True), Ref())
+    assert "have a lower median step than" in t4 and "; none beyond the step ranges;" in t4
+    assert "are faster" in torch_verdict("S", close.assign(_overlap=False), Ref())
 
 
 def test_findings_and_sweep_page_state_one_fit(small):

@@ -99,6 +99,10 @@ TOKEN = 16
 """Characters of one word beyond which a table cell may wrap inside it at any character (run names)."""
 
 
+NUMBER_UNIT = re.compile(r"^([+\u2212-]?[\d,.]+) (ms|µs|%|KiB|MiB|GiB|GB/s)$")
+"""A table cell that is one number and its unit (the findings' text cells): its space becomes no-break."""
+
+
 def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
@@ -127,7 +131,8 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
             d = display_value(c, v)
             key = f" data-v='{esc(d)}'" if isinstance(d, (int, float)) and not isinstance(d, bool) else ""
             raw = str(cell_text(c, v))
-            text = esc(raw)
+            # a number with its unit as text ('369.297 ms', '+4.9 %') never breaks between the two
+            text = esc(NUMBER_UNIT.sub("\\1\u00a0\\2", raw) if not key else raw)
             link = c in hrefs and hrefs[c][i]
             if link:
                 text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"

@@ -373,3 +373,15 @@ def test_a_missing_number_sits_right_in_its_numeric_column():
     assert cells == [("", "a"), ("", "f32"), (" data-v='1.0'", "1.000"), ("", "b"), ("", "–"), (" class='na'", "–")]
     css = page("t", "", "")
     assert css.index("td:not([data-v]),th.txt{text-align:left}") < css.index("td.na{text-align:right}")
+
+
+def test_a_number_and_its_unit_never_wrap_apart_in_a_table_cell():
+    """Findings tables hold numbers as text ('369.297 ms', '+4.9 %'); in a narrow column the unit wrapped to a
+    line of its own. Such a cell joins number and unit with a no-break space; other text is left as is."""
+    import pandas as pd
+
+    from ddp_profile.report.html import table
+
+    df = pd.DataFrame({"run": ["a b"], "measured": ["369.297 ms"], "error": ["−20.6 %"], "range": ["1.0–2.0 ms"]})
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", table(df, "T"))
+    assert cells == ["a b", "369.297\u00a0ms", "−20.6\u00a0%", "1.0–2.0 ms"]

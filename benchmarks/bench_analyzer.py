@@ -187,6 +187,19 @@ def measure_cli(path: str) -> dict:
             "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
 
 
+STARTUP_MODULES = ("ddp_profile.cli", "ddp_profile.commands.analyze", "ddp_profile.nsys.loader",
+                   "ddp_profile.analysis", "ddp_profile.commands.writers")
+
+
+def measure_startup(_path: str) -> dict:
+    """What the `analyze` command pays before it reads a row: a fresh interpreter importing the modules it runs
+    (numpy, pandas, pyarrow and the driver come with them), from process start to exit."""
+    code = "; ".join(f"import {m}" for m in STARTUP_MODULES)
+    c0, t0 = _children_cpu_s(), time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=HERE.parent, check=True)
+    return {"seconds": time.perf_counter() - t0, "cpu_s": _children_cpu_s() - c0}
+
+
 def measure_analyze(path: str, jobs: int = 1) -> dict:
     """load_trace + analyze (the core sections `analyze` outputs by default: steps, phases, overlap per kernel
     and rank, collectives, cost model, contention) + its JSON text, in one process, imports excluded."""
@@ -338,7 +351,7 @@ def measure_nsys(path: str) -> dict:
 
 
 MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "floor_arrow": measure_floor_arrow,
-            "floor_cx": measure_floor_cx, "analyze": measure_analyze, "cli": measure_cli}
+            "floor_cx": measure_floor_cx, "analyze": measure_analyze, "cli": measure_cli, "startup": measure_startup}
 
 
 def _child(kind: str, path: Path, *extra: str) -> dict:
@@ -584,7 +597,8 @@ def _loadavg() -> str:
 def bench_size(n: int, args, path: Path | None = None) -> dict:
     path, built = (path, None) if path else export_for(n, args.ranks, args.rebuild)
     warm(path)
-    runs: dict[str, list] = {"floor_arrow": [], "cli": [], "analyze": [], "floor": [], "floor_concat": []}
+    runs: dict[str, list] = {"floor_arrow": [], "cli": [], "analyze": [], "floor": [], "floor_concat": [],
+                             "startup": []}
     for _ in range(args.repeat):
         for kind in runs:
             runs[kind].append(_child(kind, path))
@@ -595,7 +609,7 @@ def bench_size(n: int, args, path: Path | None = None) -> dict:
     res = {
         "size": label(n), "path": _rel(path), "file_mb": path.stat().st_size / 1e6,
         "build_s": built, "rows": rows, "repeats": args.repeat, "floor": f, "floor_concat": best["floor_concat"],
-        "floor_arrow": fa, "floor_cx": _child("floor_cx", path), "cli": cli,
+        "floor_arrow": fa, "floor_cx": _child("floor_cx", path), "cli": cli, "startup": best["startup"],
         "analyze": a, "all_runs": runs, "ratio": a["seconds"] / f["seconds"],
         # issue 28: the CLI (process start included) and the in-process work against the Arrow floor
         "ratio_arrow": cli["seconds"] / fa["seconds"], "ratio_arrow_inproc": a["seconds"] / fa["seconds"],

@@ -143,6 +143,19 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
 
+def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:
+    """``'step N: <evidence>'`` of the step whose straggler lead is the median (the lower middle) among the
+    ``steps`` (one row per step, indexed by step label, ``schema.STEP_STRAGGLER_COLUMNS``) whose cause is
+    ``cause`` and whose evidence is known; None without one. The one example the verdict, its rule and the
+    run page quote, so they quote the same step."""
+    sel = steps[(steps["straggler_cause"] == cause).to_numpy() & steps["straggler_evidence"].notna().to_numpy()]
+    if sel.empty:
+        return None
+    sel = sel.sort_values("straggler_lead_ns", kind="stable")
+    at = (len(sel) - 1) // 2
+    return f"step {int(sel.index[at])}: {sel['straggler_evidence'].iloc[at]}"
+
+
 def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> dict | None:
     """``straggler_host`` or ``straggler_gpu`` for the job's straggler rank (by its commonest cause over its
     steps), gain = its part of the critical path (:func:`split_parts`), evidence = its median step's."""
@@ -156,9 +169,10 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> 
     if causes.empty:
         return None
     cause = causes.mode().iloc[0]
-    ev = mine.loc[mine["straggler_cause"] == cause].sort_values("straggler_lead_ns")["straggler_evidence"].dropna()
+    ev = mine.loc[mine["straggler_cause"] == cause, "straggler_evidence"].dropna()
+    example = straggler_example(mine, cause)
     evidence = f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps" + (
-        f"; e.g. {ev.iloc[len(ev) // 2]}" if len(ev) else "")
+        f"; e.g. {example}" if example else "")
     if cause == "gpu":
         text = f"even out the GPU work: rank {rank} runs more than its peers (data or model imbalance)"
     elif ev.str.contains("on the main thread").any():

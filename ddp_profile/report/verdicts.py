@@ -15,6 +15,7 @@ import math
 
 import pandas as pd
 
+from ddp_profile.analysis.verdict import straggler_example
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, missing
 
 
@@ -311,10 +312,10 @@ def straggler_sentence(steps: pd.DataFrame, verdict: dict | None) -> str:
         return ""
     cause = mine["straggler_cause"].mode().iloc[0]
     n = int((mine["straggler_cause"] == cause).sum())
-    ev = mine.loc[mine["straggler_cause"] == cause, "straggler_evidence"].dropna()
+    example = straggler_example(mine, cause)
     text = (f"Rank {r} arrives last at the step's collectives in {len(mine)} of {len(per_step)} steps, "
             f"median {fmt_ms(mine['straggler_lead_ns'].median())} after the first rank; cause {_e(cause)} in {n}")
-    return text + (f" (e.g. {_e(ev.iloc[len(ev) // 2])})." if len(ev) else ".")
+    return text + (f" (e.g. {_e(example)})." if example else ".")
 
 
 def step_times_sentence(step_ns, n_steps: int, meta: dict | None) -> str:

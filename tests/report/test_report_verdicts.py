@@ -203,7 +203,7 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
                           "straggler_evidence": ["cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms)"] * 4})
     s = _text(run_verdict(summary, steps, False, "", 2, verdict=dict(v, bound_by="straggler", rank=0)))
     assert "Rank 0 arrives last at the step's collectives in 2 of 2 steps, median 35.000 ms after the first rank; " \
-           "cause host in 2 (e.g. cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms))." in s
+           "cause host in 2 (e.g. step 1: cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms))." in s
     assert "bound by a straggler, rank 0" in s
 
 
@@ -221,3 +221,18 @@ def test_run_verdict_gives_each_rank_where_ranks_differ_more_than_2x():
     assert "2.511" not in a and "1.986" not in a
     pooled = _text(run_verdict(summary, None, False, "", 2))
     assert "1.986 ms (median share of the step 1.8 %) is exposed" in pooled  # 1.986 / 43.644 is 4.6 %
+
+
+def test_straggler_example_is_the_median_lead_step_of_the_cause_and_names_it():
+    """The verdict's rule and the run page quote one example step (they once quoted different ones)."""
+    from ddp_profile.analysis.verdict import straggler_example
+
+    steps = pd.DataFrame({"straggler_lead_ns": [9e6, 1e6, 5e6, 7e6, 3e6],
+                          "straggler_cause": ["host", "host", "gpu", "host", "host"],
+                          "straggler_evidence": ["a", "b", "c", None, "e"]}, index=[4, 5, 6, 7, 8])
+    # host steps with evidence: 5 (1 ms), 8 (3 ms), 4 (9 ms): the median lead is step 8's
+    assert straggler_example(steps, "host") == "step 8: e"
+    assert straggler_example(steps, "gpu") == "step 6: c"
+    assert straggler_example(steps, "unknown") is None
+    # an even count takes the lower middle
+    assert straggler_example(steps.drop(index=4), "host") == "step 5: b"

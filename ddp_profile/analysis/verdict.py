@@ -23,8 +23,8 @@ removable part reaches the share, and then no communication fix follows it.
 Advice (:func:`advice`): rules grounded on measured parts, each with an upper bound on its gain (never more
 than the critical-path part it removes) and the spread of that bound over steps; only rules whose bound is at
 least ADVICE_MIN_PCT % of the step are listed, largest first. The verdict's rule (the first of its kind) is
-moved to the head of the list, its bound capped at ``removable_ns``: ``expected_gain_ns`` is that rule's
-``gain_upper_ns``, one number in both places.
+moved to the head of the list, its bound capped at ``removable_ns`` (and, where the cap binds, its spread
+that part's ``spread_ns``): ``expected_gain_ns`` is that rule's ``gain_upper_ns``, one number in both places.
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
             # one number per fact: the verdict's rule, capped at the verdict's part, heads the advice list
             # with the gain the verdict states
             first = dict(mine[0], gain_upper_ns=min(float(mine[0]["gain_upper_ns"]), med[k]))
+            if float(mine[0]["gain_upper_ns"]) > med[k]:  # capped: the bound is the verdict's part, and so its spread
+                first["spread_ns"] = out["spread_ns"]
             out["what_to_change"], out["expected_gain_ns"] = first["what_to_change"], first["gain_upper_ns"]
             out["advice"] = [first] + [r for r in rules if r is not mine[0]]
         else:

@@ -280,7 +280,7 @@ def test_gpt_accum_names_rank_0s_per_iteration_sync_as_evidence(analysed):
     assert res.verdict["bound_by"] == "straggler" and res.verdict["rank"] == 0
 
 
-@pytest.mark.parametrize("name", ["foreign/gpt-accum", "foreign/pl-fsdp", "naive_xl_fp32_2xh200",
+@pytest.mark.parametrize("name", ["foreign/gpt-accum", "foreign/pl-fsdp", "foreign/hf-ddp", "naive_xl_fp32_2xh200",
                                   "campaign/A/bucketed-100mb+zero1_xl_fp32_2xh200"])
 def test_verdict_gain_is_its_rules_gain_at_the_head_of_the_advice(analysed, name):
     """One number per fact: the verdict's expected gain is the gain of the rule it advises, and that rule is
@@ -290,6 +290,8 @@ def test_verdict_gain_is_its_rules_gain_at_the_head_of_the_advice(analysed, name
     first = v["advice"][0]
     assert first["what_to_change"] == v["what_to_change"]
     assert first["gain_upper_ns"] == v["expected_gain_ns"] <= v["removable_ns"]
+    if first["gain_upper_ns"] == v["removable_ns"]:  # capped at the verdict's part: the part's spread too
+        assert first["spread_ns"] == v["spread_ns"]
     rest = [r["gain_upper_ns"] for r in v["advice"][1:]]
     assert rest == sorted(rest, reverse=True)
 

@@ -143,7 +143,8 @@ METRICS: dict[str, tuple[str, str]] = {
                 "after the gap began (the GPU ran dry before the host issued the next work)."),
     "rest_ns": ("other idle (ms)", "Critical path: the rest of the step (the analysis's idle_ns there): work "
                 "issued but not yet started, stream/event waits, the µs between queued kernels."),
-    "last_arrival_pct": ("arrives last (%)", "Share of the rank's collectives it reached last of all ranks."),
+    "last_arrival_pct": ("last at collectives (%)", "Share of the rank's collectives (not steps) it reached last of "
+                         "all ranks; a step counts once in \"straggler in steps\" however many collectives it holds."),
 }
 
 # README "Metrics (definitions)" names these; tests check every one of them is defined in that section.

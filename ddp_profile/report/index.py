@@ -61,6 +61,16 @@ def host_text(runs: list[Run]) -> str:
             f"with the strategy: {parts}. ")
 
 
+def _has_value(v) -> bool:
+    """A table cell that shows something: not None, NaN, <NA> or an empty string."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return False
+    try:
+        return not bool(pd.isna(v))
+    except (TypeError, ValueError):  # a list or an array: a value
+        return True
+
+
 def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", main=NUMBERS_MAIN) -> str:
     """The comparison as two tables: the ``main`` columns, then (folded) the run and every other column;
     run names link to their pages; both ranked by ``sort`` (default: the time the set is ranked by,
@@ -68,8 +78,10 @@ def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", 
     sort = sort if sort in comp else "step_ns"
     c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
-    if "variant" in shown and not shown["variant"].fillna("").astype(str).str.len().any():
-        shown = shown.drop(columns="variant")  # no lever variant in the set: no column of blank cells
+    # a column no run of the set has a value for (no lever variant, no un-profiled timing, no run JSON's
+    # memory) is dropped: a column of blank cells or dashes says nothing
+    blank = [x for x in shown.columns if x != "run" and not shown[x].map(_has_value).any()]
+    shown = shown.drop(columns=blank)
     first = [x for x in TABLE_FIRST if x in shown]
     shown = shown[first + [x for x in shown.columns if x not in first]]
     links = {"run": list(c["page"])}

@@ -87,6 +87,10 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     comp.loc[comp.index[0], "variant"] = "ch2-hiprio"  # one lever variant: the column is back, beside the cap
     heads = re.findall(r"data-k='([^']+)'", numbers_table(comp, "Numbers").split("<details>", 1)[0])
     assert heads[:5] == ["run", "strategy", "bucket_mb", "variant", "world_size"]
+    # a column no run has a value for (here no un-profiled timing) is left out of both tables
+    comp["unprofiled_step_ns"] = float("nan")
+    both = re.findall(r"data-k='([^']+)'", numbers_table(comp, "Numbers"))
+    assert "unprofiled_step_ns" not in both and "step_ns" in both
 
 
 def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_is_not_established(monkeypatch):

@@ -106,7 +106,7 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
         r2 = row.get("r2")
         fig.add_trace(go.Scatter(x=xs.tolist(), y=ys.round(3).tolist(), mode="lines", name=(
             f"{html.escape(str(row['collective']), quote=False)} fit: o={float(row['o_us']):.1f} µs, "
-            f"w={float(row['w_gb_per_s']):.1f} GB/s" + ("" if pd.isna(r2) else f", R²={float(r2):.3f}"))))
+            f"w={float(row['w_gb_per_s']):.0f} GB/s" + ("" if pd.isna(r2) else f", R²={float(r2):.3f}"))))
     fig.update_layout(title=titled("α-β fit: collective time vs message size", source),
                       template="plotly_white", colorway=palette.SERIES, height=420, margin={"l": 60, "r": 20, "t": 80, "b": 50},
                       xaxis={"title": {"text": "message size (log scale)"}, "type": "log",

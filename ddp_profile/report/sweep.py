@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddp_profile.fmt import fmt_number, missing
+from ddp_profile.fmt import fmt_bytes, fmt_number, missing
 from ddp_profile.report.compare import comparison, group_source
 from ddp_profile.report.glossary import fmt_ms
 from ddp_profile.report.html import esc, figure_div, page, run_links, table
@@ -116,12 +116,10 @@ def _accuracy(curve: pd.DataFrame) -> str:
 
 def fit_lines_text(fit: pd.DataFrame) -> str:
     """"o = 7.0 µs, w = 204 GB/s for 6.3 KiB – 9.8 MiB (median error 8.5 %, 90th pct 17.2 %, 6,160 kernels);
-    ..." — every regime of a :func:`sweep_fit`, with its quality."""
-    def size(b):
-        return f"{b / 2**20:,.1f} MiB" if b >= 2**20 else f"{b / 2**10:,.1f} KiB"
-
+    ..." — every regime of a :func:`sweep_fit`, with its quality (o and w as the plot's legend gives them,
+    sizes through ``fmt.fmt_bytes``)."""
     return "; ".join(
-        f"o = {r.o_us:.1f} µs, w = {r.w_gb_per_s:.0f} GB/s for {size(r.min_bytes)} – {size(r.max_bytes)} "
+        f"o = {r.o_us:.1f} µs, w = {r.w_gb_per_s:.0f} GB/s for {fmt_bytes(r.min_bytes)} – {fmt_bytes(r.max_bytes)} "
         f"(median error {r.median_rel_err_pct:.1f} %, 90th percentile {r.p90_rel_err_pct:.1f} %, "
         f"{int(r.n_points):,} kernels)" for r in fit.itertuples())
 

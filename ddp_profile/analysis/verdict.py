@@ -21,7 +21,8 @@ From the critical path (``critical_path``: per step, the parts of the rank that 
 removable part reaches the share, and then no communication fix follows it.
 
 Advice (:func:`advice`): rules grounded on measured parts, each with an upper bound on its gain (never more
-than the critical-path part it removes) and the spread of that bound over steps; only rules whose bound is at
+than the critical-path part it removes) and the spread of that bound over steps (None where the bound is one
+run-level number, not measured per step: contention, the recommendation's prediction); only rules whose bound is at
 least ADVICE_MIN_PCT % of the step are listed, largest first. The verdict's rule (the first of its kind) is
 moved to the head of the list, its bound capped at ``removable_ns`` (and, where the cap binds, its spread
 that part's ``spread_ns``): ``expected_gain_ns`` is that rule's ``gain_upper_ns``, one number in both places.
@@ -133,12 +134,15 @@ _GENERIC = {
 }
 
 
-def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float) -> dict | None:
+def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float,
+          per_step: bool = True) -> dict | None:
+    """One advice rule, gain = the median of ``gain`` over steps. ``per_step`` False: the bound is built from
+    one run-level number (not measured step by step), so it has no spread over steps: ``spread_ns`` None."""
     g = float(gain.median()) if len(gain.dropna()) else 0.0
     if not step_ns or 100.0 * g / step_ns < ADVICE_MIN_PCT:
         return None
-    return {"rule": name, "what_to_change": text, "gain_upper_ns": g, "spread_ns": _spread(gain),
-            "evidence": evidence}
+    return {"rule": name, "what_to_change": text, "gain_upper_ns": g,
+            "spread_ns": _spread(gain) if per_step else None, "evidence": evidence}
 
 
 def _ms(ns: float) -> str:
@@ -235,7 +239,8 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     if contention_ns > 0:
         out.append(_rule("contention", "give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or "
                          "high-priority NCCL streams", pd.Series(np.minimum(contention_ns, c["compute_ns"])),
-                         f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL", step))
+                         f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL", step,
+                         per_step=False))  # one run-level estimate (recommend.contention_per_step_ns)
     if recommendation is not None and len(recommendation):
         first = recommendation.iloc[0]
         m = first.get("measured_step_ns")
@@ -243,7 +248,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
         if gain is not None and not pd.isna(gain) and float(gain) > 0 and first.get("flags"):
             out.append(_rule("measured" if m is not None and not pd.isna(m) else "comm_tail",
                              f"run with {first['flags']}", pd.Series([min(float(gain), float(comm.median()))]),
-                             f"{first.get('basis')}", step))
+                             f"{first.get('basis')}", step, per_step=False))  # one prediction for the run
     rules = [r for r in out if r is not None]
     return sorted(rules, key=lambda r: -r["gain_upper_ns"])
 

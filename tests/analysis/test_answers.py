@@ -383,3 +383,20 @@ def test_critical_path_parts_add_up_on_every_committed_trace(run):
     assert (c[cp.PARTS] >= 0).all().all()
     assert (c[cp.PARTS].sum(axis=1) == c["span_ns"]).all()
     assert res.to_json_dict()["verdict"]["bound_by"] in schema.VERDICT_BOUND_BY
+
+
+def test_rules_whose_gain_is_one_run_level_number_state_no_spread_over_steps():
+    # contention's bound is one estimate for the run (lost compute / rank-steps) and the recommendation's one
+    # prediction: neither varies over steps by measurement, so neither may print a spread (a constant's
+    # interquartile range, 0, would read as "measured, steady"); host_sync's bound is per step and keeps its own
+    crit = pd.DataFrame({"step": [0, 1, 2, 3], "span_ns": [100 * MS] * 4, "critical_rank": [0] * 4,
+                         "compute_ns": [60 * MS, 70 * MS, 80 * MS, 90 * MS], "exposed_transfer_ns": [5 * MS] * 4,
+                         "wait_ns": [0] * 4, "host_ns": [2 * MS, 4 * MS, 6 * MS, 8 * MS], "idle_ns": [0] * 4})
+    sync = pd.Series([2 * MS, 4 * MS, 6 * MS, 8 * MS], index=[0, 1, 2, 3], dtype=float)
+    rec = pd.DataFrame({"flags": ["--bucket-cap-mb 50"], "measured_step_ns": [90 * MS],
+                        "predicted_gain_ns": [3 * MS], "basis": ["measured at 50 MB"]})
+    rules = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, sync, 4 * MS, rec)}
+    assert rules["contention"]["gain_upper_ns"] == 4 * MS and rules["contention"]["spread_ns"] is None
+    assert rules["measured"]["gain_upper_ns"] == 3 * MS and rules["measured"]["spread_ns"] is None
+    # host_sync: min(sync, host) per step = 2, 4, 6, 8 ms; p75 − p25 = 6.5 − 3.5 = 3 ms
+    assert rules["host_sync"]["spread_ns"] == pytest.approx(3 * MS)

@@ -49,7 +49,8 @@ def median_step_ns(run: Run) -> float:
 def comparison(runs: list[Run]) -> pd.DataFrame:
     """compare_runs over the runs, plus the columns the pages link and label with, the step-time spread
     over ranks and steps (step_min_ns, step_max_ns), and speedup / efficiency / serial fraction against
-    each run's own baseline (:func:`baseline_for`; ``baseline`` names it). ``compare_runs`` is looked up
+    each run's own baseline (:func:`baseline_for`; ``baseline`` names it and ``baseline_page`` is its page,
+    both None for a run that is its own baseline). ``compare_runs`` is looked up
     on this module at call time: it is the one seam tests replace with a synthetic comparison."""
     from ddp_profile.analysis.compare import amdahl_serial_fraction
     from ddp_profile.report import measures
@@ -76,7 +77,11 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
                            for p, v in zip(pops, comp["overlap_pct"], strict=False)]
     comp["overlap_pct"] = pd.to_numeric(comp["overlap_pct"], errors="coerce")
     comp["host"] = [getattr(r, "host", None) for r in runs]
-    comp["baseline"] = [r.baseline.name if r.baseline is not None else None for r in runs]
+    # a 1-GPU run measured against itself names no baseline; the others name theirs and link its page
+    # (every loaded run has one)
+    own = [r.baseline if r.baseline is not None and r.baseline is not r else None for r in runs]
+    comp["baseline"] = [b.name if b is not None else None for b in own]
+    comp["baseline_page"] = [b.page if b is not None else None for b in own]
     add_run_facts(comp, runs)
     speed, eff, serial = [], [], []
     for r, t, n in zip(runs, comp["rank_step_ns"], comp["world_size"], strict=False):

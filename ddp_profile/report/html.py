@@ -18,7 +18,7 @@ import urllib.parse
 
 import pandas as pd
 
-from ddp_profile.fmt import DASH
+from ddp_profile.fmt import DASH, missing
 from ddp_profile.report.glossary import cell_text, display_value, glossary_html, header
 from ddp_profile.report.runs import Run
 
@@ -107,7 +107,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
     offline). The first ``max_rows`` rows are shown (the note says so when cut). ``links``: {column:
-    [href per row]} makes those cells links."""
+    [href per row]} makes those cells links (a missing href leaves its cell plain)."""
     if df is None or not len(df):
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
@@ -133,7 +133,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
             raw = str(cell_text(c, v))
             # a number with its unit as text ('369.297 ms', '+4.9 %') never breaks between the two
             text = esc(NUMBER_UNIT.sub("\\1\u00a0\\2", raw) if not key else raw)
-            link = c in hrefs and hrefs[c][i]
+            link = c in hrefs and not missing(hrefs[c][i])  # no page (None, or NaN in a string column): no link
             if link:
                 text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"
             # a long unbroken text (a kernel name) may wrap anywhere; so may a text with a word longer than

@@ -25,7 +25,7 @@ from ddp_profile.report.verdicts import bound_cell, ranked, strategy_verdict
 INDEX_COLUMNS = ["strategy", "bucket_mb", "model", "dtype", "world_size", "gpu_name", "n_steps", "step_ns",
                  "unprofiled_step_ns", "profiler_overhead_pct", "exposed_comm_ns", "comm_tail_ns", "overlap_pct",
                  "efficiency_pct", "baseline"]
-TABLE_DROP = ["page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name",
+TABLE_DROP = ["page", "baseline_page", "predicted_overhead_ns", "run", "model", "dtype", "gpu_name",
               # the ranked time repeats step_ns or unprofiled_step_ns; its basis is stated above the table
               "rank_step_ns", "rank_min_ns", "rank_max_ns", "rank_basis"]
 TABLE_FIRST = ["run", "strategy", "bucket_mb", "variant", "world_size", "unprofiled_step_ns", "unprofiled_repeats",
@@ -73,7 +73,7 @@ def _has_value(v) -> bool:
 
 def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", main=NUMBERS_MAIN) -> str:
     """The comparison as two tables: the ``main`` columns, then (folded) the run and every other column;
-    run names link to their pages; both ranked by ``sort`` (default: the time the set is ranked by,
+    run and baseline names link to their pages; both ranked by ``sort`` (default: the time the set is ranked by,
     :mod:`ddp_profile.report.measures`); a note when memory is missing from run JSONs."""
     sort = sort if sort in comp else "step_ns"
     c = comp.sort_values(sort, na_position="last", kind="stable") if sort in comp else comp
@@ -84,7 +84,7 @@ def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", 
     shown = shown.drop(columns=blank)
     first = [x for x in TABLE_FIRST if x in shown]
     shown = shown[first + [x for x in shown.columns if x not in first]]
-    links = {"run": list(c["page"])}
+    links = {"run": list(c["page"]), "baseline": list(c["baseline_page"])}
     head = [x for x in main if x in shown]
     rest = ["run"] * ("run" in shown) + [x for x in shown.columns if x not in head]
     more = ""
@@ -365,7 +365,7 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
             shown = drop_empty_columns(shown)
         parts.insert(0, "<h2>Runs</h2>" + table(
             shown, "Every run (trace: medians over profiled steps and ranks)",
-            links={"run": list(comp["page"])}) + ("" if "efficiency_pct" not in shown else
+            links={"run": list(comp["page"]), "baseline": list(comp["baseline_page"])}) + ("" if "efficiency_pct" not in shown else
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
             "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "

@@ -256,3 +256,25 @@ def test_run_page_advice_names_the_comparisons_winner_with_the_same_time(monkeyp
                         "(9.1 %) less than this run")
     naive = next(r for r in runs if r.meta["strategy"] == "naive")
     assert _text(measured_advice(naive, context)).startswith("Keep this strategy")
+
+
+def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monkeypatch):
+    """The 1-GPU baseline column: a dash for the 1-GPU run measured against itself, and each other run's
+    baseline as a link to that run's page, on the index and in a comparison's numbers table."""
+    patch_analysis(monkeypatch)
+    runs = _set()
+    assign_baselines(runs)
+    one = runs[0]
+    assert one.meta["world_size"] == 1 and all(r.baseline is one for r in runs)
+    link = f"<td class='tok link'><a href='{one.page}'>{one.name}</a></td>"
+    index_table = render_index(runs, group_runs(runs), []).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    for html_ in (index_table, numbers_table(comparison(runs), "Numbers")):
+        rows: dict[str, str] = {}  # run page: its rows' cells (the numbers table's two tables joined)
+        for tr in re.findall(r"<tr><td.*?</tr>", html_, re.S):
+            page = re.search(r"href='([^']+)'", tr).group(1)
+            rows[page] = rows.get(page, "") + tr
+        assert set(rows) == {r.page for r in runs}
+        # its name only in its own run cells (one per table), no self-baseline
+        assert rows[one.page].count(f">{one.name}<") == rows[one.page].count(f"href='{one.page}'")
+        assert all(link in rows[r.page] for r in runs[1:])
+        assert all(h.endswith(".html") for h in re.findall(r"<a href='([^']+)'", html_))  # no link on a dash

@@ -80,10 +80,13 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
         names = s["name"].astype(str).to_numpy()[first] if len(first) else []
         text = [html.escape(n, quote=False) if c == 1 else f"{c} kernels merged, first {html.escape(n, quote=False)}"
                 for n, c in zip(names, count, strict=False)]
+        marker = {"color": KIND_COLORS[kind], "line": {"width": 0}}
+        if kind == "memset":  # memset shares the copy colour: hatched, as on the timeline
+            marker["pattern"] = palette.MEMSET_PATTERN
         fig.add_trace(go.Bar(orientation="h", name=KIND_LABELS[kind], base=(st[first] / 1e6).round(5),
                              x=((end - st[first]) / 1e6).round(5), y=row[first], hovertext=text,
                              hovertemplate="%{hovertext}<br>%{x:.3f} ms<extra></extra>", width=0.8,
-                             marker={"color": KIND_COLORS[kind], "line": {"width": 0}}))
+                             marker=marker))
     fig.update_layout(
         title=titled("Does it overlap? One step per strategy, aligned at step start", source),
         barmode="overlay", template="plotly_white", colorway=palette.SERIES, height=max(260, 130 + 34 * len(lanes)),

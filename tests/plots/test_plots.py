@@ -211,6 +211,19 @@ def test_overlap_picture_rows_per_run():
     assert fig.layout.xaxis.title.text == "time since step start (ms)"
 
 
+def test_overlap_picture_hatches_memset_as_the_timeline_does():
+    # memcpy and memset share the copy colour: the memset bars (and so their legend swatch) carry the
+    # timeline's hatching, palette.MEMSET_PATTERN, and memcpy none
+    k = pd.DataFrame({"run": ["naive"] * 3, "kind": ["compute", "memcpy", "memset"], "name": ["g", "c", "s"],
+                      "start_ns": [0, 100, 200], "end_ns": [90, 150, 250]})
+    fig = overlap_picture(k, source=SRC)
+    by = {tr.name: tr for tr in fig.data}
+    assert by["memcpy"].marker.color == by["memset"].marker.color == palette.COPY
+    assert by["memset"].marker.pattern.shape == palette.MEMSET_PATTERN["shape"]
+    assert by["memset"].marker.pattern.fgcolor == palette.MEMSET_PATTERN["fgcolor"]
+    assert not by["memcpy"].marker.pattern.shape and not by["compute kernel"].marker.pattern.shape
+
+
 def test_bucket_sweep_marks_model_and_optimum():
     comp = _comparison(3).assign(bucket_mb=[1.0, 25.0, 100.0])
     model = pd.DataFrame({"bucket_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})

@@ -78,8 +78,13 @@ def verdict_lines(v: dict | None) -> list[str]:
         tail = ""
         if bound != "compute" and not missing(gain):
             tail = f" — expected gain up to {fmt_ms(gain)} per step"
-            if not missing(v.get("spread_ns")):
-                tail += f" (spread over steps {fmt_ms(v['spread_ns'])})"
+            # the spread of that gain: its rule's (the advice's head, as the rule line below states it), else,
+            # for generic advice whose gain is the removable part, the part's
+            head_rule = (v.get("advice") or [None])[0]
+            spread = head_rule.get("spread_ns") if isinstance(head_rule, dict) and \
+                head_rule.get("what_to_change") == what else v.get("spread_ns")
+            if not missing(spread):
+                tail += f" (spread over steps {fmt_ms(spread)})"
         lines.append(f"What to change: {what.rstrip('.')}{tail}.")
     for a in v.get("advice") or []:
         if not isinstance(a, dict) or not a.get("what_to_change"):

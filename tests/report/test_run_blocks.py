@@ -107,6 +107,16 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
         "the threshold.", "What to change: faster kernels."]
     assert "up to 2.000 ms per step (spread over steps 0.100 ms)" in text
     assert "Ranks differ by more than 2× in exposed wait (ms)" in html  # the column label, not the key
+    # advice from a rule: its gain and that gain's spread, as the rule's own line states them (not the spread
+    # of the removable part, a different series: plain-cuda said 0.722 ms beside the rule's 0.310 ms)
+    run.analysis.verdict = {"bound_by": "host", "removable_ns": 650_000, "share_pct": 6.3, "spread_ns": 722_000,
+                            "what_to_change": "drop the per-step host sync", "expected_gain_ns": 526_000,
+                            "advice": [{"rule": "host_sync", "what_to_change": "drop the per-step host sync",
+                                        "gain_upper_ns": 526_000, "spread_ns": 310_000, "evidence": "waits"}]}
+    lines = verdict_lines(verdict_of(run.analysis))
+    assert lines[1] == ("What to change: drop the per-step host sync — expected gain up to 0.526 ms per step "
+                        "(spread over steps 0.310 ms).")
+    assert "(gain ≤ 0.526 ms, spread 0.310 ms)" in lines[2]
 
 
 def test_comm_kinds_table_medians_per_kind():

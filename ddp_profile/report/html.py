@@ -85,11 +85,17 @@ def _csv_href(df: pd.DataFrame) -> str:
 
 
 def drop_empty_columns(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` without the columns where every value is missing (or '–'): an own job's tables leave out what
-    only the harness records."""
+    """``df`` without the columns where every value is missing, blank or '–': an own job's tables leave out
+    what only the harness records, a comparison what no run of its set has (a lever variant, an un-profiled
+    timing)."""
     if df is None or not len(df):
         return df
-    keep = [c for c in df.columns if any(display_value(str(c), v) not in (None, "–") for v in df[c])]
+
+    def shows(col: str, v) -> bool:
+        shown = display_value(col, v)
+        return shown is not None and str(shown).strip() not in ("", "–")
+
+    keep = [c for c in df.columns if any(shows(str(c), v) for v in df[c])]
     return df.loc[:, keep]
 
 

@@ -61,16 +61,6 @@ def host_text(runs: list[Run]) -> str:
             f"with the strategy: {parts}. ")
 
 
-def _has_value(v) -> bool:
-    """A table cell that shows something: not None, NaN, <NA> or an empty string."""
-    if v is None or (isinstance(v, str) and not v.strip()):
-        return False
-    try:
-        return not bool(pd.isna(v))
-    except (TypeError, ValueError):  # a list or an array: a value
-        return True
-
-
 def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", main=NUMBERS_MAIN) -> str:
     """The comparison as two tables: the ``main`` columns, then (folded) the run and every other column;
     run and baseline names link to their pages; both ranked by ``sort`` (default: the time the set is ranked by,
@@ -80,8 +70,7 @@ def numbers_table(comp: pd.DataFrame, caption: str, sort: str = "rank_step_ns", 
     shown = c.drop(columns=[x for x in TABLE_DROP if x != "run"], errors="ignore")
     # a column no run of the set has a value for (no lever variant, no un-profiled timing, no run JSON's
     # memory) is dropped: a column of blank cells or dashes says nothing
-    blank = [x for x in shown.columns if x != "run" and not shown[x].map(_has_value).any()]
-    shown = shown.drop(columns=blank)
+    shown = drop_empty_columns(shown)
     first = [x for x in TABLE_FIRST if x in shown]
     shown = shown[first + [x for x in shown.columns if x not in first]]
     links = {"run": list(c["page"]), "baseline": list(c["baseline_page"])}

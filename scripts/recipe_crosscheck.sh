@@ -31,6 +31,8 @@ for rep in "$@"; do
             "$PYTHON" -c 'import sys, pandas as pd; pd.read_parquet(sys.argv[1]).to_csv(sys.argv[1][:-8] + ".csv")' "$pq" \
                 && rm -f "$pq" || echo "recipe: could not convert $pq to CSV (pandas/pyarrow missing?)"
         done
+        # xz-compressed: traces/ has a size budget (pandas reads .csv.xz as it is)
+        find "$tmp" -name '*.csv' -exec xz -9 {} \;
         rm -rf "$dest"; mv "$tmp" "$dest"; rm -f "$tmp.log"
         echo "   -> $dest: $(find "$dest" -type f | wc -l) tables"
     else

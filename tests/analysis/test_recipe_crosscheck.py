@@ -24,7 +24,7 @@ from ddp_profile.analysis.overlap import overlapped_by_other_class
 from ddp_profile.nsys.loader import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
-RUNS = sorted(p.parent.parent for p in TRACES.glob("*/recipe/rank_trace.csv"))
+RUNS = sorted(p.parent.parent for p in TRACES.glob("*/recipe/rank_trace.csv*"))
 
 
 def compare_with_recipe(run_dir: Path) -> pd.DataFrame:
@@ -38,7 +38,7 @@ def compare_with_recipe(run_dir: Path) -> pd.DataFrame:
         "pid": karr.pid, "start": karr.start, "end": karr.end, "nccl": karr.is_nccl, "compute": karr.is_compute,
         "ours_pct": np.divide(100.0 * covered, dur, out=np.zeros_like(dur), where=dur > 0),
     })
-    recipe = pd.read_csv(run_dir / "recipe" / "rank_trace.csv")
+    recipe = pd.read_csv(next((run_dir / "recipe").glob("rank_trace.csv*")))  # .csv.xz as committed
     m = recipe.merge(ours, left_on=["PID", "Start", "End"], right_on=["pid", "start", "end"], how="left")
     m["recipe_pct"] = np.where(m["nccl"], m["Compute Overlap"], m["Communication Overlap"])
     return m

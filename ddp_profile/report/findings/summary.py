@@ -110,7 +110,7 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         out.append(Bullet(
             f"{dtype}, closest to one GPU:",
             f"{best['run']} (timing set {best['set']}) runs at {best['eff']} of one GPU ({best['eff_interval']}"
-            f"{target}) and {_vs_stock(best)}. Stock DDP is beaten outside noise in {len(beat)} of {len(fs)} "
+            f"{target}) and {_vs_stock(best)}. Stock is beaten outside noise in {len(beat)} of {len(fs)} "
             f"{dtype} timing set{'s' if len(fs) > 1 else ''}.", anchor, LINK_TEXT[TOPIC_TIMING]))
     return out
 

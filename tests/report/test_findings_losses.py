@@ -172,10 +172,11 @@ def test_real_set_b_section_carries_the_family_table():
 
 
 def test_signed_changes_that_round_to_zero_carry_no_minus():
-    from ddp_profile.report.findings.losses import signed, signed_pct
+    from ddp_profile.report.findings.losses import signed_pct
+    from ddp_profile.report.findings.text import signed_ms
 
-    assert signed(-2 * MS) == "−2.000 ms" and signed(2 * MS) == "+2.000 ms"
-    assert signed(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
+    assert signed_ms(-2 * MS) == "−2.000 ms" and signed_ms(2 * MS) == "+2.000 ms"
+    assert signed_ms(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
     assert signed_pct(-1, 1000.0) == "−0.1 %" and signed_pct(-0.1, 1000.0) == "+0.0 %"
     assert signed_pct(5, 0) == "n/a"
 

@@ -32,7 +32,15 @@ from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCC
 from ddp_profile.fmt import fmt_duration, fmt_number
 from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
 from ddp_profile.report.findings.data import RunData
-from ddp_profile.report.findings.text import TOPIC_LOSSES, Section, ms, pct, signed_pct_value, spread
+from ddp_profile.report.findings.text import (
+    TOPIC_LOSSES,
+    Section,
+    ms,
+    pct,
+    signed_ms,
+    signed_pct_value,
+    spread,
+)
 
 PARTS = [("span_ns", "step span"), ("compute_ns", "compute"), ("exposed_transfer_ns", "exposed transfer"),
          ("wait_ns", "wait"), ("host_ns", "host"), ("idle_ns", "idle")]
@@ -90,12 +98,6 @@ def run_families(run) -> tuple[pd.DataFrame, pd.DataFrame] | None:
     return (crit, family_per_rank(per_step)) if len(crit) else None
 
 
-def signed(d: float) -> str:
-    """+12.345 ms / −12.345 ms (:func:`text.ms`); a change that rounds to zero is +0.000 ms."""
-    text = ms(abs(d))
-    return ("−" if d < 0 and text != ms(0) else "+") + text
-
-
 def signed_pct(d: float, base: float) -> str:
     """The change ``d`` relative to ``base`` as +12.3 % / −12.3 % (+0.0 % when it rounds to zero); "n/a"
     without a base."""
@@ -143,7 +145,7 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
         d = t2[f] - t1[f]
         per_kernel = f != NON_NCCL
         rows.append({
-            "family": f, "1 GPU": ms(t1[f]), f"{n} GPUs": ms(t2[f]), "difference": signed(d),
+            "family": f, "1 GPU": ms(t1[f]), f"{n} GPUs": ms(t2[f]), "difference": signed_ms(d),
             "difference %": signed_pct(d, t1[f]),
             "kernels per step": (f"{fmt_number(k1.at[f, 'kernels_per_step'])} → "
                                  f"{fmt_number(k2.at[f, 'kernels_per_step'])}") if per_kernel else "",
@@ -157,9 +159,9 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     ranked = sorted(grow, key=lambda f: -grow[f])
     top = ranked[0]
     shown = [f for f in ranked[:3] if grow[f] > 0] or ranked[:3]  # the three that grow most
-    parts = ", ".join(f"{f} {signed(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in shown)
+    parts = ", ".join(f"{f} {signed_ms(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in shown)
     text = (f"{label}: on the critical rank, the non-NCCL GPU time (kernels, memcpys, memsets) is "
-            f"{ms(t2[NON_NCCL])} per step on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed(total)}, "
+            f"{ms(t2[NON_NCCL])} per step on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed_ms(total)}, "
             f"{signed_pct(total, t1[NON_NCCL])}); by family {parts}")
     if total > 0 and grow[top] > 0:
         text += f"; the largest contributor is {top}, {pct(100.0 * grow[top] / total)} of the growth"
@@ -205,7 +207,7 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
             name = "stock" if r is ref else tag(r)
             d = tot[r.name][f] - t1[f]
             row[name] = ms(tot[r.name][f])
-            row[f"{name} vs 1 GPU"] = f"{signed(d)} ({signed_pct(d, t1[f])})"
+            row[f"{name} vs 1 GPU"] = f"{signed_ms(d)} ({signed_pct(d, t1[f])})"
         rows.append(row)
     s.table(pd.DataFrame(rows),
             f"{label}: the same with NCCL held to fewer channels ({', '.join(r.name for r in limited)})")
@@ -213,8 +215,8 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
     for r in limited:
         g = tot[r.name][NON_NCCL] - t1[NON_NCCL]
         than = ("as stock's" if g == total else
-                f"{ms(abs(total - g))} {'less' if g < total else 'more'} than stock's {signed(total)}")
-        said.append(f"with {tag(r)} the change is {signed(g)} ({signed_pct(g, t1[NON_NCCL])}), {than}")
+                f"{ms(abs(total - g))} {'less' if g < total else 'more'} than stock's {signed_ms(total)}")
+        said.append(f"with {tag(r)} the change is {signed_ms(g)} ({signed_pct(g, t1[NON_NCCL])}), {than}")
     if all(tot[r.name][NON_NCCL] - t1[NON_NCCL] < total for r in limited):
         said[-1] += (": NCCL held to fewer channels (CTAs) shrinks the compute kernels' slowdown" + (
             ", but does not remove it" if all(tot[r.name][NON_NCCL] > t1[NON_NCCL] for r in limited) else "")
@@ -244,13 +246,13 @@ def q13_where_lost(runs) -> Section | None:
         "and for the set's runs that differ from it only in an NCCL channel limit.")
     for label, one, ref, limited, a, b in found:
         rows = [{"part": name, "1 GPU": ms(a[col]), f"{ref.world_size} GPUs": ms(b[col]),
-                 "difference": signed(b[col] - a[col])} for col, name in PARTS]
+                 "difference": signed_ms(b[col] - a[col])} for col, name in PARTS]
         s.table(pd.DataFrame(rows), f"{label}: {ref.model} {ref.dtype}, critical path of {one.name} and {ref.name}")
         diffs = {name: b[col] - a[col] for col, name in PARTS[1:]}
         biggest = max(diffs, key=lambda k: diffs[k])
         clause = (f"{label} ({ref.dtype}): the {ref.world_size}-GPU step span is {ms(b['span_ns'])} against "
                   f"{ms(a['span_ns'])} on one GPU; by part, " + ", ".join(
-                      f"{name} {signed(d)}" for name, d in diffs.items())
+                      f"{name} {signed_ms(d)}" for name, d in diffs.items())
                   + f"; the largest growth is {biggest}")
         drop = min(diffs, key=lambda k: diffs[k])
         shorter = b["span_ns"] < a["span_ns"] and diffs[drop] < 0

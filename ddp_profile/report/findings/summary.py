@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ddp_profile.report import measures
-from ddp_profile.report.findings.losses import signed
 from ddp_profile.report.findings.text import (
     TOPIC_CAMPAIGN_BEST,
     TOPIC_CAMPAIGN_REC,
@@ -31,6 +30,7 @@ from ddp_profile.report.findings.text import (
     TOPIC_TRACES_BEST,
     Section,
     Table,
+    signed_ms,
 )
 
 LINK_TEXT = {TOPIC_TIMING: "timing sets", TOPIC_LOSSES: "where the time goes", TOPIC_CONFIRM: "recommend → confirm",
@@ -68,7 +68,7 @@ def listing(items) -> str:
 def change_range(values) -> str:
     """Signed changes (ns) as "+3.156 ms" or "+3.156 to +3.430 ms" (:func:`losses.signed`)."""
     lo, hi = min(values), max(values)
-    return signed(lo) if signed(lo) == signed(hi) else f"{signed(lo)[:-3]} to {signed(hi)}"
+    return signed_ms(lo) if signed_ms(lo) == signed_ms(hi) else f"{signed_ms(lo)[:-3]} to {signed_ms(hi)}"
 
 
 def in_of(n: int, total: int) -> str:

@@ -40,13 +40,23 @@ def pct(x: float | None, digits: int = 1) -> str:
     return fmt_pct(x) if digits == 1 else no_negative_zero(f"{float(x):,.{digits}f}") + " %"
 
 
+def _signed(x: float, fmt) -> str:
+    """``fmt(|x|)`` with its sign: "+" or a true minus "−"; "+" when it rounds to zero (no "−0.000")."""
+    text = fmt(abs(float(x)))
+    return ("−" if float(x) < 0 and text != fmt(0.0) else "+") + text
+
+
+def signed_ms(ns: float) -> str:
+    """+12.345 ms / −12.345 ms (:func:`ms`); a change that rounds to zero is +0.000 ms."""
+    return _signed(ns, ms)
+
+
 def signed_pct_value(x: float | None) -> str:
     """12.3 -> "+12.3 %", -20.6 -> "−20.6 %" (a true minus sign, as every other signed change); "+0.0 %" when
     it rounds to zero; "n/a" when missing."""
     if x is None or missing(x):
         return "n/a"
-    text = pct(abs(float(x)))
-    return ("−" if float(x) < 0 and text != pct(0.0) else "+") + text
+    return _signed(x, pct)
 
 
 def num(x: float | None, digits: int = 2) -> str:

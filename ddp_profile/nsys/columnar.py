@@ -38,8 +38,7 @@ class _Driver:
     """The driver's low-level modules: ``adbc_driver_manager`` (database, connection, statement handles),
     ``adbc_driver_sqlite`` (the SQLite driver's library) and ``pyarrow`` (the result stream's reader).
     Not their DB-API layer (``adbc_driver_sqlite.dbapi``): that one imports pandas and ``pyarrow.dataset``,
-    about 0.2 s of process start that a read does not need, and the read can then begin while the caller
-    imports pandas on another thread."""
+    which a read does not need (``nsys/read.py`` imports no pandas)."""
 
     def __init__(self) -> None:
         import adbc_driver_manager

@@ -77,6 +77,12 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gc", dest="gc_mode", default="", choices=("", "freeze", "off"),
                    help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
                         "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
+    g.add_argument("--gemm-sm-carveout", type=int, default=0, metavar="N",
+                   help="any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside "
+                        "an NCCL kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)")
+    g.add_argument("--blas-library", default="", choices=("", "cublaslt"),
+                   help="PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for "
+                        "--gemm-sm-carveout, which implies it (-lt)")
     g.add_argument("--overlap-optimizer", action="store_true",
                    help="bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)")
 
@@ -86,7 +92,8 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
-            "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode}
+            "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,
+            "gemm_sm_carveout": args.gemm_sm_carveout, "blas_library": args.blas_library}
 
 
 

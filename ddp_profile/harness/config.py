@@ -24,6 +24,9 @@ GRAD_REDUCE_DTYPES = ("", "bf16")
 GC_MODES = ("", "freeze", "off")
 DDP_COMM_HOOKS = ("", "bf16")
 MAX_NCCL_CHANNELS = 64
+MAX_GEMM_SM_CARVEOUT = 64
+"""At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
+BLAS_LIBRARIES = ("", "cublaslt")
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 
@@ -137,14 +140,21 @@ class RunConfig:
     """bucketed: each .grad becomes a view of its bucket slot (no copy-back after the all-reduce);
     torch_ddp: DDP's gradient_as_bucket_view=True."""
     grad_reduce_dtype: str = ""
+    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
+    optimizer stay fp32); empty: in the gradients' own dtype."""
     gc_mode: str = ""
     """Python's garbage collector during the steps, any strategy (1 GPU included): "" automatic (Python's
     default); "freeze": one collection, then everything alive moved to the permanent generation (gc.freeze)
     before the first step, so the collector's full passes skip the model's long-lived objects; "off": the
     same, then automatic collection disabled until the last step (a long job collects every N steps at the
     same point on every rank). Restored after the loop."""
-    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
-    optimizer stay fp32); empty: in the gradients' own dtype."""
+    gemm_sm_carveout: int = 0
+    """Any strategy: every GEMM targets the GPU's SMs minus N (cuBLASLt's SM-count target, PyTorch's
+    preferred BLAS library set to cuBLASLt), so that a GEMM beside an NCCL kernel holding at most N SMs
+    still runs in one wave (``ddp_profile.harness.gemm_sms``). 0: off. Ignored (with a note) on the CPU."""
+    blas_library: str = ""
+    """"cublaslt": PyTorch's preferred BLAS library set to cuBLASLt, no carveout (the control for
+    ``gemm_sm_carveout``, which implies it). Empty: PyTorch's default."""
     overlap_optimizer: bool = False
     """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
     (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
@@ -240,6 +250,10 @@ def _validate_levers(cfg: RunConfig) -> None:
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
            f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
     _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
+    _check(isinstance(cfg.gemm_sm_carveout, int) and 0 <= cfg.gemm_sm_carveout <= MAX_GEMM_SM_CARVEOUT,
+           f"gemm_sm_carveout must be an integer from 1 to {MAX_GEMM_SM_CARVEOUT} SMs (0: off), got {cfg.gemm_sm_carveout!r}")
+    _check(cfg.blas_library in BLAS_LIBRARIES,
+           f"blas_library {cfg.blas_library!r} is unknown; choose cublaslt (or leave it empty)")
     _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
            f"grad_reduce_dtype {cfg.grad_reduce_dtype!r} is unknown; choose bf16 (or leave it empty)")
     _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
@@ -261,7 +275,7 @@ def _mb(value: float) -> str:
 
 def lever_suffix(cfg: RunConfig) -> str:
     """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
-    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode>."""
+    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -carve<N> (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -283,6 +297,10 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append("-hiprio")
     if cfg.gc_mode:
         parts.append(f"-gc{cfg.gc_mode}")
+    if cfg.gemm_sm_carveout:
+        parts.append(f"-carve{cfg.gemm_sm_carveout}")
+    elif cfg.blas_library:
+        parts.append("-lt")
     return "".join(parts)
 
 

@@ -34,6 +34,7 @@ from ddp_profile import nvtx_names as names
 from ddp_profile.errors import ConfigError
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
+from ddp_profile.harness.gemm_sms import gemm_sms
 from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
@@ -281,7 +282,8 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         # Peaks cover warm-up + measured steps: the reset keeps what setup left allocated (parameters,
         # batches) as the starting level but forgets setup's transient peaks (e.g. initialisation).
         torch.cuda.reset_peak_memory_stats(device)
-    times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode)
+    with gemm_sms(cfg.gemm_sm_carveout, cfg.blas_library, device) as gemm_levers:
+        times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode)
     times["memory"] = memory_stats(device, optimizer)
     # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
     # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.
@@ -312,6 +314,7 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "bucket_bytes": layout["bucket_bytes"],
         "layout": layout,
         "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority, cfg.nccl_min_ctas),
+        "gemm_levers": gemm_levers,
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),

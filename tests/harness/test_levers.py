@@ -282,6 +282,9 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"strategy": "torch_ddp", "peer_copy_allreduce": True}, "peer_copy_allreduce applies to strategy bucketed only"),
         ({"nccl_min_ctas": 4, "nccl_channels": 2}, "nccl_min_ctas 4 must not exceed nccl_channels 2"),
         ({"strategy": "none", "nccl_min_ctas": 2}, "nccl_min_ctas needs communication"),
+        ({"gemm_sm_carveout": -1}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
+        ({"gemm_sm_carveout": 65}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
+        ({"blas_library": "cublas"}, "blas_library 'cublas' is unknown; choose cublaslt"),
     ],
 )
 def test_senseless_lever_combinations_raise_one_line(changes, needle):
@@ -305,6 +308,9 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"grad_reduce_dtype": "bf16", "peer_copy_allreduce": True, "nccl_high_priority": True},
          "bucketed-25mb-gradbf16-peercopy-hiprio_xl_fp32_2xh200"),
         ({}, "bucketed-25mb_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "nccl_channels": 8, "gemm_sm_carveout": 8}, "torch_ddp-25mb-ch8-carve8_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "gemm_sm_carveout": 24, "blas_library": "cublaslt"}, "torch_ddp-25mb-carve24_xl_fp32_2xh200"),
+        ({"strategy": "none", "blas_library": "cublaslt"}, "none-lt_xl_fp32_2xh200"),
     ],
 )
 def test_run_names_carry_the_levers(changes, name):
@@ -392,3 +398,79 @@ def test_cli_rejects_a_senseless_lever_with_one_line(capsys):
     assert bench.main(["--strategy", "naive", "--first-bucket-mb", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ddp-profile bench: error: first_bucket_mb applies to strategy bucketed only, not 'naive'"]
+
+
+def test_cli_records_the_gemm_lever_and_that_the_cpu_ignores_it(tmp_path, capsys):
+    args = ["--strategy", "none", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "2",
+            "--warmup", "1", "--gemm-sm-carveout", "8", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    name = "none-carve8_tiny_fp32_1xcpu"
+    assert name in capsys.readouterr().out
+    record = json.loads((tmp_path / f"{name}.json").read_text())
+    assert record["config"]["gemm_sm_carveout"] == 8
+    assert record["gemm_levers"] == {"blas_library": "cublaslt", "sm_carveout": 8, "applied": False,
+                                     "note": "ignored on the CPU (no cuBLAS)"}
+
+
+class _FakeTorchBlas:
+    """Stand-ins for PyTorch's BLAS-library and carveout settings, recording every call in order."""
+
+    def __init__(self):
+        self.library, self.carveout, self.calls = "default-lib", None, []
+
+    def preferred_blas_library(self, backend=None):
+        if backend is None:
+            return self.library
+        self.calls.append(("library", backend))
+        self.library = backend
+        return backend
+
+    def get_carveout(self):
+        return self.carveout
+
+    def set_carveout(self, value):
+        self.calls.append(("carveout", value))
+        self.carveout = value
+
+
+@pytest.fixture
+def fake_blas(monkeypatch):
+    fake = _FakeTorchBlas()
+    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", fake.preferred_blas_library)
+    monkeypatch.setattr(torch._C, "_get_sm_carveout_experimental", fake.get_carveout)
+    monkeypatch.setattr(torch._C, "_set_sm_carveout_experimental", fake.set_carveout)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: type("P", (), {"multi_processor_count": 132})())
+    return fake
+
+
+def test_gemm_carveout_is_set_for_the_block_and_restored_after_it_even_on_error(fake_blas):
+    from ddp_profile.harness.gemm_sms import gemm_sms
+
+    with pytest.raises(RuntimeError, match="boom"), gemm_sms(24, "", torch.device("cuda", 0)) as record:
+        assert (fake_blas.library, fake_blas.carveout) == ("cublaslt", 24)
+        assert record == {"blas_library": "cublaslt", "sm_carveout": 24, "applied": True, "sm_count": 132,
+                          "gemm_sm_target": 108}
+        raise RuntimeError("boom")
+    assert (fake_blas.library, fake_blas.carveout) == ("default-lib", None)
+    assert fake_blas.calls == [("library", "cublaslt"), ("carveout", 24), ("carveout", None), ("library", "default-lib")]
+
+
+def test_cublaslt_alone_sets_no_carveout_and_off_touches_nothing(fake_blas):
+    from ddp_profile.harness.gemm_sms import gemm_sms
+
+    with gemm_sms(0, "cublaslt", torch.device("cuda", 0)) as record:
+        assert (fake_blas.library, fake_blas.carveout) == ("cublaslt", None)
+    assert record["gemm_sm_target"] == 132 and record["sm_carveout"] == 0
+    fake_blas.calls.clear()
+    with gemm_sms(0, "", torch.device("cuda", 0)) as record:
+        pass
+    assert fake_blas.calls == [] and record == {"blas_library": "default", "sm_carveout": 0, "applied": False}
+
+
+def test_a_carveout_of_every_sm_is_refused_in_one_line(fake_blas):
+    from ddp_profile.harness.gemm_sms import gemm_sms
+
+    with pytest.raises(ConfigError, match="leaves no SM for GEMMs on this GPU \\(132 SMs\\)"), \
+            gemm_sms(132, "", torch.device("cuda", 0)):
+        pass
+    assert fake_blas.calls == []

@@ -77,6 +77,12 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gc", dest="gc_mode", default="", choices=("", "freeze", "off"),
                    help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
                         "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
+    g.add_argument("--cuda-graph", action="store_true",
+                   help="none, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay "
+                        "it, so the host issues one call a step (-graph; ignored on the CPU)")
+    g.add_argument("--no-step-sync", dest="step_sync", action="store_false",
+                   help="any strategy: no wait for the GPU between steps (the host queues the next step while the "
+                        "GPU runs this one); step times stay CUDA events (-nosync)")
     g.add_argument("--gemm-sm-carveout", type=int, default=0, metavar="N",
                    help="any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside "
                         "an NCCL kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)")
@@ -93,7 +99,8 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
             "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,
-            "gemm_sm_carveout": args.gemm_sm_carveout, "blas_library": args.blas_library}
+            "gemm_sm_carveout": args.gemm_sm_carveout, "blas_library": args.blas_library, "step_sync": args.step_sync,
+            "cuda_graph": args.cuda_graph}
 
 
 

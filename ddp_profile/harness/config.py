@@ -27,6 +27,8 @@ MAX_NCCL_CHANNELS = 64
 MAX_GEMM_SM_CARVEOUT = 64
 """At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
 BLAS_LIBRARIES = ("", "cublaslt")
+GRAPH_STRATEGIES = ("none", "torch_ddp")
+"""Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES, kept equal by a test)."""
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 
@@ -148,6 +150,17 @@ class RunConfig:
     before the first step, so the collector's full passes skip the model's long-lived objects; "off": the
     same, then automatic collection disabled until the last step (a long job collects every N steps at the
     same point on every rank). Restored after the loop."""
+    step_sync: bool = True
+    """Any strategy: wait for the GPU at the end of every step (``torch.cuda.synchronize``), the harness's
+    default since round 1. False (``--no-step-sync``, ``-nosync``): the loop does not wait between steps, so
+    the host issues the next step's kernels while the GPU still runs this one, as a training loop that logs
+    every N steps does; it waits once at the capture range's ends. Step times still come from CUDA events on
+    the stream (start and end of each step as the GPU reaches them); ``host_step_ms`` then measures issuing
+    a step, not the step. On the CPU every step ends synchronously anyway."""
+    cuda_graph: bool = False
+    """none and torch_ddp: each step captured once as a CUDA graph and replayed (``ddp_profile.harness.
+    cuda_graph``): the host issues one call a step instead of thousands of kernels; 11 eager steps run
+    first (DDP's requirement), AdamW is made capturable. Ignored (with a note) on the CPU."""
     gemm_sm_carveout: int = 0
     """Any strategy: every GEMM targets the GPU's SMs minus N (cuBLASLt's SM-count target, PyTorch's
     preferred BLAS library set to cuBLASLt), so that a GEMM beside an NCCL kernel holding at most N SMs
@@ -252,6 +265,10 @@ def _validate_levers(cfg: RunConfig) -> None:
     _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
     _check(isinstance(cfg.gemm_sm_carveout, int) and 0 <= cfg.gemm_sm_carveout <= MAX_GEMM_SM_CARVEOUT,
            f"gemm_sm_carveout must be an integer from 1 to {MAX_GEMM_SM_CARVEOUT} SMs (0: off), got {cfg.gemm_sm_carveout!r}")
+    _check(not cfg.cuda_graph or cfg.strategy in GRAPH_STRATEGIES,
+           f"cuda_graph applies to strategies {' and '.join(GRAPH_STRATEGIES)} only, not {cfg.strategy!r}")
+    _check(not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
+           "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)")
     _check(cfg.blas_library in BLAS_LIBRARIES,
            f"blas_library {cfg.blas_library!r} is unknown; choose cublaslt (or leave it empty)")
     _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
@@ -275,7 +292,7 @@ def _mb(value: float) -> str:
 
 def lever_suffix(cfg: RunConfig) -> str:
     """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
-    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -carve<N> (or -lt for cuBLASLt without a carveout)."""
+    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N> (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -297,6 +314,10 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append("-hiprio")
     if cfg.gc_mode:
         parts.append(f"-gc{cfg.gc_mode}")
+    if cfg.cuda_graph:
+        parts.append("-graph")
+    if not cfg.step_sync:
+        parts.append("-nosync")
     if cfg.gemm_sm_carveout:
         parts.append(f"-carve{cfg.gemm_sm_carveout}")
     elif cfg.blas_library:

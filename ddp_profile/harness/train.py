@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ddp_profile import nvtx_names as names
 from ddp_profile.errors import ConfigError
-from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness import cuda_graph, nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.harness.gemm_sms import gemm_sms
 from ddp_profile.harness.launch import comm_setup
@@ -87,11 +87,13 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     wrapping they are the DTensor shards), sharded over ranks when cfg.shard_optimizer is set."""
     params = [p for p in params if p.requires_grad]
     cls: type[torch.optim.Optimizer]
-    kwargs: dict[str, Any]  # lr (float), and fused (bool) for AdamW
+    kwargs: dict[str, Any]  # lr (float), and fused / capturable (bool) for AdamW
     if cfg.optimizer == "sgd":
         cls, kwargs = torch.optim.SGD, {"lr": cfg.lr}
     else:
-        cls, kwargs = torch.optim.AdamW, {"lr": cfg.lr, "fused": bool(params) and params[0].is_cuda}
+        on_gpu = bool(params) and params[0].is_cuda
+        # a captured step keeps AdamW's step counter on the GPU (capturable), the rest is the same fused kernel
+        cls, kwargs = torch.optim.AdamW, {"lr": cfg.lr, "fused": on_gpu, **({"capturable": True} if on_gpu and cfg.cuda_graph else {})}
     if cfg.shard_optimizer == "ours":
         return ShardedOptimizer(params, cls, **kwargs)
     if cfg.shard_optimizer == "torch":
@@ -160,11 +162,14 @@ def host_barrier(tag: str) -> None:
 
 
 def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32",
-              gc_mode: str = "") -> dict:
+              gc_mode: str = "", step_sync: bool = True, stream: torch.cuda.Stream | None = None) -> dict:
     """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
-    "host_step_ms": wall ms per measured step, "final_loss": float}. ``gc_mode``: RunConfig.gc_mode."""
+    "host_step_ms": wall ms per measured step, "final_loss": float}. ``gc_mode``: RunConfig.gc_mode;
+    ``step_sync``: RunConfig.step_sync (False: no wait for the GPU between steps, so "host_step_ms" is the
+    time to issue a step, not the step); ``stream``: the side stream of a graphed run
+    (``cuda_graph.graph_stream``), whose steps are captured once and replayed."""
     with collector(gc_mode):
-        return _steps(strategy, optimizer, batches, device, warmup, dtype)
+        return _steps(strategy, optimizer, batches, device, warmup, dtype, step_sync, stream)
 
 
 @contextlib.contextmanager
@@ -186,7 +191,8 @@ def collector(gc_mode: str):
         gc.unfreeze()
 
 
-def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str) -> dict:
+def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str, step_sync: bool,
+           stream: torch.cuda.Stream | None) -> dict:
     cuda = device.type == "cuda"
     rank, world_size = world()
     autocast = (
@@ -194,6 +200,25 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
         if dtype == "bf16"
         else contextlib.nullcontext
     )
+    replay = None
+    if stream is not None:
+        def step(x, y):
+            strategy.on_train_batch_start()
+            with autocast():
+                out = loss_fn(strategy(x), y)
+            out.backward()
+            strategy.finish_gradient_synchronization()
+            optimizer.step()
+            return out
+
+        graph, static_x, static_y, static_loss = cuda_graph.capture(
+            step, lambda: optimizer.zero_grad(set_to_none=True), batches, stream)
+
+        def replay(x, y):
+            static_x.copy_(x)
+            static_y.copy_(y)
+            graph.replay()
+            return static_loss
     measured = len(batches) - warmup
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measured)] if cuda else []
     host_ms: list[float] = []
@@ -210,6 +235,15 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
         with nvtx_ranges.step(i):
             if timed and cuda:
                 events[i - warmup][0].record()
+            if replay is not None:  # a graphed run: the captured step, no phases of its own on the host
+                loss = replay(x, y)
+                if timed:
+                    events[i - warmup][1].record()
+                if step_sync:
+                    _sync(device)
+                if timed:
+                    host_ms.append((time.perf_counter() - t0) * 1e3)
+                continue
             strategy.on_train_batch_start()
             optimizer.zero_grad(set_to_none=True)
             with nvtx_ranges.phase(names.FORWARD), autocast():
@@ -221,7 +255,8 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
                 optimizer.step()
             if timed and cuda:
                 events[i - warmup][1].record()
-            _sync(device)
+            if step_sync or not cuda:
+                _sync(device)
         if timed:
             host_ms.append((time.perf_counter() - t0) * 1e3)
     _sync(device)
@@ -254,6 +289,11 @@ def environment(device: torch.device) -> dict:
 
 def run(cfg: RunConfig, device: torch.device) -> dict | None:
     """One run on this rank; returns the run record on rank 0 (per-rank times gathered), None elsewhere."""
+    with cuda_graph.graph_stream(cfg.cuda_graph, device) as stream:
+        return _run(cfg, device, stream)
+
+
+def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None) -> dict | None:
     rank, world_size = world()
     if cfg.tf32:
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -283,7 +323,8 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         # batches) as the starting level but forgets setup's transient peaks (e.g. initialisation).
         torch.cuda.reset_peak_memory_stats(device)
     with gemm_sms(cfg.gemm_sm_carveout, cfg.blas_library, device) as gemm_levers:
-        times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode)
+        times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode, cfg.step_sync,
+                          stream)
     times["memory"] = memory_stats(device, optimizer)
     # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
     # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.
@@ -315,6 +356,8 @@ def run(cfg: RunConfig, device: torch.device) -> dict | None:
         "layout": layout,
         "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority, cfg.nccl_min_ctas),
         "gemm_levers": gemm_levers,
+        "cuda_graph": ({"captured": True, "eager_warmup_steps": cuda_graph.EAGER_WARMUP} if stream is not None
+                       else {"captured": False, **({"note": "ignored on the CPU"} if cfg.cuda_graph else {})}),
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),

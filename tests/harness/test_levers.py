@@ -285,6 +285,9 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"gemm_sm_carveout": -1}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
         ({"gemm_sm_carveout": 65}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
         ({"blas_library": "cublas"}, "blas_library 'cublas' is unknown; choose cublaslt"),
+        ({"strategy": "bucketed", "cuda_graph": True}, "cuda_graph applies to strategies none and torch_ddp only"),
+        ({"strategy": "torch_ddp", "cuda_graph": True, "ddp_comm_hook": "bf16"}, "cuda_graph cannot be combined"),
+        ({"strategy": "torch_ddp", "cuda_graph": True, "shard_optimizer": "ours"}, "cuda_graph cannot be combined"),
     ],
 )
 def test_senseless_lever_combinations_raise_one_line(changes, needle):
@@ -311,6 +314,11 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"strategy": "torch_ddp", "nccl_channels": 8, "gemm_sm_carveout": 8}, "torch_ddp-25mb-ch8-carve8_xl_fp32_2xh200"),
         ({"strategy": "torch_ddp", "gemm_sm_carveout": 24, "blas_library": "cublaslt"}, "torch_ddp-25mb-carve24_xl_fp32_2xh200"),
         ({"strategy": "none", "blas_library": "cublaslt"}, "none-lt_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "grad_views": True, "nccl_channels": 8, "step_sync": False, "gemm_sm_carveout": 8},
+         "torch_ddp-25mb-views-ch8-nosync-carve8_xl_fp32_2xh200"),
+        ({"strategy": "none", "step_sync": False}, "none-nosync_xl_fp32_2xh200"),
+        ({"strategy": "torch_ddp", "grad_views": True, "cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8},
+         "torch_ddp-25mb-views-ch8-graph-carve8_xl_fp32_2xh200"),
     ],
 )
 def test_run_names_carry_the_levers(changes, name):
@@ -474,3 +482,31 @@ def test_a_carveout_of_every_sm_is_refused_in_one_line(fake_blas):
             gemm_sms(132, "", torch.device("cuda", 0)):
         pass
     assert fake_blas.calls == []
+
+
+def test_no_step_sync_is_parsed_recorded_and_trains_alike_on_the_cpu(tmp_path, capsys):
+    common = ["--strategy", "none", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "3",
+              "--warmup", "1", "--optimizer", "sgd", "--out", str(tmp_path)]
+    assert bench.main(common) == 0 and bench.main([*common, "--no-step-sync"]) == 0
+    capsys.readouterr()
+    synced = json.loads((tmp_path / "none_tiny_fp32_1xcpu.json").read_text())
+    unsynced = json.loads((tmp_path / "none-nosync_tiny_fp32_1xcpu.json").read_text())
+    assert synced["config"]["step_sync"] is True and unsynced["config"]["step_sync"] is False
+    assert unsynced["final_loss_per_rank"] == synced["final_loss_per_rank"]
+    assert len(unsynced["step_ms_per_rank"][0]) == 3
+
+
+def test_cuda_graph_strategies_agree_and_the_cpu_records_that_it_ignored_the_graph(tmp_path, capsys):
+    from ddp_profile.harness import cuda_graph
+    from ddp_profile.harness.config import GRAPH_STRATEGIES
+
+    assert GRAPH_STRATEGIES == cuda_graph.STRATEGIES
+    with cuda_graph.graph_stream(True, torch.device("cpu")) as stream:
+        assert stream is None
+    args = ["--strategy", "none", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "2",
+            "--warmup", "1", "--cuda-graph", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    capsys.readouterr()
+    record = json.loads((tmp_path / "none-graph_tiny_fp32_1xcpu.json").read_text())
+    assert record["config"]["cuda_graph"] is True
+    assert record["cuda_graph"] == {"captured": False, "note": "ignored on the CPU"}

@@ -1,0 +1,67 @@
+"""Whole training steps as one CUDA graph (``RunConfig.cuda_graph``, ``--cuda-graph``, ``-graph``).
+
+Why. The XL bf16 step is bound by the host on the lent machines: one GPU issues ~7,000 kernels a step at
+~32 µs of host time each while the GPU needs ~27 µs a kernel (set Q, ``ddp-profile launches``), and DDP adds
+~630 launches, ~530 copies and its hooks' host work, so a 2-GPU step waits for its host more than one GPU's
+does (set R: 1 GPU 213.7 ms, every DDP configuration 264-281 ms with the host running ahead). A CUDA graph
+replays the step's kernels, collectives included, from one host call: host overhead leaves both runs alike,
+and what is left to compare is GPU work.
+
+How (PyTorch's documented recipe for whole-network capture with DDP): everything runs on one side stream
+(the caller enters :func:`graph_stream` before building and wrapping the model, so DDP's retained
+gradient-accumulator nodes live on the stream that is captured); :data:`EAGER_WARMUP` eager steps first
+(DDP needs more than ten before capture; the optimizer's state is created there), then the cached eager
+memory is released and one step is captured reading static input tensors; each measured step copies its
+batch into them and replays. The numerics are the eager step's, kernel for kernel; the optimizer is made
+``capturable`` (its step counter on the GPU). Eager warm-up steps train too, so a graphed run's final loss
+is that of EAGER_WARMUP more steps. Torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import torch
+
+EAGER_WARMUP = 11
+"""Eager steps before capture: DDP must run more than ten eager iterations before a full-backward capture."""
+STRATEGIES = ("none", "torch_ddp")
+"""Strategies whose step can be captured: no host logic of our own between kernels (bucketed and the other
+hand-written strategies launch from Python hooks and wait on handles)."""
+
+
+@contextlib.contextmanager
+def graph_stream(on: bool, device: torch.device) -> Iterator[torch.cuda.Stream | None]:
+    """The side stream every step of a graphed run uses (None, and nothing entered, when ``on`` is False or
+    off the GPU)."""
+    if not on or device.type != "cuda":
+        yield None
+        return
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        yield stream
+    torch.cuda.current_stream(device).wait_stream(stream)
+
+
+def capture(step: Callable, zero_grad: Callable, batches: list, stream: torch.cuda.Stream):
+    """Run EAGER_WARMUP eager steps on ``batches`` (cycled), then capture one step. ``step(x, y)`` runs
+    forward, backward, gradient synchronisation and the optimizer and returns the loss; ``zero_grad()`` sets
+    the gradients to None. Returns (graph, static_x, static_y, static_loss): copy a batch into static_x and
+    static_y, then ``graph.replay()``; static_loss holds the replayed step's loss."""
+    for i in range(EAGER_WARMUP):
+        zero_grad()
+        step(*batches[i % len(batches)])
+    torch.cuda.synchronize()
+    zero_grad()
+    torch.cuda.empty_cache()  # the eager steps' cached activations would otherwise sit beside the graph's pool
+    static_x, static_y = (t.clone() for t in batches[0])
+    graph = torch.cuda.CUDAGraph()
+    # thread-local capture: the NCCL watchdog thread's event queries must not invalidate this thread's capture
+    with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        static_loss = step(static_x, static_y)
+    return graph, static_x, static_y, static_loss
+
+
+__all__ = ["EAGER_WARMUP", "STRATEGIES", "capture", "graph_stream"]

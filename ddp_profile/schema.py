@@ -152,6 +152,9 @@ KERNEL_GROUP_COLUMNS = ["rank", "group", "kernels", "kernels_per_step", "gpu_ns_
 FAMILY_STEP_COLUMNS = ["rank", "step", "family", "kernels", "gpu_ns"]
 FAMILY_COLUMNS = ["rank", "family", "steps", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
 CRITICAL_FAMILY_COLUMNS = ["family", "steps", "kernels_per_step", "gpu_ns_per_step", "mean_ns"]
+# Like-for-like contention (CONTENTION_COLUMNS) summed per kernel family (analysis/kernel_families.py).
+FAMILY_CONTENTION_COLUMNS = ["family", "names", "n_overlapped", "baseline_ns", "lost_ns", "slowdown_pct",
+                             "median_ratio"]
 
 
 # Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).

@@ -35,7 +35,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis.critical_path import spans
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.analysis.launches import GROUPS, kernel_group_codes
+from ddp_profile.analysis.launches import GROUPS, KERNEL_GROUPS, OTHER, kernel_group_codes
 
 
 def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -103,4 +103,43 @@ def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> p
     return schema.select(_summarise(rows, "path", steps), schema.CRITICAL_FAMILY_COLUMNS)
 
 
-__all__ = ["family_steps", "family_per_rank", "family_on_critical_rank"]
+
+
+def name_family(name) -> str:
+    """The family of a compute kernel's short name (the first ``launches.KERNEL_GROUPS`` pattern it matches,
+    else "other"), as :func:`kernel_group_codes` gives it for a row."""
+    import re
+
+    return next((g for g, rx in KERNEL_GROUPS if name is not None and re.search(rx, str(name))), OTHER)
+
+
+def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
+    """``schema.FAMILY_CONTENTION_COLUMNS``: the like-for-like contention rows (``schema.CONTENTION_COLUMNS``,
+    one per kernel name, :mod:`ddp_profile.analysis.contention`) summed by kernel family, families in GROUPS
+    order, only those with counted names::
+
+        baseline_ns  = Σ baseline_ns of its names   (what its overlapped instances take alone)
+        lost_ns      = Σ lost_ns of its names        (each name's never below 0)
+        slowdown_pct = 100 · lost_ns / baseline_ns
+        median_ratio = median over its names of overlapped_median_ns / alone_median_ns
+
+    A GEMM family slowed by ~100 % beside NCCL is the signature of persistent GEMMs (one CTA per SM) pushed
+    into a second wave by the SMs an NCCL kernel holds."""
+    if contention is None or contention.empty:
+        return schema.empty_frame(schema.FAMILY_CONTENTION_COLUMNS)
+    c = contention.assign(family=[name_family(n) for n in contention["name"].astype(object)],
+                          ratio=contention["overlapped_median_ns"] / contention["alone_median_ns"])
+    rows = []
+    for family in GROUPS:
+        g = c[c["family"] == family]
+        if g.empty:
+            continue
+        base, lost = float(g["baseline_ns"].sum()), float(g["lost_ns"].sum())
+        rows.append({"family": family, "names": len(g), "n_overlapped": int(g["n_overlapped"].sum()),
+                     "baseline_ns": base, "lost_ns": lost,
+                     "slowdown_pct": 100.0 * lost / base if base > 0 else np.nan,
+                     "median_ratio": float(g["ratio"].median())})
+    return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
+
+
+__all__ = ["contention_by_family", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]

@@ -164,3 +164,33 @@ def test_real_trace_families_add_up_to_the_non_nccl_kernel_time_of_each_step(b_s
     cp = res.critical_path
     for row in cp.itertuples():
         assert fam.loc[(row.critical_rank, row.step)] == pytest.approx(row.compute_ns, rel=1e-3)
+
+
+def test_contention_by_family_sums_the_names_of_each_family():
+    from ddp_profile.analysis.kernel_families import contention_by_family, name_family
+
+    rows = pd.DataFrame([
+        # name, n_alone, n_overlapped, alone_median, overlapped_median, slowdown, baseline, lost, overlapped_ns
+        ("nvjet_sm90_tst_128x256", 10, 4, 100.0, 200.0, 100.0, 400.0, 400.0, 800.0),
+        ("sm90_xmma_gemm_bf16", 10, 2, 50.0, 60.0, 20.0, 100.0, 20.0, 120.0),
+        ("vectorized_elementwise_kernel", 10, 6, 10.0, 11.0, 10.0, 60.0, 6.0, 66.0),
+    ], columns=schema.CONTENTION_COLUMNS)
+    fam = contention_by_family(rows)
+    assert list(fam.columns) == schema.FAMILY_CONTENTION_COLUMNS
+    assert list(fam["family"]) == [GEMM, ELEMENTWISE]  # GROUPS order, families with names only
+    gemm = fam.iloc[0]
+    assert (gemm["names"], gemm["n_overlapped"], gemm["baseline_ns"], gemm["lost_ns"]) == (2, 6, 500.0, 420.0)
+    assert gemm["slowdown_pct"] == pytest.approx(84.0) and gemm["median_ratio"] == pytest.approx((2.0 + 1.2) / 2)
+    assert name_family("ncclDevKernel_AllReduce") == OTHER and name_family(None) == OTHER
+    assert contention_by_family(rows.iloc[:0]).empty
+
+
+def test_stock_bf16_gemms_beside_nccl_take_about_twice_their_time_alone(b_stock):
+    """Campaign set B stock DDP (2 x H200, XL bf16): the measured signature of second waves (median like-for-like
+    ratio of the GEMM names near 2), the finding `--gemm-sm-carveout` answers."""
+    from ddp_profile.analysis.kernel_families import contention_by_family
+
+    _, res = b_stock
+    fam = contention_by_family(res.contention)
+    gemm = fam.loc[fam["family"] == GEMM].iloc[0]
+    assert 1.6 < gemm["median_ratio"] < 2.2 and gemm["slowdown_pct"] > 50

@@ -168,3 +168,23 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     assert "is within noise of stock DDP. Stock is beaten outside noise in 0 of 1 fp32" in got.bullets[0].text
     assert got.table.frame.iloc[0]["vs stock DDP"] == "within noise" and best in got.bullets[0].text
     assert "faster" not in got.bullets[0].text + " ".join(got.table.frame["vs stock DDP"])
+
+
+def test_graphed_runs_are_compared_with_the_graphed_one_gpu_and_stock_not_with_the_eager_loop(tmp_path):
+    plans = {
+        "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
+        "none-graph_xl_fp32_1xh100": ("none", 1, [300.0, 300.5, 299.5, 300.2, 300.1], {"cuda_graph": True}),
+        "torch_ddp-25mb-graph_xl_fp32_2xh100": ("torch_ddp", 2, [340.0, 340.5, 339.5, 340.2, 340.1], {"cuda_graph": True}),
+        "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100": ("torch_ddp", 2, [315.0, 315.5, 314.5, 315.2, 315.1],
+                                                           {"cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8}),
+        "none-nosync_xl_fp32_1xh100": ("none", 1, [320.0, 320.5, 319.5, 320.2, 320.1], {"step_sync": False}),
+    }
+    _timing_set(tmp_path, plans)
+    sec = timing.q11_timing(read_timing_runs(tmp_path), {})
+    text = " ".join(sec.paragraphs())
+    assert "Timing set F: XL fp32, batch 4×256 per GPU, NVIDIA H100 80GB HBM3, every step one CUDA graph" in text
+    assert "host running ahead (no wait between steps)" in text
+    # the carveout run is a lever against the graphed stock run, measured against the graphed 1-GPU step
+    assert "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100 is faster than torch_ddp-25mb-graph_xl_fp32_2xh100" in text
+    eff = 100 * 300.1 / 315.1
+    assert f"runs at {pct(eff)} of the 1-GPU step (none-graph_xl_fp32_1xh100" in text

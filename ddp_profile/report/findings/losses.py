@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddp_profile.analysis.kernel_families import family_on_critical_rank, family_per_rank, family_steps
+from ddp_profile.analysis.kernel_families import (
+    contention_by_family,
+    family_on_critical_rank,
+    family_per_rank,
+    family_steps,
+)
 from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
 from ddp_profile.fmt import fmt_duration, fmt_number
 from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
@@ -225,6 +230,30 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
     s.p(f"{label}: the non-NCCL GPU time per step on the critical rank against one GPU: " + "; ".join(said) + ".")
 
 
+WAVE_RATIO = 1.5
+"""A median overlapped/alone GEMM ratio from which the findings name second waves as the cause (sharing SMs'
+bandwidth slows a kernel by tens of percent; a second wave by up to 100 %)."""
+
+
+def gemm_waves(run) -> str:
+    """A sentence on the run's GEMMs beside NCCL, like for like (``contention_by_family``), or "" when no GEMM
+    ran both beside NCCL and alone often enough to compare."""
+    fam = contention_by_family(getattr(run.analysis, "contention", None))
+    g = fam[fam["family"] == GEMM]
+    if g.empty or not g["baseline_ns"].iloc[0] > 0:
+        return ""
+    row = g.iloc[0]
+    text = (f"the GEMMs of {run.name} that ran beside an NCCL kernel took {pct(row['slowdown_pct'])} longer than the "
+            f"same GEMMs alone (like for like, {int(row['n_overlapped'])} instances of {int(row['names'])} kernel names; "
+            f"median ratio {row['median_ratio']:.2f}×).")
+    if row["median_ratio"] >= WAVE_RATIO:
+        text += (" A ratio near 2 is the signature of waves: cuBLAS's Hopper GEMMs are persistent (one CTA per SM), "
+                 "so the SMs an NCCL kernel holds push their last CTAs into a second wave. `--gemm-sm-carveout N` "
+                 "with `--nccl-channels N` (harness, cuBLASLt's SM-count target) sizes the GEMMs to the SMs NCCL "
+                 "leaves free.")
+    return text
+
+
 def q13_where_lost(runs) -> Section | None:
     """The section, None when no campaign set has both profiled runs."""
     found: list[tuple[str, RunData, RunData, list[RunData], dict[str, float], dict[str, float]]] = []
@@ -263,6 +292,9 @@ def q13_where_lost(runs) -> Section | None:
         fams = {r.name: f for r in (one, ref, *limited) if (f := run_families(r)) is not None}
         grown = (_family_table(s, label, one, ref, [r for r in limited if r.name in fams], fams)
                  if one.name in fams and ref.name in fams else {})
+        waves = gemm_waves(ref)
+        if waves:
+            s.p(f"{label} ({ref.dtype}): {waves}")
         s.add_summary(TOPIC_LOSSES, set=label, dtype=ref.dtype, span_ns=b["span_ns"] - a["span_ns"],
                       diffs=diffs, biggest=biggest, drop=drop if shorter else "", **grown)
     return s

@@ -22,30 +22,40 @@ TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
 """Issue 30's targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
 
 
+def loop_mode(config: dict) -> str:
+    """How the training loop drives the GPU, a setting of the whole job (1 GPU included): "graph" (each step
+    one replayed CUDA graph, ``--cuda-graph``), "nosync" (the host runs ahead, ``--no-step-sync``) or ""
+    (the harness's default: a wait for the GPU after every step)."""
+    if config.get("cuda_graph"):
+        return "graph"
+    return "nosync" if config.get("step_sync") is False else ""
+
+
 def workload_key(r) -> tuple:
-    """Runs compared with each other: same set, model, dtype, batch, GPU and garbage-collector mode (a setting
-    of the whole job, 1 GPU included, like the dtype: not a lever against stock)."""
+    """Runs compared with each other: same set, model, dtype, batch, GPU, garbage-collector mode and loop mode
+    (settings of the whole job, 1 GPU included, like the dtype: not levers against stock)."""
     c = r.config
     return (r.folder.parent.name, r.model, r.dtype, c.get("batch"), c.get("seq_len"), r.meta.get("gpu_name"),
-            c.get("gc_mode") or "")
+            c.get("gc_mode") or "", loop_mode(c))
 
 
 GC_TEXT = {"": "", "freeze": "Python GC frozen", "off": "Python GC off during the steps"}
+LOOP_TEXT = {"": "", "nosync": "host running ahead (no wait between steps)", "graph": "every step one CUDA graph"}
 
 
 def workload_title(key: tuple) -> str:
-    folder, model, dtype, batch, seq, gpu, gc_mode = key
+    folder, model, dtype, batch, seq, gpu, gc_mode, loop = key
     dt = "bf16 autocast (fp32 gradients)" if dtype == "bf16" else dtype
-    gc_text = GC_TEXT.get(gc_mode, "")
+    extra = ", ".join(x for x in (GC_TEXT.get(gc_mode, ""), LOOP_TEXT.get(loop, "")) if x)
     return (f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
-            + (f", {gc_text}" if gc_text else ""))
+            + (f", {extra}" if extra else ""))
 
 
 def workload_short(key: tuple) -> str:
     """"XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell."""
-    _, model, dtype, batch, seq, gpu, gc_mode = key
+    _, model, dtype, batch, seq, gpu, gc_mode, loop = key
     return ", ".join(x for x in (f"{'XL' if model == 'xl' else model} {dtype}", f"{batch}×{seq}", str(gpu),
-                                 GC_TEXT.get(gc_mode, "")) if x)
+                                 GC_TEXT.get(gc_mode, ""), LOOP_TEXT.get(loop, "")) if x)
 
 
 def med(r) -> float:
@@ -65,7 +75,7 @@ def is_stock(r) -> bool:
     c = r.config
     return (r.strategy == "torch_ddp" and r.world_size > 1 and float(c.get("bucket_mb") or 0) == 25.0
             and not any(c.get(k) for k in ("nccl_channels", "nccl_high_priority", "grad_views", "shard_optimizer",
-                                           "ddp_comm_hook", "nccl_min_ctas")))
+                                           "ddp_comm_hook", "nccl_min_ctas", "gemm_sm_carveout", "blas_library")))
 
 
 def efficiency(one, r) -> tuple[float, float, float]:

@@ -188,3 +188,14 @@ def test_graphed_runs_are_compared_with_the_graphed_one_gpu_and_stock_not_with_t
     assert "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100 is faster than torch_ddp-25mb-graph_xl_fp32_2xh100" in text
     eff = 100 * 300.1 / 315.1
     assert f"runs at {pct(eff)} of the 1-GPU step (none-graph_xl_fp32_1xh100" in text
+
+
+def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):
+    plans = {
+        "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
+        "none-lt_xl_fp32_1xh100": ("none", 1, [340.0, 340.5, 339.5, 340.2, 340.1], {"blas_library": "cublaslt"}),
+        "torch_ddp-25mb_xl_fp32_2xh100": ("torch_ddp", 2, [380.0, 381.0, 379.5, 380.5, 380.2], {}),
+    }
+    _timing_set(tmp_path, plans)
+    text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
+    assert "of the 1-GPU step (none_xl_fp32_1xh100, " in text

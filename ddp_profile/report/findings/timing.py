@@ -78,6 +78,15 @@ def is_stock(r) -> bool:
                                            "ddp_comm_hook", "nccl_min_ctas", "gemm_sm_carveout", "blas_library")))
 
 
+def one_gpu_baseline(rs):
+    """The 1-GPU run efficiencies are measured against: the lowest-median 1-GPU run without a lever of its own
+    (a BLAS-library or carveout control such as none-lt is not the baseline), else the lowest-median 1-GPU run;
+    ``rs`` sorted by median. None without a 1-GPU run."""
+    ones = [r for r in rs if r.world_size == 1]
+    plain = [r for r in ones if not (r.config.get("blas_library") or r.config.get("gemm_sm_carveout"))]
+    return (plain or ones or [None])[0]
+
+
 def efficiency(one, r) -> tuple[float, float, float]:
     """(point, low, high) of 100 · t(1 GPU) / t(run), percent; the interval from the intervals' ends."""
     t1, t = med(one), med(r)
@@ -185,7 +194,7 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
         title = workload_title(key)
         rs = sorted(rs, key=med)
         ref = next((r for r in rs if is_stock(r)), None)
-        one = next((r for r in rs if r.world_size == 1), None)
+        one = one_gpu_baseline(rs)
         order = (rs[0].meta.get("timing_protocol") or {}).get("order") or []
         counts = sorted({int(measures.unprofiled_repeats(r.meta)) for r in rs})
         s.p(f"{title[0].upper() + title[1:]}, on {machines.get(key[0], 'an unrecorded machine')}: "

@@ -32,6 +32,7 @@ from ddp_profile.analysis import recommend as _rec
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.analysis.kernel_arrays import KernelArrays
+from ddp_profile.analysis.kernel_families import gemm_wave_ratio
 from ddp_profile.memory import python_strings, return_freed_memory
 from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
@@ -250,7 +251,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     else:
         res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
-    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps))
+    _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps),
+                    gemm_wave_ratio(res.contention))
     return res
 
 

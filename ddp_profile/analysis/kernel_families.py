@@ -35,7 +35,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis.critical_path import spans
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.analysis.launches import GROUPS, KERNEL_GROUPS, OTHER, kernel_group_codes
+from ddp_profile.analysis.launches import GEMM, GROUPS, KERNEL_GROUPS, OTHER, kernel_group_codes
 
 
 def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -105,6 +105,20 @@ def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> p
 
 
 
+WAVE_RATIO = 1.5
+"""A median overlapped/alone GEMM ratio (:func:`gemm_wave_ratio`) from which GEMMs beside NCCL are taken to run
+in two waves: sharing SMs' bandwidth slows a kernel by tens of percent, a second wave of a persistent GEMM
+(one CTA per SM) by up to 100 %."""
+
+
+def gemm_wave_ratio(contention: pd.DataFrame | None) -> float:
+    """The GEMM family's median like-for-like ratio (``contention_by_family``'s ``median_ratio``), NaN when no
+    GEMM ran both beside NCCL and alone often enough to compare."""
+    fam = contention_by_family(contention)
+    g = fam.loc[fam["family"] == GEMM]
+    return float(g["median_ratio"].iloc[0]) if len(g) else float("nan")
+
+
 def name_family(name) -> str:
     """The family of a compute kernel's short name (the first ``launches.KERNEL_GROUPS`` pattern it matches,
     else "other"), as :func:`kernel_group_codes` gives it for a row."""
@@ -142,4 +156,4 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
 
 
-__all__ = ["contention_by_family", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]
+__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_wave_ratio", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]

@@ -33,6 +33,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddp_profile.analysis.kernel_families import WAVE_RATIO
+
 BOUND_SHARE_PCT = 5.0
 """A removable part bounds the step when its median is at least this share of the median step."""
 STRAGGLER_STEPS_PCT = 75.0
@@ -192,10 +194,13 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> 
 
 
 def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
-           contention_ns: float, recommendation: pd.DataFrame | None) -> list[dict]:
+           contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan")) -> list[dict]:
     """The advice rules, largest gain bound first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
-    ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``)."""
+    ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``);
+    ``gemm_ratio``: the GEMMs' median time beside NCCL over alone, like for like
+    (``kernel_families.gemm_wave_ratio``): from ``kernel_families.WAVE_RATIO`` the contention advice is the
+    GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -237,9 +242,15 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     if per_step is not None and len(per_step):
         out.append(_straggler_rule(crit, per_step, step))
     if contention_ns > 0:
-        out.append(_rule("contention", "give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or "
-                         "high-priority NCCL streams", pd.Series(np.minimum(contention_ns, c["compute_ns"])),
-                         f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL", step,
+        text, evidence = ("give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or high-priority "
+                          "NCCL streams"), f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL"
+        if gemm_ratio >= WAVE_RATIO:
+            text = ("fit the GEMMs beside NCCL in one wave: hold NCCL to N CTAs (e.g. 8: NCCL_MAX_CTAS or the process "
+                    "group's max_ctas) and the GEMMs to the other SMs (torch._C._set_sm_carveout_experimental(N) "
+                    "with torch.backends.cuda.preferred_blas_library('cublaslt'))")
+            evidence += (f"; GEMMs beside NCCL take {gemm_ratio:.2f}× their time alone (like for like), the mark of "
+                         "persistent GEMMs pushed into a second wave")
+        out.append(_rule("contention", text, pd.Series(np.minimum(contention_ns, c["compute_ns"])), evidence, step,
                          per_step=False))  # one run-level estimate (recommend.contention_per_step_ns)
     if recommendation is not None and len(recommendation):
         first = recommendation.iloc[0]

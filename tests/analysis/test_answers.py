@@ -400,3 +400,19 @@ def test_rules_whose_gain_is_one_run_level_number_state_no_spread_over_steps():
     assert rules["measured"]["gain_upper_ns"] == 3 * MS and rules["measured"]["spread_ns"] is None
     # host_sync: min(sync, host) per step = 2, 4, 6, 8 ms; p75 − p25 = 6.5 − 3.5 = 3 ms
     assert rules["host_sync"]["spread_ns"] == pytest.approx(3 * MS)
+
+
+@pytest.mark.parametrize(("ratio", "needle", "absent"), [
+    (1.83, "torch._C._set_sm_carveout_experimental(N)", "NCCL_MAX_NCHANNELS"),
+    (1.12, "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
+    (float("nan"), "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
+])
+def test_contention_advice_is_the_gemm_carveout_only_where_gemms_run_in_two_waves(ratio, needle, absent):
+    crit = pd.DataFrame({"step": [0, 1], "span_ns": [100 * MS] * 2, "critical_rank": [0] * 2,
+                         "compute_ns": [80 * MS] * 2, "exposed_transfer_ns": [5 * MS] * 2, "wait_ns": [0] * 2,
+                         "host_ns": [2 * MS] * 2, "idle_ns": [0] * 2})
+    sync = pd.Series([0.0, 0.0], index=[0, 1])
+    rule = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, sync, 4 * MS, None, ratio)}["contention"]
+    assert needle in rule["what_to_change"] and absent not in rule["what_to_change"]
+    assert ("second wave" in rule["evidence"]) == (ratio >= 1.5)
+    assert rule["gain_upper_ns"] == 4 * MS

@@ -28,6 +28,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddp_profile.analysis.kernel_families import (
+    WAVE_RATIO,
     contention_by_family,
     family_on_critical_rank,
     family_per_rank,
@@ -228,11 +229,6 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
             + ("; these runs also give NCCL high-priority streams" if any(
                 r.config.get("nccl_high_priority") for r in limited) else ""))
     s.p(f"{label}: the non-NCCL GPU time per step on the critical rank against one GPU: " + "; ".join(said) + ".")
-
-
-WAVE_RATIO = 1.5
-"""A median overlapped/alone GEMM ratio from which the findings name second waves as the cause (sharing SMs'
-bandwidth slows a kernel by tens of percent; a second wave by up to 100 %)."""
 
 
 def gemm_waves(run) -> str:

@@ -29,7 +29,7 @@
 #   RESERVE=45              seconds kept after the last line starts for exports, scrubbing and packing
 #   PACK_S=25               seconds before DEADLINE at which any run still going is killed
 #   RUN_CAP_S=240           longest any single run may take before it is killed (a hung NCCL job)
-#   REPEATS=2               un-profiled runs per harness configuration                e.g. REPEATS=3
+#   REPEATS=2               un-profiled runs per harness configuration (0: profiled runs only) e.g. REPEATS=3
 #   XL_RUN_S=17 XL_PROF_S=28       expected seconds of one un-profiled / profiled run with --model xl (the
 #                                  2026-11 campaign on 2 x H200: a profiled XL run every ~25 s, setup_s ~4)
 #   SMALL_RUN_S=14 SMALL_PROF_S=20 the same for any other model
@@ -209,6 +209,7 @@ run_name() {  # run_name WORLD STRATEGY OPTIONS...: the harness's run name (fail
 
 fold_timings() {  # fold_timings PROFILED_JSON UNPROFILED_FOLDER LABEL
     local jsons=()
+    [ "$REPEATS" -gt 0 ] || return 0  # REPEATS=0: profiled runs only, nothing to fold (set Q)
     mapfile -t jsons < <(find "$2" -name '*.json' -path '*/rep*' 2>/dev/null | sort)
     if [ "${#jsons[@]}" -eq 0 ]; then FAILED+=("$3: no un-profiled run finished"); return 0; fi
     [ "${#jsons[@]}" -ge "$REPEATS" ] || FAILED+=("$3: only ${#jsons[@]} of $REPEATS un-profiled runs finished")

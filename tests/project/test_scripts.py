@@ -306,3 +306,19 @@ def test_campaign_config_list_is_well_formed():
         elif set_name != "two-node":
             assert set_name in sets, raw
     assert lines >= 10
+
+
+@pytest.mark.slow
+def test_campaign_with_no_repeats_profiles_and_reports_no_failure(standin_env, tmp_path):
+    """REPEATS=0 (set Q: profiled runs only) is not a failure of every line for want of un-profiled runs."""
+    configs = tmp_path / "configs.txt"
+    configs.write_text("set Q --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2\n1 Q 2 bucketed --bucket-mb 25\n")
+    out = tmp_path / "out"
+    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"), "REPEATS": "0"}
+    env.pop("NSYS")
+    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    assert "1 done, 0 skipped, 0 failed" in log and "no un-profiled run finished" not in log
+    assert (out / "Q.tar").is_file()

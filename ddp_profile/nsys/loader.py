@@ -164,6 +164,11 @@ def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) 
         if f["kernels"].get("no_pid"):
             warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
                             "(NULL globalPid): they belong to no rank and are left out (by every command)")
+    graphs = sum(f.get("graph_launches") or 0 for f in files)
+    if graphs:
+        warnings.append(f"{graphs} CUDA graph launch(es) were traced as whole graphs (nsys's default "
+                        "--cuda-graph-trace=graph): the kernels inside them, NCCL's included, are not in the export, "
+                        "so their GPU time reads as idle; profile again with `nsys profile --cuda-graph-trace=node`")
     clock_offsets, clock = _clock(files, warnings)
     offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
     map_arrays_of(sum(len(f["kernels"]["start"]) for f in files))  # the frames' and analysis' temporaries

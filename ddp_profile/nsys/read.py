@@ -206,7 +206,7 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             "index": index, "path": path, "kernels": read_kernels(con, have, readers and readers.map, arrow, launches),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
-            "nccl_channels": sql.nccl_channels(con, have),
+            "nccl_channels": sql.nccl_channels(con, have), "graph_launches": sql.graph_launches(con, have),
             "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
             "nvtx": None, "domains": {},
         }

@@ -337,3 +337,19 @@ def test_loading_and_analysing_leave_pandas_string_options_as_they_were(sample_p
                           env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("True "), proc.stdout
+
+
+def test_whole_graph_traces_warn_that_their_kernels_are_missing(sample_export):
+    """nsys's default --cuda-graph-trace=graph records each graph launch as one row of
+    CUPTI_ACTIVITY_KIND_GRAPH_TRACE and none of its kernels: the loader says so, naming the option to use."""
+    assert not any("CUDA graph" in w for w in load_trace([sample_export]).meta["warnings"])
+    con = sqlite3.connect(sample_export)
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INT, end INT, deviceId INT, streamId INT, "
+                "correlationId INT, globalPid INT, graphId INT, graphExecId INT)")
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, 0, 1, 1)",
+                    [(1000 * i, 1000 * i + 500, i) for i in range(3)])
+    con.commit()
+    con.close()
+    warned = [w for w in load_trace([sample_export]).meta["warnings"] if "CUDA graph" in w]
+    assert len(warned) == 1 and warned[0].startswith("3 CUDA graph launch(es) were traced as whole graphs")
+    assert "--cuda-graph-trace=node" in warned[0]

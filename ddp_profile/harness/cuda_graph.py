@@ -2,7 +2,7 @@
 
 Why. The XL bf16 step is bound by the host on the lent machines: one GPU issues ~7,000 kernels a step at
 ~32 µs of host time each while the GPU needs ~27 µs a kernel (set Q, ``ddp-profile launches``), and DDP adds
-~630 launches, ~530 copies and its hooks' host work, so a 2-GPU step waits for its host more than one GPU's
+629 more launches, 435 more copies and its hooks' host work a step, so a 2-GPU step waits for its host more than one GPU's
 does (set R: 1 GPU 213.7 ms, every DDP configuration 264-281 ms with the host running ahead). A CUDA graph
 replays the step's kernels, collectives included, from one host call: host overhead leaves both runs alike,
 and what is left to compare is GPU work.

@@ -177,6 +177,18 @@ READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large
 PARALLEL_READ_BYTES = 16 << 20  # files smaller than this are read on the calling thread
 
 
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+"""Whole-graph executions, one row per CUDA graph launch (nsys's default ``--cuda-graph-trace=graph``)."""
+
+
+def graph_launches(con: sqlite3.Connection, have: set[str]) -> int:
+    """CUDA graph launches recorded as whole graphs: their kernels, and NCCL's inside them, are absent from the
+    kernel table. 0 without that table (graphs traced node by node, or none)."""
+    if GRAPH_TRACE not in have:
+        return 0
+    return int(con.execute(f"SELECT count(*) FROM {GRAPH_TRACE}").fetchone()[0])
+
+
 def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: bool = True) -> dict[str, Any]:
     con = open_export(path)
     # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
@@ -206,7 +218,7 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             "index": index, "path": path, "kernels": read_kernels(con, have, readers and readers.map, arrow, launches),
             "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
             "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
-            "nccl_channels": sql.nccl_channels(con, have), "graph_launches": sql.graph_launches(con, have),
+            "nccl_channels": sql.nccl_channels(con, have), "graph_launches": graph_launches(con, have),
             "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
             "nvtx": None, "domains": {},
         }

@@ -31,7 +31,6 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # whole-graph executions (nsys --cuda-graph-trace=graph)
 NVTX = "NVTX_EVENTS"
 STRINGS = "StringIds"
 SCRUB_RECORD = "DDP_PROFILE_SCRUB"
@@ -193,14 +192,6 @@ def session_start_utc_ns(con: sqlite3.Connection, have: set[str]) -> int | None:
         return None
     row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
     return int(row[0]) if row and row[0] is not None else None
-
-
-def graph_launches(con: sqlite3.Connection, have: set[str]) -> int:
-    """CUDA graph executions recorded as whole graphs (nsys's default ``--cuda-graph-trace=graph``): their
-    kernels, and NCCL's inside them, are absent from the kernel table. 0 without that table."""
-    if GRAPH_TRACE not in have:
-        return 0
-    return int(con.execute(f"SELECT count(*) FROM {GRAPH_TRACE}").fetchone()[0])
 
 
 NCCL_CHANNEL_SAMPLE = 512

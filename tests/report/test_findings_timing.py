@@ -188,6 +188,10 @@ def test_graphed_runs_are_compared_with_the_graphed_one_gpu_and_stock_not_with_t
     assert "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100 is faster than torch_ddp-25mb-graph_xl_fp32_2xh100" in text
     eff = 100 * 300.1 / 315.1
     assert f"runs at {pct(eff)} of the 1-GPU step (none-graph_xl_fp32_1xh100" in text
+    # one GPU across loops, within the set: both against the default loop's 1-GPU run
+    assert ("Timing set F, one GPU by loop: every step one CUDA graph: none-graph_xl_fp32_1xh100 is faster than "
+            "none_xl_fp32_1xh100 by") in text
+    assert "host running ahead (no wait between steps): none-nosync_xl_fp32_1xh100 is faster than none_xl_fp32_1xh100" in text
 
 
 def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):

@@ -242,4 +242,30 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
                               eff_interval=f"{pct(eff[1])}–{pct(eff[2])}", target=pct(target, 0) if outcome else "",
                               outcome=outcome)
         s.p(_reasons_sentence(rs))
+    for line in loop_comparisons(runs):
+        s.p(line)
     return s
+
+
+def loop_comparisons(runs) -> list[str]:
+    """Per timing set whose plain 1-GPU runs use several loop modes (:func:`loop_mode`): one sentence comparing
+    them, each against the harness's default loop when the set has it, else against the first mode; the
+    interleaved repeats of one set make it a like-for-like comparison of how the loop drives one GPU."""
+    out = []
+    by_set: dict[str, list] = {}
+    for r in runs:
+        by_set.setdefault(r.folder.parent.name, []).append(r)
+    for name, rs in sorted(by_set.items()):
+        ones: dict = {}
+        for r in sorted(rs, key=med):
+            if r.world_size == 1 and not (r.config.get("blas_library") or r.config.get("gemm_sm_carveout")):
+                ones.setdefault(loop_mode(r.config), r)
+        if len(ones) < 2:
+            continue
+        ref_mode = "" if "" in ones else next(iter(ones))
+        ref = ones[ref_mode]
+        said = [f"{LOOP_TEXT[m] or 'waiting after every step'}: {r.name} is {against(r, ref)}"
+                for m, r in ones.items() if m != ref_mode]
+        out.append(f"Timing set {name}, one GPU by loop: " + "; ".join(said) + ". The loop is a setting of the "
+                   "whole job, so the 2-GPU runs above are compared only with the 1-GPU run of their own loop.")
+    return out

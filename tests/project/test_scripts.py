@@ -322,3 +322,40 @@ def test_campaign_with_no_repeats_profiles_and_reports_no_failure(standin_env, t
     assert proc.returncode == 0, log
     assert "1 done, 0 skipped, 0 failed" in log and "no un-profiled run finished" not in log
     assert (out / "Q.tar").is_file()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("timing_configs*.txt")), ids=lambda p: p.name)
+def test_every_timing_configuration_list_parses(path):
+    """Each committed list of interleaved configurations is one the harness takes (a typo would cost a machine call)."""
+    from ddp_profile.harness.repeats import parse_configs
+
+    assert parse_configs(path.read_text(), path.name)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("campaign_configs_*.txt")), ids=lambda p: p.name)
+def test_every_extra_campaign_list_parses(path):
+    """Each extra campaign list: PART SET NPROC STRATEGY OPTIONS lines whose options (after the set's) the
+    harness takes."""
+    import argparse
+    import shlex
+
+    from ddp_profile.harness.bench import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    add_arguments(parser)
+    sets: dict[str, list[str]] = {}
+    lines = 0
+    for raw in path.read_text().splitlines():
+        words = shlex.split(raw, comments=True)
+        if not words:
+            continue
+        if words[0] == "set":
+            sets[words[1]] = words[2:]
+            continue
+        part, set_name, nproc, strategy, *options = words
+        assert part.isdigit() and nproc.isdigit() and set_name in sets, raw
+        args, extra = parser.parse_known_args([*sets[set_name], "--strategy", strategy, *options])
+        assert not extra, raw
+        config_from_args(args)  # a senseless combination raises
+        lines += 1
+    assert lines

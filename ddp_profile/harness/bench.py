@@ -13,8 +13,12 @@ from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
 from ddp_profile.harness.config import (
+    BLAS_LIBRARIES,
+    DDP_COMM_HOOKS,
     DTYPES,
     FSDP_PARAM_DTYPES,
+    GC_MODES,
+    GRAD_REDUCE_DTYPES,
     MODELS,
     OPTIMIZERS,
     STRATEGIES,
@@ -65,16 +69,16 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-min-ctas", type=int, default=0, metavar="N",
                    help="at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the "
                         "maximum, equal values pin the count) (-minctasN; ignored on gloo)")
-    g.add_argument("--ddp-comm-hook", default="", choices=("", "bf16"),
+    g.add_argument("--ddp-comm-hook", default="", choices=DDP_COMM_HOOKS,
                    help="torch_ddp: PyTorch's bf16_compress_hook, buckets all-reduced in bf16, fp32 params, grads "
                         "and optimizer (-hookbf16)")
     g.add_argument("--first-bucket-mb", type=float, default=0.0, metavar="X",
                    help="bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)")
     g.add_argument("--grad-views", action="store_true",
                    help="bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)")
-    g.add_argument("--grad-reduce-dtype", default="", choices=("", "bf16"),
+    g.add_argument("--grad-reduce-dtype", default="", choices=GRAD_REDUCE_DTYPES,
                    help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
-    g.add_argument("--gc", dest="gc_mode", default="", choices=("", "freeze", "off"),
+    g.add_argument("--gc", dest="gc_mode", default="", choices=GC_MODES,
                    help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
                         "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
     g.add_argument("--cuda-graph", action="store_true",
@@ -86,7 +90,7 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gemm-sm-carveout", type=int, default=0, metavar="N",
                    help="any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside "
                         "an NCCL kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)")
-    g.add_argument("--blas-library", default="", choices=("", "cublaslt"),
+    g.add_argument("--blas-library", default="", choices=BLAS_LIBRARIES,
                    help="PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for "
                         "--gemm-sm-carveout, which implies it (-lt)")
     g.add_argument("--overlap-optimizer", action="store_true",

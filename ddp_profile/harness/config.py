@@ -28,7 +28,7 @@ MAX_GEMM_SM_CARVEOUT = 64
 """At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
 BLAS_LIBRARIES = ("", "cublaslt")
 GRAPH_STRATEGIES = ("none", "torch_ddp")
-"""Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES, kept equal by a test)."""
+"""Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES is this list)."""
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 

@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterator
 
 import torch
 
+from ddp_profile.harness.config import GRAPH_STRATEGIES
+
 EAGER_WARMUP = 11
 """Eager steps before capture: DDP must run more than ten eager iterations before a full-backward capture."""
-STRATEGIES = ("none", "torch_ddp")
-"""Strategies whose step can be captured: no host logic of our own between kernels (bucketed and the other
-hand-written strategies launch from Python hooks and wait on handles)."""
+STRATEGIES = GRAPH_STRATEGIES
+"""Strategies whose step can be captured (the config's one list): no host logic of our own between kernels
+(bucketed and the other hand-written strategies launch from Python hooks and wait on handles)."""
 
 
 @contextlib.contextmanager

@@ -200,25 +200,30 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
         if dtype == "bf16"
         else contextlib.nullcontext
     )
-    replay = None
-    if stream is not None:
-        def step(x, y):
-            strategy.on_train_batch_start()
-            with autocast():
-                out = loss_fn(strategy(x), y)
-            out.backward()
-            strategy.finish_gradient_synchronization()
-            optimizer.step()
-            return out
 
+    def step(x, y):
+        strategy.on_train_batch_start()
+        optimizer.zero_grad(set_to_none=True)
+        with nvtx_ranges.phase(names.FORWARD), autocast():
+            out = loss_fn(strategy(x), y)
+        with nvtx_ranges.phase(names.BACKWARD):
+            out.backward()
+        strategy.finish_gradient_synchronization()
+        with nvtx_ranges.phase(names.OPTIMIZER):
+            optimizer.step()
+        return out
+
+    run = step
+    if stream is not None:  # a graphed run: the same step, captured once (its NVTX phases on the host only then)
         graph, static_x, static_y, static_loss = cuda_graph.capture(
             step, lambda: optimizer.zero_grad(set_to_none=True), batches, stream)
 
-        def replay(x, y):
+        def run(x, y):
             static_x.copy_(x)
             static_y.copy_(y)
             graph.replay()
             return static_loss
+
     measured = len(batches) - warmup
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measured)] if cuda else []
     host_ms: list[float] = []
@@ -235,24 +240,7 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
         with nvtx_ranges.step(i):
             if timed and cuda:
                 events[i - warmup][0].record()
-            if replay is not None:  # a graphed run: the captured step, no phases of its own on the host
-                loss = replay(x, y)
-                if timed:
-                    events[i - warmup][1].record()
-                if step_sync:
-                    _sync(device)
-                if timed:
-                    host_ms.append((time.perf_counter() - t0) * 1e3)
-                continue
-            strategy.on_train_batch_start()
-            optimizer.zero_grad(set_to_none=True)
-            with nvtx_ranges.phase(names.FORWARD), autocast():
-                loss = loss_fn(strategy(x), y)
-            with nvtx_ranges.phase(names.BACKWARD):
-                loss.backward()
-            strategy.finish_gradient_synchronization()
-            with nvtx_ranges.phase(names.OPTIMIZER):
-                optimizer.step()
+            loss = run(x, y)
             if timed and cuda:
                 events[i - warmup][1].record()
             if step_sync or not cuda:

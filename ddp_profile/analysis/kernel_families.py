@@ -111,12 +111,18 @@ in two waves: sharing SMs' bandwidth slows a kernel by tens of percent, a second
 (one CTA per SM) by up to 100 %."""
 
 
-def gemm_wave_ratio(contention: pd.DataFrame | None) -> float:
-    """The GEMM family's median like-for-like ratio (``contention_by_family``'s ``median_ratio``), NaN when no
+def gemm_contention(contention: pd.DataFrame | None) -> pd.Series | None:
+    """The GEMM family's row of :func:`contention_by_family` (``schema.FAMILY_CONTENTION_COLUMNS``), None when no
     GEMM ran both beside NCCL and alone often enough to compare."""
     fam = contention_by_family(contention)
     g = fam.loc[fam["family"] == GEMM]
-    return float(g["median_ratio"].iloc[0]) if len(g) else float("nan")
+    return g.iloc[0] if len(g) else None
+
+
+def gemm_wave_ratio(contention: pd.DataFrame | None) -> float:
+    """The GEMM family's median like-for-like ratio (:func:`gemm_contention`'s ``median_ratio``), NaN without it."""
+    row = gemm_contention(contention)
+    return float(row["median_ratio"]) if row is not None else float("nan")
 
 
 def name_family(name) -> str:
@@ -156,4 +162,4 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
 
 
-__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_wave_ratio", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]
+__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_contention", "gemm_wave_ratio", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]

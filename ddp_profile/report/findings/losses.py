@@ -29,10 +29,10 @@ import pandas as pd
 
 from ddp_profile.analysis.kernel_families import (
     WAVE_RATIO,
-    contention_by_family,
     family_on_critical_rank,
     family_per_rank,
     family_steps,
+    gemm_contention,
 )
 from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
 from ddp_profile.fmt import fmt_duration, fmt_number
@@ -232,13 +232,11 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
 
 
 def gemm_waves(run) -> str:
-    """A sentence on the run's GEMMs beside NCCL, like for like (``contention_by_family``), or "" when no GEMM
+    """A sentence on the run's GEMMs beside NCCL, like for like (``kernel_families.gemm_contention``), or "" when no GEMM
     ran both beside NCCL and alone often enough to compare."""
-    fam = contention_by_family(getattr(run.analysis, "contention", None))
-    g = fam[fam["family"] == GEMM]
-    if g.empty or not g["baseline_ns"].iloc[0] > 0:
+    row = gemm_contention(getattr(run.analysis, "contention", None))
+    if row is None or not row["baseline_ns"] > 0:
         return ""
-    row = g.iloc[0]
     text = (f"the GEMMs of {run.name} that ran beside an NCCL kernel took {pct(row['slowdown_pct'])} longer than the "
             f"same GEMMs alone (like for like, {int(row['n_overlapped'])} instances of {int(row['names'])} kernel names; "
             f"median ratio {row['median_ratio']:.2f}×).")

@@ -71,6 +71,11 @@ def ci_text(r) -> str:
     return f"{ms(lo)[:-3]}–{ms(hi)}" if math.isfinite(lo) and math.isfinite(hi) else "not recorded"
 
 
+def own_gemm_lever(r) -> bool:
+    """Whether the run changes the GEMMs' BLAS library or SMs (a control such as ``none-lt``, or a carveout)."""
+    return bool(r.config.get("blas_library") or r.config.get("gemm_sm_carveout"))
+
+
 def is_stock(r) -> bool:
     c = r.config
     return (r.strategy == "torch_ddp" and r.world_size > 1 and float(c.get("bucket_mb") or 0) == 25.0
@@ -83,7 +88,7 @@ def one_gpu_baseline(rs):
     (a BLAS-library or carveout control such as none-lt is not the baseline), else the lowest-median 1-GPU run;
     ``rs`` sorted by median. None without a 1-GPU run."""
     ones = [r for r in rs if r.world_size == 1]
-    plain = [r for r in ones if not (r.config.get("blas_library") or r.config.get("gemm_sm_carveout"))]
+    plain = [r for r in ones if not own_gemm_lever(r)]
     return (plain or ones or [None])[0]
 
 
@@ -258,7 +263,7 @@ def loop_comparisons(runs) -> list[str]:
     for name, rs in sorted(by_set.items()):
         ones: dict = {}
         for r in sorted(rs, key=med):
-            if r.world_size == 1 and not (r.config.get("blas_library") or r.config.get("gemm_sm_carveout")):
+            if r.world_size == 1 and not own_gemm_lever(r):
                 ones.setdefault(loop_mode(r.config), r)
         if len(ones) < 2:
             continue

@@ -8,6 +8,7 @@ nvtx and the standard library, because it runs on GPU machines without the repor
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -76,13 +77,16 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
                    help="bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)")
     g.add_argument("--grad-views", action="store_true",
                    help="bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)")
+    g.add_argument("--reduce-avg", action="store_true",
+                   help="overlap: all-reduce each gradient in place with NCCL's average instead of dividing it "
+                        "first (-avg; gloo divides first)")
     g.add_argument("--grad-reduce-dtype", default="", choices=GRAD_REDUCE_DTYPES,
                    help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
     g.add_argument("--gc", dest="gc_mode", default="", choices=GC_MODES,
                    help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
                         "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
     g.add_argument("--cuda-graph", action="store_true",
-                   help="none, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay "
+                   help="none, overlap, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay "
                         "it, so the host issues one call a step (-graph; ignored on the CPU)")
     g.add_argument("--no-step-sync", dest="step_sync", action="store_false",
                    help="any strategy: no wait for the GPU between steps (the host queues the next step while the "
@@ -99,7 +103,7 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
 
 def lever_kwargs(args: argparse.Namespace) -> dict:
     return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
-            "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views,
+            "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views, "reduce_avg": args.reduce_avg,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
             "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,
@@ -139,13 +143,30 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     device = device_for(backend, info.local_rank)
     init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority,
                        nccl_min_ctas=cfg.nccl_min_ctas)
+    exit_without_teardown = skips_group_teardown(cfg, backend, info.world_size)
     try:
         _finish(train_run(cfg, device), out)
         # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
         # still inside a gloo call aborts that peer ("terminate called without an active exception").
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        if not exit_without_teardown:
+            dist.destroy_process_group()
+    if exit_without_teardown:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def skips_group_teardown(cfg: RunConfig, backend: str, world_size: int) -> bool:
+    """Whether a torchrun rank ends its process once its outputs are written, without destroying the group.
+
+    True for graphed runs on NCCL with peers: a CUDA graph that captured NCCL collectives can leave
+    `destroy_process_group` hanging in ncclCommDestroy (pytorch/pytorch#115388), and a graphed 2-rank XL run
+    under nsys (set U, 2 x H100) did not exit in the two minutes after its capture range ended. Its JSON and
+    the capture range are complete by then, so nothing is lost by leaving at once.
+    """
+    return bool(cfg.cuda_graph) and backend == "nccl" and world_size > 1
 
 
 def _local_worker(info, cfg: RunConfig, out: str) -> None:

@@ -27,7 +27,7 @@ MAX_NCCL_CHANNELS = 64
 MAX_GEMM_SM_CARVEOUT = 64
 """At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
 BLAS_LIBRARIES = ("", "cublaslt")
-GRAPH_STRATEGIES = ("none", "torch_ddp")
+GRAPH_STRATEGIES = ("none", "overlap", "torch_ddp")
 """Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES is this list)."""
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
@@ -141,6 +141,12 @@ class RunConfig:
     grad_views: bool = False
     """bucketed: each .grad becomes a view of its bucket slot (no copy-back after the all-reduce);
     torch_ddp: DDP's gradient_as_bucket_view=True."""
+    reduce_avg: bool = False
+    """overlap only: each gradient is all-reduced with NCCL's average (``ReduceOp.AVG``: every input scaled by
+    1/world size as NCCL reads it, then summed), in place in ``.grad``, instead of being divided by the world
+    size first (one more read and write of every gradient). Same numbers as stock DDP, which scales each
+    gradient by 1/world size as it copies it into its bucket. Groups without AVG (gloo) divide first, as
+    without the lever (``reduce_op`` in the run JSON's layout says which ran)."""
     grad_reduce_dtype: str = ""
     """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
     optimizer stay fp32); empty: in the gradients' own dtype."""
@@ -260,13 +266,15 @@ def _validate_levers(cfg: RunConfig) -> None:
                      "overlap_optimizer": cfg.overlap_optimizer, "peer_copy_allreduce": cfg.peer_copy_allreduce}
     for name, on in bucketed_only.items():
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
+    _check(not cfg.reduce_avg or cfg.strategy == "overlap",
+           f"reduce_avg applies to strategy overlap only, not {cfg.strategy!r}")
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
            f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
     _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
     _check(isinstance(cfg.gemm_sm_carveout, int) and 0 <= cfg.gemm_sm_carveout <= MAX_GEMM_SM_CARVEOUT,
            f"gemm_sm_carveout must be an integer from 1 to {MAX_GEMM_SM_CARVEOUT} SMs (0: off), got {cfg.gemm_sm_carveout!r}")
     _check(not cfg.cuda_graph or cfg.strategy in GRAPH_STRATEGIES,
-           f"cuda_graph applies to strategies {' and '.join(GRAPH_STRATEGIES)} only, not {cfg.strategy!r}")
+           f"cuda_graph applies to strategies {', '.join(GRAPH_STRATEGIES)} only, not {cfg.strategy!r}")
     _check(not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
            "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)")
     _check(cfg.blas_library in BLAS_LIBRARIES,
@@ -291,13 +299,15 @@ def _mb(value: float) -> str:
 
 
 def lever_suffix(cfg: RunConfig) -> str:
-    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -gradbf16 -hookbf16 -optoverlap
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -gradbf16 -hookbf16 -optoverlap
     -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N> (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
     if cfg.grad_views:
         parts.append("-views")
+    if cfg.reduce_avg:
+        parts.append("-avg")
     if cfg.grad_reduce_dtype:
         parts.append(f"-grad{cfg.grad_reduce_dtype}")
     if cfg.ddp_comm_hook:

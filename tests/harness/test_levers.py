@@ -47,6 +47,8 @@ CASES = [
     ("peercopy-views-optoverlap-adamw", "bucketed", {"peer_copy_allreduce": True, "grad_views": True,
                                                      "overlap_optimizer": True}, "adamw"),
     ("ddp-hookbf16-views", "torch_ddp", {"ddp_comm_hook": "bf16", "grad_views": True}, "sgd"),
+    ("overlap", "overlap", {}, "sgd"),
+    ("overlap-avg", "overlap", {"reduce_avg": True}, "sgd"),
 ]
 
 
@@ -211,6 +213,23 @@ def test_grad_views_alias_the_bucket_buffers_and_change_no_value(results):
         assert torch.equal(a, b)  # same arithmetic, bitwise
 
 
+def test_reduce_avg_on_gloo_divides_first_and_is_bitwise_plain_overlap(results):
+    for rank in (0, 1):
+        avg, plain = results[("overlap-avg", rank)], results[("overlap", rank)]
+        assert avg["layout"]["reduce_avg"] is True and plain["layout"]["reduce_avg"] is False
+        assert avg["layout"]["reduce_op"] == plain["layout"]["reduce_op"] == "divide, then sum"
+        for a, b in zip(avg["final"], plain["final"], strict=True):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend,asked,averages", [("nccl", True, True), ("nccl", False, False), ("gloo", True, False)])
+def test_nccl_averages_only_when_asked_and_the_group_is_nccl(monkeypatch, backend, asked, averages):
+    from ddp_profile.harness.strategies import overlap
+
+    monkeypatch.setattr(overlap.dist, "get_backend", lambda group=None: backend)
+    assert overlap.averages_in_nccl(asked, None) is averages
+
+
 def test_torch_ddp_grad_views_use_ddp_buckets(results):
     res = results[("ddp-views", 0)]
     assert res["layout"]["gradient_as_bucket_view"] is True
@@ -267,6 +286,7 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"strategy": "torch_ddp", "grad_reduce_dtype": "bf16"}, "grad_reduce_dtype applies to strategy bucketed only"),
         ({"strategy": "flat", "overlap_optimizer": True}, "overlap_optimizer applies to strategy bucketed only"),
         ({"strategy": "overlap", "grad_views": True}, "grad_views applies to strategies bucketed and torch_ddp only"),
+        ({"strategy": "bucketed", "reduce_avg": True}, "reduce_avg applies to strategy overlap only"),
         ({"grad_reduce_dtype": "fp16"}, "grad_reduce_dtype 'fp16' is unknown"),
         ({"first_bucket_mb": -1}, "first_bucket_mb must be > 0"),
         ({"first_bucket_mb": 25, "bucket_mb": 25}, "first_bucket_mb 25 must be smaller than bucket_mb 25"),
@@ -285,7 +305,7 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"gemm_sm_carveout": -1}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
         ({"gemm_sm_carveout": 65}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),
         ({"blas_library": "cublas"}, "blas_library 'cublas' is unknown; choose cublaslt"),
-        ({"strategy": "bucketed", "cuda_graph": True}, "cuda_graph applies to strategies none and torch_ddp only"),
+        ({"strategy": "bucketed", "cuda_graph": True}, "cuda_graph applies to strategies none, overlap, torch_ddp only"),
         ({"strategy": "torch_ddp", "cuda_graph": True, "ddp_comm_hook": "bf16"}, "cuda_graph cannot be combined"),
         ({"strategy": "torch_ddp", "cuda_graph": True, "shard_optimizer": "ours"}, "cuda_graph cannot be combined"),
     ],
@@ -317,6 +337,8 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"strategy": "torch_ddp", "grad_views": True, "nccl_channels": 8, "step_sync": False, "gemm_sm_carveout": 8},
          "torch_ddp-25mb-views-ch8-nosync-carve8_xl_fp32_2xh200"),
         ({"strategy": "none", "step_sync": False}, "none-nosync_xl_fp32_2xh200"),
+        ({"strategy": "overlap", "reduce_avg": True, "cuda_graph": True, "nccl_channels": 8},
+         "overlap-avg-ch8-graph_xl_fp32_2xh200"),
         ({"strategy": "torch_ddp", "grad_views": True, "cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8},
          "torch_ddp-25mb-views-ch8-graph-carve8_xl_fp32_2xh200"),
     ],
@@ -510,3 +532,13 @@ def test_cuda_graph_strategies_agree_and_the_cpu_records_that_it_ignored_the_gra
     record = json.loads((tmp_path / "none-graph_tiny_fp32_1xcpu.json").read_text())
     assert record["config"]["cuda_graph"] is True
     assert record["cuda_graph"] == {"captured": False, "note": "ignored on the CPU"}
+
+
+@pytest.mark.parametrize("fields,backend,world_size,leaves", [
+    ({"strategy": "torch_ddp", "cuda_graph": True}, "nccl", 2, True),
+    ({"strategy": "torch_ddp", "cuda_graph": False}, "nccl", 2, False),
+    ({"strategy": "torch_ddp", "cuda_graph": True}, "gloo", 2, False),
+    ({"strategy": "none", "cuda_graph": True}, "nccl", 1, False),
+])
+def test_only_graphed_nccl_runs_with_peers_leave_without_destroying_the_group(fields, backend, world_size, leaves):
+    assert bench.skips_group_teardown(RunConfig(seq_len=64, **fields), backend, world_size) is leaves

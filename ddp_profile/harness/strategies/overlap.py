@@ -3,6 +3,12 @@ as that gradient is final, so communication runs while backward computes earlier
 
 The hook fires after all contributions to a parameter's .grad are summed, so a tied parameter (used twice
 in forward) is reduced once, after both uses.
+
+Each gradient is reduced in place in ``.grad``: no bucket, so no copy in or out. By default it is divided by
+the world size first (gloo has no AVG op), one read and write of every gradient. ``reduce_avg=True``
+(``RunConfig.reduce_avg``, ``--reduce-avg``, ``-avg``) leaves the scaling to NCCL's average
+(``ReduceOp.AVG``), which scales each input by 1/world size as it reads it; the numbers are stock DDP's
+(scale, then sum). Groups without AVG divide first; ``layout()["reduce_op"]`` names the one that ran.
 """
 
 from __future__ import annotations
@@ -13,22 +19,32 @@ from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import Wrapper, comm_group, grad_params, nbytes, wait_phase
 
 
+def averages_in_nccl(reduce_avg: bool, group) -> bool:
+    """Whether gradients are averaged by the all-reduce itself: asked for, and the group is NCCL's."""
+    return reduce_avg and "nccl" in str(dist.get_backend(group))
+
+
 class Overlap(Wrapper):
     name = "overlap"
 
-    def __init__(self, module) -> None:
+    def __init__(self, module, reduce_avg: bool = False) -> None:
         super().__init__(module)
         self._handles: list = []
+        self.reduce_avg = reduce_avg
+        self.nccl_avg = False
         if self.world_size > 1:
+            self.nccl_avg = averages_in_nccl(reduce_avg, comm_group())
             for index, p in enumerate(grad_params(module)):
                 self.add_grad_hook(p, self._make_hook(index))
 
     def _make_hook(self, index: int):
+        op = dist.ReduceOp.AVG if self.nccl_avg else dist.ReduceOp.SUM
+
         def hook(p) -> None:
-            # Pre-divide so the sum is already the mean (gloo has no AVG op).
-            p.grad.div_(self.world_size)
+            if not self.nccl_avg:  # pre-divide so the sum is already the mean
+                p.grad.div_(self.world_size)
             with nvtx_ranges.collective(index, nbytes(p.grad)):
-                self._handles.append(dist.all_reduce(p.grad, group=comm_group(), async_op=True))
+                self._handles.append(dist.all_reduce(p.grad, op=op, group=comm_group(), async_op=True))
 
         return hook
 
@@ -40,3 +56,9 @@ class Overlap(Wrapper):
             for handle in self._handles:
                 handle.wait()
         self._handles.clear()
+
+    def layout(self) -> dict:
+        out = super().layout()
+        out["reduce_avg"] = bool(self.reduce_avg)
+        out["reduce_op"] = ("avg" if self.nccl_avg else "divide, then sum") if self.world_size > 1 else None
+        return out

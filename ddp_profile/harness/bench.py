@@ -162,9 +162,10 @@ def skips_group_teardown(cfg: RunConfig, backend: str, world_size: int) -> bool:
     """Whether a torchrun rank ends its process once its outputs are written, without destroying the group.
 
     True for graphed runs on NCCL with peers: a CUDA graph that captured NCCL collectives can leave
-    `destroy_process_group` hanging in ncclCommDestroy (pytorch/pytorch#115388), and a graphed 2-rank XL run
-    under nsys (set U, 2 x H100) did not exit in the two minutes after its capture range ended. Its JSON and
-    the capture range are complete by then, so nothing is lost by leaving at once.
+    `destroy_process_group` hanging in ncclCommDestroy (pytorch/pytorch#115388). The JSON and the capture
+    range are complete by then, so nothing is lost by leaving at once. (Not the whole story on the lent
+    machines: a graphed 2-rank XL run under nsys with ``--cuda-graph-trace=node``, set U on 2 x H100, stopped
+    before writing its JSON, with and without this; the same runs without nsys end normally, sets S-V.)
     """
     return bool(cfg.cuda_graph) and backend == "nccl" and world_size > 1
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from ddp_profile.errors import UsageError, run_main
 from ddp_profile.harness.config import (
     BLAS_LIBRARIES,
+    CARVEOUT_SCOPES,
     DDP_COMM_HOOKS,
     DTYPES,
     FSDP_PARAM_DTYPES,
@@ -94,6 +95,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gemm-sm-carveout", type=int, default=0, metavar="N",
                    help="any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside "
                         "an NCCL kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)")
+    g.add_argument("--gemm-sm-carveout-scope", default="", choices=CARVEOUT_SCOPES[1:],
+                   help="with --gemm-sm-carveout: backward = only the backward's GEMMs leave the SMs, the forward's "
+                        "use all of them (-carveNbwd)")
     g.add_argument("--blas-library", default="", choices=BLAS_LIBRARIES,
                    help="PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for "
                         "--gemm-sm-carveout, which implies it (-lt)")
@@ -107,7 +111,8 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
             "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,
-            "gemm_sm_carveout": args.gemm_sm_carveout, "blas_library": args.blas_library, "step_sync": args.step_sync,
+            "gemm_sm_carveout": args.gemm_sm_carveout,
+            "gemm_sm_carveout_scope": args.gemm_sm_carveout_scope, "blas_library": args.blas_library, "step_sync": args.step_sync,
             "cuda_graph": args.cuda_graph}
 
 

@@ -27,6 +27,7 @@ MAX_NCCL_CHANNELS = 64
 MAX_GEMM_SM_CARVEOUT = 64
 """At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
 BLAS_LIBRARIES = ("", "cublaslt")
+CARVEOUT_SCOPES = ("", "backward")
 GRAPH_STRATEGIES = ("none", "overlap", "torch_ddp")
 """Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES is this list)."""
 OPTIMIZERS = ("adamw", "sgd")
@@ -164,13 +165,17 @@ class RunConfig:
     the stream (start and end of each step as the GPU reaches them); ``host_step_ms`` then measures issuing
     a step, not the step. On the CPU every step ends synchronously anyway."""
     cuda_graph: bool = False
-    """none and torch_ddp: each step captured once as a CUDA graph and replayed (``ddp_profile.harness.
+    """none, overlap and torch_ddp: each step captured once as a CUDA graph and replayed (``ddp_profile.harness.
     cuda_graph``): the host issues one call a step instead of thousands of kernels; 11 eager steps run
     first (DDP's requirement), AdamW is made capturable. Ignored (with a note) on the CPU."""
     gemm_sm_carveout: int = 0
     """Any strategy: every GEMM targets the GPU's SMs minus N (cuBLASLt's SM-count target, PyTorch's
     preferred BLAS library set to cuBLASLt), so that a GEMM beside an NCCL kernel holding at most N SMs
     still runs in one wave (``ddp_profile.harness.gemm_sms``). 0: off. Ignored (with a note) on the CPU."""
+    gemm_sm_carveout_scope: str = ""
+    """With ``gemm_sm_carveout``: "" the whole step; "backward": the forward's GEMMs use every SM (no NCCL
+    runs beside them) and only the backward's leave the N SMs, the phase whose gradients are all-reduced
+    while it computes (``-carveNbwd``). The optimizer has no GEMMs."""
     blas_library: str = ""
     """"cublaslt": PyTorch's preferred BLAS library set to cuBLASLt, no carveout (the control for
     ``gemm_sm_carveout``, which implies it). Empty: PyTorch's default."""
@@ -277,6 +282,10 @@ def _validate_levers(cfg: RunConfig) -> None:
            f"cuda_graph applies to strategies {', '.join(GRAPH_STRATEGIES)} only, not {cfg.strategy!r}")
     _check(not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
            "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)")
+    _check(cfg.gemm_sm_carveout_scope in CARVEOUT_SCOPES,
+           f"gemm_sm_carveout_scope {cfg.gemm_sm_carveout_scope!r} is unknown; choose backward (or leave it empty)")
+    _check(not cfg.gemm_sm_carveout_scope or cfg.gemm_sm_carveout > 0,
+           "gemm_sm_carveout_scope needs gemm_sm_carveout (the SMs the backward's GEMMs leave)")
     _check(cfg.blas_library in BLAS_LIBRARIES,
            f"blas_library {cfg.blas_library!r} is unknown; choose cublaslt (or leave it empty)")
     _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
@@ -300,7 +309,7 @@ def _mb(value: float) -> str:
 
 def lever_suffix(cfg: RunConfig) -> str:
     """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -gradbf16 -hookbf16 -optoverlap
-    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N> (or -lt for cuBLASLt without a carveout)."""
+    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N>[bwd] (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
         parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
@@ -329,7 +338,7 @@ def lever_suffix(cfg: RunConfig) -> str:
     if not cfg.step_sync:
         parts.append("-nosync")
     if cfg.gemm_sm_carveout:
-        parts.append(f"-carve{cfg.gemm_sm_carveout}")
+        parts.append(f"-carve{cfg.gemm_sm_carveout}{'bwd' if cfg.gemm_sm_carveout_scope == 'backward' else ''}")
     elif cfg.blas_library:
         parts.append("-lt")
     return "".join(parts)

@@ -67,6 +67,22 @@ def gemm_sms(carveout: int, blas_library: str, device: torch.device) -> Iterator
         torch.backends.cuda.preferred_blas_library(before_library)
 
 
+@contextlib.contextmanager
+def every_sm(on: bool) -> Iterator[None]:
+    """Inside, GEMMs target every SM (no carveout) when ``on``; the carveout in force before is restored
+    after (``gemm_sm_carveout_scope = "backward"``: the loop wraps the forward in this). Read by PyTorch at
+    each GEMM launch, so a captured CUDA graph keeps each phase's kernels."""
+    if not on:
+        yield
+        return
+    before = torch._C._get_sm_carveout_experimental()
+    torch._C._set_sm_carveout_experimental(None)
+    try:
+        yield
+    finally:
+        torch._C._set_sm_carveout_experimental(before)
+
+
 def check(carveouts=(0, 8, 16, 66), m: int = 4096, k: int = 1600, n: int = 6400, reps: int = 20) -> list[dict]:
     """Whether this GPU's PyTorch honours the lever: one bf16 GEMM (m x k @ k x n, the XL model's first MLP
     GEMM at batch 16 x 256) timed with CUDA events under each carveout, nothing running beside it. A carveout

@@ -34,7 +34,7 @@ from ddp_profile import nvtx_names as names
 from ddp_profile.errors import ConfigError
 from ddp_profile.harness import cuda_graph, nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
-from ddp_profile.harness.gemm_sms import gemm_sms
+from ddp_profile.harness.gemm_sms import every_sm, gemm_sms
 from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
@@ -162,14 +162,16 @@ def host_barrier(tag: str) -> None:
 
 
 def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32",
-              gc_mode: str = "", step_sync: bool = True, stream: torch.cuda.Stream | None = None) -> dict:
+              gc_mode: str = "", step_sync: bool = True, stream: torch.cuda.Stream | None = None,
+              forward_every_sm: bool = False) -> dict:
     """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
     "host_step_ms": wall ms per measured step, "final_loss": float}. ``gc_mode``: RunConfig.gc_mode;
     ``step_sync``: RunConfig.step_sync (False: no wait for the GPU between steps, so "host_step_ms" is the
     time to issue a step, not the step); ``stream``: the side stream of a graphed run
-    (``cuda_graph.graph_stream``), whose steps are captured once and replayed."""
+    (``cuda_graph.graph_stream``), whose steps are captured once and replayed; ``forward_every_sm``: the
+    forward's GEMMs ignore the run's SM carveout (``gemm_sms.every_sm``; RunConfig.gemm_sm_carveout_scope)."""
     with collector(gc_mode):
-        return _steps(strategy, optimizer, batches, device, warmup, dtype, step_sync, stream)
+        return _steps(strategy, optimizer, batches, device, warmup, dtype, step_sync, stream, forward_every_sm)
 
 
 @contextlib.contextmanager
@@ -192,7 +194,7 @@ def collector(gc_mode: str):
 
 
 def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str, step_sync: bool,
-           stream: torch.cuda.Stream | None) -> dict:
+           stream: torch.cuda.Stream | None, forward_every_sm: bool) -> dict:
     cuda = device.type == "cuda"
     rank, world_size = world()
     autocast = (
@@ -204,7 +206,7 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
     def step(x, y):
         strategy.on_train_batch_start()
         optimizer.zero_grad(set_to_none=True)
-        with nvtx_ranges.phase(names.FORWARD), autocast():
+        with nvtx_ranges.phase(names.FORWARD), autocast(), every_sm(forward_every_sm):
             out = loss_fn(strategy(x), y)
         with nvtx_ranges.phase(names.BACKWARD):
             out.backward()
@@ -312,7 +314,9 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
         torch.cuda.reset_peak_memory_stats(device)
     with gemm_sms(cfg.gemm_sm_carveout, cfg.blas_library, device) as gemm_levers:
         times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode, cfg.step_sync,
-                          stream)
+                          stream, forward_every_sm=gemm_levers["applied"] and cfg.gemm_sm_carveout_scope == "backward")
+    if cfg.gemm_sm_carveout_scope:
+        gemm_levers["scope"] = cfg.gemm_sm_carveout_scope
     times["memory"] = memory_stats(device, optimizer)
     # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
     # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.

@@ -287,6 +287,8 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"strategy": "flat", "overlap_optimizer": True}, "overlap_optimizer applies to strategy bucketed only"),
         ({"strategy": "overlap", "grad_views": True}, "grad_views applies to strategies bucketed and torch_ddp only"),
         ({"strategy": "bucketed", "reduce_avg": True}, "reduce_avg applies to strategy overlap only"),
+        ({"gemm_sm_carveout_scope": "backward"}, "gemm_sm_carveout_scope needs gemm_sm_carveout"),
+        ({"gemm_sm_carveout": 8, "gemm_sm_carveout_scope": "forward"}, "gemm_sm_carveout_scope 'forward' is unknown"),
         ({"grad_reduce_dtype": "fp16"}, "grad_reduce_dtype 'fp16' is unknown"),
         ({"first_bucket_mb": -1}, "first_bucket_mb must be > 0"),
         ({"first_bucket_mb": 25, "bucket_mb": 25}, "first_bucket_mb 25 must be smaller than bucket_mb 25"),
@@ -339,6 +341,8 @@ def test_senseless_lever_combinations_raise_one_line(changes, needle):
         ({"strategy": "none", "step_sync": False}, "none-nosync_xl_fp32_2xh200"),
         ({"strategy": "overlap", "reduce_avg": True, "cuda_graph": True, "nccl_channels": 8},
          "overlap-avg-ch8-graph_xl_fp32_2xh200"),
+        ({"strategy": "overlap", "reduce_avg": True, "nccl_channels": 8, "gemm_sm_carveout": 8,
+          "gemm_sm_carveout_scope": "backward"}, "overlap-avg-ch8-carve8bwd_xl_fp32_2xh200"),
         ({"strategy": "torch_ddp", "grad_views": True, "cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8},
          "torch_ddp-25mb-views-ch8-graph-carve8_xl_fp32_2xh200"),
     ],
@@ -483,6 +487,30 @@ def test_gemm_carveout_is_set_for_the_block_and_restored_after_it_even_on_error(
         raise RuntimeError("boom")
     assert (fake_blas.library, fake_blas.carveout) == ("default-lib", None)
     assert fake_blas.calls == [("library", "cublaslt"), ("carveout", 24), ("carveout", None), ("library", "default-lib")]
+
+
+def test_backward_scope_lifts_the_carveout_for_the_forward_only(fake_blas):
+    from ddp_profile.harness.gemm_sms import every_sm, gemm_sms
+
+    with gemm_sms(8, "", torch.device("cuda", 0)):
+        with every_sm(True):
+            assert fake_blas.carveout is None
+        assert fake_blas.carveout == 8
+        fake_blas.calls.clear()
+        with every_sm(False):
+            pass
+        assert fake_blas.calls == []
+    assert fake_blas.carveout is None
+
+
+def test_cli_records_the_carveout_scope(tmp_path, capsys):
+    args = ["--strategy", "none", "--model", "tiny", "--seq-len", "8", "--batch", "2", "--steps", "2", "--warmup", "1",
+            "--gemm-sm-carveout", "8", "--gemm-sm-carveout-scope", "backward", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    capsys.readouterr()
+    record = json.loads((tmp_path / "none-carve8bwd_tiny_fp32_1xcpu.json").read_text())
+    assert record["config"]["gemm_sm_carveout_scope"] == "backward"
+    assert record["gemm_levers"]["scope"] == "backward" and record["gemm_levers"]["applied"] is False
 
 
 def test_cublaslt_alone_sets_no_carveout_and_off_touches_nothing(fake_blas):

@@ -79,6 +79,8 @@ def ci_level_pct(meta: dict | None) -> float:
 
 FASTER, SLOWER, WITHIN_NOISE, SAME = "faster", "slower", "within noise", "equal"
 SPREAD_UNKNOWN = "spread unknown"
+NO_STOCK = "no stock run in the set"
+"""A timing set's best configuration against stock DDP when the set timed no stock torch_ddp run."""
 
 
 def versus(a_ns: float, a_ci: tuple[float, float], b_ns: float, b_ci: tuple[float, float]) -> tuple[str, bool]:

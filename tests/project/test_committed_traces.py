@@ -60,7 +60,14 @@ def test_committed_run_loads_and_is_scrubbed(run):
     ours = trace.nvtx[trace.nvtx["domain"] == nvtx_names.DOMAIN]
     steps = ours[ours["name"].str.startswith(nvtx_names.STEP + " ")]
     assert len(steps) == world * meta["config"]["steps"]
-    assert {nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER} <= set(ours["name"])
+    phases = {nvtx_names.FORWARD, nvtx_names.BACKWARD, nvtx_names.OPTIMIZER}
+    if meta["config"].get("cuda_graph"):
+        # A graphed step replays kernels captured once before the range: its phase ranges were host-only then,
+        # and nsys traced the graph node by node (--cuda-graph-trace=node), so each step has its own kernels.
+        assert not phases & set(ours["name"])
+        assert len(trace.kernels) > 100 * world * meta["config"]["steps"]
+    else:
+        assert phases <= set(ours["name"])
     for export in exports:
         _assert_scrubbed(export)
 

@@ -131,3 +131,25 @@ def test_confirm_bullet_counts_and_names_the_worst_case():
                                              "(Campaign set B).")
     with pytest.raises(ValueError, match="summary topic"):
         s.add_summary("Recommend → confirm (prediction from the stock trace vs measured, target ±5 %)", met=1)
+
+
+def _timing_fact(set_name: str, eff: tuple[float, float, float], word: str = "faster") -> dict:
+    return {"set": set_name, "eff_pct": eff[0], "eff_lo_pct": eff[1], "eff_hi_pct": eff[2], "word": word}
+
+
+def test_closest_to_one_gpu_prefers_a_set_with_stock_then_the_surest_among_near_ties():
+    from ddp_profile.report import measures
+    from ddp_profile.report.findings.summary import closest_to_one_gpu
+
+    no_stock = _timing_fact("Y", (92.90, 92.8, 93.0), measures.NO_STOCK)
+    with_stock = _timing_fact("X", (92.89, 92.8, 93.0))
+    far = _timing_fact("S", (90.6, 90.4, 90.7))
+    assert closest_to_one_gpu([no_stock, with_stock, far])["set"] == "X"
+    # a wide interval that reaches the top loses to a tight one just under it; one that does not reach it is out
+    lucky = _timing_fact("N", (91.3, 84.9, 96.5))
+    sure = _timing_fact("S", (90.6, 90.4, 90.7))
+    assert closest_to_one_gpu([lucky, sure])["set"] == "S"
+    assert closest_to_one_gpu([_timing_fact("A", (95.0, 94.9, 95.1)), sure])["set"] == "A"
+    # without stock anywhere the highest lower end wins; NaN efficiencies never win
+    nan = _timing_fact("Z", (float("nan"),) * 3)
+    assert closest_to_one_gpu([nan, no_stock])["set"] == "Y"

@@ -153,7 +153,7 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     (bullet,) = got.bullets
     eff = timing.efficiency(one, fast)
     assert bullet.lead == "fp32, closest to one GPU:" and bullet.anchor == sec.key == "timing"
-    assert bullet.text == (f"{fast.name} (timing set F) runs at {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
+    assert bullet.text == (f"{fast.name} (set F) runs at {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
                            f"target 96 % missed) and is faster than stock DDP by {timing.rel_diff(fast, stock)} "
                            "(intervals separate). Stock is beaten outside noise in 1 of 1 fp32 timing set.")
     row = got.table.frame.iloc[0]

@@ -19,6 +19,7 @@ from ddp_profile.report import measures
 from ddp_profile.report.findings.text import TOPIC_TIMING, Section, ms, pct
 
 TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
+
 """Issue 30's targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
 
 
@@ -239,13 +240,14 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
                               "not decided": "the interval straddles it"}[outcome])
             s.p(f"The lowest-median 2-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
                 f"({one.name}, {ms(med(one))}; interval {pct(eff[1])}–{pct(eff[2])}){verdict}.")
-            if ref is not None:
-                word, established = measures.versus(med(best), ci(best), med(ref), ci(ref))
-                s.add_summary(TOPIC_TIMING, set=key[0], dtype=key[2], workload=workload_short(key), run=best.name,
-                              median=ms(med(best)), interval=ci_text(best), stock=best is ref, word=word,
-                              established=established, diff=rel_diff(best, ref), eff_pct=eff[0], eff=pct(eff[0]),
-                              eff_interval=f"{pct(eff[1])}–{pct(eff[2])}", target=pct(target, 0) if outcome else "",
-                              outcome=outcome)
+            word, established = (measures.versus(med(best), ci(best), med(ref), ci(ref)) if ref is not None
+                                 else (measures.NO_STOCK, False))
+            s.add_summary(TOPIC_TIMING, set=key[0], dtype=key[2], workload=workload_short(key), run=best.name,
+                          median=ms(med(best)), interval=ci_text(best), stock=best is ref, word=word,
+                          established=established, diff=rel_diff(best, ref) if ref is not None else "",
+                          eff_pct=eff[0], eff_lo_pct=eff[1], eff_hi_pct=eff[2], eff=pct(eff[0]),
+                          eff_interval=f"{pct(eff[1])}–{pct(eff[2])}", target=pct(target, 0) if outcome else "",
+                          outcome=outcome)
         s.p(_reasons_sentence(rs))
     for line in loop_comparisons(runs):
         s.p(line)

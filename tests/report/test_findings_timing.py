@@ -203,3 +203,20 @@ def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):
     _timing_set(tmp_path, plans)
     text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
     assert "of the 1-GPU step (none_xl_fp32_1xh100, " in text
+
+
+def test_a_set_without_stock_names_its_best_against_the_runner_up_and_says_it_has_no_stock(tmp_path):
+    from ddp_profile.report.findings.summary import build_summary
+
+    plans = {"none_xl_fp32_1xh100": PLANS["none_xl_fp32_1xh100"],
+             "overlap_xl_fp32_2xh100": ("overlap", 2, [365.0, 366.0, 364.5, 365.5, 365.2], {}),
+             "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": PLANS["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"]}
+    _timing_set(tmp_path, plans, name="W")
+    sec = timing.q11_timing(read_timing_runs(tmp_path), {})
+    text = " ".join(sec.paragraphs())
+    assert ("Against the runner-up, overlap_xl_fp32_2xh100 is faster than torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 by "
+            in text)
+    got = build_summary([sec])
+    assert got.table.frame.iloc[0]["vs stock DDP"] == measures.NO_STOCK
+    assert "has no stock DDP run in its set to compare with" in got.bullets[0].text
+    assert got.bullets[0].text.endswith("No fp32 timing set timed stock DDP.")

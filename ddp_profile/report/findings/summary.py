@@ -100,6 +100,15 @@ def _vs_stock(f: dict) -> str:
     return f"is {f['word']} than stock DDP by the medians (spread unknown)"
 
 
+def _beaten(beat: int, with_stock: int, sets: int, dtype: str) -> str:
+    """In how many of the dtype's timing sets stock DDP is beaten outside noise, counting the sets that timed it."""
+    if not with_stock:
+        return f"No {dtype} timing set timed stock DDP."
+    if with_stock == sets:
+        return f"Stock is beaten outside noise in {beat} of {sets} {dtype} timing set{'s' if sets > 1 else ''}."
+    return f"Stock is beaten outside noise in {beat} of the {with_stock} {dtype} set{'s' if with_stock > 1 else ''} that timed it."
+
+
 def closest_to_one_gpu(facts: list[dict]) -> dict:
     """The timing fact to name as closest to one GPU: of the facts whose efficiency interval overlaps the
     highest median efficiency's, one with a stock run in its set if any (so the claim against stock is made in
@@ -126,10 +135,7 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         out.append(Bullet(
             f"{dtype}, closest to one GPU:",
             f"{best['run']} (set {best['set']}) runs at {best['eff']} of one GPU ({best['eff_interval']}"
-            f"{target}) and {_vs_stock(best)}. Stock is beaten outside noise in {len(beat)} of "
-            + ("the " if len(with_stock) < len(fs) else "")
-            + f"{len(with_stock)} {dtype} {'' if len(with_stock) < len(fs) else 'timing '}set"
-            + ("s" if len(with_stock) > 1 else "") + (" that timed it." if len(with_stock) < len(fs) else "."),
+            f"{target}) and {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
             anchor, LINK_TEXT[TOPIC_TIMING]))
     return out
 

@@ -229,7 +229,7 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
                 if r is not ref:
                     s.p(f"{r.name} is {against(r, ref)}.")
         best = multi[0] if multi else None
-        if len(multi) > 1 and ref not in multi[:2]:  # with stock among the first two, the sentence above says it
+        if best is not None and len(multi) > 1 and ref not in multi[:2]:  # with stock among the first two, the sentence above says it
             s.p(f"Against the runner-up, {best.name} is {against(best, multi[1])}.")
         if best is not None and one is not None:
             eff = efficiency(one, best)

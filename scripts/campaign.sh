@@ -29,6 +29,10 @@
 #   RESERVE=45              seconds kept after the last line starts for exports, scrubbing and packing
 #   PACK_S=25               seconds before DEADLINE at which any run still going is killed
 #   RUN_CAP_S=240           longest any single run may take before it is killed (a hung NCCL job)
+#   STACK_DUMP_S=           every rank prints its threads' Python stacks after this many seconds and each
+#                           period after (DDP_PROFILE_STACK_DUMP_S, harness.launch.arm_stack_dump), into the
+#                           run's log: where a run that never ends waits (set U's graphed 2-rank runs under
+#                           nsys)                                                       e.g. STACK_DUMP_S=120
 #   REPEATS=2               un-profiled runs per harness configuration (0: profiled runs only) e.g. REPEATS=3
 #   XL_RUN_S=17 XL_PROF_S=28       expected seconds of one un-profiled / profiled run with --model xl (the
 #                                  2026-11 campaign on 2 x H200: a profiled XL run every ~25 s, setup_s ~4)
@@ -60,6 +64,7 @@ DEADLINE=${DEADLINE:-560}
 RESERVE=${RESERVE:-45}
 PACK_S=${PACK_S:-25}
 RUN_CAP_S=${RUN_CAP_S:-240}
+if [ -n "${STACK_DUMP_S:-}" ]; then export DDP_PROFILE_STACK_DUMP_S=$STACK_DUMP_S; fi
 REPEATS=${REPEATS:-2}
 XL_RUN_S=${XL_RUN_S:-17}
 XL_PROF_S=${XL_PROF_S:-28}

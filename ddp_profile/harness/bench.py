@@ -141,9 +141,10 @@ def _finish(record: dict | None, out: str) -> None:
 def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     import torch.distributed as dist
 
-    from ddp_profile.harness.launch import default_backend, device_for, init_process_group
+    from ddp_profile.harness.launch import arm_stack_dump, default_backend, device_for, init_process_group
     from ddp_profile.harness.train import run as train_run
 
+    arm_stack_dump()
     backend = default_backend(cfg.backend)
     device = device_for(backend, info.local_rank)
     init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority,

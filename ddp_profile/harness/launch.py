@@ -6,8 +6,10 @@ free one. Local spawning is for development and tests on a CPU machine; GPU runs
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +24,32 @@ class ProcessInfo:
     rank: int
     world_size: int
     local_rank: int
+
+
+STACK_DUMP_ENV = "DDP_PROFILE_STACK_DUMP_S"
+"""Seconds after which every rank prints all its threads' Python stacks (and again each period): see
+:func:`arm_stack_dump`. Unset or empty: off."""
+
+
+def arm_stack_dump(environ: dict | None = None) -> float | None:
+    """With ``DDP_PROFILE_STACK_DUMP_S=N`` (N > 0 seconds) in the environment, print every thread's Python stack
+    to stderr N seconds from now and every N seconds after (``faulthandler.dump_traceback_later``: a watchdog
+    thread, so it prints even while the main thread waits inside a CUDA or NCCL call, where no Python signal
+    handler runs). For a rank that never ends, the log then says where it waits. Returns N, or None when off;
+    a value that is not a positive number is ignored with a note on stderr."""
+    env = os.environ if environ is None else environ
+    raw = str(env.get(STACK_DUMP_ENV, "")).strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < 1e6:
+        print(f"note: {STACK_DUMP_ENV}={raw[:30]!r} is not a number of seconds; no stack dumps", file=sys.stderr, flush=True)
+        return None
+    faulthandler.dump_traceback_later(seconds, repeat=True, file=sys.stderr)
+    return seconds
 
 
 def torchrun_env(environ: dict | None = None) -> ProcessInfo | None:

@@ -358,6 +358,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise UsageError(f"--repeats must be >= 1, got {args.repeats}")
     from ddp_profile.harness.launch import (
+        arm_stack_dump,
         default_backend,
         device_for,
         init_process_group,
@@ -366,6 +367,8 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     info = torchrun_env()
+    if info is not None:
+        arm_stack_dump()
     if info is None:
         if args.nproc > 1:
             spawn_local(args.nproc, _worker, [c.replace(backend="gloo") for c in configs], args)

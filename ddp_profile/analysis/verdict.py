@@ -47,7 +47,10 @@ for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences 
 
 CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
             "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler", "straggler_host": "straggler",
-            "contention": "compute", "measured": "communication"}
+            "contention": "compute", "measured": "communication", "grad_copy_back": "compute"}
+COPY_BACK_MIN = 8
+"""``grad_copy_back`` needs at least this many device-to-device copies after backward per step (median on the
+critical rank): DDP's copy-back is one per gradient tensor, a model has many; a few copies are something else."""
 
 
 def _spread(v) -> float:
@@ -193,14 +196,34 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> 
     return _rule(f"straggler_{cause}", text, pd.Series(parts["straggler"].to_numpy()), evidence, step)
 
 
+def _copy_back_rule(c: pd.DataFrame, copy_back: pd.DataFrame | None, step: float) -> dict | None:
+    """``grad_copy_back`` from the critical rank's copies after backward (``c``: the critical path by step)."""
+    if copy_back is None or copy_back.empty:
+        return None
+    got = copy_back.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
+        [c["critical_rank"].to_numpy(), c.index.to_numpy()]))
+    n, t = got["copies"].astype("float64"), pd.Series(got["copy_ns"].to_numpy(float), index=c.index)
+    if not n.notna().any() or float(n.median()) < COPY_BACK_MIN:
+        return None
+    return _rule("grad_copy_back", "if this is PyTorch DDP: DistributedDataParallel(..., gradient_as_bucket_view=True) "
+                 "makes each .grad a view of its all-reduce bucket, so the averaged buckets are no longer copied back "
+                 "into .grad after backward", np.minimum(t.fillna(0.0), c["compute_ns"]),
+                 f"{int(n.median())} device-to-device copies ({_ms(t.median())}) run after the last backward kernel "
+                 "each step on the critical rank: one per gradient is DDP's copy of the averaged buckets into .grad",
+                 step)
+
+
 def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
-           contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan")) -> list[dict]:
+           contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan"),
+           copy_back: pd.DataFrame | None = None) -> list[dict]:
     """The advice rules, largest gain bound first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
     ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``);
     ``gemm_ratio``: the GEMMs' median time beside NCCL over alone, like for like
     (``kernel_families.gemm_wave_ratio``): from ``kernel_families.WAVE_RATIO`` the contention advice is the
-    GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave."""
+    GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave. ``copy_back``:
+    ``schema.COPY_BACK_COLUMNS`` (``copy_back.after_backward``): from COPY_BACK_MIN copies a step on the
+    critical rank, the ``grad_copy_back`` rule, gain bound = their time."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -252,6 +275,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
                          "persistent GEMMs pushed into a second wave")
         out.append(_rule("contention", text, pd.Series(np.minimum(contention_ns, c["compute_ns"])), evidence, step,
                          per_step=False))  # one run-level estimate (recommend.contention_per_step_ns)
+    out.append(_copy_back_rule(c, copy_back, step))
     if recommendation is not None and len(recommendation):
         first = recommendation.iloc[0]
         m = first.get("measured_step_ns")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ddp_profile.activity_names import MEMSET, memcpy_name
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import return_freed_memory
 from ddp_profile.nsys import columnar, sql, timebase
@@ -151,7 +152,7 @@ def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reade
         if len(inverse):
             kind[is_kernel] = kind_of_label[inverse]
     del inverse
-    for k, fixed in () if only_kernels else ((2, None), (3, "[CUDA memset]")):
+    for k, fixed in () if only_kernels else ((2, None), (3, MEMSET)):
         sel = kind == k
         if not sel.any():
             continue
@@ -161,7 +162,7 @@ def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reade
         else:
             copy_kinds, inv = np.unique(ids[sel], return_inverse=True)
             base = len(labels)
-            labels += [f"[CUDA memcpy {sql.MEMCPY_KINDS.get(int(c), 'Unknown')}]" for c in copy_kinds]
+            labels += [memcpy_name(sql.MEMCPY_KINDS.get(int(c), "Unknown")) for c in copy_kinds]
             codes[sel] = base + inv
     del ids, is_kernel
     cols, kind, codes, n_no_pid = timebase.drop_no_process(cols, kind, codes)

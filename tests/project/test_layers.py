@@ -102,13 +102,14 @@ def test_harness_imports_no_data_stack():
 
 @pytest.mark.parametrize("name", ["ddp_profile.nsys.scrub", "ddp_profile.nsys.rawio", "ddp_profile.errors", "ddp_profile.safeio",
                                   "ddp_profile.nsys.progress", "ddp_profile.nvtx_names", "ddp_profile.nsys.secrets",
-                                  "ddp_profile.nsys.names"])
+                                  "ddp_profile.nsys.names", "ddp_profile.activity_names"])
 def test_stdlib_only_modules(name):
     """The scrubber runs on GPU machines before anything is committed; the error family, atomic writes and the
     NVTX names are shared with the harness, which has no numpy or pandas there."""
     allowed = set(sys.stdlib_module_names) | {"__future__"}
     ours = {"ddp_profile.errors", "ddp_profile.safeio", "ddp_profile.nsys.rawio", "ddp_profile.nsys.secrets",
-            "ddp_profile.nvtx_names", "ddp_profile.nsys.names", "ddp_profile", "ddp_profile.nsys"}
+            "ddp_profile.nvtx_names", "ddp_profile.nsys.names", "ddp_profile.activity_names", "ddp_profile",
+            "ddp_profile.nsys"}
     bad = [f"{name}:{line} imports {mod}" for mod, _, line in IMPORTS[name]
            if mod.split(".")[0] not in allowed and mod not in ours]
     assert not bad, "\n".join(bad)

@@ -98,9 +98,10 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
     return {"predicted_step_ns": got["predicted_step_ns"], "upper_gain_ns": beyond if beyond > 0 else math.nan}, ""
 
 
-def channel_rates(runs) -> dict[int, tuple[str, float]]:
-    """{id(run): (GPU name, bus bytes/s per NCCL channel)} of the runs that set fewer NCCL channels than NCCL's
-    choice (``--nccl-channels``: their channels, not the link, bound the collectives), from their traces."""
+def channel_rates(runs) -> dict[int, tuple[str, int, float]]:
+    """{id(run): (GPU name, world size, bus bytes/s per NCCL channel)} of the runs that set fewer NCCL channels
+    than NCCL's choice (``--nccl-channels``: their channels, not the link, bound the collectives), from their
+    traces."""
     from ddp_profile.analysis.channel_model import channel_rate
 
     out = {}
@@ -108,15 +109,19 @@ def channel_rates(runs) -> dict[int, tuple[str, float]]:
         if int(r.config.get("nccl_channels") or 0) and r.analysis is not None and getattr(r, "trace", None) is not None:
             rate = channel_rate(r.analysis, r.meta)
             if math.isfinite(rate):
-                out[id(r)] = (str(r.meta.get("gpu_name")), rate)
+                out[id(r)] = (str(r.meta.get("gpu_name")), int(r.world_size), rate)
     return out
 
 
-def rate_for(r, rates: dict[int, tuple[str, float]]) -> float | None:
+def rate_for(r, rates: dict[int, tuple[str, int, float]]) -> float | None:
     """Leave-one-out calibration: the median per-channel rate of the other channel-limited runs on the same
-    GPU model (never ``r``'s own), None when there is none."""
-    others = [v for k, (gpu, v) in rates.items() if k != id(r) and gpu == str(r.meta.get("gpu_name"))]
-    return float(np.median(others)) if others else None
+    GPU model and as many GPUs (a channel's ring then spans the same peers), else on the same GPU model with
+    any count; never ``r``'s own; None when there is none."""
+    gpu = str(r.meta.get("gpu_name"))
+    same_gpu = [(n, v) for k, (g, n, v) in rates.items() if k != id(r) and g == gpu]
+    same_world = [v for n, v in same_gpu if n == int(r.world_size)]
+    pick = same_world or [v for _, v in same_gpu]
+    return float(np.median(pick)) if pick else None
 
 
 def confirm_rows(ref, rs: list, rates: dict | None = None) -> list[dict]:
@@ -170,8 +175,9 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
             "NCCL gets back the SMs the channels held (overlapped compute × channels ÷ SMs per GPU, before and "
             "after). The per-channel rate is the one input not from the stock trace: a hardware rate calibrated "
             "leave-one-out, the median of bus bytes ÷ (transfer time × channels) over the other runs with fewer "
-            f"channels on the same GPU model ({len(rates)} such runs: "
-            + ", ".join(f"{gpu} {v / 1e9:.1f} GB/s" for gpu, v in rates.values())
+            "channels on the same GPU model and as many GPUs (a channel's ring spans the same peers), else on the "
+            f"same GPU model with any count ({len(rates)} such runs: "
+            + ", ".join(f"{gpu} ×{n} {v / 1e9:.1f} GB/s" for gpu, n, v in rates.values())
             + "), never the run being predicted; with none, the worst case (transfer × stock channels ÷ "
             "channels) from the stock trace alone.")
     met_all, total, sets_met, sets_judged = [], 0, 0, 0

@@ -35,7 +35,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis.critical_path import spans
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.analysis.launches import GEMM, GROUPS, KERNEL_GROUPS, OTHER, kernel_group_codes
+from ddp_profile.analysis.launches import GEMM, GROUPS, kernel_group_codes, name_group
 
 
 def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -103,8 +103,6 @@ def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> p
     return schema.select(_summarise(rows, "path", steps), schema.CRITICAL_FAMILY_COLUMNS)
 
 
-
-
 WAVE_RATIO = 1.5
 """A median overlapped/alone GEMM ratio (:func:`gemm_wave_ratio`) from which GEMMs beside NCCL are taken to run
 in two waves: sharing SMs' bandwidth slows a kernel by tens of percent, a second wave of a persistent GEMM
@@ -125,14 +123,6 @@ def gemm_wave_ratio(contention: pd.DataFrame | None) -> float:
     return float(row["median_ratio"]) if row is not None else float("nan")
 
 
-def name_family(name) -> str:
-    """The family of a compute kernel's short name (the first ``launches.KERNEL_GROUPS`` pattern it matches,
-    else "other"), as :func:`kernel_group_codes` gives it for a row."""
-    import re
-
-    return next((g for g, rx in KERNEL_GROUPS if name is not None and re.search(rx, str(name))), OTHER)
-
-
 def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     """``schema.FAMILY_CONTENTION_COLUMNS``: the like-for-like contention rows (``schema.CONTENTION_COLUMNS``,
     one per kernel name, :mod:`ddp_profile.analysis.contention`) summed by kernel family, families in GROUPS
@@ -147,7 +137,7 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     into a second wave by the SMs an NCCL kernel holds."""
     if contention is None or contention.empty:
         return schema.empty_frame(schema.FAMILY_CONTENTION_COLUMNS)
-    c = contention.assign(family=[name_family(n) for n in contention["name"].astype(object)],
+    c = contention.assign(family=[name_group(n) for n in contention["name"].astype(object)],
                           ratio=contention["overlapped_median_ns"] / contention["alone_median_ns"])
     rows = []
     for family in GROUPS:
@@ -162,4 +152,4 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
 
 
-__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_contention", "gemm_wave_ratio", "name_family", "family_steps", "family_per_rank", "family_on_critical_rank"]
+__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_contention", "gemm_wave_ratio", "family_steps", "family_per_rank", "family_on_critical_rank"]

@@ -241,13 +241,15 @@ def _per_step(parts: list[pd.DataFrame], count: str, columns: list[str]) -> pd.D
     return schema.select(df, columns)
 
 
+def name_group(name) -> str:
+    """The group of a compute kernel's short name: the first KERNEL_GROUPS pattern it matches, else OTHER."""
+    return next((g for g, rx in KERNEL_GROUPS if name is not None and re.search(rx, str(name))), OTHER)
+
+
 def kernel_group_codes(karr: KernelArrays) -> np.ndarray:
-    """Per row, the index into GROUPS of its group: the first KERNEL_GROUPS pattern matching the kernel's short
-    name (else OTHER), NCCL kernels by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
-    names = karr.name_values()
-    other = GROUPS.index(OTHER)
-    by_name = np.array([next((i for i, (_, rx) in enumerate(KERNEL_GROUPS)
-                              if n is not None and re.search(rx, str(n))), other) for n in names], dtype=np.int8)
+    """Per row, the index into GROUPS of its group: :func:`name_group` of the kernel's short name, NCCL kernels
+    by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
+    by_name = np.array([GROUPS.index(name_group(n)) for n in karr.name_values()], dtype=np.int8)
     out = by_name[karr.name_code.astype(np.int64)] if len(karr.name_code) else np.zeros(0, dtype=np.int8)
     out = np.where(karr.is_nccl, np.int8(GROUPS.index(NCCL_GROUP)), out)
     return np.where(karr.is_compute | karr.is_nccl, out, np.int8(GROUPS.index(COPY))).astype(np.int8)
@@ -258,6 +260,6 @@ def _kernel_group(karr: KernelArrays) -> np.ndarray:
     return np.asarray(GROUPS, dtype=object)[kernel_group_codes(karr)]
 
 
-__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "kernel_group_codes", "IDLE_THRESHOLD_PCT",
+__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "kernel_group_codes", "name_group", "IDLE_THRESHOLD_PCT",
            "KERNEL_GROUPS", "GROUPS", "MEMORY_BOUND_GROUPS", "OPTIMIZER", "GEMM", "ATTENTION", "REDUCE", "ELEMENTWISE", "OTHER",
            "COPY", "NCCL_GROUP"]

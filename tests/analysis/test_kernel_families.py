@@ -167,7 +167,8 @@ def test_real_trace_families_add_up_to_the_non_nccl_kernel_time_of_each_step(b_s
 
 
 def test_contention_by_family_sums_the_names_of_each_family():
-    from ddp_profile.analysis.kernel_families import contention_by_family, name_family
+    from ddp_profile.analysis.kernel_families import contention_by_family
+    from ddp_profile.analysis.launches import name_group
 
     rows = pd.DataFrame([
         # name, n_alone, n_overlapped, alone_median, overlapped_median, slowdown, baseline, lost, overlapped_ns
@@ -181,7 +182,7 @@ def test_contention_by_family_sums_the_names_of_each_family():
     gemm = fam.iloc[0]
     assert (gemm["names"], gemm["n_overlapped"], gemm["baseline_ns"], gemm["lost_ns"]) == (2, 6, 500.0, 420.0)
     assert gemm["slowdown_pct"] == pytest.approx(84.0) and gemm["median_ratio"] == pytest.approx((2.0 + 1.2) / 2)
-    assert name_family("ncclDevKernel_AllReduce") == OTHER and name_family(None) == OTHER
+    assert name_group("ncclDevKernel_AllReduce") == OTHER and name_group(None) == OTHER
     assert contention_by_family(rows.iloc[:0]).empty
 
 

@@ -29,8 +29,9 @@ from ddp_profile.harness.config import GRAPH_STRATEGIES
 EAGER_WARMUP = 11
 """Eager steps before capture: DDP must run more than ten eager iterations before a full-backward capture."""
 STRATEGIES = GRAPH_STRATEGIES
-"""Strategies whose step can be captured (the config's one list): no host logic of our own between kernels
-(bucketed and the other hand-written strategies launch from Python hooks and wait on handles)."""
+"""Strategies whose step can be captured (the config's one list): their host work between kernels (DDP's
+reducer, overlap's per-gradient hooks and handle waits) only launches work and records stream waits, which a
+capture keeps. The other strategies have not been tried under capture."""
 
 
 @contextlib.contextmanager

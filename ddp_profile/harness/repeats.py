@@ -367,8 +367,6 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     info = torchrun_env()
-    if info is not None:
-        arm_stack_dump()
     if info is None:
         if args.nproc > 1:
             spawn_local(args.nproc, _worker, [c.replace(backend="gloo") for c in configs], args)
@@ -380,6 +378,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     import torch.distributed as dist
 
+    arm_stack_dump()
     backend = default_backend(configs[0].backend)
     device = device_for(backend, info.local_rank)
     init_process_group(info, backend)

@@ -19,7 +19,6 @@ from ddp_profile.report import measures
 from ddp_profile.report.findings.text import TOPIC_TIMING, Section, ms, pct
 
 TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
-
 """Issue 30's targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
 
 

@@ -81,6 +81,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--reduce-avg", action="store_true",
                    help="overlap: all-reduce each gradient in place with NCCL's average instead of dividing it "
                         "first (-avg; gloo divides first)")
+    g.add_argument("--sharded-update", action="store_true",
+                   help="overlap: reduce-scatter each gradient, update this rank's part of the parameter from its hook "
+                        "while backward runs, all-gather the parts (ZeRO-1 overlapped; -shardupd)")
     g.add_argument("--grad-reduce-dtype", default="", choices=GRAD_REDUCE_DTYPES,
                    help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
     g.add_argument("--gc", dest="gc_mode", default="", choices=GC_MODES,
@@ -108,6 +111,7 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
 def lever_kwargs(args: argparse.Namespace) -> dict:
     return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views, "reduce_avg": args.reduce_avg,
+            "sharded_update": args.sharded_update,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
             "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,

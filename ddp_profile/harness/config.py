@@ -148,6 +148,11 @@ class RunConfig:
     size first (one more read and write of every gradient). Same numbers as stock DDP, which scales each
     gradient by 1/world size as it copies it into its bucket. Groups without AVG (gloo) divide first, as
     without the lever (``reduce_op`` in the run JSON's layout says which ran)."""
+    sharded_update: bool = False
+    """overlap only: each gradient is reduce-scattered (not all-reduced), each rank updates its 1/world-size
+    part of every parameter from the gradient's hook, on a side stream, while backward goes on, and the parts
+    are all-gathered back (``strategies/sharded_update.py``): ZeRO stage 1 with the update overlapping
+    backward. Optimizer state is 1/world size; an element-wise optimizer trains exactly as without it."""
     grad_reduce_dtype: str = ""
     """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
     optimizer stay fp32); empty: in the gradients' own dtype."""
@@ -271,8 +276,10 @@ def _validate_levers(cfg: RunConfig) -> None:
                      "overlap_optimizer": cfg.overlap_optimizer, "peer_copy_allreduce": cfg.peer_copy_allreduce}
     for name, on in bucketed_only.items():
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
-    _check(not cfg.reduce_avg or cfg.strategy == "overlap",
-           f"reduce_avg applies to strategy overlap only, not {cfg.strategy!r}")
+    for name in ("reduce_avg", "sharded_update"):
+        _check(not getattr(cfg, name) or cfg.strategy == "overlap", f"{name} applies to strategy overlap only, not {cfg.strategy!r}")
+    _check(not (cfg.sharded_update and cfg.shard_optimizer),
+           "sharded_update and shard_optimizer cannot be combined (sharded_update already shards the optimizer)")
     _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
            f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
     _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
@@ -308,7 +315,7 @@ def _mb(value: float) -> str:
 
 
 def lever_suffix(cfg: RunConfig) -> str:
-    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -gradbf16 -hookbf16 -optoverlap
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -shardupd -gradbf16 -hookbf16 -optoverlap
     -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N>[bwd] (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
@@ -317,6 +324,8 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append("-views")
     if cfg.reduce_avg:
         parts.append("-avg")
+    if cfg.sharded_update:
+        parts.append("-shardupd")
     if cfg.grad_reduce_dtype:
         parts.append(f"-grad{cfg.grad_reduce_dtype}")
     if cfg.ddp_comm_hook:

@@ -39,6 +39,8 @@ from ddp_profile.harness.launch import comm_setup
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
 from ddp_profile.harness.strategies.bucketed import BucketOptimizers
+from ddp_profile.harness.strategies.overlap import Overlap
+from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
 from ddp_profile.safeio import write_text_atomic
 
 
@@ -106,7 +108,7 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return cls(params, **kwargs)
 
 
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers) -> int:
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate) -> int:
     """Bytes of the tensors in this rank's optimizer state (a DTensor counts its local shard only).
 
     ZeroRedundancyOptimizer keeps the state in its wrapped `.optim`; ShardedOptimizer's `.state` is its
@@ -123,7 +125,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers) -
     return total
 
 
-def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer | BucketOptimizers) -> dict:
+def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate) -> dict:
     """This rank's peak CUDA memory since the reset after setup (None off the GPU) and optimizer-state bytes."""
     cuda = device.type == "cuda"
     return {
@@ -294,14 +296,14 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
               "grad_reduce_dtype": cfg.grad_reduce_dtype, "ddp_comm_hook": cfg.ddp_comm_hook,
               "peer_copy_allreduce": cfg.peer_copy_allreduce, "reduce_avg": cfg.reduce_avg}
-    if cfg.overlap_optimizer:  # one optimizer per bucket, stepped by the strategy as buckets complete
+    if cfg.overlap_optimizer or cfg.sharded_update:  # the strategy steps its own optimizers (per bucket, per part)
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
                       fsdp_reshard=cfg.fsdp_reshard, fsdp_param_dtype=cfg.fsdp_param_dtype, **levers)
     # after wrapping: fsdp's parameters are the sharded (DTensor) ones
-    optimizer: torch.optim.Optimizer | BucketOptimizers
-    if cfg.overlap_optimizer:  # RunConfig allows it with strategy bucketed only, whose factory made the optimizers
-        assert isinstance(strategy, Bucketed) and strategy.optimizer is not None
+    optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
+    if cfg.overlap_optimizer or cfg.sharded_update:  # RunConfig allows them with bucketed / overlap only
+        assert isinstance(strategy, (Bucketed, Overlap)) and strategy.optimizer is not None
         optimizer = strategy.optimizer
     else:
         optimizer = make_optimizer(cfg, strategy.module.parameters())

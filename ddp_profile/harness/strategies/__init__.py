@@ -31,7 +31,8 @@ REGISTRY = {
     "none": lambda m, mb, **kw: NoSync(m),
     "naive": lambda m, mb, **kw: Naive(m),
     "flat": lambda m, mb, **kw: Flat(m),
-    "overlap": lambda m, mb, reduce_avg=False, **kw: Overlap(m, reduce_avg=reduce_avg),
+    "overlap": lambda m, mb, reduce_avg=False, optimizer_factory=None, **kw: Overlap(
+        m, reduce_avg=reduce_avg, optimizer_factory=optimizer_factory),
     "bucketed": lambda m, mb, first_bucket_mb=0.0, grad_views=False, grad_reduce_dtype="", optimizer_factory=None,
                        peer_copy_allreduce=False, **kw:
         Bucketed(m, bucket_size_mb=mb, first_bucket_mb=first_bucket_mb, grad_views=grad_views,

@@ -9,6 +9,10 @@ the world size first (gloo has no AVG op), one read and write of every gradient.
 (``RunConfig.reduce_avg``, ``--reduce-avg``, ``-avg``) leaves the scaling to NCCL's average
 (``ReduceOp.AVG``), which scales each input by 1/world size as it reads it; the numbers are stock DDP's
 (scale, then sum). Groups without AVG divide first; ``layout()["reduce_op"]`` names the one that ran.
+
+With ``sharded_update`` (``--sharded-update``) each gradient is reduce-scattered instead, and each rank updates
+its part of the parameter from the same hook and all-gathers it (``strategies/sharded_update.py``); the
+strategy then owns the optimizer (``self.optimizer``), made by ``optimizer_factory`` once per part.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch.distributed as dist
 
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import Wrapper, comm_group, grad_params, nbytes, wait_phase
+from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
 
 
 def averages_in_nccl(reduce_avg: bool, group) -> bool:
@@ -27,14 +32,18 @@ def averages_in_nccl(reduce_avg: bool, group) -> bool:
 class Overlap(Wrapper):
     name = "overlap"
 
-    def __init__(self, module, reduce_avg: bool = False) -> None:
+    def __init__(self, module, reduce_avg: bool = False, optimizer_factory=None) -> None:
         super().__init__(module)
         self._handles: list = []
         self.reduce_avg = reduce_avg
         self.nccl_avg = False
+        params = grad_params(module)
+        self.optimizer: ShardedUpdate | None = None
+        if optimizer_factory is not None:
+            self.optimizer = ShardedUpdate(params, optimizer_factory, self.rank, self.world_size)
         if self.world_size > 1:
             self.nccl_avg = averages_in_nccl(reduce_avg, comm_group())
-            for index, p in enumerate(grad_params(module)):
+            for index, p in enumerate(params):
                 self.add_grad_hook(p, self._make_hook(index))
 
     def _make_hook(self, index: int):
@@ -43,6 +52,9 @@ class Overlap(Wrapper):
         def hook(p) -> None:
             if not self.nccl_avg:  # pre-divide so the sum is already the mean
                 p.grad.div_(self.world_size)
+            if self.optimizer is not None:
+                self.optimizer.launch(index, op)
+                return
             with nvtx_ranges.collective(index, nbytes(p.grad)):
                 self._handles.append(dist.all_reduce(p.grad, op=op, group=comm_group(), async_op=True))
 
@@ -55,10 +67,13 @@ class Overlap(Wrapper):
         with wait_phase():
             for handle in self._handles:
                 handle.wait()
+            if self.optimizer is not None and self.world_size > 1:
+                self.optimizer.finish()
         self._handles.clear()
 
     def layout(self) -> dict:
         out = super().layout()
         out["reduce_avg"] = bool(self.reduce_avg)
+        out["sharded_update"] = self.optimizer.layout() if self.optimizer is not None else None
         out["reduce_op"] = ("avg" if self.nccl_avg else "divide, then sum") if self.world_size > 1 else None
         return out

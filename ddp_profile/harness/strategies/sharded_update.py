@@ -1,0 +1,147 @@
+"""Each rank updates one part of every parameter (``RunConfig.sharded_update``, ``--sharded-update``,
+``-shardupd``; strategy `overlap` only): ZeRO stage 1 by reduce-scatter and all-gather, the optimizer run
+from the gradient hooks while backward computes.
+
+Why (issue 30). On one GPU the XL bf16 step spends ~21 ms of its ~194 ms in the fused AdamW kernels (set U,
+the node-traced 1-GPU graph), and every DDP rank repeats that whole update. With two ranks each rank needs
+to update only its half, and it can do so as soon as that parameter's mean gradient exists, while backward
+still computes earlier layers.
+
+How, per parameter whose element count divides by the world size (in the order the hooks fire, the same
+on every rank):
+
+1. reduce-scatter the gradient in place: rank r's part of ``.grad`` (the r-th of world-size equal slices
+   of the flattened tensor) becomes the mean over ranks (NCCL's average, or divide first on groups without
+   it, as ``overlap`` does);
+2. on a side stream that waits for that collective, the part's own optimizer (made by the loop's
+   optimizer factory over one ``nn.Parameter`` that views rank r's slice of the parameter) steps;
+3. all-gather the parts in place, so every rank holds every updated part again.
+
+A parameter whose count does not divide is all-reduced whole and updated whole on every rank (the plain
+data-parallel update). ``finish()`` makes the current stream wait for the side stream and every
+all-gather, so the next forward sees the new parameters. Numerics: an element-wise optimizer (SGD, AdamW)
+gives every element the value the unsharded update gives (the same mean gradient; a two-rank reduce-scatter
+sums the same two addends as the all-reduce), so a run trains like ``overlap`` (tests/harness/test_levers.py
+checks bitwise equality on gloo). Optimizer state exists for the owned parts only: 1/world size of it.
+
+On the GPU the side stream is a high-priority CUDA stream; off it (gloo tests) every call is synchronous.
+Torch and the standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_profile.harness import nvtx_ranges
+from ddp_profile.harness.strategies.base import comm_group, nbytes
+
+
+class _Part:
+    """One parameter's update: the slice of it this rank owns (the whole tensor when it cannot be split)."""
+
+    def __init__(self, param: nn.Parameter, rank: int, world_size: int, factory: Callable) -> None:
+        self.param = param
+        self.split = world_size > 1 and param.numel() % world_size == 0
+        if self.split:
+            count = param.numel() // world_size
+            self.lo, self.hi = rank * count, (rank + 1) * count
+            self.owned = nn.Parameter(param.detach().view(-1)[self.lo : self.hi])  # shares the storage
+        else:
+            self.lo, self.hi = 0, param.numel()
+            self.owned = param
+        self.optimizer = factory([self.owned])
+
+
+def reduce_scatter(output, tensor, op, group, async_op: bool):
+    """``reduce_scatter_single`` where PyTorch has it (2.13: the older name warns), else ``reduce_scatter_tensor``."""
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    return fn(output, tensor, op=op, group=group, async_op=async_op)
+
+
+def all_gather(output, tensor, group, async_op: bool):
+    """``all_gather_single`` where PyTorch has it, else ``all_gather_into_tensor``."""
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    return fn(output, tensor, group=group, async_op=async_op)
+
+
+class ShardedUpdate:
+    """The loop's optimizer for ``overlap`` with ``sharded_update``: the strategy's hooks step each part, so
+    ``step()`` does nothing (on one rank it steps every part); ``zero_grad`` clears the parameters' and the
+    parts' gradients; ``state`` is the parts' optimizer state (what the run JSON's state bytes count)."""
+
+    def __init__(self, params: list[nn.Parameter], factory: Callable, rank: int, world_size: int) -> None:
+        self.world_size = world_size
+        self.parts = [_Part(p, rank, world_size, factory) for p in params]
+        self.stream: torch.cuda.Stream | None = None
+        if world_size > 1 and params and params[0].is_cuda:
+            self.stream = torch.cuda.Stream(params[0].device, priority=-1)
+        self._gathers: list = []
+
+    def side_stream(self):
+        """The context the optimizer and the all-gather launch run in: the side stream on the GPU."""
+        return torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            for tensor in (part.param, part.owned):
+                if tensor.grad is None:
+                    continue
+                if set_to_none:
+                    tensor.grad = None
+                elif tensor is part.param:
+                    tensor.grad.zero_()
+
+    def step(self) -> None:
+        if self.world_size == 1:
+            for part in self.parts:
+                part.optimizer.step()
+
+    @property
+    def state(self) -> dict:
+        merged: dict = {}
+        for part in self.parts:
+            merged.update(part.optimizer.state)
+        return merged
+
+    def launch(self, index: int, op) -> None:
+        """Reduce parameter ``index``'s gradient (pre-divided unless ``op`` is AVG), update this rank's part,
+        all-gather the parts. Called from the parameter's post-accumulate hook."""
+        part = self.parts[index]
+        grad = part.param.grad
+        assert grad is not None  # the post-accumulate hook fires once the gradient exists
+        flat = grad.view(-1)
+        with nvtx_ranges.collective(index, nbytes(grad)):
+            if part.split:
+                work = reduce_scatter(flat[part.lo : part.hi], flat, op, comm_group(), async_op=True)
+            else:
+                work = dist.all_reduce(grad, op=op, group=comm_group(), async_op=True)
+        with self.side_stream(), torch.no_grad():
+            work.wait()
+            if part.split:
+                part.owned.grad = flat[part.lo : part.hi]
+            part.optimizer.step()
+            if part.split:
+                with nvtx_ranges.param_sync(index, dist.get_rank(comm_group()), nbytes(part.owned)):
+                    self._gathers.append(all_gather(part.param.detach().view(-1), part.owned.detach(), comm_group(),
+                                                    async_op=True))
+
+    def finish(self) -> None:
+        """Order every update and all-gather of this step before later work on the current stream."""
+        if self.stream is not None:
+            torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
+        for work in self._gathers:
+            work.wait()
+        self._gathers.clear()
+
+    def layout(self) -> dict:
+        split = [p for p in self.parts if p.split]
+        return {"sharded_update": True, "split_params": len(split), "whole_params": len(self.parts) - len(split),
+                "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts)}
+
+
+__all__ = ["ShardedUpdate", "all_gather", "reduce_scatter"]

@@ -1,0 +1,158 @@
+"""``overlap`` with ``sharded_update`` on CPU with gloo, world size 2 (one spawn for every case).
+
+Each rank reduce-scatters each gradient, updates its half of the parameter and all-gathers the halves
+(``strategies/sharded_update.py``). With an element-wise optimizer that must train bitwise like plain
+``overlap``: the same mean gradient reaches every element and the same update runs on it. A parameter whose
+element count is odd cannot be halved: it is all-reduced and updated whole on both ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_profile.harness.bench import add_arguments, config_from_args
+from ddp_profile.harness.config import run_name
+from ddp_profile.harness.launch import spawn_local
+from ddp_profile.harness.models import build_model
+from ddp_profile.harness.strategies import create
+from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
+from ddp_profile.harness.train import loss_fn, optimizer_state_bytes, run_steps
+
+BATCH, SEQ, STEPS, WARMUP = 2, 8, 3, 1
+SGD_LR, ADAMW_LR = 0.5, 1e-2
+# (case id, model, sharded, optimizer)
+CASES = [
+    ("tiny-adamw", "tiny", False, "adamw"),
+    ("tiny-adamw-shardupd", "tiny", True, "adamw"),
+    ("tiny-sgd-shardupd", "tiny", True, "sgd"),
+    ("odd-adamw", "odd", False, "adamw"),
+    ("odd-adamw-shardupd", "odd", True, "adamw"),
+]
+
+
+def make_optimizer(kind: str, params):
+    return torch.optim.SGD(params, lr=SGD_LR) if kind == "sgd" else torch.optim.AdamW(params, lr=ADAMW_LR)
+
+
+def odd_model() -> nn.Module:
+    """Two linear layers; the last bias has 3 elements, which two ranks cannot halve."""
+    return nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+
+
+def batches(model_name: str, rank: int, world_size: int) -> list[tuple]:
+    gen = torch.Generator().manual_seed(7)
+    out = []
+    for _ in range(WARMUP + STEPS):
+        if model_name == "tiny":
+            tokens = torch.randint(0, 97, (BATCH * world_size, SEQ + 1), generator=gen)
+            x, y = tokens[:, :-1], tokens[:, 1:]
+        else:
+            x, y = torch.randn(BATCH * world_size, 4, generator=gen), torch.randn(BATCH * world_size, 3, generator=gen)
+        out.append((x[rank * BATCH : (rank + 1) * BATCH], y[rank * BATCH : (rank + 1) * BATCH]))
+    return out
+
+
+def build(model_name: str) -> nn.Module:
+    torch.manual_seed(100)
+    return build_model("tiny") if model_name == "tiny" else odd_model()
+
+
+def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: int = 1) -> dict:
+    model = build(model_name)
+    factory = (lambda params: make_optimizer(kind, params)) if sharded else None
+    strategy = create("overlap", model, optimizer_factory=factory)
+    optimizer = strategy.optimizer if sharded else make_optimizer(kind, list(model.parameters()))
+    run_steps(strategy, optimizer, batches(model_name, rank, world_size), torch.device("cpu"), warmup=WARMUP)
+    strategy.remove_hooks()
+    return {"final": [p.detach().clone() for p in model.parameters()], "layout": strategy.layout(),
+            "state_bytes": optimizer_state_bytes(optimizer),
+            "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()]}
+
+
+def _worker(info, outdir: str) -> None:
+    torch.set_num_threads(1)
+    for case_id, model_name, sharded, kind in CASES:
+        torch.save(train(model_name, sharded, kind, info.rank, info.world_size), f"{outdir}/{case_id}_rank{info.rank}.pt")
+        dist.barrier()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("sharded_update")
+    spawn_local(2, _worker, str(outdir))
+    return {(c[0], r): torch.load(outdir / f"{c[0]}_rank{r}.pt") for c in CASES for r in (0, 1)}
+
+
+@pytest.mark.parametrize("model_name", ["tiny", "odd"])
+def test_sharded_update_trains_bitwise_like_plain_overlap(results, model_name):
+    for rank in (0, 1):
+        sharded, plain = results[(f"{model_name}-adamw-shardupd", rank)], results[(f"{model_name}-adamw", rank)]
+        assert len(sharded["final"]) == len(plain["final"])
+        for a, b in zip(sharded["final"], plain["final"], strict=True):
+            assert torch.equal(a, b), (model_name, rank)
+    # and training moved the parameters (a no-op update would also agree with itself across ranks)
+    assert any(not torch.equal(a, b) for a, b in zip(results[("tiny-adamw-shardupd", 0)]["final"],
+                                                      train("tiny", False, "adamw", 0, 1)["final"], strict=True))
+
+
+def test_sharded_update_with_sgd_trains_like_one_process_on_the_whole_batch(results):
+    model = build("tiny")
+    full = [(torch.cat([batches("tiny", r, 2)[i][0] for r in (0, 1)]), torch.cat([batches("tiny", r, 2)[i][1] for r in (0, 1)]))
+            for i in range(WARMUP + STEPS)]
+    run_steps(create("none", model), make_optimizer("sgd", list(model.parameters())), full, torch.device("cpu"), warmup=WARMUP)
+    expected = [p.detach() for p in model.parameters()]
+    for rank in (0, 1):
+        for a, b in zip(results[("tiny-sgd-shardupd", rank)]["final"], expected, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_each_rank_keeps_optimizer_state_for_its_part_only(results):
+    for model_name in ("tiny", "odd"):
+        sharded, plain = results[(f"{model_name}-adamw-shardupd", 0)], results[(f"{model_name}-adamw", 0)]
+        layout = sharded["layout"]["sharded_update"]
+        params = build(model_name).parameters()
+        odd = [p.numel() for p in params if p.numel() % 2]
+        assert layout["whole_params"] == len(odd) == (1 if model_name == "odd" else 0)
+        # AdamW keeps two fp32 moments per element plus a step counter per tensor: halves, except whole tensors
+        total = sum(p.numel() for p in build(model_name).parameters())
+        owned = (total - sum(odd)) // 2 + sum(odd)
+        assert layout["owned_param_bytes"] == owned * 4
+        tensors = layout["split_params"] + layout["whole_params"]
+        assert tensors == len(list(build(model_name).parameters()))
+        assert sharded["state_bytes"] == 4 * tensors + 2 * 4 * owned  # a 4-byte step count per part, two moments
+        assert plain["state_bytes"] == 4 * tensors + 2 * 4 * total
+    assert results[("tiny-adamw", 0)]["layout"]["sharded_update"] is None
+
+
+def test_one_rank_steps_every_part_whole():
+    sharded, plain = train("odd", True, "adamw"), train("odd", False, "adamw")
+    assert sharded["layout"]["sharded_update"]["split_params"] == 0
+    for a, b in zip(sharded["final"], plain["final"], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_zero_grad_clears_parameter_and_part_gradients():
+    model = odd_model()
+    update = ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1)
+    loss_fn(model(torch.randn(2, 4)), torch.randn(2, 3)).backward()
+    for part in update.parts:
+        part.owned.grad = part.param.grad
+    update.zero_grad(set_to_none=False)
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
+    update.zero_grad()
+    assert all(part.param.grad is None and part.owned.grad is None for part in update.parts)
+
+
+def test_cli_flag_sets_the_lever_and_the_run_name():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--strategy", "overlap", "--reduce-avg", "--sharded-update", "--model", "tiny",
+                              "--seq-len", "32"])
+    cfg = config_from_args(args)
+    assert cfg.sharded_update and cfg.reduce_avg
+    assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd_tiny_fp32_2xh100"

@@ -146,6 +146,7 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     import torch.distributed as dist
 
     from ddp_profile.harness.launch import arm_stack_dump, default_backend, device_for, init_process_group
+    from ddp_profile.harness.train import host_barrier
     from ddp_profile.harness.train import run as train_run
 
     arm_stack_dump()
@@ -157,8 +158,9 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     try:
         _finish(train_run(cfg, device), out)
         # Every rank waits until rank 0 has written the run JSON: tearing the group down while a peer is
-        # still inside a gloo call aborts that peer ("terminate called without an active exception").
-        dist.barrier()
+        # still inside a gloo call aborts that peer ("terminate called without an active exception"). A
+        # store barrier, not dist.barrier(): no GPU collective after the steps (train.gather_to_rank0 says why).
+        host_barrier("run-end")
     finally:
         if not exit_without_teardown:
             dist.destroy_process_group()

@@ -163,6 +163,28 @@ def host_barrier(tag: str) -> None:
         time.sleep(0.0005)
 
 
+def gather_to_rank0(payload: dict) -> list[dict]:
+    """Every rank's JSON-able ``payload`` in rank order on rank 0 (an empty list elsewhere), through the process
+    group's key-value store: no collective on the GPU. A graphed 2-rank NCCL run under nsys stopped in
+    ``all_gather_object`` after its capture range, both ranks waiting on the GPU (set ZP's stack dumps), so no
+    profiled graphed 2-rank run ever wrote its JSON; the store needs no GPU. Falls back to
+    ``all_gather_object`` where the store cannot be reached."""
+    rank, world_size = world()
+    if world_size == 1:
+        return [payload]
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):  # private API moved: gather on the process group instead
+        gathered: list[object] = [None] * world_size
+        dist.all_gather_object(gathered, payload)
+        return cast("list[dict]", gathered) if rank == 0 else []
+    key = f"ddp_profile/gather/{next(_BARRIER_ROUNDS)}"  # every rank counts its calls alike
+    store.set(f"{key}/{rank}", json.dumps(payload))
+    if rank != 0:
+        return []
+    return [json.loads(store.get(f"{key}/{r}")) for r in range(world_size)]  # get() waits until the key is set
+
+
 def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32",
               gc_mode: str = "", step_sync: bool = True, stream: torch.cuda.Stream | None = None,
               forward_every_sm: bool = False) -> dict:
@@ -323,13 +345,7 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     # Hooks on parameters keep model, buckets and optimizer alive past this function (a cycle through
     # autograd's C++ side): a process that runs again (ddp_profile.harness.repeats) would run out of memory.
     strategy.remove_hooks()
-    per_rank: list[dict]
-    if world_size > 1:
-        gathered: list[object] = [None] * world_size
-        dist.all_gather_object(gathered, times)  # fills every slot with that rank's `times`
-        per_rank = cast("list[dict]", gathered)
-    else:
-        per_rank = [times]
+    per_rank = gather_to_rank0(times)
     if rank != 0:
         return None
     env = environment(device)

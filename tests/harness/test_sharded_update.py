@@ -156,3 +156,37 @@ def test_cli_flag_sets_the_lever_and_the_run_name():
     cfg = config_from_args(args)
     assert cfg.sharded_update and cfg.reduce_avg
     assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd_tiny_fp32_2xh100"
+
+
+def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
+    """NCCL runs collectives in launch order on one stream: an all-gather launched right after its part's update
+    would hold every later reduce-scatter behind that update. Order: RS(0) RS(1) AG(0) RS(2) AG(1) ..., the
+    last all-gather at finish(); a whole (odd-sized) parameter is all-reduced and gathers nothing."""
+    from ddp_profile.harness.strategies import sharded_update
+
+    calls: list[str] = []
+
+    class Done:
+        def wait(self):
+            return True
+
+    def record(name):
+        def launch(output, tensor, *args, **kwargs):
+            calls.append(f"{name}{sizes[tensor.numel() if name != 'AG' else output.numel()]}")
+            return Done()
+        return launch
+
+    model = odd_model()  # weight 24, bias 6, weight 18, bias 3 (odd: whole)
+    params = list(model.parameters())
+    sizes = {p.numel(): i for i, p in enumerate(params)}
+    monkeypatch.setattr(sharded_update, "reduce_scatter", record("RS"))
+    monkeypatch.setattr(sharded_update, "all_gather", record("AG"))
+    monkeypatch.setattr(sharded_update.dist, "all_reduce", lambda tensor, **kw: calls.append(f"AR{sizes[tensor.numel()]}") or Done())
+    monkeypatch.setattr(sharded_update.dist, "get_rank", lambda group=None: 0)
+    update = ShardedUpdate(params, lambda ps: make_optimizer("sgd", ps), rank=0, world_size=2)
+    loss_fn(model(torch.randn(2, 4)), torch.randn(2, 3)).backward()
+    for index in (3, 2, 1, 0):  # the order backward finishes them: last layer first
+        update.launch(index, dist.ReduceOp.SUM)
+    assert calls == ["AR3", "RS2", "RS1", "AG2", "RS0", "AG1"]
+    update.finish()
+    assert calls[-1] == "AG0" and len(calls) == 7

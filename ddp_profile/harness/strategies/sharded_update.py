@@ -15,7 +15,10 @@ on every rank):
    it, as ``overlap`` does);
 2. on a side stream that waits for that collective, the part's own optimizer (made by the loop's
    optimizer factory over one ``nn.Parameter`` that views rank r's slice of the parameter) steps;
-3. all-gather the parts in place, so every rank holds every updated part again.
+3. all-gather the parts in place, so every rank holds every updated part again: launched after the next
+   parameter's reduce-scatter, so that the update does not stall the NCCL stream (:meth:`ShardedUpdate.launch`;
+   timing set Z ran an earlier version that launched it right after the update: its run JSONs' layouts lack
+   ``gather_after_next_reduce``).
 
 A parameter whose count does not divide is all-reduced whole and updated whole on every rank (the plain
 data-parallel update). ``finish()`` makes the current stream wait for the side stream and every
@@ -81,6 +84,7 @@ class ShardedUpdate:
         if world_size > 1 and params and params[0].is_cuda:
             self.stream = torch.cuda.Stream(params[0].device, priority=-1)
         self._gathers: list = []
+        self._pending: int | None = None  # the split parameter whose parts are updated but not yet all-gathered
 
     def side_stream(self):
         """The context the optimizer and the all-gather launch run in: the side stream on the GPU."""
@@ -109,8 +113,13 @@ class ShardedUpdate:
         return merged
 
     def launch(self, index: int, op) -> None:
-        """Reduce parameter ``index``'s gradient (pre-divided unless ``op`` is AVG), update this rank's part,
-        all-gather the parts. Called from the parameter's post-accumulate hook."""
+        """Reduce parameter ``index``'s gradient (pre-divided unless ``op`` is AVG) and update this rank's part;
+        all-gather the previous split parameter's parts. Called from the parameter's post-accumulate hook.
+
+        The all-gather of a part waits for its update, so launched right after it, it would hold the one NCCL
+        stream idle until the update ends, and every later reduce-scatter behind it. Launched after the next
+        reduce-scatter instead (order RS(k), AG(k-1), RS(k+1), AG(k), ...), the update runs while that
+        reduce-scatter does; the last one is launched by :meth:`finish`."""
         part = self.parts[index]
         grad = part.param.grad
         assert grad is not None  # the post-accumulate hook fires once the gradient exists
@@ -121,17 +130,30 @@ class ShardedUpdate:
             else:
                 work = dist.all_reduce(grad, op=op, group=comm_group(), async_op=True)
         with self.side_stream(), torch.no_grad():
+            if part.split:
+                self._gather_pending()
             work.wait()
             if part.split:
                 part.owned.grad = flat[part.lo : part.hi]
             part.optimizer.step()
-            if part.split:
-                with nvtx_ranges.param_sync(index, dist.get_rank(comm_group()), nbytes(part.owned)):
-                    self._gathers.append(all_gather(part.param.detach().view(-1), part.owned.detach(), comm_group(),
-                                                    async_op=True))
+        if part.split:
+            self._pending = index
+
+    def _gather_pending(self) -> None:
+        """All-gather the parts of the split parameter updated last (from the side stream, after its update)."""
+        if self._pending is None:
+            return
+        part = self.parts[self._pending]
+        with nvtx_ranges.param_sync(self._pending, dist.get_rank(comm_group()), nbytes(part.owned)):
+            self._gathers.append(all_gather(part.param.detach().view(-1), part.owned.detach(), comm_group(),
+                                            async_op=True))
+        self._pending = None
 
     def finish(self) -> None:
-        """Order every update and all-gather of this step before later work on the current stream."""
+        """Launch the last all-gather, then order every update and all-gather of this step before later work on
+        the current stream."""
+        with self.side_stream():
+            self._gather_pending()
         if self.stream is not None:
             torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
         for work in self._gathers:
@@ -140,7 +162,7 @@ class ShardedUpdate:
 
     def layout(self) -> dict:
         split = [p for p in self.parts if p.split]
-        return {"sharded_update": True, "split_params": len(split), "whole_params": len(self.parts) - len(split),
+        return {"sharded_update": True, "gather_after_next_reduce": True, "split_params": len(split), "whole_params": len(self.parts) - len(split),
                 "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts)}
 
 

@@ -223,3 +223,19 @@ def test_a_1gpu_run_inflated_by_nsys_is_named_and_efficiency_stays_unprofiled():
     silent = " ".join(qc.q10_beat_ddp({"B": [_run("none", "none", 1, 180.3, 181.0, overhead=None), ref]},
                                       _page, {"B": "m"}).paragraphs())
     assert "profiled step is" not in silent  # no overhead recorded: nothing claimed
+
+
+def test_a_set_that_profiled_stock_alone_says_so_and_compares_nothing():
+    """Set ZP's shape: a 1-GPU run and stock DDP, both profiled only (no un-profiled time): the gap over one GPU
+    comes from the traces (381 - 352 = 29 ms), the text does not claim a lever lost, and the summary's
+    'lowest median' bullet leaves the set out (one multi-GPU run is not a ranking)."""
+    from ddp_profile.report.findings.summary import build_summary
+
+    one = _run("none", "none", 1, None, 352.0, overhead=None)  # profiled only: no overhead record either
+    ref = _run("torch_ddp", "torch_ddp", 2, None, 381.0, overhead=None)
+    s = qc.q10_beat_ddp({"ZP": [one, ref]}, _page, {"ZP": "m"})
+    text = " ".join(s.paragraphs())
+    assert "Stock torch_ddp is the only multi-GPU configuration profiled in this set." in text
+    assert "No lever beat" not in text
+    assert "The trace shows where its 29.000 ms over one GPU goes" in text and "n/a" not in text
+    assert [b.lead for b in build_summary([s]).bullets] == ["Each campaign set's stock trace recommends:"]

@@ -153,9 +153,9 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     (bullet,) = got.bullets
     eff = timing.efficiency(one, fast)
     assert bullet.lead == "fp32, closest to one GPU:" and bullet.anchor == sec.key == "timing"
-    assert bullet.text == (f"{fast.name} (set F) runs at {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
-                           f"target 96 % missed) and is faster than stock DDP by {timing.rel_diff(fast, stock)} "
-                           "(intervals separate). Stock is beaten outside noise in 1 of 1 fp32 timing set.")
+    assert bullet.text == (f"{fast.name} (set F): {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
+                           f"target 96 % missed); it is faster than stock DDP by {timing.rel_diff(fast, stock)} "
+                           "(intervals separate). Stock beaten outside noise in 1 of 1 fp32 timing set.")
     row = got.table.frame.iloc[0]
     assert (row["best configuration"], row["vs stock DDP"]) == (fast.name, f"faster by {timing.rel_diff(fast, stock)}")
     assert row["median step (95 % interval)"] == f"{timing.ms(timing.med(fast))} ({timing.ci_text(fast)})"
@@ -165,7 +165,7 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     _timing_set(tmp_path / "noisy", noisy)
     got = build_summary([timing.q11_timing(read_timing_runs(tmp_path / "noisy"), {})])
     best = got.table.frame.iloc[0]["best configuration"]
-    assert "is within noise of stock DDP. Stock is beaten outside noise in 0 of 1 fp32" in got.bullets[0].text
+    assert "is within noise of stock DDP. Stock beaten outside noise in 0 of 1 fp32" in got.bullets[0].text
     assert got.table.frame.iloc[0]["vs stock DDP"] == "within noise" and best in got.bullets[0].text
     assert "faster" not in got.bullets[0].text + " ".join(got.table.frame["vs stock DDP"])
 

@@ -209,7 +209,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                if basis == measures.TRACE else "")
             + ". " + (f"Against the runner-up, {ranked[1].name}, it is {ahead[0]}. " if len(ranked) > 1 else "")
             + (f"Against stock torch_ddp it is {_against(best, ref, basis)[0]}. " if best is not ref else "")
-            + _one_gpu_note(one, basis) + _lever_evidence(ref, best, one, multi))
+            + _one_gpu_note(one, basis) + _lever_evidence(ref, best, t, one, multi))
         s.p(_ranking_sentence(name, sorted(multi, key=t), basis))
         others = {n: o for n, o in sets.items() if n != name and set_folder(n) != set_folder(name)}
         text, outcome = _prediction(name, ref, rs, others)
@@ -217,8 +217,9 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
         vs_ref = _against(best, ref, basis)
         how = ("stock" if best is ref else "faster" if vs_ref[1] else
                "within noise" if vs_ref[0].startswith(measures.WITHIN_NOISE) else "spread unknown")
-        s.add_summary(TOPIC_CAMPAIGN_BEST, set=short_label(name), run=best.name, ratio=f"{ratio:.3f}×",
-                      trace_time=basis == measures.TRACE, how=how)
+        if len(multi) > 1:  # a set that profiled stock alone compares nothing
+            s.add_summary(TOPIC_CAMPAIGN_BEST, set=short_label(name), run=best.name, ratio=f"{ratio:.3f}×",
+                          trace_time=basis == measures.TRACE, how=how)
         s.add_summary(TOPIC_CAMPAIGN_REC, set=short_label(name), outcome=outcome)
     return s
 
@@ -260,11 +261,14 @@ def _one_gpu_note(one, basis: str) -> str:
     return text + "and the efficiency here is on profiled times, so it carries that inflation. "
 
 
-def _lever_evidence(ref, best, one=None, multi=()) -> str:
+def _lever_evidence(ref, best, t, one=None, multi=()) -> str:
+    """Why the best run is what it is; ``t`` is the set's step time (un-profiled, or the trace's where not every
+    run was timed without nsys)."""
     if best is ref:
-        text = "No lever beat the reference in this set."
+        text = ("No lever beat the reference in this set." if len(multi) > 1
+                else "Stock torch_ddp is the only multi-GPU configuration profiled in this set.")
         if one is not None:
-            gap = unprofiled_ns(ref) - unprofiled_ns(one)
+            gap = t(ref) - t(one)
             text += (f" The trace shows where its {ms(gap)} over one GPU goes: compute covers {ms(ref.v('compute_ns'))} "
                      f"per step against {ms(one.v('compute_ns'))} on one GPU (kernels slowed while NCCL shares the "
                      f"GPU), and {ms(ref.v('exposed_comm_ns'))} of communication is exposed.")

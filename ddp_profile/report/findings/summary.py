@@ -105,8 +105,8 @@ def _beaten(beat: int, with_stock: int, sets: int, dtype: str) -> str:
     if not with_stock:
         return f"No {dtype} timing set timed stock DDP."
     if with_stock == sets:
-        return f"Stock is beaten outside noise in {beat} of {sets} {dtype} timing set{'s' if sets > 1 else ''}."
-    return f"Stock is beaten outside noise in {beat} of the {with_stock} {dtype} set{'s' if with_stock > 1 else ''} that timed it."
+        return f"Stock beaten outside noise in {beat} of {sets} {dtype} timing set{'s' if sets > 1 else ''}."
+    return f"Stock beaten outside noise in {beat} of {with_stock} {dtype} set{'s' if with_stock > 1 else ''} timing it."
 
 
 def closest_to_one_gpu(facts: list[dict]) -> dict:
@@ -134,8 +134,8 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         target = f"; target {best['target']} {best['outcome']}" if best["outcome"] else ""
         out.append(Bullet(
             f"{dtype}, closest to one GPU:",
-            f"{best['run']} (set {best['set']}) runs at {best['eff']} of one GPU ({best['eff_interval']}"
-            f"{target}) and {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
+            f"{best['run']} (set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
+            f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
             anchor, LINK_TEXT[TOPIC_TIMING]))
     return out
 
@@ -169,15 +169,14 @@ def loss_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         family = ""
         if fams:
             name, c = fams.most_common(1)[0]
-            family = f"; {name} kernels the largest part{in_of(c, k)}"
-        text = (f"step span vs one GPU {change_range([f['span_ns'] for f in fs])} "
-                f"({'one campaign set' if n == 1 else f'{n} campaign sets'}); {part} grows most{in_of(k, n)} "
+            family = f"; mostly {name}{in_of(c, k)}"
+        text = (f"span vs one GPU {change_range([f['span_ns'] for f in fs])} "
+                f"({'one campaign set' if n == 1 else f'{n} sets'}); {part} grows most{in_of(k, n)} "
                 f"({change_range(grow)}{family}), then {second} ({change_range([f['diffs'][second] for f in fs])})")
         shorter = [f for f in fs if f["drop"]]
         if shorter:
             drops = Counter(f["drop"] for f in shorter).most_common(1)[0][0]
-            text += (f"; the span is still shorter{in_of(len(shorter), n)} as {drops} drops "
-                     f"({change_range([f['diffs'][drops] for f in shorter if f['drop'] == drops])})")
+            text += f"; the span is shorter{in_of(len(shorter), n)} as {drops} drops"
         out.append(Bullet(f"{dtype}, where the multi-GPU step loses time:", text + ".", anchor, LINK_TEXT[TOPIC_LOSSES]))
     return out
 
@@ -220,7 +219,7 @@ def recommendation_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
         return [f["set"] for f in facts if f["outcome"] in outcomes]
 
     parts = [words + listing(names) for words, names in (
-        ("keep the stock configuration in ", sets("stock")), ("no recommendation in ", sets("none made")))
+        ("keep stock in ", sets("stock")), ("no recommendation in ", sets("none made")))
         if names]
     changed = sets("not run", "run elsewhere", "inside", "outside")
     if changed:

@@ -386,9 +386,13 @@ def run_verdict(summary: dict, steps: pd.DataFrame | None, launch_bound: bool | 
         s = (f"{comm_text}; {fmt_ms(hidden)} of it ({share_text}) is hidden under compute and {ex_all} is exposed")
         if steps is not None and len(steps) and {"exposed_wait_ns", "exposed_transfer_ns"} <= set(steps.columns):
             s += wait_sentence(steps)
-        s += f". The comm tail after the last backward kernel is {fmt_ms(summary.get('comm_tail_ns'))}"
-        if steps is not None and "job_comm_tail_ns" in steps:
-            s += f" ({fmt_ms(steps['job_comm_tail_ns'].median())} after the last rank's backward)"
+        tail = summary.get("comm_tail_ns")
+        if tail is None or tail != tail:  # NaN: no backward phase in the steps (e.g. a CUDA graph's ranges)
+            s += ". The comm tail after the last backward kernel is unknown: no backward phase was found in the steps"
+        else:
+            s += f". The comm tail after the last backward kernel is {fmt_ms(tail)}"
+            if steps is not None and "job_comm_tail_ns" in steps:
+                s += f" ({fmt_ms(steps['job_comm_tail_ns'].median())} after the last rank's backward)"
         out.append(s + ".")
     elif world_size and int(world_size) > 1:
         out.append("No NCCL kernels were found in the steps.")

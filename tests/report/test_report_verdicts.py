@@ -90,6 +90,11 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
     assert "bound by exposed communication" in b and "waiting" not in b
     assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
     assert "One GPU: no communication" in _text(run_verdict(summary, None, False, "", 1))
+    # no backward phase in the steps (a CUDA graph's NVTX ranges exist at capture only): the tail is unknown, not "–"
+    c = _text(run_verdict(dict(summary, comm_tail_ns=float("nan")), steps.assign(job_comm_tail_ns=float("nan")),
+                          False, "", 2))
+    assert "The comm tail after the last backward kernel is unknown: no backward phase was found in the steps." in c
+    assert "after the last rank's backward" not in c
 
 
 def test_sweep_verdict_recommends_the_measured_best_and_places_the_model_optimum():

@@ -132,9 +132,10 @@ API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # cudaDeviceSynchronize...) or "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies
 # of other directions are left out). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
-# Per (rank, step): device-to-device copies that start at or after the step's backward_end_ns and end by its
-# end_ns (analysis/copy_back.py): how many, and their summed GPU time.
-COPY_BACK_COLUMNS = ["rank", "step", "copies", "copy_ns"]
+# Per (rank, step): device-to-device copies and optimizer kernels that start at or after the step's
+# backward_end_ns and end by its end_ns (how many, their summed GPU time), and the step's ReduceScatter /
+# AllGather / Broadcast kernels (analysis/after_backward.py).
+AFTER_BACKWARD_COLUMNS = ["rank", "step", "copies", "copy_ns", "optimizer_kernels", "optimizer_ns", "sharding_collectives"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.
 RECOMMEND_COLUMNS = ["lever", "flags", "cap_bytes", "predicted_tail_ns", "predicted_step_ns", "measured_step_ns",

@@ -43,9 +43,9 @@ def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataF
 
 
 def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, contention_ns: float,
-           gemm_ratio: float = float("nan"), copy_back: pd.DataFrame | None = None) -> None:
+           gemm_ratio: float = float("nan"), after_backward: pd.DataFrame | None = None) -> None:
     """Fill ``res`` (an Analysis) in place: straggler columns of ``steps``, ``last_arrival_pct`` of
-    ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``. ``gemm_ratio``, ``copy_back``: see
+    ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``. ``gemm_ratio``, ``after_backward``: see
     ``verdict.advice``."""
     arr = st.arrivals(res.collectives)
     ro = res.rank_overlap
@@ -61,7 +61,7 @@ def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, con
     crit = cp.critical_path(rp) if len(rp) else schema.empty_frame(schema.CRITICAL_PATH_COLUMNS)
     res.critical_path = crit
     rules = vd.advice(crit, res.steps, per_step, _sync_per_step(crit, rp, waits), contention_ns,
-                      res.recommendation, gemm_ratio, copy_back) if len(crit) else []
+                      res.recommendation, gemm_ratio, after_backward) if len(crit) else []
     res.verdict = vd.verdict(crit, per_step, rules)
     res.per_rank = vd.per_rank(res.steps, rp, res.rank_overlap)
     if rank_paths is None and len(res.steps):

@@ -1,7 +1,7 @@
 """Where a step's GPU time goes, kernel family by kernel family: per (rank, step), per rank, and on the
 critical path's rank.
 
-Families are the launch diagnosis' kernel groups (``launches.GROUPS``: the first ``launches.KERNEL_GROUPS``
+Families are the launch diagnosis' kernel groups (``kernel_groups.GROUPS``: the first ``kernel_groups.KERNEL_GROUPS``
 pattern matching the kernel's short name, else "other"; NCCL kernels by kind; memcpy and memset "copy").
 Steps are the critical path's step spans J = [end of the rank's previous selected step, end of this step)
 (``critical_path.spans``, from the step table's GPU windows), so the spans tile each rank's timeline as the
@@ -13,7 +13,7 @@ family), :func:`family_steps`::
 
 A sum of durations, not a union: two kernels of a family running at once on two streams count twice, so
 the non-NCCL families of a step can add up to a little more than the critical path's ``compute_ns`` (the
-union of the same activities clipped to J). Every family of ``launches.GROUPS`` has a row for every
+union of the same activities clipped to J). Every family of ``kernel_groups.GROUPS`` has a row for every
 (rank, step), 0 where it ran nothing.
 
 Summaries (:func:`family_per_rank`, :func:`family_on_critical_rank`) are sums over the steps divided by the
@@ -35,11 +35,12 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis.critical_path import spans
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.analysis.launches import GEMM, GROUPS, kernel_group_codes, name_group
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, name_group
+from ddp_profile.analysis.launches import kernel_group_codes
 
 
 def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """``schema.FAMILY_STEP_COLUMNS``, one row per (rank, step, family of ``launches.GROUPS``), rows by rank,
+    """``schema.FAMILY_STEP_COLUMNS``, one row per (rank, step, family of ``kernel_groups.GROUPS``), rows by rank,
     step, then family in GROUPS order. ``kernels``: KERNEL_COLUMNS (the trace's kernels, memcpys and
     memsets); ``steps``: the step table (rank, step, start_ns, end_ns: GPU windows) of the selected steps."""
     if steps is None or steps.empty or kernels is None or kernels.empty:
@@ -81,7 +82,7 @@ def _summarise(rows: pd.DataFrame, key: str, steps: pd.Series) -> pd.DataFrame:
 
 def family_per_rank(per_step: pd.DataFrame) -> pd.DataFrame:
     """``schema.FAMILY_COLUMNS``, one row per (rank, family), from :func:`family_steps`: sums over the rank's
-    steps divided by their number. Rows by rank, then family in ``launches.GROUPS`` order."""
+    steps divided by their number. Rows by rank, then family in ``kernel_groups.GROUPS`` order."""
     if per_step.empty:
         return schema.empty_frame(schema.FAMILY_COLUMNS)
     steps = per_step.groupby("rank")["step"].nunique()
@@ -91,7 +92,7 @@ def family_per_rank(per_step: pd.DataFrame) -> pd.DataFrame:
 def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> pd.DataFrame:
     """``schema.CRITICAL_FAMILY_COLUMNS``, one row per family: per step the critical rank's row (``critical``:
     ``schema.CRITICAL_PATH_COLUMNS``), summed over the steps both frames have and divided by their number.
-    Rows in ``launches.GROUPS`` order; empty when no step is in both."""
+    Rows in ``kernel_groups.GROUPS`` order; empty when no step is in both."""
     if per_step.empty or critical is None or critical.empty:
         return schema.empty_frame(schema.CRITICAL_FAMILY_COLUMNS)
     pick = critical[["step", "critical_rank"]].rename(columns={"critical_rank": "rank"}).astype("int64")

@@ -46,7 +46,6 @@ match of KERNEL_GROUPS wins, NCCL kernels by kind).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,34 +54,13 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import parts
-from ddp_profile.analysis.kernel_arrays import NCCL, KernelArrays, covered_by_normalized, ints, pct
+from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, ints, pct
+from ddp_profile.analysis.kernel_groups import COPY, GROUPS, NCCL_GROUP, name_group
 from ddp_profile.memory import python_strings
 
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
 time; the findings' host/launch-bound line is the same). Below it, shaving host time buys little."""
-OPTIMIZER, GEMM, ATTENTION, REDUCE = "optimizer (multi_tensor_apply)", "GEMM", "attention", "reduce"
-ELEMENTWISE = "elementwise (incl. copies, casts)"
-KERNEL_GROUPS = (
-    (OPTIMIZER, r"multi_tensor_apply"),
-    (GEMM, r"^(nvjet|Kernel2$|cutlass)|gemm"),
-    (ATTENTION, r"sdpa|fmha|flash|convert_dq_to_16bits|compute_dot_do_o"),
-    (REDUCE, r"reduce_kernel"),
-    (ELEMENTWISE, r"elementwise"),
-)
-"""(group, regex on the short kernel name). Casts and copies run as ``*elementwise_kernel`` whose template
-arguments (in the demangled name, which the loader does not read) would tell them apart. The one list of kernel
-families: ``kernel_families`` groups a step's GPU time by it too."""
-OTHER, COPY, NCCL_GROUP = "other", "copy", NCCL.upper()
-"""Groups beside KERNEL_GROUPS: a compute kernel no pattern matches; a memcpy or memset (by kind); an NCCL kernel
-(by kind)."""
-GROUPS = (*(g for g, _ in KERNEL_GROUPS), OTHER, COPY, NCCL_GROUP)
-"""Every group label :func:`kernel_group_codes` indexes, in this order."""
-MEMORY_BOUND_GROUPS = (OPTIMIZER, REDUCE, ELEMENTWISE)
-"""The groups whose kernels stream tensors through HBM with little arithmetic per byte (optimizer updates,
-reductions, elementwise ops, casts and copies): their speed is the memory bandwidth they get."""
-
-
 @dataclass
 class LaunchAnalysis:
     """Per-step launch diagnosis of one trace; frames follow their ``schema`` contracts."""
@@ -241,11 +219,6 @@ def _per_step(parts: list[pd.DataFrame], count: str, columns: list[str]) -> pd.D
     return schema.select(df, columns)
 
 
-def name_group(name) -> str:
-    """The group of a compute kernel's short name: the first KERNEL_GROUPS pattern it matches, else OTHER."""
-    return next((g for g, rx in KERNEL_GROUPS if name is not None and re.search(rx, str(name))), OTHER)
-
-
 def kernel_group_codes(karr: KernelArrays) -> np.ndarray:
     """Per row, the index into GROUPS of its group: :func:`name_group` of the kernel's short name, NCCL kernels
     by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
@@ -260,6 +233,4 @@ def _kernel_group(karr: KernelArrays) -> np.ndarray:
     return np.asarray(GROUPS, dtype=object)[kernel_group_codes(karr)]
 
 
-__all__ = ["LaunchAnalysis", "analyze_launches", "host_steps", "of_kind", "kernel_group_codes", "name_group", "IDLE_THRESHOLD_PCT",
-           "KERNEL_GROUPS", "GROUPS", "MEMORY_BOUND_GROUPS", "OPTIMIZER", "GEMM", "ATTENTION", "REDUCE", "ELEMENTWISE", "OTHER",
-           "COPY", "NCCL_GROUP"]
+__all__ = ["IDLE_THRESHOLD_PCT", "LaunchAnalysis", "analyze_launches", "host_steps", "kernel_group_codes", "of_kind"]

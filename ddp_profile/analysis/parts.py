@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import after_backward as ab
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
-from ddp_profile.analysis import copy_back as cb
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
@@ -171,8 +171,8 @@ class RankPart:
     """``critical_path.rank_paths`` of its ranks (needs their kernels' launch times: computed here)."""
     host_waits: pd.DataFrame | None = None
     """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
-    copy_back: pd.DataFrame | None = None
-    """``copy_back.after_backward`` of its ranks (a row per rank and step)."""
+    after_backward: pd.DataFrame | None = None
+    """``after_backward.after_backward`` of its ranks (a row per rank and step)."""
     trace_rank_overlap: pd.DataFrame | None = None
     """Under a ``--steps`` selection: the whole-trace rank overlap (the summary's ``trace_`` keys), while
     ``rank_overlap`` and the kernel sums hold the kernels of the selected steps only."""
@@ -183,7 +183,7 @@ class RankPart:
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
         frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
-                  self.paths, self.copy_back,
+                  self.paths, self.after_backward,
                   self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
@@ -276,7 +276,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
                     several_devices=rank_used_several_devices(kernels, karr),
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
     part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
-    part.copy_back = cb.after_backward(kernels, step_frame)  # [answers]
+    part.after_backward = ab.after_backward(kernels, step_frame)  # [answers]
     if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
@@ -423,5 +423,5 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         ready_ns=ready,
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
         host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
-        copy_back=_ordered([p.copy_back for p in parts], ["rank", "step"], schema.COPY_BACK_COLUMNS),  # [answers]
+        after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
     )

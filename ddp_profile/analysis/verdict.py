@@ -47,7 +47,8 @@ for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences 
 
 CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
             "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler", "straggler_host": "straggler",
-            "contention": "compute", "measured": "communication", "grad_copy_back": "compute"}
+            "contention": "compute", "measured": "communication", "grad_copy_back": "compute",
+            "optimizer_shard": "compute"}
 COPY_BACK_MIN = 8
 """``grad_copy_back`` needs at least this many device-to-device copies after backward per step (median on the
 critical rank): DDP's copy-back is one per gradient tensor, a model has many; a few copies are something else."""
@@ -196,12 +197,18 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> 
     return _rule(f"straggler_{cause}", text, pd.Series(parts["straggler"].to_numpy()), evidence, step)
 
 
-def _copy_back_rule(c: pd.DataFrame, copy_back: pd.DataFrame | None, step: float) -> dict | None:
-    """``grad_copy_back`` from the critical rank's copies after backward (``c``: the critical path by step)."""
-    if copy_back is None or copy_back.empty:
+def _critical_rows(c: pd.DataFrame, after: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The critical rank's ``after`` rows (``schema.AFTER_BACKWARD_COLUMNS``) by step, in ``c``'s order."""
+    if after is None or after.empty:
         return None
-    got = copy_back.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
+    return after.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
         [c["critical_rank"].to_numpy(), c.index.to_numpy()]))
+
+
+def _copy_back_rule(c: pd.DataFrame, got: pd.DataFrame | None, step: float) -> dict | None:
+    """``grad_copy_back`` from the critical rank's copies after backward (``c``: the critical path by step)."""
+    if got is None:
+        return None
     n, t = got["copies"].astype("float64"), pd.Series(got["copy_ns"].to_numpy(float), index=c.index)
     if not n.notna().any() or float(n.median()) < COPY_BACK_MIN:
         return None
@@ -213,17 +220,38 @@ def _copy_back_rule(c: pd.DataFrame, copy_back: pd.DataFrame | None, step: float
                  step)
 
 
+def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int, step: float) -> dict | None:
+    """``optimizer_shard`` from the critical rank's optimizer kernels after backward: every rank of a job that
+    does not shard runs the whole update; sharded over ``world`` ranks each runs 1/world of it, so the gain
+    bound is (1 − 1/world) of their time."""
+    if got is None or world < 2 or float(got["sharding_collectives"].fillna(0).max()) > 0:
+        return None
+    n, t = got["optimizer_kernels"].astype("float64"), pd.Series(got["optimizer_ns"].to_numpy(float), index=c.index)
+    if not n.notna().any() or float(n.median()) < 1:
+        return None
+    return _rule("optimizer_shard", f"shard the optimizer update over the {world} ranks and overlap it with backward: "
+                 "each rank reduce-scatters each gradient, updates its 1/N slice of the parameter as soon as that "
+                 "slice is reduced, and all-gathers the slices while backward goes on (this harness's overlap "
+                 "--sharded-update); a sharded step that broadcasts after the optimizer instead (plain "
+                 "ZeroRedundancyOptimizer) exposes that broadcast",
+                 np.minimum(t.fillna(0.0) * (1.0 - 1.0 / world), c["compute_ns"]),
+                 f"{int(n.median())} optimizer kernels ({_ms(t.median())}) run after the last backward kernel each "
+                 f"step on the critical rank, and every one of the {world} ranks runs the whole update", step)
+
+
 def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
            contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan"),
-           copy_back: pd.DataFrame | None = None) -> list[dict]:
+           after_backward: pd.DataFrame | None = None) -> list[dict]:
     """The advice rules, largest gain bound first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
     ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``);
     ``gemm_ratio``: the GEMMs' median time beside NCCL over alone, like for like
     (``kernel_families.gemm_wave_ratio``): from ``kernel_families.WAVE_RATIO`` the contention advice is the
-    GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave. ``copy_back``:
-    ``schema.COPY_BACK_COLUMNS`` (``copy_back.after_backward``): from COPY_BACK_MIN copies a step on the
-    critical rank, the ``grad_copy_back`` rule, gain bound = their time."""
+    GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave. ``after_backward``:
+    ``schema.AFTER_BACKWARD_COLUMNS`` (``after_backward.after_backward``): from COPY_BACK_MIN copies a step on
+    the critical rank, the ``grad_copy_back`` rule, gain bound = their time; with optimizer kernels after
+    backward and no sharding collective in the job, the ``optimizer_shard`` rule, gain bound = (1 − 1/N) of
+    their time over N ranks."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -275,7 +303,10 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
                          "persistent GEMMs pushed into a second wave")
         out.append(_rule("contention", text, pd.Series(np.minimum(contention_ns, c["compute_ns"])), evidence, step,
                          per_step=False))  # one run-level estimate (recommend.contention_per_step_ns)
-    out.append(_copy_back_rule(c, copy_back, step))
+    got = _critical_rows(c, after_backward)
+    out.append(_copy_back_rule(c, got, step))
+    world = int(steps["rank"].nunique()) if len(steps) and "rank" in steps else 1
+    out.append(_optimizer_shard_rule(c, got, world, step))
     if recommendation is not None and len(recommendation):
         first = recommendation.iloc[0]
         m = first.get("measured_step_ns")

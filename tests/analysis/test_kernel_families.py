@@ -12,7 +12,7 @@ import pytest
 
 from ddp_profile import schema
 from ddp_profile.analysis.kernel_families import family_on_critical_rank, family_per_rank, family_steps
-from ddp_profile.analysis.launches import (
+from ddp_profile.analysis.kernel_groups import (
     ATTENTION,
     COPY,
     ELEMENTWISE,
@@ -168,7 +168,7 @@ def test_real_trace_families_add_up_to_the_non_nccl_kernel_time_of_each_step(b_s
 
 def test_contention_by_family_sums_the_names_of_each_family():
     from ddp_profile.analysis.kernel_families import contention_by_family
-    from ddp_profile.analysis.launches import name_group
+    from ddp_profile.analysis.kernel_groups import name_group
 
     rows = pd.DataFrame([
         # name, n_alone, n_overlapped, alone_median, overlapped_median, slowdown, baseline, lost, overlapped_ns

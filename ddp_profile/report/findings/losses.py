@@ -13,7 +13,7 @@ the step span ``span_ns``) as medians over steps, and the difference part by par
 
 Medians of parts need not add up to the median span; the table says so.
 
-Which compute grows: per kernel family (``analysis.kernel_families``, families ``analysis.launches.GROUPS``)
+Which compute grows: per kernel family (``analysis.kernel_families``, families ``analysis.kernel_groups.GROUPS``)
 the GPU time per step of each step's critical rank (the rank whose parts the critical path shows), summed
 over the profiled steps and divided by their number, for the 1-GPU run, the stock run and the set's runs that
 differ from stock only in NCCL settings with a channel limit (e.g. ``torch_ddp-25mb-ch2-hiprio``). The
@@ -34,7 +34,7 @@ from ddp_profile.analysis.kernel_families import (
     family_steps,
     gemm_contention,
 )
-from ddp_profile.analysis.launches import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
 from ddp_profile.fmt import fmt_duration, fmt_number
 from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
 from ddp_profile.report.findings.data import RunData

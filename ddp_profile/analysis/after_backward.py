@@ -1,0 +1,89 @@
+"""Work a step runs after its last backward kernel that every data-parallel rank repeats in full
+(``schema.AFTER_BACKWARD_COLUMNS``): the gradient copies of PyTorch DDP and the optimizer's kernels.
+
+Copies. PyTorch DDP all-reduces gradients in flat buckets. Unless ``gradient_as_bucket_view=True``, it copies
+each averaged bucket slot back into its parameter's ``.grad`` once backward is done: one device-to-device
+copy per gradient, on the compute stream, before the optimizer can start. On the committed stock DDP trace
+of set B (2 × H200, XL bf16) that is 435 copies, 4.4–4.8 ms a step on each rank, in every step. With bucket
+views ``.grad`` is the bucket slot, so there is nothing to copy back (PyTorch's documentation of the option;
+no profiled views run is committed to show the copies gone). Timed, views gain about that much: timing set J
+(2 × H100, XL fp32) runs views + 2 channels 5.570 ms faster than 2 channels alone, intervals separate. The
+rule: ``verdict.advice``'s ``grad_copy_back``.
+
+Optimizer. A data-parallel job runs the whole optimizer update on every rank after backward; sharded, each
+rank updates 1/N of it. On set ZP's graphed stock DDP trace (2 × H200, XL bf16) the fused AdamW kernels
+take 16.0 ms a step on each rank; timing set AA's sharded update (each rank steps its half from the gradient
+hooks while backward runs) is 7.1 ms faster than the same strategy unsharded, intervals separate. Jobs that
+already shard (a ReduceScatter, AllGather or Broadcast kernel in the step: FSDP, ZeRO) are left out by the
+rule, which reads ``sharding_collectives``. The rule: ``verdict.advice``'s ``optimizer_shard``.
+
+    copies             = number of [CUDA memcpy DtoD] rows of the rank with start ≥ backward_end_ns and end ≤ end_ns
+    copy_ns            = their summed durations (one after another on one stream: time the step spends on them)
+    optimizer_kernels  = compute kernels of kernel_groups.OPTIMIZER's group (multi_tensor_apply: fused and foreach
+                         optimizers, foreach gradient clipping) with start ≥ backward_end_ns and end ≤ end_ns
+    optimizer_ns       = their summed durations
+    sharding_collectives = NCCL kernels of kind ReduceScatter, AllGather or Broadcast in [start_ns, end_ns]
+
+Opens no file; a step without a backward end (no backward phase) has no row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ddp_profile import schema
+from ddp_profile.activity_names import DEVICE_COPY
+from ddp_profile.analysis.comm_kinds import kind_of
+from ddp_profile.analysis.kernel_groups import OPTIMIZER, name_group
+
+SHARDING_KINDS = ("ReduceScatter", "AllGather", "Broadcast")
+"""Collective kinds whose presence says the job already shards parameters or optimizer state."""
+
+
+def _rows(kernels: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, start, end) of the masked kernels, sorted by start within the whole frame."""
+    sel = kernels[mask]
+    order = np.argsort(sel["start_ns"].to_numpy(np.int64), kind="stable")
+    return (sel["rank"].to_numpy()[order], sel["start_ns"].to_numpy(np.int64)[order],
+            sel["end_ns"].to_numpy(np.int64)[order])
+
+
+def _in_window(rows, rank, lo: float, hi: float) -> tuple[int, float]:
+    """Count and summed duration of ``rows`` of ``rank`` starting at or after ``lo`` and ending by ``hi``."""
+    r, start, end = rows
+    mine = r == rank
+    s, e = start[mine], end[mine]
+    a, b = np.searchsorted(s, lo, "left"), np.searchsorted(s, hi, "right")
+    inside = e[a:b] <= hi
+    return int(inside.sum()), float((e[a:b] - s[a:b])[inside].sum())
+
+
+def _by_name(series: pd.Series, test) -> np.ndarray:
+    """``test(value)`` per row of a (categorical or object) series, evaluated once per distinct value."""
+    codes, uniq = pd.factorize(series.astype("object"), use_na_sentinel=True)
+    table = np.array([bool(test(v)) for v in uniq] + [False], dtype=bool)
+    return table[codes]
+
+
+def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """``schema.AFTER_BACKWARD_COLUMNS`` for the ``steps`` (``schema.STEP_METRIC_COLUMNS``: rank, step,
+    start_ns, backward_end_ns, end_ns) from the ``kernels`` (``schema.KERNEL_COLUMNS``)."""
+    if steps is None or steps.empty or kernels is None or kernels.empty:
+        return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
+    kind = kernels["kind"].astype(str).to_numpy()
+    copies = _rows(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
+    optimizer = _rows(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
+    sharding = _rows(kernels, (kind == "nccl") & _by_name(kernels["collective"], lambda c: kind_of(c) in SHARDING_KINDS))
+    rows = []
+    starts = steps["start_ns"] if "start_ns" in steps else steps["backward_end_ns"]
+    for rank, step, first, lo, hi in zip(steps["rank"], steps["step"], starts.astype("float64"),
+                                         steps["backward_end_ns"].astype("float64"), steps["end_ns"].astype("float64"),
+                                         strict=True):
+        if lo != lo:  # no backward end
+            continue
+        rows.append((rank, step, *_in_window(copies, rank, lo, hi), *_in_window(optimizer, rank, lo, hi),
+                     _in_window(sharding, rank, first, hi)[0]))
+    frame = pd.DataFrame(rows, columns=schema.AFTER_BACKWARD_COLUMNS)
+    return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True) if rows else \
+        schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)

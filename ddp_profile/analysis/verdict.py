@@ -230,7 +230,7 @@ def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int,
     if not n.notna().any() or float(n.median()) < 1:
         return None
     return _rule("optimizer_shard", f"shard the optimizer update over the {world} ranks and overlap it with backward: "
-                 "each rank reduce-scatters each gradient, updates its 1/N slice of the parameter as soon as that "
+                 f"each rank reduce-scatters each gradient, updates its 1/{world} slice of the parameter as soon as that "
                  "slice is reduced, and all-gathers the slices while backward goes on (this harness's overlap "
                  "--sharded-update); a sharded step that broadcasts after the optimizer instead (plain "
                  "ZeroRedundancyOptimizer) exposes that broadcast",

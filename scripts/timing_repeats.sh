@@ -92,6 +92,11 @@ fi
 cp "$CONFIGS" "$DIR/configs.txt"
 
 STATUS=0
+descendants() {  # descendants PID: every process below PID (children, then theirs), one PID a line
+    local kid
+    for kid in $(pgrep -P "$1" 2>/dev/null || true); do echo "$kid"; descendants "$kid"; done
+}
+
 attempt=0
 resume=()
 while :; do
@@ -114,7 +119,12 @@ while :; do
         [ "$m" -gt "$last" ] && last=$m
         if [ $(( $(date +%s) - last )) -gt "$STALL_S" ]; then
             echo "!! no progress for $STALL_S s: the job is taken for hung and killed"
+            # The ranks may live outside the job's process group; killed with it, torchrun's agent cannot stop
+            # them, and ranks hung in NCCL outlived set AA's call, holding its output open until the tool's limit.
+            tree=$(descendants "$job")
             kill -TERM -- -"$job" 2>/dev/null || true; sleep 5; kill -KILL -- -"$job" 2>/dev/null || true
+            # shellcheck disable=SC2086  # one PID per word
+            [ -z "$tree" ] || kill -KILL $tree 2>/dev/null || true
             break
         fi
     done

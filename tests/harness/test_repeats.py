@@ -307,3 +307,37 @@ def test_committed_configuration_lists_parse(path):
     configs = repeats.parse_configs(path.read_text(), where=path.name)
     names = [run_name(c, 1 if repeats.is_solo(c) else 2, "h100") for c in configs]
     assert len(set(names)) == len(names)
+
+
+STANDIN_PYTHON = r"""#!/usr/bin/env bash
+# Stand-in interpreter: the torchrun job starts a "rank" in a session of its own that never ends (as ranks hung
+# in NCCL did in set AA's call) and then hangs without writing the journal; every other call succeeds quietly.
+if [ "${1:-}" = "-m" ] && [ "${2:-}" = "torch.distributed.run" ]; then
+    setsid sleep 600 &
+    echo $! > "$RANK_PID_FILE"
+    sleep 600
+fi
+exit 0
+"""
+
+
+@pytest.mark.slow
+def test_a_hung_job_is_killed_with_ranks_outside_its_process_group(tmp_path):
+    """The watchdog kills the job's process group and every process below the job, so a rank in a session of
+    its own neither survives nor keeps the script's output open (the call returns, within the test's timeout)."""
+    python = tmp_path / "python"
+    python.write_text(STANDIN_PYTHON)
+    python.chmod(0o755)
+    configs = tmp_path / "configs.txt"
+    configs.write_text(TINY + "--strategy none\n")
+    pid_file = tmp_path / "rank.pid"
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "TRACES": str(tmp_path / "traces"),
+           "CONFIGS": str(configs), "DEADLINE": "40", "RESERVE": "5", "STALL_S": "2", "SET": "H", "PYTHON": str(python),
+           "HOST_LABEL": "cpu-test", "KIT": str(tmp_path / "no-kit"), "RANK_PID_FILE": str(pid_file)}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "timing_repeats.sh")], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=90)
+    assert "no progress for 2 s: the job is taken for hung and killed" in proc.stdout
+    rank = int(pid_file.read_text())
+    time.sleep(0.5)
+    alive = Path(f"/proc/{rank}").exists() and "zombie" not in Path(f"/proc/{rank}/status").read_text().lower()
+    assert not alive, f"rank {rank} outlived the killed job"

@@ -133,9 +133,10 @@ API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # of other directions are left out). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step): device-to-device copies and optimizer kernels that start at or after the step's
-# backward_end_ns and end by its end_ns (how many, their summed GPU time), and the step's ReduceScatter /
-# AllGather / Broadcast kernels (analysis/after_backward.py).
-AFTER_BACKWARD_COLUMNS = ["rank", "step", "copies", "copy_ns", "optimizer_kernels", "optimizer_ns", "sharding_collectives"]
+# backward_end_ns and end by its end_ns (how many, their summed GPU time), and the summed time of the step's
+# AllReduce, ReduceScatter, and AllGather + Broadcast kernels (analysis/after_backward.py).
+AFTER_BACKWARD_COLUMNS = ["rank", "step", "copies", "copy_ns", "optimizer_kernels", "optimizer_ns",
+                          "allreduce_kernel_ns", "reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns"]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.
 RECOMMEND_COLUMNS = ["lever", "flags", "cap_bytes", "predicted_tail_ns", "predicted_step_ns", "measured_step_ns",

@@ -15,15 +15,21 @@ rank updates 1/N of it. On set ZP's graphed stock DDP trace (2 × H200, XL bf16)
 take 16.0 ms a step on each rank; in timing set AA the sharded update (each rank steps its half from the
 gradient hooks while backward runs) is 5.9 ms faster than the same configuration unsharded (overlap, NCCL
 average, 8 CTAs, carveout 8: 184.36 against 190.24 ms), intervals separate. Jobs that
-already shard (a ReduceScatter, AllGather or Broadcast kernel in the step: FSDP, ZeRO) are left out by the
-rule, which reads ``sharding_collectives``. The rule: ``verdict.advice``'s ``optimizer_shard``.
+already shard are left out by the rule (:func:`shards`): a ReduceScatter kernel (FSDP, ZeRO-2, this harness's
+sharded update), or AllGather + Broadcast kernels taking at least SHARDED_SYNC_RATIO of the AllReduce
+kernels' time (ZeRO-1's parameter broadcast moves as many bytes as the all-reduce: 0.92 on the committed
+ZeroRedundancyOptimizer job). A DDP job's own small gathers and broadcasts (metrics, flags) stay below it:
+0.12 on the committed Lightning job, 0.38 on the Hugging Face one. The rule: ``verdict.advice``'s
+``optimizer_shard``.
 
     copies             = number of [CUDA memcpy DtoD] rows of the rank with start ≥ backward_end_ns and end ≤ end_ns
     copy_ns            = their summed durations (one after another on one stream: time the step spends on them)
     optimizer_kernels  = compute kernels of kernel_groups.OPTIMIZER's group (multi_tensor_apply: fused and foreach
                          optimizers, foreach gradient clipping) with start ≥ backward_end_ns and end ≤ end_ns
     optimizer_ns       = their summed durations
-    sharding_collectives = NCCL kernels of kind ReduceScatter, AllGather or Broadcast in [start_ns, end_ns]
+    allreduce_kernel_ns, reduce_scatter_kernel_ns, gather_broadcast_kernel_ns
+                       = summed durations of the NCCL kernels of kind AllReduce, ReduceScatter, and AllGather or
+                         Broadcast with start ≥ start_ns and end ≤ end_ns (the whole step)
 
 Opens no file; a step without a backward end (no backward phase) has no row.
 """
@@ -38,8 +44,18 @@ from ddp_profile.activity_names import DEVICE_COPY
 from ddp_profile.analysis.comm_kinds import kind_of
 from ddp_profile.analysis.kernel_groups import OPTIMIZER, name_group
 
-SHARDING_KINDS = ("ReduceScatter", "AllGather", "Broadcast")
-"""Collective kinds whose presence says the job already shards parameters or optimizer state."""
+SHARDED_SYNC_RATIO = 0.5
+"""AllGather + Broadcast kernel time at or above this share of the AllReduce kernel time marks a job that syncs
+parameters after a sharded update (ZeRO-1); below it, a data-parallel job's own small gathers and broadcasts."""
+
+
+def shards(frame: pd.DataFrame | None) -> bool:
+    """Whether the job of these ``schema.AFTER_BACKWARD_COLUMNS`` rows shards its update (module docstring)."""
+    if frame is None or frame.empty:
+        return False
+    rs, gb, ar = (float(frame[c].fillna(0).sum()) for c in
+                  ("reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns", "allreduce_kernel_ns"))
+    return rs > 0 or (gb > 0 and gb >= SHARDED_SYNC_RATIO * ar)
 
 
 def _rows(kernels: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,7 +91,10 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     kind = kernels["kind"].astype(str).to_numpy()
     copies = _rows(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
     optimizer = _rows(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
-    sharding = _rows(kernels, (kind == "nccl") & _by_name(kernels["collective"], lambda c: kind_of(c) in SHARDING_KINDS))
+    nccl = kind == "nccl"
+    allreduce = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) == "AllReduce"))
+    scatter = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) == "ReduceScatter"))
+    gather = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) in ("AllGather", "Broadcast")))
     rows = []
     starts = steps["start_ns"] if "start_ns" in steps else steps["backward_end_ns"]
     for rank, step, first, lo, hi in zip(steps["rank"], steps["step"], starts.astype("float64"),
@@ -84,7 +103,7 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         if lo != lo:  # no backward end
             continue
         rows.append((rank, step, *_in_window(copies, rank, lo, hi), *_in_window(optimizer, rank, lo, hi),
-                     _in_window(sharding, rank, first, hi)[0]))
+                     *(_in_window(nccl_rows, rank, first, hi)[1] for nccl_rows in (allreduce, scatter, gather))))
     frame = pd.DataFrame(rows, columns=schema.AFTER_BACKWARD_COLUMNS)
     return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True) if rows else \
         schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddp_profile.analysis.after_backward import shards
 from ddp_profile.analysis.kernel_families import WAVE_RATIO
 
 BOUND_SHARE_PCT = 5.0
@@ -222,9 +223,9 @@ def _copy_back_rule(c: pd.DataFrame, got: pd.DataFrame | None, step: float) -> d
 
 def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int, step: float) -> dict | None:
     """``optimizer_shard`` from the critical rank's optimizer kernels after backward: every rank of a job that
-    does not shard runs the whole update; sharded over ``world`` ranks each runs 1/world of it, so the gain
+    does not shard (``after_backward.shards``) runs the whole update; sharded over ``world`` ranks each runs 1/world of it, so the gain
     bound is (1 − 1/world) of their time."""
-    if got is None or world < 2 or float(got["sharding_collectives"].fillna(0).max()) > 0:
+    if got is None or world < 2 or shards(got):
         return None
     n, t = got["optimizer_kernels"].astype("float64"), pd.Series(got["optimizer_ns"].to_numpy(float), index=c.index)
     if not n.notna().any() or float(n.median()) < 1:

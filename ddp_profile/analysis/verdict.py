@@ -230,11 +230,13 @@ def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int,
     n, t = got["optimizer_kernels"].astype("float64"), pd.Series(got["optimizer_ns"].to_numpy(float), index=c.index)
     if not n.notna().any() or float(n.median()) < 1:
         return None
-    return _rule("optimizer_shard", f"shard the optimizer update over the {world} ranks and overlap it with backward: "
-                 f"each rank reduce-scatters each gradient, updates its 1/{world} slice of the parameter as soon as that "
-                 "slice is reduced, and all-gathers the slices while backward goes on (this harness's overlap "
-                 "--sharded-update); a sharded step that broadcasts after the optimizer instead (plain "
-                 "ZeroRedundancyOptimizer) exposes that broadcast",
+    return _rule("optimizer_shard", f"shard the optimizer update over the {world} ranks and hide the parameter gather "
+                 f"behind compute: each rank reduce-scatters each gradient, updates its 1/{world} slice of the "
+                 "parameter, and the slices are all-gathered while other work runs (FSDP2's fully_shard(..., "
+                 "reshard_after_forward=False) gathers them during the next forward; this harness's overlap "
+                 "--sharded-update updates each slice from its gradient hook and gathers it during backward); a "
+                 "sharded step that broadcasts after the optimizer instead (plain ZeroRedundancyOptimizer) exposes "
+                 "that broadcast",
                  np.minimum(t.fillna(0.0) * (1.0 - 1.0 / world), c["compute_ns"]),
                  f"{int(n.median())} optimizer kernels ({_ms(t.median())}) run after the last backward kernel each "
                  f"step on the critical rank, and every one of the {world} ranks runs the whole update", step)

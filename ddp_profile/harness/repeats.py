@@ -27,6 +27,7 @@ configuration alike instead of on whichever ran last.
 Every finished repeat is appended to ``DIR/repeats.jsonl`` at once, so a job killed or crashed keeps what it
 measured; ``--resume`` continues such a job, skipping repeats already done and dropping a configuration whose
 repeat started but never finished (it is listed as failed). ``summarize`` (also run at the end of ``run``)
+lists every repeat the journal saw start and never end with the skipped ones (:data:`UNFINISHED`), and
 writes per configuration ``DIR/<run>/<run>.json``: the first repeat's run record, with every repeat's
 per-step times (``repeats``), the pooled median and the bootstrap interval ``unprofiled_ci_low_ms`` /
 ``unprofiled_ci_high_ms`` (:mod:`ddp_profile.harness.spread`), and the interleaving order.
@@ -278,11 +279,11 @@ def summarize(out: Path, host: str | None = None, resamples: int = spread.DEFAUL
     """Write ``<run>/<run>.json`` per configuration from the journal (module docstring) and ``skipped.txt``;
     returns the JSON paths. Each finished repeat counts; a repeat's step time is its slowest rank's."""
     events = read_journal(out)
-    skipped = [e for e in events if e.get("event") == "skip"]
+    finished = [e for e in events if e.get("event") == "done" and isinstance(e.get("record"), dict)]
+    skipped = [e for e in events if e.get("event") == "skip"] + unfinished(events, finished)
     lines = [f"repeat {e.get('repeat')} of {e.get('run')}: {e.get('why')}" for e in skipped]
     write_text_atomic(out / SKIPPED, "".join(f"{line}\n" for line in lines) or "nothing skipped\n",
                       make_parents=True)
-    finished = [e for e in events if e.get("event") == "done" and isinstance(e.get("record"), dict)]
     if not finished:
         raise UsageError(f"{out / JOURNAL}: no finished repeat to summarize ({len(skipped)} skipped; see {out / SKIPPED})")
     order = [e["record"]["run"] for e in finished]
@@ -317,6 +318,21 @@ def summarize(out: Path, host: str | None = None, resamples: int = spread.DEFAUL
         write_text_atomic(path, json.dumps(summary, indent=1) + "\n", make_parents=True)
         paths.append(path)
     return paths
+
+
+UNFINISHED = "started and never finished (its job was killed or died)"
+"""Why a repeat whose ``start`` event has no ``done`` or ``skip`` after it is listed with the skipped ones."""
+
+
+def unfinished(events: list[dict], finished: list[dict]) -> list[dict]:
+    """Skip-like events (repeat, run, why) for the repeats the journal saw start and never end: a job killed
+    by the watchdog or its deadline, or dead, mid-repeat. The run is named from the configuration's finished
+    repeats (a start event has its index only)."""
+    ended = {(e.get("repeat"), e.get("config_index")) for e in events if e.get("event") in ("done", "skip")}
+    names = {e.get("config_index"): e["record"].get("run") for e in finished}
+    return [{"event": "skip", "repeat": e.get("repeat"), "config_index": e.get("config_index"),
+             "run": names.get(e.get("config_index"), f"configuration {e.get('config_index')}"), "why": UNFINISHED}
+            for e in events if e.get("event") == "start" and (e.get("repeat"), e.get("config_index")) not in ended]
 
 
 def _position(finished: list[dict], event: dict) -> int:

@@ -341,3 +341,23 @@ def test_a_hung_job_is_killed_with_ranks_outside_its_process_group(tmp_path):
     time.sleep(0.5)
     alive = Path(f"/proc/{rank}").exists() and "zombie" not in Path(f"/proc/{rank}/status").read_text().lower()
     assert not alive, f"rank {rank} outlived the killed job"
+
+
+def test_a_repeat_that_started_and_never_finished_is_listed(tmp_path):
+    """Set AA's journal (committed): round 6's repeat of the sharded update started, its job hung and was killed.
+    The summary lists it beside the skipped ones (skipped.txt and that run's JSON), named from the
+    configuration's finished repeats, and leaves every finished repeat as it was."""
+    import lzma
+
+    committed = ROOT / "traces" / "campaign" / "AA"
+    if not (committed / "repeats.jsonl.xz").exists():
+        pytest.skip("committed timing set AA not present")
+    (tmp_path / repeats.JOURNAL).write_bytes(lzma.decompress((committed / "repeats.jsonl.xz").read_bytes()))
+    paths = repeats.summarize(tmp_path, host="timing-h200-host-5bce98f7")
+    run = "overlap-avg-shardupd-graph_xl_bf16_2xh200"
+    assert (tmp_path / repeats.SKIPPED).read_text() == f"repeat 6 of {run}: {repeats.UNFINISHED}\n"
+    for path in paths:
+        got = json.loads(path.read_text())
+        was = json.loads((committed / path.parent.name / path.name).read_text())
+        assert got["skipped"] == ([{"repeat": 6, "why": repeats.UNFINISHED}] if got["run"] == run else [])
+        assert {k: v for k, v in got.items() if k != "skipped"} == {k: v for k, v in was.items() if k != "skipped"}

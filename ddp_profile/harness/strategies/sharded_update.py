@@ -32,7 +32,7 @@ Torch and the standard library only.
 
 Known, not understood: in timing set AA (2 x H200, XL bf16, graphed) one of 16 repeats of a sharded
 configuration started and never finished (the runner killed the job after 75 s without progress); the other 15,
-set Z's 18 and set ZP's profiled run ended normally.
+set Z's 12 and set ZP's profiled run ended normally.
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ from ddp_profile.harness.strategies.overlap import Overlap
 from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
 from ddp_profile.safeio import write_text_atomic
 
+LoopOptimizer = torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
+"""What the loop steps: one optimizer, or a strategy's per-bucket / per-part optimizers."""
+
 
 def gpu_short_name(device: torch.device) -> str:
     """`h100`, `h200`, `a100`, ... from the CUDA device name; `cpu` off the GPU."""
@@ -108,7 +111,7 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     return cls(params, **kwargs)
 
 
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate) -> int:
+def optimizer_state_bytes(optimizer: LoopOptimizer) -> int:
     """Bytes of the tensors in this rank's optimizer state (a DTensor counts its local shard only).
 
     ZeroRedundancyOptimizer keeps the state in its wrapped `.optim`; ShardedOptimizer's `.state` is its
@@ -125,7 +128,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | BucketOptimizers | 
     return total
 
 
-def memory_stats(device: torch.device, optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate) -> dict:
+def memory_stats(device: torch.device, optimizer: LoopOptimizer) -> dict:
     """This rank's peak CUDA memory since the reset after setup (None off the GPU) and optimizer-state bytes."""
     cuda = device.type == "cuda"
     return {
@@ -143,6 +146,14 @@ def _sync(device: torch.device) -> None:
 _BARRIER_ROUNDS = itertools.count()
 
 
+def default_store():
+    """The default process group's key-value store, or None where PyTorch's private accessor moved or fails."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def host_barrier(tag: str) -> None:
     """Wait until every rank reaches this point, without launching a collective kernel.
 
@@ -152,9 +163,8 @@ def host_barrier(tag: str) -> None:
     rank, world_size = world()
     if world_size == 1:
         return
-    try:
-        store = dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError):  # private API moved: fall back to a real barrier
+    store = default_store()
+    if store is None:  # fall back to a real barrier
         dist.barrier()
         return
     key = f"ddp_profile/{tag}/{next(_BARRIER_ROUNDS)}"  # fresh key each call: every rank counts alike
@@ -172,9 +182,8 @@ def gather_to_rank0(payload: dict) -> list[dict]:
     rank, world_size = world()
     if world_size == 1:
         return [payload]
-    try:
-        store = dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError):  # private API moved: gather on the process group instead
+    store = default_store()
+    if store is None:  # gather on the process group instead
         gathered: list[object] = [None] * world_size
         dist.all_gather_object(gathered, payload)
         return cast("list[dict]", gathered) if rank == 0 else []
@@ -323,7 +332,7 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
                       fsdp_reshard=cfg.fsdp_reshard, fsdp_param_dtype=cfg.fsdp_param_dtype, **levers)
     # after wrapping: fsdp's parameters are the sharded (DTensor) ones
-    optimizer: torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
+    optimizer: LoopOptimizer
     if cfg.overlap_optimizer or cfg.sharded_update:  # RunConfig allows them with bucketed / overlap only
         assert isinstance(strategy, (Bucketed, Overlap)) and strategy.optimizer is not None
         optimizer = strategy.optimizer

@@ -99,6 +99,15 @@ def grad_params(module: nn.Module) -> list[nn.Parameter]:
     return [p for p in module.parameters() if p.requires_grad]
 
 
+def merged_state(optimizers) -> dict:
+    """The state of several optimizers over disjoint parameters, as one optimizer's ``state`` (keyed by
+    parameter): what the run JSON's optimizer-state bytes count for per-bucket or per-part optimizers."""
+    merged: dict = {}
+    for optimizer in optimizers:
+        merged.update(optimizer.state)
+    return merged
+
+
 def nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 

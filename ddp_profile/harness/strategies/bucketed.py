@@ -40,6 +40,7 @@ from ddp_profile.harness.strategies.base import (
     comm_group,
     grad_params,
     layout_from_groups,
+    merged_state,
     wait_phase,
 )
 from ddp_profile.harness.strategies.peer_copy import PeerCopyExchange, PeerCopyWork
@@ -93,10 +94,7 @@ class BucketOptimizers:
     @property
     def state(self) -> dict:
         """Every bucket optimizer's state, keyed by parameter (what the run JSON's state bytes count)."""
-        merged: dict = {}
-        for optimizer in self.optimizers:
-            merged.update(optimizer.state)
-        return merged
+        return merged_state(self.optimizers)
 
 
 class _Bucket:

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddp_profile.harness import nvtx_ranges
-from ddp_profile.harness.strategies.base import comm_group, nbytes
+from ddp_profile.harness.strategies.base import comm_group, merged_state, nbytes
 
 
 class _Part:
@@ -111,10 +111,7 @@ class ShardedUpdate:
 
     @property
     def state(self) -> dict:
-        merged: dict = {}
-        for part in self.parts:
-            merged.update(part.optimizer.state)
-        return merged
+        return merged_state(part.optimizer for part in self.parts)
 
     def launch(self, index: int, op) -> None:
         """Reduce parameter ``index``'s gradient (pre-divided unless ``op`` is AVG) and update this rank's part;

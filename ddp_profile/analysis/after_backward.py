@@ -41,7 +41,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.activity_names import DEVICE_COPY
-from ddp_profile.analysis.comm_kinds import kind_of
+from ddp_profile.analysis.comm_kinds import KINDS, kind_codes
 from ddp_profile.analysis.kernel_groups import OPTIMIZER, name_group
 
 SHARDED_SYNC_RATIO = 0.5
@@ -58,22 +58,25 @@ def shards(frame: pd.DataFrame | None) -> bool:
     return rs > 0 or (gb > 0 and gb >= SHARDED_SYNC_RATIO * ar)
 
 
-def _rows(kernels: pd.DataFrame, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rank, start, end) of the masked kernels, sorted by start within the whole frame."""
+def _by_rank(kernels: pd.DataFrame, mask: np.ndarray) -> dict:
+    """{rank: (start, end)} of the masked kernels, each rank's sorted by start (grouped once, not per step)."""
     sel = kernels[mask]
-    order = np.argsort(sel["start_ns"].to_numpy(np.int64), kind="stable")
-    return (sel["rank"].to_numpy()[order], sel["start_ns"].to_numpy(np.int64)[order],
-            sel["end_ns"].to_numpy(np.int64)[order])
+    out = {}
+    for rank, g in sel.groupby("rank", sort=False, observed=True):
+        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        out[rank] = (g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order])
+    return out
 
 
-def _in_window(rows, rank, lo: float, hi: float) -> tuple[int, float]:
-    """Count and summed duration of ``rows`` of ``rank`` starting at or after ``lo`` and ending by ``hi``."""
-    r, start, end = rows
-    mine = r == rank
-    s, e = start[mine], end[mine]
-    a, b = np.searchsorted(s, lo, "left"), np.searchsorted(s, hi, "right")
-    inside = e[a:b] <= hi
-    return int(inside.sum()), float((e[a:b] - s[a:b])[inside].sum())
+def _in_window(arrays: tuple[np.ndarray, np.ndarray] | None, lo: float, hi: float) -> tuple[int, float]:
+    """Count and summed duration of one rank's ``arrays`` (start, end) starting at or after ``lo`` and ending by
+    ``hi``."""
+    if arrays is None:
+        return 0, 0.0
+    start, end = arrays
+    a, b = np.searchsorted(start, lo, "left"), np.searchsorted(start, hi, "right")
+    inside = end[a:b] <= hi
+    return int(inside.sum()), float((end[a:b] - start[a:b])[inside].sum())
 
 
 def _by_name(series: pd.Series, test) -> np.ndarray:
@@ -89,21 +92,20 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     if steps is None or steps.empty or kernels is None or kernels.empty:
         return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
     kind = kernels["kind"].astype(str).to_numpy()
-    copies = _rows(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
-    optimizer = _rows(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
     nccl = kind == "nccl"
-    allreduce = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) == "AllReduce"))
-    scatter = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) == "ReduceScatter"))
-    gather = _rows(kernels, nccl & _by_name(kernels["collective"], lambda c: kind_of(c) in ("AllGather", "Broadcast")))
+    kinds = kind_codes(kernels["collective"])  # index into comm_kinds.KINDS, classified once per distinct name
+    copies = _by_rank(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
+    optimizer = _by_rank(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
+    collectives = [_by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
+                   for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))]
     rows = []
-    starts = steps["start_ns"] if "start_ns" in steps else steps["backward_end_ns"]
-    for rank, step, first, lo, hi in zip(steps["rank"], steps["step"], starts.astype("float64"),
+    for rank, step, first, lo, hi in zip(steps["rank"], steps["step"], steps["start_ns"].astype("float64"),
                                          steps["backward_end_ns"].astype("float64"), steps["end_ns"].astype("float64"),
                                          strict=True):
         if lo != lo:  # no backward end
             continue
-        rows.append((rank, step, *_in_window(copies, rank, lo, hi), *_in_window(optimizer, rank, lo, hi),
-                     *(_in_window(nccl_rows, rank, first, hi)[1] for nccl_rows in (allreduce, scatter, gather))))
+        rows.append((rank, step, *_in_window(copies.get(rank), lo, hi), *_in_window(optimizer.get(rank), lo, hi),
+                     *(_in_window(c.get(rank), first, hi)[1] for c in collectives)))
     frame = pd.DataFrame(rows, columns=schema.AFTER_BACKWARD_COLUMNS)
     return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True) if rows else \
         schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)

@@ -24,7 +24,8 @@ def _kernels(rows) -> pd.DataFrame:
 
 
 def test_counts_device_copies_between_backward_end_and_step_end_per_rank():
-    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 6, 5, 6], "backward_end_ns": [100.0, 300.0, 100.0, np.nan],
+    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 6, 5, 6], "start_ns": [0, 250, 0, 250],
+                          "backward_end_ns": [100.0, 300.0, 100.0, np.nan],
                           "end_ns": [200, 400, 200, 400]})
     kernels = _kernels([
         (0, DEVICE_COPY, "memcpy", 100, 110),   # starts at backward's end: counted

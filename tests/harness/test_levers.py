@@ -14,11 +14,11 @@ import json
 import pytest
 import torch
 import torch.distributed as dist
+from spawned import result_path, spawn_results  # tests/harness/ is on sys.path
 
 from ddp_profile.errors import ConfigError
 from ddp_profile.harness import bench, launch
 from ddp_profile.harness.config import RunConfig, run_name
-from ddp_profile.harness.launch import spawn_local
 from ddp_profile.harness.models import build_model
 from ddp_profile.harness.strategies import create, pack_buckets
 from ddp_profile.harness.train import run_steps
@@ -98,15 +98,13 @@ def _worker(info, outdir: str) -> None:
                                          for b in strategy.buckets]
             out["bucket_optimizers"] = [type(b.optimizer).__name__ for b in strategy.buckets]
         out["nccl_levers"] = launch.comm_setup(2, True, 2)  # what a run JSON on this gloo group would say
-        torch.save(out, f"{outdir}/{case_id}_rank{info.rank}.pt")
+        torch.save(out, result_path(outdir, case_id, info.rank))
         dist.barrier()
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    outdir = tmp_path_factory.mktemp("levers")
-    spawn_local(2, _worker, str(outdir))
-    return {(c[0], r): torch.load(outdir / f"{c[0]}_rank{r}.pt") for c in CASES for r in (0, 1)}
+    return spawn_results(tmp_path_factory.mktemp("levers"), _worker, [c[0] for c in CASES])
 
 
 @functools.cache

@@ -13,11 +13,11 @@ import argparse
 import pytest
 import torch
 import torch.distributed as dist
+from spawned import result_path, spawn_results  # tests/harness/ is on sys.path
 from torch import nn
 
 from ddp_profile.harness.bench import add_arguments, config_from_args
 from ddp_profile.harness.config import run_name
-from ddp_profile.harness.launch import spawn_local
 from ddp_profile.harness.models import build_model
 from ddp_profile.harness.strategies import create
 from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
@@ -77,15 +77,13 @@ def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: 
 def _worker(info, outdir: str) -> None:
     torch.set_num_threads(1)
     for case_id, model_name, sharded, kind in CASES:
-        torch.save(train(model_name, sharded, kind, info.rank, info.world_size), f"{outdir}/{case_id}_rank{info.rank}.pt")
+        torch.save(train(model_name, sharded, kind, info.rank, info.world_size), result_path(outdir, case_id, info.rank))
         dist.barrier()
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    outdir = tmp_path_factory.mktemp("sharded_update")
-    spawn_local(2, _worker, str(outdir))
-    return {(c[0], r): torch.load(outdir / f"{c[0]}_rank{r}.pt") for c in CASES for r in (0, 1)}
+    return spawn_results(tmp_path_factory.mktemp("sharded_update"), _worker, [c[0] for c in CASES])
 
 
 @pytest.mark.parametrize("model_name", ["tiny", "odd"])

@@ -66,8 +66,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
                    help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")
     g.add_argument("--nccl-high-priority", action="store_true", help="high-priority NCCL streams (-hiprio; ignored on gloo)")
     g.add_argument("--peer-copy-allreduce", action="store_true",
-                   help="bucketed, 2 ranks: sum each bucket by a peer copy into the other GPU's symmetric memory "
-                        "(copy engine) plus one local add, instead of NCCL (-peercopy)")
+                   help="2 ranks; bucketed: sum each bucket by a peer copy into the other GPU's symmetric memory "
+                        "(copy engine) plus one local add, instead of NCCL; overlap --sharded-update: reduce-scatter "
+                        "and all-gather each parameter by such copies (-peercopy)")
     g.add_argument("--nccl-min-ctas", type=int, default=0, metavar="N",
                    help="at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the "
                         "maximum, equal values pin the count) (-minctasN; ignored on gloo)")
@@ -84,6 +85,9 @@ def add_lever_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sharded-update", action="store_true",
                    help="overlap: reduce-scatter each gradient, update this rank's part of the parameter from its hook "
                         "while backward runs, all-gather the parts (ZeRO-1 overlapped; -shardupd)")
+    g.add_argument("--sharded-update-normal-priority", action="store_true",
+                   help="with --sharded-update: run the updates on a normal-priority side stream, not a high-priority "
+                        "one (-updnormal)")
     g.add_argument("--grad-reduce-dtype", default="", choices=GRAD_REDUCE_DTYPES,
                    help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
     g.add_argument("--gc", dest="gc_mode", default="", choices=GC_MODES,
@@ -112,6 +116,7 @@ def lever_kwargs(args: argparse.Namespace) -> dict:
     return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
             "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views, "reduce_avg": args.reduce_avg,
             "sharded_update": args.sharded_update,
+            "sharded_update_normal_priority": args.sharded_update_normal_priority,
             "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
             "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
             "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,

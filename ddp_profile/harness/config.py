@@ -130,8 +130,10 @@ class RunConfig:
     (`ProcessGroupNCCL.Options().config.min_ctas`, ncclConfig_t.minCTAs), else NCCL_MIN_CTAS; ignored (with
     a note) on gloo. The upper limit is `nccl_channels` (maxCTAs); equal values pin the CTA count."""
     peer_copy_allreduce: bool = False
-    """bucketed only, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
-    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce."""
+    """bucketed, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
+    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce. overlap with
+    sharded_update, 2 ranks: each split parameter's reduce-scatter and all-gather are such pushes (the other
+    half of the gradient into the peer's receive slot, the updated half into the peer's parameter)."""
     ddp_comm_hook: str = ""
     """torch_ddp only: "bf16" registers PyTorch's own `bf16_compress_hook` (default_hooks): each bucket is
     cast to bf16, divided by the world size, all-reduced in bf16 and copied back into the fp32 bucket;
@@ -153,6 +155,9 @@ class RunConfig:
     part of every parameter from the gradient's hook, on a side stream, while backward goes on, and the parts
     are all-gathered back (``strategies/sharded_update.py``): ZeRO stage 1 with the update overlapping
     backward. Optimizer state is 1/world size; an element-wise optimizer trains exactly as without it."""
+    sharded_update_normal_priority: bool = False
+    """With sharded_update: the side stream that runs the parts' updates has the compute stream's (normal)
+    CUDA priority instead of high priority, so the update's kernels do not take SMs ahead of the backward's."""
     grad_reduce_dtype: str = ""
     """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
     optimizer stay fp32); empty: in the gradients' own dtype."""
@@ -273,9 +278,14 @@ def validate(cfg: RunConfig) -> None:
 
 def _validate_levers(cfg: RunConfig) -> None:
     bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
-                     "overlap_optimizer": cfg.overlap_optimizer, "peer_copy_allreduce": cfg.peer_copy_allreduce}
+                     "overlap_optimizer": cfg.overlap_optimizer}
     for name, on in bucketed_only.items():
         _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
+    _check(not cfg.peer_copy_allreduce or cfg.strategy == "bucketed" or cfg.sharded_update,
+           f"peer_copy_allreduce applies to strategy bucketed or to overlap with sharded_update only, not {cfg.strategy!r}"
+           + (" without sharded_update" if cfg.strategy == "overlap" else ""))
+    _check(not cfg.sharded_update_normal_priority or cfg.sharded_update,
+           "sharded_update_normal_priority needs sharded_update (it sets the priority of the update's side stream)")
     for name in ("reduce_avg", "sharded_update"):
         _check(not getattr(cfg, name) or cfg.strategy == "overlap", f"{name} applies to strategy overlap only, not {cfg.strategy!r}")
     _check(not (cfg.sharded_update and cfg.shard_optimizer),
@@ -315,7 +325,7 @@ def _mb(value: float) -> str:
 
 
 def lever_suffix(cfg: RunConfig) -> str:
-    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -shardupd -gradbf16 -hookbf16 -optoverlap
+    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -shardupd -updnormal -gradbf16 -hookbf16 -optoverlap
     -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N>[bwd] (or -lt for cuBLASLt without a carveout)."""
     parts = []
     if cfg.first_bucket_mb:
@@ -326,6 +336,8 @@ def lever_suffix(cfg: RunConfig) -> str:
         parts.append("-avg")
     if cfg.sharded_update:
         parts.append("-shardupd")
+    if cfg.sharded_update_normal_priority:
+        parts.append("-updnormal")
     if cfg.grad_reduce_dtype:
         parts.append(f"-grad{cfg.grad_reduce_dtype}")
     if cfg.ddp_comm_hook:

@@ -326,7 +326,8 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
     levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
               "grad_reduce_dtype": cfg.grad_reduce_dtype, "ddp_comm_hook": cfg.ddp_comm_hook,
-              "peer_copy_allreduce": cfg.peer_copy_allreduce, "reduce_avg": cfg.reduce_avg}
+              "peer_copy_allreduce": cfg.peer_copy_allreduce, "reduce_avg": cfg.reduce_avg,
+              "update_high_priority": not cfg.sharded_update_normal_priority}
     if cfg.overlap_optimizer or cfg.sharded_update:  # the strategy steps its own optimizers (per bucket, per part)
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,

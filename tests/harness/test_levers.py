@@ -302,7 +302,7 @@ def test_first_bucket_packing_matches_pytorch_bucket_size_limits():
         ({"strategy": "torch_ddp", "ddp_comm_hook": "bf16", "ddp_nvtx_hook": True},
          "ddp_comm_hook and ddp_nvtx_hook cannot be combined"),
         ({"nccl_min_ctas": 65}, "nccl_min_ctas must be an integer from 1 to 64"),
-        ({"strategy": "torch_ddp", "peer_copy_allreduce": True}, "peer_copy_allreduce applies to strategy bucketed only"),
+        ({"strategy": "torch_ddp", "peer_copy_allreduce": True}, "peer_copy_allreduce applies to strategy bucketed or to overlap with sharded_update only"),
         ({"nccl_min_ctas": 4, "nccl_channels": 2}, "nccl_min_ctas 4 must not exceed nccl_channels 2"),
         ({"strategy": "none", "nccl_min_ctas": 2}, "nccl_min_ctas needs communication"),
         ({"gemm_sm_carveout": -1}, "gemm_sm_carveout must be an integer from 1 to 64 SMs"),

@@ -25,13 +25,15 @@ from ddp_profile.harness.train import loss_fn, optimizer_state_bytes, run_steps
 
 BATCH, SEQ, STEPS, WARMUP = 2, 8, 3, 1
 SGD_LR, ADAMW_LR = 0.5, 1e-2
-# (case id, model, sharded, optimizer)
+# (case id, model, sharded, optimizer, peer copies)
 CASES = [
-    ("tiny-adamw", "tiny", False, "adamw"),
-    ("tiny-adamw-shardupd", "tiny", True, "adamw"),
-    ("tiny-sgd-shardupd", "tiny", True, "sgd"),
-    ("odd-adamw", "odd", False, "adamw"),
-    ("odd-adamw-shardupd", "odd", True, "adamw"),
+    ("tiny-adamw", "tiny", False, "adamw", False),
+    ("tiny-adamw-shardupd", "tiny", True, "adamw", False),
+    ("tiny-adamw-shardupd-peercopy", "tiny", True, "adamw", True),
+    ("tiny-sgd-shardupd", "tiny", True, "sgd", False),
+    ("odd-adamw", "odd", False, "adamw", False),
+    ("odd-adamw-shardupd", "odd", True, "adamw", False),
+    ("odd-adamw-shardupd-peercopy", "odd", True, "adamw", True),
 ]
 
 
@@ -62,10 +64,10 @@ def build(model_name: str) -> nn.Module:
     return build_model("tiny") if model_name == "tiny" else odd_model()
 
 
-def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: int = 1) -> dict:
+def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: int = 1, peer_copy: bool = False) -> dict:
     model = build(model_name)
     factory = (lambda params: make_optimizer(kind, params)) if sharded else None
-    strategy = create("overlap", model, optimizer_factory=factory)
+    strategy = create("overlap", model, optimizer_factory=factory, peer_copy_allreduce=peer_copy)
     optimizer = strategy.optimizer if sharded else make_optimizer(kind, list(model.parameters()))
     run_steps(strategy, optimizer, batches(model_name, rank, world_size), torch.device("cpu"), warmup=WARMUP)
     strategy.remove_hooks()
@@ -76,8 +78,9 @@ def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: 
 
 def _worker(info, outdir: str) -> None:
     torch.set_num_threads(1)
-    for case_id, model_name, sharded, kind in CASES:
-        torch.save(train(model_name, sharded, kind, info.rank, info.world_size), result_path(outdir, case_id, info.rank))
+    for case_id, model_name, sharded, kind, peer_copy in CASES:
+        torch.save(train(model_name, sharded, kind, info.rank, info.world_size, peer_copy),
+                   result_path(outdir, case_id, info.rank))
         dist.barrier()
 
 
@@ -87,9 +90,12 @@ def results(tmp_path_factory):
 
 
 @pytest.mark.parametrize("model_name", ["tiny", "odd"])
-def test_sharded_update_trains_bitwise_like_plain_overlap(results, model_name):
+@pytest.mark.parametrize("variant", ["shardupd", "shardupd-peercopy"])
+def test_sharded_update_trains_bitwise_like_plain_overlap(results, model_name, variant):
+    """NCCL-style collectives (gloo here) or peer copies (gloo send/recv standing in for the copy engine):
+    the same two addends reach every element, so the same parameters come out."""
     for rank in (0, 1):
-        sharded, plain = results[(f"{model_name}-adamw-shardupd", rank)], results[(f"{model_name}-adamw", rank)]
+        sharded, plain = results[(f"{model_name}-adamw-{variant}", rank)], results[(f"{model_name}-adamw", rank)]
         assert len(sharded["final"]) == len(plain["final"])
         for a, b in zip(sharded["final"], plain["final"], strict=True):
             assert torch.equal(a, b), (model_name, rank)
@@ -127,6 +133,29 @@ def test_each_rank_keeps_optimizer_state_for_its_part_only(results):
     assert results[("tiny-adamw", 0)]["layout"]["sharded_update"] is None
 
 
+def test_peer_copies_carry_every_split_parameter_and_nccl_none_of_them(results):
+    for model_name, split in (("tiny", len(list(build("tiny").parameters()))), ("odd", 3)):
+        layout = results[(f"{model_name}-adamw-shardupd-peercopy", 0)]["layout"]["sharded_update"]
+        assert layout["split_params"] == split
+        peer = layout["peer_copy"]
+        assert peer["parts"] == split and peer["transport"].startswith("gloo send/recv")
+        halves = sum(p.numel() for p in build(model_name).parameters() if p.numel() % 2 == 0) // 2
+        assert peer["recv_bytes"] == halves * 4
+    assert results[("tiny-adamw-shardupd", 0)]["layout"]["sharded_update"]["peer_copy"] is None
+
+
+def test_peer_copies_need_exactly_two_ranks(tmp_path):
+    from ddp_profile.errors import ConfigError
+    from ddp_profile.harness.strategies.peer_shards import PeerShards
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with pytest.raises(ConfigError, match="needs exactly 2 ranks"):
+            PeerShards({0: nn.Parameter(torch.zeros(4))}, None)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_one_rank_steps_every_part_whole():
     sharded, plain = train("odd", True, "adamw"), train("odd", False, "adamw")
     assert sharded["layout"]["sharded_update"]["split_params"] == 0
@@ -146,14 +175,41 @@ def test_zero_grad_clears_parameter_and_part_gradients():
     assert all(part.param.grad is None and part.owned.grad is None for part in update.parts)
 
 
-def test_cli_flag_sets_the_lever_and_the_run_name():
+def parse(*argv: str):
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--strategy", "overlap", "--reduce-avg", "--sharded-update", "--model", "tiny",
-                              "--seq-len", "32"])
-    cfg = config_from_args(args)
+    return config_from_args(parser.parse_args(["--model", "tiny", "--seq-len", "32", *argv]))
+
+
+def test_cli_flag_sets_the_lever_and_the_run_name():
+    cfg = parse("--strategy", "overlap", "--reduce-avg", "--sharded-update")
     assert cfg.sharded_update and cfg.reduce_avg
     assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd_tiny_fp32_2xh100"
+    cfg = parse("--strategy", "overlap", "--reduce-avg", "--sharded-update", "--sharded-update-normal-priority",
+                "--peer-copy-allreduce")
+    assert cfg.sharded_update_normal_priority and cfg.peer_copy_allreduce
+    assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd-updnormal-peercopy_tiny_fp32_2xh100"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--strategy", "overlap", "--peer-copy-allreduce"), "without sharded_update"),
+    (("--strategy", "overlap", "--sharded-update-normal-priority"), "needs sharded_update"),
+    (("--strategy", "torch_ddp", "--peer-copy-allreduce"), "bucketed or to overlap"),
+])
+def test_levers_of_the_sharded_update_need_it(argv, message):
+    from ddp_profile.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse(*argv)
+
+
+def test_normal_priority_is_recorded_in_the_layout():
+    model = odd_model()
+    update = ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1,
+                           high_priority=False)
+    assert update.layout()["side_stream_priority"] == "normal"
+    assert ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0,
+                         world_size=1).layout()["side_stream_priority"] == "high"
 
 
 def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):

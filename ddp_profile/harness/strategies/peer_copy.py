@@ -28,6 +28,33 @@ import torch.distributed as dist
 from ddp_profile.errors import ConfigError
 
 
+def two_rank_group(group, what: str) -> tuple:
+    """(group, this rank in it, the peer's global rank) for a two-rank exchange; ``what`` names the lever in
+    the error when the group has another size. None means the default group."""
+    group = group if group is not None else dist.group.WORLD
+    assert group is not None, f"{what} needs an initialised process group"
+    world_size = dist.get_world_size(group)
+    if world_size != 2:
+        raise ConfigError(f"{what} needs exactly 2 ranks (peer copies plus one add), not {world_size}")
+    rank = dist.get_rank(group)
+    return group, rank, dist.get_global_rank(group, 1 - rank)
+
+
+def symmetric_rendezvous(tensor: torch.Tensor, group):
+    """The symmetric-memory handle of ``tensor`` (from ``symm_mem.empty``) over ``group``'s ranks."""
+    from torch.distributed import _symmetric_memory as symm_mem
+
+    try:
+        return symm_mem.rendezvous(tensor, group)
+    except RuntimeError:  # builds that still need the group registered first
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group.group_name)
+        return symm_mem.rendezvous(tensor, group)
+
+
 class PeerCopyWork:
     """The exchange of one bucket; ``wait()`` leaves the sum in the bucket's wire tensor."""
 
@@ -45,18 +72,11 @@ class PeerCopyExchange:
     """Receive buffers for every bucket's wire tensor and the exchange itself (module docstring)."""
 
     def __init__(self, wires: list[torch.Tensor], group) -> None:
-        group = group if group is not None else dist.group.WORLD
-        assert group is not None, "peer_copy_allreduce needs an initialised process group"
-        self.group = group
-        world_size = dist.get_world_size(self.group)
-        if world_size != 2:
-            raise ConfigError(f"peer_copy_allreduce needs exactly 2 ranks (peer copies plus one add), not {world_size}")
+        self.group, self.rank, self.peer_global = two_rank_group(group, "peer_copy_allreduce")
         dtypes = {w.dtype for w in wires}
         if len(dtypes) != 1:
             raise ConfigError(f"peer_copy_allreduce needs one wire dtype for every bucket, got {sorted(map(str, dtypes))}")
-        self.rank = dist.get_rank(self.group)
         self.peer = 1 - self.rank
-        self.peer_global = dist.get_global_rank(self.group, self.peer)
         dtype, device = wires[0].dtype, wires[0].device
         total = sum(w.numel() for w in wires)
         self.offsets = []
@@ -71,7 +91,7 @@ class PeerCopyExchange:
             from torch.distributed import _symmetric_memory as symm_mem
 
             self.recv = symm_mem.empty(total, dtype=dtype, device=device)
-            self.handle = self._rendezvous(symm_mem)
+            self.handle = symmetric_rendezvous(self.recv, self.group)
             self.peer_views = [self.handle.get_buffer(self.peer, (w.numel(),), dtype, off)
                                for w, off in zip(wires, self.offsets, strict=True)]
             self.stream = torch.cuda.Stream(device=device, priority=-1)
@@ -80,17 +100,6 @@ class PeerCopyExchange:
             self.peer_views = []
         self.local = [self.recv[off : off + w.numel()] for w, off in zip(wires, self.offsets, strict=True)]
         self._step_started = False
-
-    def _rendezvous(self, symm_mem):
-        try:
-            return symm_mem.rendezvous(self.recv, self.group)
-        except RuntimeError:  # builds that still need the group registered first
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", FutureWarning)
-                symm_mem.enable_symm_mem_for_group(self.group.group_name)
-            return symm_mem.rendezvous(self.recv, self.group)
 
     def start_step(self) -> None:
         self._step_started = False

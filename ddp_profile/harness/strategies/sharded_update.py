@@ -27,7 +27,12 @@ gives every element the value the unsharded update gives (the same mean gradient
 sums the same two addends as the all-reduce), so a run trains like ``overlap`` (tests/harness/test_levers.py
 checks bitwise equality on gloo). Optimizer state exists for the owned parts only: 1/world size of it.
 
-On the GPU the side stream is a high-priority CUDA stream; off it (gloo tests) every call is synchronous.
+On the GPU the side stream is a high-priority CUDA stream (``high_priority=False``, ``--sharded-update-normal-priority``,
+``-updnormal``: the compute stream's priority, so the update's kernels do not take SMs ahead of the backward's
+GEMMs); off it (gloo tests) every call is synchronous. With ``peer_copy`` (``--peer-copy-allreduce``,
+``-peercopy``, 2 ranks) the split parameters' reduce-scatter and all-gather are copy-engine pushes into the
+peer's memory plus one add, no NCCL kernel (``strategies/peer_shards.py``); whole parameters stay NCCL
+all-reduces.
 Torch and the standard library only.
 
 Known, not understood: in timing set AA (2 x H200, XL bf16, graphed) one of 16 repeats of a sharded
@@ -46,6 +51,7 @@ from torch import nn
 
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import comm_group, merged_state, nbytes
+from ddp_profile.harness.strategies.peer_shards import PeerShards
 
 
 class _Part:
@@ -81,12 +87,17 @@ class ShardedUpdate:
     ``step()`` does nothing (on one rank it steps every part); ``zero_grad`` clears the parameters' and the
     parts' gradients; ``state`` is the parts' optimizer state (what the run JSON's state bytes count)."""
 
-    def __init__(self, params: list[nn.Parameter], factory: Callable, rank: int, world_size: int) -> None:
+    def __init__(self, params: list[nn.Parameter], factory: Callable, rank: int, world_size: int,
+                 peer_copy: bool = False, high_priority: bool = True) -> None:
         self.world_size = world_size
+        self.high_priority = high_priority
+        self.exchange: PeerShards | None = None
+        if peer_copy and world_size > 1:  # before the parts: it moves the split parameters into symmetric memory
+            self.exchange = PeerShards({i: p for i, p in enumerate(params) if p.numel() % world_size == 0}, comm_group())
         self.parts = [_Part(p, rank, world_size, factory) for p in params]
         self.stream: torch.cuda.Stream | None = None
         if world_size > 1 and params and params[0].is_cuda:
-            self.stream = torch.cuda.Stream(params[0].device, priority=-1)
+            self.stream = torch.cuda.Stream(params[0].device, priority=-1 if high_priority else 0)
         self._gathers: list = []
         self._pending: int | None = None  # the split parameter whose parts are updated but not yet all-gathered
 
@@ -125,6 +136,9 @@ class ShardedUpdate:
         grad = part.param.grad
         assert grad is not None  # the post-accumulate hook fires once the gradient exists
         flat = grad.view(-1)
+        if self.exchange is not None and part.split:
+            self._launch_peer_copy(part, index, flat, 1.0 / self.world_size if op == dist.ReduceOp.AVG else 1.0)
+            return
         with nvtx_ranges.collective(index, nbytes(grad)):
             if part.split:
                 work = reduce_scatter(flat[part.lo : part.hi], flat, op, comm_group(), async_op=True)
@@ -140,6 +154,18 @@ class ShardedUpdate:
         if part.split:
             self._pending = index
 
+    def _launch_peer_copy(self, part: _Part, index: int, flat: torch.Tensor, scale: float) -> None:
+        """Reduce-scatter by peer copies (pushing the previous part's update along), then update, all on the
+        side stream once it has caught up with the compute stream (``strategies/peer_shards.py``)."""
+        assert self.exchange is not None
+        if self.stream is not None:
+            self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+        with self.side_stream(), torch.no_grad():
+            with nvtx_ranges.collective(index, nbytes(flat)):
+                part.owned.grad = self.exchange.reduce(index, flat, scale, self._pending)
+            part.optimizer.step()
+        self._pending = index
+
     def _gather_pending(self) -> None:
         """All-gather the parts of the split parameter updated last (from the side stream, after its update)."""
         if self._pending is None:
@@ -154,7 +180,11 @@ class ShardedUpdate:
         """Launch the last all-gather, then order every update and all-gather of this step before later work on
         the current stream."""
         with self.side_stream():
-            self._gather_pending()
+            if self.exchange is not None:
+                self.exchange.flush(self._pending)
+                self._pending = None
+            else:
+                self._gather_pending()
         if self.stream is not None:
             torch.cuda.current_stream(self.stream.device).wait_stream(self.stream)
         for work in self._gathers:
@@ -163,8 +193,10 @@ class ShardedUpdate:
 
     def layout(self) -> dict:
         split = [p for p in self.parts if p.split]
-        return {"sharded_update": True, "gather_after_next_reduce": True, "split_params": len(split), "whole_params": len(self.parts) - len(split),
-                "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts)}
+        return {"sharded_update": True, "gather_after_next_reduce": True, "split_params": len(split),
+                "whole_params": len(self.parts) - len(split), "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts),
+                "side_stream_priority": "high" if self.high_priority else "normal",
+                "peer_copy": self.exchange.layout() if self.exchange is not None else None}
 
 
 __all__ = ["ShardedUpdate", "all_gather", "reduce_scatter"]

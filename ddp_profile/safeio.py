@@ -10,6 +10,7 @@ then renamed over the target: readers see the old file or the new one, never hal
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
@@ -137,6 +138,12 @@ def read_side_file(path: Path | str, limit: int = SIDE_FILE_LIMIT) -> bytes | No
 def write_text_atomic(path: Path | str, text: str, *, make_parents: bool = False) -> Path:
     """Text (UTF-8) version of :func:`write_bytes_atomic`."""
     return write_bytes_atomic(path, text.encode("utf-8"), make_parents=make_parents)
+
+
+def write_record_atomic(path: Path | str, record, *, make_parents: bool = False) -> Path:
+    """A run record (run JSON, timing summary) as compact JSON, one line and a newline, written atomically:
+    committed records count against traces/'s 150 MB budget, and indentation made a quarter of their bytes."""
+    return write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n", make_parents=make_parents)
 
 
 def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = False) -> Path:

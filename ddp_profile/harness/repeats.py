@@ -53,7 +53,7 @@ from pathlib import Path
 from ddp_profile.errors import UsageError, run_main
 from ddp_profile.harness import gpu_state, spread
 from ddp_profile.harness.config import RunConfig, run_name
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import write_record_atomic, write_text_atomic
 
 JOURNAL = "repeats.jsonl"
 SKIPPED = "skipped.txt"
@@ -315,7 +315,7 @@ def summarize(out: Path, host: str | None = None, resamples: int = spread.DEFAUL
         if host is not None:
             summary["host"] = host
         path = out / name / f"{name}.json"
-        write_text_atomic(path, json.dumps(summary, indent=1) + "\n", make_parents=True)
+        write_record_atomic(path, summary, make_parents=True)
         paths.append(path)
     return paths
 

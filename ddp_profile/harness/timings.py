@@ -25,12 +25,11 @@ replaced atomically.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ddp_profile.errors import TraceError, UsageError, run_main
 from ddp_profile.harness import spread
-from ddp_profile.safeio import read_side_json, write_text_atomic
+from ddp_profile.safeio import read_side_json, write_record_atomic
 
 # Keys that must agree between the profiled run and every repeat for the comparison to mean anything.
 SAME_KEYS = ("run", "config", "world_size", "gpu_name", "timing_source")
@@ -97,7 +96,7 @@ def _read(path: Path) -> dict:
 def run(args: argparse.Namespace) -> int:
     target = Path(args.profiled)
     record = fold(_read(target), [_read(Path(p)) for p in args.unprofiled], args.host)
-    write_text_atomic(target, json.dumps(record, indent=1) + "\n")
+    write_record_atomic(target, record)
     prof = record.get("step_ms_median")
     print(f"{record['run']}: un-profiled median {record['unprofiled_step_ms_median']:.2f} ms over "
           f"{record['unprofiled_repeats']} runs ({record['unprofiled_steps']} steps); profiled "

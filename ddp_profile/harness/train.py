@@ -41,7 +41,7 @@ from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, w
 from ddp_profile.harness.strategies.bucketed import BucketOptimizers
 from ddp_profile.harness.strategies.overlap import Overlap
 from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
-from ddp_profile.safeio import write_text_atomic
+from ddp_profile.safeio import write_record_atomic
 
 LoopOptimizer = torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
 """What the loop steps: one optimizer, or a strategy's per-bucket / per-part optimizers."""
@@ -401,4 +401,4 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
 
 def write_json(record: dict, path: Path) -> Path:
     """Write the run record atomically (see ddp_profile.safeio)."""
-    return write_text_atomic(path, json.dumps(record, indent=1) + "\n", make_parents=True)
+    return write_record_atomic(path, record, make_parents=True)

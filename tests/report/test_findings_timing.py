@@ -220,3 +220,21 @@ def test_a_set_without_stock_names_its_best_against_the_runner_up_and_says_it_ha
     assert got.table.frame.iloc[0]["vs stock DDP"] == measures.NO_STOCK
     assert "has no stock DDP run in its set to compare with" in got.bullets[0].text
     assert got.bullets[0].text.endswith("No fp32 timing set timed stock DDP.")
+
+
+def test_a_two_gpu_step_shorter_than_one_gpu_is_explained_by_less_work_per_rank(tmp_path):
+    plans = dict(PLANS)
+    plans["overlap-avg-shardupd-peercopy_xl_fp32_2xh100"] = ("overlap", 2, [340.0, 341.0, 339.5, 340.5, 340.2],
+                                                             {"reduce_avg": True, "sharded_update": True,
+                                                              "peer_copy_allreduce": True})
+    _timing_set(tmp_path, plans)
+    text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
+    assert "overlap-avg-shardupd-peercopy_xl_fp32_2xh100, runs at 10" in text  # ~350 / 340: above 100 %
+    assert "Above 100 % means each rank does less work" in text and "with --sharded-update" in text
+    # below 100 % (the standard plans) the sentence is absent
+    assert "Above 100 %" not in " ".join(_section(tmp_path / "plain")[1].paragraphs())
+
+
+def test_above_one_gpu_names_the_sharded_update_only_when_it_ran():
+    assert "--sharded-update" in timing.above_one_gpu({"config": {"sharded_update": True}})
+    assert timing.above_one_gpu({"config": {}}).endswith("not that communication is free.")

@@ -15,3 +15,7 @@ def memcpy_name(direction: str) -> str:
 
 DEVICE_COPY = memcpy_name("DtoD")
 """A copy from device memory to device memory (``Tensor.copy_`` between tensors on one GPU)."""
+
+PEER_COPY = memcpy_name("PtoP")
+"""A copy between two GPUs' memories on a copy engine (``cudaMemcpyPeer``, or a copy into a peer's memory
+mapped into this process, as PyTorch symmetric memory does): communication outside NCCL."""

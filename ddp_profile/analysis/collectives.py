@@ -43,7 +43,9 @@ import pandas as pd
 
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
+from ddp_profile.activity_names import PEER_COPY
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+from ddp_profile.fmt import fmt_ms
 
 # "allreduce b<bucket> <bytes>B" or "param_sync b<bucket> r<owner> <bytes>B" (bounded: fits int64)
 _BUCKET_RX = re.compile(rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PARAM_SYNC_PREFIX)})"
@@ -139,17 +141,32 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
     rows = collective_rows(karr, nvtx, steps)
     if rows is None:
         n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
-        notes.append(no_nccl_note(n_unknown))
+        notes.append(no_nccl_note(n_unknown, *peer_copies(karr)))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     return match_collectives([rows], notes, ddp_bucket_bytes, ranks=karr.distinct_ranks(),
                              bytes_note=unknown_bytes_note(nvtx))
 
 
-def no_nccl_note(n_unknown: int = 0) -> str:
-    return (f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
+def no_nccl_note(n_unknown: int = 0, n_peer: int = 0, peer_ns: int = 0) -> str:
+    """The note for a trace without NCCL kernels; ``n_peer`` peer-to-peer copies of ``peer_ns`` in all
+    (:func:`peer_copies`) are named, since they are communication this analysis does not count as such."""
+    text = (f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
             "export's string table lacks them): NCCL kernels may be among them, so there is no collective "
             "table, cost model or overlap" if n_unknown else
             "no NCCL kernels in the trace: no collective table, cost model or overlap")
+    if n_peer:
+        text += (f"; the trace has {n_peer} peer-to-peer copies ({PEER_COPY}, {fmt_ms(peer_ns)} in all): "
+                 "GPUs exchanged data outside NCCL (copy engines, e.g. PyTorch symmetric memory), and communication, "
+                 "overlap and exposed communication here count NCCL kernels only, so they read 0 for that exchange")
+    return text
+
+
+def peer_copies(karr: KernelArrays) -> tuple[int, int]:
+    """(count, summed duration in ns) of the peer-to-peer memcpy rows among ``karr``'s activities."""
+    if karr.frame is None or "name" not in karr.frame:
+        return 0, 0
+    sel = (karr.frame["name"] == PEER_COPY).to_numpy(dtype=bool, na_value=False)
+    return int(sel.sum()), int((karr.end[sel] - karr.start[sel]).sum())
 
 
 def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame | None:

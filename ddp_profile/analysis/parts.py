@@ -93,6 +93,8 @@ class StepPart:
     n_kernels: int = 0
     any_launch: bool = False
     n_unknown: int = 0
+    peer_copies: tuple[int, int] = (0, 0)
+    """(count, summed ns) of peer-to-peer copies (``collectives.peer_copies``), for the no-NCCL note."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
 
@@ -111,7 +113,7 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     inferred=inferred, ranks=[int(r) for r in karr.distinct_ranks()], n_kernels=len(karr.start),
                     any_launch=bool((karr.launch >= 0).any()),
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
-                    nccl_nvtx=coll.has_nccl_ranges(nvtx))
+                    peer_copies=coll.peer_copies(karr), nccl_nvtx=coll.has_nccl_ranges(nvtx))
 
 
 def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
@@ -196,7 +198,8 @@ def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] |
     have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
     ranks = sorted({r for p in parts for r in p.ranks})
     if not have:
-        notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts)))
+        notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
+                                       sum(p.peer_copies[1] for p in parts)))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     # the rows as they are (one part: no copy), each row's part kept beside them
     keep = np.concatenate([np.full(len(r), i) for i, r in have])

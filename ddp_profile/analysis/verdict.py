@@ -234,9 +234,11 @@ def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int,
                  f"behind compute: each rank reduce-scatters each gradient, updates its 1/{world} slice of the "
                  "parameter, and the slices are all-gathered while other work runs (FSDP2's fully_shard(..., "
                  "reshard_after_forward=False) gathers them during the next forward; this harness's overlap "
-                 "--sharded-update updates each slice from its gradient hook and gathers it during backward); a "
-                 "sharded step that broadcasts after the optimizer instead (plain ZeroRedundancyOptimizer) exposes "
-                 "that broadcast",
+                 "--sharded-update updates each slice from its gradient hook and gathers it during backward"
+                 + ("; on 2 GPUs its --peer-copy-allreduce moves both exchanges onto copy engines, so no NCCL kernel "
+                    "takes SMs beside the backward" if world == 2 else "")
+                 + "); a sharded step that broadcasts after the optimizer instead (plain ZeroRedundancyOptimizer) "
+                 "exposes that broadcast",
                  np.minimum(t.fillna(0.0) * (1.0 - 1.0 / world), c["compute_ns"]),
                  f"{int(n.median())} optimizer kernels ({_ms(t.median())}) run after the last backward kernel each "
                  f"step on the critical rank, and every one of the {world} ranks runs the whole update", step)

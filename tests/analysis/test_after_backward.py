@@ -88,6 +88,8 @@ def test_stock_ddp_trace_gets_the_rules_and_one_gpu_and_a_sharded_job_do_not():
     # and the whole fused AdamW update after backward on each of the 2 ranks (101 kernels, ~16 ms): half is the bound
     assert rules["optimizer_shard"]["evidence"].startswith("101 optimizer kernels")
     assert 6e6 < rules["optimizer_shard"]["gain_upper_ns"] < 10e6
+    # two ranks: the advice names the copy-engine exchange too (timing set AB measured it)
+    assert "on 2 GPUs its --peer-copy-allreduce" in rules["optimizer_shard"]["what_to_change"]
     one = analyze(load_trace(TRACES / "campaign" / "B" / "none_xl_bf16_1xh200")).verdict["advice"]
     assert not {"grad_copy_back", "optimizer_shard"} & {r["rule"] for r in one}
     # jobs that already shard are not told to: ZeroRedundancyOptimizer (its Broadcasts take 0.9x the all-reduce

@@ -9,6 +9,9 @@ element count is odd cannot be halved: it is all-reduced and updated whole on bo
 from __future__ import annotations
 
 import argparse
+import json
+import lzma
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,3 +247,23 @@ def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
     assert calls == ["AR3", "RS2", "RS1", "AG2", "RS0", "AG1"]
     update.finish()
     assert calls[-1] == "AG0" and len(calls) == 7
+
+
+@pytest.mark.parametrize("timing_set", ["AB", "AC"])
+def test_on_the_gpu_peer_copies_trained_like_stock_ddp_in_every_repeat(timing_set):
+    """The committed journals of timing sets AB (bf16) and AC (fp32), 2 x H200, graphed: every repeat of the
+    sharded update with peer copies ended on final losses that stock DDP's own repeats ended on (in fp32, stock
+    DDP itself ends on two rank-1 losses across repeats; the peer-copy runs end on the same ones)."""
+    journal = Path(__file__).resolve().parents[2] / "traces" / "campaign" / timing_set / "repeats.jsonl.xz"
+    if not journal.exists():
+        pytest.skip(f"committed timing set {timing_set} not present")
+    losses: dict[str, set] = {}
+    for line in lzma.decompress(journal.read_bytes()).decode().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "done":
+            losses.setdefault(event["record"]["run"], set()).add(tuple(event["record"]["final_loss_per_rank"]))
+    stock = next(v for k, v in losses.items() if k.startswith("torch_ddp-25mb-graph"))
+    peer = [k for k in losses if "-shardupd" in k and "-peercopy" in k]
+    assert peer, sorted(losses)
+    for run in peer:
+        assert losses[run] <= stock, (run, losses[run], stock)

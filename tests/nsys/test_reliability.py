@@ -447,3 +447,26 @@ def test_every_test_the_readme_guarantees_cite_exists():
     for module, name in cited:
         where = [sources[module]] if module else sources.values()
         assert any(f"def {name}(" in text for text in where), name
+
+
+def test_peer_to_peer_copies_are_named_when_no_nccl_kernel_carried_the_exchange(tmp_path):
+    """A job whose GPUs exchange gradients by copy engines (PyTorch symmetric memory, as the harness's
+    --peer-copy-allreduce does) has no NCCL kernel: the note says how many peer copies the trace holds, so
+    a zero communication time is not read as "no communication"."""
+    from ddp_profile.analysis import analyze
+
+    path = _copy(tmp_path)
+    con = sqlite3.connect(path)
+    n_copies = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0]
+    con.close()
+    assert n_copies > 0
+    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
+               "(SELECT id FROM StringIds WHERE value LIKE 'nccl%')",
+         "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 10")
+    trace = load_trace(path)
+    n_peer = int((trace.kernels["name"] == "[CUDA memcpy PtoP]").sum())
+    assert 0 < n_peer <= n_copies
+    notes = analyze(trace).notes
+    assert any(f"the trace has {n_peer} peer-to-peer copies ([CUDA memcpy PtoP]," in n for n in notes), notes
+    # with NCCL kernels present the note does not appear
+    assert not any("peer-to-peer copies" in n for n in analyze(load_trace(_copy(tmp_path, "plain.sqlite"))).notes)

@@ -131,7 +131,7 @@ class PeerShards:
                 work.wait()
 
     def layout(self) -> dict:
-        return {"transport": "symmetric memory: cudaMemcpyAsync to the peer + one add" if self.on_gpu
+        return {"transport": "symmetric memory: copy-engine push to the peer + one add" if self.on_gpu
                 else "gloo send/recv + one add (CPU stand-in for the peer copy)",
                 "parts": len(self.slots),
                 "recv_bytes": sum(r.numel() * r.element_size() for r in self.recv.values())}

@@ -249,9 +249,9 @@ def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
     assert calls[-1] == "AG0" and len(calls) == 7
 
 
-@pytest.mark.parametrize("timing_set", ["AB", "AC"])
+@pytest.mark.parametrize("timing_set", ["AB", "AC", "AD"])
 def test_on_the_gpu_peer_copies_trained_like_stock_ddp_in_every_repeat(timing_set):
-    """The committed journals of timing sets AB (bf16) and AC (fp32), 2 x H200, graphed: every repeat of the
+    """The committed journals of timing sets AB and AD (bf16) and AC (fp32), 2 x H200, graphed: every repeat of the
     sharded update with peer copies ended on final losses that stock DDP's own repeats ended on (in fp32, stock
     DDP itself ends on two rank-1 losses across repeats; the peer-copy runs end on the same ones)."""
     journal = Path(__file__).resolve().parents[2] / "traces" / "campaign" / timing_set / "repeats.jsonl.xz"

@@ -1,4 +1,6 @@
-"""Two-rank all-reduce by peer copies plus one local add (``--peer-copy-allreduce``, `bucketed` only).
+"""Two-rank all-reduce by peer copies plus one local add (``--peer-copy-allreduce`` with `bucketed`; the sharded
+update's reduce-scatter and all-gather by peer copies are ``strategies/peer_shards.py``, which shares this
+module's two-rank check and symmetric-memory rendezvous).
 
 Issue 30 asks for a copy-engine all-reduce: with two GPUs, a sum needs no ring. Each rank pushes its
 (pre-divided) bucket into a receive buffer on the other GPU, both wait until both pushes landed, and each

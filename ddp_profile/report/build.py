@@ -279,10 +279,11 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
                 text = {"scaling": render_scaling_page}.get(g.kind, render_group_page)(g)
             _write(tmp / g.page, text)
             sizes[g.page] = (tmp / g.page).stat().st_size
+        headline: list = []  # the findings' timing bullets, repeated on the index
         if findings_root is not None:
-            sizes.update(_write_findings(findings_root, runs, tmp, out))
+            sizes.update(_write_findings(findings_root, runs, tmp, out, headline))
         _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes,
-                                                    context=context))
+                                                    context=context, headline=headline))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
         if cache is not None:
             cache.carry_into(tmp)  # the runs' cached results go into the new folder (not counted as pages)
@@ -344,7 +345,7 @@ def findings_root_of(paths: list) -> Path | None:
     return Path(paths[0])
 
 
-def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
+def _write_findings(root: Path, runs: list[Run], tmp: Path, out, headline: list | None = None) -> dict:
     from ddp_profile.report.findings import build_findings
     from ddp_profile.report.findings.data import from_report_runs
 
@@ -359,7 +360,7 @@ def _write_findings(root: Path, runs: list[Run], tmp: Path, out) -> dict:
         else:
             print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
         return {}
-    written = build_findings(root, tmp, runs=data)
+    written = build_findings(root, tmp, runs=data, headline=headline)
     print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
     return written
 

@@ -90,13 +90,16 @@ def test_findings_of_the_shipped_traces_open_with_short_linked_bullets(tmp_path)
 
     if not (ROOT / "traces" / "campaign").is_dir():
         pytest.skip("committed traces not present")
-    build_findings(ROOT / "traces", tmp_path)
+    headline: list = []
+    build_findings(ROOT / "traces", tmp_path, headline=headline)
     bullets = check_markdown((tmp_path / "FINDINGS.md").read_text())
     check_html((tmp_path / "findings.html").read_text(), bullets)
     leads = [b["lead"] for b in bullets]
     # the answers come first: per dtype the best configuration against one GPU and stock, then where time goes
     assert leads[:2] == ["fp32, closest to one GPU:", "bf16, closest to one GPU:"]
     assert leads[2:4] == ["fp32, where the multi-GPU step loses time:", "bf16, where the multi-GPU step loses time:"]
+    # the index page repeats the timing bullets: the same two
+    assert [b.lead for b in headline] == leads[:2]
 
 
 def test_summary_renders_the_same_escaped_bullets_in_both_documents():
@@ -131,6 +134,19 @@ def test_confirm_bullet_counts_and_names_the_worst_case():
                                              "(Campaign set B).")
     with pytest.raises(ValueError, match="summary topic"):
         s.add_summary("Recommend → confirm (prediction from the stock trace vs measured, target ±5 %)", met=1)
+
+
+def test_summary_hands_out_one_topics_bullets():
+    """What the index page repeats (``Summary.about``): the bullets of one topic only, each knowing its topic."""
+    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.report.findings.text import TOPIC_CONFIRM, TOPIC_TIMING
+
+    s = Section("confirm", "Recommend → confirm")
+    s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
+                  worst_run="ch4", worst_error="−20.6 %")
+    summary = build_summary([s])
+    assert summary.about(TOPIC_CONFIRM) == summary.bullets and summary.bullets[0].topic == TOPIC_CONFIRM
+    assert summary.about(TOPIC_TIMING) == []
 
 
 def _timing_fact(set_name: str, eff: tuple[float, float, float], word: str = "faster") -> dict:

@@ -278,3 +278,20 @@ def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monk
         assert rows[one.page].count(f">{one.name}<") == rows[one.page].count(f"href='{one.page}'")
         assert all(link in rows[r.page] for r in runs[1:])
         assert all(h.endswith(".html") for h in re.findall(r"<a href='([^']+)'", html_))  # no link on a dash
+
+
+def test_index_repeats_the_findings_timing_bullets_escaped_and_linked(monkeypatch):
+    from ddp_profile.report.findings.summary import Bullet
+
+    patch_analysis(monkeypatch)
+    runs = _set()
+    assign_baselines(runs)
+    bullet = Bullet("bf16, closest to one GPU:", "x <script>alert(1)</script> (set AB): 100.6 % of one GPU", "timing",
+                    "timing sets")
+    page_ = render_index(runs, group_runs(runs), [], findings=True, headline=[bullet])
+    findings = page_.split("<h2>Findings</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<strong>bf16, closest to one GPU:</strong>" in findings and "<script>" not in findings
+    assert "&lt;script&gt;" in findings and "href='findings.html#timing'>timing sets</a>" in findings
+    # without findings, or without timing sets, nothing of it
+    assert "Closest to one GPU" not in render_index(runs, group_runs(runs), [], findings=False, headline=[bullet])
+    assert "Closest to one GPU" not in render_index(runs, group_runs(runs), [], findings=True)

@@ -30,6 +30,7 @@ from ddp_profile.report.findings.data import (
 from ddp_profile.report.findings.losses import q13_where_lost
 from ddp_profile.report.findings.render import to_html, to_markdown
 from ddp_profile.report.findings.summary import build_summary
+from ddp_profile.report.findings.text import TOPIC_TIMING
 from ddp_profile.report.runs import run_page_name
 from ddp_profile.safeio import write_text_atomic
 
@@ -195,11 +196,12 @@ def intro(root: Path, runs, pages: bool | None = None) -> list[str]:
             + torch_ddp_line(root, runs)]
 
 
-def build_findings(root, out_dir, progress=None, runs=None) -> dict:
+def build_findings(root, out_dir, progress=None, runs=None, headline: list | None = None) -> dict:
     """Load every run under ``root`` (or take ``runs``, RunData already analysed, e.g. from
     :func:`ddp_profile.report.findings.data.from_report_runs`), answer the questions, write FINDINGS.md,
     findings.html and (if missing) plotly.min.js into ``out_dir``, each atomically; other files there are left
-    alone. Returns {file name: bytes written}."""
+    alone. Returns {file name: bytes written}. ``headline``: a list that receives the summary's timing bullets
+    (per dtype, the configuration closest to one GPU), for the report's index page."""
     from plotly.offline import get_plotlyjs
 
     from ddp_profile.report.findings import figures
@@ -218,6 +220,8 @@ def build_findings(root, out_dir, progress=None, runs=None) -> dict:
         figs["scaling"] = figures.scaling_figure(extra["scaling"], machine_line(root, SCALING, runs).split(" (")[0])
     title = "Findings: CS336 assignment 2 DDP questions, answered from Nsight Systems traces"
     summary = build_summary(secs)
+    if headline is not None:
+        headline.extend(summary.about(TOPIC_TIMING))
     md = to_markdown(title, intro(root, runs), secs, summary)
     pages = any((out_dir / page_for(r)).exists() for r in runs)
     html_text = to_html(title, intro(root, runs, pages), secs, figs, summary)

@@ -16,7 +16,7 @@ traces recommend; the sets of traces/ (sections 1–8).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -46,6 +46,8 @@ class Bullet:
     text: str
     anchor: str
     link: str
+    topic: str = ""
+    """The section topic whose facts made it (``text.TOPIC_*``; set by :func:`build_summary`)."""
 
 
 @dataclass
@@ -57,6 +59,10 @@ class Summary:
 
     def __bool__(self) -> bool:
         return bool(self.bullets) or self.table is not None
+
+    def about(self, topic: str) -> list[Bullet]:
+        """The bullets made from one topic's facts (e.g. ``TOPIC_TIMING``: per dtype, closest to one GPU)."""
+        return [b for b in self.bullets if b.topic == topic]
 
 
 def listing(items) -> str:
@@ -252,5 +258,5 @@ def build_summary(sections: list[Section]) -> Summary:
                         (TOPIC_TRACES_BEST, traces_bullet)):
         facts, key = _facts(sections, topic)
         if facts:
-            out.bullets += make(facts, key)
+            out.bullets += [replace(b, topic=topic) for b in make(facts, key)]
     return out

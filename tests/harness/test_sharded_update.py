@@ -149,12 +149,16 @@ def test_peer_copies_carry_every_split_parameter_and_nccl_none_of_them(results):
 
 def test_peer_copies_need_exactly_two_ranks(tmp_path):
     from ddp_profile.errors import ConfigError
+    from ddp_profile.harness.strategies.peer_copy import symmetric_rendezvous
     from ddp_profile.harness.strategies.peer_shards import PeerShards
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
         with pytest.raises(ConfigError, match="needs exactly 2 ranks"):
             PeerShards({0: nn.Parameter(torch.zeros(4))}, None)
+        # GPU tensors over a gloo group (--backend gloo): one clear line before any symmetric memory is touched
+        with pytest.raises(ConfigError, match="need an NCCL process group, not 'gloo'"):
+            symmetric_rendezvous(torch.zeros(4), dist.group.WORLD)
     finally:
         dist.destroy_process_group()
 

@@ -43,8 +43,13 @@ def two_rank_group(group, what: str) -> tuple:
 
 
 def symmetric_rendezvous(tensor: torch.Tensor, group):
-    """The symmetric-memory handle of ``tensor`` (from ``symm_mem.empty``) over ``group``'s ranks."""
+    """The symmetric-memory handle of ``tensor`` (from ``symm_mem.empty``) over ``group``'s ranks; a group
+    that is not NCCL's (gloo over GPU tensors) is a ConfigError, not a failure inside the rendezvous."""
     from torch.distributed import _symmetric_memory as symm_mem
+
+    backend = str(dist.get_backend(group))
+    if "nccl" not in backend:
+        raise ConfigError(f"peer copies between GPUs need an NCCL process group, not {backend!r} (drop --backend)")
 
     try:
         return symm_mem.rendezvous(tensor, group)

@@ -142,6 +142,7 @@ def test_peer_copies_carry_every_split_parameter_and_nccl_none_of_them(results):
         assert layout["split_params"] == split
         peer = layout["peer_copy"]
         assert peer["parts"] == split and peer["transport"].startswith("gloo send/recv")
+        assert peer["symmetric_bytes"] == 0  # no symmetric memory off the GPU
         halves = sum(p.numel() for p in build(model_name).parameters() if p.numel() % 2 == 0) // 2
         assert peer["recv_bytes"] == halves * 4
     assert results[("tiny-adamw-shardupd", 0)]["layout"]["sharded_update"]["peer_copy"] is None

@@ -39,6 +39,10 @@ from torch import nn
 from ddp_profile.errors import ConfigError
 from ddp_profile.harness.strategies.peer_copy import symmetric_rendezvous, two_rank_group
 
+BARRIER_TIMEOUT_MS = 120_000
+"""A barrier whose peer never arrives (ranks that fired different hooks) traps the GPU with a message after
+this long instead of spinning for ever (the symmetric-memory barrier's default, 0, never times out)."""
+
 
 class _Slot:
     """One split parameter: its flat view, its two halves' ranges and its receive slot."""
@@ -120,7 +124,7 @@ class PeerShards:
             assert self.handle is not None
             for local, index, target in pushes:
                 (self.peer_recv if target == "recv" else self.peer_param)[index].copy_(local)
-            self.handle.barrier(channel=0)
+            self.handle.barrier(channel=0, timeout_ms=BARRIER_TIMEOUT_MS)
         else:
             ops = []
             for tag, (local, index, target) in enumerate(pushes):
@@ -132,10 +136,13 @@ class PeerShards:
                 work.wait()
 
     def layout(self) -> dict:
+        recv_bytes = sum(r.numel() * r.element_size() for r in self.recv.values())
+        param_bytes = sum(s.param.numel() * s.param.element_size() for s in self.slots.values())
         return {"transport": "symmetric memory: copy-engine push to the peer + one add" if self.on_gpu
                 else "gloo send/recv + one add (CPU stand-in for the peer copy)",
-                "parts": len(self.slots),
-                "recv_bytes": sum(r.numel() * r.element_size() for r in self.recv.values())}
+                "parts": len(self.slots), "recv_bytes": recv_bytes,
+                # outside PyTorch's caching allocator: the run JSON's peak_memory_* do not count these bytes
+                "symmetric_bytes": param_bytes + recv_bytes if self.on_gpu else 0}
 
 
-__all__ = ["PeerShards"]
+__all__ = ["BARRIER_TIMEOUT_MS", "PeerShards"]

@@ -162,10 +162,12 @@ def no_nccl_note(n_unknown: int = 0, n_peer: int = 0, peer_ns: int = 0) -> str:
 
 
 def peer_copies(karr: KernelArrays) -> tuple[int, int]:
-    """(count, summed duration in ns) of the peer-to-peer memcpy rows among ``karr``'s activities."""
-    if karr.frame is None or "name" not in karr.frame:
+    """(count, summed duration in ns) of the peer-to-peer memcpy rows among ``karr``'s activities (by the
+    arrays' name codes: one comparison per distinct name, not per row)."""
+    code = np.flatnonzero(np.asarray(karr.names, dtype=object) == PEER_COPY)
+    if not code.size:
         return 0, 0
-    sel = (karr.frame["name"] == PEER_COPY).to_numpy(dtype=bool, na_value=False)
+    sel = karr.name_code == code[0]
     return int(sel.sum()), int((karr.end[sel] - karr.start[sel]).sum())
 
 

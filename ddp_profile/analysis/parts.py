@@ -94,7 +94,8 @@ class StepPart:
     any_launch: bool = False
     n_unknown: int = 0
     peer_copies: tuple[int, int] = (0, 0)
-    """(count, summed ns) of peer-to-peer copies (``collectives.peer_copies``), for the no-NCCL note."""
+    """(count, summed ns) of peer-to-peer copies (``collectives.peer_copies``), for the no-NCCL note; (0, 0) for a
+    part with NCCL rows, whose copies no note names."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
 
@@ -109,11 +110,13 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
     nvtx = getattr(trace, "nvtx", None)
     host_steps, notes, inferred = infer.steps_from_trace(nvtx, karr, step_pattern)
     kind = karr.frame["kind"] if karr.frame is not None and "kind" in karr.frame else None
-    return StepPart(steps=host_steps, rows=coll.collective_rows(karr, nvtx, host_steps), notes=notes,
+    rows = coll.collective_rows(karr, nvtx, host_steps)
+    return StepPart(steps=host_steps, rows=rows, notes=notes,
                     inferred=inferred, ranks=[int(r) for r in karr.distinct_ranks()], n_kernels=len(karr.start),
                     any_launch=bool((karr.launch >= 0).any()),
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
-                    peer_copies=coll.peer_copies(karr), nccl_nvtx=coll.has_nccl_ranges(nvtx))
+                    peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
+                    nccl_nvtx=coll.has_nccl_ranges(nvtx))
 
 
 def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:

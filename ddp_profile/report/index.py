@@ -17,6 +17,7 @@ from ddp_profile.report.compare import (
     overlap_caption,
     overlap_runs,
 )
+from ddp_profile.report.findings.render import bullet_html
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, header
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
@@ -364,9 +365,8 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
             "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>"))
     if findings:
         best = ("<p>Closest to one GPU in the timing sets (interleaved un-profiled repeats; not every such "
-                "configuration has a profiled run below):</p><ul>" + "".join(
-                    f"<li><strong>{esc(b.lead)}</strong> {esc(b.text)} (<a href='findings.html#{esc(b.anchor)}'>"
-                    f"{esc(b.link)}</a>)</li>" for b in headline) + "</ul>") if headline else ""
+                "configuration has a profiled run below):</p><ul>"
+                + "".join(bullet_html(b, "findings.html") for b in headline) + "</ul>") if headline else ""
         parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
                         "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>" + best)
     verdict = index_verdict(runs, groups, context)

@@ -8,7 +8,7 @@ import re
 
 import pandas as pd
 
-from ddp_profile.report.findings.summary import Summary
+from ddp_profile.report.findings.summary import Bullet, Summary
 from ddp_profile.report.findings.text import Figure, Links, Para, Table
 
 CODE = re.compile(r"`([^`]+)`")
@@ -74,16 +74,21 @@ def to_markdown(title: str, intro: list[str], sections: list, summary: Summary |
     return "\n".join(lines).rstrip() + "\n"
 
 
+def bullet_html(b: Bullet, page: str = "") -> str:
+    """One summary bullet as an HTML list item, its link to the section anchor on ``page`` ("": this page)."""
+    from ddp_profile.report.html import esc
+
+    return (f"<li><strong>{html_text(b.lead)}</strong> {html_text(b.text)} "
+            f"(<a href='{esc(page)}#{esc(b.anchor)}'>{esc(b.link)}</a>)</li>")
+
+
 def summary_html(summary: Summary | None) -> tuple[str, str]:
     """(the bullets, for the page's verdict box; the timing sets' table, opening the body), the same content
     as :func:`summary_markdown`."""
-    from ddp_profile.report.html import esc
-
     if not summary:
         return "", ""
     bullets = ("<p><strong>Summary.</strong></p><ul class='summary'>" + "".join(
-        f"<li><strong>{html_text(b.lead)}</strong> {html_text(b.text)} (<a href='#{esc(b.anchor)}'>{esc(b.link)}</a>)"
-        "</li>" for b in summary.bullets) + "</ul>") if summary.bullets else ""
+        bullet_html(b) for b in summary.bullets) + "</ul>") if summary.bullets else ""
     table = _html_table(summary.table.frame, summary.table.caption) if summary.table is not None else ""
     return bullets, table
 

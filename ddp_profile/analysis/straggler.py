@@ -34,6 +34,8 @@ rank); for ``gpu``, its GPU busy time against its peers'. Times in the text are 
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -97,43 +99,70 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     return out.rename("lead_ns").reset_index()
 
 
-def call_stats(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.DataFrame:
-    """Per function (index) of the host-wait calls on the rank's main thread (tid = pid) ending in [lo, hi):
-    ``ns`` (their time), ``calls`` and ``sync`` (the nsys layer's kind is "sync")."""
-    if waits is None or waits.empty:
-        return pd.DataFrame({"ns": [], "calls": [], "sync": []}, dtype=float)
-    end = ints(waits["end_ns"])
-    m = (ints(waits["rank"]) == rank) & (ints(waits["tid"]) == ints(waits["pid"])) & (end >= lo) & (end < hi)
-    sub = waits.loc[m]
-    df = pd.DataFrame({"name": sub["name"].astype(str).to_numpy(),
-                       "ns": (ints(sub["end_ns"]) - ints(sub["start_ns"])).astype(float),
-                       "sync": (sub["kind"].astype(str) == "sync").to_numpy()})
-    return df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), sync=("sync", "any"))
+class CallTable(NamedTuple):
+    """Host-wait calls on each rank's main thread (tid = pid) per row of ``critical_path.rank_paths``, calls
+    ending in that row's span [start_ns, end_ns): ``ns[row, f]`` their time and ``calls[row, f]`` their count in
+    function ``names[f]`` (names sorted)."""
+
+    names: np.ndarray
+    ns: np.ndarray
+    calls: np.ndarray
 
 
-def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.DataFrame, lead: float
-                   ) -> str | None:
-    """The host-wait functions that set the straggler apart, each rank within its own step span: those it
-    calls more often than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that
-    returns at once still empties the GPU's queue: ``loss.item()`` on one rank), as
-    'host waits on the main thread: <function> ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's
-    time in those functions in the step); None without any."""
-    mine = call_stats(waits, s, int(me["start_ns"]), int(me["end_ns"]))
-    if mine.empty:
+def call_table(waits: pd.DataFrame | None, paths: pd.DataFrame) -> CallTable:
+    """:class:`CallTable` of ``waits`` (HOST_WAIT_COLUMNS) over the spans of ``paths``: per rank, the calls sorted
+    by end once, and per function a running sum read at both ends of every span (``np.searchsorted``), so the cost
+    grows with calls and spans, not with their product."""
+    n = len(paths) if paths is not None else 0
+    if waits is None or waits.empty or n == 0:
+        return CallTable(np.zeros(0, dtype=object), np.zeros((n, 0), np.int64), np.zeros((n, 0), np.int64))
+    main = ints(waits["tid"]) == ints(waits["pid"])
+    names, code = np.unique(waits["name"].astype(str).to_numpy()[main], return_inverse=True)
+    w_rank, w_end = ints(waits["rank"])[main], ints(waits["end_ns"])[main]
+    w_dur = w_end - ints(waits["start_ns"])[main]
+    ns = np.zeros((n, len(names)), np.int64)
+    calls = np.zeros((n, len(names)), np.int64)
+    p_rank, lo, hi = ints(paths["rank"]), ints(paths["start_ns"]), ints(paths["end_ns"])
+    for rank in np.intersect1d(np.unique(p_rank), w_rank).tolist():
+        rows = np.flatnonzero(p_rank == rank)
+        mine = np.flatnonzero(w_rank == rank)
+        for f in np.unique(code[mine]).tolist():
+            sel = mine[code[mine] == f]
+            order = np.argsort(w_end[sel], kind="stable")
+            end = w_end[sel][order]
+            total = np.concatenate([[0], np.cumsum(w_dur[sel][order])])
+            a, b = np.searchsorted(end, lo[rows], "left"), np.searchsorted(end, hi[rows], "left")
+            calls[rows, f] = b - a
+            ns[rows, f] = total[b] - total[a]
+    return CallTable(names, ns, calls)
+
+
+def _evidence_call(table: CallTable, me_row: int, peer_rows: np.ndarray, lead: float) -> str | None:
+    """The host-wait functions that set the straggler (``table`` row ``me_row``) apart from its peers (rows
+    ``peer_rows``), each rank within its own step span: those it calls more often than its peers' median, or
+    spends at least CALL_SHARE of the lead longer in (a sync that returns at once still empties the GPU's queue:
+    ``loss.item()`` on one rank), as 'host waits on the main thread: <function> ×N (peers ×M) + ..., X ms
+    (peers Y ms)' (X: the straggler's time in those functions in the step); None without any."""
+    if not table.names.size:
         return None
-    theirs = [call_stats(waits, int(p), int(r["start_ns"]), int(r["end_ns"])) for p, r in peers.iterrows()]
-
-    def base(col):
-        got = pd.DataFrame([t[col] for t in theirs]) if theirs else pd.DataFrame()
-        return got.reindex(columns=mine.index).fillna(0.0).median() if len(got) else pd.Series(0.0, index=mine.index)
-
-    t_base, n_base = base("ns").reindex(mine.index).fillna(0.0), base("calls").reindex(mine.index).fillna(0.0)
-    named = mine.index[((mine["ns"] - t_base) >= CALL_SHARE * lead) | (mine["calls"] > n_base)]
-    if not len(named):
+    mine_calls = table.calls[me_row]
+    have = np.flatnonzero(mine_calls > 0)
+    if not have.size:
         return None
-    named = mine.loc[named].sort_values("ns", ascending=False, kind="stable").index
-    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (other ranks' median ×{n_base[n]:g})" for n in named)
-    return (f"host waits on the main thread: {calls}, {fmt_ms(mine.loc[named, 'ns'].sum())} "
+    mine_ns = table.ns[me_row, have].astype(float)
+    mine_calls = mine_calls[have]
+    if len(peer_rows):  # a peer without a call of a function counts 0 for it
+        t_base = np.median(table.ns[np.ix_(peer_rows, have)].astype(float), axis=0)
+        n_base = np.median(table.calls[np.ix_(peer_rows, have)].astype(float), axis=0)
+    else:
+        t_base = n_base = np.zeros(len(have))
+    named = np.flatnonzero(((mine_ns - t_base) >= CALL_SHARE * lead) | (mine_calls > n_base))
+    if not named.size:
+        return None
+    named = named[np.argsort(-mine_ns[named], kind="stable")]
+    calls = " + ".join(f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
+                       for i in named.tolist())
+    return (f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
             f"(other ranks' median {fmt_ms(t_base[named].sum())})")
 
 
@@ -151,11 +180,12 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
         best = best.drop_duplicates("step")
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
         by_step = _paths_by_step(paths)
+        table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
         for pos, step, s, lead in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
                                       best["lead_ns"].to_numpy(dtype=float).tolist(), strict=True):
             if pos < 0:
                 continue
-            cause, evidence = _cause(by_step.get(step), s, lead, paths, waits)
+            cause, evidence = _cause(by_step.get(step), s, lead, paths, table)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
                                                     dtype="Int64"),
@@ -171,7 +201,7 @@ def _paths_by_step(paths: pd.DataFrame) -> dict[int, np.ndarray]:
     return {int(k): v for k, v in pd.Series(np.arange(len(paths))).groupby(ints(paths["step"])).indices.items()}
 
 
-def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, waits: pd.DataFrame | None
+def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, waits: CallTable
            ) -> tuple[str, str | None]:
     """(straggler_cause, straggler_evidence) of straggler ``s`` in a step whose ``paths`` rows are ``rows``."""
     if rows is None:
@@ -195,9 +225,7 @@ def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, wa
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
     if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
         evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (other ranks' median {fmt_ms(peers_host)})"
-        me = paths.iloc[me_row].drop("step").rename(s)
-        peers = paths.iloc[peer_rows].drop(columns="step").set_index("rank")
-        call = _evidence_call(waits, s, me, peers, lead)
+        call = _evidence_call(waits, me_row, peer_rows, lead)
         return "host", evidence if call is None else f"{evidence}; {call}"
     if d_gpu >= CAUSE_SHARE * lead:
         return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"

@@ -137,25 +137,19 @@ def call_table(waits: pd.DataFrame | None, paths: pd.DataFrame) -> CallTable:
     return CallTable(names, ns, calls)
 
 
-def _evidence_call(table: CallTable, me_row: int, peer_rows: np.ndarray, lead: float) -> str | None:
-    """The host-wait functions that set the straggler (``table`` row ``me_row``) apart from its peers (rows
-    ``peer_rows``), each rank within its own step span: those it calls more often than its peers' median, or
-    spends at least CALL_SHARE of the lead longer in (a sync that returns at once still empties the GPU's queue:
-    ``loss.item()`` on one rank), as 'host waits on the main thread: <function> ×N (peers ×M) + ..., X ms
-    (peers Y ms)' (X: the straggler's time in those functions in the step); None without any."""
-    if not table.names.size:
-        return None
-    mine_calls = table.calls[me_row]
+def _evidence_call(table: CallTable, x: StepInputs, lead: float) -> str | None:
+    """The host-wait functions that set the straggler (``table`` row ``x.me_row``) apart from its peers (their
+    medians ``x.peers_ns``, ``x.peers_calls``), each rank within its own step span: those it calls more often
+    than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at once
+    still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread: <function>
+    ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step); None
+    without any."""
+    mine_calls = table.calls[x.me_row]
     have = np.flatnonzero(mine_calls > 0)
     if not have.size:
         return None
-    mine_ns = table.ns[me_row, have].astype(float)
-    mine_calls = mine_calls[have]
-    if len(peer_rows):  # a peer without a call of a function counts 0 for it
-        t_base = np.median(table.ns[np.ix_(peer_rows, have)].astype(float), axis=0)
-        n_base = np.median(table.calls[np.ix_(peer_rows, have)].astype(float), axis=0)
-    else:
-        t_base = n_base = np.zeros(len(have))
+    mine_ns, mine_calls = table.ns[x.me_row, have].astype(float), mine_calls[have]
+    t_base, n_base = x.peers_ns[have], x.peers_calls[have]
     named = np.flatnonzero(((mine_ns - t_base) >= CALL_SHARE * lead) | (mine_calls > n_base))
     if not named.size:
         return None
@@ -164,6 +158,68 @@ def _evidence_call(table: CallTable, me_row: int, peer_rows: np.ndarray, lead: f
                        for i in named.tolist())
     return (f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
             f"(other ranks' median {fmt_ms(t_base[named].sum())})")
+
+
+class StepInputs(NamedTuple):
+    """What decides a step's cause: the straggler's ``rank_paths`` row and its parts, its peers' (the step's other
+    ranks') medians of the same parts, and of its host-wait calls per function (:class:`CallTable`)."""
+
+    me_row: int
+    host: float
+    peers_host: float
+    compute: float
+    peers_compute: float
+    span: float
+    peers_ns: np.ndarray
+    peers_calls: np.ndarray
+
+
+def step_inputs(paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable
+                ) -> list[StepInputs | None]:
+    """:class:`StepInputs` of straggler ``rank[i]`` in step ``step[i]`` (steps distinct), None where the step has
+    no row of that rank in ``paths`` or fewer than two rows. All steps at once: each ``paths`` row is given the
+    position of its step, and the peers' medians are read from one sort per part (:func:`_group_median`)."""
+    n = len(step)
+    if paths is None or not len(paths) or not n:
+        return [None] * n
+    g = pd.Index(step).get_indexer(ints(paths["step"]))
+    p_rank = ints(paths["rank"])
+    rows = np.flatnonzero(g >= 0)
+    g_rows = g[rows]
+    me = p_rank[rows] == rank[g_rows]
+    me_row = np.full(n, -1, np.int64)
+    me_row[g_rows[me][::-1]] = rows[me][::-1]  # the step's first row of the straggler
+    ok = (me_row >= 0) & (np.bincount(g_rows, minlength=n) >= 2)
+    peer, g_peer = rows[~me], g_rows[~me]
+    has_peer = np.bincount(g_peer, minlength=n) > 0
+
+    def peers(values: np.ndarray, missing: float) -> np.ndarray:
+        return np.where(has_peer, _group_median(g_peer, values[peer].astype(float), n), missing)
+
+    host, compute, span = (paths[c].to_numpy() for c in ("host_ns", "compute_ns", "span_ns"))
+    peers_host, peers_compute = peers(host, np.nan), peers(compute, np.nan)
+    f = table.ns.shape[1]
+    peers_ns = np.stack([peers(table.ns[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
+    peers_calls = np.stack([peers(table.calls[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
+    return [StepInputs(int(r), host[r], float(peers_host[i]), compute[r], float(peers_compute[i]), span[r],
+                       peers_ns[i], peers_calls[i]) if ok[i] else None
+            for i, r in enumerate(me_row.tolist())]
+
+
+def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0..n-1: the median of its ``values`` (NaN skipped; NaN when none), as ``np.median`` computes it
+    (the middle value, or the mean of the two middle ones), from one sort by (group, value)."""
+    keep = ~np.isnan(values)
+    group, values = group[keep], values[keep]
+    order = np.lexsort((values, group))
+    values = values[order]
+    count = np.bincount(group, minlength=n)
+    first = np.cumsum(count) - count
+    out = np.full(n, np.nan)
+    has = count > 0
+    lo, hi = first[has] + (count[has] - 1) // 2, first[has] + count[has] // 2
+    out[has] = (values[lo] + values[hi]) / 2
+    return out
 
 
 def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
@@ -179,13 +235,13 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
         best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
         best = best.drop_duplicates("step")
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
-        by_step = _paths_by_step(paths)
         table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
-        for pos, step, s, lead in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
-                                      best["lead_ns"].to_numpy(dtype=float).tolist(), strict=True):
+        inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
+        for pos, s, lead, x in zip(at.tolist(), ints(best["rank"]).tolist(),
+                                   best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
             if pos < 0:
                 continue
-            cause, evidence = _cause(by_step.get(step), s, lead, paths, table)
+            cause, evidence = _cause(x, lead, table)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
                                                     dtype="Int64"),
@@ -194,47 +250,21 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                          "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
 
 
-def _paths_by_step(paths: pd.DataFrame) -> dict[int, np.ndarray]:
-    """Row positions of ``paths`` per step (in the rows' order)."""
-    if paths is None or not len(paths):
-        return {}
-    return {int(k): v for k, v in pd.Series(np.arange(len(paths))).groupby(ints(paths["step"])).indices.items()}
-
-
-def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, waits: CallTable
-           ) -> tuple[str, str | None]:
-    """(straggler_cause, straggler_evidence) of straggler ``s`` in a step whose ``paths`` rows are ``rows``."""
-    if rows is None:
+def _cause(x: StepInputs | None, lead: float, calls: CallTable) -> tuple[str, str | None]:
+    """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`)."""
+    if x is None:
         return "unknown", None
-    rank = ints(paths["rank"])[rows]
-    mine = np.flatnonzero(rank == s)
-    if not len(mine) or len(rows) < 2:
-        return "unknown", None
-    me_row, peer_rows = rows[mine[0]], rows[rank != s]
-
-    def col(name):
-        return paths[name].to_numpy()
-
-    host, compute = col("host_ns"), col("compute_ns")
-    me_host, me_compute = host[me_row], compute[me_row]
-    peers_host, peers_compute = _median(host[peer_rows]), _median(compute[peer_rows])
+    me_host, me_compute, peers_host, peers_compute = x.host, x.compute, x.peers_host, x.peers_compute
     d_host = float(me_host - peers_host)
     d_gpu = float(me_compute - peers_compute)
-    material = 100.0 * lead >= MIN_LEAD_PCT * float(col("span_ns")[me_row])
+    material = 100.0 * lead >= MIN_LEAD_PCT * float(x.span)
     if not material:
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
     if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
         evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (other ranks' median {fmt_ms(peers_host)})"
-        call = _evidence_call(waits, me_row, peer_rows, lead)
+        call = _evidence_call(calls, x, lead)
         return "host", evidence if call is None else f"{evidence}; {call}"
     if d_gpu >= CAUSE_SHARE * lead:
         return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
     return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
-
-
-def _median(values: np.ndarray) -> float:
-    """pandas' Series.median (NaN skipped; NaN when none)."""
-    v = values.astype(float)
-    v = v[~np.isnan(v)]
-    return float(np.median(v)) if len(v) else float("nan")

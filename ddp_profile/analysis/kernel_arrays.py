@@ -391,3 +391,17 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
         return len(np.unique(ranks)) < len(ranks)
     return bool(len({*kernels["rank"].dropna().unique()})
                 and kernels.groupby("rank")["device"].nunique().gt(1).any())
+
+
+def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the kernels that start inside a step window of their own rank (``steps``: rank,
+    start_ns, end_ns; windows of one rank do not overlap)."""
+    keep = np.zeros(len(karr.start), dtype=bool)
+    for rank, g in steps.groupby("rank", sort=False):
+        idx = karr.rank_index(rank)  # a slice on the loader's rank-sorted rows: no pass over every row
+        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        ws, we = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
+        s = karr.start[idx]
+        at = np.searchsorted(ws, s, side="right") - 1
+        keep[idx] = (at >= 0) & (s < we[np.maximum(at, 0)])
+    return keep

@@ -53,7 +53,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis import parts
+from ddp_profile.analysis import pipeline
 from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, ints, pct
 from ddp_profile.analysis.kernel_groups import COPY, GROUPS, NCCL_GROUP, name_group
 from ddp_profile.memory import python_strings
@@ -129,8 +129,8 @@ def _step_of(t: np.ndarray, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
 
 def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
     """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start), and notes: the
-    steps ``analyze`` finds, with their common labels across ranks (``parts.labelled_steps``)."""
-    ranges, notes, _ = parts.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
+    steps ``analyze`` finds, with their common labels across ranks (``pipeline.labelled_steps``)."""
+    ranges, notes, _ = pipeline.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
     ranges = ranges.loc[ranges["rank"].notna()] if len(ranges) else ranges
     return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
 

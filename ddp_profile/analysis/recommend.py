@@ -194,7 +194,7 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
     collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
     strategy and its current flags. ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of
-    ``analysis.collectives`` when already computed (per rank, by ``analysis.parts``); then ``kernels`` is
+    ``analysis.collectives`` when already computed (per rank, by ``analysis.pipeline``); then ``kernels`` is
     not used. ``nccl_channels``: NCCL's channel count as the trace shows it (``Trace.meta``), for the
     channel lever when the run record does not set one."""
     steps, coll, model = analysis.steps, analysis.collectives, analysis.cost_model

@@ -38,6 +38,7 @@ from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
+from ddp_profile.analysis import launches as la
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import recommend as rec
 from ddp_profile.analysis import steps as st
@@ -150,6 +151,12 @@ def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tu
     host, notes = label_steps(found, steps)
     inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
     return host[0], step_notes(found) + notes, inferred
+
+
+def launch_diagnosis(trace, api: pd.DataFrame, *, step_pattern: str | None = None, steps="all"):
+    """``launches.analyze_launches`` over the steps :func:`labelled_steps` finds (``api``: the CUDA API calls)."""
+    ranges, notes, _ = labelled_steps(trace, step_pattern=step_pattern, steps=steps)
+    return la.analyze_launches(trace, api, ranges, notes)
 
 
 @dataclass
@@ -451,7 +458,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     else:
         res.recommendation = rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
-    answers.attach(res, rank_paths, waits, rec.contention_per_step_ns(res.contention, res.steps),
+    answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
                     gemm_wave_ratio(res.contention), after_backward)
     return res
 

@@ -54,7 +54,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import costmodel
-from ddp_profile.analysis.contention import estimated_loss_ns
+from ddp_profile.analysis.contention import contention_per_step_ns
 
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
@@ -121,14 +121,6 @@ def _tail(collectives, ready, steps, model) -> float:
     q = costmodel.queue_tail(collectives, ready, steps, model)
     v = q["predicted_tail_ns"].astype(float) if len(q) else pd.Series(dtype=float)
     return float(v.median()) if v.notna().any() else float("nan")
-
-
-def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> float:
-    """Compute time lost to NCCL per rank-step, estimated (:func:`contention.estimated_loss_ns`: each kernel
-    name's like-for-like slowdown applied to all of its time under NCCL) / (ranks × steps)."""
-    if contention is None or not len(contention) or steps is None or not len(steps):
-        return 0.0
-    return estimated_loss_ns(contention) / max(len(steps), 1)
 
 
 def comm_window(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:

@@ -155,6 +155,31 @@ def test_exposed_comm_figure_per_step_on_its_own_scale():
     assert fig.layout.yaxis.title.text == "time (ms)"
 
 
+def test_exposed_comm_figure_cuts_a_warm_up_step_and_marks_it():
+    """A warm-up step's 150 ms of collectives set the axis and hid 1-5 ms bars: the axis now stops at the
+    outlier cap and the cut bar carries its height as text, as the breakdown does."""
+    t, a = make_run(n_steps=6)
+    s = a.steps.copy()
+    s.loc[s["step"] == 0, "exposed_comm_ns"] += 150_000_000
+    fig = exposed_comm_figure(s, source=SRC)
+    top = fig.layout.yaxis.range[1]
+    assert top < 1 and fig.layout.yaxis.title.text.startswith("time (ms, cut at")
+    label = fig.data[-1]
+    assert label.mode == "text" and list(label.x) == ["step 0"] and list(label.text) == ["↑150"]
+    assert exposed_comm_figure(a.steps, source=SRC).layout.yaxis.range is None  # equal bars: nothing cut
+
+
+def test_step_breakdown_of_many_bars_uses_one_level_labels_that_can_thin_out():
+    """4 ranks × 24 steps printed 96 overlapping two-level labels: past MAX_TWO_LEVEL_BARS the axis is one
+    level, each label naming step and rank."""
+    from ddp_profile.plots.steps import MAX_TWO_LEVEL_BARS
+
+    t, a = make_run(n_steps=MAX_TWO_LEVEL_BARS)
+    fig = step_breakdown(a.steps, source=SRC)
+    assert len(fig.data[0].x) > MAX_TWO_LEVEL_BARS and fig.data[0].x[0] == "step 0 · r0"
+    assert fig.layout.xaxis.tickangle == -45
+
+
 def test_every_plot_uses_the_palette_only():
     import re
     from pathlib import Path

@@ -4,6 +4,7 @@ is the page a report without the cache writes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,22 @@ def test_a_planted_entry_under_the_right_name_runs_nothing_and_is_recomputed(sha
         assert _pages(out) == first
         entries = sorted((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))
         assert len(entries) == 2  # recomputed and stored again
+
+
+def test_the_cache_keeps_the_newest_entries_within_its_bound(tmp_path, monkeypatch):
+    cache = run_cache.RunCache(tmp_path / "rep", ".marker")
+    entries = []
+    for i, key in enumerate(("old", "mid", "new")):
+        entry = cache.entry_path(key)
+        entry.write_bytes(bytes(1000))
+        stamp = 1_700_000_000 + i * 60
+        os.utime(entry, (stamp, stamp))
+        cache.record(key, entry)
+        entries.append(entry)
+    monkeypatch.setattr(run_cache, "LIMIT_BYTES", 2500)
+    folder = tmp_path / "new-report"
+    folder.mkdir()
+    cache.carry_into(folder)
+    kept = sorted(p.name for p in (folder / run_cache.CACHE_DIR).iterdir())
+    assert kept == sorted(f"{k}{run_cache.ENTRY_SUFFIX}" for k in ("mid", "new"))
+    cache.close()

@@ -36,6 +36,7 @@ from ddp_profile.harness import cuda_graph, nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.harness.gemm_sms import every_sm, gemm_sms
 from ddp_profile.harness.launch import comm_setup
+from ddp_profile.harness.levers import strategy_kwargs
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
 from ddp_profile.harness.strategies.bucketed import BucketOptimizers
@@ -324,10 +325,7 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
-    levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
-              "grad_reduce_dtype": cfg.grad_reduce_dtype, "ddp_comm_hook": cfg.ddp_comm_hook,
-              "peer_copy_allreduce": cfg.peer_copy_allreduce, "reduce_avg": cfg.reduce_avg,
-              "update_high_priority": not cfg.sharded_update_normal_priority}
+    levers = strategy_kwargs(cfg)  # the levers its strategy takes (harness/levers.py says which)
     if cfg.overlap_optimizer or cfg.sharded_update:  # the strategy steps its own optimizers (per bucket, per part)
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,

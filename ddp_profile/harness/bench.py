@@ -68,9 +68,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def _finish(record: dict | None, out: str) -> None:
     if record is None:
         return
-    from ddp_profile.harness.train import write_json
+    from ddp_profile.safeio import write_record_atomic
 
-    path = write_json(record, Path(out) / f"{record['run']}.json")
+    path = write_record_atomic(Path(out) / f"{record['run']}.json", record, make_parents=True)
     print(f"{record['run']}: median step {record['step_ms_median']:.2f} ms ({record['timing_source']}, "
           f"slowest rank, {record['measured_steps']} steps) on {record['world_size']} x {record['gpu_name']}; "
           f"wrote {path}", flush=True)
@@ -109,9 +109,9 @@ def skips_group_teardown(cfg: RunConfig, backend: str, world_size: int) -> bool:
 
     True for graphed runs on NCCL with peers: a CUDA graph that captured NCCL collectives can leave
     `destroy_process_group` hanging in ncclCommDestroy (pytorch/pytorch#115388). The JSON and the capture
-    range are complete by then, so nothing is lost by leaving at once. (Not the whole story on the lent
-    machines: a graphed 2-rank XL run under nsys with ``--cuda-graph-trace=node``, set U on 2 x H100, stopped
-    before writing its JSON, with and without this; the same runs without nsys end normally, sets S-V.)
+    range are complete by then, so nothing is lost by leaving at once. (Not the whole story: graphed 2-rank
+    runs under nsys with ``--cuda-graph-trace=node`` have stopped before writing their JSON with and without
+    this, while the same runs without nsys end normally; docs/campaigns.md records when.)
     """
     return bool(cfg.cuda_graph) and backend == "nccl" and world_size > 1
 

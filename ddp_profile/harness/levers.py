@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddp_profile.errors import ConfigError
+from ddp_profile.strategy_names import STRATEGIES
 
-STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp", "fsdp")
 COMM_STRATEGIES = tuple(s for s in STRATEGIES if s != "none")
 """Strategies that communicate: the NCCL levers need one."""
 GRAPH_STRATEGIES = ("none", "overlap", "torch_ddp")

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -42,7 +41,6 @@ from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, w
 from ddp_profile.harness.strategies.bucketed import BucketOptimizers
 from ddp_profile.harness.strategies.overlap import Overlap
 from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
-from ddp_profile.safeio import write_record_atomic
 
 LoopOptimizer = torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
 """What the loop steps: one optimizer, or a strategy's per-bucket / per-part optimizers."""
@@ -177,7 +175,7 @@ def host_barrier(tag: str) -> None:
 def gather_to_rank0(payload: dict) -> list[dict]:
     """Every rank's JSON-able ``payload`` in rank order on rank 0 (an empty list elsewhere), through the process
     group's key-value store: no collective on the GPU. A graphed 2-rank NCCL run under nsys stopped in
-    ``all_gather_object`` after its capture range, both ranks waiting on the GPU (set ZP's stack dumps), so no
+    ``all_gather_object`` after its capture range, both ranks waiting on the GPU (stack dumps), so no
     profiled graphed 2-rank run ever wrote its JSON; the store needs no GPU. Falls back to
     ``all_gather_object`` where the store cannot be reached."""
     rank, world_size = world()
@@ -396,7 +394,3 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     record["step_ms_median"] = sorted(slowest)[len(slowest) // 2] if slowest else None
     return record
 
-
-def write_json(record: dict, path: Path) -> Path:
-    """Write the run record atomically (see ddp_profile.safeio)."""
-    return write_record_atomic(path, record, make_parents=True)

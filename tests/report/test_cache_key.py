@@ -42,9 +42,9 @@ def test_runs_sharing_a_folder_get_their_own_numbers_in_one_and_in_two_passes(sh
     fast, slow, third = shared
     out = tmp_path / "rep"
     for n, inputs in enumerate(([fast, slow], [fast, slow, third])):
-        build_report(inputs, out, jobs=jobs, findings=False)
+        build_report(inputs, out, jobs=jobs)
         truth = tmp_path / f"truth{n}"
-        build_report(inputs, truth, jobs=1, findings=False, cache=False)
+        build_report(inputs, truth, jobs=1, cache=False)
         pages = _pages(out)
         assert {"run-fast.html", "run-slow.html"} <= set(pages)
         assert pages == _pages(truth)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.strategy_names import STRATEGIES
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
     import pandas as pd
@@ -38,8 +39,8 @@ if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing o
     from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.trace import Trace
 
-# Strategies in the order the pages show them (unknown ones after, alphabetically).
-STRATEGY_ORDER = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+STRATEGY_ORDER = STRATEGIES
+"""Strategies in the order the pages show them (unknown ones after, alphabetically): the harness's."""
 
 
 def slug(text: str) -> str:

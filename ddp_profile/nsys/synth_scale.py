@@ -82,7 +82,7 @@ def _scale_steps(rng, steps: int, tmpl: np.ndarray, base_ns: np.ndarray, n_bucke
 
 def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step: int = 2_000, n_buckets: int = 25,
                     rank_of_file: int | None = None, seed: int = 0, layout: str = "2025.3",
-                    chunk_steps: int = 64) -> dict:
+                    chunk_steps: int = 64, nvtx_steps: bool = True) -> dict:
     """A realistic DDP export of about ``n_kernels`` GPU kernels (compute + NCCL), built in chunks.
 
     All ``n_ranks`` processes in one file, or only rank ``rank_of_file`` (per-rank files of one run share
@@ -92,6 +92,8 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
     forward/backward/optimizer, one ``allreduce b<i> <bytes>B`` range per bucket. Ranks start a few us
     apart, so collectives have wait time. Memory stays at one chunk: the first chunk goes through
     :func:`build_export` (so tables and StringIds are exactly its layout), later chunks are appended.
+    ``nvtx_steps=False`` leaves out the step, phase and bucket ranges (the rank markers stay): the analysis then
+    infers the steps from the kernels.
     """
     rng = np.random.default_rng(seed)
     per_step = kernels_per_step + n_buckets
@@ -136,6 +138,8 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
                            ("launch_tid", np.where(is_nccl, pid + 1, pid)), ("launch_api", is_nccl)):
                 cols[col].append(v)
             corr[r] += n
+            if not nvtx_steps:
+                continue
             idx = np.arange(s0, s1)
             # (start, end) pairs unpacked by name: mypy miscounts a *-argument followed by positional ones
             h0, h1 = host["step"]

@@ -2,7 +2,8 @@
 
 Layers (README "Layout"): ``nsys/`` reads exports and is the only code that knows nsys tables;
 ``analysis/`` turns frames into frames and opens no file; ``plots/`` turns frames into figures;
-``report/`` (with ``report/findings/``) writes pages; ``harness/`` trains (torch, nvtx and the standard
+``report/`` writes pages; ``findings/`` answers the CS336 questions above the report, adding its pages
+through the report's extras hook; ``harness/`` trains (torch, nvtx and the standard
 library only); ``commands/`` + ``cli.py`` are the thin CLI. Inside ``analysis/``, every module's layer
 (conductor, answer, measure, boundary, ground) is declared in :data:`ANALYSIS_LAYERS` and what each may
 import in :data:`MAY_IMPORT`. Imports inside functions count as imports: a lazy import still ties two
@@ -74,7 +75,9 @@ FORBIDDEN = [
     ("plots", ("analysis", "nsys", "report", "harness", "commands", "cli"), "plots take frames, return figures"),
     ("harness", ("analysis", "nsys", "plots", "report", "commands", "cli", "schema", "trace", "intervals", "memory"),
      "the harness runs on GPU machines without the reporting stack"),
-    ("report", ("commands", "cli", "harness"), "the report is a library; the CLI sits above it"),
+    ("report", ("commands", "cli", "harness", "findings"),
+     "the report is a library; the CLI sits above it, the findings beside it (added through build_report's extras)"),
+    ("findings", ("commands", "cli", "harness"), "the findings are a library; the CLI sits above them"),
 ]
 
 
@@ -118,7 +121,7 @@ def test_stdlib_only_modules(name):
 
 
 def test_findings_never_use_the_report_face_or_its_entry():
-    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "report.findings")
+    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "findings")
            for t, line in _targets(name) if t in ("ddp_profile.report", "ddp_profile.report.build")]
     assert not bad, "\n".join(bad)
 

@@ -19,9 +19,9 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import report, schema
 from ddp_profile.analysis.launches import LaunchAnalysis
-from ddp_profile.report.findings import questions_b as qb
-from ddp_profile.report.findings import run_sets
-from ddp_profile.report.findings.data import RunData, launches_of
+from ddp_profile.findings import reference as qb
+from ddp_profile.findings import run_sets
+from ddp_profile.findings.data import RunData, launches_of
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parents[2] / "traces"

@@ -17,7 +17,7 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     forward_ns, backward_ns, optimizer_ns = length of the phase's GPU window (NaN when the phase has no range)
     backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
-                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
+                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; kernel_groups.GRADIENT)
                        launched between the start of backward and the start of the optimizer phase (the
                        end of the step without one); 0 when none remains
                        after backward; NaN without a backward range. Parameter AllGather/Broadcast after

@@ -57,3 +57,16 @@ def ddp_run(tmp_path):
         return synth.synth_ddp_run(tmp_path / name, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def launch_section():
+    """``launch_section(trace, api, **analyze_kwargs)``: the launch section of ``analyze`` given the CUDA API
+    calls (what ``ddp-profile launches`` prints)."""
+    from ddp_profile.analysis import analyze
+
+    def section(trace, api, **kw):
+        return analyze(trace, api=api, sections=[], **kw).launches
+
+    return section
+

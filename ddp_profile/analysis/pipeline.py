@@ -15,6 +15,9 @@ per-analysis modules' stages (``tests/project/test_layers.py``); the result is :
    the durations contention needs for exact medians (int32), gradient-ready times for the recommendation.
 4. :func:`combine` (reduce): concatenation in rank order, the job-level tail across ranks, notes.
 
+Given the CUDA API calls (``api``), the launch section is measured between stages 2 and 3, over the labelled
+host steps of stage 2 and the part's kernel arrays (before stage 3 consumes their launch times).
+
 A part holds whole ranks (one file, several files joined, or the whole trace); frames have a fresh 0..n-1
 index. A new section: its per-part share as a :class:`RankPart` field filled in :func:`rank_part`, merged in
 :func:`combine` (the one place parts become the Analysis' fields), or computed in :func:`combine` from the
@@ -23,7 +26,6 @@ merged frames when it needs every rank. Opens no file.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,11 +47,11 @@ from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
 from ddp_profile.analysis.kernel_arrays import KernelArrays, in_steps, rank_used_several_devices
 from ddp_profile.analysis.kernel_families import gemm_wave_ratio
+from ddp_profile.analysis.notes import kernel_notes, merged_notes, step_notes
 from ddp_profile.analysis.result import Analysis, trace_keys
 from ddp_profile.memory import python_strings, return_freed_memory
 from ddp_profile.schema import OPTIONAL_SECTIONS
 
-NO_RANGES = win.NO_NVTX_RANGES
 SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
@@ -151,12 +153,6 @@ def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tu
     host, notes = label_steps(found, steps)
     inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
     return host[0], step_notes(found) + notes, inferred
-
-
-def launch_diagnosis(trace, api: pd.DataFrame, *, step_pattern: str | None = None, steps="all"):
-    """``launches.analyze_launches`` over the steps :func:`labelled_steps` finds (``api``: the CUDA API calls)."""
-    ranges, notes, _ = labelled_steps(trace, step_pattern=step_pattern, steps=steps)
-    return la.analyze_launches(trace, api, ranges, notes)
 
 
 @dataclass
@@ -303,42 +299,6 @@ def _ordered(frames: list[pd.DataFrame], by: list[str], empty: list[str]) -> pd.
     return out.sort_values(by, kind="stable").reset_index(drop=True)
 
 
-_RANK_ITEM = re.compile(r"; (?=rank \d+: )")
-
-
-def merged_notes(notes: list[list[str]]) -> list[str]:
-    """Several parts' notes as one trace's: each distinct note once, in part order; notes that differ only
-    in their per-rank items (``"...; rank 0: ...; rank 1: ..."``, one part's ranks each) become one note
-    listing every part's items in that order."""
-    out: dict[str, list[str]] = {}
-    for part in notes:
-        for note in part:
-            head, *items = _RANK_ITEM.split(note)
-            got = out.setdefault(head, [])
-            got += [i for i in items if i not in got]
-    return ["; ".join([head, *items]) for head, items in out.items()]
-
-
-def step_notes(parts: list[StepPart]) -> list[str]:
-    """The step notes of the whole trace from its parts': those of the parts that found NVTX steps, else of
-    those that inferred steps, else of all; "no NVTX ranges" only when every one of them says so."""
-    with_steps = [p for p in parts if not p.steps.empty]
-    chosen = [p for p in with_steps if not p.inferred] or with_steps or parts
-    lists = [p.notes for p in chosen]
-    if not all(any(n.startswith(NO_RANGES) for n in notes) for notes in lists):
-        lists = [[n for n in notes if not n.startswith(NO_RANGES)] for notes in lists]
-    return merged_notes(lists)
-
-
-def kernel_notes(parts: list[StepPart]) -> list[str]:
-    if sum(p.n_kernels for p in parts) == 0:
-        return ["the trace has no GPU kernels (profile with `nsys profile -t cuda`)"]
-    if not any(p.any_launch for p in parts):
-        return ["kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
-                "the GPU; profile with `nsys profile -t cuda,nvtx`"]
-    return []
-
-
 def _file_sums(parts: list[RankPart]) -> list:
     """Every file's ``kernel_sums``, in order of its first rank (stable: file order among equals)."""
     got = [pair for p in parts for pair in (p.file_sums if p.file_sums is not None else [(p.first_rank, p.kernel_sums)])]
@@ -413,7 +373,8 @@ def _ddp_bucket_bytes(trace) -> list[int] | None:
 
 @python_strings()
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None, sections=None,
+            api: pd.DataFrame | str | None = None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
     ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
@@ -421,6 +382,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
     :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
     come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
+    ``api``: the CUDA API calls (``nsys.api.load_api_calls``), or why they cannot be read: the ``launches``
+    section (``launches.analyze_launches``) over the same labelled steps and kernel arrays; None: no section.
 
     One code path (this module): the per-part stages run where the ranks are (this
     process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
@@ -432,6 +395,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     notes = kernel_notes(found) + step_notes(found)
     host_steps, id_notes = label_steps(found, steps)  # the parts' collective rows relabelled in place
     notes += id_notes
+    launches = None if api is None else _launches(held, api, host_steps, step_notes(found) + id_notes, local)
     match_notes: list[str] = []
     table = coll.match_parts(found, match_notes, _ddp_bucket_bytes(trace))
     del found  # the collective rows: the table holds what is needed of them
@@ -447,7 +411,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
     waits = host_waits if host_waits is not None else waits
-    res = Analysis(**fields)
+    res = Analysis(**fields, launches=launches)
     res.notes += infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
     if "comm_kinds" in later:
@@ -461,6 +425,17 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
                     gemm_wave_ratio(res.contention), after_backward)
     return res
+
+
+def _launches(held, api, host_steps: list, notes: list[str], local: bool):
+    """The launch section, before stage 3 consumes the part's kernel arrays (their launch times)."""
+    if isinstance(api, str):
+        return la.LaunchAnalysis.missing(api)
+    if not local:
+        return la.LaunchAnalysis.missing("the launch diagnosis needs the trace in this process, not on workers")
+    out = la.analyze_launches(held.kernel_arrays, api, host_steps[0], notes)
+    held.kernel_arrays.drop_rank_sets()  # stage 3 builds its own, as without this section
+    return out
 
 
 # ---- deferred sections of a trace held in this process (one part: LocalRanks) ------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,9 @@ class Analysis:
     trace_totals: dict = field(default_factory=dict)
     """Under a ``--steps`` selection: the summary's whole-trace ``trace_`` values, computed before the
     collectives and overlap sections were cut to the selected steps ({} without a selection)."""
+    launches: Any = None
+    """``analysis.launches.LaunchAnalysis`` when ``analyze`` was given the CUDA API calls (``api=``), else None;
+    not a JSON section (``ddp-profile launches`` writes its own JSON)."""
     per_rank: dict = field(default_factory=dict)
     """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
     _deferred: dict = field(default_factory=dict, repr=False, compare=False)

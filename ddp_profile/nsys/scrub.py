@@ -48,6 +48,7 @@ from ddp_profile.errors import (
     Terminated,
     TraceError,
     UsageError,
+    commit_output,
     run_main,
 )
 from ddp_profile.nsys.secrets import (
@@ -390,7 +391,7 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
-        os.replace(final_tmp, dst)
+        commit_output(final_tmp, dst)  # under the CLI, put back as it was if a signal ends the command
     except BaseException as exc:
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)

@@ -43,9 +43,9 @@ def test_runs_sharing_a_folder_get_their_own_numbers_in_one_and_in_two_passes(sh
     fast, slow, third = shared
     out = tmp_path / "rep"
     for n, inputs in enumerate(([fast, slow], [fast, slow, third])):
-        build_report(inputs, out, jobs=jobs, findings=False)
+        build_report(inputs, out, jobs=jobs)
         truth = tmp_path / f"truth{n}"
-        build_report(inputs, truth, jobs=1, findings=False, cache=False)
+        build_report(inputs, truth, jobs=1, cache=False)
         pages = _pages(out)
         assert {"run-fast.html", "run-slow.html"} <= set(pages)
         assert pages == _pages(truth)
@@ -95,7 +95,7 @@ def _hostile_entries(marker: Path) -> list[bytes]:
 def test_a_planted_entry_under_the_right_name_runs_nothing_and_is_recomputed(shared, tmp_path, capfd):
     fast, slow, _ = shared
     out = tmp_path / "rep"
-    build_report([fast, slow], out, findings=False)
+    build_report([fast, slow], out)
     first = _pages(out)
     entries = sorted((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))
     assert len(entries) == 2
@@ -108,7 +108,7 @@ def test_a_planted_entry_under_the_right_name_runs_nothing_and_is_recomputed(sha
             entry.write_bytes(planted(key) if callable(planted) else planted)
         (out / "index.html").write_text("edited")  # so the whole-report shortcut does not keep the folder
         capfd.readouterr()
-        build_report([fast, slow], out, findings=False)
+        build_report([fast, slow], out)
         err = capfd.readouterr().err
         assert not marker.exists()
         assert err.count("not used (") == 2 and "Traceback" not in err

@@ -1,8 +1,9 @@
 """SIGINT, SIGTERM and SIGHUP at any moment of ``analyze -o``, ``launches -o``, ``export -o``, ``scrub -o`` and
-``report -o`` leave the previous output byte-identical: while the command works, just before its output
-replaces the previous one, and just after (the signal lands while the command is still running, e.g. freeing
-its frames). Each command runs as a real subprocess over a synthetic export; ``os.replace`` is wrapped in the
-subprocess so that it stops at the moment of the commit, and the signal is sent there. Exit code 128+n, one
+``report -o`` leave the previous output byte-identical: while the command reads its input, just before its
+output replaces the previous one, and just after (the signal lands while the command is still running, e.g.
+freeing its frames). Each command runs as a real subprocess over a synthetic export; ``sqlite3.connect`` and
+``os.replace`` are wrapped in the subprocess so that it stops at that moment (an input made slow at will), and
+the signal is sent there. Exit code 128+n, one
 line, no traceback, and no hidden file left beside the output."""
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def _replace(src, dst, **kw):
     if hit and _moment == "after":
         print("AT after", file=sys.stderr, flush=True); time.sleep(120)
 os.replace = _replace
+import sqlite3
+_connect = sqlite3.connect
+def _connect_slowly(*a, **kw):
+    if _moment == "working":
+        print("AT working", file=sys.stderr, flush=True); time.sleep(120)
+    return _connect(*a, **kw)
+sqlite3.connect = _connect_slowly
 from ddp_profile.cli import main
 raise SystemExit(main(sys.argv[1:]))
 """
@@ -40,7 +48,7 @@ COMMANDS = {  # command -> (argv, output)
     "launches": (["launches", "in.sqlite", "-o", "l.csv"], "l.csv"),
     "export": (["export", "in.sqlite", "-o", "t.json.gz"], "t.json.gz"),
     "scrub": (["scrub", "in.sqlite", "-o", "s.sqlite"], "s.sqlite"),
-    "report": (["report", "in.sqlite", "-o", "rep", "--no-cache"], "rep"),
+    "report": (["report", "in.sqlite", "-o", "rep", "--no-cache", "--jobs", "1"], "rep"),
 }
 SIGNALS = [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
            (signal.SIGHUP, 129, "hung up (SIGHUP)")]
@@ -86,7 +94,7 @@ def _run(cwd: Path, argv: list, output: str, moment: str, sig: int | None):
     return proc.returncode, err
 
 
-MOMENTS = ["before", "after"]
+MOMENTS = ["working", "before", "after"]
 CASES = [(c, m, SIGNALS[(i + j) % 3]) for i, c in enumerate(COMMANDS) for j, m in enumerate(MOMENTS)]
 
 

@@ -246,20 +246,24 @@ def _flush_stdout() -> None:
                           "space") from exc
 
 
-def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False) -> int:
+def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False,
+             restore_on_signal: bool = False) -> int:
     """Call ``func(args)`` and turn the outcome into an exit code: the one error translation.
 
     A :class:`DdpProfileError` becomes one line on stderr and its ``exit_code`` (a traceback with
     ``debug``); Ctrl-C, SIGTERM and SIGHUP become 130, 143 and 129 with a line saying nothing partial was
     written (the same cleanup runs for each); a closed pipe (``| head``) is a success; text that the terminal's
-    encoding cannot show (a non-UTF-8 file name) is escaped, not a crash. Standard library only, so the harness
-    and the scrubber use it on GPU machines too.
+    encoding cannot show (a non-UTF-8 file name) is escaped, not a crash. With ``restore_on_signal``, every
+    output the command replaced or created (:func:`commit_output`) is put back as it was when a signal ends
+    it; the training harness leaves it off (a campaign interrupted late keeps the runs it finished). Standard
+    library only, so the harness and the scrubber use it on GPU machines too.
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, ValueError):
             stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     del SIGNALS_SEEN[:]
-    _JOURNAL.begin()
+    if restore_on_signal:
+        _JOURNAL.begin()
     try:
         with signals_as_interrupts():
             try:
@@ -281,8 +285,9 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
         _JOURNAL.finish(keep_new=False)  # already done unless the signal came before the inner handler ran
         what = {130: "interrupted", 143: "terminated (SIGTERM)", 129: "hung up (SIGHUP)"}
         code = interrupted_code(exc)
-        print(f"{prog}: {what.get(code, f'signal {code - 128}')}; no partial output was written and every "
-              "previous output is unchanged", file=sys.stderr)
+        kept = " and every previous output is unchanged" if restore_on_signal else ""
+        print(f"{prog}: {what.get(code, f'signal {code - 128}')}; no partial output was written{kept}",
+              file=sys.stderr)
         return code
     except BrokenPipeError:
         with contextlib.suppress(OSError, ValueError):

@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_main("ddp_profile.nsys.scrub", run_args, args)
+    return run_main("ddp_profile.nsys.scrub", run_args, args, restore_on_signal=True)
 
 
 if __name__ == "__main__":

@@ -148,7 +148,7 @@ def test_signal_during_scrub_sql_function_leaves_no_unscrubbed_copy(sig, code, w
     assert rc == code, err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"ddp-profile scrub: {word}" + (
         " (SIGTERM)" if sig == signal.SIGTERM else " (SIGHUP)" if sig == signal.SIGHUP else "") + \
-        "; no partial output was written", err
+        "; no partial output was written and every previous output is unchanged", err
     assert list(out.iterdir()) == []
     assert sha256(src) == sha256(SAMPLE)
 

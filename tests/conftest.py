@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -15,8 +20,37 @@ import pytest
 # storage (a frame's column labels and text columns carry it in their dtype).
 pd.set_option("mode.string_storage", "python")
 
+ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
 SAMPLE = DATA / "ddp_mlp_2xh200.sqlite"
+
+
+def run_cli(args, cwd=ROOT, prelude: str = "", *, env: dict | None = None, timeout: float = 120,
+            module: str = "ddp_profile") -> subprocess.CompletedProcess:
+    """``python -m ddp_profile ARGS`` (``module`` for another entry) in a fresh process running this checkout's
+    code, from ``cwd``, output captured as text; ``env`` adds variables. With ``prelude``, Python code run
+    first in that process (e.g. to make writes fail), then the same CLI entry."""
+    cmd = [sys.executable, "-m", module, *map(str, args)] if not prelude else \
+        [sys.executable, "-c", prelude + "import sys\nfrom ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
+         *map(str, args)]
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def run_cli_in_process(argv: list[str], cwd) -> tuple[int, str]:
+    """``ddp_profile.cli.main(argv)`` in this process, from ``cwd``: (exit code, stderr). For property tests
+    that run thousands of commands, where a process each would cost seconds."""
+    from ddp_profile import cli
+
+    err, out = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = cli.main(argv)
+    finally:
+        os.chdir(old)
+    return code, err.getvalue()
 
 
 def sha256(path: Path) -> str:

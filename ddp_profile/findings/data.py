@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import nvtx_names as nn
-from ddp_profile.analysis.recommend import contention_per_step_ns
+from ddp_profile.analysis.contention import contention_per_step_ns
 from ddp_profile.errors import TraceError
 from ddp_profile.safeio import read_side_file
 

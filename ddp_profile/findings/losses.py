@@ -28,13 +28,12 @@ from __future__ import annotations
 import pandas as pd
 
 from ddp_profile.analysis.kernel_families import (
-    WAVE_RATIO,
     family_on_critical_rank,
     family_per_rank,
     family_steps,
     gemm_contention,
 )
-from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP, WAVE_RATIO
 from ddp_profile.findings.campaign import campaign_sets, set_label, stock_reference
 from ddp_profile.findings.data import RunData
 from ddp_profile.findings.text import (

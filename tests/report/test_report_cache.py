@@ -50,7 +50,7 @@ def test_second_report_of_unchanged_runs_analyses_nothing_and_writes_the_same_pa
     build_report([runs], out)
     first = _pages(out)
     assert sorted(loads) == ["a_run", "b_run"]
-    assert len(list((out / run_cache.CACHE_DIR).glob("*.pickle"))) == 2
+    assert len(list((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))) == 2
     loads.clear()
     build_report([runs], out)
     assert loads == []  # both taken from the cache
@@ -66,7 +66,7 @@ def test_a_changed_file_recomputes_that_run_only(runs, tmp_path, loads):
     build_report([runs], out)
     assert loads == ["b_run"]
     assert "flat" in (out / "index.html").read_text()  # the new run JSON, not the cached one
-    assert len(list((out / run_cache.CACHE_DIR).glob("*.pickle"))) == 2  # the stale entry was dropped
+    assert len(list((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))) == 2  # the stale entry was dropped
 
 
 def test_a_changed_export_recomputes(runs, tmp_path, loads):
@@ -98,9 +98,9 @@ def test_the_tool_digest_covers_the_package_source():
 def test_damaged_entry_is_recomputed(runs, tmp_path, loads):
     out = tmp_path / "report"
     build_report([runs], out)
-    for entry in (out / run_cache.CACHE_DIR).glob("*.pickle"):
+    for entry in (out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"):
         entry.unlink()  # a hard link: replacing it leaves the staging copy alone
-        entry.write_bytes(b"not a pickle")
+        entry.write_bytes(b"not an entry")
     (runs / "b_run" / "run.json").write_text(json.dumps({"run_name": "b_run", "strategy": "flat"}))
     loads.clear()
     build_report([runs], out)
@@ -129,7 +129,7 @@ def test_jobs_with_the_cache_give_the_same_report(runs, tmp_path):
     build_report([runs], one)
     build_report([runs], two, jobs=2)
     assert _pages(one) == _pages(two)
-    assert sorted(p.name for p in (one / ".cache").glob("*.pickle")) == \
-        sorted(p.name for p in (two / ".cache").glob("*.pickle"))
+    assert sorted(p.name for p in (one / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}")) == \
+        sorted(p.name for p in (two / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}"))
     build_report([runs], two, jobs=2)  # from the cache, in the parent
     assert _pages(one) == _pages(two)

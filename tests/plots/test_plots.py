@@ -1,11 +1,11 @@
-"""Figures from synthetic frames whose layout is known (see report_synth.make_run): trace counts, axes,
+"""Figures from synthetic frames whose layout is known (see conftest.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
 
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_run
+from conftest import make_run
 
 from ddp_profile.fmt import fmt_duration
 from ddp_profile.plots import (

@@ -23,23 +23,16 @@ def paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None) ->
 
 
 def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataFrame | None) -> pd.Series:
-    """Per step: host-wait call time on the critical rank's main thread (tid = pid), calls ending in its span."""
+    """Per step: host-wait call time on the critical rank's main thread (tid = pid), calls ending in its span
+    (``straggler.call_table``'s row of that rank and step, summed over functions)."""
     if waits is None or waits.empty or crit.empty:
         return pd.Series(dtype=float)
-    span = {(r, s): (lo, hi) for r, s, lo, hi in zip(*(ints(rank_paths[c]).tolist() for c in
-                                                         ("rank", "step", "start_ns", "end_ns")), strict=True)}
-    main = ints(waits["tid"]) == ints(waits["pid"])
-    w_rank, w_end = ints(waits["rank"])[main], ints(waits["end_ns"])[main]
-    w_dur = (ints(waits["end_ns"]) - ints(waits["start_ns"]))[main]
-    by_rank = {r: np.flatnonzero(w_rank == r) for r in np.unique(w_rank).tolist()}
-    none = np.zeros(0, np.int64)
-    out = {}
-    for step, rank in zip(ints(crit["step"]).tolist(), ints(crit["critical_rank"]).tolist(), strict=True):
-        lo, hi = span[(rank, step)]
-        mine = by_rank.get(rank, none)
-        e = w_end[mine]
-        out[step] = float(w_dur[mine[(e >= lo) & (e < hi)]].sum())
-    return pd.Series(out, dtype=float)
+    table = st.call_table(waits, rank_paths)
+    at = pd.MultiIndex.from_arrays([ints(rank_paths["rank"]), ints(rank_paths["step"])]).get_indexer(
+        pd.MultiIndex.from_arrays([ints(crit["critical_rank"]), ints(crit["step"])]))
+    if (at < 0).any():
+        raise KeyError("a critical rank's step is missing from the rank paths")
+    return pd.Series(table.ns[at].sum(axis=1).astype(float), index=ints(crit["step"]).tolist(), dtype=float)
 
 
 def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, contention_ns: float,

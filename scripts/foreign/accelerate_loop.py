@@ -46,7 +46,7 @@ def main():
 
     x, y = get()
     for i in range(a.steps):
-        clock.begin(i, barrier=dist.barrier)
+        clock.begin(i)
         for _ in range(a.accum):
             with acc.accumulate(model):
                 clock.fwd_start()

@@ -62,7 +62,7 @@ def main():
 
     x, y = get()
     for i in range(a.steps):
-        clock.begin(i, barrier=dist.barrier)
+        clock.begin(i)
         for _ in range(a.accum):
             clock.fwd_start()
             loss = engine(x, y)

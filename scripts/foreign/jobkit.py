@@ -28,6 +28,7 @@ Ground truth a job writes (rank 0 gathers every rank's record into ``<out>/truth
 """
 
 import datetime
+import itertools
 import json
 import os
 import statistics
@@ -35,6 +36,7 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -136,6 +138,21 @@ def batches(a, kw, rank, device, cuda):
     return get
 
 
+_BARRIERS = itertools.count()
+
+
+def host_barrier():
+    """Wait for every rank through the rendezvous store: no collective kernel, so none lands at the edge of
+    the capture range (``dist.barrier()`` would launch an all-reduce)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    store = dist.distributed_c10d._get_default_store()
+    key = f"jobkit/barrier/{next(_BARRIERS)}"
+    store.add(key, 1)
+    while store.add(key, 0) < dist.get_world_size():
+        time.sleep(0.001)
+
+
 class StepClock:
     """CUDA events around each optimizer step and its micro-steps, read only at the end (no syncs in the loop).
 
@@ -160,11 +177,10 @@ class StepClock:
     def _ms(self, a, b):
         return a.elapsed_time(b) if self.cuda else (b - a) * 1e3
 
-    def begin(self, i, barrier=None):
+    def begin(self, i):
         if self.profile_from and i == self.profile_from and self.cuda:
             torch.cuda.synchronize()
-            if barrier:
-                barrier()
+            host_barrier()
             torch.cuda.profiler.start()
             self.profiling = True
         row = {"iteration": i, "start": self._mark(), "start_unix_ns": time.time_ns(), "h0": time.perf_counter(),
@@ -193,7 +209,9 @@ class StepClock:
         if self.cuda:
             torch.cuda.synchronize()
             if self.profiling:
+                host_barrier()
                 torch.cuda.profiler.stop()
+                self.profiling = False
 
     def records(self):
         """(recorded steps, warm-up iter_ms): the steps from ``profile_from`` on (all when it is 0)."""

@@ -165,7 +165,7 @@ class Runner:
 
     def step(self, clock, i):
         cfg = self.cfg
-        clock.begin(i, barrier=dist.barrier)
+        clock.begin(i)
         if cfg["sleep_ms"] and self.rank == SLOW_RANK:
             time.sleep(cfg["sleep_ms"] / 1e3)
         for _ in range(self.gemms if cfg["gemm_ms"] else 0):
@@ -206,9 +206,18 @@ def gathered_periods(clock, world):
 
 
 def run_repeats(a, rank, world, device, cuda):
+    last_s = None
     for rule in a.rules.split(","):
         job, change, _ = RULES[rule]
         t0 = time.time()
+        # Time box: a rule that would end after --until is skipped (rank 0 decides, every rank follows).
+        need = max(last_s or 0.0, a.rule_s) * (4 if config(rule, "changed")["compile"] else 1)
+        verdict = [a.until and t0 + need > a.until]
+        dist.broadcast_object_list(verdict, src=0)
+        if verdict[0]:
+            if rank == 0:
+                print(f"{rule}: skipped (needs ~{need:.0f} s, {a.until - t0:.0f} s left)", flush=True)
+            continue
         cfgs = {v: config(rule, v) for v in ("baseline", "changed")}
         runners = {"baseline": Runner(cfgs["baseline"], a, rank, device, cuda)}
         loop_only = {k for k in BASE if cfgs["baseline"][k] != cfgs["changed"][k]} <= {"sleep_ms", "gemm_ms", "item"}
@@ -266,6 +275,7 @@ def run_repeats(a, rank, world, device, cuda):
             record["extra_gemms_per_step"] = {"rank": SLOW_RANK, "count": gemm[SLOW_RANK][0], "size": gemm_size(cuda),
                                               "calibrated_ms_each": gemm[SLOW_RANK][1]}
             write_json(path, record)
+        last_s = time.time() - t0
         del runners
         if cuda:
             torch.cuda.empty_cache()
@@ -289,6 +299,10 @@ def main():
     p.add_argument("--steps", type=int, default=8, help="recorded steps (per segment with --repeats)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps per segment / before the capture")
     p.add_argument("--first-warmup", type=int, default=6, help="warm-up steps of a variant's first segment")
+    p.add_argument("--until", type=float, default=0.0, help="with --repeats: Unix time by which to finish; "
+                   "rules that would end later are skipped (0: no limit)")
+    p.add_argument("--rule-s", type=float, default=15.0, help="with --until: seconds a rule is expected to take "
+                   "before one has been timed (a compiling rule: four times as long)")
     p.add_argument("--profile-from", type=int, default=0, help="alone: open the cudaProfilerApi capture after "
                    "this many warm-up steps (0: never call the profiler API)")
     jobkit.add_model_args(p)

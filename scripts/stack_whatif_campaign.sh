@@ -32,7 +32,7 @@
 #   PYTHON=python3         interpreter with torch, accelerate
 #   WORK=/tmp/stack-jobs   scratch folder for reports and unscrubbed exports (never packed)
 #   WARMUP=4               optimizer steps before the capture opens (compiled job: +2)
-#   CAPTURE=6              optimizer steps inside each capture
+#   CAPTURE=4              optimizer steps inside each capture (the table may set fewer: traces/ has a size budget)
 #   REPEATS=5              A/B repeats per ledger rule                                e.g. REPEATS=1 (smoke)
 #   REP_STEPS=6            recorded steps per repeat segment
 #   REP_WARMUP=2           warm-up steps per segment; REP_FIRST_WARMUP=5 in a variant's first segment
@@ -54,7 +54,7 @@ NPROC=${NPROC:-4}
 PYTHON=${PYTHON:-python3}
 WORK=${WORK:-/tmp/stack-jobs}
 WARMUP=${WARMUP:-4}
-CAPTURE=${CAPTURE:-6}
+CAPTURE=${CAPTURE:-4}
 REPEATS=${REPEATS:-5}
 REP_STEPS=${REP_STEPS:-6}
 REP_WARMUP=${REP_WARMUP:-2}
@@ -64,20 +64,19 @@ JOB_ARGS=${JOB_ARGS:-}
 NAMES=${NAMES:-}
 PART_BYTES=$((15 * 1024 * 1024))
 
-# group | name | seconds expected | nsys options beyond the docs' | launcher | program | options
+# group | name | seconds expected | captured steps (empty: $CAPTURE) | nsys options beyond the docs' | launcher | program | options
 JOBS_TABLE="
-foreign|ds-zero2|50||torchrun|foreign/ds_zero_loop.py|--stage 2 --accum 2 --n-layer 6
-foreign|ds-zero3|55||deepspeed|foreign/ds_zero_loop.py|--stage 3 --accum 2 --n-layer 6
-foreign|accelerate|45||accelerate|foreign/accelerate_loop.py|--accum 2 --n-layer 6
-foreign|fsdp2-tail|40||torchrun|foreign/fsdp2_tail_loop.py|--n-layer 6
-foreign|compiled-ro|110|--cuda-graph-trace=node|torchrun|foreign/compiled_loop.py|--mode reduce-overhead --n-layer 6
-profiled|gpt2-ddp|35||torchrun|whatif/gpt2_whatif.py|--rule balanced --variant baseline
-profiled|gpt2-ddp-slowhost|35||torchrun|whatif/gpt2_whatif.py|--rule straggler-host --variant baseline
-profiled|gpt2-ddp-slowgpu|35||torchrun|whatif/gpt2_whatif.py|--rule straggler-gpu --variant baseline
-profiled|gpt2-ddp-item|35||torchrun|whatif/gpt2_whatif.py|--rule host-sync --variant baseline
-profiled|gpt2-ddp-bucket1mb|35||torchrun|whatif/gpt2_whatif.py|--rule comm-tail --variant baseline
-profiled|gpt2-fsdp2|35||torchrun|whatif/gpt2_whatif.py|--rule fsdp-prefetch --variant baseline
-profiled|gpt2-ddp-b1|35||torchrun|whatif/gpt2_whatif.py|--rule launch-bound --variant baseline
+foreign|ds-zero2|50|||torchrun|foreign/ds_zero_loop.py|--stage 2 --accum 2 --n-layer 4
+foreign|ds-zero3|55|3||deepspeed|foreign/ds_zero_loop.py|--stage 3 --accum 2 --n-layer 2
+foreign|accelerate|45|||accelerate|foreign/accelerate_loop.py|--accum 2 --n-layer 4
+foreign|fsdp2-tail|40|||torchrun|foreign/fsdp2_tail_loop.py|--n-layer 4
+foreign|compiled-ro|110||--cuda-graph-trace=node|torchrun|foreign/compiled_loop.py|--mode reduce-overhead --n-layer 4
+profiled|gpt2-ddp|40|||torchrun|whatif/gpt2_whatif.py|--rule balanced --variant baseline
+profiled|gpt2-ddp-slowhost|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-host --variant baseline
+profiled|gpt2-ddp-slowgpu|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-gpu --variant baseline
+profiled|gpt2-ddp-item|40|||torchrun|whatif/gpt2_whatif.py|--rule host-sync --variant baseline
+profiled|gpt2-fsdp2|40|||torchrun|whatif/gpt2_whatif.py|--rule fsdp-prefetch --variant baseline
+profiled|gpt2-ddp-b1|40|||torchrun|whatif/gpt2_whatif.py|--rule launch-bound --variant baseline
 "
 
 cd "$REPO"
@@ -162,7 +161,7 @@ for group in ${GROUPS_WANTED}; do
         for pid in "${PIDS[@]}"; do wait "$pid" || true; done  # no exports beside the timed repeats
         run_repeats; continue
     fi
-    while IFS='|' read -r g name budget nsys_extra launcher program options; do
+    while IFS='|' read -r g name budget capture nsys_extra launcher program options; do
         [ "$g" = "$group" ] || continue
         [ -z "$NAMES" ] || [[ " $NAMES " == *" $name "* ]] || continue
         now=$(date +%s)
@@ -175,8 +174,9 @@ for group in ${GROUPS_WANTED}; do
         warm=$WARMUP
         [[ "$options" == *--mode* ]] && warm=$((WARMUP + 2))
         rm -rf "$dir"; mkdir -p "$dir"
-        cmd="$(launcher_cmd "$launcher" "$program") $options --steps $((warm + CAPTURE)) --profile-from $warm"
-        [ "$group" = profiled ] && cmd="$(launcher_cmd "$launcher" "$program") $options --steps $CAPTURE --profile-from $warm"
+        capture=${capture:-$CAPTURE}
+        cmd="$(launcher_cmd "$launcher" "$program") $options --steps $((warm + capture)) --profile-from $warm"
+        [ "$group" = profiled ] && cmd="$(launcher_cmd "$launcher" "$program") $options --steps $capture --profile-from $warm"
         echo "== $name: nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none --capture-range=cudaProfilerApi $nsys_extra -> ${cmd#"$PYTHON "} ($((now - START)) s elapsed)"
         # shellcheck disable=SC2086
         if timeout -k 10 $((budget * 2)) "$NSYS" profile -t cuda,nvtx --sample=none --cpuctxsw=none \

@@ -12,7 +12,6 @@ Jobs (``JOBS``: the baselines) and rules (``RULES``: rule id -> job, the change 
     gpt2-ddp-slowgpu    ... rank 1 runs ~5 ms of extra GEMMs before each step (a metric, an EMA update)
     gpt2-ddp-item       ... every rank reads loss.item() after every step
     gpt2-ddp-b1         ... batch 1 x 128 per rank (kernel launches outlast the GPU work)
-    gpt2-ddp-bucket1mb  ... bucket_cap_mb=1
     gpt2-fsdp2          FSDP2 fully_shard per block + root, default (implicit) prefetch
 
 Three ways to run it (torchrun, one process per GPU):
@@ -57,7 +56,6 @@ JOBS = {
     "gpt2-ddp-slowgpu": dict(gemm_ms=5.0),
     "gpt2-ddp-item": dict(item=True),
     "gpt2-ddp-b1": dict(batch=1, seq_len=128),
-    "gpt2-ddp-bucket1mb": dict(bucket_mb=1.0),
     "gpt2-fsdp2": dict(kind="fsdp"),
 }
 RULES = {  # rule -> (baseline job, the change in words, the settings the change sets)
@@ -69,7 +67,7 @@ RULES = {  # rule -> (baseline job, the change in words, the settings the change
     "host-sync": ("gpt2-ddp-item", "loss.item() after every step dropped", dict(item=False)),
     "launch-bound": ("gpt2-ddp-b1", "CUDA graphs: torch.compile(mode='reduce-overhead') on the model before DDP",
                      dict(compile="reduce-overhead")),
-    "comm-tail": ("gpt2-ddp-bucket1mb", "DDP bucket_cap_mb 1 -> 100", dict(bucket_mb=100.0)),
+    "comm-tail": ("gpt2-ddp", "DDP bucket_cap_mb 25 (the default) -> 100", dict(bucket_mb=100.0)),
     "contention": ("gpt2-ddp", "NCCL at most 8 CTAs (ProcessGroupNCCL config max_ctas=8) for DDP's group",
                    dict(max_ctas=8)),
     "optimizer-shard": ("gpt2-ddp", "ZeroRedundancyOptimizer(AdamW): each rank updates a quarter of the "
@@ -208,78 +206,91 @@ def gathered_periods(clock, world):
 def run_repeats(a, rank, world, device, cuda):
     last_s = None
     for rule in a.rules.split(","):
-        job, change, _ = RULES[rule]
         t0 = time.time()
-        # Time box: a rule that would end after --until is skipped (rank 0 decides, every rank follows).
-        need = max(last_s or 0.0, a.rule_s) * (4 if config(rule, "changed")["compile"] else 1)
-        verdict = [a.until and t0 + need > a.until]
-        dist.broadcast_object_list(verdict, src=0)
-        if verdict[0]:
+        try:
+            last_s = repeat_rule(a, rule, rank, world, device, cuda, last_s, t0)
+        except Exception as exc:  # noqa: BLE001 - every rank builds alike, so all fail here together
             if rank == 0:
-                print(f"{rule}: skipped (needs ~{need:.0f} s, {a.until - t0:.0f} s left)", flush=True)
-            continue
-        cfgs = {v: config(rule, v) for v in ("baseline", "changed")}
-        runners = {"baseline": Runner(cfgs["baseline"], a, rank, device, cuda)}
-        loop_only = {k for k in BASE if cfgs["baseline"][k] != cfgs["changed"][k]} <= {"sleep_ms", "gemm_ms", "item"}
-        if loop_only:  # same model and wrapper: only the loop's habit differs
-            runners["changed"] = runners["baseline"]
-        repeats = []
-        for r in range(a.repeats):
-            for variant in ("baseline", "changed"):
-                if variant not in runners:
-                    runners[variant] = Runner(cfgs[variant], a, rank, device, cuda)
-                run = runners[variant]
-                run.cfg = cfgs[variant]  # a shared runner: the loop's habits follow the variant
-                first = r == 0 and (variant == "baseline" or not loop_only)
-                warm = a.first_warmup if first else a.warmup
-                clock = run.segment(warm, a.steps)
-                per_rank, iters = gathered_periods(clock, world)
-                mean = [statistics.fmean(col) for col in zip(*per_rank, strict=True)]
-                repeats.append({"order": len(repeats), "variant": variant, "warmup_steps": warm,
-                                "step_ms": mean, "step_ms_per_rank": per_rank, "iter_ms_per_rank": iters,
-                                "median_step_ms": statistics.median(mean)})
+                print(f"{rule}: failed: {type(exc).__name__}: {exc}", flush=True)
+                write_json(os.path.join(a.out, rule, "failed.json"), {"rule": rule, "error": repr(exc)})
+            if cuda:
+                torch.cuda.empty_cache()
+            dist.barrier()
+
+
+def repeat_rule(a, rule, rank, world, device, cuda, last_s, t0):
+    """The interleaved repeats of one rule; returns the seconds it took (None when skipped)."""
+    job, change, _ = RULES[rule]
+    # Time box: a rule that would end after --until is skipped (rank 0 decides, every rank follows).
+    need = max(last_s or 0.0, a.rule_s) * (4 if config(rule, "changed")["compile"] else 1)
+    verdict = [a.until and t0 + need > a.until]
+    dist.broadcast_object_list(verdict, src=0)
+    if verdict[0]:
         if rank == 0:
-            meds = {v: statistics.median([x["median_step_ms"] for x in repeats if x["variant"] == v])
-                    for v in ("baseline", "changed")}
-            base_run = runners["baseline"]
-            record = {
-                "rule": rule, "job": job, "change": change, "world_size": world,
-                "program": os.path.basename(__file__),
-                "baseline_config": cfgs["baseline"], "changed_config": cfgs["changed"],
-                "protocol": (f"one process (torchrun, {world} ranks), both variants built side by side "
-                             + ("(one model: the change is only what the loop does)" if loop_only else
-                                "(own model, wrapper and optimizer each)")
-                             + f"; {a.repeats} repeats of baseline then changed segments, alternating A B A B ...; "
-                             f"each segment {a.warmup} warm-up steps ({a.first_warmup} in a variant's first) then "
-                             f"{a.steps} recorded steps; step_ms per recorded step = the mean over ranks of that "
-                             "step's loop period (CUDA events, start of the step to start of the next)"),
-                "params": base_run.params, "model": base_run.kw,
-                "gpu_name": torch.cuda.get_device_name(device) if cuda else "cpu",
-                "torch_version": torch.__version__,
-                "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-                "timing_source": "cuda_events" if cuda else "host_perf_counter",
-                "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "slow_rank": SLOW_RANK if cfgs["baseline"]["sleep_ms"] or cfgs["baseline"]["gemm_ms"] else None,
-                "extra_gemms_per_step": None, "repeats": repeats,
-                "median_step_ms": meds, "seconds": round(time.time() - t0, 1),
-            }
-            write_json(os.path.join(a.out, rule, "repeats.json"), record)
-            print(f"{rule}: baseline {meds['baseline']:.2f} ms, changed {meds['changed']:.2f} ms per step "
-                  f"({record['seconds']} s)", flush=True)
-        gemm = [None] * world
-        dist.all_gather_object(gemm, (runners["baseline"].gemms, runners["baseline"].gemm_ms_each))
-        if rank == 0 and cfgs["baseline"]["gemm_ms"]:
-            path = os.path.join(a.out, rule, "repeats.json")
-            with open(path) as fh:
-                record = json.load(fh)
-            record["extra_gemms_per_step"] = {"rank": SLOW_RANK, "count": gemm[SLOW_RANK][0], "size": gemm_size(cuda),
-                                              "calibrated_ms_each": gemm[SLOW_RANK][1]}
-            write_json(path, record)
-        last_s = time.time() - t0
-        del runners
-        if cuda:
-            torch.cuda.empty_cache()
-        dist.barrier()
+            print(f"{rule}: skipped (needs ~{need:.0f} s, {a.until - t0:.0f} s left)", flush=True)
+        return last_s
+    cfgs = {v: config(rule, v) for v in ("baseline", "changed")}
+    runners = {"baseline": Runner(cfgs["baseline"], a, rank, device, cuda)}
+    loop_only = {k for k in BASE if cfgs["baseline"][k] != cfgs["changed"][k]} <= {"sleep_ms", "gemm_ms", "item"}
+    if loop_only:  # same model and wrapper: only the loop's habit differs
+        runners["changed"] = runners["baseline"]
+    repeats = []
+    for r in range(a.repeats):
+        for variant in ("baseline", "changed"):
+            if variant not in runners:
+                runners[variant] = Runner(cfgs[variant], a, rank, device, cuda)
+            run = runners[variant]
+            run.cfg = cfgs[variant]  # a shared runner: the loop's habits follow the variant
+            first = r == 0 and (variant == "baseline" or not loop_only)
+            warm = a.first_warmup if first else a.warmup
+            clock = run.segment(warm, a.steps)
+            per_rank, iters = gathered_periods(clock, world)
+            mean = [statistics.fmean(col) for col in zip(*per_rank, strict=True)]
+            repeats.append({"order": len(repeats), "variant": variant, "warmup_steps": warm,
+                            "step_ms": mean, "step_ms_per_rank": per_rank, "iter_ms_per_rank": iters,
+                            "median_step_ms": statistics.median(mean)})
+    if rank == 0:
+        meds = {v: statistics.median([x["median_step_ms"] for x in repeats if x["variant"] == v])
+                for v in ("baseline", "changed")}
+        base_run = runners["baseline"]
+        record = {
+            "rule": rule, "job": job, "change": change, "world_size": world,
+            "program": os.path.basename(__file__),
+            "baseline_config": cfgs["baseline"], "changed_config": cfgs["changed"],
+            "protocol": (f"one process (torchrun, {world} ranks), both variants built side by side "
+                         + ("(one model: the change is only what the loop does)" if loop_only else
+                            "(own model, wrapper and optimizer each)")
+                         + f"; {a.repeats} repeats of baseline then changed segments, alternating A B A B ...; "
+                         f"each segment {a.warmup} warm-up steps ({a.first_warmup} in a variant's first) then "
+                         f"{a.steps} recorded steps; step_ms per recorded step = the mean over ranks of that "
+                         "step's loop period (CUDA events, start of the step to start of the next)"),
+            "params": base_run.params, "model": base_run.kw,
+            "gpu_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+            "torch_version": torch.__version__,
+            "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+            "timing_source": "cuda_events" if cuda else "host_perf_counter",
+            "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "slow_rank": SLOW_RANK if cfgs["baseline"]["sleep_ms"] or cfgs["baseline"]["gemm_ms"] else None,
+            "extra_gemms_per_step": None, "repeats": repeats,
+            "median_step_ms": meds, "seconds": round(time.time() - t0, 1),
+        }
+        write_json(os.path.join(a.out, rule, "repeats.json"), record)
+        print(f"{rule}: baseline {meds['baseline']:.2f} ms, changed {meds['changed']:.2f} ms per step "
+              f"({record['seconds']} s)", flush=True)
+    gemm = [None] * world
+    dist.all_gather_object(gemm, (runners["baseline"].gemms, runners["baseline"].gemm_ms_each))
+    if rank == 0 and cfgs["baseline"]["gemm_ms"]:
+        path = os.path.join(a.out, rule, "repeats.json")
+        with open(path) as fh:
+            record = json.load(fh)
+        record["extra_gemms_per_step"] = {"rank": SLOW_RANK, "count": gemm[SLOW_RANK][0], "size": gemm_size(cuda),
+                                          "calibrated_ms_each": gemm[SLOW_RANK][1]}
+        write_json(path, record)
+    del runners
+    if cuda:
+        torch.cuda.empty_cache()
+    dist.barrier()
+    return time.time() - t0
 
 
 def write_json(path, obj):

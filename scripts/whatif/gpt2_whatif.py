@@ -256,6 +256,9 @@ def repeat_rule(a, rule, rank, world, device, cuda, last_s, t0):
         record = {
             "rule": rule, "job": job, "change": change, "world_size": world,
             "program": os.path.basename(__file__),
+            "command": (f"torchrun --standalone --nproc_per_node={world} scripts/whatif/{os.path.basename(__file__)} "
+                        f"--repeats {a.repeats} --rules {a.rules} --steps {a.steps} --warmup {a.warmup} "
+                        f"--first-warmup {a.first_warmup}"),
             "baseline_config": cfgs["baseline"], "changed_config": cfgs["changed"],
             "protocol": (f"one process (torchrun, {world} ranks), both variants built side by side "
                          + ("(one model: the change is only what the loop does)" if loop_only else

@@ -70,7 +70,7 @@ foreign|ds-zero2|50|||torchrun|foreign/ds_zero_loop.py|--stage 2 --accum 2 --n-l
 foreign|ds-zero3|55|3||deepspeed|foreign/ds_zero_loop.py|--stage 3 --accum 2 --n-layer 2
 foreign|accelerate|45|||accelerate|foreign/accelerate_loop.py|--accum 2 --n-layer 4
 foreign|fsdp2-tail|40|||torchrun|foreign/fsdp2_tail_loop.py|--n-layer 4
-foreign|compiled-ro|110||--cuda-graph-trace=node|torchrun|foreign/compiled_loop.py|--mode reduce-overhead --n-layer 4
+foreign|compiled-ro|150||--cuda-graph-trace=node|torchrun|foreign/compiled_loop.py|--mode reduce-overhead --n-layer 4
 profiled|gpt2-ddp|40|||torchrun|whatif/gpt2_whatif.py|--rule balanced --variant baseline
 profiled|gpt2-ddp-slowhost|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-host --variant baseline
 profiled|gpt2-ddp-slowgpu|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-gpu --variant baseline
@@ -178,11 +178,14 @@ for group in ${GROUPS_WANTED}; do
         cmd="$(launcher_cmd "$launcher" "$program") $options --steps $((warm + capture)) --profile-from $warm"
         [ "$group" = profiled ] && cmd="$(launcher_cmd "$launcher" "$program") $options --steps $capture --profile-from $warm"
         echo "== $name: nsys profile -t cuda,nvtx --sample=none --cpuctxsw=none --capture-range=cudaProfilerApi $nsys_extra -> ${cmd#"$PYTHON "} ($((now - START)) s elapsed)"
+        rc=0
         # shellcheck disable=SC2086
-        if timeout -k 10 $((budget * 2)) "$NSYS" profile -t cuda,nvtx --sample=none --cpuctxsw=none \
-                --capture-range=cudaProfilerApi --capture-range-end=stop $nsys_extra --force-overwrite=true \
-                -o "$WORK/$name" $cmd $JOB_ARGS --out "$dir" </dev/null >"$WORK/logs/$name.log" 2>&1 \
-                && [ -e "$WORK/$name.nsys-rep" ] && [ -e "$dir/truth.json" ]; then
+        timeout -k 10 $((budget * 2)) "$NSYS" profile -t cuda,nvtx --sample=none --cpuctxsw=none \
+            --capture-range=cudaProfilerApi --capture-range-end=stop $nsys_extra --force-overwrite=true \
+            -o "$WORK/$name" $cmd $JOB_ARGS --out "$dir" </dev/null >"$WORK/logs/$name.log" 2>&1 || rc=$?
+        # The report and the truth are what count: a job that wrote both and then hung on the way out is kept.
+        if [ -e "$WORK/$name.nsys-rep" ] && [ -e "$dir/truth.json" ]; then
+            [ "$rc" = 0 ] || echo "   note: exit status $rc after the report and truth.json were written"
             echo "   ran in $(( $(date +%s) - now )) s; $(grep -h 'recorded steps' "$WORK/logs/$name.log" | tail -n 1)"
             post "$name" "$WORK/$name.nsys-rep" "$dest" </dev/null >>"$WORK/logs/post.log" 2>&1 &
             PIDS+=($!); DONE+=("$name")

@@ -13,8 +13,11 @@ replays). Truth: ``<out>/truth.json`` as scripts/foreign/jobkit.py describes, on
 """
 
 import argparse
+import faulthandler
 import math
 import os
+import signal
+import time
 
 import jobkit
 import torch
@@ -30,6 +33,7 @@ def main():
     jobkit.add_model_args(p, batch=4, seq_len=256)
     a = p.parse_args()
 
+    faulthandler.register(signal.SIGTERM, chain=True)  # a run its launcher kills shows where it stood
     cuda = torch.cuda.is_available() and not a.cpu
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
@@ -45,6 +49,7 @@ def main():
     clock = jobkit.StepClock(cuda, a.profile_from)
 
     x, y = get()
+    t_start = time.perf_counter()
     for i in range(a.steps):
         clock.begin(i)
         if a.mode == "reduce-overhead":
@@ -58,13 +63,15 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         clock.end()
+        if rank == 0:
+            print(f"iteration {i} launched at {time.perf_counter() - t_start:.1f} s", flush=True)
     clock.finish()
     final = float(loss.detach())
     assert math.isfinite(final)
     jobkit.write_truth(dist, clock, a, __file__,
                        f"DDP (default 25 MB buckets) over torch.compile(mode={a.mode!r}), AdamW, fp32 (TF32 matmuls)",
                        params, kw, device, cuda, {"final_loss": final})
-    dist.barrier()
+    jobkit.host_barrier()  # no collective after the capture: see jobkit.write_truth
     dist.destroy_process_group()
 
 

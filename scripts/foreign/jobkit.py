@@ -236,10 +236,16 @@ def write_truth(dist, clock, a, program, parallelism, params, kw, device, cuda, 
     """Gather every rank's steps; rank 0 writes <out>/truth.json. Returns the truth on rank 0, else None."""
     rank, world = dist.get_rank(), dist.get_world_size()
     rows, warm = clock.records()
-    gathered = [None] * world
-    dist.all_gather_object(gathered, {"iterations": rows, "warmup": warm})
+    # Through the rendezvous store, not a collective: under nsys --cuda-graph-trace=node the first NCCL
+    # collective after the capture stopped never completed (seen with a reduce-overhead job on 4 x H200).
+    store = dist.distributed_c10d._get_default_store() if world > 1 else None
+    mine = json.dumps({"iterations": rows, "warmup": warm})
+    if store is not None:
+        store.set(f"jobkit/truth/{rank}", mine)
+    host_barrier()
     if rank != 0:
         return None
+    gathered = [json.loads(store.get(f"jobkit/truth/{r}")) for r in range(world)] if store else [json.loads(mine)]
     iters = [g["iterations"] for g in gathered]
     per_rank = [[r["iter_ms"] for r in it] for it in iters]
     periods = [[r["step_ms"] for r in it] for it in iters]

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import answers as _answers
+from ddp_profile.analysis import clocks as _clocks
 from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
@@ -67,6 +68,10 @@ class Analysis:
     collectives and overlap sections were cut to the selected steps ({} without a selection)."""
     per_rank: dict = field(default_factory=dict)
     """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
+    clock_alignment: dict = field(default_factory=dict)
+    """``analysis.clocks.Alignment.to_json``: each rank's clock offset against the reference rank, measured
+    on collective ends, the residual, the corrections applied and the collectives paired or dropped (JSON key
+    ``clock_alignment``, present for a trace of several ranks with NCCL kernels)."""
     _deferred: dict = field(default_factory=dict, repr=False, compare=False)
     """Sections not computed yet (``analyze(sections=...)``): name -> function computing the frame."""
 
@@ -148,8 +153,11 @@ class Analysis:
 
     def json_head(self) -> dict:
         """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank)."""
-        return {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+        head = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
                 "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+        if len(self.clock_alignment.get("n_paired") or {}) > 1:
+            head["clock_alignment"] = _json_safe(self.clock_alignment)
+        return head
 
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
@@ -223,10 +231,12 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     held = _parts.LocalRanks(trace) if local else trace
     found = held.map_ranks(_parts.step_part, step_pattern=step_pattern)
     notes = _parts.kernel_notes(found) + _parts.step_notes(found)
+    clock = _parts.align(found)  # collectives paired by what they are; clocks aligned on their ends
+    notes += clock.notes
     host_steps, id_notes = _parts.label_steps(found, steps)  # the parts' collective rows relabelled in place
     notes += id_notes
     match_notes: list[str] = []
-    table = _parts.match(found, match_notes, _ddp_bucket_bytes(trace))
+    table = _parts.match(found, match_notes, _ddp_bucket_bytes(trace), clock.residual)
     del found  # the collective rows: the table holds what is needed of them
     return_freed_memory()
     run = getattr(trace, "run", None)
@@ -234,13 +244,15 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     selected = steps not in (None, "all")
     got = held.map_ranks(_parts.rank_part, given, phase_patterns=phase_patterns, selected=selected,
                          need_ready=_rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
-                         with_kinds="comm_kinds" not in later)
+                         with_kinds="comm_kinds" not in later, clock_offsets=clock.corrected_ns)
     fields = _parts.combine(got, table, notes, match_notes, selected=selected)
     ready = fields.pop("ready_ns")
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
-    waits = host_waits if host_waits is not None else waits
+    waits = _clocks.shift_columns(host_waits, clock.corrected_ns, ("start_ns", "end_ns")) \
+        if host_waits is not None else waits
     res = Analysis(**fields)
+    res.clock_alignment = clock.to_json()
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
     if "comm_kinds" in later:
@@ -252,7 +264,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
     _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps),
-                    gemm_wave_ratio(res.contention), after_backward)
+                    gemm_wave_ratio(res.contention), after_backward, min_lead_ns=clock.residual)
     return res
 
 

@@ -44,6 +44,7 @@ import pandas as pd
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.activity_names import PEER_COPY
+from ddp_profile.analysis import clocks
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.fmt import fmt_ms
 
@@ -78,6 +79,16 @@ def _is_allreduce(collective: pd.Series) -> np.ndarray:
     """Rows whose collective name contains "allreduce" (lower-cased; missing: no), each distinct name once."""
     codes, uniq = _distinct(collective)
     return np.array(["allreduce" in u.lower() for u in uniq], dtype=bool)[codes]
+
+
+def _all_receive(collective: pd.Series) -> np.ndarray:
+    """Rows of collectives in which every rank receives from every other (all-reduce, all-gather,
+    reduce-scatter, all-to-all): none of their kernels can end before every peer's has started. (A send, or a
+    broadcast's root, can finish into a peer's buffers before that peer's kernel runs.)"""
+    codes, uniq = _distinct(collective)
+    keys = [re.sub(r"[^a-z]", "", u.lower()) for u in uniq]
+    return np.array([any(k in key for k in ("allreduce", "allgather", "reducescatter", "alltoall")) for key in keys],
+                    dtype=bool)[codes]
 
 
 def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> np.ndarray:
@@ -210,12 +221,17 @@ def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Dat
 
 
 def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
-                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None
-                      ) -> pd.DataFrame:
+                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None,
+                      residual_ns: float = 0) -> pd.DataFrame:
     """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
     one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
     (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
-    note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size."""
+    note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size;
+    ``residual_ns``: the clocks' residual disagreement (``clocks``), under which a wait is not called.
+
+    The table keeps a private ``_wait_unknown`` column (a wait not called: under the residual, or of a
+    collective whose kernels cannot have overlapped; ``clocks.impossible``), which the analysis reports as
+    missing wait and transfer."""
     frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
     if not frames:
         notes.append(no_nccl_note())
@@ -226,6 +242,19 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     last_arrival = grp["start_ns"].transform("max")
     df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
     df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
+    gid = grp.ngroup().to_numpy(np.int64)
+    start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
+    bad = clocks.impossible(start, end, gid, residual_ns) & _all_receive(df["collective"])
+    unknown = bad | clocks.uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns)
+    df["_wait_unknown"] = unknown
+    if bad.any():
+        n_bad, n_all = len(np.unique(gid[bad])), int(gid.max()) + 1
+        notes.append(f"{n_bad} of {n_all} collectives end on one rank before a peer's kernel of the same collective "
+                     "starts, which cannot happen (a collective completes only once every rank joined it): the ranks' "
+                     "clocks or the pairing of collectives are wrong there, so their wait and transfer are unknown")
+    if unknown.any() and not bad.all():
+        notes.append(f"{int((unknown & ~bad).sum())} collective kernel(s) wait or arrive within the clock residual "
+                     f"({fmt_ms(residual_ns)}) of a peer: their wait and transfer are not called (left empty)")
     if _names_differ(grp, df["collective"]):
         notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
                      "split pairs kernels by issue order and may be wrong for some collectives")
@@ -248,7 +277,17 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
     df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
-    return schema.select(df, schema.COLLECTIVE_COLUMNS)
+    return schema.select(df, schema.COLLECTIVE_COLUMNS + ["_wait_unknown"])
+
+
+def reported(table: pd.DataFrame) -> pd.DataFrame:
+    """The collective table as reported: COLLECTIVE_COLUMNS, wait and transfer missing where not called."""
+    out = schema.select(table, schema.COLLECTIVE_COLUMNS)
+    if "_wait_unknown" in table and table["_wait_unknown"].to_numpy(dtype=bool).any():
+        unknown = table["_wait_unknown"].to_numpy(dtype=bool)
+        out = out.assign(**{c: np.where(unknown, np.nan, out[c].to_numpy(dtype=float))
+                            for c in ("wait_ns", "transfer_ns", "busbw_gb_per_s")})
+    return out
 
 
 def _names_differ(grp, collective: pd.Series) -> bool:

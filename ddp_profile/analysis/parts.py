@@ -30,13 +30,13 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import after_backward as ab
+from ddp_profile.analysis import clocks, infer
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
-from ddp_profile.analysis import infer
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
@@ -64,6 +64,7 @@ class LocalRanks:
         self.meta = getattr(trace, "meta", None) or {}
         self.run = getattr(trace, "run", None)
         self.host_waits = getattr(trace, "host_waits", None)  # [answers] the straggler's evidence
+        self.ranks = getattr(trace, "ranks", None)
         self.kernel_arrays = KernelArrays(self.kernels)
 
     def map_ranks(self, fn, per_part: list | None = None, **kwargs) -> list:
@@ -98,6 +99,8 @@ class StepPart:
     part with NCCL rows, whose copies no note names."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
+    rank_files: dict = field(default_factory=dict)
+    """rank -> the export file it was read from (ranks of one file share one clock)."""
 
     def nbytes(self) -> int:
         frames = [self.steps, self.rows]
@@ -116,7 +119,41 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     any_launch=bool((karr.launch >= 0).any()),
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
                     peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
-                    nccl_nvtx=coll.has_nccl_ranges(nvtx))
+                    nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=_rank_files(trace))
+
+
+def _rank_files(trace) -> dict:
+    ranks = getattr(trace, "ranks", None)
+    if ranks is None or not len(ranks) or "file" not in ranks:
+        return {}
+    return {int(r): str(f) for r, f in zip(ranks["rank"], ranks["file"], strict=False)}
+
+
+def align(found: list[StepPart]) -> clocks.Alignment:
+    """Between stages 1 and 2: the collectives of every part paired across ranks by what they are and rank
+    clocks aligned on their ends (:mod:`ddp_profile.analysis.clocks`). Each part's rows become the paired ones
+    (renumbered, unpaired dropped) and, for a corrected rank, its rows' and host steps' times move onto the
+    reference's clock (in place); stage 3 moves the rest (``rank_part``'s ``clock_offsets``)."""
+    have = [(i, p.rows) for i, p in enumerate(found) if p.rows is not None and len(p.rows)]
+    if not have:
+        return clocks.Alignment()
+    rows = pd.concat([r.assign(_part=i) for i, r in have], ignore_index=True) if len(have) > 1 \
+        else have[0][1].assign(_part=have[0][0])
+    files = {r: f for p in found for r, f in p.rank_files.items()}
+    ref = int(rows["rank"].min())
+    several = {r: (f != files.get(ref)) for r, f in files.items()} if files else None
+    kept, al = clocks.pair(rows, several)
+    if al.corrected_ns:
+        kept = clocks.shift_columns(kept, al.corrected_ns, ("start_ns", "end_ns", "launch"), ("launch",))
+    by_part = kept.groupby("_part", sort=False).indices
+    for i, _ in have:
+        at = by_part.get(i)
+        p = found[i]
+        p.rows = kept.iloc[at].drop(columns="_part").reset_index(drop=True) if at is not None else None
+    if al.corrected_ns:
+        for p in found:
+            p.steps = clocks.shift_columns(p.steps, al.corrected_ns, ("host_start_ns", "host_end_ns"))
+    return al
 
 
 def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
@@ -195,7 +232,8 @@ class RankPart:
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
 
 
-def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] | None = None,
+          residual_ns: float = 0) -> pd.DataFrame:
     """Stage 2: the collective table from every part's rows (their ``step`` already the common labels, NA
     outside the selection). Rows keep ``_file`` = the index of the part they came from."""
     have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
@@ -214,7 +252,7 @@ def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] |
     del have
     bytes_note = coll.bytes_note_text(any(p.nccl_nvtx for p in parts))
     table = coll.match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                                   bytes_note=bytes_note)  # keeps the row order; a new frame
+                                   bytes_note=bytes_note, residual_ns=residual_ns)  # keeps the row order
     table["_file"] = keep
     return table
 
@@ -248,7 +286,8 @@ def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
 
 
 def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
-              whole: bool = False, with_kinds: bool = True, selected: bool = False, **_ignored) -> RankPart:
+              whole: bool = False, with_kinds: bool = True, selected: bool = False,
+              clock_offsets: dict[int, int] | None = None, **_ignored) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`match`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
@@ -256,8 +295,13 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
     selection is in force, so the rank overlap and per-name kernel sums count the kernels that start inside
     the selected steps' windows only (the whole-trace rank overlap is kept for the ``trace_`` keys).
 
+    ``clock_offsets``: rank -> the clock correction :func:`align` found (the part's times move by −offset
+    before anything is measured).
+
     Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
+    if clock_offsets and set(clock_offsets) & set(kernel_arrays(trace).distinct_ranks().tolist()):
+        trace = clocks.shifted(trace, clock_offsets)
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
     karr = kernel_arrays(trace)
     nvtx = getattr(trace, "nvtx", None)
@@ -405,7 +449,7 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
     for p in parts:
         if p.ready is not None and len(p.ready):
             ready[p.ready["_row"].to_numpy()] = p.ready["ready"].to_numpy(float)
-    collectives = schema.select(collectives, schema.COLLECTIVE_COLUMNS).reset_index(drop=True)
+    collectives = coll.reported(collectives).reset_index(drop=True)
     rank_overlap = _ordered([p.rank_overlap for p in parts], ["rank"], schema.RANK_OVERLAP_COLUMNS)
     keep, totals = None, {}
     if selected:  # every section over the selected steps; the summary's trace_ keys over the whole trace

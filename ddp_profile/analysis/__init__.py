@@ -30,6 +30,7 @@ from ddp_profile.analysis import clocks as _clocks
 from ddp_profile.analysis import infer as _infer
 from ddp_profile.analysis import parts as _parts
 from ddp_profile.analysis import recommend as _rec
+from ddp_profile.analysis import unknowns as _unknowns
 from ddp_profile.analysis.compare import amdahl_serial_fraction, compare_runs
 from ddp_profile.analysis.costmodel import optimal_bucket_bytes, predict_overhead
 from ddp_profile.analysis.kernel_arrays import KernelArrays
@@ -235,6 +236,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     notes += clock.notes
     host_steps, id_notes = _parts.label_steps(found, steps)  # the parts' collective rows relabelled in place
     notes += id_notes
+    gaps = _unknowns.merge([p.gaps for p in found if p.gaps is not None])
+    notes += _unknowns.notes(gaps)
     match_notes: list[str] = []
     table = _parts.match(found, match_notes, _ddp_bucket_bytes(trace), clock.residual)
     del found  # the collective rows: the table holds what is needed of them
@@ -246,6 +249,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
                          need_ready=_rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
                          with_kinds="comm_kinds" not in later, clock_offsets=clock.corrected_ns)
     fields = _parts.combine(got, table, notes, match_notes, selected=selected)
+    fields["steps"], fields["rank_overlap"] = _unknowns.blank(fields["steps"], fields["rank_overlap"], gaps)
     ready = fields.pop("ready_ns")
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection

@@ -8,8 +8,9 @@ collective names (in order of first use among equals). The shift d of each (rank
 over the candidates that leave at least half of the shorter sequence overlapping (at most
 :data:`MAX_SHIFT` either way)::
 
-    sig(k)    = (collective name, dtype, size class = floor(log2 bytes), -1 when unknown)
-    agree(d)  = share of overlapping pairs (i on r, i + d on R) with sig_r(i) = sig_R(i + d)
+    sig(k)    = (collective name, dtype);  cls(k) = floor(log2 bytes), unknown without bytes
+    agree(d)  = share of overlapping pairs (i on r, i + d on R) with sig_r(i) = sig_R(i + d) and
+                cls_r(i) = cls_R(i + d) where both are known (a rank without launch times has no bytes)
     diff_d(i) = end_r(i) − end_R(i + d)
     spread(d) = median_i |diff_d(i) − median(diff_d)|
 
@@ -105,10 +106,17 @@ def _size_class(nbytes: pd.Series) -> np.ndarray:
 
 
 def signatures(rows: pd.DataFrame) -> np.ndarray:
-    """One int64 per row: (collective name, dtype, size class) as a code (equal code = same signature)."""
+    """One int64 per row: (collective name, dtype, size class + 1) as a code whose low 7 bits are the size
+    class + 1 (0: unknown); :func:`same` compares two such codes."""
     name, _ = pd.factorize(rows["collective"].astype("object").fillna("?"))
     dtype, _ = pd.factorize(rows["dtype"].astype("object").fillna("?"))
     return (name.astype(np.int64) * 4096 + dtype) * 128 + (_size_class(rows["bytes"]) + 1)
+
+
+def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether signatures agree: same name and dtype, and same size class where both are known."""
+    ca, cb = a % 128, b % 128
+    return (a // 128 == b // 128) & ((ca == cb) | (ca == 0) | (cb == 0))
 
 
 def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: np.ndarray
@@ -123,7 +131,7 @@ def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: n
         if i1 - i0 < need:
             continue
         i = np.arange(i0, i1) if i1 - i0 <= SAMPLE else np.linspace(i0, i1 - 1, SAMPLE).astype(np.int64)
-        agree = float((sig_b[i] == sig_a[i + d]).mean())
+        agree = float(same(sig_b[i], sig_a[i + d]).mean())
         diff = (end_b[i] - end_a[i + d]).astype(np.float64)
         med = float(np.median(diff))
         scored.append((d, agree, float(np.median(np.abs(diff - med))), abs(med)))

@@ -222,12 +222,13 @@ def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Dat
 
 def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
                       ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None,
-                      residual_ns: float = 0) -> pd.DataFrame:
+                      residual_ns: float = 0, waits_unknown: bool = False) -> pd.DataFrame:
     """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
     one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
     (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
     note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size;
-    ``residual_ns``: the clocks' residual disagreement (``clocks``), under which a wait is not called.
+    ``residual_ns``: the clocks' residual disagreement (``clocks``), under which a wait is not called;
+    ``waits_unknown``: some rank's NCCL kernels are unseen (missing, unnamed), so no wait is called.
 
     The table keeps a private ``_wait_unknown`` column (a wait not called: under the residual, or of a
     collective whose kernels cannot have overlapped; ``clocks.impossible``), which the analysis reports as
@@ -245,14 +246,14 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     gid = grp.ngroup().to_numpy(np.int64)
     start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
     bad = clocks.impossible(start, end, gid, residual_ns) & _all_receive(df["collective"])
-    unknown = bad | clocks.uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns)
+    unknown = bad | clocks.uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns) | waits_unknown
     df["_wait_unknown"] = unknown
     if bad.any():
         n_bad, n_all = len(np.unique(gid[bad])), int(gid.max()) + 1
         notes.append(f"{n_bad} of {n_all} collectives end on one rank before a peer's kernel of the same collective "
                      "starts, which cannot happen (a collective completes only once every rank joined it): the ranks' "
                      "clocks or the pairing of collectives are wrong there, so their wait and transfer are unknown")
-    if unknown.any() and not bad.all():
+    if unknown.any() and not bad.all() and not waits_unknown:
         notes.append(f"{int((unknown & ~bad).sum())} collective kernel(s) wait or arrive within the clock residual "
                      f"({fmt_ms(residual_ns)}) of a peer: their wait and transfer are not called (left empty)")
     if _names_differ(grp, df["collective"]):
@@ -262,8 +263,9 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
                     - set(df["rank"].unique().tolist()))
     if silent:
         notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
-                     "communication and wait are unknown (a capture that missed them, or a rank outside the "
-                     "collectives), not 0; the wait/transfer split covers the ranks with NCCL kernels only")
+                     "communication is unknown (a capture that missed them, or a rank outside the collectives), "
+                     "not 0 (left empty); so is every rank's wait/transfer split and straggler lead, since the last "
+                     "arrival cannot be known without them")
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     has = df["_has"].to_numpy()

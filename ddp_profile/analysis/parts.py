@@ -30,7 +30,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import after_backward as ab
-from ddp_profile.analysis import clocks, infer
+from ddp_profile.analysis import clocks, infer, unknowns
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
@@ -99,6 +99,8 @@ class StepPart:
     part with NCCL rows, whose copies no note names."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
+    gaps: unknowns.RankGaps | None = None
+    """Per rank: kernels, unnamed ones, NCCL ones, launched ones (what its capture lacks)."""
     rank_files: dict = field(default_factory=dict)
     """rank -> the export file it was read from (ranks of one file share one clock)."""
 
@@ -119,7 +121,8 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     any_launch=bool((karr.launch >= 0).any()),
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
                     peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
-                    nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=_rank_files(trace))
+                    nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=_rank_files(trace),
+                    gaps=unknowns.rank_gaps(karr))
 
 
 def _rank_files(trace) -> dict:
@@ -237,7 +240,8 @@ def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] |
     """Stage 2: the collective table from every part's rows (their ``step`` already the common labels, NA
     outside the selection). Rows keep ``_file`` = the index of the part they came from."""
     have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
-    ranks = sorted({r for p in parts for r in p.ranks})
+    gaps = unknowns.merge([p.gaps for p in parts if p.gaps is not None])
+    ranks = sorted({r for p in parts for r in p.ranks} - set(unknowns.nameless(gaps)))
     if not have:
         notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
                                        sum(p.peer_copies[1] for p in parts)))
@@ -250,11 +254,26 @@ def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] |
         order = np.argsort(df["rank"].to_numpy(), kind="stable")
         df, keep = df.iloc[order].reset_index(drop=True), keep[order]
     del have
+    _steps_from_peers(df)
     bytes_note = coll.bytes_note_text(any(p.nccl_nvtx for p in parts))
     table = coll.match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                                   bytes_note=bytes_note, residual_ns=residual_ns)  # keeps the row order
+                                   bytes_note=bytes_note, residual_ns=residual_ns,
+                                   waits_unknown=unknowns.waits_unknown(gaps))  # keeps the row order
     table["_file"] = keep
     return table
+
+
+def _steps_from_peers(df: pd.DataFrame) -> None:
+    """Rows of a rank none of whose collectives has a step (no launch times: no host step to tie them to) take
+    the step label of the same collective (comm, seq) on the other ranks, in place."""
+    has = df["step"].notna()
+    lost = ~has.groupby(df["rank"]).transform("any").to_numpy(dtype=bool)
+    if not lost.any() or not has.any():
+        return
+    key = df["comm"].to_numpy(np.int64) * (1 << 40) + df["seq"].to_numpy(np.int64)
+    known = pd.Series(df["step"].to_numpy()[has.to_numpy()], index=key[has.to_numpy()])
+    known = known[~known.index.duplicated()]
+    df.loc[lost, "step"] = known.reindex(key[lost]).to_numpy()
 
 
 def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:

@@ -111,7 +111,7 @@ def blank(steps: pd.DataFrame, rank_overlap: pd.DataFrame, g: RankGaps) -> tuple
     if not no_name and not no_nccl:
         return steps, rank_overlap
 
-    def wipe(df: pd.DataFrame, ranks: list[int], cols: list[str]) -> pd.DataFrame:
+    def wipe(df: pd.DataFrame, ranks: list[int] | None, cols: list[str]) -> pd.DataFrame:
         if df is None or df.empty:
             return df
         rows = df["rank"].isin(ranks).to_numpy() if ranks is not None else np.ones(len(df), dtype=bool)

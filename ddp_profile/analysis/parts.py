@@ -40,7 +40,7 @@ from ddp_profile.analysis import identity as ident
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
-from ddp_profile.analysis.kernel_arrays import KernelArrays, rank_used_several_devices
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints, rank_used_several_devices
 from ddp_profile.memory import return_freed_memory
 
 NO_RANGES = win.NO_NVTX_RANGES
@@ -103,6 +103,10 @@ class StepPart:
     """Per rank: kernels, unnamed ones, NCCL ones, launched ones (what its capture lacks)."""
     rank_files: dict = field(default_factory=dict)
     """rank -> the export file it was read from (ranks of one file share one clock)."""
+    rank_pids: dict = field(default_factory=dict)
+    """rank -> its process id (for steps borrowed from a peer)."""
+    gpu_steps: pd.DataFrame | None = None
+    """rank, step (own number), start_ns, end_ns: the GPU window of each host step (``windows.project``)."""
 
     def nbytes(self) -> int:
         frames = [self.steps, self.rows]
@@ -122,7 +126,24 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
                     peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
                     nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=_rank_files(trace),
-                    gaps=unknowns.rank_gaps(karr))
+                    gaps=unknowns.rank_gaps(karr), rank_pids=_rank_pids(karr),
+                    gpu_steps=_gpu_steps(host_steps, karr))
+
+
+def _rank_pids(karr: KernelArrays) -> dict:
+    """rank -> the process of its first kernel."""
+    if not len(karr.rank):
+        return {}
+    ranks, first = np.unique(np.asarray(karr.rank, dtype=np.int64), return_index=True)
+    return {int(r): int(karr.pid[i]) for r, i in zip(ranks, first, strict=True)}
+
+
+def _gpu_steps(host_steps: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame | None:
+    if host_steps is None or host_steps.empty:
+        return None
+    gs, ge, _ = win.project(host_steps, karr.start, karr.end, karr.launch, karr.pid)
+    return pd.DataFrame({"rank": ints(host_steps["rank"]), "step": ints(host_steps["step"]), "start_ns": gs,
+                         "end_ns": ge})
 
 
 def _rank_files(trace) -> dict:
@@ -156,6 +177,7 @@ def align(found: list[StepPart]) -> clocks.Alignment:
     if al.corrected_ns:
         for p in found:
             p.steps = clocks.shift_columns(p.steps, al.corrected_ns, ("host_start_ns", "host_end_ns"))
+            p.gpu_steps = clocks.shift_columns(p.gpu_steps, al.corrected_ns, ("start_ns", "end_ns"))
     return al
 
 
@@ -174,7 +196,35 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     for p in found:
         if p.rows is not None:
             ident.relabel(p.rows, labels, keep_unlabelled=True)
-    return [ident.relabel(s, labels) if not s.empty else s for s in own], notes
+    out = [ident.relabel(s, labels) if not s.empty else s for s in own]
+    return _borrow_steps(found, out, labels, notes), notes
+
+
+def _borrow_steps(found: list[StepPart], labelled: list[pd.DataFrame], labels: pd.DataFrame, notes: list[str]
+                  ) -> list[pd.DataFrame]:
+    """A rank that ran GPU work but whose steps were not found (no launch threads, unnamed kernels) gets the
+    reference rank's aligned step boundaries (``unknowns.borrowed_steps``), never its own micro-steps."""
+    have = {int(r) for s in labelled if not s.empty for r in s["rank"].unique()}
+    if not have:
+        return labelled
+    ref = min(have)
+    ref_host = next(s[s["rank"] == ref] for s in labelled if not s.empty and (s["rank"] == ref).any())
+    gpu = pd.concat([p.gpu_steps for p in found if p.gpu_steps is not None], ignore_index=True)
+    ref_gpu = ident.relabel(gpu[gpu["rank"] == ref], labels)
+    gaps = unknowns.merge([p.gaps for p in found if p.gaps is not None])
+    lent = []
+    for i, p in enumerate(found):
+        lacking = [r for r in p.ranks if r not in have and r in p.rank_pids]
+        if not lacking:
+            continue
+        extra = [unknowns.borrowed_steps(ref_host, ref_gpu, r, p.rank_pids[r], bool(gaps.launched.get(r)))
+                 for r in lacking]
+        labelled[i] = pd.concat([labelled[i], *extra], ignore_index=True) if not labelled[i].empty \
+            else pd.concat(extra, ignore_index=True)
+        lent += lacking
+    if lent:
+        notes.append(unknowns.borrowed_note(sorted(lent), ref))
+    return labelled
 
 
 def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str], bool]:

@@ -105,6 +105,28 @@ def notes(g: RankGaps) -> list[str]:
     return out
 
 
+def borrowed_steps(ref_host: pd.DataFrame, ref_gpu: pd.DataFrame, rank: int, pid: int, launched: bool
+                   ) -> pd.DataFrame:
+    """The reference rank's labelled steps (RANGE_COLUMNS, aligned clocks) lent to ``rank`` (process ``pid``):
+    its host ranges when the rank has launch times (its kernels are then projected by launch, as its own steps'
+    would be), else the reference's GPU windows (a range without launches is its own GPU window)."""
+    out = ref_host.assign(rank=rank, pid=pid).reset_index(drop=True)
+    if not launched and ref_gpu is not None and len(ref_gpu):
+        win = ref_gpu.set_index("step")
+        at = win.index.get_indexer(out["step"].to_numpy())
+        ok = at >= 0
+        hs, he = out["host_start_ns"].to_numpy(np.int64).copy(), out["host_end_ns"].to_numpy(np.int64).copy()
+        hs[ok], he[ok] = win["start_ns"].to_numpy(np.int64)[at[ok]], win["end_ns"].to_numpy(np.int64)[at[ok]]
+        out = out.assign(host_start_ns=hs, host_end_ns=he)
+    return out
+
+
+def borrowed_note(ranks: list[int], ref: int) -> str:
+    return (f"{_ranks(ranks)}: no steps of their own were found (see the other notes): their steps are rank {ref}'s, "
+            "on the aligned clock (its host step ranges, or its GPU step windows for a rank without launch times), "
+            f"so their step times are rank {ref}'s boundaries, not their own")
+
+
 def blank(steps: pd.DataFrame, rank_overlap: pd.DataFrame, g: RankGaps) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The step and rank tables with what is unknown left empty (NaN), per the module docstring."""
     no_name, no_nccl = nameless(g), silent(g)

@@ -188,6 +188,9 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     inferred = not any(not p.steps.empty and not p.inferred for p in found)
     # NVTX steps on some rank: ranks where only inference found steps have none (as one whole trace would)
     own = [p.steps if inferred or not p.inferred else p.steps.iloc[:0] for p in found]
+    if inferred:  # a rank without NCCL kernels has no gradient-sync cycle: what inference cut are its micro-steps
+        silent = unknowns.silent(unknowns.merge([p.gaps for p in found if p.gaps is not None]))
+        own = [s.loc[~s["rank"].isin(silent)].reset_index(drop=True) if silent and not s.empty else s for s in own]
     every = [s for s in own if not s.empty]
     all_steps = pd.concat(every, ignore_index=True) if every else schema.empty_frame(win.RANGE_COLUMNS)
     rows = [p.rows[["rank", "comm", "seq", "step"]] for p in found if p.rows is not None and len(p.rows)]

@@ -110,7 +110,8 @@ def borrowed_steps(ref_host: pd.DataFrame, ref_gpu: pd.DataFrame, rank: int, pid
     """The reference rank's labelled steps (RANGE_COLUMNS, aligned clocks) lent to ``rank`` (process ``pid``):
     its host ranges when the rank has launch times (its kernels are then projected by launch, as its own steps'
     would be), else the reference's GPU windows (a range without launches is its own GPU window)."""
-    out = ref_host.assign(rank=rank, pid=pid).reset_index(drop=True)
+    out = ref_host.assign(rank=rank, pid=pid, **{c: np.nan for c in ref_host.columns if c.startswith("extra_")})
+    out = out.reset_index(drop=True)  # the reference's extra work is not this rank's
     if not launched and ref_gpu is not None and len(ref_gpu):
         win = ref_gpu.set_index("step")
         at = win.index.get_indexer(out["step"].to_numpy())

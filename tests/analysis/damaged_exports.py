@@ -74,3 +74,19 @@ def drop_kernel_names(path: Path) -> None:
 def drop_nccl_kernels(path: Path) -> None:
     damage(path, ["DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
                   "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"])
+
+
+def drop_nvtx_ranges(path: Path) -> None:
+    """No NVTX ranges (a program that marks nothing): steps must be inferred. Marks stay."""
+    damage(path, ["DELETE FROM NVTX_EVENTS WHERE end IS NOT NULL"])
+
+
+def drop_process_nccl_kernels(path: Path, nth_process: int) -> None:
+    """The NCCL kernels of the ``nth_process``-th process (by globalPid) of a file holding several ranks."""
+    con = sqlite3.connect(path)
+    try:
+        pids = [r[0] for r in con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")]
+    finally:
+        con.close()
+    damage(path, [f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = {int(pids[nth_process])} AND shortName IN "
+                  "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"])

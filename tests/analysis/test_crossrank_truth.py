@@ -8,6 +8,8 @@ what was corrected or is unknown.
 
 from __future__ import annotations
 
+import lzma
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,6 +19,8 @@ from damaged_exports import (
     drop_api,
     drop_kernel_names,
     drop_nccl_kernels,
+    drop_nvtx_ranges,
+    drop_process_nccl_kernels,
     rank_file,
     shift_clock,
     start_late,
@@ -75,6 +79,52 @@ def test_damaged_capture_gives_the_undamaged_answers_or_says_unknown(damage, und
         assert straggler.isna().all() and have[COLS].isna().all().all()
     else:
         assert (straggler == 1).all() and not have[COLS].isna().any().any()
+
+
+@pytest.mark.parametrize("damage", ["no CUDA API rows", "no kernel names"])
+def test_a_rank_whose_steps_cannot_be_inferred_stays_with_its_peers_boundaries(damage, tmp_path):
+    """Without NVTX (steps inferred), a rank without launch threads or kernel names finds no steps of its own:
+    it stays in the steps, the per-rank table and the summary, on rank 0's aligned boundaries."""
+    folder = copy_run(RUN, tmp_path / "run")
+    for rank in (0, 1):
+        drop_nvtx_ranges(rank_file(folder, rank))
+    undamaged = _analysis(folder)
+    DAMAGE[damage](rank_file(folder, 1))
+    got = _analysis(folder)
+    assert got.summary()["n_ranks"] == 2 and sorted(got.rank_overlap["rank"]) == [0, 1]
+    assert any("rank 1: no steps of their own were found" in n and "rank 0's" in n for n in got.notes), got.notes
+    mine = got.steps[got.steps["rank"] == 1].set_index("step")
+    ref = got.steps[got.steps["rank"] == 0].set_index("step")
+    assert len(mine) == len(ref) == len(undamaged.steps) // 2
+    want = undamaged.steps.set_index(["rank", "step"])
+    have = got.steps.set_index(["rank", "step"])
+    for col in COLS:
+        a, b = have[col].to_numpy(float), want.loc[have.index, col].to_numpy(float)
+        known = ~np.isnan(a)
+        assert (np.abs(a[known] - b[known]) <= TOL_NS).all(), (col, a, b)
+        assert known.all() == (damage == "no CUDA API rows"), (col, a)
+
+
+def test_a_rank_without_nccl_kernels_is_not_cut_into_micro_steps(tmp_path):
+    """A gradient-accumulation job (4 micro-steps per step, one file for both ranks, no NVTX) whose rank 1 lost
+    its NCCL kernels: rank 1's steps are rank 0's cycles, not its micro-steps, so its step lengths stay those of
+    the undamaged job's rank 1 (median within 10 %); its communication and every wait are left empty."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    path = folder / "gpt-accum.sqlite"
+    path.write_bytes(lzma.decompress((TRACES / "foreign/gpt-accum/gpt-accum.sqlite.xz").read_bytes()))
+    undamaged = _analysis(folder)
+    drop_process_nccl_kernels(path, 1)
+    got = _analysis(folder)
+    assert any("rank(s) 1 ran no NCCL kernel" in n for n in got.notes) and got.summary()["n_ranks"] == 2
+    n_steps = got.steps.groupby("rank")["step"].nunique()
+    assert n_steps[1] == n_steps[0] == undamaged.steps["step"].nunique()
+    before = undamaged.steps.loc[undamaged.steps["rank"] == 1, "step_ns"].median()
+    after = got.steps.loc[got.steps["rank"] == 1, "step_ns"].median()
+    assert abs(after / before - 1) < 0.1, (after, before)
+    mine = got.steps[got.steps["rank"] == 1]
+    assert mine[["comm_ns", "exposed_wait_ns"]].isna().all().all() and got.steps["straggler_rank"].isna().all()
+    assert mine["extra_kernels"].isna().all()  # rank 0's extra work is not lent with its boundaries
 
 
 def test_corrections_are_in_the_json_and_follow_the_damage(undamaged, tmp_path):

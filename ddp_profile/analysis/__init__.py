@@ -259,6 +259,9 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     res.clock_alignment = clock.to_json()
     res.notes += _infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
+    if clock.corrected_ns and later:  # the deferred sections read the kernels on the aligned clocks too
+        unaligned = held
+        held = _Lazy(lambda: _clocks.shifted(unaligned, clock.corrected_ns))
     if "comm_kinds" in later:
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
     if "recommendation" in later:
@@ -270,6 +273,18 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps),
                     gemm_wave_ratio(res.contention), after_backward, min_lead_ns=clock.residual)
     return res
+
+
+class _Lazy:
+    """An object built on first attribute access (the aligned copy of a trace, only if a deferred section is read)."""
+
+    def __init__(self, build):
+        self._build, self._obj = build, None
+
+    def __getattr__(self, name):
+        if self._obj is None:
+            self._obj = self._build()
+        return getattr(self._obj, name)
 
 
 # ---- deferred sections of a trace held in this process (one part: parts.LocalRanks) ------------------------

@@ -246,31 +246,6 @@ def _estimate(al: Alignment, kept: pd.DataFrame, key: np.ndarray, several: dict[
             al.corrected_ns[int(r)] = off
 
 
-def impossible(start: np.ndarray, end: np.ndarray, group: np.ndarray, tolerance_ns: float = 0) -> np.ndarray:
-    """Per row, whether its collective (``group``: one id per collective across ranks) has a kernel that ended
-    more than ``tolerance_ns`` before a peer's kernel of it started: impossible, since a collective completes
-    only after every rank joined it (wrong clocks or a wrong pairing)."""
-    if not len(group):
-        return np.zeros(0, dtype=bool)
-    g = pd.Series(group)
-    first_end = pd.Series(end).groupby(g).transform("min").to_numpy()
-    last_start = pd.Series(start).groupby(g).transform("max").to_numpy()
-    return first_end < last_start - tolerance_ns
-
-
-def uncalled_waits(start: np.ndarray, wait: np.ndarray, group: np.ndarray, residual_ns: float) -> np.ndarray:
-    """Per row, whether its wait is not called with clocks known to ±``residual_ns``: a wait under the residual,
-    or a wait of 0 (it arrived last) with a peer arriving within the residual before it."""
-    if not residual_ns or not len(group):
-        return np.zeros(len(group), dtype=bool)
-    g = pd.Series(group)
-    s = pd.Series(start.astype(np.float64))
-    last = s.groupby(g).transform("max")
-    second = s.where(s < last).groupby(g).transform("max").to_numpy()
-    close = ~np.isnan(second) & (last.to_numpy() - second <= residual_ns)
-    return ((wait > 0) & (wait <= residual_ns)) | ((wait == 0) & close)
-
-
 def _us(ns: float) -> str:
     return f"{ns / 1e3:.1f} µs" if abs(ns) < 1e5 else fmt_ms(ns)
 
@@ -314,6 +289,58 @@ def refuse_leads(per_step: pd.DataFrame, residual_ns: float) -> pd.DataFrame:
     out.loc[doubt, "straggler_cause"] = "unknown"
     out.loc[doubt, "straggler_evidence"] = evidence
     return out
+
+
+# ---- the pipeline's use -----------------
+
+def rank_files(trace) -> dict:
+    """rank -> the export file it was read from (``trace.ranks``; {} when unknown)."""
+    ranks = getattr(trace, "ranks", None)
+    if ranks is None or not len(ranks) or "file" not in ranks:
+        return {}
+    return {int(r): str(f) for r, f in zip(ranks["rank"], ranks["file"], strict=False)}
+
+
+def align_parts(found: list) -> Alignment:
+    """Between stages 1 and 2: the collectives of every part paired across ranks by what they are and rank
+    clocks aligned on their ends (:func:`pair`). Each part's rows become the paired ones
+    (renumbered, unpaired dropped) and, for a corrected rank, its rows' and host steps' times move onto the
+    reference's clock (in place); stage 3 moves the rest (``pipeline.rank_part``'s ``clock_offsets``)."""
+    have = [(i, p.rows) for i, p in enumerate(found) if p.rows is not None and len(p.rows)]
+    if not have:
+        return Alignment()
+    rows = pd.concat([r.assign(_part=i) for i, r in have], ignore_index=True) if len(have) > 1 \
+        else have[0][1].assign(_part=have[0][0])
+    files = {r: f for p in found for r, f in p.rank_files.items()}
+    ref = int(rows["rank"].min())
+    several = {r: (f != files.get(ref)) for r, f in files.items()} if files else None
+    kept, al = pair(rows, several)
+    if al.corrected_ns:
+        kept = shift_columns(kept, al.corrected_ns, ("start_ns", "end_ns", "launch"), ("launch",))
+    by_part = kept.groupby("_part", sort=False).indices
+    for i, _ in have:
+        at = by_part.get(i)
+        p = found[i]
+        p.rows = kept.iloc[at].drop(columns="_part").reset_index(drop=True) if at is not None else None
+    if al.corrected_ns:
+        for p in found:
+            p.steps = shift_columns(p.steps, al.corrected_ns, ("host_start_ns", "host_end_ns"))
+            p.gpu_steps = shift_columns(p.gpu_steps, al.corrected_ns, ("start_ns", "end_ns"))
+    return al
+
+
+
+class Lazy:
+    """An object built on first attribute access (the aligned copy of a trace, only if a deferred section is
+    read)."""
+
+    def __init__(self, build):
+        self._build, self._obj = build, None
+
+    def __getattr__(self, name):
+        if self._obj is None:
+            self._obj = self._build()
+        return getattr(self._obj, name)
 
 
 # ---- applying the correction -----------------------------------------------------------------------------

@@ -44,7 +44,6 @@ import pandas as pd
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.activity_names import PEER_COPY
-from ddp_profile.analysis import clocks
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.fmt import fmt_ms
 
@@ -79,6 +78,31 @@ def _is_allreduce(collective: pd.Series) -> np.ndarray:
     """Rows whose collective name contains "allreduce" (lower-cased; missing: no), each distinct name once."""
     codes, uniq = _distinct(collective)
     return np.array(["allreduce" in u.lower() for u in uniq], dtype=bool)[codes]
+
+
+def _impossible(start: np.ndarray, end: np.ndarray, group: np.ndarray, tolerance_ns: float = 0) -> np.ndarray:
+    """Per row, whether its collective (``group``: one id per collective across ranks) has a kernel that ended
+    more than ``tolerance_ns`` before a peer's kernel of it started: impossible, since a collective completes
+    only after every rank joined it (wrong clocks or a wrong pairing)."""
+    if not len(group):
+        return np.zeros(0, dtype=bool)
+    g = pd.Series(group)
+    first_end = pd.Series(end).groupby(g).transform("min").to_numpy()
+    last_start = pd.Series(start).groupby(g).transform("max").to_numpy()
+    return first_end < last_start - tolerance_ns
+
+
+def _uncalled_waits(start: np.ndarray, wait: np.ndarray, group: np.ndarray, residual_ns: float) -> np.ndarray:
+    """Per row, whether its wait is not called with clocks known to ±``residual_ns``: a wait under the residual,
+    or a wait of 0 (it arrived last) with a peer arriving within the residual before it."""
+    if not residual_ns or not len(group):
+        return np.zeros(len(group), dtype=bool)
+    g = pd.Series(group)
+    s = pd.Series(start.astype(np.float64))
+    last = s.groupby(g).transform("max")
+    second = s.where(s < last).groupby(g).transform("max").to_numpy()
+    close = ~np.isnan(second) & (last.to_numpy() - second <= residual_ns)
+    return ((wait > 0) & (wait <= residual_ns)) | ((wait == 0) & close)
 
 
 def _all_receive(collective: pd.Series) -> np.ndarray:
@@ -245,8 +269,8 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
     gid = grp.ngroup().to_numpy(np.int64)
     start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
-    bad = clocks.impossible(start, end, gid, residual_ns) & _all_receive(df["collective"])
-    unknown = bad | clocks.uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns) | waits_unknown
+    bad = _impossible(start, end, gid, residual_ns) & _all_receive(df["collective"])
+    unknown = bad | _uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns) | waits_unknown
     df["_wait_unknown"] = unknown
     if bad.any():
         n_bad, n_all = len(np.unique(gid[bad])), int(gid.max()) + 1
@@ -341,3 +365,59 @@ def bytes_note_text(nccl_ranges: bool) -> str:
                 "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
                 "cost model are left empty")
     return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"
+
+
+def ddp_bucket_bytes(run: dict | None) -> list[int] | None:
+    """Stock torch_ddp's all-reduce sizes from the run record ``run`` (``layout.ddp_bucket_bytes``; with a compressing
+    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
+    run = run if isinstance(run, dict) else {}
+    layout = run.get("layout")
+    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
+    if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < 2**63 for s in sizes):
+        return None
+    return sizes
+
+
+def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | None = None, *, residual_ns: float = 0,
+                unseen=(), waits_unknown: bool = False) -> pd.DataFrame:
+    """Stage 2 of ``analysis.pipeline``: the collective table from every part's rows (``pipeline.StepPart``s:
+    ``rows``, their ``step`` already the common labels, NA outside the selection; ``ranks``, ``n_unknown``,
+    ``peer_copies``, ``nccl_nvtx``). Rows keep ``_file`` = the index of the part they came from.
+    ``residual_ns``, ``waits_unknown``: as :func:`match_collectives`; ``unseen``: ranks whose NCCL kernels
+    cannot be told (unnamed kernels), not named as ranks without NCCL kernels."""
+    have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
+    ranks = sorted({r for p in parts for r in p.ranks} - set(unseen))
+    if not have:
+        notes.append(no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
+                                  sum(p.peer_copies[1] for p in parts)))
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    # the rows as they are (one part: no copy), each row's part kept beside them
+    keep = np.concatenate([np.full(len(r), i) for i, r in have])
+    df = have[0][1]
+    if len(have) > 1:
+        df = pd.concat([r for _, r in have], ignore_index=True)
+        order = np.argsort(df["rank"].to_numpy(), kind="stable")
+        df, keep = df.iloc[order].reset_index(drop=True), keep[order]
+    del have
+    _steps_from_peers(df)
+    bytes_note = bytes_note_text(any(p.nccl_nvtx for p in parts))
+    table = match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
+                              bytes_note=bytes_note, residual_ns=residual_ns,
+                              waits_unknown=waits_unknown)  # keeps the row order; a new frame
+    table["_file"] = keep
+    return table
+
+
+def _steps_from_peers(df: pd.DataFrame) -> None:
+    """Rows of a rank none of whose collectives has a step (no launch times: no host step to tie them to) take
+    the step label of the same collective (comm, seq) on the other ranks, in place."""
+    has = df["step"].notna()
+    lost = ~has.groupby(df["rank"]).transform("any").to_numpy(dtype=bool)
+    if not lost.any() or not has.any():
+        return
+    key = df["comm"].to_numpy(np.int64) * (1 << 40) + df["seq"].to_numpy(np.int64)
+    known = pd.Series(df["step"].to_numpy()[has.to_numpy()], index=key[has.to_numpy()])
+    known = known[~known.index.duplicated()]
+    df.loc[lost, "step"] = known.reindex(key[lost]).to_numpy()

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ddp_profile.analysis import identity as ident
+from ddp_profile.analysis import windows as win
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+
 UNNAMED_SHARE = 0.01
 """A rank with more than this share of unnamed kernels has its by-kind numbers unknown."""
 COMM_COLUMNS = ["comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
@@ -46,7 +50,7 @@ class RankGaps:
     launched: dict[int, int]
 
 
-def rank_gaps(karr) -> RankGaps:
+def rank_gaps(karr: KernelArrays) -> RankGaps:
     """Counts per rank from a part's ``KernelArrays``: all kernels, kind 'unknown', NCCL, launch time known."""
     rank = np.asarray(karr.rank, dtype=np.int64)
     kind = karr.frame["kind"] if karr.frame is not None and "kind" in karr.frame else None
@@ -126,6 +130,57 @@ def borrowed_note(ranks: list[int], ref: int) -> str:
     return (f"{_ranks(ranks)}: no steps of their own were found (see the other notes): their steps are rank {ref}'s, "
             "on the aligned clock (its host step ranges, or its GPU step windows for a rank without launch times), "
             f"so their step times are rank {ref}'s boundaries, not their own")
+
+
+def rank_pids(karr: KernelArrays) -> dict:
+    """rank -> the process of its first kernel."""
+    if not len(karr.rank):
+        return {}
+    ranks, first = np.unique(np.asarray(karr.rank, dtype=np.int64), return_index=True)
+    return {int(r): int(karr.pid[i]) for r, i in zip(ranks, first, strict=True)}
+
+
+def gpu_steps(host_steps: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame | None:
+    """rank, step (own number), start_ns, end_ns: each host step's GPU window (``windows.project``)."""
+    if host_steps is None or host_steps.empty:
+        return None
+    gs, ge, _ = win.project(host_steps, karr.start, karr.end, karr.launch, karr.pid)
+    return pd.DataFrame({"rank": ints(host_steps["rank"]), "step": ints(host_steps["step"]), "start_ns": gs,
+                         "end_ns": ge})
+
+
+def borrow_steps(found: list, labelled: list[pd.DataFrame], labels: pd.DataFrame, notes: list[str]
+                  ) -> list[pd.DataFrame]:
+    """A rank that ran GPU work but whose steps were not found (no launch threads, unnamed kernels) gets the
+    reference rank's aligned step boundaries (:func:`borrowed_steps`), never its own micro-steps."""
+    have = {int(r) for s in labelled if not s.empty for r in s["rank"].unique()}
+    if not have:
+        return labelled
+    ref = min(have)
+    ref_host = next(s[s["rank"] == ref] for s in labelled if not s.empty and (s["rank"] == ref).any())
+    gpu = pd.concat([p.gpu_steps for p in found if p.gpu_steps is not None], ignore_index=True)
+    ref_gpu = ident.relabel(gpu[gpu["rank"] == ref], labels)
+    gaps = merge([p.gaps for p in found if p.gaps is not None])
+    lent = []
+    for i, p in enumerate(found):
+        lacking = [r for r in p.ranks if r not in have and r in p.rank_pids]
+        if not lacking:
+            continue
+        extra = [borrowed_steps(ref_host, ref_gpu, r, p.rank_pids[r], bool(gaps.launched.get(r)))
+                 for r in lacking]
+        labelled[i] = pd.concat([labelled[i], *extra], ignore_index=True) if not labelled[i].empty \
+            else pd.concat(extra, ignore_index=True)
+        lent += lacking
+    if lent:
+        notes.append(borrowed_note(sorted(lent), ref))
+    return labelled
+
+
+def without_silent(own: list[pd.DataFrame], found: list) -> list[pd.DataFrame]:
+    """Each part's inferred steps less those of ranks without NCCL kernels while peers have some: inference cuts
+    steps at gradient-sync cycles, so what it cut on such a rank are its micro-steps (they borrow instead)."""
+    quiet = silent(merge([p.gaps for p in found if p.gaps is not None]))
+    return [s.loc[~s["rank"].isin(quiet)].reset_index(drop=True) if quiet and not s.empty else s for s in own]
 
 
 def blank(steps: pd.DataFrame, rank_overlap: pd.DataFrame, g: RankGaps) -> tuple[pd.DataFrame, pd.DataFrame]:

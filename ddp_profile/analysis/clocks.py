@@ -36,7 +36,8 @@ analysis after the pairing sees aligned times. The correction and residual are i
 (``clock_alignment``); a wait or lead smaller than the job's residual is not called (``collectives``,
 ``analysis.analyze``).
 
-Opens no file; one pass over the NCCL rows (the shift search samples at most :data:`SAMPLE` pairs).
+Opens no file; the shift search scores at most 2·:data:`MAX_SHIFT` + 1 candidates of :data:`SAMPLE` pairs each
+per (rank, stream), vectorised.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms
 
-MAX_SHIFT = 4096
-"""The largest shift (in collectives of one stream) searched either way."""
-SAMPLE = 2048
-"""At most this many overlapping pairs score a candidate shift (evenly spaced)."""
+MAX_SHIFT = 1024
+"""The largest shift (in collectives of one stream) searched either way: several iterations of any job."""
+SAMPLE = 512
+"""This many overlapping pairs (evenly spaced) score a finalist shift."""
+COARSE_SAMPLE = 48
+"""This many pairs score every candidate shift first."""
+FINALISTS = 16
+"""The best candidates of the first scoring that are scored again on :data:`SAMPLE` pairs."""
 MIN_PAIRS = 3
 """A candidate shift must pair at least this many collectives."""
 AGREE_MIN = 0.9
@@ -115,53 +120,65 @@ def signatures(rows: pd.DataFrame) -> np.ndarray:
 
 def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Whether signatures agree: same name and dtype, and same size class where both are known."""
-    ca, cb = a % 128, b % 128
-    return (a // 128 == b // 128) & ((ca == cb) | (ca == 0) | (cb == 0))
+    ca, cb = a & 127, b & 127
+    return ((a >> 7) == (b >> 7)) & ((ca == cb) | (ca == 0) | (cb == 0))
+
+
+def _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(agree, spread, |median end difference|) per candidate shift, ``sample`` evenly spaced pairs each (a pair
+    repeats when the overlap is shorter), a block of candidates at a time."""
+    k = np.arange(sample, dtype=np.float64) / max(sample - 1, 1)
+    agree, spread, lag = (np.empty(len(cand)) for _ in range(3))
+    for lo in range(0, len(cand), 256):
+        sl = slice(lo, lo + 256)
+        pos = i0[sl, None] + np.rint(k[None, :] * (i1[sl] - i0[sl] - 1)[:, None]).astype(np.int64)
+        other = pos + cand[sl, None]
+        agree[sl] = same(sig_b[pos], sig_a[other]).mean(axis=1)
+        diff = (end_b[pos] - end_a[other]).astype(np.float64)
+        med = np.median(diff, axis=1)
+        spread[sl], lag[sl] = np.median(np.abs(diff - med[:, None]), axis=1), np.abs(med)
+    return agree, spread, lag
 
 
 def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: np.ndarray
                ) -> tuple[int, float] | None:
-    """(d, spread) pairing B[i] with A[i + d] (see the module docstring), None when no candidate qualifies."""
+    """(d, spread) pairing B[i] with A[i + d] (see the module docstring), None when no candidate qualifies.
+    Every candidate is scored on :data:`COARSE_SAMPLE` pairs, the :data:`FINALISTS` best again on :data:`SAMPLE`."""
     na, nb = len(sig_a), len(sig_b)
     need = max(MIN_PAIRS, (min(na, nb) + 1) // 2)
-    lo, hi = max(-(nb - need), -MAX_SHIFT), min(na - need, MAX_SHIFT)
-    scored = []
-    for d in range(lo, hi + 1):
-        i0, i1 = max(0, -d), min(nb, na - d)
-        if i1 - i0 < need:
-            continue
-        i = np.arange(i0, i1) if i1 - i0 <= SAMPLE else np.linspace(i0, i1 - 1, SAMPLE).astype(np.int64)
-        agree = float(same(sig_b[i], sig_a[i + d]).mean())
-        diff = (end_b[i] - end_a[i + d]).astype(np.float64)
-        med = float(np.median(diff))
-        scored.append((d, agree, float(np.median(np.abs(diff - med))), abs(med)))
-    if not scored:
+    cand = np.arange(max(-(nb - need), -MAX_SHIFT), min(na - need, MAX_SHIFT) + 1, dtype=np.int64)
+    i0, i1 = np.maximum(0, -cand), np.minimum(nb, na - cand)
+    fits = i1 - i0 >= need
+    cand, i0, i1 = cand[fits], i0[fits], i1[fits]
+    for sample in (COARSE_SAMPLE, SAMPLE):
+        if not len(cand):
+            return None
+        agree, spread, lag = _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample)
+        ok = np.flatnonzero((agree >= AGREE_MIN) & (agree >= agree.max() - AGREE_SLACK))
+        order = ok[np.lexsort((np.abs(cand[ok]), lag[ok], spread[ok]))][:FINALISTS]
+        cand, i0, i1 = cand[order], i0[order], i1[order]
+    if not len(cand):
         return None
-    top = max(s[1] for s in scored)
-    kept = [s for s in scored if s[1] >= AGREE_MIN and s[1] >= top - AGREE_SLACK]
-    if not kept:
-        return None
-    d, _, spread, _ = min(kept, key=lambda s: (s[2], s[3], abs(s[0])))
-    return d, spread
+    return int(cand[0]), float(spread[order[0]])
 
 
 def _stream_map(rows: pd.DataFrame, ref: int) -> dict[tuple[int, int], int]:
     """(rank, comm) -> the reference's comm with the same set of collective names (first use order)."""
-    names = rows.groupby(["rank", "comm"], sort=True)["collective"].agg(
-        lambda c: "|".join(sorted(set(c.astype("object").fillna("?").astype(str)))))
+    pairs = rows[["rank", "comm", "collective"]].astype({"collective": "object"}).fillna({"collective": "?"})
+    pairs = pairs.drop_duplicates().astype({"collective": str}).sort_values(["rank", "comm", "collective"])
+    names = pairs.groupby(["rank", "comm"], sort=True)["collective"].agg("|".join)
     ref_by_names: dict[str, list[int]] = {}
     for (rank, comm), key in names.items():
         if rank == ref:
             ref_by_names.setdefault(key, []).append(int(comm))
     out: dict[tuple[int, int], int] = {}
-    for rank in names.index.get_level_values(0).unique():
-        used: dict[str, int] = {}
-        for (r, comm), key in names.loc[[rank]].items():
-            cands = ref_by_names.get(key, [])
-            k = used.get(key, 0)
-            if k < len(cands):
-                out[(int(r), int(comm))] = cands[k]
-                used[key] = k + 1
+    used: dict[tuple[int, str], int] = {}
+    for (rank, comm), key in names.items():
+        cands = ref_by_names.get(key, [])
+        k = used.get((int(rank), key), 0)
+        if k < len(cands):
+            out[(int(rank), int(comm))] = cands[k]
+            used[(int(rank), key)] = k + 1
     return out
 
 

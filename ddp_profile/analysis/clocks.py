@@ -318,11 +318,13 @@ def rank_files(trace) -> dict:
     return {int(r): str(f) for r, f in zip(ranks["rank"], ranks["file"], strict=False)}
 
 
-def align_parts(found: list) -> Alignment:
+def align_parts(found: list, *, move: bool = True) -> Alignment:
     """Between stages 1 and 2: the collectives of every part paired across ranks by what they are and rank
     clocks aligned on their ends (:func:`pair`). Each part's rows become the paired ones
     (renumbered, unpaired dropped) and, for a corrected rank, its rows' and host steps' times move onto the
-    reference's clock (in place); stage 3 moves the rest (``pipeline.rank_part``'s ``clock_offsets``)."""
+    reference's clock (in place); stage 3 moves the rest (``pipeline.rank_part``'s ``clock_offsets``).
+    ``move`` False: pairing only, every time left on its own rank's clock (for host-side measures that compare
+    a rank's steps with its own host calls)."""
     have = [(i, p.rows) for i, p in enumerate(found) if p.rows is not None and len(p.rows)]
     if not have:
         return Alignment()
@@ -332,6 +334,8 @@ def align_parts(found: list) -> Alignment:
     ref = int(rows["rank"].min())
     several = {r: (f != files.get(ref)) for r, f in files.items()} if files else None
     kept, al = pair(rows, several)
+    if not move:
+        al.corrected_ns = {}
     if al.corrected_ns:
         kept = shift_columns(kept, al.corrected_ns, ("start_ns", "end_ns", "launch"), ("launch",))
     by_part = kept.groupby("_part", sort=False).indices

@@ -157,6 +157,7 @@ def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tu
     :func:`~ddp_profile.analysis.analyze`), the notes on how they were found, and whether they were
     inferred: what ``launches`` measures over and ``inspect`` reports."""
     found = LocalRanks(trace).map_ranks(step_part, step_pattern=step_pattern)
+    clocks.align_parts(found, move=False)  # collectives paired by what they are, for one step identity
     host, notes = label_steps(found, steps)
     inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
     return host[0], step_notes(found) + notes, inferred

@@ -29,6 +29,9 @@ def register(subparsers) -> None:
                    help="analyse every run again and keep no cache (by default each run's results are kept in "
                         "OUTPUT/.cache/, keyed by its files' contents, --steps and the tool's version, and reused "
                         "while all are unchanged)")
+    p.add_argument("--folder-is-one-job", action="store_true",
+                   help="report a folder's exports as one job's per-rank files even when their captures do not "
+                        "overlap in time (by default such exports are reported as separate runs)")
     add_steps_argument(p)
     add_export_argument(p)
     p.set_defaults(func=run)
@@ -55,7 +58,8 @@ def run(args) -> int:
     paths = input_paths(args)
     extras = [] if getattr(args, "no_findings", False) else [FindingsPages()]
     sizes, failures = build_report(paths, Path(args.output), jobs=jobs, extras=extras, steps=args.steps,
-                                   cache=not getattr(args, "no_cache", False))
+                                   cache=not getattr(args, "no_cache", False),
+                                   split_jobs=not getattr(args, "folder_is_one_job", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

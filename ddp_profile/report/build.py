@@ -363,14 +363,20 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 extras: Sequence[Extra] = (), steps="all", cache: bool = True) -> tuple[dict, list[str]]:
+                 extras: Sequence[Extra] = (), steps="all", cache: bool = True,
+                 split_jobs: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. ``extras`` add their pages
     where their :meth:`Extra.source` finds something to answer from (the command passes the findings, which
     then need one campaign folder); otherwise their note on stderr says why they were skipped. ``steps``: the step
     selection every run is analysed over (``analyze``'s). With ``cache`` (default), per-run results are kept
-    in the report folder and reused while unchanged (report/cache.py)."""
+    in the report folder and reused while unchanged (report/cache.py). ``split_jobs``: a folder whose exports'
+    captures do not overlap in time is several runs, one per export (a line on stderr says so); False
+    reports every folder as one job."""
     _check_inputs_outside(paths, out_dir)
-    found = discover_runs(paths)
+    grouping: list[str] = []
+    found = discover_runs(paths, split_jobs=split_jobs, notes=grouping)
+    for line in grouping:
+        print(one_line(f"report: {line}"), file=progress or sys.stderr, flush=True)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")

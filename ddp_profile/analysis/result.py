@@ -98,7 +98,7 @@ class Analysis:
             pop = {
                 "overlap_pct": ratio(s["overlap_ns"].sum(), s["comm_ns"].sum()),
                 "n_collectives": len(in_steps),
-                "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(), in_steps["duration_ns"].sum())
+                "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(min_count=1), in_steps["duration_ns"].sum())
                 if len(in_steps) else None,
             }
         else:  # no steps: the population is the whole trace
@@ -116,7 +116,7 @@ class Analysis:
             **pop,
             # appended (issues 14, 15)
             "exposed_wait_ns": med("exposed_wait_ns"), "exposed_transfer_ns": med("exposed_transfer_ns"),
-            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(), s["exposed_comm_ns"].sum())
+            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(min_count=1), s["exposed_comm_ns"].sum())
             if by_steps else None,
             "param_sync_ns": med("param_sync_ns"), "exposed_param_sync_ns": med("exposed_param_sync_ns"),
             "exposed_allgather_ns": med("exposed_allgather_ns"),
@@ -178,8 +178,8 @@ def trace_keys(coll: pd.DataFrame, ro: pd.DataFrame) -> dict:
     """The summary's whole-trace ``trace_`` keys from the whole collective table and rank overlap."""
     def ratio(num, den) -> float | None:
         num, den = float(num), float(den)
-        return 100.0 * num / den if den > 0 else None
+        return 100.0 * num / den if den > 0 and num == num else None  # num NaN: every wait unknown
 
     return {"trace_n_collectives": len(coll),
-            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum()) if len(coll) else None,
+            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(min_count=1), coll["duration_ns"].sum()) if len(coll) else None,
             "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}

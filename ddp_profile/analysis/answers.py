@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
+from ddp_profile.analysis import clocks
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import straggler as st
 from ddp_profile.analysis import verdict as vd
@@ -36,16 +37,17 @@ def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataF
 
 
 def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, contention_ns: float,
-           gemm_ratio: float = float("nan"), after_backward: pd.DataFrame | None = None) -> None:
+           gemm_ratio: float = float("nan"), after_backward: pd.DataFrame | None = None, min_lead_ns: float = 0
+           ) -> None:
     """Fill ``res`` (an Analysis) in place: straggler columns of ``steps``, ``last_arrival_pct`` of
     ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``. ``gemm_ratio``, ``after_backward``: see
-    ``verdict.advice``."""
+    ``verdict.advice``; ``min_lead_ns``: the clock residual (``clocks.refuse_leads``)."""
     arr = st.arrivals(res.collectives)
     ro = res.rank_overlap
     res.rank_overlap = ro.assign(last_arrival_pct=st.last_arrival_pct(arr, ints(ro["rank"])) if len(ro) else [])
     step_ids = np.unique(ints(res.steps["step"])) if len(res.steps) else np.zeros(0, np.int64)
     rp = rank_paths if rank_paths is not None else pd.DataFrame(columns=cp.PATH_COLUMNS)
-    per_step = st.stragglers(st.step_leads(arr), rp, waits, step_ids)
+    per_step = clocks.refuse_leads(st.stragglers(st.step_leads(arr), rp, waits, step_ids), min_lead_ns)
     if len(res.steps):
         got = per_step.reindex(ints(res.steps["step"]))
         res.steps = res.steps.assign(**{c: got[c].to_numpy() for c in st.STEP_COLUMNS})

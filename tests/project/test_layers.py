@@ -202,6 +202,7 @@ ANALYSIS_LAYERS = {
     "contention_rows": "measure", "after_backward": "measure", "launches": "measure", "host_calls": "measure",
     "steps": "measure",
     "windows": "boundary", "infer": "boundary", "cycles": "boundary", "identity": "boundary",
+    "clocks": "boundary", "unknowns": "boundary",
     "kernel_arrays": "ground", "kernel_groups": "ground", "projection": "ground", "costmodel": "ground",
 }
 MAY_IMPORT = {  # layer -> the layers of analysis/ its modules may import (the top-level ground always)

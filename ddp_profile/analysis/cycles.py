@@ -13,6 +13,15 @@ Per process, s = its compute and NCCL kernels in launch order; ``main`` = launch
     sync run      = a run owning a gradient collective (every run when the process has no collective)
     micro-steps   = the runs of a cycle: those after the previous sync run, up to its own sync run
 
+**Optimizer every N cycles** (:func:`update_cycle`). A job may reduce gradients after every micro-batch and
+update only every N (DeepSpeed with gradient accumulation: no ``no_sync``). Then every run is a sync run, and
+a gradient cycle is a micro-step. The update's kernels (``Sequence.update``: the optimizer group of
+``kernel_groups``, multi_tensor_apply, by name) tell them apart: where some sync runs' stretches hold update
+kernels and others hold none, only the former end a step, the others count as the step's micro-steps (as
+``no_sync`` runs do). Where every stretch holds them, each cycle is a step; where none does (an optimizer
+whose kernels no pattern names), each cycle is taken as a step and the note says that a step may then be a
+micro-step (``Cycles.rule``).
+
 After each sync run, the *stretch* up to the next run's first kernel holds the optimizer (its gradients'
 consumers), then whatever the loop does between steps, then the next cycle's first forward. In the modal
 sync stretch (the most frequent kernel sequence, length L) the optimizer is its first c kernels and the
@@ -79,6 +88,7 @@ class Sequence:
     grad: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    update: np.ndarray | None = None  # kernels of the optimizer's update (kernel_groups.OPTIMIZER), by name
 
 
 @dataclass
@@ -92,6 +102,8 @@ class Cycles:
     optimizer_kernels: int
     after_kernels: np.ndarray
     after_gpu_ns: np.ndarray
+    rule: str = "gradient-sync cycles"
+    """Which rule cut the steps: every gradient-synchronisation cycle, or the optimizer's update every N."""
 
 
 def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
@@ -200,6 +212,43 @@ def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, 
     return None
 
 
+@dataclass
+class UpdateCycle:
+    """Which gradient cycles end an optimizer step (:func:`update_cycle`)."""
+
+    sync: np.ndarray
+    """Per backward run: the optimizer's update follows it (it ends an optimizer step)."""
+    every: int
+    """Gradient cycles per update, the most frequent count (1: every cycle ends with the update)."""
+    told: bool
+    """Whether any kernel of the update was seen after a gradient cycle (else the cycles could not be told
+    apart from optimizer steps)."""
+
+
+def update_cycle(seq: Sequence, rf: np.ndarray, rl: np.ndarray, sync: np.ndarray) -> UpdateCycle:
+    """The gradient cycles after which the optimizer updates (module docstring, "Optimizer every N cycles").
+
+    A sync run's *stretch* runs from just after it to the next run's first kernel (the sequence's end after
+    the last run). Where some stretches hold update kernels (``seq.update``) and others hold none, only the
+    runs whose stretch holds them end a step: the others are micro-steps whose gradients were reduced too
+    (DeepSpeed reduces every micro-batch). Where every stretch holds them, or none does, ``sync`` is
+    returned unchanged (``told`` says which). Reusable for one process's sequence with its runs."""
+    ks = np.flatnonzero(sync)
+    if seq.update is None or ks.size == 0:
+        return UpdateCycle(sync, 1, False)
+    lo = rl[ks] + 1
+    hi = np.where(ks + 1 < rf.size, rf[np.minimum(ks + 1, rf.size - 1)], len(seq.codes))
+    cum = np.r_[0, np.cumsum(seq.update.astype(np.int64))]
+    has = cum[np.maximum(hi, lo)] - cum[lo] > 0
+    if has.all() or not has.any():
+        return UpdateCycle(sync, 1, bool(has.any()))
+    out = np.zeros_like(sync)
+    out[ks[has]] = True
+    gaps = np.diff(np.flatnonzero(has))
+    every = int(np.bincount(gaps).argmax()) if gaps.size else int(has.size)
+    return UpdateCycle(out, every, True)
+
+
 def find_cycles(seq: Sequence) -> Cycles | None:
     """Optimizer steps of one process (module docstring), None when the sequence shows no cycle."""
     rf, rl = runs(seq)
@@ -214,6 +263,11 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         sync[owner[owner >= 0]] = True
     else:
         sync[:] = True
+    upd = update_cycle(seq, rf, rl, sync)
+    sync = upd.sync
+    rule = (f"the optimizer's update, seen after one gradient cycle in {upd.every}" if upd.every > 1 else
+            "gradient-sync cycles, each followed by the optimizer's update" if upd.told else
+            "gradient-sync cycles (no optimizer kernel recognised after them: a step may be a micro-step)")
     ks = np.flatnonzero(sync)
     if ks.size < 2:
         return None
@@ -282,7 +336,7 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     if ok.sum() < 2:
         return None
     return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
-                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok])
+                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule)
 
 
 def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

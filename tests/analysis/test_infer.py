@@ -38,7 +38,7 @@ NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_
 
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
                back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
-               nan_check=False) -> Trace:
+               nan_check=False, optimizer=tuple(OPTIMIZER), reduce_every_micro=False, micro_work=()) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
@@ -46,7 +46,10 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
     ``log_every`` = N: every N-th step (N-1, 2N-1...) launches LOG after its optimizer; ``micro_steps`` = m:
     gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD;
     ``nan_check``: after backward the main thread launches "isnan", waits for all queued GPU work (a
-    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check)."""
+    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check).
+    ``optimizer``: the update's kernel names; ``reduce_every_micro``: every micro-step's backward all-reduces
+    (BACKWARD, as DeepSpeed does), not only the last; ``micro_work``: main-thread kernels after every
+    micro-step's backward (DeepSpeed's per-micro-step epilogue), before the update where there is one."""
     names, tids, launch, start = [], [], [], []
     t = free = 0
     for w in warmup:
@@ -58,10 +61,12 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         fwd = list(FORWARD)
         if s == stray_step:
             fwd.insert(3, "stray")
-        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in NO_SYNC_BACKWARD]
+        early = BACKWARD if reduce_every_micro else NO_SYNC_BACKWARD
+        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in early] + [(nm, PID) for nm in micro_work]
         seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
+        seq += [(nm, PID) for nm in micro_work]
         seq += [("isnan", PID), ("sync", PID), ("isinf", PID)] if nan_check else []
-        seq += [(nm, PID) for nm in OPTIMIZER]
+        seq += [(nm, PID) for nm in optimizer]
         if log_every and s % log_every == log_every - 1:
             seq += [(nm, PID) for nm in LOG]
         for nm, tid in seq:
@@ -163,6 +168,43 @@ def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
     assert (s["step_ns"] == 238 * US).all()
     assert (s["forward_ns"] == 116 * US).all() and (s["backward_ns"] == 86 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all() and (s["comm_tail_ns"] == 10 * US).all()
+
+
+UPDATE = ["multi_tensor_apply_kernel", "multi_tensor_apply_kernel"]  # a foreach AdamW's update, by name
+
+
+@pytest.mark.parametrize("micro_work", [(), ("ds_epilogue",)])
+def test_gradients_reduced_every_micro_step_cut_at_the_update(micro_work):
+    # DeepSpeed with 2 micro-steps per update: both micro-steps' backwards all-reduce (two gradient cycles),
+    # the update (2 multi_tensor_apply kernels) follows the second only. With the epilogue kernel after every
+    # micro-step, a step = 2 × (FORWARD 6 + BACKWARD 6 + epilogue) + update 2 = 26 + 2·len(micro_work)
+    # kernels, 10 µs apart: window (25 + 2·e)·10 + 8 µs. Forward: two windows of 58 µs, the second opening
+    # after the first backward's last all-reduce launch, so holding the epilogue (main-thread work between
+    # micro-steps is the next forward's): + 10·e µs; backward: two runs of b2 b1 ar b2 b1 = 48 µs each; the
+    # optimizer: the last epilogue and the update, (e + 1)·10 + 8 µs.
+    e = len(micro_work)
+    res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True, optimizer=UPDATE, micro_work=micro_work))
+    s = res.steps
+    assert s["step"].tolist() == list(range(6))
+    assert (s["micro_steps"] == 2).all()
+    assert (s["step_ns"] == ((25 + 2 * e) * 10 + 8) * US).all()
+    assert (s["forward_ns"] == (116 + 10 * e) * US).all() and (s["backward_ns"] == 96 * US).all()
+    assert (s["optimizer_ns"] == (18 + 10 * e) * US).all()
+    assert any("the optimizer's update, seen after one gradient cycle in 2" in n for n in res.notes)
+
+
+def test_every_cycle_updating_keeps_one_step_per_cycle():
+    # The same loop without accumulation: every gradient cycle is followed by the update, 6 steps of 14.
+    res = analyze(loop_trace(6, optimizer=UPDATE))
+    assert len(res.steps) == 6 and (res.steps["micro_steps"] == 1).all()
+    assert any("each followed by the optimizer's update" in n for n in res.notes)
+
+
+def test_an_update_that_cannot_be_told_apart_is_said():
+    # Gradients reduced every micro-step and an optimizer whose kernels no pattern names ("adam"): the two
+    # gradient cycles of a step cannot be told from two steps by the update. The note says so, not a guess.
+    res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True))
+    assert any("no optimizer kernel recognised after them: a step may be a micro-step" in n for n in res.notes)
 
 
 def test_a_wait_for_the_gradients_is_no_boundary():

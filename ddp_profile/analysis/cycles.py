@@ -44,7 +44,10 @@ forward its last f:
 A stretch opening with the modal optimizer and closing with the modal forward ends the step after the
 former and starts the next at the latter: what lies between (the loop's work between iterations, extra
 work every N steps) is in no step, and kernels beyond the modal stretch are that step's extra work. A
-stretch matching one end only is cut there; neither, f kernels before the next run. Step k runs from the
+stretch matching one end only is cut there; neither, at the last occurrence of the modal forward's first
+FORWARD_HEAD kernels (at most half of them; else f kernels before the next run). Either way a step ends no earlier than the last
+update kernel (``Sequence.update``) before the next forward: a first optimizer call that initialises its
+state launches more kernels than the modal one. Step k runs from the
 start of its first micro-step's forward to the end of its optimizer. The first cycle is a step when the
 f kernels before its first run are the modal forward and it has the modal micro-step count; the last
 when at least LAST_OPTIMIZER_SHARE of the modal optimizer's kernels open its stretch (ending there).
@@ -70,6 +73,7 @@ MAX_COMPARED = 256
 MIN_VOTES = 2
 SECOND_GAP_RATIO = 10.0  # a gap this many times the forward's median gap, and at least SECOND_GAP_SHARE
 SECOND_GAP_SHARE = 0.2  # of the cut's, ends the loop's own work before the forward
+FORWARD_HEAD = 8  # kernels of the modal forward whose last occurrence starts an irregular stretch's forward
 LAST_OPTIMIZER_SHARE = 0.9  # the trace's last optimizer: at least this share of the modal one's kernels
 SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
 HOST_EXTRA_SHARE = 0.1
@@ -104,6 +108,9 @@ class Cycles:
     after_gpu_ns: np.ndarray
     rule: str = "gradient-sync cycles"
     """Which rule cut the steps: every gradient-synchronisation cycle, or the optimizer's update every N."""
+    first_irregular: bool = False
+    """The first step's forward is not the modal one (compilation, autotuning): it starts at the last launch
+    of the modal forward's first kernel before its backward."""
 
 
 def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
@@ -128,6 +135,15 @@ def _common(a: np.ndarray, b: np.ndarray, from_end: bool) -> int:
     x, y = (a[len(a) - n:][::-1], b[len(b) - n:][::-1]) if from_end else (a[:n], b[:n])
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
+
+
+def _last_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
+    """Start of the last occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+    k = len(gram)
+    if k == 0 or len(codes) < k:
+        return -1
+    hit = np.flatnonzero((np.lib.stride_tricks.sliding_window_view(codes, k) == gram).all(axis=1))
+    return int(hit[-1]) if hit.size else -1
 
 
 def runs(seq: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -304,9 +320,16 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         elif pm:
             end_at[i] = x0 + c - 1
             cut[i] = end_at[i] + 1
-        else:
-            cut[i] = max(x0 + 1, x1 + 1 - f)
+        else:  # the forward starts at the last occurrence of its first kernels, else f kernels before the run
+            at_fwd = _last_occurrence(seq.codes[x0 + 1:x1 + 1], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
+            cut[i] = x0 + 1 + at_fwd if at_fwd >= 0 else max(x0 + 1, x1 + 1 - f)
             end_at[i] = cut[i] - 1
+        if seq.update is not None:  # an optimizer longer than the modal one (its first call) ends with it
+            limit = x1 + 1 - min(f, length) if pm and not sm else cut[i]  # where the next forward starts
+            later = np.flatnonzero(seq.update[x0:max(limit, x0)])
+            if later.size and x0 + later[-1] > end_at[i]:
+                end_at[i] = x0 + int(later[-1])
+                cut[i] = max(cut[i], end_at[i] + 1)
         if length > len(modal):  # extra kernels: where this stretch departs from the modal one
             s_ = seq.codes[x0:x1 + 1]
             p, q = _common(s_, modal, False), _common(s_, modal, True)
@@ -324,8 +347,18 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     after_k, after_ns = np.zeros(ks.size, dtype=np.int64), np.zeros(ks.size, dtype=np.int64)
     after_k[at], after_ns[at] = gap_k, gap_ns
     x = rf[0] - f
+    first_irregular = False
     if x >= 0 and micro[0] == modal_micro and (seq.codes[x:rf[0]] == fwd).all():
         starts[0] = x
+    elif micro[0] == modal_micro and f and ends[0] >= 0:
+        # A first iteration whose forward is not the modal one (torch.compile's: compilation and autotuning
+        # launch kernels between the forward's own) is a step of its own, from the last launch of the modal
+        # forward's first kernel before its backward, where that kernel occurs once in the modal stretch.
+        head = fwd[0]
+        if int(np.count_nonzero(modal == head)) == 1:
+            hits = np.flatnonzero(seq.codes[:rf[0]] == head)
+            if hits.size:
+                starts[0], first_irregular = int(hits[-1]), True
     last_sync = ks[-1]
     if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer (most of the modal one)
         x0 = rl[last_sync] + 1
@@ -336,7 +369,8 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     if ok.sum() < 2:
         return None
     return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
-                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule)
+                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule,
+                  first_irregular=first_irregular and bool(ok[0]))
 
 
 def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

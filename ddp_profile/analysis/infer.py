@@ -279,6 +279,11 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             micro = int(np.median(cyc.micro_steps))
             found.append(f"rank {rank}: {first.size} steps of {micro} micro-step(s) cut by {cyc.rule} (forward "
                          f"{cyc.forward_kernels} kernels after the optimizer's {cyc.optimizer_kernels})")
+            if cyc.first_irregular:
+                found.append(f"rank {rank}: step 0's forward is not the others' ({cyc.last[0] - cyc.first[0] + 1} "
+                             "kernels in the step: compilation and autotuning launch kernels of their own in a "
+                             "compiled job's first iteration); it is its own step, from the last launch of the "
+                             "others' first forward kernel before its backward")
         else:
             period, match = find_period(seq.codes)
             if period is None:

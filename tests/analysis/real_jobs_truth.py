@@ -16,6 +16,11 @@ Two sources, neither of them ``ddp_profile.analysis``:
   * the gradient collectives are cut into *syncs*, one per optimizer step: a sync ends where the main
     thread launches a kernel between two gradient collectives (by host launch time: the main thread is
     blocked in ``backward()`` while the autograd thread launches a step's reductions);
+  * per sync: ``update_end_ns`` = end of the last optimizer kernel (``multi_tensor_apply``: foreach and fused
+    optimizers) the main thread launched after its last gradient collective and before both the next sync's
+    first and the main thread's next AllGather / Broadcast (the next forward's parameter gathers, whose
+    copies FSDP2 runs as ``multi_tensor_apply`` too; DDP's buffer broadcast); NaN where none (a micro-step
+    whose gradients were reduced but not applied);
   * per sync: ``tail_ns`` = end of its last gradient collective − end of the last backward compute
     kernel launched after the previous sync's last collective launch and before this sync's last
     collective launch (DDP's copy-back of the reduced buckets into ``.grad`` is launched after that and is
@@ -59,7 +64,8 @@ class Job:
     name: str
     truth: dict
     analysis: Analysis
-    syncs: pd.DataFrame  # gradient_syncs(): rank, sync, last_coll_end_ns, last_backward_end_ns, tail_ns
+    syncs: pd.DataFrame  # gradient_syncs(): rank, sync, last_coll_end_ns, last_backward_end_ns, tail_ns,
+    # update_end_ns
     arrivals: pd.DataFrame  # last_arrivals(): index, last_rank
 
     def true_iter_ms(self) -> np.ndarray:
@@ -118,14 +124,23 @@ def gradient_syncs(kernels: pd.DataFrame) -> pd.DataFrame:
         between = np.searchsorted(main_launches, launches[1:]) > np.searchsorted(main_launches, launches[:-1])
         sync_id = np.concatenate([[0], np.cumsum(between)])
         backward = k[(k["main_thread"] == 0) & ~k["nccl"]]
+        update = k[(k["main_thread"] == 1) & k["name"].str.contains("multi_tensor_apply")]
+        param = np.sort(k.loc[(k["main_thread"] == 1) & k["nccl"] & k["name"].str.contains("AllGather|Broadcast"),
+                              "launch_ns"].to_numpy())
         previous_last_launch = -np.inf
-        for sync, g in grad.groupby(sync_id):
+        groups = list(grad.groupby(sync_id))
+        for i, (sync, g) in enumerate(groups):
             last_launch = g["launch_ns"].max()
             bw = backward[(backward["launch_ns"] > previous_last_launch) & (backward["launch_ns"] < last_launch)]
             previous_last_launch = last_launch
             last_bw = bw["end_ns"].max() if len(bw) else np.nan
+            until = groups[i + 1][1]["launch_ns"].min() if i + 1 < len(groups) else np.inf
+            p = np.searchsorted(param, last_launch, "right")  # the next forward's parameter gathers
+            until = min(until, param[p]) if p < param.size else until
+            upd = update[(update["launch_ns"] > last_launch) & (update["launch_ns"] < until)]
             rows.append({"rank": rank, "sync": sync, "last_coll_end_ns": g["end_ns"].max(),
-                         "last_backward_end_ns": last_bw, "tail_ns": g["end_ns"].max() - last_bw})
+                         "last_backward_end_ns": last_bw, "tail_ns": g["end_ns"].max() - last_bw,
+                         "update_end_ns": upd["end_ns"].max() if len(upd) else np.nan})
     return pd.DataFrame(rows)
 
 

@@ -38,7 +38,8 @@ NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_
 
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
                back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
-               nan_check=False, optimizer=tuple(OPTIMIZER), reduce_every_micro=False, micro_work=()) -> Trace:
+               nan_check=False, optimizer=tuple(OPTIMIZER), reduce_every_micro=False, micro_work=(),
+               post_reduce=(), autotune_first=False, first_update_extra=0) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
@@ -49,7 +50,13 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
     ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check).
     ``optimizer``: the update's kernel names; ``reduce_every_micro``: every micro-step's backward all-reduces
     (BACKWARD, as DeepSpeed does), not only the last; ``micro_work``: main-thread kernels after every
-    micro-step's backward (DeepSpeed's per-micro-step epilogue), before the update where there is one."""
+    micro-step's backward (DeepSpeed's per-micro-step epilogue), before the update where there is one;
+    ``post_reduce``: compute kernels the autograd thread launches after the last all-reduce (FSDP's copies of
+    the reduced gradient into its shard, its division), each starting 5 µs after its launch;
+    ``autotune_first``: step 0's forward launches every kernel twice more just before it (torch.compile's
+    first iteration benchmarking its candidates under the kernel's own name); ``first_update_extra`` = k:
+    step 0's optimizer launches k "zeros" kernels before its update (an optimizer creating its state), and
+    step 1's forward lacks its last kernel ("loss"), so the stretch between them matches neither end."""
     names, tids, launch, start = [], [], [], []
     t = free = 0
     for w in warmup:
@@ -61,12 +68,16 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         fwd = list(FORWARD)
         if s == stray_step:
             fwd.insert(3, "stray")
+        if first_update_extra and s == 1:
+            fwd = fwd[:-1]
+        if autotune_first and s == 0:
+            fwd = [nm for k in fwd for nm in (k, k, k)]
         early = BACKWARD if reduce_every_micro else NO_SYNC_BACKWARD
         seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in early] + [(nm, PID) for nm in micro_work]
         seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
-        seq += [(nm, PID) for nm in micro_work]
+        seq += [(nm, AUTOGRAD) for nm in post_reduce] + [(nm, PID) for nm in micro_work]
         seq += [("isnan", PID), ("sync", PID), ("isinf", PID)] if nan_check else []
-        seq += [(nm, PID) for nm in optimizer]
+        seq += [("zeros", PID)] * (first_update_extra if s == 0 else 0) + [(nm, PID) for nm in optimizer]
         if log_every and s % log_every == log_every - 1:
             seq += [(nm, PID) for nm in LOG]
         for nm, tid in seq:
@@ -198,6 +209,46 @@ def test_every_cycle_updating_keeps_one_step_per_cycle():
     res = analyze(loop_trace(6, optimizer=UPDATE))
     assert len(res.steps) == 6 and (res.steps["micro_steps"] == 1).all()
     assert any("each followed by the optimizer's update" in n for n in res.notes)
+
+
+def test_post_reduce_work_does_not_end_the_backward():
+    # FSDP: after the last reduce-scatter ("ar", launched at t, on the GPU t+5..t+13 µs) the autograd thread
+    # launches two kernels that wait for the reduced gradient (copy into the shard, division) at t+10 and
+    # t+20; they end at t+23 and t+33, after the collective. The backward still ends with b1 (launched at
+    # t−10, ends t+3): tail = 13 − 3 = 10 µs, on the rank and for the job (one rank: the same), as without them.
+    s = analyze(loop_trace(6, post_reduce=("chunk_cat", "div_"))).steps
+    assert len(s) == 6
+    assert (s["comm_tail_ns"] == 10 * US).all() and (s["job_comm_tail_ns"] == 10 * US).all()
+
+
+def test_a_first_optimizer_call_that_makes_its_state_ends_its_step():
+    # Step 0's optimizer launches 5 "zeros" kernels before its 2 update kernels: 7 kernels where the others
+    # have 2, and step 1's forward is one kernel short: the stretch between them matches neither the modal
+    # optimizer nor the modal forward (6 kernels before the next run would start inside the update). Step 0
+    # still ends with its last update kernel, and step 1 starts with its forward's first kernel.
+    tr = loop_trace(6, optimizer=UPDATE, first_update_extra=5)
+    res = analyze(tr)
+    k = tr.kernels.sort_values("launch_ns")
+    update_ends = k.loc[k["name"] == UPDATE[0], "end_ns"].to_numpy()
+    s = res.steps.sort_values("step")
+    assert len(s) == 6
+    assert s["end_ns"].iloc[0] == update_ends[1]  # the second update kernel of step 0
+    st = res.phases[res.phases["phase"] == "step"].sort_values("step")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    first = k["name"].to_numpy()[np.searchsorted(lt, st["host_start_ns"].to_numpy(dtype=np.int64), "left")]
+    assert set(first[1:]) == {"emb"}
+
+
+def test_a_compiled_first_iteration_is_its_own_step():
+    # torch.compile's first iteration: every forward kernel launched three times (two benchmark runs under
+    # its own name, then the real one). Its forward is not the modal one, yet it is a step (6 steps for 6
+    # optimizer steps), starting at the last "emb" before its backward (the real one), with a note; its
+    # forward is most of the step, not ~0.
+    res = analyze(loop_trace(6, autotune_first=True, optimizer=UPDATE))
+    s = res.steps.sort_values("step")
+    assert len(s) == 6
+    assert (s["forward_ns"] / s["step_ns"] > 0.05).all()
+    assert any("step 0's forward is not the others'" in n for n in res.notes)
 
 
 def test_an_update_that_cannot_be_told_apart_is_said():

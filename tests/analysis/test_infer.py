@@ -362,7 +362,7 @@ def test_bytes_unknown_says_why():
     from ddp_profile.analysis.collectives import unknown_bytes_note
 
     nccl = pd.DataFrame({"domain": ["NCCL"], "name": ["ncclAllReduce"]})
-    assert "extended binary payload" in unknown_bytes_note(nccl)
+    assert "binary payloads and payload schemas were not exported" in unknown_bytes_note(nccl)
     assert "no NCCL NVTX ranges" in unknown_bytes_note(schema.empty_frame(schema.NVTX_COLUMNS))
 
 

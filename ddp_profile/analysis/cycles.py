@@ -73,6 +73,7 @@ MAX_COMPARED = 256
 MIN_VOTES = 2
 SECOND_GAP_RATIO = 10.0  # a gap this many times the forward's median gap, and at least SECOND_GAP_SHARE
 SECOND_GAP_SHARE = 0.2  # of the cut's, ends the loop's own work before the forward
+COMPILE_PAUSE_STEPS = 10  # a host pause this many steps long before a compiled first iteration is compilation
 FORWARD_HEAD = 8  # kernels of the modal forward whose last occurrence starts an irregular stretch's forward
 LAST_OPTIMIZER_SHARE = 0.9  # the trace's last optimizer: at least this share of the modal one's kernels
 SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
@@ -109,8 +110,8 @@ class Cycles:
     rule: str = "gradient-sync cycles"
     """Which rule cut the steps: every gradient-synchronisation cycle, or the optimizer's update every N."""
     first_irregular: bool = False
-    """The first step's forward is not the modal one (compilation, autotuning): it starts at the last launch
-    of the modal forward's first kernel before its backward."""
+    """The first step's forward is not the modal one (compilation, autotuning): it starts where the
+    compilation before the modal forward's first kernel began (:func:`_compile_start`)."""
 
 
 def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
@@ -358,7 +359,7 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         if int(np.count_nonzero(modal == head)) == 1:
             hits = np.flatnonzero(seq.codes[:rf[0]] == head)
             if hits.size:
-                starts[0], first_irregular = int(hits[-1]), True
+                starts[0], first_irregular = _compile_start(seq, int(hits[-1]), starts, ends), True
     last_sync = ks[-1]
     if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer (most of the modal one)
         x0 = rl[last_sync] + 1
@@ -371,6 +372,27 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
                   after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule,
                   first_irregular=first_irregular and bool(ok[0]))
+
+
+def _compile_start(seq: Sequence, anchor: int, starts: np.ndarray, ends: np.ndarray) -> int:
+    """Where a compiled job's first iteration starts, given the last launch of the modal forward's first
+    kernel before its backward (``anchor``, after its own autotuning). Compilation pauses the host for
+    seconds: a launch gap over COMPILE_PAUSE_STEPS times the median host span of the other steps. The
+    iteration starts at the first launch after the earliest such pause reached going back from ``anchor``
+    without crossing an NCCL kernel (the job's set-up collectives are not in it)."""
+    ok = (starts >= 0) & (ends >= starts)
+    if not ok.any():
+        return anchor
+    period = float(np.median(seq.lt[ends[ok]] - seq.lt[starts[ok]]))
+    gap = np.diff(seq.lt[:anchor + 1], prepend=seq.lt[0])
+    paused = np.flatnonzero(gap > COMPILE_PAUSE_STEPS * period)
+    nccl = np.r_[0, np.cumsum(~seq.compute)]  # NCCL kernels (the sequence's non-compute ones) before each position
+    start = anchor
+    for j in paused[::-1]:
+        if nccl[start] - nccl[j] > 0:
+            break
+        start = int(j)
+    return start
 
 
 def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -282,8 +282,8 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             if cyc.first_irregular:
                 found.append(f"rank {rank}: step 0's forward is not the others' ({cyc.last[0] - cyc.first[0] + 1} "
                              "kernels in the step: compilation and autotuning launch kernels of their own in a "
-                             "compiled job's first iteration); it is its own step, from the last launch of the "
-                             "others' first forward kernel before its backward")
+                             "compiled job's first iteration); it is its own step, from the host's first pause for "
+                             "compilation before the others' first forward kernel")
         else:
             period, match = find_period(seq.codes)
             if period is None:

@@ -53,8 +53,9 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
     micro-step's backward (DeepSpeed's per-micro-step epilogue), before the update where there is one;
     ``post_reduce``: compute kernels the autograd thread launches after the last all-reduce (FSDP's copies of
     the reduced gradient into its shard, its division), each starting 5 µs after its launch;
-    ``autotune_first``: step 0's forward launches every kernel twice more just before it (torch.compile's
-    first iteration benchmarking its candidates under the kernel's own name); ``first_update_extra`` = k:
+    ``autotune_first``: step 0's forward opens with two 50 ms host pauses (compilation) around one
+    "rng_init" kernel, then launches every kernel twice more just before it (torch.compile's first
+    iteration benchmarking its candidates under the kernel's own name); ``first_update_extra`` = k:
     step 0's optimizer launches k "zeros" kernels before its update (an optimizer creating its state), and
     step 1's forward lacks its last kernel ("loss"), so the stretch between them matches neither end."""
     names, tids, launch, start = [], [], [], []
@@ -71,7 +72,7 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         if first_update_extra and s == 1:
             fwd = fwd[:-1]
         if autotune_first and s == 0:
-            fwd = [nm for k in fwd for nm in (k, k, k)]
+            fwd = ["pause", "rng_init", "pause"] + [nm for k in fwd for nm in (k, k, k)]
         early = BACKWARD if reduce_every_micro else NO_SYNC_BACKWARD
         seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in early] + [(nm, PID) for nm in micro_work]
         seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
@@ -83,6 +84,9 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         for nm, tid in seq:
             if nm == "sync":
                 t = max(t, free) + 20 * US
+                continue
+            if nm == "pause":  # the host compiling: 50 ms without a launch
+                t += 50_000 * US
                 continue
             st = max(t + 5 * US, free) if back_to_back else t + 5 * US
             names.append(nm), tids.append(tid), launch.append(t), start.append(st)
@@ -240,14 +244,19 @@ def test_a_first_optimizer_call_that_makes_its_state_ends_its_step():
 
 
 def test_a_compiled_first_iteration_is_its_own_step():
-    # torch.compile's first iteration: every forward kernel launched three times (two benchmark runs under
-    # its own name, then the real one). Its forward is not the modal one, yet it is a step (6 steps for 6
-    # optimizer steps), starting at the last "emb" before its backward (the real one), with a note; its
-    # forward is most of the step, not ~0.
-    res = analyze(loop_trace(6, autotune_first=True, optimizer=UPDATE))
+    # torch.compile's first iteration: two 50 ms compilation pauses (over 10 steps of 230 µs each) around
+    # "rng_init", then every forward kernel launched three times (two benchmark runs under its own name, then
+    # the real one). Its forward is not the modal one, yet it is a step (6 steps for 6 optimizer steps),
+    # starting at "rng_init" (after the earliest pause), with a note; its forward is most of the step.
+    tr = loop_trace(6, autotune_first=True, optimizer=UPDATE)
+    res = analyze(tr)
     s = res.steps.sort_values("step")
     assert len(s) == 6
-    assert (s["forward_ns"] / s["step_ns"] > 0.05).all()
+    assert (s["forward_ns"] / s["step_ns"] > 0.05).all() and s["forward_ns"].iloc[0] > 50_000 * US
+    k = tr.kernels.sort_values("launch_ns")
+    st = res.phases[res.phases["phase"] == "step"].sort_values("step")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    assert k["name"].to_numpy()[np.searchsorted(lt, st["host_start_ns"].iloc[0], "left")] == "rng_init"
     assert any("step 0's forward is not the others'" in n for n in res.notes)
 
 

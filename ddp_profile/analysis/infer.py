@@ -50,10 +50,9 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
-from ddp_profile.analysis.kernel_groups import OPTIMIZER, name_group
+from ddp_profile.analysis.kernel_groups import GRADIENT, OPTIMIZER, name_group, rows_of
 from ddp_profile.analysis.windows import NO_NVTX_RANGES, NO_STEP_RANGE, RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3
@@ -255,7 +254,7 @@ def update_mask(karr: KernelArrays) -> np.ndarray:
 
 def _gradient_mask(karr: KernelArrays) -> np.ndarray:
     grad = np.zeros(len(karr.launch), dtype=bool)
-    grad[ck.rows_of(karr, ck.GRADIENT)] = True
+    grad[rows_of(karr, GRADIENT)] = True
     return grad
 
 

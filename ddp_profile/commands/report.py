@@ -45,6 +45,7 @@ def default_jobs() -> int:
 
 
 def run(args) -> int:
+    from ddp_profile.findings.pages import FindingsPages
     from ddp_profile.report import build_report
 
     if args.jobs is not None:
@@ -52,8 +53,8 @@ def run(args) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs()
     check_output_folder(args.output, args.paths)
     paths = input_paths(args)
-    sizes, failures = build_report(paths, Path(args.output), jobs=jobs,
-                                   findings=not getattr(args, "no_findings", False), steps=args.steps,
+    extras = [] if getattr(args, "no_findings", False) else [FindingsPages()]
+    sizes, failures = build_report(paths, Path(args.output), jobs=jobs, extras=extras, steps=args.steps,
                                    cache=not getattr(args, "no_cache", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""

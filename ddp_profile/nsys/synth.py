@@ -370,9 +370,6 @@ def synth_ddp_run(path, *, n_ranks: int = 2, n_steps: int = 3, kernels_per_step:
             "n_nccl": n_ranks * n_steps * n_buckets, "per_step": per_step}
 
 
-# ---- large exports for benchmarks (issue 8) ----------------------------------------------------------------
-
-
 # NCCL's payload schemas for its collectives' NVTX ranges (src/include/nvtx_payload_schemas.h): schema id
 # (any distinct ids here), entries (NVTX entry type: 18 uint64, 22 size_t, 5 int; name). The reduction op is
 # an enum of NCCL's own, written here with type 11 and never read.
@@ -419,3 +416,6 @@ def add_nccl_payloads(path, sizes: list[int], *, explicit_offsets: bool = True) 
         con.commit()
     finally:
         con.close()
+
+
+# ---- large exports for benchmarks --------------------------------------------------------------------------

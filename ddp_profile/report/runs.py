@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.strategy_names import STRATEGIES
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
     import pandas as pd
@@ -38,8 +39,8 @@ if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing o
     from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.trace import Trace
 
-# Strategies in the order the pages show them (unknown ones after, alphabetically).
-STRATEGY_ORDER = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp")
+STRATEGY_ORDER = STRATEGIES
+"""Strategies in the order the pages show them (unknown ones after, alphabetically): the harness's."""
 
 
 def slug(text: str) -> str:
@@ -337,7 +338,7 @@ def host_diagnosis(trace, phases=None, steps="all", api=None):
     still gets its page: the launch block then says why it is missing instead of failing the whole run.
     ``phases``: the analysis's phase rows; the CPU rows keep the calls inside its steps."""
     from ddp_profile.analysis.host_calls import main_thread_calls
-    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.analysis.pipeline import launch_diagnosis
     from ddp_profile.errors import DdpProfileError
     from ddp_profile.nsys.api import host_waits_of, load_api_calls
 
@@ -350,7 +351,7 @@ def host_diagnosis(trace, phases=None, steps="all", api=None):
         return api, None
     step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
     try:
-        launches = analyze_launches(trace, api, steps=steps)
+        launches = launch_diagnosis(trace, api, steps=steps)
     except DdpProfileError as exc:
         launches = str(exc)
     try:

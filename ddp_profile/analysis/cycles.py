@@ -138,13 +138,24 @@ def _common(a: np.ndarray, b: np.ndarray, from_end: bool) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def _last_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
-    """Start of the last occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+def _occurrences(codes: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """Starts of the occurrences of ``gram`` in ``codes`` (none when ``gram`` is empty)."""
     k = len(gram)
     if k == 0 or len(codes) < k:
-        return -1
-    hit = np.flatnonzero((np.lib.stride_tricks.sliding_window_view(codes, k) == gram).all(axis=1))
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero((np.lib.stride_tricks.sliding_window_view(codes, k) == gram).all(axis=1))
+
+
+def _last_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
+    """Start of the last occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+    hit = _occurrences(codes, gram)
     return int(hit[-1]) if hit.size else -1
+
+
+def _first_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
+    """Start of the first occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+    hit = _occurrences(codes, gram)
+    return int(hit[0]) if hit.size else -1
 
 
 def runs(seq: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -366,6 +377,11 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         p = _common(seq.codes[x0:], opt, False)
         if p >= max(1.0, LAST_OPTIMIZER_SHARE * c):
             ends[-1] = x0 + p - 1
+            if seq.update is not None:  # and no earlier than its last update kernel before a next forward
+                nxt = _first_occurrence(seq.codes[x0:], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
+                later = np.flatnonzero(seq.update[x0:x0 + nxt if nxt >= 0 else len(seq.codes)])
+                if later.size:
+                    ends[-1] = max(ends[-1], x0 + int(later[-1]))
     ok = (starts >= 0) & (ends >= starts)
     if ok.sum() < 2:
         return None

@@ -20,6 +20,10 @@ Bucket and bytes come from the harness's NVTX range around each collective launc
 ``"allreduce b<bucket> <bytes>B"``, or ``"param_sync b<bucket> r<owner> <bytes>B"`` around the sharded
 optimizer's parameter broadcasts; payload = bytes): a kernel belongs to the latest such range of its
 process that started at or before its launch (``launch_ns``, runtime or driver API) and had not ended.
+Without them, bytes (no bucket) come the same way from NCCL's own ranges (domain NCCL) whose payload the
+loader decoded from their binary payload (``nsys.payloads``): NCCL's message size is the buffer for
+AllReduce and Broadcast, one rank's share for AllGather and ReduceScatter (times the ranks here: the
+buffer, as the bus-bandwidth factor below expects).
 
 Bus bandwidth (NCCL's convention, comparable across world sizes n)::
 
@@ -131,9 +135,23 @@ def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re
     return out
 
 
+def _nccl_sized(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """NCCL's own ranges (domain NCCL) whose payload holds the message size (the loader decodes it from their
+    binary payload where the export has one): pid, start_ns, end_ns, bucket (NaN), bytes, per_rank (the size
+    is one rank's share: AllGather, ReduceScatter)."""
+    hit = ((nvtx["domain"] == "NCCL").to_numpy(dtype=bool) & nvtx["payload"].notna().to_numpy(dtype=bool)
+           & nvtx["end_ns"].notna().to_numpy(dtype=bool))
+    r = nvtx.loc[hit]
+    key = r["name"].astype(str).str.lower().str.replace(r"[^a-z]", "", regex=True)
+    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
+                         "bucket": np.full(len(r), np.nan), "bytes": r["payload"].to_numpy(dtype=float),
+                         "per_rank": key.str.contains("allgather|reducescatter").to_numpy(dtype=bool)})
+
+
 def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
+    """The ranges that size collectives: the harness's (bucket and bytes), else NCCL's own (bytes only)."""
     if nvtx is None or nvtx.empty:
-        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": []})
+        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": [], "per_rank": []})
     # Names are few even when ranges are many: each distinct one is tested and parsed once, rows index it.
     codes, uniq = pd.factorize(nvtx["name"].astype("object"), use_na_sentinel=True)
     text = pd.Series(np.append(np.asarray(uniq, dtype=object), ""), dtype=object).fillna("").astype(str)
@@ -142,9 +160,11 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     r = nvtx.loc[hit]
     parsed = text.str.extract(_BUCKET_RX).iloc[codes[hit]].set_axis(r.index)
     nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
+    if r.empty:
+        return _nccl_sized(nvtx)
     return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
                          "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
-                         "bytes": nbytes.to_numpy(dtype=float)})
+                         "bytes": nbytes.to_numpy(dtype=float), "per_rank": np.zeros(len(r), dtype=bool)})
 
 
 def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> None:
@@ -241,6 +261,7 @@ def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Dat
     df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
                            dtype="Float64").astype("Int64")
     df["_has"] = has
+    df["_per_rank"] = np.where(has, b["per_rank"].to_numpy(dtype=bool)[np.maximum(j, 0)] if len(b) else False, False)
     return df
 
 
@@ -298,6 +319,8 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
         notes.append(bytes_note if bytes_note is not None else bytes_note_text(False))
+    if "_per_rank" in df and df["_per_rank"].any():  # NCCL's size of one rank's share: the whole buffer
+        df["bytes"] = df["bytes"].where(~df["_per_rank"], df["bytes"] * df["_n"])
     df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -356,14 +379,16 @@ def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
 def bytes_note_text(nccl_ranges: bool) -> str:
     """Why message sizes are unknown (``nccl_ranges``: :func:`has_nccl_ranges`). NCCL >= 2.19 annotates its
     calls with NVTX ranges in domain "NCCL" whose extended (binary, schema-described) payload holds the
-    message size; the loader reads each range's scalar payload only, so those sizes are not decoded (not
-    verified on an export that records them)."""
+    message size; the loader decodes it where the export carries it (``nsys.payloads``), so reaching here
+    with NCCL ranges means the export did not."""
     base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
             "launches (the ddp-profile harness writes them)")
     if nccl_ranges:
-        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
-                "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
-                "cost model are left empty")
+        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but the export carries no "
+                "message size for them (their binary payloads and payload schemas were not exported: nsys "
+                "2025.3 leaves them out; exports of nsys 2026.x are reported to keep them, profiled with "
+                "`-t cuda,nvtx`; a slim scrub before this version dropped the schema tables): bytes, bus "
+                "bandwidth and the cost model are left empty")
     return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"
 
 

@@ -238,6 +238,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     fields = _parts.combine(got, table, notes, match_notes, selected=selected)
     ready = fields.pop("ready_ns")
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
+    step_kernels = fields.pop("step_kernels")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
     waits = host_waits if host_waits is not None else waits
     res = Analysis(**fields)
@@ -252,7 +253,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         res.recommendation = _rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
     _answers.attach(res, rank_paths, waits, _rec.contention_per_step_ns(res.contention, res.steps),
-                    gemm_wave_ratio(res.contention), after_backward)
+                    gemm_wave_ratio(res.contention), after_backward, step_kernels, run)
     return res
 
 

@@ -37,6 +37,7 @@ from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
 from ddp_profile.analysis import infer
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
@@ -178,6 +179,8 @@ class RankPart:
     """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
     after_backward: pd.DataFrame | None = None
     """``after_backward.after_backward`` of its ranks (a row per rank and step)."""
+    step_kernels: pd.DataFrame | None = None
+    """``kernel_diff.step_kernel_sums`` of its ranks (per rank, step and kernel name: the straggler's cause)."""
     trace_rank_overlap: pd.DataFrame | None = None
     """Under a ``--steps`` selection: the whole-trace rank overlap (the summary's ``trace_`` keys), while
     ``rank_overlap`` and the kernel sums hold the kernels of the selected steps only."""
@@ -188,7 +191,7 @@ class RankPart:
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
         frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
-                  self.paths, self.after_backward,
+                  self.paths, self.after_backward, self.step_kernels,
                   self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
@@ -275,6 +278,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
     paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
+    step_kernels = kd.step_kernel_sums(step_frame, karr)  # [answers]
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
     part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
@@ -283,6 +287,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
     part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
     part.after_backward = ab.after_backward(kernels, step_frame)  # [answers]
+    part.step_kernels = step_kernels  # [answers]
     if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
@@ -430,4 +435,5 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
         host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
         after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
+        step_kernels=_ordered([p.step_kernels for p in parts], ["rank", "step"], kd.SUM_COLUMNS),  # [answers]
     )

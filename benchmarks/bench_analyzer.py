@@ -7,9 +7,9 @@ Dask worker processes (``--sweep 64,256,1024``: wall, client and worker peak mem
     .venv/bin/python benchmarks/bench_analyzer.py                      # all sizes, writes benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_analyzer.py --sizes 0.1M --repeat 1 --no-render   # quick look
     .venv/bin/python benchmarks/bench_analyzer.py --browser            # also time the page in Chromium
-    .venv/bin/python benchmarks/bench_analyzer.py --browser --readme README.md   # and refresh README's section
-    .venv/bin/python benchmarks/bench_analyzer.py --from-json benchmarks/results.json --readme README.md
-                                            # re-render RESULTS.md and the README section, measuring nothing
+    .venv/bin/python benchmarks/bench_analyzer.py --browser --readme docs/performance.md   # and refresh its section
+    .venv/bin/python benchmarks/bench_analyzer.py --from-json benchmarks/results.json --readme docs/performance.md
+                                            # re-render RESULTS.md and that section, measuring nothing
 
 ``--readme`` replaces the text between ``<!-- perf:begin -->`` and ``<!-- perf:end -->`` (atomically; the
 markers are checked before anything is measured). ``--from-json`` renders from recorded results, so the docs

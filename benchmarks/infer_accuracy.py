@@ -21,9 +21,9 @@ NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per 
                       trace has such ranges
 
     python benchmarks/infer_accuracy.py                  # print the table
-    python benchmarks/infer_accuracy.py --write-readme   # and replace README.md's block between its markers
+    python benchmarks/infer_accuracy.py --write-readme   # and replace docs/metrics.md's block between its markers
 
-The README's block is this script's output (tests/analysis/test_infer_truth.py checks it is current).
+docs/metrics.md's block is this script's output (tests/analysis/test_infer_truth.py checks it is current).
 """
 
 from __future__ import annotations
@@ -231,15 +231,15 @@ def readme_block(table: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--write-readme", action="store_true", help="replace README.md's block between its markers")
+    ap.add_argument("--write-readme", action="store_true", help="replace docs/metrics.md's block between its markers")
     a = ap.parse_args()
     table = render(all_rows())
     print(table)
     if a.write_readme:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "metrics.md"
         text = readme.read_text()
         if BEGIN not in text or END not in text:
-            print(f"README.md lacks the markers {BEGIN} ... {END}", file=sys.stderr)
+            print(f"docs/metrics.md lacks the markers {BEGIN} ... {END}", file=sys.stderr)
             return 2
         head, rest = text.split(BEGIN, 1)
         write_text_atomic(readme, head + readme_block(table) + rest.split(END, 1)[1])

@@ -162,7 +162,7 @@ FAMILY_CONTENTION_COLUMNS = ["family", "names", "n_overlapped", "baseline_ns", "
                              "median_ratio"]
 
 
-# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
+# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in docs/metrics.md).
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",

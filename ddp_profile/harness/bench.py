@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_lever_arguments(p: argparse.ArgumentParser) -> None:
-    """The contention-cutting levers (README "Levers"); each is a RunConfig field and a run-name suffix."""
+    """The contention-cutting levers (docs/harness.md "Levers"); each is a RunConfig field and a run-name suffix."""
     g = p.add_argument_group("levers")
     g.add_argument("--nccl-channels", type=int, default=0, metavar="N",
                    help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")

@@ -118,7 +118,7 @@ class RunConfig:
     """torch_ddp only: register the project's NVTX comm hook (per-bucket ranges with bytes). Off by default:
     with any comm hook DDP copies gradients into buckets unscaled and the hook scales them, a different GPU
     path from stock DDP, so the reference stays stock (its bytes come from DDP's logged bucket sizes)."""
-    # ---- contention-cutting levers (README "Levers"); the defaults are the stock behaviour ----
+    # ---- contention-cutting levers (docs/harness.md "Levers"); the defaults are the stock behaviour ----
     nccl_channels: int = 0
     """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
     group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored

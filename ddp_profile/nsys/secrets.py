@@ -1,7 +1,7 @@
 """What ``scrub`` treats as private text, and the row function that rewrites it. Standard library only (the
 scrubber runs on GPU machines right after ``nsys export``).
 
-Secret shapes (the documented list; README "Privacy" and ``tests/nsys/test_scrub_secrets.py`` use it):
+Secret shapes (the documented list; docs/privacy.md and ``tests/nsys/test_scrub_secrets.py`` use it):
 
 * tokens and keys: ``hf_``, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``, ``glpat-``, ``sk-``,
   ``sk_live_``/``rk_live_``, ``xox[abpr]-``, ``xapp-``, ``AKIA``/``ASIA`` (AWS key ids), ``AIza`` (Google),

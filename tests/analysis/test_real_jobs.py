@@ -1,5 +1,5 @@
-"""Issue 26 item 6: the analysis of real users' jobs (``traces/foreign/<job>/``, profiled with no NVTX as README
-"Profile your own job" says) against the programs' own ground truth (``truth.json``) and an independent comm
+"""Issue 26 item 6: the analysis of real users' jobs (``traces/foreign/<job>/``, profiled with no NVTX as
+docs/profiling.md says) against the programs' own ground truth (``truth.json``) and an independent comm
 tail read from the raw export with plain sqlite3 (``real_jobs_truth.py`` gives the details).
 
 The independent tail: per rank, gradient collectives are the NCCL AllReduce / ReduceScatter kernels launched

@@ -16,6 +16,9 @@ import pandas as pd
 
 from ddp_profile.fmt import fmt_ms, fmt_number, fmt_pct, missing
 
+SMALL_PCT = 5.0
+"""Advice (after the verdict's own) expected to gain less than this share of the step is listed in one line of
+"smaller items", by rule and expected gain."""
 LEDGER_SUMMARY = "whatif_ledger.json"
 """The ledger's per-rule summary, package data beside this module (``ddp_profile.ledger`` writes it)."""
 
@@ -85,15 +88,30 @@ def verdict_lines(v: dict | None) -> list[str]:
         if bound != "compute":
             tail = _verdict_gain(v, what)
         lines.append(f"What to change: {what.rstrip('.')}{tail}.")
-    for a in v.get("advice") or []:
+    small = []
+    for i, a in enumerate(v.get("advice") or []):
         if not isinstance(a, dict) or not a.get("what_to_change"):
+            continue
+        rule = f"[{a['rule']}] " if a.get("rule") else ""
+        if i and _small(a, v.get("span_ns")):
+            small.append(f"{rule}{fmt_ms(a['expected_gain_ns'])}")
             continue
         ev = f"; evidence: {a['evidence']}" if a.get("evidence") else ""
         basis = f"; gain basis: {a['gain_basis']}" if a.get("gain_basis") else ""
-        rule = f"[{a['rule']}] " if a.get("rule") else ""
         nums = advice_numbers(a)
         lines.append(f"  - {rule}{a['what_to_change']}" + (f" ({nums})" if nums else "") + basis + ev)
+    if small:
+        lines.append(f"  - smaller items (expected gain under {fmt_pct(SMALL_PCT)} of the step each): "
+                     + ", ".join(small))
     return lines
+
+
+def _small(a: dict, span_ns) -> bool:
+    """An advice rule (not the verdict's own) whose expected gain is under SMALL_PCT of the step span."""
+    gain = a.get("expected_gain_ns")
+    if missing(span_ns) or not span_ns or gain is None or missing(gain):
+        return False
+    return 100.0 * float(gain) / float(span_ns) < SMALL_PCT
 
 
 def _verdict_gain(v: dict, what: str) -> str:

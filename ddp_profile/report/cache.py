@@ -7,9 +7,10 @@ An entry's name is a digest of everything the result depends on, so an entry is 
 * the tool: its version, this cache's format, the Python / numpy / pandas versions (pickles) and the bytes
   of every module of the ``ddp_profile`` package (a changed analysis recomputes even without a version bump);
 * the analysis options (the report's ``--steps``);
-* the run: the resolved path of each file the loader may read (the run's exports and every file in their
-  folders: run JSON, ``program.json``) and each file's content digest (BLAKE2b), not its date (within one
-  process a file is read once while its size and modification time stay the same).
+* the run: its resolved location, and the resolved path of each file the loader may read, marked as one of
+  the run's exports or as a side file of their folders (run JSON, ``program.json``, other runs' exports),
+  with each file's content digest (BLAKE2b), not its date (within one process a file is read once while its
+  size and modification time stay the same). Two exports in one folder are two runs: two entries, never one.
 
 Entries are written atomically (:func:`ddp_profile.safeio.write_bytes_atomic`) into a staging folder beside
 the report, and the entries this report used are linked into the new report folder as it is built; entries of
@@ -35,6 +36,7 @@ from ddp_profile.safeio import write_bytes_atomic
 
 CACHE_DIR = ".cache"
 FORMAT = 1
+ENTRY_SUFFIX = ".pickle"
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -81,11 +83,15 @@ def input_files(path: Path) -> list[Path]:
 
 def run_key(path: Path, options: str = "") -> str:
     """The cache entry name of one run location analysed with ``options`` (the step selection's text; see
-    the module docstring)."""
+    the module docstring). The run itself is part of the key: its location, which files are its exports and
+    which are only side files of their folders; two exports of one folder are two runs with two entries."""
+    path = Path(path)
+    exports = {p.resolve() for p in find_exports([path])}
     h = hashlib.blake2b(tool_digest(), digest_size=20)
     h.update(options.encode() + b"\0")
-    for f in input_files(Path(path)):
-        h.update(os.fsencode(f) + b"\0" + _file_digest(f))
+    h.update(b"run\0" + os.fsencode(path.resolve()) + (b"/" if path.is_dir() else b"") + b"\0")
+    for f in input_files(path):
+        h.update((b"export\0" if f in exports else b"side\0") + os.fsencode(f) + b"\0" + _file_digest(f))
     return h.hexdigest()
 
 
@@ -104,7 +110,7 @@ class RunCache:
     def get(self, key: str):
         """The cached result for ``key``, or None (absent, or not readable: then recomputed)."""
         for folder in (self.staging, self.old):
-            entry = folder / f"{key}.pickle" if folder is not None else None
+            entry = folder / f"{key}{ENTRY_SUFFIX}" if folder is not None else None
             if entry is not None and entry.is_file():
                 try:
                     with open(entry, "rb") as f:
@@ -124,7 +130,7 @@ class RunCache:
             except OSError as exc:  # e.g. a regular file where a parent folder should be: one line, exit 5
                 raise OutputError(f"{self.out_dir}: cannot write the report there "
                                   f"({exc.strerror or exc}: {exc.filename or self.out_dir.parent})") from exc
-        return self.staging / f"{key}.pickle"
+        return self.staging / f"{key}{ENTRY_SUFFIX}"
 
     def record(self, key: str, entry: Path) -> None:
         """Note a new entry (written by :func:`store`, perhaps in a worker process) as used."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.fmt import missing
 from ddp_profile.report.answer_text import verdict_of
 from ddp_profile.report.compare import (
     comparison,
@@ -330,6 +331,33 @@ def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = N
     return f"<p>{' '.join(head)}</p>{listed}{tail}"
 
 
+SPARSE = 0.2
+"""An index column filled for fewer than this share of the runs is left to the run and comparison pages."""
+
+
+def glanceable(shown: pd.DataFrame) -> pd.DataFrame:
+    """The index's run table without what a reader cannot use at a glance: columns no run fills, columns
+    filled for fewer than :data:`SPARSE` of the runs (an un-profiled time only a timing set has; the run's
+    own page keeps it), and text columns whose value every run's name already spells (strategy ``bucketed``
+    of ``bucketed-25mb_xl_fp32_2xh200``), so 78 runs fit 1280 pixels without scrolling sideways."""
+    shown = drop_empty_columns(shown)
+    if len(shown) < 5:
+        return shown
+    names = shown["run"].astype(str).str.lower()
+    drop = []
+    for c in shown.columns:
+        if c in ("run", "bound_by"):
+            continue
+        filled = shown[c].map(lambda v: not missing(v) and str(v).strip() not in ("", "–"))
+        text = shown[c][filled]
+        if filled.mean() < SPARSE:
+            drop.append(c)
+        elif len(text) and text.map(lambda v: isinstance(v, str)).all() and all(
+                str(v).lower() in n for v, n in zip(text, names[filled], strict=True)):
+            drop.append(c)
+    return shown.drop(columns=drop)
+
+
 def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
                  context: dict | None = None, headline: list | None = None) -> str:
     """The index verdict (:func:`index_verdict`), every run with its headline numbers, then the
@@ -354,10 +382,9 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
         # what each run's page answers first: what bounds its step
         verdicts = {r.page: bound_cell(verdict_of(r.analysis)) for r in runs}
         shown.insert(1, "bound_by", [verdicts.get(p, "–") for p in comp["page"]])
-        if not groups:  # own jobs only: columns no run fills (bucket cap, baseline, efficiency...) say nothing
-            shown = drop_empty_columns(shown)
+        shown = glanceable(shown)
         parts.insert(0, "<h2>Runs</h2>" + table(
-            shown, "Every run (trace: medians over profiled steps and ranks)",
+            shown, "Every run (trace: medians over profiled steps and ranks)", fold=False,
             links={"run": list(comp["page"]), "baseline": list(comp["baseline_page"])}) + ("" if "efficiency_pct" not in shown else
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "

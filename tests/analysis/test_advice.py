@@ -159,3 +159,59 @@ def test_every_rule_states_an_expected_gain_no_larger_than_its_bound():
     # host: excess = 100 · 10 / 110 ms comes off the 20 ms host part
     scale = (20 - 100 * 10 / 110) / 20
     assert by["host_sync"]["expected_gain_ns"] == pytest.approx(5 * MS * scale)
+
+
+def _extra_gemm_export(build_export, extra: bool = True):
+    """Three ranks (one process and GPU each) of six 20 ms steps laid out as ROWS, every kernel launched 0.5 ms
+    before it starts, one 'step i' NVTX range per rank and step; with ``extra`` False rank 1 runs no
+    extra_gemm and every rank's kernels are rank 0's."""
+    cols: dict[str, list] = {k: [] for k in ("pid", "device", "stream", "start", "end", "name", "launch_start")}
+    nvtx: dict[str, list] = {k: [] for k in ("pid", "tid", "start", "end", "text")}
+    base = [row for row in ROWS if row[0] == 0]
+    for step in range(6):
+        t0 = 20 * MS * step + 10 * MS
+        for rank in (0, 1, 2):
+            mine = [row for row in ROWS if row[0] == rank] if extra else [(rank, *row[1:]) for row in base]
+            for _, name, a, b in mine:
+                nccl = name.startswith("nccl")
+                cols["pid"].append(100 + rank)
+                cols["device"].append(rank)
+                cols["stream"].append(20 if nccl else 7)
+                cols["start"].append(t0 + round(a * MS))
+                cols["end"].append(t0 + round(b * MS))
+                cols["name"].append("ncclDevKernel_AllReduce_Sum_f32_RING_LL" if nccl else name)
+                cols["launch_start"].append(t0 + round(a * MS) - MS // 2)
+            nvtx["pid"].append(100 + rank)
+            nvtx["tid"].append(100 + rank)
+            nvtx["start"].append(t0 - MS)
+            nvtx["end"].append(t0 + 14 * MS)
+            nvtx["text"].append(f"step {step}")
+    cols["correlation_id"] = list(range(1, len(cols["pid"]) + 1))
+    return build_export("extra.sqlite" if extra else "alike.sqlite",
+                        processes=[{"pid": 100 + r, "device": r} for r in (0, 1, 2)], kernels=cols, nvtx=nvtx)
+
+
+def test_a_job_whose_rank_runs_extra_gemms_gets_cause_gpu_and_a_straggler_verdict(build_export):
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+
+    res = analyze(load_trace(_extra_gemm_export(build_export)))
+    per_step = res.steps.groupby("step")[["straggler_rank", "straggler_lead_ns", "straggler_cause",
+                                          "straggler_evidence"]].first()
+    assert len(per_step) == 6 and (per_step["straggler_rank"] == 1).all()
+    assert per_step["straggler_lead_ns"].to_numpy() == pytest.approx(5.6 * MS)
+    assert (per_step["straggler_cause"] == "gpu").all()
+    assert per_step["straggler_evidence"].str.startswith("extra kernels 5.600 ms: extra_gemm ×4 more").all()
+    v = res.verdict
+    assert v["bound_by"] == "straggler" and v["rank"] == 1 and v["advice"][0]["rule"] == "straggler_gpu"
+    assert v["expected_gain_ns"] == pytest.approx(5.6 * MS)  # the two other ranks arrive together
+
+
+def test_a_job_of_alike_ranks_gets_no_straggler_verdict(build_export):
+    from ddp_profile.analysis import analyze
+    from ddp_profile.nsys.loader import load_trace
+
+    res = analyze(load_trace(_extra_gemm_export(build_export, extra=False)))
+    assert res.steps["straggler_rank"].isna().all()
+    assert res.verdict["bound_by"] != "straggler" and res.verdict["rank"] is None
+    assert not [a for a in res.verdict["advice"] if a["rule"].startswith("straggler")]

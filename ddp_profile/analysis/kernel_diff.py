@@ -69,12 +69,15 @@ def step_kernel_sums(steps: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
         inside = comp & (at >= 0) & (start < hi[np.maximum(at, 0)])
         if not inside.any():
             continue
-        frame = pd.DataFrame({"step": step_col[order][at[inside]], "code": code[inside],
-                              "d": (end[inside] - start[inside]).astype(np.int64)})
-        g = frame.groupby(["step", "code"], sort=True)["d"].agg(["size", "sum"]).reset_index()
-        out.append(pd.DataFrame({"rank": rank, "step": g["step"].to_numpy(np.int64),
-                                 "name": names[g["code"].to_numpy()], "count": g["size"].to_numpy(np.int64),
-                                 "gpu_ns": g["sum"].to_numpy(np.int64)}))
+        # one integer key per (span, name): codes run from -1 (no name) to len(names) - 1
+        width = len(names) + 1
+        key = at[inside].astype(np.int64) * width + (code[inside] + 1)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        count = np.bincount(inverse, minlength=len(uniq)).astype(np.int64)
+        total = np.bincount(inverse, weights=(end[inside] - start[inside]).astype(np.float64), minlength=len(uniq))
+        out.append(pd.DataFrame({"rank": rank, "step": step_col[order][uniq // width],
+                                 "name": names[(uniq % width) - 1], "count": count,
+                                 "gpu_ns": np.rint(total).astype(np.int64)}))
     if not out:
         return step_kernel_sums(pd.DataFrame(), karr)
     return pd.concat(out, ignore_index=True)[SUM_COLUMNS]

@@ -463,7 +463,7 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
     LocalCluster of ``jobs`` worker processes (``ddp_profile.distributed``), with the reduce step's time and
     its cross-rank matching's share."""
     from ddp_profile.analysis import analyze
-    from ddp_profile.analysis import parts as ap
+    from ddp_profile.analysis import pipeline as ap
     from ddp_profile.nsys.loader import load_trace
 
     files = sorted(Path(folder).glob("rank*.sqlite"))[:int(count)]
@@ -490,7 +490,7 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
         # The cross-rank matching alone, on the same rows (gathered again; not counted above).
         found = trace.map_ranks(ap.step_part)
         m0 = time.perf_counter()
-        ap.match(found, [])
+        ap.coll.match_parts(found, [])
         match_s = time.perf_counter() - m0
         trace.close()
         distributed.close_client(client)
@@ -515,7 +515,7 @@ def _result_digest(res) -> str:
 
 
 def _import_stack() -> None:
-    import ddp_profile.analysis.parts  # noqa: F401
+    import ddp_profile.analysis.pipeline  # noqa: F401
     import ddp_profile.distributed  # noqa: F401
 
 

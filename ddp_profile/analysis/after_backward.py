@@ -41,8 +41,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.activity_names import DEVICE_COPY
-from ddp_profile.analysis.comm_kinds import KINDS, kind_codes
-from ddp_profile.analysis.kernel_groups import OPTIMIZER, name_group
+from ddp_profile.analysis.kernel_groups import KINDS, OPTIMIZER, kind_codes, name_group
 
 SHARDED_SYNC_RATIO = 0.5
 """AllGather + Broadcast kernel time at or above this share of the AllReduce kernel time marks a job that syncs
@@ -93,7 +92,7 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
     kind = kernels["kind"].astype(str).to_numpy()
     nccl = kind == "nccl"
-    kinds = kind_codes(kernels["collective"])  # index into comm_kinds.KINDS, classified once per distinct name
+    kinds = kind_codes(kernels["collective"])  # index into KINDS, classified once per distinct name
     copies = _by_rank(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
     optimizer = _by_rank(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
     collectives = [_by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))

@@ -300,3 +300,28 @@ def bytes_note_text(nccl_ranges: bool) -> str:
                 "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
                 "cost model are left empty")
     return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"
+
+
+def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+    """Stage 2 of ``analysis.pipeline``: the collective table from every part's rows (``pipeline.StepPart``s:
+    ``rows``, their ``step`` already the common labels, NA outside the selection; ``ranks``, ``n_unknown``,
+    ``peer_copies``, ``nccl_nvtx``). Rows keep ``_file`` = the index of the part they came from."""
+    have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
+    ranks = sorted({r for p in parts for r in p.ranks})
+    if not have:
+        notes.append(no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
+                                  sum(p.peer_copies[1] for p in parts)))
+        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
+    # the rows as they are (one part: no copy), each row's part kept beside them
+    keep = np.concatenate([np.full(len(r), i) for i, r in have])
+    df = have[0][1]
+    if len(have) > 1:
+        df = pd.concat([r for _, r in have], ignore_index=True)
+        order = np.argsort(df["rank"].to_numpy(), kind="stable")
+        df, keep = df.iloc[order].reset_index(drop=True), keep[order]
+    del have
+    bytes_note = bytes_note_text(any(p.nccl_nvtx for p in parts))
+    table = match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
+                              bytes_note=bytes_note)  # keeps the row order; a new frame
+    table["_file"] = keep
+    return table

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis.launches import of_kind
+from ddp_profile.analysis.kernel_groups import of_kind
 
 HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
 

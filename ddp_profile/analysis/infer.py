@@ -50,9 +50,9 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+from ddp_profile.analysis.kernel_groups import GRADIENT, rows_of
 from ddp_profile.analysis.windows import NO_NVTX_RANGES, NO_STEP_RANGE, RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3
@@ -245,7 +245,7 @@ def sequence(karr: KernelArrays, p, kinds: np.ndarray, tid_all: np.ndarray, grad
 
 def _gradient_mask(karr: KernelArrays) -> np.ndarray:
     grad = np.zeros(len(karr.launch), dtype=bool)
-    grad[ck.rows_of(karr, ck.GRADIENT)] = True
+    grad[rows_of(karr, GRADIENT)] = True
     return grad
 
 

@@ -1,7 +1,7 @@
 """What one rank runs that its peers do not: a per-step, cross-rank diff of the compute kernels.
 
 Per (rank, step) (:func:`step_kernel_sums`), over the rank's step span J (the critical path's span: end of
-its previous step to the end of this one, ``steps.span_starts``), the compute kernels (not NCCL, not
+its previous step to the end of this one, ``steps.spans``), the compute kernels (not NCCL, not
 memcpy / memset) that *start* in J, grouped by kernel name::
 
     count   = how many kernels of that name start in J
@@ -34,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
-from ddp_profile.analysis.steps import span_starts
 from ddp_profile.fmt import fmt_ms
 
 SUM_COLUMNS = ["rank", "step", "name", "count", "gpu_ns"]
@@ -46,14 +45,14 @@ NAMED = 3
 """How many kernel names the evidence quotes (largest extra time first)."""
 
 
-def step_kernel_sums(steps: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
-    """SUM_COLUMNS for the compute kernels of each (rank, step) span of ``steps`` (rank, step, start_ns,
-    end_ns: the step table). One searchsorted and one group-by per rank, no loop over steps."""
-    if steps is None or steps.empty:
+def step_kernel_sums(spans: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
+    """SUM_COLUMNS for the compute kernels of each (rank, step) span of ``spans`` (rank, step, start_ns,
+    end_ns: ``steps.spans`` of the step table, the critical path's spans). One searchsorted and two bincounts
+    per rank, no loop over steps."""
+    if spans is None or spans.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c != "name" else object) for c in SUM_COLUMNS})
-    s = steps[["rank", "step", "start_ns", "end_ns"]].sort_values(["rank", "step"], kind="stable")
-    s = s.reset_index(drop=True)
-    js, je = span_starts(s), ints(s["end_ns"])
+    s = spans.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    js, je = ints(s["start_ns"]), ints(s["end_ns"])
     rank_col, step_col = ints(s["rank"]), ints(s["step"])
     names = karr.name_values()
     out = []

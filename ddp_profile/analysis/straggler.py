@@ -43,9 +43,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import ints
+from ddp_profile.analysis.kernel_groups import GRADIENT, KINDS, kind_codes
 from ddp_profile.fmt import fmt_ms
 from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
 
@@ -95,7 +95,7 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     if a.empty:
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
                              "lead_ns": pd.Series(dtype="int64")})
-    grad = np.isin(ck.kind_codes(a["collective"]), [ck.KINDS.index(k) for k in ck.GRADIENT])  # per distinct name
+    grad = np.isin(kind_codes(a["collective"]), [KINDS.index(k) for k in GRADIENT])  # per distinct name
     step = ints(a["step"])
     has_grad = pd.Series(grad).groupby(step).transform("any").to_numpy()
     a = a.loc[grad | ~has_grad]

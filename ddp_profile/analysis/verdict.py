@@ -42,7 +42,7 @@ import pandas as pd
 
 from ddp_profile.analysis import gains
 from ddp_profile.analysis.after_backward import shards
-from ddp_profile.analysis.kernel_families import WAVE_RATIO
+from ddp_profile.analysis.kernel_groups import WAVE_RATIO
 
 BOUND_SHARE_PCT = 5.0
 """A removable part bounds the step when its median is at least this share of the median step."""
@@ -278,9 +278,9 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
            last_grad_ns: pd.Series | None = None) -> list[dict]:
     """The advice rules, largest expected gain first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
-    ``contention_ns``: compute lost to contention per rank-step (``recommend.contention_per_step_ns``);
+    ``contention_ns``: compute lost to contention per rank-step (``contention.contention_per_step_ns``);
     ``gemm_ratio``: the GEMMs' median time beside NCCL over alone, like for like
-    (``kernel_families.gemm_wave_ratio``): from ``kernel_families.WAVE_RATIO`` the contention advice is the
+    (``kernel_families.gemm_wave_ratio``): from ``kernel_groups.WAVE_RATIO`` the contention advice is the
     GEMM SM carveout, since fewer NCCL channels alone still leave the GEMMs a second wave. ``after_backward``:
     ``schema.AFTER_BACKWARD_COLUMNS`` (``after_backward.after_backward``): from COPY_BACK_MIN copies a step on
     the critical rank, the ``grad_copy_back`` rule, gain bound = their time; with optimizer kernels after
@@ -348,7 +348,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
             evidence += (f"; GEMMs beside NCCL take {gemm_ratio:.2f}× their time alone (like for like), the mark of "
                          "persistent GEMMs pushed into a second wave")
         out.append(_rule("contention", text, pd.Series(np.minimum(contention_ns, c["compute_ns"])), evidence, step,
-                         per_step=False))  # one run-level estimate (recommend.contention_per_step_ns)
+                         per_step=False))  # one run-level estimate (contention.contention_per_step_ns)
     got = _critical_rows(c, after_backward)
     out.append(_copy_back_rule(c, got, step))
     world = int(steps["rank"].nunique()) if len(steps) and "rank" in steps else 1

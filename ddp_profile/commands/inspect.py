@@ -51,7 +51,7 @@ def step_summary(trace) -> dict:
     """How ``analyze`` would find this trace's steps (default step pattern): source, count per rank after
     the common step identity across ranks, the labels (``labels``, e.g. "steps 3–7"), notes."""
     from ddp_profile.analysis.identity import describe
-    from ddp_profile.analysis.parts import labelled_steps
+    from ddp_profile.analysis.pipeline import labelled_steps
 
     steps, notes, inferred = labelled_steps(trace)
     source = "none" if steps.empty else "inferred" if inferred else "nvtx"

@@ -68,7 +68,7 @@ def render_text(res) -> str:
 
 
 def run(args) -> int:
-    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.analysis.pipeline import launch_diagnosis
     from ddp_profile.nsys.api import load_api_calls
     from ddp_profile.nsys.loader import load_trace
 
@@ -78,7 +78,7 @@ def run(args) -> int:
     if out is not None:
         check_output_file(out, args.paths)
     trace = load_trace([Path(p) for p in args.paths], host_waits=False)  # the diagnosis names no host wait
-    res = analyze_launches(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
+    res = launch_diagnosis(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
     if res.steps.empty:
         why = "; ".join(res.notes) or "no step ranges were found"
         raise MissingDataError(f"{', '.join(map(str, args.paths))}: no steps to diagnose: {why}")

@@ -123,13 +123,13 @@ def regex(text: str) -> str:
 
 
 def steps_spec(text: str) -> str:
-    """argparse type: ``all`` or a step slice (:func:`ddp_profile.analysis.windows.parse_steps`)."""
+    """argparse type: ``all`` or a step slice (:func:`ddp_profile.analysis.identity.parse_steps`)."""
     from ddp_profile.errors import UsageError
 
     if text == "all":
         return text
     try:
-        from ddp_profile.analysis.windows import parse_steps
+        from ddp_profile.analysis.identity import parse_steps
 
         parse_steps(text)
     except UsageError as exc:

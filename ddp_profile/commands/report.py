@@ -29,6 +29,9 @@ def register(subparsers) -> None:
                    help="analyse every run again and keep no cache (by default each run's results are kept in "
                         "OUTPUT/.cache/, keyed by its files' contents, --steps and the tool's version, and reused "
                         "while all are unchanged)")
+    p.add_argument("--folder-is-one-job", action="store_true",
+                   help="report a folder's exports as one job's per-rank files even when their captures do not "
+                        "overlap in time (by default such exports are reported as separate runs)")
     add_steps_argument(p)
     add_export_argument(p)
     p.set_defaults(func=run)
@@ -45,6 +48,7 @@ def default_jobs() -> int:
 
 
 def run(args) -> int:
+    from ddp_profile.findings.pages import FindingsPages
     from ddp_profile.report import build_report
 
     if args.jobs is not None:
@@ -52,9 +56,10 @@ def run(args) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs()
     check_output_folder(args.output, args.paths)
     paths = input_paths(args)
-    sizes, failures = build_report(paths, Path(args.output), jobs=jobs,
-                                   findings=not getattr(args, "no_findings", False), steps=args.steps,
-                                   cache=not getattr(args, "no_cache", False))
+    extras = [] if getattr(args, "no_findings", False) else [FindingsPages()]
+    sizes, failures = build_report(paths, Path(args.output), jobs=jobs, extras=extras, steps=args.steps,
+                                   cache=not getattr(args, "no_cache", False),
+                                   split_jobs=not getattr(args, "folder_is_one_job", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

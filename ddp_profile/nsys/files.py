@@ -24,7 +24,6 @@ EXPORT_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 
 DECOMPRESS = {".xz": lzma.decompress, ".gz": gzip.decompress}
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def find_exports(paths) -> list[Path]:
     """Expand ``paths`` (a path or list; folders give their ``*.sqlite[.xz|.gz]``) into export files."""
@@ -58,7 +57,7 @@ def _check_same_stem(files: list[Path]) -> None:
         seen[key] = f
 
 def check_header(path: Path, head: bytes, size: int) -> None:
-    if head[:16] != SQLITE_MAGIC:
+    if head[:16] != rawio.SQLITE_MAGIC:
         raise TraceError(f"{path}: not an SQLite file (expected an nsys export: "
                          "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
     page_size = int.from_bytes(head[16:18], "big")
@@ -149,3 +148,20 @@ def open_export(path: Path) -> sqlite3.Connection:
 def export_stem(path: Path) -> str:
     """'rank0.sqlite.xz' -> 'rank0': the run or rank name an export file carries."""
     return Path(path).name.split(".sqlite")[0]
+
+
+def capture_window(path: Path) -> tuple[int, int] | None:
+    """(start, end) of an export's capture in UTC nanoseconds: the session's start (TARGET_INFO_SESSION_START_TIME)
+    plus the capture's span (ANALYSIS_DETAILS, else its kernels' first start and last end); None when the
+    export does not record its session start. Per-rank files of one job overlap in these times; two jobs run
+    one after the other do not."""
+    con = open_export(path)
+    try:
+        have = sql.tables(con)
+        start = sql.session_start_utc_ns(con, have)
+        span = sql.time_span(con, have) or sql.kernel_time_range(con, have)
+    finally:
+        con.close()
+    if start is None or span is None:
+        return None
+    return start + span[0], start + span[1]

@@ -75,7 +75,7 @@ def join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -
 def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, distinct ids ascending) of ``ids``, as ``pd.factorize`` up to the order of the distinct ids (the
     loader sorts the labels later, ``frames.global_codes``): StringIds ids are small non-negative integers, so
-    one lookup table of max(id) + 1 entries replaces the hashing (~0.15 s for 10M kernels); other ids (a
+    one lookup table of max(id) + 1 entries replaces the hashing; other ids (a
     damaged export's) are sorted (``np.unique``)."""
     if len(ids) == 0 or ids.min() < 0 or ids.max() >= 1 << 24:
         uniques, inverse = np.unique(ids, return_inverse=True)

@@ -66,7 +66,6 @@ _Scrubber = Scrubber  # the name tests patch
 __all__ = ["pseudonym", "scrub_connection", "scrub_file", "main"]
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 COMPRESSED = {".xz": lzma.open, ".gz": gzip.open}
 
 # Tables the analysis reads (ddp_profile.nsys.sql); --slim keeps only these (plus the ENUM_* tables).
@@ -329,7 +328,7 @@ def _copy_input(src: Path, dst: Path) -> None:
     except (EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:  # other OSErrors: writing failed (disk full)
         raise TraceError(f"{src}: cannot read ({exc}); copy it again") from exc
     with open(dst, "rb") as f:
-        if f.read(16) != SQLITE_MAGIC:
+        if f.read(16) != rawio.SQLITE_MAGIC:
             raise TraceError(f"{src}: not an SQLite file; export the report with "
                              f"`nsys export --type sqlite -o X.sqlite X.nsys-rep`")
 

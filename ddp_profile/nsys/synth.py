@@ -370,4 +370,4 @@ def synth_ddp_run(path, *, n_ranks: int = 2, n_steps: int = 3, kernels_per_step:
             "n_nccl": n_ranks * n_steps * n_buckets, "per_step": per_step}
 
 
-# ---- large exports for benchmarks (issue 8) ----------------------------------------------------------------
+# ---- large exports for benchmarks --------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from ddp_profile.report.compare import (
     overlap_caption,
     overlap_runs,
 )
-from ddp_profile.report.findings.render import bullet_html
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, header
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
@@ -358,14 +357,13 @@ def glanceable(shown: pd.DataFrame) -> pd.DataFrame:
     return shown.drop(columns=drop)
 
 
-def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
-                 context: dict | None = None, headline: list | None = None) -> str:
+def render_index(runs: list[Run], groups: list[Group], failures: list[str], context: dict | None = None,
+                 front: list[str] | None = None) -> str:
     """The index verdict (:func:`index_verdict`), every run with its headline numbers, then the
     comparisons, then what failed to load. No figure, so no chart library. ``context``: the report's
     {"comps": {strategy page: comparison}, "sweeps": {sweep page: facts}} (computed when missing).
-    ``headline``: the findings' timing bullets (``findings.summary.Bullet``: per dtype, the configuration
-    closest to one GPU, from interleaved un-profiled repeats), shown under the findings link, since the runs
-    profiled here need not include it."""
+    ``front``: HTML blocks placed first, in order (the report's extras': the findings' link and their
+    timing bullets)."""
     parts = []
     if failures:
         parts.append("<h2 class='fail'>Runs that failed to load</h2><ul>"
@@ -390,12 +388,7 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
             "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "
             "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>"))
-    if findings:
-        best = ("<p>Closest to one GPU in the timing sets (interleaved un-profiled repeats; not every such "
-                "configuration has a profiled run below):</p><ul>"
-                + "".join(bullet_html(b, "findings.html") for b in headline) + "</ul>") if headline else ""
-        parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
-                        "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>" + best)
+    parts[:0] = front or []
     verdict = index_verdict(runs, groups, context)
     sub = f"{len(runs)} run(s)" + (f", {len(groups)} comparison(s)" if groups else "")
     return page("ddp-profile report", "\n".join(parts), sub,

@@ -6,7 +6,6 @@ Plots come from :mod:`ddp_profile.plots` (imported when a page is rendered); thi
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -432,11 +431,3 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
                                                              "peak_allocated_bytes", "peak_reserved_bytes",
                                                              "optimizer_state_bytes"]
     return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)
-
-
-def benchmark_run_page(run: Run) -> dict:
-    """Time rendering one run page and report its size (for the perf notes; not a test)."""
-    t0 = time.perf_counter()
-    text = render_run_page(run)
-    return {"render_s": round(time.perf_counter() - t0, 3), "page_bytes": len(text.encode()),
-            "kernels": len(run.trace.kernels)}

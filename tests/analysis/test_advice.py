@@ -16,6 +16,7 @@ from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis import straggler as st
 from ddp_profile.analysis import verdict as vd
 from ddp_profile.analysis.kernel_arrays import KernelArrays
+from ddp_profile.analysis.steps import spans
 
 MS = 1_000_000
 
@@ -53,7 +54,7 @@ def _straggler(with_kernels: bool) -> pd.Series:
     coll = _coll(k)
     karr = KernelArrays(k)
     paths = cp.rank_paths(STEPS, karr, coll)
-    sums = kd.step_kernel_sums(STEPS, karr) if with_kernels else None
+    sums = kd.step_kernel_sums(spans(STEPS), karr) if with_kernels else None
     return st.stragglers(st.step_leads(st.arrivals(coll)), paths, None, np.array([0]), sums).loc[0]
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import KernelArrays
+from ddp_profile.analysis.steps import spans
 
 MS = 1_000_000
 
@@ -48,7 +49,7 @@ def _job():
 
 def test_step_kernel_sums_by_name_and_count():
     k, steps = _job()
-    sums = kd.step_kernel_sums(steps, KernelArrays(k))
+    sums = kd.step_kernel_sums(spans(steps), KernelArrays(k))
     assert list(sums.columns) == kd.SUM_COLUMNS
     got = sums.set_index(["rank", "step", "name"])
     # NCCL kernels are not compute: never counted
@@ -60,7 +61,7 @@ def test_step_kernel_sums_by_name_and_count():
 
 def test_diff_names_the_extra_kernels_and_compares_shared_ones_like_for_like():
     k, steps = _job()
-    sums = kd.step_kernel_sums(steps, KernelArrays(k))
+    sums = kd.step_kernel_sums(spans(steps), KernelArrays(k))
     d = kd.diff(sums, pd.Series([2, 2], index=[0, 1])).set_index("step")
     assert list(d.reset_index().columns) == kd.DIFF_COLUMNS
     # 4 extra_gemm of 1 ms that no peer runs: 4 ms of extra work
@@ -74,7 +75,7 @@ def test_diff_names_the_extra_kernels_and_compares_shared_ones_like_for_like():
 
 def test_diff_of_alike_ranks_finds_no_extra_work():
     k, steps = _job()
-    sums = kd.step_kernel_sums(steps, KernelArrays(k))
+    sums = kd.step_kernel_sums(spans(steps), KernelArrays(k))
     d = kd.diff(sums, pd.Series([0, 1], index=[0, 1])).set_index("step")
     assert d["extra_ns"].tolist() == [0.0, 0.0]
     assert d["extra_kernels"].tolist() == [[], []]

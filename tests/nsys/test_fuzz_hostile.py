@@ -87,7 +87,7 @@ def test_fuzz_side_file_types(kinds):
     """Run JSONs, program.json and hosts.txt of every file type: loading and the report's side-file reads
     finish (no FIFO blocks, /dev/zero is not read to the end) with a result or a DdpProfileError."""
     from ddp_profile.report.build import read_program
-    from ddp_profile.report.findings.data import read_hosts
+    from ddp_profile.report.hosts import read_hosts
 
     with tempfile.TemporaryDirectory() as d:
         run = Path(d) / "r"

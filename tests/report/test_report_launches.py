@@ -19,9 +19,9 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import report, schema
 from ddp_profile.analysis.launches import LaunchAnalysis
-from ddp_profile.report.findings import questions_b as qb
-from ddp_profile.report.findings import run_sets
-from ddp_profile.report.findings.data import RunData, launches_of
+from ddp_profile.findings import reference as qb
+from ddp_profile.findings import run_sets
+from ddp_profile.findings.data import RunData, launches_of
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -115,13 +115,13 @@ def test_run_page_of_a_hand_built_run_says_not_computed():
 
 @pytest.mark.skipif(not (TRACES / "none_small_fp32_1xh200").is_dir(), reason="committed traces not present")
 def test_real_launch_bound_run_page_matches_analyze_launches():
-    from ddp_profile.analysis.launches import analyze_launches
+    from ddp_profile.analysis.pipeline import launch_diagnosis
     from ddp_profile.nsys.api import load_api_calls
     from ddp_profile.nsys.loader import load_trace
 
     page, _ = _page(TRACES / "none_small_fp32_1xh200")
     trace = load_trace(TRACES / "none_small_fp32_1xh200")
-    res = analyze_launches(trace, load_api_calls(trace))
+    res = launch_diagnosis(trace, load_api_calls(trace))
     text = _block(page)
     for line in res.verdicts():
         assert line.replace(">", "&gt;").replace("<", "&lt;") in text

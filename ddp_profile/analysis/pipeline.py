@@ -1,14 +1,15 @@
-"""The analysis in stages, one code path for every trace: the stages run where each rank's data is (the whole
-trace in this process: :class:`LocalRanks`; per-rank files on Dask: ``distributed.DistributedTrace``) and the
-reduce steps see only small tables.
+"""The conductor: :func:`analyze` and its stages, one code path for every trace. The stages run where each
+rank's data is (the whole trace in this process: :class:`LocalRanks`; per-rank files on Dask:
+``distributed.DistributedTrace``) and the reduce steps see only small tables. Only this module imports the
+per-analysis modules' stages (``tests/project/test_layers.py``); the result is :class:`~.result.Analysis`.
 
 1. :func:`step_part` (per part): host step ranges (NVTX, else inferred: ``infer.steps_from_trace``) with the
    part's own step numbers, and the rank's NCCL kernels, one row per collective, with issue order
    (``comm``, ``seq``) and the step that launched it.
-2. reduce (``analysis.analyze``): one step identity across ranks (``analysis.identity``: the same collective
+2. reduce (:func:`analyze`): one step identity across ranks (``analysis.identity``: the same collective
    ``(comm, seq)`` in the same iteration on every rank), the ``--steps`` selection by label, then
-   :func:`match`: the collective table, grouped by hashing (O(rows), rows = collectives x ranks); each
-   kernel's wait for the last arrival.
+   ``collectives.match_parts``: the collective table, grouped by hashing (O(rows), rows = collectives x
+   ranks); each kernel's wait for the last arrival.
 3. :func:`rank_part` (per part, given its labelled steps and matched rows): phase windows (NVTX, else
    inferred), step metrics with the wait split, per-kind communication, rank overlap, per-name kernel sums,
    the durations contention needs for exact medians (int32), gradient-ready times for the recommendation.
@@ -30,19 +31,24 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import after_backward as ab
+from ddp_profile.analysis import answers, infer
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
-from ddp_profile.analysis import infer
 from ddp_profile.analysis import kernel_diff as kd
+from ddp_profile.analysis import launches as la
 from ddp_profile.analysis import overlap as ov
+from ddp_profile.analysis import recommend as rec
 from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
-from ddp_profile.analysis.kernel_arrays import KernelArrays, rank_used_several_devices
-from ddp_profile.memory import return_freed_memory
+from ddp_profile.analysis.kernel_arrays import KernelArrays, in_steps, rank_used_several_devices
+from ddp_profile.analysis.kernel_families import gemm_wave_ratio
+from ddp_profile.analysis.result import Analysis, trace_keys
+from ddp_profile.memory import python_strings, return_freed_memory
+from ddp_profile.schema import OPTIONAL_SECTIONS
 
 NO_RANGES = win.NO_NVTX_RANGES
 SUMS_CHUNK = 1 << 16
@@ -148,6 +154,12 @@ def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tu
     return host[0], step_notes(found) + notes, inferred
 
 
+def launch_diagnosis(trace, api: pd.DataFrame, *, step_pattern: str | None = None, steps="all"):
+    """``launches.analyze_launches`` over the steps :func:`labelled_steps` finds (``api``: the CUDA API calls)."""
+    ranges, notes, _ = labelled_steps(trace, step_pattern=step_pattern, steps=steps)
+    return la.analyze_launches(trace, api, ranges, notes)
+
+
 @dataclass
 class RankInput:
     """What stage 3 of one part is given: its labelled, selected host steps and its matched collective rows."""
@@ -198,30 +210,6 @@ class RankPart:
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
 
 
-def match(parts: list[StepPart], notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
-    """Stage 2: the collective table from every part's rows (their ``step`` already the common labels, NA
-    outside the selection). Rows keep ``_file`` = the index of the part they came from."""
-    have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
-    ranks = sorted({r for p in parts for r in p.ranks})
-    if not have:
-        notes.append(coll.no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
-                                       sum(p.peer_copies[1] for p in parts)))
-        return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    # the rows as they are (one part: no copy), each row's part kept beside them
-    keep = np.concatenate([np.full(len(r), i) for i, r in have])
-    df = have[0][1]
-    if len(have) > 1:
-        df = pd.concat([r for _, r in have], ignore_index=True)
-        order = np.argsort(df["rank"].to_numpy(), kind="stable")
-        df, keep = df.iloc[order].reset_index(drop=True), keep[order]
-    del have
-    bytes_note = coll.bytes_note_text(any(p.nccl_nvtx for p in parts))
-    table = coll.match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                                   bytes_note=bytes_note)  # keeps the row order; a new frame
-    table["_file"] = keep
-    return table
-
-
 def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     """Each part's :class:`RankInput` (``steps``: its labelled host steps) from the collective table, split
     once by ``_file`` (not one scan per part); ``_row`` = the row's position in the whole table (added to
@@ -236,24 +224,10 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     return [RankInput(s, table) for s in steps]
 
 
-def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
-    """Boolean mask of the kernels that start inside a step window of their own rank (``steps``: rank,
-    start_ns, end_ns; windows of one rank do not overlap)."""
-    keep = np.zeros(len(karr.start), dtype=bool)
-    for rank, g in steps.groupby("rank", sort=False):
-        idx = karr.rank_index(rank)  # a slice on the loader's rank-sorted rows: no pass over every row
-        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
-        ws, we = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
-        s = karr.start[idx]
-        at = np.searchsorted(ws, s, side="right") - 1
-        keep[idx] = (at >= 0) & (s < we[np.maximum(at, 0)])
-    return keep
-
-
 def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
               whole: bool = False, with_kinds: bool = True, selected: bool = False, **_ignored) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
-    (:func:`match`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
+    (:func:`~ddp_profile.analysis.collectives.match_parts`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
     False: no comm_kinds rows (``analyze`` computes them later, when read); ``selected``: a ``--steps``
     selection is in force, so the rank overlap and per-name kernel sums count the kernels that start inside
@@ -278,7 +252,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
     paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
-    step_kernels = kd.step_kernel_sums(step_frame, karr)  # [answers]
+    step_kernels = kd.step_kernel_sums(st.spans(step_frame) if not step_frame.empty else None, karr)  # [answers]
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
     part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
@@ -376,21 +350,10 @@ def _file_sums(parts: list[RankPart]) -> list:
     return [f for _, f in sorted(got, key=lambda pair: pair[0])]
 
 
-def trace_keys(coll: pd.DataFrame, ro: pd.DataFrame) -> dict:
-    """The summary's whole-trace ``trace_`` keys from the whole collective table and rank overlap."""
-    def ratio(num, den) -> float | None:
-        num, den = float(num), float(den)
-        return 100.0 * num / den if den > 0 else None
-
-    return {"trace_n_collectives": len(coll),
-            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum()) if len(coll) else None,
-            "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}
-
-
 def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str],
             selected: bool = False) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every part and the collective
-    table (:func:`match`), plus ``ready_ns`` (per collective table row, for ``recommend``), ``rank_paths`` and
+    table (:func:`~ddp_profile.analysis.collectives.match_parts`), plus ``ready_ns`` (per collective table row, for ``recommend``), ``rank_paths`` and
     ``host_waits`` (for ``answers.attach``). ``notes``: the earlier stages' (kernels, steps, identity),
     ``match_notes``: the collective table's. Parts of disjoint ranks, any order (put in rank order here)."""
     parts = sorted(parts, key=lambda p: p.first_rank)
@@ -437,3 +400,95 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
         step_kernels=_ordered([p.step_kernels for p in parts], ["rank", "step"], kd.SUM_COLUMNS),  # [answers]
     )
+
+
+# ---- the conductor ----------------------------------------------------------------------------------------
+
+def _ddp_bucket_bytes(trace) -> list[int] | None:
+    """Stock torch_ddp's all-reduce sizes from the run JSON (``layout.ddp_bucket_bytes``; with a compressing
+    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
+    run = getattr(trace, "run", None) or {}
+    layout = run.get("layout") if isinstance(run, dict) else None
+    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
+    if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
+        return None
+    return sizes
+
+
+@python_strings()
+def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
+            steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
+    """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
+    allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
+    ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
+    trace's own, ``Trace.host_waits`` as ``load_trace`` read them, from each part).
+    ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
+    :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
+    come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
+
+    One code path (this module): the per-part stages run where the ranks are (this
+    process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
+    :class:`ddp_profile.distributed.DistributedTrace`), the cross-rank steps here, on small tables only."""
+    local = not hasattr(trace, "map_ranks")
+    later = set(OPTIONAL_SECTIONS) - set(sections) if sections is not None and local else set()
+    held = LocalRanks(trace) if local else trace
+    found = held.map_ranks(step_part, step_pattern=step_pattern)
+    notes = kernel_notes(found) + step_notes(found)
+    host_steps, id_notes = label_steps(found, steps)  # the parts' collective rows relabelled in place
+    notes += id_notes
+    match_notes: list[str] = []
+    table = coll.match_parts(found, match_notes, _ddp_bucket_bytes(trace))
+    del found  # the collective rows: the table holds what is needed of them
+    return_freed_memory()
+    run = getattr(trace, "run", None)
+    given = inputs(table, host_steps)
+    selected = steps not in (None, "all")
+    got = held.map_ranks(rank_part, given, phase_patterns=phase_patterns, selected=selected,
+                         need_ready=rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
+                         with_kinds="comm_kinds" not in later)
+    fields = combine(got, table, notes, match_notes, selected=selected)
+    ready = fields.pop("ready_ns")
+    rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
+    step_kernels = fields.pop("step_kernels")
+    keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
+    waits = host_waits if host_waits is not None else waits
+    res = Analysis(**fields)
+    res.notes += infer.extra_work_notes(res.steps)  # by the common labels, so after them
+    channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
+    if "comm_kinds" in later:
+        res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
+    if "recommendation" in later:
+        res.defer("recommendation", lambda: rec.recommend(res, None, run, nccl_channels=channels,
+                                                           ready_ns=_later_ready(held, given, run, len(table), keep)))
+    else:
+        res.recommendation = rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
+    # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
+    answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
+                    gemm_wave_ratio(res.contention), after_backward, step_kernels, run)
+    return res
+
+
+# ---- deferred sections of a trace held in this process (one part: LocalRanks) ------------------------
+
+def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
+    """``comm_kinds`` as :func:`analyze` computes it with every section, from the part's windows and matched
+    collective rows (its kernel arrays built again: the stages consumed theirs)."""
+    kinds: list[pd.DataFrame] = []
+    for part, inp in zip(got, given, strict=True):
+        k = st.step_tables(part.windows, KernelArrays(held.kernels), inp.matched, job_tail=False)[1]
+        kinds += [k] if isinstance(k, pd.DataFrame) else k
+    return ck.finish(kinds).reset_index(drop=True)
+
+
+def _later_ready(held, given: list, run, n: int, keep: np.ndarray | None = None) -> np.ndarray:
+    """The gradient-ready time per collective table row, as the stages measure it for ``recommend`` (``keep``:
+    the rows a ``--steps`` selection kept, None: all)."""
+    ready = np.full(n, np.nan)
+    if rec.needs_ready_times(run):
+        for inp in given:
+            t = inp.matched
+            if t is not None and len(t):
+                ready[t["_row"].to_numpy()] = cm.grad_ready_ns(t, held.kernels)
+    return ready[keep] if keep is not None else ready

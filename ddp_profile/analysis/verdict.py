@@ -184,12 +184,14 @@ def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:
     return f"step {int(sel.index[at])}: {sel['straggler_evidence'].iloc[at]}"
 
 
-def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> dict | None:
+def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
+                    prof: gains.Profile | None = None) -> dict | None:
     """``straggler_host``, ``straggler_gpu`` (its commonest known cause over its steps) or ``straggler`` (no
     known cause) for the job's straggler rank. Bound = its part of the critical path (:func:`split_parts`);
     expected = the median over its steps of (its lead − the next rank's lead, ``next_lead_ns``), at most that
     part: once it arrives with the first rank, the step waits for the next latest one (model in the docs'
-    advice section). Evidence = its median step's."""
+    advice section). A host cause's lead is its host's extra time, which the profiler lengthens: carried as
+    host time (``prof``); other leads as a difference between ranks. Evidence = its median step's."""
     parts, rank = split_parts(crit, per_step)
     if rank is None:
         return None
@@ -202,7 +204,8 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float) -> 
     part = pd.Series(parts["straggler"].to_numpy())
     nxt = g["next_lead_ns"].to_numpy(float) if "next_lead_ns" in g else np.zeros(len(g))
     freed = np.where(is_mine, np.minimum(part.to_numpy(), np.maximum(0.0, part.to_numpy() - np.nan_to_num(nxt))), 0.0)
-    expected = gains.carry(float(np.median(freed)) if len(freed) else 0.0, gains.LEAD, gains.Profile(step, 0.0))
+    kind = gains.HOST if cause == "host" else gains.LEAD
+    expected = gains.carry(float(np.median(freed)) if len(freed) else 0.0, kind, prof or gains.Profile(step, 0.0))
     if cause is None:
         return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
                      f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
@@ -337,7 +340,7 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
                      "of it explained by host syncs", step,
                      expected=gains.carry(float(launch.median()), gains.HOST, prof)))
     if per_step is not None and len(per_step):
-        out.append(_straggler_rule(crit, per_step, step))
+        out.append(_straggler_rule(crit, per_step, step, prof))
     if contention_ns > 0:
         text, evidence = ("give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or high-priority "
                           "NCCL streams"), f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL"

@@ -192,10 +192,12 @@ def entries(root: Path = FOLDER) -> list[Entry]:
 
 def summary(rows: list[dict]) -> dict:
     """{tool rule name: {pairs, within, worst_miss_pct, worst_miss_ms}} over the ledger rows whose advice
-    it gave (and, for a ledger rule the tool did not advise, under the ledger's first name for it)."""
+    it gave (and, for a ledger rule the tool did not advise, under the ledger's first name for it); the
+    ``balanced`` pairs (alike ranks: no straggler advice expected) under ``balanced``, so that they never
+    count as a straggler rule's record."""
     out: dict[str, dict] = {}
     for r in rows:
-        name = r["advice"] or RULES[r["rule"]][0]
+        name = "balanced" if r["rule"] == "balanced" else r["advice"] or RULES[r["rule"]][0]
         s = out.setdefault(name, {"pairs": 0, "within": 0, "worst_miss_pct": 0.0, "worst_miss_ms": 0.0})
         miss = abs(r["predicted_ms"] - r["realized_ms"])
         s["pairs"] += 1

@@ -120,3 +120,15 @@ def test_advice_lines_say_how_the_rule_fared_in_the_ledger(monkeypatch):
     rule = {"rule": "host_sync", "expected_gain_ns": 1.5e6, "gain_upper_ns": 2e6, "spread_ns": 1e5}
     assert advice_numbers(rule) == ("expected 1.500 ms, ≤ 2.000 ms, spread 0.100 ms, "
                                     "ledger: confirmed within 12.0 % on 2 jobs")
+
+
+def test_the_summary_counts_each_pair_under_the_rule_it_tests():
+    rows = [{"rule": "straggler-host", "advice": "straggler_host", "predicted_ms": 5.0, "realized_ms": 4.5,
+             "within": True},
+            {"rule": "balanced", "advice": None, "predicted_ms": 0.0, "realized_ms": 0.1, "within": True},
+            {"rule": "launch-bound", "advice": None, "predicted_ms": 0.0, "realized_ms": 6.0, "within": False}]
+    got = ledger.summary(rows)
+    # balanced pairs never count as a straggler rule's record; a rule the tool did not advise keeps its name
+    assert got == {"balanced": {"pairs": 1, "within": 1, "worst_miss_ms": 0.1, "worst_miss_pct": 100.0},
+                   "launch_bound": {"pairs": 1, "within": 0, "worst_miss_ms": 6.0, "worst_miss_pct": 100.0},
+                   "straggler_host": {"pairs": 1, "within": 1, "worst_miss_ms": 0.5, "worst_miss_pct": 11.1}}

@@ -210,7 +210,6 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
         return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
                      f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
                      step, expected=expected)
-    ev = mine.loc[mine["straggler_cause"] == cause, "straggler_evidence"].dropna()
     example = straggler_example(mine, cause)
     evidence = f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps" + (
         f"; e.g. {example}" if example else "")
@@ -218,12 +217,10 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
         text = (f"even out the GPU work: rank {rank} runs kernels its peers do not (the evidence names them: "
                 "work only one rank does each step, such as a metric or an EMA update, or a data or model "
                 "imbalance); move it out of the step, do it every N steps, or spread it over the ranks")
-    elif ev.str.contains("on the main thread").any():
-        text = (f"rank {rank}'s host falls behind: drop its per-step host sync (log every N steps, no .item() in "
-                "the loop) so its GPU queue stays full")
-    else:
-        text = (f"rank {rank}'s host launches its work later than its peers': find what its main thread does "
-                "that theirs does not (logging, data loading, rank-0-only work, a sleep or a wait)")
+    else:  # one remedy whatever the steps selected show: the evidence says which half applies
+        text = (f"rank {rank}'s host falls behind its peers': drop its per-step host sync where the evidence names "
+                "one (log every N steps, no .item() in the loop), else find what its main thread does that theirs "
+                "does not (logging, data loading, rank-0-only work, a sleep or a wait)")
     return _rule(f"straggler_{cause}", text, part, evidence, step, expected=expected)
 
 

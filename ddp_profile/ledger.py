@@ -46,10 +46,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "traces" / "whatif"
 DOC = ROOT / "docs" / "whatif-ledger.md"
 SUMMARY = Path(__file__).resolve().parent / "report" / "whatif_ledger.json"
-RULES = {"straggler-host": ("straggler_host",), "straggler-gpu": ("straggler_gpu",), "host-sync": ("host_sync",),
+RULES = {"straggler-host": ("straggler_host",), "straggler-gpu": ("straggler_gpu", "extra_work"), "host-sync": ("host_sync",),
          "launch-bound": ("launch_bound",), "comm-tail": ("comm_tail", "measured"), "contention": ("contention",),
          "optimizer-shard": ("optimizer_shard",), "grad-copy-back": ("grad_copy_back",),
-         "fsdp-prefetch": ("fsdp_allgather",), "balanced": ("straggler_host", "straggler_gpu", "straggler")}
+         "fsdp-prefetch": ("fsdp_allgather",), "balanced": ("straggler_host", "straggler_gpu", "straggler", "extra_work")}
 """Ledger rule id -> the tool's advice rule names (``analysis.verdict``) whose prediction it tests."""
 TOLERANCE_SHARE = 0.25
 TOLERANCE_NS = 0.5e6
@@ -108,9 +108,12 @@ def read_entry(folder: Path) -> Entry:
     if not flat or not all(_finite(x) for x in flat):
         raise LedgerError(f"{path}: field 'profiled_truth_step_ms' is not lists of finite numbers")
     rel = need("profiled", str)
-    export = next((p for p in (Path(folder) / rel, ROOT / rel) if p.exists()), None)
-    if export is None or Path(rel).is_absolute() or ".." in Path(rel).parts:
-        raise LedgerError(f"{path}: field 'profiled' ({rel}) is not a file inside the folder or the repository")
+    inside = (Path(folder).resolve().parent, ROOT)  # the ledger's root (a pair may share another's export)
+    export = next((p for p in ((Path(folder) / rel).resolve(), (ROOT / rel).resolve())
+                   if p.exists() and any(p.is_relative_to(r) for r in inside)), None)
+    if export is None or Path(rel).is_absolute():
+        raise LedgerError(f"{path}: field 'profiled' ({rel}) is not a file inside the ledger folders or the "
+                          "repository")
     return Entry(Path(folder), rule, need("job", str), need("change", str), export, truth, reps,
                  need("world_size", int), need("gpu_name", str))
 

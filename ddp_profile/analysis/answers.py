@@ -11,6 +11,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import gains
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis import straggler as st
 from ddp_profile.analysis import verdict as vd
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
@@ -84,7 +85,8 @@ def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, con
     harness = isinstance(run, dict) and bool(run.get("strategy") or (run.get("config") or {}).get("strategy"))
     rules = vd.advice(crit, res.steps, per_step, _sync_per_step(crit, rp, waits), contention_ns,
                       res.recommendation, gemm_ratio, after_backward, overhead_pct=gains.overhead_pct(run),
-                      harness=harness, last_grad_ns=last_gradient_ns(res.collectives, crit)) if len(crit) else []
+                      harness=harness, last_grad_ns=last_gradient_ns(res.collectives, crit),
+                      extra_work=kd.every_rank(step_kernels)) if len(crit) else []
     res.verdict = vd.verdict(crit, per_step, rules)
     res.per_rank = vd.per_rank(res.steps, rp, res.rank_overlap)
     if rank_paths is None and len(res.steps):

@@ -89,7 +89,7 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     empty = pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
                           "extra_ns": pd.Series(dtype=float), "like_ns": pd.Series(dtype=float),
                           "extra_kernels": pd.Series(dtype=object)})
-    who = who.dropna()
+    who = who.dropna() if who is not None else pd.Series(dtype="int64")
     if sums is None or sums.empty or who.empty:
         return empty
     sums = sums.loc[sums["name"].notna()]
@@ -156,3 +156,16 @@ def evidence(extra_kernels: list, extra_ns: float, like_ns: float) -> str:
     parts = [f"{name} ×{n} more (other ranks' median ×{peer:g}) {fmt_ms(ns)}" for name, n, peer, ns in extra_kernels]
     text = f"extra kernels {fmt_ms(extra_ns)}: " + " + ".join(parts) if parts else "no extra kernels"
     return text + f"; like-for-like kernels {'+' if like_ns >= 0 else '−'}{fmt_ms(abs(like_ns))} against its peers"
+
+
+def every_rank(sums: pd.DataFrame, max_ranks: int = 64) -> pd.DataFrame:
+    """DIFF_COLUMNS for every rank of every step (:func:`diff` once per rank; jobs of more than ``max_ranks``
+    ranks get none: one rank's extra work is then read off the straggler alone)."""
+    if sums is None or sums.empty:
+        return diff(sums, pd.Series(dtype="int64"))
+    ranks = np.unique(ints(sums["rank"]))
+    if len(ranks) > max_ranks:
+        return diff(None, pd.Series(dtype="int64"))
+    steps = np.unique(ints(sums["step"]))
+    got = [diff(sums, pd.Series(np.full(len(steps), r), index=steps)) for r in ranks.tolist()]
+    return pd.concat(got, ignore_index=True)

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis import gains
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.after_backward import shards
 from ddp_profile.analysis.kernel_groups import WAVE_RATIO
 
@@ -54,7 +55,7 @@ PER_RANK_RATIO = 2.0
 """``per_rank`` lists a metric when its largest per-rank median exceeds this multiple of the smallest (and,
 for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences are noise)."""
 
-CATEGORY = {"host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
+CATEGORY = {"extra_work": "straggler", "host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
             "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler",
             "straggler_host": "straggler", "straggler": "straggler",
             "contention": "compute", "measured": "communication", "grad_copy_back": "compute",
@@ -118,6 +119,8 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
         k = max(passing, key=lambda name: passing[name])
         out.update(bound_by=k, removable_ns=med[k], spread_ns=_spread(parts[k]), share_pct=100.0 * med[k] / step)
         mine = [r for r in rules if CATEGORY.get(r["rule"]) == k]  # advice of the verdict's own kind only
+        if k == "straggler":  # the rule about the rank the verdict names before another rank's extra work
+            mine = [r for r in mine if r["rule"] != "extra_work"] or mine
         if mine:
             # one number per fact: the verdict's rule, capped at the verdict's part, heads the advice list
             # with the gains the verdict states
@@ -190,8 +193,9 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
     known cause) for the job's straggler rank. Bound = its part of the critical path (:func:`split_parts`);
     expected = the median over its steps of (its lead − the next rank's lead, ``next_lead_ns``), at most that
     part: once it arrives with the first rank, the step waits for the next latest one (model in the docs'
-    advice section). A host cause's lead is its host's extra time, which the profiler lengthens: carried as
-    host time (``prof``); other leads as a difference between ranks. Evidence = its median step's."""
+    advice section), carried as a difference between ranks, whatever the cause (the what-if ledger's host
+    straggler: scaling its lead as host time predicted a tenth of the measured gain). Evidence = its median
+    step's."""
     parts, rank = split_parts(crit, per_step)
     if rank is None:
         return None
@@ -204,8 +208,7 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
     part = pd.Series(parts["straggler"].to_numpy())
     nxt = g["next_lead_ns"].to_numpy(float) if "next_lead_ns" in g else np.zeros(len(g))
     freed = np.where(is_mine, np.minimum(part.to_numpy(), np.maximum(0.0, part.to_numpy() - np.nan_to_num(nxt))), 0.0)
-    kind = gains.HOST if cause == "host" else gains.LEAD
-    expected = gains.carry(float(np.median(freed)) if len(freed) else 0.0, kind, prof or gains.Profile(step, 0.0))
+    expected = gains.carry(float(np.median(freed)) if len(freed) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0))
     if cause is None:
         return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
                      f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
@@ -222,6 +225,33 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
                 "one (log every N steps, no .item() in the loop), else find what its main thread does that theirs "
                 "does not (logging, data loading, rank-0-only work, a sleep or a wait)")
     return _rule(f"straggler_{cause}", text, part, evidence, step, expected=expected)
+
+
+def _extra_work_rule(extra: pd.DataFrame | None, crit: pd.DataFrame, straggler: dict | None, step: float
+                     ) -> dict | None:
+    """``extra_work``: the rank whose kernels its peers do not run (``kernel_diff.every_rank``) take the most GPU
+    time, median over steps, unless the straggler rule already names that work (``straggler_gpu``). Model:
+    without them that rank's GPU reaches the collectives that much earlier; under a profiler that slows
+    another rank's host the trace may name that rank the straggler, while without it the extra work paces
+    the step. Expected = bound = the median extra time (GPU time: carried as measured)."""
+    if extra is None or extra.empty or (straggler is not None and straggler["rule"] == "straggler_gpu"):
+        return None
+    steps = crit["step"].to_numpy()
+    per = extra.pivot_table(index="step", columns="rank", values="extra_ns", aggfunc="sum").reindex(steps)
+    med = per.fillna(0.0).median()
+    if med.empty or not float(med.max()) > 0:
+        return None
+    rank = int(med.idxmax())
+    mine = extra.loc[extra["rank"] == rank].sort_values("extra_ns", kind="stable")
+    ex = mine.iloc[(len(mine) - 1) // 2]
+    n = int((per[rank].fillna(0.0) > 0).sum())
+    evidence = (f"rank {rank} runs kernels its peers do not in {n} of {len(steps)} steps; e.g. step {int(ex['step'])}: "
+                + kd.evidence(ex["extra_kernels"], float(ex["extra_ns"]), float(ex["like_ns"])))
+    text = (f"move rank {rank}'s extra GPU work out of the step: it runs kernels its peers do not (the evidence names "
+            "them: a metric, an EMA update, work only one rank does), so its collectives start later than theirs; "
+            "do it every N steps, or spread it over the ranks")
+    gain = pd.Series(per[rank].fillna(0.0).to_numpy())
+    return _rule("extra_work", text, gain, evidence, step)
 
 
 def _critical_rows(c: pd.DataFrame, after: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -275,7 +305,7 @@ def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int,
 def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
            contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan"),
            after_backward: pd.DataFrame | None = None, overhead_pct: float = float("nan"), harness: bool = True,
-           last_grad_ns: pd.Series | None = None) -> list[dict]:
+           last_grad_ns: pd.Series | None = None, extra_work: pd.DataFrame | None = None) -> list[dict]:
     """The advice rules, largest expected gain first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
     ``contention_ns``: compute lost to contention per rank-step (``contention.contention_per_step_ns``);
@@ -288,7 +318,8 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     their time over N ranks. ``overhead_pct``: the profiler's overhead on this job (``gains.overhead_pct``,
     NaN when unknown), for the host rules' expected gains; ``harness``: the trace is the harness's (its
     options may be named); ``last_grad_ns``: per step, the critical rank's last gradient collective's
-    duration (what bucketing leaves after backward)."""
+    duration (what bucketing leaves after backward); ``extra_work``: ``kernel_diff.every_rank`` (the
+    ``extra_work`` rule)."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -336,8 +367,8 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
                      launch, f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
                      "of it explained by host syncs", step,
                      expected=gains.carry(float(launch.median()), gains.HOST, prof)))
-    if per_step is not None and len(per_step):
-        out.append(_straggler_rule(crit, per_step, step, prof))
+    strag = _straggler_rule(crit, per_step, step, prof) if per_step is not None and len(per_step) else None
+    out += [strag, _extra_work_rule(extra_work, crit, strag, step)]
     if contention_ns > 0:
         text, evidence = ("give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or high-priority "
                           "NCCL streams"), f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL"

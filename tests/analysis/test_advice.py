@@ -216,3 +216,25 @@ def test_a_job_of_alike_ranks_gets_no_straggler_verdict(build_export):
     assert res.steps["straggler_rank"].isna().all()
     assert res.verdict["bound_by"] != "straggler" and res.verdict["rank"] is None
     assert not [a for a in res.verdict["advice"] if a["rule"].startswith("straggler")]
+
+
+def test_extra_work_on_a_rank_the_trace_does_not_name_straggler_is_its_own_rule():
+    """Under the profiler another rank's host may arrive last (the what-if ledger's slow-GPU job: rank 3's host
+    under nsys, while rank 1 runs four extra GEMMs): the extra work still gets advice, with its GPU time as
+    the expected gain, and the verdict's remedy stays the one for the rank it names."""
+    crit, per_step = _crit(wait=3, host=8), _per_step(rank=3, cause="host", nxt=0.0)
+    per_step["straggler_evidence"] = "GPU idle awaiting launches"
+    extra = pd.DataFrame({"step": list(range(8)) * 2, "rank": [1] * 8 + [0] * 8,
+                          "extra_ns": [4.6 * MS] * 8 + [0.0] * 8, "like_ns": [0.0] * 16,
+                          "extra_kernels": [[("sm90_gemm", 4, 0.0, 4.6 * MS)]] * 8 + [[]] * 8})
+    rules = vd.advice(crit, pd.DataFrame(), per_step, pd.Series(0.0, index=range(8)), 0.0, None, extra_work=extra)
+    by = {r["rule"]: r for r in rules}
+    assert by["extra_work"]["expected_gain_ns"] == by["extra_work"]["gain_upper_ns"] == pytest.approx(4.6 * MS)
+    assert "rank 1" in by["extra_work"]["what_to_change"]
+    assert "sm90_gemm ×4 more (other ranks' median ×0) 4.600 ms" in by["extra_work"]["evidence"]
+    v = vd.verdict(crit, per_step, rules)
+    assert v["bound_by"] == "straggler" and v["rank"] == 3 and v["advice"][0]["rule"] == "straggler_host"
+    # the straggler rule already naming that work: no second rule for it
+    gpu = _per_step(rank=1, cause="gpu")
+    assert "extra_work" not in {r["rule"] for r in vd.advice(crit, pd.DataFrame(), gpu, pd.Series(0.0, index=range(8)),
+                                                             0.0, None, extra_work=extra)}

@@ -55,7 +55,8 @@ def test_tolerance_is_a_quarter_of_the_realized_gain_or_half_a_millisecond(pred_
     ({"rule": "faster"}, "rule 'faster' is not one of"),
     ({"repeats": [{"order": 0, "variant": "baseline", "step_ms": [1.0]}]}, "needs repeats of both variants"),
     ({"repeats": [{"order": 0, "variant": "other", "step_ms": [1.0]}]}, "repeats[0] has no variant"),
-    ({"profiled": "../outside.sqlite"}, "field 'profiled'"),
+    ({"profiled": "../../outside.sqlite"}, "field 'profiled'"),
+    ({"profiled": "/etc/passwd"}, "field 'profiled'"),
     ({"world_size": "two"}, "field 'world_size'"),
     ({"profiled_truth_step_ms": [[float("nan")]]}, "profiled_truth_step_ms"),
 ])

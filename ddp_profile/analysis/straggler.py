@@ -146,22 +146,18 @@ def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.
 
 def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray,
                kernel_sums: pd.DataFrame | None = None) -> pd.DataFrame:
-    """STEP_COLUMNS per step of ``steps`` (index: step), plus ``next_lead_ns``: the largest lead among the
-    other ranks (what the step waits for once the straggler arrives with the first). ``paths``:
-    ``critical_path.rank_paths``; ``waits``: HOST_WAIT_COLUMNS or None (then no call is named);
+    """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``: HOST_WAIT_COLUMNS or None (then no call is named);
     ``kernel_sums``: ``kernel_diff.step_kernel_sums`` of every rank, or None (then GPU work is compared in
     total, not kernel by kernel). A step whose largest lead is 0 (every rank arrived at once) has no
     straggler."""
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
     rank_of = np.full(len(idx), -1, dtype=np.int64)
     lead_of = np.full(len(idx), np.nan)
-    next_of = np.full(len(idx), np.nan)
     cause_of: list = [None] * len(idx)
     evidence_of: list = [None] * len(idx)
     if not leads.empty:
-        ordered = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
-        best = ordered.drop_duplicates("step")
-        second = ordered.loc[ordered.duplicated("step")].drop_duplicates("step").set_index("step")["lead_ns"]
+        best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
+        best = best.drop_duplicates("step")
         best = best.loc[best["lead_ns"].to_numpy(dtype=float) > 0]  # a zero lead names no straggler
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
         by_step = _paths_by_step(paths)
@@ -174,13 +170,11 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
             work = extra.loc[step] if extra is not None and step in extra.index else None
             cause, evidence = _cause(by_step.get(step), s, lead, paths, waits, work)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
-            next_of[pos] = float(second.get(step, 0.0))
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
                                                     dtype="Int64"),
                          "straggler_lead_ns": lead_of,
                          "straggler_cause": pd.Series(cause_of, dtype=object, index=idx),
-                         "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx),
-                         "next_lead_ns": next_of}, index=idx)
+                         "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
 
 
 def _paths_by_step(paths: pd.DataFrame) -> dict[int, np.ndarray]:

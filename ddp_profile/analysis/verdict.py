@@ -190,25 +190,22 @@ def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:
 def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
                     prof: gains.Profile | None = None) -> dict | None:
     """``straggler_host``, ``straggler_gpu`` (its commonest known cause over its steps) or ``straggler`` (no
-    known cause) for the job's straggler rank. Bound = its part of the critical path (:func:`split_parts`);
-    expected = the median over its steps of (its lead − the next rank's lead, ``next_lead_ns``), at most that
-    part: once it arrives with the first rank, the step waits for the next latest one (model in the docs'
-    advice section), carried as a difference between ranks, whatever the cause (the what-if ledger's host
-    straggler: scaling its lead as host time predicted a tenth of the measured gain). Evidence = its median
-    step's."""
+    known cause) for the job's straggler rank. Bound = its part of the critical path (:func:`split_parts`), and
+    so is the expected gain: once it arrives with the first rank the step no longer waits for it, carried as a
+    difference between ranks whatever the cause (docs' advice section: on the what-if ledger's host straggler,
+    subtracting the next latest rank's lead, under nsys largely the profiler's own spread between hosts, and
+    scaling a host cause's lead as host time each predicted a fraction of the measured gain). Evidence = its
+    median step's."""
     parts, rank = split_parts(crit, per_step)
     if rank is None:
         return None
     g = per_step.reindex(crit["step"].to_numpy())
-    is_mine = g["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank
-    mine = g[is_mine]
+    mine = g[g["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank]
     causes = mine["straggler_cause"].dropna()
     causes = causes[causes != "unknown"]
     cause = causes.mode().iloc[0] if len(causes) else None
     part = pd.Series(parts["straggler"].to_numpy())
-    nxt = g["next_lead_ns"].to_numpy(float) if "next_lead_ns" in g else np.zeros(len(g))
-    freed = np.where(is_mine, np.minimum(part.to_numpy(), np.maximum(0.0, part.to_numpy() - np.nan_to_num(nxt))), 0.0)
-    expected = gains.carry(float(np.median(freed)) if len(freed) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0))
+    expected = gains.carry(float(part.median()) if len(part) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0))
     if cause is None:
         return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
                      f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",

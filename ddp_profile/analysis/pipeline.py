@@ -40,6 +40,7 @@ from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis import launches as la
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import recommend as rec
@@ -196,6 +197,8 @@ class RankPart:
     """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
     after_backward: pd.DataFrame | None = None
     """``after_backward.after_backward`` of its ranks (a row per rank and step)."""
+    step_kernels: pd.DataFrame | None = None
+    """``kernel_diff.step_kernel_sums`` of its ranks (per rank, step and kernel name: the straggler's cause)."""
     trace_rank_overlap: pd.DataFrame | None = None
     """Under a ``--steps`` selection: the whole-trace rank overlap (the summary's ``trace_`` keys), while
     ``rank_overlap`` and the kernel sums hold the kernels of the selected steps only."""
@@ -206,7 +209,7 @@ class RankPart:
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
         frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
-                  self.paths, self.after_backward,
+                  self.paths, self.after_backward, self.step_kernels,
                   self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
@@ -259,6 +262,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
     paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
+    step_kernels = kd.step_kernel_sums(st.spans(step_frame) if not step_frame.empty else None, karr)  # [answers]
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
     part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
@@ -267,6 +271,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
     part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
     part.after_backward = ab.after_backward(kernels, step_frame)  # [answers]
+    part.step_kernels = step_kernels  # [answers]
     if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
@@ -367,6 +372,7 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
         host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
         after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
+        step_kernels=_ordered([p.step_kernels for p in parts], ["rank", "step"], kd.SUM_COLUMNS),  # [answers]
     )
 
 
@@ -416,6 +422,7 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     fields["steps"], fields["rank_overlap"] = unknowns.blank(fields["steps"], fields["rank_overlap"], gaps)
     ready = fields.pop("ready_ns")
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
+    step_kernels = fields.pop("step_kernels")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
     waits = waits if host_waits is None else clocks.shift_columns(host_waits, clock.corrected_ns, ("start_ns", "end_ns"))
     res = Analysis(**fields, launches=launches)
@@ -433,7 +440,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         res.recommendation = rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
     answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
-                    gemm_wave_ratio(res.contention), after_backward, min_lead_ns=clock.residual)
+                    gemm_wave_ratio(res.contention), after_backward, step_kernels, run,
+                    min_lead_ns=clock.residual)
     return res
 
 

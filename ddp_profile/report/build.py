@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ddp_profile.analysis.identity import StepSelection
-from ddp_profile.errors import OutputError, TraceError, UsageError, one_line, quiet_worker_signals
+from ddp_profile.errors import (
+    OutputError,
+    TraceError,
+    UsageError,
+    commit_output,
+    one_line,
+    quiet_worker_signals,
+)
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
 from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
@@ -229,24 +236,16 @@ def write_report_dir(out_dir: Path, fill) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     except OSError as exc:
         raise OutputError(f"{out_dir.parent}: cannot create the report folder ({exc.strerror})") from exc
-    old = None
     try:
         fill(tmp)
         (tmp / MARKER).write_text("written by ddp-profile report; this folder is replaced on each run\n")
         os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / "r")
-        os.replace(tmp, out_dir)
+        commit_output(tmp, out_dir)  # the old folder moved aside, the new one in (put back if a signal ends us)
     except OSError as exc:
-        if old is not None and not out_dir.exists():
-            os.replace(old / "r", out_dir)
         raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc}); the previous report "
                           "is unchanged") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 

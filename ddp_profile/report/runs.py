@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
-from ddp_profile.nsys.files import EXPORT_SUFFIXES, capture_window, export_stem
+from ddp_profile.nsys.capture import capture_window
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.strategy_names import STRATEGIES
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time

@@ -200,9 +200,11 @@ ANALYSIS_LAYERS = {
     "channel_model": "answer", "kernel_families": "answer", "compare": "answer",
     "overlap": "measure", "collectives": "measure", "comm_kinds": "measure", "contention": "measure",
     "contention_rows": "measure", "after_backward": "measure", "launches": "measure", "host_calls": "measure",
-    "steps": "measure",
+    "steps": "measure", "kernel_diff": "measure",
     "windows": "boundary", "infer": "boundary", "cycles": "boundary", "identity": "boundary",
+    "clocks": "boundary", "unknowns": "boundary",
     "kernel_arrays": "ground", "kernel_groups": "ground", "projection": "ground", "costmodel": "ground",
+    "gains": "ground",
 }
 MAY_IMPORT = {  # layer -> the layers of analysis/ its modules may import (the top-level ground always)
     "ground": {"ground"},

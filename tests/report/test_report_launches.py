@@ -106,7 +106,7 @@ def test_run_page_without_the_api_table_says_why(tmp_path):
 
 
 def test_run_page_of_a_hand_built_run_says_not_computed():
-    from report_synth import make_run
+    from conftest import make_run
 
     trace, analysis = make_run()
     page = report.render_run_page(report.Run("r", trace, analysis, dict(trace.run)))

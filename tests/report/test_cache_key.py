@@ -65,7 +65,8 @@ class _Payload:
 
 def _hostile_entries(marker: Path) -> list[bytes]:
     """Entries an attacker could place under the right name: a pickle that runs code, entries that name
-    classes or tags the cache does not build, and a zip whose members are not ours."""
+    classes or tags the cache does not build, a zip whose members are not ours, a class with a field of the
+    wrong type, and a value that is not a run's result."""
     import io
     import json
     import pickle
@@ -89,6 +90,8 @@ def _hostile_entries(marker: Path) -> list[bytes]:
         lambda key: archive(doc(key, {"$pickle": pickle.dumps(_Payload(marker)).hex()})),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("frame-0.arrow", pickle.dumps(_Payload(marker)))]),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("../frame-0.arrow", b"x")]),
+        lambda key: archive(doc(key, {"$obj": ["Trace", {"kernels": "x", "nvtx": "x", "gpus": "x", "ranks": "x"}]})),
+        lambda key: archive(doc(key, ["a list", "not a run"])),
     ]
 
 

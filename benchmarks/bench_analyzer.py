@@ -7,9 +7,9 @@ Dask worker processes (``--sweep 64,256,1024``: wall, client and worker peak mem
     .venv/bin/python benchmarks/bench_analyzer.py                      # all sizes, writes benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_analyzer.py --sizes 0.1M --repeat 1 --no-render   # quick look
     .venv/bin/python benchmarks/bench_analyzer.py --browser            # also time the page in Chromium
-    .venv/bin/python benchmarks/bench_analyzer.py --browser --readme README.md   # and refresh README's section
-    .venv/bin/python benchmarks/bench_analyzer.py --from-json benchmarks/results.json --readme README.md
-                                            # re-render RESULTS.md and the README section, measuring nothing
+    .venv/bin/python benchmarks/bench_analyzer.py --browser --readme docs/performance.md   # and refresh its section
+    .venv/bin/python benchmarks/bench_analyzer.py --from-json benchmarks/results.json --readme docs/performance.md
+                                            # re-render RESULTS.md and that section, measuring nothing
 
 ``--readme`` replaces the text between ``<!-- perf:begin -->`` and ``<!-- perf:end -->`` (atomically; the
 markers are checked before anything is measured). ``--from-json`` renders from recorded results, so the docs
@@ -245,11 +245,12 @@ def measure_render(path: str, browser: bool) -> dict:
     from ddp_profile import report
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-    from ddp_profile.report.runs import host_diagnosis
+    from ddp_profile.report.runs import host_diagnosis, read_api
 
     trace = load_trace(path)
-    analysis = analyze(trace)
-    launches, host_calls = host_diagnosis(trace, analysis.phases)  # as the report loads a run: CPU rows too
+    api = read_api(trace)
+    analysis = analyze(trace, api=api)
+    launches, host_calls = host_diagnosis(trace, analysis, api)  # as the report loads a run: CPU rows too
     run = report.Run(Path(path).name.split(".sqlite")[0], trace, analysis, launches=launches, host_calls=host_calls)
     out = Path(tempfile.mkdtemp(prefix="bench-report-")) / "report"
     try:
@@ -463,7 +464,7 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
     LocalCluster of ``jobs`` worker processes (``ddp_profile.distributed``), with the reduce step's time and
     its cross-rank matching's share."""
     from ddp_profile.analysis import analyze
-    from ddp_profile.analysis import parts as ap
+    from ddp_profile.analysis import pipeline as ap
     from ddp_profile.nsys.loader import load_trace
 
     files = sorted(Path(folder).glob("rank*.sqlite"))[:int(count)]
@@ -490,7 +491,7 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
         # The cross-rank matching alone, on the same rows (gathered again; not counted above).
         found = trace.map_ranks(ap.step_part)
         m0 = time.perf_counter()
-        ap.match(found, [])
+        ap.coll.match_parts(found, [])
         match_s = time.perf_counter() - m0
         trace.close()
         distributed.close_client(client)
@@ -515,7 +516,7 @@ def _result_digest(res) -> str:
 
 
 def _import_stack() -> None:
-    import ddp_profile.analysis.parts  # noqa: F401
+    import ddp_profile.analysis.pipeline  # noqa: F401
     import ddp_profile.distributed  # noqa: F401
 
 

@@ -4,7 +4,7 @@ small per-rank tables travel back (``pip install ddp-profile[dask]``).
 Layers: this module composes the reader (:mod:`ddp_profile.nsys`) and the analysis
 (:mod:`ddp_profile.analysis`), which never import each other. ``load_trace(paths, client=...)`` returns a
 :class:`DistributedTrace`, a handle that holds no kernel: :func:`ddp_profile.analysis.analyze` sees its
-``map_ranks`` and runs the per-rank stages (:mod:`ddp_profile.analysis.parts`: steps and collective rows, then
+``map_ranks`` and runs the per-rank stages (:mod:`ddp_profile.analysis.pipeline`: steps and collective rows, then
 the step metrics) on the workers, the cross-rank steps on the client (one step identity across ranks,
 collective matching, cost model, summaries): the same code path as a trace loaded in one process.
 
@@ -18,7 +18,7 @@ analysed on its own):
    file's offset; the trace stays on the worker (a future). ``evidence`` returns its processes and rank
    markers; the client chooses every process's rank from all files' evidence (``nsys.ranks.assign_ranks``,
    as the loader does) and ``set_ranks`` renames them on the worker.
-3. The analysis' stages (``analysis.parts``) run on the held traces (``map_ranks``); between them the client
+3. The analysis' stages (``analysis.pipeline``) run on the held traces (``map_ranks``); between them the client
    gives steps one identity across ranks and matches collectives.
 
 Without Dask installed, asking for it raises :class:`DaskMissing` (the CLI prints one line and exits 2).
@@ -252,7 +252,7 @@ def joined(traces: list):
     """Several files' traces (whole ranks each, on the run's clock and ranks) as one: frames concatenated in
     file order (each file's rows stay together and in their order), categorical columns over the sorted union
     of their categories (as the loader builds them); ``meta["file_rows"]`` = each file's [first, last) kernel
-    rows (as positions), which ``analysis.parts`` uses to keep per-file order where results depend on it."""
+    rows (as positions), which ``analysis.pipeline`` uses to keep per-file order where results depend on it."""
     from ddp_profile.trace import Trace
 
     if len(traces) == 1:

@@ -302,3 +302,45 @@ def window_length(q_starts, q_ends) -> np.ndarray:
     """Length of each query window, ``max(0, end − start)`` (helper kept here so units stay in one place)."""
     qs, qe = _arrays(q_starts, q_ends)
     return np.maximum(qe - qs, 0)
+
+
+def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`intersect` for two sets already normalised (sorted, disjoint, non-touching), without
+    sorting their boundaries: the b intervals meeting a[i] are the contiguous run j with
+    b.end[j] > a.start[i] and b.start[j] < a.end[i] (two binary searches), and each such pair gives
+    [max(starts), min(ends)). Pairs come out sorted and, because neither input has touching intervals,
+    disjoint and non-touching: the same normalised set ``intersect`` returns (the representation is unique),
+    at O((n + m) log m) with no sort of n + m values (the sweep's sort dominated 10M-kernel analyses).
+
+    The intersection is symmetric and its normalised form unique, so the smaller set drives the searches:
+    the temporaries are then per interval of the small set (NCCL kernels, not the rank's compute kernels)."""
+    if len(a[0]) > len(b[0]):
+        a, b = b, a
+    (as_, ae), (bs, be) = a, b
+    lo = np.searchsorted(be, as_, side="right")
+    hi = np.searchsorted(bs, ae, side="left")
+    count = np.maximum(hi - lo, 0)
+    total = int(count.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    i = np.repeat(np.arange(len(as_)), count)
+    first = np.cumsum(count) - count  # position of each a interval's first pair
+    j = np.arange(total) - np.repeat(first - lo, count)
+    s = np.maximum(as_[i], bs[j])
+    e = np.minimum(ae[i], be[j])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+def covered_by_normalized(q_starts: np.ndarray, q_ends: np.ndarray, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
+    """:func:`covered_length` for a set already normalised (skips its re-normalisation: per-rank sets
+    are queried five times per step table)."""
+    qs = np.asarray(q_starts, dtype=np.int64)
+    qe = np.asarray(q_ends, dtype=np.int64)
+    if qs.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if ns.size == 0:
+        return np.zeros(qs.size, dtype=np.int64)
+    qe = np.maximum(qe, qs)  # inverted queries cover nothing
+    return _cumulative(ns, ne, qe) - _cumulative(ns, ne, qs)

@@ -39,13 +39,13 @@ STEP_METRIC_COLUMNS = [
     "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
     "forward_ns", "backward_ns", "optimizer_ns",
     "backward_end_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
-    # appended (issues 14, 15; definitions in analysis/comm_kinds.py and analysis/steps.py): exposed comm split
+    # appended (definitions in analysis/comm_kinds.py and analysis/steps.py): exposed comm split
     # into waiting for the slowest peer and transfer; parameter AllGather/Broadcast after backward (not in
     # comm_tail_ns, which counts gradient collectives only); exposed AllGather before backward ends; the
     # job-level tail (last gradient collective on any rank − latest backward end over ranks, same step).
     "exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns", "exposed_allgather_ns",
     "job_comm_tail_ns",
-    # appended (issue 26; analysis/windows.py, analysis/cycles.py): backward ranges (micro-steps) in the
+    # appended (analysis/windows.py, analysis/cycles.py): backward ranges (micro-steps) in the
     # step; extra work beside the modal step of the rank (inferred steps; NaN for NVTX steps): kernels
     # beyond the modal sequence, their GPU time, host time beyond the median step's.
     "micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns",
@@ -64,7 +64,7 @@ KERNEL_OVERLAP_COLUMNS = ["kind", "name", "count", "total_ns", "overlapped_ns", 
 COLLECTIVE_COLUMNS = [
     "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
     "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",
-    # appended (issue 15): "<algorithm>_<protocol>" as the kernel's *name* spells it (e.g. RING_LL). NCCL's
+    # appended: "<algorithm>_<protocol>" as the kernel's *name* spells it (e.g. RING_LL). NCCL's
     # device kernels dispatch on the work item at run time, so the name does not prove the algorithm or
     # protocol that ran; algorithm / protocol keep their names (stable JSON keys) with the same meaning.
     "kernel_variant",
@@ -89,7 +89,7 @@ COMPARISON_COLUMNS = [
     "run", "strategy", "bucket_mb", "model", "dtype", "world_size", "gpu_name", "n_steps",
     "step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct", "overlap_pct",
     "speedup_vs_1gpu", "efficiency_pct",
-    # appended by the analysis (issue 5): Amdahl serial fraction (Karp-Flatt) and the cost model's
+    # appended by the analysis: Amdahl serial fraction (Karp-Flatt) and the cost model's
     # predicted overlap overhead n_b*o + s/(n_b*w) for comparison with comm_tail_ns.
     "serial_fraction", "predicted_overhead_ns",
 ]
@@ -162,7 +162,7 @@ FAMILY_CONTENTION_COLUMNS = ["family", "names", "n_overlapped", "baseline_ns", "
                              "median_ratio"]
 
 
-# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in the README).
+# Section of analysis.Analysis.to_json_dict() -> attribute holding its frame. Keys are stable (documented in docs/metrics.md).
 JSON_SECTIONS = {
     "steps": "steps", "phases": "phases", "ranks": "rank_overlap", "kernels": "kernel_overlap",
     "collectives": "collectives", "cost_model": "cost_model", "contention": "contention",
@@ -183,6 +183,8 @@ RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.r
 # span_ns = the median critical-path step span every share divides by),
 # per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.
 VERDICT_BOUND_BY = ("communication", "host", "straggler", "compute")
-VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "spread_ns", "rank", "share_pct",
-                "advice", "span_ns"]
-ADVICE_KEYS = ["rule", "what_to_change", "gain_upper_ns", "spread_ns", "evidence"]
+VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "gain_upper_ns", "spread_ns", "rank",
+                "share_pct", "advice", "span_ns"]
+ADVICE_KEYS = ["rule", "what_to_change", "expected_gain_ns", "gain_upper_ns", "spread_ns", "gain_basis", "evidence"]
+"""An advice rule (analysis/verdict.py; gains: analysis/gains.py). ``ledger`` is added where the what-if
+ledger's summary has a record for the rule (analysis/ledger.py)."""

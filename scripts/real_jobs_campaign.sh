@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Profile the real-job programs of scripts/foreign/ (gpt_loop.py, hf_trainer_job.py, lightning_job.py) on
-# one 2-GPU host exactly as README "Profile your own job" says, export, scrub (slim) and xz -9 each trace,
+# one 2-GPU host exactly as docs/profiling.md says, export, scrub (slim) and xz -9 each trace,
 # and pack traces/foreign/<name>/{<name>.sqlite.xz,truth.json} plus machine.txt into $OUT. Post-processing
 # of one job runs in the background while the next is profiled. Time-boxed: jobs that would end after the
 # deadline are skipped and listed.
@@ -33,7 +33,7 @@ WORK=${WORK:-/tmp/real-jobs}
 JOB_ARGS=${JOB_ARGS:-}
 PART_BYTES=$((15 * 1024 * 1024))
 
-# name | nsys options beyond the README's | program | program options
+# name | nsys options beyond docs/profiling.md's | program | program options
 JOBS_TABLE="
 gpt-accum||gpt_loop.py|--accum 4 --eval-first --steps 10
 hf-ddp||hf_trainer_job.py|--steps 12

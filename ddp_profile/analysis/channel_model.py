@@ -39,7 +39,7 @@ device-to-device copies the host launches after backward) hides a collective end
     predicted_step_ns = median step_ns + median extra
 
 ``low_ns`` reaches further down by the like-for-like contention estimate
-(:func:`~ddp_profile.analysis.recommend.contention_per_step_ns`) beyond what the SM share recovered.
+(:func:`~ddp_profile.analysis.contention.contention_per_step_ns`) beyond what the SM share recovered.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile.analysis import costmodel
-from ddp_profile.analysis.recommend import contention_per_step_ns
+from ddp_profile.analysis.contention import contention_per_step_ns
 
 GRADIENT = ("AllReduce", "ReduceScatter")
 RESULT_KEYS = ("predicted_step_ns", "low_ns", "extra_ns", "recovered_ns", "channels_now")

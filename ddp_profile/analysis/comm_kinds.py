@@ -45,61 +45,17 @@ Per (rank, step) — columns appended to the step table::
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis.kernel_arrays import (
-    COMPUTE,
-    NCCL,
-    covered_by_normalized,
-    equal_range,
-    intersect_normalized,
-)
+from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, equal_range
+from ddp_profile.analysis.kernel_groups import KINDS, PARAM, kind_codes, nccl_rows
+from ddp_profile.analysis.kernel_groups import OTHER_KIND as OTHER
 
-KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
-GRADIENT = ("AllReduce", "ReduceScatter")
-PARAM = ("AllGather", "Broadcast")
-_CANON = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
-          "broadcast": "Broadcast", "bcast": "Broadcast", "alltoall": "AllToAll", "sendrecv": "SendRecv",
-          "send": "SendRecv", "recv": "SendRecv"}
-OTHER = KINDS.index("other")
 STEP_COLUMNS = ["exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns",
                 "exposed_allgather_ns"]
-
-
-def kind_of(collective) -> str:
-    """The kind (one of KINDS) of a parsed collective name (``AllReduce``, ``all_gather``...; None -> other)."""
-    if collective is None or (isinstance(collective, float) and np.isnan(collective)) or collective is pd.NA:
-        return "other"
-    return _CANON.get(re.sub(r"[^a-z]", "", str(collective).lower()), "other")
-
-
-def kind_codes(collective: pd.Series) -> np.ndarray:
-    """Index into KINDS per row (int8); each distinct value classified once (few in a trace)."""
-    if isinstance(collective.dtype, pd.CategoricalDtype):
-        cats = np.array([KINDS.index(kind_of(c)) for c in collective.cat.categories] + [OTHER], dtype=np.int8)
-        return cats[collective.cat.codes.to_numpy()]
-    codes, uniq = pd.factorize(collective.astype("object"), use_na_sentinel=True)
-    table = np.array([KINDS.index(kind_of(c)) for c in uniq] + [OTHER], dtype=np.int8)
-    return table[codes]
-
-
-def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
-    NCCL kernels are then picked among these few rows, not from all of the rank's. Only these rows' kinds are
-    classified and kept (not one code per kernel)."""
-    def compute():
-        idx = np.flatnonzero(karr.is_nccl)
-        frame = karr.frame
-        kinds = (kind_codes(frame["collective"].iloc[idx]) if "collective" in frame
-                 else np.full(len(idx), OTHER, dtype=np.int8))
-        return idx, kinds, karr.rank[idx]
-
-    return karr.memo("nccl_rows", compute)
 
 
 def _rank_nccl(karr, rank) -> tuple[np.ndarray, np.ndarray]:
@@ -111,13 +67,6 @@ def _rank_nccl(karr, rank) -> tuple[np.ndarray, np.ndarray]:
         return idx[lo:hi], kcode[lo:hi]
     mine = krank == rank
     return idx[mine], kcode[mine]
-
-
-def rows_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
-    """Positions (ascending) of the NCCL kernels whose kind is in ``kinds``."""
-    codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int8)
-    idx, kcode, _ = nccl_rows(karr)
-    return idx[np.isin(kcode, codes)]
 
 
 def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -151,7 +100,7 @@ def _cov(qs: np.ndarray, qe: np.ndarray, ss: tuple[np.ndarray, np.ndarray]) -> n
     bad = np.isnan(qs) | np.isnan(qe)
     q0 = np.where(bad, 0, qs).astype(np.int64)
     q1 = np.where(bad, 0, qe).astype(np.int64)
-    out = covered_by_normalized(q0, q1, *ss).astype(float)
+    out = iv.covered_by_normalized(q0, q1, *ss).astype(float)
     out[bad] = np.nan
     return out
 
@@ -166,7 +115,7 @@ _BUILD_BELOW = 4096  # compute sets shorter than this: S ∩ C is built (cheap),
 
 def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
               c: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """|S ∩ C ∩ [qs, qe)| per query (NaN bounds give NaN): :func:`_cov` of ``intersect_normalized(s, c)``.
+    """|S ∩ C ∩ [qs, qe)| per query (NaN bounds give NaN): :func:`_cov` of ``iv.intersect_normalized(s, c)``.
     When S ∩ C has many intervals (S's intervals span many compute kernels: at least |C| / 4 pairs, and
     |C| >= 4,096; below that building it costs less than counting) it is not built: with G(t) = |S ∩ C ∩ (−∞, t)|, k = #{i : S.start[i] <= t} and L_i = |C ∩ S_i|::
 
@@ -176,17 +125,17 @@ def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
     every |C ∩ ·| taken in one covered_by_normalized call; the same integers either way."""
     (ss, se), (cs, ce) = s, c
     if len(cs) < _BUILD_BELOW:
-        return _cov(qs, qe, intersect_normalized(s, c))
+        return _cov(qs, qe, iv.intersect_normalized(s, c))
     pairs = np.searchsorted(cs, se, side="left") - np.searchsorted(ce, ss, side="right")
     if int(np.maximum(pairs, 0).sum()) * 4 < len(cs):
-        return _cov(qs, qe, intersect_normalized(s, c))
+        return _cov(qs, qe, iv.intersect_normalized(s, c))
     bad = np.isnan(qs) | np.isnan(qe)
     q0 = np.where(bad, 0, qs).astype(np.int64)
     q1 = np.maximum(np.where(bad, 0, qe).astype(np.int64), q0)  # inverted queries cover nothing
     k0, k1 = np.searchsorted(ss, q0, side="right"), np.searchsorted(ss, q1, side="right")
     h0, h1 = k0 > 0, k1 > 0
     j0, j1 = k0[h0] - 1, k1[h1] - 1
-    part = covered_by_normalized(np.concatenate([ss, ss[j0], ss[j1]]),
+    part = iv.covered_by_normalized(np.concatenate([ss, ss[j0], ss[j1]]),
                                  np.concatenate([se, np.minimum(se[j0], q0[h0]), np.minimum(se[j1], q1[h1])]), cs, ce)
     n = len(ss)
     before = np.concatenate([[0], np.cumsum(part[:n])])  # Σ_{i<j} L_i

@@ -337,3 +337,11 @@ def _median(seg: np.ndarray) -> float:
         return float(seg[n // 2])
     seg.partition([n // 2 - 1, n // 2])
     return (float(seg[n // 2 - 1]) + float(seg[n // 2])) / 2.0
+
+
+def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """Compute time lost to NCCL per rank-step, estimated (:func:`contention.estimated_loss_ns`: each kernel
+    name's like-for-like slowdown applied to all of its time under NCCL) / (ranks × steps)."""
+    if contention is None or not len(contention) or steps is None or not len(steps):
+        return 0.0
+    return estimated_loss_ns(contention) / max(len(steps), 1)

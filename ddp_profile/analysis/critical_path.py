@@ -42,22 +42,13 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import intervals as iv
-from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, intersect_normalized, ints
-from ddp_profile.analysis.steps import span_starts
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+from ddp_profile.analysis.steps import spans
 
 PATH_COLUMNS = ["rank", "step", "start_ns", "end_ns", "span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns",
                 "host_ns", "idle_ns"]
 """Per (rank, step), :func:`rank_paths`: the same parts as ``schema.CRITICAL_PATH_COLUMNS`` on each rank."""
 PARTS = ["compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
-
-
-def spans(steps: pd.DataFrame) -> pd.DataFrame:
-    """(rank, step, start_ns, end_ns) of each step span J from the step table's GPU windows
-    (``steps.span_starts``: the step table's ``span_ns`` is J's length)."""
-    s = steps[["rank", "step", "start_ns", "end_ns"]].sort_values(["rank", "step"], kind="stable")
-    s = s.reset_index(drop=True)
-    return pd.DataFrame({"rank": ints(s["rank"]), "step": ints(s["step"]), "start_ns": span_starts(s),
-                         "end_ns": ints(s["end_ns"])})
 
 
 def _host_gaps(karr: KernelArrays, idx) -> tuple[np.ndarray, np.ndarray]:
@@ -106,13 +97,13 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
             wt = iv.normalize(ws, ws + ints(mine["wait_ns"], 0))
         else:
             wt = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        nw = intersect_normalized(n_set, wt)
+        nw = iv.intersect_normalized(n_set, wt)
         span_ns = iv.window_length(js, je)
-        compute = covered_by_normalized(js, je, *x_set)
-        exposed = covered_by_normalized(js, je, *n_set) - covered_by_normalized(
-            js, je, *intersect_normalized(x_set, n_set))
-        wait = covered_by_normalized(js, je, *nw) - covered_by_normalized(js, je, *intersect_normalized(x_set, nw))
-        host = covered_by_normalized(js, je, *_host_gaps(karr, idx))
+        compute = iv.covered_by_normalized(js, je, *x_set)
+        exposed = iv.covered_by_normalized(js, je, *n_set) - iv.covered_by_normalized(
+            js, je, *iv.intersect_normalized(x_set, n_set))
+        wait = iv.covered_by_normalized(js, je, *nw) - iv.covered_by_normalized(js, je, *iv.intersect_normalized(x_set, nw))
+        host = iv.covered_by_normalized(js, je, *_host_gaps(karr, idx))
         out.append(pd.DataFrame({
             "rank": rank, "step": sp["step"].to_numpy()[rows], "start_ns": js, "end_ns": je, "span_ns": span_ns,
             "compute_ns": compute, "exposed_transfer_ns": exposed - wait, "wait_ns": wait, "host_ns": host,

@@ -24,6 +24,9 @@ the same way. Opens no file.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -210,7 +213,6 @@ def select(labels: pd.DataFrame, which) -> pd.DataFrame:
     """The labels kept by ``which``: "all"/None, "A:B" (A <= label < B; "A:" and ":B" open), "A" (that
     label) or an iterable of labels. A selection that keeps nothing of a trace with steps, or any selection
     of a trace without steps, is a UsageError naming the trace's labels."""
-    from ddp_profile.analysis.windows import parse_steps
     from ddp_profile.errors import UsageError
 
     if which in (None, "all"):
@@ -241,3 +243,44 @@ def describe(labels) -> str:
     runs = [(int(r[0]), int(r[-1])) for r in np.split(u, cuts)]
     text = [f"{a}–{b}" if b > a else f"{a}" for a, b in runs[:6]]
     return ("step " if len(u) == 1 else "steps ") + ", ".join(text) + (", ..." if len(runs) > 6 else "")
+
+
+def parse_steps(which: str) -> list[int | None]:
+    """``"A:B"``, ``"A:"``, ``":B"`` or ``"A"`` -> [A, B] / [A]: non-negative integers, A < B when both are
+    given. Anything else (``5:2``, ``-1:``, ``1:2:3``, 20-digit numbers) is a UsageError: a selection that
+    parses but keeps nothing would silently report no steps."""
+    from ddp_profile.errors import UsageError
+
+    bad = UsageError(f"--steps {which[:40]!r}: use 'all', 'A:B' (steps A <= step < B), 'A:' or ':B' with step "
+                     "labels 0 <= A < B, or one label")
+    parts = which.split(":")
+    if len(parts) > 2 or not all(p.strip() == "" or (p.strip().isdigit() and len(p.strip()) <= 18) for p in parts):
+        raise bad
+    if len(parts) == 1 and not parts[0].strip():
+        raise bad
+    nums = [int(p) if p.strip() else None for p in parts]
+    lo, hi = nums[0], nums[-1]
+    if len(nums) == 2 and lo is not None and hi is not None and lo >= hi:
+        raise bad
+    return nums
+
+
+@dataclass(frozen=True)
+class StepSelection:
+    """Which steps an analysis covers, as one value (the CLI's ``--step-pattern``, ``--phase`` and ``--steps``,
+    declared once in ``commands/options.py``): ``pattern``, a regex for step NVTX range names (None: the
+    default patterns, else inference); ``phases``, (phase name, regex) overrides; ``steps``, the labels kept
+    ("all", "A:B", "A:", ":B" or "A", :func:`parse_steps`)."""
+
+    pattern: str | None = None
+    phases: tuple[tuple[str, str], ...] = ()
+    steps: str = "all"
+
+    def analyze_kwargs(self) -> dict:
+        """The keyword arguments of ``analysis.analyze`` this selection stands for."""
+        return {"step_pattern": self.pattern, "phase_patterns": dict(self.phases), "steps": self.steps}
+
+    def key(self) -> str:
+        """A stable text of the selection (a cache key's part)."""
+        return json.dumps({"pattern": self.pattern, "phases": [list(p) for p in self.phases], "steps": self.steps})
+

@@ -315,50 +315,8 @@ class KernelArrays:
         out = {"all": iv.normalize_rows(s, e)}
         for name, mask in ((COMPUTE, self.is_compute), (NCCL, self.is_nccl), ("copy", self.is_copy)):
             out[name] = iv.normalize_rows(s, e, mask[idx])
-        out["overlap"] = intersect_normalized(out[COMPUTE], out[NCCL])
+        out["overlap"] = iv.intersect_normalized(out[COMPUTE], out[NCCL])
         return {k: out[k] for k in (COMPUTE, NCCL, "copy", "all", "overlap")}
-
-
-def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    """``intervals.intersect`` for two sets already normalised (sorted, disjoint, non-touching), without
-    sorting their boundaries: the b intervals meeting a[i] are the contiguous run j with
-    b.end[j] > a.start[i] and b.start[j] < a.end[i] (two binary searches), and each such pair gives
-    [max(starts), min(ends)). Pairs come out sorted and, because neither input has touching intervals,
-    disjoint and non-touching: the same normalised set ``intersect`` returns (the representation is unique),
-    at O((n + m) log m) with no sort of n + m values (the sweep's sort dominated 10M-kernel analyses).
-
-    The intersection is symmetric and its normalised form unique, so the smaller set drives the searches:
-    the temporaries are then per interval of the small set (NCCL kernels, not the rank's compute kernels)."""
-    if len(a[0]) > len(b[0]):
-        a, b = b, a
-    (as_, ae), (bs, be) = a, b
-    lo = np.searchsorted(be, as_, side="right")
-    hi = np.searchsorted(bs, ae, side="left")
-    count = np.maximum(hi - lo, 0)
-    total = int(count.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    i = np.repeat(np.arange(len(as_)), count)
-    first = np.cumsum(count) - count  # position of each a interval's first pair
-    j = np.arange(total) - np.repeat(first - lo, count)
-    s = np.maximum(as_[i], bs[j])
-    e = np.minimum(ae[i], be[j])
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def covered_by_normalized(q_starts: np.ndarray, q_ends: np.ndarray, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
-    """``intervals.covered_length`` for a set already normalised (skips its re-normalisation: per-rank sets
-    are queried five times per step table)."""
-    qs = np.asarray(q_starts, dtype=np.int64)
-    qe = np.asarray(q_ends, dtype=np.int64)
-    if qs.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if ns.size == 0:
-        return np.zeros(qs.size, dtype=np.int64)
-    qe = np.maximum(qe, qs)  # inverted queries cover nothing
-    return iv._cumulative(ns, ne, qe) - iv._cumulative(ns, ne, qs)
 
 
 def pct(num, den):
@@ -391,3 +349,17 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
         return len(np.unique(ranks)) < len(ranks)
     return bool(len({*kernels["rank"].dropna().unique()})
                 and kernels.groupby("rank")["device"].nunique().gt(1).any())
+
+
+def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:
+    """Boolean mask of the kernels that start inside a step window of their own rank (``steps``: rank,
+    start_ns, end_ns; windows of one rank do not overlap)."""
+    keep = np.zeros(len(karr.start), dtype=bool)
+    for rank, g in steps.groupby("rank", sort=False):
+        idx = karr.rank_index(rank)  # a slice on the loader's rank-sorted rows: no pass over every row
+        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        ws, we = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
+        s = karr.start[idx]
+        at = np.searchsorted(ws, s, side="right") - 1
+        keep[idx] = (at >= 0) & (s < we[np.maximum(at, 0)])
+    return keep

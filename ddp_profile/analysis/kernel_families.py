@@ -4,7 +4,7 @@ critical path's rank.
 Families are the launch diagnosis' kernel groups (``kernel_groups.GROUPS``: the first ``kernel_groups.KERNEL_GROUPS``
 pattern matching the kernel's short name, else "other"; NCCL kernels by kind; memcpy and memset "copy").
 Steps are the critical path's step spans J = [end of the rank's previous selected step, end of this step)
-(``critical_path.spans``, from the step table's GPU windows), so the spans tile each rank's timeline as the
+(``steps.spans``, from the step table's GPU windows), so the spans tile each rank's timeline as the
 critical path's parts do, and a kernel belongs to the step whose span its start lies in. Per (rank, step,
 family), :func:`family_steps`::
 
@@ -33,10 +33,9 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import schema
-from ddp_profile.analysis.critical_path import spans
 from ddp_profile.analysis.kernel_arrays import KernelArrays
-from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, name_group
-from ddp_profile.analysis.launches import kernel_group_codes
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, kernel_group_codes, name_group
+from ddp_profile.analysis.steps import spans
 
 
 def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -104,12 +103,6 @@ def family_on_critical_rank(per_step: pd.DataFrame, critical: pd.DataFrame) -> p
     return schema.select(_summarise(rows, "path", steps), schema.CRITICAL_FAMILY_COLUMNS)
 
 
-WAVE_RATIO = 1.5
-"""A median overlapped/alone GEMM ratio (:func:`gemm_wave_ratio`) from which GEMMs beside NCCL are taken to run
-in two waves: sharing SMs' bandwidth slows a kernel by tens of percent, a second wave of a persistent GEMM
-(one CTA per SM) by up to 100 %."""
-
-
 def gemm_contention(contention: pd.DataFrame | None) -> pd.Series | None:
     """The GEMM family's row of :func:`contention_by_family` (``schema.FAMILY_CONTENTION_COLUMNS``), None when no
     GEMM ran both beside NCCL and alone often enough to compare."""
@@ -153,4 +146,4 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
 
 
-__all__ = ["WAVE_RATIO", "contention_by_family", "gemm_contention", "gemm_wave_ratio", "family_steps", "family_per_rank", "family_on_critical_rank"]
+__all__ = ["contention_by_family", "gemm_contention", "gemm_wave_ratio", "family_steps", "family_per_rank", "family_on_critical_rank"]

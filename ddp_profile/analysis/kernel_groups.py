@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 
-from ddp_profile.analysis.kernel_arrays import NCCL
+import numpy as np
+import pandas as pd
+
+from ddp_profile.analysis.kernel_arrays import NCCL, KernelArrays
 
 OPTIMIZER, GEMM, ATTENTION, REDUCE = "optimizer (multi_tensor_apply)", "GEMM", "attention", "reduce"
 ELEMENTWISE = "elementwise (incl. copies, casts)"
@@ -38,5 +41,70 @@ def name_group(name) -> str:
     return next((g for g, rx in KERNEL_GROUPS if name is not None and re.search(rx, str(name))), OTHER)
 
 
-__all__ = ["ATTENTION", "COPY", "ELEMENTWISE", "GEMM", "GROUPS", "KERNEL_GROUPS", "MEMORY_BOUND_GROUPS", "NCCL_GROUP",
-           "OPTIMIZER", "OTHER", "REDUCE", "name_group"]
+def kernel_group_codes(karr: KernelArrays) -> np.ndarray:
+    """Per row, the index into GROUPS of its group: :func:`name_group` of the kernel's short name, NCCL kernels
+    by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
+    by_name = np.array([GROUPS.index(name_group(n)) for n in karr.name_values()], dtype=np.int8)
+    out = by_name[karr.name_code.astype(np.int64)] if len(karr.name_code) else np.zeros(0, dtype=np.int8)
+    out = np.where(karr.is_nccl, np.int8(GROUPS.index(NCCL_GROUP)), out)
+    return np.where(karr.is_compute | karr.is_nccl, out, np.int8(GROUPS.index(COPY))).astype(np.int8)
+
+
+WAVE_RATIO = 1.5
+"""A median overlapped/alone GEMM ratio (:func:`gemm_wave_ratio`) from which GEMMs beside NCCL are taken to run
+in two waves: sharing SMs' bandwidth slows a kernel by tens of percent, a second wave of a persistent GEMM
+(one CTA per SM) by up to 100 %."""
+
+
+def of_kind(api: pd.DataFrame, kind: str) -> np.ndarray:
+    """Rows of an API_CALL_COLUMNS frame whose ``kind`` (the nsys layer's class of the call) is ``kind``."""
+    return np.asarray(api["kind"] == kind, dtype=bool)
+
+
+# ---- collective kinds, by the NCCL collective name ------------------------------------------------------
+
+KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
+GRADIENT = ("AllReduce", "ReduceScatter")
+PARAM = ("AllGather", "Broadcast")
+_CANON = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
+          "broadcast": "Broadcast", "bcast": "Broadcast", "alltoall": "AllToAll", "sendrecv": "SendRecv",
+          "send": "SendRecv", "recv": "SendRecv"}
+OTHER_KIND = KINDS.index("other")
+
+
+def kind_of(collective) -> str:
+    """The kind (one of KINDS) of a parsed collective name (``AllReduce``, ``all_gather``...; None -> other)."""
+    if collective is None or (isinstance(collective, float) and np.isnan(collective)) or collective is pd.NA:
+        return "other"
+    return _CANON.get(re.sub(r"[^a-z]", "", str(collective).lower()), "other")
+
+
+def kind_codes(collective: pd.Series) -> np.ndarray:
+    """Index into KINDS per row (int8); each distinct value classified once (few in a trace)."""
+    if isinstance(collective.dtype, pd.CategoricalDtype):
+        cats = np.array([KINDS.index(kind_of(c)) for c in collective.cat.categories] + [OTHER_KIND], dtype=np.int8)
+        return cats[collective.cat.codes.to_numpy()]
+    codes, uniq = pd.factorize(collective.astype("object"), use_na_sentinel=True)
+    table = np.array([KINDS.index(kind_of(c)) for c in uniq] + [OTHER_KIND], dtype=np.int8)
+    return table[codes]
+
+
+def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
+    NCCL kernels are then picked among these few rows, not from all of the rank's. Only these rows' kinds are
+    classified and kept (not one code per kernel)."""
+    def compute():
+        idx = np.flatnonzero(karr.is_nccl)
+        frame = karr.frame
+        kinds = (kind_codes(frame["collective"].iloc[idx]) if "collective" in frame
+                 else np.full(len(idx), OTHER_KIND, dtype=np.int8))
+        return idx, kinds, karr.rank[idx]
+
+    return karr.memo("nccl_rows", compute)
+
+
+def rows_of(karr, kinds: tuple[str, ...]) -> np.ndarray:
+    """Positions (ascending) of the NCCL kernels whose kind is in ``kinds``."""
+    codes = np.array([KINDS.index(k) for k in kinds], dtype=np.int8)
+    idx, kcode, _ = nccl_rows(karr)
+    return idx[np.isin(kcode, codes)]

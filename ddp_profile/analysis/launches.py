@@ -6,8 +6,8 @@ the GPU faster (bf16, a better kernel) does not make the step faster. The cure i
 larger kernels (bigger batch, fusion, ``torch.compile``, CUDA graphs).
 
 Steps are the NVTX step ranges ``analyze`` uses (``windows.find_steps``, else inferred from the kernel
-sequence: ``infer.steps_from_trace``, with the same step labels on every rank; ``steps`` selects them by
-label as in ``analyze``). Everything is measured over the step's *host* range H = [start_ns, end_ns] (the time the
+sequence: ``infer.steps_from_trace``, with the same step labels on every rank, selected by label as in
+``analyze``), given by the caller (``analysis.pipeline``). Everything is measured over the step's *host* range H = [start_ns, end_ns] (the time the
 process spent in the step on the CPU), not ``analyze``'s GPU window: whether the GPU waited while the host
 was busy with the step is the question. A CUDA API call or kernel belongs to the step when the call (for a
 kernel: the call that launched it, ``launch_ns``) started inside H on the same process, any thread.
@@ -53,9 +53,8 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis import parts
-from ddp_profile.analysis.kernel_arrays import KernelArrays, covered_by_normalized, ints, pct
-from ddp_profile.analysis.kernel_groups import COPY, GROUPS, NCCL_GROUP, name_group
+from ddp_profile.analysis.kernel_arrays import KernelArrays, ints, pct
+from ddp_profile.analysis.kernel_groups import GROUPS, kernel_group_codes, of_kind
 from ddp_profile.memory import python_strings
 
 IDLE_THRESHOLD_PCT = 25.0
@@ -72,6 +71,15 @@ class LaunchAnalysis:
     kernel_groups: pd.DataFrame
     """KERNEL_GROUP_COLUMNS, rows by rank then kernels (most first)."""
     notes: list[str] = field(default_factory=list)
+    made: bool = True
+    """False when the diagnosis could not be made (no CUDA API table, a trace held on Dask workers): the
+    frames are then empty and ``notes`` says why."""
+
+    @classmethod
+    def missing(cls, why: str) -> LaunchAnalysis:
+        """No diagnosis, with the reason as its one note."""
+        return cls(schema.empty_frame(schema.LAUNCH_STEP_COLUMNS), schema.empty_frame(schema.API_FUNCTION_COLUMNS),
+                   schema.empty_frame(schema.KERNEL_GROUP_COLUMNS), [why], made=False)
 
     def summary(self) -> dict:
         """Medians over (rank, step) rows of the step table, the steps counted and launch-bound."""
@@ -104,11 +112,6 @@ STEP_TABLE = (  # (column, header, scale): the one launch step table; `ddp-profi
 )
 
 
-def of_kind(api: pd.DataFrame, kind: str) -> np.ndarray:
-    """Rows of an API_CALL_COLUMNS frame whose ``kind`` (the nsys layer's class of the call) is ``kind``."""
-    return np.asarray(api["kind"] == kind, dtype=bool)
-
-
 def _in_ranges(t_sorted: np.ndarray, hs: np.ndarray, he: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[lo, hi) slices of the sorted times falling in each [hs, he] (both ends included, as windows.project)."""
     return np.searchsorted(t_sorted, hs, side="left"), np.searchsorted(t_sorted, he, side="right")
@@ -127,22 +130,18 @@ def _step_of(t: np.ndarray, hs: np.ndarray, he: np.ndarray) -> np.ndarray:
     return np.where(ok, j, -1)
 
 
-def host_steps(trace, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str]]:
-    """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start), and notes: the
-    steps ``analyze`` finds, with their common labels across ranks (``parts.labelled_steps``)."""
-    ranges, notes, _ = parts.labelled_steps(trace, step_pattern=step_pattern, steps=steps)
+def host_steps(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The step host ranges (windows.RANGE_COLUMNS) of ranked processes, sorted by (rank, start)."""
     ranges = ranges.loc[ranges["rank"].notna()] if len(ranges) else ranges
-    return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True), notes
+    return ranges.sort_values(["rank", "host_start_ns"], kind="stable").reset_index(drop=True)
 
 
 @python_strings()
-def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = None,
-                     steps="all") -> LaunchAnalysis:
-    """Per-step launch diagnosis. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)`` (the reader's job:
-    analysis opens no file). ``steps``: "all", "A:B" (slice over step indices, e.g. "1:" skips the first) or
-    ints."""
-    ranges, notes = host_steps(trace, step_pattern, steps)
-    karr = KernelArrays(trace.kernels)
+def analyze_launches(karr: KernelArrays, api: pd.DataFrame, ranges: pd.DataFrame, notes=()) -> LaunchAnalysis:
+    """Per-step launch diagnosis of the kernels ``karr``. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)``
+    (the reader's job: analysis opens no file). ``ranges``: the selected host step ranges with their common
+    labels, as the analysis' first stage finds them (``analysis.pipeline``); ``notes``: how they were found."""
+    ranges, notes = host_steps(ranges), list(notes)
     kdur = karr.end - karr.start
     is_kernel = karr.is_compute | karr.is_nccl
     launch_rx, sync_rx = of_kind(api, "launch"), of_kind(api, "sync")
@@ -155,7 +154,7 @@ def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = Non
         hs, he = ints(sg["host_start_ns"]), ints(sg["host_end_ns"])
         n = len(sg)
         # GPU busy: the rank's union of all GPU activity, clipped to each host range.
-        busy = covered_by_normalized(hs, he, *karr.rank_sets(rank)["all"])
+        busy = iv.covered_by_normalized(hs, he, *karr.rank_sets(rank)["all"])
         # Kernels launched in each range (same process), as sorted slices of launch times.
         kk = np.flatnonzero((karr.rank == rank) & is_kernel & (karr.launch >= 0) & np.isin(karr.pid, pid))
         kk = kk[np.argsort(karr.launch[kk], kind="stable")]
@@ -168,7 +167,7 @@ def analyze_launches(trace, api: pd.DataFrame, *, step_pattern: str | None = Non
         launches = _slice_sums(launch_rx[aa].astype(np.int64), alo, ahi)
         api_ns = _slice_sums(a_end[aa] - a_start[aa], alo, ahi)
         sync = aa[sync_rx[aa]]
-        sync_ns = covered_by_normalized(hs, he, *iv.normalize(a_start[sync], a_end[sync]))
+        sync_ns = iv.covered_by_normalized(hs, he, *iv.normalize(a_start[sync], a_end[sync]))
         step_ns = iv.window_length(hs, he)
         host_us = np.where(launches > 0, (step_ns - sync_ns) / np.maximum(launches, 1) / 1e3, np.nan)
         gpu_us = np.where(kernels > 0, ktime / np.maximum(kernels, 1) / 1e3, np.nan)
@@ -219,18 +218,9 @@ def _per_step(parts: list[pd.DataFrame], count: str, columns: list[str]) -> pd.D
     return schema.select(df, columns)
 
 
-def kernel_group_codes(karr: KernelArrays) -> np.ndarray:
-    """Per row, the index into GROUPS of its group: :func:`name_group` of the kernel's short name, NCCL kernels
-    by kind, memcpy/memset rows COPY. Patterns run once per distinct name."""
-    by_name = np.array([GROUPS.index(name_group(n)) for n in karr.name_values()], dtype=np.int8)
-    out = by_name[karr.name_code.astype(np.int64)] if len(karr.name_code) else np.zeros(0, dtype=np.int8)
-    out = np.where(karr.is_nccl, np.int8(GROUPS.index(NCCL_GROUP)), out)
-    return np.where(karr.is_compute | karr.is_nccl, out, np.int8(GROUPS.index(COPY))).astype(np.int8)
-
-
 def _kernel_group(karr: KernelArrays) -> np.ndarray:
     """Group label per row (:func:`kernel_group_codes` as GROUPS labels)."""
     return np.asarray(GROUPS, dtype=object)[kernel_group_codes(karr)]
 
 
-__all__ = ["IDLE_THRESHOLD_PCT", "LaunchAnalysis", "analyze_launches", "host_steps", "kernel_group_codes", "of_kind"]
+__all__ = ["IDLE_THRESHOLD_PCT", "LaunchAnalysis", "analyze_launches", "host_steps"]

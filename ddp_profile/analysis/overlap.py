@@ -24,15 +24,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile import schema
-from ddp_profile.analysis.kernel_arrays import (
-    COMPUTE,
-    NCCL,
-    KernelArrays,
-    covered_by_normalized,
-    pair_groups,
-    pct,
-    row_runs,
-)
+from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, KernelArrays, pair_groups, pct, row_runs
 
 
 def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 15) -> np.ndarray:
@@ -73,7 +65,7 @@ def _cover_rows(karr: KernelArrays, idx: np.ndarray, out: np.ndarray, chunk: int
                                   (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
             for lo in range(0, len(queries), chunk):
                 q = queries[lo:lo + chunk]
-                out[q] = covered_by_normalized(karr.start[q], karr.end[q], ss, se)
+                out[q] = iv.covered_by_normalized(karr.start[q], karr.end[q], ss, se)
             del ss, se
 
 

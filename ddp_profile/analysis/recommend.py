@@ -54,7 +54,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import costmodel
-from ddp_profile.analysis.contention import estimated_loss_ns
+from ddp_profile.analysis.contention import contention_per_step_ns
 
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
@@ -123,14 +123,6 @@ def _tail(collectives, ready, steps, model) -> float:
     return float(v.median()) if v.notna().any() else float("nan")
 
 
-def contention_per_step_ns(contention: pd.DataFrame, steps: pd.DataFrame) -> float:
-    """Compute time lost to NCCL per rank-step, estimated (:func:`contention.estimated_loss_ns`: each kernel
-    name's like-for-like slowdown applied to all of its time under NCCL) / (ranks × steps)."""
-    if contention is None or not len(contention) or steps is None or not len(steps):
-        return 0.0
-    return estimated_loss_ns(contention) / max(len(steps), 1)
-
-
 def comm_window(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, step) with both known: ``comm`` (the gradient collectives' summed duration), ``window``
     (from the first one's ready time to the end of backward), ``transfer`` and ``wait`` (their summed
@@ -194,7 +186,7 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
     collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
     strategy and its current flags. ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of
-    ``analysis.collectives`` when already computed (per rank, by ``analysis.parts``); then ``kernels`` is
+    ``analysis.collectives`` when already computed (per rank, by ``analysis.pipeline``); then ``kernels`` is
     not used. ``nccl_channels``: NCCL's channel count as the trace shows it (``Trace.meta``), for the
     channel lever when the run record does not set one."""
     steps, coll, model = analysis.steps, analysis.collectives, analysis.cost_model

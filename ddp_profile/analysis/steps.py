@@ -15,7 +15,10 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     copy_ns          = |M ∩ W|
     idle_ns          = step_ns − |A ∩ W|
     forward_ns, backward_ns, optimizer_ns = length of the phase's GPU window (NaN when the phase has no range)
-    backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
+    backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s), and
+                       before the last gradient collective of the step was launched (what backward's threads
+                       launch after it waits for reduced gradients: FSDP's post-reduce copies and gradient
+                       division, an update run from the gradient hooks; the optimizer)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
                        GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
                        launched between the start of backward and the start of the optimizer phase (the
@@ -44,15 +47,9 @@ import pandas as pd
 from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import comm_kinds as ck
-from ddp_profile.analysis.kernel_arrays import (
-    COMPUTE,
-    NCCL,
-    TRIM_ROWS,
-    KernelArrays,
-    covered_by_normalized,
-    intersect_normalized,
-    pct,
-)
+from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, TRIM_ROWS, KernelArrays, ints, pct
+from ddp_profile.analysis.kernel_groups import GRADIENT, rows_of
+from ddp_profile.analysis.projection import project
 from ddp_profile.memory import return_freed_memory
 
 STEP_FACTS = ["micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns"]  # carried from the step windows
@@ -72,15 +69,14 @@ def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | Non
                 rows: np.ndarray | None = None) -> np.ndarray:
     """Latest GPU end of the kernels selected by ``mask`` (or at positions ``rows``) launched inside each
     host range (NaN if none)."""
-    from ddp_profile.analysis.windows import project
-
     _, ge, anyk = project(ranges, karr.start, karr.end, karr.launch, karr.pid, mask, rows)
     return np.where(anyk, ge.astype(float), np.nan)
 
 
-def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None) -> pd.DataFrame:
-    """STEP_METRIC_COLUMNS from the GPU-projected windows (``phases`` = windows.phase_windows output)."""
-    return step_tables(phases, karr, coll)[0]
+def _latest_launch(ranges: pd.DataFrame, karr: KernelArrays, rows: np.ndarray) -> np.ndarray:
+    """Latest launch time of the kernels at positions ``rows`` launched inside each host range (NaN if none)."""
+    _, last, anyk = project(ranges, karr.launch, karr.launch, karr.launch, karr.pid, None, rows)
+    return np.where(anyk, last.astype(float), np.nan)
 
 
 def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
@@ -177,7 +173,7 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
         # to the OS first; without it this rank's pieces stack on them (~2 MB on the 1M-kernel replica).
         return_freed_memory()
     ns, ne = n_set = iv.normalize_rows(s, e, karr.is_nccl[idx], chunk)
-    cov = {NCCL: covered_by_normalized(ws, we, ns, ne)}
+    cov = {NCCL: iv.covered_by_normalized(ws, we, ns, ne)}
     totals = {NCCL: int((ne - ns).sum()), COMPUTE: 0, "overlap": 0}
     # C ∩ N has at most |C| + |N| intervals (each ends at an end of a C or an N interval, no two at the same
     # one) and |C| is at most the rank's compute kernels: its pieces are written into buffers that long as
@@ -188,13 +184,13 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
     for name, mask in ((COMPUTE, karr.is_compute), ("copy", karr.is_copy), ("all", None)):
         got = np.zeros(len(ws), dtype=np.int64)
         for ps, pe in iv.normalized_pieces(s, e, None if mask is None else mask[idx], chunk):
-            got += covered_by_normalized(ws, we, ps, pe)
+            got += iv.covered_by_normalized(ws, we, ps, pe)
             if name != COMPUTE:
                 continue
             totals[COMPUTE] += int((pe - ps).sum())
             lo, hi = np.searchsorted(ne, ps[0], side="right"), np.searchsorted(ns, pe[-1], side="left")
             if hi > lo:  # the NCCL intervals that can meet this piece
-                os_, oe = intersect_normalized((ps, pe), (ns[lo:hi], ne[lo:hi]))
+                os_, oe = iv.intersect_normalized((ps, pe), (ns[lo:hi], ne[lo:hi]))
                 over_s[n_over:n_over + len(os_)] = os_
                 over_e[n_over:n_over + len(oe)] = oe
                 n_over += len(os_)
@@ -203,7 +199,7 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
     over_e.resize(n_over, refcheck=False)
     overlap = over_s, over_e
     totals["overlap"] = int((overlap[1] - overlap[0]).sum())
-    cov["overlap"] = covered_by_normalized(ws, we, *overlap)
+    cov["overlap"] = iv.covered_by_normalized(ws, we, *overlap)
     karr.note_rank_totals(rank, totals)
     return cov, {NCCL: n_set, "overlap": overlap}
 
@@ -253,13 +249,29 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     if len(opt) and not opt.index.has_duplicates:
         o = opt.reindex(keys).to_numpy(dtype=float) - 1
         until = np.where(np.isnan(o), until, np.minimum(until, o))
-    bwd_end = _latest_end(bwd, karr, karr.is_compute)
     grad = pd.DataFrame({
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
         "host_end_ns": until.astype(np.int64),
     })
-    comm_end = _latest_end(grad, karr, rows=ck.rows_of(karr, ck.GRADIENT))
+    grad_rows = rows_of(karr, GRADIENT)
+    comm_end = _latest_end(grad, karr, rows=grad_rows)
+    # Backward ends with the compute launched before the last gradient collective was: what the backward's
+    # threads launch after it (FSDP's post-reduce copies and gradient division, an update run from the
+    # gradient hooks) waits for the reduced gradients and is no backward compute.
+    last_launch = _latest_launch(grad, karr, grad_rows)
+    bwd_host_end = bwd["host_end_ns"].to_numpy(dtype=float)
+    bwd_host_end = np.where(np.isnan(last_launch), bwd_host_end, np.minimum(bwd_host_end, last_launch - 1))
+    bwd_end = _latest_end(bwd.assign(host_end_ns=bwd_host_end.astype(np.int64)), karr, karr.is_compute)
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))
     tail = np.where(np.isnan(bwd_end), np.nan, tail)
     return pd.DataFrame({"rank": bwd["rank"].to_numpy(), "step": bwd["step"].to_numpy(),
                          "backward_end_ns": bwd_end, "comm_tail_ns": tail, "_grad_end": comm_end})
+
+
+def spans(steps: pd.DataFrame) -> pd.DataFrame:
+    """(rank, step, start_ns, end_ns) of each step span J from the step table's GPU windows
+    (:func:`span_starts`: the step table's ``span_ns`` is J's length)."""
+    s = steps[["rank", "step", "start_ns", "end_ns"]].sort_values(["rank", "step"], kind="stable")
+    s = s.reset_index(drop=True)
+    return pd.DataFrame({"rank": ints(s["rank"]), "step": ints(s["step"]), "start_ns": span_starts(s),
+                         "end_ns": ints(s["end_ns"])})

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ddp_profile.report.findings import build_findings
+    from ddp_profile.findings import build_findings
 
     def say(msg):
         print(f"findings: {msg}", file=sys.stderr, flush=True)

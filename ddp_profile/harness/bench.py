@@ -13,14 +13,10 @@ import sys
 from pathlib import Path
 
 from ddp_profile.errors import UsageError, run_main
+from ddp_profile.harness import levers
 from ddp_profile.harness.config import (
-    BLAS_LIBRARIES,
-    CARVEOUT_SCOPES,
-    DDP_COMM_HOOKS,
     DTYPES,
     FSDP_PARAM_DTYPES,
-    GC_MODES,
-    GRAD_REDUCE_DTYPES,
     MODELS,
     OPTIMIZERS,
     STRATEGIES,
@@ -56,74 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
     p.add_argument("--backend", default="", choices=("", "gloo", "nccl"), help="default: nccl on GPU, gloo on CPU")
     p.add_argument("--print-run-name", action="store_true", help="print the run name (world size from torchrun or --nproc) and exit")
-    add_lever_arguments(p)
-
-
-def add_lever_arguments(p: argparse.ArgumentParser) -> None:
-    """The contention-cutting levers (README "Levers"); each is a RunConfig field and a run-name suffix."""
-    g = p.add_argument_group("levers")
-    g.add_argument("--nccl-channels", type=int, default=0, metavar="N",
-                   help="at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)")
-    g.add_argument("--nccl-high-priority", action="store_true", help="high-priority NCCL streams (-hiprio; ignored on gloo)")
-    g.add_argument("--peer-copy-allreduce", action="store_true",
-                   help="2 ranks; bucketed: sum each bucket by a peer copy into the other GPU's symmetric memory "
-                        "(copy engine) plus one local add, instead of NCCL; overlap --sharded-update: reduce-scatter "
-                        "and all-gather each parameter by such copies (-peercopy)")
-    g.add_argument("--nccl-min-ctas", type=int, default=0, metavar="N",
-                   help="at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the "
-                        "maximum, equal values pin the count) (-minctasN; ignored on gloo)")
-    g.add_argument("--ddp-comm-hook", default="", choices=DDP_COMM_HOOKS,
-                   help="torch_ddp: PyTorch's bf16_compress_hook, buckets all-reduced in bf16, fp32 params, grads "
-                        "and optimizer (-hookbf16)")
-    g.add_argument("--first-bucket-mb", type=float, default=0.0, metavar="X",
-                   help="bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)")
-    g.add_argument("--grad-views", action="store_true",
-                   help="bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)")
-    g.add_argument("--reduce-avg", action="store_true",
-                   help="overlap: all-reduce each gradient in place with NCCL's average instead of dividing it "
-                        "first (-avg; gloo divides first)")
-    g.add_argument("--sharded-update", action="store_true",
-                   help="overlap: reduce-scatter each gradient, update this rank's part of the parameter from its hook "
-                        "while backward runs, all-gather the parts (ZeRO-1 overlapped; -shardupd)")
-    g.add_argument("--sharded-update-normal-priority", action="store_true",
-                   help="with --sharded-update: run the updates on a normal-priority side stream, not a high-priority "
-                        "one (-updnormal)")
-    g.add_argument("--grad-reduce-dtype", default="", choices=GRAD_REDUCE_DTYPES,
-                   help="bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)")
-    g.add_argument("--gc", dest="gc_mode", default="", choices=GC_MODES,
-                   help="Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off "
-                        "(frozen and disabled), any strategy (-gcfreeze, -gcoff)")
-    g.add_argument("--cuda-graph", action="store_true",
-                   help="none, overlap, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay "
-                        "it, so the host issues one call a step (-graph; ignored on the CPU)")
-    g.add_argument("--no-step-sync", dest="step_sync", action="store_false",
-                   help="any strategy: no wait for the GPU between steps (the host queues the next step while the "
-                        "GPU runs this one); step times stay CUDA events (-nosync)")
-    g.add_argument("--gemm-sm-carveout", type=int, default=0, metavar="N",
-                   help="any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside "
-                        "an NCCL kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)")
-    g.add_argument("--gemm-sm-carveout-scope", default="", choices=CARVEOUT_SCOPES[1:],
-                   help="with --gemm-sm-carveout: backward = only the backward's GEMMs leave the SMs, the forward's "
-                        "use all of them (-carveNbwd)")
-    g.add_argument("--blas-library", default="", choices=BLAS_LIBRARIES,
-                   help="PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for "
-                        "--gemm-sm-carveout, which implies it (-lt)")
-    g.add_argument("--overlap-optimizer", action="store_true",
-                   help="bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)")
-
-
-def lever_kwargs(args: argparse.Namespace) -> dict:
-    return {"nccl_channels": args.nccl_channels, "nccl_high_priority": args.nccl_high_priority,
-            "first_bucket_mb": args.first_bucket_mb, "grad_views": args.grad_views, "reduce_avg": args.reduce_avg,
-            "sharded_update": args.sharded_update,
-            "sharded_update_normal_priority": args.sharded_update_normal_priority,
-            "grad_reduce_dtype": args.grad_reduce_dtype, "overlap_optimizer": args.overlap_optimizer,
-            "nccl_min_ctas": args.nccl_min_ctas, "ddp_comm_hook": args.ddp_comm_hook,
-            "peer_copy_allreduce": args.peer_copy_allreduce, "gc_mode": args.gc_mode,
-            "gemm_sm_carveout": args.gemm_sm_carveout,
-            "gemm_sm_carveout_scope": args.gemm_sm_carveout_scope, "blas_library": args.blas_library, "step_sync": args.step_sync,
-            "cuda_graph": args.cuda_graph}
-
+    levers.add_arguments(p)  # the levers' flags, from their table
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -132,16 +61,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
         optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
         ddp_nvtx_hook=args.ddp_nvtx_hook, shard_optimizer=args.shard_optimizer or "",
-        fsdp_reshard=not args.fsdp_no_reshard, fsdp_param_dtype=args.fsdp_param_dtype, **lever_kwargs(args),
+        fsdp_reshard=not args.fsdp_no_reshard, fsdp_param_dtype=args.fsdp_param_dtype, **levers.from_args(args),
     )
 
 
 def _finish(record: dict | None, out: str) -> None:
     if record is None:
         return
-    from ddp_profile.harness.train import write_json
+    from ddp_profile.safeio import write_record_atomic
 
-    path = write_json(record, Path(out) / f"{record['run']}.json")
+    path = write_record_atomic(Path(out) / f"{record['run']}.json", record, make_parents=True)
     print(f"{record['run']}: median step {record['step_ms_median']:.2f} ms ({record['timing_source']}, "
           f"slowest rank, {record['measured_steps']} steps) on {record['world_size']} x {record['gpu_name']}; "
           f"wrote {path}", flush=True)
@@ -180,9 +109,9 @@ def skips_group_teardown(cfg: RunConfig, backend: str, world_size: int) -> bool:
 
     True for graphed runs on NCCL with peers: a CUDA graph that captured NCCL collectives can leave
     `destroy_process_group` hanging in ncclCommDestroy (pytorch/pytorch#115388). The JSON and the capture
-    range are complete by then, so nothing is lost by leaving at once. (Not the whole story on the lent
-    machines: a graphed 2-rank XL run under nsys with ``--cuda-graph-trace=node``, set U on 2 x H100, stopped
-    before writing its JSON, with and without this; the same runs without nsys end normally, sets S-V.)
+    range are complete by then, so nothing is lost by leaving at once. (Not the whole story: graphed 2-rank
+    runs under nsys with ``--cuda-graph-trace=node`` have stopped before writing their JSON with and without
+    this, while the same runs without nsys end normally; docs/campaigns.md records when.)
     """
     return bool(cfg.cuda_graph) and backend == "nccl" and world_size > 1
 

@@ -11,8 +11,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from ddp_profile.errors import ConfigError
+from ddp_profile.harness import levers
+from ddp_profile.harness.levers import DDP_COMM_HOOKS, GRAD_REDUCE_DTYPES, GRAPH_STRATEGIES, STRATEGIES
 
-STRATEGIES = ("none", "naive", "flat", "overlap", "bucketed", "torch_ddp", "fsdp")
 # Optimizer-state sharding (ZeRO-1) on top of a gradient strategy: "" off, "ours" (ShardedOptimizer),
 # "torch" (torch.distributed.optim.ZeroRedundancyOptimizer, the reference).
 SHARD_OPTIMIZERS = ("", "ours", "torch")
@@ -20,16 +21,6 @@ SHARD_OPTIMIZERS = ("", "ours", "torch")
 SHARDABLE_STRATEGIES = ("naive", "flat", "overlap", "bucketed", "torch_ddp")
 FSDP_PARAM_DTYPES = ("fp32", "bf16")
 DTYPES = ("fp32", "bf16")
-GRAD_REDUCE_DTYPES = ("", "bf16")
-GC_MODES = ("", "freeze", "off")
-DDP_COMM_HOOKS = ("", "bf16")
-MAX_NCCL_CHANNELS = 64
-MAX_GEMM_SM_CARVEOUT = 64
-"""At most this many SMs kept from GEMMs (half of a Hopper GPU's 132); the GPU's own count is checked at run time."""
-BLAS_LIBRARIES = ("", "cublaslt")
-CARVEOUT_SCOPES = ("", "backward")
-GRAPH_STRATEGIES = ("none", "overlap", "torch_ddp")
-"""Strategies whose whole step can be captured as a CUDA graph (harness.cuda_graph.STRATEGIES is this list)."""
 OPTIMIZERS = ("adamw", "sgd")
 MLP_MODEL = "mlp"
 
@@ -118,26 +109,19 @@ class RunConfig:
     """torch_ddp only: register the project's NVTX comm hook (per-bucket ranges with bytes). Off by default:
     with any comm hook DDP copies gradients into buckets unscaled and the hook scales them, a different GPU
     path from stock DDP, so the reference stays stock (its bytes come from DDP's logged bucket sizes)."""
-    # ---- contention-cutting levers (README "Levers"); the defaults are the stock behaviour ----
-    nccl_channels: int = 0
-    """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
-    group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored
-    (with a note in the run JSON) on gloo."""
-    nccl_high_priority: bool = False
-    """NCCL streams at high CUDA priority (`ProcessGroupNCCL.Options(is_high_priority_stream=True)`)."""
-    nccl_min_ctas: int = 0
-    """At least N CTAs per collective (0: NCCL's choice), through the group's NCCL config
-    (`ProcessGroupNCCL.Options().config.min_ctas`, ncclConfig_t.minCTAs), else NCCL_MIN_CTAS; ignored (with
-    a note) on gloo. The upper limit is `nccl_channels` (maxCTAs); equal values pin the CTA count."""
-    peer_copy_allreduce: bool = False
-    """bucketed, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
-    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce. overlap with
-    sharded_update, 2 ranks: each split parameter's reduce-scatter and all-gather are such pushes (the other
-    half of the gradient into the peer's receive slot, the updated half into the peer's parameter)."""
-    ddp_comm_hook: str = ""
-    """torch_ddp only: "bf16" registers PyTorch's own `bf16_compress_hook` (default_hooks): each bucket is
-    cast to bf16, divided by the world size, all-reduced in bf16 and copied back into the fp32 bucket;
-    parameters, gradients and optimizer stay fp32. Empty: stock DDP (no hook)."""
+    # ---- strategy options ----
+    shard_optimizer: str = ""
+    """Optimizer-state sharding (ZeRO-1) on top of a gradient strategy other than none/fsdp: "" off, "ours"
+    (ShardedOptimizer: owners update their shard, then broadcast it) or "torch" (ZeroRedundancyOptimizer)."""
+    fsdp_reshard: bool = True
+    """fsdp only: free gathered parameters after each unit's forward (reshard_after_forward); False keeps
+    them until backward (one all-gather per unit per step instead of two, more memory)."""
+    fsdp_param_dtype: str = "fp32"
+    """fsdp only: "bf16" gathers and computes with bf16 parameters (MixedPrecisionPolicy(param_dtype=bf16,
+    reduce_dtype=fp32)); "fp32" has no mixed-precision policy."""
+    # ---- the levers (harness/levers.py declares each once; docs/harness.md "Levers"); the defaults are the stock
+    # behaviour. Grouped by concern as levers.CONCERNS; the run JSON's config stays flat (reports read it by key).
+    # levers: buckets (how gradients are packed and reduced)
     first_bucket_mb: float = 0.0
     """bucketed only: cap in MiB of the first bucket (the last layers' gradients), smaller than bucket_mb,
     so communication starts early; later buckets use bucket_mb (0: every bucket uses bucket_mb)."""
@@ -150,6 +134,14 @@ class RunConfig:
     size first (one more read and write of every gradient). Same numbers as stock DDP, which scales each
     gradient by 1/world size as it copies it into its bucket. Groups without AVG (gloo) divide first, as
     without the lever (``reduce_op`` in the run JSON's layout says which ran)."""
+    grad_reduce_dtype: str = ""
+    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
+    optimizer stay fp32); empty: in the gradients' own dtype."""
+    ddp_comm_hook: str = ""
+    """torch_ddp only: "bf16" registers PyTorch's own `bf16_compress_hook` (default_hooks): each bucket is
+    cast to bf16, divided by the world size, all-reduced in bf16 and copied back into the fp32 bucket;
+    parameters, gradients and optimizer stay fp32. Empty: stock DDP (no hook)."""
+    # levers: update (how the optimizer step runs)
     sharded_update: bool = False
     """overlap only: each gradient is reduce-scattered (not all-reduced), each rank updates its 1/world-size
     part of every parameter from the gradient's hook, on a side stream, while backward goes on, and the parts
@@ -158,15 +150,36 @@ class RunConfig:
     sharded_update_normal_priority: bool = False
     """With sharded_update: the side stream that runs the parts' updates has the compute stream's (normal)
     CUDA priority instead of high priority, so the update's kernels do not take SMs ahead of the backward's."""
-    grad_reduce_dtype: str = ""
-    """bucketed only: "bf16" all-reduces each bucket in bf16 (cast, sum, cast back; params, grads and
-    optimizer stay fp32); empty: in the gradients' own dtype."""
+    overlap_optimizer: bool = False
+    """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
+    (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
+    # levers: comm (how NCCL and the copy engines run)
+    peer_copy_allreduce: bool = False
+    """bucketed, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
+    (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce. overlap with
+    sharded_update, 2 ranks: each split parameter's reduce-scatter and all-gather are such pushes (the other
+    half of the gradient into the peer's receive slot, the updated half into the peer's parameter)."""
+    nccl_channels: int = 0
+    """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
+    group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored
+    (with a note in the run JSON) on gloo."""
+    nccl_min_ctas: int = 0
+    """At least N CTAs per collective (0: NCCL's choice), through the group's NCCL config
+    (`ProcessGroupNCCL.Options().config.min_ctas`, ncclConfig_t.minCTAs), else NCCL_MIN_CTAS; ignored (with
+    a note) on gloo. The upper limit is `nccl_channels` (maxCTAs); equal values pin the CTA count."""
+    nccl_high_priority: bool = False
+    """NCCL streams at high CUDA priority (`ProcessGroupNCCL.Options(is_high_priority_stream=True)`)."""
+    # levers: runtime (settings of the whole job)
     gc_mode: str = ""
     """Python's garbage collector during the steps, any strategy (1 GPU included): "" automatic (Python's
     default); "freeze": one collection, then everything alive moved to the permanent generation (gc.freeze)
     before the first step, so the collector's full passes skip the model's long-lived objects; "off": the
     same, then automatic collection disabled until the last step (a long job collects every N steps at the
     same point on every rank). Restored after the loop."""
+    cuda_graph: bool = False
+    """none, overlap and torch_ddp: each step captured once as a CUDA graph and replayed (``ddp_profile.harness.
+    cuda_graph``): the host issues one call a step instead of thousands of kernels; 11 eager steps run
+    first (DDP's requirement), AdamW is made capturable. Ignored (with a note) on the CPU."""
     step_sync: bool = True
     """Any strategy: wait for the GPU at the end of every step (``torch.cuda.synchronize``), the harness's
     default since round 1. False (``--no-step-sync``, ``-nosync``): the loop does not wait between steps, so
@@ -174,10 +187,6 @@ class RunConfig:
     every N steps does; it waits once at the capture range's ends. Step times still come from CUDA events on
     the stream (start and end of each step as the GPU reaches them); ``host_step_ms`` then measures issuing
     a step, not the step. On the CPU every step ends synchronously anyway."""
-    cuda_graph: bool = False
-    """none, overlap and torch_ddp: each step captured once as a CUDA graph and replayed (``ddp_profile.harness.
-    cuda_graph``): the host issues one call a step instead of thousands of kernels; 11 eager steps run
-    first (DDP's requirement), AdamW is made capturable. Ignored (with a note) on the CPU."""
     gemm_sm_carveout: int = 0
     """Any strategy: every GEMM targets the GPU's SMs minus N (cuBLASLt's SM-count target, PyTorch's
     preferred BLAS library set to cuBLASLt), so that a GEMM beside an NCCL kernel holding at most N SMs
@@ -189,18 +198,6 @@ class RunConfig:
     blas_library: str = ""
     """"cublaslt": PyTorch's preferred BLAS library set to cuBLASLt, no carveout (the control for
     ``gemm_sm_carveout``, which implies it). Empty: PyTorch's default."""
-    overlap_optimizer: bool = False
-    """bucketed only: one optimizer per bucket, stepped as soon as that bucket's mean gradient is ready
-    (in launch order), so early buckets' optimizer work overlaps later buckets' communication."""
-    shard_optimizer: str = ""
-    """Optimizer-state sharding (ZeRO-1) on top of a gradient strategy other than none/fsdp: "" off, "ours"
-    (ShardedOptimizer: owners update their shard, then broadcast it) or "torch" (ZeroRedundancyOptimizer)."""
-    fsdp_reshard: bool = True
-    """fsdp only: free gathered parameters after each unit's forward (reshard_after_forward); False keeps
-    them until backward (one all-gather per unit per step instead of two, more memory)."""
-    fsdp_param_dtype: str = "fp32"
-    """fsdp only: "bf16" gathers and computes with bf16 parameters (MixedPrecisionPolicy(param_dtype=bf16,
-    reduce_dtype=fp32)); "fp32" has no mixed-precision policy."""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -252,9 +249,6 @@ def validate(cfg: RunConfig) -> None:
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
     _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
            f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
-    _check(cfg.ddp_comm_hook in DDP_COMM_HOOKS, f"ddp_comm_hook {cfg.ddp_comm_hook!r} is unknown; choose bf16 (or leave it empty)")
-    _check(not cfg.ddp_comm_hook or cfg.strategy == "torch_ddp",
-           f"ddp_comm_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
     _check(not (cfg.ddp_comm_hook and cfg.ddp_nvtx_hook),
            "ddp_comm_hook and ddp_nvtx_hook cannot be combined (DDP takes one communication hook)")
     _check(cfg.shard_optimizer in SHARD_OPTIMIZERS,
@@ -277,47 +271,20 @@ def validate(cfg: RunConfig) -> None:
 
 
 def _validate_levers(cfg: RunConfig) -> None:
-    bucketed_only = {"first_bucket_mb": cfg.first_bucket_mb != 0, "grad_reduce_dtype": cfg.grad_reduce_dtype != "",
-                     "overlap_optimizer": cfg.overlap_optimizer}
-    for name, on in bucketed_only.items():
-        _check(not on or cfg.strategy == "bucketed", f"{name} applies to strategy bucketed only, not {cfg.strategy!r}")
+    """Each lever's own rules (levers.validate), then the rules that tie a lever to another field."""
+    levers.validate(cfg)
     _check(not cfg.peer_copy_allreduce or cfg.strategy == "bucketed" or cfg.sharded_update,
            f"peer_copy_allreduce applies to strategy bucketed or to overlap with sharded_update only, not {cfg.strategy!r}"
            + (" without sharded_update" if cfg.strategy == "overlap" else ""))
-    _check(not cfg.sharded_update_normal_priority or cfg.sharded_update,
-           "sharded_update_normal_priority needs sharded_update (it sets the priority of the update's side stream)")
-    for name in ("reduce_avg", "sharded_update"):
-        _check(not getattr(cfg, name) or cfg.strategy == "overlap", f"{name} applies to strategy overlap only, not {cfg.strategy!r}")
     _check(not (cfg.sharded_update and cfg.shard_optimizer),
            "sharded_update and shard_optimizer cannot be combined (sharded_update already shards the optimizer)")
-    _check(not cfg.grad_views or cfg.strategy in ("bucketed", "torch_ddp"),
-           f"grad_views applies to strategies bucketed and torch_ddp only, not {cfg.strategy!r}")
-    _check(cfg.gc_mode in GC_MODES, f"gc_mode {cfg.gc_mode!r} is unknown; choose freeze or off (or leave it empty)")
-    _check(isinstance(cfg.gemm_sm_carveout, int) and 0 <= cfg.gemm_sm_carveout <= MAX_GEMM_SM_CARVEOUT,
-           f"gemm_sm_carveout must be an integer from 1 to {MAX_GEMM_SM_CARVEOUT} SMs (0: off), got {cfg.gemm_sm_carveout!r}")
-    _check(not cfg.cuda_graph or cfg.strategy in GRAPH_STRATEGIES,
-           f"cuda_graph applies to strategies {', '.join(GRAPH_STRATEGIES)} only, not {cfg.strategy!r}")
     _check(not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
            "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)")
-    _check(cfg.gemm_sm_carveout_scope in CARVEOUT_SCOPES,
-           f"gemm_sm_carveout_scope {cfg.gemm_sm_carveout_scope!r} is unknown; choose backward (or leave it empty)")
-    _check(not cfg.gemm_sm_carveout_scope or cfg.gemm_sm_carveout > 0,
-           "gemm_sm_carveout_scope needs gemm_sm_carveout (the SMs the backward's GEMMs leave)")
-    _check(cfg.blas_library in BLAS_LIBRARIES,
-           f"blas_library {cfg.blas_library!r} is unknown; choose cublaslt (or leave it empty)")
-    _check(cfg.grad_reduce_dtype in GRAD_REDUCE_DTYPES,
-           f"grad_reduce_dtype {cfg.grad_reduce_dtype!r} is unknown; choose bf16 (or leave it empty)")
     _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
     _check(cfg.first_bucket_mb < cfg.bucket_mb or cfg.first_bucket_mb == 0,
            f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}")
-    _check(isinstance(cfg.nccl_channels, int) and 0 <= cfg.nccl_channels <= MAX_NCCL_CHANNELS,
-           f"nccl_channels must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_channels!r}")
-    _check(isinstance(cfg.nccl_min_ctas, int) and 0 <= cfg.nccl_min_ctas <= MAX_NCCL_CHANNELS,
-           f"nccl_min_ctas must be an integer from 1 to {MAX_NCCL_CHANNELS} (0: NCCL's choice), got {cfg.nccl_min_ctas!r}")
     _check(not (cfg.nccl_min_ctas and cfg.nccl_channels) or cfg.nccl_min_ctas <= cfg.nccl_channels,
            f"nccl_min_ctas {cfg.nccl_min_ctas} must not exceed nccl_channels {cfg.nccl_channels} (the CTA maximum)")
-    for name in ("nccl_channels", "nccl_high_priority", "nccl_min_ctas"):
-        _check(not getattr(cfg, name) or cfg.strategy != "none", f"{name} needs communication; strategy none has none")
 
 
 def _mb(value: float) -> str:
@@ -325,44 +292,10 @@ def _mb(value: float) -> str:
 
 
 def lever_suffix(cfg: RunConfig) -> str:
-    """Run-name suffix of the levers, in a fixed order: -first<X>mb -views -avg -shardupd -updnormal -gradbf16 -hookbf16 -optoverlap
-    -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N>[bwd] (or -lt for cuBLASLt without a carveout)."""
-    parts = []
-    if cfg.first_bucket_mb:
-        parts.append(f"-first{_mb(cfg.first_bucket_mb)}mb")
-    if cfg.grad_views:
-        parts.append("-views")
-    if cfg.reduce_avg:
-        parts.append("-avg")
-    if cfg.sharded_update:
-        parts.append("-shardupd")
-    if cfg.sharded_update_normal_priority:
-        parts.append("-updnormal")
-    if cfg.grad_reduce_dtype:
-        parts.append(f"-grad{cfg.grad_reduce_dtype}")
-    if cfg.ddp_comm_hook:
-        parts.append(f"-hook{cfg.ddp_comm_hook}")
-    if cfg.overlap_optimizer:
-        parts.append("-optoverlap")
-    if cfg.peer_copy_allreduce:
-        parts.append("-peercopy")
-    if cfg.nccl_channels:
-        parts.append(f"-ch{cfg.nccl_channels}")
-    if cfg.nccl_min_ctas:
-        parts.append(f"-minctas{cfg.nccl_min_ctas}")
-    if cfg.nccl_high_priority:
-        parts.append("-hiprio")
-    if cfg.gc_mode:
-        parts.append(f"-gc{cfg.gc_mode}")
-    if cfg.cuda_graph:
-        parts.append("-graph")
-    if not cfg.step_sync:
-        parts.append("-nosync")
-    if cfg.gemm_sm_carveout:
-        parts.append(f"-carve{cfg.gemm_sm_carveout}{'bwd' if cfg.gemm_sm_carveout_scope == 'backward' else ''}")
-    elif cfg.blas_library:
-        parts.append("-lt")
-    return "".join(parts)
+    """Run-name suffix of the levers, in levers.LEVERS order: -first<X>mb -views -avg -shardupd -updnormal -gradbf16
+    -hookbf16 -optoverlap -peercopy -ch<N> -minctas<N> -hiprio -gc<mode> -graph -nosync -carve<N>[bwd] (or -lt for
+    cuBLASLt without a carveout)."""
+    return levers.suffix(cfg)
 
 
 def model_preset(name: str, mlp_depth: int = 8) -> TransformerPreset | MLPPreset:
@@ -401,6 +334,7 @@ __all__ = [
     "DDP_COMM_HOOKS",
     "DTYPES",
     "GRAD_REDUCE_DTYPES",
+    "GRAPH_STRATEGIES",
     "FSDP_PARAM_DTYPES",
     "MLPPreset",
     "MODELS",

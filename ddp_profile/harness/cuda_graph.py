@@ -1,11 +1,10 @@
 """Whole training steps as one CUDA graph (``RunConfig.cuda_graph``, ``--cuda-graph``, ``-graph``).
 
-Why. The XL bf16 step is bound by the host on the lent machines: one GPU issues ~7,000 kernels a step at
-~32 µs of host time each while the GPU needs ~27 µs a kernel (set Q, ``ddp-profile launches``), and DDP adds
-629 more launches, 435 more copies and its hooks' host work a step, so a 2-GPU step waits for its host more than one GPU's
-does (set R: 1 GPU 213.7 ms, every DDP configuration 264-281 ms with the host running ahead). A CUDA graph
-replays the step's kernels, collectives included, from one host call: host overhead leaves both runs alike,
-and what is left to compare is GPU work.
+Why. A step of thousands of small kernels can be bound by the host: each launch costs more host time than
+the GPU spends on the kernel (``ddp-profile launches`` measures both per step), and DDP adds launches, copies
+and its hooks' host work to every step, so a multi-GPU step waits for its host more than one GPU's does (the
+findings' timing sets compare them). A CUDA graph replays the step's kernels, collectives included, from one
+host call: host overhead leaves both runs alike, and what is left to compare is GPU work.
 
 How (PyTorch's documented recipe for whole-network capture with DDP): everything runs on one side stream
 (the caller enters :func:`graph_stream` before building and wrapping the model, so DDP's retained

@@ -1,12 +1,11 @@
 """GEMMs that leave SMs to NCCL: cuBLASLt's SM-count target (``RunConfig.gemm_sm_carveout``, ``-carveN``).
 
 Why. cuBLAS's Hopper GEMMs (``nvjet_*``) are persistent: their grid has one CTA per SM (132 on an H100 or
-H200). An NCCL all-reduce running beside them holds some SMs for its whole duration (one CTA per channel, 24
-on set B's 2-GPU bf16 traces), so the GEMM's last CTAs wait for a second wave and the kernel takes up to
-twice as long: on set B's stock DDP trace (2 x H200, XL bf16) the GEMMs that ran beside an NCCL kernel took
-a median 1.83x the time of the same GEMMs alone, like for like (``analysis.kernel_families.
-contention_by_family``, printed in the findings' losses section). Fewer NCCL channels shorten the overlap
-but leave the second wave (set B, 4 channels and high priority: 1.31x).
+H200). An NCCL all-reduce running beside them holds some SMs for its whole duration (one CTA per channel),
+so the GEMM's last CTAs wait for a second wave and the kernel takes up to twice as long: the same GEMMs
+beside an NCCL kernel against alone, like for like, is ``analysis.kernel_families.contention_by_family``,
+whose ratios the findings' losses section prints. Fewer NCCL channels shorten the overlap but leave the
+second wave.
 
 What. ``gemm_sm_carveout = N`` makes every GEMM target SMs − N (``torch._C._set_sm_carveout_experimental``,
 which PyTorch turns into ``CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET`` on its cuBLASLt paths), with PyTorch's

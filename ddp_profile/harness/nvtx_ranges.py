@@ -22,7 +22,6 @@ except ImportError:  # pragma: no cover - exercised only where nvtx is missing
     _nvtx = None
 
 _DOMAIN = _nvtx.get_domain(names.DOMAIN) if _nvtx is not None else None
-ENABLED = _DOMAIN is not None
 
 
 @lru_cache(maxsize=4096)

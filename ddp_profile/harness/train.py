@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import time
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -36,12 +35,12 @@ from ddp_profile.harness import cuda_graph, nvtx_ranges
 from ddp_profile.harness.config import MLP_MODEL, TRANSFORMER_PRESETS, RunConfig, run_name
 from ddp_profile.harness.gemm_sms import every_sm, gemm_sms
 from ddp_profile.harness.launch import comm_setup
+from ddp_profile.harness.levers import strategy_kwargs
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import Bucketed, ShardedOptimizer, create, world
 from ddp_profile.harness.strategies.bucketed import BucketOptimizers
 from ddp_profile.harness.strategies.overlap import Overlap
 from ddp_profile.harness.strategies.sharded_update import ShardedUpdate
-from ddp_profile.safeio import write_record_atomic
 
 LoopOptimizer = torch.optim.Optimizer | BucketOptimizers | ShardedUpdate
 """What the loop steps: one optimizer, or a strategy's per-bucket / per-part optimizers."""
@@ -176,7 +175,7 @@ def host_barrier(tag: str) -> None:
 def gather_to_rank0(payload: dict) -> list[dict]:
     """Every rank's JSON-able ``payload`` in rank order on rank 0 (an empty list elsewhere), through the process
     group's key-value store: no collective on the GPU. A graphed 2-rank NCCL run under nsys stopped in
-    ``all_gather_object`` after its capture range, both ranks waiting on the GPU (set ZP's stack dumps), so no
+    ``all_gather_object`` after its capture range, both ranks waiting on the GPU (stack dumps), so no
     profiled graphed 2-rank run ever wrote its JSON; the store needs no GPU. Falls back to
     ``all_gather_object`` where the store cannot be reached."""
     rank, world_size = world()
@@ -324,10 +323,7 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
-    levers = {"first_bucket_mb": cfg.first_bucket_mb, "grad_views": cfg.grad_views,
-              "grad_reduce_dtype": cfg.grad_reduce_dtype, "ddp_comm_hook": cfg.ddp_comm_hook,
-              "peer_copy_allreduce": cfg.peer_copy_allreduce, "reduce_avg": cfg.reduce_avg,
-              "update_high_priority": not cfg.sharded_update_normal_priority}
+    levers = strategy_kwargs(cfg)  # the levers its strategy takes (harness/levers.py says which)
     if cfg.overlap_optimizer or cfg.sharded_update:  # the strategy steps its own optimizers (per bucket, per part)
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
     strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
@@ -398,7 +394,3 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     record["step_ms_median"] = sorted(slowest)[len(slowest) // 2] if slowest else None
     return record
 
-
-def write_json(record: dict, path: Path) -> Path:
-    """Write the run record atomically (see ddp_profile.safeio)."""
-    return write_record_atomic(path, record, make_parents=True)

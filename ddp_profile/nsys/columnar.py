@@ -152,8 +152,8 @@ class Reader:
 class ChunkReaders:
     """Worker threads, each with its own read-only connection to one export, reading row chunks in
     parallel (``sql.int_columns(map_chunks=...)``). SQLite runs the scans with the GIL released (numpy's
-    parsing of each chunk does not), so reads overlap: on the 2-vCPU benchmark VM a 10M-kernel export read
-    in ~9.7 s instead of ~12.3 s (mean of 3). Plain files only: an export decompressed into memory has a
+    parsing of each chunk does not), so reads overlap (``benchmarks/bench_analyzer.py`` times the load).
+    Plain files only: an export decompressed into memory has a
     single connection."""
 
     def __init__(self, path: Path, workers: int):

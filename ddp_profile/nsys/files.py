@@ -24,7 +24,6 @@ EXPORT_SUFFIXES = (".sqlite", ".sqlite.xz", ".sqlite.gz")
 
 DECOMPRESS = {".xz": lzma.decompress, ".gz": gzip.decompress}
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 def find_exports(paths) -> list[Path]:
     """Expand ``paths`` (a path or list; folders give their ``*.sqlite[.xz|.gz]``) into export files."""
@@ -58,7 +57,7 @@ def _check_same_stem(files: list[Path]) -> None:
         seen[key] = f
 
 def check_header(path: Path, head: bytes, size: int) -> None:
-    if head[:16] != SQLITE_MAGIC:
+    if head[:16] != rawio.SQLITE_MAGIC:
         raise TraceError(f"{path}: not an SQLite file (expected an nsys export: "
                          "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
     page_size = int.from_bytes(head[16:18], "big")

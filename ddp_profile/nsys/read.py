@@ -19,7 +19,7 @@ import numpy as np
 from ddp_profile.activity_names import MEMSET, memcpy_name
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import return_freed_memory
-from ddp_profile.nsys import columnar, sql, timebase
+from ddp_profile.nsys import columnar, payloads, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys.files import DECOMPRESS, open_export, short_error
 
@@ -75,7 +75,7 @@ def join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -
 def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, distinct ids ascending) of ``ids``, as ``pd.factorize`` up to the order of the distinct ids (the
     loader sorts the labels later, ``frames.global_codes``): StringIds ids are small non-negative integers, so
-    one lookup table of max(id) + 1 entries replaces the hashing (~0.15 s for 10M kernels); other ids (a
+    one lookup table of max(id) + 1 entries replaces the hashing; other ids (a
     damaged export's) are sorted (``np.unique``)."""
     if len(ids) == 0 or ids.min() < 0 or ids.max() >= 1 << 24:
         uniques, inverse = np.unique(ids, return_inverse=True)
@@ -224,6 +224,7 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             "nvtx": None, "domains": {},
         }
         if nvtx is not None:
+            payloads.attach(nvtx[0], payloads.message_sizes(con, have))  # NCCL's message sizes, where exported
             out["nvtx"] = nvtx
             shift = out["kernels"]["shift"]
             if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times

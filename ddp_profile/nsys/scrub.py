@@ -48,6 +48,7 @@ from ddp_profile.errors import (
     Terminated,
     TraceError,
     UsageError,
+    commit_output,
     run_main,
 )
 from ddp_profile.nsys.secrets import (
@@ -66,7 +67,6 @@ _Scrubber = Scrubber  # the name tests patch
 __all__ = ["pseudonym", "scrub_connection", "scrub_file", "main"]
 
 RECORD_TABLE = "DDP_PROFILE_SCRUB"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 COMPRESSED = {".xz": lzma.open, ".gz": gzip.open}
 
 # Tables the analysis reads (ddp_profile.nsys.sql); --slim keeps only these (plus the ENUM_* tables).
@@ -76,6 +76,8 @@ ANALYSIS_TABLES = {
     "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_SESSION_START_TIME",
     "TARGET_INFO_CUDA_CONTEXT_INFO", "TARGET_INFO_CUDA_STREAM", "META_DATA_EXPORT", "META_DATA_CAPTURE",
     "ANALYSIS_DETAILS", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", RECORD_TABLE,
+    # NCCL's message sizes in NVTX_EVENTS.binaryData are read through these (nsys.payloads)
+    "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTRIES",
 }
 # Tables whose rows tie a globalPid/globalTid to CUDA or NVTX activity: a process seen in none is unrelated.
 ACTIVITY_PID_COLUMNS = [
@@ -329,7 +331,7 @@ def _copy_input(src: Path, dst: Path) -> None:
     except (EOFError, lzma.LZMAError, gzip.BadGzipFile) as exc:  # other OSErrors: writing failed (disk full)
         raise TraceError(f"{src}: cannot read ({exc}); copy it again") from exc
     with open(dst, "rb") as f:
-        if f.read(16) != SQLITE_MAGIC:
+        if f.read(16) != rawio.SQLITE_MAGIC:
             raise TraceError(f"{src}: not an SQLite file; export the report with "
                              f"`nsys export --type sqlite -o X.sqlite X.nsys-rep`")
 
@@ -390,7 +392,7 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
-        os.replace(final_tmp, dst)
+        commit_output(final_tmp, dst)  # under the CLI, put back as it was if a signal ends the command
     except BaseException as exc:
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)
@@ -466,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_main("ddp_profile.nsys.scrub", run_args, args)
+    return run_main("ddp_profile.nsys.scrub", run_args, args, restore_on_signal=True)
 
 
 if __name__ == "__main__":

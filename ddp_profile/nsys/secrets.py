@@ -1,7 +1,7 @@
 """What ``scrub`` treats as private text, and the row function that rewrites it. Standard library only (the
 scrubber runs on GPU machines right after ``nsys export``).
 
-Secret shapes (the documented list; README "Privacy" and ``tests/nsys/test_scrub_secrets.py`` use it):
+Secret shapes (the documented list; docs/privacy.md and ``tests/nsys/test_scrub_secrets.py`` use it):
 
 * tokens and keys: ``hf_``, ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``, ``glpat-``, ``sk-``,
   ``sk_live_``/``rk_live_``, ``xox[abpr]-``, ``xapp-``, ``AKIA``/``ASIA`` (AWS key ids), ``AIza`` (Google),
@@ -12,7 +12,10 @@ Secret shapes (the documented list; README "Privacy" and ``tests/nsys/test_scrub
   -> ``<secret>``;
 * environment assignments in a command line (``env WANDB_API_KEY=... python3``: an upper-case
   ``NAME=value`` word) -> ``NAME=<env>``;
-* credentials in URLs (``https://user:password@host/``) -> ``https://<user>:<secret>@host/``;
+* credentials in URLs (``https://user:password@host/``, ``redis://:password@host``, ``https://token@host``,
+  percent-encoded or not) -> ``https://<user>:<secret>@host/`` (a user alone: ``<secret>@``); secret-named
+  query parameters (``?password=X``, ``&X-Amz-Signature=X``, ``&X-Amz-Credential=X``, ``?sig=X``, ``?key=X``,
+  ``&access_token=X``) -> ``name=<secret>``; in any text or BLOB column, a ``--flag=URL`` or a JSON string;
 * absolute paths -> their last component (a home folder -> ``<path>``); host names -> ``host-<8 hex>``;
   user names -> ``<user>``.
 
@@ -50,7 +53,13 @@ SECRET_ASSIGN_RE = re.compile(
 """``api_key=X``, ``password: X``, ``HF_TOKEN=X`` anywhere."""
 ENV_WORD_RE = re.compile(r"(?<![\w\-./=])([A-Z][A-Z0-9_]*[A-Z0-9])=(\"[^\"]*\"|'[^']*'|[^\s\"']*)")
 """``NAME=value`` words in a command line (``env WANDB_API_KEY=... python3``): upper-case names only."""
-URL_CRED_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@]+)(?::([^/\s@]*))?@")
+URL_CRED_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@?#\"'<>`]*)(?::([^/\s?#\"'<>`]*))?@")
+"""Credentials before a URL's host: ``user:password@``, ``:password@`` (an empty user name), ``token@`` (a user
+alone), percent-encoded or not; a password holding a raw ``@`` is taken up to the last ``@`` of the authority."""
+_QUERY_NAME = r"[\w\-.]*(?:token|secret|passw(?:or)?d|pwd|api[_\-]?key|access[_\-]?key|auth|credential|signature|sig|key|code|session)[\w\-.]*"
+QUERY_SECRET_RE = re.compile(rf"(?i)([?&;]{_QUERY_NAME}=)([^&#\s\"'<>`]+)")
+"""A secret-named parameter of a URL's query string: ``?password=X``, ``&X-Amz-Signature=X``,
+``&X-Amz-Credential=X``, ``?sig=X``, ``?key=X``, ``&access_token=X``."""
 ENV_ASSIGN_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=")
 # A process environment block (seen in StringIds of a real 2023.4 export): NUL- or newline-separated
 # KEY=VALUE entries. Two such entries in one string make it an environment block.
@@ -147,6 +156,8 @@ class Scrubber:
         if "://" in new:
             new = URL_CRED_RE.sub(lambda m: m.group(1) + ("<user>:<secret>@" if m.group(3) is not None
                                                           else "<secret>@"), new)
+        if "=" in new and ("?" in new or "&" in new or ";" in new):
+            new = QUERY_SECRET_RE.sub(lambda m: m.group(1) + "<secret>", new)
         if "=" in new or ":" in new or " " in new:
             new = SECRET_ARG_RE.sub(lambda m: m.group(1) + m.group(2) + "<secret>", new)
             new = SECRET_ASSIGN_RE.sub(lambda m: m.group(1) + m.group(2) + "<secret>", new)

@@ -59,7 +59,7 @@ def not_null_columns(con: sqlite3.Connection, table: str) -> set[str]:
 
 def or_default(col: str, default: str, not_null: set[str]) -> str:
     """``col``, or ``COALESCE(col, default)`` unless the table declares it NOT NULL: a COALESCE per value
-    costs ~15 % of a kernel-table read, and only nullable columns can drop out of ``group_concat``."""
+    costs a measurable share of a kernel-table read, and only nullable columns can drop out of ``group_concat``."""
     return col if col in not_null else f"COALESCE({col}, {default})"
 
 
@@ -90,9 +90,9 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
                 map_chunks=None, *, dtypes=None, columnar=None) -> list[np.ndarray]:
     """Integer columns of a table, one 1-D array per expression, of ``dtypes`` (default int64 each).
 
-    Why not ``cursor.fetchall()``: building one Python tuple and int per value costs ~150 ns each and 10M
-    kernels x 8 columns of tuples take ~3 GB. SQLite's ``group_concat`` instead formats a whole column in C
-    and numpy parses it in C: ~2x faster than the plainest row read and no per-row objects. Each expression
+    Why not ``cursor.fetchall()``: it builds one Python tuple and int per value, slow and gigabytes large for
+    millions of kernels. SQLite's ``group_concat`` instead formats a whole column in C and numpy parses it in
+    C: faster than the plainest row read (``benchmarks/bench_analyzer.py`` times both) and no per-row objects. Each expression
     must be non-NULL (COALESCE it: group_concat skips NULLs, which would misalign columns). Rows are read
     in rowid ranges (every nsys table is a rowid table), all columns of a range in one scan, so they line
     up; each chunk's lengths are checked.
@@ -112,7 +112,7 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     dtypes = [np.dtype(d) for d in (dtypes or [np.int64] * len(exprs))]
     cond = f" AND ({where})" if where else ""
     # Two queries: SQLite answers a lone MIN(rowid) or MAX(rowid) from the rowid b-tree in O(log n), but
-    # both in one SELECT scan the whole table (~0.7 s on a 1M-kernel export's kernel table, 2x that for its API).
+    # both in one SELECT scan the whole table.
     lo = con.execute(f"SELECT MIN(rowid) FROM {table}").fetchone()[0]
     hi = con.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()[0]
     if lo is None:
@@ -152,7 +152,7 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     # Filtered rows (or rowid gaps) leave spare capacity: give it back when it is worth it, by shrinking the
     # allocation in place (realloc; a large array's own mapping shrinks without a copy) rather than by a
     # copy, which held the full and the trimmed columns at once (the load's memory peak on real-shaped
-    # exports, whose API table is read at ~40 % of its rows).
+    # exports, whose API table is read only in part).
     return [_trimmed(c, done) if i in read else c for i, c in enumerate(out)]
 
 
@@ -294,9 +294,9 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None, columnar=
     without API names: every call with a correlationId.
 
     The scan of the whole table is most of the cost, so the row filter tests the name first (it drops
-    about 60 % of real exports' rows) and ``correlationId != 0`` also drops NULLs; pid and tid are cut from
-    one ``globalTid`` column in numpy rather than read as two (on the 1M-kernel real-shaped benchmark
-    exports this read took ~24 % less time than four columns behind the correlationId test)."""
+    most of real exports' rows) and ``correlationId != 0`` also drops NULLs; pid and tid are cut from
+    one ``globalTid`` column in numpy rather than read as two (faster on the benchmark's real-shaped exports
+    than four columns behind the correlationId test)."""
     i32, i64 = np.int32, np.int64
     if RUNTIME not in have:
         return [np.empty(0, dtype=d) for d in (i32, i32, i64, i32)]
@@ -348,7 +348,7 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str], columnar=None) -> tuple
     Marks get end = start. Missing values are flagged by the has_* columns (their value column holds 0).
     The integer columns are read through :func:`int_columns` (no Python object per value); texts are not
     joined per row: registered strings (``textId``) are few and looked up once each, and only rows that
-    carry their own ``text`` fetch it (on a 1M-kernel export this read took ~0.02 s instead of ~0.15 s).
+    carry their own ``text`` fetch it (far less work than a join per row).
     """
     cols = columns(con, NVTX)
     types = nvtx_event_types(con, have)

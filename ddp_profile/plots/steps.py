@@ -10,6 +10,8 @@ from ddp_profile.fmt import fmt_ms
 from ddp_profile.plots import palette
 from ddp_profile.plots.figure_parts import SEGMENT_COLORS, titled
 
+# Past this many (step, rank) bars the x axis is one level ("step 3 · r1"), whose labels plotly thins out.
+MAX_TWO_LEVEL_BARS = 40
 # segment -> how it is computed from STEP_METRIC_COLUMNS (ns). compute only + overlapped comm = compute;
 # overlapped + exposed = comm; idle = time with no kernel at all. Copies hidden under either are not shown.
 SEGMENTS = {
@@ -26,27 +28,31 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
 
     s = steps.sort_values(["step", "rank"]) if len(steps) else steps
     x = [[f"step {int(v)}" for v in s["step"]], [f"r{int(v)}" for v in s["rank"]]] if len(s) else [[], []]
+    flat = len(s) > MAX_TWO_LEVEL_BARS  # a two-level axis prints every label, overlapping past a few dozen bars
+    xs = [f"{a} · {b}" for a, b in zip(*x, strict=True)] if flat else x
     fig = go.Figure()
     heights = np.zeros(len(s))
     for name, fn in SEGMENTS.items():
         y = (pd.to_numeric(fn(s), errors="coerce") / 1e6).round(4).tolist() if len(s) else []
         heights += np.nan_to_num(np.asarray(y, dtype=float))
         total = (pd.to_numeric(s["step_ns"], errors="coerce") / 1e6).round(3).tolist() if len(s) else []
-        fig.add_trace(go.Bar(name=name, x=x, y=y, customdata=total, marker_color=SEGMENT_COLORS[name],
+        fig.add_trace(go.Bar(name=name, x=xs, y=y, customdata=total, marker_color=SEGMENT_COLORS[name],
                              hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
                                            "<extra>%{x}</extra>"))
     yaxis: dict = {"title": {"text": "time (ms)"}}
     cap = outlier_cap(heights)
     if cap is not None:  # one long step (the first, with warm-up) would flatten every other bar: cut it
         cut = np.flatnonzero(heights > cap)
-        fig.add_trace(go.Scatter(x=[[x[0][i] for i in cut], [x[1][i] for i in cut]], y=[cap] * len(cut),
+        cut_x = [xs[i] for i in cut] if flat else [[x[0][i] for i in cut], [x[1][i] for i in cut]]
+        fig.add_trace(go.Scatter(x=cut_x, y=[cap] * len(cut),
                                  mode="text", text=[f"↑{h:.3g}" for h in heights[cut]], textposition="bottom center",
                                  textfont={"size": 10}, showlegend=False, hoverinfo="skip"))
         yaxis = {"title": {"text": f"time (ms, cut at {cap:.3g})"}, "range": [0, cap]}
     fig.update_layout(
         title=titled("Per-step breakdown (per rank)", source), barmode="stack", template="plotly_white", colorway=palette.SERIES,
         height=380, margin={"l": 60, "r": 20, "t": 70, "b": 60}, legend={"orientation": "h", "y": -0.25},
-        xaxis={"title": {"text": "step · rank"}}, yaxis=yaxis,
+        xaxis={"title": {"text": "step · rank"}, **({"tickangle": -45, "automargin": True} if flat else {})},
+        yaxis=yaxis,
     )
     return fig
 
@@ -92,10 +98,18 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                                       "color": IDLE},
                              hovertemplate=f"<b>{name}</b> · %{{x}}<br>median %{{y:.3f}} ms<br>%{{hovertext}}"
                                            "<extra></extra>"))
+    yaxis: dict = {"title": {"text": "time (ms)"}, "rangemode": "tozero"}
+    tops = [(x, y + h) for tr in fig.data for x, y, h in zip(tr.x, tr.y, tr.error_y.array, strict=True)]
+    cap = outlier_cap([t for _, t in tops])
+    if cap is not None:  # a warm-up step's collectives would flatten every other bar: cut it, marked
+        cut = [(x, t) for x, t in tops if t > cap]
+        fig.add_trace(go.Scatter(x=[x for x, _ in cut], y=[cap] * len(cut), mode="text",
+                                 text=[f"↑{t:.3g}" for _, t in cut], textposition="bottom center",
+                                 textfont={"size": 10}, showlegend=False, hoverinfo="skip"))
+        yaxis = {"title": {"text": f"time (ms, cut at {cap:.3g})"}, "range": [0, cap]}
     fig.update_layout(
         title=titled("Exposed communication and comm tail per step", source), barmode="group",
         template="plotly_white", colorway=palette.SERIES, height=340, margin={"l": 60, "r": 20, "t": 70, "b": 60},
-        legend={"orientation": "h", "y": -0.25}, xaxis={"title": {"text": "step"}},
-        yaxis={"title": {"text": "time (ms)"}, "rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.25}, xaxis={"title": {"text": "step"}}, yaxis=yaxis,
     )
     return fig

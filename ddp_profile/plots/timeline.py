@@ -26,6 +26,7 @@ from ddp_profile.fmt import fmt_bytes, fmt_duration
 from ddp_profile.plots import palette
 from ddp_profile.plots.figure_parts import KIND_LABELS, merge_small_bars, titled
 from ddp_profile.plots.palette import HOST_COLORS, KIND_COLORS, MEMSET_PATTERN, PHASE_COLORS, TAIL
+from ddp_profile.plots.timeline_rows import timeline_rows
 
 KINDS = ["compute", "nccl", "memcpy", "memset"]
 PHASES = list(schema.PHASES)
@@ -83,31 +84,6 @@ def _in_steps(kernels: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame
     s, e = k["start_ns"].to_numpy(np.int64), k["end_ns"].to_numpy(np.int64)
     i = np.searchsorted(a, e, side="left") - 1
     return k[(i >= 0) & (b_max[np.maximum(i, 0)] > s)]
-
-
-def _rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
-          ) -> tuple[list[str], pd.DataFrame]:
-    """Row labels (per rank: an NVTX row, a CPU row when the rank has host calls, then its streams) and a
-    frame mapping (rank, pid, device, stream) to a row index; stream -1 marks the NVTX row, -2 the CPU
-    row."""
-    ranks = sorted(set(kernels["rank"].dropna().astype(int)) | set(phases["rank"].dropna().astype(int)))
-    streams = kernels[["rank", "pid", "device", "stream"]].drop_duplicates().dropna(subset=["rank"])
-    streams = streams.astype("int64").sort_values(["rank", "device", "stream", "pid"])
-    labels, keys = [], []
-    for r in ranks:
-        labels.append(f"rank {r} · " + ("phases (inferred)" if inferred else "NVTX"))
-        keys.append((r, -1, -1, -1))
-        if r in cpu_ranks:
-            labels.append(f"rank {r} · CPU main thread")
-            keys.append((r, -2, -2, -2))
-        mine = streams[streams["rank"] == r]
-        multi = mine["device"].nunique() > 1
-        for row in mine.itertuples(index=False):
-            labels.append(f"rank {r} · " + (f"dev {row.device} " if multi else "") + f"stream {row.stream}")
-            keys.append((r, row.pid, row.device, row.stream))
-    table = pd.DataFrame(keys, columns=["rank", "pid", "device", "stream"]).astype("int64")
-    table["row"] = np.arange(len(table))
-    return labels, table
 
 
 def _ints(values) -> np.ndarray:
@@ -170,7 +146,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     launching threads, not NVTX (bands and rows say "inferred")."""
     cpu = host_calls if host_calls is not None and len(host_calls) else None
     cpu_ranks = set(cpu["rank"].astype(int)) if cpu is not None else set()
-    labels, rows = _rows(_in_steps(kernels, steps), phases, cpu_ranks, inferred)
+    labels, rows, row_rank = timeline_rows(_in_steps(kernels, steps), phases, cpu_ranks, inferred)
     k, names = _prepare(kernels, collectives, rows)
     names_extra: dict[str, int] = {}
 
@@ -225,7 +201,7 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
                                  marks["n"][sel], w0))
         out.append({"label": label, "step": step_ids[0] if step_ids else None,
                     "span_ms": round((w1 - w0) / 1e6, 6), "t0_ns": int(w0 - first_w0), "tracks": tracks})
-    return {"rows": labels, "row_rank": rows["rank"].tolist(), "names": names + list(names_extra),
+    return {"rows": labels, "row_rank": row_rank, "names": names + list(names_extra),
             "phase_source": "inferred" if inferred else "NVTX", "steps": out}
 
 

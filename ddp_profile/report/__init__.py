@@ -1,8 +1,9 @@
-"""The HTML report and the findings: ``build_report(paths, out_dir)`` finds runs, loads and analyses them,
-and writes every page (plus FINDINGS.md for a campaign folder) into one folder, swapped in atomically.
+"""The HTML report: ``build_report(paths, out_dir)`` finds runs, loads and analyses them, and writes every
+page into one folder, swapped in atomically, with the pages of the extras its caller passes (the findings,
+``ddp_profile.findings``, which sits beside the report: the report never imports it).
 
-Floors inside the package: ``build`` → pages (``index``, ``run_page``, ``sweep``) and ``findings`` →
-``compare``, ``html`` → ``runs``. Nothing inside imports this face.
+Floors inside the package: ``build`` → pages (``index``, ``run_page``, ``sweep``) → ``compare``, ``html`` →
+``runs``. Nothing inside imports this face.
 
 The face's names are imported on first use (PEP 562 ``__getattr__``): ``analyze``'s terminal answer imports
 ``report.answer_text`` only, and importing the package for it must not import the page writers (~0.3 s of
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
     from ddp_profile.report.build import (
         MARKER,
         build_report,
-        findings_root_of,
         load_runs,
         write_report,
         write_report_dir,
@@ -35,13 +35,12 @@ if TYPE_CHECKING:
         run_page_name,
     )
 
-_FACE = {"build": ["MARKER", "build_report", "findings_root_of", "load_runs", "write_report", "write_report_dir"],
+_FACE = {"build": ["MARKER", "build_report", "load_runs", "write_report", "write_report_dir"],
          "html": ["script_json"], "run_page": ["render_run_page"],
          "runs": ["Group", "Run", "discover", "discover_runs", "group_page_name", "group_runs", "run_page_name"]}
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 
-__all__ = ["MARKER", "Group", "Run", "build_report", "discover", "discover_runs", "findings_root_of",
-           "group_page_name", "group_runs", "load_runs", "render_run_page", "run_page_name", "script_json",
+__all__ = ["MARKER", "Group", "Run", "build_report", "discover", "discover_runs", "group_page_name", "group_runs", "load_runs", "render_run_page", "run_page_name", "script_json",
            "write_report", "write_report_dir"]
 
 

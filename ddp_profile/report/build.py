@@ -1,6 +1,7 @@
 """The report's entry point: find runs, load and analyse them, and write every page into one folder with
 plotly.js written once beside them (an index page, one page per run, one per comparison: strategy set,
-scaling, bucket sweep; FINDINGS.md and findings.html for a campaign folder).
+scaling, bucket sweep), and the pages of any :class:`Extra` the caller passes (the findings are one: the
+report imports none of them).
 
 Pages are built in sibling modules: :mod:`~ddp_profile.report.runs` (run ids, page names, grouping),
 :mod:`~ddp_profile.report.html` (escaping, page frame, figures, tables), :mod:`~ddp_profile.report.compare`
@@ -16,10 +17,19 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ddp_profile.errors import OutputError, TraceError, UsageError, one_line, quiet_worker_signals
+from ddp_profile.analysis.identity import StepSelection
+from ddp_profile.errors import (
+    OutputError,
+    TraceError,
+    UsageError,
+    commit_output,
+    one_line,
+    quiet_worker_signals,
+)
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
 from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
@@ -39,6 +49,7 @@ from ddp_profile.report.runs import (
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
 from ddp_profile.safeio import read_side_json, shown_path
 
+ALL_STEPS = StepSelection()  # every step, found by the default patterns
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
 
@@ -48,10 +59,10 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path, steps="all", cache_entry: Path | None = None):
+def load_one(path: Path, selection: StepSelection = ALL_STEPS, cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis, the main thread's launch and sync calls) over the ``steps`` selected
-    (``analyze``'s). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
+    (trace, analysis, its launch section, the main thread's launch and sync calls) over the steps of
+    ``selection`` (a StepSelection: ``analyze``'s step pattern, phase patterns and steps). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
     With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
     written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
@@ -66,8 +77,8 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
         api, trace.host_waits = load_calls_and_waits(trace)
         _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
         try:
-            analysis = analyze(trace, steps=steps)
-            launches, host_calls = host_diagnosis(trace, analysis.phases, steps, api)
+            analysis = analyze(trace, **selection.analyze_kwargs(), api=api)
+            launches, host_calls = host_diagnosis(trace, analysis, api)
             del api
         except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
             raise UsageError(f"{path}: {exc}") from None
@@ -80,10 +91,10 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     return result
 
 
-def _load_stored(path: Path, steps, entry: Path | None):
+def _load_stored(path: Path, selection: StepSelection, entry: Path | None):
     """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
     parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
-    result = load_one(path, steps, entry)
+    result = load_one(path, selection, entry)
     return entry if entry is not None and entry.is_file() else result
 
 
@@ -100,10 +111,10 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
+def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelection = ALL_STEPS,
               cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
-    locations or (location, run id) pairs from :func:`discover_runs`; ``steps``: the step selection
+    locations or (location, run id) pairs from :func:`discover_runs`; ``selection``: the StepSelection
     (``analyze``'s; one keeping no step of a run raises UsageError). With ``cache``, a run whose inputs,
     step selection and tool are unchanged since the last report is taken from it, and the others are stored
     in it. Returns the runs and one message per run that failed (the report lists them; the CLI exits
@@ -155,7 +166,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
             result = cached[i - 1]
             if result is None:
                 try:
-                    result = load_one(p, steps, entries[i - 1])
+                    result = load_one(p, selection, entries[i - 1])
                 except UsageError:
                     raise
                 except DdpProfileError as exc:
@@ -166,7 +177,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
         from concurrent.futures.process import BrokenProcessPool
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker_signals)
         try:
-            futures = {i: pool.submit(_load_stored, paths[i], steps, entries[i]) for i in todo}
+            futures = {i: pool.submit(_load_stored, paths[i], selection, entries[i]) for i in todo}
             for i, p in enumerate(paths, 1):
                 try:
                     result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
@@ -225,24 +236,16 @@ def write_report_dir(out_dir: Path, fill) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     except OSError as exc:
         raise OutputError(f"{out_dir.parent}: cannot create the report folder ({exc.strerror})") from exc
-    old = None
     try:
         fill(tmp)
         (tmp / MARKER).write_text("written by ddp-profile report; this folder is replaced on each run\n")
         os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / "r")
-        os.replace(tmp, out_dir)
+        commit_output(tmp, out_dir)  # the old folder moved aside, the new one in (put back if a signal ends us)
     except OSError as exc:
-        if old is not None and not out_dir.exists():
-            os.replace(old / "r", out_dir)
         raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc}); the previous report "
                           "is unchanged") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 
@@ -250,13 +253,31 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8", errors="backslashreplace")  # a non-UTF-8 file name in the text
 
 
+class Extra(Protocol):
+    """Pages a report adds beside its run pages, from the same loaded runs, in the same atomic swap
+    (``ddp_profile.findings.pages.FindingsPages`` is one). The report imports no extra: its caller passes them."""
+
+    def source(self, paths: list) -> Path | None:
+        """What the extra answers from, for the report's inputs; None when it has nothing to add for them."""
+        ...
+
+    def skipped(self, runs: list[Run]) -> str | None:
+        """For an extra whose :meth:`source` was None: a note on stderr saying why (None: say nothing)."""
+        ...
+
+    def write(self, source: Path, runs: list[Run], folder: Path, out) -> tuple[dict[str, int], str]:
+        """Write its pages into ``folder`` (progress notes on ``out``): ({file: bytes}, an HTML block for the
+        top of the index, "" for none)."""
+        ...
+
+
 def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
-                 findings_root: Path | None = None, cache: run_cache.RunCache | None = None,
+                 extras: Sequence[tuple[Extra, Path]] = (), cache: run_cache.RunCache | None = None,
                  key: str | None = None, jobs: int = 1) -> dict:
-    """Render every page into ``out_dir`` atomically; returns {page name: bytes}. With ``findings_root`` (a
-    campaign folder: runs in ``<root>/<run>/`` and ``<root>/scaling/<run>/``), FINDINGS.md and findings.html
-    are built from the same already-analysed runs and land in the same atomic swap. ``jobs`` > 1 renders
-    the run pages (and their Perfetto files) in that many forked processes (:func:`_run_pages`)."""
+    """Render every page into ``out_dir`` atomically; returns {page name: bytes}. ``extras``: (extra, its
+    source) pairs whose pages are built from the same already-analysed runs and land in the same atomic
+    swap, their index blocks first on the index. ``jobs`` > 1 renders the run pages (and their Perfetto
+    files) in that many forked processes (:func:`_run_pages`)."""
     from plotly.offline import get_plotlyjs
 
     out = progress or sys.stderr
@@ -279,11 +300,12 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
                 text = {"scaling": render_scaling_page}.get(g.kind, render_group_page)(g)
             _write(tmp / g.page, text)
             sizes[g.page] = (tmp / g.page).stat().st_size
-        headline: list = []  # the findings' timing bullets, repeated on the index
-        if findings_root is not None:
-            sizes.update(_write_findings(findings_root, runs, tmp, out, headline))
-        _write(tmp / "index.html", render_index(runs, groups, list(failures), findings="findings.html" in sizes,
-                                                    context=context, headline=headline))
+        front = []  # the extras' blocks, first on the index
+        for extra, source in extras:
+            written, block = extra.write(source, runs, tmp, out)
+            sizes.update(written)
+            front += [block] if block else []
+        _write(tmp / "index.html", render_index(runs, groups, list(failures), context=context, front=front))
         sizes["index.html"] = (tmp / "index.html").stat().st_size
         if cache is not None:
             cache.carry_into(tmp)  # the runs' cached results go into the new folder (not counted as pages)
@@ -330,41 +352,6 @@ def _run_pages(runs: list[Run], context: dict, folder: Path, jobs: int):
         _PAGES = None
 
 
-def findings_root_of(paths: list) -> Path | None:
-    """The campaign folder the findings can answer from: the single folder passed, when the findings
-    builder finds run folders in it (``<root>/<run>/``, ``<root>/scaling/<run>/``); else None."""
-    from ddp_profile.errors import DdpProfileError
-    from ddp_profile.report.findings.data import find_runs
-
-    if len(paths) != 1 or not Path(paths[0]).is_dir():
-        return None
-    try:
-        find_runs(Path(paths[0]))
-    except DdpProfileError:
-        return None
-    return Path(paths[0])
-
-
-def _write_findings(root: Path, runs: list[Run], tmp: Path, out, headline: list | None = None) -> dict:
-    from ddp_profile.report.findings import build_findings
-    from ddp_profile.report.findings.data import from_report_runs
-
-    t0 = time.perf_counter()
-    data = from_report_runs(root, runs)
-    if not data:
-        if not any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
-            return {}
-        if any(root.glob("*.sqlite*")):  # the folder passed is one run: the findings answer a campaign
-            print(f"report: no findings: {root} is one run (FINDINGS.md answers from a campaign folder of run "
-                  "folders, e.g. traces/)", file=out, flush=True)
-        else:
-            print(f"report: no findings: none of the loaded runs is a run folder of {root}", file=out, flush=True)
-        return {}
-    written = build_findings(root, tmp, runs=data, headline=headline)
-    print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out, flush=True)
-    return written
-
-
 def _check_inputs_outside(paths: list, out_dir: Path) -> None:
     """The output folder is replaced as a whole: an input inside it (an export, a run folder, the folder
     itself) would be deleted. Refused before anything is read (UsageError: a wrong ``-o``)."""
@@ -377,51 +364,61 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 findings: bool = True, steps="all", cache: bool = True) -> tuple[dict, list[str]]:
-    """Find, load, analyse and render; the library behind `ddp-profile report`. With ``findings`` (default),
-    FINDINGS.md and findings.html are written too when the input is one campaign folder (see
-    :func:`findings_root_of`); otherwise a note on stderr says why they were skipped. ``steps``: the step
-    selection every run is analysed over (``analyze``'s). With ``cache`` (default), per-run results are kept
-    in the report folder and reused while unchanged (report/cache.py)."""
+                 extras: Sequence[Extra] = (), selection: StepSelection = ALL_STEPS, cache: bool = True,
+                 split_jobs: bool = True) -> tuple[dict, list[str]]:
+    """Find, load, analyse and render; the library behind `ddp-profile report`. ``extras`` add their pages
+    where their :meth:`Extra.source` finds something to answer from (the command passes the findings, which
+    then need one campaign folder); otherwise their note on stderr says why they were skipped. ``selection``:
+    the StepSelection every run is analysed over (``analyze``'s step pattern, phases and steps). With
+    ``cache`` (default), per-run results are kept in the report folder and reused while unchanged
+    (report/cache.py). ``split_jobs``: a folder whose exports' captures do not overlap in time is several
+    runs, one per export (a line on stderr says so); False reports every folder as one job."""
     _check_inputs_outside(paths, out_dir)
-    found = discover_runs(paths)
+    grouping: list[str] = []
+    found = discover_runs(paths, split_jobs=split_jobs, notes=grouping)
+    for line in grouping:
+        print(one_line(f"report: {line}"), file=progress or sys.stderr, flush=True)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
-    root = findings_root_of(paths) if findings else None
+    sources = [(extra, extra.source(paths)) for extra in extras]
     key = None
     if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
         key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
-                                   {"findings": root is not None, "ids": [rid for _, rid in found],
-                                    "steps": repr(steps)})
+                                   {"extras": [type(e).__name__ for e, s in sources if s is not None],
+                                    "ids": [rid for _, rid in found],
+                                    "steps": selection.key()})
         kept = run_cache.unchanged_report(out_dir, MARKER, key)
         if kept is not None:
             print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
                   file=progress or sys.stderr, flush=True)
             return kept
-    store = run_cache.RunCache(out_dir, MARKER, options=repr(steps)) if cache else None
+    store = run_cache.RunCache(out_dir, MARKER, options=selection.key()) if cache else None
     try:
-        return _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings)
+        return _build(paths=paths, found=found, out_dir=out_dir, jobs=jobs, progress=progress, sources=sources,
+                      store=store, key=key, selection=selection)
     finally:
         if store is not None:
             store.close()
 
 
-def _build(paths, found, out_dir, jobs, progress, root, store, key, steps, findings) -> tuple[dict, list[str]]:
-    runs, failures = load_runs(found, jobs, progress, steps, cache=store)
+def _build(*, paths, found, out_dir, jobs, progress, sources, store, key, selection) -> tuple[dict, list[str]]:
+    runs, failures = load_runs(found, jobs, progress, selection, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
-    if findings and root is None and any(r.meta.get("strategy") for r in runs):  # own jobs: nothing to say
-        print("report: no findings: they need one campaign folder (run folders in <folder>/ and "
-              "<folder>/scaling/), e.g. `ddp-profile report traces`", file=progress or sys.stderr, flush=True)
+    for extra, source in sources:
+        note = extra.skipped(runs) if source is None else None
+        if note:
+            print(note, file=progress or sys.stderr, flush=True)
     if len(paths) == 1 and Path(paths[0]).is_dir():  # hosts.txt beside the runs: which host ran which
-        from ddp_profile.report.findings.data import HOSTS_FILE, read_hosts
+        from ddp_profile.report.hosts import HOSTS_FILE, read_hosts
 
         hosts = read_hosts(Path(paths[0]))
         listed = (Path(paths[0]) / HOSTS_FILE).is_file()
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, findings_root=root, cache=store, key=key,
+    return write_report(runs, out_dir, failures, progress, extras=[(e, s) for e, s in sources if s is not None],
+                        cache=store, key=key,
                         jobs=jobs), failures
 

@@ -4,17 +4,24 @@ analysing its exports again.
 
 An entry's name is a digest of everything the result depends on, so an entry is never stale:
 
-* the tool: its version, this cache's format, the Python / numpy / pandas versions (pickles) and the bytes
+* the tool: its version, the entry format, the Python / numpy / pandas / pyarrow versions and the bytes
   of every module of the ``ddp_profile`` package (a changed analysis recomputes even without a version bump);
 * the analysis options (the report's ``--steps``);
-* the run: the resolved path of each file the loader may read (the run's exports and every file in their
-  folders: run JSON, ``program.json``) and each file's content digest (BLAKE2b), not its date (within one
-  process a file is read once while its size and modification time stay the same).
+* the run: its resolved location, and the resolved path of each file the loader may read, marked as one of
+  the run's exports or as a side file of their folders (run JSON, ``program.json``, other runs' exports),
+  with each file's content digest (BLAKE2b), not its date (within one process a file is read once while its
+  size and modification time stay the same). Two exports in one folder are two runs: two entries, never one.
+
+Entries are data only (:mod:`ddp_profile.report.cache_entry`: tagged JSON and zstd-compressed Arrow IPC
+frames in a zip archive, never pickle): reading one runs nothing it holds, so a report folder received from
+someone else cannot make the next report into it execute code. An entry that fails validation (damaged,
+planted, of another format or key) is recomputed, with one line on stderr saying so.
 
 Entries are written atomically (:func:`ddp_profile.safeio.write_bytes_atomic`) into a staging folder beside
 the report, and the entries this report used are linked into the new report folder as it is built; entries of
-runs no longer reported are dropped with the old folder. An entry that cannot be read is recomputed. Pickles
-run code when loaded: the cache trusts its own report folder, as it trusts the traces it reads.
+runs no longer reported are dropped with the old folder. The cache is bounded: when this report's entries
+exceed :data:`LIMIT_BYTES`, the oldest (by modification time) are left out of the new folder, and their runs
+are analysed again next time.
 """
 
 from __future__ import annotations
@@ -22,19 +29,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import platform
 import shutil
+import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ddp_profile.errors import OutputError
+from ddp_profile.errors import OutputError, TraceError, one_line
 from ddp_profile.nsys.files import find_exports
+from ddp_profile.report import cache_entry
 from ddp_profile.safeio import write_bytes_atomic
 
 CACHE_DIR = ".cache"
-FORMAT = 1
+ENTRY_SUFFIX = ".zip"
+LIMIT_BYTES = 256 << 20
+"""Most bytes of entries one report folder keeps (the oldest beyond it are dropped)."""
 PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -56,14 +66,16 @@ def _digest_of(path: str, size: int, mtime_ns: int) -> bytes:
 
 @lru_cache(maxsize=1)
 def tool_digest() -> bytes:
-    """The version, the cache format, the libraries a pickle depends on, and the package's own source."""
+    """The version, the entry format, the libraries an entry's frames go through, and the package's source."""
     import numpy as np
     import pandas as pd
+    import pyarrow as pa
 
     from ddp_profile import __version__
 
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"{__version__}|{FORMAT}|{platform.python_version()}|{np.__version__}|{pd.__version__}".encode())
+    h.update(f"{__version__}|{cache_entry.FORMAT}|{platform.python_version()}|{np.__version__}|{pd.__version__}|"
+             f"{pa.__version__}".encode())
     for src in sorted(PACKAGE.rglob("*.py")):
         h.update(str(src.relative_to(PACKAGE)).encode() + b"\0" + _file_digest(src))
     return h.digest()
@@ -81,11 +93,15 @@ def input_files(path: Path) -> list[Path]:
 
 def run_key(path: Path, options: str = "") -> str:
     """The cache entry name of one run location analysed with ``options`` (the step selection's text; see
-    the module docstring)."""
+    the module docstring). The run itself is part of the key: its location, which files are its exports and
+    which are only side files of their folders; two exports of one folder are two runs with two entries."""
+    path = Path(path)
+    exports = {p.resolve() for p in find_exports([path])}
     h = hashlib.blake2b(tool_digest(), digest_size=20)
     h.update(options.encode() + b"\0")
-    for f in input_files(Path(path)):
-        h.update(os.fsencode(f) + b"\0" + _file_digest(f))
+    h.update(b"run\0" + os.fsencode(path.resolve()) + (b"/" if path.is_dir() else b"") + b"\0")
+    for f in input_files(path):
+        h.update((b"export\0" if f in exports else b"side\0") + os.fsencode(f) + b"\0" + _file_digest(f))
     return h.hexdigest()
 
 
@@ -102,14 +118,16 @@ class RunCache:
         self.used: dict[str, Path] = {}
 
     def get(self, key: str):
-        """The cached result for ``key``, or None (absent, or not readable: then recomputed)."""
+        """The cached result for ``key``, or None (absent, or failing validation: then recomputed, with a line
+        on stderr)."""
         for folder in (self.staging, self.old):
-            entry = folder / f"{key}.pickle" if folder is not None else None
+            entry = folder / f"{key}{ENTRY_SUFFIX}" if folder is not None else None
             if entry is not None and entry.is_file():
                 try:
-                    with open(entry, "rb") as f:
-                        result = pickle.load(f)
-                except Exception:  # a damaged entry is a cache miss, never an error of the report
+                    result = _load(entry)
+                except (OSError, cache_entry.EntryError) as exc:  # a cache miss, never an error of the report
+                    print(one_line(f"report: cache entry {entry.name} not used ({exc}); analysing that run "
+                                   "again"), file=sys.stderr, flush=True)
                     continue
                 self.used[key] = entry
                 return result
@@ -124,7 +142,7 @@ class RunCache:
             except OSError as exc:  # e.g. a regular file where a parent folder should be: one line, exit 5
                 raise OutputError(f"{self.out_dir}: cannot write the report there "
                                   f"({exc.strerror or exc}: {exc.filename or self.out_dir.parent})") from exc
-        return self.staging / f"{key}.pickle"
+        return self.staging / f"{key}{ENTRY_SUFFIX}"
 
     def record(self, key: str, entry: Path) -> None:
         """Note a new entry (written by :func:`store`, perhaps in a worker process) as used."""
@@ -132,12 +150,17 @@ class RunCache:
             self.used[key] = entry
 
     def carry_into(self, folder: Path) -> None:
-        """Link (else copy) every entry used by this report into ``folder/.cache``."""
+        """Link (else copy) the entries used by this report into ``folder/.cache``, newest first, up to
+        :data:`LIMIT_BYTES` (the oldest beyond it are left out)."""
         if not self.used:
             return
         dest = folder / CACHE_DIR
         dest.mkdir(exist_ok=True)
-        for entry in self.used.values():
+        total = 0
+        for entry in sorted(self.used.values(), key=lambda e: e.stat().st_mtime_ns, reverse=True):
+            total += entry.stat().st_size
+            if total > LIMIT_BYTES:
+                continue
             try:
                 os.link(entry, dest / entry.name)
             except OSError:
@@ -149,15 +172,31 @@ class RunCache:
             self.staging = None
 
 
+def _key_of(entry: Path) -> str:
+    return entry.name[: -len(ENTRY_SUFFIX)]
+
+
+def _load(entry: Path):
+    return cache_entry.loads(Path(entry).read_bytes(), _key_of(entry))
+
+
 def read_entry(entry: Path):
-    """A result this report's worker just stored (see :func:`store`)."""
-    with open(entry, "rb") as f:
-        return pickle.load(f)
+    """The result a worker of this report just stored in ``entry`` (data only: :func:`cache_entry.loads`);
+    TraceError when it cannot be read back (that run fails with the reason; the report goes on)."""
+    try:
+        return _load(entry)
+    except (OSError, cache_entry.EntryError) as exc:
+        raise TraceError(f"its cache entry {entry.name} could not be read back ({exc})") from None
 
 
 def store(entry: Path, result) -> None:
-    """Write one result atomically (a reader never sees half an entry)."""
-    write_bytes_atomic(entry, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    """Write one result atomically (a reader never sees half an entry); OutputError when it cannot be
+    written or holds something the cache does not store."""
+    try:
+        data = cache_entry.dumps(result, _key_of(entry))
+    except cache_entry.EntryError as exc:
+        raise OutputError(f"{entry.name}: {exc}") from None
+    write_bytes_atomic(entry, data)
 
 
 # ---- the whole report: unchanged inputs and tool -> the previous folder is kept as it is --------------------

@@ -2,7 +2,7 @@
 
 Numbers are formatted by :mod:`ddp_profile.fmt` (the one formatter of the CLI, pages and findings; its
 functions are re-exported here for the report's modules). Tables show the number in the header's unit;
-prose uses :func:`fmt_ms`, :func:`fmt_mib`, :func:`fmt_pct`. Definitions (:data:`METRICS`) follow README "Metrics (definitions)" and
+prose uses :func:`fmt_ms`, :func:`fmt_mib`, :func:`fmt_pct`. Definitions (:data:`METRICS`) follow docs/metrics.md and
 are shown as hover titles on table headers and as the glossary block at the end of each page.
 """
 
@@ -43,7 +43,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "forward_ns": ("forward (ms)", "GPU window of the forward phase."),
     "backward_ns": ("backward (ms)", "GPU window of the backward phase."),
     "optimizer_ns": ("optimizer (ms)", "GPU window of the optimizer phase."),
-    "backward_end_ns": ("backward end", "Last GPU end of the compute kernels launched in backward."),
+    "backward_end_ns": ("backward end", "Last GPU end of the compute kernels launched in backward before the "
+                        "step's last gradient collective."),
     "comm_tail_ns": ("comm tail (ms)", "Communication still running after the last backward kernel: "
                      "last end of the step's NCCL kernels − backward end (0 if none)."),
     "job_comm_tail_ns": ("job comm tail (ms)", "Comm tail measured against the latest backward end of all "
@@ -138,7 +139,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "after_backward_ns": ("after backward (ms)", "NCCL time of the kind after the step's last backward kernel."),
     "straggler_steps": ("straggler in steps", "Steps in which this rank reached the step's gradient "
                         "collectives last (the analysis's straggler_rank)."),
-    "critical_rank": ("critical rank", "The rank whose work ends the step (README: critical path)."),
+    "critical_rank": ("critical rank", "The rank whose work ends the step (docs/metrics.md: critical path)."),
     "host_ns": ("host (ms)", "Critical path: GPU idle gaps of the critical rank that end with work launched "
                 "after the gap began (the GPU ran dry before the host issued the next work)."),
     "rest_ns": ("other idle (ms)", "Critical path: the rest of the step (the analysis's idle_ns there): work "
@@ -147,7 +148,7 @@ METRICS: dict[str, tuple[str, str]] = {
                          "all ranks; a step counts once in \"straggler in steps\" however many collectives it holds."),
 }
 
-# README "Metrics (definitions)" names these; tests check every one of them is defined in that section.
+# docs/metrics.md names these; tests check every one of them is defined there.
 README_METRICS = ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "copy_ns", "idle_ns",
                   "comm_tail_ns", "comm_pct", "exposed_comm_pct", "overlap_pct", "wait_ns", "transfer_ns",
                   "busbw_gb_per_s", "median_rel_err_pct", "p90_rel_err_pct", "gpu_busy_ns", "gpu_idle_ns",

@@ -105,15 +105,19 @@ TOKEN = 16
 """Characters of one word beyond which a table cell may wrap inside it at any character (run names)."""
 
 
+SEPARATOR = re.compile(r"([-_/.](?![^<]*>))")
+"""A name's separators (outside tags): a long run name may break after one of them."""
+
 NUMBER_UNIT = re.compile(r"^([+\u2212-]?[\d,.]+) (ms|µs|%|KiB|MiB|GiB|GB/s)$")
 """A table cell that is one number and its unit (the findings' text cells): its space becomes no-break."""
 
 
-def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None) -> str:
+def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None, fold: bool = True) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
     offline). The first ``max_rows`` rows are shown (the note says so when cut). ``links``: {column:
-    [href per row]} makes those cells links (a missing href leaves its cell plain)."""
+    [href per row]} makes those cells links (a missing href leaves its cell plain). ``fold``: a table of more than
+    25 rows folds away under its caption (False for a page's main table)."""
     if df is None or not len(df):
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
@@ -152,6 +156,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
                 cls = " class='long'"
             elif not key and any(len(w) > TOKEN for w in raw.split()):
                 cls = " class='tok link'" if link else " class='tok'"
+                text = SEPARATOR.sub("\\1<wbr>", text)  # a run name breaks after - _ / . only, never mid-word
             cells.append(f"<td{key}{cls}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
@@ -159,7 +164,7 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
     csv = f"<a class='csv' download='{esc(name)}.csv' href='{esc(_csv_href(df))}'>CSV</a>"
     grid = (f"<div class='scroll'><table class='sortable'><caption class='sr'>{esc(caption)}</caption>"
             f"<thead><tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}")
-    if len(df) > 25:  # long tables fold away so the figures stay on the first screens
+    if fold and len(df) > 25:  # long tables fold away so the figures stay on the first screens
         return f"<details><summary><h3>{esc(caption)} ({len(df)} rows)</h3></summary>{csv}{grid}</details>"
     return f"<h3>{esc(caption)} {csv}</h3>{grid}"
 
@@ -213,7 +218,7 @@ text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}td.na{{text-align:right}}.note,.empty{{color:#595959}}
-td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
+td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:normal}}td.link{{min-width:12em}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

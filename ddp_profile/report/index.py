@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddp_profile.fmt import missing
 from ddp_profile.report.answer_text import verdict_of
 from ddp_profile.report.compare import (
     comparison,
@@ -17,7 +18,6 @@ from ddp_profile.report.compare import (
     overlap_caption,
     overlap_runs,
 )
-from ddp_profile.report.findings.render import bullet_html
 from ddp_profile.report.glossary import fmt_cap, fmt_ms, fmt_pct, header
 from ddp_profile.report.html import drop_empty_columns, esc, figure_div, page, run_links, table
 from ddp_profile.report.runs import Group, Run, strategy_key
@@ -330,14 +330,40 @@ def index_verdict(runs: list[Run], groups: list[Group], context: dict | None = N
     return f"<p>{' '.join(head)}</p>{listed}{tail}"
 
 
-def render_index(runs: list[Run], groups: list[Group], failures: list[str], findings: bool = False,
-                 context: dict | None = None, headline: list | None = None) -> str:
+SPARSE = 0.2
+"""An index column filled for fewer than this share of the runs is left to the run and comparison pages."""
+
+
+def glanceable(shown: pd.DataFrame) -> pd.DataFrame:
+    """The index's run table without what a reader cannot use at a glance: columns no run fills, columns
+    filled for fewer than :data:`SPARSE` of the runs (an un-profiled time only a timing set has; the run's
+    own page keeps it), and text columns whose value every run's name already spells (strategy ``bucketed``
+    of ``bucketed-25mb_xl_fp32_2xh200``), so 78 runs fit 1280 pixels without scrolling sideways."""
+    shown = drop_empty_columns(shown)
+    if len(shown) < 5:
+        return shown
+    names = shown["run"].astype(str).str.lower()
+    drop = []
+    for c in shown.columns:
+        if c in ("run", "bound_by"):
+            continue
+        filled = shown[c].map(lambda v: not missing(v) and str(v).strip() not in ("", "–"))
+        text = shown[c][filled]
+        if filled.mean() < SPARSE:
+            drop.append(c)
+        elif len(text) and text.map(lambda v: isinstance(v, str)).all() and all(
+                str(v).lower() in n for v, n in zip(text, names[filled], strict=True)):
+            drop.append(c)
+    return shown.drop(columns=drop)
+
+
+def render_index(runs: list[Run], groups: list[Group], failures: list[str], context: dict | None = None,
+                 front: list[str] | None = None) -> str:
     """The index verdict (:func:`index_verdict`), every run with its headline numbers, then the
     comparisons, then what failed to load. No figure, so no chart library. ``context``: the report's
     {"comps": {strategy page: comparison}, "sweeps": {sweep page: facts}} (computed when missing).
-    ``headline``: the findings' timing bullets (``findings.summary.Bullet``: per dtype, the configuration
-    closest to one GPU, from interleaved un-profiled repeats), shown under the findings link, since the runs
-    profiled here need not include it."""
+    ``front``: HTML blocks placed first, in order (the report's extras': the findings' link and their
+    timing bullets)."""
     parts = []
     if failures:
         parts.append("<h2 class='fail'>Runs that failed to load</h2><ul>"
@@ -354,21 +380,15 @@ def render_index(runs: list[Run], groups: list[Group], failures: list[str], find
         # what each run's page answers first: what bounds its step
         verdicts = {r.page: bound_cell(verdict_of(r.analysis)) for r in runs}
         shown.insert(1, "bound_by", [verdicts.get(p, "–") for p in comp["page"]])
-        if not groups:  # own jobs only: columns no run fills (bucket cap, baseline, efficiency...) say nothing
-            shown = drop_empty_columns(shown)
+        shown = glanceable(shown)
         parts.insert(0, "<h2>Runs</h2>" + table(
-            shown, "Every run (trace: medians over profiled steps and ranks)",
+            shown, "Every run (trace: medians over profiled steps and ranks)", fold=False,
             links={"run": list(comp["page"]), "baseline": list(comp["baseline_page"])}) + ("" if "efficiency_pct" not in shown else
             "<p class='note'>Efficiency is against each run's 1-GPU baseline (column baseline): the 1-GPU run "
             "of the same folder, model, dtype, GPU and strategy, else the no-communication run; the strategy "
             "and scaling pages use the same one. Efficiency uses the step time the run's set is ranked by: "
             "un-profiled where every run of the set has an un-profiled median, else the trace's.</p>"))
-    if findings:
-        best = ("<p>Closest to one GPU in the timing sets (interleaved un-profiled repeats; not every such "
-                "configuration has a profiled run below):</p><ul>"
-                + "".join(bullet_html(b, "findings.html") for b in headline) + "</ul>") if headline else ""
-        parts.insert(0, "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
-                        "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>" + best)
+    parts[:0] = front or []
     verdict = index_verdict(runs, groups, context)
     sub = f"{len(runs)} run(s)" + (f", {len(groups)} comparison(s)" if groups else "")
     return page("ddp-profile report", "\n".join(parts), sub,

@@ -1,16 +1,16 @@
 """Facts of a run JSON that the pages and the findings read the same way: the step time a set of runs is
 ranked by, the un-profiled timing beside the trace, and the GPU memory of a run.
 
-The step time to rank by (issue 16). nsys changes the order of configurations (the profiler's cost differs
+The step time to rank by. nsys changes the order of configurations (the profiler's cost differs
 from one configuration to the next), so the harness times every campaign configuration again without nsys
 (CUDA events; ``python -m ddp_profile.harness.timings`` folds the median into the run JSON as
 ``unprofiled_step_ms_median``). A set of runs is ranked by that median when **every** run of the set has
 one (:func:`ranking_basis` = :data:`UNPROFILED`), and by the trace's step time (the median over ranks and
 profiled steps of ``step_ns``) otherwise (:data:`TRACE`): never a mix of the two on one axis. The pages
-(``report.compare.comparison``) and the findings (``report.findings.campaign``) both go through
+(``report.compare.comparison``) and the findings (``findings.campaign``) both go through
 :func:`ranking_basis` and :func:`rank_ns`, so they cannot name different winners.
 
-Spread (issue 30). A run JSON written by the interleaved-repeats protocol (``ddp_profile.harness.repeats``,
+Spread. A run JSON written by the interleaved-repeats protocol (``ddp_profile.harness.repeats``,
 or ``harness.timings`` folding repeats) carries a bootstrap confidence interval of the un-profiled median,
 ``unprofiled_ci_low_ms`` / ``unprofiled_ci_high_ms`` (:func:`ci_ns`). Two runs are called faster or slower
 than each other only when both intervals are known and do not overlap (:func:`versus`); overlapping intervals

@@ -6,7 +6,6 @@ Plots come from :mod:`ddp_profile.plots` (imported when a page is rendered); thi
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -133,7 +132,7 @@ LAUNCH_TABLE = tuple((col, "host_range_ns" if col == "step_ns" else col) for col
 def launch_bound_majority(run: Run):
     """True when most (rank, step) rows of the launch check are launch-bound; None without the check."""
     res = run.launches
-    if res is None or isinstance(res, str) or res.steps.empty:
+    if res is None or res.steps.empty:
         return None
     return bool(2 * int(res.steps["launch_bound"].sum()) > len(res.steps))
 
@@ -145,8 +144,8 @@ def launch_block(run: Run) -> str:
 
     head = "<h2>Is the step launch-bound?</h2>"
     res = run.launches
-    if res is None or isinstance(res, str):
-        why = res or "the launch diagnosis was not computed for this run"
+    if res is None or not res.made:
+        why = "; ".join(res.notes) if res is not None else "the launch diagnosis was not computed for this run"
         return f"{head}<p class='note'>No launch-bound check for this run: {esc(why)}</p>"
     if res.steps.empty:
         why = "; ".join(res.notes) or "no step ranges were found"
@@ -432,11 +431,3 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
                                                              "peak_allocated_bytes", "peak_reserved_bytes",
                                                              "optimizer_state_bytes"]
     return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)
-
-
-def benchmark_run_page(run: Run) -> dict:
-    """Time rendering one run page and report its size (for the perf notes; not a test)."""
-    t0 = time.perf_counter()
-    text = render_run_page(run)
-    return {"render_s": round(time.perf_counter() - t0, 3), "page_bytes": len(text.encode()),
-            "kernels": len(run.trace.kernels)}

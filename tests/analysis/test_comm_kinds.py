@@ -14,7 +14,7 @@ import pytest
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis import JSON_SECTIONS, analyze
-from ddp_profile.analysis.comm_kinds import kind_of
+from ddp_profile.analysis.kernel_groups import kind_of
 from ddp_profile.cli import main
 from ddp_profile.nsys.loader import load_trace
 from ddp_profile.nsys.names import parse_nccl

@@ -27,13 +27,13 @@ from ddp_profile.analysis import KernelArrays, analyze
 from ddp_profile.analysis import windows as win
 from ddp_profile.analysis.contention import (
     contention,
+    contention_per_step_ns,
     contention_samples,
     estimated_loss_ns,
     pooled_contention,
 )
 from ddp_profile.analysis.contention_rows import step_ordinals
 from ddp_profile.analysis.overlap import overlapped_by_other_class
-from ddp_profile.analysis.recommend import contention_per_step_ns
 from ddp_profile.nsys.loader import load_trace
 
 AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"

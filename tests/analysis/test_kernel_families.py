@@ -28,7 +28,7 @@ from ddp_profile.analysis.kernel_groups import (
 US = 1_000
 B = Path(__file__).resolve().parents[2] / "traces" / "campaign" / "B"
 
-# Step GPU windows (µs). Spans (critical_path.spans): a rank's first selected step starts at its own window,
+# Step GPU windows (µs). Spans (steps.spans): a rank's first selected step starts at its own window,
 # the next at the end of the previous window: rank 0 [100, 200) and [200, 400); rank 1 [110, 210), [210, 420).
 STEPS = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 6, 5, 6],
                       "start_ns": [100 * US, 250 * US, 110 * US, 260 * US],
@@ -143,7 +143,7 @@ def b_stock():
 def test_real_trace_families_add_up_to_the_non_nccl_kernel_time_of_each_step(b_stock):
     """Campaign set B stock DDP (2 x H200): per (rank, step), the families but NCCL sum to the durations of the
     non-NCCL activities starting in the step's span, counted here with pandas (merge_asof on the span starts)."""
-    from ddp_profile.analysis.critical_path import spans
+    from ddp_profile.analysis.steps import spans
 
     trace, res = b_stock
     per = family_steps(trace.kernels, res.steps)

@@ -19,7 +19,7 @@ import pytest
 
 from ddp_profile import schema
 from ddp_profile.analysis import KernelArrays, analyze
-from ddp_profile.analysis.parts import labelled_steps
+from ddp_profile.analysis.pipeline import labelled_steps
 from ddp_profile.analysis.windows import phase_windows
 from ddp_profile.commands.analyze import render
 from ddp_profile.nsys.loader import load_trace

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ddp_profile import intervals as iv
 from ddp_profile import schema
 from ddp_profile.analysis import steps
-from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, KernelArrays, covered_by_normalized
+from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, KernelArrays
 
 
 def _random_kernels(seed: int, n_ranks: int = 3, per_rank: int = 400) -> pd.DataFrame:
@@ -46,7 +47,7 @@ def test_rank_cover_in_chunks_equals_the_whole_sets(chunk):
         cov, sets = steps.rank_cover(karr, rank, ws, we, chunk=chunk)
         whole = ref.rank_sets(rank)
         for name in (COMPUTE, NCCL, "copy", "all", "overlap"):
-            assert cov[name].tolist() == covered_by_normalized(ws, we, *whole[name]).tolist(), name
+            assert cov[name].tolist() == iv.covered_by_normalized(ws, we, *whole[name]).tolist(), name
         for name in (NCCL, "overlap"):
             assert sets[name][0].tolist() == whole[name][0].tolist()
             assert sets[name][1].tolist() == whole[name][1].tolist()

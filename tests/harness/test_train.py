@@ -16,7 +16,8 @@ from ddp_profile.harness.config import RunConfig, validate
 from ddp_profile.harness.launch import free_port, torchrun_env
 from ddp_profile.harness.models import build_model, param_stats
 from ddp_profile.harness.strategies import ShardedOptimizer
-from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run, write_json
+from ddp_profile.harness.train import gpu_short_name, make_batches, make_optimizer, run
+from ddp_profile.safeio import write_record_atomic
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
@@ -116,7 +117,7 @@ def test_single_process_run_record_in_process(tmp_path):
     assert record["peak_memory_reserved_bytes_per_rank"] == [None]
     assert record["optimizer_state_bytes_per_rank"] == [2 * record["param_bytes"] + 4 * record["param_tensors"]]
     assert record["shard_optimizer"] is None
-    path = write_json(record, tmp_path / "sub" / "r.json")
+    path = write_record_atomic(tmp_path / "sub" / "r.json", record, make_parents=True)
     assert json.loads(path.read_text())["run"] == "none_tiny_fp32_1xcpu"
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temp file left behind
     assert path.stat().st_mode & 0o777 == 0o644

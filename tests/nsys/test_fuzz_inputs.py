@@ -89,7 +89,7 @@ run_json = st.one_of(
 @_settings(60)
 @given(record=run_json)
 def test_fuzz_run_json(record):
-    from ddp_profile.report.findings.data import RunData
+    from ddp_profile.findings.data import RunData
     from ddp_profile.report.runs import normalise_meta, strategy_key
 
     with tempfile.TemporaryDirectory() as d:

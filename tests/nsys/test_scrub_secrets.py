@@ -31,7 +31,7 @@ PLANTED = {
     "wandb_value": "wandbV4lueX1", "assign_value": "p4ssw0rdV4l", "user": "alicesmith",
 }
 PROJECT = "skunkworks"  # a folder inside a path: only the last component of a path is kept (documented)
-# Secret shapes (README "Privacy"): any match after scrubbing is a leak.
+# Secret shapes (docs/privacy.md): any match after scrubbing is a leak.
 SHAPES = [r"hf_[A-Za-z0-9]{8,}", r"gh[pousr]_[A-Za-z0-9]{8,}", r"AKIA[0-9A-Z]{12,}", r"glpat-\w{8,}",
           r"eyJ[\w-]{8,}\.[\w-]{8,}\.", r"[a-z]+://[^/\s:@<>]+:[^/\s@<>]+@", r"--\w*token\w*[= ][^<\s]",
           r"[A-Z_]*(?:KEY|TOKEN|SECRET|PASSWORD)=[^<\s]", r"(?:/home|/Users|/scratch)/\w", r"BEGIN [A-Z ]*PRIVATE KEY"]

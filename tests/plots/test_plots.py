@@ -1,11 +1,11 @@
-"""Figures from synthetic frames whose layout is known (see report_synth.make_run): trace counts, axes,
+"""Figures from synthetic frames whose layout is known (see conftest.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
 
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_run
+from conftest import make_run
 
 from ddp_profile.fmt import fmt_duration
 from ddp_profile.plots import (
@@ -90,6 +90,30 @@ def test_a_stream_used_only_between_steps_gets_no_timeline_row():
     assert set(rows) - set(base) == {"rank 0 · stream 16"}, rows  # 16 overlaps step 1's window by 5 ns
 
 
+def test_a_rank_with_hundreds_of_streams_folds_them_into_one_row_and_keeps_every_kernel():
+    """A CUDA-graph run launches each graph node on its own stream: one row per stream made a page thousands
+    of pixels high. Past MAX_STREAM_ROWS a rank keeps its NCCL stream and its busiest streams and folds the
+    rest into one row; every kernel is still drawn, on its stream's row or the folded one."""
+    from ddp_profile.plots.timeline_rows import MAX_STREAM_ROWS
+
+    t, a = make_run(n_steps=1, kernels_per_phase=2)
+    k = t.kernels
+    one = k[(k["rank"] == 0) & (k["kind"] == "compute")].head(1)
+    many = pd.concat([one.assign(stream=1000 + i) for i in range(200)], ignore_index=True)
+    t.kernels = pd.concat([k, many], ignore_index=True)
+    data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
+    rank0 = [r for r in data["rows"] if r.startswith("rank 0 · stream")]
+    folded = [r for r in data["rows"] if r.startswith("rank 0") and "folded" in r]
+    n_streams = t.kernels.loc[t.kernels["rank"] == 0, "stream"].nunique()
+    assert len(rank0) + len(folded) == MAX_STREAM_ROWS and len(folded) == 1
+    assert folded[0] == f"rank 0 · {n_streams - len(rank0)} more streams (folded)"
+    nccl = k.loc[(k["rank"] == 0) & (k["kind"] == "nccl"), "stream"].unique()
+    assert all(f"rank 0 · stream {s}" in rank0 for s in nccl)
+    assert len(data["row_rank"]) == len(data["rows"])
+    drawn = sum(len(tr["s"]) for tr in data["steps"][0]["tracks"] if tr["k"] < 4)
+    assert drawn == len(t.kernels)
+
+
 def _merged_count(text):
     return int(text[3:].split(" ")[0]) if "merged" in text else 1
 
@@ -129,6 +153,31 @@ def test_exposed_comm_figure_per_step_on_its_own_scale():
     assert fig.data[0].y[0] == pytest.approx(0.05) and fig.data[1].y[0] == pytest.approx(0.05)
     assert fig.data[0].marker.color == palette.NCCL_EXPOSED and fig.data[1].marker.color == palette.TAIL
     assert fig.layout.yaxis.title.text == "time (ms)"
+
+
+def test_exposed_comm_figure_cuts_a_warm_up_step_and_marks_it():
+    """A warm-up step's 150 ms of collectives set the axis and hid 1-5 ms bars: the axis now stops at the
+    outlier cap and the cut bar carries its height as text, as the breakdown does."""
+    t, a = make_run(n_steps=6)
+    s = a.steps.copy()
+    s.loc[s["step"] == 0, "exposed_comm_ns"] += 150_000_000
+    fig = exposed_comm_figure(s, source=SRC)
+    top = fig.layout.yaxis.range[1]
+    assert top < 1 and fig.layout.yaxis.title.text.startswith("time (ms, cut at")
+    label = fig.data[-1]
+    assert label.mode == "text" and list(label.x) == ["step 0"] and list(label.text) == ["↑150"]
+    assert exposed_comm_figure(a.steps, source=SRC).layout.yaxis.range is None  # equal bars: nothing cut
+
+
+def test_step_breakdown_of_many_bars_uses_one_level_labels_that_can_thin_out():
+    """4 ranks × 24 steps printed 96 overlapping two-level labels: past MAX_TWO_LEVEL_BARS the axis is one
+    level, each label naming step and rank."""
+    from ddp_profile.plots.steps import MAX_TWO_LEVEL_BARS
+
+    t, a = make_run(n_steps=MAX_TWO_LEVEL_BARS)
+    fig = step_breakdown(a.steps, source=SRC)
+    assert len(fig.data[0].x) > MAX_TWO_LEVEL_BARS and fig.data[0].x[0] == "step 0 · r0"
+    assert fig.layout.xaxis.tickangle == -45
 
 
 def test_every_plot_uses_the_palette_only():

@@ -58,13 +58,13 @@ def test_from_json_renders_the_readme_block_and_results_md(setup):
 
 
 def test_committed_results_md_is_what_the_json_renders(tmp_path):
-    """benchmarks/RESULTS.md and README's block are exactly the rendering of benchmarks/results.json."""
+    """benchmarks/RESULTS.md and docs/performance.md's block are exactly the rendering of benchmarks/results.json."""
     res = json.loads((ROOT / "benchmarks" / "results.json").read_text())
     proc = run("--from-json", ROOT / "benchmarks" / "results.json", "--out", tmp_path, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "RESULTS.md").read_text() == (ROOT / "benchmarks" / "RESULTS.md").read_text()
-    readme = (ROOT / "README.md").read_text()
-    assert results_md.with_block(readme, results_md.readme_block(res)) == readme
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert results_md.with_block(page, results_md.readme_block(res)) == page
 
 
 @pytest.mark.parametrize("body", ["no markers here\n", f"{results_md.END}\n{results_md.BEGIN}\n",

@@ -2,9 +2,12 @@
 
 Layers (README "Layout"): ``nsys/`` reads exports and is the only code that knows nsys tables;
 ``analysis/`` turns frames into frames and opens no file; ``plots/`` turns frames into figures;
-``report/`` (with ``report/findings/``) writes pages; ``harness/`` trains (torch, nvtx and the standard
-library only); ``commands/`` + ``cli.py`` are the thin CLI. Imports inside functions count as imports:
-a lazy import still ties two modules together.
+``report/`` writes pages; ``findings/`` answers the CS336 questions above the report, adding its pages
+through the report's extras hook; ``harness/`` trains (torch, nvtx and the standard
+library only); ``commands/`` + ``cli.py`` are the thin CLI. Inside ``analysis/``, every module's layer
+(conductor, answer, measure, boundary, ground) is declared in :data:`ANALYSIS_LAYERS` and what each may
+import in :data:`MAY_IMPORT`. Imports inside functions count as imports: a lazy import still ties two
+modules together.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ FORBIDDEN = [
     ("plots", ("analysis", "nsys", "report", "harness", "commands", "cli"), "plots take frames, return figures"),
     ("harness", ("analysis", "nsys", "plots", "report", "commands", "cli", "schema", "trace", "intervals", "memory"),
      "the harness runs on GPU machines without the reporting stack"),
-    ("report", ("commands", "cli", "harness"), "the report is a library; the CLI sits above it"),
+    ("report", ("commands", "cli", "harness", "findings"),
+     "the report is a library; the CLI sits above it, the findings beside it (added through build_report's extras)"),
+    ("findings", ("commands", "cli", "harness"), "the findings are a library; the CLI sits above them"),
 ]
 
 
@@ -116,7 +121,7 @@ def test_stdlib_only_modules(name):
 
 
 def test_findings_never_use_the_report_face_or_its_entry():
-    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "report.findings")
+    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "findings")
            for t, line in _targets(name) if t in ("ddp_profile.report", "ddp_profile.report.build")]
     assert not bad, "\n".join(bad)
 
@@ -177,3 +182,92 @@ def test_the_cycle_finder_finds_a_planted_circle(monkeypatch):
 def test_modules_fit_in_one_sitting():
     long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# ---- analysis/ as layers --------------------------------------------------------------------------------------
+# Every module of analysis/ and its layer, decided here (one place). Reading down the table:
+# - face: ``analysis/__init__``, re-exports only; result: ``Analysis`` and its JSON (``result.py``);
+# - conductor: ``pipeline`` (the stages and ``analyze``), ``answers`` (the answers' stage it calls) and
+#   ``notes`` (the parts' notes as one trace's);
+# - answers: read the measures' tables and say what they mean (straggler, critical path, verdict, ...);
+# - measures: one number family each over given windows (overlap, collectives, comm kinds, ...);
+# - boundaries: where steps and phases are (NVTX, inference, the launch cycle, one identity across ranks);
+# - ground: helpers every layer shares (kernel arrays, kernel naming and kind codes, projection, cost model),
+#   with the top-level ``schema``, ``intervals``, ``memory``, ``fmt``, ``errors`` and the names modules.
+ANALYSIS_LAYERS = {
+    "__init__": "face", "result": "result", "pipeline": "conductor", "answers": "conductor", "notes": "conductor",
+    "straggler": "answer", "critical_path": "answer", "verdict": "answer", "recommend": "answer",
+    "channel_model": "answer", "kernel_families": "answer", "compare": "answer",
+    "overlap": "measure", "collectives": "measure", "comm_kinds": "measure", "contention": "measure",
+    "contention_rows": "measure", "after_backward": "measure", "launches": "measure", "host_calls": "measure",
+    "steps": "measure", "kernel_diff": "measure",
+    "windows": "boundary", "infer": "boundary", "cycles": "boundary", "identity": "boundary",
+    "clocks": "boundary", "unknowns": "boundary",
+    "kernel_arrays": "ground", "kernel_groups": "ground", "projection": "ground", "costmodel": "ground",
+    "gains": "ground",
+}
+MAY_IMPORT = {  # layer -> the layers of analysis/ its modules may import (the top-level ground always)
+    "ground": {"ground"},
+    "boundary": {"ground", "boundary"},
+    "measure": {"ground"},
+    "answer": {"ground", "measure"},
+    "result": {"ground"},
+    "conductor": {"ground", "boundary", "measure", "answer", "result", "conductor"},
+    "face": {"ground", "boundary", "measure", "answer", "result", "conductor"},
+}
+SAME_PASS = {
+    # (measure, measure it may import, why): halves of one measure, computed in one pass over the kernels
+    ("steps", "comm_kinds", "the per-kind rows are cut from the step table's own interval sets, in its pass"),
+    ("contention", "contention_rows", "the per-row classification of the contention table, split for size"),
+}
+TOP_GROUND = {"ddp_profile.schema", "ddp_profile.intervals", "ddp_profile.memory", "ddp_profile.fmt",
+              "ddp_profile.errors", "ddp_profile.nvtx_names", "ddp_profile.activity_names", "ddp_profile"}
+
+
+def _analysis_module(name: str) -> str | None:
+    if name == "ddp_profile.analysis":
+        return "__init__"
+    return name.removeprefix("ddp_profile.analysis.") if _in(name, "analysis") else None
+
+
+def _layer_violations(layers: dict, imports) -> list[str]:
+    """Imports of analysis/ modules that break :data:`MAY_IMPORT` (``imports``: name -> [(target, line)])."""
+    allowed_pairs = {(a, b) for a, b, _ in SAME_PASS}
+    bad = []
+    for name, targets in imports.items():
+        me = _analysis_module(name)
+        if me is None:
+            continue
+        for target, line in targets:
+            other = _analysis_module(target)
+            if other is None:
+                if target.startswith("ddp_profile") and target not in TOP_GROUND:
+                    bad.append(f"{name}:{line} imports {target} (outside analysis/ and the ground)")
+                continue
+            if other == me or (me, other) in allowed_pairs:
+                continue
+            if layers[other] not in MAY_IMPORT[layers[me]]:
+                bad.append(f"{name}:{line} ({layers[me]}) imports {target} ({layers[other]})")
+    return bad
+
+
+def test_every_analysis_module_has_a_layer():
+    names = {m for n in MODULES if (m := _analysis_module(n)) is not None}
+    assert names == set(ANALYSIS_LAYERS), (names ^ set(ANALYSIS_LAYERS))
+
+
+def test_analysis_layers():
+    """Only the conductor imports the stages; a measure imports only the ground (or its other half,
+    SAME_PASS); an answer may read measures; a boundary reads the ground and other boundaries."""
+    bad = _layer_violations(ANALYSIS_LAYERS, {n: _targets(n) for n in MODULES})
+    assert not bad, "\n".join(bad)
+
+
+def test_layer_check_finds_a_measure_reading_a_sibling():
+    """The check above can fail: a measure importing another measure, or an answer's helper, is reported."""
+    planted = {"ddp_profile.analysis.overlap": [("ddp_profile.analysis.collectives", 1),
+                                                ("ddp_profile.analysis.recommend", 2),
+                                                ("ddp_profile.analysis.kernel_arrays", 3)]}
+    assert _layer_violations(ANALYSIS_LAYERS, planted) == [
+        "ddp_profile.analysis.overlap:1 (measure) imports ddp_profile.analysis.collectives (measure)",
+        "ddp_profile.analysis.overlap:2 (measure) imports ddp_profile.analysis.recommend (answer)"]

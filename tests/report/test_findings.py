@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ddp_profile.report.findings import build_findings, page_for, run_sets
-from ddp_profile.report.findings import questions_a as qa
-from ddp_profile.report.findings.data import load_run
-from ddp_profile.report.findings.text import compare, ms, pct, ranges_overlap
+from ddp_profile.findings import build_findings, page_for, run_sets
+from ddp_profile.findings import strategies as qa
+from ddp_profile.findings.data import load_run
+from ddp_profile.findings.text import compare, ms, pct, ranges_overlap
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
@@ -98,7 +98,7 @@ def test_overlap_words_follow_step_times(small):
 def test_torch_verdict_words_follow_the_ratios():
     import pandas as pd
 
-    from ddp_profile.report.findings.questions_b import torch_verdict
+    from ddp_profile.findings.reference import torch_verdict
 
     class Ref:
         def v(self, _):
@@ -124,8 +124,8 @@ def test_torch_verdict_words_follow_the_ratios():
 def test_findings_and_sweep_page_state_one_fit(small):
     """q4 and the report's sweep page both use costmodel.sweep_fit over the same runs: same o, w and b*."""
     from ddp_profile.analysis.costmodel import fit_params
+    from ddp_profile.findings.text import mb, num
     from ddp_profile.report import Group, Run
-    from ddp_profile.report.findings.text import mb, num
     from ddp_profile.report.sweep import pooled_fit
 
     fit = qa.shared_fit(small)
@@ -142,11 +142,12 @@ def test_findings_and_sweep_page_state_one_fit(small):
 def test_report_main_job_writes_findings(built, tmp_path):
     """`ddp-profile report <campaign>` writes the findings in its atomic swap; `--no-findings` and a
     non-campaign input skip them."""
+    from ddp_profile.findings.pages import FindingsPages
     from ddp_profile.report import build_report
 
     root = built[2]
     out = tmp_path / "reports"
-    sizes, failures = build_report([root], out)
+    sizes, failures = build_report([root], out, extras=[FindingsPages()])
     assert not failures and {"FINDINGS.md", "findings.html", "index.html"} <= set(sizes)
     assert (out / "FINDINGS.md").read_text().startswith("# Findings")
     assert "findings.html" in (out / "index.html").read_text()
@@ -154,9 +155,9 @@ def test_report_main_job_writes_findings(built, tmp_path):
     html = (out / "findings.html").read_text()
     assert "not committed" in (out / "FINDINGS.md").read_text() and "not committed" not in html
     assert "HTML pages <code>ddp-profile report</code> wrote beside this page" in html and "`" not in html
-    sizes, _ = build_report([root], out, findings=False)
+    sizes, _ = build_report([root], out)  # no extras: the report alone
     assert "FINDINGS.md" not in sizes and not (out / "FINDINGS.md").exists()
-    sizes, _ = build_report([root / SMALL[0]], out)  # one run folder: no campaign, no findings
+    sizes, _ = build_report([root / SMALL[0]], out, extras=[FindingsPages()])  # one run folder: no campaign, no findings
     assert "FINDINGS.md" not in sizes
 
 
@@ -174,14 +175,13 @@ def test_real_runs_batch_and_hosts_come_from_the_files(built, small):
     assert ("ran stock PyTorch DDP" if hook is False else "opt-in NVTX comm hook" if hook else "do not record") in md
 
 
-def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(built, small):
-    """The limits' launch sentence carries analyze_launches' numbers for the real set-small 1-GPU run."""
-    from ddp_profile.analysis.launches import analyze_launches
+def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(launch_section, built, small):
+    """The limits' launch sentence carries the launch section's numbers for the real set-small 1-GPU run."""
     from ddp_profile.nsys.api import load_api_calls
 
     md = (built[0] / "FINDINGS.md").read_text()
     trace = small["none"].trace
-    sm = analyze_launches(trace, load_api_calls(trace)).summary()
+    sm = launch_section(trace, load_api_calls(trace)).summary()
     assert sm["launch_bound_steps"] == sm["n_steps"] >= 4  # this run is launch-bound in every step
     assert (f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
             f"GPU idle {sm['idle_pct']:.1f} %, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
@@ -193,8 +193,8 @@ def test_bucket_caps_are_stated_in_mib_as_the_harness_sets_them(built, small):
     q5's torch_ddp cap say MiB, from the run JSONs; run folder names (identifiers) keep their 'mb'."""
     import re
 
-    from ddp_profile.report.findings import questions_b as qb
-    from ddp_profile.report.findings.text import Table
+    from ddp_profile.findings import reference as qb
+    from ddp_profile.findings.text import Table
 
     out, _, _ = built
     md = (out / "FINDINGS.md").read_text()
@@ -212,7 +212,7 @@ def test_bucket_caps_are_stated_in_mib_as_the_harness_sets_them(built, small):
 def test_findings_html_renders_inline_code_and_says_where_the_pages_are(built):
     """findings.html written without the report's pages says they are not in its folder, never 'not
     committed' (that is FINDINGS.md's note); Markdown inline code becomes <code>, escaped."""
-    from ddp_profile.report.findings.render import html_text
+    from ddp_profile.findings.render import html_text
 
     out, _, _ = built
     html, md = (out / "findings.html").read_text(), (out / "FINDINGS.md").read_text()

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from ddp_profile.errors import TraceError
-from ddp_profile.report.findings import intro, run_sets
-from ddp_profile.report.findings import questions_b as qb
-from ddp_profile.report.findings.data import RunData, read_hosts
-from ddp_profile.report.findings.text import Table, ms
+from ddp_profile.findings import intro, run_sets
+from ddp_profile.findings import reference as qb
+from ddp_profile.findings.data import RunData
+from ddp_profile.findings.text import Table, ms
+from ddp_profile.report.hosts import read_hosts
 
 MS = 1e6
 

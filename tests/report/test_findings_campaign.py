@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pandas as pd
 
 from ddp_profile.analysis.recommend import fields_of, flags_of
-from ddp_profile.report.findings import campaign as qc
-from ddp_profile.report.findings.data import CAMPAIGN, RunData
+from ddp_profile.findings import campaign as qc
+from ddp_profile.findings.data import CAMPAIGN, RunData
 from ddp_profile.schema import RECOMMEND_COLUMNS
 
 GIB = 2**30
@@ -96,7 +96,7 @@ def test_beat_ddp_claims_faster_only_where_intervals_separate():
 
 def summary_of(section) -> str:
     """The text of the summary's bullet on the campaign sets' lowest medians (the section's recorded facts)."""
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.summary import build_summary
 
     return next(b.text for b in build_summary([section]).bullets if b.lead.startswith("Campaign sets"))
 
@@ -181,8 +181,8 @@ def test_summary_opens_both_documents_with_the_sections_own_results():
     """The opening summary states the lowest median and the recommendation's outcome of each campaign set as q10
     decided them (the same ratio string; "beats stock" only where its own comparison established it), as
     bullets before the intro, each linking to the section's anchor, the same in Markdown and HTML."""
-    from ddp_profile.report.findings.render import to_html, to_markdown
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.render import to_html, to_markdown
+    from ddp_profile.findings.summary import build_summary
 
     fields = fields_of("torch_ddp", 25 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}
     rec = pd.DataFrame([{c: None for c in RECOMMEND_COLUMNS} | fields | {
@@ -229,7 +229,7 @@ def test_a_set_that_profiled_stock_alone_says_so_and_compares_nothing():
     """Set ZP's shape: a 1-GPU run and stock DDP, both profiled only (no un-profiled time): the gap over one GPU
     comes from the traces (381 - 352 = 29 ms), the text does not claim a lever lost, and the summary's
     'lowest median' bullet leaves the set out (one multi-GPU run is not a ranking)."""
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.summary import build_summary
 
     one = _run("none", "none", 1, None, 352.0, overhead=None)  # profiled only: no overhead record either
     ref = _run("torch_ddp", "torch_ddp", 2, None, 381.0, overhead=None)

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from ddp_profile.analysis.recommend import fields_of, flags_of
-from ddp_profile.report.findings import confirm
-from ddp_profile.report.findings.data import CAMPAIGN, RunData
+from ddp_profile.findings import confirm
+from ddp_profile.findings.data import CAMPAIGN, RunData
 from ddp_profile.schema import RECOMMEND_COLUMNS
 
 MIB = 2**20
@@ -134,9 +134,9 @@ def _committed() -> dict:
     """{(set, run name): confirm row} for the committed sets, built as the findings build them (run_sets for
     traces/, campaign_sets and stock_reference for traces/campaign/), loading only the runs a prediction can
     concern: bucketed and torch_ddp runs of the XL sets, torch_ddp runs of campaign sets A-D without levers."""
-    from ddp_profile.report.findings import campaign as qc
-    from ddp_profile.report.findings import run_sets
-    from ddp_profile.report.findings.data import MAIN, find_runs, load_run
+    from ddp_profile.findings import campaign as qc
+    from ddp_profile.findings import run_sets
+    from ddp_profile.findings.data import MAIN, find_runs, load_run
 
     def wanted(set_name, folder):
         n = folder.name
@@ -172,8 +172,8 @@ def test_prediction_from_the_stock_trace_within_target(set_name, run):
 def test_signed_percentages_use_a_true_minus():
     """Signed percentages in the findings read as the signed ms changes beside them: "−20.6 %" (U+2212), not
     "-20.6 %"; a change that rounds to zero is "+0.0 %"; a missing one "n/a"."""
-    from ddp_profile.report.findings.losses import signed_pct
-    from ddp_profile.report.findings.text import signed_pct_value
+    from ddp_profile.findings.losses import signed_pct
+    from ddp_profile.findings.text import signed_pct_value
 
     assert signed_pct_value(-20.6) == "−20.6 %" and signed_pct_value(3.04) == "+3.0 %"
     assert signed_pct_value(-0.04) == "+0.0 %" and signed_pct_value(float("nan")) == "n/a"

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from ddp_profile.report.findings.data import CAMPAIGN, RunData
-from ddp_profile.report.findings.losses import critical_medians, q13_where_lost
+from ddp_profile.findings.data import CAMPAIGN, RunData
+from ddp_profile.findings.losses import critical_medians, q13_where_lost
 
 MS = 1_000_000
 
@@ -87,7 +87,7 @@ def _text(s) -> str:
 
 
 def _family_table(s):
-    from ddp_profile.report.findings.text import Table
+    from ddp_profile.findings.text import Table
 
     return next(b.frame for b in s.blocks if isinstance(b, Table) and "by kernel family" in b.caption)
 
@@ -124,7 +124,7 @@ def test_a_channel_limited_run_gets_its_own_columns_and_sentence():
     ch2 = _traced("torch_ddp-25mb-ch2-hiprio_xl_bf16_2x", "torch_ddp", 2,
                   [(GEMM_K, "compute", 4, 30), (ELEM_K, "compute", 10, 5), (NCCL_K, "nccl", 1, 60)], channels=2)
     s = q13_where_lost([one, stock, ch2])
-    from ddp_profile.report.findings.text import Table
+    from ddp_profile.findings.text import Table
 
     limited = next(b.frame for b in s.blocks if isinstance(b, Table) and "fewer channels" in b.caption)
     row = limited.set_index("family").loc["all but NCCL"]
@@ -148,8 +148,8 @@ def test_real_set_b_section_carries_the_family_table():
     path's compute part (mean over steps; its union equals the sum of durations on these traces), its family
     rows add up to it, the sentence names the family whose growth the table shows largest, and the rendered
     Markdown carries the table."""
-    from ddp_profile.report.findings.data import load_run
-    from ddp_profile.report.findings.render import to_markdown
+    from ddp_profile.findings.data import load_run
+    from ddp_profile.findings.render import to_markdown
 
     root = Path(__file__).resolve().parents[2] / "traces" / "campaign" / "B"
     runs = [load_run(CAMPAIGN, root / n) for n in ("none_xl_bf16_1xh200", "torch_ddp-25mb_xl_bf16_2xh200",
@@ -172,8 +172,8 @@ def test_real_set_b_section_carries_the_family_table():
 
 
 def test_signed_changes_that_round_to_zero_carry_no_minus():
-    from ddp_profile.report.findings.losses import signed_pct
-    from ddp_profile.report.findings.text import signed_ms
+    from ddp_profile.findings.losses import signed_pct
+    from ddp_profile.findings.text import signed_ms
 
     assert signed_ms(-2 * MS) == "−2.000 ms" and signed_ms(2 * MS) == "+2.000 ms"
     assert signed_ms(-1) == "+0.000 ms"  # 1 ns shows as 0.000 ms: no "−0.000"
@@ -185,7 +185,7 @@ def test_summary_says_per_dtype_which_part_grows_and_why_a_span_is_shorter():
     """One summary bullet per dtype over its campaign sets, from the section's own differences: set B's span is
     36 ms shorter (276 → 240) though compute grows 30 ms, because host drops 72 ms; set E (its 1-GPU host only
     20 ms) grows 40 ms. It links to the section."""
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.summary import build_summary
 
     runs = [_run("none_xl_bf16_1x", "none", 1, ONE), _run("torch_ddp-25mb_xl_bf16_2x", "torch_ddp", 2, TWO),
             _run("none_xl_bf16_1x", "none", 1, dict(ONE, host_ns=20), folder="E"),

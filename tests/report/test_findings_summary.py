@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ddp_profile.report.findings.render import to_html, to_markdown
-from ddp_profile.report.findings.summary import Bullet, Summary
-from ddp_profile.report.findings.text import Section, Table
+from ddp_profile.findings.render import to_html, to_markdown
+from ddp_profile.findings.summary import Bullet, Summary
+from ddp_profile.findings.text import Section, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BULLETS = 8
@@ -86,7 +86,7 @@ def test_committed_findings_open_with_short_linked_bullets():
 
 @pytest.mark.slow  # loads every shipped trace: ~30 s on two cores
 def test_findings_of_the_shipped_traces_open_with_short_linked_bullets(tmp_path):
-    from ddp_profile.report.findings import build_findings
+    from ddp_profile.findings import build_findings
 
     if not (ROOT / "traces" / "campaign").is_dir():
         pytest.skip("committed traces not present")
@@ -122,8 +122,8 @@ def test_summary_renders_the_same_escaped_bullets_in_both_documents():
 def test_confirm_bullet_counts_and_names_the_worst_case():
     """The recommend → confirm bullet states the counts and the worst error q12 recorded; a topic no bullet
     knows is refused where it is recorded."""
-    from ddp_profile.report.findings.summary import build_summary
-    from ddp_profile.report.findings.text import TOPIC_CONFIRM
+    from ddp_profile.findings.summary import build_summary
+    from ddp_profile.findings.text import TOPIC_CONFIRM
 
     s = Section("confirm", "Recommend → confirm")
     s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
@@ -138,8 +138,8 @@ def test_confirm_bullet_counts_and_names_the_worst_case():
 
 def test_summary_hands_out_one_topics_bullets():
     """What the index page repeats (``Summary.about``): the bullets of one topic only, each knowing its topic."""
-    from ddp_profile.report.findings.summary import build_summary
-    from ddp_profile.report.findings.text import TOPIC_CONFIRM, TOPIC_TIMING
+    from ddp_profile.findings.summary import build_summary
+    from ddp_profile.findings.text import TOPIC_CONFIRM, TOPIC_TIMING
 
     s = Section("confirm", "Recommend → confirm")
     s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
@@ -154,8 +154,8 @@ def _timing_fact(set_name: str, eff: tuple[float, float, float], word: str = "fa
 
 
 def test_closest_to_one_gpu_prefers_a_set_with_stock_then_the_surest_among_near_ties():
+    from ddp_profile.findings.summary import closest_to_one_gpu
     from ddp_profile.report import measures
-    from ddp_profile.report.findings.summary import closest_to_one_gpu
 
     no_stock = _timing_fact("Y", (92.90, 92.8, 93.0), measures.NO_STOCK)
     with_stock = _timing_fact("X", (92.89, 92.8, 93.0))

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ddp_profile.findings import timing
+from ddp_profile.findings.data import TIMING, read_timing_runs
+from ddp_profile.findings.text import pct
 from ddp_profile.harness import gpu_state, repeats
 from ddp_profile.report import measures
-from ddp_profile.report.findings import timing
-from ddp_profile.report.findings.data import TIMING, read_timing_runs
-from ddp_profile.report.findings.text import pct
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -143,7 +143,7 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     """The summary's fp32 bullet and table row name the lowest-median configuration with the section's own
     comparison: 'faster ... (intervals separate)' while the intervals separate; when its repeats are made
     noisy enough to overlap stock, 'within noise' and no 'faster' anywhere in the summary."""
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.summary import build_summary
 
     runs, sec = _section(tmp_path)
     by = {r.name: r for r in runs}
@@ -206,7 +206,7 @@ def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):
 
 
 def test_a_set_without_stock_names_its_best_against_the_runner_up_and_says_it_has_no_stock(tmp_path):
-    from ddp_profile.report.findings.summary import build_summary
+    from ddp_profile.findings.summary import build_summary
 
     plans = {"none_xl_fp32_1xh100": PLANS["none_xl_fp32_1xh100"],
              "overlap_xl_fp32_2xh100": ("overlap", 2, [365.0, 366.0, 364.5, 365.5, 365.2], {}),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddp_profile import report
+from ddp_profile.findings.pages import FindingsPages
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -103,7 +104,8 @@ def test_index_says_what_bounds_each_run_and_long_kernel_names_may_wrap(tmp_path
 
 def test_one_run_folder_report_says_why_there_are_no_findings(tmp_path):
     out = io.StringIO()
-    report.build_report([str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out)
+    report.build_report([str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out,
+                        extras=[FindingsPages()])
     assert "naive_xl_fp32_2xh200 is one run (FINDINGS.md answers from a campaign folder" in out.getvalue()
     assert "none of the loaded runs is a run folder" not in out.getvalue()
 

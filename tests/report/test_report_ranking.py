@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_synth import make_run, patch_analysis
+from conftest import make_run, patch_analysis
 
 from ddp_profile import report
+from ddp_profile.findings import campaign as qc
+from ddp_profile.findings.data import CAMPAIGN, RunData
 from ddp_profile.report import Run, measures
 from ddp_profile.report.compare import assign_baselines, comparison
-from ddp_profile.report.findings import campaign as qc
-from ddp_profile.report.findings.data import CAMPAIGN, RunData
 from ddp_profile.report.index import numbers_table, render_index
 from ddp_profile.report.runs import group_runs, normalise_meta
 from ddp_profile.report.verdicts import ranked, strategy_verdict
@@ -281,17 +281,19 @@ def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monk
 
 
 def test_index_repeats_the_findings_timing_bullets_escaped_and_linked(monkeypatch):
-    from ddp_profile.report.findings.summary import Bullet
+    from ddp_profile.findings.pages import index_block
+    from ddp_profile.findings.summary import Bullet
 
     patch_analysis(monkeypatch)
     runs = _set()
     assign_baselines(runs)
     bullet = Bullet("bf16, closest to one GPU:", "x <script>alert(1)</script> (set AB): 100.6 % of one GPU", "timing",
                     "timing sets")
-    page_ = render_index(runs, group_runs(runs), [], findings=True, headline=[bullet])
+    page_ = render_index(runs, group_runs(runs), [], front=[index_block([bullet])])
     findings = page_.split("<h2>Findings</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<strong>bf16, closest to one GPU:</strong>" in findings and "<script>" not in findings
     assert "&lt;script&gt;" in findings and "href='findings.html#timing'>timing sets</a>" in findings
     # without findings, or without timing sets, nothing of it
-    assert "Closest to one GPU" not in render_index(runs, group_runs(runs), [], findings=False, headline=[bullet])
-    assert "Closest to one GPU" not in render_index(runs, group_runs(runs), [], findings=True)
+    assert "Closest to one GPU" not in render_index(runs, group_runs(runs), [])
+    without_timing = render_index(runs, group_runs(runs), [], front=[index_block([])])
+    assert "<h2>Findings</h2>" in without_timing and "Closest to one GPU" not in without_timing

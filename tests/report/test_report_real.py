@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ddp_profile import report
+from ddp_profile.findings.pages import FindingsPages
 
 pytest.importorskip("plotly")
 TRACES = Path(__file__).resolve().parents[2] / "traces"
@@ -50,7 +51,7 @@ def campaign(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def site(campaign) -> Path:
     out = campaign.parent / "reports"
-    sizes, failures = report.build_report([campaign], out, jobs=2)
+    sizes, failures = report.build_report([campaign], out, jobs=2, extras=[FindingsPages()])
     assert failures == []
     return out
 

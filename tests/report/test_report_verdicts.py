@@ -1,6 +1,6 @@
 """Pages that answer (issue 16): the verdict sentences flip with the data, one formatter and one unit
 convention, sortable tables with a CSV download, one 1-GPU baseline per run on every page, definitions
-matching the README, no chart library on pages without charts."""
+matching docs/metrics.md, no chart library on pages without charts."""
 
 import re
 import urllib.parse
@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_run, patch_analysis, run_set, write_site
+from conftest import make_run, patch_analysis, run_set, write_site
 
 from ddp_profile.report.compare import comparison
 from ddp_profile.report.glossary import METRICS, README_METRICS, cell_text, fmt_mib, fmt_ms
 from ddp_profile.report.html import table
 from ddp_profile.report.verdicts import run_verdict, strategy_verdict, sweep_verdict
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def _comp(times, spreads=0.0, strategies=("naive", "overlap", "torch_ddp")):
@@ -115,10 +115,9 @@ def test_one_formatter_ms_three_decimals_mib_binary():
     assert cell_text("exposed_comm_pct", 0.9551) == "1.0" and cell_text("launches", 6824) == "6,824"
 
 
-def test_definitions_match_the_readme_metrics_section():
-    text = README.read_text()
-    section = text[text.index("## Metrics (definitions)"):]
-    section = section[:section.index("\n## ", 5)]
+def test_definitions_match_the_metrics_page():
+    section = METRICS_DOC.read_text()
+    assert section.startswith("# Metrics (definitions)")
     for key in README_METRICS:
         assert f"`{key}`" in section, key
         assert METRICS[key][1], key

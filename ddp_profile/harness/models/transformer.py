@@ -7,8 +7,8 @@ tensors match the assignment's (XL: 1,998,235,200 parameters in 435 tensors).
 RoPE angles are computed in the forward pass rather than kept as a buffer: the model then has no buffers,
 which keeps meta-device construction and `to_empty` trivial. They are computed once per forward and shared
 by every layer: their GPU time is negligible, but computing them in each attention call costs 11 kernel
-launches per call (arange, pow, cos, sin, casts...), about 1,050 of XL's ~8,100 launches per bf16 step, and
-XL under bf16 is bound by the host's launch rate (traces/none_xl_bf16_1xh200).
+launches per call (arange, pow, cos, sin, casts...) in every layer, and XL under bf16 is bound by the host's
+launch rate (``ddp-profile launches traces/none_xl_bf16_1xh200``).
 """
 
 from __future__ import annotations

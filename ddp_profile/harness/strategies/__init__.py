@@ -32,9 +32,9 @@ REGISTRY = {
     "naive": lambda m, mb, **kw: Naive(m),
     "flat": lambda m, mb, **kw: Flat(m),
     "overlap": lambda m, mb, reduce_avg=False, optimizer_factory=None, peer_copy_allreduce=False,
-                      update_high_priority=True, **kw: Overlap(
+                      sharded_update_normal_priority=False, **kw: Overlap(
         m, reduce_avg=reduce_avg, optimizer_factory=optimizer_factory, peer_copy=peer_copy_allreduce,
-        update_high_priority=update_high_priority),
+        update_high_priority=not sharded_update_normal_priority),
     "bucketed": lambda m, mb, first_bucket_mb=0.0, grad_views=False, grad_reduce_dtype="", optimizer_factory=None,
                        peer_copy_allreduce=False, **kw:
         Bucketed(m, bucket_size_mb=mb, first_bucket_mb=first_bucket_mb, grad_views=grad_views,
@@ -50,9 +50,8 @@ REGISTRY = {
 def create(name: str, module: nn.Module, bucket_mb: float = 25.0, ddp_nvtx_hook: bool = False, **options) -> Wrapper:
     """Wrap `module` in strategy `name` (broadcasting rank 0's state); bucket_mb is used by the bucketed ones,
     ddp_nvtx_hook by torch_ddp (see ``strategies/torch_ddp.py``), fsdp_reshard / fsdp_param_dtype by fsdp
-    (``strategies/fsdp.py``); the levers (first_bucket_mb, grad_views, grad_reduce_dtype, optimizer_factory,
-    ddp_comm_hook, peer_copy_allreduce, reduce_avg, update_high_priority)
-    by the strategies that have them. Options a strategy lacks are ignored (RunConfig's validation rejects
+    (``strategies/fsdp.py``); optimizer_factory and the levers (by their RunConfig names; ``levers.strategy_kwargs``
+    gives those of a configuration) by the strategies that have them. Options a strategy lacks are ignored (RunConfig's validation rejects
     them there)."""
     try:
         factory = REGISTRY[name]

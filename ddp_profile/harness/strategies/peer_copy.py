@@ -2,7 +2,7 @@
 update's reduce-scatter and all-gather by peer copies are ``strategies/peer_shards.py``, which shares this
 module's two-rank check and symmetric-memory rendezvous).
 
-Issue 30 asks for a copy-engine all-reduce: with two GPUs, a sum needs no ring. Each rank pushes its
+Why: with two GPUs, a sum needs no ring, and a copy engine moves the bytes without taking SMs from compute. Each rank pushes its
 (pre-divided) bucket into a receive buffer on the other GPU, both wait until both pushes landed, and each
 adds what it received to its own bucket: ``mine + theirs``, the same two addends as a two-rank NCCL or gloo
 sum, so the result is the same (an fp sum of two values is commutative).

@@ -1,7 +1,7 @@
 """The sharded update's reduce-scatter and all-gather by peer copies (``--sharded-update
 --peer-copy-allreduce``, 2 ranks): no NCCL kernel for a split parameter.
 
-Issue 30's copy-engine lever, applied to ``strategies/sharded_update.py``. With two ranks each split parameter
+The copy-engine lever of ``strategies/peer_copy.py``, applied to ``strategies/sharded_update.py``. With two ranks each split parameter
 has two halves; rank r owns half r. Per parameter, in hook order:
 
 - reduce-scatter: each rank pushes its gradient's *other* half (the peer's) into a receive slot on the
@@ -26,8 +26,8 @@ whose last barrier follows this rank's last push.
 
 On gloo (CPU tests) the pushes are send/receive pairs (``dist.batch_isend_irecv``), the same adds follow;
 tests/harness/test_sharded_update.py checks the numerics bitwise against plain ``overlap``. The GPU transport
-has no CPU test (symmetric memory needs CUDA); on 2 x H200 (XL, graphed) every repeat of timing sets AB and AD
-ended on stock DDP's final losses, and the same test file checks that from their committed journals.
+has no CPU test (symmetric memory needs CUDA); the same test file checks, from the committed journals of the
+timing sets that ran it on GPUs, that every repeat ended on stock DDP's final losses.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 ``-shardupd``; strategy `overlap` only): ZeRO stage 1 by reduce-scatter and all-gather, the optimizer run
 from the gradient hooks while backward computes.
 
-Why (issue 30). On one GPU the XL bf16 step spends ~21 ms of its ~194 ms in the fused AdamW kernels (set U,
-the node-traced 1-GPU graph), and every DDP rank repeats that whole update. With two ranks each rank needs
+Why. The fused AdamW kernels are a sizeable share of a one-GPU step (the findings measure it: GPU time per
+step by kernel family), and every DDP rank repeats that whole update. With two ranks each rank needs
 to update only its half, and it can do so as soon as that parameter's mean gradient exists, while backward
 still computes earlier layers.
 
@@ -17,8 +17,8 @@ on every rank):
    optimizer factory over one ``nn.Parameter`` that views rank r's slice of the parameter) steps;
 3. all-gather the parts in place, so every rank holds every updated part again: launched after the next
    parameter's reduce-scatter, so that the update does not stall the NCCL stream (:meth:`ShardedUpdate.launch`;
-   timing set Z ran an earlier version that launched it right after the update: its run JSONs' layouts lack
-   ``gather_after_next_reduce``).
+   an earlier version launched it right after the update: run JSONs made by it lack
+   ``gather_after_next_reduce`` in their layout).
 
 A parameter whose count does not divide is all-reduced whole and updated whole on every rank (the plain
 data-parallel update). ``finish()`` makes the current stream wait for the side stream and every
@@ -35,9 +35,9 @@ peer's memory plus one add, no NCCL kernel (``strategies/peer_shards.py``); whol
 all-reduces.
 Torch and the standard library only.
 
-Known, not understood: in timing set AA (2 x H200, XL bf16, graphed) one of 16 repeats of a sharded
-configuration started and never finished (the runner killed the job after 75 s without progress); the other 15,
-set Z's 12 and set ZP's profiled run ended normally.
+Known, not understood: once, one timed repeat of a sharded configuration started and never finished (the
+runner killed the job for lack of progress; docs/campaigns.md records which set), while its other repeats
+and the profiled runs ended normally.
 """
 
 from __future__ import annotations

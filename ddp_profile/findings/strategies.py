@@ -1,5 +1,5 @@
 """Questions 1–4 (naive, flat, overlap, bucket sweep). Each function takes the run set and returns a
-:class:`~ddp_profile.report.findings.text.Section`; all wording that states a direction is computed."""
+:class:`~ddp_profile.findings.text.Section`; all wording that states a direction is computed."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from ddp_profile.analysis.costmodel import (
     sweep_fit,
     sweep_prediction,
 )
-from ddp_profile.report.findings.data import grad_wait_phase
-from ddp_profile.report.findings.text import Section, certainty, compare, mb, ms, num, pct, rel, spread
+from ddp_profile.findings.data import grad_wait_phase
+from ddp_profile.findings.text import Section, certainty, compare, mb, ms, num, pct, rel, spread
 
 
 def step_row(r, page) -> dict:

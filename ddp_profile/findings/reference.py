@@ -9,9 +9,8 @@ import pandas as pd
 
 from ddp_profile.analysis.compare import amdahl_serial_fraction
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
-from ddp_profile.report import measures
-from ddp_profile.report.findings.data import HOSTS_FILE, MAIN, SCALING, hosts_of, launches_of
-from ddp_profile.report.findings.text import (
+from ddp_profile.findings.data import MAIN, SCALING, hosts_of, launches_of
+from ddp_profile.findings.text import (
     TOPIC_TRACES_BEST,
     Section,
     compare,
@@ -22,6 +21,8 @@ from ddp_profile.report.findings.text import (
     ranges_overlap,
     spread,
 )
+from ddp_profile.report import measures
+from ddp_profile.report.hosts import HOSTS_FILE
 
 
 def q5_torch(sets, page, machine, hosts: dict | None = None) -> Section:
@@ -345,7 +346,7 @@ def q8_dtype(a, b, page, machine, idle_pct: float = HOST_BOUND_IDLE_PCT) -> Sect
 
 def launch_line(name: str, rs: dict) -> str:
     """Whether set ``name``'s 1-GPU run (``none``, else any 1-GPU run) is launch-bound, from its launch
-    diagnosis (:func:`~ddp_profile.report.findings.data.launches_of`): steps launch-bound and the medians behind
+    diagnosis (:func:`~ddp_profile.findings.data.launches_of`): steps launch-bound and the medians behind
     the call. Launch-bound when most steps are, the rule ``LaunchAnalysis.verdicts`` applies per rank."""
     one = rs.get("none") or next((r for r in rs.values() if r.world_size == 1), None)
     if one is None:
@@ -367,7 +368,7 @@ def launch_line(name: str, rs: dict) -> str:
 
 def limits(runs, hosts: dict | None = None, sets: dict | None = None, machines: dict | None = None,
            campaign: dict | None = None) -> Section:
-    """What the data cannot show. ``hosts``: :func:`~ddp_profile.report.findings.data.read_hosts`; ``sets``: the
+    """What the data cannot show. ``hosts``: :func:`~ddp_profile.report.hosts.read_hosts`; ``sets``: the
     main run sets {"small" | "A" | "B": {key: run}}; ``machines``: {set: machine line} of main and scaling;
     ``campaign``: {campaign folder: [runs]} (named "campaign set <folder>", apart from the main sets)."""
     s = Section("limits", "How thin the data is")

@@ -24,7 +24,7 @@ TOPIC_CAMPAIGN_BEST = "campaign-best"
 TOPIC_CAMPAIGN_REC = "campaign-recommendation"
 """Topic of the summary: what one campaign set's stock trace recommends and whether it ran (:mod:`.campaign`)."""
 TOPIC_TRACES_BEST = "traces-best"
-"""Topic of the summary: the fastest hand-written strategy of one set of traces/ (:mod:`.questions_b`)."""
+"""Topic of the summary: the fastest hand-written strategy of one set of traces/ (:mod:`.reference`)."""
 TOPICS = (TOPIC_TIMING, TOPIC_LOSSES, TOPIC_CONFIRM, TOPIC_CAMPAIGN_BEST, TOPIC_CAMPAIGN_REC, TOPIC_TRACES_BEST)
 
 
@@ -148,7 +148,7 @@ class Section:
 
     def add_summary(self, topic: str, **fact) -> None:
         """Record a result under ``topic`` (one of :data:`TOPICS`) for the document's opening summary
-        (:mod:`ddp_profile.report.findings.summary`): the values this section states, formatted as it states
+        (:mod:`ddp_profile.findings.summary`): the values this section states, formatted as it states
         them, and the words its own comparisons chose; never a second computation of them."""
         if topic not in TOPICS:
             raise ValueError(f"summary topic {topic!r} is none of {TOPICS}")

@@ -1,4 +1,4 @@
-"""Findings from timing-only campaign sets (issue 30): interleaved, un-profiled repeats of a few
+"""Findings from timing-only campaign sets: interleaved, un-profiled repeats of a few
 configurations per workload (``python -m ddp_profile.harness.repeats``), each with the median step and its
 95 % bootstrap interval, and nvidia-smi before and after every repeat.
 
@@ -6,7 +6,7 @@ Comparisons follow :func:`ddp_profile.report.measures.versus`: a configuration i
 torch_ddp only when the two intervals do not overlap; otherwise it is within noise and both intervals are
 given. Efficiency against the 1-GPU run carries an interval too, from the two intervals' ends (the 1-GPU
 interval's low end over the configuration's high end, and the reverse): conservative, as the ends are not
-reached together. The runs are :func:`ddp_profile.report.findings.data.read_timing_runs`.
+reached together. The runs are :func:`ddp_profile.findings.data.read_timing_runs`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import math
 
 import pandas as pd
 
+from ddp_profile.findings.text import TOPIC_TIMING, Section, ms, pct
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import TOPIC_TIMING, Section, ms, pct
 
 TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
-"""Issue 30's targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
+"""The targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
 
 
 def loop_mode(config: dict) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from ddp_profile import nvtx_names as nn
-from ddp_profile.analysis.recommend import contention_per_step_ns
+from ddp_profile.analysis.contention import contention_per_step_ns
 from ddp_profile.errors import TraceError
 from ddp_profile.safeio import read_side_file
 
@@ -31,7 +31,15 @@ TIMING_PROTOCOL = "interleaved-repeats"
 @dataclass
 class RunData:
     """One run's facts. Times in ns; ``*_spread`` are (min, max) over the (rank, step) rows whose median is
-    the headline value."""
+    the headline value.
+
+    Not a second run model beside ``report.runs.Run`` but the findings' digest of one: a report Run is a
+    loaded run (trace, analysis, page, launch diagnosis) found anywhere; a RunData adds what only the
+    findings ask, computed once (:func:`summarise`): the set the run belongs to (main, scaling, campaign,
+    timing: names repeat across sets, so the key is (set, name)), its compare_runs row, the spreads, host
+    timers, contention and collective figures the questions read. :func:`from_report_runs` makes them from
+    the report's Runs (nothing is loaded twice); ``ddp-profile findings`` alone loads through
+    :func:`load_run`. Timing-only runs (no trace) exist only here."""
 
     set: str
     name: str
@@ -312,33 +320,6 @@ def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None
     name = ", ".join(sorted(set(gpus)))
     link = f"NVLink {'/'.join(sorted(links))} between every GPU pair" if links else "interconnect not recorded"
     return f"{len(gpus)}× {name} on one host, {link} (from {path.as_posix()})"
-
-
-HOSTS_FILE = "hosts.txt"
-
-
-def read_hosts(root: Path) -> dict[str, str]:
-    """{run id: host label} from the optional ``<root>/hosts.txt``; {} when there is none.
-
-    The run JSONs and exports do not name the machine, so which runs share a host is recorded by hand
-    beside them, one run per line: ``<run id> <host label>``, the run id being the folder name
-    (``scaling/<name>`` for the scaling runs); ``#`` starts a comment. The findings use it to say which sets
-    mix hosts. Lines naming runs that are not loaded are ignored (the file may cover more runs)."""
-    path = Path(root) / HOSTS_FILE
-    text = read_side_file(path)  # a regular file only, size-capped
-    if text is None:
-        return {}
-    out = {}
-    for i, line in enumerate(text.decode("utf-8", errors="replace").splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split(None, 1)
-        if len(parts) != 2:
-            raise TraceError(f"{path}:{i}: expected '<run folder> <host label>', got {line!r}; fix or delete "
-                             "the line")
-        out[parts[0].strip("/")] = parts[1].strip()
-    return out
 
 
 def hosts_of(rs, hosts: dict[str, str]) -> dict[str | None, list]:

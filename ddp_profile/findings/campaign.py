@@ -15,8 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ddp_profile.report import measures
-from ddp_profile.report.findings.text import (
+from ddp_profile.findings.text import (
     TOPIC_CAMPAIGN_BEST,
     TOPIC_CAMPAIGN_REC,
     Section,
@@ -24,6 +23,7 @@ from ddp_profile.report.findings.text import (
     pct,
     signed_pct_value,
 )
+from ddp_profile.report import measures
 
 GIB = float(1 << 30)
 SET_TITLES = {"A": "XL fp32, batch 4×256 per GPU", "B": "XL bf16 autocast, batch 16×256 per GPU",
@@ -225,7 +225,7 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
 
 
 def interval_text(r) -> str:
-    """The un-profiled median's 95 % interval, or 'not recorded' (run JSONs before issue 30)."""
+    """The un-profiled median's 95 % interval, or 'not recorded' (run JSONs older than the interleaved-repeats protocol)."""
     lo, hi = measures.ci_ns(r.meta)
     return f"{ms(lo)[:-3]}–{ms(hi)}" if math.isfinite(lo) and math.isfinite(hi) else "not recorded"
 

@@ -1,7 +1,7 @@
 """`ddp-profile findings`: answers to the CS336 assignment-2 DDP questions, every number computed from the
 committed traces (``traces/`` and ``traces/scaling/``), written as ``FINDINGS.md`` and ``findings.html``.
 
-Layout: :mod:`.data` loads and summarises runs; :mod:`.questions_a` / :mod:`.questions_b` turn them into
+Layout: :mod:`.data` loads and summarises runs; :mod:`.strategies` / :mod:`.reference` turn them into
 sections whose comparative words are computed (:mod:`.text`); :mod:`.render` writes Markdown and HTML;
 :mod:`.figures` holds the two findings figures. Report pages are linked by name (``ddp-profile report``
 writes them into the same folder).
@@ -11,26 +11,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddp_profile.report.findings import campaign as qc
-from ddp_profile.report.findings import confirm as qf
-from ddp_profile.report.findings import questions_a as qa
-from ddp_profile.report.findings import questions_b as qb
-from ddp_profile.report.findings import timing as qt
-from ddp_profile.report.findings.data import (
+from ddp_profile.findings import campaign as qc
+from ddp_profile.findings import confirm as qf
+from ddp_profile.findings import reference as qb
+from ddp_profile.findings import strategies as qa
+from ddp_profile.findings import timing as qt
+from ddp_profile.findings.data import (
     CAMPAIGN,
-    HOSTS_FILE,
     MAIN,
     SCALING,
     TIMING,
     load_all,
     machine_line,
-    read_hosts,
     read_timing_runs,
 )
-from ddp_profile.report.findings.losses import q13_where_lost
-from ddp_profile.report.findings.render import to_html, to_markdown
-from ddp_profile.report.findings.summary import build_summary
-from ddp_profile.report.findings.text import TOPIC_TIMING
+from ddp_profile.findings.losses import q13_where_lost
+from ddp_profile.findings.render import to_html, to_markdown
+from ddp_profile.findings.summary import build_summary
+from ddp_profile.findings.text import TOPIC_TIMING
+from ddp_profile.report.hosts import HOSTS_FILE, read_hosts
 from ddp_profile.report.runs import run_page_name
 from ddp_profile.safeio import write_text_atomic
 
@@ -198,13 +197,13 @@ def intro(root: Path, runs, pages: bool | None = None) -> list[str]:
 
 def build_findings(root, out_dir, progress=None, runs=None, headline: list | None = None) -> dict:
     """Load every run under ``root`` (or take ``runs``, RunData already analysed, e.g. from
-    :func:`ddp_profile.report.findings.data.from_report_runs`), answer the questions, write FINDINGS.md,
+    :func:`ddp_profile.findings.data.from_report_runs`), answer the questions, write FINDINGS.md,
     findings.html and (if missing) plotly.min.js into ``out_dir``, each atomically; other files there are left
     alone. Returns {file name: bytes written}. ``headline``: a list that receives the summary's timing bullets
     (per dtype, the configuration closest to one GPU), for the report's index page."""
     from plotly.offline import get_plotlyjs
 
-    from ddp_profile.report.findings import figures
+    from ddp_profile.findings import figures
     from ddp_profile.report.html import PLOTLY_JS
 
     root, out_dir = Path(root), Path(out_dir)

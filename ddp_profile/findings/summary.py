@@ -20,8 +20,7 @@ from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
-from ddp_profile.report import measures
-from ddp_profile.report.findings.text import (
+from ddp_profile.findings.text import (
     TOPIC_CAMPAIGN_BEST,
     TOPIC_CAMPAIGN_REC,
     TOPIC_CONFIRM,
@@ -32,6 +31,7 @@ from ddp_profile.report.findings.text import (
     Table,
     signed_ms,
 )
+from ddp_profile.report import measures
 
 LINK_TEXT = {TOPIC_TIMING: "timing sets", TOPIC_LOSSES: "where the time goes", TOPIC_CONFIRM: "recommend → confirm",
              TOPIC_CAMPAIGN_BEST: "how to beat DDP", TOPIC_CAMPAIGN_REC: "how to beat DDP", TOPIC_TRACES_BEST: "question 5"}

@@ -1,4 +1,4 @@
-"""Where the multi-GPU step loses its time against one GPU (issue 30 item 2), from the profiled campaign sets.
+"""Where the multi-GPU step loses its time against one GPU, from the profiled campaign sets.
 
 Per campaign set with a profiled 1-GPU run and a profiled stock torch_ddp run of the same workload, the
 critical path of each (``analysis.critical_path``: per step, the parts of the rank that ends it, adding up to
@@ -28,17 +28,15 @@ from __future__ import annotations
 import pandas as pd
 
 from ddp_profile.analysis.kernel_families import (
-    WAVE_RATIO,
     family_on_critical_rank,
     family_per_rank,
     family_steps,
     gemm_contention,
 )
-from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP
-from ddp_profile.fmt import fmt_duration, fmt_number
-from ddp_profile.report.findings.campaign import campaign_sets, set_label, stock_reference
-from ddp_profile.report.findings.data import RunData
-from ddp_profile.report.findings.text import (
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, MEMORY_BOUND_GROUPS, NCCL_GROUP, WAVE_RATIO
+from ddp_profile.findings.campaign import campaign_sets, set_label, stock_reference
+from ddp_profile.findings.data import RunData
+from ddp_profile.findings.text import (
     TOPIC_LOSSES,
     Section,
     ms,
@@ -47,6 +45,7 @@ from ddp_profile.report.findings.text import (
     signed_pct_value,
     spread,
 )
+from ddp_profile.fmt import fmt_duration, fmt_number
 
 PARTS = [("span_ns", "step span"), ("compute_ns", "compute"), ("exposed_transfer_ns", "exposed transfer"),
          ("wait_ns", "wait"), ("host_ns", "host"), ("idle_ns", "idle")]

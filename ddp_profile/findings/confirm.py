@@ -1,4 +1,4 @@
-"""Recommend → confirm (issue 30, item 4): for every multi-GPU configuration of the committed bucket sweeps
+"""Recommend → confirm: for every multi-GPU configuration of the committed bucket sweeps
 (sets A and B of traces/) and of every campaign set, the step time `ddp-profile analyze --section
 recommendation` predicts from the stock torch_ddp trace alone, against the step the configuration measured,
 with the error per configuration and the ±5 % target.
@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ddp_profile.findings.text import TOPIC_CONFIRM, Section, ms, pct, signed_pct_value
 from ddp_profile.report import measures
-from ddp_profile.report.findings.text import TOPIC_CONFIRM, Section, ms, pct, signed_pct_value
 
 TARGET_PCT = 5.0
-"""Issue 30's target for the prediction error (a requirement, not a measurement)."""
+"""The target for the prediction error (a requirement, not a measurement)."""
 MIB = float(1 << 20)
 LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
           "nccl_min_ctas", "peer_copy_allreduce")

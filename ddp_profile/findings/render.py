@@ -1,5 +1,5 @@
 """Rendering the findings: Markdown (FINDINGS.md) and one offline HTML page (findings.html) from the same
-sections. Figures are plotly figures built in :mod:`ddp_profile.report.findings.figures`; the HTML uses the report
+sections. Figures are plotly figures built in :mod:`ddp_profile.findings.figures`; the HTML uses the report
 module's conventions (escaped text, ``plotly.min.js`` beside the page, JSON escaped for ``<script>``)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 
 import pandas as pd
 
-from ddp_profile.report.findings.summary import Bullet, Summary
-from ddp_profile.report.findings.text import Figure, Links, Para, Table
+from ddp_profile.findings.summary import Bullet, Summary
+from ddp_profile.findings.text import Figure, Links, Para, Table
 
 CODE = re.compile(r"`([^`]+)`")
 

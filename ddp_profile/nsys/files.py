@@ -148,20 +148,3 @@ def open_export(path: Path) -> sqlite3.Connection:
 def export_stem(path: Path) -> str:
     """'rank0.sqlite.xz' -> 'rank0': the run or rank name an export file carries."""
     return Path(path).name.split(".sqlite")[0]
-
-
-def capture_window(path: Path) -> tuple[int, int] | None:
-    """(start, end) of an export's capture in UTC nanoseconds: the session's start (TARGET_INFO_SESSION_START_TIME)
-    plus the capture's span (ANALYSIS_DETAILS, else its kernels' first start and last end); None when the
-    export does not record its session start. Per-rank files of one job overlap in these times; two jobs run
-    one after the other do not."""
-    con = open_export(path)
-    try:
-        have = sql.tables(con)
-        start = sql.session_start_utc_ns(con, have)
-        span = sql.time_span(con, have) or sql.kernel_time_range(con, have)
-    finally:
-        con.close()
-    if start is None or span is None:
-        return None
-    return start + span[0], start + span[1]

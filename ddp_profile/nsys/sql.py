@@ -446,14 +446,6 @@ def time_span(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None
     return (int(row[0]), int(row[1])) if row and row[0] is not None else None
 
 
-def kernel_time_range(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
-    """(earliest start, latest end) of the kernels, or None without any."""
-    if KERNEL not in have:
-        return None
-    row = con.execute(f"SELECT MIN(start), MAX(end) FROM {KERNEL}").fetchone()
-    return (int(row[0]), int(row[1])) if row and row[0] is not None else None
-
-
 def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] | None:
     """Every CUDA runtime and driver API call: columns pid, tid, corr (int32), start, end, name_id (int64);
     None when the export has no CUPTI_ACTIVITY_KIND_RUNTIME table (CUDA API tracing was off). As

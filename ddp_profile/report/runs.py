@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
-from ddp_profile.nsys.files import EXPORT_SUFFIXES, capture_window, export_stem
+from ddp_profile.nsys.capture import capture_window
+from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.strategy_names import STRATEGIES
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
@@ -75,9 +76,10 @@ class Run:
     meta: dict = field(default_factory=dict)  # the run's JSON (empty for a bare export)
     run_id: str | None = None
     folder: str = ""
-    launches: LaunchAnalysis | str | None = None
-    """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
-    none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
+    launches: LaunchAnalysis | None = None
+    """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``, the analysis' launch section; when the
+    run has none, e.g. its export lacks the CUDA API table, ``made`` is False and its notes say why); None
+    when it was not computed (runs built by hand)."""
     host_calls: pd.DataFrame | None = None
     """The main thread's launch and sync calls per rank (``analysis.host_calls``): the timeline's CPU rows;
     None when the export has no CUDA API table or they were not read."""
@@ -371,39 +373,46 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return groups
 
 
+def read_api(trace):
+    """The run's CUDA API calls (``nsys.api.load_api_calls``), or why they cannot be read (one sentence)."""
+    from ddp_profile.errors import DdpProfileError
+    from ddp_profile.nsys.api import load_api_calls
+
+    try:
+        return load_api_calls(trace)
+    except DdpProfileError as exc:
+        return str(exc)
+
+
 def launch_diagnosis(trace, steps="all"):
-    """``analyze_launches`` over the run's CUDA API calls (the ``steps`` selected), or the reason (str) it
-    cannot be made."""
-    return host_diagnosis(trace, steps=steps)[0]
+    """The analysis' launch section over the ``steps`` selected (``LaunchAnalysis``; when it cannot be made,
+    empty with the reason in its notes)."""
+    from ddp_profile.analysis import analyze
+
+    return analyze(trace, steps=steps, api=read_api(trace), sections=[]).launches
 
 
-def host_diagnosis(trace, phases=None, steps="all", api=None):
-    """(launch diagnosis over the ``steps`` selected, or the reason (str) it cannot be made; the main
+def host_diagnosis(trace, analysis, api):
+    """(the launch section of ``analysis`` = ``analyze(trace, api=api)``, a ``LaunchAnalysis``; the main
     thread's launch and sync calls per rank for the timeline's CPU rows (``analysis.host_calls``; None
     without the API table)).
 
     ``api``: the run's API calls, or why they cannot be read, as ``nsys.api.load_calls_and_waits`` gives
-    them (:func:`load_one` reads them once with the trace's host waits); default: read here, because
-    ``load_trace`` does not keep them (see ``ddp_profile.nsys.api``). A run whose export lacks the table
-    still gets its page: the launch block then says why it is missing instead of failing the whole run.
-    ``phases``: the analysis's phase rows; the CPU rows keep the calls inside its steps."""
+    them (:func:`load_one` reads them once with the trace's host waits), or :func:`read_api`'s. A run whose
+    export lacks the table still gets its page: the launch block then says why it is missing instead of
+    failing the whole run. The CPU rows keep the calls inside the analysis' steps."""
     from ddp_profile.analysis.host_calls import main_thread_calls
-    from ddp_profile.analysis.pipeline import launch_diagnosis
+    from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.errors import DdpProfileError
-    from ddp_profile.nsys.api import host_waits_of, load_api_calls
+    from ddp_profile.nsys.api import host_waits_of
 
-    if api is None:
-        try:
-            api = load_api_calls(trace)
-        except DdpProfileError as exc:
-            return str(exc), None
-    if isinstance(api, str):
-        return api, None
+    launches = analysis.launches
+    if launches is None:
+        launches = LaunchAnalysis.missing("the launch diagnosis was not computed for this run")
+    if api is None or isinstance(api, str):
+        return launches, None
+    phases = analysis.phases
     step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
-    try:
-        launches = launch_diagnosis(trace, api, steps=steps)
-    except DdpProfileError as exc:
-        launches = str(exc)
     try:
         waits = host_waits_of(trace)  # the nsys layer's syncs and copies to the host: the CPU rows' syncs
     except DdpProfileError:

@@ -94,6 +94,7 @@ def test_a_synthetic_pair_end_to_end(tmp_path):
                                         "worst_miss_pct": 0.0}}
 
 
+@pytest.mark.slow  # analyses every committed what-if export once (~1-2 min on two cores)
 def test_the_committed_ledger_page_and_summary_are_what_the_committed_folders_give():
     page, summary = ledger.outputs()
     assert (ROOT / "docs" / "whatif-ledger.md").read_text() == page, "run python -m ddp_profile.ledger"
@@ -114,6 +115,7 @@ PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(reason=KNOWN_WRONG[
          if e.rule in KNOWN_WRONG else e.folder.name for e in ledger.entries()]
 
 
+@pytest.mark.slow  # the analyses are shared with the test above (one per export per process)
 @pytest.mark.parametrize("pair", PAIRS)
 def test_every_ledger_prediction_is_within_tolerance_of_its_realized_gain(pair):
     row = ledger.evaluate(ledger.read_entry(ledger.FOLDER / pair))

@@ -41,6 +41,7 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.activity_names import DEVICE_COPY
+from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.kernel_groups import KINDS, OPTIMIZER, kind_codes, name_group
 
 SHARDED_SYNC_RATIO = 0.5
@@ -67,15 +68,23 @@ def _by_rank(kernels: pd.DataFrame, mask: np.ndarray) -> dict:
     return out
 
 
-def _in_window(arrays: tuple[np.ndarray, np.ndarray] | None, lo: float, hi: float) -> tuple[int, float]:
-    """Count and summed duration of one rank's ``arrays`` (start, end) starting at or after ``lo`` and ending by
-    ``hi``."""
-    if arrays is None:
-        return 0, 0.0
+def _in_windows(arrays: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray, hi: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Per window i: count and summed duration of one rank's ``arrays`` (start, end; sorted by start) starting at
+    or after ``lo[i]`` and ending by ``hi[i]`` (int64). Each window's rows are one slice of the sorted starts; every
+    (window, row) pair is visited once in one pass, so the cost grows with the rows the windows hold."""
+    count, total = np.zeros(len(lo), np.int64), np.zeros(len(lo), np.int64)
+    if arrays is None or not len(lo):
+        return count, total.astype(float)
     start, end = arrays
     a, b = np.searchsorted(start, lo, "left"), np.searchsorted(start, hi, "right")
-    inside = end[a:b] <= hi
-    return int(inside.sum()), float((end[a:b] - start[a:b])[inside].sum())
+    width = np.maximum(b - a, 0)
+    stop = np.cumsum(width)
+    row = np.arange(int(stop[-1])) - np.repeat(stop - width - a, width)  # the rows of window i, in order
+    inside = end[row] <= np.repeat(hi, width)
+    n = np.concatenate([[0], np.cumsum(inside)])
+    ns = np.concatenate([[0], np.cumsum(np.where(inside, end[row] - start[row], 0))])
+    return n[stop] - n[stop - width], (ns[stop] - ns[stop - width]).astype(float)
 
 
 def _by_name(series: pd.Series, test) -> np.ndarray:
@@ -97,14 +106,18 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     optimizer = _by_rank(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
     collectives = [_by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
                    for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))]
-    rows = []
-    for rank, step, first, lo, hi in zip(steps["rank"], steps["step"], steps["start_ns"].astype("float64"),
-                                         steps["backward_end_ns"].astype("float64"), steps["end_ns"].astype("float64"),
-                                         strict=True):
-        if lo != lo:  # no backward end
-            continue
-        rows.append((rank, step, *_in_window(copies.get(rank), lo, hi), *_in_window(optimizer.get(rank), lo, hi),
-                     *(_in_window(c.get(rank), first, hi)[1] for c in collectives)))
-    frame = pd.DataFrame(rows, columns=schema.AFTER_BACKWARD_COLUMNS)
-    return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True) if rows else \
-        schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
+    keep = steps["backward_end_ns"].notna().to_numpy()  # no backward end: no row
+    rank, step = ints(steps["rank"])[keep], ints(steps["step"])[keep]
+    first, lo, hi = (ints(steps[c])[keep] for c in ("start_ns", "backward_end_ns", "end_ns"))
+    cols: dict[str, np.ndarray] = {c: np.zeros(len(rank), np.int64 if c in ("copies", "optimizer_kernels") else float)
+                                   for c in schema.AFTER_BACKWARD_COLUMNS[2:]}
+    for r in np.unique(rank).tolist():  # per rank, every step at once
+        at = np.flatnonzero(rank == r)
+        cols["copies"][at], cols["copy_ns"][at] = _in_windows(copies.get(r), lo[at], hi[at])
+        cols["optimizer_kernels"][at], cols["optimizer_ns"][at] = _in_windows(optimizer.get(r), lo[at], hi[at])
+        for c, arrays in zip(schema.AFTER_BACKWARD_COLUMNS[6:], collectives, strict=True):
+            cols[c][at] = _in_windows(arrays.get(r), first[at], hi[at])[1]
+    if not len(rank):
+        return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
+    frame = pd.DataFrame({"rank": rank, "step": step, **cols})
+    return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ddp_profile import intervals as iv
 from ddp_profile.analysis.kernel_groups import of_kind
 
 HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
@@ -67,15 +68,21 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
 
 
 def _in_steps(calls: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Calls starting inside [min(host, GPU start), max(host, GPU end)] of one of their rank's steps."""
+    """Calls starting inside [min(host, GPU start), max(host, GPU end)] of one of their rank's steps: per rank,
+    the steps' closed windows merged into sorted disjoint ones (``intervals.normalize`` of [lo, hi + 1)), and
+    each call's start looked up among them (``np.searchsorted``)."""
     keep = np.zeros(len(calls), dtype=bool)
     st = steps.assign(lo=steps[["start_ns"] + (["host_start_ns"] if "host_start_ns" in steps else [])].min(axis=1),
                       hi=steps[["end_ns"] + (["host_end_ns"] if "host_end_ns" in steps else [])].max(axis=1))
-    for rank, g in st.dropna(subset=["lo", "hi"]).groupby("rank"):
-        sel = np.flatnonzero(calls["rank"].to_numpy() == int(rank))
+    st = st.dropna(subset=["lo", "hi"])
+    s_rank, lo, hi = st["rank"].to_numpy(np.int64), st["lo"].to_numpy(np.int64), st["hi"].to_numpy(np.int64)
+    c_rank, t = calls["rank"].to_numpy(), calls["start_ns"].to_numpy()
+    for rank in np.unique(s_rank).tolist():
+        sel = np.flatnonzero(c_rank == rank)
         if not sel.size:
             continue
-        t = calls["start_ns"].to_numpy()[sel]
-        for lo, hi in zip(g["lo"].to_numpy(np.int64), g["hi"].to_numpy(np.int64), strict=True):
-            keep[sel[(t >= lo) & (t <= hi)]] = True
+        mine = (s_rank == rank) & (lo <= hi)
+        w0, w1 = iv.normalize(lo[mine], hi[mine] + 1)
+        at = np.searchsorted(w0, t[sel], "right") - 1
+        keep[sel] = (at >= 0) & (t[sel] < w1[np.maximum(at, 0)])
     return calls.loc[keep]

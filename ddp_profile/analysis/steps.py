@@ -79,11 +79,6 @@ def _latest_launch(ranges: pd.DataFrame, karr: KernelArrays, rows: np.ndarray) -
     return np.where(anyk, last.astype(float), np.nan)
 
 
-def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None) -> pd.DataFrame:
-    """STEP_METRIC_COLUMNS from the GPU-projected windows (``phases`` = windows.phase_windows output)."""
-    return step_tables(phases, karr, coll)[0]
-
-
 def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
                 job_tail: bool = True, with_kinds: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(STEP_METRIC_COLUMNS, COMM_KIND_COLUMNS). ``coll``: the collective table (wait intervals); without

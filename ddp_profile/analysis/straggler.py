@@ -12,7 +12,8 @@ Per step (the step's *gradient* collectives, AllReduce and ReduceScatter, launch
 all its collectives when it has none)::
 
     lead_r            = max over those c of lateness_r(c)
-    straggler_rank    = argmax_r lead_r   (ties: the lowest rank)
+    straggler_rank    = argmax_r lead_r   (ties: the lowest rank; none when that lead is 0: every rank
+                        arrived at once)
     straggler_lead_ns = lead of the straggler rank: how much later than the first rank it arrived
 
 Cause, from the per-(rank, step) parts of ``critical_path.rank_paths`` (each rank over its own step span),
@@ -20,7 +21,11 @@ the straggler s against the median of its peers P::
 
     host  when host_s − median_P(host) ≥ CAUSE_SHARE · lead and ≥ the GPU difference below:
           its GPU sat idle because its host had not launched the work yet
-    gpu   when compute_s − median_P(compute) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
+    gpu   when extra_ns + max(0, like_ns) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
+          (``kernel_diff``: kernels by name and count that its peers do not run, plus longer time on the
+          kernels they all run, like for like; without the per-step kernel sums, compute_s −
+          median_P(compute)). Comparing total compute would charge the straggler's extra work with the
+          peers' own slowdown beside their waiting NCCL kernels, and hide it.
     unknown otherwise (or without a CUDA API trace: no launch times, no host time)
 
 A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence, what
@@ -29,14 +34,18 @@ peers' median), then the host-wait functions (``Trace.host_waits``: synchronize 
 on the straggler's main thread (thread id = process id; calls ending inside the rank's step span) that it
 calls more often than its peers or spends at least CALL_SHARE of the lead longer in, with their counts and
 their time in the step (a sync that returns at once still empties the GPU's queue: ``loss.item()`` on one
-rank); for ``gpu``, its GPU busy time against its peers'. Times in the text are ``fmt.fmt_ms``'s.
+rank); for ``gpu``, the extra kernels by name with their count against the peers' median and their time,
+then the like-for-like difference. Times in the text are ``fmt.fmt_ms``'s.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.kernel_groups import GRADIENT, KINDS, kind_codes
 from ddp_profile.fmt import fmt_ms
@@ -97,50 +106,135 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     return out.rename("lead_ns").reset_index()
 
 
-def call_stats(waits: pd.DataFrame | None, rank: int, lo: int, hi: int) -> pd.DataFrame:
-    """Per function (index) of the host-wait calls on the rank's main thread (tid = pid) ending in [lo, hi):
-    ``ns`` (their time), ``calls`` and ``sync`` (the nsys layer's kind is "sync")."""
-    if waits is None or waits.empty:
-        return pd.DataFrame({"ns": [], "calls": [], "sync": []}, dtype=float)
-    end = ints(waits["end_ns"])
-    m = (ints(waits["rank"]) == rank) & (ints(waits["tid"]) == ints(waits["pid"])) & (end >= lo) & (end < hi)
-    sub = waits.loc[m]
-    df = pd.DataFrame({"name": sub["name"].astype(str).to_numpy(),
-                       "ns": (ints(sub["end_ns"]) - ints(sub["start_ns"])).astype(float),
-                       "sync": (sub["kind"].astype(str) == "sync").to_numpy()})
-    return df.groupby("name").agg(ns=("ns", "sum"), calls=("ns", "size"), sync=("sync", "any"))
+class CallTable(NamedTuple):
+    """Host-wait calls on each rank's main thread (tid = pid) per row of ``critical_path.rank_paths``, calls
+    ending in that row's span [start_ns, end_ns): ``ns[row, f]`` their time and ``calls[row, f]`` their count in
+    function ``names[f]`` (names sorted)."""
+
+    names: np.ndarray
+    ns: np.ndarray
+    calls: np.ndarray
 
 
-def _evidence_call(waits: pd.DataFrame | None, s: int, me: pd.Series, peers: pd.DataFrame, lead: float
-                   ) -> str | None:
-    """The host-wait functions that set the straggler apart, each rank within its own step span: those it
-    calls more often than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that
-    returns at once still empties the GPU's queue: ``loss.item()`` on one rank), as
-    'host waits on the main thread: <function> ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's
-    time in those functions in the step); None without any."""
-    mine = call_stats(waits, s, int(me["start_ns"]), int(me["end_ns"]))
-    if mine.empty:
+def call_table(waits: pd.DataFrame | None, paths: pd.DataFrame) -> CallTable:
+    """:class:`CallTable` of ``waits`` (HOST_WAIT_COLUMNS) over the spans of ``paths``: per rank, the calls sorted
+    by end once, and per function a running sum read at both ends of every span (``np.searchsorted``), so the cost
+    grows with calls and spans, not with their product."""
+    n = len(paths) if paths is not None else 0
+    if waits is None or waits.empty or n == 0:
+        return CallTable(np.zeros(0, dtype=object), np.zeros((n, 0), np.int64), np.zeros((n, 0), np.int64))
+    main = ints(waits["tid"]) == ints(waits["pid"])
+    names, code = np.unique(waits["name"].astype(str).to_numpy()[main], return_inverse=True)
+    w_rank, w_end = ints(waits["rank"])[main], ints(waits["end_ns"])[main]
+    w_dur = w_end - ints(waits["start_ns"])[main]
+    ns = np.zeros((n, len(names)), np.int64)
+    calls = np.zeros((n, len(names)), np.int64)
+    p_rank, lo, hi = ints(paths["rank"]), ints(paths["start_ns"]), ints(paths["end_ns"])
+    for rank in np.intersect1d(np.unique(p_rank), w_rank).tolist():
+        rows = np.flatnonzero(p_rank == rank)
+        mine = np.flatnonzero(w_rank == rank)
+        for f in np.unique(code[mine]).tolist():
+            sel = mine[code[mine] == f]
+            order = np.argsort(w_end[sel], kind="stable")
+            end = w_end[sel][order]
+            total = np.concatenate([[0], np.cumsum(w_dur[sel][order])])
+            a, b = np.searchsorted(end, lo[rows], "left"), np.searchsorted(end, hi[rows], "left")
+            calls[rows, f] = b - a
+            ns[rows, f] = total[b] - total[a]
+    return CallTable(names, ns, calls)
+
+
+def _evidence_call(table: CallTable, x: StepInputs, lead: float) -> str | None:
+    """The host-wait functions that set the straggler (``table`` row ``x.me_row``) apart from its peers (their
+    medians ``x.peers_ns``, ``x.peers_calls``), each rank within its own step span: those it calls more often
+    than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at once
+    still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread: <function>
+    ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step); None
+    without any."""
+    mine_calls = table.calls[x.me_row]
+    have = np.flatnonzero(mine_calls > 0)
+    if not have.size:
         return None
-    theirs = [call_stats(waits, int(p), int(r["start_ns"]), int(r["end_ns"])) for p, r in peers.iterrows()]
-
-    def base(col):
-        got = pd.DataFrame([t[col] for t in theirs]) if theirs else pd.DataFrame()
-        return got.reindex(columns=mine.index).fillna(0.0).median() if len(got) else pd.Series(0.0, index=mine.index)
-
-    t_base, n_base = base("ns").reindex(mine.index).fillna(0.0), base("calls").reindex(mine.index).fillna(0.0)
-    named = mine.index[((mine["ns"] - t_base) >= CALL_SHARE * lead) | (mine["calls"] > n_base)]
-    if not len(named):
+    mine_ns, mine_calls = table.ns[x.me_row, have].astype(float), mine_calls[have]
+    t_base, n_base = x.peers_ns[have], x.peers_calls[have]
+    named = np.flatnonzero(((mine_ns - t_base) >= CALL_SHARE * lead) | (mine_calls > n_base))
+    if not named.size:
         return None
-    named = mine.loc[named].sort_values("ns", ascending=False, kind="stable").index
-    calls = " + ".join(f"{n} ×{int(mine.loc[n, 'calls'])} (other ranks' median ×{n_base[n]:g})" for n in named)
-    return (f"host waits on the main thread: {calls}, {fmt_ms(mine.loc[named, 'ns'].sum())} "
+    named = named[np.argsort(-mine_ns[named], kind="stable")]
+    calls = " + ".join(f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
+                       for i in named.tolist())
+    return (f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
             f"(other ranks' median {fmt_ms(t_base[named].sum())})")
 
 
-def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
-               ) -> pd.DataFrame:
+class StepInputs(NamedTuple):
+    """What decides a step's cause: the straggler's ``rank_paths`` row and its parts, its peers' (the step's other
+    ranks') medians of the same parts, and of its host-wait calls per function (:class:`CallTable`)."""
+
+    me_row: int
+    host: float
+    peers_host: float
+    compute: float
+    peers_compute: float
+    span: float
+    peers_ns: np.ndarray
+    peers_calls: np.ndarray
+
+
+def step_inputs(paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable
+                ) -> list[StepInputs | None]:
+    """:class:`StepInputs` of straggler ``rank[i]`` in step ``step[i]`` (steps distinct), None where the step has
+    no row of that rank in ``paths`` or fewer than two rows. All steps at once: each ``paths`` row is given the
+    position of its step, and the peers' medians are read from one sort per part (:func:`_group_median`)."""
+    n = len(step)
+    if paths is None or not len(paths) or not n:
+        return [None] * n
+    g = pd.Index(step).get_indexer(ints(paths["step"]))
+    p_rank = ints(paths["rank"])
+    rows = np.flatnonzero(g >= 0)
+    g_rows = g[rows]
+    me = p_rank[rows] == rank[g_rows]
+    me_row = np.full(n, -1, np.int64)
+    me_row[g_rows[me][::-1]] = rows[me][::-1]  # the step's first row of the straggler
+    ok = (me_row >= 0) & (np.bincount(g_rows, minlength=n) >= 2)
+    peer, g_peer = rows[~me], g_rows[~me]
+    has_peer = np.bincount(g_peer, minlength=n) > 0
+
+    def peers(values: np.ndarray, missing: float) -> np.ndarray:
+        return np.where(has_peer, _group_median(g_peer, values[peer].astype(float), n), missing)
+
+    host, compute, span = (paths[c].to_numpy() for c in ("host_ns", "compute_ns", "span_ns"))
+    peers_host, peers_compute = peers(host, np.nan), peers(compute, np.nan)
+    f = table.ns.shape[1]
+    peers_ns = np.stack([peers(table.ns[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
+    peers_calls = np.stack([peers(table.calls[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
+    return [StepInputs(int(r), host[r], float(peers_host[i]), compute[r], float(peers_compute[i]), span[r],
+                       peers_ns[i], peers_calls[i]) if ok[i] else None
+            for i, r in enumerate(me_row.tolist())]
+
+
+def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0..n-1: the median of its ``values`` (NaN skipped; NaN when none), as ``np.median`` computes it
+    (the middle value, or the mean of the two middle ones), from one sort by (group, value)."""
+    keep = ~np.isnan(values)
+    group, values = group[keep], values[keep]
+    order = np.lexsort((values, group))
+    values = values[order]
+    count = np.bincount(group, minlength=n)
+    first = np.cumsum(count) - count
+    out = np.full(n, np.nan)
+    has = count > 0
+    lo, hi = first[has] + (count[has] - 1) // 2, first[has] + count[has] // 2
+    out[has] = (values[lo] + values[hi]) / 2
+    return out
+
+
+def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray,
+               kernel_sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
-    HOST_WAIT_COLUMNS or None (then no call is named)."""
+    HOST_WAIT_COLUMNS or None (then no call is named); ``kernel_sums``: ``kernel_diff.step_kernel_sums`` of
+    every rank, or None (then GPU work is compared in total, not kernel by kernel). A step whose largest lead
+    is 0 (every rank arrived at once) has no straggler."""
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
     rank_of = np.full(len(idx), -1, dtype=np.int64)
     lead_of = np.full(len(idx), np.nan)
@@ -149,13 +243,18 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
     if not leads.empty:
         best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
         best = best.drop_duplicates("step")
+        best = best.loc[best["lead_ns"].to_numpy(dtype=float) > 0]  # a zero lead names no straggler
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
-        by_step = _paths_by_step(paths)
-        for pos, step, s, lead in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
-                                      best["lead_ns"].to_numpy(dtype=float).tolist(), strict=True):
+        table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
+        inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
+        extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])))
+        extra = extra.set_index("step") if len(extra) else None
+        for pos, step, s, lead, x in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
+                                         best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
             if pos < 0:
                 continue
-            cause, evidence = _cause(by_step.get(step), s, lead, paths, waits)
+            work = extra.loc[step] if extra is not None and step in extra.index else None
+            cause, evidence = _cause(x, lead, table, work)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
                                                     dtype="Int64"),
@@ -164,49 +263,29 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                          "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
 
 
-def _paths_by_step(paths: pd.DataFrame) -> dict[int, np.ndarray]:
-    """Row positions of ``paths`` per step (in the rows' order)."""
-    if paths is None or not len(paths):
-        return {}
-    return {int(k): v for k, v in pd.Series(np.arange(len(paths))).groupby(ints(paths["step"])).indices.items()}
-
-
-def _cause(rows: np.ndarray | None, s: int, lead: float, paths: pd.DataFrame, waits: pd.DataFrame | None
+def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: pd.Series | None = None
            ) -> tuple[str, str | None]:
-    """(straggler_cause, straggler_evidence) of straggler ``s`` in a step whose ``paths`` rows are ``rows``."""
-    if rows is None:
+    """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`).
+    ``work``: the straggler's row of ``kernel_diff.diff`` for the step (extra_ns, like_ns, extra_kernels), or
+    None: then its GPU work is its total compute against its peers' median."""
+    if x is None:
         return "unknown", None
-    rank = ints(paths["rank"])[rows]
-    mine = np.flatnonzero(rank == s)
-    if not len(mine) or len(rows) < 2:
-        return "unknown", None
-    me_row, peer_rows = rows[mine[0]], rows[rank != s]
-
-    def col(name):
-        return paths[name].to_numpy()
-
-    host, compute = col("host_ns"), col("compute_ns")
-    me_host, me_compute = host[me_row], compute[me_row]
-    peers_host, peers_compute = _median(host[peer_rows]), _median(compute[peer_rows])
+    me_host, me_compute, peers_host, peers_compute = x.host, x.compute, x.peers_host, x.peers_compute
     d_host = float(me_host - peers_host)
-    d_gpu = float(me_compute - peers_compute)
-    material = 100.0 * lead >= MIN_LEAD_PCT * float(col("span_ns")[me_row])
+    if work is not None:  # extra work by name and count, plus slower shared kernels (never the peers' contention)
+        d_gpu = float(work["extra_ns"]) + max(0.0, float(work["like_ns"]))
+    else:
+        d_gpu = float(me_compute - peers_compute)
+    material = 100.0 * lead >= MIN_LEAD_PCT * float(x.span)
     if not material:
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
     if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
         evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (other ranks' median {fmt_ms(peers_host)})"
-        me = paths.iloc[me_row].drop("step").rename(s)
-        peers = paths.iloc[peer_rows].drop(columns="step").set_index("rank")
-        call = _evidence_call(waits, s, me, peers, lead)
+        call = _evidence_call(calls, x, lead)
         return "host", evidence if call is None else f"{evidence}; {call}"
     if d_gpu >= CAUSE_SHARE * lead:
+        if work is not None:
+            return "gpu", kd.evidence(work["extra_kernels"], float(work["extra_ns"]), float(work["like_ns"]))
         return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
     return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
-
-
-def _median(values: np.ndarray) -> float:
-    """pandas' Series.median (NaN skipped; NaN when none)."""
-    v = values.astype(float)
-    v = v[~np.isnan(v)]
-    return float(np.median(v)) if len(v) else float("nan")

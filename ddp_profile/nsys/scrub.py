@@ -48,6 +48,7 @@ from ddp_profile.errors import (
     Terminated,
     TraceError,
     UsageError,
+    commit_output,
     run_main,
 )
 from ddp_profile.nsys.secrets import (
@@ -391,7 +392,7 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
-        os.replace(final_tmp, dst)
+        commit_output(final_tmp, dst)  # under the CLI, put back as it was if a signal ends the command
     except BaseException as exc:
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)
@@ -467,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_main("ddp_profile.nsys.scrub", run_args, args)
+    return run_main("ddp_profile.nsys.scrub", run_args, args, restore_on_signal=True)
 
 
 if __name__ == "__main__":

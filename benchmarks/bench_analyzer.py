@@ -249,11 +249,12 @@ def measure_render(path: str, browser: bool) -> dict:
     from ddp_profile import report
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-    from ddp_profile.report.runs import host_diagnosis
+    from ddp_profile.report.runs import host_diagnosis, read_api
 
     trace = load_trace(path)
-    analysis = analyze(trace)
-    launches, host_calls = host_diagnosis(trace, analysis.phases)  # as the report loads a run: CPU rows too
+    api = read_api(trace)
+    analysis = analyze(trace, api=api)
+    launches, host_calls = host_diagnosis(trace, analysis, api)  # as the report loads a run: CPU rows too
     run = report.Run(Path(path).name.split(".sqlite")[0], trace, analysis, launches=launches, host_calls=host_calls)
     out = Path(tempfile.mkdtemp(prefix="bench-report-")) / "report"
     try:

@@ -14,7 +14,8 @@ NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per 
                       here from the raw kernel rows launched in the step's host range: last end of the
                       gradient collectives (AllReduce / ReduceScatter launched from non-main threads, or
                       from any thread after backward began when none is) − last end of the compute kernels
-                      launched from non-main threads, at least 0
+                      launched from non-main threads before the last of those collectives was launched
+                      (what they launch after it, FSDP's post-reduce copies, waits for it), at least 0
     tail_ok         = every step within max(25 %, 0.3 ms) of the independent tail
     cuts_in_opt     = inferred step starts that split the kernels of an NVTX optimizer range (``optimizer``,
                       ``opt``; after its first and at or before its last launch), same process, where the
@@ -59,6 +60,23 @@ def foreign_runs() -> list[Path]:
     return sorted(p for p in (TRACES / "foreign").iterdir() if p.is_dir() and any(p.glob("*.sqlite*")))
 
 
+def stack_of(run: Path) -> str:
+    """The training stack that made the trace: the program and its parallelism up to the precision (details
+    in parentheses dropped), from truth.json / program.json; the harness's strategy for its own traces."""
+    for name in ("truth.json", "program.json"):
+        f = run / name
+        if f.exists():
+            rec = json.loads(f.read_text())
+            text = re.sub(r"\([^()]*\)", "", rec.get("parallelism", ""))
+            kept = []
+            for clause in (c.strip() for c in text.split(",")):
+                if re.match(r"(fp32|bf16|fp16)\b", clause):
+                    break
+                kept.append(" ".join(clause.split()))
+            return f"{rec.get('program', run.name)}: {', '.join(kept)}"
+    return f"ddp-profile harness: {run.name.split('_')[0]}"
+
+
 def truth_of(run: Path) -> dict | None:
     """{"step_ms": [per rank: CUDA-event step times], "micro_steps": [per rank: median micro-steps] or None}
     from the program's truth.json (``iter_ms_per_rank``, ``iterations``) or program.json
@@ -97,6 +115,11 @@ def independent_tail_ms(trace, analysis) -> np.ndarray:
             out.append(np.nan)
             continue
         g = inside & grad & (off if any_off else launch >= launch[bwd].min())
+        if g.any():
+            bwd &= launch < launch[g].max()
+        if not bwd.any():
+            out.append(np.nan)
+            continue
         out.append(max(0, int(end[g].max()) - int(end[bwd].max())) / 1e6 if g.any() else 0.0)
     return np.array(out, dtype=float)
 
@@ -148,7 +171,7 @@ def measure(run: Path, variant: str) -> list[dict]:
         ok = dev <= np.maximum(TAIL_REL * tail[mine], TAIL_ABS_MS)
         rows.append({
             "span_err_pct": span_error_pct(g, truth_rec["end_ms"][int(r)]) if truth_rec and truth_rec["end_ms"] else None,
-            "trace": str(run.relative_to(TRACES)), "variant": variant, "steps_from": "inferred" if inferred else "NVTX",
+            "trace": str(run.relative_to(TRACES)), "stack": stack_of(run), "variant": variant, "steps_from": "inferred" if inferred else "NVTX",
             "rank": int(r), "n_steps": len(g), "n_true": len(truth),
             "median_ms": float(np.median(step_ms)), "true_ms": float(np.median(truth)),
             "err_pct": float(100 * (np.median(step_ms) - np.median(truth)) / np.median(truth)),
@@ -212,11 +235,11 @@ def render(rows: list[dict]) -> str:
     def f(v, fmt):
         return "–" if v is None else format(v, fmt)
 
-    lines = ["| trace | NVTX | steps | rank | steps found / true | median step ms (true) | error | min forward "
+    lines = ["| trace | stack | NVTX | steps | rank | steps found / true | median step ms (true) | error | min forward "
              "| min backward | micro-steps | max tail deviation ms | cuts inside optimizer | span vs true period |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['trace']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
+        lines.append(f"| {r['trace']} | {r['stack']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
                      f"{r['n_true']} | {r['median_ms']:.3f} ({r['true_ms']:.3f}) | {r['err_pct']:+.2f} % | "
                      f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')}"
                      f"{'' if r['true_micro_steps'] is None else ' (' + format(r['true_micro_steps'], '.0f') + ')'} | "

@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return run_main(f"ddp-profile {args.command}", args.func, args, debug=args.debug)
+    # every command but bench (the harness: an interrupted campaign keeps the runs it finished) puts its
+    # previous outputs back when a signal ends it
+    return run_main(f"ddp-profile {args.command}", args.func, args, debug=args.debug,
+                    restore_on_signal=args.command != "bench")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ written; and bounded reads of small side files (run JSONs).
 
 Standard library only (besides the error family), because the training harness uses it on GPU hosts that
 have no reporting dependencies. The text goes to a temporary file in the destination folder, which is
-then renamed over the target: readers see the old file or the new one, never half of one, and any failure
-(including Ctrl-C) removes the temporary file.
+then renamed over the target (:func:`ddp_profile.errors.commit_output`): readers see the old file or the new
+one, never half of one; any failure (including Ctrl-C) removes the temporary file, and a signal that ends the
+command even after the rename puts the previous file back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from ddp_profile.errors import OutputError, TraceError, UsageError
+from ddp_profile.errors import OutputError, TraceError, UsageError, commit_output
 
 SIDE_FILE_LIMIT = 16 << 20
 """Largest side file (run JSON, program.json, hosts.txt) read; real ones are a few kB."""
@@ -160,7 +161,7 @@ def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = Fa
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        commit_output(tmp, path)  # inside the CLI: put back as it was if a signal ends the command
         return path
     except BaseException as exc:
         if tmp is not None:

@@ -183,6 +183,8 @@ RANK_SECTION_COLUMNS = RANK_OVERLAP_COLUMNS + RANK_ARRIVAL_COLUMNS  # Analysis.r
 # span_ns = the median critical-path step span every share divides by),
 # per_rank ({metric: {rank: median}}, only metrics whose ranks differ by more than 2x). analysis/verdict.py.
 VERDICT_BOUND_BY = ("communication", "host", "straggler", "compute")
-VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "spread_ns", "rank", "share_pct",
-                "advice", "span_ns"]
-ADVICE_KEYS = ["rule", "what_to_change", "gain_upper_ns", "spread_ns", "evidence"]
+VERDICT_KEYS = ["bound_by", "removable_ns", "what_to_change", "expected_gain_ns", "gain_upper_ns", "spread_ns", "rank",
+                "share_pct", "advice", "span_ns"]
+ADVICE_KEYS = ["rule", "what_to_change", "expected_gain_ns", "gain_upper_ns", "spread_ns", "gain_basis", "evidence"]
+"""An advice rule (analysis/verdict.py; gains: analysis/gains.py). ``ledger`` is added where the what-if
+ledger's summary has a record for the rule (analysis/ledger.py)."""

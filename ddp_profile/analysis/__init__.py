@@ -11,9 +11,15 @@
 - ``collectives``: NCCL kernels matched across ranks, wait vs transfer, bytes and bus bandwidth;
 - ``costmodel``: alpha-beta fit, predicted overhead, optimal bucket size;
 - ``contention``: compute slowdown while NCCL runs;
+- ``launches`` (given the CUDA API calls, ``analyze(trace, api=...)``): is each step launch-bound;
 - ``compare``: several runs side by side, scaling efficiency and Amdahl's serial fraction.
 
-Each module's docstring defines its numbers as formulas.
+Each module's docstring defines its numbers as formulas. The modules stand in layers (declared in
+``tests/project/test_layers.py``): this face re-exports; ``pipeline`` conducts the stages and ``result``
+holds what they return; answers (straggler, critical path, verdict, recommend, ...) read measures
+(overlap, collectives, comm kinds, contention, steps, launches, ...); boundaries find steps and phases
+(windows, infer, cycles, identity); all stand on a ground floor of shared helpers (kernel arrays, kernel
+naming and kind codes, projection, cost model, ``ddp_profile.intervals``). A measure imports only the ground.
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ Bucket and bytes come from the harness's NVTX range around each collective launc
 ``"allreduce b<bucket> <bytes>B"``, or ``"param_sync b<bucket> r<owner> <bytes>B"`` around the sharded
 optimizer's parameter broadcasts; payload = bytes): a kernel belongs to the latest such range of its
 process that started at or before its launch (``launch_ns``, runtime or driver API) and had not ended.
+Without them, bytes (no bucket) come the same way from NCCL's own ranges (domain NCCL) whose payload the
+loader decoded from their binary payload (``nsys.payloads``): NCCL's message size is the buffer for
+AllReduce and Broadcast, one rank's share for AllGather and ReduceScatter (times the ranks here: the
+buffer, as the bus-bandwidth factor below expects).
 
 Bus bandwidth (NCCL's convention, comparable across world sizes n)::
 
@@ -80,6 +84,41 @@ def _is_allreduce(collective: pd.Series) -> np.ndarray:
     return np.array(["allreduce" in u.lower() for u in uniq], dtype=bool)[codes]
 
 
+def _impossible(start: np.ndarray, end: np.ndarray, group: np.ndarray, tolerance_ns: float = 0) -> np.ndarray:
+    """Per row, whether its collective (``group``: one id per collective across ranks) has a kernel that ended
+    more than ``tolerance_ns`` before a peer's kernel of it started: impossible, since a collective completes
+    only after every rank joined it (wrong clocks or a wrong pairing)."""
+    if not len(group):
+        return np.zeros(0, dtype=bool)
+    g = pd.Series(group)
+    first_end = pd.Series(end).groupby(g).transform("min").to_numpy()
+    last_start = pd.Series(start).groupby(g).transform("max").to_numpy()
+    return first_end < last_start - tolerance_ns
+
+
+def _uncalled_waits(start: np.ndarray, wait: np.ndarray, group: np.ndarray, residual_ns: float) -> np.ndarray:
+    """Per row, whether its wait is not called with clocks known to ±``residual_ns``: a wait under the residual,
+    or a wait of 0 (it arrived last) with a peer arriving within the residual before it."""
+    if not residual_ns or not len(group):
+        return np.zeros(len(group), dtype=bool)
+    g = pd.Series(group)
+    s = pd.Series(start.astype(np.float64))
+    last = s.groupby(g).transform("max")
+    second = s.where(s < last).groupby(g).transform("max").to_numpy()
+    close = ~np.isnan(second) & (last.to_numpy() - second <= residual_ns)
+    return ((wait > 0) & (wait <= residual_ns)) | ((wait == 0) & close)
+
+
+def _all_receive(collective: pd.Series) -> np.ndarray:
+    """Rows of collectives in which every rank receives from every other (all-reduce, all-gather,
+    reduce-scatter, all-to-all): none of their kernels can end before every peer's has started. (A send, or a
+    broadcast's root, can finish into a peer's buffers before that peer's kernel runs.)"""
+    codes, uniq = _distinct(collective)
+    keys = [re.sub(r"[^a-z]", "", u.lower()) for u in uniq]
+    return np.array([any(k in key for k in ("allreduce", "allgather", "reducescatter", "alltoall")) for key in keys],
+                    dtype=bool)[codes]
+
+
 def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> np.ndarray:
     """Index of the latest range (same pid) with start <= t <= end, else -1; vectorised per pid."""
     out = np.full(t.size, -1, dtype=np.int64)
@@ -96,9 +135,23 @@ def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re
     return out
 
 
+def _nccl_sized(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """NCCL's own ranges (domain NCCL) whose payload holds the message size (the loader decodes it from their
+    binary payload where the export has one): pid, start_ns, end_ns, bucket (NaN), bytes, per_rank (the size
+    is one rank's share: AllGather, ReduceScatter)."""
+    hit = ((nvtx["domain"] == "NCCL").to_numpy(dtype=bool) & nvtx["payload"].notna().to_numpy(dtype=bool)
+           & nvtx["end_ns"].notna().to_numpy(dtype=bool))
+    r = nvtx.loc[hit]
+    key = r["name"].astype(str).str.lower().str.replace(r"[^a-z]", "", regex=True)
+    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
+                         "bucket": np.full(len(r), np.nan), "bytes": r["payload"].to_numpy(dtype=float),
+                         "per_rank": key.str.contains("allgather|reducescatter").to_numpy(dtype=bool)})
+
+
 def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
+    """The ranges that size collectives: the harness's (bucket and bytes), else NCCL's own (bytes only)."""
     if nvtx is None or nvtx.empty:
-        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": []})
+        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": [], "per_rank": []})
     # Names are few even when ranges are many: each distinct one is tested and parsed once, rows index it.
     codes, uniq = pd.factorize(nvtx["name"].astype("object"), use_na_sentinel=True)
     text = pd.Series(np.append(np.asarray(uniq, dtype=object), ""), dtype=object).fillna("").astype(str)
@@ -107,9 +160,11 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     r = nvtx.loc[hit]
     parsed = text.str.extract(_BUCKET_RX).iloc[codes[hit]].set_axis(r.index)
     nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
+    if r.empty:
+        return _nccl_sized(nvtx)
     return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
                          "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
-                         "bytes": nbytes.to_numpy(dtype=float)})
+                         "bytes": nbytes.to_numpy(dtype=float), "per_rank": np.zeros(len(r), dtype=bool)})
 
 
 def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> None:
@@ -206,16 +261,23 @@ def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Dat
     df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
                            dtype="Float64").astype("Int64")
     df["_has"] = has
+    df["_per_rank"] = np.where(has, b["per_rank"].to_numpy(dtype=bool)[np.maximum(j, 0)] if len(b) else False, False)
     return df
 
 
 def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
-                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None
-                      ) -> pd.DataFrame:
+                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None,
+                      residual_ns: float = 0, waits_unknown: bool = False) -> pd.DataFrame:
     """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
     one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
     (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
-    note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size."""
+    note on ranks without NCCL kernels); ``bytes_note``: the note when no collective has a size;
+    ``residual_ns``: the clocks' residual disagreement (``clocks``), under which a wait is not called;
+    ``waits_unknown``: some rank's NCCL kernels are unseen (missing, unnamed), so no wait is called.
+
+    The table keeps a private ``_wait_unknown`` column (a wait not called: under the residual, or of a
+    collective whose kernels cannot have overlapped; ``clocks.impossible``), which the analysis reports as
+    missing wait and transfer."""
     frames: list[pd.DataFrame] = [p for p in parts if p is not None and len(p)]
     if not frames:
         notes.append(no_nccl_note())
@@ -226,6 +288,19 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     last_arrival = grp["start_ns"].transform("max")
     df["wait_ns"] = np.minimum(df["duration_ns"], np.maximum(0, last_arrival - df["start_ns"]))
     df["transfer_ns"] = df["duration_ns"] - df["wait_ns"]
+    gid = grp.ngroup().to_numpy(np.int64)
+    start, end = df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64)
+    bad = _impossible(start, end, gid, residual_ns) & _all_receive(df["collective"])
+    unknown = bad | _uncalled_waits(start, df["wait_ns"].to_numpy(np.int64), gid, residual_ns) | waits_unknown
+    df["_wait_unknown"] = unknown
+    if bad.any():
+        n_bad, n_all = len(np.unique(gid[bad])), int(gid.max()) + 1
+        notes.append(f"{n_bad} of {n_all} collectives end on one rank before a peer's kernel of the same collective "
+                     "starts, which cannot happen (a collective completes only once every rank joined it): the ranks' "
+                     "clocks or the pairing of collectives are wrong there, so their wait and transfer are unknown")
+    if unknown.any() and not bad.all() and not waits_unknown:
+        notes.append(f"{int((unknown & ~bad).sum())} collective kernel(s) wait or arrive within the clock residual "
+                     f"({fmt_ms(residual_ns)}) of a peer: their wait and transfer are not called (left empty)")
     if _names_differ(grp, df["collective"]):
         notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
                      "split pairs kernels by issue order and may be wrong for some collectives")
@@ -233,8 +308,9 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
                     - set(df["rank"].unique().tolist()))
     if silent:
         notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
-                     "communication and wait are unknown (a capture that missed them, or a rank outside the "
-                     "collectives), not 0; the wait/transfer split covers the ranks with NCCL kernels only")
+                     "communication is unknown (a capture that missed them, or a rank outside the collectives), "
+                     "not 0 (left empty); so is every rank's wait/transfer split and straggler lead, since the last "
+                     "arrival cannot be known without them")
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     has = df["_has"].to_numpy()
@@ -243,12 +319,24 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
         _ddp_bucket_sizes(df, ddp_bucket_bytes, notes)
     elif not has.any():
         notes.append(bytes_note if bytes_note is not None else bytes_note_text(False))
+    if "_per_rank" in df and df["_per_rank"].any():  # NCCL's size of one rank's share: the whole buffer
+        df["bytes"] = df["bytes"].where(~df["_per_rank"], df["bytes"] * df["_n"])
     df["kernel_variant"] = kernel_variant(df["algorithm"], df["protocol"])
     f = bus_factor(df["collective"], df["_n"].to_numpy())
     with np.errstate(divide="ignore", invalid="ignore"):
         bw = df["bytes"].to_numpy(dtype=float, na_value=np.nan) * f / df["transfer_ns"].to_numpy(float)
     df["busbw_gb_per_s"] = np.where(df["transfer_ns"].to_numpy() > 0, bw, np.nan)
-    return schema.select(df, schema.COLLECTIVE_COLUMNS)
+    return schema.select(df, schema.COLLECTIVE_COLUMNS + ["_wait_unknown"])
+
+
+def reported(table: pd.DataFrame) -> pd.DataFrame:
+    """The collective table as reported: COLLECTIVE_COLUMNS, wait and transfer missing where not called."""
+    out = schema.select(table, schema.COLLECTIVE_COLUMNS)
+    if "_wait_unknown" in table and table["_wait_unknown"].to_numpy(dtype=bool).any():
+        unknown = table["_wait_unknown"].to_numpy(dtype=bool)
+        out = out.assign(**{c: np.where(unknown, np.nan, out[c].to_numpy(dtype=float))
+                            for c in ("wait_ns", "transfer_ns", "busbw_gb_per_s")})
+    return out
 
 
 def _names_differ(grp, collective: pd.Series) -> bool:
@@ -291,23 +379,41 @@ def unknown_bytes_note(nvtx: pd.DataFrame | None) -> str:
 def bytes_note_text(nccl_ranges: bool) -> str:
     """Why message sizes are unknown (``nccl_ranges``: :func:`has_nccl_ranges`). NCCL >= 2.19 annotates its
     calls with NVTX ranges in domain "NCCL" whose extended (binary, schema-described) payload holds the
-    message size; the loader reads each range's scalar payload only, so those sizes are not decoded (not
-    verified on an export that records them)."""
+    message size; the loader decodes it where the export carries it (``nsys.payloads``), so reaching here
+    with NCCL ranges means the export did not."""
     base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
             "launches (the ddp-profile harness writes them)")
     if nccl_ranges:
-        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but their message size sits in "
-                "an extended binary payload that ddp-profile does not decode: bytes, bus bandwidth and the "
-                "cost model are left empty")
+        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but the export carries no "
+                "message size for them (their binary payloads and payload schemas were not exported: nsys "
+                "2025.3 leaves them out; exports of nsys 2026.x are reported to keep them, profiled with "
+                "`-t cuda,nvtx`; a slim scrub before this version dropped the schema tables): bytes, bus "
+                "bandwidth and the cost model are left empty")
     return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"
 
 
-def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+def ddp_bucket_bytes(run: dict | None) -> list[int] | None:
+    """Stock torch_ddp's all-reduce sizes from the run record ``run`` (``layout.ddp_bucket_bytes``; with a compressing
+    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
+    run = run if isinstance(run, dict) else {}
+    layout = run.get("layout")
+    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
+    if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
+        return None
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < 2**63 for s in sizes):
+        return None
+    return sizes
+
+
+def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | None = None, *, residual_ns: float = 0,
+                unseen=(), waits_unknown: bool = False) -> pd.DataFrame:
     """Stage 2 of ``analysis.pipeline``: the collective table from every part's rows (``pipeline.StepPart``s:
     ``rows``, their ``step`` already the common labels, NA outside the selection; ``ranks``, ``n_unknown``,
-    ``peer_copies``, ``nccl_nvtx``). Rows keep ``_file`` = the index of the part they came from."""
+    ``peer_copies``, ``nccl_nvtx``). Rows keep ``_file`` = the index of the part they came from.
+    ``residual_ns``, ``waits_unknown``: as :func:`match_collectives`; ``unseen``: ranks whose NCCL kernels
+    cannot be told (unnamed kernels), not named as ranks without NCCL kernels."""
     have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
-    ranks = sorted({r for p in parts for r in p.ranks})
+    ranks = sorted({r for p in parts for r in p.ranks} - set(unseen))
     if not have:
         notes.append(no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
                                   sum(p.peer_copies[1] for p in parts)))
@@ -320,8 +426,23 @@ def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | Non
         order = np.argsort(df["rank"].to_numpy(), kind="stable")
         df, keep = df.iloc[order].reset_index(drop=True), keep[order]
     del have
+    _steps_from_peers(df)
     bytes_note = bytes_note_text(any(p.nccl_nvtx for p in parts))
     table = match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                              bytes_note=bytes_note)  # keeps the row order; a new frame
+                              bytes_note=bytes_note, residual_ns=residual_ns,
+                              waits_unknown=waits_unknown)  # keeps the row order; a new frame
     table["_file"] = keep
     return table
+
+
+def _steps_from_peers(df: pd.DataFrame) -> None:
+    """Rows of a rank none of whose collectives has a step (no launch times: no host step to tie them to) take
+    the step label of the same collective (comm, seq) on the other ranks, in place."""
+    has = df["step"].notna()
+    lost = ~has.groupby(df["rank"]).transform("any").to_numpy(dtype=bool)
+    if not lost.any() or not has.any():
+        return
+    key = df["comm"].to_numpy(np.int64) * (1 << 40) + df["seq"].to_numpy(np.int64)
+    known = pd.Series(df["step"].to_numpy()[has.to_numpy()], index=key[has.to_numpy()])
+    known = known[~known.index.duplicated()]
+    df.loc[lost, "step"] = known.reindex(key[lost]).to_numpy()

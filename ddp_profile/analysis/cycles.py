@@ -13,6 +13,15 @@ Per process, s = its compute and NCCL kernels in launch order; ``main`` = launch
     sync run      = a run owning a gradient collective (every run when the process has no collective)
     micro-steps   = the runs of a cycle: those after the previous sync run, up to its own sync run
 
+**Optimizer every N cycles** (:func:`update_cycle`). A job may reduce gradients after every micro-batch and
+update only every N (DeepSpeed with gradient accumulation: no ``no_sync``). Then every run is a sync run, and
+a gradient cycle is a micro-step. The update's kernels (``Sequence.update``: the optimizer group of
+``kernel_groups``, multi_tensor_apply, by name) tell them apart: where some sync runs' stretches hold update
+kernels and others hold none, only the former end a step, the others count as the step's micro-steps (as
+``no_sync`` runs do). Where every stretch holds them, each cycle is a step; where none does (an optimizer
+whose kernels no pattern names), each cycle is taken as a step and the note says that a step may then be a
+micro-step (``Cycles.rule``).
+
 After each sync run, the *stretch* up to the next run's first kernel holds the optimizer (its gradients'
 consumers), then whatever the loop does between steps, then the next cycle's first forward. In the modal
 sync stretch (the most frequent kernel sequence, length L) the optimizer is its first c kernels and the
@@ -35,11 +44,17 @@ forward its last f:
 A stretch opening with the modal optimizer and closing with the modal forward ends the step after the
 former and starts the next at the latter: what lies between (the loop's work between iterations, extra
 work every N steps) is in no step, and kernels beyond the modal stretch are that step's extra work. A
-stretch matching one end only is cut there; neither, f kernels before the next run. Step k runs from the
-start of its first micro-step's forward to the end of its optimizer. The first cycle is a step when the
+stretch matching one end only is cut there; neither, at the last occurrence of the modal forward's first
+FORWARD_HEAD kernels (at most half of them; else f kernels before the next run). Either way a step ends no
+earlier than the last update kernel (``Sequence.update``) before the next forward: a first optimizer call
+that initialises its state launches more kernels than the modal one. Step k runs from the start of its
+first micro-step's forward to the end of its optimizer. The first cycle is a step when the
 f kernels before its first run are the modal forward and it has the modal micro-step count; the last
 when at least LAST_OPTIMIZER_SHARE of the modal optimizer's kernels open its stretch (ending there).
-Anything else before the first cut (warm-up, rank 0's evaluation) is no step. Fewer than two sync runs,
+A first cycle with the modal micro-step count whose forward is not the modal one (a compiled job's first
+iteration: compilation and autotuning) is a step too, from the host's first compilation pause before its
+forward's first kernel (:func:`_compile_start`). Anything else before the first cut (warm-up, rank 0's
+evaluation) is no step. Fewer than two sync runs,
 or no backward run: no cycle (``infer`` falls back to the period of the whole sequence).
 
 **Extra work** (per step): kernels beyond the modal sequence, inside the step (:func:`extra_work`: the
@@ -57,12 +72,14 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_RUN_SHARE = 0.25
-MAX_COMPARED = 256
-MIN_VOTES = 2
+MAX_COMPARED = 256  # longer stretches compared against the modal one (each a few numpy calls)
+MIN_VOTES = 2  # longer stretches that must agree on where their extra kernels go
 SECOND_GAP_RATIO = 10.0  # a gap this many times the forward's median gap, and at least SECOND_GAP_SHARE
 SECOND_GAP_SHARE = 0.2  # of the cut's, ends the loop's own work before the forward
+COMPILE_PAUSE_STEPS = 10  # a host pause this many steps long before a compiled first iteration is compilation
+FORWARD_HEAD = 8  # kernels of the modal forward whose last occurrence starts an irregular stretch's forward
 LAST_OPTIMIZER_SHARE = 0.9  # the trace's last optimizer: at least this share of the modal one's kernels
-SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
+SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it
 HOST_EXTRA_SHARE = 0.1
 HOST_EXTRA_MADS = 5.0
 
@@ -79,6 +96,7 @@ class Sequence:
     grad: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    update: np.ndarray | None = None  # kernels of the optimizer's update (kernel_groups.OPTIMIZER), by name
 
 
 @dataclass
@@ -92,6 +110,11 @@ class Cycles:
     optimizer_kernels: int
     after_kernels: np.ndarray
     after_gpu_ns: np.ndarray
+    rule: str = "gradient-sync cycles"
+    """Which rule cut the steps: every gradient-synchronisation cycle, or the optimizer's update every N."""
+    first_irregular: bool = False
+    """The first step's forward is not the modal one (compilation, autotuning): it starts where the
+    compilation before the modal forward's first kernel began (:func:`_compile_start`)."""
 
 
 def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed: int = 7) -> np.ndarray:
@@ -116,6 +139,26 @@ def _common(a: np.ndarray, b: np.ndarray, from_end: bool) -> int:
     x, y = (a[len(a) - n:][::-1], b[len(b) - n:][::-1]) if from_end else (a[:n], b[:n])
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
+
+
+def _occurrences(codes: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """Starts of the occurrences of ``gram`` in ``codes`` (none when ``gram`` is empty)."""
+    k = len(gram)
+    if k == 0 or len(codes) < k:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero((np.lib.stride_tricks.sliding_window_view(codes, k) == gram).all(axis=1))
+
+
+def _last_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
+    """Start of the last occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+    hit = _occurrences(codes, gram)
+    return int(hit[-1]) if hit.size else -1
+
+
+def _first_occurrence(codes: np.ndarray, gram: np.ndarray) -> int:
+    """Start of the first occurrence of ``gram`` in ``codes`` (-1 when none, or when ``gram`` is empty)."""
+    hit = _occurrences(codes, gram)
+    return int(hit[0]) if hit.size else -1
 
 
 def runs(seq: Sequence) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +243,43 @@ def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, 
     return None
 
 
+@dataclass
+class UpdateCycle:
+    """Which gradient cycles end an optimizer step (:func:`update_cycle`)."""
+
+    sync: np.ndarray
+    """Per backward run: the optimizer's update follows it (it ends an optimizer step)."""
+    every: int
+    """Gradient cycles per update, the most frequent count (1: every cycle ends with the update)."""
+    told: bool
+    """Whether any kernel of the update was seen after a gradient cycle (else the cycles could not be told
+    apart from optimizer steps)."""
+
+
+def update_cycle(seq: Sequence, rf: np.ndarray, rl: np.ndarray, sync: np.ndarray) -> UpdateCycle:
+    """The gradient cycles after which the optimizer updates (module docstring, "Optimizer every N cycles").
+
+    A sync run's *stretch* runs from just after it to the next run's first kernel (the sequence's end after
+    the last run). Where some stretches hold update kernels (``seq.update``) and others hold none, only the
+    runs whose stretch holds them end a step: the others are micro-steps whose gradients were reduced too
+    (DeepSpeed reduces every micro-batch). Where every stretch holds them, or none does, ``sync`` is
+    returned unchanged (``told`` says which). Reusable for one process's sequence with its runs."""
+    ks = np.flatnonzero(sync)
+    if seq.update is None or ks.size == 0:
+        return UpdateCycle(sync, 1, False)
+    lo = rl[ks] + 1
+    hi = np.where(ks + 1 < rf.size, rf[np.minimum(ks + 1, rf.size - 1)], len(seq.codes))
+    cum = np.r_[0, np.cumsum(seq.update.astype(np.int64))]
+    has = cum[np.maximum(hi, lo)] - cum[lo] > 0
+    if has.all() or not has.any():
+        return UpdateCycle(sync, 1, bool(has.any()))
+    out = np.zeros_like(sync)
+    out[ks[has]] = True
+    gaps = np.diff(np.flatnonzero(has))
+    every = int(np.bincount(gaps).argmax()) if gaps.size else int(has.size)
+    return UpdateCycle(out, every, True)
+
+
 def find_cycles(seq: Sequence) -> Cycles | None:
     """Optimizer steps of one process (module docstring), None when the sequence shows no cycle."""
     rf, rl = runs(seq)
@@ -214,6 +294,11 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         sync[owner[owner >= 0]] = True
     else:
         sync[:] = True
+    upd = update_cycle(seq, rf, rl, sync)
+    sync = upd.sync
+    rule = (f"the optimizer's update, seen after one gradient cycle in {upd.every}" if upd.every > 1 else
+            "gradient-sync cycles, each followed by the optimizer's update" if upd.told else
+            "gradient-sync cycles (no optimizer kernel recognised after them: a step may be a micro-step)")
     ks = np.flatnonzero(sync)
     if ks.size < 2:
         return None
@@ -250,9 +335,16 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         elif pm:
             end_at[i] = x0 + c - 1
             cut[i] = end_at[i] + 1
-        else:
-            cut[i] = max(x0 + 1, x1 + 1 - f)
+        else:  # the forward starts at the last occurrence of its first kernels, else f kernels before the run
+            at_fwd = _last_occurrence(seq.codes[x0 + 1:x1 + 1], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
+            cut[i] = x0 + 1 + at_fwd if at_fwd >= 0 else max(x0 + 1, x1 + 1 - f)
             end_at[i] = cut[i] - 1
+        if seq.update is not None:  # an optimizer longer than the modal one (its first call) ends with it
+            limit = x1 + 1 - min(f, length) if pm and not sm else cut[i]  # where the next forward starts
+            later = np.flatnonzero(seq.update[x0:max(limit, x0)])
+            if later.size and x0 + later[-1] > end_at[i]:
+                end_at[i] = x0 + int(later[-1])
+                cut[i] = max(cut[i], end_at[i] + 1)
         if length > len(modal):  # extra kernels: where this stretch departs from the modal one
             s_ = seq.codes[x0:x1 + 1]
             p, q = _common(s_, modal, False), _common(s_, modal, True)
@@ -270,19 +362,56 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     after_k, after_ns = np.zeros(ks.size, dtype=np.int64), np.zeros(ks.size, dtype=np.int64)
     after_k[at], after_ns[at] = gap_k, gap_ns
     x = rf[0] - f
+    first_irregular = False
     if x >= 0 and micro[0] == modal_micro and (seq.codes[x:rf[0]] == fwd).all():
         starts[0] = x
+    elif micro[0] == modal_micro and f and ends[0] >= 0:
+        # A first iteration whose forward is not the modal one (torch.compile's: compilation and autotuning
+        # launch kernels between the forward's own) is a step of its own, from the last launch of the modal
+        # forward's first kernel before its backward, where that kernel occurs once in the modal stretch.
+        head = fwd[0]
+        if int(np.count_nonzero(modal == head)) == 1:
+            hits = np.flatnonzero(seq.codes[:rf[0]] == head)
+            if hits.size:
+                starts[0], first_irregular = _compile_start(seq, int(hits[-1]), starts, ends), True
     last_sync = ks[-1]
     if last_sync + 1 >= rf.size:  # the trace ends after this cycle's optimizer (most of the modal one)
         x0 = rl[last_sync] + 1
         p = _common(seq.codes[x0:], opt, False)
         if p >= max(1.0, LAST_OPTIMIZER_SHARE * c):
             ends[-1] = x0 + p - 1
+            if seq.update is not None:  # and no earlier than its last update kernel before a next forward
+                nxt = _first_occurrence(seq.codes[x0:], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
+                later = np.flatnonzero(seq.update[x0:x0 + nxt if nxt >= 0 else len(seq.codes)])
+                if later.size:
+                    ends[-1] = max(ends[-1], x0 + int(later[-1]))
     ok = (starts >= 0) & (ends >= starts)
     if ok.sum() < 2:
         return None
     return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
-                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok])
+                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule,
+                  first_irregular=first_irregular and bool(ok[0]))
+
+
+def _compile_start(seq: Sequence, anchor: int, starts: np.ndarray, ends: np.ndarray) -> int:
+    """Where a compiled job's first iteration starts, given the last launch of the modal forward's first
+    kernel before its backward (``anchor``, after its own autotuning). Compilation pauses the host for
+    seconds: a launch gap over COMPILE_PAUSE_STEPS times the median host span of the other steps. The
+    iteration starts at the first launch after the earliest such pause reached going back from ``anchor``
+    without crossing an NCCL kernel (the job's set-up collectives are not in it)."""
+    ok = (starts >= 0) & (ends >= starts)
+    if not ok.any():
+        return anchor
+    period = float(np.median(seq.lt[ends[ok]] - seq.lt[starts[ok]]))
+    gap = np.diff(seq.lt[:anchor + 1], prepend=seq.lt[0])
+    paused = np.flatnonzero(gap > COMPILE_PAUSE_STEPS * period)
+    nccl = np.r_[0, np.cumsum(~seq.compute)]  # NCCL kernels (the sequence's non-compute ones) before each position
+    start = anchor
+    for j in paused[::-1]:
+        if nccl[start] - nccl[j] > 0:
+            break
+        start = int(j)
+    return start
 
 
 def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -24,6 +24,9 @@ the same way. Opens no file.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -260,3 +263,24 @@ def parse_steps(which: str) -> list[int | None]:
     if len(nums) == 2 and lo is not None and hi is not None and lo >= hi:
         raise bad
     return nums
+
+
+@dataclass(frozen=True)
+class StepSelection:
+    """Which steps an analysis covers, as one value (the CLI's ``--step-pattern``, ``--phase`` and ``--steps``,
+    declared once in ``commands/options.py``): ``pattern``, a regex for step NVTX range names (None: the
+    default patterns, else inference); ``phases``, (phase name, regex) overrides; ``steps``, the labels kept
+    ("all", "A:B", "A:", ":B" or "A", :func:`parse_steps`)."""
+
+    pattern: str | None = None
+    phases: tuple[tuple[str, str], ...] = ()
+    steps: str = "all"
+
+    def analyze_kwargs(self) -> dict:
+        """The keyword arguments of ``analysis.analyze`` this selection stands for."""
+        return {"step_pattern": self.pattern, "phase_patterns": dict(self.phases), "steps": self.steps}
+
+    def key(self) -> str:
+        """A stable text of the selection (a cache key's part)."""
+        return json.dumps({"pattern": self.pattern, "phases": [list(p) for p in self.phases], "steps": self.steps})
+

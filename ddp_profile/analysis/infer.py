@@ -52,7 +52,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
-from ddp_profile.analysis.kernel_groups import GRADIENT, rows_of
+from ddp_profile.analysis.kernel_groups import GRADIENT, OPTIMIZER, name_group, rows_of
 from ddp_profile.analysis.windows import NO_NVTX_RANGES, NO_STEP_RANGE, RANGE_COLUMNS, find_steps
 
 MIN_PERIOD = 3
@@ -240,7 +240,16 @@ def sequence(karr: KernelArrays, p, kinds: np.ndarray, tid_all: np.ndarray, grad
     sel = sel[np.argsort(karr.launch[sel], kind="stable")]
     return cy.Sequence(sel=sel, codes=np.maximum(karr.name_code[sel].astype(np.int64), 0), lt=karr.launch[sel],
                        main=_main_thread(int(p), tid_all[sel]), compute=karr.is_compute[sel], grad=grad[sel],
-                       start=karr.start[sel], end=karr.end[sel])
+                       start=karr.start[sel], end=karr.end[sel], update=update_mask(karr)[sel])
+
+
+def update_mask(karr: KernelArrays) -> np.ndarray:
+    """Per kernel: a compute kernel of the optimizer's update (kernel_groups.OPTIMIZER, by its short name)."""
+    def compute():
+        by_name = np.array([name_group(n) == OPTIMIZER for n in karr.name_values()], dtype=bool)  # last: no name
+        return by_name[karr.name_code.astype(np.int64)] & karr.is_compute
+
+    return karr.memo("update_mask", compute)
 
 
 def _gradient_mask(karr: KernelArrays) -> np.ndarray:
@@ -267,8 +276,13 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
         if cyc is not None:
             first, last = cyc.first, cyc.last
             micro = int(np.median(cyc.micro_steps))
-            found.append(f"rank {rank}: {first.size} gradient-sync cycles of {micro} micro-step(s) (forward "
+            found.append(f"rank {rank}: {first.size} steps of {micro} micro-step(s) cut by {cyc.rule} (forward "
                          f"{cyc.forward_kernels} kernels after the optimizer's {cyc.optimizer_kernels})")
+            if cyc.first_irregular:
+                found.append(f"rank {rank}: step 0's forward is not the others' ({cyc.last[0] - cyc.first[0] + 1} "
+                             "kernels in the step: compilation and autotuning launch kernels of their own in a "
+                             "compiled job's first iteration); it is its own step, from the host's first pause for "
+                             "compilation before the others' first forward kernel")
         else:
             period, match = find_period(seq.codes)
             if period is None:
@@ -292,9 +306,9 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
-            "gradient-synchronisation cycle (its micro-steps' forward and backward, the gradient collectives, "
-            "the optimizer), cut between the optimizer's last kernel and the next forward's first; steps are "
-            "numbered from 0 at the first iteration every rank ran; " + "; ".join(found))
+            "optimizer step (its micro-steps' forward and backward, the gradient collectives, the optimizer), "
+            "cut between the optimizer's last kernel and the next forward's first; steps are numbered from 0 at "
+            "the first iteration every rank ran; " + "; ".join(found))
     return out, [note]
 
 
@@ -350,7 +364,12 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
             continue
         first_in_step = np.r_[True, j[1:] != j[:-1]]
         last_in_step = np.r_[first_in_step[1:], True]
-        f0 = np.where(first_in_step, hs[j], lt[np.r_[rl[0], rl[:-1]]] + 1)
+        # A later micro-step's forward opens after the previous run and whatever other threads launched
+        # after it (gradient collectives of a job that reduces every micro-step, DeepSpeed's).
+        off = lt[~seq.main]
+        k = np.searchsorted(off, lt[rf], "left") - 1
+        after_prev = np.maximum(lt[np.r_[rl[0], rl[:-1]]], off[np.maximum(k, 0)] if off.size else 0)
+        f0 = np.where(first_in_step, hs[j], after_prev + 1)
         f1 = lt[rf] - 1
         launched = np.searchsorted(lt, f1, "right") > np.searchsorted(lt, f0, "left")
         # The optimizer opens after everything other threads (DDP's bucket copies) and the gradient

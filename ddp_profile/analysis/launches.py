@@ -71,6 +71,15 @@ class LaunchAnalysis:
     kernel_groups: pd.DataFrame
     """KERNEL_GROUP_COLUMNS, rows by rank then kernels (most first)."""
     notes: list[str] = field(default_factory=list)
+    made: bool = True
+    """False when the diagnosis could not be made (no CUDA API table, a trace held on Dask workers): the
+    frames are then empty and ``notes`` says why."""
+
+    @classmethod
+    def missing(cls, why: str) -> LaunchAnalysis:
+        """No diagnosis, with the reason as its one note."""
+        return cls(schema.empty_frame(schema.LAUNCH_STEP_COLUMNS), schema.empty_frame(schema.API_FUNCTION_COLUMNS),
+                   schema.empty_frame(schema.KERNEL_GROUP_COLUMNS), [why], made=False)
 
     def summary(self) -> dict:
         """Medians over (rank, step) rows of the step table, the steps counted and launch-bound."""
@@ -128,12 +137,11 @@ def host_steps(ranges: pd.DataFrame) -> pd.DataFrame:
 
 
 @python_strings()
-def analyze_launches(trace, api: pd.DataFrame, ranges: pd.DataFrame, notes=()) -> LaunchAnalysis:
-    """Per-step launch diagnosis. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)`` (the reader's job:
-    analysis opens no file). ``ranges``: the selected host step ranges with their common labels, as the
-    analysis' first stage finds them (``pipeline.labelled_steps``); ``notes``: how they were found."""
+def analyze_launches(karr: KernelArrays, api: pd.DataFrame, ranges: pd.DataFrame, notes=()) -> LaunchAnalysis:
+    """Per-step launch diagnosis of the kernels ``karr``. ``api``: ``ddp_profile.nsys.api.load_api_calls(trace)``
+    (the reader's job: analysis opens no file). ``ranges``: the selected host step ranges with their common
+    labels, as the analysis' first stage finds them (``analysis.pipeline``); ``notes``: how they were found."""
     ranges, notes = host_steps(ranges), list(notes)
-    karr = KernelArrays(trace.kernels)
     kdur = karr.end - karr.start
     is_kernel = karr.is_compute | karr.is_nccl
     launch_rx, sync_rx = of_kind(api, "launch"), of_kind(api, "sync")

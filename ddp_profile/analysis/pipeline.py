@@ -15,6 +15,9 @@ per-analysis modules' stages (``tests/project/test_layers.py``); the result is :
    the durations contention needs for exact medians (int32), gradient-ready times for the recommendation.
 4. :func:`combine` (reduce): concatenation in rank order, the job-level tail across ranks, notes.
 
+Given the CUDA API calls (``api``), the launch section is measured between stages 2 and 3, over the labelled
+host steps of stage 2 and the part's kernel arrays (before stage 3 consumes their launch times).
+
 A part holds whole ranks (one file, several files joined, or the whole trace); frames have a fresh 0..n-1
 index. A new section: its per-part share as a :class:`RankPart` field filled in :func:`rank_part`, merged in
 :func:`combine` (the one place parts become the Analysis' fields), or computed in :func:`combine` from the
@@ -23,7 +26,6 @@ merged frames when it needs every rank. Opens no file.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,13 +33,14 @@ import pandas as pd
 
 from ddp_profile import schema
 from ddp_profile.analysis import after_backward as ab
-from ddp_profile.analysis import answers, infer
+from ddp_profile.analysis import answers, clocks, infer, unknowns
 from ddp_profile.analysis import collectives as coll
 from ddp_profile.analysis import comm_kinds as ck
 from ddp_profile.analysis import contention as cont
 from ddp_profile.analysis import costmodel as cm
 from ddp_profile.analysis import critical_path as cp
 from ddp_profile.analysis import identity as ident
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis import launches as la
 from ddp_profile.analysis import overlap as ov
 from ddp_profile.analysis import recommend as rec
@@ -45,11 +48,11 @@ from ddp_profile.analysis import steps as st
 from ddp_profile.analysis import windows as win
 from ddp_profile.analysis.kernel_arrays import KernelArrays, in_steps, rank_used_several_devices
 from ddp_profile.analysis.kernel_families import gemm_wave_ratio
+from ddp_profile.analysis.notes import kernel_notes, merged_notes, step_notes
 from ddp_profile.analysis.result import Analysis, trace_keys
 from ddp_profile.memory import python_strings, return_freed_memory
 from ddp_profile.schema import OPTIONAL_SECTIONS
 
-NO_RANGES = win.NO_NVTX_RANGES
 SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
@@ -70,6 +73,7 @@ class LocalRanks:
         self.meta = getattr(trace, "meta", None) or {}
         self.run = getattr(trace, "run", None)
         self.host_waits = getattr(trace, "host_waits", None)  # [answers] the straggler's evidence
+        self.ranks = getattr(trace, "ranks", None)
         self.kernel_arrays = KernelArrays(self.kernels)
 
     def map_ranks(self, fn, per_part: list | None = None, **kwargs) -> list:
@@ -104,6 +108,10 @@ class StepPart:
     part with NCCL rows, whose copies no note names."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
+    gaps: unknowns.RankGaps | None = None  # per rank: kernels, unnamed, NCCL, launched (what its capture lacks)
+    rank_files: dict = field(default_factory=dict)  # rank -> its export file (one file: one clock)
+    rank_pids: dict = field(default_factory=dict)  # rank -> its process (for steps borrowed from a peer)
+    gpu_steps: pd.DataFrame | None = None  # unknowns.gpu_steps: each host step's GPU window
 
     def nbytes(self) -> int:
         frames = [self.steps, self.rows]
@@ -122,7 +130,9 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
                     any_launch=bool((karr.launch >= 0).any()),
                     n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
                     peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
-                    nccl_nvtx=coll.has_nccl_ranges(nvtx))
+                    nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=clocks.rank_files(trace),
+                    gaps=unknowns.rank_gaps(karr), rank_pids=unknowns.rank_pids(karr),
+                    gpu_steps=unknowns.gpu_steps(host_steps, karr))
 
 
 def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
@@ -132,6 +142,7 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     inferred = not any(not p.steps.empty and not p.inferred for p in found)
     # NVTX steps on some rank: ranks where only inference found steps have none (as one whole trace would)
     own = [p.steps if inferred or not p.inferred else p.steps.iloc[:0] for p in found]
+    own = unknowns.without_silent(own, found) if inferred else own  # their cycles would be micro-steps
     every = [s for s in own if not s.empty]
     all_steps = pd.concat(every, ignore_index=True) if every else schema.empty_frame(win.RANGE_COLUMNS)
     rows = [p.rows[["rank", "comm", "seq", "step"]] for p in found if p.rows is not None and len(p.rows)]
@@ -140,7 +151,8 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     for p in found:
         if p.rows is not None:
             ident.relabel(p.rows, labels, keep_unlabelled=True)
-    return [ident.relabel(s, labels) if not s.empty else s for s in own], notes
+    out = [ident.relabel(s, labels) if not s.empty else s for s in own]
+    return unknowns.borrow_steps(found, out, labels, notes), notes
 
 
 def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str], bool]:
@@ -148,15 +160,10 @@ def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tu
     :func:`~ddp_profile.analysis.analyze`), the notes on how they were found, and whether they were
     inferred: what ``launches`` measures over and ``inspect`` reports."""
     found = LocalRanks(trace).map_ranks(step_part, step_pattern=step_pattern)
+    clocks.align_parts(found, move=False)  # collectives paired by what they are, for one step identity
     host, notes = label_steps(found, steps)
     inferred = not host[0].empty and not any(not p.steps.empty and not p.inferred for p in found)
     return host[0], step_notes(found) + notes, inferred
-
-
-def launch_diagnosis(trace, api: pd.DataFrame, *, step_pattern: str | None = None, steps="all"):
-    """``launches.analyze_launches`` over the steps :func:`labelled_steps` finds (``api``: the CUDA API calls)."""
-    ranges, notes, _ = labelled_steps(trace, step_pattern=step_pattern, steps=steps)
-    return la.analyze_launches(trace, api, ranges, notes)
 
 
 @dataclass
@@ -190,6 +197,8 @@ class RankPart:
     """Its ranks' ``Trace.host_waits`` (a few rows per step: the straggler's evidence)."""
     after_backward: pd.DataFrame | None = None
     """``after_backward.after_backward`` of its ranks (a row per rank and step)."""
+    step_kernels: pd.DataFrame | None = None
+    """``kernel_diff.step_kernel_sums`` of its ranks (per rank, step and kernel name: the straggler's cause)."""
     trace_rank_overlap: pd.DataFrame | None = None
     """Under a ``--steps`` selection: the whole-trace rank overlap (the summary's ``trace_`` keys), while
     ``rank_overlap`` and the kernel sums hold the kernels of the selected steps only."""
@@ -200,7 +209,7 @@ class RankPart:
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
         frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
-                  self.paths, self.after_backward,
+                  self.paths, self.after_backward, self.step_kernels,
                   self.host_waits, *self.kinds,
                   *(f for _, f in self.file_sums or [])]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
@@ -222,7 +231,8 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
 
 
 def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
-              whole: bool = False, with_kinds: bool = True, selected: bool = False, **_ignored) -> RankPart:
+              whole: bool = False, with_kinds: bool = True, selected: bool = False,
+              clock_offsets: dict[int, int] | None = None, **_ignored) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`~ddp_profile.analysis.collectives.match_parts`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
@@ -230,8 +240,11 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
     selection is in force, so the rank overlap and per-name kernel sums count the kernels that start inside
     the selected steps' windows only (the whole-trace rank overlap is kept for the ``trace_`` keys).
 
+    ``clock_offsets``: rank -> the clock correction ``clocks.align_parts`` found (applied before anything).
     Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
     resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
+    if clock_offsets and set(clock_offsets) & set(kernel_arrays(trace).distinct_ranks().tolist()):
+        trace = clocks.shifted(trace, clock_offsets)
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
     karr = kernel_arrays(trace)
     nvtx = getattr(trace, "nvtx", None)
@@ -249,6 +262,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
     paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
+    step_kernels = kd.step_kernel_sums(st.spans(step_frame) if not step_frame.empty else None, karr)  # [answers]
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
     part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
@@ -257,6 +271,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
                     first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
     part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
     part.after_backward = ab.after_backward(kernels, step_frame)  # [answers]
+    part.step_kernels = step_kernels  # [answers]
     if need_ready and table is not None and len(table):
         part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
@@ -303,42 +318,6 @@ def _ordered(frames: list[pd.DataFrame], by: list[str], empty: list[str]) -> pd.
     return out.sort_values(by, kind="stable").reset_index(drop=True)
 
 
-_RANK_ITEM = re.compile(r"; (?=rank \d+: )")
-
-
-def merged_notes(notes: list[list[str]]) -> list[str]:
-    """Several parts' notes as one trace's: each distinct note once, in part order; notes that differ only
-    in their per-rank items (``"...; rank 0: ...; rank 1: ..."``, one part's ranks each) become one note
-    listing every part's items in that order."""
-    out: dict[str, list[str]] = {}
-    for part in notes:
-        for note in part:
-            head, *items = _RANK_ITEM.split(note)
-            got = out.setdefault(head, [])
-            got += [i for i in items if i not in got]
-    return ["; ".join([head, *items]) for head, items in out.items()]
-
-
-def step_notes(parts: list[StepPart]) -> list[str]:
-    """The step notes of the whole trace from its parts': those of the parts that found NVTX steps, else of
-    those that inferred steps, else of all; "no NVTX ranges" only when every one of them says so."""
-    with_steps = [p for p in parts if not p.steps.empty]
-    chosen = [p for p in with_steps if not p.inferred] or with_steps or parts
-    lists = [p.notes for p in chosen]
-    if not all(any(n.startswith(NO_RANGES) for n in notes) for notes in lists):
-        lists = [[n for n in notes if not n.startswith(NO_RANGES)] for notes in lists]
-    return merged_notes(lists)
-
-
-def kernel_notes(parts: list[StepPart]) -> list[str]:
-    if sum(p.n_kernels for p in parts) == 0:
-        return ["the trace has no GPU kernels (profile with `nsys profile -t cuda`)"]
-    if not any(p.any_launch for p in parts):
-        return ["kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
-                "the GPU; profile with `nsys profile -t cuda,nvtx`"]
-    return []
-
-
 def _file_sums(parts: list[RankPart]) -> list:
     """Every file's ``kernel_sums``, in order of its first rank (stable: file order among equals)."""
     got = [pair for p in parts for pair in (p.file_sums if p.file_sums is not None else [(p.first_rank, p.kernel_sums)])]
@@ -368,7 +347,7 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
     for p in parts:
         if p.ready is not None and len(p.ready):
             ready[p.ready["_row"].to_numpy()] = p.ready["ready"].to_numpy(float)
-    collectives = schema.select(collectives, schema.COLLECTIVE_COLUMNS).reset_index(drop=True)
+    collectives = coll.reported(collectives).reset_index(drop=True)
     rank_overlap = _ordered([p.rank_overlap for p in parts], ["rank"], schema.RANK_OVERLAP_COLUMNS)
     keep, totals = None, {}
     if selected:  # every section over the selected steps; the summary's trace_ keys over the whole trace
@@ -393,27 +372,16 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
         host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
         after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
+        step_kernels=_ordered([p.step_kernels for p in parts], ["rank", "step"], kd.SUM_COLUMNS),  # [answers]
     )
 
 
 # ---- the conductor ----------------------------------------------------------------------------------------
 
-def _ddp_bucket_bytes(trace) -> list[int] | None:
-    """Stock torch_ddp's all-reduce sizes from the run JSON (``layout.ddp_bucket_bytes``; with a compressing
-    comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
-    run = getattr(trace, "run", None) or {}
-    layout = run.get("layout") if isinstance(run, dict) else None
-    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
-    if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
-        return None
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in sizes):
-        return None
-    return sizes
-
-
 @python_strings()
 def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all", host_waits: pd.DataFrame | None = None, sections=None) -> Analysis:
+            steps="all", host_waits: pd.DataFrame | None = None, sections=None,
+            api: pd.DataFrame | str | None = None) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
     ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
@@ -421,6 +389,8 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
     :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
     come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
+    ``api``: the CUDA API calls (``nsys.api.load_api_calls``), or why they cannot be read: the ``launches``
+    section (``launches.analyze_launches``) over the same labelled steps and kernel arrays; None: no section.
 
     One code path (this module): the per-part stages run where the ranks are (this
     process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
@@ -430,10 +400,16 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     held = LocalRanks(trace) if local else trace
     found = held.map_ranks(step_part, step_pattern=step_pattern)
     notes = kernel_notes(found) + step_notes(found)
+    clock = clocks.align_parts(found)  # collectives paired by what they are; clocks aligned on their ends
+    notes += clock.notes
     host_steps, id_notes = label_steps(found, steps)  # the parts' collective rows relabelled in place
     notes += id_notes
+    launches = None if api is None else _launches(held, api, host_steps, step_notes(found) + id_notes, local)
+    gaps = unknowns.merge([p.gaps for p in found if p.gaps is not None])
+    notes += unknowns.notes(gaps)
     match_notes: list[str] = []
-    table = coll.match_parts(found, match_notes, _ddp_bucket_bytes(trace))
+    table = coll.match_parts(found, match_notes, coll.ddp_bucket_bytes(getattr(trace, "run", None)), residual_ns=clock.residual,
+                             unseen=unknowns.nameless(gaps), waits_unknown=unknowns.waits_unknown(gaps))
     del found  # the collective rows: the table holds what is needed of them
     return_freed_memory()
     run = getattr(trace, "run", None)
@@ -441,15 +417,20 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     selected = steps not in (None, "all")
     got = held.map_ranks(rank_part, given, phase_patterns=phase_patterns, selected=selected,
                          need_ready=rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
-                         with_kinds="comm_kinds" not in later)
+                         with_kinds="comm_kinds" not in later, clock_offsets=clock.corrected_ns)
     fields = combine(got, table, notes, match_notes, selected=selected)
+    fields["steps"], fields["rank_overlap"] = unknowns.blank(fields["steps"], fields["rank_overlap"], gaps)
     ready = fields.pop("ready_ns")
     rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
+    step_kernels = fields.pop("step_kernels")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
-    waits = host_waits if host_waits is not None else waits
-    res = Analysis(**fields)
+    waits = waits if host_waits is None else clocks.shift_columns(host_waits, clock.corrected_ns, ("start_ns", "end_ns"))
+    res = Analysis(**fields, launches=launches)
+    res.clock_alignment = clock.to_json()
     res.notes += infer.extra_work_notes(res.steps)  # by the common labels, so after them
     channels = (getattr(trace, "meta", None) or {}).get("nccl_channels")
+    if clock.corrected_ns and later:  # the deferred sections read the kernels on the aligned clocks too
+        held = clocks.Lazy(lambda unaligned=held: clocks.shifted(unaligned, clock.corrected_ns))
     if "comm_kinds" in later:
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
     if "recommendation" in later:
@@ -459,8 +440,20 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
         res.recommendation = rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
     answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
-                    gemm_wave_ratio(res.contention), after_backward)
+                    gemm_wave_ratio(res.contention), after_backward, step_kernels, run,
+                    min_lead_ns=clock.residual)
     return res
+
+
+def _launches(held, api, host_steps: list, notes: list[str], local: bool):
+    """The launch section, before stage 3 consumes the part's kernel arrays (their launch times)."""
+    if isinstance(api, str):
+        return la.LaunchAnalysis.missing(api)
+    if not local:
+        return la.LaunchAnalysis.missing("the launch diagnosis needs the trace in this process, not on workers")
+    out = la.analyze_launches(held.kernel_arrays, api, host_steps[0], notes)
+    held.kernel_arrays.drop_rank_sets()  # stage 3 builds its own, as without this section
+    return out
 
 
 # ---- deferred sections of a trace held in this process (one part: LocalRanks) ------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,8 +41,15 @@ class Analysis:
     trace_totals: dict = field(default_factory=dict)
     """Under a ``--steps`` selection: the summary's whole-trace ``trace_`` values, computed before the
     collectives and overlap sections were cut to the selected steps ({} without a selection)."""
+    launches: Any = None
+    """``analysis.launches.LaunchAnalysis`` when ``analyze`` was given the CUDA API calls (``api=``), else None;
+    not a JSON section (``ddp-profile launches`` writes its own JSON)."""
     per_rank: dict = field(default_factory=dict)
     """``analysis.verdict.per_rank``: {metric: {rank: median}} where ranks differ by more than 2x."""
+    clock_alignment: dict = field(default_factory=dict)
+    """``analysis.clocks.Alignment.to_json``: each rank's clock offset against the reference rank, measured
+    on collective ends, the residual, the corrections applied and the collectives paired or dropped (JSON key
+    ``clock_alignment``, present for a trace of several ranks with NCCL kernels)."""
     _deferred: dict = field(default_factory=dict, repr=False, compare=False)
     """Sections not computed yet (``analyze(sections=...)``): name -> function computing the frame."""
 
@@ -94,7 +102,7 @@ class Analysis:
             pop = {
                 "overlap_pct": ratio(s["overlap_ns"].sum(), s["comm_ns"].sum()),
                 "n_collectives": len(in_steps),
-                "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(), in_steps["duration_ns"].sum())
+                "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(min_count=1), in_steps["duration_ns"].sum())
                 if len(in_steps) else None,
             }
         else:  # no steps: the population is the whole trace
@@ -112,7 +120,7 @@ class Analysis:
             **pop,
             # appended (issues 14, 15)
             "exposed_wait_ns": med("exposed_wait_ns"), "exposed_transfer_ns": med("exposed_transfer_ns"),
-            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(), s["exposed_comm_ns"].sum())
+            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(min_count=1), s["exposed_comm_ns"].sum())
             if by_steps else None,
             "param_sync_ns": med("param_sync_ns"), "exposed_param_sync_ns": med("exposed_param_sync_ns"),
             "exposed_allgather_ns": med("exposed_allgather_ns"),
@@ -122,9 +130,13 @@ class Analysis:
         return out
 
     def json_head(self) -> dict:
-        """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank)."""
-        return {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
+        """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank, and
+        clock_alignment for a trace of several ranks with NCCL kernels)."""
+        head = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
                 "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+        if len(self.clock_alignment.get("n_paired") or {}) > 1:
+            head["clock_alignment"] = _json_safe(self.clock_alignment)
+        return head
 
     def to_json_dict(self) -> dict:
         """{"version", "summary", "notes", <section>: [row dicts]} with the keys of JSON_SECTIONS; NaN/NA ->
@@ -170,8 +182,8 @@ def trace_keys(coll: pd.DataFrame, ro: pd.DataFrame) -> dict:
     """The summary's whole-trace ``trace_`` keys from the whole collective table and rank overlap."""
     def ratio(num, den) -> float | None:
         num, den = float(num), float(den)
-        return 100.0 * num / den if den > 0 else None
+        return 100.0 * num / den if den > 0 and num == num else None  # num NaN: every wait unknown
 
     return {"trace_n_collectives": len(coll),
-            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(), coll["duration_ns"].sum()) if len(coll) else None,
+            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(min_count=1), coll["duration_ns"].sum()) if len(coll) else None,
             "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}

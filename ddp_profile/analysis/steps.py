@@ -15,9 +15,12 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
     copy_ns          = |M ∩ W|
     idle_ns          = step_ns − |A ∩ W|
     forward_ns, backward_ns, optimizer_ns = length of the phase's GPU window (NaN when the phase has no range)
-    backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s)
+    backward_end_ns  = latest GPU end of compute kernels launched inside the step's backward range(s), and
+                       before the last gradient collective of the step was launched (what backward's threads
+                       launch after it waits for reduced gradients: FSDP's post-reduce copies and gradient
+                       division, an update run from the gradient hooks; the optimizer)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
-                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
+                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; kernel_groups.GRADIENT)
                        launched between the start of backward and the start of the optimizer phase (the
                        end of the step without one); 0 when none remains
                        after backward; NaN without a backward range. Parameter AllGather/Broadcast after
@@ -70,9 +73,10 @@ def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | Non
     return np.where(anyk, ge.astype(float), np.nan)
 
 
-def step_metrics(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None) -> pd.DataFrame:
-    """STEP_METRIC_COLUMNS from the GPU-projected windows (``phases`` = windows.phase_windows output)."""
-    return step_tables(phases, karr, coll)[0]
+def _latest_launch(ranges: pd.DataFrame, karr: KernelArrays, rows: np.ndarray) -> np.ndarray:
+    """Latest launch time of the kernels at positions ``rows`` launched inside each host range (NaN if none)."""
+    _, last, anyk = project(ranges, karr.launch, karr.launch, karr.launch, karr.pid, None, rows)
+    return np.where(anyk, last.astype(float), np.nan)
 
 
 def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
@@ -245,12 +249,19 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     if len(opt) and not opt.index.has_duplicates:
         o = opt.reindex(keys).to_numpy(dtype=float) - 1
         until = np.where(np.isnan(o), until, np.minimum(until, o))
-    bwd_end = _latest_end(bwd, karr, karr.is_compute)
     grad = pd.DataFrame({
         "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
         "host_end_ns": until.astype(np.int64),
     })
-    comm_end = _latest_end(grad, karr, rows=rows_of(karr, GRADIENT))
+    grad_rows = rows_of(karr, GRADIENT)
+    comm_end = _latest_end(grad, karr, rows=grad_rows)
+    # Backward ends with the compute launched before the last gradient collective was: what the backward's
+    # threads launch after it (FSDP's post-reduce copies and gradient division, an update run from the
+    # gradient hooks) waits for the reduced gradients and is no backward compute.
+    last_launch = _latest_launch(grad, karr, grad_rows)
+    bwd_host_end = bwd["host_end_ns"].to_numpy(dtype=float)
+    bwd_host_end = np.where(np.isnan(last_launch), bwd_host_end, np.minimum(bwd_host_end, last_launch - 1))
+    bwd_end = _latest_end(bwd.assign(host_end_ns=bwd_host_end.astype(np.int64)), karr, karr.is_compute)
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))
     tail = np.where(np.isnan(bwd_end), np.nan, tail)
     return pd.DataFrame({"rank": bwd["rank"].to_numpy(), "step": bwd["step"].to_numpy(),

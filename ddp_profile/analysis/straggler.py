@@ -12,7 +12,8 @@ Per step (the step's *gradient* collectives, AllReduce and ReduceScatter, launch
 all its collectives when it has none)::
 
     lead_r            = max over those c of lateness_r(c)
-    straggler_rank    = argmax_r lead_r   (ties: the lowest rank)
+    straggler_rank    = argmax_r lead_r   (ties: the lowest rank; none when that lead is 0: every rank
+                        arrived at once)
     straggler_lead_ns = lead of the straggler rank: how much later than the first rank it arrived
 
 Cause, from the per-(rank, step) parts of ``critical_path.rank_paths`` (each rank over its own step span),
@@ -20,7 +21,11 @@ the straggler s against the median of its peers P::
 
     host  when host_s − median_P(host) ≥ CAUSE_SHARE · lead and ≥ the GPU difference below:
           its GPU sat idle because its host had not launched the work yet
-    gpu   when compute_s − median_P(compute) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
+    gpu   when extra_ns + max(0, like_ns) ≥ CAUSE_SHARE · lead: it ran more GPU work than its peers
+          (``kernel_diff``: kernels by name and count that its peers do not run, plus longer time on the
+          kernels they all run, like for like; without the per-step kernel sums, compute_s −
+          median_P(compute)). Comparing total compute would charge the straggler's extra work with the
+          peers' own slowdown beside their waiting NCCL kernels, and hide it.
     unknown otherwise (or without a CUDA API trace: no launch times, no host time)
 
 A lead under MIN_LEAD_PCT % of the straggler's step span leaves the cause unknown (noise). Evidence, what
@@ -29,7 +34,8 @@ peers' median), then the host-wait functions (``Trace.host_waits``: synchronize 
 on the straggler's main thread (thread id = process id; calls ending inside the rank's step span) that it
 calls more often than its peers or spends at least CALL_SHARE of the lead longer in, with their counts and
 their time in the step (a sync that returns at once still empties the GPU's queue: ``loss.item()`` on one
-rank); for ``gpu``, its GPU busy time against its peers'. Times in the text are ``fmt.fmt_ms``'s.
+rank); for ``gpu``, the extra kernels by name with their count against the peers' median and their time,
+then the like-for-like difference. Times in the text are ``fmt.fmt_ms``'s.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.kernel_groups import GRADIENT, KINDS, kind_codes
 from ddp_profile.fmt import fmt_ms
@@ -222,10 +229,12 @@ def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray
-               ) -> pd.DataFrame:
+def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray,
+               kernel_sums: pd.DataFrame | None = None) -> pd.DataFrame:
     """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
-    HOST_WAIT_COLUMNS or None (then no call is named)."""
+    HOST_WAIT_COLUMNS or None (then no call is named); ``kernel_sums``: ``kernel_diff.step_kernel_sums`` of
+    every rank, or None (then GPU work is compared in total, not kernel by kernel). A step whose largest lead
+    is 0 (every rank arrived at once) has no straggler."""
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
     rank_of = np.full(len(idx), -1, dtype=np.int64)
     lead_of = np.full(len(idx), np.nan)
@@ -234,14 +243,18 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
     if not leads.empty:
         best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
         best = best.drop_duplicates("step")
+        best = best.loc[best["lead_ns"].to_numpy(dtype=float) > 0]  # a zero lead names no straggler
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
         table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
         inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
-        for pos, s, lead, x in zip(at.tolist(), ints(best["rank"]).tolist(),
-                                   best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
+        extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])))
+        extra = extra.set_index("step") if len(extra) else None
+        for pos, step, s, lead, x in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
+                                         best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
             if pos < 0:
                 continue
-            cause, evidence = _cause(x, lead, table)
+            work = extra.loc[step] if extra is not None and step in extra.index else None
+            cause, evidence = _cause(x, lead, table, work)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
                                                     dtype="Int64"),
@@ -250,13 +263,19 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                          "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
 
 
-def _cause(x: StepInputs | None, lead: float, calls: CallTable) -> tuple[str, str | None]:
-    """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`)."""
+def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: pd.Series | None = None
+           ) -> tuple[str, str | None]:
+    """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`).
+    ``work``: the straggler's row of ``kernel_diff.diff`` for the step (extra_ns, like_ns, extra_kernels), or
+    None: then its GPU work is its total compute against its peers' median."""
     if x is None:
         return "unknown", None
     me_host, me_compute, peers_host, peers_compute = x.host, x.compute, x.peers_host, x.peers_compute
     d_host = float(me_host - peers_host)
-    d_gpu = float(me_compute - peers_compute)
+    if work is not None:  # extra work by name and count, plus slower shared kernels (never the peers' contention)
+        d_gpu = float(work["extra_ns"]) + max(0.0, float(work["like_ns"]))
+    else:
+        d_gpu = float(me_compute - peers_compute)
     material = 100.0 * lead >= MIN_LEAD_PCT * float(x.span)
     if not material:
         return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
@@ -265,6 +284,8 @@ def _cause(x: StepInputs | None, lead: float, calls: CallTable) -> tuple[str, st
         call = _evidence_call(calls, x, lead)
         return "host", evidence if call is None else f"{evidence}; {call}"
     if d_gpu >= CAUSE_SHARE * lead:
+        if work is not None:
+            return "gpu", kd.evidence(work["extra_kernels"], float(work["extra_ns"]), float(work["like_ns"]))
         return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
     return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
                        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")

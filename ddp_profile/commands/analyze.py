@@ -5,16 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_profile import nvtx_names as nn
 from ddp_profile.commands.options import (
     add_export_argument,
     add_jobs_argument,
     add_scheduler_arguments,
-    add_steps_argument,
+    add_step_selection,
     input_paths,
     loaded_run,
-    phase_spec,
-    regex,
+    step_selection,
 )
 from ddp_profile.errors import UsageError
 from ddp_profile.safeio import check_output_file, write_text_atomic
@@ -45,22 +43,11 @@ def register(subparsers) -> None:
                    help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
                         "by default; json: every one but comm_kinds and recommendation, which are computed only "
                         "when asked for; csv: steps)")
-    p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
-                   help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
-                        + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the "
-                        "repeating kernel-launch sequence and numbered from 0 at the first step every rank ran)")
-    p.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX", type=phase_spec,
-                   help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
-    add_steps_argument(p)
+    add_step_selection(p)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
     add_jobs_argument(p)
     add_scheduler_arguments(p)
     p.set_defaults(func=run)
-
-
-def _phases(items: list[str]) -> dict[str, str]:
-    """``--phase NAME=REGEX`` items (each already checked by ``options.phase_spec``) as {name: regex}."""
-    return dict(item.partition("=")[::2] for item in items)
 
 
 def _chosen(sections: list[str] | str | None, default: list[str]) -> list[str]:
@@ -144,12 +131,11 @@ def run(args) -> int:
 
     if args.output:  # before anything is read: an output that is an input, a device or a folder is refused
         check_output_file(args.output, args.paths)
-    phases = _phases(args.phase)
+    selection = step_selection(args)
     wanted = [JSON_KEY.get(s, s) for s in chosen_sections(args.format, args.section)]  # usage checked first
     paths = input_paths(args)
     with loaded_run(args, paths) as trace:
-        res = analyze(trace, step_pattern=args.step_pattern, phase_patterns=phases, steps=args.steps,
-                      sections=wanted)
+        res = analyze(trace, **selection.analyze_kwargs(), sections=wanted)
         # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
         # as inspect says it: the same rows whichever command reads the trace.
         res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]

@@ -8,9 +8,10 @@ import sys
 from ddp_profile.commands.options import (
     add_export_argument,
     add_jobs_argument,
-    add_steps_argument,
+    add_step_selection,
     cli_progress,
     input_paths,
+    step_selection,
 )
 from ddp_profile.safeio import check_output_file
 
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=["perfetto"], default="perfetto", help="output format (default: perfetto)")
     p.add_argument("-o", "--output", metavar="FILE", required=True, help="the JSON file to write (.json or .json.gz)")
     p.add_argument("--gzip", action="store_true", help="gzip the output (implied by a .gz file name)")
-    add_steps_argument(p)
+    add_step_selection(p)
     add_export_argument(p)
     add_jobs_argument(p)
     p.set_defaults(func=run)
@@ -41,7 +42,7 @@ def run(args) -> int:
     out = check_output_file(args.output, args.paths)  # not an input, a folder or a device
     paths = input_paths(args)
     trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
-    path = write_perfetto(out, trace, analyze(trace, steps=args.steps), compress=True if args.gzip or out.suffix == ".gz" else False)
+    path = write_perfetto(out, trace, analyze(trace, **step_selection(args).analyze_kwargs()), compress=True if args.gzip or out.suffix == ".gz" else False)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, {len(trace.kernels):,} kernels); "
           "open it on https://ui.perfetto.dev", file=sys.stderr)
     return 0

@@ -18,7 +18,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, add_jobs_argument, cli_progress, input_paths
+from ddp_profile.commands.options import (
+    add_export_argument,
+    add_jobs_argument,
+    add_step_selection,
+    cli_progress,
+    input_paths,
+    step_selection,
+)
 
 
 def register(subparsers) -> None:
@@ -30,6 +37,7 @@ def register(subparsers) -> None:
                     "name (names differing only in numbers grouped, e.g. 'step <N>'), time span.")
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="export file(s) or folder")
     parser.add_argument("--format", choices=["table", "json"], default="table", help="output format")
+    add_step_selection(parser)
     add_export_argument(parser)
     add_jobs_argument(parser)
     parser.set_defaults(func=run)
@@ -42,18 +50,20 @@ def run(args) -> int:
     paths = input_paths(args)
     trace = load_trace(paths, jobs=args.jobs, progress=cli_progress(paths, args.jobs))
     summary = summarize(trace)
-    summary["steps"] = step_summary(trace)
+    summary["steps"] = step_summary(trace, step_selection(args))
     print(json.dumps(summary, indent=2) if args.format == "json" else format_table(summary))
     return 0
 
 
-def step_summary(trace) -> dict:
-    """How ``analyze`` would find this trace's steps (default step pattern): source, count per rank after
-    the common step identity across ranks, the labels (``labels``, e.g. "steps 3–7"), notes."""
+def step_summary(trace, selection=None) -> dict:
+    """How ``analyze`` would find this trace's steps (``selection``: a StepSelection; default all steps by the
+    default pattern): source, count per rank after the common step identity across ranks, the labels
+    (``labels``, e.g. "steps 3–7"), notes."""
     from ddp_profile.analysis.identity import describe
     from ddp_profile.analysis.pipeline import labelled_steps
 
-    steps, notes, inferred = labelled_steps(trace)
+    pattern, which = (selection.pattern, selection.steps) if selection is not None else (None, "all")
+    steps, notes, inferred = labelled_steps(trace, step_pattern=pattern, steps=which)
     source = "none" if steps.empty else "inferred" if inferred else "nvtx"
     per_rank = {} if steps.empty else {str(int(r)): int(c) for r, c in steps.groupby("rank").size().items()}
     return {"source": source, "per_rank": per_rank, "labels": describe(steps["step"].to_numpy()), "notes": notes}

@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddp_profile import nvtx_names as nn
-from ddp_profile.commands.options import add_steps_argument, regex
+from ddp_profile.commands.options import add_step_selection, step_selection
 from ddp_profile.errors import MissingDataError, UsageError
 from ddp_profile.safeio import check_output_file, write_text_atomic
 
@@ -24,10 +23,7 @@ def register(subparsers) -> None:
                     "per step. Reads the CUDA API table, which `analyze` does not load.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) of one run or a run folder")
-    p.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex,
-                   help="regex for step NVTX range names (default: the project's 'step N' ranges, else "
-                        + nn.STEP_PATTERN_HELP + ")")
-    add_steps_argument(p)
+    add_step_selection(p)
     p.add_argument("-o", "--output", metavar="FILE", default=None,
                    help="write FILE.csv (the step table) or FILE.json (all tables) instead of printing")
     p.set_defaults(func=run)
@@ -68,7 +64,7 @@ def render_text(res) -> str:
 
 
 def run(args) -> int:
-    from ddp_profile.analysis.pipeline import launch_diagnosis
+    from ddp_profile.analysis import analyze
     from ddp_profile.nsys.api import load_api_calls
     from ddp_profile.nsys.loader import load_trace
 
@@ -78,7 +74,8 @@ def run(args) -> int:
     if out is not None:
         check_output_file(out, args.paths)
     trace = load_trace([Path(p) for p in args.paths], host_waits=False)  # the diagnosis names no host wait
-    res = launch_diagnosis(trace, load_api_calls(trace), step_pattern=args.step_pattern, steps=args.steps)
+    # the launch section of the analysis (comm_kinds and the recommendation, not asked for, are not computed)
+    res = analyze(trace, **step_selection(args).analyze_kwargs(), api=load_api_calls(trace), sections=[]).launches
     if res.steps.empty:
         why = "; ".join(res.notes) or "no step ranges were found"
         raise MissingDataError(f"{', '.join(map(str, args.paths))}: no steps to diagnose: {why}")

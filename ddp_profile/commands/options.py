@@ -1,6 +1,7 @@
 """Options several commands share, declared once (as sqlite-utils' ``output_options``): ``--jobs``,
-``--export``, ``--dask`` / ``--scheduler`` (per-rank work on Dask) and the progress bar a command hands to
-``load_trace``."""
+``--export``, ``--dask`` / ``--scheduler`` (per-rank work on Dask), the step selection (``--step-pattern``,
+``--phase``, ``--steps``: one :class:`~ddp_profile.analysis.identity.StepSelection`) and the progress bar a
+command hands to ``load_trace``."""
 
 from __future__ import annotations
 
@@ -8,10 +9,15 @@ import argparse
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ddp_profile import nvtx_names as nn
 from ddp_profile.errors import UsageError
 from ddp_profile.nsys.progress import ProgressBar
 from ddp_profile.schema import PHASES
+
+if TYPE_CHECKING:
+    from ddp_profile.analysis.identity import StepSelection
 
 SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
 
@@ -140,11 +146,28 @@ def steps_spec(text: str) -> str:
 STEPS_HELP = ("steps to keep by their label (the step numbers the output shows, the same on every rank): "
               "A:B keeps A <= step < B, A: and :B leave one end open, A keeps one step (default all); a "
               "selection with no step in it is an error naming the trace's steps")
+STEP_PATTERN_HELP = ("regex for step NVTX range names (default: the project's 'step N' ranges, else "
+                     + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the repeating "
+                     "kernel-launch sequence and numbered from 0 at the first step every rank ran)")
 
 
-def add_steps_argument(parser: argparse.ArgumentParser) -> None:
-    """``--steps A:B`` for commands that analyse steps (``analyze``, ``launches``, ``export``, ``report``)."""
+def add_step_selection(parser: argparse.ArgumentParser) -> None:
+    """The step selection, declared once for every command that finds steps (``analyze``, ``launches``,
+    ``report``, ``export``, ``inspect``): ``--step-pattern REGEX``, ``--phase NAME=REGEX`` (repeatable) and
+    ``--steps A:B``; :func:`step_selection` makes them one value."""
+    parser.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex, help=STEP_PATTERN_HELP)
+    parser.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX", type=phase_spec,
+                        help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
     parser.add_argument("--steps", default="all", metavar="A:B", type=steps_spec, help=STEPS_HELP)
+
+
+def step_selection(args: argparse.Namespace) -> StepSelection:
+    """The parsed options of :func:`add_step_selection` as one :class:`StepSelection` (each ``--phase`` item
+    already checked by :func:`phase_spec`; a later item for the same phase wins)."""
+    from ddp_profile.analysis.identity import StepSelection  # here: pandas is imported only when steps are
+
+    phases = dict(item.partition("=")[::2] for item in args.phase)
+    return StepSelection(pattern=args.step_pattern, phases=tuple(phases.items()), steps=args.steps)
 
 
 def phase_spec(text: str) -> str:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddp_profile.commands.options import add_export_argument, add_steps_argument, check_jobs, input_paths
+from ddp_profile.commands.options import (
+    add_export_argument,
+    add_step_selection,
+    check_jobs,
+    input_paths,
+    step_selection,
+)
 from ddp_profile.safeio import check_output_folder
 
 
@@ -27,9 +33,12 @@ def register(subparsers) -> None:
                         "folder such as traces/)")
     p.add_argument("--no-cache", action="store_true",
                    help="analyse every run again and keep no cache (by default each run's results are kept in "
-                        "OUTPUT/.cache/, keyed by its files' contents, --steps and the tool's version, and reused "
-                        "while all are unchanged)")
-    add_steps_argument(p)
+                        "OUTPUT/.cache/, keyed by its files' contents, the step selection and the tool's version, "
+                        "and reused while all are unchanged)")
+    p.add_argument("--folder-is-one-job", action="store_true",
+                   help="report a folder's exports as one job's per-rank files even when their captures do not "
+                        "overlap in time (by default such exports are reported as separate runs)")
+    add_step_selection(p)
     add_export_argument(p)
     p.set_defaults(func=run)
 
@@ -54,8 +63,9 @@ def run(args) -> int:
     check_output_folder(args.output, args.paths)
     paths = input_paths(args)
     extras = [] if getattr(args, "no_findings", False) else [FindingsPages()]
-    sizes, failures = build_report(paths, Path(args.output), jobs=jobs, extras=extras, steps=args.steps,
-                                   cache=not getattr(args, "no_cache", False))
+    sizes, failures = build_report(paths, Path(args.output), jobs=jobs, extras=extras,
+                                   selection=step_selection(args), cache=not getattr(args, "no_cache", False),
+                                   split_jobs=not getattr(args, "folder_is_one_job", False))
     out = Path(args.output)
     extra = " and FINDINGS.md + findings.html" if "FINDINGS.md" in sizes else ""
     print(f"wrote {len(sizes)} page(s) to {out}/{extra} (open {out / 'index.html'} in a browser; works offline)")

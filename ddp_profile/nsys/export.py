@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ddp_profile.errors import OutputError, TraceError
+from ddp_profile.errors import OutputError, TraceError, commit_output
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -62,7 +62,7 @@ def export_reports(paths: list, *, nsys: str | None = None, log=sys.stderr) -> l
                 last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
                 raise TraceError(f"{p}: `nsys export` failed (exit {proc.returncode}: {last[0][:200]}); check the "
                                  "report opens in nsys-ui or record it again")
-            os.replace(tmp, target)
+            commit_output(tmp, target)  # under the CLI, put back as it was if a signal ends the command
         except OSError as exc:
             raise OutputError(f"{target}: cannot write the export ({exc.strerror or exc}); check the folder "
                               "is writable") from exc

@@ -19,7 +19,7 @@ import numpy as np
 from ddp_profile.activity_names import MEMSET, memcpy_name
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import return_freed_memory
-from ddp_profile.nsys import columnar, sql, timebase
+from ddp_profile.nsys import columnar, payloads, sql, timebase
 from ddp_profile.nsys import names as nccl_names
 from ddp_profile.nsys.files import DECOMPRESS, open_export, short_error
 
@@ -224,6 +224,7 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             "nvtx": None, "domains": {},
         }
         if nvtx is not None:
+            payloads.attach(nvtx[0], payloads.message_sizes(con, have))  # NCCL's message sizes, where exported
             out["nvtx"] = nvtx
             shift = out["kernels"]["shift"]
             if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times

@@ -41,6 +41,11 @@ def _str(v) -> bool:
     return isinstance(v, str)
 
 
+def _sizes(v) -> bool:
+    """A list of byte counts: integers 0..2^63-1 (an int64 column holds them)."""
+    return isinstance(v, list) and all(_int(x) for x in v)
+
+
 def _nums(v) -> bool:
     return isinstance(v, list) and all(_num(x) for x in v)
 
@@ -71,12 +76,28 @@ FIELDS = {
     "step_ms_slowest_rank": (_nums, "a list of numbers"),
     "step_ms_per_rank": (_rows, "a list of lists of numbers"), "host_step_ms_per_rank": (_rows, "a list of lists of numbers"),
 }
+_TEXT, _FLAG, _COUNT, _NUMBER = (_str, "a string"), (_bool, "true or false"), (_int, "an integer"), (_num, "a number")
 CONFIG_FIELDS = {
-    "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
+    "strategy": _TEXT, "model": _TEXT, "dtype": _TEXT, "optimizer": _TEXT, "backend": _TEXT,
+    "ddp_comm_hook": _TEXT, "grad_reduce_dtype": _TEXT, "gc_mode": _TEXT, "gemm_sm_carveout_scope": _TEXT,
+    "blas_library": _TEXT, "shard_optimizer": _TEXT, "fsdp_param_dtype": _TEXT,
     "batch": (_pos_int, "a positive integer"), "seq_len": (_pos_int, "a positive integer"),
-    "steps": (_int, "an integer"), "bucket_mb": (_num, "a number"), "ddp_nvtx_hook": (_bool, "true or false"),
+    "steps": _COUNT, "warmup": _COUNT, "seed": _COUNT, "mlp_depth": _COUNT, "nccl_channels": _COUNT,
+    "nccl_min_ctas": _COUNT, "gemm_sm_carveout": _COUNT,
+    "bucket_mb": _NUMBER, "first_bucket_mb": _NUMBER, "lr": _NUMBER,
+    "ddp_nvtx_hook": _FLAG, "nccl_high_priority": _FLAG, "peer_copy_allreduce": _FLAG, "grad_views": _FLAG,
+    "reduce_avg": _FLAG, "sharded_update": _FLAG, "sharded_update_normal_priority": _FLAG, "step_sync": _FLAG,
+    "cuda_graph": _FLAG, "overlap_optimizer": _FLAG, "fsdp_reshard": _FLAG,
     "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"),
 }
+"""The harness's ``RunConfig`` fields, each with the type its dataclass declares."""
+LAYOUT_FIELDS = {
+    "ddp_bucket_bytes": (_sizes, "a list of byte counts (integers 0..2^63-1)"),
+    "reduce_bytes": (_sizes, "a list of byte counts (integers 0..2^63-1)"),
+    "bucket_bytes": (_sizes, "a list of byte counts (integers 0..2^63-1)"),
+    "buckets": _COUNT,
+}
+"""The layout fields the analysis and report read (the strategy's bucket plan)."""
 
 
 def _check(data: dict, fields: dict, where: str, prefix: str, warnings: list[str]) -> dict:
@@ -101,6 +122,8 @@ def clean_run_record(data: dict, where, warnings: list[str]) -> dict:
     out = _check(data, FIELDS, str(where), "", warnings)
     if isinstance(out.get("config"), dict):
         out["config"] = _check(out["config"], CONFIG_FIELDS, str(where), "config.", warnings)
+    if isinstance(out.get("layout"), dict):
+        out["layout"] = _check(out["layout"], LAYOUT_FIELDS, str(where), "layout.", warnings)
     return out
 
 

@@ -48,6 +48,7 @@ from ddp_profile.errors import (
     Terminated,
     TraceError,
     UsageError,
+    commit_output,
     run_main,
 )
 from ddp_profile.nsys.secrets import (
@@ -75,6 +76,8 @@ ANALYSIS_TABLES = {
     "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_SESSION_START_TIME",
     "TARGET_INFO_CUDA_CONTEXT_INFO", "TARGET_INFO_CUDA_STREAM", "META_DATA_EXPORT", "META_DATA_CAPTURE",
     "ANALYSIS_DETAILS", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", RECORD_TABLE,
+    # NCCL's message sizes in NVTX_EVENTS.binaryData are read through these (nsys.payloads)
+    "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTRIES",
 }
 # Tables whose rows tie a globalPid/globalTid to CUDA or NVTX activity: a process seen in none is unrelated.
 ACTIVITY_PID_COLUMNS = [
@@ -389,7 +392,7 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
         os.chmod(final_tmp, 0o644)
-        os.replace(final_tmp, dst)
+        commit_output(final_tmp, dst)  # under the CLI, put back as it was if a signal ends the command
     except BaseException as exc:
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)
@@ -465,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m ddp_profile.nsys.scrub", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run_main("ddp_profile.nsys.scrub", run_args, args)
+    return run_main("ddp_profile.nsys.scrub", run_args, args, restore_on_signal=True)
 
 
 if __name__ == "__main__":

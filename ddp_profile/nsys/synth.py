@@ -370,4 +370,52 @@ def synth_ddp_run(path, *, n_ranks: int = 2, n_steps: int = 3, kernels_per_step:
             "n_nccl": n_ranks * n_steps * n_buckets, "per_step": per_step}
 
 
+# NCCL's payload schemas for its collectives' NVTX ranges (src/include/nvtx_payload_schemas.h): schema id
+# (any distinct ids here), entries (NVTX entry type: 18 uint64, 22 size_t, 5 int; name). The reduction op is
+# an enum of NCCL's own, written here with type 11 and never read.
+NCCL_PAYLOAD_SCHEMAS = {
+    "ncclAllReduce": (5, [(18, "NCCL communicator ID"), (22, "Message size [bytes]"), (11, "Reduction operation")]),
+    "ncclReduceScatter": (7, [(18, "NCCL communicator ID"), (22, "Message size [bytes]"),
+                              (11, "Reduction operation")]),
+    "ncclAllGather": (4, [(18, "NCCL communicator ID"), (22, "Message size [bytes]")]),
+    "ncclBroadcast": (6, [(18, "NCCL communicator ID"), (22, "Message size [bytes]"), (5, "Root")]),
+}
+
+
+def add_nccl_payloads(path, sizes: list[int], *, explicit_offsets: bool = True) -> None:
+    """Give an export's NCCL collective ranges (domain "NCCL", registered names of NCCL_PAYLOAD_SCHEMAS) the
+    binary payloads NCCL records, in place: the schema tables and, per range, ``binaryData``
+    = the 32-byte header (uint32 domain id, reserved, uint32 schema id, reserved, uint64 payload size,
+    uint64 total size) + the struct (communicator id, the next of ``sizes``, 0...), the ranges taken thread by
+    thread (globalTid order), each thread's in start order. ``explicit_offsets``:
+    write each entry's offset (else NULL: natural alignment, as for a first entry)."""
+    con = sqlite3.connect(path)
+    try:
+        con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMAS (domainId INTEGER, schemaId INTEGER, name TEXT, "
+                    "type INTEGER, flags INTEGER, numEntries INTEGER, payloadSize INTEGER, alignTo INTEGER)")
+        con.execute("CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId INTEGER NOT NULL, schemaId INTEGER NOT NULL, "
+                    "idx INTEGER NOT NULL, flags INTEGER, type INTEGER, name TEXT, description TEXT, "
+                    "arrayOrUnionDetail INTEGER, offset INTEGER)")
+        for sid, entries in NCCL_PAYLOAD_SCHEMAS.values():
+            con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMAS VALUES (1, ?, NULL, 1, 0, ?, 24, NULL)", (sid, len(entries)))
+            for idx, (typ, name) in enumerate(entries):
+                off = 8 * idx if explicit_offsets and idx else None
+                con.execute("INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES VALUES (1, ?, ?, 0, ?, ?, NULL, 0, ?)",
+                            (sid, idx, typ, name, off))
+        rows = con.execute("SELECT e.rowid, s.value FROM NVTX_EVENTS e JOIN StringIds s ON s.id = e.textId "
+                           "WHERE e.eventType = 59 ORDER BY e.globalTid, e.start").fetchall()
+        left = list(sizes)
+        for rowid, name in rows:
+            if name not in NCCL_PAYLOAD_SCHEMAS or not left:
+                continue
+            sid, entries = NCCL_PAYLOAD_SCHEMAS[name]
+            body = (0xC0FFEE).to_bytes(8, "little") + int(left.pop(0)).to_bytes(8, "little") + bytes(8)
+            blob = (1).to_bytes(4, "little") + bytes(4) + sid.to_bytes(4, "little") + bytes(4) \
+                + len(body).to_bytes(8, "little") + (32 + len(body)).to_bytes(8, "little") + body
+            con.execute("UPDATE NVTX_EVENTS SET binaryData = ? WHERE rowid = ?", (blob, rowid))
+        con.commit()
+    finally:
+        con.close()
+
+
 # ---- large exports for benchmarks --------------------------------------------------------------------------

@@ -8,9 +8,19 @@ Numbers go through :mod:`ddp_profile.fmt` (ms with 3 decimals, % with 1).
 
 from __future__ import annotations
 
+import functools
+import json
+from importlib import resources
+
 import pandas as pd
 
 from ddp_profile.fmt import fmt_ms, fmt_number, fmt_pct, missing
+
+SMALL_PCT = 5.0
+"""Advice (after the verdict's own) expected to gain less than this share of the step is listed in one line of
+"smaller items", by rule and expected gain."""
+LEDGER_SUMMARY = "whatif_ledger.json"
+"""The ledger's per-rule summary, package data beside this module (``ddp_profile.ledger`` writes it)."""
 
 # Per-rank summary: medians over the rank's steps of these step-table columns (those the table has).
 RANK_COLUMNS = ("step_ns", "span_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
@@ -74,28 +84,94 @@ def verdict_lines(v: dict | None) -> list[str]:
     lines = [head + "."]
     what = v.get("what_to_change")
     if what:
-        gain = v.get("expected_gain_ns")
         tail = ""
-        if bound != "compute" and not missing(gain):
-            tail = f" — expected gain up to {fmt_ms(gain)} per step"
-            # the spread of that gain: its rule's (the advice's head, as the rule line below states it), else,
-            # for generic advice whose gain is the removable part, the part's
-            head_rule = (v.get("advice") or [None])[0]
-            spread = head_rule.get("spread_ns") if isinstance(head_rule, dict) and \
-                head_rule.get("what_to_change") == what else v.get("spread_ns")
-            if not missing(spread):
-                tail += f" (spread over steps {fmt_ms(spread)})"
+        if bound != "compute":
+            tail = _verdict_gain(v, what)
         lines.append(f"What to change: {what.rstrip('.')}{tail}.")
-    for a in v.get("advice") or []:
+    small = []
+    for i, a in enumerate(v.get("advice") or []):
         if not isinstance(a, dict) or not a.get("what_to_change"):
             continue
-        gain = "" if missing(a.get("gain_upper_ns")) else f"gain ≤ {fmt_ms(a['gain_upper_ns'])}"
-        spread = "" if missing(a.get("spread_ns")) else f"spread {fmt_ms(a['spread_ns'])}"
-        nums = ", ".join(x for x in (gain, spread) if x)
-        ev = f"; evidence: {a['evidence']}" if a.get("evidence") else ""
         rule = f"[{a['rule']}] " if a.get("rule") else ""
-        lines.append(f"  - {rule}{a['what_to_change']}" + (f" ({nums})" if nums else "") + ev)
+        if i and _small(a, v.get("span_ns")):
+            small.append(f"{rule}{fmt_ms(a['expected_gain_ns'])}")
+            continue
+        ev = f"; evidence: {a['evidence']}" if a.get("evidence") else ""
+        basis = f"; gain basis: {a['gain_basis']}" if a.get("gain_basis") else ""
+        nums = advice_numbers(a)
+        lines.append(f"  - {rule}{a['what_to_change']}" + (f" ({nums})" if nums else "") + basis + ev)
+    if small:
+        lines.append(f"  - smaller items (expected gain under {fmt_pct(SMALL_PCT)} of the step each): "
+                     + ", ".join(small))
     return lines
+
+
+def _small(a: dict, span_ns) -> bool:
+    """An advice rule (not the verdict's own) whose expected gain is under SMALL_PCT of the step span."""
+    gain = a.get("expected_gain_ns")
+    if missing(span_ns) or not span_ns or gain is None or missing(gain):
+        return False
+    return 100.0 * float(gain) / float(span_ns) < SMALL_PCT
+
+
+def _verdict_gain(v: dict, what: str) -> str:
+    """' — expected gain X per step (up to Y, spread over steps Z; ledger ...)' for the verdict's change."""
+    gain = v.get("expected_gain_ns")
+    head_rule = (v.get("advice") or [None])[0]
+    own = isinstance(head_rule, dict) and head_rule.get("what_to_change") == what
+    # the spread of that gain: its rule's (the advice's head, as the rule line below states it), else, for
+    # generic advice whose bound is the removable part, the part's
+    spread = head_rule.get("spread_ns") if own else v.get("spread_ns")
+    extra = [] if missing(spread) else [f"spread over steps {fmt_ms(spread)}"]
+    if "gain_upper_ns" not in v:  # an analysis from before expected gains: its one number is a bound
+        return "" if missing(gain) else f" — expected gain up to {fmt_ms(gain)} per step" + (
+            f" ({extra[0]})" if extra else "")
+    upper = v.get("gain_upper_ns")
+    if gain is None or missing(gain):
+        return f" — up to {fmt_ms(upper)} per step, no model predicts more closely" + (
+            f" ({extra[0]})" if extra else "")
+    if own:
+        extra.append(ledger_text(head_rule.get("rule")))
+    return f" — expected gain {fmt_ms(gain)} per step (up to {fmt_ms(upper)}" + "".join(f", {x}" for x in extra) + ")"
+
+
+def advice_numbers(a: dict) -> str:
+    """'expected 1.2 ms, ≤ 2.0 ms, spread 0.1 ms, ledger: ...' of one advice rule ('gain ≤ …' for an analysis
+    from before expected gains)."""
+    if "expected_gain_ns" not in a:
+        gain = "" if missing(a.get("gain_upper_ns")) else f"gain ≤ {fmt_ms(a['gain_upper_ns'])}"
+    else:
+        gain = f"expected {fmt_ms(a['expected_gain_ns'])}, ≤ {fmt_ms(a.get('gain_upper_ns'))}"
+    spread = "" if missing(a.get("spread_ns")) else f"spread {fmt_ms(a['spread_ns'])}"
+    ledger = ledger_text(a.get("rule")) if "expected_gain_ns" in a else ""
+    return ", ".join(x for x in (gain, spread, ledger) if x)
+
+
+@functools.cache
+def _ledger_rules() -> dict:
+    """The committed what-if ledger's summary per advice rule (``ddp_profile/report/whatif_ledger.json``,
+    written by ``python -m ddp_profile.ledger``); {} when it cannot be read."""
+    try:
+        data = json.loads(resources.files("ddp_profile.report").joinpath(LEDGER_SUMMARY).read_text())
+    except (OSError, ValueError):
+        return {}
+    rules = data.get("rules") if isinstance(data, dict) else None
+    return rules if isinstance(rules, dict) else {}
+
+
+def ledger_text(rule) -> str:
+    """How the rule fared in the what-if ledger: 'ledger: confirmed within X % on N jobs', 'ledger: within
+    tolerance on K of N jobs (largest miss …)', or 'ledger: no entry yet'."""
+    s = _ledger_rules().get(str(rule)) if rule else None
+    if not isinstance(s, dict) or not s.get("pairs"):
+        return "ledger: no entry yet"
+    n, k = int(s["pairs"]), int(s.get("within", 0))
+    jobs = f"{n} job{'s' if n != 1 else ''}"
+    miss_pct, miss_ms = float(s.get("worst_miss_pct", 0.0)), float(s.get("worst_miss_ms", 0.0)) * 1e6
+    if k == n:
+        how = f"{fmt_pct(miss_pct)}" if miss_pct <= 25.0 else f"{fmt_ms(miss_ms)}"
+        return f"ledger: confirmed within {how} on {jobs}"
+    return f"ledger: within tolerance on {k} of {jobs} (largest miss {fmt_ms(miss_ms)})"
 
 
 def rank_summary(analysis) -> pd.DataFrame:

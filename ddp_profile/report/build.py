@@ -21,7 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddp_profile.errors import OutputError, TraceError, UsageError, one_line, quiet_worker_signals
+from ddp_profile.analysis.identity import StepSelection
+from ddp_profile.errors import (
+    OutputError,
+    TraceError,
+    UsageError,
+    commit_output,
+    one_line,
+    quiet_worker_signals,
+)
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem, reuse_decompressed
 from ddp_profile.report import cache as run_cache
 from ddp_profile.report import perfetto
@@ -41,6 +49,7 @@ from ddp_profile.report.runs import (
 from ddp_profile.report.sweep import render_sweep_page, sweep_facts
 from ddp_profile.safeio import read_side_json, shown_path
 
+ALL_STEPS = StepSelection()  # every step, found by the default patterns
 MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are ever replaced
 
 
@@ -50,10 +59,10 @@ def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
 
-def load_one(path: Path, steps="all", cache_entry: Path | None = None):
+def load_one(path: Path, selection: StepSelection = ALL_STEPS, cache_entry: Path | None = None):
     """Load and analyse one run (runs in a worker process under --jobs; progress lines go to stderr):
-    (trace, analysis, launch diagnosis, the main thread's launch and sync calls) over the ``steps`` selected
-    (``analyze``'s). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
+    (trace, analysis, its launch section, the main thread's launch and sync calls) over the steps of
+    ``selection`` (a StepSelection: ``analyze``'s step pattern, phase patterns and steps). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
     With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
     written is skipped with a line on stderr, not an error of the run."""
     from ddp_profile.analysis import analyze
@@ -68,8 +77,8 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
         api, trace.host_waits = load_calls_and_waits(trace)
         _say(f"loaded {path} in {time.perf_counter() - t0:.1f} s; analysing")
         try:
-            analysis = analyze(trace, steps=steps)
-            launches, host_calls = host_diagnosis(trace, analysis.phases, steps, api)
+            analysis = analyze(trace, **selection.analyze_kwargs(), api=api)
+            launches, host_calls = host_diagnosis(trace, analysis, api)
             del api
         except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
             raise UsageError(f"{path}: {exc}") from None
@@ -82,10 +91,10 @@ def load_one(path: Path, steps="all", cache_entry: Path | None = None):
     return result
 
 
-def _load_stored(path: Path, steps, entry: Path | None):
+def _load_stored(path: Path, selection: StepSelection, entry: Path | None):
     """:func:`load_one` in a worker process: the entry's path when the result went into the cache (the
     parent reads it there, rather than receiving a second pickle through the pool's pipe), else the result."""
-    result = load_one(path, steps, entry)
+    result = load_one(path, selection, entry)
     return entry if entry is not None and entry.is_file() else result
 
 
@@ -102,10 +111,10 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
+def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelection = ALL_STEPS,
               cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
-    locations or (location, run id) pairs from :func:`discover_runs`; ``steps``: the step selection
+    locations or (location, run id) pairs from :func:`discover_runs`; ``selection``: the StepSelection
     (``analyze``'s; one keeping no step of a run raises UsageError). With ``cache``, a run whose inputs,
     step selection and tool are unchanged since the last report is taken from it, and the others are stored
     in it. Returns the runs and one message per run that failed (the report lists them; the CLI exits
@@ -157,7 +166,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
             result = cached[i - 1]
             if result is None:
                 try:
-                    result = load_one(p, steps, entries[i - 1])
+                    result = load_one(p, selection, entries[i - 1])
                 except UsageError:
                     raise
                 except DdpProfileError as exc:
@@ -168,7 +177,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, steps="all",
         from concurrent.futures.process import BrokenProcessPool
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker_signals)
         try:
-            futures = {i: pool.submit(_load_stored, paths[i], steps, entries[i]) for i in todo}
+            futures = {i: pool.submit(_load_stored, paths[i], selection, entries[i]) for i in todo}
             for i, p in enumerate(paths, 1):
                 try:
                     result = cached[i - 1] if i - 1 not in futures else futures[i - 1].result()
@@ -227,24 +236,16 @@ def write_report_dir(out_dir: Path, fill) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     except OSError as exc:
         raise OutputError(f"{out_dir.parent}: cannot create the report folder ({exc.strerror})") from exc
-    old = None
     try:
         fill(tmp)
         (tmp / MARKER).write_text("written by ddp-profile report; this folder is replaced on each run\n")
         os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.replace(out_dir, old / "r")
-        os.replace(tmp, out_dir)
+        commit_output(tmp, out_dir)  # the old folder moved aside, the new one in (put back if a signal ends us)
     except OSError as exc:
-        if old is not None and not out_dir.exists():
-            os.replace(old / "r", out_dir)
         raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc}); the previous report "
                           "is unchanged") from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 
@@ -363,14 +364,20 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
 
 
 def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 extras: Sequence[Extra] = (), steps="all", cache: bool = True) -> tuple[dict, list[str]]:
+                 extras: Sequence[Extra] = (), selection: StepSelection = ALL_STEPS, cache: bool = True,
+                 split_jobs: bool = True) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. ``extras`` add their pages
     where their :meth:`Extra.source` finds something to answer from (the command passes the findings, which
-    then need one campaign folder); otherwise their note on stderr says why they were skipped. ``steps``: the step
-    selection every run is analysed over (``analyze``'s). With ``cache`` (default), per-run results are kept
-    in the report folder and reused while unchanged (report/cache.py)."""
+    then need one campaign folder); otherwise their note on stderr says why they were skipped. ``selection``:
+    the StepSelection every run is analysed over (``analyze``'s step pattern, phases and steps). With
+    ``cache`` (default), per-run results are kept in the report folder and reused while unchanged
+    (report/cache.py). ``split_jobs``: a folder whose exports' captures do not overlap in time is several
+    runs, one per export (a line on stderr says so); False reports every folder as one job."""
     _check_inputs_outside(paths, out_dir)
-    found = discover_runs(paths)
+    grouping: list[str] = []
+    found = discover_runs(paths, split_jobs=split_jobs, notes=grouping)
+    for line in grouping:
+        print(one_line(f"report: {line}"), file=progress or sys.stderr, flush=True)
     if not found:
         raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
                          "record runs with scripts/profile_*.sh or pass export paths")
@@ -380,22 +387,23 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
         key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
                                    {"extras": [type(e).__name__ for e, s in sources if s is not None],
                                     "ids": [rid for _, rid in found],
-                                    "steps": repr(steps)})
+                                    "steps": selection.key()})
         kept = run_cache.unchanged_report(out_dir, MARKER, key)
         if kept is not None:
             print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
                   file=progress or sys.stderr, flush=True)
             return kept
-    store = run_cache.RunCache(out_dir, MARKER, options=repr(steps)) if cache else None
+    store = run_cache.RunCache(out_dir, MARKER, options=selection.key()) if cache else None
     try:
-        return _build(paths, found, out_dir, jobs, progress, sources, store, key, steps)
+        return _build(paths=paths, found=found, out_dir=out_dir, jobs=jobs, progress=progress, sources=sources,
+                      store=store, key=key, selection=selection)
     finally:
         if store is not None:
             store.close()
 
 
-def _build(paths, found, out_dir, jobs, progress, sources, store, key, steps) -> tuple[dict, list[str]]:
-    runs, failures = load_runs(found, jobs, progress, steps, cache=store)
+def _build(*, paths, found, out_dir, jobs, progress, sources, store, key, selection) -> tuple[dict, list[str]]:
+    runs, failures = load_runs(found, jobs, progress, selection, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
     for extra, source in sources:

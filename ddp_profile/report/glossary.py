@@ -43,7 +43,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "forward_ns": ("forward (ms)", "GPU window of the forward phase."),
     "backward_ns": ("backward (ms)", "GPU window of the backward phase."),
     "optimizer_ns": ("optimizer (ms)", "GPU window of the optimizer phase."),
-    "backward_end_ns": ("backward end", "Last GPU end of the compute kernels launched in backward."),
+    "backward_end_ns": ("backward end", "Last GPU end of the compute kernels launched in backward before the "
+                        "step's last gradient collective."),
     "comm_tail_ns": ("comm tail (ms)", "Communication still running after the last backward kernel: "
                      "last end of the step's NCCL kernels − backward end (0 if none)."),
     "job_comm_tail_ns": ("job comm tail (ms)", "Comm tail measured against the latest backward end of all "

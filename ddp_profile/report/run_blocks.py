@@ -32,8 +32,10 @@ def answer_block(run: Run) -> str:
     a = run.analysis
     lines = verdict_lines(verdict_of(a))
     items = "".join(f"<li>{esc(x.strip().removeprefix('- '))}</li>" for x in lines if x.startswith("  - "))
-    head = ("<h2>What to change</h2><p>Rules that apply to this trace, from its measured parts (upper bounds on "
-            f"the gain per step, spread over steps):</p><ul class='advice'>{items}</ul>") if items else ""
+    head = ("<h2>What to change</h2><p>Rules that apply to this trace, from its measured parts, largest expected "
+            "gain first: each with its expected gain per step for the job without the profiler, its upper bound, "
+            "the spread over steps and how the rule fared in the what-if ledger "
+            f"(re-runs with the change applied):</p><ul class='advice'>{items}</ul>") if items else ""
     ranks = rank_summary(a)
     differ = per_rank_of(a)
     block = ""

@@ -132,7 +132,7 @@ LAUNCH_TABLE = tuple((col, "host_range_ns" if col == "step_ns" else col) for col
 def launch_bound_majority(run: Run):
     """True when most (rank, step) rows of the launch check are launch-bound; None without the check."""
     res = run.launches
-    if res is None or isinstance(res, str) or res.steps.empty:
+    if res is None or res.steps.empty:
         return None
     return bool(2 * int(res.steps["launch_bound"].sum()) > len(res.steps))
 
@@ -144,8 +144,8 @@ def launch_block(run: Run) -> str:
 
     head = "<h2>Is the step launch-bound?</h2>"
     res = run.launches
-    if res is None or isinstance(res, str):
-        why = res or "the launch diagnosis was not computed for this run"
+    if res is None or not res.made:
+        why = "; ".join(res.notes) if res is not None else "the launch diagnosis was not computed for this run"
         return f"{head}<p class='note'>No launch-bound check for this run: {esc(why)}</p>"
     if res.steps.empty:
         why = "; ".join(res.notes) or "no step ranges were found"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddp_profile.errors import TraceError
+from ddp_profile.nsys.capture import capture_window
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
 from ddp_profile.strategy_names import STRATEGIES
 
@@ -75,9 +76,10 @@ class Run:
     meta: dict = field(default_factory=dict)  # the run's JSON (empty for a bare export)
     run_id: str | None = None
     folder: str = ""
-    launches: LaunchAnalysis | str | None = None
-    """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``), or a str saying why the run has
-    none (e.g. its export lacks the CUDA API table); None when it was not computed (runs built by hand)."""
+    launches: LaunchAnalysis | None = None
+    """Per-step launch diagnosis (``analysis.launches.LaunchAnalysis``, the analysis' launch section; when the
+    run has none, e.g. its export lacks the CUDA API table, ``made`` is False and its notes say why); None
+    when it was not computed (runs built by hand)."""
     host_calls: pd.DataFrame | None = None
     """The main thread's launch and sync calls per rank (``analysis.host_calls``): the timeline's CPU rows;
     None when the export has no CUDA API table or they were not read."""
@@ -125,9 +127,59 @@ def _holds_traces(folder: Path) -> bool:
         return False
 
 
-def discover_runs(paths: list) -> list[tuple[Path, str]]:
+def job_groups(files: list[Path]) -> list[list[Path]]:
+    """``files`` (exports of one folder) grouped into jobs by their capture windows (UTC, from the exports):
+    files whose windows overlap, directly or through others, are one job's per-rank files; a file that overlaps
+    none is a job of its own. One group when any file lacks its session start (nothing to group by)::
+
+        a [-----)                 b starts before a ends: one job {a, b}
+        b     [------)
+        c               [---)     c overlaps neither: its own job
+    """
+    if len(files) < 2:
+        return [list(files)]
+    windows = [capture_window(f) for f in files]
+    if any(w is None for w in windows):
+        return [list(files)]
+    order = sorted(range(len(files)), key=lambda i: windows[i])  # type: ignore[index]
+    groups: list[list[Path]] = []
+    end = None
+    for i in order:
+        s, e = windows[i]  # type: ignore[misc]
+        if end is None or s >= end:
+            groups.append([])
+            end = e
+        groups[-1].append(files[i])
+        end = max(end, e)
+    return [sorted(g) for g in groups]
+
+
+def _runs_of_folder(folder: Path, rid: str, split_jobs: bool, notes: list | None) -> list[tuple[Path, str]]:
+    """A folder holding exports: one run, or one per export when its exports are of several jobs (their
+    captures do not overlap in time). Groups of several files each cannot be passed as one location: refused,
+    saying how to report them."""
+    exports = sorted(c for c in folder.iterdir() if _is_trace(c))
+    groups = job_groups(exports) if split_jobs else [exports]
+    if len(groups) == 1:
+        return [(folder, rid)]
+    listed = "; ".join(", ".join(f.name for f in g) for g in groups)
+    if any(len(g) > 1 for g in groups):
+        raise TraceError(f"{folder}: its exports are of {len(groups)} jobs whose captures do not overlap in time "
+                         f"({listed}); put each job's files in a folder of its own, or pass --folder-is-one-job "
+                         "to report the folder as one job")
+    if notes is not None:
+        notes.append(f"{folder}: {len(groups)} exports whose captures do not overlap in time, reported as "
+                     f"{len(groups)} runs ({listed}); pass --folder-is-one-job to report them as one job's "
+                     "per-rank files")
+    return [(g[0], export_stem(g[0])) for g in groups]
+
+
+def discover_runs(paths: list, *, split_jobs: bool = True, notes: list | None = None) -> list[tuple[Path, str]]:
     """(location, run id) per run: a trace file, a run folder (holds exports), or any folder whose
-    sub-folders (at any depth) hold run folders. Sorted by id within each passed folder; ids unique."""
+    sub-folders (at any depth) hold run folders. Sorted by id within each passed folder; ids unique. A
+    folder's exports are one run (per-rank files of one job) unless their captures do not overlap in time
+    (:func:`job_groups`; ``split_jobs`` False keeps them one run): then each export is a run, and a line
+    saying so is added to ``notes``."""
     found: list[tuple[Path, str]] = []
     for p in map(Path, paths):
         if not p.exists():
@@ -140,14 +192,14 @@ def discover_runs(paths: list) -> list[tuple[Path, str]]:
                 raise TraceError(f"{p}: not an nsys SQLite export (*{', *'.join(EXPORT_SUFFIXES)}); {hint}")
             found.append((p, export_stem(p)))
         elif _holds_traces(p):
-            found.append((p, p.resolve().name))
+            found.extend(_runs_of_folder(p, p.resolve().name, split_jobs, notes))
         else:
             runs = []
             for root, dirs, _files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 here = Path(root)
                 if here != p and _holds_traces(here):
-                    runs.append((here, here.relative_to(p).as_posix()))
+                    runs.extend(_runs_of_folder(here, here.relative_to(p).as_posix(), split_jobs, notes))
                     dirs[:] = []  # a run folder's sub-folders (e.g. recipe/) are part of that run
             found.extend(sorted(runs, key=lambda r: r[1]))
     seen_paths: set[Path] = set()
@@ -321,39 +373,46 @@ def group_runs(runs: list[Run]) -> list[Group]:
     return groups
 
 
+def read_api(trace):
+    """The run's CUDA API calls (``nsys.api.load_api_calls``), or why they cannot be read (one sentence)."""
+    from ddp_profile.errors import DdpProfileError
+    from ddp_profile.nsys.api import load_api_calls
+
+    try:
+        return load_api_calls(trace)
+    except DdpProfileError as exc:
+        return str(exc)
+
+
 def launch_diagnosis(trace, steps="all"):
-    """``analyze_launches`` over the run's CUDA API calls (the ``steps`` selected), or the reason (str) it
-    cannot be made."""
-    return host_diagnosis(trace, steps=steps)[0]
+    """The analysis' launch section over the ``steps`` selected (``LaunchAnalysis``; when it cannot be made,
+    empty with the reason in its notes)."""
+    from ddp_profile.analysis import analyze
+
+    return analyze(trace, steps=steps, api=read_api(trace), sections=[]).launches
 
 
-def host_diagnosis(trace, phases=None, steps="all", api=None):
-    """(launch diagnosis over the ``steps`` selected, or the reason (str) it cannot be made; the main
+def host_diagnosis(trace, analysis, api):
+    """(the launch section of ``analysis`` = ``analyze(trace, api=api)``, a ``LaunchAnalysis``; the main
     thread's launch and sync calls per rank for the timeline's CPU rows (``analysis.host_calls``; None
     without the API table)).
 
     ``api``: the run's API calls, or why they cannot be read, as ``nsys.api.load_calls_and_waits`` gives
-    them (:func:`load_one` reads them once with the trace's host waits); default: read here, because
-    ``load_trace`` does not keep them (see ``ddp_profile.nsys.api``). A run whose export lacks the table
-    still gets its page: the launch block then says why it is missing instead of failing the whole run.
-    ``phases``: the analysis's phase rows; the CPU rows keep the calls inside its steps."""
+    them (:func:`load_one` reads them once with the trace's host waits), or :func:`read_api`'s. A run whose
+    export lacks the table still gets its page: the launch block then says why it is missing instead of
+    failing the whole run. The CPU rows keep the calls inside the analysis' steps."""
     from ddp_profile.analysis.host_calls import main_thread_calls
-    from ddp_profile.analysis.pipeline import launch_diagnosis
+    from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.errors import DdpProfileError
-    from ddp_profile.nsys.api import host_waits_of, load_api_calls
+    from ddp_profile.nsys.api import host_waits_of
 
-    if api is None:
-        try:
-            api = load_api_calls(trace)
-        except DdpProfileError as exc:
-            return str(exc), None
-    if isinstance(api, str):
-        return api, None
+    launches = analysis.launches
+    if launches is None:
+        launches = LaunchAnalysis.missing("the launch diagnosis was not computed for this run")
+    if api is None or isinstance(api, str):
+        return launches, None
+    phases = analysis.phases
     step_rows = phases[phases["phase"] == "step"] if phases is not None and len(phases) else None
-    try:
-        launches = launch_diagnosis(trace, api, steps=steps)
-    except DdpProfileError as exc:
-        launches = str(exc)
     try:
         waits = host_waits_of(trace)  # the nsys layer's syncs and copies to the host: the CPU rows' syncs
     except DdpProfileError:

@@ -266,8 +266,13 @@ def bound_by(summary: dict, launch_bound: bool | None, verdict: dict | None = No
                    f"{fmt_ms(verdict.get('spread_ns'))} over steps")
         if verdict.get("what_to_change"):
             why += f"; what to change: {verdict['what_to_change']}"
-            if k != "compute":
+            if k != "compute" and "gain_upper_ns" not in verdict:  # from before expected gains: one bound
                 why += f" (expected gain up to {fmt_ms(verdict.get('expected_gain_ns'))})"
+            elif k != "compute" and missing(verdict.get("expected_gain_ns")):
+                why += f" (up to {fmt_ms(verdict.get('gain_upper_ns'))} per step; no model predicts more closely)"
+            elif k != "compute":
+                why += (f" (expected gain {fmt_ms(verdict.get('expected_gain_ns'))} per step, up to "
+                        f"{fmt_ms(verdict.get('gain_upper_ns'))})")
         return what, why
     step = float(summary.get("step_ns") or 0)
     raw = {"compute": summary.get("compute_ns"), "communication": summary.get("exposed_comm_ns"),

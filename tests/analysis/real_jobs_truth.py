@@ -13,9 +13,21 @@ Two sources, neither of them ``ddp_profile.analysis``:
     main thread and is not one);
   * a *backward compute kernel* is any other kernel (not NCCL; memcpy / memset are not in the kernel table)
     launched from a non-main thread;
-  * the gradient collectives are cut into *syncs*, one per optimizer step: a sync ends where the main
-    thread launches a kernel between two gradient collectives (by host launch time: the main thread is
-    blocked in ``backward()`` while the autograd thread launches a step's reductions);
+  * where a process launches no such collective from another thread (DeepSpeed reduces from the main thread
+    once backward is done), its gradient collectives are the main thread's AllReduce / ReduceScatter kernels
+    launched after a backward kernel and before the next optimizer kernel (``multi_tensor_apply``) — a
+    gradient-norm all-reduce for clipping, before the update, is then among them;
+  * the gradient collectives are cut into *syncs*, one per optimizer step (one per micro-step where every
+    micro-step reduces, as DeepSpeed's do): a sync ends where the main thread launches a kernel between two
+    gradient collectives (by host launch time: the main thread is blocked in ``backward()`` while the
+    autograd thread launches a step's reductions); main-thread reductions form one sync per backward they
+    follow;
+  * per sync: ``update_end_ns`` = end of the last optimizer kernel (``multi_tensor_apply``: foreach and fused
+    optimizers) the main thread launched after its last gradient collective and before both the next sync's
+    first and the main thread's next AllGather / Broadcast (the next forward's parameter gathers; DDP's
+    buffer broadcast), leaving out one launched right before an AllGather (FSDP2's copy of the parameters
+    into the gather's input is a ``multi_tensor_apply`` kernel too); NaN where none (a micro-step whose
+    gradients were reduced but not applied);
   * per sync: ``tail_ns`` = end of its last gradient collective − end of the last backward compute
     kernel launched after the previous sync's last collective launch and before this sync's last
     collective launch (DDP's copy-back of the reduced buckets into ``.grad`` is launched after that and is
@@ -59,7 +71,8 @@ class Job:
     name: str
     truth: dict
     analysis: Analysis
-    syncs: pd.DataFrame  # gradient_syncs(): rank, sync, last_coll_end_ns, last_backward_end_ns, tail_ns
+    syncs: pd.DataFrame  # gradient_syncs(): rank, sync, last_coll_end_ns, last_backward_end_ns, tail_ns,
+    # update_end_ns
     arrivals: pd.DataFrame  # last_arrivals(): index, last_rank
 
     def true_iter_ms(self) -> np.ndarray:
@@ -101,8 +114,23 @@ def raw_kernels(export: Path) -> pd.DataFrame:
         con.close()
     df["rank"] = df["device"].rank(method="dense").astype(int) - 1
     df["nccl"] = df["name"].str.startswith("nccl")
-    df["gradient"] = (df["nccl"] & df["name"].str.contains("AllReduce|ReduceScatter")
-                      & (df["main_thread"] == 0))
+    reduce = df["nccl"] & df["name"].str.contains("AllReduce|ReduceScatter")
+    df["gradient"] = reduce & (df["main_thread"] == 0)
+    for _, k in df.groupby("rank"):
+        if df.loc[k.index, "gradient"].any():
+            continue
+        # DeepSpeed reduces from the main thread once backward is done: a main-thread reduction launched
+        # after a backward kernel and before the next optimizer kernel or backward kernel.
+        bw = np.sort(k.loc[(k["main_thread"] == 0) & ~k["nccl"], "launch_ns"].to_numpy())
+        upd = np.sort(k.loc[(k["main_thread"] == 1) & k["name"].str.contains("multi_tensor_apply"),
+                            "launch_ns"].to_numpy())
+        cand = k[reduce.loc[k.index] & (k["main_thread"] == 1)]
+        t = cand["launch_ns"].to_numpy()
+        prev = np.searchsorted(bw, t) - 1
+        after_bw = bw[np.maximum(prev, 0)]
+        next_upd = np.searchsorted(upd, after_bw, "right")
+        ok = (prev >= 0) & ((next_upd >= upd.size) | (upd[np.minimum(next_upd, max(upd.size - 1, 0))] > t))
+        df.loc[cand.index[ok], "gradient"] = True
     return df
 
 
@@ -113,19 +141,35 @@ def gradient_syncs(kernels: pd.DataFrame) -> pd.DataFrame:
         k = k.sort_values("launch_ns")
         grad = k[k["gradient"]]
         main_launches = np.sort(k.loc[k["main_thread"] == 1, "launch_ns"].to_numpy())
-        # a new sync starts where a main-thread launch falls between two consecutive gradient collectives
         launches = grad["launch_ns"].to_numpy()
-        between = np.searchsorted(main_launches, launches[1:]) > np.searchsorted(main_launches, launches[:-1])
-        sync_id = np.concatenate([[0], np.cumsum(between)])
         backward = k[(k["main_thread"] == 0) & ~k["nccl"]]
+        if (grad["main_thread"] == 1).all():  # main-thread reductions: one sync per backward they follow
+            sync_id = np.unique(np.searchsorted(np.sort(backward["launch_ns"].to_numpy()), launches),
+                                return_inverse=True)[1]
+        else:  # a new sync starts where a main-thread launch falls between two consecutive gradient collectives
+            between = np.searchsorted(main_launches, launches[1:]) > np.searchsorted(main_launches, launches[:-1])
+            sync_id = np.concatenate([[0], np.cumsum(between)])
+        main = k[k["main_thread"] == 1]
+        feeds_gather = np.r_[main["nccl"].to_numpy()[1:] & main["name"].str.contains("AllGather").to_numpy()[1:], False]
+        # FSDP2 copies parameters into the all-gather's input with a multi_tensor_apply kernel launched just
+        # before it: that one is the next forward's, not the update's
+        update = main[main["name"].str.contains("multi_tensor_apply").to_numpy() & ~feeds_gather]
+        param = np.sort(k.loc[(k["main_thread"] == 1) & k["nccl"] & k["name"].str.contains("AllGather|Broadcast"),
+                              "launch_ns"].to_numpy())
         previous_last_launch = -np.inf
-        for sync, g in grad.groupby(sync_id):
+        groups = list(grad.groupby(sync_id))
+        for i, (sync, g) in enumerate(groups):
             last_launch = g["launch_ns"].max()
             bw = backward[(backward["launch_ns"] > previous_last_launch) & (backward["launch_ns"] < last_launch)]
             previous_last_launch = last_launch
             last_bw = bw["end_ns"].max() if len(bw) else np.nan
+            until = groups[i + 1][1]["launch_ns"].min() if i + 1 < len(groups) else np.inf
+            p = np.searchsorted(param, last_launch, "right")  # the next forward's parameter gathers
+            until = min(until, param[p]) if p < param.size else until
+            upd = update[(update["launch_ns"] > last_launch) & (update["launch_ns"] < until)]
             rows.append({"rank": rank, "sync": sync, "last_coll_end_ns": g["end_ns"].max(),
-                         "last_backward_end_ns": last_bw, "tail_ns": g["end_ns"].max() - last_bw})
+                         "last_backward_end_ns": last_bw, "tail_ns": g["end_ns"].max() - last_bw,
+                         "update_end_ns": upd["end_ns"].max() if len(upd) else np.nan})
     return pd.DataFrame(rows)
 
 

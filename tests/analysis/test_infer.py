@@ -38,7 +38,8 @@ NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_
 
 def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
                back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
-               nan_check=False) -> Trace:
+               nan_check=False, optimizer=tuple(OPTIMIZER), reduce_every_micro=False, micro_work=(),
+               post_reduce=(), autotune_first=False, first_update_extra=0) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
@@ -46,7 +47,17 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
     ``log_every`` = N: every N-th step (N-1, 2N-1...) launches LOG after its optimizer; ``micro_steps`` = m:
     gradient accumulation, m - 1 micro-steps of FORWARD + NO_SYNC_BACKWARD before FORWARD + BACKWARD;
     ``nan_check``: after backward the main thread launches "isnan", waits for all queued GPU work (a
-    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check)."""
+    ``.item()``) and launches "isinf" 20 µs after it ended (the Hugging Face Trainer's loss check).
+    ``optimizer``: the update's kernel names; ``reduce_every_micro``: every micro-step's backward all-reduces
+    (BACKWARD, as DeepSpeed does), not only the last; ``micro_work``: main-thread kernels after every
+    micro-step's backward (DeepSpeed's per-micro-step epilogue), before the update where there is one;
+    ``post_reduce``: compute kernels the autograd thread launches after the last all-reduce (FSDP's copies of
+    the reduced gradient into its shard, its division), each starting 5 µs after its launch;
+    ``autotune_first``: step 0's forward opens with two 50 ms host pauses (compilation) around one
+    "rng_init" kernel, then launches every kernel twice more just before it (torch.compile's first
+    iteration benchmarking its candidates under the kernel's own name); ``first_update_extra`` = k:
+    step 0's optimizer launches k "zeros" kernels before its update (an optimizer creating its state), and
+    step 1's forward lacks its last kernel ("loss"), so the stretch between them matches neither end."""
     names, tids, launch, start = [], [], [], []
     t = free = 0
     for w in warmup:
@@ -58,15 +69,24 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
         fwd = list(FORWARD)
         if s == stray_step:
             fwd.insert(3, "stray")
-        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in NO_SYNC_BACKWARD]
+        if first_update_extra and s == 1:
+            fwd = fwd[:-1]
+        if autotune_first and s == 0:
+            fwd = ["pause", "rng_init", "pause"] + [nm for k in fwd for nm in (k, k, k)]
+        early = BACKWARD if reduce_every_micro else NO_SYNC_BACKWARD
+        seq = [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in early] + [(nm, PID) for nm in micro_work]
         seq = seq * (micro_steps - 1) + [(nm, PID) for nm in fwd] + [(nm, AUTOGRAD) for nm in BACKWARD]
+        seq += [(nm, AUTOGRAD) for nm in post_reduce] + [(nm, PID) for nm in micro_work]
         seq += [("isnan", PID), ("sync", PID), ("isinf", PID)] if nan_check else []
-        seq += [(nm, PID) for nm in OPTIMIZER]
+        seq += [("zeros", PID)] * (first_update_extra if s == 0 else 0) + [(nm, PID) for nm in optimizer]
         if log_every and s % log_every == log_every - 1:
             seq += [(nm, PID) for nm in LOG]
         for nm, tid in seq:
             if nm == "sync":
                 t = max(t, free) + 20 * US
+                continue
+            if nm == "pause":  # the host compiling: 50 ms without a launch
+                t += 50_000 * US
                 continue
             st = max(t + 5 * US, free) if back_to_back else t + 5 * US
             names.append(nm), tids.append(tid), launch.append(t), start.append(st)
@@ -163,6 +183,88 @@ def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
     assert (s["step_ns"] == 238 * US).all()
     assert (s["forward_ns"] == 116 * US).all() and (s["backward_ns"] == 86 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all() and (s["comm_tail_ns"] == 10 * US).all()
+
+
+UPDATE = ["multi_tensor_apply_kernel", "multi_tensor_apply_kernel"]  # a foreach AdamW's update, by name
+
+
+@pytest.mark.parametrize("micro_work", [(), ("ds_epilogue",)])
+def test_gradients_reduced_every_micro_step_cut_at_the_update(micro_work):
+    # DeepSpeed with 2 micro-steps per update: both micro-steps' backwards all-reduce (two gradient cycles),
+    # the update (2 multi_tensor_apply kernels) follows the second only. With the epilogue kernel after every
+    # micro-step, a step = 2 × (FORWARD 6 + BACKWARD 6 + epilogue) + update 2 = 26 + 2·len(micro_work)
+    # kernels, 10 µs apart: window (25 + 2·e)·10 + 8 µs. Forward: two windows of 58 µs, the second opening
+    # after the first backward's last all-reduce launch, so holding the epilogue (main-thread work between
+    # micro-steps is the next forward's): + 10·e µs; backward: two runs of b2 b1 ar b2 b1 = 48 µs each; the
+    # optimizer: the last epilogue and the update, (e + 1)·10 + 8 µs.
+    e = len(micro_work)
+    res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True, optimizer=UPDATE, micro_work=micro_work))
+    s = res.steps
+    assert s["step"].tolist() == list(range(6))
+    assert (s["micro_steps"] == 2).all()
+    assert (s["step_ns"] == ((25 + 2 * e) * 10 + 8) * US).all()
+    assert (s["forward_ns"] == (116 + 10 * e) * US).all() and (s["backward_ns"] == 96 * US).all()
+    assert (s["optimizer_ns"] == (18 + 10 * e) * US).all()
+    assert any("the optimizer's update, seen after one gradient cycle in 2" in n for n in res.notes)
+
+
+def test_every_cycle_updating_keeps_one_step_per_cycle():
+    # The same loop without accumulation: every gradient cycle is followed by the update, 6 steps of 14.
+    res = analyze(loop_trace(6, optimizer=UPDATE))
+    assert len(res.steps) == 6 and (res.steps["micro_steps"] == 1).all()
+    assert any("each followed by the optimizer's update" in n for n in res.notes)
+
+
+def test_post_reduce_work_does_not_end_the_backward():
+    # FSDP: after the last reduce-scatter ("ar", launched at t, on the GPU t+5..t+13 µs) the autograd thread
+    # launches two kernels that wait for the reduced gradient (copy into the shard, division) at t+10 and
+    # t+20; they end at t+23 and t+33, after the collective. The backward still ends with b1 (launched at
+    # t−10, ends t+3): tail = 13 − 3 = 10 µs, on the rank and for the job (one rank: the same), as without them.
+    s = analyze(loop_trace(6, post_reduce=("chunk_cat", "div_"))).steps
+    assert len(s) == 6
+    assert (s["comm_tail_ns"] == 10 * US).all() and (s["job_comm_tail_ns"] == 10 * US).all()
+
+
+def test_a_first_optimizer_call_that_makes_its_state_ends_its_step():
+    # Step 0's optimizer launches 5 "zeros" kernels before its 2 update kernels: 7 kernels where the others
+    # have 2, and step 1's forward is one kernel short: the stretch between them matches neither the modal
+    # optimizer nor the modal forward (6 kernels before the next run would start inside the update). Step 0
+    # still ends with its last update kernel, and step 1 starts with its forward's first kernel.
+    tr = loop_trace(6, optimizer=UPDATE, first_update_extra=5)
+    res = analyze(tr)
+    k = tr.kernels.sort_values("launch_ns")
+    update_ends = k.loc[k["name"] == UPDATE[0], "end_ns"].to_numpy()
+    s = res.steps.sort_values("step")
+    assert len(s) == 6
+    assert s["end_ns"].iloc[0] == update_ends[1]  # the second update kernel of step 0
+    st = res.phases[res.phases["phase"] == "step"].sort_values("step")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    first = k["name"].to_numpy()[np.searchsorted(lt, st["host_start_ns"].to_numpy(dtype=np.int64), "left")]
+    assert set(first[1:]) == {"emb"}
+
+
+def test_a_compiled_first_iteration_is_its_own_step():
+    # torch.compile's first iteration: two 50 ms compilation pauses (over 10 steps of 230 µs each) around
+    # "rng_init", then every forward kernel launched three times (two benchmark runs under its own name, then
+    # the real one). Its forward is not the modal one, yet it is a step (6 steps for 6 optimizer steps),
+    # starting at "rng_init" (after the earliest pause), with a note; its forward is most of the step.
+    tr = loop_trace(6, autotune_first=True, optimizer=UPDATE)
+    res = analyze(tr)
+    s = res.steps.sort_values("step")
+    assert len(s) == 6
+    assert (s["forward_ns"] / s["step_ns"] > 0.05).all() and s["forward_ns"].iloc[0] > 50_000 * US
+    k = tr.kernels.sort_values("launch_ns")
+    st = res.phases[res.phases["phase"] == "step"].sort_values("step")
+    lt = k["launch_ns"].to_numpy(dtype=np.int64)
+    assert k["name"].to_numpy()[np.searchsorted(lt, st["host_start_ns"].iloc[0], "left")] == "rng_init"
+    assert any("step 0's forward is not the others'" in n for n in res.notes)
+
+
+def test_an_update_that_cannot_be_told_apart_is_said():
+    # Gradients reduced every micro-step and an optimizer whose kernels no pattern names ("adam"): the two
+    # gradient cycles of a step cannot be told from two steps by the update. The note says so, not a guess.
+    res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True))
+    assert any("no optimizer kernel recognised after them: a step may be a micro-step" in n for n in res.notes)
 
 
 def test_a_wait_for_the_gradients_is_no_boundary():
@@ -269,7 +371,7 @@ def test_bytes_unknown_says_why():
     from ddp_profile.analysis.collectives import unknown_bytes_note
 
     nccl = pd.DataFrame({"domain": ["NCCL"], "name": ["ncclAllReduce"]})
-    assert "extended binary payload" in unknown_bytes_note(nccl)
+    assert "binary payloads and payload schemas were not exported" in unknown_bytes_note(nccl)
     assert "no NCCL NVTX ranges" in unknown_bytes_note(schema.empty_frame(schema.NVTX_COLUMNS))
 
 

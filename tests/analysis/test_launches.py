@@ -16,7 +16,6 @@ from ddp_profile import intervals as iv
 from ddp_profile import nvtx_names as nn
 from ddp_profile import schema
 from ddp_profile.analysis.launches import IDLE_THRESHOLD_PCT
-from ddp_profile.analysis.pipeline import launch_diagnosis
 from ddp_profile.cli import main
 from ddp_profile.errors import MissingDataError
 from ddp_profile.nsys.api import CALL_KINDS, api_name, call_kinds, load_api_calls, load_calls_and_waits
@@ -69,9 +68,9 @@ STEP1 = {"step_ns": H, "gpu_busy_ns": 4 * 24_000, "gpu_idle_ns": H - 96_000, "id
 
 
 @pytest.mark.parametrize("layout", ["2023.4", "2024.x", "2025.3"])
-def test_known_answer_per_step(build_export, layout):
+def test_known_answer_per_step(launch_section, build_export, layout):
     trace = load_trace(_launch_bound_run(build_export, layout))
-    res = launch_diagnosis(trace, load_api_calls(trace))
+    res = launch_section(trace, load_api_calls(trace))
     assert list(res.steps.columns) == schema.LAUNCH_STEP_COLUMNS
     assert res.steps["step"].tolist() == [0, 1] and res.steps["start_ns"].tolist() == list(T0)
     for row, want in zip(res.steps.to_dict("records"), (STEP0, STEP1), strict=True):
@@ -80,9 +79,9 @@ def test_known_answer_per_step(build_export, layout):
     assert IDLE_THRESHOLD_PCT == 25.0  # the verdicts above sit on either side of it: 91% and 4%
 
 
-def test_known_answer_summaries(build_export):
+def test_known_answer_summaries(launch_section, build_export):
     trace = load_trace(_launch_bound_run(build_export))
-    res = launch_diagnosis(trace, load_api_calls(trace))
+    res = launch_section(trace, load_api_calls(trace))
     fn = res.api_functions.set_index("name")
     assert list(res.api_functions.columns) == schema.API_FUNCTION_COLUMNS
     assert "cudaMalloc" not in fn.index  # called before any step
@@ -101,16 +100,16 @@ def test_known_answer_summaries(build_export):
         "<= GPU 13.0 µs per kernel)"]
 
 
-def test_steps_selection_and_missing_steps(build_export):
+def test_steps_selection_and_missing_steps(launch_section, build_export):
     path = _launch_bound_run(build_export)
     trace = load_trace(path)
-    res = launch_diagnosis(trace, load_api_calls(trace), steps="1:")
+    res = launch_section(trace, load_api_calls(trace), steps="1:")
     assert res.steps["step"].tolist() == [1] and not res.steps["launch_bound"].any()
     no_nvtx = build_export("plain.sqlite", processes=[{"pid": PID, "device": 0}],
                            kernels={"pid": [PID], "device": [0], "stream": [7], "start": [10], "end": [20],
                                     "name": ["k"], "correlation_id": [1], "launch_start": [5]})
     bare = load_trace(no_nvtx)
-    empty = launch_diagnosis(bare, load_api_calls(bare))
+    empty = launch_section(bare, load_api_calls(bare))
     assert empty.steps.empty and list(empty.steps.columns) == schema.LAUNCH_STEP_COLUMNS and empty.notes
 
 
@@ -165,10 +164,10 @@ def _real(run: str) -> Path:
     ("none_xl_fp32_1xh200", False),   # XL fp32: GPU-bound (idle ~4%)
     ("none_small_fp32_1xh200", True),  # model `small`: the GPU idles most of the step between short kernels
 ])
-def test_real_single_gpu_runs(run, bound):
+def test_real_single_gpu_runs(launch_section, run, bound):
     trace = load_trace(_real(run))
     api = load_api_calls(trace)
-    res = launch_diagnosis(trace, api)
+    res = launch_section(trace, api)
     s = res.steps
     assert len(s) >= 4 and s["launch_bound"].all() == bound and s["launch_bound"].any() == bound
     k = trace.kernels
@@ -205,14 +204,14 @@ def test_real_per_rank_files_line_up():
         assert len(launch) and np.isin(launch, api.loc[api["rank"] == rank, "start_ns"].to_numpy()).all()
 
 
-def test_real_sample_two_ranks_one_file():
+def test_real_sample_two_ranks_one_file(launch_section):
     if not SAMPLE.exists():
         pytest.skip("sample export not present")
     trace = load_trace(SAMPLE)
     api = load_api_calls(trace)
     assert api["rank"].isna().sum() == 1  # the launcher process ran no GPU work: no rank
     assert pd.isna(api["rank"].iloc[-1])  # unranked rows sort last
-    res = launch_diagnosis(trace, api)
+    res = launch_section(trace, api)
     assert sorted(res.steps["rank"].unique().tolist()) == [0, 1] and len(res.steps) == 12
     assert (res.steps["launches"] == res.steps["kernels"]).all()
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 
 from ddp_profile.errors import DdpProfileError, MissingDataError, OutputError, TraceError, UsageError
 from ddp_profile.nsys import synth
@@ -206,14 +207,6 @@ def _hashes(folder: Path) -> dict[str, str]:
     return out
 
 
-def _cli(args: list[str], cwd: Path, prelude: str = "", timeout: int = 60) -> subprocess.CompletedProcess:
-    """``python -m ddp_profile ARGS`` (or, with a prelude, the same entry after the prelude ran)."""
-    cmd = [PY, "-m", "ddp_profile", *args] if not prelude else \
-        [PY, "-c", prelude + "import sys\nfrom ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
-         *args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
 def _error_line(proc: subprocess.CompletedProcess, command: str) -> str:
     assert "Traceback" not in proc.stderr, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -235,7 +228,7 @@ def test_cli_bad_input(case, command, tmp_path):
     paths = make(tmp_path)
     before = _hashes(tmp_path)
     prelude = UNREADABLE_PRELUDE if name == "unreadable file" and IS_ROOT else ""
-    proc = _cli(_args(command, paths, tmp_path / "reports"), tmp_path, prelude)
+    proc = run_cli(_args(command, paths, tmp_path / "reports"), tmp_path, prelude)
     line = _error_line(proc, command)
     assert proc.returncode == codes[command], (proc.returncode, line)
     for needle in needles:  # a tuple: any of these (library and report word the advice differently)
@@ -276,7 +269,7 @@ def test_no_nvtx_loads_with_warning(tmp_path):
     assert trace.nvtx.empty and len(trace.kernels) == 4
     assert any("NVTX" in w for w in trace.meta["warnings"])
     for command in ("inspect", "analyze"):
-        proc = _cli([command, path.name], tmp_path)
+        proc = run_cli([command, path.name], tmp_path)
         assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
         assert "nvtx" in proc.stdout.lower()  # the warning / note is shown
     assert _hashes(tmp_path) == before
@@ -289,9 +282,9 @@ def test_open_nvtx_ranges_load_with_warning(tmp_path):
     step1 = trace.nvtx[trace.nvtx["name"] == "step 1"]
     assert len(step1) == 1 and step1["end_ns"].isna().all()
     assert any("never closed" in w and "step 1" in w for w in trace.meta["warnings"])
-    proc = _cli(["inspect", path.name], tmp_path)
+    proc = run_cli(["inspect", path.name], tmp_path)
     assert proc.returncode == 0 and "never closed" in proc.stdout
-    proc = _cli(["analyze", path.name, "--format", "json"], tmp_path)
+    proc = run_cli(["analyze", path.name, "--format", "json"], tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr
     assert _hashes(tmp_path) == before
 
@@ -311,7 +304,7 @@ def test_hosts_with_clock_offsets_are_aligned(tmp_path):
     assert sorted(f["offset_ns"] for f in trace.meta["files"]) == [0, offset]
     first = trace.kernels.groupby("rank")["start_ns"].min()
     assert list(first.index) == [0, 1] and first[0] == first[1] == 1_000_000
-    proc = _cli(["inspect", "run"], tmp_path)
+    proc = run_cli(["inspect", "run"], tmp_path)
     assert proc.returncode == 0 and "several hosts" in proc.stdout, proc.stderr
     assert _hashes(tmp_path) == before
 
@@ -321,7 +314,7 @@ def test_hosts_with_clock_offsets_are_aligned(tmp_path):
 def test_bad_regex_is_a_usage_error(tmp_path):
     _good(tmp_path)
     before = _hashes(tmp_path)
-    proc = _cli(["analyze", "good.sqlite", "--step-pattern", "step(("], tmp_path)
+    proc = run_cli(["analyze", "good.sqlite", "--step-pattern", "step(("], tmp_path)
     assert proc.returncode == 2 and "--step-pattern" in _error_line(proc, "analyze")
     from ddp_profile.analysis import analyze
     with pytest.raises(UsageError):
@@ -330,7 +323,7 @@ def test_bad_regex_is_a_usage_error(tmp_path):
 
 
 def test_debug_shows_the_traceback(tmp_path):
-    proc = _cli(["--debug", "inspect", "missing.sqlite"], tmp_path)
+    proc = run_cli(["--debug", "inspect", "missing.sqlite"], tmp_path)
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "TraceError" in proc.stderr
 
 
@@ -341,7 +334,7 @@ def test_output_folder_not_writable(command, tmp_path):
     (tmp_path / "blocker").write_text("a file, not a folder")
     before = _hashes(tmp_path)
     out = "blocker/sub/out.txt" if command == "analyze" else "blocker/sub"
-    proc = _cli([command, "good.sqlite", "-o", out], tmp_path)
+    proc = run_cli([command, "good.sqlite", "-o", out], tmp_path)
     line = _error_line(proc, command)
     assert proc.returncode == 5 and "blocker" in line, line
     assert _hashes(tmp_path) == before
@@ -360,7 +353,7 @@ def test_disk_full_leaves_no_partial_output(command, tmp_path):
     (tmp_path / "out").mkdir()
     before = _hashes(tmp_path)
     target = "out/analysis.txt" if command == "analyze" else "out/reports"
-    proc = _cli([command, "good.sqlite", "-o", target], tmp_path, DISK_FULL_PRELUDE)
+    proc = run_cli([command, "good.sqlite", "-o", target], tmp_path, DISK_FULL_PRELUDE)
     line = _error_line(proc, command)
     assert proc.returncode == 5 and "No space left" in line and "out" in line, line
     assert list((tmp_path / "out").iterdir()) == []  # no temp file or folder left behind
@@ -383,7 +376,7 @@ def test_disk_full_library(tmp_path, monkeypatch):
 
 def _previous_report(tmp_path: Path) -> tuple[Path, dict]:
     _good(tmp_path)
-    assert _cli(["report", "good.sqlite", "-o", "reports"], tmp_path).returncode == 0
+    assert run_cli(["report", "good.sqlite", "-o", "reports"], tmp_path).returncode == 0
     return tmp_path / "reports", _hashes(tmp_path / "reports")
 
 
@@ -449,7 +442,7 @@ def test_scrub_bad_input(case, tmp_path):
     name, make, _, needles = next(c for c in ERROR_CASES if c[0] == case)
     paths = make(tmp_path)
     before = _hashes(tmp_path)
-    proc = _cli(["scrub", *paths, "-o", "clean.sqlite"], tmp_path)
+    proc = run_cli(["scrub", *paths, "-o", "clean.sqlite"], tmp_path)
     line = _error_line(proc, "scrub")
     assert proc.returncode == 3 and needles[0] in line, line
     assert _hashes(tmp_path) == before and not list(tmp_path.glob("*clean*")) and not list(tmp_path.glob(".*.tmp"))
@@ -461,9 +454,9 @@ def test_scrub_output_errors(where, tmp_path):
     (tmp_path / "blocker").write_text("a file")
     before = _hashes(tmp_path)
     if where == "disk full":
-        proc = _cli(["scrub", "good.sqlite", "-o", "clean.sqlite"], tmp_path, DISK_FULL_PRELUDE)
+        proc = run_cli(["scrub", "good.sqlite", "-o", "clean.sqlite"], tmp_path, DISK_FULL_PRELUDE)
     else:
-        proc = _cli(["scrub", "good.sqlite", "-o", "blocker/clean.sqlite"], tmp_path)
+        proc = run_cli(["scrub", "good.sqlite", "-o", "blocker/clean.sqlite"], tmp_path)
     line = _error_line(proc, "scrub")
     assert proc.returncode == 5 and "clean.sqlite" in line, line
     assert _hashes(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "good.sqlite"]

@@ -15,16 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, sha256
+from conftest import SAMPLE, run_cli, sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
-
-
-def _cli(args, cwd, timeout=120):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([PY, "-m", "ddp_profile", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _one_line(proc, code: int) -> str:
@@ -57,7 +51,7 @@ def test_output_that_is_an_input_is_refused_before_writing(command, how, argv, t
     (tmp_path / "link.json").symlink_to(src)
     os.link(src, tmp_path / "hard.csv")
     before = sorted(p.name for p in tmp_path.iterdir())
-    line = _one_line(_cli(argv, tmp_path), 2)
+    line = _one_line(run_cli(argv, tmp_path), 2)
     assert "is the input" in line, line
     assert sha256(src) == sha256(SAMPLE)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no temporary file left either
@@ -81,7 +75,7 @@ def test_output_that_is_a_device_fifo_or_folder_is_refused(command, target, tmp_
             "launches": ["launches", "run.sqlite", "-o", out]}[command]
     if target == "folder" and command == "scrub":
         pytest.skip("scrub -o FOLDER writes into the folder (documented)")
-    line = _one_line(_cli(argv, tmp_path), 2)
+    line = _one_line(run_cli(argv, tmp_path), 2)
     assert {"fifo": "FIFO", "device link": "character device", "folder": "a folder"}[target] in line, line
     kind = {"fifo": "is_fifo", "device link": "is_char_device", "folder": "is_dir"}[target]
     assert getattr(out, kind)()
@@ -89,7 +83,7 @@ def test_output_that_is_a_device_fifo_or_folder_is_refused(command, target, tmp_
 
 def test_report_output_that_is_a_file_or_input_is_refused(tmp_path):
     src = _run_copy(tmp_path)
-    line = _one_line(_cli(["report", "run.sqlite", "-o", "run.sqlite"], tmp_path), 2)
+    line = _one_line(run_cli(["report", "run.sqlite", "-o", "run.sqlite"], tmp_path), 2)
     assert "is the input" in line
     assert sha256(src) == sha256(SAMPLE)
 
@@ -148,14 +142,14 @@ def test_signal_during_scrub_sql_function_leaves_no_unscrubbed_copy(sig, code, w
     assert rc == code, err
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"ddp-profile scrub: {word}" + (
         " (SIGTERM)" if sig == signal.SIGTERM else " (SIGHUP)" if sig == signal.SIGHUP else "") + \
-        "; no partial output was written", err
+        "; no partial output was written and every previous output is unchanged", err
     assert list(out.iterdir()) == []
     assert sha256(src) == sha256(SAMPLE)
 
 
 def test_sigterm_mid_report_leaves_no_hidden_folder_and_keeps_previous_report(tmp_path):
     _run_copy(tmp_path)
-    assert _cli(["report", "run.sqlite", "-o", "reports"], tmp_path).returncode == 0
+    assert run_cli(["report", "run.sqlite", "-o", "reports"], tmp_path).returncode == 0
     before = {p: sha256(p) for p in (tmp_path / "reports").rglob("*") if p.is_file()}
     # --no-cache: an unchanged report is otherwise kept as it is, without writing (issue 28)
     rc, err = _signal_when(SLOW_REPORT, "WRITING", ["report", "run.sqlite", "-o", "reports", "--no-cache"], tmp_path,

@@ -98,9 +98,10 @@ def test_export_selects_by_label(tmp_path, capsys):
 
 
 def test_report_selects_by_label(tmp_path, capsys):
+    from ddp_profile.analysis.identity import StepSelection
     from ddp_profile.report.build import load_one
 
-    _, analysis, launches, calls = load_one(RUN, "4:6")
+    _, analysis, launches, calls = load_one(RUN, StepSelection(steps="4:6"))
     assert sorted(analysis.steps["step"].unique()) == [4, 5]
     assert sorted(launches.steps["step"].unique()) == [4, 5]
     steps = analysis.phases[analysis.phases["phase"] == "step"]  # the CPU rows hold those steps' calls only
@@ -110,3 +111,18 @@ def test_report_selects_by_label(tmp_path, capsys):
     _one_line_exit_2(["report", str(RUN), "-o", str(tmp_path / "r"), "--steps", "20:", "--no-findings"], capsys,
                      "no step in 20:; the trace has steps 3–7")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["analyze", "launches", "report", "export", "inspect"])
+def test_every_step_command_takes_one_step_selection(command):
+    """--step-pattern, --phase and --steps are declared once (commands/options.py) and reach the command as
+    one StepSelection, the later of two --phase items for one phase winning."""
+    from ddp_profile.analysis.identity import StepSelection
+    from ddp_profile.cli import build_parser
+    from ddp_profile.commands.options import step_selection
+
+    out = [] if command == "inspect" else ["-o", "out.json"]
+    args = build_parser(command).parse_args([command, "x.sqlite", *out, "--step-pattern", "^it ",
+                                             "--phase", "backward=bw", "--phase", "backward=bwd", "--steps", "2:"])
+    assert step_selection(args) == StepSelection(pattern="^it ", phases=(("backward", "bwd"),), steps="2:")
+

@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from ddp_profile.harness import timings
 
 ROOT = Path(__file__).resolve().parents[2]
+TIMINGS = "ddp_profile.harness.timings"
 RUN = "bucketed-25mb_tiny_fp32_2xcpu"
 
 
@@ -41,16 +43,11 @@ def _copy(records, tmp_path):
     return prof, records[1:]
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "ddp_profile.harness.timings", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-
-
 @pytest.mark.slow
 def test_fold_writes_the_unprofiled_numbers(records, tmp_path):
     prof, reps = _copy(records, tmp_path)
     before = json.loads(prof.read_text())
-    proc = _cli(prof, *reps, "--host", "campaign-cpu-test")
+    proc = run_cli([prof, *reps, "--host", "campaign-cpu-test"], module=TIMINGS)
     assert proc.returncode == 0, proc.stderr
     after = json.loads(prof.read_text())
     rep = [json.loads(p.read_text()) for p in reps]
@@ -68,7 +65,7 @@ def test_fold_writes_the_unprofiled_numbers(records, tmp_path):
     assert {k: v for k, v in after.items() if k in before} == before  # nothing of the record changed
     assert "profiler overhead" in proc.stdout
     # folding again (e.g. after one more repeat) replaces the numbers instead of mixing them
-    assert _cli(prof, reps[0]).returncode == 0
+    assert run_cli([prof, reps[0]], module=TIMINGS).returncode == 0
     again = json.loads(prof.read_text())
     assert again["unprofiled_repeats"] == 1 and "host" not in again
     assert again["unprofiled_repeat_medians_ms"] == [rep[0]["step_ms_median"]]
@@ -91,7 +88,7 @@ def test_a_different_configuration_is_refused_and_nothing_is_written(records, tm
     bad = tmp_path / "other.json"
     bad.write_text(json.dumps(other))
     text = prof.read_text()
-    proc = _cli(prof, reps[1], bad)
+    proc = run_cli([prof, reps[1], bad], module=TIMINGS)
     assert proc.returncode != 0 and "differs from the profiled run in 'config'" in proc.stderr
     assert prof.read_text() == text
 
@@ -102,7 +99,7 @@ def test_missing_or_broken_inputs_are_one_line_errors(tmp_path):
     listed = tmp_path / "list.json"
     listed.write_text("[]")
     for args in ((tmp_path / "absent.json", broken), (broken, broken), (listed, listed)):
-        proc = _cli(*args)
+        proc = run_cli(args, module=TIMINGS)
         assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     with pytest.raises(Exception, match="at least one"):
         timings.fold({}, [])

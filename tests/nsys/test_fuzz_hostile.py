@@ -6,37 +6,23 @@ capped small: CI has 2 cores for everything.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import lzma
 import os
 import tempfile
 from pathlib import Path
 
+from conftest import run_cli_in_process
 from hypothesis import given
 from hypothesis import strategies as st
 from test_fuzz import base_export
 from test_fuzz_inputs import _settings
 
-from ddp_profile import cli
 from ddp_profile.errors import DdpProfileError, UsageError
 from ddp_profile.nsys import rawio
 from ddp_profile.nsys.loader import load_trace
 
 file_name = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\x00" not in b
                                                      and b not in (b".", b".."))
-
-
-def _cli(argv: list[str], cwd: str) -> tuple[int, str]:
-    err, out = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            code = cli.main(argv)
-    finally:
-        os.chdir(old)
-    return code, err.getvalue()
 
 
 @_settings(15)
@@ -48,7 +34,7 @@ def test_fuzz_file_names_of_any_bytes(name, command):
         path = os.path.join(d, os.fsdecode(name + b".sqlite"))
         Path(path).write_bytes(base_export("ddp-2025.3"))
         extra = {"scrub": ["-o", os.path.join(d, "clean.sqlite")], "analyze": ["--format", "json"]}.get(command, [])
-        code, err = _cli([command, path, *extra], d)
+        code, err = run_cli_in_process([command, path, *extra], d)
         assert code in (0, 2, 3, 4, 5), (name, code, err)
         assert "Traceback" not in err
         if code:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE
+from conftest import SAMPLE, run_cli
 
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys import rawio
@@ -25,12 +25,6 @@ from ddp_profile.nsys.loader import load_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 XZ = ROOT / "traces" / "naive_small_fp32_2xh200" / "naive_small_fp32_2xh200.sqlite.xz"
-
-
-def _cli(args, cwd, env=None, timeout=120):
-    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ddp_profile", *map(str, args)], cwd=cwd, env=e,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _one_error_line(proc, code):
@@ -63,7 +57,7 @@ def test_side_file_that_is_a_fifo_device_or_huge_never_blocks(name, kind, tmp_pa
     else:
         side.write_bytes(b" " * (17 << 20) + b"{}")
     t0 = time.monotonic()
-    proc = _cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path, timeout=90)
+    proc = run_cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path, timeout=90)
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - t0 < 60
     if name == "run.json":
@@ -82,7 +76,7 @@ def test_hostile_run_json_is_a_warning_not_a_traceback(content, tmp_path):
         (run / "run.json").write_text(json.dumps({"world_size": 10**18, "config": {"world_size": 10**18}}))
     warnings = load_trace(run / "run.sqlite").warnings
     assert any("run.json" in w for w in warnings), warnings
-    proc = _cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path)
+    proc = run_cli(["report", run, "-o", tmp_path / "rep", "--no-findings"], tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
 
 
@@ -105,7 +99,7 @@ def test_header_stating_more_than_the_limit_is_refused_before_expanding(tmp_path
     with pytest.raises(TraceError, match="header states .* decompression limit"):
         open_export(bomb)
     assert time.perf_counter() - t0 < 1
-    line = _one_error_line(_cli(["inspect", bomb], tmp_path), 3)
+    line = _one_error_line(run_cli(["inspect", bomb], tmp_path), 3)
     assert rawio.LIMIT_ENV in line
 
 
@@ -120,7 +114,7 @@ def test_default_decompression_limit_follows_the_machines_memory(monkeypatch):
 
 @pytest.mark.parametrize("limit", ["50", "1K"])
 def test_limit_below_the_header_size_is_one_clear_line(limit, tmp_path):
-    line = _one_error_line(_cli(["inspect", XZ], tmp_path, env={rawio.LIMIT_ENV: limit}), 3)
+    line = _one_error_line(run_cli(["inspect", XZ], tmp_path, env={rawio.LIMIT_ENV: limit}), 3)
     assert "decompression limit" in line and rawio.LIMIT_ENV in line
 
 
@@ -135,7 +129,7 @@ def test_fifo_or_device_given_as_an_export_is_named_as_such(kind, command, tmp_p
     else:
         path.symlink_to(os.devnull)
     extra = ["-o", tmp_path / "c.sqlite"] if command == "scrub" else []
-    line = _one_error_line(_cli([command, path, *extra], tmp_path, timeout=60), 3)
+    line = _one_error_line(run_cli([command, path, *extra], tmp_path, timeout=60), 3)
     assert ("FIFO" if kind == "fifo" else "character device") in line and "no such file" not in line, line
 
 
@@ -162,14 +156,14 @@ def test_wal_guard_looks_beside_the_real_file_of_a_symlinked_export(tmp_path):
 
 def test_malformed_scheduler_address_is_one_line_at_once(tmp_path):
     t0 = time.monotonic()
-    line = _one_error_line(_cli(["analyze", SAMPLE, "--scheduler", "garbage::://"], tmp_path), 2)
+    line = _one_error_line(run_cli(["analyze", SAMPLE, "--scheduler", "garbage::://"], tmp_path), 2)
     assert "not an address" in line and time.monotonic() - t0 < 30
 
 
 def test_unreachable_scheduler_fails_within_seconds(tmp_path):
     pytest.importorskip("distributed")
     t0 = time.monotonic()
-    line = _one_error_line(_cli(["analyze", SAMPLE, "--scheduler", "tcp://127.0.0.1:9"], tmp_path), 2)
+    line = _one_error_line(run_cli(["analyze", SAMPLE, "--scheduler", "tcp://127.0.0.1:9"], tmp_path), 2)
     assert "cannot connect" in line and time.monotonic() - t0 < 40
 
 
@@ -197,7 +191,7 @@ def test_stream_id_minus_one_is_a_stream_like_any_other(tmp_path):
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = -1 WHERE rowid % 3 = 0")
     con.commit()
     con.close()
-    proc = _cli(["report", path, "-o", tmp_path / "rep"], tmp_path)
+    proc = run_cli(["report", path, "-o", tmp_path / "rep"], tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "stream -1" in (tmp_path / "rep" / "run-run.html").read_text()
 
@@ -215,7 +209,7 @@ def test_per_rank_files_with_session_starts_2_63_apart_are_one_line(tmp_path):
         con.commit()
         con.close()
     for command in ("inspect", "analyze"):
-        line = _one_error_line(_cli([command, tmp_path], tmp_path), 3)
+        line = _one_error_line(run_cli([command, tmp_path], tmp_path), 3)
         assert "session start times" in line and "not one run" in line
 
 
@@ -294,8 +288,8 @@ def test_null_global_pid_is_left_out_alike_by_inspect_and_analyze(tmp_path):
     con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET globalPid = NULL WHERE rowid % 5 = 0")
     con.commit()
     con.close()
-    inspect = json.loads(_cli(["inspect", path, "--format", "json"], tmp_path).stdout)
-    analysis = json.loads(_cli(["analyze", path, "--format", "json"], tmp_path).stdout)
+    inspect = json.loads(run_cli(["inspect", path, "--format", "json"], tmp_path).stdout)
+    analysis = json.loads(run_cli(["analyze", path, "--format", "json"], tmp_path).stdout)
     clean = load_trace(SAMPLE)
     assert [r["pid"] for r in inspect["ranks"]] == clean.ranks["pid"].tolist()  # no phantom rank
     assert analysis["summary"]["n_ranks"] == len(inspect["ranks"]) == 2
@@ -312,13 +306,13 @@ def test_kernel_table_with_demangled_name_only_is_read(tmp_path):
     con.commit()
     con.close()
     for command in ("inspect", "analyze", "launches"):
-        proc = _cli([command, path], tmp_path)
+        proc = run_cli([command, path], tmp_path)
         assert proc.returncode == 0, proc.stderr
     assert load_trace(path).meta["nccl_channels"] == load_trace(SAMPLE).meta["nccl_channels"]
 
 
 def test_bad_environment_value_in_report_is_a_usage_error(tmp_path):
-    line = _one_error_line(_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path,
+    line = _one_error_line(run_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path,
                                 env={rawio.LIMIT_ENV: "lots"}), 2)
     assert rawio.LIMIT_ENV in line
 
@@ -356,7 +350,7 @@ def test_sigterm_during_report_jobs_ends_the_workers_at_once(tmp_path):
 def test_rebased_times_are_refused_by_dask_not_misaligned(tmp_path):
     pytest.importorskip("distributed")
     _, dst = _shifted_harness_capture(tmp_path, -(10**12))
-    proc = _cli(["analyze", dst, "--dask", "--jobs", "1"], tmp_path, timeout=180)
+    proc = run_cli(["analyze", dst, "--dask", "--jobs", "1"], tmp_path, timeout=180)
     assert proc.returncode == 3, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]  # Dask's worker logs its task's error above the one line
     assert line.startswith("ddp-profile analyze: error:") and "rebased" in line and "without --dask" in line

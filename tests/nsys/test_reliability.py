@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import gzip
 import lzma
-import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLE, sha256
+from conftest import SAMPLE, run_cli, sha256
 
 from ddp_profile.errors import TraceError, UsageError
 from ddp_profile.nsys import rawio, scrub
@@ -27,12 +24,6 @@ from ddp_profile.nsys.loader import load_trace
 ROOT = Path(__file__).resolve().parents[2]
 XZ_RUN = ROOT / "traces" / "naive_small_fp32_2xh200"
 XZ = XZ_RUN / "naive_small_fp32_2xh200.sqlite.xz"
-
-
-def _cli(args, cwd, env=None, timeout=120):
-    e = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ddp_profile", *map(str, args)], cwd=cwd, env=e,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def _one_error_line(proc, code):
@@ -63,7 +54,7 @@ def test_report_refuses_an_input_inside_its_output_folder(tmp_path):
     run.mkdir()
     shutil.copyfile(XZ, run / XZ.name)
     before = _hashes(out)
-    line = _one_error_line(_cli(["report", run, "-o", out], tmp_path), 2)
+    line = _one_error_line(run_cli(["report", run, "-o", out], tmp_path), 2)
     assert "inside the output folder" in line
     assert _hashes(out) == before  # the input (and the old report) is untouched
 
@@ -107,7 +98,7 @@ def test_scrub_two_inputs_to_one_output_refused_before_writing(tmp_path):
         _copy(tmp_path / d)
     out = tmp_path / "out"
     out.mkdir()
-    line = _one_error_line(_cli(["scrub", "a/run.sqlite", "b/run.sqlite", "-o", "out"], tmp_path), 2)
+    line = _one_error_line(run_cli(["scrub", "a/run.sqlite", "b/run.sqlite", "-o", "out"], tmp_path), 2)
     assert "both be written to" in line
     assert list(out.iterdir()) == []
 
@@ -187,7 +178,7 @@ def test_wal_with_committed_changes_is_refused_not_read_stale(tmp_path):
         assert (tmp_path / "run.sqlite-wal").stat().st_size > 0
         with pytest.raises(TraceError, match="write-ahead log"):
             load_trace(path)
-        line = _one_error_line(_cli(["scrub", path, "-o", tmp_path / "c.sqlite"], tmp_path), 3)
+        line = _one_error_line(run_cli(["scrub", path, "-o", tmp_path / "c.sqlite"], tmp_path), 3)
         assert "wal_checkpoint" in line
         assert not (tmp_path / "c.sqlite").exists()
     finally:
@@ -202,7 +193,7 @@ def test_writer_holding_a_journal_is_refused(tmp_path):
     con.execute("UPDATE StringIds SET value = 'UNCOMMITTED' WHERE id = (SELECT MIN(id) FROM StringIds)")
     try:
         assert (tmp_path / "run.sqlite-journal").exists()
-        line = _one_error_line(_cli(["inspect", path], tmp_path), 3)
+        line = _one_error_line(run_cli(["inspect", path], tmp_path), 3)
         assert "rollback journal" in line and "damaged" not in line
         with pytest.raises(TraceError, match="rollback journal"):
             scrub.scrub_file(path, tmp_path / "c.sqlite")
@@ -229,7 +220,7 @@ def test_decompression_is_bounded_with_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv(rawio.LIMIT_ENV, "1M")  # the real trace expands to more than that
     with pytest.raises(TraceError, match=rawio.LIMIT_ENV):
         open_export(XZ)
-    line = _one_error_line(_cli(["inspect", XZ], tmp_path, env={rawio.LIMIT_ENV: "1M"}), 3)
+    line = _one_error_line(run_cli(["inspect", XZ], tmp_path, env={rawio.LIMIT_ENV: "1M"}), 3)
     assert "decompression limit" in line
     with pytest.raises(TraceError, match=rawio.LIMIT_ENV):
         scrub.scrub_file(XZ, tmp_path / "c.sqlite")
@@ -269,10 +260,10 @@ def test_run_json_fields_of_the_wrong_type_are_warned_and_ignored(tmp_path):
     trace = load_trace(camp / XZ_RUN.name)
     assert "world_size" not in trace.run and "config" not in trace.run and trace.run["strategy"] == "naive"
     assert any("'world_size' is str" in w for w in trace.warnings)
-    proc = _cli(["report", camp, "-o", tmp_path / "rep"], tmp_path, timeout=300)
+    proc = run_cli(["report", camp, "-o", tmp_path / "rep"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "rep" / "FINDINGS.md").is_file()
-    proc = _cli(["findings", camp, "-o", tmp_path / "fnd"], tmp_path, timeout=300)
+    proc = run_cli(["findings", camp, "-o", tmp_path / "fnd"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -285,7 +276,7 @@ def test_report_reads_gz_and_hints_without_doubling_the_suffix(tmp_path):
     assert discover_runs([gz]) == [(gz, "run")]
     other = tmp_path / "run.sqlite.bz2"
     other.write_bytes(b"x")
-    line = _one_error_line(_cli(["report", other, "-o", tmp_path / "rep"], tmp_path), 3)
+    line = _one_error_line(run_cli(["report", other, "-o", tmp_path / "rep"], tmp_path), 3)
     assert ".sqlite.sqlite" not in line and "*.sqlite.gz" in line
 
 
@@ -296,7 +287,7 @@ def test_findings_markdown_escapes_html_from_run_json_and_hosts(tmp_path):
         meta["config"]["model"] = meta["model"]
 
     camp = _campaign(tmp_path, hostile, hosts=f"{XZ_RUN.name} <b onmouseover=alert(3)>node&#65;</b>\n")
-    proc = _cli(["findings", camp, "-o", tmp_path / "fnd"], tmp_path, timeout=300)
+    proc = run_cli(["findings", camp, "-o", tmp_path / "fnd"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (tmp_path / "fnd" / "FINDINGS.md").read_text()
     html = (tmp_path / "fnd" / "findings.html").read_text()
@@ -327,7 +318,7 @@ def test_same_export_twice_in_one_folder_is_refused(tmp_path):
         shutil.copyfileobj(fin, fout)
     with pytest.raises(TraceError, match="same export twice"):
         load_trace(run)
-    line = _one_error_line(_cli(["analyze", run], tmp_path), 3)
+    line = _one_error_line(run_cli(["analyze", run], tmp_path), 3)
     assert "same export twice" in line
 
 
@@ -343,7 +334,7 @@ def test_step_ranges_ending_before_they_start_are_rejected(tmp_path):
     _sql(path, f"UPDATE NVTX_EVENTS SET end = start - 1000 WHERE {STEP_WHERE}")
     with pytest.raises(TraceError, match="NVTX range.* end before they start"):
         load_trace(path)
-    _one_error_line(_cli(["analyze", path], tmp_path), 3)
+    _one_error_line(run_cli(["analyze", path], tmp_path), 3)
 
 
 def test_unclosed_step_ranges_are_named_as_such(tmp_path):
@@ -409,7 +400,7 @@ def test_hostile_numbers_in_nvtx_text_and_rank_markers(tmp_path):
     res = analyze(load_trace(path))
     assert res.summary()["n_ranks"] == 2
     for args in (["inspect", path], ["analyze", path]):
-        proc = _cli(args, tmp_path)
+        proc = run_cli(args, tmp_path)
         assert proc.returncode == 0, proc.stderr
 
 
@@ -421,7 +412,7 @@ def test_hostile_numbers_in_nvtx_text_and_rank_markers(tmp_path):
     ["launches", "{S}", "--step-pattern", "*x"], ["launches", "{S}", "--steps", "99999999999999999999999:"],
 ])
 def test_senseless_command_line_values_are_usage_errors(args, tmp_path):
-    proc = _cli([a.replace("{S}", str(SAMPLE)) for a in args], tmp_path)
+    proc = run_cli([a.replace("{S}", str(SAMPLE)) for a in args], tmp_path)
     _one_error_line(proc, 2)
 
 
@@ -430,7 +421,7 @@ def test_file_name_with_control_characters_gives_one_line(tmp_path):
     bad.write_bytes(b"not sqlite")
     for cmd in ("inspect", "analyze", "scrub", "report"):
         extra = ["-o", str(tmp_path / ("o.sqlite" if cmd == "scrub" else "rep"))] if cmd in ("scrub", "report") else []
-        line = _one_error_line(_cli([cmd, bad, *extra], tmp_path), 3)
+        line = _one_error_line(run_cli([cmd, bad, *extra], tmp_path), 3)
         assert "\\x1b" in line and "\x1b" not in line
 
 

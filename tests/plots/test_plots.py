@@ -1,11 +1,11 @@
-"""Figures from synthetic frames whose layout is known (see report_synth.make_run): trace counts, axes,
+"""Figures from synthetic frames whose layout is known (see conftest.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
 
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_run
+from conftest import make_run
 
 from ddp_profile.fmt import fmt_duration
 from ddp_profile.plots import (
@@ -94,7 +94,7 @@ def test_a_rank_with_hundreds_of_streams_folds_them_into_one_row_and_keeps_every
     """A CUDA-graph run launches each graph node on its own stream: one row per stream made a page thousands
     of pixels high. Past MAX_STREAM_ROWS a rank keeps its NCCL stream and its busiest streams and folds the
     rest into one row; every kernel is still drawn, on its stream's row or the folded one."""
-    from ddp_profile.plots.timeline import MAX_STREAM_ROWS
+    from ddp_profile.plots.timeline_rows import MAX_STREAM_ROWS
 
     t, a = make_run(n_steps=1, kernels_per_phase=2)
     k = t.kernels

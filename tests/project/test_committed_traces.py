@@ -17,9 +17,12 @@ from ddp_profile.nsys.loader import load_trace
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 # Traces the harness did not make (scripts/foreign/, see scripts/campaign.sh): no harness run record or NVTX
 FOREIGN = TRACES / "foreign"
+# The what-if ledger (scripts/whatif/): one folder per (rule, job), its ledger.json and the baseline's export
+WHATIF = TRACES / "whatif"
 RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")  # one file for all ranks, or one per rank
-               if FOREIGN not in p.parents})
+               if FOREIGN not in p.parents and WHATIF not in p.parents})
 FOREIGN_RUNS = sorted({p.parent for p in FOREIGN.rglob("*.sqlite.xz")})
+LEDGERS = sorted(WHATIF.glob("*/ledger.json"))
 
 
 def _raw(path: Path) -> sqlite3.Connection:
@@ -38,7 +41,7 @@ def test_trace_set_is_complete():
     for strategy in ["none", "naive", "overlap", "bucketed-25mb", "bucketed-100mb", "torch_ddp-25mb"]:
         assert any(n.startswith(f"{strategy}_xl_bf16_") for n in names), f"set B lacks {strategy}"
     total = sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file())
-    assert total < 150e6, f"traces/ is {total / 1e6:.0f} MB; the budget is 150 MB"
+    assert total < 150 * 2**20, f"traces/ is {total / 2**20:.0f} MiB; the budget is 150 MiB (du -sh)"
 
 
 @pytest.mark.parametrize("run", RUNS, ids=[str(p.relative_to(TRACES)) for p in RUNS])
@@ -101,6 +104,26 @@ def test_committed_foreign_trace_loads_and_is_scrubbed(run):
     assert len(trace.kernels) > 0
     for export in sorted(run.glob("*.sqlite.xz")):
         _assert_scrubbed(export)
+
+
+@pytest.mark.parametrize("ledger", LEDGERS, ids=[p.parent.name for p in LEDGERS])
+def test_committed_whatif_pair_loads_and_is_scrubbed(ledger):
+    """A what-if pair: its folder is named <rule>--<job>, the repeats alternate baseline and changed with CUDA-event
+    step times, and the baseline's export (in this folder or a sibling's) loads, is scrubbed and has the ranks
+    its profiled truth has."""
+    pair = json.loads(ledger.read_text())
+    assert ledger.parent.name == f"{pair['rule']}--{pair['job']}"
+    variants = [r["variant"] for r in sorted(pair["repeats"], key=lambda r: r["order"])]
+    assert variants[:2] == ["baseline", "changed"] and len(variants) >= 10
+    assert variants == ["baseline", "changed"] * (len(variants) // 2)
+    assert all(len(r["step_ms"]) >= 1 and min(r["step_ms"]) > 0 for r in pair["repeats"])
+    export = (ledger.parent / pair["profiled"]).resolve()
+    assert WHATIF.resolve() in export.parents and export.name.endswith(".sqlite.xz")
+    assert len(pair["profiled_truth_step_ms"]) == pair["world_size"]
+    trace = load_trace(export.parent)
+    assert len(trace.ranks) == pair["world_size"]
+    assert len(trace.kernels) > 0
+    _assert_scrubbed(export)
 
 
 TWO_NODE = sorted(p for p in (TRACES / "two-node").iterdir() if p.is_dir())

@@ -187,21 +187,24 @@ def test_modules_fit_in_one_sitting():
 # ---- analysis/ as layers --------------------------------------------------------------------------------------
 # Every module of analysis/ and its layer, decided here (one place). Reading down the table:
 # - face: ``analysis/__init__``, re-exports only; result: ``Analysis`` and its JSON (``result.py``);
-# - conductor: ``pipeline`` (the stages and ``analyze``) and ``answers`` (the answers' stage it calls);
+# - conductor: ``pipeline`` (the stages and ``analyze``), ``answers`` (the answers' stage it calls) and
+#   ``notes`` (the parts' notes as one trace's);
 # - answers: read the measures' tables and say what they mean (straggler, critical path, verdict, ...);
 # - measures: one number family each over given windows (overlap, collectives, comm kinds, ...);
 # - boundaries: where steps and phases are (NVTX, inference, the launch cycle, one identity across ranks);
 # - ground: helpers every layer shares (kernel arrays, kernel naming and kind codes, projection, cost model),
 #   with the top-level ``schema``, ``intervals``, ``memory``, ``fmt``, ``errors`` and the names modules.
 ANALYSIS_LAYERS = {
-    "__init__": "face", "result": "result", "pipeline": "conductor", "answers": "conductor",
+    "__init__": "face", "result": "result", "pipeline": "conductor", "answers": "conductor", "notes": "conductor",
     "straggler": "answer", "critical_path": "answer", "verdict": "answer", "recommend": "answer",
     "channel_model": "answer", "kernel_families": "answer", "compare": "answer",
     "overlap": "measure", "collectives": "measure", "comm_kinds": "measure", "contention": "measure",
     "contention_rows": "measure", "after_backward": "measure", "launches": "measure", "host_calls": "measure",
-    "steps": "measure",
+    "steps": "measure", "kernel_diff": "measure",
     "windows": "boundary", "infer": "boundary", "cycles": "boundary", "identity": "boundary",
+    "clocks": "boundary", "unknowns": "boundary",
     "kernel_arrays": "ground", "kernel_groups": "ground", "projection": "ground", "costmodel": "ground",
+    "gains": "ground",
 }
 MAY_IMPORT = {  # layer -> the layers of analysis/ its modules may import (the top-level ground always)
     "ground": {"ground"},

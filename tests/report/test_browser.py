@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from report_synth import run_set, write_site
+from conftest import run_set, write_site
 
 from ddp_profile import report
 

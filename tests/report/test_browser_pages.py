@@ -5,7 +5,7 @@ import json
 import re
 
 import pytest
-from report_synth import make_run, write_site
+from conftest import make_run, write_site
 from test_browser import ARGS, CHROMIUM, REQUIRE, pytestmark  # noqa: F401  (same skip rules)
 from test_report_pages import _unknown_sizes_run
 

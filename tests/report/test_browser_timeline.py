@@ -35,13 +35,14 @@ def own_page(tmp_path_factory):
     """The report page of the foreign plain-autograd trace, loaded as the report loads a run."""
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.loader import load_trace
-    from ddp_profile.report.runs import host_diagnosis
+    from ddp_profile.report.runs import host_diagnosis, read_api
 
     if not TRACE.exists():
         pytest.skip("committed foreign trace not present")
     trace = load_trace(TRACE)
-    a = analyze(trace)
-    launches, calls = host_diagnosis(trace, a.phases)
+    api = read_api(trace)
+    a = analyze(trace, api=api)
+    launches, calls = host_diagnosis(trace, a, api)
     run = report.Run("plain-autograd", trace, a, {}, launches=launches, host_calls=calls)
     out = tmp_path_factory.mktemp("own") / "reports"
     report.write_report([run], out, progress=open(os.devnull, "w"))

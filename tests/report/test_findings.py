@@ -175,14 +175,13 @@ def test_real_runs_batch_and_hosts_come_from_the_files(built, small):
     assert ("ran stock PyTorch DDP" if hook is False else "opt-in NVTX comm hook" if hook else "do not record") in md
 
 
-def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(built, small):
-    """The limits' launch sentence carries analyze_launches' numbers for the real set-small 1-GPU run."""
-    from ddp_profile.analysis.pipeline import launch_diagnosis
+def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(launch_section, built, small):
+    """The limits' launch sentence carries the launch section's numbers for the real set-small 1-GPU run."""
     from ddp_profile.nsys.api import load_api_calls
 
     md = (built[0] / "FINDINGS.md").read_text()
     trace = small["none"].trace
-    sm = launch_diagnosis(trace, load_api_calls(trace)).summary()
+    sm = launch_section(trace, load_api_calls(trace)).summary()
     assert sm["launch_bound_steps"] == sm["n_steps"] >= 4  # this run is launch-bound in every step
     assert (f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
             f"GPU idle {sm['idle_pct']:.1f} %, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "

@@ -11,7 +11,7 @@ import shutil
 from collections import Counter
 
 import pytest
-from report_synth import make_run, patch_analysis, run_set
+from conftest import make_run, patch_analysis, run_set
 
 from ddp_profile import report
 from ddp_profile.cli import main

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from report_synth import make_run
+from conftest import make_run
 
 from ddp_profile.analysis import analyze
 from ddp_profile.nsys.loader import load_trace

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from report_synth import HOSTILE, patch_analysis, run_set
+from conftest import HOSTILE, patch_analysis, run_set
 
 from ddp_profile import report
 from ddp_profile.cli import main

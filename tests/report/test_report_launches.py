@@ -2,7 +2,7 @@
 rank and the per-step table, or why it is missing) and the findings' sentence on each set's 1-GPU run.
 
 Synthetic exports are built so every number is known in advance; the real launch-bound run
-(none_small_fp32_1xh200) is checked against analyze_launches recomputed beside the report."""
+(none_small_fp32_1xh200) is checked against its launch section recomputed beside the report."""
 
 from __future__ import annotations
 
@@ -101,12 +101,12 @@ def test_run_page_without_the_api_table_says_why(tmp_path):
     page, run = _page(path)
     text = _block(page)
     assert "No launch-bound check for this run:" in text and "CUPTI_ACTIVITY_KIND_RUNTIME" in text
-    assert "launch-bound (" not in text and isinstance(run.launches, str)
+    assert "launch-bound (" not in text and not run.launches.made and run.launches.steps.empty
     assert page.rstrip().endswith("</html>")
 
 
 def test_run_page_of_a_hand_built_run_says_not_computed():
-    from report_synth import make_run
+    from conftest import make_run
 
     trace, analysis = make_run()
     page = report.render_run_page(report.Run("r", trace, analysis, dict(trace.run)))
@@ -114,14 +114,13 @@ def test_run_page_of_a_hand_built_run_says_not_computed():
 
 
 @pytest.mark.skipif(not (TRACES / "none_small_fp32_1xh200").is_dir(), reason="committed traces not present")
-def test_real_launch_bound_run_page_matches_analyze_launches():
-    from ddp_profile.analysis.pipeline import launch_diagnosis
+def test_real_launch_bound_run_page_matches_analyze_launches(launch_section):
     from ddp_profile.nsys.api import load_api_calls
     from ddp_profile.nsys.loader import load_trace
 
     page, _ = _page(TRACES / "none_small_fp32_1xh200")
     trace = load_trace(TRACES / "none_small_fp32_1xh200")
-    res = launch_diagnosis(trace, load_api_calls(trace))
+    res = launch_section(trace, load_api_calls(trace))
     text = _block(page)
     for line in res.verdicts():
         assert line.replace(">", "&gt;").replace("<", "&lt;") in text
@@ -207,3 +206,20 @@ def test_inferred_steps_launch_block_says_inferred_host_range_and_lists_no_note_
     assert "NVTX range (median" not in text
     assert "steps inferred from the GPU trace" not in text
     assert page.count("steps inferred from the GPU trace (no closed NVTX") == 1
+
+
+@pytest.mark.skipif(not (TRACES / "none_small_fp32_1xh200").is_dir(), reason="committed traces not present")
+def test_report_and_launches_command_read_one_section(tmp_path):
+    """The report's launch block and `ddp-profile launches -o x.json` read the same section of the analysis:
+    the report's loader (trace with its host waits, API calls read once) and the command (its own load) give
+    the same JSON, and the run's launches are its analysis' section, not a second computation."""
+    from ddp_profile.cli import main
+    from ddp_profile.commands.launches import render_json
+    from ddp_profile.report.build import load_one
+
+    run = TRACES / "none_small_fp32_1xh200"
+    _, analysis, launches, _ = load_one(run)
+    assert launches is analysis.launches and launches.made and len(launches.steps)
+    out = tmp_path / "x.json"
+    assert main(["launches", str(run), "-o", str(out)]) == 0
+    assert out.read_text() == render_json(launches)

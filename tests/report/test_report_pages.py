@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from report_synth import make_run, patch_analysis
+from conftest import make_run, patch_analysis
 
 from ddp_profile.report import Run
 from ddp_profile.report.compare import assign_baselines, comparison

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from report_synth import make_run, patch_analysis
+from conftest import make_run, patch_analysis
 
 from ddp_profile import report
 from ddp_profile.findings import campaign as qc

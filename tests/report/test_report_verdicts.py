@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from report_synth import make_run, patch_analysis, run_set, write_site
+from conftest import make_run, patch_analysis, run_set, write_site
 
 from ddp_profile.report.compare import comparison
 from ddp_profile.report.glossary import METRICS, README_METRICS, cell_text, fmt_mib, fmt_ms

@@ -1,5 +1,5 @@
 """The run page's answer-first blocks, the timeline's CPU rows and phase labels, the Perfetto export's
-labels and the one number formatter, on frames whose contents are known (report_synth.make_run)."""
+labels and the one number formatter, on frames whose contents are known (conftest.make_run)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 import pytest
-from report_synth import US, make_run
+from conftest import US, make_run
 
 from ddp_profile import fmt
 from ddp_profile.analysis.host_calls import HOST_CALL_COLUMNS, main_thread_calls

@@ -3,7 +3,8 @@
 **Pairing.** Each rank numbers its NCCL kernels per communicator stream in issue order (``comm``, ``seq``:
 ``collectives.collective_rows``). A capture that starts or stops a few iterations later on one rank shifts
 that rank's numbers: the collective (c, s) of the reference rank R (the lowest rank with NCCL kernels) is
-(c', s − d) on rank r. Streams are paired first: r's stream c' goes to R's stream with the same set of
+(c', s − d) on rank r (only for a rank of another export file than R's: ranks of one file were captured by
+one nsys session, which starts and stops for all of them at once, so d = 0). Streams are paired first: r's stream c' goes to R's stream with the same set of
 collective names (in order of first use among equals). The shift d of each (rank, stream) is then chosen
 over the candidates that leave at least half of the shorter sequence overlapping (at most
 :data:`MAX_SHIFT` either way)::
@@ -213,10 +214,15 @@ def pair(rows: pd.DataFrame, several_files: dict[int, bool] | None = None) -> tu
             paired[idx] = True
             continue
         a = groups.get((ref, target))
-        got = best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
-        if got is None:
+        if a is None:
             continue
-        d = got[0]
+        if not (several_files or {}).get(int(rank)):
+            d = 0  # one file, one nsys session: every rank's capture starts and stops together
+        else:
+            got = best_shift(sig[a], end[a], sig[idx], end[idx])
+            if got is None:
+                continue
+            d = got[0]
         seq[idx] = seq[idx] + d
         comm[idx] = target
         paired[idx] = True

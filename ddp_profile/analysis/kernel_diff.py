@@ -143,8 +143,11 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     named = per.loc[per["extra"] > 0].sort_values(["step", "extra", "name"], ascending=[True, False, True],
                                                   kind="stable")
     top = named.groupby("step").head(NAMED)
-    lists = {int(k): list(zip(g["name"], g["extra_c"].astype(int), g["peer_c"], g["extra"], strict=True))
-             for k, g in top.groupby("step")}
+    # top is sorted by step: each step's named kernels are one slice of the whole columns' tuples
+    tuples = list(zip(top["name"], top["extra_c"].astype(int), top["peer_c"], top["extra"], strict=True))
+    at = ints(top["step"])
+    cuts = [0, *(np.flatnonzero(np.diff(at)) + 1).tolist(), len(at)]
+    lists = {int(at[a]): tuples[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a}
     steps = tot.index.to_numpy(np.int64)
     return pd.DataFrame({"step": steps, "rank": target.reindex(steps).to_numpy(np.int64),
                          "extra_ns": tot["extra"].to_numpy(float), "like_ns": tot["like"].to_numpy(float),

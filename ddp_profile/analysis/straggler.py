@@ -40,6 +40,7 @@ then the like-for-like difference. Times in the text are ``fmt.fmt_ms``'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -248,12 +249,15 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
         table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
         inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
         extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])))
-        extra = extra.set_index("step") if len(extra) else None
-        for pos, step, s, lead, x in zip(at.tolist(), ints(best["step"]).tolist(), ints(best["rank"]).tolist(),
-                                         best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
+        # the straggler's kernel_diff row of every step, looked up once (-1: none)
+        row = pd.Index(ints(extra["step"])).get_indexer(ints(best["step"])) if len(extra) else np.full(len(best), -1)
+        cols = [extra[c].tolist() for c in ("extra_ns", "like_ns", "extra_kernels")] if len(extra) else []
+        for pos, r, s, lead, x in zip(at.tolist(), row.tolist(), ints(best["rank"]).tolist(),
+                                      best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
             if pos < 0:
                 continue
-            work = extra.loc[step] if extra is not None and step in extra.index else None
+            work = dict(zip(("extra_ns", "like_ns", "extra_kernels"), (c[r] for c in cols), strict=True)) \
+                if r >= 0 else None
             cause, evidence = _cause(x, lead, table, work)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
     return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
@@ -263,7 +267,7 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
                          "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
 
 
-def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: pd.Series | None = None
+def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | None = None
            ) -> tuple[str, str | None]:
     """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`).
     ``work``: the straggler's row of ``kernel_diff.diff`` for the step (extra_ns, like_ns, extra_kernels), or

@@ -15,8 +15,10 @@ over the candidates that leave at least half of the shorter sequence overlapping
     spread(d) = median_i |diff_d(i) − median(diff_d)|
 
 Kept: the candidates whose agree(d) is at least :data:`AGREE_MIN` and within :data:`AGREE_SLACK` of the best;
-among them the smallest spread, then the smallest ``|median(diff_d)|`` (the loader's session-start clocks),
-then the smallest ``|d|``. This works because the kernels of one collective end together on every rank
+among them those whose spread is within :data:`SPREAD_TIE` times the smallest plus :data:`SPREAD_TIE_NS`, and
+of those the smallest ``|d|`` (the captures' own numbering), then the smallest ``|median(diff_d)|`` (the
+loader's session-start clocks). Spreads tie where steps barely jitter (made-up traces; a drifting clock
+then makes shorter overlaps look tighter): the numbering is kept, whatever the clocks say. This works because the kernels of one collective end together on every rank
 (NCCL's kernels return once the last peer's data has arrived), whatever the clocks, while kernels a whole
 iteration apart end a step length apart, and step lengths jitter: the right pairing is the one whose end
 difference is constant. Collectives that are not on every rank of their stream after pairing (the
@@ -53,6 +55,10 @@ MAX_SHIFT = 1024
 """The largest shift (in collectives of one stream) searched either way: several iterations of any job."""
 SAMPLE = 512
 """This many overlapping pairs (evenly spaced) score a finalist shift."""
+SPREAD_TIE = 1.5
+SPREAD_TIE_NS = 1_000
+"""Spreads within 1.5 times the smallest plus 1 µs tie (the right pairing's is the clocks' noise, µs; a wrong
+one's is the steps' jitter, tens of µs or more)."""
 COARSE_SAMPLE = 48
 """This many pairs score every candidate shift first."""
 FINALISTS = 16
@@ -155,7 +161,8 @@ def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: n
             return None
         agree, spread, lag = _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample)
         ok = np.flatnonzero((agree >= AGREE_MIN) & (agree >= agree.max() - AGREE_SLACK))
-        order = ok[np.lexsort((np.abs(cand[ok]), lag[ok], spread[ok]))][:FINALISTS]
+        tied = spread[ok] <= spread[ok].min(initial=np.inf) * SPREAD_TIE + SPREAD_TIE_NS
+        order = ok[np.lexsort((lag[ok], np.abs(cand[ok]), np.where(tied, 0.0, spread[ok])))][:FINALISTS]
         cand, i0, i1 = cand[order], i0[order], i1[order]
     if not len(cand):
         return None

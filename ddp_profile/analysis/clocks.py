@@ -17,8 +17,10 @@ over the candidates that leave at least half of the shorter sequence overlapping
 Kept: the candidates whose agree(d) is at least :data:`AGREE_MIN` and within :data:`AGREE_SLACK` of the best;
 among them those whose spread is within :data:`SPREAD_TIE` times the smallest plus :data:`SPREAD_TIE_NS`, and
 of those the smallest ``|d|`` (the captures' own numbering), then the smallest ``|median(diff_d)|`` (the
-loader's session-start clocks). Spreads tie where steps barely jitter (made-up traces; a drifting clock
-then makes shorter overlaps look tighter): the numbering is kept, whatever the clocks say. This works because the kernels of one collective end together on every rank
+loader's session-start clocks). The numbering itself (d = 0) competes with ``(spread(0) − KEEP_NUMBERING_NS) /
+KEEP_NUMBERING``: another shift must be :data:`KEEP_NUMBERING` times tighter and 10 µs tighter to win. Spreads
+are alike where steps barely jitter or kernels of one collective do not end together (made-up traces; a
+drifting clock also makes shorter overlaps look tighter): the numbering is then kept. This works because the kernels of one collective end together on every rank
 (NCCL's kernels return once the last peer's data has arrived), whatever the clocks, while kernels a whole
 iteration apart end a step length apart, and step lengths jitter: the right pairing is the one whose end
 difference is constant. Collectives that are not on every rank of their stream after pairing (the
@@ -59,6 +61,9 @@ SPREAD_TIE = 1.5
 SPREAD_TIE_NS = 1_000
 """Spreads within 1.5 times the smallest plus 1 µs tie (the right pairing's is the clocks' noise, µs; a wrong
 one's is the steps' jitter, tens of µs or more)."""
+KEEP_NUMBERING = 3.0
+KEEP_NUMBERING_NS = 10_000
+"""A shift other than 0 must make the end differences 3 times and 10 µs tighter than the numbering's own."""
 COARSE_SAMPLE = 48
 """This many pairs score every candidate shift first."""
 FINALISTS = 16
@@ -161,8 +166,10 @@ def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: n
             return None
         agree, spread, lag = _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample)
         ok = np.flatnonzero((agree >= AGREE_MIN) & (agree >= agree.max() - AGREE_SLACK))
-        tied = spread[ok] <= spread[ok].min(initial=np.inf) * SPREAD_TIE + SPREAD_TIE_NS
-        order = ok[np.lexsort((lag[ok], np.abs(cand[ok]), np.where(tied, 0.0, spread[ok])))][:FINALISTS]
+        # the captures' own numbering (d = 0) yields only to a clearly tighter shift
+        key = np.where(cand[ok] == 0, (spread[ok] - KEEP_NUMBERING_NS) / KEEP_NUMBERING, spread[ok])
+        tied = key <= max(key.min(initial=np.inf), 0.0) * SPREAD_TIE + SPREAD_TIE_NS
+        order = ok[np.lexsort((lag[ok], np.abs(cand[ok]), np.where(tied, 0.0, key)))][:FINALISTS]
         cand, i0, i1 = cand[order], i0[order], i1[order]
     if not len(cand):
         return None

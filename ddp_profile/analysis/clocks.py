@@ -4,8 +4,8 @@
 ``collectives.collective_rows``). A capture that starts or stops a few iterations later on one rank shifts
 that rank's numbers: the collective (c, s) of the reference rank R (the lowest rank with NCCL kernels) is
 (c', s − d) on rank r. Streams are paired first: r's stream c' goes to R's stream with the same set of
-collective names (in order of first use among equals). The shift d of each (rank, stream) is then chosen
-over the candidates that leave at least half of the shorter sequence overlapping (at most
+collective names (in order of first use among equals). For a rank of another export file than R's (another
+capture, another clock), the shift d of each (rank, stream) is then chosen over the candidates that leave at least half of the shorter sequence overlapping (at most
 :data:`MAX_SHIFT` either way)::
 
     sig(k)    = (collective name, dtype);  cls(k) = floor(log2 bytes), unknown without bytes
@@ -23,7 +23,8 @@ are alike where steps barely jitter or kernels of one collective do not end toge
 drifting clock also makes shorter overlaps look tighter): the numbering is then kept. This works because the kernels of one collective end together on every rank
 (NCCL's kernels return once the last peer's data has arrived), whatever the clocks, while kernels a whole
 iteration apart end a step length apart, and step lengths jitter: the right pairing is the one whose end
-difference is constant. Collectives that are not on every rank of their stream after pairing (the
+difference is constant. Ranks of R's own file were captured together, so their numbering is kept (d = 0).
+Collectives that are not on every rank of their stream after pairing (the
 iterations one capture has and another lacks) are dropped, with a note.
 
 **Clock offset and residual**, per rank r over its paired collectives c::
@@ -227,7 +228,9 @@ def pair(rows: pd.DataFrame, several_files: dict[int, bool] | None = None) -> tu
             paired[idx] = True
             continue
         a = groups.get((ref, target))
-        got = best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
+        own_clock = not (several_files or {}).get(int(rank))  # one capture of every rank: its numbering holds
+        got = (0, 0.0) if own_clock and a is not None else \
+            best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
         if got is None:
             continue
         d = got[0]

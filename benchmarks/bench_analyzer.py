@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -183,8 +184,11 @@ def measure_cli(path: str) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"analyze failed on {path}: {proc.stderr[-2000:]}")
         size = out.stat().st_size
+        with open(out, encoding="utf-8") as f:
+            head = f.read(1 << 16)  # the summary comes first; the file can be hundreds of MB
+    counts = {k: int(m.group(1)) for k in ("n_ranks", "n_steps") if (m := re.search(rf'"{k}": (\d+)', head))}
     return {"seconds": seconds, "cpu_s": cpu_s, "json_mb": size / 1e6,
-            "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+            "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, **counts}
 
 
 STARTUP_MODULES = ("ddp_profile.cli", "ddp_profile.commands.analyze", "ddp_profile.nsys.loader",
@@ -431,6 +435,101 @@ def replica_for(n: int, rebuild: bool) -> tuple[Path, dict]:
     return path, {"source": _rel(src_file), "copies": copies, "source_kernels": base}
 
 
+# ---- real-shaped step cases: committed real jobs repeated along time, many steps -------------------------
+
+REAL_CASES = {
+    # name: (source under traces/, copies (None: about REAL_KERNELS kernels), what the case exercises)
+    "2r-nvtx": ("torch_ddp-25mb_small_fp32_2xh200", 100, "2 ranks in one file, NVTX step ranges"),
+    "2r-inferred": ("foreign/gpt-logevery", None, "2 ranks in one file, no step NVTX (steps inferred), a host "
+                    "sync every step on one rank (straggler evidence every step)"),
+    "4r-nvtx": ("two-node/bucketed-25mb_small_fp32_4xh100", None, "4 per-rank files (2 hosts), NVTX step ranges"),
+    "100k-steps": (None, None, "synthetic 2-rank export of 100,000 tiny steps (12 compute kernels and 2 "
+                   "all-reduces per rank and step), no step NVTX (steps inferred), real-shaped CUDA API rows"),
+}
+REAL_KERNELS = 1_230_000
+STEPS_100K = 100_000
+
+
+def _open_xz(path: Path):
+    import lzma
+    import sqlite3
+
+    con = sqlite3.connect(":memory:")
+    con.deserialize(lzma.decompress(path.read_bytes()))
+    return con
+
+
+def real_case(name: str, rebuild: bool) -> tuple[Path, dict]:
+    """The export (a file, or a folder of per-rank files) of case ``name`` of REAL_CASES, built when missing."""
+    from ddp_profile.nsys.synth_scale import add_real_shape, replicate_exports, synth_scale_run
+
+    source, copies, what = REAL_CASES[name]
+    DATA.mkdir(parents=True, exist_ok=True)
+    if source is None:
+        path = DATA / f"real_{name}.sqlite"
+        if rebuild or not path.exists():
+            tmp = path.with_suffix(".part")
+            synth_scale_run(tmp, n_kernels=STEPS_100K * 14 * 2, n_ranks=2, kernels_per_step=12, n_buckets=2,
+                            nvtx_steps=False, chunk_steps=4096)
+            add_real_shape(tmp, api_per_kernel=real_shape()["other_api"])
+            tmp.rename(path)
+        return path, {"case": name, "what": what, "source": "synth_scale_run", "copies": 1}
+    files = sorted((TRACES / source).glob("*.sqlite.xz"))
+    cons = [_open_xz(f) for f in files]
+    base = sum(c.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0] for c in cons)
+    copies = copies or max(1, round(REAL_KERNELS / base))
+    folder = DATA / f"real_{name}_x{copies}"
+    dsts = [folder / f.name.removesuffix(".xz") for f in files]
+    if rebuild or not all(d.exists() for d in dsts):
+        folder.mkdir(parents=True, exist_ok=True)
+        replicate_exports(cons, dsts, copies)
+    for c in cons:
+        c.close()
+    return (dsts[0] if len(dsts) == 1 else folder), {"case": name, "what": what, "source": _rel(TRACES / source),
+                                                     "copies": copies, "source_kernels": base}
+
+
+def export_counts(path: Path) -> dict:
+    """Rows of the kernel, CUDA runtime and NVTX tables, over every export of ``path`` (a file or a folder)."""
+    import sqlite3
+
+    out = {"kernels": 0, "api_rows": 0, "nvtx_rows": 0}
+    for f in ([path] if path.is_file() else sorted(path.glob("*.sqlite"))):
+        con = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
+        have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        for key, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("api_rows", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+                           ("nvtx_rows", "NVTX_EVENTS")):
+            out[key] += con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] if table in have else 0
+        con.close()
+    return out
+
+
+def bench_real(name: str, args) -> dict:
+    """One real-shaped case: the Arrow floor (summed over per-rank files) and the `analyze --format json`
+    command on the whole export, alternating, the minimum of ``args.repeat``."""
+    path, info = real_case(name, args.rebuild)
+    files = [path] if path.is_file() else sorted(path.glob("*.sqlite"))
+    for f in files:
+        warm(f)
+    floors, clis = [], []
+    for _ in range(args.repeat):
+        parts = [_child("floor_arrow", f) for f in files]
+        floors.append({"seconds": sum(x["seconds"] for x in parts), "loaded_int64_mb": sum(x["loaded_int64_mb"]
+                       for x in parts), "launch_rows": sum(x["launch_rows"] for x in parts), "loadavg": parts[0]["loadavg"]})
+        clis.append(_child("cli", path))
+    fa, cli = min(floors, key=lambda r: r["seconds"]), min(clis, key=lambda r: r["seconds"])
+    res = dict(info, path=_rel(path), files=len(files), file_mb=sum(f.stat().st_size for f in files) / 1e6,
+               **export_counts(path), repeats=args.repeat, floor_arrow=fa, cli=cli, all_cli=clis,
+               ratio_arrow=cli["seconds"] / fa["seconds"],
+               peak_over_loaded=cli["peak_kb"] * 1024 / 1e6 / fa["loaded_int64_mb"])
+    res.update(n_ranks=cli.get("n_ranks"), n_steps=cli.get("n_steps"))
+    print(f"{name:>12}: {res['n_ranks']} ranks, {res['n_steps']} steps, {res['kernels']:,} kernels, "
+          f"{res['api_rows']:,} API rows | arrow floor {fa['seconds']:.2f} s | analyze {cli['seconds']:.2f} s "
+          f"(CPU {cli['cpu_s']:.2f} s) = {res['ratio_arrow']:.2f}x | peak RSS {cli['peak_kb'] / 1024:.0f} MB = "
+          f"{res['peak_over_loaded']:.2f}x the loaded arrays", flush=True)
+    return res
+
+
 # ---- many per-rank files: threads vs Dask processes (issue 18) -------------------------------------------
 
 SWEEP_KERNELS_PER_STEP, SWEEP_BUCKETS, SWEEP_STEPS = 500, 6, 2  # ~1,000 kernels per rank file
@@ -656,6 +755,11 @@ def main(argv=None) -> int:
     ap.add_argument("--render-size", default="1M", help="size whose report page is rendered (default 1M)")
     ap.add_argument("--replica", default="1M", help="kernels of the replicated real trace row ('' to skip)")
     ap.add_argument("--sweep", default="64,256,1024", help="per-rank file counts, threads vs Dask ('' to skip)")
+    ap.add_argument("--real", default=",".join(REAL_CASES),
+                    help=f"real-shaped step cases, comma-separated ('' to skip; default all: {', '.join(REAL_CASES)})")
+    ap.add_argument("--update", metavar="FILE", default=None,
+                    help="measure only the --real cases and put them into these recorded results (the other "
+                         "rows are kept as recorded)")
     ap.add_argument("--sweep-repeat", type=int, default=1, help="repeats per sweep point (default 1)")
     ap.add_argument("--no-render", action="store_true", help="skip the report rendering timing")
     ap.add_argument("--report", default="traces",
@@ -702,6 +806,8 @@ def main(argv=None) -> int:
         print(f"bench_analyzer: cannot read {exc.filename if isinstance(exc, OSError) else args.from_json}: "
               f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 2
+    if args.update:
+        return _update(args, readme)
     if args.from_json:
         md = write_results(results, Path(args.out), write_json=False)
         print(f"wrote {md} from {args.from_json}")
@@ -723,6 +829,7 @@ def main(argv=None) -> int:
         row = bench_size(0, args, path=rpath)
         row.update(size=f"replica {label(row['rows'])}", replica=info_r)
         results["replica"] = row
+    results["real"] = _real_block(args)
     sweep = [int(x) for x in args.sweep.split(",") if x.strip()]
     if sweep:
         folder = sweep_folder(max(sweep), args.rebuild)
@@ -758,6 +865,34 @@ def main(argv=None) -> int:
               f"{100 * r['second_share']:.1f} % of the first ({r['pages']} pages; load average {r['loadavg'][0]})",
               flush=True)
     info["loadavg_end"] = _loadavg()
+    md = write_results(results, Path(args.out))
+    print(f"wrote {md} and {md.with_name('results.json')}")
+    if readme:
+        print(f"{'updated' if update_readme(results, readme) else 'unchanged:'} {readme}")
+    return 0
+
+
+def _real_block(args) -> dict | None:
+    names = [n.strip() for n in args.real.split(",") if n.strip()]
+    if not names:
+        return None
+    bad = [n for n in names if n not in REAL_CASES]
+    if bad:
+        raise SystemExit(f"bench_analyzer: unknown --real case {bad[0]!r} (cases: {', '.join(REAL_CASES)})")
+    command = "python benchmarks/bench_analyzer.py " + " ".join(sys.argv[1:])
+    block = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             "loadavg_start": _loadavg(), "bytecode": _compile_package(), "rows": []}
+    block["rows"] = [bench_real(n, args) for n in names]
+    block["loadavg_end"] = _loadavg()
+    return block
+
+
+def _update(args, readme: Path | None) -> int:
+    """--update: the recorded results with their real-shaped cases measured again."""
+    from results_md import update_readme, write_results
+
+    results = json.loads(Path(args.update).read_text(encoding="utf-8"))
+    results["real"] = _real_block(args)
     md = write_results(results, Path(args.out))
     print(f"wrote {md} and {md.with_name('results.json')}")
     if readme:

@@ -12,6 +12,7 @@ from ddp_profile.safeio import write_text_atomic
 
 TARGET_RATIO, TARGET_MEM, TARGET_PAGE_S = 1.3, 2.0, 5.0
 TARGET_ARROW, TARGET_SECOND_SHARE, TARGET_REPORT_S = 1.5, 0.15, 45.0  # issue 28
+TARGET_REAL_ARROW, TARGET_100K_S = 2.0, 20.0  # real-shaped step cases: command vs Arrow floor; 100,000 steps
 BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
 HEADING = "## Performance"
 
@@ -179,6 +180,45 @@ def targets(res: dict) -> list[str]:
     return lines
 
 
+def real_lines(res: dict) -> list[str]:
+    """The real-shaped step cases: what each export holds, the command against the Arrow floor, and the targets."""
+    rb = res.get("real")
+    if not rb or not rb.get("rows"):
+        return []
+    out = [f"Real-shaped step cases, measured with `{rb['command']}` ({rb['date']}; 1-minute load average "
+           f"{_load1(rb.get('loadavg_start'))} at the start and {_load1(rb.get('loadavg_end'))} at the end): committed "
+           "real jobs repeated along time with their CUDA runtime rows and NVTX (`synth_scale.replicate_exports`; "
+           "per-rank files shifted together), and one synthetic export of 100,000 tiny steps. *Arrow floor*: the "
+           "native Arrow read of the kernel and kernel-launch rows (summed over per-rank files); *analyze*: the command "
+           "`python -m ddp_profile analyze PATH --format json -o FILE` from process start to exit, with the CPU time "
+           "of its process beside it (the machine's other work inflates wall time, much less CPU time); *peak RSS*: "
+           "the command's whole process (interpreter and imports included). Minimum of "
+           f"{rb['rows'][0]['repeats']} run(s).", "",
+           "| case | source x copies | ranks | steps | kernels | CUDA API rows | NVTX rows | Arrow floor | analyze "
+           "(CPU) | ratio | per 1,000 steps | peak RSS / loaded arrays | load average (floor / command) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rb["rows"]:
+        fa, c = r["floor_arrow"], r["cli"]
+        steps = r.get("n_steps") or 0
+        out.append(f"| {r['case']} | `{r['source']}` x {r['copies']} | {r.get('n_ranks', '-')} | {steps:,} | "
+                   f"{r['kernels']:,} | {r['api_rows']:,} | {r['nvtx_rows']:,} | {fa['seconds']:.2f} s | "
+                   f"{c['seconds']:.2f} s ({c['cpu_s']:.2f} s) | {r['ratio_arrow']:.2f}x | "
+                   + (f"{1e3 * c['seconds'] / steps:.3f} s ({1e3 * c['cpu_s'] / steps:.3f} s) | " if steps else "- | ")
+                   + f"{c['peak_kb'] / 1024:.0f} MB / {fa['loaded_int64_mb']:.0f} MB = {r['peak_over_loaded']:.2f}x | "
+                   f"{fa.get('loadavg', '-')} / {c.get('loadavg', '-')} |")
+    out += ["", *[f"- {r['case']}: {r['what']}" for r in rb["rows"]], ""]
+    for r in rb["rows"]:
+        c = r["cli"]
+        if r["case"] == "100k-steps":
+            out.append(f"- {r.get('n_steps', 0):,} inferred steps analysed in under {TARGET_100K_S:g} s: "
+                       f"{_ok(c['seconds'] < TARGET_100K_S)} ({c['seconds']:.1f} s wall, {c['cpu_s']:.1f} s CPU)")
+        elif r["kernels"] >= 900_000:
+            out.append(f"- {r['case']}: `analyze --format json` <= {TARGET_REAL_ARROW}x the Arrow floor: "
+                       f"{_ok(r['ratio_arrow'] <= TARGET_REAL_ARROW)} ({c['seconds']:.2f} s vs "
+                       f"{r['floor_arrow']['seconds']:.2f} s = {r['ratio_arrow']:.2f}x)")
+    return out
+
+
 def table(res: dict) -> str:
     head = ("| kernels | rows | file MB | floor s | floor Mrows/s | group_concat read s | load s | analyze s | "
             "load+analyze s | Mrows/s | ratio to floor | floor us/row | total us/row | peak over start MB | "
@@ -236,6 +276,7 @@ def readme_block(res: dict) -> str:
                      f"{f.get('loadavg', '-')} / {a.get('loadavg', '-')} |")
     lines += arrow_table(res)
     lines += ["", *[f"- {t}" for t in targets(res)], ""]
+    lines += [*real_lines(res), ""] if res.get("real") else []
     if res.get("replica"):
         rp = res["replica"]["replica"]
         lines += [f"The replica row is `{rp['source']}` ({rp['source_kernels']:,} kernels, 2 GPUs) repeated "
@@ -329,6 +370,7 @@ def write_results(res: dict, out: Path, write_json: bool = True) -> Path:
         "",
         *[f"- {t}" for t in targets(res)],
         "",
+        *(["## Real-shaped step cases", "", *real_lines(res), ""] if res.get("real") else []),
         "## README section (paste as is)",
         "",
         readme_section(res),

@@ -20,6 +20,10 @@ a real one.
     python benchmarks/same_numbers.py -o /tmp/before.json                 # on the old tree
     python benchmarks/same_numbers.py -o /tmp/after.json --compare /tmp/before.json   # on the new one
     python benchmarks/same_numbers.py --only flat_xl --keep /tmp/out      # a subset; keep the outputs to diff
+    python benchmarks/same_numbers.py -o a0.json --shard 0/2 --no-report & # the work in several processes,
+    python benchmarks/same_numbers.py -o a1.json --shard 1/2 --no-report & #   the report in one more,
+    python benchmarks/same_numbers.py -o ar.json --no-traces & wait       #   then joined:
+    python benchmarks/same_numbers.py -o after.json --merge a0.json a1.json ar.json --compare before.json
 
 ``--compare`` prints every key whose digest or exit code differs and exits 1 when any does. This is a
 measurement script (minutes on the committed set), not a test.
@@ -98,12 +102,36 @@ def report(work: Path) -> dict:
     return out
 
 
+SUFFIX = {"analyze": "analyze.json", "launches": "launches.json", "export": "perfetto.json"}
+
+
+def kept_digests(dirs: list[Path]) -> dict:
+    """{key: {"rc": None, "sha256": ...}} of the per-trace outputs and report pages kept in ``dirs``."""
+    out: dict = {}
+    for d in dirs:
+        for command, suffix in SUFFIX.items():
+            for f in sorted(d.glob(f"*.{suffix}")):
+                out[f"{command} {f.name[:-len(suffix) - 1].replace('__', '/')}"] = {"rc": None, "sha256": digest(f)}
+        page_dir = d / "report"
+        for page in sorted(p for p in page_dir.rglob("*") if p.is_file() and ".cache" not in p.parts):
+            out[f"report {page.relative_to(page_dir)}"] = {"rc": None, "sha256": digest(page, page_dir)}
+    return out
+
+
 def compare(now: dict, before: dict) -> list[str]:
+    """One line per key whose entry differs; entries with an unknown exit code (--from-kept) compare only
+    their digests, and keys the unfinished run never reached are counted, not listed."""
+    partial = any(v.get("rc") is None and not k.startswith("report rc") for k, v in now.items())
     lines = []
-    for key in sorted(set(now) | set(before)):
+    keys = sorted(set(now) if partial else set(now) | set(before))
+    for key in keys:
         a, b = before.get(key), now.get(key)
+        if partial and a is not None and b is not None and b["rc"] is None:
+            a, b = a["sha256"], b["sha256"]
         if a != b:
             lines.append(f"DIFFERS {key}: before {a} after {b}")
+    if partial:
+        lines.append(f"partial: {len(now)} of {len(before)} outputs compared")
     return lines
 
 
@@ -113,9 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare", metavar="BEFORE", help="a JSON this script wrote earlier: list the differences")
     ap.add_argument("--only", metavar="TEXT", help="only the traces whose path contains TEXT (no report)")
     ap.add_argument("--no-report", action="store_true", help="skip the report of traces/")
+    ap.add_argument("--no-traces", action="store_true", help="only the report of traces/")
+    ap.add_argument("--shard", metavar="K/N", default="0/1",
+                    help="only every N-th trace from the K-th (several processes share the work; merge their "
+                         "JSON files with --merge)")
+    ap.add_argument("--merge", nargs="+", metavar="JSON", help="JSON files of this script to join into -o (nothing run)")
+    ap.add_argument("--from-kept", nargs="+", metavar="DIR",
+                    help="digests of the outputs kept in DIRs (--keep) by a run that did not finish; exit codes "
+                         "unknown (null): with --compare only the digests of what is there are compared")
     ap.add_argument("--keep", metavar="DIR", help="keep the outputs in DIR (to diff them) instead of a temp folder")
     args = ap.parse_args(argv)
-    runs = [r for r in committed_runs() if args.only is None or args.only in name_of(r)]
+    if args.from_kept:
+        return finish(kept_digests([Path(d) for d in args.from_kept]), args, 0)
+    if args.merge:
+        result = {}
+        for f in args.merge:
+            result.update(json.loads(Path(f).read_text()))
+        return finish(result, args, 0)
+    k, n = (int(x) for x in args.shard.split("/"))
+    runs = [r for i, r in enumerate(committed_runs()) if i % n == k and (args.only is None or args.only in name_of(r))]
+    runs = [] if args.no_traces else runs
     with tempfile.TemporaryDirectory(prefix="same_numbers_") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)
         if args.keep:
@@ -124,8 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         result = per_trace(runs, work)
         if args.only is None and not args.no_report:
             result.update(report(work))
+    return finish(result, args, len(runs))
+
+
+def finish(result: dict, args, n_traces: int) -> int:
     Path(args.output).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
-    print(f"wrote {args.output}: {len(result)} digests over {len(runs)} traces", file=sys.stderr)
+    print(f"wrote {args.output}: {len(result)} digests over {n_traces} traces", file=sys.stderr)
     if args.compare:
         diffs = compare(result, json.loads(Path(args.compare).read_text()))
         print("\n".join(diffs) if diffs else "same: every digest and exit code equal", flush=True)

@@ -59,7 +59,7 @@ REPEATS=${REPEATS:-5}
 REP_STEPS=${REP_STEPS:-6}
 REP_WARMUP=${REP_WARMUP:-2}
 REP_FIRST_WARMUP=${REP_FIRST_WARMUP:-5}
-RULES=${RULES:-balanced,straggler-host,straggler-gpu,host-sync,comm-tail,contention,optimizer-shard,grad-copy-back,fsdp-prefetch,launch-bound}
+RULES=${RULES:-balanced,straggler-host,straggler-gpu,host-sync,comm-tail,contention,optimizer-shard,grad-copy-back,fsdp-prefetch,launch-bound,balanced@b32,straggler-gpu@b32}
 JOB_ARGS=${JOB_ARGS:-}
 NAMES=${NAMES:-}
 PART_BYTES=$((15 * 1024 * 1024))
@@ -77,6 +77,8 @@ profiled|gpt2-ddp-slowgpu|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-g
 profiled|gpt2-ddp-item|40|||torchrun|whatif/gpt2_whatif.py|--rule host-sync --variant baseline
 profiled|gpt2-fsdp2|40|||torchrun|whatif/gpt2_whatif.py|--rule fsdp-prefetch --variant baseline
 profiled|gpt2-ddp-b1|40|||torchrun|whatif/gpt2_whatif.py|--rule launch-bound --variant baseline
+profiled|gpt2-ddp-b32|40|||torchrun|whatif/gpt2_whatif.py|--rule balanced@b32 --variant baseline
+profiled|gpt2-ddp-b32-slowgpu|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-gpu@b32 --variant baseline
 "
 
 cd "$REPO"

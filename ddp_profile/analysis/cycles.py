@@ -45,13 +45,16 @@ A stretch opening with the modal optimizer and closing with the modal forward en
 former and starts the next at the latter: what lies between (the loop's work between iterations, extra
 work every N steps) is in no step, and kernels beyond the modal stretch are that step's extra work. A
 stretch matching one end only is cut there; neither, at the last occurrence of the modal forward's first
-FORWARD_HEAD kernels (at most half of them; else f kernels before the next run). Either way a step ends no earlier than the last
-update kernel (``Sequence.update``) before the next forward: a first optimizer call that initialises its
-state launches more kernels than the modal one. Step k runs from the
-start of its first micro-step's forward to the end of its optimizer. The first cycle is a step when the
+FORWARD_HEAD kernels (at most half of them; else f kernels before the next run). Either way a step ends no
+earlier than the last update kernel (``Sequence.update``) before the next forward: a first optimizer call
+that initialises its state launches more kernels than the modal one. Step k runs from the start of its
+first micro-step's forward to the end of its optimizer. The first cycle is a step when the
 f kernels before its first run are the modal forward and it has the modal micro-step count; the last
 when at least LAST_OPTIMIZER_SHARE of the modal optimizer's kernels open its stretch (ending there).
-Anything else before the first cut (warm-up, rank 0's evaluation) is no step. Fewer than two sync runs,
+A first cycle with the modal micro-step count whose forward is not the modal one (a compiled job's first
+iteration: compilation and autotuning) is a step too, from the host's first compilation pause before its
+forward's first kernel (:func:`_compile_start`). Anything else before the first cut (warm-up, rank 0's
+evaluation) is no step. Fewer than two sync runs,
 or no backward run: no cycle (``infer`` falls back to the period of the whole sequence).
 
 **Extra work** (per step): kernels beyond the modal sequence, inside the step (:func:`extra_work`: the
@@ -69,14 +72,14 @@ from dataclasses import dataclass
 import numpy as np
 
 MIN_RUN_SHARE = 0.25
-MAX_COMPARED = 256
-MIN_VOTES = 2
+MAX_COMPARED = 256  # longer stretches compared against the modal one (each a few numpy calls)
+MIN_VOTES = 2  # longer stretches that must agree on where their extra kernels go
 SECOND_GAP_RATIO = 10.0  # a gap this many times the forward's median gap, and at least SECOND_GAP_SHARE
 SECOND_GAP_SHARE = 0.2  # of the cut's, ends the loop's own work before the forward
 COMPILE_PAUSE_STEPS = 10  # a host pause this many steps long before a compiled first iteration is compilation
 FORWARD_HEAD = 8  # kernels of the modal forward whose last occurrence starts an irregular stretch's forward
 LAST_OPTIMIZER_SHARE = 0.9  # the trace's last optimizer: at least this share of the modal one's kernels
-SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it  # longer stretches that must agree on where their extra kernels go  # longer stretches compared against the modal one (each a few numpy calls)
+SYNC_SLACK_NS = 100_000  # a launch this soon after all earlier GPU work ended follows a wait for it
 HOST_EXTRA_SHARE = 0.1
 HOST_EXTRA_MADS = 5.0
 

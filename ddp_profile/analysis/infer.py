@@ -306,9 +306,9 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
     out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
     note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
-            "gradient-synchronisation cycle (its micro-steps' forward and backward, the gradient collectives, "
-            "the optimizer), cut between the optimizer's last kernel and the next forward's first; steps are "
-            "numbered from 0 at the first iteration every rank ran; " + "; ".join(found))
+            "optimizer step (its micro-steps' forward and backward, the gradient collectives, the optimizer), "
+            "cut between the optimizer's last kernel and the next forward's first; steps are numbered from 0 at "
+            "the first iteration every rank ran; " + "; ".join(found))
     return out, [note]
 
 

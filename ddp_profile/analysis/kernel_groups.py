@@ -1,8 +1,11 @@
-"""Kernel groups (families) by short kernel name: the one table of them, and :func:`name_group`.
+"""Kernel naming, on the analysis' ground floor: kernel groups (families) by short kernel name (the one table
+of them, :func:`name_group`, :func:`kernel_group_codes`), the GEMM wave ratio threshold, the CUDA API call
+kinds (:func:`of_kind`) and collective kinds by NCCL collective name (KINDS, :func:`kind_of`,
+:func:`kind_codes`, :func:`rows_of`).
 
-Its own module, free of the analysis' other modules, so that any stage of the pipeline can name a kernel's
-group (``launches``' launch diagnosis, ``kernel_families``' per-step GPU time, ``after_backward``'s optimizer
-kernels) without importing the launch diagnosis.
+Its own module, importing only ``kernel_arrays``, so that every measure and answer can name a kernel's group
+or a collective's kind (``launches``, ``kernel_families``, ``after_backward``, ``comm_kinds``, ``steps``,
+``infer``, ``straggler``, ``verdict``) without importing a sibling analysis.
 """
 
 from __future__ import annotations

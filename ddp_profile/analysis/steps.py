@@ -20,7 +20,7 @@ C = compute kernels, N = NCCL kernels, M = memcpy/memset, A = all GPU work, each
                        launch after it waits for reduced gradients: FSDP's post-reduce copies and gradient
                        division, an update run from the gradient hooks; the optimizer)
     comm_tail_ns     = max(0, last_grad_comm_end − backward_end_ns), where last_grad_comm_end is the latest
-                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; comm_kinds.GRADIENT)
+                       GPU end of the *gradient* NCCL kernels (AllReduce, ReduceScatter; kernel_groups.GRADIENT)
                        launched between the start of backward and the start of the optimizer phase (the
                        end of the step without one); 0 when none remains
                        after backward; NaN without a backward range. Parameter AllGather/Broadcast after

@@ -82,7 +82,7 @@ def _scale_steps(rng, steps: int, tmpl: np.ndarray, base_ns: np.ndarray, n_bucke
 
 def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step: int = 2_000, n_buckets: int = 25,
                     rank_of_file: int | None = None, seed: int = 0, layout: str = "2025.3",
-                    chunk_steps: int = 64) -> dict:
+                    chunk_steps: int = 64, nvtx_steps: bool = True) -> dict:
     """A realistic DDP export of about ``n_kernels`` GPU kernels (compute + NCCL), built in chunks.
 
     All ``n_ranks`` processes in one file, or only rank ``rank_of_file`` (per-rank files of one run share
@@ -92,6 +92,8 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
     forward/backward/optimizer, one ``allreduce b<i> <bytes>B`` range per bucket. Ranks start a few us
     apart, so collectives have wait time. Memory stays at one chunk: the first chunk goes through
     :func:`build_export` (so tables and StringIds are exactly its layout), later chunks are appended.
+    ``nvtx_steps=False`` leaves out the step, phase and bucket ranges (the rank markers stay): the analysis then
+    infers the steps from the kernels.
     """
     rng = np.random.default_rng(seed)
     per_step = kernels_per_step + n_buckets
@@ -136,6 +138,8 @@ def synth_scale_run(path, *, n_kernels: int, n_ranks: int = 8, kernels_per_step:
                            ("launch_tid", np.where(is_nccl, pid + 1, pid)), ("launch_api", is_nccl)):
                 cols[col].append(v)
             corr[r] += n
+            if not nvtx_steps:
+                continue
             idx = np.arange(s0, s1)
             # (start, end) pairs unpacked by name: mypy miscounts a *-argument followed by positional ones
             h0, h1 = host["step"]
@@ -250,11 +254,28 @@ TIMED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUP
                 "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
 
 
-def replicate_export(src: sqlite3.Connection, dst, copies: int) -> dict:
+def time_range(con: sqlite3.Connection) -> tuple[int, int]:
+    """(first start, last end) over an export's timed tables."""
+    have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    timed = [t for t in TIMED_TABLES if t in have]
+    lo = min(con.execute(f"SELECT MIN(start) FROM {t}").fetchone()[0] or 0 for t in timed)
+    hi = max(con.execute(f"SELECT MAX(COALESCE(end, start)) FROM {t}").fetchone()[0] or 0 for t in timed)
+    return lo, hi
+
+
+def replicate_exports(sources: list[sqlite3.Connection], dsts: list, copies: int) -> list[dict]:
+    """Per-rank exports of one run repeated together: each as :func:`replicate_export`, all shifted by the
+    span of the whole run (the union of their time ranges), so the ranks' copies stay aligned."""
+    ranges = [time_range(con) for con in sources]
+    span = max(r[1] for r in ranges) - min(r[0] for r in ranges) + 1_000_000
+    return [replicate_export(con, dst, copies, span=span) for con, dst in zip(sources, dsts, strict=True)]
+
+
+def replicate_export(src: sqlite3.Connection, dst, copies: int, span: int | None = None) -> dict:
     """A real export repeated ``copies`` times along time into ``dst`` (a path): every timed table's rows
-    again, shifted by the capture's span (plus 1 ms) per copy, correlationIds shifted past the largest one
-    used, so each copy's kernels join their own launches. Other tables (StringIds, processes, GPUs, session
-    start) are copied once. ``src``: an open connection (e.g. a decompressed ``.sqlite.xz``)."""
+    again, shifted by the capture's span (plus 1 ms; or by ``span``) per copy, correlationIds shifted past the
+    largest one used, so each copy's kernels join their own launches. Other tables (StringIds, processes, GPUs,
+    session start) are copied once. ``src``: an open connection (e.g. a decompressed ``.sqlite.xz``)."""
     dst = Path(dst)
     with replacing(dst, ".build") as tmp:
         out = sqlite3.connect(tmp)
@@ -263,9 +284,9 @@ def replicate_export(src: sqlite3.Connection, dst, copies: int) -> dict:
         out.execute("PRAGMA synchronous=OFF")
         have = {r[0] for r in out.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         timed = [t for t in TIMED_TABLES if t in have]
-        lo = min(out.execute(f"SELECT MIN(start) FROM {t}").fetchone()[0] or 0 for t in timed)
-        hi = max(out.execute(f"SELECT MAX(COALESCE(end, start)) FROM {t}").fetchone()[0] or 0 for t in timed)
-        span = hi - lo + 1_000_000
+        if span is None:
+            lo, hi = time_range(out)
+            span = hi - lo + 1_000_000
         corr = max((out.execute(f"SELECT MAX(correlationId) FROM {t}").fetchone()[0] or 0) for t in timed
                    if "correlationId" in {r[1] for r in out.execute(f'PRAGMA table_info("{t}")')}) + 1
         counts = {}

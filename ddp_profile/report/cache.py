@@ -177,7 +177,20 @@ def _key_of(entry: Path) -> str:
 
 
 def _load(entry: Path):
-    return cache_entry.loads(Path(entry).read_bytes(), _key_of(entry))
+    """(trace, analysis, launch diagnosis or why there is none, host calls) from ``entry``, checked to be
+    that shape (EntryError otherwise)."""
+    result = cache_entry.loads(Path(entry).read_bytes(), _key_of(entry))
+    import pandas as pd
+
+    from ddp_profile.analysis import Analysis
+    from ddp_profile.analysis.launches import LaunchAnalysis
+    from ddp_profile.trace import Trace
+
+    if not (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], Trace)
+            and isinstance(result[1], Analysis) and isinstance(result[2], (LaunchAnalysis, str, type(None)))
+            and isinstance(result[3], (pd.DataFrame, type(None)))):
+        raise cache_entry.EntryError("not a run's (trace, analysis, launches, host calls)")
+    return result
 
 
 def read_entry(entry: Path):

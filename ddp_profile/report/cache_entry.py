@@ -50,6 +50,11 @@ def _classes() -> dict[str, type]:
 
 CLASSES = ("Trace", "Analysis", "LaunchAnalysis")
 """The only classes an entry may name (see :func:`_classes`)."""
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "pd.DataFrame": (pd.DataFrame,), "pd.DataFrame|None": (pd.DataFrame, type(None)), "dict": (dict,),
+    "dict|None": (dict, type(None)), "list[str]": (list,), "list[Path]": (list,), "str": (str,),
+}
+"""What a field of those classes must hold, by its annotation (fields annotated otherwise are not checked)."""
 
 
 # ---- writing ----------------------------------------------------------------------------------------------
@@ -187,8 +192,14 @@ class _Reader:
             declared = {f.name for f in dataclasses.fields(cls) if f.init} - {"_deferred"}
             if not set(body[1]) <= declared:
                 raise EntryError(f"{body[0]} has no field(s) {sorted(set(body[1]) - declared)}")
+            values = {k: self.value(x) for k, x in body[1].items()}
+            types = {f.name: f.type for f in dataclasses.fields(cls)}
+            for k, v in values.items():
+                kinds = FIELD_TYPES.get(str(types[k]).replace(" ", ""))
+                if kinds is not None and not isinstance(v, kinds):
+                    raise EntryError(f"{body[0]}.{k} is a {type(v).__name__}, not {types[k]}")
             try:
-                return cls(**{k: self.value(x) for k, x in body[1].items()})
+                return cls(**values)
             except TypeError as exc:  # a required field missing
                 raise EntryError(f"{body[0]}: {exc}") from None
         raise EntryError(f"unknown or malformed tag {tag!r}")

@@ -13,6 +13,8 @@ Jobs (``JOBS``: the baselines) and rules (``RULES``: rule id -> job, the change 
     gpt2-ddp-item       ... every rank reads loss.item() after every step
     gpt2-ddp-b1         ... batch 1 x 128 per rank (kernel launches outlast the GPU work)
     gpt2-fsdp2          FSDP2 fully_shard per block + root, default (implicit) prefetch
+    gpt2-ddp-b32        DDP, batch 32 x 512 per rank: GPU-bound, also under nsys
+    gpt2-ddp-b32-slowgpu ... rank 1 runs ~5 ms of extra GEMMs before each step
 
 Three ways to run it (torchrun, one process per GPU):
 
@@ -57,6 +59,9 @@ JOBS = {
     "gpt2-ddp-item": dict(item=True),
     "gpt2-ddp-b1": dict(batch=1, seq_len=128),
     "gpt2-fsdp2": dict(kind="fsdp"),
+    # GPU-bound (batch 32 x 512: the GPU's work outlasts the host's launches, also under nsys)
+    "gpt2-ddp-b32": dict(batch=32),
+    "gpt2-ddp-b32-slowgpu": dict(batch=32, gemm_ms=5.0),
 }
 RULES = {  # rule -> (baseline job, the change in words, the settings the change sets)
     "balanced": ("gpt2-ddp", "none: the same job again (A/A), the noise floor; no straggler advice expected", {}),
@@ -74,6 +79,11 @@ RULES = {  # rule -> (baseline job, the change in words, the settings the change
                         "parameters, then broadcasts them", dict(zero=True)),
     "grad-copy-back": ("gpt2-ddp", "DDP gradient_as_bucket_view=True (no copy from the buckets back to .grad)",
                        dict(grad_view=True)),
+    # A rule's second job: key "<rule>@<tag>" (the ledger's rule id is the part before "@")
+    "balanced@b32": ("gpt2-ddp-b32", "none: the same job again (A/A), the noise floor; no straggler advice expected",
+                     {}),
+    "straggler-gpu@b32": ("gpt2-ddp-b32-slowgpu", f"rank {SLOW_RANK}'s extra GEMMs (~5 ms) before each step removed",
+                          dict(gemm_ms=0.0)),
     "fsdp-prefetch": ("gpt2-fsdp2", "FSDP2 explicit prefetch: each block's AllGather issued 2 blocks ahead, in "
                       "the forward and the backward", dict(prefetch=2)),
 }
@@ -254,7 +264,7 @@ def repeat_rule(a, rule, rank, world, device, cuda, last_s, t0):
                 for v in ("baseline", "changed")}
         base_run = runners["baseline"]
         record = {
-            "rule": rule, "job": job, "change": change, "world_size": world,
+            "rule": rule.split("@")[0], "pair": rule, "job": job, "change": change, "world_size": world,
             "program": os.path.basename(__file__),
             "command": (f"torchrun --standalone --nproc_per_node={world} scripts/whatif/{os.path.basename(__file__)} "
                         f"--repeats {a.repeats} --rules {a.rules} --steps {a.steps} --warmup {a.warmup} "

@@ -51,13 +51,16 @@ def program_args(command):
 
 
 def run_order(runs):
-    """The rules of one repeats process in the order they ran (their records' dates; rules run one by one)."""
+    """The rules of the repeats process whose records lack their command, in the order they ran (their records'
+    dates; one process runs its rules one by one)."""
     found = []
     for rule in RULES:
         path = os.path.join(runs, "repeats", rule, "repeats.json")
         if os.path.exists(path):
             with open(path) as fh:
-                found.append((json.load(fh)["date_utc"], list(RULES).index(rule), rule))
+                rep = json.load(fh)
+            if "command" not in rep:
+                found.append((rep["date_utc"], list(RULES).index(rule), rule))
     return [rule for _, _, rule in sorted(found)]
 
 
@@ -78,10 +81,11 @@ def main():
     home = {}  # job -> folder name holding its export
     made = []
     ran = run_order(a.runs)
-    for rule, (job, change, _) in RULES.items():
-        rep_path = os.path.join(a.runs, "repeats", rule, "repeats.json")
+    for key, (job, change, _) in RULES.items():
+        rule = key.split("@")[0]  # "<rule>@<tag>": the rule's second job
+        rep_path = os.path.join(a.runs, "repeats", key, "repeats.json")
         if not os.path.exists(rep_path):
-            print(f"{rule}: no repeats in {a.runs}; skipped", file=sys.stderr)
+            print(f"{key}: no repeats in {a.runs}; skipped", file=sys.stderr)
             continue
         with open(rep_path) as fh:
             rep = json.load(fh)
@@ -108,8 +112,8 @@ def main():
         launch = LAUNCH.format(world=world)
         ledger = {
             "rule": rule, "job": job, "change": change,
-            "command_baseline": f"{launch} --rule {rule} --variant baseline",
-            "command_changed": f"{launch} --rule {rule} --variant changed",
+            "command_baseline": f"{launch} --rule {key} --variant baseline",
+            "command_changed": f"{launch} --rule {key} --variant changed",
             "command_profiled": (NSYS.format(job=job) + f" {launch} {program_args(ptruth['command'])}"
                                  if job in home else None),
             "command_repeats": rep.get("command") or (

@@ -14,12 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import infer_accuracy as ia  # noqa: E402
 
-STEP_TOL_PCT = 3.0  # median inferred step vs the true median
-# Ranks whose programs' events also span host time before the first forward kernel while the GPU idles
-# (docs/metrics.md, accuracy): the step (a kernel window) is shorter than the true iteration there, by at
-# most this much.
-IDLE_LEAD = {("foreign/gpt-logevery", 1), ("foreign/hf-ddp", 0), ("foreign/gpt-compile", 1)}
-IDLE_LEAD_TOL_PCT = 5.0
+STEP_TOL_PCT = 3.0  # median inferred step vs the truth: its span vs the true period where the program
+# recorded its iterations' ends (truth.json), else its GPU window vs the true step time. The window leaves
+# out the GPU idle while the host prepares the forward (Trainer's input preparation, CUDA-graph replays'
+# launches), which the programs' events include (docs/metrics.md, accuracy: the error column).
 PHASE_MIN_PCT = 5.0  # forward and backward, each, of every step
 
 
@@ -43,11 +41,9 @@ def test_every_foreign_trace_and_variant_is_measured(rows):
 
 
 def test_median_step_within_3_pct_of_the_truth(rows):
-    bad = [(_label(r), round(r["err_pct"], 2)) for r in rows
-           if abs(r["err_pct"]) > STEP_TOL_PCT and (r["trace"], r["rank"]) not in IDLE_LEAD]
-    assert not bad
-    lead = [r for r in rows if (r["trace"], r["rank"]) in IDLE_LEAD]
-    assert lead and all(-IDLE_LEAD_TOL_PCT <= r["err_pct"] < 0 for r in lead)
+    err = [(r, r["span_err_pct"] if r["span_err_pct"] is not None else r["err_pct"]) for r in rows]
+    assert sum(r["span_err_pct"] is not None for r in rows) >= 2 * 13  # the truth.json jobs, 2 ranks or more
+    assert not [(_label(r), round(e, 2)) for r, e in err if abs(e) > STEP_TOL_PCT]
 
 
 def test_micro_steps_as_the_program_counted_them(rows):

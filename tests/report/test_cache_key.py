@@ -18,9 +18,11 @@ def _pages(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix == ".html"}
 
 
-@pytest.fixture
-def shared(tmp_path):
-    """Two runs' exports side by side in one folder (steps of different lengths), and a third run elsewhere."""
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """Two runs' exports side by side in one folder (steps of different lengths), and a third run elsewhere
+    (shared by the tests of this module: they only read them)."""
+    tmp_path = tmp_path_factory.mktemp("inputs")
     two = tmp_path / "two"
     two.mkdir()
     synth_ddp_run(two / "fast.sqlite", n_ranks=2, n_steps=3, kernel_ns=10_000)
@@ -38,17 +40,22 @@ def test_two_exports_of_one_folder_have_two_keys(shared):
     assert run_cache.run_key(fast, "steps=2:") != run_cache.run_key(fast)
 
 
+TRUTH: dict[int, dict[str, bytes]] = {}
+"""Pages of a --no-cache report of each pass's inputs, made once for both --jobs values."""
+
+
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_runs_sharing_a_folder_get_their_own_numbers_in_one_and_in_two_passes(shared, tmp_path, jobs):
     fast, slow, third = shared
     out = tmp_path / "rep"
     for n, inputs in enumerate(([fast, slow], [fast, slow, third])):
         build_report(inputs, out, jobs=jobs)
-        truth = tmp_path / f"truth{n}"
-        build_report(inputs, truth, jobs=1, cache=False)
+        if n not in TRUTH:
+            build_report(inputs, tmp_path / f"truth{n}", jobs=1, cache=False)
+            TRUTH[n] = _pages(tmp_path / f"truth{n}")
         pages = _pages(out)
         assert {"run-fast.html", "run-slow.html"} <= set(pages)
-        assert pages == _pages(truth)
+        assert pages == TRUTH[n]
     assert pages["run-fast.html"] != pages["run-slow.html"]
     assert len(list((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))) == 3
 
@@ -65,7 +72,8 @@ class _Payload:
 
 def _hostile_entries(marker: Path) -> list[bytes]:
     """Entries an attacker could place under the right name: a pickle that runs code, entries that name
-    classes or tags the cache does not build, and a zip whose members are not ours."""
+    classes or tags the cache does not build, a zip whose members are not ours, a class with a field of the
+    wrong type, and a value that is not a run's result."""
     import io
     import json
     import pickle
@@ -89,6 +97,8 @@ def _hostile_entries(marker: Path) -> list[bytes]:
         lambda key: archive(doc(key, {"$pickle": pickle.dumps(_Payload(marker)).hex()})),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("frame-0.arrow", pickle.dumps(_Payload(marker)))]),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("../frame-0.arrow", b"x")]),
+        lambda key: archive(doc(key, {"$obj": ["Trace", {"kernels": "x", "nvtx": "x", "gpus": "x", "ranks": "x"}]})),
+        lambda key: archive(doc(key, ["a list", "not a run"])),
     ]
 
 

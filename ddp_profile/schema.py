@@ -61,6 +61,9 @@ RANK_OVERLAP_COLUMNS = ["rank", "compute_ns", "comm_ns", "overlap_ns", "exposed_
 # Per kernel name, nsys nccl_gpu_overlap_trace semantics: for NCCL kernels, the duration-weighted share of
 # their time during which a compute kernel ran on the same (pid, device); for compute kernels, vice versa.
 KERNEL_OVERLAP_COLUMNS = ["kind", "name", "count", "total_ns", "overlapped_ns", "overlap_pct"]
+# One row per NCCL kernel, paired across ranks by analysis/clocks.py (seq: the reference rank's numbering).
+# wait_ns / transfer_ns / busbw_gb_per_s are empty where the wait is not called (under the clock residual, a
+# collective that cannot have overlapped, or some rank's NCCL kernels unseen; analysis/collectives.py).
 COLLECTIVE_COLUMNS = [
     "rank", "pid", "device", "stream", "seq", "step", "collective", "algorithm", "protocol", "dtype",
     "bucket", "bytes", "start_ns", "end_ns", "duration_ns", "wait_ns", "transfer_ns", "busbw_gb_per_s",

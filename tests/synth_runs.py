@@ -1,6 +1,7 @@
 """Small synthetic DDP exports whose ranks can differ: kernel speed, per-step delays, how many steps, whether
-the rank has NCCL kernels, CUDA API rows or kernel names; one file for all ranks or one file per rank with
-its own session start and clock rate. Written with ``nsys.synth.build_export``, read like any export."""
+the rank has NCCL kernels or an optimizer update; one file for all ranks or one file per rank with its own
+session start and clock rate. Each all-reduce ends on every rank when the last rank to start it has run it
+(the earlier ranks wait), as NCCL's do. Written with ``nsys.synth.build_export``, read like any export."""
 
 from __future__ import annotations
 
@@ -29,23 +30,42 @@ class Rank:
     skip_optimizer: tuple[int, ...] = ()  # steps whose optimizer update is missing
 
 
-def _columns(r: int, pid: int, spec: Rank, n_steps: int, nccl_ns: int, period: int, n_ranks: int):
+def _t0(spec: Rank, s: int, period: int) -> int:
+    return START_NS + s * period + (spec.delays[s] if spec.delays else 0)
+
+
+def _collective_ends(ranks: list[Rank], n_steps: int, nccl_ns: int, period: int) -> dict[tuple[int, int], int]:
+    """(step, bucket) -> when that all-reduce ends on every rank: nccl_ns after the last rank started it (a
+    collective completes only once every rank joined; the earlier ranks wait)."""
+    ends: dict[tuple[int, int], int] = {}
+    for spec in ranks:
+        for s in range(spec.steps or n_steps):
+            if spec.nccl:
+                for b in range(2):
+                    start = _t0(spec, s, period) + (3 + b) * spec.kernel_ns
+                    ends[(s, b)] = max(ends.get((s, b), 0), start + nccl_ns)
+    return ends
+
+
+def _columns(r: int, pid: int, spec: Rank, n_steps: int, nccl_ns: int, period: int, n_ranks: int,
+             coll_end: dict[tuple[int, int], int]):
     k: dict[str, list] = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id",
                                            "launch_start", "launch_tid", "launch_api")}
     n: dict[str, list] = {c: [] for c in ("pid", "tid", "start", "end", "text", "domain", "payload", "category",
                                            "registered", "event_type")}
     kns = spec.kernel_ns
     for s in range(spec.steps or n_steps):
-        t0 = START_NS + s * period + (spec.delays[s] if spec.delays else 0)
+        t0 = _t0(spec, s, period)
         last = spec.cut_last and s == (spec.steps or n_steps) - 1
         opt = not last and (s + 1) % spec.optimizer_every == 0 and s not in spec.skip_optimizer
-        starts = list(t0 + np.arange(4) * kns) + ([t0 + (4 + i) * kns + nccl_ns for i in range(2)] if opt else [])
+        after = coll_end[(s, 1)] if spec.nccl else t0 + 4 * kns  # the optimizer waits for the last all-reduce
+        starts = [int(x) for x in t0 + np.arange(4) * kns] + ([after + i * kns for i in range(2)] if opt else [])
         names = ["fwd_gemm"] * 2 + ["bwd_gemm"] * 2 + ["sgd_update"] * (len(starts) - 4)
         ends = [x + kns for x in starts]
         streams = [7] * len(starts)
         if spec.nccl:
             buckets = [t0 + 3 * kns, t0 + 4 * kns]
-            starts, ends = starts + buckets, ends + [b + nccl_ns for b in buckets]
+            starts, ends = starts + buckets, ends + [coll_end[(s, 0)], coll_end[(s, 1)]]
             names, streams = names + [NCCL] * 2, streams + [17] * 2
         m = len(starts)
         corr = len(k["pid"]) + 1
@@ -82,8 +102,10 @@ def write_run(folder: Path, ranks: list[Rank], n_steps: int = 3, nccl_ns: int = 
     so the aligned run is the same), and its clock runs ``clock_rates[r]`` times as fast (drift)."""
     folder.mkdir(parents=True, exist_ok=True)
     period = PER_STEP * max(r.kernel_ns for r in ranks) + nccl_ns + 100_000 + \
-        max((max(np.diff([0, *r.delays])) if r.delays else 0) for r in ranks)
-    cols = [_columns(r, 1000 + r, spec, n_steps, nccl_ns, period, len(ranks)) for r, spec in enumerate(ranks)]
+        max((max(r.delays) if r.delays else 0) for r in ranks)
+    coll_end = _collective_ends(ranks, n_steps, nccl_ns, period)
+    cols = [_columns(r, 1000 + r, spec, n_steps, nccl_ns, period, len(ranks), coll_end)
+            for r, spec in enumerate(ranks)]
     if not per_rank_files:
         k = {c: np.concatenate([np.asarray(x[0][c]) for x in cols]) for c in cols[0][0]}
         n = {c: np.concatenate([np.asarray(x[1][c]) for x in cols]) for c in cols[0][1]}

@@ -4,8 +4,8 @@
 ``collectives.collective_rows``). A capture that starts or stops a few iterations later on one rank shifts
 that rank's numbers: the collective (c, s) of the reference rank R (the lowest rank with NCCL kernels) is
 (c', s − d) on rank r. Streams are paired first: r's stream c' goes to R's stream with the same set of
-collective names (in order of first use among equals). The shift d of each (rank, stream) is then chosen
-over the candidates that leave at least half of the shorter sequence overlapping (at most
+collective names (in order of first use among equals). For a rank of another export file than R's (another
+capture, another clock), the shift d of each (rank, stream) is then chosen over the candidates that leave at least half of the shorter sequence overlapping (at most
 :data:`MAX_SHIFT` either way)::
 
     sig(k)    = (collective name, dtype);  cls(k) = floor(log2 bytes), unknown without bytes
@@ -15,11 +15,16 @@ over the candidates that leave at least half of the shorter sequence overlapping
     spread(d) = median_i |diff_d(i) − median(diff_d)|
 
 Kept: the candidates whose agree(d) is at least :data:`AGREE_MIN` and within :data:`AGREE_SLACK` of the best;
-among them the smallest spread, then the smallest ``|median(diff_d)|`` (the loader's session-start clocks),
-then the smallest ``|d|``. This works because the kernels of one collective end together on every rank
+among them those whose spread is within :data:`SPREAD_TIE` times the smallest plus :data:`SPREAD_TIE_NS`, and
+of those the smallest ``|d|`` (the captures' own numbering), then the smallest ``|median(diff_d)|`` (the
+loader's session-start clocks). The numbering itself (d = 0) competes with ``(spread(0) − KEEP_NUMBERING_NS) /
+KEEP_NUMBERING``: another shift must be :data:`KEEP_NUMBERING` times tighter and 10 µs tighter to win. Spreads
+are alike where steps barely jitter or kernels of one collective do not end together (made-up traces; a
+drifting clock also makes shorter overlaps look tighter): the numbering is then kept. This works because the kernels of one collective end together on every rank
 (NCCL's kernels return once the last peer's data has arrived), whatever the clocks, while kernels a whole
 iteration apart end a step length apart, and step lengths jitter: the right pairing is the one whose end
-difference is constant. Collectives that are not on every rank of their stream after pairing (the
+difference is constant. Ranks of R's own file were captured together, so their numbering is kept (d = 0).
+Collectives that are not on every rank of their stream after pairing (the
 iterations one capture has and another lacks) are dropped, with a note.
 
 **Clock offset and residual**, per rank r over its paired collectives c::
@@ -53,6 +58,13 @@ MAX_SHIFT = 1024
 """The largest shift (in collectives of one stream) searched either way: several iterations of any job."""
 SAMPLE = 512
 """This many overlapping pairs (evenly spaced) score a finalist shift."""
+SPREAD_TIE = 1.5
+SPREAD_TIE_NS = 1_000
+"""Spreads within 1.5 times the smallest plus 1 µs tie (the right pairing's is the clocks' noise, µs; a wrong
+one's is the steps' jitter, tens of µs or more)."""
+KEEP_NUMBERING = 3.0
+KEEP_NUMBERING_NS = 10_000
+"""A shift other than 0 must make the end differences 3 times and 10 µs tighter than the numbering's own."""
 COARSE_SAMPLE = 48
 """This many pairs score every candidate shift first."""
 FINALISTS = 16
@@ -155,7 +167,10 @@ def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: n
             return None
         agree, spread, lag = _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample)
         ok = np.flatnonzero((agree >= AGREE_MIN) & (agree >= agree.max() - AGREE_SLACK))
-        order = ok[np.lexsort((np.abs(cand[ok]), lag[ok], spread[ok]))][:FINALISTS]
+        # the captures' own numbering (d = 0) yields only to a clearly tighter shift
+        key = np.where(cand[ok] == 0, (spread[ok] - KEEP_NUMBERING_NS) / KEEP_NUMBERING, spread[ok])
+        tied = key <= max(key.min(initial=np.inf), 0.0) * SPREAD_TIE + SPREAD_TIE_NS
+        order = ok[np.lexsort((lag[ok], np.abs(cand[ok]), np.where(tied, 0.0, key)))][:FINALISTS]
         cand, i0, i1 = cand[order], i0[order], i1[order]
     if not len(cand):
         return None
@@ -213,7 +228,9 @@ def pair(rows: pd.DataFrame, several_files: dict[int, bool] | None = None) -> tu
             paired[idx] = True
             continue
         a = groups.get((ref, target))
-        got = best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
+        own_clock = not (several_files or {}).get(int(rank))  # one capture of every rank: its numbering holds
+        got = (0, 0.0) if own_clock and a is not None else \
+            best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
         if got is None:
             continue
         d = got[0]

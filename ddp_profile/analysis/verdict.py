@@ -207,6 +207,8 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
     part = pd.Series(parts["straggler"].to_numpy())
     expected = gains.carry(float(part.median()) if len(part) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0))
     if cause is None:
+        if not step or 100.0 * float(part.median()) / step < BOUND_SHARE_PCT:
+            return None  # a small lead that no cause explains is not advice (alike ranks' arrival order)
         return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
                      f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
                      step, expected=expected)

@@ -38,7 +38,9 @@ def timeline_rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inf
     streams = k[cols].drop_duplicates().sort_values(["rank", "device", "stream", "pid"])
     busy = (k["end_ns"] - k["start_ns"]).groupby([k[c] for c in ("pid", "device", "stream")]).sum()
     nccl = set(k.loc[k["kind"] == "nccl", ["pid", "device", "stream"]].itertuples(index=False, name=None))
-    labels, keys, row_rank = [], [], []
+    labels: list[str] = []
+    keys: list[tuple[int, ...]] = []
+    row_rank: list[int] = []
 
     def add(label, key_rows, r):
         row = len(labels)

@@ -138,14 +138,15 @@ def job_groups(files: list[Path]) -> list[list[Path]]:
     """
     if len(files) < 2:
         return [list(files)]
-    windows = [capture_window(f) for f in files]
-    if any(w is None for w in windows):
+    found = [capture_window(f) for f in files]
+    windows = [w for w in found if w is not None]
+    if len(windows) < len(files):
         return [list(files)]
-    order = sorted(range(len(files)), key=lambda i: windows[i])  # type: ignore[index]
+    order = sorted(range(len(files)), key=lambda i: windows[i])
     groups: list[list[Path]] = []
-    end = None
+    end: int | None = None
     for i in order:
-        s, e = windows[i]  # type: ignore[misc]
+        s, e = windows[i]
         if end is None or s >= end:
             groups.append([])
             end = e

@@ -127,6 +127,23 @@ def test_a_rank_without_nccl_kernels_is_not_cut_into_micro_steps(tmp_path):
     assert mine["extra_kernels"].isna().all()  # rank 0's extra work is not lent with its boundaries
 
 
+def test_four_ranks_one_clock_off_and_another_capture_late(tmp_path):
+    """The 4-process two-node job: rank 2's clock 3 ms off and rank 3's capture two steps late, at once. The
+    common steps keep the undamaged straggler of every step, and its lead and wait/transfer split within 0.1 ms."""
+    run = "two-node/bucketed-25mb_small_fp32_4xh100"
+    undamaged = _analysis(copy_run(run, tmp_path / "ok")).steps.set_index(["rank", "step"])
+    folder = copy_run(run, tmp_path / "damaged")
+    shift_clock(rank_file(folder, 2), 3_000_000)
+    _late(rank_file(folder, 3))
+    got = _analysis(folder)
+    assert any("rank 2 by -3.0" in n for n in got.notes) and any("rank 3's capture starts" in n for n in got.notes)
+    have = got.steps.set_index(["rank", "step"])
+    want = undamaged.loc[have.index]
+    assert len(have) == 12 and (have["straggler_rank"] == want["straggler_rank"]).all()
+    for col in COLS:
+        assert (np.abs(have[col].to_numpy(float) - want[col].to_numpy(float)) <= TOL_NS).all(), col
+
+
 def test_corrections_are_in_the_json_and_follow_the_damage(undamaged, tmp_path):
     base = undamaged.clock_alignment
     assert base["several_files"] and base["residual_ns"]["1"] < 50_000, base  # ends agree within tens of µs

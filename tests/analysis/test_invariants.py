@@ -60,7 +60,7 @@ def test_invariants_hold_over_random_runs(run):
     assert len(ranks) == len(kernel_ns)
 
     cp = res.critical_path
-    assert len(cp) == len(delays[0])
+    assert len(cp) and set(cp["step"].astype(int)) <= set(range(len(delays[0])))
     parts = ["compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
     assert (cp[parts].astype("int64").sum(axis=1) == cp["span_ns"].astype("int64")).all()
     assert (cp[parts].astype("int64") >= 0).all().all()

@@ -67,10 +67,10 @@ def test_optional_sections_are_deferred_and_equal_when_read(tmp_path, monkeypatc
     trace = load_trace(synth_ddp_run(tmp_path / "run.sqlite", n_ranks=2, n_steps=4)["path"])
     eager = analyze(trace)
     calls = []
-    import ddp_profile.analysis as A
+    from ddp_profile.analysis import pipeline
 
-    real = A._rec.recommend
-    monkeypatch.setattr(A._rec, "recommend", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = pipeline.rec.recommend
+    monkeypatch.setattr(pipeline.rec, "recommend", lambda *a, **k: calls.append(1) or real(*a, **k))
     lazy = analyze(trace, sections=CORE)
     assert "comm_kinds" not in lazy.__dict__
     # the recommendation is deferred too, but the verdict (analysis.answers) reads it when the run has a

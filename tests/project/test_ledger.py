@@ -110,9 +110,13 @@ KNOWN_WRONG = {  # ledger rule id -> why its prediction misses (the rule is bein
                   "applied slowed the collectives more than compute gained",
     "optimizer-shard": "the ledger applied plain ZeroRedundancyOptimizer, whose broadcast after the step the rule "
                        "itself says is exposed; the advised update with the gather hidden is not in the ledger",
+    # a pair (folder name) rather than a whole rule
+    "balanced--gpt2-ddp-b32": "straggler advice on a GPU-bound job whose ranks are alike (batch 32): its A/A "
+                              "repeats realize no gain",
 }
-PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(reason=KNOWN_WRONG[e.rule], strict=True))
-         if e.rule in KNOWN_WRONG else e.folder.name for e in ledger.entries()]
+PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(
+    reason=KNOWN_WRONG.get(e.folder.name) or KNOWN_WRONG[e.rule], strict=True))
+         if e.folder.name in KNOWN_WRONG or e.rule in KNOWN_WRONG else e.folder.name for e in ledger.entries()]
 
 
 @pytest.mark.slow  # the analyses are shared with the test above (one per export per process)

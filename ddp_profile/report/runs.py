@@ -127,6 +127,10 @@ def _holds_traces(folder: Path) -> bool:
         return False
 
 
+RANK_SUFFIX = re.compile(r"[_.-]?rank\d+$")
+"""The end of a per-rank export's name (``run_rank0``): files that differ only there name one job's ranks."""
+
+
 def job_groups(files: list[Path]) -> list[list[Path]]:
     """``files`` (exports of one folder) grouped into jobs by their capture windows (UTC, from the exports):
     files whose windows overlap, directly or through others, are one job's per-rank files; a file that overlaps
@@ -160,7 +164,9 @@ def _runs_of_folder(folder: Path, rid: str, split_jobs: bool, notes: list | None
     captures do not overlap in time). Groups of several files each cannot be passed as one location: refused,
     saying how to report them."""
     exports = sorted(c for c in folder.iterdir() if _is_trace(c))
-    groups = job_groups(exports) if split_jobs else [exports]
+    # run_rank0, run_rank1: named as one job's ranks, they stay one run (the loader says what is wrong with them)
+    named_apart = len({RANK_SUFFIX.sub("", export_stem(f)) for f in exports}) > 1
+    groups = job_groups(exports) if split_jobs and named_apart else [exports]
     if len(groups) == 1:
         return [(folder, rid)]
     listed = "; ".join(", ".join(f.name for f in g) for g in groups)

@@ -110,9 +110,6 @@ KNOWN_WRONG = {  # ledger rule id -> why its prediction misses (the rule is bein
                   "applied slowed the collectives more than compute gained",
     "optimizer-shard": "the ledger applied plain ZeroRedundancyOptimizer, whose broadcast after the step the rule "
                        "itself says is exposed; the advised update with the gather hidden is not in the ledger",
-    # a pair (folder name) rather than a whole rule
-    "balanced--gpt2-ddp-b32": "straggler advice on a GPU-bound job whose ranks are alike (batch 32): its A/A "
-                              "repeats realize no gain",
 }
 PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(
     reason=KNOWN_WRONG.get(e.folder.name) or KNOWN_WRONG[e.rule], strict=True))

@@ -59,6 +59,7 @@ def label(n: int) -> str:
 
 # ---- measurements (each in its own process) -----------------------------------------------------------
 
+
 def _rss_now_kb() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
@@ -83,8 +84,13 @@ def measure_floor(path: str) -> dict:
     arr = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64, count=n * len(KERNEL_COLS))
     arr = arr.reshape(n, len(KERNEL_COLS))
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "rows": n, "rss_before_kb": before, "peak_kb": _peak_kb(),
-            "checksum": int(arr[:, 0].sum() % 1_000_003)}
+    return {
+        "seconds": seconds,
+        "rows": n,
+        "rss_before_kb": before,
+        "peak_kb": _peak_kb(),
+        "checksum": int(arr[:, 0].sum() % 1_000_003),
+    }
 
 
 def measure_floor_concat(path: str) -> dict:
@@ -97,8 +103,9 @@ def measure_floor_concat(path: str) -> dict:
     before = _rss_now_kb()
     t0 = time.perf_counter()
     con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
-    texts = con.execute(f"SELECT {', '.join(f'group_concat({c})' for c in KERNEL_COLS)} "
-                        "FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    texts = con.execute(
+        f"SELECT {', '.join(f'group_concat({c})' for c in KERNEL_COLS)} FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ).fetchone()
     cols = [np.fromstring(t, dtype=np.int64, sep=",") for t in texts]
     del texts
     seconds = time.perf_counter() - t0
@@ -115,8 +122,10 @@ def _launch_query(path: str) -> tuple[str, str]:
     ids = sql.launch_name_ids(con, sql.tables(con))
     con.close()
     names = f"nameId IN ({', '.join(map(str, ids))}) AND " if ids is not None else ""
-    return (f"SELECT {', '.join(KERNEL_COLS)} FROM {sql.KERNEL}",
-            f"SELECT globalTid, correlationId, start FROM {sql.RUNTIME} WHERE {names}correlationId != 0")
+    return (
+        f"SELECT {', '.join(KERNEL_COLS)} FROM {sql.KERNEL}",
+        f"SELECT globalTid, correlationId, start FROM {sql.RUNTIME} WHERE {names}correlationId != 0",
+    )
 
 
 def measure_floor_arrow(path: str) -> dict:
@@ -144,8 +153,14 @@ def measure_floor_arrow(path: str) -> dict:
     seconds = time.perf_counter() - t0
     con.close()
     k, n = len(cols[0]), len(cols[-1])
-    return {"seconds": seconds, "rows": k, "launch_rows": n, "rss_before_kb": before, "peak_kb": _peak_kb(),
-            "loaded_int64_mb": (7 * k + 3 * n) * 8 / 1e6}
+    return {
+        "seconds": seconds,
+        "rows": k,
+        "launch_rows": n,
+        "rss_before_kb": before,
+        "peak_kb": _peak_kb(),
+        "loaded_int64_mb": (7 * k + 3 * n) * 8 / 1e6,
+    }
 
 
 def measure_floor_cx(path: str) -> dict:
@@ -162,7 +177,12 @@ def measure_floor_cx(path: str) -> dict:
     for q in (kernels_q, launch_q):
         table = cx.read_sql(f"sqlite://{Path(path).resolve()}", q, return_type="arrow")
         cols += [np.asarray(c.to_numpy()) for c in table.columns]
-    return {"available": True, "seconds": time.perf_counter() - t0, "rows": len(cols[0]), "version": cx.__version__}
+    return {
+        "available": True,
+        "seconds": time.perf_counter() - t0,
+        "rows": len(cols[0]),
+        "version": cx.__version__,
+    }
 
 
 def _children_cpu_s() -> float:
@@ -178,8 +198,12 @@ def measure_cli(path: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "analysis.json"
         c0, t0 = _children_cpu_s(), time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ddp_profile", "analyze", path, "--format", "json", "-o", str(out)],
-                              cwd=HERE.parent, capture_output=True, text=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "ddp_profile", "analyze", path, "--format", "json", "-o", str(out)],
+            cwd=HERE.parent,
+            capture_output=True,
+            text=True,
+        )
         seconds, cpu_s = time.perf_counter() - t0, _children_cpu_s() - c0
         if proc.returncode != 0:
             raise SystemExit(f"analyze failed on {path}: {proc.stderr[-2000:]}")
@@ -187,12 +211,22 @@ def measure_cli(path: str) -> dict:
         with open(out, encoding="utf-8") as f:
             head = f.read(1 << 16)  # the summary comes first; the file can be hundreds of MB
     counts = {k: int(m.group(1)) for k in ("n_ranks", "n_steps") if (m := re.search(rf'"{k}": (\d+)', head))}
-    return {"seconds": seconds, "cpu_s": cpu_s, "json_mb": size / 1e6,
-            "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, **counts}
+    return {
+        "seconds": seconds,
+        "cpu_s": cpu_s,
+        "json_mb": size / 1e6,
+        "peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        **counts,
+    }
 
 
-STARTUP_MODULES = ("ddp_profile.cli", "ddp_profile.commands.analyze", "ddp_profile.nsys.loader",
-                   "ddp_profile.analysis", "ddp_profile.commands.writers")
+STARTUP_MODULES = (
+    "ddp_profile.cli",
+    "ddp_profile.commands.analyze",
+    "ddp_profile.nsys.loader",
+    "ddp_profile.analysis",
+    "ddp_profile.commands.writers",
+)
 
 
 def measure_startup(_path: str) -> dict:
@@ -223,11 +257,22 @@ def measure_analyze(path: str, jobs: int = 1) -> dict:
     text = json_text(result, core)
     t3 = time.perf_counter()
     s = result.summary()
-    return {"seconds": t3 - t0, "load_s": t1 - t0, "analyze_s": t2 - t1, "json_s": t3 - t2, "json_mb": len(text) / 1e6,
-            "rows": len(trace.kernels),
-            "rss_before_kb": before, "peak_kb": _peak_kb(), "n_ranks": s["n_ranks"], "n_steps": s["n_steps"],
-            "n_collectives": s["n_collectives"], "overlap_pct": s["overlap_pct"],
-            "frame_bytes_per_row": trace.kernels.memory_usage(deep=True, index=False).sum() / max(1, len(trace.kernels))}
+    return {
+        "seconds": t3 - t0,
+        "load_s": t1 - t0,
+        "analyze_s": t2 - t1,
+        "json_s": t3 - t2,
+        "json_mb": len(text) / 1e6,
+        "rows": len(trace.kernels),
+        "rss_before_kb": before,
+        "peak_kb": _peak_kb(),
+        "n_ranks": s["n_ranks"],
+        "n_steps": s["n_steps"],
+        "n_collectives": s["n_collectives"],
+        "overlap_pct": s["overlap_pct"],
+        "frame_bytes_per_row": trace.kernels.memory_usage(deep=True, index=False).sum()
+        / max(1, len(trace.kernels)),
+    }
 
 
 def _warm_imports() -> None:
@@ -255,12 +300,18 @@ def measure_render(path: str, browser: bool) -> dict:
     api = read_api(trace)
     analysis = analyze(trace, api=api)
     launches, host_calls = host_diagnosis(trace, analysis, api)  # as the report loads a run: CPU rows too
-    run = report.Run(Path(path).name.split(".sqlite")[0], trace, analysis, launches=launches, host_calls=host_calls)
+    run = report.Run(
+        Path(path).name.split(".sqlite")[0], trace, analysis, launches=launches, host_calls=host_calls
+    )
     out = Path(tempfile.mkdtemp(prefix="bench-report-")) / "report"
     try:
         t0 = time.perf_counter()
         sizes = report.write_report([run], out, progress=open(os.devnull, "w"))
-        res = {"render_s": time.perf_counter() - t0, "page_mb": sizes[run.page] / 1e6, "rows": len(trace.kernels)}
+        res = {
+            "render_s": time.perf_counter() - t0,
+            "page_mb": sizes[run.page] / 1e6,
+            "rows": len(trace.kernels),
+        }
         if browser:
             res.update(_open_in_browser(out / run.page, run.page and sizes[run.page]))
         return res
@@ -270,7 +321,7 @@ def measure_render(path: str, browser: bool) -> dict:
 
 # In the page before its own scripts: a mark when, after the load event, the main thread first runs a task
 # (the page has parsed, its scripts have run: a click or hover would now be answered).
-_IDLE_MARK = ("addEventListener('load',function(){setTimeout(function(){performance.mark('bench-idle-after-load');},0);});")
+_IDLE_MARK = "addEventListener('load',function(){setTimeout(function(){performance.mark('bench-idle-after-load');},0);});"  # noqa: E501
 
 
 def _open_in_browser(page_path: Path, _size) -> dict:
@@ -290,8 +341,11 @@ def _open_in_browser(page_path: Path, _size) -> dict:
             page = b.new_page(viewport={"width": 1400, "height": 1000})
             page.add_init_script(_IDLE_MARK)
             page.goto(page_path.as_uri())
-            page.wait_for_function("performance.getEntriesByName('ddp-timeline-drawn').length && "
-                                   "performance.getEntriesByName('bench-idle-after-load').length", timeout=120_000)
+            page.wait_for_function(
+                "performance.getEntriesByName('ddp-timeline-drawn').length && "
+                "performance.getEntriesByName('bench-idle-after-load').length",
+                timeout=120_000,
+            )
             t = page.evaluate("""() => { const m = n => performance.getEntriesByName(n)[0].startTime,
                 nav = performance.getEntriesByType('navigation')[0];
                 return {drawn: m('ddp-timeline-drawn'), idle: m('bench-idle-after-load'),
@@ -301,16 +355,25 @@ def _open_in_browser(page_path: Path, _size) -> dict:
             t0 = time.perf_counter()
             for i in range(page.locator(".figure").count()):
                 page.locator(".figure").nth(i).scroll_into_view_if_needed()
-            page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}",
-                                   timeout=120_000)
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {expected}",
+                timeout=120_000,
+            )
             figures.append(time.perf_counter() - t0)
             page.close()
         b.close()
     mid = sorted(range(3), key=lambda i: opens[i])[1]
-    return {"browser_open_s": opens[mid], "browser_open_all_s": opens,
-            "timeline_drawn_s": phases[mid]["drawn"] / 1e3, "html_read_s": phases[mid]["html_read"] / 1e3,
-            "dom_ready_s": phases[mid]["dom_ready"] / 1e3, "figures_s": figures[mid], "figures": expected,
-            "loadavg": _loadavg(), "browser": chromium}
+    return {
+        "browser_open_s": opens[mid],
+        "browser_open_all_s": opens,
+        "timeline_drawn_s": phases[mid]["drawn"] / 1e3,
+        "html_read_s": phases[mid]["html_read"] / 1e3,
+        "dom_ready_s": phases[mid]["dom_ready"] / 1e3,
+        "figures_s": figures[mid],
+        "figures": expected,
+        "loadavg": _loadavg(),
+        "browser": chromium,
+    }
 
 
 def measure_report(traces: str, jobs: str) -> dict:
@@ -332,10 +395,19 @@ def measure_report(traces: str, jobs: str) -> dict:
             if proc.returncode not in (0, 3):
                 raise SystemExit(f"report failed: {proc.stderr[-2000:]}")
         pages = sum(1 for p in out.iterdir() if p.suffix == ".html")
-    return {"first_s": times[0], "second_s": times[1], "second_share": times[1] / times[0], "pages": pages,
-            "first_cpu_s": cpu[0], "second_cpu_s": cpu[1],
-            "jobs": jobs, "rc": proc.returncode, "loadavg": loads, "loadavg_end": _loadavg(),
-            "command": "ddp-profile report" + (f" --jobs {jobs}" if jobs != "default" else "")}
+    return {
+        "first_s": times[0],
+        "second_s": times[1],
+        "second_share": times[1] / times[0],
+        "pages": pages,
+        "first_cpu_s": cpu[0],
+        "second_cpu_s": cpu[1],
+        "jobs": jobs,
+        "rc": proc.returncode,
+        "loadavg": loads,
+        "loadavg_end": _loadavg(),
+        "command": "ddp-profile report" + (f" --jobs {jobs}" if jobs != "default" else ""),
+    }
 
 
 def measure_nsys(path: str) -> dict:
@@ -347,16 +419,41 @@ def measure_nsys(path: str) -> dict:
         # the analysis keep reading the untouched file. The copy is made before the clock starts.
         copy = shutil.copyfile(path, os.path.join(tmp, "export.sqlite"))
         t0 = time.perf_counter()
-        proc = subprocess.run([exe, "stats", "-r", "cuda_gpu_kern_sum", "-f", "csv", "-o", f"{tmp}/k",
-                               "--force-export=false", copy], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                exe,
+                "stats",
+                "-r",
+                "cuda_gpu_kern_sum",
+                "-f",
+                "csv",
+                "-o",
+                f"{tmp}/k",
+                "--force-export=false",
+                copy,
+            ],
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - t0
     ver = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
-    return {"available": True, "seconds": seconds, "rc": proc.returncode,
-            "version": ver.replace("NVIDIA Nsight Systems version", "nsys").strip() or None}
+    return {
+        "available": True,
+        "seconds": seconds,
+        "rc": proc.returncode,
+        "version": ver.replace("NVIDIA Nsight Systems version", "nsys").strip() or None,
+    }
 
 
-MEASURES = {"floor": measure_floor, "floor_concat": measure_floor_concat, "floor_arrow": measure_floor_arrow,
-            "floor_cx": measure_floor_cx, "analyze": measure_analyze, "cli": measure_cli, "startup": measure_startup}
+MEASURES = {
+    "floor": measure_floor,
+    "floor_concat": measure_floor_concat,
+    "floor_arrow": measure_floor_arrow,
+    "floor_cx": measure_floor_cx,
+    "analyze": measure_analyze,
+    "cli": measure_cli,
+    "startup": measure_startup,
+}
 
 
 def _child(kind: str, path: Path, *extra: str) -> dict:
@@ -392,11 +489,16 @@ def real_shape() -> dict:
         for path in find_exports([run]):
             con = open_export(path)
             have = sql.tables(con)
-            activity += sum(con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                            for t in (sql.KERNEL, sql.MEMCPY, sql.MEMSET) if t in have)
+            activity += sum(
+                con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in (sql.KERNEL, sql.MEMCPY, sql.MEMSET)
+                if t in have
+            )
             nvtx += con.execute(f"SELECT COUNT(*) FROM {sql.NVTX}").fetchone()[0] if sql.NVTX in have else 0
-            for name, n in con.execute(f"SELECT s.value, COUNT(*) FROM {sql.RUNTIME} r JOIN {sql.STRINGS} s "
-                                       "ON s.id = r.nameId GROUP BY 1"):
+            for name, n in con.execute(
+                f"SELECT s.value, COUNT(*) FROM {sql.RUNTIME} r JOIN {sql.STRINGS} s "
+                "ON s.id = r.nameId GROUP BY 1"
+            ):
                 by_name[name] = by_name.get(name, 0) + n
             con.close()
     import fnmatch
@@ -405,12 +507,16 @@ def real_shape() -> dict:
 
     launch = {n for n in by_name if any(fnmatch.fnmatchcase(n, g) for g in LAUNCH_FUNCTIONS)}
     per = {n: c / activity for n, c in sorted(by_name.items(), key=lambda kv: -kv[1])}
-    out = {"runs": len(runs), "activity_rows": activity, "api_rows": sum(by_name.values()),
-           "api_per_kernel": sum(by_name.values()) / activity,
-           "launch_per_kernel": sum(by_name[n] for n in launch) / activity,
-           "other_api": {n: round(r, 4) for n, r in per.items() if n not in launch and r >= 1e-4},
-           "launch_api": {n: round(r, 4) for n, r in per.items() if n in launch},
-           "nvtx_per_kernel": nvtx / activity}
+    out = {
+        "runs": len(runs),
+        "activity_rows": activity,
+        "api_rows": sum(by_name.values()),
+        "api_per_kernel": sum(by_name.values()) / activity,
+        "launch_per_kernel": sum(by_name[n] for n in launch) / activity,
+        "other_api": {n: round(r, 4) for n, r in per.items() if n not in launch and r >= 1e-4},
+        "launch_api": {n: round(r, 4) for n, r in per.items() if n in launch},
+        "nvtx_per_kernel": nvtx / activity,
+    }
     DATA.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=1))
     return out
@@ -440,11 +546,23 @@ def replica_for(n: int, rebuild: bool) -> tuple[Path, dict]:
 REAL_CASES = {
     # name: (source under traces/, copies (None: about REAL_KERNELS kernels), what the case exercises)
     "2r-nvtx": ("torch_ddp-25mb_small_fp32_2xh200", 100, "2 ranks in one file, NVTX step ranges"),
-    "2r-inferred": ("foreign/gpt-logevery", None, "2 ranks in one file, no step NVTX (steps inferred), a host "
-                    "sync every step on one rank (straggler evidence every step)"),
-    "4r-nvtx": ("two-node/bucketed-25mb_small_fp32_4xh100", None, "4 per-rank files (2 hosts), NVTX step ranges"),
-    "100k-steps": (None, None, "synthetic 2-rank export of 100,000 tiny steps (12 compute kernels and 2 "
-                   "all-reduces per rank and step), no step NVTX (steps inferred), real-shaped CUDA API rows"),
+    "2r-inferred": (
+        "foreign/gpt-logevery",
+        None,
+        "2 ranks in one file, no step NVTX (steps inferred), a host "
+        "sync every step on one rank (straggler evidence every step)",
+    ),
+    "4r-nvtx": (
+        "two-node/bucketed-25mb_small_fp32_4xh100",
+        None,
+        "4 per-rank files (2 hosts), NVTX step ranges",
+    ),
+    "100k-steps": (
+        None,
+        None,
+        "synthetic 2-rank export of 100,000 tiny steps (12 compute kernels and 2 "
+        "all-reduces per rank and step), no step NVTX (steps inferred), real-shaped CUDA API rows",
+    ),
 }
 REAL_KERNELS = 1_230_000
 STEPS_100K = 100_000
@@ -469,8 +587,15 @@ def real_case(name: str, rebuild: bool) -> tuple[Path, dict]:
         path = DATA / f"real_{name}.sqlite"
         if rebuild or not path.exists():
             tmp = path.with_suffix(".part")
-            synth_scale_run(tmp, n_kernels=STEPS_100K * 14 * 2, n_ranks=2, kernels_per_step=12, n_buckets=2,
-                            nvtx_steps=False, chunk_steps=4096)
+            synth_scale_run(
+                tmp,
+                n_kernels=STEPS_100K * 14 * 2,
+                n_ranks=2,
+                kernels_per_step=12,
+                n_buckets=2,
+                nvtx_steps=False,
+                chunk_steps=4096,
+            )
             add_real_shape(tmp, api_per_kernel=real_shape()["other_api"])
             tmp.rename(path)
         return path, {"case": name, "what": what, "source": "synth_scale_run", "copies": 1}
@@ -485,8 +610,13 @@ def real_case(name: str, rebuild: bool) -> tuple[Path, dict]:
         replicate_exports(cons, dsts, copies)
     for c in cons:
         c.close()
-    return (dsts[0] if len(dsts) == 1 else folder), {"case": name, "what": what, "source": _rel(TRACES / source),
-                                                     "copies": copies, "source_kernels": base}
+    return (dsts[0] if len(dsts) == 1 else folder), {
+        "case": name,
+        "what": what,
+        "source": _rel(TRACES / source),
+        "copies": copies,
+        "source_kernels": base,
+    }
 
 
 def export_counts(path: Path) -> dict:
@@ -494,11 +624,14 @@ def export_counts(path: Path) -> dict:
     import sqlite3
 
     out = {"kernels": 0, "api_rows": 0, "nvtx_rows": 0}
-    for f in ([path] if path.is_file() else sorted(path.glob("*.sqlite"))):
+    for f in [path] if path.is_file() else sorted(path.glob("*.sqlite")):
         con = sqlite3.connect(f"file:{f}?mode=ro", uri=True)
         have = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        for key, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("api_rows", "CUPTI_ACTIVITY_KIND_RUNTIME"),
-                           ("nvtx_rows", "NVTX_EVENTS")):
+        for key, table in (
+            ("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"),
+            ("api_rows", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+            ("nvtx_rows", "NVTX_EVENTS"),
+        ):
             out[key] += con.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] if table in have else 0
         con.close()
     return out
@@ -514,19 +647,37 @@ def bench_real(name: str, args) -> dict:
     floors, clis = [], []
     for _ in range(args.repeat):
         parts = [_child("floor_arrow", f) for f in files]
-        floors.append({"seconds": sum(x["seconds"] for x in parts), "loaded_int64_mb": sum(x["loaded_int64_mb"]
-                       for x in parts), "launch_rows": sum(x["launch_rows"] for x in parts), "loadavg": parts[0]["loadavg"]})
+        floors.append(
+            {
+                "seconds": sum(x["seconds"] for x in parts),
+                "loaded_int64_mb": sum(x["loaded_int64_mb"] for x in parts),
+                "launch_rows": sum(x["launch_rows"] for x in parts),
+                "loadavg": parts[0]["loadavg"],
+            }
+        )
         clis.append(_child("cli", path))
     fa, cli = min(floors, key=lambda r: r["seconds"]), min(clis, key=lambda r: r["seconds"])
-    res = dict(info, path=_rel(path), files=len(files), file_mb=sum(f.stat().st_size for f in files) / 1e6,
-               **export_counts(path), repeats=args.repeat, floor_arrow=fa, cli=cli, all_cli=clis,
-               ratio_arrow=cli["seconds"] / fa["seconds"],
-               peak_over_loaded=cli["peak_kb"] * 1024 / 1e6 / fa["loaded_int64_mb"])
+    res = dict(
+        info,
+        path=_rel(path),
+        files=len(files),
+        file_mb=sum(f.stat().st_size for f in files) / 1e6,
+        **export_counts(path),
+        repeats=args.repeat,
+        floor_arrow=fa,
+        cli=cli,
+        all_cli=clis,
+        ratio_arrow=cli["seconds"] / fa["seconds"],
+        peak_over_loaded=cli["peak_kb"] * 1024 / 1e6 / fa["loaded_int64_mb"],
+    )
     res.update(n_ranks=cli.get("n_ranks"), n_steps=cli.get("n_steps"))
-    print(f"{name:>12}: {res['n_ranks']} ranks, {res['n_steps']} steps, {res['kernels']:,} kernels, "
-          f"{res['api_rows']:,} API rows | arrow floor {fa['seconds']:.2f} s | analyze {cli['seconds']:.2f} s "
-          f"(CPU {cli['cpu_s']:.2f} s) = {res['ratio_arrow']:.2f}x | peak RSS {cli['peak_kb'] / 1024:.0f} MB = "
-          f"{res['peak_over_loaded']:.2f}x the loaded arrays", flush=True)
+    print(
+        f"{name:>12}: {res['n_ranks']} ranks, {res['n_steps']} steps, {res['kernels']:,} kernels, "
+        f"{res['api_rows']:,} API rows | arrow floor {fa['seconds']:.2f} s | analyze {cli['seconds']:.2f} s "
+        f"(CPU {cli['cpu_s']:.2f} s) = {res['ratio_arrow']:.2f}x | peak RSS {cli['peak_kb'] / 1024:.0f} MB = "
+        f"{res['peak_over_loaded']:.2f}x the loaded arrays",
+        flush=True,
+    )
     return res
 
 
@@ -551,8 +702,14 @@ def sweep_folder(max_files: int, rebuild: bool) -> Path:
         path = folder / f"rank{r:04d}.sqlite"
         if not path.exists():
             tmp = path.with_suffix(".part")
-            synth_scale_run(tmp, n_kernels=per_step * SWEEP_STEPS * max_files, n_ranks=max_files,
-                            kernels_per_step=SWEEP_KERNELS_PER_STEP, n_buckets=SWEEP_BUCKETS, rank_of_file=r)
+            synth_scale_run(
+                tmp,
+                n_kernels=per_step * SWEEP_STEPS * max_files,
+                n_ranks=max_files,
+                kernels_per_step=SWEEP_KERNELS_PER_STEP,
+                n_buckets=SWEEP_BUCKETS,
+                rank_of_file=r,
+            )
             add_real_shape(tmp, api_per_kernel=shape["other_api"], nvtx_per_kernel=shape["nvtx_per_kernel"])
             tmp.rename(path)
     return folder
@@ -566,7 +723,7 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
     from ddp_profile.analysis import pipeline as ap
     from ddp_profile.nsys.loader import load_trace
 
-    files = sorted(Path(folder).glob("rank*.sqlite"))[:int(count)]
+    files = sorted(Path(folder).glob("rank*.sqlite"))[: int(count)]
     _warm_imports()
     before = _rss_now_kb()
     out = {"files": len(files), "mode": mode, "jobs": int(jobs)}
@@ -594,12 +751,24 @@ def measure_ranks(folder: str, count: str, mode: str, jobs: str) -> dict:
         match_s = time.perf_counter() - m0
         trace.close()
         distributed.close_client(client)
-        out.update(seconds=t3 - t1, cluster_start_s=t1 - t0, load_s=trace.stats["load_s"], match_s=match_s,
-                   match_share=match_s / (t3 - t1), rows=trace.stats["rows"],
-                   worker_peak_mb=trace.stats["worker_peak_kb"] / 1024, part_mb=trace.stats["part_bytes"] / 1e6)
-    out.update(rss_before_kb=before, peak_kb=_peak_kb(), client_peak_over_start_mb=(_peak_kb() - before) / 1024,
-               n_collectives=len(res.collectives), n_ranks=int(res.rank_overlap["rank"].nunique()),
-               result_digest=_result_digest(res))
+        out.update(
+            seconds=t3 - t1,
+            cluster_start_s=t1 - t0,
+            load_s=trace.stats["load_s"],
+            match_s=match_s,
+            match_share=match_s / (t3 - t1),
+            rows=trace.stats["rows"],
+            worker_peak_mb=trace.stats["worker_peak_kb"] / 1024,
+            part_mb=trace.stats["part_bytes"] / 1e6,
+        )
+    out.update(
+        rss_before_kb=before,
+        peak_kb=_peak_kb(),
+        client_peak_over_start_mb=(_peak_kb() - before) / 1024,
+        n_collectives=len(res.collectives),
+        n_ranks=int(res.rank_overlap["rank"].nunique()),
+        result_digest=_result_digest(res),
+    )
     return out
 
 
@@ -620,6 +789,7 @@ def _import_stack() -> None:
 
 
 # ---- driver ---------------------------------------------------------------------------------------------
+
 
 def export_for(n: int, ranks: int, rebuild: bool) -> tuple[Path, float | None]:
     """The cached single-file export of about ``n`` kernels (built when missing); (path, build seconds)."""
@@ -663,16 +833,28 @@ def warm(path: Path) -> None:
 
 
 def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+        "?",
+    )
     mem_kb = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
     import sqlite3
 
     import numpy as np
     import pandas as pd
-    return {"cpu": cpu, "cores": os.cpu_count(), "ram_gib": round(mem_kb / 2**20, 1),
-            "python": platform.python_version(), "numpy": np.__version__, "pandas": pd.__version__,
-            "sqlite": sqlite3.sqlite_version, "os": platform.platform(), "nsys": "found" if shutil.which("nsys") else None,
-            "loadavg_start": _loadavg()}
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kb / 2**20, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "sqlite": sqlite3.sqlite_version,
+        "os": platform.platform(),
+        "nsys": "found" if shutil.which("nsys") else None,
+        "loadavg_start": _loadavg(),
+    }
 
 
 def _compile_package() -> str:
@@ -697,8 +879,14 @@ def _loadavg() -> str:
 def bench_size(n: int, args, path: Path | None = None) -> dict:
     path, built = (path, None) if path else export_for(n, args.ranks, args.rebuild)
     warm(path)
-    runs: dict[str, list] = {"floor_arrow": [], "cli": [], "analyze": [], "floor": [], "floor_concat": [],
-                             "startup": []}
+    runs: dict[str, list] = {
+        "floor_arrow": [],
+        "cli": [],
+        "analyze": [],
+        "floor": [],
+        "floor_concat": [],
+        "startup": [],
+    }
     for _ in range(args.repeat):
         for kind in runs:
             runs[kind].append(_child(kind, path))
@@ -707,26 +895,45 @@ def bench_size(n: int, args, path: Path | None = None) -> dict:
     int64_bytes = rows * len(KERNEL_COLS) * 8
     a, f, fa, cli = best["analyze"], best["floor"], best["floor_arrow"], best["cli"]
     res = {
-        "size": label(n), "path": _rel(path), "file_mb": path.stat().st_size / 1e6,
-        "build_s": built, "rows": rows, "repeats": args.repeat, "floor": f, "floor_concat": best["floor_concat"],
-        "floor_arrow": fa, "floor_cx": _child("floor_cx", path), "cli": cli, "startup": best["startup"],
-        "analyze": a, "all_runs": runs, "ratio": a["seconds"] / f["seconds"],
+        "size": label(n),
+        "path": _rel(path),
+        "file_mb": path.stat().st_size / 1e6,
+        "build_s": built,
+        "rows": rows,
+        "repeats": args.repeat,
+        "floor": f,
+        "floor_concat": best["floor_concat"],
+        "floor_arrow": fa,
+        "floor_cx": _child("floor_cx", path),
+        "cli": cli,
+        "startup": best["startup"],
+        "analyze": a,
+        "all_runs": runs,
+        "ratio": a["seconds"] / f["seconds"],
         # issue 28: the CLI (process start included) and the in-process work against the Arrow floor
-        "ratio_arrow": cli["seconds"] / fa["seconds"], "ratio_arrow_inproc": a["seconds"] / fa["seconds"],
-        "kernel_cols_int64_mb": int64_bytes / 1e6, "loaded_int64_mb": fa["loaded_int64_mb"],
+        "ratio_arrow": cli["seconds"] / fa["seconds"],
+        "ratio_arrow_inproc": a["seconds"] / fa["seconds"],
+        "kernel_cols_int64_mb": int64_bytes / 1e6,
+        "loaded_int64_mb": fa["loaded_int64_mb"],
         "peak_over_base_mb": (a["peak_kb"] - a["rss_before_kb"]) * 1024 / 1e6,
         "floor_peak_over_base_mb": (f["peak_kb"] - f["rss_before_kb"]) * 1024 / 1e6,
         "nsys": measure_nsys(str(path)),
     }
     res["mem_ratio"] = res["peak_over_base_mb"] / res["kernel_cols_int64_mb"]
     res["mem_ratio_loaded"] = res["peak_over_base_mb"] / res["loaded_int64_mb"]
-    print(f"{res['size']:>5} {rows:>11,} rows | floor {f['seconds']:7.2f} s ({rows / f['seconds'] / 1e6:5.2f} M rows/s)"
-          f" | load+analyze {a['seconds']:7.2f} s (load {a['load_s']:.2f} + analyze {a['analyze_s']:.2f} + json "
-          f"{a['json_s']:.2f}; {rows / a['seconds'] / 1e6:5.2f} M rows/s) | ratio {res['ratio']:.2f}"
-          f" | peak +{res['peak_over_base_mb']:.0f} MB = {res['mem_ratio']:.2f}x kernel cols", flush=True)
-    print(f"      arrow floor {fa['seconds']:.2f} s | analyze CLI {cli['seconds']:.2f} s = {res['ratio_arrow']:.2f}x "
-          f"(in process {res['ratio_arrow_inproc']:.2f}x) | peak = {res['mem_ratio_loaded']:.2f}x the loaded arrays "
-          f"({res['loaded_int64_mb']:.0f} MB)", flush=True)
+    print(
+        f"{res['size']:>5} {rows:>11,} rows | floor {f['seconds']:7.2f} s ({rows / f['seconds'] / 1e6:5.2f} M rows/s)"
+        f" | load+analyze {a['seconds']:7.2f} s (load {a['load_s']:.2f} + analyze {a['analyze_s']:.2f} + json "
+        f"{a['json_s']:.2f}; {rows / a['seconds'] / 1e6:5.2f} M rows/s) | ratio {res['ratio']:.2f}"
+        f" | peak +{res['peak_over_base_mb']:.0f} MB = {res['mem_ratio']:.2f}x kernel cols",
+        flush=True,
+    )
+    print(
+        f"      arrow floor {fa['seconds']:.2f} s | analyze CLI {cli['seconds']:.2f} s = {res['ratio_arrow']:.2f}x "
+        f"(in process {res['ratio_arrow_inproc']:.2f}x) | peak = {res['mem_ratio_loaded']:.2f}x the loaded arrays "
+        f"({res['loaded_int64_mb']:.0f} MB)",
+        flush=True,
+    )
     return res
 
 
@@ -737,44 +944,92 @@ def _per_rank_jobs(args, results: dict) -> None:
         warm(p)
     par = {}
     for jobs in (1, args.jobs):
-        par[jobs] = min((_child("analyze", folder, str(jobs)) for _ in range(args.repeat)), key=lambda r: r["seconds"])
-    results["per_rank"] = {"size": label(n_pr), "files": args.ranks, "folder": _rel(folder),
-                           "jobs": args.jobs, "by_jobs": {str(k): v for k, v in par.items()}}
-    print(f"per-rank files ({args.ranks} x {label(n_pr)}/{args.ranks}): load jobs=1 {par[1]['load_s']:.2f} s, "
-          f"jobs={args.jobs} {par[args.jobs]['load_s']:.2f} s", flush=True)
+        par[jobs] = min(
+            (_child("analyze", folder, str(jobs)) for _ in range(args.repeat)), key=lambda r: r["seconds"]
+        )
+    results["per_rank"] = {
+        "size": label(n_pr),
+        "files": args.ranks,
+        "folder": _rel(folder),
+        "jobs": args.jobs,
+        "by_jobs": {str(k): v for k, v in par.items()},
+    }
+    print(
+        f"per-rank files ({args.ranks} x {label(n_pr)}/{args.ranks}): load jobs=1 {par[1]['load_s']:.2f} s, "
+        f"jobs={args.jobs} {par[args.jobs]['load_s']:.2f} s",
+        flush=True,
+    )
 
 
 def main(argv=None) -> int:
     global DATA
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="0.1M,1M,10M", help="kernel counts, comma-separated (default 0.1M,1M,10M)")
+    ap.add_argument(
+        "--sizes", default="0.1M,1M,10M", help="kernel counts, comma-separated (default 0.1M,1M,10M)"
+    )
     ap.add_argument("--ranks", type=int, default=8, help="ranks (processes) in each export (default 8)")
-    ap.add_argument("--repeat", type=int, default=3, help="repeats per measurement; the minimum is kept (default 3)")
-    ap.add_argument("--jobs", type=int, default=2, help="parallel jobs for the per-rank files timing (default 2)")
-    ap.add_argument("--per-rank-size", default="1M", help="kernels of the per-rank run, all files (default 1M; empty to skip)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="repeats per measurement; the minimum is kept (default 3)"
+    )
+    ap.add_argument(
+        "--jobs", type=int, default=2, help="parallel jobs for the per-rank files timing (default 2)"
+    )
+    ap.add_argument(
+        "--per-rank-size",
+        default="1M",
+        help="kernels of the per-rank run, all files (default 1M; empty to skip)",
+    )
     ap.add_argument("--render-size", default="1M", help="size whose report page is rendered (default 1M)")
     ap.add_argument("--replica", default="1M", help="kernels of the replicated real trace row ('' to skip)")
-    ap.add_argument("--sweep", default="64,256,1024", help="per-rank file counts, threads vs Dask ('' to skip)")
-    ap.add_argument("--real", default=",".join(REAL_CASES),
-                    help=f"real-shaped step cases, comma-separated ('' to skip; default all: {', '.join(REAL_CASES)})")
-    ap.add_argument("--update", metavar="FILE", default=None,
-                    help="measure only the --real cases and put them into these recorded results (the other "
-                         "rows are kept as recorded)")
+    ap.add_argument(
+        "--sweep", default="64,256,1024", help="per-rank file counts, threads vs Dask ('' to skip)"
+    )
+    ap.add_argument(
+        "--real",
+        default=",".join(REAL_CASES),
+        help=f"real-shaped step cases, comma-separated ('' to skip; default all: {', '.join(REAL_CASES)})",
+    )
+    ap.add_argument(
+        "--update",
+        metavar="FILE",
+        default=None,
+        help="measure only the --real cases and put them into these recorded results (the other "
+        "rows are kept as recorded)",
+    )
     ap.add_argument("--sweep-repeat", type=int, default=1, help="repeats per sweep point (default 1)")
     ap.add_argument("--no-render", action="store_true", help="skip the report rendering timing")
-    ap.add_argument("--report", default="traces",
-                    help="folder reported twice with `ddp-profile report` (first run, then unchanged; default "
-                         "traces, the quick start's; '' to skip)")
-    ap.add_argument("--report-jobs", default="default", help="--jobs for that report (default: the command's own)")
+    ap.add_argument(
+        "--report",
+        default="traces",
+        help="folder reported twice with `ddp-profile report` (first run, then unchanged; default "
+        "traces, the quick start's; '' to skip)",
+    )
+    ap.add_argument(
+        "--report-jobs", default="default", help="--jobs for that report (default: the command's own)"
+    )
     ap.add_argument("--browser", action="store_true", help="also time opening the page in headless Chromium")
     ap.add_argument("--rebuild", action="store_true", help="build the cached exports again")
-    ap.add_argument("--data", default=str(DATA), help="cache folder for built exports (default benchmarks/.data)")
-    ap.add_argument("--out", default=str(HERE), help="folder for RESULTS.md and results.json (default benchmarks/)")
-    ap.add_argument("--readme", metavar="FILE", default=None,
-                    help="also replace the Performance text between FILE's perf:begin/perf:end markers")
-    ap.add_argument("--from-json", metavar="FILE", default=None,
-                    help="measure nothing: render RESULTS.md (in --out) and --readme from these recorded results")
-    ap.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # internal: one measurement, JSON on stdout
+    ap.add_argument(
+        "--data", default=str(DATA), help="cache folder for built exports (default benchmarks/.data)"
+    )
+    ap.add_argument(
+        "--out", default=str(HERE), help="folder for RESULTS.md and results.json (default benchmarks/)"
+    )
+    ap.add_argument(
+        "--readme",
+        metavar="FILE",
+        default=None,
+        help="also replace the Performance text between FILE's perf:begin/perf:end markers",
+    )
+    ap.add_argument(
+        "--from-json",
+        metavar="FILE",
+        default=None,
+        help="measure nothing: render RESULTS.md (in --out) and --readme from these recorded results",
+    )
+    ap.add_argument(
+        "--measure", nargs="+", help=argparse.SUPPRESS
+    )  # internal: one measurement, JSON on stdout
     args = ap.parse_args(argv)
     DATA = Path(args.data).resolve()
     if args.measure:
@@ -803,8 +1058,11 @@ def main(argv=None) -> int:
         print(f"bench_analyzer: {exc}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
-        print(f"bench_analyzer: cannot read {exc.filename if isinstance(exc, OSError) else args.from_json}: "
-              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        print(
+            f"bench_analyzer: cannot read {exc.filename if isinstance(exc, OSError) else args.from_json}: "
+            f"{getattr(exc, 'strerror', None) or exc}",
+            file=sys.stderr,
+        )
         return 2
     if args.update:
         return _update(args, readme)
@@ -818,11 +1076,18 @@ def main(argv=None) -> int:
     command = "python benchmarks/bench_analyzer.py " + " ".join(argv if argv is not None else sys.argv[1:])
     info = machine()
     info["bytecode"] = _compile_package()
-    print(f"machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB; "
-          f"nsys: {info['nsys'] or 'not installed (Debian nsight-systems 2023.4 is not available here)'}", flush=True)
+    print(
+        f"machine: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB; "
+        f"nsys: {info['nsys'] or 'not installed (Debian nsight-systems 2023.4 is not available here)'}",
+        flush=True,
+    )
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    results = {"command": command.strip(), "machine": info, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               "sizes": [bench_size(n, args) for n in sizes]}
+    results = {
+        "command": command.strip(),
+        "machine": info,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "sizes": [bench_size(n, args) for n in sizes],
+    }
     results["real_shape"] = real_shape()
     if args.replica:
         rpath, info_r = replica_for(parse_size(args.replica), args.rebuild)
@@ -833,37 +1098,58 @@ def main(argv=None) -> int:
     sweep = [int(x) for x in args.sweep.split(",") if x.strip()]
     if sweep:
         folder = sweep_folder(max(sweep), args.rebuild)
-        results["sweep"] = {"folder": _rel(folder), "disk_mb": sum(p.stat().st_size for p in folder.iterdir()) / 1e6,
-                            "kernels_per_file": (SWEEP_KERNELS_PER_STEP + SWEEP_BUCKETS) * SWEEP_STEPS,
-                            "jobs": args.jobs, "rows": []}
+        results["sweep"] = {
+            "folder": _rel(folder),
+            "disk_mb": sum(p.stat().st_size for p in folder.iterdir()) / 1e6,
+            "kernels_per_file": (SWEEP_KERNELS_PER_STEP + SWEEP_BUCKETS) * SWEEP_STEPS,
+            "jobs": args.jobs,
+            "rows": [],
+        }
         for n in sweep:
             for p in sorted(folder.glob("rank*.sqlite"))[:n]:
                 warm(p)
             for mode in ("threads", "dask"):
-                r = min((_child("ranks", folder, str(n), mode, str(args.jobs)) for _ in range(args.sweep_repeat)),
-                        key=lambda x: x["seconds"])
+                r = min(
+                    (_child("ranks", folder, str(n), mode, str(args.jobs)) for _ in range(args.sweep_repeat)),
+                    key=lambda x: x["seconds"],
+                )
                 results["sweep"]["rows"].append(r)
-                print(f"{n:>5} per-rank files, {mode:>7} x{args.jobs}: {r['seconds']:.2f} s, client peak +"
-                      f"{r['client_peak_over_start_mb']:.0f} MB" + (f", worker peak {r['worker_peak_mb']:.0f} MB, "
-                      f"load {r['load_s']:.2f} s, matching {r['match_s']:.3f} s ({100 * r['match_share']:.1f} %)"
-                      if mode == "dask" else ""), flush=True)
+                print(
+                    f"{n:>5} per-rank files, {mode:>7} x{args.jobs}: {r['seconds']:.2f} s, client peak +"
+                    f"{r['client_peak_over_start_mb']:.0f} MB"
+                    + (
+                        f", worker peak {r['worker_peak_mb']:.0f} MB, "
+                        f"load {r['load_s']:.2f} s, matching {r['match_s']:.3f} s ({100 * r['match_share']:.1f} %)"
+                        if mode == "dask"
+                        else ""
+                    ),
+                    flush=True,
+                )
     if args.per_rank_size:
         _per_rank_jobs(args, results)
     if not args.no_render:
         rpath, _ = export_for(parse_size(args.render_size), args.ranks, False)
         r = _child("render", rpath, "browser" if args.browser else "none")
         results["render"] = dict(r, size=args.render_size)
-        print(f"report of {args.render_size}: rendered in {r['render_s']:.2f} s ({r['page_mb']:.1f} MB page)"
-              + (f", opened in Chromium in {r['browser_open_s']:.2f} s (timeline drawn at {r['timeline_drawn_s']:.2f} s; "
-                 f"opens {', '.join(f'{x:.2f}' for x in r['browser_open_all_s'])} s; load average "
-                 f"{r['loadavg']}), figures below it drawn {r['figures_s']:.2f} s after scrolling"
-                 if "browser_open_s" in r else ""), flush=True)
+        print(
+            f"report of {args.render_size}: rendered in {r['render_s']:.2f} s ({r['page_mb']:.1f} MB page)"
+            + (
+                f", opened in Chromium in {r['browser_open_s']:.2f} s (timeline drawn at {r['timeline_drawn_s']:.2f} s; "  # noqa: E501
+                f"opens {', '.join(f'{x:.2f}' for x in r['browser_open_all_s'])} s; load average "
+                f"{r['loadavg']}), figures below it drawn {r['figures_s']:.2f} s after scrolling"
+                if "browser_open_s" in r
+                else ""
+            ),
+            flush=True,
+        )
     if args.report:
         r = _child("report", Path(args.report).resolve(), args.report_jobs)
         results["report"] = dict(r, folder=_rel(Path(args.report).resolve()))
-        print(f"report of {args.report}: first run {r['first_s']:.1f} s, second (unchanged) {r['second_s']:.1f} s = "
-              f"{100 * r['second_share']:.1f} % of the first ({r['pages']} pages; load average {r['loadavg'][0]})",
-              flush=True)
+        print(
+            f"report of {args.report}: first run {r['first_s']:.1f} s, second (unchanged) {r['second_s']:.1f} s = "
+            f"{100 * r['second_share']:.1f} % of the first ({r['pages']} pages; load average {r['loadavg'][0]})",
+            flush=True,
+        )
     info["loadavg_end"] = _loadavg()
     md = write_results(results, Path(args.out))
     print(f"wrote {md} and {md.with_name('results.json')}")
@@ -880,8 +1166,13 @@ def _real_block(args) -> dict | None:
     if bad:
         raise SystemExit(f"bench_analyzer: unknown --real case {bad[0]!r} (cases: {', '.join(REAL_CASES)})")
     command = "python benchmarks/bench_analyzer.py " + " ".join(sys.argv[1:])
-    block = {"command": command.strip(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-             "loadavg_start": _loadavg(), "bytecode": _compile_package(), "rows": []}
+    block = {
+        "command": command.strip(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "loadavg_start": _loadavg(),
+        "bytecode": _compile_package(),
+        "rows": [],
+    }
     block["rows"] = [bench_real(n, args) for n in names]
     block["loadavg_end"] = _loadavg()
     return block
@@ -901,5 +1192,8 @@ def _update(args, readme: Path | None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path[:0] = [str(HERE), str(HERE.parent)]  # results_md, and this tree's ddp_profile (not an installed one)
+    sys.path[:0] = [
+        str(HERE),
+        str(HERE.parent),
+    ]  # results_md, and this tree's ddp_profile (not an installed one)
     raise SystemExit(main())

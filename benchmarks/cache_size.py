@@ -26,17 +26,22 @@ from ddp_profile.report.cache import CACHE_DIR, ENTRY_SUFFIX, LIMIT_BYTES  # noq
 def measure(folder: Path) -> dict:
     files = [p for p in folder.rglob("*") if p.is_file()]
     entries = [p for p in (folder / CACHE_DIR).glob(f"*{ENTRY_SUFFIX}")]
-    return {"entries": len(entries), "cache_bytes": sum(p.stat().st_size for p in entries),
-            "largest_bytes": max((p.stat().st_size for p in entries), default=0),
-            "report_bytes": sum(p.stat().st_size for p in files)}
+    return {
+        "entries": len(entries),
+        "cache_bytes": sum(p.stat().st_size for p in entries),
+        "largest_bytes": max((p.stat().st_size for p in entries), default=0),
+        "report_bytes": sum(p.stat().st_size for p in files),
+    }
 
 
 def text(m: dict, how: str) -> str:
     mb = 1e6
-    return (f"Measured with `{how}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC): the report of the shipped "
-            f"`traces/` keeps {m['entries']} cache entries, {m['cache_bytes'] / mb:.0f} MB in all (the largest "
-            f"{m['largest_bytes'] / mb:.1f} MB), in a report folder of {m['report_bytes'] / mb:.0f} MB; the bound "
-            f"is {LIMIT_BYTES / (1 << 20):.0f} MiB.")
+    return (
+        f"Measured with `{how}` ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC): the report of the shipped "
+        f"`traces/` keeps {m['entries']} cache entries, {m['cache_bytes'] / mb:.0f} MB in all (the largest "
+        f"{m['largest_bytes'] / mb:.1f} MB), in a report folder of {m['report_bytes'] / mb:.0f} MB; the bound "
+        f"is {LIMIT_BYTES / (1 << 20):.0f} MiB."
+    )
 
 
 def main() -> int:
@@ -49,14 +54,21 @@ def main() -> int:
         folder = args.report_dir
         if folder is None:
             folder = Path(tmp) / "reports"
-            subprocess.run([sys.executable, "-m", "ddp_profile", "report", str(ROOT / "traces"), "-o", str(folder)],
-                           check=True, cwd=ROOT)
+            subprocess.run(
+                [sys.executable, "-m", "ddp_profile", "report", str(ROOT / "traces"), "-o", str(folder)],
+                check=True,
+                cwd=ROOT,
+            )
         line = text(measure(folder), how)
     print(line)
     if args.write:
         doc = args.write.read_text()
-        new = re.sub(r"(<!-- cache-size:begin -->\n)(?:.*?\n)?(<!-- cache-size:end -->)",
-                     lambda m: m.group(1) + line + "\n" + m.group(2), doc, flags=re.S)
+        new = re.sub(
+            r"(<!-- cache-size:begin -->\n)(?:.*?\n)?(<!-- cache-size:end -->)",
+            lambda m: m.group(1) + line + "\n" + m.group(2),
+            doc,
+            flags=re.S,
+        )
         if new == doc and line not in doc:
             raise SystemExit(f"{args.write}: no <!-- cache-size:begin --> ... <!-- cache-size:end --> block")
         args.write.write_text(new)

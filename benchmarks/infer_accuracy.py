@@ -25,7 +25,7 @@ NVTX steps (the harness's traces, analysed with their NVTX ranges removed). Per 
     python benchmarks/infer_accuracy.py --write-readme   # and replace docs/metrics.md's block between its markers
 
 docs/metrics.md's block is this script's output (tests/analysis/test_infer_truth.py checks it is current).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -47,9 +47,15 @@ from ddp_profile.safeio import write_text_atomic  # noqa: E402
 
 TRACES = ROOT / "traces"
 # Harness traces analysed with their NVTX removed (every strategy's launch pattern, both models).
-HARNESS = ["bucketed-25mb_small_fp32_2xh200", "torch_ddp-25mb_small_fp32_2xh200", "naive_small_fp32_2xh200",
-           "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
-           "bucketed-25mb_xl_fp32_2xh200"]
+HARNESS = [
+    "bucketed-25mb_small_fp32_2xh200",
+    "torch_ddp-25mb_small_fp32_2xh200",
+    "naive_small_fp32_2xh200",
+    "flat_small_fp32_2xh200",
+    "overlap_small_fp32_2xh200",
+    "none_small_fp32_1xh200",
+    "bucketed-25mb_xl_fp32_2xh200",
+]
 BEGIN, END = "<!-- infer-accuracy:begin -->", "<!-- infer-accuracy:end -->"
 OPT_RANGE = re.compile(r"^(optimizer|opt)\b")
 GRADIENT = ("AllReduce", "ReduceScatter")
@@ -100,7 +106,9 @@ def independent_tail_ms(trace, analysis) -> np.ndarray:
     """Per row of ``analysis.steps``: the tail from the raw kernel rows (module docstring)."""
     k = trace.kernels
     off = (k["launch_tid"].astype("Int64") != k["pid"]).fillna(False).to_numpy(dtype=bool)
-    grad = (k["kind"].astype(str) == "nccl").to_numpy() & k["collective"].astype(str).isin(GRADIENT).to_numpy()
+    grad = (k["kind"].astype(str) == "nccl").to_numpy() & k["collective"].astype(str).isin(
+        GRADIENT
+    ).to_numpy()
     comp = (k["kind"].astype(str) == "compute").to_numpy()
     launch = k["launch_ns"].astype("Int64").fillna(-1).to_numpy(dtype=np.int64)
     rank, end = k["rank"].to_numpy(), k["end_ns"].to_numpy(dtype=np.int64)
@@ -169,20 +177,34 @@ def measure(run: Path, variant: str) -> list[dict]:
         mine = (res.steps["rank"] == r).to_numpy()
         dev = np.abs(g["comm_tail_ns"].to_numpy(dtype=float) / 1e6 - tail[mine])
         ok = dev <= np.maximum(TAIL_REL * tail[mine], TAIL_ABS_MS)
-        rows.append({
-            "span_err_pct": span_error_pct(g, truth_rec["end_ms"][int(r)]) if truth_rec and truth_rec["end_ms"] else None,
-            "trace": str(run.relative_to(TRACES)), "stack": stack_of(run), "variant": variant, "steps_from": "inferred" if inferred else "NVTX",
-            "rank": int(r), "n_steps": len(g), "n_true": len(truth),
-            "median_ms": float(np.median(step_ms)), "true_ms": float(np.median(truth)),
-            "err_pct": float(100 * (np.median(step_ms) - np.median(truth)) / np.median(truth)),
-            "min_fwd_pct": float(np.nanmin(100 * g["forward_ns"] / g["step_ns"])),
-            "min_bwd_pct": float(np.nanmin(100 * g["backward_ns"] / g["step_ns"])),
-            "micro_steps": float(np.nanmedian(g["micro_steps"])) if g["micro_steps"].notna().any() else None,
-            "true_micro_steps": truth_rec["micro_steps"][int(r)] if truth_rec and truth_rec["micro_steps"] else None,
-            "tail_dev_ms": float(np.nanmax(dev)) if np.isfinite(dev).any() else None,
-            "tail_ok": bool(ok[np.isfinite(dev)].all()),
-            "cuts_in_opt": cuts_in_optimizer(trace, nvtx, res),
-        })
+        rows.append(
+            {
+                "span_err_pct": span_error_pct(g, truth_rec["end_ms"][int(r)])
+                if truth_rec and truth_rec["end_ms"]
+                else None,
+                "trace": str(run.relative_to(TRACES)),
+                "stack": stack_of(run),
+                "variant": variant,
+                "steps_from": "inferred" if inferred else "NVTX",
+                "rank": int(r),
+                "n_steps": len(g),
+                "n_true": len(truth),
+                "median_ms": float(np.median(step_ms)),
+                "true_ms": float(np.median(truth)),
+                "err_pct": float(100 * (np.median(step_ms) - np.median(truth)) / np.median(truth)),
+                "min_fwd_pct": float(np.nanmin(100 * g["forward_ns"] / g["step_ns"])),
+                "min_bwd_pct": float(np.nanmin(100 * g["backward_ns"] / g["step_ns"])),
+                "micro_steps": float(np.nanmedian(g["micro_steps"]))
+                if g["micro_steps"].notna().any()
+                else None,
+                "true_micro_steps": truth_rec["micro_steps"][int(r)]
+                if truth_rec and truth_rec["micro_steps"]
+                else None,
+                "tail_dev_ms": float(np.nanmax(dev)) if np.isfinite(dev).any() else None,
+                "tail_ok": bool(ok[np.isfinite(dev)].all()),
+                "cuts_in_opt": cuts_in_optimizer(trace, nvtx, res),
+            }
+        )
     return rows
 
 
@@ -190,7 +212,7 @@ def span_error_pct(g, end_ms: list[float]) -> float:
     """``span_err_pct`` of one rank (module docstring); ``g``: its rows of the step table."""
     span = g.sort_values("step")["span_ns"].to_numpy(dtype=float)[1:] / 1e6
     ends = np.asarray(end_ms, dtype=float)
-    period = np.diff(ends)[len(ends) - 1 - len(span):]
+    period = np.diff(ends)[len(ends) - 1 - len(span) :]
     return float(np.median(100 * (span / period - 1)))
 
 
@@ -211,9 +233,16 @@ def extra_found(run: Path) -> list[dict]:
         if k < 0 or k + 1 >= n_true or (res.steps["rank"] == r).sum() != n_true:
             continue
         row = s.loc[(r, k)]
-        out.append({"trace": str(run.relative_to(TRACES)), "rank": r, "after_iteration": k, "kind": e["kind"],
-                    "gpu_ms": e.get("gpu_ms"),
-                    "found": bool(row["extra_kernels"] > 0 or row["extra_host_ns"] > 0)})
+        out.append(
+            {
+                "trace": str(run.relative_to(TRACES)),
+                "rank": r,
+                "after_iteration": k,
+                "kind": e["kind"],
+                "gpu_ms": e.get("gpu_ms"),
+                "found": bool(row["extra_kernels"] > 0 or row["extra_host_ns"] > 0),
+            }
+        )
     return out
 
 
@@ -235,16 +264,20 @@ def render(rows: list[dict]) -> str:
     def f(v, fmt):
         return "–" if v is None else format(v, fmt)
 
-    lines = ["| trace | stack | NVTX | steps | rank | steps found / true | median step ms (true) | error | min forward "
-             "| min backward | micro-steps | max tail deviation ms | cuts inside optimizer | span vs true period |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| trace | stack | NVTX | steps | rank | steps found / true | median step ms (true) | error | min forward "
+        "| min backward | micro-steps | max tail deviation ms | cuts inside optimizer | span vs true period |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['trace']} | {r['stack']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
-                     f"{r['n_true']} | {r['median_ms']:.3f} ({r['true_ms']:.3f}) | {r['err_pct']:+.2f} % | "
-                     f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')}"
-                     f"{'' if r['true_micro_steps'] is None else ' (' + format(r['true_micro_steps'], '.0f') + ')'} | "
-                     f"{f(r['tail_dev_ms'], '.3f')} | {f(r['cuts_in_opt'], 'd')} | "
-                     f"{'–' if r['span_err_pct'] is None else format(r['span_err_pct'], '+.2f') + ' %'} |")
+        lines.append(
+            f"| {r['trace']} | {r['stack']} | {r['variant']} | {r['steps_from']} | {r['rank']} | {r['n_steps']} / "
+            f"{r['n_true']} | {r['median_ms']:.3f} ({r['true_ms']:.3f}) | {r['err_pct']:+.2f} % | "
+            f"{r['min_fwd_pct']:.1f} % | {r['min_bwd_pct']:.1f} % | {f(r['micro_steps'], '.0f')}"
+            f"{'' if r['true_micro_steps'] is None else ' (' + format(r['true_micro_steps'], '.0f') + ')'} | "
+            f"{f(r['tail_dev_ms'], '.3f')} | {f(r['cuts_in_opt'], 'd')} | "
+            f"{'–' if r['span_err_pct'] is None else format(r['span_err_pct'], '+.2f') + ' %'} |"
+        )
     return "\n".join(lines)
 
 
@@ -254,7 +287,9 @@ def readme_block(table: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--write-readme", action="store_true", help="replace docs/metrics.md's block between its markers")
+    ap.add_argument(
+        "--write-readme", action="store_true", help="replace docs/metrics.md's block between its markers"
+    )
     a = ap.parse_args()
     table = render(all_rows())
     print(table)

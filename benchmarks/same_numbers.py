@@ -80,7 +80,11 @@ def per_trace(runs: list[Path], work: Path) -> dict:
         name, t0 = name_of(run), time.perf_counter()
         safe = name.replace("/", "__")
         for command, argv, target in [
-            ("analyze", ["analyze", str(run), "--format", "json", "--section", "all"], f"{safe}.analyze.json"),
+            (
+                "analyze",
+                ["analyze", str(run), "--format", "json", "--section", "all"],
+                f"{safe}.analyze.json",
+            ),
             ("launches", ["launches", str(run)], f"{safe}.launches.json"),
             ("export", ["export", str(run)], f"{safe}.perfetto.json"),
         ]:
@@ -111,7 +115,10 @@ def kept_digests(dirs: list[Path]) -> dict:
     for d in dirs:
         for command, suffix in SUFFIX.items():
             for f in sorted(d.glob(f"*.{suffix}")):
-                out[f"{command} {f.name[:-len(suffix) - 1].replace('__', '/')}"] = {"rc": None, "sha256": digest(f)}
+                out[f"{command} {f.name[: -len(suffix) - 1].replace('__', '/')}"] = {
+                    "rc": None,
+                    "sha256": digest(f),
+                }
         page_dir = d / "report"
         for page in sorted(p for p in page_dir.rglob("*") if p.is_file() and ".cache" not in p.parts):
             out[f"report {page.relative_to(page_dir)}"] = {"rc": None, "sha256": digest(page, page_dir)}
@@ -138,18 +145,32 @@ def compare(now: dict, before: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", required=True, help="JSON of digests to write")
-    ap.add_argument("--compare", metavar="BEFORE", help="a JSON this script wrote earlier: list the differences")
+    ap.add_argument(
+        "--compare", metavar="BEFORE", help="a JSON this script wrote earlier: list the differences"
+    )
     ap.add_argument("--only", metavar="TEXT", help="only the traces whose path contains TEXT (no report)")
     ap.add_argument("--no-report", action="store_true", help="skip the report of traces/")
     ap.add_argument("--no-traces", action="store_true", help="only the report of traces/")
-    ap.add_argument("--shard", metavar="K/N", default="0/1",
-                    help="only every N-th trace from the K-th (several processes share the work; merge their "
-                         "JSON files with --merge)")
-    ap.add_argument("--merge", nargs="+", metavar="JSON", help="JSON files of this script to join into -o (nothing run)")
-    ap.add_argument("--from-kept", nargs="+", metavar="DIR",
-                    help="digests of the outputs kept in DIRs (--keep) by a run that did not finish; exit codes "
-                         "unknown (null): with --compare only the digests of what is there are compared")
-    ap.add_argument("--keep", metavar="DIR", help="keep the outputs in DIR (to diff them) instead of a temp folder")
+    ap.add_argument(
+        "--shard",
+        metavar="K/N",
+        default="0/1",
+        help="only every N-th trace from the K-th (several processes share the work; merge their "
+        "JSON files with --merge)",
+    )
+    ap.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="JSON files of this script to join into -o (nothing run)"
+    )
+    ap.add_argument(
+        "--from-kept",
+        nargs="+",
+        metavar="DIR",
+        help="digests of the outputs kept in DIRs (--keep) by a run that did not finish; exit codes "
+        "unknown (null): with --compare only the digests of what is there are compared",
+    )
+    ap.add_argument(
+        "--keep", metavar="DIR", help="keep the outputs in DIR (to diff them) instead of a temp folder"
+    )
     args = ap.parse_args(argv)
     if args.from_kept:
         return finish(kept_digests([Path(d) for d in args.from_kept]), args, 0)
@@ -159,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             result.update(json.loads(Path(f).read_text()))
         return finish(result, args, 0)
     k, n = (int(x) for x in args.shard.split("/"))
-    runs = [r for i, r in enumerate(committed_runs()) if i % n == k and (args.only is None or args.only in name_of(r))]
+    runs = [
+        r
+        for i, r in enumerate(committed_runs())
+        if i % n == k and (args.only is None or args.only in name_of(r))
+    ]
     runs = [] if args.no_traces else runs
     with tempfile.TemporaryDirectory(prefix="same_numbers_") as tmp:
         work = Path(args.keep) if args.keep else Path(tmp)

@@ -13,8 +13,10 @@ from ddp_profile import __version__
 from ddp_profile.errors import OneLineParser, run_main
 
 # Order here is the order of `ddp-profile --help`: name -> module in ddp_profile/commands/.
-COMMANDS = {name: f"ddp_profile.commands.{name}" for name in
-            ("inspect", "scrub", "analyze", "launches", "report", "export", "findings", "bench")}
+COMMANDS = {
+    name: f"ddp_profile.commands.{name}"
+    for name in ("inspect", "scrub", "analyze", "launches", "report", "export", "findings", "bench")
+}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -56,8 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # every command but bench (the harness: an interrupted campaign keeps the runs it finished) puts its
     # previous outputs back when a signal ends it
-    return run_main(f"ddp-profile {args.command}", args.func, args, debug=args.debug,
-                    restore_on_signal=args.command != "bench")
+    return run_main(
+        f"ddp-profile {args.command}",
+        args.func,
+        args,
+        debug=args.debug,
+        restore_on_signal=args.command != "bench",
+    )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,9 @@ def make_client(scheduler: str | None = None, *, workers: int | None = None, pro
     if scheduler not in (None, "local"):  # an unreachable address fails after this many seconds
         return dd.Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
     workers = workers or os.cpu_count() or 1
-    cluster = dd.LocalCluster(n_workers=workers, threads_per_worker=1, processes=processes,
-                              dashboard_address=":0", silence_logs=40)
+    cluster = dd.LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=processes, dashboard_address=":0", silence_logs=40
+    )
     client = dd.Client(cluster)
     client._ddp_profile_cluster = cluster  # closed with the client (close_client)
     return client
@@ -107,8 +108,9 @@ def _shift(trace, offset: int) -> None:
         if c in trace.nvtx:
             trace.nvtx[c] = trace.nvtx[c] + offset
     if trace.host_waits is not None and len(trace.host_waits):
-        trace.host_waits = trace.host_waits.assign(start_ns=trace.host_waits["start_ns"] + offset,
-                                                   end_ns=trace.host_waits["end_ns"] + offset)
+        trace.host_waits = trace.host_waits.assign(
+            start_ns=trace.host_waits["start_ns"] + offset, end_ns=trace.host_waits["end_ns"] + offset
+        )
 
 
 def load_one(path: Path, offset: int):
@@ -125,24 +127,36 @@ def _not_rebased(trace) -> None:
     from ddp_profile.errors import TraceError
 
     if min((f["offset_ns"] for f in trace.meta.get("files", [])), default=0) != 0:
-        raise TraceError(f"{', '.join(str(f['path']) for f in trace.meta['files'])}: times negative or beyond 2^52 ns "
-                         "were rebased on loading, which per-rank work on Dask cannot align; load without --dask")
+        raise TraceError(
+            f"{', '.join(str(f['path']) for f in trace.meta['files'])}: times negative or beyond 2^52 ns "
+            "were rebased on loading, which per-rank work on Dask cannot align; load without --dask"
+        )
 
 
 def evidence(trace) -> dict:
     """On a worker: what the client needs of a loaded file to choose ranks (processes, rank markers), the
     run record and the loader's warnings: a few rows."""
     nv = trace.nvtx
-    markers = nv.loc[nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["pid", "name"]]
-    return {"procs": trace.ranks[["pid", "device", "rank"]].copy(), "markers": markers.reset_index(drop=True),
-            "run": trace.run, "warnings": list(trace.warnings), "rows": len(trace.kernels),
-            "nccl_channels": trace.meta.get("nccl_channels")}
+    markers = nv.loc[
+        nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["pid", "name"]
+    ]
+    return {
+        "procs": trace.ranks[["pid", "device", "rank"]].copy(),
+        "markers": markers.reset_index(drop=True),
+        "run": trace.run,
+        "warnings": list(trace.warnings),
+        "rows": len(trace.kernels),
+        "nccl_channels": trace.meta.get("nccl_channels"),
+    }
 
 
 def set_ranks(trace, by_pid: dict[int, int]):
     """On a worker: the trace's ranks replaced by the run's (chosen on the client from all files), by pid."""
+
     def mapped(pid, old):
-        return np.array([by_pid.get(int(p), -1) for p in pid], dtype=np.int64) if len(pid) else np.asarray(old)
+        return (
+            np.array([by_pid.get(int(p), -1) for p in pid], dtype=np.int64) if len(pid) else np.asarray(old)
+        )
 
     k = trace.kernels
     pids, inv = np.unique(k["pid"].to_numpy(np.int64), return_inverse=True)
@@ -170,6 +184,7 @@ def apply(trace, extra, fn, kwargs: dict):
 
 # Batches: one task handles several files (each file still loaded and analysed alone), so a run of
 # thousands of small per-rank files costs one scheduler round trip per batch, not per file.
+
 
 def facts_batch(paths: list[Path]) -> list[dict]:
     return [file_facts(p) for p in paths]
@@ -204,18 +219,25 @@ def evidence_batch(loaded, paths: list[Path]) -> list[dict]:
     if isinstance(loaded, list):
         return [evidence(t) for t in loaded]
     nv = loaded.nvtx
-    marks = nv.loc[nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["rank", "pid", "name"]]
+    marks = nv.loc[
+        nv["name"].astype("string").str.startswith(nvtx_names.RANK_MARKER, na=False), ["rank", "pid", "name"]
+    ]
     krank = loaded.kernels["rank"].to_numpy()
     out = []
     for i, path in enumerate(paths):
         procs = _file_ranks(loaded, path)
         mine = marks.loc[marks["rank"].isin(procs["rank"].tolist())]
-        out.append({"procs": procs[["pid", "device", "rank"]].reset_index(drop=True),
-                    "markers": mine[["pid", "name"]].reset_index(drop=True), "run": loaded.run,
-                    "warnings": list(loaded.warnings) if i == 0 else [],
-                    "rows": int(np.isin(krank, procs["rank"].to_numpy()).sum()),
-                    # the batch's (the loader takes the most over its files; the client, over all files)
-                    "nccl_channels": loaded.meta.get("nccl_channels")})
+        out.append(
+            {
+                "procs": procs[["pid", "device", "rank"]].reset_index(drop=True),
+                "markers": mine[["pid", "name"]].reset_index(drop=True),
+                "run": loaded.run,
+                "warnings": list(loaded.warnings) if i == 0 else [],
+                "rows": int(np.isin(krank, procs["rank"].to_numpy()).sum()),
+                # the batch's (the loader takes the most over its files; the client, over all files)
+                "nccl_channels": loaded.meta.get("nccl_channels"),
+            }
+        )
     return out
 
 
@@ -243,8 +265,10 @@ def set_ranks_batch(loaded, mappings: list[dict[int, int]], paths: list[Path]):
         nv["rank"] = pd.array([local.get(int(r)) if pd.notna(r) else None for r in nv["rank"]], dtype="Int64")
     loaded.ranks["rank"] = [local[int(r)] for r in loaded.ranks["rank"]]
     new = k["rank"].to_numpy()
-    loaded.meta["file_rows"] = [np.flatnonzero(np.isin(new, [mappings[i][int(p)] for p in _file_ranks(loaded, path)["pid"]]))
-                                for i, path in enumerate(paths)]
+    loaded.meta["file_rows"] = [
+        np.flatnonzero(np.isin(new, [mappings[i][int(p)] for p in _file_ranks(loaded, path)["pid"]]))
+        for i, path in enumerate(paths)
+    ]
     return loaded
 
 
@@ -264,14 +288,18 @@ def joined(traces: list):
             kernels = [k.assign(**{col: k[col].cat.set_categories(cats)}) for k in kernels]
     sizes = np.cumsum([0] + [len(k) for k in kernels])
     nvtx = [t.nvtx for t in traces if len(t.nvtx)]
-    return Trace(kernels=pd.concat(kernels, ignore_index=True),
-                 nvtx=pd.concat(nvtx, ignore_index=True) if nvtx else traces[0].nvtx,
-                 gpus=pd.concat([t.gpus for t in traces], ignore_index=True),
-                 ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
-                 meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
-                 run=traces[0].run, paths=[p for t in traces for p in t.paths],
-                 host_waits=pd.concat([t.host_waits for t in traces if t.host_waits is not None], ignore_index=True)
-                 if any(t.host_waits is not None for t in traces) else None)
+    return Trace(
+        kernels=pd.concat(kernels, ignore_index=True),
+        nvtx=pd.concat(nvtx, ignore_index=True) if nvtx else traces[0].nvtx,
+        gpus=pd.concat([t.gpus for t in traces], ignore_index=True),
+        ranks=pd.concat([t.ranks for t in traces], ignore_index=True),
+        meta={"file_rows": [np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True)]},
+        run=traces[0].run,
+        paths=[p for t in traces for p in t.paths],
+        host_waits=pd.concat([t.host_waits for t in traces if t.host_waits is not None], ignore_index=True)
+        if any(t.host_waits is not None for t in traces)
+        else None,
+    )
 
 
 def batches(n_files: int, n_workers: int, size: int | None = None) -> list[range]:
@@ -319,17 +347,27 @@ class DistributedTrace:
         paths = [[self.paths[i] for i in g] for g in self.groups]
         offsets = [[self.offsets[i] for i in g] if self.aligned else None for g in self.groups]
         loaded = self.client.map(load_batch, paths, offsets, pure=False)
-        facts = [f for got in self._gather(self.client.map(evidence_batch, loaded, paths, pure=False), "loaded")
-                 for f in got]
+        facts = [
+            f
+            for got in self._gather(self.client.map(evidence_batch, loaded, paths, pure=False), "loaded")
+            for f in got
+        ]
         mapping = self._assign_ranks(facts)
-        self.traces = self.client.map(set_ranks_batch, loaded, [[mapping[i] for i in g] for g in self.groups],
-                                      paths, pure=False)
+        self.traces = self.client.map(
+            set_ranks_batch, loaded, [[mapping[i] for i in g] for g in self.groups], paths, pure=False
+        )
         del loaded
         self.run = next((f["run"] for f in facts if f["run"] is not None), None)
         self.meta["warnings"] = list(dict.fromkeys(w for f in facts for w in f["warnings"]))
-        self.meta["nccl_channels"] = max((c for f in facts if (c := f["nccl_channels"]) is not None), default=None)
-        self.stats.update(load_s=time.perf_counter() - t0, rows=sum(f["rows"] for f in facts), part_bytes=0,
-                          worker_peak_kb=0)
+        self.meta["nccl_channels"] = max(
+            (c for f in facts if (c := f["nccl_channels"]) is not None), default=None
+        )
+        self.stats.update(
+            load_s=time.perf_counter() - t0,
+            rows=sum(f["rows"] for f in facts),
+            part_bytes=0,
+            worker_peak_kb=0,
+        )
 
     def _gather(self, futures: list, verb: str) -> list:
         """Results of one future per group, in group order; ``progress`` hears of each file of a group."""
@@ -351,9 +389,17 @@ class DistributedTrace:
         extra = per_file if per_file is not None else [None] * len(self.groups)
         got = self.client.gather(self.client.map(apply, self.traces, extra, fn=fn, kwargs=kwargs, pure=False))
         parts = [g["part"] for g in got]
-        self.stats["worker_peak_kb"] = max([self.stats["worker_peak_kb"]] + [g["worker_peak_kb"] for g in got])
-        self.stats["part_bytes"] += sum(p.nbytes() if hasattr(p, "nbytes") else
-                                        int(p.memory_usage(deep=True).sum()) if p is not None else 0 for p in parts)
+        self.stats["worker_peak_kb"] = max(
+            [self.stats["worker_peak_kb"]] + [g["worker_peak_kb"] for g in got]
+        )
+        self.stats["part_bytes"] += sum(
+            p.nbytes()
+            if hasattr(p, "nbytes")
+            else int(p.memory_usage(deep=True).sum())
+            if p is not None
+            else 0
+            for p in parts
+        )
         return parts
 
     def close(self) -> None:
@@ -366,11 +412,14 @@ class DistributedTrace:
     def _assign_ranks(self, facts: list[dict]) -> list[dict[int, int]]:
         """Per file, pid -> run rank, chosen from all files' evidence as the loader chooses it."""
         host_order = {h: i for i, h in enumerate(dict.fromkeys(self.hosts))}
-        procs = pd.concat([f["procs"].assign(file=i, host_order=host_order[self.hosts[i]])
-                           for i, f in enumerate(facts)], ignore_index=True)
+        procs = pd.concat(
+            [f["procs"].assign(file=i, host_order=host_order[self.hosts[i]]) for i, f in enumerate(facts)],
+            ignore_index=True,
+        )
         markers = pd.concat([f["markers"].assign(file=i) for i, f in enumerate(facts)], ignore_index=True)
-        chosen, source = rank_rules.assign_ranks(procs[["file", "pid", "device", "host_order"]], markers,
-                                                 [export_stem(p) for p in self.paths])
+        chosen, source = rank_rules.assign_ranks(
+            procs[["file", "pid", "device", "host_order"]], markers, [export_stem(p) for p in self.paths]
+        )
         self.meta["rank_source"] = source
         self.ranks = chosen
         out: list[dict[int, int]] = [{} for _ in facts]
@@ -379,8 +428,16 @@ class DistributedTrace:
         return out
 
 
-def load_trace(paths, *, client=None, scheduler: str | None = None, jobs: int | None = None,
-               processes: bool = True, progress=None, batch: int | None = None) -> DistributedTrace:
+def load_trace(
+    paths,
+    *,
+    client=None,
+    scheduler: str | None = None,
+    jobs: int | None = None,
+    processes: bool = True,
+    progress=None,
+    batch: int | None = None,
+) -> DistributedTrace:
     """What :func:`ddp_profile.nsys.loader.load_trace` is for one run, on Dask: a handle whose analysis runs
     per rank on the workers. ``client``: a ``dask.distributed.Client`` to use; else one is made
     (:func:`make_client`: ``scheduler`` address, or a LocalCluster of ``jobs`` workers). ``batch``: files per
@@ -390,11 +447,21 @@ def load_trace(paths, *, client=None, scheduler: str | None = None, jobs: int | 
     if client is None:
         client = make_client(scheduler, workers=jobs, processes=processes)
     groups = batches(len(files), sum(client.nthreads().values()) or 1, batch)
-    facts = [f for got in client.gather(client.map(facts_batch, [[files[i] for i in g] for g in groups], pure=False))
-             for f in got]
+    facts = [
+        f
+        for got in client.gather(client.map(facts_batch, [[files[i] for i in g] for g in groups], pure=False))
+        for f in got
+    ]
     utc = [f["utc_ns"] for f in facts]
     # As the loader: offsets from the session starts, none when a file lacks its start.
     aligned = len(files) > 1 and all(u is not None for u in utc)
     offsets = [u - min(utc) for u in utc] if aligned else [0] * len(files)
-    return DistributedTrace(paths=files, client=client, offsets=offsets, hosts=[f["host"] for f in facts],
-                            progress=progress, groups=groups, aligned=aligned)
+    return DistributedTrace(
+        paths=files,
+        client=client,
+        offsets=offsets,
+        hosts=[f["host"] for f in facts],
+        progress=progress,
+        groups=groups,
+        aligned=aligned,
+    )

@@ -133,6 +133,7 @@ def signals_as_interrupts():
 
 # ---- outputs replaced while run_main runs: put back when it is interrupted --------------------------------
 
+
 class _Journal:
     """The outputs (files or folders) one :func:`run_main` replaced or created, each with its previous version
     kept aside (a hard link for a file, the moved folder), so that an interrupt at any moment, even after the
@@ -242,12 +243,18 @@ def _flush_stdout() -> None:
     except OSError as exc:
         with contextlib.suppress(OSError, ValueError):  # nothing more may reach the broken stream
             sys.stdout = open(os.devnull, "w")
-        raise OutputError(f"cannot write to standard output ({exc.strerror or exc}); pass -o FILE or free "
-                          "space") from exc
+        raise OutputError(
+            f"cannot write to standard output ({exc.strerror or exc}); pass -o FILE or free space"
+        ) from exc
 
 
-def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: bool = False,
-             restore_on_signal: bool = False) -> int:
+def run_main(
+    prog: str,
+    func: Callable[[Any], int | None],
+    args: Any,
+    debug: bool = False,
+    restore_on_signal: bool = False,
+) -> int:
     """Call ``func(args)`` and turn the outcome into an exit code: the one error translation.
 
     A :class:`DdpProfileError` becomes one line on stderr and its ``exit_code`` (a traceback with
@@ -271,7 +278,9 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
                 _flush_stdout()
                 _JOURNAL.settled = True  # from here a signal is noted, not raised: the outputs are final
             except BaseException as exc:  # a second signal waits (see _on_signal) while outputs are put back
-                _JOURNAL.finish(keep_new=not isinstance(exc, KeyboardInterrupt))  # an error keeps what it wrote
+                _JOURNAL.finish(
+                    keep_new=not isinstance(exc, KeyboardInterrupt)
+                )  # an error keeps what it wrote
                 raise
             _JOURNAL.finish(keep_new=True)
             return code
@@ -286,8 +295,10 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
         what = {130: "interrupted", 143: "terminated (SIGTERM)", 129: "hung up (SIGHUP)"}
         code = interrupted_code(exc)
         kept = " and every previous output is unchanged" if restore_on_signal else ""
-        print(f"{prog}: {what.get(code, f'signal {code - 128}')}; no partial output was written{kept}",
-              file=sys.stderr)
+        print(
+            f"{prog}: {what.get(code, f'signal {code - 128}')}; no partial output was written{kept}",
+            file=sys.stderr,
+        )
         return code
     except BrokenPipeError:
         with contextlib.suppress(OSError, ValueError):
@@ -298,8 +309,10 @@ def run_main(prog: str, func: Callable[[Any], int | None], args: Any, debug: boo
             raise
         with contextlib.suppress(OSError, ValueError):  # stdout may be the full device: nothing more to it
             sys.stdout = open(os.devnull, "w")
-        print(f"{prog}: error: cannot write the output ({exc.strerror}); free space or pass -o FILE "
-              "elsewhere", file=sys.stderr)
+        print(
+            f"{prog}: error: cannot write the output ({exc.strerror}); free space or pass -o FILE elsewhere",
+            file=sys.stderr,
+        )
         return OutputError.exit_code
     finally:
         _JOURNAL.finish(keep_new=True)  # (a no-op unless an unexpected exception passed every handler)

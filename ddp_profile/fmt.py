@@ -19,8 +19,13 @@ import math
 import numpy as np
 import pandas as pd
 
-GIB_COLUMNS = ("peak_allocated_bytes", "peak_reserved_bytes", "optimizer_state_bytes", "memory_bytes",
-               "total_memory_bytes")
+GIB_COLUMNS = (
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "optimizer_state_bytes",
+    "memory_bytes",
+    "total_memory_bytes",
+)
 """Byte columns shown in GiB (binary, 2**30 bytes): GPU memory; other byte columns are MiB."""
 
 MIB_COLUMNS = ("bytes", "min_bytes", "max_bytes", "s_mib", "b_star_mib")
@@ -65,8 +70,11 @@ def fmt_mib(nbytes, unit: bool = True) -> str:
     mib = float(nbytes) / 2**20
     if unit and mib >= 1024:
         return f"{mib / 1024:,.2f} GiB"
-    return f"{mib:,.1f}" + (" MiB" if unit else "") if mib >= 1 or mib == 0 else \
-        f"{mib:,.4g}" + (" MiB" if unit else "")
+    return (
+        f"{mib:,.1f}" + (" MiB" if unit else "")
+        if mib >= 1 or mib == 0
+        else f"{mib:,.4g}" + (" MiB" if unit else "")
+    )
 
 
 def fmt_bytes(n) -> str:
@@ -185,11 +193,14 @@ def text_table(df: pd.DataFrame, labels: dict[str, str] | None = None) -> str:
     cols = [str(c) for c in df.columns]
     heads = [labels.get(c) or unit_label(c) for c in cols]
     cells = [[cell_text(c, v) for c, v in zip(cols, row, strict=False)] for row in df.itertuples(index=False)]
-    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns]
+    numeric = [
+        pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns
+    ]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(heads)]
 
     def line(items):
-        return "  ".join(s.rjust(w) if num else s.ljust(w)
-                         for s, w, num in zip(items, widths, numeric, strict=False)).rstrip()
+        return "  ".join(
+            s.rjust(w) if num else s.ljust(w) for s, w, num in zip(items, widths, numeric, strict=False)
+        ).rstrip()
 
     return "\n".join([line(heads)] + [line(r) for r in cells])

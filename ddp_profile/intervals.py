@@ -18,7 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "normalize", "union", "intersect", "difference", "total_length", "clip", "covered_length",
+    "normalize",
+    "union",
+    "intersect",
+    "difference",
+    "total_length",
+    "clip",
+    "covered_length",
     "window_length",
 ]
 
@@ -71,14 +77,15 @@ def is_sorted(x: np.ndarray, chunk: int = 1 << 15) -> bool:
     """``x`` is non-decreasing, checked a chunk at a time (no full-length temporary; stops at the first
     chunk out of order)."""
     for a in range(0, max(len(x) - 1, 0), chunk):
-        y = x[a:a + chunk + 1]
+        y = x[a : a + chunk + 1]
         if not (y[1:] >= y[:-1]).all():
             return False
     return True
 
 
-def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
-                   chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray]:
+def normalize_rows(
+    starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None, chunk: int = 1 << 15
+) -> tuple[np.ndarray, np.ndarray]:
     """``normalize(starts[mask], ends[mask])`` (all rows without ``mask``): the :func:`normalized_pieces`
     concatenated. Sorted ``starts`` (a rank's kernels as the loader orders them) are merged a chunk of rows at
     a time, with no temporary longer than a chunk (the selected rows are never copied whole); unsorted input
@@ -86,12 +93,15 @@ def normalize_rows(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None
     pieces = list(normalized_pieces(starts, ends, mask, chunk))
     if not pieces:
         return _EMPTY.copy(), _EMPTY.copy()
-    return (np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False),
-            np.concatenate([p[1] for p in pieces]).astype(np.int64, copy=False))
+    return (
+        np.concatenate([p[0] for p in pieces]).astype(np.int64, copy=False),
+        np.concatenate([p[1] for p in pieces]).astype(np.int64, copy=False),
+    )
 
 
-def normalized_pieces(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None,
-                      chunk: int = 1 << 15):
+def normalized_pieces(
+    starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None, chunk: int = 1 << 15
+):
     """``normalize(starts[mask], ends[mask])`` in consecutive pieces, a generator: each piece is a non-empty
     normalised set, and the pieces in order, concatenated, are that one normalised set (pieces are disjoint
     and non-touching). A caller summing over the set (its length, its coverage of a few windows: both add up
@@ -109,10 +119,10 @@ def normalized_pieces(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | N
         return
     open_s = open_e = None  # the interval open at the end of the chunks so far (None: no row kept yet)
     for a in range(0, len(s_all), chunk):
-        s, e = s_all[a:a + chunk], e_all[a:a + chunk]
+        s, e = s_all[a : a + chunk], e_all[a : a + chunk]
         keep = e > s
         if mask is not None:
-            keep &= mask[a:a + chunk]
+            keep &= mask[a : a + chunk]
         if not keep.any():
             continue
         if not keep.all():
@@ -126,12 +136,17 @@ def normalized_pieces(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | N
         new[0] = open_e is None or s[0] > open_e
         np.greater(s[1:], reach[:-1], out=new[1:])
         firsts = s[new]
-        closed_e = reach[:-1][new[1:]]  # end of the interval before each new start (after the chunk's first row)
+        closed_e = reach[:-1][
+            new[1:]
+        ]  # end of the interval before each new start (after the chunk's first row)
         if open_e is not None and new[0]:  # the open interval ended before this chunk
             closed_e = np.concatenate([np.array([open_e], dtype=np.int64), closed_e])
         if len(firsts):
-            closed_s = firsts[:-1] if open_s is None else np.concatenate([np.array([open_s], dtype=np.int64),
-                                                                          firsts[:-1]])
+            closed_s = (
+                firsts[:-1]
+                if open_s is None
+                else np.concatenate([np.array([open_s], dtype=np.int64), firsts[:-1]])
+            )
             if len(closed_s):
                 yield closed_s, closed_e
             open_s = firsts[-1]
@@ -238,7 +253,7 @@ def clip(starts, ends, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
 def _cumulative(ns: np.ndarray, ne: np.ndarray, t: np.ndarray) -> np.ndarray:
     """F(t) = |S ∩ (-inf, t)| for a normalised set S, vectorised over t::
 
-        F(t) = P(k) − max(0, ne[k−1] − t),   k = #{j : ns[j] <= t},   P(k) = Σ_{j<k} (ne[j] − ns[j])
+    F(t) = P(k) − max(0, ne[k−1] − t),   k = #{j : ns[j] <= t},   P(k) = Σ_{j<k} (ne[j] − ns[j])
     """
     k = np.searchsorted(ns, t, side="right")  # intervals that start at or before t
     out = _prefix_lengths(ns, ne, k)
@@ -304,8 +319,9 @@ def window_length(q_starts, q_ends) -> np.ndarray:
     return np.maximum(qe - qs, 0)
 
 
-def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
-                         ) -> tuple[np.ndarray, np.ndarray]:
+def intersect_normalized(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`intersect` for two sets already normalised (sorted, disjoint, non-touching), without
     sorting their boundaries: the b intervals meeting a[i] are the contiguous run j with
     b.end[j] > a.start[i] and b.start[j] < a.end[i] (two binary searches), and each such pair gives
@@ -333,7 +349,9 @@ def intersect_normalized(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, 
     return s[keep], e[keep]
 
 
-def covered_by_normalized(q_starts: np.ndarray, q_ends: np.ndarray, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
+def covered_by_normalized(
+    q_starts: np.ndarray, q_ends: np.ndarray, ns: np.ndarray, ne: np.ndarray
+) -> np.ndarray:
     """:func:`covered_length` for a set already normalised (skips its re-normalisation: per-rank sets
     are queried five times per step table)."""
     qs = np.asarray(q_starts, dtype=np.int64)

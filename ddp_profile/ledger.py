@@ -46,10 +46,18 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "traces" / "whatif"
 DOC = ROOT / "docs" / "whatif-ledger.md"
 SUMMARY = Path(__file__).resolve().parent / "report" / "whatif_ledger.json"
-RULES = {"straggler-host": ("straggler_host",), "straggler-gpu": ("straggler_gpu", "extra_work"), "host-sync": ("host_sync",),
-         "launch-bound": ("launch_bound",), "comm-tail": ("comm_tail", "measured"), "contention": ("contention",),
-         "optimizer-shard": ("optimizer_shard",), "grad-copy-back": ("grad_copy_back",),
-         "fsdp-prefetch": ("fsdp_allgather",), "balanced": ("straggler_host", "straggler_gpu", "straggler", "extra_work")}
+RULES = {
+    "straggler-host": ("straggler_host",),
+    "straggler-gpu": ("straggler_gpu", "extra_work"),
+    "host-sync": ("host_sync",),
+    "launch-bound": ("launch_bound",),
+    "comm-tail": ("comm_tail", "measured"),
+    "contention": ("contention",),
+    "optimizer-shard": ("optimizer_shard",),
+    "grad-copy-back": ("grad_copy_back",),
+    "fsdp-prefetch": ("fsdp_allgather",),
+    "balanced": ("straggler_host", "straggler_gpu", "straggler", "extra_work"),
+}
 """Ledger rule id -> the tool's advice rule names (``analysis.verdict``) whose prediction it tests."""
 TOLERANCE_SHARE = 0.25
 TOLERANCE_NS = 0.5e6
@@ -94,7 +102,9 @@ def read_entry(folder: Path) -> Entry:
     if rule not in RULES:
         raise LedgerError(f"{path}: rule {rule!r} is not one of {', '.join(RULES)}")
     reps: dict[str, list] = {v: [] for v in VARIANTS}
-    for i, r in enumerate(sorted(need("repeats", list), key=lambda r: r.get("order", 0) if isinstance(r, dict) else 0)):
+    for i, r in enumerate(
+        sorted(need("repeats", list), key=lambda r: r.get("order", 0) if isinstance(r, dict) else 0)
+    ):
         if not isinstance(r, dict) or r.get("variant") not in VARIANTS:
             raise LedgerError(f"{path}: repeats[{i}] has no variant baseline or changed")
         steps = r.get("step_ms")
@@ -109,29 +119,48 @@ def read_entry(folder: Path) -> Entry:
         raise LedgerError(f"{path}: field 'profiled_truth_step_ms' is not lists of finite numbers")
     rel = need("profiled", str)
     inside = (Path(folder).resolve().parent, ROOT)  # the ledger's root (a pair may share another's export)
-    export = next((p for p in ((Path(folder) / rel).resolve(), (ROOT / rel).resolve())
-                   if p.exists() and any(p.is_relative_to(r) for r in inside)), None)
+    export = next(
+        (
+            p
+            for p in ((Path(folder) / rel).resolve(), (ROOT / rel).resolve())
+            if p.exists() and any(p.is_relative_to(r) for r in inside)
+        ),
+        None,
+    )
     if export is None or Path(rel).is_absolute():
-        raise LedgerError(f"{path}: field 'profiled' ({rel}) is not a file inside the ledger folders or the "
-                          "repository")
-    return Entry(Path(folder), rule, need("job", str), need("change", str), export, truth, reps,
-                 need("world_size", int), need("gpu_name", str))
+        raise LedgerError(
+            f"{path}: field 'profiled' ({rel}) is not a file inside the ledger folders or the repository"
+        )
+    return Entry(
+        Path(folder),
+        rule,
+        need("job", str),
+        need("change", str),
+        export,
+        truth,
+        reps,
+        need("world_size", int),
+        need("gpu_name", str),
+    )
 
 
 def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def realized_ms(repeats: dict, resamples: int = REALIZED_RESAMPLES, seed: int = DEFAULT_SEED,
-                level: float = DEFAULT_LEVEL) -> tuple[float, float, float]:
+def realized_ms(
+    repeats: dict, resamples: int = REALIZED_RESAMPLES, seed: int = DEFAULT_SEED, level: float = DEFAULT_LEVEL
+) -> tuple[float, float, float]:
     """(gain, low, high) in ms: median of the baseline repeats' medians − median of the changed ones', and
     its percentile bootstrap interval (module docstring). Deterministic for a seed."""
     base = [upper_median(r) for r in repeats["baseline"]]
     changed = [upper_median(r) for r in repeats["changed"]]
     gain = upper_median(base) - upper_median(changed)
     rng = random.Random(seed)
-    draws = sorted(upper_median(rng.choices(base, k=len(base))) - upper_median(rng.choices(changed, k=len(changed)))
-                   for _ in range(resamples))
+    draws = sorted(
+        upper_median(rng.choices(base, k=len(base))) - upper_median(rng.choices(changed, k=len(changed)))
+        for _ in range(resamples)
+    )
     tail = (1.0 - level) / 2.0
 
     def pick(q):
@@ -143,7 +172,9 @@ def realized_ms(repeats: dict, resamples: int = REALIZED_RESAMPLES, seed: int = 
 def overhead_pct(entry: Entry) -> float:
     """The job's profiler overhead (%): the program's median step under nsys against the baseline's
     un-profiled median (medians of repeat medians)."""
-    prof = upper_median([float(x) for rank in entry.truth_step_ms for x in (rank if isinstance(rank, list) else [rank])])
+    prof = upper_median(
+        [float(x) for rank in entry.truth_step_ms for x in (rank if isinstance(rank, list) else [rank])]
+    )
     unprof = upper_median([upper_median(r) for r in entry.repeats["baseline"]])
     return 100.0 * (prof / unprof - 1.0) if unprof > 0 else float("nan")
 
@@ -165,8 +196,11 @@ def predicted(entry: Entry) -> dict:
     got = next((a for a in v.get("advice") or [] if a.get("rule") in names), None)
     if got is None:
         return {"advice": None, "expected_ns": 0.0, "upper_ns": 0.0}
-    return {"advice": got["rule"], "expected_ns": float(got.get("expected_gain_ns") or 0.0),
-            "upper_ns": float(got.get("gain_upper_ns") or 0.0)}
+    return {
+        "advice": got["rule"],
+        "expected_ns": float(got.get("expected_gain_ns") or 0.0),
+        "upper_ns": float(got.get("gain_upper_ns") or 0.0),
+    }
 
 
 def within(predicted_ns: float, realized_ns: float) -> bool:
@@ -178,12 +212,22 @@ def evaluate(entry: Entry) -> dict:
     """One ledger row (module docstring), times in ms."""
     gain, lo, hi = realized_ms(entry.repeats)
     p = predicted(entry)
-    return {"pair": entry.folder.name, "rule": entry.rule, "job": entry.job, "change": entry.change,
-            "advice": p["advice"], "predicted_ms": p["expected_ns"] / 1e6, "upper_ms": p["upper_ns"] / 1e6,
-            "realized_ms": gain, "realized_low_ms": lo, "realized_high_ms": hi,
-            "repeats": [len(entry.repeats["baseline"]), len(entry.repeats["changed"])],
-            "world_size": entry.world_size, "gpu_name": entry.gpu_name,
-            "within": within(p["expected_ns"], gain * 1e6)}
+    return {
+        "pair": entry.folder.name,
+        "rule": entry.rule,
+        "job": entry.job,
+        "change": entry.change,
+        "advice": p["advice"],
+        "predicted_ms": p["expected_ns"] / 1e6,
+        "upper_ms": p["upper_ns"] / 1e6,
+        "realized_ms": gain,
+        "realized_low_ms": lo,
+        "realized_high_ms": hi,
+        "repeats": [len(entry.repeats["baseline"]), len(entry.repeats["changed"])],
+        "world_size": entry.world_size,
+        "gpu_name": entry.gpu_name,
+        "within": within(p["expected_ns"], gain * 1e6),
+    }
 
 
 def entries(root: Path = FOLDER) -> list[Entry]:
@@ -213,23 +257,34 @@ def summary(rows: list[dict]) -> dict:
 
 def table(rows: list[dict]) -> str:
     """The ledger as a markdown page: advice → predicted → realized (interval) → within tolerance."""
-    head = ["# What-if ledger", "",
-            "Each row: a job profiled, the tool's advice for it, and the same job re-run un-profiled with the change "
-            "applied, in interleaved repeats. Generated by `python -m ddp_profile.ledger` from `traces/whatif/`; "
-            "`tests/project/test_ledger.py` fails when this page differs from what the committed folders give. "
-            "Predicted: the advice's `expected_gain_ns` (upper bound beside it); realized: median of the baseline "
-            "repeats' medians − median of the changed ones', with its 95 % bootstrap interval over repeats; within: "
-            f"|predicted − realized| ≤ max({TOLERANCE_SHARE:.0%} of realized, {TOLERANCE_NS / 1e6:g} ms). "
-            "How each rule's prediction is modelled: [metrics](metrics.md#advice-gains).", ""]
+    head = [
+        "# What-if ledger",
+        "",
+        "Each row: a job profiled, the tool's advice for it, and the same job re-run un-profiled with the change "
+        "applied, in interleaved repeats. Generated by `python -m ddp_profile.ledger` from `traces/whatif/`; "
+        "`tests/project/test_ledger.py` fails when this page differs from what the committed folders give. "
+        "Predicted: the advice's `expected_gain_ns` (upper bound beside it); realized: median of the baseline "
+        "repeats' medians − median of the changed ones', with its 95 % bootstrap interval over repeats; within: "
+        f"|predicted − realized| ≤ max({TOLERANCE_SHARE:.0%} of realized, {TOLERANCE_NS / 1e6:g} ms). "
+        "How each rule's prediction is modelled: [metrics](metrics.md#advice-gains).",
+        "",
+    ]
     if not rows:
-        return "\n".join(head + ["No ledger entry yet: `traces/whatif/` holds no `<rule>--<job>/ledger.json`.", ""])
-    lines = ["| pair | change | advice | predicted (ms) | upper (ms) | realized (ms), 95 % interval | repeats | "
-             "within |", "|---|---|---|---|---|---|---|---|"]
+        return "\n".join(
+            head + ["No ledger entry yet: `traces/whatif/` holds no `<rule>--<job>/ledger.json`.", ""]
+        )
+    lines = [
+        "| pair | change | advice | predicted (ms) | upper (ms) | realized (ms), 95 % interval | repeats | "
+        "within |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| `{r['pair']}` | {r['change']} | {r['advice'] or 'none'} | {r['predicted_ms']:.2f} | "
-                     f"{r['upper_ms']:.2f} | {r['realized_ms']:.2f} ({r['realized_low_ms']:.2f} to "
-                     f"{r['realized_high_ms']:.2f}) | {r['repeats'][0]} + {r['repeats'][1]} | "
-                     f"{'yes' if r['within'] else 'no'} |")
+        lines.append(
+            f"| `{r['pair']}` | {r['change']} | {r['advice'] or 'none'} | {r['predicted_ms']:.2f} | "
+            f"{r['upper_ms']:.2f} | {r['realized_ms']:.2f} ({r['realized_low_ms']:.2f} to "
+            f"{r['realized_high_ms']:.2f}) | {r['repeats'][0]} + {r['repeats'][1]} | "
+            f"{'yes' if r['within'] else 'no'} |"
+        )
     n_ok = sum(r["within"] for r in rows)
     return "\n".join(head + lines + ["", f"{n_ok} of {len(rows)} pairs within tolerance.", ""])
 
@@ -237,8 +292,11 @@ def table(rows: list[dict]) -> str:
 def outputs(root: Path = FOLDER) -> tuple[str, str]:
     """(the markdown page, the summary JSON text) the committed folders give."""
     rows = [evaluate(e) for e in entries(root)]
-    return table(rows), json.dumps({"tolerance_share": TOLERANCE_SHARE, "tolerance_ms": TOLERANCE_NS / 1e6,
-                                    "rules": summary(rows)}, indent=1, sort_keys=True) + "\n"
+    return table(rows), json.dumps(
+        {"tolerance_share": TOLERANCE_SHARE, "tolerance_ms": TOLERANCE_NS / 1e6, "rules": summary(rows)},
+        indent=1,
+        sort_keys=True,
+    ) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,8 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.check:
-        stale = [str(p) for p, text in ((args.doc, page), (args.summary, summ))
-                 if not p.is_file() or p.read_text() != text]
+        stale = [
+            str(p)
+            for p, text in ((args.doc, page), (args.summary, summ))
+            if not p.is_file() or p.read_text() != text
+        ]
         for p in stale:
             print(f"stale: {p} (run python -m ddp_profile.ledger)", file=sys.stderr)
         return 1 if stale else 0

@@ -74,8 +74,11 @@ def map_arrays_of(rows: int) -> None:
 
 def _set(mmap_bytes: int, trim_bytes: int) -> bool:
     mallopt = getattr(_libc(), "mallopt", None)
-    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, mmap_bytes)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, trim_bytes))
+    return (
+        mallopt is not None
+        and bool(mallopt(_M_MMAP_THRESHOLD, mmap_bytes))
+        and bool(mallopt(_M_TRIM_THRESHOLD, trim_bytes))
+    )
 
 
 def return_freed_memory() -> None:

@@ -45,10 +45,14 @@ COLORS = {
 # Default regexes the analysis uses to recognise phases in any trace (overridable on the CLI).
 # Steps: "step 3", "step3", "step_3", "Step #3", "iteration 7", "iter 7", "it 3", "train_step_3",
 # "train step 3", "ProfilerStep#12" (case-insensitive; a bare "step" too). Described in STEP_PATTERN_HELP.
-STEP_PATTERN = (r"(?i)^(?:(?:train[_ ]?)?(?:step|iteration|iter|it)(?:[\s_#:=-]*\d+)?|ProfilerStep#\d+"
-                r"|iteration\b.*|train_step\b.*)$")
-STEP_PATTERN_HELP = ("names like 'step 3', 'step3', 'step_3', 'iteration 7', 'iter 7', 'it 3', 'train_step_3', "
-                     "'train step 3', 'ProfilerStep#12' (case-insensitive)")
+STEP_PATTERN = (
+    r"(?i)^(?:(?:train[_ ]?)?(?:step|iteration|iter|it)(?:[\s_#:=-]*\d+)?|ProfilerStep#\d+"
+    r"|iteration\b.*|train_step\b.*)$"
+)
+STEP_PATTERN_HELP = (
+    "names like 'step 3', 'step3', 'step_3', 'iteration 7', 'iter 7', 'it 3', 'train_step_3', "
+    "'train step 3', 'ProfilerStep#12' (case-insensitive)"
+)
 FORWARD_PATTERN = r"^(forward|fwd)\b"
 BACKWARD_PATTERN = r"^(backward|bwd)\b"
 OPTIMIZER_PATTERN = r"^(optimizer|optim|opt_step)\b"

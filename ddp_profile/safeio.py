@@ -34,9 +34,19 @@ def shown_path(path: Path | str) -> str:
 
 def kind_of(mode: int) -> str:
     """'a folder', 'a FIFO (named pipe)', 'a character device', ... for a non-regular file's ``st_mode``."""
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return (
+        "a folder"
+        if stat.S_ISDIR(mode)
+        else "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
 
 
 def _input_ids(inputs: Iterable) -> dict[tuple[int, int], Path]:
@@ -71,12 +81,14 @@ def check_output_file(path: Path | str, inputs: Iterable = ()) -> Path:
     except (OSError, ValueError):
         return path
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"-o {path}: is {kind_of(st.st_mode)}, not a file; name a file to write "
-                         "(leave out -o to print)")
+        raise UsageError(
+            f"-o {path}: is {kind_of(st.st_mode)}, not a file; name a file to write (leave out -o to print)"
+        )
     same = _input_ids(inputs).get((st.st_dev, st.st_ino))
     if same is not None:
-        raise UsageError(f"-o {path}: is the input {same}; choose another output name (inputs are never "
-                         "overwritten)")
+        raise UsageError(
+            f"-o {path}: is the input {same}; choose another output name (inputs are never overwritten)"
+        )
     return path
 
 
@@ -144,7 +156,9 @@ def write_text_atomic(path: Path | str, text: str, *, make_parents: bool = False
 def write_record_atomic(path: Path | str, record, *, make_parents: bool = False) -> Path:
     """A run record (run JSON, timing summary) as compact JSON, one line and a newline, written atomically:
     committed records count against traces/'s 150 MB budget, and indentation made a quarter of their bytes."""
-    return write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n", make_parents=make_parents)
+    return write_text_atomic(
+        path, json.dumps(record, separators=(",", ":")) + "\n", make_parents=make_parents
+    )
 
 
 def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = False) -> Path:

@@ -31,5 +31,16 @@ from ddp_profile.analysis.pipeline import analyze
 from ddp_profile.analysis.result import JSON_VERSION, Analysis, records
 from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
-__all__ = ["Analysis", "analyze", "records", "KernelArrays", "compare_runs", "predict_overhead",
-           "optimal_bucket_bytes", "amdahl_serial_fraction", "JSON_SECTIONS", "OPTIONAL_SECTIONS", "JSON_VERSION"]
+__all__ = [
+    "Analysis",
+    "analyze",
+    "records",
+    "KernelArrays",
+    "compare_runs",
+    "predict_overhead",
+    "optimal_bucket_bytes",
+    "amdahl_serial_fraction",
+    "JSON_SECTIONS",
+    "OPTIONAL_SECTIONS",
+    "JSON_VERSION",
+]

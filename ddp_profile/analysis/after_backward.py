@@ -53,8 +53,10 @@ def shards(frame: pd.DataFrame | None) -> bool:
     """Whether the job of these ``schema.AFTER_BACKWARD_COLUMNS`` rows shards its update (module docstring)."""
     if frame is None or frame.empty:
         return False
-    rs, gb, ar = (float(frame[c].fillna(0).sum()) for c in
-                  ("reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns", "allreduce_kernel_ns"))
+    rs, gb, ar = (
+        float(frame[c].fillna(0).sum())
+        for c in ("reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns", "allreduce_kernel_ns")
+    )
     return rs > 0 or (gb > 0 and gb >= SHARDED_SYNC_RATIO * ar)
 
 
@@ -68,8 +70,9 @@ def _by_rank(kernels: pd.DataFrame, mask: np.ndarray) -> dict:
     return out
 
 
-def _in_windows(arrays: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray, hi: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray]:
+def _in_windows(
+    arrays: tuple[np.ndarray, np.ndarray] | None, lo: np.ndarray, hi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per window i: count and summed duration of one rank's ``arrays`` (start, end; sorted by start) starting at
     or after ``lo[i]`` and ending by ``hi[i]`` (int64). Each window's rows are one slice of the sorted starts; every
     (window, row) pair is visited once in one pass, so the cost grows with the rows the windows hold."""
@@ -103,18 +106,26 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     nccl = kind == "nccl"
     kinds = kind_codes(kernels["collective"])  # index into KINDS, classified once per distinct name
     copies = _by_rank(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
-    optimizer = _by_rank(kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER))
-    collectives = [_by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
-                   for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))]
+    optimizer = _by_rank(
+        kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER)
+    )
+    collectives = [
+        _by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
+        for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))
+    ]
     keep = steps["backward_end_ns"].notna().to_numpy()  # no backward end: no row
     rank, step = ints(steps["rank"])[keep], ints(steps["step"])[keep]
     first, lo, hi = (ints(steps[c])[keep] for c in ("start_ns", "backward_end_ns", "end_ns"))
-    cols: dict[str, np.ndarray] = {c: np.zeros(len(rank), np.int64 if c in ("copies", "optimizer_kernels") else float)
-                                   for c in schema.AFTER_BACKWARD_COLUMNS[2:]}
+    cols: dict[str, np.ndarray] = {
+        c: np.zeros(len(rank), np.int64 if c in ("copies", "optimizer_kernels") else float)
+        for c in schema.AFTER_BACKWARD_COLUMNS[2:]
+    }
     for r in np.unique(rank).tolist():  # per rank, every step at once
         at = np.flatnonzero(rank == r)
         cols["copies"][at], cols["copy_ns"][at] = _in_windows(copies.get(r), lo[at], hi[at])
-        cols["optimizer_kernels"][at], cols["optimizer_ns"][at] = _in_windows(optimizer.get(r), lo[at], hi[at])
+        cols["optimizer_kernels"][at], cols["optimizer_ns"][at] = _in_windows(
+            optimizer.get(r), lo[at], hi[at]
+        )
         for c, arrays in zip(schema.AFTER_BACKWARD_COLUMNS[6:], collectives, strict=True):
             cols[c][at] = _in_windows(arrays.get(r), first[at], hi[at])[1]
     if not len(rank):

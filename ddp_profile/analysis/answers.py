@@ -31,7 +31,8 @@ def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataF
         return pd.Series(dtype=float)
     table = st.call_table(waits, rank_paths)
     at = pd.MultiIndex.from_arrays([ints(rank_paths["rank"]), ints(rank_paths["step"])]).get_indexer(
-        pd.MultiIndex.from_arrays([ints(crit["critical_rank"]), ints(crit["step"])]))
+        pd.MultiIndex.from_arrays([ints(crit["critical_rank"]), ints(crit["step"])])
+    )
     if (at < 0).any():
         raise KeyError("a critical rank's step is missing from the rank paths")
     return pd.Series(table.ns[at].sum(axis=1).astype(float), index=ints(crit["step"]).tolist(), dtype=float)
@@ -42,21 +43,39 @@ def last_gradient_ns(coll: pd.DataFrame | None, crit: pd.DataFrame) -> pd.Series
     ReduceScatter) of the step; steps without one are left out."""
     if coll is None or coll.empty or crit.empty:
         return pd.Series(dtype=float)
-    grad = coll.loc[coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]).to_numpy()
-                    & coll["step"].notna().to_numpy()]
+    grad = coll.loc[
+        coll["collective"].astype("object").isin(["AllReduce", "ReduceScatter"]).to_numpy()
+        & coll["step"].notna().to_numpy()
+    ]
     if grad.empty:
         return pd.Series(dtype=float)
-    g = pd.DataFrame({"rank": ints(grad["rank"]), "step": ints(grad["step"]), "end": ints(grad["end_ns"]),
-                      "d": (ints(grad["end_ns"]) - ints(grad["start_ns"])).astype(float)})
-    last = g.sort_values(["rank", "step", "end"], kind="stable").drop_duplicates(["rank", "step"], keep="last")
+    g = pd.DataFrame(
+        {
+            "rank": ints(grad["rank"]),
+            "step": ints(grad["step"]),
+            "end": ints(grad["end_ns"]),
+            "d": (ints(grad["end_ns"]) - ints(grad["start_ns"])).astype(float),
+        }
+    )
+    last = g.sort_values(["rank", "step", "end"], kind="stable").drop_duplicates(
+        ["rank", "step"], keep="last"
+    )
     last = last.set_index(["rank", "step"])["d"]
     want = pd.MultiIndex.from_arrays([ints(crit["critical_rank"]), ints(crit["step"])])
     return pd.Series(last.reindex(want).to_numpy(), index=ints(crit["step"])).dropna()
 
 
-def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, contention_ns: float,
-           gemm_ratio: float = float("nan"), after_backward: pd.DataFrame | None = None,
-           step_kernels: pd.DataFrame | None = None, run: dict | None = None, min_lead_ns: float = 0) -> None:
+def attach(
+    res,
+    rank_paths: pd.DataFrame | None,
+    waits: pd.DataFrame | None,
+    contention_ns: float,
+    gemm_ratio: float = float("nan"),
+    after_backward: pd.DataFrame | None = None,
+    step_kernels: pd.DataFrame | None = None,
+    run: dict | None = None,
+    min_lead_ns: float = 0,
+) -> None:
     """Fill ``res`` (an Analysis) in place: straggler columns of ``steps``, ``last_arrival_pct`` of
     ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``. ``gemm_ratio``, ``after_backward``: see
     ``verdict.advice``; ``step_kernels``: ``kernel_diff.step_kernel_sums`` of every rank (the straggler's
@@ -64,10 +83,14 @@ def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, con
     whether the harness's options may be named); ``min_lead_ns``: the clock residual (``clocks.refuse_leads``)."""
     arr = st.arrivals(res.collectives)
     ro = res.rank_overlap
-    res.rank_overlap = ro.assign(last_arrival_pct=st.last_arrival_pct(arr, ints(ro["rank"])) if len(ro) else [])
+    res.rank_overlap = ro.assign(
+        last_arrival_pct=st.last_arrival_pct(arr, ints(ro["rank"])) if len(ro) else []
+    )
     step_ids = np.unique(ints(res.steps["step"])) if len(res.steps) else np.zeros(0, np.int64)
     rp = rank_paths if rank_paths is not None else pd.DataFrame(columns=cp.PATH_COLUMNS)
-    per_step = clocks.refuse_leads(st.stragglers(st.step_leads(arr), rp, waits, step_ids, step_kernels), min_lead_ns)
+    per_step = clocks.refuse_leads(
+        st.stragglers(st.step_leads(arr), rp, waits, step_ids, step_kernels), min_lead_ns
+    )
     if len(res.steps):
         got = per_step.reindex(ints(res.steps["step"]))
         res.steps = res.steps.assign(**{c: got[c].to_numpy() for c in st.STEP_COLUMNS})
@@ -76,10 +99,24 @@ def attach(res, rank_paths: pd.DataFrame | None, waits: pd.DataFrame | None, con
     crit = cp.critical_path(rp) if len(rp) else schema.empty_frame(schema.CRITICAL_PATH_COLUMNS)
     res.critical_path = crit
     harness = isinstance(run, dict) and bool(run.get("strategy") or (run.get("config") or {}).get("strategy"))
-    rules = vd.advice(crit, res.steps, per_step, _sync_per_step(crit, rp, waits), contention_ns,
-                      res.recommendation, gemm_ratio, after_backward, overhead_pct=gains.overhead_pct(run),
-                      harness=harness, last_grad_ns=last_gradient_ns(res.collectives, crit),
-                      extra_work=kd.every_rank(step_kernels)) if len(crit) else []
+    rules = (
+        vd.advice(
+            crit,
+            res.steps,
+            per_step,
+            _sync_per_step(crit, rp, waits),
+            contention_ns,
+            res.recommendation,
+            gemm_ratio,
+            after_backward,
+            overhead_pct=gains.overhead_pct(run),
+            harness=harness,
+            last_grad_ns=last_gradient_ns(res.collectives, crit),
+            extra_work=kd.every_rank(step_kernels),
+        )
+        if len(crit)
+        else []
+    )
     res.verdict = vd.verdict(crit, per_step, rules)
     res.per_rank = vd.per_rank(res.steps, rp, res.rank_overlap)
     if rank_paths is None and len(res.steps):

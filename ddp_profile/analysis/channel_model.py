@@ -111,11 +111,25 @@ def _ops(grad: pd.DataFrame, ready: np.ndarray, t: np.ndarray, slower: np.ndarra
     seq, step, ready (latest over ranks), t and t2 (slowest rank, stock and slower), ok (all known)."""
     first = grad.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     comm = grad.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense")
-    c = pd.DataFrame({"comm": comm.to_numpy(), "seq": grad["seq"].to_numpy(), "step": grad["step"].to_numpy(),
-                      "ready": ready, "t": t, "t2": slower})
-    ops = c.groupby(["comm", "seq"]).agg(step=("step", "min"), ready=("ready", "max"), t=("t", "max"),
-                                         t2=("t2", "max"), n=("ready", "size"), known=("ready", "count"),
-                                         t_known=("t2", "count"))
+    c = pd.DataFrame(
+        {
+            "comm": comm.to_numpy(),
+            "seq": grad["seq"].to_numpy(),
+            "step": grad["step"].to_numpy(),
+            "ready": ready,
+            "t": t,
+            "t2": slower,
+        }
+    )
+    ops = c.groupby(["comm", "seq"]).agg(
+        step=("step", "min"),
+        ready=("ready", "max"),
+        t=("t", "max"),
+        t2=("t2", "max"),
+        n=("ready", "size"),
+        known=("ready", "count"),
+        t_known=("t2", "count"),
+    )
     ops["ok"] = (ops["n"] == ops["known"]) & (ops["n"] == ops["t_known"])
     return ops.reset_index().sort_values(["comm", "step", "seq"])
 
@@ -138,9 +152,18 @@ def _replay(ops: pd.DataFrame) -> pd.DataFrame:
         rows.append({"step": step, "first": float(ready.min()), "end": ends[0], "end2": ends[1]})
     per = pd.DataFrame(rows, columns=["step", "first", "end", "end2"])
     # a step with one unknown operation is unknown (max would skip the NaN)
-    return per.groupby("step").agg(first=("first", "min"), end=("end", "max"), end2=("end2", "max"),
-                                   n=("end", "size"), known=("end", "count")).query("n == known")[
-        ["first", "end", "end2"]].reset_index()
+    return (
+        per.groupby("step")
+        .agg(
+            first=("first", "min"),
+            end=("end", "max"),
+            end2=("end2", "max"),
+            n=("end", "size"),
+            known=("end", "count"),
+        )
+        .query("n == known")[["first", "end", "end2"]]
+        .reset_index()
+    )
 
 
 def _optimizer_start(analysis) -> pd.Series:
@@ -151,17 +174,30 @@ def _optimizer_start(analysis) -> pd.Series:
     return o.groupby(["rank", "step"])["start_ns"].min().astype(float)
 
 
-def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None, channels: int,
-                       nccl_channels: int | None = None, ready_ns=None, channel_bytes_per_s: float | None = None,
-                       sm_count: int | None = None) -> dict:
+def channel_prediction(
+    analysis,
+    kernels: pd.DataFrame | None,
+    run: dict | None,
+    channels: int,
+    nccl_channels: int | None = None,
+    ready_ns=None,
+    channel_bytes_per_s: float | None = None,
+    sm_count: int | None = None,
+) -> dict:
     """RESULT_KEYS for the step with ``channels`` NCCL channels instead of the run's (module docstring).
     ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of ``analysis.collectives`` when already computed
     (else from ``kernels``); ``channel_bytes_per_s``: bus bytes/s per channel (None: the worst case);
     ``sm_count``: SMs per GPU (None: no contention term). NaN where the trace lacks what it needs."""
     nan = dict.fromkeys(RESULT_KEYS, np.nan) | {"channels_now": None}
     steps, coll = analysis.steps, analysis.collectives
-    if (steps is None or not len(steps) or coll is None or not len(coll) or "backward_end_ns" not in steps
-            or channels < 1):
+    if (
+        steps is None
+        or not len(steps)
+        or coll is None
+        or not len(coll)
+        or "backward_end_ns" not in steps
+        or channels < 1
+    ):
         return nan
     now = channels_now(run, nccl_channels)
     if not now:
@@ -175,7 +211,9 @@ def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None,
     ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[keep]
     t = _transfer_ns(grad)
     if channel_bytes_per_s:
-        slower = np.maximum(t, _bus_bytes(grad, _world(analysis, run)) / (channels * channel_bytes_per_s) * 1e9)
+        slower = np.maximum(
+            t, _bus_bytes(grad, _world(analysis, run)) / (channels * channel_bytes_per_s) * 1e9
+        )
     else:
         slower = t * now / channels
     per = _replay(_ops(grad, ready, t, slower)).dropna()
@@ -188,7 +226,10 @@ def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None,
     recovered = np.zeros(len(s))
     if sm_count and "overlap_ns" in s:
         window = bend - s["first"].to_numpy()
-        span, span2 = s["end"].to_numpy() - s["first"].to_numpy(), s["end2"].to_numpy() - s["first"].to_numpy()
+        span, span2 = (
+            s["end"].to_numpy() - s["first"].to_numpy(),
+            s["end2"].to_numpy() - s["first"].to_numpy(),
+        )
         ov = s["overlap_ns"].to_numpy(dtype=float)
         ov2 = ov * np.minimum(span2, window) / np.maximum(np.minimum(span, window), 1.0)
         recovered = (ov * now - ov2 * channels) / float(sm_count)
@@ -199,5 +240,10 @@ def channel_prediction(analysis, kernels: pd.DataFrame | None, run: dict | None,
     e, rec = float(np.median(extra[ok])), float(np.median(recovered[ok]))
     pred = float(steps["step_ns"].median()) + e
     beyond = max(0.0, contention_per_step_ns(analysis.contention, steps) - rec)
-    return {"predicted_step_ns": pred, "low_ns": pred - beyond, "extra_ns": e, "recovered_ns": rec,
-            "channels_now": now}
+    return {
+        "predicted_step_ns": pred,
+        "low_ns": pred - beyond,
+        "extra_ns": e,
+        "recovered_ns": rec,
+        "channels_now": now,
+    }

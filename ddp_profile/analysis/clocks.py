@@ -43,7 +43,7 @@ analysis after the pairing sees aligned times. The correction and residual are i
 
 Opens no file; the shift search scores at most 2·:data:`MAX_SHIFT` + 1 candidates of :data:`SAMPLE` pairs each
 per (rank, stream), vectorised.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -109,10 +109,16 @@ class Alignment:
         def keyed(d: dict) -> dict:
             return {str(k): int(v) for k, v in sorted(d.items())}
 
-        return {"reference_rank": self.reference_rank, "several_files": self.several_files,
-                "offsets_ns": keyed(self.offsets_ns), "residual_ns": keyed(self.residual_ns),
-                "corrected_ns": keyed(self.corrected_ns), "sequence_shift": keyed(self.shifts),
-                "n_paired": keyed(self.n_paired), "n_dropped": keyed(self.n_dropped)}
+        return {
+            "reference_rank": self.reference_rank,
+            "several_files": self.several_files,
+            "offsets_ns": keyed(self.offsets_ns),
+            "residual_ns": keyed(self.residual_ns),
+            "corrected_ns": keyed(self.corrected_ns),
+            "sequence_shift": keyed(self.shifts),
+            "n_paired": keyed(self.n_paired),
+            "n_dropped": keyed(self.n_dropped),
+        }
 
 
 def _size_class(nbytes: pd.Series) -> np.ndarray:
@@ -136,7 +142,9 @@ def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return ((a >> 7) == (b >> 7)) & ((ca == cb) | (ca == 0) | (cb == 0))
 
 
-def _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _score(
+    sig_a, end_a, sig_b, end_b, cand, i0, i1, sample: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(agree, spread, |median end difference|) per candidate shift, ``sample`` evenly spaced pairs each (a pair
     repeats when the overlap is shorter), a block of candidates at a time."""
     k = np.arange(sample, dtype=np.float64) / max(sample - 1, 1)
@@ -152,8 +160,9 @@ def _score(sig_a, end_a, sig_b, end_b, cand, i0, i1, sample: int) -> tuple[np.nd
     return agree, spread, lag
 
 
-def best_shift(sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: np.ndarray
-               ) -> tuple[int, float] | None:
+def best_shift(
+    sig_a: np.ndarray, end_a: np.ndarray, sig_b: np.ndarray, end_b: np.ndarray
+) -> tuple[int, float] | None:
     """(d, spread) pairing B[i] with A[i + d] (see the module docstring), None when no candidate qualifies.
     Every candidate is scored on :data:`COARSE_SAMPLE` pairs, the :data:`FINALISTS` best again on :data:`SAMPLE`."""
     na, nb = len(sig_a), len(sig_b)
@@ -229,8 +238,13 @@ def pair(rows: pd.DataFrame, several_files: dict[int, bool] | None = None) -> tu
             continue
         a = groups.get((ref, target))
         own_clock = not (several_files or {}).get(int(rank))  # one capture of every rank: its numbering holds
-        got = (0, 0.0) if own_clock and a is not None else \
-            best_shift(sig[a], end[a], sig[idx], end[idx]) if a is not None else None
+        got = (
+            (0, 0.0)
+            if own_clock and a is not None
+            else best_shift(sig[a], end[a], sig[idx], end[idx])
+            if a is not None
+            else None
+        )
         if got is None:
             continue
         d = got[0]
@@ -288,22 +302,37 @@ def _notes(al: Alignment) -> None:
     if al.n_dropped:
         items = ", ".join(f"rank {r}: {n}" for r, n in sorted(al.n_dropped.items()))
         shifted = {r: d for r, d in al.shifts.items() if d}
-        how = ("; " + ", ".join(f"rank {r}'s capture starts {abs(d)} collective(s) "
-                                f"{'later' if d > 0 else 'earlier'} than rank {al.reference_rank}'s"
-                                for r, d in sorted(shifted.items()))) if shifted else ""
-        al.notes.append(f"collectives paired across ranks by kind, size class and sequence{how}: the ones not seen "
-                        f"on every rank (a capture starting or stopping at another iteration) are dropped ({items})")
+        how = (
+            (
+                "; "
+                + ", ".join(
+                    f"rank {r}'s capture starts {abs(d)} collective(s) "
+                    f"{'later' if d > 0 else 'earlier'} than rank {al.reference_rank}'s"
+                    for r, d in sorted(shifted.items())
+                )
+            )
+            if shifted
+            else ""
+        )
+        al.notes.append(
+            f"collectives paired across ranks by kind, size class and sequence{how}: the ones not seen "
+            f"on every rank (a capture starting or stopping at another iteration) are dropped ({items})"
+        )
     if not al.several_files:
         return
     worst = max(al.residual_ns.values(), default=0)
     if al.corrected_ns:
         moved = ", ".join(f"rank {r} by {_us(-o)}" for r, o in sorted(al.corrected_ns.items()))
-        al.notes.append(f"clocks aligned on collective ends (the ends of one collective agree across ranks): {moved} "
-                        f"onto rank {al.reference_rank}'s clock; residual {_us(worst)} (P{RESIDUAL_PCT} of the "
-                        "paired ends' disagreement): waits and straggler leads under it are not called")
+        al.notes.append(
+            f"clocks aligned on collective ends (the ends of one collective agree across ranks): {moved} "
+            f"onto rank {al.reference_rank}'s clock; residual {_us(worst)} (P{RESIDUAL_PCT} of the "
+            "paired ends' disagreement): waits and straggler leads under it are not called"
+        )
     elif al.offsets_ns:
-        al.notes.append(f"clocks checked on collective ends: the files' clocks agree within {_us(worst)} "
-                        f"(P{RESIDUAL_PCT}), no correction")
+        al.notes.append(
+            f"clocks checked on collective ends: the files' clocks agree within {_us(worst)} "
+            f"(P{RESIDUAL_PCT}), no correction"
+        )
 
 
 def refuse_leads(per_step: pd.DataFrame, residual_ns: float) -> pd.DataFrame:
@@ -316,8 +345,10 @@ def refuse_leads(per_step: pd.DataFrame, residual_ns: float) -> pd.DataFrame:
     if not doubt.any():
         return per_step
     out = per_step.copy()
-    evidence = [f"lead {_us(v)} is within the clock residual {_us(residual_ns)}: no straggler called"
-                for v in lead[doubt]]
+    evidence = [
+        f"lead {_us(v)} is within the clock residual {_us(residual_ns)}: no straggler called"
+        for v in lead[doubt]
+    ]
     out.loc[doubt, "straggler_rank"] = pd.NA
     out.loc[doubt, "straggler_lead_ns"] = np.nan
     out.loc[doubt, "straggler_cause"] = "unknown"
@@ -326,6 +357,7 @@ def refuse_leads(per_step: pd.DataFrame, residual_ns: float) -> pd.DataFrame:
 
 
 # ---- the pipeline's use -----------------
+
 
 def rank_files(trace) -> dict:
     """rank -> the export file it was read from (``trace.ranks``; {} when unknown)."""
@@ -345,8 +377,11 @@ def align_parts(found: list, *, move: bool = True) -> Alignment:
     have = [(i, p.rows) for i, p in enumerate(found) if p.rows is not None and len(p.rows)]
     if not have:
         return Alignment()
-    rows = pd.concat([r.assign(_part=i) for i, r in have], ignore_index=True) if len(have) > 1 \
+    rows = (
+        pd.concat([r.assign(_part=i) for i, r in have], ignore_index=True)
+        if len(have) > 1
         else have[0][1].assign(_part=have[0][0])
+    )
     files = {r: f for p in found for r, f in p.rank_files.items()}
     ref = int(rows["rank"].min())
     several = {r: (f != files.get(ref)) for r, f in files.items()} if files else None
@@ -367,7 +402,6 @@ def align_parts(found: list, *, move: bool = True) -> Alignment:
     return al
 
 
-
 class Lazy:
     """An object built on first attribute access (the aligned copy of a trace, only if a deferred section is
     read)."""
@@ -383,6 +417,7 @@ class Lazy:
 
 # ---- applying the correction -----------------------------------------------------------------------------
 
+
 def _per_row(rank, offsets: dict[int, int]) -> np.ndarray:
     """Offset per row for a rank column (missing ranks and ranks without a correction: 0)."""
     r = pd.array(rank, dtype="Int64")
@@ -392,7 +427,9 @@ def _per_row(rank, offsets: dict[int, int]) -> np.ndarray:
     return table[inv.reshape(-1)]
 
 
-def shift_columns(df: pd.DataFrame, offsets: dict[int, int], columns, keep_negative: tuple = ()) -> pd.DataFrame:
+def shift_columns(
+    df: pd.DataFrame, offsets: dict[int, int], columns, keep_negative: tuple = ()
+) -> pd.DataFrame:
     """A copy of ``df`` with ``columns`` moved by −offset of each row's rank (``keep_negative``: columns whose
     negative values mean "none" and stay as they are, e.g. ``launch_ns`` = -1)."""
     if df is None or not len(df) or not offsets:
@@ -430,5 +467,7 @@ def shifted(trace, offsets: dict[int, int]) -> ShiftedPart:
         kernels=shift_columns(trace.kernels, offsets, ("start_ns", "end_ns", "launch_ns"), ("launch_ns",)),
         nvtx=shift_columns(getattr(trace, "nvtx", None), offsets, ("start_ns", "end_ns")),
         host_waits=shift_columns(getattr(trace, "host_waits", None), offsets, ("start_ns", "end_ns")),
-        meta=getattr(trace, "meta", None) or {}, run=getattr(trace, "run", None),
-        ranks=getattr(trace, "ranks", None))
+        meta=getattr(trace, "meta", None) or {},
+        run=getattr(trace, "run", None),
+        ranks=getattr(trace, "ranks", None),
+    )

@@ -52,8 +52,10 @@ from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.fmt import fmt_ms
 
 # "allreduce b<bucket> <bytes>B" or "param_sync b<bucket> r<owner> <bytes>B" (bounded: fits int64)
-_BUCKET_RX = re.compile(rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PARAM_SYNC_PREFIX)})"
-                        r"\s+b(\d{1,9})\s+(?:r\d{1,9}\s+)?(\d{1,18})\s*B")
+_BUCKET_RX = re.compile(
+    rf"^(?:{re.escape(nn.ALLREDUCE_PREFIX)}|{re.escape(nn.PARAM_SYNC_PREFIX)})"
+    r"\s+b(\d{1,9})\s+(?:r\d{1,9}\s+)?(\d{1,18})\s*B"
+)
 
 
 def bus_factor(collective: pd.Series, n: np.ndarray) -> np.ndarray:
@@ -115,8 +117,10 @@ def _all_receive(collective: pd.Series) -> np.ndarray:
     broadcast's root, can finish into a peer's buffers before that peer's kernel runs.)"""
     codes, uniq = _distinct(collective)
     keys = [re.sub(r"[^a-z]", "", u.lower()) for u in uniq]
-    return np.array([any(k in key for k in ("allreduce", "allgather", "reducescatter", "alltoall")) for key in keys],
-                    dtype=bool)[codes]
+    return np.array(
+        [any(k in key for k in ("allreduce", "allgather", "reducescatter", "alltoall")) for key in keys],
+        dtype=bool,
+    )[codes]
 
 
 def _assign(pid: np.ndarray, t: np.ndarray, rpid: np.ndarray, rs: np.ndarray, re_: np.ndarray) -> np.ndarray:
@@ -139,19 +143,31 @@ def _nccl_sized(nvtx: pd.DataFrame) -> pd.DataFrame:
     """NCCL's own ranges (domain NCCL) whose payload holds the message size (the loader decodes it from their
     binary payload where the export has one): pid, start_ns, end_ns, bucket (NaN), bytes, per_rank (the size
     is one rank's share: AllGather, ReduceScatter)."""
-    hit = ((nvtx["domain"] == "NCCL").to_numpy(dtype=bool) & nvtx["payload"].notna().to_numpy(dtype=bool)
-           & nvtx["end_ns"].notna().to_numpy(dtype=bool))
+    hit = (
+        (nvtx["domain"] == "NCCL").to_numpy(dtype=bool)
+        & nvtx["payload"].notna().to_numpy(dtype=bool)
+        & nvtx["end_ns"].notna().to_numpy(dtype=bool)
+    )
     r = nvtx.loc[hit]
     key = r["name"].astype(str).str.lower().str.replace(r"[^a-z]", "", regex=True)
-    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
-                         "bucket": np.full(len(r), np.nan), "bytes": r["payload"].to_numpy(dtype=float),
-                         "per_rank": key.str.contains("allgather|reducescatter").to_numpy(dtype=bool)})
+    return pd.DataFrame(
+        {
+            "pid": ints(r["pid"]),
+            "start_ns": ints(r["start_ns"]),
+            "end_ns": ints(r["end_ns"]),
+            "bucket": np.full(len(r), np.nan),
+            "bytes": r["payload"].to_numpy(dtype=float),
+            "per_rank": key.str.contains("allgather|reducescatter").to_numpy(dtype=bool),
+        }
+    )
 
 
 def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     """The ranges that size collectives: the harness's (bucket and bytes), else NCCL's own (bytes only)."""
     if nvtx is None or nvtx.empty:
-        return pd.DataFrame({"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": [], "per_rank": []})
+        return pd.DataFrame(
+            {"pid": [], "start_ns": [], "end_ns": [], "bucket": [], "bytes": [], "per_rank": []}
+        )
     # Names are few even when ranges are many: each distinct one is tested and parsed once, rows index it.
     codes, uniq = pd.factorize(nvtx["name"].astype("object"), use_na_sentinel=True)
     text = pd.Series(np.append(np.asarray(uniq, dtype=object), ""), dtype=object).fillna("").astype(str)
@@ -162,16 +178,25 @@ def _buckets(nvtx: pd.DataFrame | None) -> pd.DataFrame:
     nbytes = pd.to_numeric(r["payload"], errors="coerce").fillna(pd.to_numeric(parsed[1], errors="coerce"))
     if r.empty:
         return _nccl_sized(nvtx)
-    return pd.DataFrame({"pid": ints(r["pid"]), "start_ns": ints(r["start_ns"]), "end_ns": ints(r["end_ns"]),
-                         "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
-                         "bytes": nbytes.to_numpy(dtype=float), "per_rank": np.zeros(len(r), dtype=bool)})
+    return pd.DataFrame(
+        {
+            "pid": ints(r["pid"]),
+            "start_ns": ints(r["start_ns"]),
+            "end_ns": ints(r["end_ns"]),
+            "bucket": pd.to_numeric(parsed[0], errors="coerce").to_numpy(),
+            "bytes": nbytes.to_numpy(dtype=float),
+            "per_rank": np.zeros(len(r), dtype=bool),
+        }
+    )
 
 
 def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> None:
     """Fill ``bucket``/``bytes`` of stock DDP's all-reduces from its logged bucket sizes, in place: per
     (pid, step), the k-th all-reduce (issue order) is bucket k, where the counts match."""
     ar = _is_allreduce(df["collective"]) & df["step"].notna().to_numpy()
-    rows = df.loc[ar, ["pid", "step", "comm", "seq"]].sort_values(["pid", "step", "comm", "seq"], kind="stable")
+    rows = df.loc[ar, ["pid", "step", "comm", "seq"]].sort_values(
+        ["pid", "step", "comm", "seq"], kind="stable"
+    )
     if rows.empty:
         return
     k = rows.groupby(["pid", "step"]).cumcount().to_numpy()
@@ -180,13 +205,25 @@ def _ddp_bucket_sizes(df: pd.DataFrame, sizes: list[int], notes: list[str]) -> N
     idx = rows.index.to_numpy()[ok]
     df.loc[idx, "bucket"] = k[ok]
     df.loc[idx, "bytes"] = np.asarray(sizes, dtype=np.int64)[k[ok]]
-    notes.append(f"all-reduce sizes from DDP's logged bucket sizes in the run JSON ({len(sizes)} buckets; the "
-                 "k-th all-reduce of a step is bucket k)" + ("" if ok.all() else f"; {int((~ok).sum())} all-reduces "
-                 "in steps whose count differs from the bucket count are left without bytes"))
+    notes.append(
+        f"all-reduce sizes from DDP's logged bucket sizes in the run JSON ({len(sizes)} buckets; the "
+        "k-th all-reduce of a step is bucket k)"
+        + (
+            ""
+            if ok.all()
+            else f"; {int((~ok).sum())} all-reduces "
+            "in steps whose count differs from the bucket count are left without bytes"
+        )
+    )
 
 
-def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame,
-                     notes: list[str], ddp_bucket_bytes: list[int] | None = None) -> pd.DataFrame:
+def collective_table(
+    karr: KernelArrays,
+    nvtx: pd.DataFrame | None,
+    steps: pd.DataFrame,
+    notes: list[str],
+    ddp_bucket_bytes: list[int] | None = None,
+) -> pd.DataFrame:
     """COLLECTIVE_COLUMNS, one row per NCCL kernel (``steps``: host step ranges with pid and step;
     ``ddp_bucket_bytes``: stock DDP's bucket sizes, used when no NVTX range gives the bytes).
 
@@ -198,21 +235,27 @@ def collective_table(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.Da
         n_unknown = int((karr.frame["kind"] == "unknown").sum()) if "kind" in karr.frame else 0
         notes.append(no_nccl_note(n_unknown, *peer_copies(karr)))
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
-    return match_collectives([rows], notes, ddp_bucket_bytes, ranks=karr.distinct_ranks(),
-                             bytes_note=unknown_bytes_note(nvtx))
+    return match_collectives(
+        [rows], notes, ddp_bucket_bytes, ranks=karr.distinct_ranks(), bytes_note=unknown_bytes_note(nvtx)
+    )
 
 
 def no_nccl_note(n_unknown: int = 0, n_peer: int = 0, peer_ns: int = 0) -> str:
     """The note for a trace without NCCL kernels; ``n_peer`` peer-to-peer copies of ``peer_ns`` in all
     (:func:`peer_copies`) are named, since they are communication this analysis does not count as such."""
-    text = (f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
-            "export's string table lacks them): NCCL kernels may be among them, so there is no collective "
-            "table, cost model or overlap" if n_unknown else
-            "no NCCL kernels in the trace: no collective table, cost model or overlap")
+    text = (
+        f"no NCCL kernels identified, but {n_unknown} kernel(s) have no name (kind 'unknown'; the "
+        "export's string table lacks them): NCCL kernels may be among them, so there is no collective "
+        "table, cost model or overlap"
+        if n_unknown
+        else "no NCCL kernels in the trace: no collective table, cost model or overlap"
+    )
     if n_peer:
-        text += (f"; the trace has {n_peer} peer-to-peer copies ({PEER_COPY}, {fmt_ms(peer_ns)} in all): "
-                 "GPUs exchanged data outside NCCL (copy engines, e.g. PyTorch symmetric memory), and communication, "
-                 "overlap and exposed communication here count NCCL kernels only, so they read 0 for that exchange")
+        text += (
+            f"; the trace has {n_peer} peer-to-peer copies ({PEER_COPY}, {fmt_ms(peer_ns)} in all): "
+            "GPUs exchanged data outside NCCL (copy engines, e.g. PyTorch symmetric memory), and communication, "
+            "overlap and exposed communication here count NCCL kernels only, so they read 0 for that exchange"
+        )
     return text
 
 
@@ -226,48 +269,86 @@ def peer_copies(karr: KernelArrays) -> tuple[int, int]:
     return int(sel.sum()), int((karr.end[sel] - karr.start[sel]).sum())
 
 
-def collective_rows(karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame) -> pd.DataFrame | None:
+def collective_rows(
+    karr: KernelArrays, nvtx: pd.DataFrame | None, steps: pd.DataFrame
+) -> pd.DataFrame | None:
     """The per-process stage of :func:`collective_table`: one row per NCCL kernel with its issue order
     (``comm``, ``seq``), step, bucket and bytes (``_has``: bucket found from an NVTX range); None when there
     are no NCCL kernels. Rows sorted by (rank, pid, device, stream, start_ns)."""
     idx = np.flatnonzero(karr.is_nccl)
     if idx.size == 0:
         return None
-    k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[idx]  # only what is used
-    df = pd.DataFrame({
-        "rank": karr.rank[idx].astype(np.int64), "pid": karr.pid[idx].astype(np.int64), "device": ints(k["device"]), "stream": ints(k["stream"]),
-        "collective": k["collective"].to_numpy(), "algorithm": k["algorithm"].to_numpy(),
-        "protocol": k["protocol"].to_numpy(), "dtype": k["dtype"].to_numpy(),
-        "start_ns": karr.start[idx], "end_ns": karr.end[idx], "launch": karr.launch[idx],
-    }).sort_values(["rank", "pid", "device", "stream", "start_ns"], kind="stable").reset_index(drop=True)
+    k = karr.frame[["device", "stream", "collective", "algorithm", "protocol", "dtype"]].iloc[
+        idx
+    ]  # only what is used
+    df = (
+        pd.DataFrame(
+            {
+                "rank": karr.rank[idx].astype(np.int64),
+                "pid": karr.pid[idx].astype(np.int64),
+                "device": ints(k["device"]),
+                "stream": ints(k["stream"]),
+                "collective": k["collective"].to_numpy(),
+                "algorithm": k["algorithm"].to_numpy(),
+                "protocol": k["protocol"].to_numpy(),
+                "dtype": k["dtype"].to_numpy(),
+                "start_ns": karr.start[idx],
+                "end_ns": karr.end[idx],
+                "launch": karr.launch[idx],
+            }
+        )
+        .sort_values(["rank", "pid", "device", "stream", "start_ns"], kind="stable")
+        .reset_index(drop=True)
+    )
     df["duration_ns"] = df["end_ns"] - df["start_ns"]
     df["seq"] = df.groupby(["pid", "device", "stream"]).cumcount()
     first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     df["comm"] = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
     # Step of each kernel, by launch time.
     if steps is not None and not steps.empty:
-        j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), ints(steps["pid"]),
-                    ints(steps["host_start_ns"]), ints(steps["host_end_ns"]))
+        j = _assign(
+            df["pid"].to_numpy(),
+            df["launch"].to_numpy(),
+            ints(steps["pid"]),
+            ints(steps["host_start_ns"]),
+            ints(steps["host_end_ns"]),
+        )
         df["step"] = pd.array(np.where(j >= 0, steps["step"].to_numpy()[np.maximum(j, 0)], 0), dtype="Int64")
         df.loc[j < 0, "step"] = pd.NA
     else:
         df["step"] = pd.array([pd.NA] * len(df), dtype="Int64")
     b = _buckets(nvtx)
-    j = _assign(df["pid"].to_numpy(), df["launch"].to_numpy(), b["pid"].to_numpy(np.int64),
-                b["start_ns"].to_numpy(np.int64), b["end_ns"].to_numpy(np.int64))
+    j = _assign(
+        df["pid"].to_numpy(),
+        df["launch"].to_numpy(),
+        b["pid"].to_numpy(np.int64),
+        b["start_ns"].to_numpy(np.int64),
+        b["end_ns"].to_numpy(np.int64),
+    )
     has = j >= 0
-    df["bucket"] = pd.array(np.where(has, b["bucket"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
-                            dtype="Float64").astype("Int64")
-    df["bytes"] = pd.array(np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan),
-                           dtype="Float64").astype("Int64")
+    df["bucket"] = pd.array(
+        np.where(has, b["bucket"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan), dtype="Float64"
+    ).astype("Int64")
+    df["bytes"] = pd.array(
+        np.where(has, b["bytes"].to_numpy()[np.maximum(j, 0)] if len(b) else 0, np.nan), dtype="Float64"
+    ).astype("Int64")
     df["_has"] = has
-    df["_per_rank"] = np.where(has, b["per_rank"].to_numpy(dtype=bool)[np.maximum(j, 0)] if len(b) else False, False)
+    df["_per_rank"] = np.where(
+        has, b["per_rank"].to_numpy(dtype=bool)[np.maximum(j, 0)] if len(b) else False, False
+    )
     return df
 
 
-def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
-                      ddp_bucket_bytes: list[int] | None = None, *, ranks=None, bytes_note: str | None = None,
-                      residual_ns: float = 0, waits_unknown: bool = False) -> pd.DataFrame:
+def match_collectives(
+    parts: list[pd.DataFrame | None],
+    notes: list[str],
+    ddp_bucket_bytes: list[int] | None = None,
+    *,
+    ranks=None,
+    bytes_note: str | None = None,
+    residual_ns: float = 0,
+    waits_unknown: bool = False,
+) -> pd.DataFrame:
     """The cross-rank stage of :func:`collective_table` over :func:`collective_rows` outputs (one per rank or
     one for all, in rank order): the same collective on every rank is ``(comm, seq)``, grouped by hashing
     (O(rows)); its last arrival gives each kernel's wait. ``ranks``: every rank that ran GPU work (for the
@@ -295,22 +376,32 @@ def match_collectives(parts: list[pd.DataFrame | None], notes: list[str],
     df["_wait_unknown"] = unknown
     if bad.any():
         n_bad, n_all = len(np.unique(gid[bad])), int(gid.max()) + 1
-        notes.append(f"{n_bad} of {n_all} collectives end on one rank before a peer's kernel of the same collective "
-                     "starts, which cannot happen (a collective completes only once every rank joined it): the ranks' "
-                     "clocks or the pairing of collectives are wrong there, so their wait and transfer are unknown")
+        notes.append(
+            f"{n_bad} of {n_all} collectives end on one rank before a peer's kernel of the same collective "
+            "starts, which cannot happen (a collective completes only once every rank joined it): the ranks' "
+            "clocks or the pairing of collectives are wrong there, so their wait and transfer are unknown"
+        )
     if unknown.any() and not bad.all() and not waits_unknown:
-        notes.append(f"{int((unknown & ~bad).sum())} collective kernel(s) wait or arrive within the clock residual "
-                     f"({fmt_ms(residual_ns)}) of a peer: their wait and transfer are not called (left empty)")
+        notes.append(
+            f"{int((unknown & ~bad).sum())} collective kernel(s) wait or arrive within the clock residual "
+            f"({fmt_ms(residual_ns)}) of a peer: their wait and transfer are not called (left empty)"
+        )
     if _names_differ(grp, df["collective"]):
-        notes.append("NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
-                     "split pairs kernels by issue order and may be wrong for some collectives")
-    silent = sorted(set(np.asarray(ranks if ranks is not None else [], dtype=np.int64).tolist())
-                    - set(df["rank"].unique().tolist()))
+        notes.append(
+            "NCCL kernel sequences differ across ranks (a truncated capture?): the wait/transfer "
+            "split pairs kernels by issue order and may be wrong for some collectives"
+        )
+    silent = sorted(
+        set(np.asarray(ranks if ranks is not None else [], dtype=np.int64).tolist())
+        - set(df["rank"].unique().tolist())
+    )
     if silent:
-        notes.append(f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
-                     "communication is unknown (a capture that missed them, or a rank outside the collectives), "
-                     "not 0 (left empty); so is every rank's wait/transfer split and straggler lead, since the last "
-                     "arrival cannot be known without them")
+        notes.append(
+            f"rank(s) {', '.join(map(str, silent[:8]))} ran no NCCL kernel while others did: their "
+            "communication is unknown (a capture that missed them, or a rank outside the collectives), "
+            "not 0 (left empty); so is every rank's wait/transfer split and straggler lead, since the last "
+            "arrival cannot be known without them"
+        )
     if df["_n"].nunique() > 1:
         notes.append("some collectives were not seen on every rank (capture started or stopped mid-step?)")
     has = df["_has"].to_numpy()
@@ -334,8 +425,12 @@ def reported(table: pd.DataFrame) -> pd.DataFrame:
     out = schema.select(table, schema.COLLECTIVE_COLUMNS)
     if "_wait_unknown" in table and table["_wait_unknown"].to_numpy(dtype=bool).any():
         unknown = table["_wait_unknown"].to_numpy(dtype=bool)
-        out = out.assign(**{c: np.where(unknown, np.nan, out[c].to_numpy(dtype=float))
-                            for c in ("wait_ns", "transfer_ns", "busbw_gb_per_s")})
+        out = out.assign(
+            **{
+                c: np.where(unknown, np.nan, out[c].to_numpy(dtype=float))
+                for c in ("wait_ns", "transfer_ns", "busbw_gb_per_s")
+            }
+        )
     return out
 
 
@@ -349,7 +444,7 @@ def _names_differ(grp, collective: pd.Series) -> bool:
 
 
 def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
-    """"<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
+    """ "<algorithm>_<protocol>" from the kernel name (either part alone when the other is missing, None when
     both are): what the trace proves is which kernel was launched, not the protocol NCCL chose inside it.
     Pairs are few: each distinct (algorithm, protocol) is joined once and rows index the result."""
     a = algorithm.astype("object").where(algorithm.notna(), None)
@@ -358,8 +453,10 @@ def kernel_variant(algorithm: pd.Series, protocol: pd.Series) -> np.ndarray:
     cp, up = pd.factorize(p, use_na_sentinel=True)
     va, vp = [*ua, None], [*up, None]
     width = len(vp)
-    pair, inv = np.unique(np.where(ca < 0, len(ua), ca).astype(np.int64) * width + np.where(cp < 0, len(up), cp),
-                          return_inverse=True)
+    pair, inv = np.unique(
+        np.where(ca < 0, len(ua), ca).astype(np.int64) * width + np.where(cp < 0, len(up), cp),
+        return_inverse=True,
+    )
     joined = np.array([None] * len(pair), dtype=object)
     joined[:] = ["_".join(x for x in (va[q // width], vp[q % width]) if x) or None for q in pair.tolist()]
     return joined[inv.reshape(-1)]
@@ -381,14 +478,18 @@ def bytes_note_text(nccl_ranges: bool) -> str:
     calls with NVTX ranges in domain "NCCL" whose extended (binary, schema-described) payload holds the
     message size; the loader decodes it where the export carries it (``nsys.payloads``), so reaching here
     with NCCL ranges means the export did not."""
-    base = (f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
-            "launches (the ddp-profile harness writes them)")
+    base = (
+        f"message sizes unknown: no '{nn.ALLREDUCE_PREFIX} b<bucket> <bytes>B' NVTX ranges around NCCL "
+        "launches (the ddp-profile harness writes them)"
+    )
     if nccl_ranges:
-        return (base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but the export carries no "
-                "message size for them (their binary payloads and payload schemas were not exported: nsys "
-                "2025.3 leaves them out; exports of nsys 2026.x are reported to keep them, profiled with "
-                "`-t cuda,nvtx`; a slim scrub before this version dropped the schema tables): bytes, bus "
-                "bandwidth and the cost model are left empty")
+        return (
+            base + "; NCCL's own NVTX ranges (domain NCCL) are in the trace, but the export carries no "
+            "message size for them (their binary payloads and payload schemas were not exported: nsys "
+            "2025.3 leaves them out; exports of nsys 2026.x are reported to keep them, profiled with "
+            "`-t cuda,nvtx`; a slim scrub before this version dropped the schema tables): bytes, bus "
+            "bandwidth and the cost model are left empty"
+        )
     return base + " and no NCCL NVTX ranges: bytes, bus bandwidth and the cost model are left empty"
 
 
@@ -397,7 +498,9 @@ def ddp_bucket_bytes(run: dict | None) -> list[int] | None:
     comm hook such as ``--ddp-comm-hook bf16``, ``layout.reduce_bytes``, the bytes the hook sends), else None."""
     run = run if isinstance(run, dict) else {}
     layout = run.get("layout")
-    sizes = (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
+    sizes = (
+        (layout.get("reduce_bytes") or layout.get("ddp_bucket_bytes")) if isinstance(layout, dict) else None
+    )
     if run.get("strategy") != "torch_ddp" or not isinstance(sizes, list) or not sizes:
         return None
     if not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s < 2**63 for s in sizes):
@@ -405,8 +508,15 @@ def ddp_bucket_bytes(run: dict | None) -> list[int] | None:
     return sizes
 
 
-def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | None = None, *, residual_ns: float = 0,
-                unseen=(), waits_unknown: bool = False) -> pd.DataFrame:
+def match_parts(
+    parts: list,
+    notes: list[str],
+    ddp_bucket_bytes: list[int] | None = None,
+    *,
+    residual_ns: float = 0,
+    unseen=(),
+    waits_unknown: bool = False,
+) -> pd.DataFrame:
     """Stage 2 of ``analysis.pipeline``: the collective table from every part's rows (``pipeline.StepPart``s:
     ``rows``, their ``step`` already the common labels, NA outside the selection; ``ranks``, ``n_unknown``,
     ``peer_copies``, ``nccl_nvtx``). Rows keep ``_file`` = the index of the part they came from.
@@ -415,8 +525,13 @@ def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | Non
     have = [(i, p.rows) for i, p in enumerate(parts) if p.rows is not None and len(p.rows)]
     ranks = sorted({r for p in parts for r in p.ranks} - set(unseen))
     if not have:
-        notes.append(no_nccl_note(sum(p.n_unknown for p in parts), sum(p.peer_copies[0] for p in parts),
-                                  sum(p.peer_copies[1] for p in parts)))
+        notes.append(
+            no_nccl_note(
+                sum(p.n_unknown for p in parts),
+                sum(p.peer_copies[0] for p in parts),
+                sum(p.peer_copies[1] for p in parts),
+            )
+        )
         return schema.empty_frame(schema.COLLECTIVE_COLUMNS)
     # the rows as they are (one part: no copy), each row's part kept beside them
     keep = np.concatenate([np.full(len(r), i) for i, r in have])
@@ -428,9 +543,15 @@ def match_parts(parts: list, notes: list[str], ddp_bucket_bytes: list[int] | Non
     del have
     _steps_from_peers(df)
     bytes_note = bytes_note_text(any(p.nccl_nvtx for p in parts))
-    table = match_collectives([df], notes, ddp_bucket_bytes, ranks=np.asarray(ranks, dtype=np.int64),
-                              bytes_note=bytes_note, residual_ns=residual_ns,
-                              waits_unknown=waits_unknown)  # keeps the row order; a new frame
+    table = match_collectives(
+        [df],
+        notes,
+        ddp_bucket_bytes,
+        ranks=np.asarray(ranks, dtype=np.int64),
+        bytes_note=bytes_note,
+        residual_ns=residual_ns,
+        waits_unknown=waits_unknown,
+    )  # keeps the row order; a new frame
     table["_file"] = keep
     return table
 

@@ -54,8 +54,13 @@ from ddp_profile.analysis.kernel_arrays import COMPUTE, NCCL, equal_range
 from ddp_profile.analysis.kernel_groups import KINDS, PARAM, kind_codes, nccl_rows
 from ddp_profile.analysis.kernel_groups import OTHER_KIND as OTHER
 
-STEP_COLUMNS = ["exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns",
-                "exposed_allgather_ns"]
+STEP_COLUMNS = [
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "param_sync_ns",
+    "exposed_param_sync_ns",
+    "exposed_allgather_ns",
+]
 
 
 def _rank_nccl(karr, rank) -> tuple[np.ndarray, np.ndarray]:
@@ -75,8 +80,10 @@ def phase_index(phases: pd.DataFrame) -> dict[str, pd.DataFrame]:
     out = {}
     for name in schema.GRAD_PHASES:
         p = phases.loc[phases["phase"] == name]
-        out[name] = pd.DataFrame({"start_ns": p["start_ns"].to_numpy(float), "end_ns": p["end_ns"].to_numpy(float)},
-                                 index=pd.MultiIndex.from_arrays([p["rank"].to_numpy(), p["step"].to_numpy()]))
+        out[name] = pd.DataFrame(
+            {"start_ns": p["start_ns"].to_numpy(float), "end_ns": p["end_ns"].to_numpy(float)},
+            index=pd.MultiIndex.from_arrays([p["rank"].to_numpy(), p["step"].to_numpy()]),
+        )
     return out
 
 
@@ -86,7 +93,9 @@ def _phase_bounds(index: dict, rank, steps: np.ndarray, name: str) -> tuple[np.n
     return p["start_ns"].to_numpy(float), p["end_ns"].to_numpy(float)
 
 
-def phase_bounds(index: dict, ranks: np.ndarray, steps: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def phase_bounds(
+    index: dict, ranks: np.ndarray, steps: np.ndarray
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """:func:`_phase_bounds` of every phase for many (rank, step) rows at once: one lookup per phase."""
     out = {}
     for name in schema.GRAD_PHASES:
@@ -113,8 +122,9 @@ def _exposed(qs, qe, s, c) -> np.ndarray:
 _BUILD_BELOW = 4096  # compute sets shorter than this: S ∩ C is built (cheap), not counted first
 
 
-def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
-              c: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+def _cov_both(
+    qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray], c: tuple[np.ndarray, np.ndarray]
+) -> np.ndarray:
     """|S ∩ C ∩ [qs, qe)| per query (NaN bounds give NaN): :func:`_cov` of ``iv.intersect_normalized(s, c)``.
     When S ∩ C has many intervals (S's intervals span many compute kernels: at least |C| / 4 pairs, and
     |C| >= 4,096; below that building it costs less than counting) it is not built: with G(t) = |S ∩ C ∩ (−∞, t)|, k = #{i : S.start[i] <= t} and L_i = |C ∩ S_i|::
@@ -122,7 +132,7 @@ def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
         G(t) = Σ_{i<k−1} L_i + |C ∩ [S.start[k−1], min(S.end[k−1], t))|   (0 when k = 0)
         out  = G(max(qe, qs)) − G(qs)
 
-    every |C ∩ ·| taken in one covered_by_normalized call; the same integers either way."""
+    every |C ∩ ·| taken in one covered_by_normalized call; the same integers either way."""  # noqa: E501
     (ss, se), (cs, ce) = s, c
     if len(cs) < _BUILD_BELOW:
         return _cov(qs, qe, iv.intersect_normalized(s, c))
@@ -135,22 +145,34 @@ def _cov_both(qs: np.ndarray, qe: np.ndarray, s: tuple[np.ndarray, np.ndarray],
     k0, k1 = np.searchsorted(ss, q0, side="right"), np.searchsorted(ss, q1, side="right")
     h0, h1 = k0 > 0, k1 > 0
     j0, j1 = k0[h0] - 1, k1[h1] - 1
-    part = iv.covered_by_normalized(np.concatenate([ss, ss[j0], ss[j1]]),
-                                 np.concatenate([se, np.minimum(se[j0], q0[h0]), np.minimum(se[j1], q1[h1])]), cs, ce)
+    part = iv.covered_by_normalized(
+        np.concatenate([ss, ss[j0], ss[j1]]),
+        np.concatenate([se, np.minimum(se[j0], q0[h0]), np.minimum(se[j1], q1[h1])]),
+        cs,
+        ce,
+    )
     n = len(ss)
     before = np.concatenate([[0], np.cumsum(part[:n])])  # Σ_{i<j} L_i
     g0 = np.zeros(len(q0), dtype=np.int64)
     g1 = np.zeros(len(q1), dtype=np.int64)
-    g0[h0] = before[j0] + part[n:n + len(j0)]
-    g1[h1] = before[j1] + part[n + len(j0):]
+    g0[h0] = before[j0] + part[n : n + len(j0)]
+    g1[h1] = before[j1] + part[n + len(j0) :]
     out = (g1 - g0).astype(float)
     out[bad] = np.nan
     return out
 
 
-def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str, pd.DataFrame],
-                   coll: pd.DataFrame | None, bounds: dict | None = None, waits=None,
-                   with_kinds: bool = True) -> tuple[dict, pd.DataFrame]:
+def rank_breakdown(
+    rank,
+    sets: dict,
+    karr,
+    steps: pd.DataFrame,
+    phases: dict[str, pd.DataFrame],
+    coll: pd.DataFrame | None,
+    bounds: dict | None = None,
+    waits=None,
+    with_kinds: bool = True,
+) -> tuple[dict, pd.DataFrame]:
     """For one rank: (step columns STEP_COLUMNS as arrays aligned with ``steps`` rows, COMM_KIND rows; with
     ``with_kinds`` False, no COMM_KIND rows: an empty frame, the step columns alone).
 
@@ -158,7 +180,7 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     or a mapping of those names to arrays);
     ``phases``: :func:`phase_index` of the GPU phase windows (or ``bounds``: their :func:`phase_bounds` for
     these rows, already looked up); ``waits``: :func:`wait_rows` of ``coll``, made once for all ranks; ``sets``: the rank's normalised kernel sets (``KernelArrays.rank_sets``); ``coll``: the collective table
-    (None: no wait information, wait columns NaN)."""
+    (None: no wait information, wait columns NaN)."""  # noqa: E501
     # Every set S met with C below lies within N (N_k, P, N_AllGather; Wt when the waits are the rank's own
     # kernels'), so S ∩ C = S ∩ (C ∩ N): the rank's overlap set (a few intervals per NCCL kernel) stands for
     # C (about one per compute kernel), the same integers.
@@ -178,7 +200,9 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
         if not _within(wt, sets[NCCL]):  # waits of other kernels than the rank's (a table from elsewhere)
             c = sets[COMPUTE] if COMPUTE in sets else _compute_set(karr, rank)
         out["exposed_wait_ns"] = _exposed(ws, we, wt, c)
-        out["exposed_transfer_ns"] = np.asarray(steps["exposed_comm_ns"], dtype=float) - out["exposed_wait_ns"]
+        out["exposed_transfer_ns"] = (
+            np.asarray(steps["exposed_comm_ns"], dtype=float) - out["exposed_wait_ns"]
+        )
     else:
         out["exposed_wait_ns"] = out["exposed_transfer_ns"] = np.full(len(step_ids), np.nan)
     par = np.isin(kcode, [KINDS.index(k) for k in PARAM])
@@ -189,13 +213,21 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     out["exposed_allgather_ns"] = _exposed(ws, bend_or_end, iv.normalize(ks[ag], ke[ag]), c)
     if not with_kinds:
         return out, schema.empty_frame(schema.COMM_KIND_COLUMNS)
-    phase = bounds if bounds is not None else {n: _phase_bounds(phases, rank, step_ids, n)
-                                               for n in schema.GRAD_PHASES}
+    phase = (
+        bounds
+        if bounds is not None
+        else {n: _phase_bounds(phases, rank, step_ids, n) for n in schema.GRAD_PHASES}
+    )
     rows = []
     for k in np.unique(np.concatenate([kcode, wc if coll is not None else np.zeros(0, np.int8)])):
         nk = iv.normalize(ks[kcode == k], ke[kcode == k])
-        part = {"rank": rank, "step": step_ids, "collective": KINDS[int(k)],
-                "comm_ns": _cov(ws, we, nk), "exposed_comm_ns": _exposed(ws, we, nk, c)}
+        part = {
+            "rank": rank,
+            "step": step_ids,
+            "collective": KINDS[int(k)],
+            "comm_ns": _cov(ws, we, nk),
+            "exposed_comm_ns": _exposed(ws, we, nk, c),
+        }
         if coll is not None:
             sel = wc == k
             wk = iv.normalize(w0[sel], w1[sel])
@@ -215,8 +247,12 @@ def rank_breakdown(rank, sets: dict, karr, steps: pd.DataFrame, phases: dict[str
     # kind plus a concat and a filter); the index keeps the positions they had among all kinds' rows.
     n = len(step_ids)
     keep = np.concatenate([(r["count"] > 0) | (r["comm_ns"] > 0) for r in rows])
-    cols = {c: np.concatenate([np.broadcast_to(np.asarray(r[c], dtype=object if c == "collective" else None), n)
-                               for r in rows]) for c in rows[0]}
+    cols = {
+        c: np.concatenate(
+            [np.broadcast_to(np.asarray(r[c], dtype=object if c == "collective" else None), n) for r in rows]
+        )
+        for c in rows[0]
+    }
     kinds = pd.DataFrame({c: v[keep] for c, v in cols.items()}, index=np.flatnonzero(keep))
     kinds["rank"] = kinds["rank"].astype(np.asarray(rank).dtype)
     return out, kinds
@@ -293,6 +329,8 @@ def other_kinds(karr) -> tuple[int, list]:
 
 
 def other_kind_message(n: int, names: list) -> str:
-    return (f"{n} NCCL kernels of no known collective kind (e.g. {', '.join(map(str, names))}): they count in "
-            "comm_ns and comm_kinds as 'other', but not in comm_tail_ns or job_comm_tail_ns (gradient "
-            "collectives: AllReduce, ReduceScatter)")
+    return (
+        f"{n} NCCL kernels of no known collective kind (e.g. {', '.join(map(str, names))}): they count in "
+        "comm_ns and comm_kinds as 'other', but not in comm_tail_ns or job_comm_tail_ns (gradient "
+        "collectives: AllReduce, ReduceScatter)"
+    )

@@ -59,13 +59,20 @@ def _predicted(res) -> float:
     ar = cm.loc[cm["collective"].astype(str).str.lower().str.contains("allreduce")]
     if ar.empty or not np.isfinite(ar["w_gb_per_s"].iloc[0]):
         return float("nan")
-    c = coll.loc[coll["collective"].astype(str).str.lower().str.contains("allreduce") & coll["step"].notna()
-                 & coll["bytes"].notna()]
+    c = coll.loc[
+        coll["collective"].astype(str).str.lower().str.contains("allreduce")
+        & coll["step"].notna()
+        & coll["bytes"].notna()
+    ]
     if c.empty:
         return float("nan")
     per = c.groupby(["rank", "step"]).agg(s=("bytes", "sum"), n=("bytes", "size"))
-    return predict_overhead(float(ar["o_us"].iloc[0]) * 1e3, float(ar["w_gb_per_s"].iloc[0]),
-                            float(per["s"].median()), float(per["n"].median()))
+    return predict_overhead(
+        float(ar["o_us"].iloc[0]) * 1e3,
+        float(ar["w_gb_per_s"].iloc[0]),
+        float(per["s"].median()),
+        float(per["n"].median()),
+    )
 
 
 def compare_runs(runs: list[tuple]) -> pd.DataFrame:
@@ -82,20 +89,26 @@ def compare_runs(runs: list[tuple]) -> pd.DataFrame:
         def med(col, s=s):
             return float(s[col].median()) if not s.empty else float("nan")
 
-        rows.append({
-            "run": _fact(run, "run_name", "name") or meta.get("name") or meta.get("path") or f"run{i}",
-            "strategy": _fact(run, "strategy"),
-            "bucket_mb": _fact(run, "bucket_mb"),
-            "model": _fact(run, "model"), "dtype": _fact(run, "dtype"),
-            "world_size": _fact(run, "world_size") or n_ranks,
-            "gpu_name": _fact(run, "gpu_name") or _gpu_name(trace),
-            "n_steps": int(s["step"].nunique()) if not s.empty else 0,
-            "step_ns": med("step_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
-            "exposed_comm_ns": med("exposed_comm_ns"), "comm_tail_ns": med("comm_tail_ns"),
-            "comm_pct": med("comm_pct"),
-            "overlap_pct": 100.0 * float(ro["overlap_ns"].sum()) / comm if comm > 0 else float("nan"),
-            "predicted_overhead_ns": _predicted(res),
-        })
+        rows.append(
+            {
+                "run": _fact(run, "run_name", "name") or meta.get("name") or meta.get("path") or f"run{i}",
+                "strategy": _fact(run, "strategy"),
+                "bucket_mb": _fact(run, "bucket_mb"),
+                "model": _fact(run, "model"),
+                "dtype": _fact(run, "dtype"),
+                "world_size": _fact(run, "world_size") or n_ranks,
+                "gpu_name": _fact(run, "gpu_name") or _gpu_name(trace),
+                "n_steps": int(s["step"].nunique()) if not s.empty else 0,
+                "step_ns": med("step_ns"),
+                "compute_ns": med("compute_ns"),
+                "comm_ns": med("comm_ns"),
+                "exposed_comm_ns": med("exposed_comm_ns"),
+                "comm_tail_ns": med("comm_tail_ns"),
+                "comm_pct": med("comm_pct"),
+                "overlap_pct": 100.0 * float(ro["overlap_ns"].sum()) / comm if comm > 0 else float("nan"),
+                "predicted_overhead_ns": _predicted(res),
+            }
+        )
     if not rows:
         return schema.empty_frame(schema.COMPARISON_COLUMNS)
     df = pd.DataFrame(rows)
@@ -103,7 +116,11 @@ def compare_runs(runs: list[tuple]) -> pd.DataFrame:
     df["efficiency_pct"] = np.nan
     df["serial_fraction"] = np.nan
     ws = pd.to_numeric(df["world_size"], errors="coerce")
-    key = df["model"].astype("object").fillna("?").astype(str) + "|" + df["dtype"].astype("object").fillna("?").astype(str)
+    key = (
+        df["model"].astype("object").fillna("?").astype(str)
+        + "|"
+        + df["dtype"].astype("object").fillna("?").astype(str)
+    )
     for k in key.unique():
         base = df.loc[(key == k) & (ws == 1) & df["step_ns"].notna()]
         if base.empty:
@@ -113,5 +130,7 @@ def compare_runs(runs: list[tuple]) -> pd.DataFrame:
         speed = ws[sel] * t1 / df.loc[sel, "step_ns"]
         df.loc[sel, "speedup_vs_1gpu"] = speed
         df.loc[sel, "efficiency_pct"] = 100.0 * speed / ws[sel]
-        df.loc[sel, "serial_fraction"] = [amdahl_serial_fraction(sp, n) for sp, n in zip(speed, ws[sel], strict=False)]
+        df.loc[sel, "serial_fraction"] = [
+            amdahl_serial_fraction(sp, n) for sp, n in zip(speed, ws[sel], strict=False)
+        ]
     return schema.select(df, schema.COMPARISON_COLUMNS)

@@ -50,8 +50,9 @@ from ddp_profile.analysis.kernel_arrays import KernelArrays, masked_durations
 Samples = dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
 
 
-def contention(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None,
-               min_count: int = 3) -> pd.DataFrame:
+def contention(
+    karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None, min_count: int = 3
+) -> pd.DataFrame:
     """CONTENTION_COLUMNS, sorted by lost_ns (largest first). ``covered``: overlap.overlapped_by_other_class;
     ``windows``: windows.phase_windows (its "step" rows key the instances; None or none: the per-name rule)."""
     if not karr.is_compute.any() or not karr.is_nccl.any():
@@ -76,7 +77,9 @@ def contention(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | 
     return _finish(g)
 
 
-def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame, min_count: int) -> pd.DataFrame:
+def _keyed_table(
+    karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame, min_count: int
+) -> pd.DataFrame:
     """:func:`contention` with step windows, name by name in numpy (the same numbers as pooling
     :func:`contention_samples`, without a Python object per key)."""
     names = karr.name_values()
@@ -111,10 +114,18 @@ def _keyed_table(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame,
         n_alone, med_alone = _union_median(d, head, size, group_counted & ga, low)
         n_over, med_over = _union_median(d, head, size, group_counted & ~ga, low)
         del d, packed
-        rows.append({"name": names[code], "n_alone": n_alone, "alone_median_ns": med_alone,
-                     "n_overlapped": n_over, "overlapped_median_ns": med_over,
-                     "baseline_ns": float((n_o[counted] * med_a[counted]).sum()), "_sum": int(sum_o[counted].sum()),
-                     "overlapped_ns": int(sum_o.sum())})
+        rows.append(
+            {
+                "name": names[code],
+                "n_alone": n_alone,
+                "alone_median_ns": med_alone,
+                "n_overlapped": n_over,
+                "overlapped_median_ns": med_over,
+                "baseline_ns": float((n_o[counted] * med_a[counted]).sum()),
+                "_sum": int(sum_o[counted].sum()),
+                "overlapped_ns": int(sum_o.sum()),
+            }
+        )
     if not rows:
         return schema.empty_frame(schema.CONTENTION_COLUMNS)
     g = pd.DataFrame(rows)
@@ -138,11 +149,11 @@ def _packed(k: np.ndarray, a: np.ndarray, d: np.ndarray, chunk: int = 1 << 15) -
     if not len(k) or k.min() < 0 or k.max() >= 2**30 or d.min() < 0 or d.max() >= 2**32:
         return None
     for lo in range(0, len(d), chunk):
-        hi = k[lo:lo + chunk].astype(np.int64)
+        hi = k[lo : lo + chunk].astype(np.int64)
         hi <<= 1
-        hi |= a[lo:lo + chunk]
+        hi |= a[lo : lo + chunk]
         hi <<= 32
-        d[lo:lo + chunk] |= hi
+        d[lo : lo + chunk] |= hi
     d.sort()
     return d
 
@@ -153,18 +164,21 @@ def _packed_groups(packed: np.ndarray, chunk: int = 1 << 15):
     high bits), in uint64 arithmetic (exact modulo 2^64, and the true sum, ≤ size · 2^32, is below 2^63)."""
     cuts = [np.zeros(min(len(packed), 1), dtype=np.intp)]
     for lo in range(0, len(packed) - 1, chunk):
-        g = packed[lo:lo + chunk + 1] >> 32
+        g = packed[lo : lo + chunk + 1] >> 32
         cuts.append(np.flatnonzero(g[1:] != g[:-1]) + lo + 1)
     head = np.concatenate(cuts)
     size = np.diff(np.append(head, len(packed)))
     top = packed[head] >> 32
     u = packed.view(np.uint64)
-    sums = (np.add.reduceat(u, head) - size.astype(np.uint64) * (top.astype(np.uint64) << np.uint64(32))).astype(np.int64)
+    sums = (
+        np.add.reduceat(u, head) - size.astype(np.uint64) * (top.astype(np.uint64) << np.uint64(32))
+    ).astype(np.int64)
     return head, size, top >> 1, (top & 1).astype(bool), sums
 
 
-def _union_median(d: np.ndarray, head: np.ndarray, size: np.ndarray, sel: np.ndarray,
-                  packed: bool) -> tuple[int, float]:
+def _union_median(
+    d: np.ndarray, head: np.ndarray, size: np.ndarray, sel: np.ndarray, packed: bool
+) -> tuple[int, float]:
     """(count, :func:`_median`) of the durations in the selected sorted runs d[head_i : head_i + size_i]
     together. Packed rows (:func:`_packed`): each order statistic by a binary search over the 32-bit
     duration x, counting the rows ≤ x of every selected run with one ``searchsorted`` of (its high bits | x)
@@ -202,7 +216,9 @@ def _sorted_by_key(k: np.ndarray, a: np.ndarray, d: np.ndarray) -> tuple[np.ndar
     return g, d[o]
 
 
-def contention_samples(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None) -> Samples:
+def contention_samples(
+    karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame | None = None
+) -> Samples:
     """What :func:`contention` needs of one set of kernels (e.g. one rank's), to be pooled with others':
     per key (name, k) the durations of its alone and of its overlapped instances (int32 when they fit).
     Without step windows k is -1 (the per-name rule); :func:`pooled_contention` drops such keys when some
@@ -253,9 +269,18 @@ def pooled_contention(samples: list[Samples], min_count: int = 3) -> pd.DataFram
     rows = []
     for name, (a_parts, o_parts, baseline, total) in per_name.items():
         a, o = np.concatenate(a_parts), np.concatenate(o_parts)
-        rows.append({"name": name, "n_alone": len(a), "alone_median_ns": _median(a), "n_overlapped": len(o),
-                     "overlapped_median_ns": _median(o), "baseline_ns": baseline, "_sum": total,
-                     "overlapped_ns": overlapped[name]})
+        rows.append(
+            {
+                "name": name,
+                "n_alone": len(a),
+                "alone_median_ns": _median(a),
+                "n_overlapped": len(o),
+                "overlapped_median_ns": _median(o),
+                "baseline_ns": baseline,
+                "_sum": total,
+                "overlapped_ns": overlapped[name],
+            }
+        )
     g = pd.DataFrame(rows)
     g["n_alone"] = g["n_alone"].astype(np.int64)
     g["n_overlapped"] = g["n_overlapped"].astype(np.int64)
@@ -274,7 +299,9 @@ def _finish(g: pd.DataFrame) -> pd.DataFrame:
     g["lost_ns"] = np.maximum(g["_sum"] - g["baseline_ns"], 0.0)
     base = g["baseline_ns"].to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        g["slowdown_pct"] = np.where(base > 0, 100.0 * g["lost_ns"].to_numpy() / np.where(base > 0, base, 1.0), np.nan)
+        g["slowdown_pct"] = np.where(
+            base > 0, 100.0 * g["lost_ns"].to_numpy() / np.where(base > 0, base, 1.0), np.nan
+        )
     g = g.sort_values("lost_ns", ascending=False, kind="stable")
     return schema.select(g, schema.CONTENTION_COLUMNS)
 
@@ -287,7 +314,9 @@ def estimated_loss_ns(table: pd.DataFrame) -> float:
     if table is None or not len(table):
         return 0.0
     measured = (table["baseline_ns"] + table["lost_ns"]).to_numpy(dtype=float)
-    share = np.divide(table["lost_ns"].to_numpy(dtype=float), measured, out=np.zeros(len(table)), where=measured > 0)
+    share = np.divide(
+        table["lost_ns"].to_numpy(dtype=float), measured, out=np.zeros(len(table)), where=measured > 0
+    )
     return float((table["overlapped_ns"].to_numpy(dtype=float) * share).sum())
 
 
@@ -312,8 +341,14 @@ def _by_code(karr: KernelArrays, rows: np.ndarray) -> pd.DataFrame:
             n.append(len(seg))
             tot.append(int(seg.sum()))
             med.append(_median(seg))
-        return pd.DataFrame({"n": np.array(n, dtype=np.int64), "median": np.array(med, dtype=float),
-                             "_sum": np.array(tot, dtype=np.int64)}, index=idx)
+        return pd.DataFrame(
+            {
+                "n": np.array(n, dtype=np.int64),
+                "median": np.array(med, dtype=float),
+                "_sum": np.array(tot, dtype=np.int64),
+            },
+            index=idx,
+        )
     narrow = sub.astype(np.int16) if sub.max() <= np.iinfo(np.int16).max else sub
     order = np.argsort(narrow, kind="stable")
     del narrow
@@ -323,9 +358,14 @@ def _by_code(karr: KernelArrays, rows: np.ndarray) -> pd.DataFrame:
     del order
     starts = np.flatnonzero(np.concatenate([[True], c[1:] != c[:-1]]))
     ends = np.append(starts[1:], len(c))
-    return pd.DataFrame({"n": (ends - starts).astype(np.int64),
-                         "median": np.array([_median(d[s:e]) for s, e in zip(starts, ends, strict=True)], dtype=float),
-                         "_sum": np.add.reduceat(d, starts).astype(np.int64)}, index=idx)
+    return pd.DataFrame(
+        {
+            "n": (ends - starts).astype(np.int64),
+            "median": np.array([_median(d[s:e]) for s, e in zip(starts, ends, strict=True)], dtype=float),
+            "_sum": np.add.reduceat(d, starts).astype(np.int64),
+        },
+        index=idx,
+    )
 
 
 def _median(seg: np.ndarray) -> float:

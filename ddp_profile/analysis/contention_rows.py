@@ -23,7 +23,9 @@ def steps_of(windows: pd.DataFrame | None) -> pd.DataFrame | None:
     return None if steps is None or steps.empty else steps
 
 
-def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk: int = 1 << 16) -> np.ndarray:
+def _window_ids(
+    karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk: int = 1 << 16
+) -> np.ndarray:
     """Per row of ``rows`` (int32): the step window of its rank it started in (the latest that started at
     or before it, if it started before that window's end), -1 for none. Windows are numbered in (rank,
     start) order. One search over all ranks' windows keyed (rank index, start), a chunk of rows at a time
@@ -34,21 +36,24 @@ def _window_ids(karr: KernelArrays, rows: np.ndarray, steps: pd.DataFrame, chunk
     wr = np.searchsorted(ranks, steps["rank"].to_numpy(np.int64))
     out = np.full(len(rows), -1, dtype=np.int32)
     span = int(max(ws.max(), we.max(), karr.start.max() if len(karr.start) else 0)) + 1
-    if min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0 or span * (len(ranks) + 1) >= 2**62:
+    if (
+        min(int(ws.min()), int(karr.start.min()) if len(karr.start) else 0) < 0
+        or span * (len(ranks) + 1) >= 2**62
+    ):
         span = 0  # keys would not fit int64: per rank below
     if span:
         wkey = wr * span + ws
         by = np.argsort(wkey, kind="stable")
         wkey, wend, wrank = wkey[by], we[by], wr[by]
         for lo in range(0, len(rows), chunk):
-            r = rows[lo:lo + chunk]
+            r = rows[lo : lo + chunk]
             kr = karr.rank[r].astype(np.int64)
             ri = np.minimum(np.searchsorted(ranks, kr), len(ranks) - 1)
             st = karr.start[r]
             at = np.searchsorted(wkey, ri * span + st, side="right") - 1
             ok = (at >= 0) & (ranks[ri] == kr)
             ok[ok] &= (wrank[at[ok]] == ri[ok]) & (st[ok] < wend[at[ok]])
-            out[lo:lo + chunk][ok] = at[ok]
+            out[lo : lo + chunk][ok] = at[ok]
         return out
     base = np.concatenate([[0], np.cumsum(np.bincount(wr, minlength=len(ranks)))])
     for i, rank in enumerate(ranks):  # pragma: no cover - timestamps beyond int64 keys
@@ -108,8 +113,12 @@ def name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame
     del over
     # Positions count every instance of the name in the window, classified or not (an instance partly under
     # NCCL is still the k-th launch); only classified instances are returned.
-    rows = _positions(lambda lo, hi: karr.is_compute[lo:hi] & (karr.name_code[lo:hi] >= 0)
-                      if steps is not None else classified[lo:hi], len(karr.start))
+    rows = _positions(
+        lambda lo, hi: (
+            karr.is_compute[lo:hi] & (karr.name_code[lo:hi] >= 0) if steps is not None else classified[lo:hi]
+        ),
+        len(karr.start),
+    )
     wid = None
     if steps is not None and len(rows):
         wid = _window_ids(karr, rows, steps)
@@ -119,14 +128,21 @@ def name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame
     presorted = wid is not None and karr.time_ordered()  # then each name's rows are in (window, start) order
     code = karr.name_code[rows]
     uniq = np.unique(code)
-    parts: Iterator[tuple[int, slice | np.ndarray]]  # each name's rows: a slice of the sorted rows, or positions
+    parts: Iterator[
+        tuple[int, slice | np.ndarray]
+    ]  # each name's rows: a slice of the sorted rows, or positions
     if len(uniq) > MASKED_NAMES:  # many names: one stable sort groups them (few: one mask per name, no sort)
-        order = np.argsort(code.astype(np.int16) if uniq[-1] <= np.iinfo(np.int16).max else code, kind="stable")
+        order = np.argsort(
+            code.astype(np.int16) if uniq[-1] <= np.iinfo(np.int16).max else code, kind="stable"
+        )
         rows, code = rows[order], code[order]
         wid = wid[order] if wid is not None else None
         del order
         cuts = np.flatnonzero(code[1:] != code[:-1]) + 1
-        parts = ((int(code[lo]), slice(lo, hi)) for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(rows)), strict=True))
+        parts = (
+            (int(code[lo]), slice(lo, hi))
+            for lo, hi in zip(np.append(0, cuts), np.append(cuts, len(rows)), strict=True)
+        )
     else:
         parts = ((int(u), np.flatnonzero(code == u)) for u in uniq)
     for u, at in parts:
@@ -149,8 +165,9 @@ def name_segments(karr: KernelArrays, covered: np.ndarray, windows: pd.DataFrame
             yield u, r, k, is_alone[r], karr.end[r] - karr.start[r]
 
 
-def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, whi: np.ndarray,
-                      chunk: int = 1 << 16):
+def _ordered_segments(
+    karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, whi: np.ndarray, chunk: int = 1 << 16
+):
     """:func:`name_segments` for rows in (rank, start) order and step windows that are the row slices
     [wlo, whi) (:func:`_window_rows`). The named compute rows are grouped by name a chunk of rows at a time
     (one stable sort of the chunk's name codes: a radix sort), so each name's rows come out ascending, and
@@ -160,8 +177,8 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
     (:func:`_classes`). Peak per name of n rows: 4n (rows) + 2n (k) + n (is_alone) + 8n (durations)."""
     pieces: dict[int, list[np.ndarray]] = {}
     for lo in range(0, len(karr.start), chunk):
-        code = karr.name_code[lo:lo + chunk]
-        pos = np.flatnonzero(karr.is_compute[lo:lo + chunk] & (code >= 0))
+        code = karr.name_code[lo : lo + chunk]
+        pos = np.flatnonzero(karr.is_compute[lo : lo + chunk] & (code >= 0))
         code = code[pos]
         if len(code) == 0:
             continue
@@ -182,7 +199,7 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         n = 0
         while own:
             piece = own.pop()
-            r[n:n + len(piece)] = piece
+            r[n : n + len(piece)] = piece
             n += len(piece)
             del piece
         # The name's rows in window j are r[a_j:b_j] (r ascending, windows disjoint row ranges): a search per
@@ -204,7 +221,7 @@ def _ordered_segments(karr: KernelArrays, covered: np.ndarray, wlo: np.ndarray, 
         k = np.empty(len(r), dtype=np.int16 if size.max() <= 2**15 else np.int32)  # k < its window's size
         for lo in range(0, len(r), 1 << 15):
             at = np.arange(lo, min(lo + (1 << 15), len(r)))
-            k[lo:lo + len(at)] = at - c[c.searchsorted(at, side="right") - 1]
+            k[lo : lo + len(at)] = at - c[c.searchsorted(at, side="right") - 1]
         del a, b, c, size
         if len(r) >= TRIM_ROWS:
             # The smaller names' and this one's freed temporaries (heap memory, under glibc's mmap threshold)
@@ -224,15 +241,16 @@ def _compact(x: np.ndarray, mask: np.ndarray, chunk: int = 1 << 15) -> np.ndarra
     written at n ≤ its start (a selection is a copy, read before its slots are overwritten), then shrunk."""
     n = 0
     for lo in range(0, len(x), chunk):
-        got = x[lo:lo + chunk][mask[lo:lo + chunk]]
-        x[n:n + len(got)] = got
+        got = x[lo : lo + chunk][mask[lo : lo + chunk]]
+        x[n : n + len(got)] = got
         n += len(got)
     x.resize(n, refcheck=False)
     return x
 
 
-def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.ndarray,
-             chunk: int = 1 << 15) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _classes(
+    karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.ndarray, chunk: int = 1 << 15
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows that ran alone or overlapped, and their k, is_alone and durations, a chunk of rows at a time
     (covered times and durations chunk-sized). ``rows`` and ``k`` (arrays of their own) are compacted in
     place and shrunk, as is the durations' array: no per-row mask, no second copy of the kept rows. Alone:
@@ -241,7 +259,7 @@ def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.nd
     dur = np.empty(len(rows), dtype=np.int64)
     n = 0
     for lo in range(0, len(rows), chunk):
-        r = rows[lo:lo + chunk]
+        r = rows[lo : lo + chunk]
         cov = covered[r]
         d = _durations(karr, r)
         al = cov == 0
@@ -252,8 +270,8 @@ def _classes(karr: KernelArrays, covered: np.ndarray, rows: np.ndarray, k: np.nd
         keep |= al
         m = int(np.count_nonzero(keep))
         # Written at n ≤ lo: every value is read (a selection is a copy) before its slot is overwritten.
-        rows[n:n + m], k[n:n + m] = r[keep], k[lo:lo + chunk][keep]
-        alone[n:n + m], dur[n:n + m] = al[keep], d[keep]
+        rows[n : n + m], k[n : n + m] = r[keep], k[lo : lo + chunk][keep]
+        alone[n : n + m], dur[n : n + m] = al[keep], d[keep]
         n += m
     for a in (rows, k, alone, dur):
         a.resize(n, refcheck=False)  # no view of them is held: the dropped rows' memory goes back
@@ -264,7 +282,7 @@ def _durations(karr: KernelArrays, rows: np.ndarray, chunk: int = 1 << 16) -> np
     """``end[rows] − start[rows]`` (int64), the start times gathered a chunk at a time."""
     d = karr.end[rows]
     for lo in range(0, len(rows), chunk):
-        d[lo:lo + chunk] -= karr.start[rows[lo:lo + chunk]]
+        d[lo : lo + chunk] -= karr.start[rows[lo : lo + chunk]]
     return d
 
 
@@ -272,7 +290,9 @@ def _positions(mask_of, n: int, chunk: int = 1 << 18) -> np.ndarray:
     """``np.flatnonzero`` of the mask ``mask_of(lo, hi)`` gives chunk by chunk, as int32 when positions fit
     (no full-length int64 index array on the way)."""
     dtype = np.int32 if n < 2**31 else np.int64
-    parts = [(np.flatnonzero(mask_of(lo, min(lo + chunk, n))) + lo).astype(dtype) for lo in range(0, n, chunk)]
+    parts = [
+        (np.flatnonzero(mask_of(lo, min(lo + chunk, n))) + lo).astype(dtype) for lo in range(0, n, chunk)
+    ]
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 

@@ -174,19 +174,32 @@ def cost_model(collectives: pd.DataFrame, notes: list[str], min_sizes: int = 3) 
     for name, g in c.groupby(c["collective"].astype("object").fillna("?"), sort=True):
         x = g["bytes"].to_numpy(dtype=float)
         if np.unique(x).size < min_sizes:
-            notes.append(f"cost model for {name}: only {np.unique(x).size} distinct message size(s), need "
-                         f"{min_sizes} (run a bucket-size sweep or use more buckets)")
+            notes.append(
+                f"cost model for {name}: only {np.unique(x).size} distinct message size(s), need "
+                f"{min_sizes} (run a bucket-size sweep or use more buckets)"
+            )
             continue
         y = g["transfer_ns"].to_numpy(dtype=float)
         for lo, hi, o, w, r2 in regimes(x, y, min_sizes):
             if np.isnan(w):
-                notes.append(f"cost model for {name}: transfer time does not grow with size; bandwidth unknown")
+                notes.append(
+                    f"cost model for {name}: transfer time does not grow with size; bandwidth unknown"
+                )
             m = (x >= lo) & (x < hi)
             err = relative_errors_pct(x[m], y[m], o, w)
-            rows.append({"collective": name, "n_points": int(m.sum()), "o_us": o / 1e3, "w_gb_per_s": w,
-                         "r2": r2, "min_bytes": int(x[m].min()), "max_bytes": int(x[m].max()),
-                         "median_rel_err_pct": float(np.median(err)),
-                         "p90_rel_err_pct": float(np.percentile(err, 90))})
+            rows.append(
+                {
+                    "collective": name,
+                    "n_points": int(m.sum()),
+                    "o_us": o / 1e3,
+                    "w_gb_per_s": w,
+                    "r2": r2,
+                    "min_bytes": int(x[m].min()),
+                    "max_bytes": int(x[m].max()),
+                    "median_rel_err_pct": float(np.median(err)),
+                    "p90_rel_err_pct": float(np.percentile(err, 90)),
+                }
+            )
     if not rows:
         if c.empty:
             notes.append("cost model: no collective with known bytes (needs the harness's NVTX ranges)")
@@ -233,8 +246,11 @@ def best_bucket_bytes(model: pd.DataFrame, total_bytes: float) -> float:
     for a, z, oi, wi in zip(start, end, o, w, strict=True):
         if not (np.isfinite([oi, wi]).all() and wi > 0 and oi > 0):
             continue
-        cands += [b for b in (optimal_bucket_bytes(oi, wi, total_bytes), a, z)
-                  if np.isfinite(b) and a <= b <= z and 0 < b <= total_bytes]
+        cands += [
+            b
+            for b in (optimal_bucket_bytes(oi, wi, total_bytes), a, z)
+            if np.isfinite(b) and a <= b <= z and 0 < b <= total_bytes
+        ]
     if not cands:
         return float("nan")
     k = np.clip(np.searchsorted(start, cands, side="right") - 1, 0, len(start) - 1)
@@ -265,8 +281,7 @@ def sweep_fit(collectives_frames, min_sizes: int = 3) -> pd.DataFrame:
     all-reduce), each with n_runs pooled, s = ``grad_bytes_per_step`` (median over the pooled runs of
     :func:`gradient_bytes_per_step`) and b* (:func:`best_bucket_bytes`) in bytes. Empty when no fit exists.
     The report's sweep page and the findings both call this, so they state the same lines and b*."""
-    frames = [c for c in collectives_frames
-              if c is not None and len(c) and c["bytes"].notna().any()]
+    frames = [c for c in collectives_frames if c is not None and len(c) and c["bytes"].notna().any()]
     if not frames:
         return pd.DataFrame(columns=SWEEP_FIT_COLUMNS)
     cm = cost_model(pd.concat(frames, ignore_index=True), [], min_sizes)
@@ -288,8 +303,11 @@ def fit_params(fit: pd.DataFrame, nbytes: float | None = None) -> tuple[float, f
         return float("nan"), float("nan"), float("nan")
     start, _, _ = _lines(fit)
     rows = fit.sort_values("min_bytes", kind="stable").reset_index(drop=True)
-    k = len(rows) - 1 if nbytes is None else int(np.clip(np.searchsorted(start, nbytes, side="right") - 1,
-                                                         0, len(rows) - 1))
+    k = (
+        len(rows) - 1
+        if nbytes is None
+        else int(np.clip(np.searchsorted(start, nbytes, side="right") - 1, 0, len(rows) - 1))
+    )
     row = rows.iloc[k]
     o, w, r2 = float(row["o_us"]) * 1e3, float(row["w_gb_per_s"]), float(row["r2"])
     return (o, w, r2) if np.isfinite([o, w]).all() and w > 0 else (float("nan"), float("nan"), r2)
@@ -313,6 +331,7 @@ def sweep_prediction(fit: pd.DataFrame, total_bytes: float, bucket_counts) -> np
 
 
 # ---- the measured-ready-time tail model ---------------------------------------------------------------------
+
 
 def grad_ready_ns(collectives: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
     """Per collectives row: the GPU time its input was ready, float ns (NaN where unknown).
@@ -352,7 +371,9 @@ def grad_ready_ns(collectives: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarra
         order = np.argsort(lk, kind="stable")
         lk = lk[order]
         ends = np.maximum.accumulate(end[idx][order].astype(float))
-        j = np.searchsorted(lk, c["_launch"].to_numpy(dtype=float)[mine], side="left") - 1  # launched strictly before
+        j = (
+            np.searchsorted(lk, c["_launch"].to_numpy(dtype=float)[mine], side="left") - 1
+        )  # launched strictly before
         out[c["_row"].to_numpy()[mine]] = np.where(j >= 0, ends[np.maximum(j, 0)], np.nan)
     return out
 
@@ -372,8 +393,9 @@ def _numbers(col: pd.Series) -> np.ndarray:
     return pd.to_numeric(col, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
-def queue_tail(collectives: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame,
-               model: pd.DataFrame) -> pd.DataFrame:
+def queue_tail(
+    collectives: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame, model: pd.DataFrame
+) -> pd.DataFrame:
     """Predicted tail per (rank, step): the collectives of each step replayed through their NCCL stream
     (module docstring), each taking :func:`predict_transfer_ns` of its size under ``model``. Columns rank,
     step, predicted_tail_ns, comm_tail_ns (measured, from ``steps``). A step whose collectives lack a size
@@ -386,10 +408,17 @@ def queue_tail(collectives: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFr
     # One queue per communicator: a process's NCCL streams numbered by first use, as in the collective table,
     # so (comm, seq) names the same operation on every rank.
     first = c.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
-    c = c.assign(_comm=c.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense"),
-                 _t=predict_transfer_ns(model, c["bytes"].to_numpy(dtype=float, na_value=np.nan)))
-    ops = c.groupby(["_comm", "seq"]).agg(step=("step", "min"), ready=("_ready", "max"), t=("_t", "max"),
-                                          n=("_ready", "size"), n_ready=("_ready", "count"))
+    c = c.assign(
+        _comm=c.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense"),
+        _t=predict_transfer_ns(model, c["bytes"].to_numpy(dtype=float, na_value=np.nan)),
+    )
+    ops = c.groupby(["_comm", "seq"]).agg(
+        step=("step", "min"),
+        ready=("_ready", "max"),
+        t=("_t", "max"),
+        n=("_ready", "size"),
+        n_ready=("_ready", "count"),
+    )
     ops["ok"] = (ops["n"] == ops["n_ready"]) & ops["t"].notna()
     last: dict = {}
     for (_, step), g in ops.reset_index().sort_values(["_comm", "seq"]).groupby(["_comm", "step"]):
@@ -402,14 +431,17 @@ def queue_tail(collectives: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFr
         end = cum + np.maximum.accumulate(g["ready"].to_numpy(dtype=float) - (cum - t))
         last[int(step)] = max(last.get(int(step), -np.inf), float(end[-1]))
     s = steps[["rank", "step", "backward_end_ns", "comm_tail_ns"]].reset_index(drop=True)
-    end_last = pd.Series([last.get(int(k), np.nan) if pd.notna(k) else np.nan for k in s["step"]], dtype=float)
+    end_last = pd.Series(
+        [last.get(int(k), np.nan) if pd.notna(k) else np.nan for k in s["step"]], dtype=float
+    )
     bwd = pd.to_numeric(s["backward_end_ns"], errors="coerce").astype(float)
     s["predicted_tail_ns"] = np.maximum(end_last - bwd, 0.0).where(end_last.notna() & bwd.notna())
     return s[cols]
 
 
-def predicted_tail_ns(collectives: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame,
-                      model: pd.DataFrame) -> float:
+def predicted_tail_ns(
+    collectives: pd.DataFrame, kernels: pd.DataFrame, steps: pd.DataFrame, model: pd.DataFrame
+) -> float:
     """Median over (rank, step) of :func:`queue_tail` under ``model`` (e.g. a :func:`sweep_fit`); NaN if none."""
     if model is None or not len(model) or collectives is None or not len(collectives):
         return float("nan")

@@ -45,8 +45,18 @@ from ddp_profile import intervals as iv
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.analysis.steps import spans
 
-PATH_COLUMNS = ["rank", "step", "start_ns", "end_ns", "span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns",
-                "host_ns", "idle_ns"]
+PATH_COLUMNS = [
+    "rank",
+    "step",
+    "start_ns",
+    "end_ns",
+    "span_ns",
+    "compute_ns",
+    "exposed_transfer_ns",
+    "wait_ns",
+    "host_ns",
+    "idle_ns",
+]
 """Per (rank, step), :func:`rank_paths`: the same parts as ``schema.CRITICAL_PATH_COLUMNS`` on each rank."""
 PARTS = ["compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
 
@@ -101,13 +111,28 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
         span_ns = iv.window_length(js, je)
         compute = iv.covered_by_normalized(js, je, *x_set)
         exposed = iv.covered_by_normalized(js, je, *n_set) - iv.covered_by_normalized(
-            js, je, *iv.intersect_normalized(x_set, n_set))
-        wait = iv.covered_by_normalized(js, je, *nw) - iv.covered_by_normalized(js, je, *iv.intersect_normalized(x_set, nw))
+            js, je, *iv.intersect_normalized(x_set, n_set)
+        )
+        wait = iv.covered_by_normalized(js, je, *nw) - iv.covered_by_normalized(
+            js, je, *iv.intersect_normalized(x_set, nw)
+        )
         host = iv.covered_by_normalized(js, je, *_host_gaps(karr, idx))
-        out.append(pd.DataFrame({
-            "rank": rank, "step": sp["step"].to_numpy()[rows], "start_ns": js, "end_ns": je, "span_ns": span_ns,
-            "compute_ns": compute, "exposed_transfer_ns": exposed - wait, "wait_ns": wait, "host_ns": host,
-            "idle_ns": span_ns - compute - exposed - host}))
+        out.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "step": sp["step"].to_numpy()[rows],
+                    "start_ns": js,
+                    "end_ns": je,
+                    "span_ns": span_ns,
+                    "compute_ns": compute,
+                    "exposed_transfer_ns": exposed - wait,
+                    "wait_ns": wait,
+                    "host_ns": host,
+                    "idle_ns": span_ns - compute - exposed - host,
+                }
+            )
+        )
         del x_set, n_set
     return pd.concat(out, ignore_index=True)[PATH_COLUMNS]
 

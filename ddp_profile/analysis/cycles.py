@@ -136,7 +136,7 @@ def segment_hashes(codes: np.ndarray, first: np.ndarray, last: np.ndarray, seed:
 def _common(a: np.ndarray, b: np.ndarray, from_end: bool) -> int:
     """Length of the longest common prefix (or suffix) of two code arrays."""
     n = min(len(a), len(b))
-    x, y = (a[len(a) - n:][::-1], b[len(b) - n:][::-1]) if from_end else (a[:n], b[:n])
+    x, y = (a[len(a) - n :][::-1], b[len(b) - n :][::-1]) if from_end else (a[:n], b[:n])
     diff = np.flatnonzero(x != y)
     return int(diff[0]) if diff.size else n
 
@@ -180,15 +180,16 @@ def _modal(h: np.ndarray) -> int:
     return int(np.flatnonzero(np.ravel(inverse) == int(np.argmax(counts)))[0])
 
 
-def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
-                 ) -> tuple[int, int] | None:
+def _cut_offsets(
+    seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray
+) -> tuple[int, int] | None:
     """(c, f): the optimizer's end and the forward's length in the modal sync stretch (module docstring).
     ``a0``, ``a1``: closed sync stretches; ``b0``, ``b1``: stretches after non-sync runs."""
     codes = seq.codes
     ha = segment_hashes(codes, a0, a1)
     m = _modal(ha)
     n_a = int(a1[m] - a0[m] + 1)
-    modal = codes[a0[m]:a1[m] + 1]
+    modal = codes[a0[m] : a1[m] + 1]
     if n_a < 2:
         return None
     f = 0
@@ -196,7 +197,7 @@ def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, 
     if ok_b.any():
         b0, b1 = b0[ok_b], b1[ok_b]
         mb = _modal(segment_hashes(codes, b0, b1))
-        f = _common(modal, codes[b0[mb]:b1[mb] + 1], True)
+        f = _common(modal, codes[b0[mb] : b1[mb] + 1], True)
     accumulated = 0 < f < n_a
     f = f if accumulated else 0
     same = a0[np.flatnonzero(ha == ha[m])][:, None] + np.arange(n_a)
@@ -207,20 +208,24 @@ def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, 
     done = np.r_[seq.start[0], np.maximum.accumulate(seq.end)[:-1]]  # end of the work launched before each
     bwd_end = done[a0[np.flatnonzero(ha == ha[m])]][:, None]
     prev_lt = np.r_[seq.lt[0], seq.lt[:-1]]
-    waited = ((prev_lt[same] < bwd_end) & (seq.lt[same] >= done[same]) & (seq.lt[same] - done[same] < SYNC_SLACK_NS)
-              & (done[same] - bwd_end < SYNC_SLACK_NS))
+    waited = (
+        (prev_lt[same] < bwd_end)
+        & (seq.lt[same] >= done[same])
+        & (seq.lt[same] - done[same] < SYNC_SLACK_NS)
+        & (done[same] - bwd_end < SYNC_SLACK_NS)
+    )
     med = np.median(np.where(waited, 0.0, gap[same]), axis=0)
-    eligible = seq.main[a0[m]:a1[m] + 1].copy()
+    eligible = seq.main[a0[m] : a1[m] + 1].copy()
     # Not the first main-thread kernel after backward (the gap before it is the host waiting for the
     # gradients), nor before the stretch's last gradient collective.
     first_main = np.flatnonzero(eligible)
     eligible[: first_main[0] + 1 if first_main.size else 1] = False
-    g = np.flatnonzero(seq.grad[a0[m]:a1[m] + 1])
+    g = np.flatnonzero(seq.grad[a0[m] : a1[m] + 1])
     if g.size:
         eligible[: g[-1] + 1] = False
     votes = np.zeros(n_a + 1, dtype=np.int64)  # longer stretches whose insertion may lie at each offset
     for i in np.flatnonzero((a1 - a0 + 1) > n_a)[:MAX_COMPARED]:
-        s = codes[a0[i]:a1[i] + 1]
+        s = codes[a0[i] : a1[i] + 1]
         lo, hi = max(1, n_a - _common(s, modal, True)), min(n_a - 1, _common(s, modal, False))
         if lo <= hi:
             votes[lo] += 1
@@ -228,16 +233,24 @@ def _cut_offsets(seq: Sequence, a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, 
     votes = np.cumsum(votes)[:n_a]
     window = votes == votes.max() if votes.max() >= MIN_VOTES else np.ones(n_a, dtype=bool)
     before_fwd = np.arange(n_a) <= n_a - f if f else np.ones(n_a, dtype=bool)
-    for allowed in (eligible & window & before_fwd, eligible & before_fwd, eligible & window, eligible,
-                    np.r_[False, np.ones(n_a - 1, dtype=bool)]):
+    for allowed in (
+        eligible & window & before_fwd,
+        eligible & before_fwd,
+        eligible & window,
+        eligible,
+        np.r_[False, np.ones(n_a - 1, dtype=bool)],
+    ):
         if allowed.any():
             c = int(np.argmax(np.where(allowed, med, -np.inf)))
             f = min(f, n_a - c) if f else n_a - c
             if not accumulated and n_a - f + 1 < n_a:
                 # The loop's own work before the forward (a broadcast, data on the GPU) ends at a second,
                 # clearly larger gap: the forward starts after it.
-                j = n_a - f + 1 + int(np.argmax(med[n_a - f + 1:]))
-                if med[j] >= SECOND_GAP_RATIO * max(float(np.median(med[j:])), 1.0) and med[j] >= SECOND_GAP_SHARE * med[c]:
+                j = n_a - f + 1 + int(np.argmax(med[n_a - f + 1 :]))
+                if (
+                    med[j] >= SECOND_GAP_RATIO * max(float(np.median(med[j:])), 1.0)
+                    and med[j] >= SECOND_GAP_SHARE * med[c]
+                ):
                     f = n_a - j
             return c, f
     return None
@@ -296,9 +309,13 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         sync[:] = True
     upd = update_cycle(seq, rf, rl, sync)
     sync = upd.sync
-    rule = (f"the optimizer's update, seen after one gradient cycle in {upd.every}" if upd.every > 1 else
-            "gradient-sync cycles, each followed by the optimizer's update" if upd.told else
-            "gradient-sync cycles (no optimizer kernel recognised after them: a step may be a micro-step)")
+    rule = (
+        f"the optimizer's update, seen after one gradient cycle in {upd.every}"
+        if upd.every > 1
+        else "gradient-sync cycles, each followed by the optimizer's update"
+        if upd.told
+        else "gradient-sync cycles (no optimizer kernel recognised after them: a step may be a micro-step)"
+    )
     ks = np.flatnonzero(sync)
     if ks.size < 2:
         return None
@@ -313,8 +330,8 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     c, f = cf
     ha = segment_hashes(seq.codes, a0[a1 >= a0], a1[a1 >= a0])
     m = int(np.flatnonzero(a1 >= a0)[_modal(ha)])
-    modal = seq.codes[a0[m]:a1[m] + 1]
-    fwd, opt = modal[len(modal) - f:], modal[:c]
+    modal = seq.codes[a0[m] : a1[m] + 1]
+    fwd, opt = modal[len(modal) - f :], modal[:c]
     # After each closed sync stretch: the step ends c kernels after the sync run (the modal optimizer) and
     # the next starts f kernels before the next run (the modal forward); what lies between (the loop's own
     # work between iterations, extra work) is in no step. A stretch matching only one end is cut there.
@@ -325,8 +342,8 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     dur = seq.end - seq.start
     for i, (x0, x1) in enumerate(zip(a0, a1, strict=True)):
         length = x1 - x0 + 1
-        sm = length >= f and (seq.codes[x1 + 1 - f:x1 + 1] == fwd).all()
-        pm = length >= c and (seq.codes[x0:x0 + c] == opt).all()
+        sm = length >= f and (seq.codes[x1 + 1 - f : x1 + 1] == fwd).all()
+        pm = length >= c and (seq.codes[x0 : x0 + c] == opt).all()
         if sm and pm and x0 + c <= x1 + 1 - f:
             end_at[i], cut[i] = x0 + c - 1, x1 + 1 - f
         elif sm:
@@ -336,19 +353,23 @@ def find_cycles(seq: Sequence) -> Cycles | None:
             end_at[i] = x0 + c - 1
             cut[i] = end_at[i] + 1
         else:  # the forward starts at the last occurrence of its first kernels, else f kernels before the run
-            at_fwd = _last_occurrence(seq.codes[x0 + 1:x1 + 1], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
+            at_fwd = _last_occurrence(seq.codes[x0 + 1 : x1 + 1], fwd[: min(FORWARD_HEAD, (f + 1) // 2)])
             cut[i] = x0 + 1 + at_fwd if at_fwd >= 0 else max(x0 + 1, x1 + 1 - f)
             end_at[i] = cut[i] - 1
         if seq.update is not None:  # an optimizer longer than the modal one (its first call) ends with it
             limit = x1 + 1 - min(f, length) if pm and not sm else cut[i]  # where the next forward starts
-            later = np.flatnonzero(seq.update[x0:max(limit, x0)])
+            later = np.flatnonzero(seq.update[x0 : max(limit, x0)])
             if later.size and x0 + later[-1] > end_at[i]:
                 end_at[i] = x0 + int(later[-1])
                 cut[i] = max(cut[i], end_at[i] + 1)
         if length > len(modal):  # extra kernels: where this stretch departs from the modal one
-            s_ = seq.codes[x0:x1 + 1]
+            s_ = seq.codes[x0 : x1 + 1]
             p, q = _common(s_, modal, False), _common(s_, modal, True)
-            lo, hi = (x0 + p, x1 + 1 - q) if p + q < length else (x0 + min(p, c), x0 + min(p, c) + length - len(modal))
+            lo, hi = (
+                (x0 + p, x1 + 1 - q)
+                if p + q < length
+                else (x0 + min(p, c), x0 + min(p, c) + length - len(modal))
+            )
             gap_k[i], gap_ns[i] = length - len(modal), int(dur[lo:hi].sum())
     # Cycle of sync run ks[j]: its first run is the one after ks[j - 1] (the first run for j = 0).
     first_run = np.r_[0, ks[:-1] + 1]
@@ -363,7 +384,7 @@ def find_cycles(seq: Sequence) -> Cycles | None:
     after_k[at], after_ns[at] = gap_k, gap_ns
     x = rf[0] - f
     first_irregular = False
-    if x >= 0 and micro[0] == modal_micro and (seq.codes[x:rf[0]] == fwd).all():
+    if x >= 0 and micro[0] == modal_micro and (seq.codes[x : rf[0]] == fwd).all():
         starts[0] = x
     elif micro[0] == modal_micro and f and ends[0] >= 0:
         # A first iteration whose forward is not the modal one (torch.compile's: compilation and autotuning
@@ -371,7 +392,7 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         # forward's first kernel before its backward, where that kernel occurs once in the modal stretch.
         head = fwd[0]
         if int(np.count_nonzero(modal == head)) == 1:
-            hits = np.flatnonzero(seq.codes[:rf[0]] == head)
+            hits = np.flatnonzero(seq.codes[: rf[0]] == head)
             if hits.size:
                 starts[0], first_irregular = _compile_start(seq, int(hits[-1]), starts, ends), True
     last_sync = ks[-1]
@@ -381,16 +402,24 @@ def find_cycles(seq: Sequence) -> Cycles | None:
         if p >= max(1.0, LAST_OPTIMIZER_SHARE * c):
             ends[-1] = x0 + p - 1
             if seq.update is not None:  # and no earlier than its last update kernel before a next forward
-                nxt = _first_occurrence(seq.codes[x0:], fwd[:min(FORWARD_HEAD, (f + 1) // 2)])
-                later = np.flatnonzero(seq.update[x0:x0 + nxt if nxt >= 0 else len(seq.codes)])
+                nxt = _first_occurrence(seq.codes[x0:], fwd[: min(FORWARD_HEAD, (f + 1) // 2)])
+                later = np.flatnonzero(seq.update[x0 : x0 + nxt if nxt >= 0 else len(seq.codes)])
                 if later.size:
                     ends[-1] = max(ends[-1], x0 + int(later[-1]))
     ok = (starts >= 0) & (ends >= starts)
     if ok.sum() < 2:
         return None
-    return Cycles(first=starts[ok], last=ends[ok], micro_steps=micro[ok], forward_kernels=f, optimizer_kernels=c,
-                  after_kernels=after_k[ok], after_gpu_ns=after_ns[ok], rule=rule,
-                  first_irregular=first_irregular and bool(ok[0]))
+    return Cycles(
+        first=starts[ok],
+        last=ends[ok],
+        micro_steps=micro[ok],
+        forward_kernels=f,
+        optimizer_kernels=c,
+        after_kernels=after_k[ok],
+        after_gpu_ns=after_ns[ok],
+        rule=rule,
+        first_irregular=first_irregular and bool(ok[0]),
+    )
 
 
 def _compile_start(seq: Sequence, anchor: int, starts: np.ndarray, ends: np.ndarray) -> int:
@@ -403,9 +432,11 @@ def _compile_start(seq: Sequence, anchor: int, starts: np.ndarray, ends: np.ndar
     if not ok.any():
         return anchor
     period = float(np.median(seq.lt[ends[ok]] - seq.lt[starts[ok]]))
-    gap = np.diff(seq.lt[:anchor + 1], prepend=seq.lt[0])
+    gap = np.diff(seq.lt[: anchor + 1], prepend=seq.lt[0])
     paused = np.flatnonzero(gap > COMPILE_PAUSE_STEPS * period)
-    nccl = np.r_[0, np.cumsum(~seq.compute)]  # NCCL kernels (the sequence's non-compute ones) before each position
+    nccl = np.r_[
+        0, np.cumsum(~seq.compute)
+    ]  # NCCL kernels (the sequence's non-compute ones) before each position
     start = anchor
     for j in paused[::-1]:
         if nccl[start] - nccl[j] > 0:
@@ -414,7 +445,9 @@ def _compile_start(seq: Sequence, anchor: int, starts: np.ndarray, ends: np.ndar
     return start
 
 
-def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def extra_work(
+    seq: Sequence, first: np.ndarray, last: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(extra_kernels, extra_gpu_ns, extra_host_ns) per step (module docstring)."""
     k = len(first)
     ek, eg, eh = np.zeros(k, np.int64), np.zeros(k, np.int64), np.zeros(k, np.int64)
@@ -422,15 +455,18 @@ def extra_work(seq: Sequence, first: np.ndarray, last: np.ndarray) -> tuple[np.n
         return ek, eg, eh
     h = segment_hashes(seq.codes, first, last)
     m = _modal(h)
-    modal = seq.codes[first[m]:last[m] + 1]
+    modal = seq.codes[first[m] : last[m] + 1]
     lens = last - first + 1
     dur = seq.end - seq.start
     for i in np.flatnonzero((h != h[m]) & (lens > len(modal))):
-        s = seq.codes[first[i]:last[i] + 1]
+        s = seq.codes[first[i] : last[i] + 1]
         p, q = _common(s, modal, False), _common(s, modal, True)
         lo, hi = first[i] + p, last[i] + 1 - q
         if hi <= lo:  # prefix and suffix overlap: the extra kernels lie where they meet
-            lo, hi = first[i] + min(p, len(s) - len(modal)), first[i] + min(p, len(s) - len(modal)) + len(s) - len(modal)
+            lo, hi = (
+                first[i] + min(p, len(s) - len(modal)),
+                first[i] + min(p, len(s) - len(modal)) + len(s) - len(modal),
+            )
             lo = max(lo, first[i])
         ek[i] = lens[i] - len(modal)
         eg[i] = int(dur[lo:hi].sum())

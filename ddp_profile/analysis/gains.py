@@ -63,11 +63,15 @@ def carry(gain_ns: float, kind: str, prof: Profile) -> tuple[float, str]:
     g = max(0.0, float(gain_ns)) if math.isfinite(float(gain_ns)) else 0.0
     if kind == HOST:
         if prof.known:
-            return g * prof.host_scale(), (f"un-profiled: the host part less the profiler's excess "
-                                           f"({prof.overhead_pct:.1f} % of the un-profiled step, run JSON)")
+            return g * prof.host_scale(), (
+                f"un-profiled: the host part less the profiler's excess "
+                f"({prof.overhead_pct:.1f} % of the un-profiled step, run JSON)"
+            )
         share = 100.0 * g / prof.step_ns if prof.step_ns > 0 else float("nan")
-        return g, (f"measured under nsys, {share:.1f} % of the profiled step: host time includes the profiler's "
-                   "launch overhead (no un-profiled timing to remove it)")
+        return g, (
+            f"measured under nsys, {share:.1f} % of the profiled step: host time includes the profiler's "
+            "launch overhead (no un-profiled timing to remove it)"
+        )
     if kind == LEAD:
         return g, "a difference between ranks: the profiler's cost, alike on every rank, cancels"
     return g, "GPU time: kernels keep their own times under nsys"

@@ -25,11 +25,13 @@ from ddp_profile.analysis.kernel_groups import of_kind
 HOST_CALL_COLUMNS = ["rank", "tid", "kind", "name", "start_ns", "end_ns"]
 
 
-def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = None,
-                      waits: pd.DataFrame | None = None) -> pd.DataFrame:
+def main_thread_calls(
+    api: pd.DataFrame | None, steps: pd.DataFrame | None = None, waits: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Launch and sync calls of each rank's main thread (module docstring); empty frame when none."""
-    empty = pd.DataFrame({c: pd.Series(dtype="object" if c in ("kind", "name") else "int64")
-                          for c in HOST_CALL_COLUMNS})
+    empty = pd.DataFrame(
+        {c: pd.Series(dtype="object" if c in ("kind", "name") else "int64") for c in HOST_CALL_COLUMNS}
+    )
     if api is None or not len(api):
         return empty
     a = api.dropna(subset=["rank", "start_ns", "end_ns"])
@@ -46,20 +48,39 @@ def main_thread_calls(api: pd.DataFrame | None, steps: pd.DataFrame | None = Non
     counts = a.loc[launch].groupby(cols, observed=True).size().reset_index(name="n")
     if not len(counts):
         return empty
-    own = (counts["tid"] == counts["pid"]).astype(int) if "pid" in counts else 0  # the process's own thread first
+    own = (
+        (counts["tid"] == counts["pid"]).astype(int) if "pid" in counts else 0
+    )  # the process's own thread first
     main = counts.assign(own=own).sort_values(["rank", "own", "n"], ascending=[True, False, False])
     main = main.drop_duplicates("rank")[["rank", "tid"]].astype("int64")
-    calls = pd.DataFrame({"rank": a["rank"].astype("int64").to_numpy(), "tid": a["tid"].astype("int64").to_numpy(),
-                          "kind": np.where(sync, "sync", "launch"), "name": a["name"].astype("object").to_numpy(),
-                          "start_ns": a["start_ns"].astype("int64").to_numpy(),
-                          "end_ns": a["end_ns"].astype("int64").to_numpy()})
+    calls = pd.DataFrame(
+        {
+            "rank": a["rank"].astype("int64").to_numpy(),
+            "tid": a["tid"].astype("int64").to_numpy(),
+            "kind": np.where(sync, "sync", "launch"),
+            "name": a["name"].astype("object").to_numpy(),
+            "start_ns": a["start_ns"].astype("int64").to_numpy(),
+            "end_ns": a["end_ns"].astype("int64").to_numpy(),
+        }
+    )
     if classified and waits is not None:
         w = waits.dropna(subset=["rank"])
-        calls = pd.concat([calls, pd.DataFrame({
-            "rank": w["rank"].astype("int64").to_numpy(), "tid": w["tid"].astype("int64").to_numpy(),
-            "kind": "sync", "name": w["name"].astype("object").to_numpy(),
-            "start_ns": w["start_ns"].astype("int64").to_numpy(), "end_ns": w["end_ns"].astype("int64").to_numpy()})],
-            ignore_index=True)
+        calls = pd.concat(
+            [
+                calls,
+                pd.DataFrame(
+                    {
+                        "rank": w["rank"].astype("int64").to_numpy(),
+                        "tid": w["tid"].astype("int64").to_numpy(),
+                        "kind": "sync",
+                        "name": w["name"].astype("object").to_numpy(),
+                        "start_ns": w["start_ns"].astype("int64").to_numpy(),
+                        "end_ns": w["end_ns"].astype("int64").to_numpy(),
+                    }
+                ),
+            ],
+            ignore_index=True,
+        )
     mine = pd.MultiIndex.from_frame(calls[["rank", "tid"]]).isin(pd.MultiIndex.from_frame(main))
     out = calls.loc[mine].reset_index(drop=True)
     if steps is not None and len(steps):
@@ -72,8 +93,10 @@ def _in_steps(calls: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     the steps' closed windows merged into sorted disjoint ones (``intervals.normalize`` of [lo, hi + 1)), and
     each call's start looked up among them (``np.searchsorted``)."""
     keep = np.zeros(len(calls), dtype=bool)
-    st = steps.assign(lo=steps[["start_ns"] + (["host_start_ns"] if "host_start_ns" in steps else [])].min(axis=1),
-                      hi=steps[["end_ns"] + (["host_end_ns"] if "host_end_ns" in steps else [])].max(axis=1))
+    st = steps.assign(
+        lo=steps[["start_ns"] + (["host_start_ns"] if "host_start_ns" in steps else [])].min(axis=1),
+        hi=steps[["end_ns"] + (["host_end_ns"] if "host_end_ns" in steps else [])].max(axis=1),
+    )
     st = st.dropna(subset=["lo", "hi"])
     s_rank, lo, hi = st["rank"].to_numpy(np.int64), st["lo"].to_numpy(np.int64), st["hi"].to_numpy(np.int64)
     c_rank, t = calls["rank"].to_numpy(), calls["start_ns"].to_numpy()

@@ -44,7 +44,9 @@ def _first_per(keys: list[np.ndarray]) -> np.ndarray:
     return np.sort(order[new])
 
 
-def common_steps(steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool) -> tuple[pd.DataFrame, list[str]]:
+def common_steps(
+    steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool
+) -> tuple[pd.DataFrame, list[str]]:
     """(LABEL_COLUMNS: every kept (rank, own step number) with its common label; notes).
 
     ``steps``: every rank's host step ranges (``rank, step, host_start_ns, host_end_ns``, the rank's own
@@ -65,13 +67,19 @@ def common_steps(steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool)
     # steps matched by host time (votes 0)
     cand = [(rank[mine], step[mine], step[mine], np.full(int(mine.sum()), np.iinfo(np.int64).max))]
     voted = _by_collectives(rows, ref)
-    known = np.isin(voted[0], ranks)  # rows of a rank without steps here (their steps were set aside) vote not
+    known = np.isin(
+        voted[0], ranks
+    )  # rows of a rank without steps here (their steps were set aside) vote not
     voted = tuple(v[known] for v in voted)
     cand.append(voted)
     has_vote = np.zeros(len(rank), dtype=bool)
     if len(voted[0]):
-        has_vote = pd.MultiIndex.from_arrays([voted[0], voted[1]]).get_indexer(
-            pd.MultiIndex.from_arrays([rank, step])) >= 0
+        has_vote = (
+            pd.MultiIndex.from_arrays([voted[0], voted[1]]).get_indexer(
+                pd.MultiIndex.from_arrays([rank, step])
+            )
+            >= 0
+        )
     left = ~mine & ~has_vote
     if left.any():
         cand.append(_by_time(rank[left], step[left], hs[left], he[left], step[mine], hs[mine], he[mine]))
@@ -93,8 +101,11 @@ def common_steps(steps: pd.DataFrame, rows: pd.DataFrame | None, inferred: bool)
     out = pd.DataFrame({"rank": c_rank[ok], "step": c_step[ok], "label": lab.astype(np.int64)})
     out = out.sort_values(["rank", "label"], kind="stable").reset_index(drop=True)
     s = pd.DataFrame({"rank": rank, "step": step, "host_start_ns": hs, "host_end_ns": he})
-    notes = _notes(s, out, ref, inferred) if len(out) < len(s) or (not inferred and (c_step[ok] != c_it[ok]).any()) \
+    notes = (
+        _notes(s, out, ref, inferred)
+        if len(out) < len(s) or (not inferred and (c_step[ok] != c_it[ok]).any())
         else []
+    )
     return out, notes
 
 
@@ -154,24 +165,37 @@ def _notes(s: pd.DataFrame, out: pd.DataFrame, ref: int, inferred: bool) -> list
     if len(dropped):
         per = []
         for rank, g in dropped.groupby("rank", sort=True):
-            start = s.loc[(s["rank"] == rank) & s["step"].isin(out.loc[out["rank"] == rank, "step"]), "host_start_ns"]
+            start = s.loc[
+                (s["rank"] == rank) & s["step"].isin(out.loc[out["rank"] == rank, "step"]), "host_start_ns"
+            ]
             t = g["host_start_ns"].to_numpy()
             first, last = (start.min(), start.max()) if len(start) else (np.inf, -np.inf)
-            counts = ((int((t < first).sum()), "before the first common step"),
-                      (int((t > last).sum()), "after the last common step"),
-                      (int(((t >= first) & (t <= last)).sum()), "between common steps"))
+            counts = (
+                (int((t < first).sum()), "before the first common step"),
+                (int((t > last).sum()), "after the last common step"),
+                (int(((t >= first) & (t <= last)).sum()), "between common steps"),
+            )
             what = ", ".join(f"{n} {where}" for n, where in counts if n)
             if not inferred:
-                what += " (NVTX step " + ", ".join(str(int(v)) for v in g["step"].to_numpy()[:8]) + \
-                        (", ..." if len(g) > 8 else "") + ")"
+                what += (
+                    " (NVTX step "
+                    + ", ".join(str(int(v)) for v in g["step"].to_numpy()[:8])
+                    + (", ..." if len(g) > 8 else "")
+                    + ")"
+                )
             per.append(f"rank {int(rank)}: {what}")
-        notes.append(f"{len(dropped)} step(s) left out: their iteration is not covered by every rank's steps "
-                     "(partial first or last iteration of the capture, or work one rank alone did); "
-                     + "; ".join(per[:8]) + ("; ..." if len(per) > 8 else ""))
+        notes.append(
+            f"{len(dropped)} step(s) left out: their iteration is not covered by every rank's steps "
+            "(partial first or last iteration of the capture, or work one rank alone did); "
+            + "; ".join(per[:8])
+            + ("; ..." if len(per) > 8 else "")
+        )
     if not inferred and len(out) and (out["step"] != out["label"]).any():
         ranks = sorted(out.loc[out["step"] != out["label"], "rank"].unique().tolist())
-        notes.append(f"rank(s) {', '.join(map(str, ranks[:8]))} number the same iterations differently in their "
-                     f"NVTX step ranges (matched by their collectives): steps carry rank {ref}'s numbers")
+        notes.append(
+            f"rank(s) {', '.join(map(str, ranks[:8]))} number the same iterations differently in their "
+            f"NVTX step ranges (matched by their collectives): steps carry rank {ref}'s numbers"
+        )
     return notes
 
 
@@ -181,7 +205,7 @@ def _lookup(labels: pd.DataFrame, rank: np.ndarray, step: np.ndarray) -> np.ndar
     l_rank, l_step = labels["rank"].to_numpy(np.int64), labels["step"].to_numpy(np.int64)
     uniq, inv = np.unique(np.concatenate([l_step, step]), return_inverse=True)
     width = len(uniq) + 1
-    l_key, key = l_rank * width + inv[:len(l_step)], rank * width + inv[len(l_step):]
+    l_key, key = l_rank * width + inv[: len(l_step)], rank * width + inv[len(l_step) :]
     srt = np.argsort(l_key, kind="stable")
     j = np.clip(np.searchsorted(l_key[srt], key), 0, max(len(srt) - 1, 0))
     found = (l_key[srt][j] == key) if len(srt) else np.zeros(len(key), dtype=bool)
@@ -198,7 +222,9 @@ def relabel(frame: pd.DataFrame, labels: pd.DataFrame, *, keep_unlabelled: bool 
     step = np.where(has, frame["step"].to_numpy(dtype=np.float64, na_value=0), 0).astype(np.int64)
     at = _lookup(labels, frame["rank"].to_numpy(np.int64), step)
     ok = has & (at >= 0)
-    got = labels["label"].to_numpy(np.int64)[np.maximum(at, 0)] if len(labels) else np.zeros(len(at), np.int64)
+    got = (
+        labels["label"].to_numpy(np.int64)[np.maximum(at, 0)] if len(labels) else np.zeros(len(at), np.int64)
+    )
     if keep_unlabelled:  # in place: the collective rows are the caller's own and long
         new = pd.array(np.where(ok, got, 0), dtype="Int64")
         new[~ok] = pd.NA
@@ -224,8 +250,9 @@ def select(labels: pd.DataFrame, which) -> pd.DataFrame:
             keep = lab == nums[0]
         else:
             lo, hi = nums
-            keep = (lab >= (lo if lo is not None else np.iinfo(np.int64).min)) & \
-                   (lab < (hi if hi is not None else np.iinfo(np.int64).max))
+            keep = (lab >= (lo if lo is not None else np.iinfo(np.int64).min)) & (
+                lab < (hi if hi is not None else np.iinfo(np.int64).max)
+            )
     else:
         keep = np.isin(lab, np.asarray(list(which), dtype=np.int64))
     if not keep.any():
@@ -235,7 +262,7 @@ def select(labels: pd.DataFrame, which) -> pd.DataFrame:
 
 
 def describe(labels) -> str:
-    """"steps 3–7", "steps 0–4, 6, 9–12" or "no steps" (runs of consecutive labels, at most 6 runs shown)."""
+    """ "steps 3–7", "steps 0–4, 6, 9–12" or "no steps" (runs of consecutive labels, at most 6 runs shown)."""
     u = np.unique(np.asarray(labels, dtype=np.int64))
     if not len(u):
         return "no steps (see the notes of `ddp-profile analyze`)"
@@ -251,10 +278,14 @@ def parse_steps(which: str) -> list[int | None]:
     parses but keeps nothing would silently report no steps."""
     from ddp_profile.errors import UsageError
 
-    bad = UsageError(f"--steps {which[:40]!r}: use 'all', 'A:B' (steps A <= step < B), 'A:' or ':B' with step "
-                     "labels 0 <= A < B, or one label")
+    bad = UsageError(
+        f"--steps {which[:40]!r}: use 'all', 'A:B' (steps A <= step < B), 'A:' or ':B' with step "
+        "labels 0 <= A < B, or one label"
+    )
     parts = which.split(":")
-    if len(parts) > 2 or not all(p.strip() == "" or (p.strip().isdigit() and len(p.strip()) <= 18) for p in parts):
+    if len(parts) > 2 or not all(
+        p.strip() == "" or (p.strip().isdigit() and len(p.strip()) <= 18) for p in parts
+    ):
         raise bad
     if len(parts) == 1 and not parts[0].strip():
         raise bad
@@ -282,5 +313,6 @@ class StepSelection:
 
     def key(self) -> str:
         """A stable text of the selection (a cache key's part)."""
-        return json.dumps({"pattern": self.pattern, "phases": [list(p) for p in self.phases], "steps": self.steps})
-
+        return json.dumps(
+            {"pattern": self.pattern, "phases": [list(p) for p in self.phases], "steps": self.steps}
+        )

@@ -76,7 +76,7 @@ def estimated_match(codes: np.ndarray, seed: int = 0) -> np.ndarray:
     nf = 1 << int(np.ceil(np.log2(max(2 * n, 2))))
     # Re(z_i conj z_j) = cos_i cos_j + sin_i sin_j: two real transforms and one inverse.
     fc, fs = np.fft.rfft(np.cos(theta)[codes], nf), np.fft.rfft(np.sin(theta)[codes], nf)
-    ac = np.fft.irfft(fc.real ** 2 + fc.imag ** 2 + fs.real ** 2 + fs.imag ** 2, nf)[:n]
+    ac = np.fft.irfft(fc.real**2 + fc.imag**2 + fs.real**2 + fs.imag**2, nf)[:n]
     return ac / np.maximum(n - np.arange(n), 1)
 
 
@@ -153,7 +153,9 @@ def _cut_reference(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: 
     return int(voters[len(voters) // 2])
 
 
-def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) -> tuple[np.ndarray, np.ndarray]:
+def _segments(
+    codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) kernel index of each step (module docstring, steps 2-3)."""
     n = len(codes)
     ref = _cut_reference(codes, lt, main, period)
@@ -163,7 +165,9 @@ def _segments(codes: np.ndarray, lt: np.ndarray, main: np.ndarray, period: int) 
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     slack = max(1, int(round(STEP_LENGTH_SLACK * period)))
     starts = _chain(_anchors(codes, ref, period, forward=True), period, slack)
-    ends = _anchors(codes, ref + period - 1, period, forward=False) if ref + period - 1 < n else np.zeros(0, int)
+    ends = (
+        _anchors(codes, ref + period - 1, period, forward=False) if ref + period - 1 < n else np.zeros(0, int)
+    )
     ok = np.abs(np.diff(starts) - period) <= slack
     first, last = starts[:-1][ok], starts[1:][ok] - 1
     if starts.size:
@@ -192,8 +196,9 @@ def _chain(hits: np.ndarray, period: int, slack: int) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def _host_bounds(first: np.ndarray, last: np.ndarray, lt: np.ndarray,
-                 all_lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _host_bounds(
+    first: np.ndarray, last: np.ndarray, lt: np.ndarray, all_lt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Host [start, end] per step (module docstring, step 4); ``all_lt``: sorted launches of every kind.
     A lead or trail never reaches past the neighbouring kernel (of the sequence) outside the steps."""
     hs, he = lt[first].copy(), lt[last].copy()
@@ -238,15 +243,26 @@ def sequence(karr: KernelArrays, p, kinds: np.ndarray, tid_all: np.ndarray, grad
     """Process ``p``'s kernels selected by ``kinds`` (with a launch time) in launch order."""
     sel = np.flatnonzero((karr.pid == p) & kinds & (karr.launch >= 0))
     sel = sel[np.argsort(karr.launch[sel], kind="stable")]
-    return cy.Sequence(sel=sel, codes=np.maximum(karr.name_code[sel].astype(np.int64), 0), lt=karr.launch[sel],
-                       main=_main_thread(int(p), tid_all[sel]), compute=karr.is_compute[sel], grad=grad[sel],
-                       start=karr.start[sel], end=karr.end[sel], update=update_mask(karr)[sel])
+    return cy.Sequence(
+        sel=sel,
+        codes=np.maximum(karr.name_code[sel].astype(np.int64), 0),
+        lt=karr.launch[sel],
+        main=_main_thread(int(p), tid_all[sel]),
+        compute=karr.is_compute[sel],
+        grad=grad[sel],
+        start=karr.start[sel],
+        end=karr.end[sel],
+        update=update_mask(karr)[sel],
+    )
 
 
 def update_mask(karr: KernelArrays) -> np.ndarray:
     """Per kernel: a compute kernel of the optimizer's update (kernel_groups.OPTIMIZER, by its short name)."""
+
     def compute():
-        by_name = np.array([name_group(n) == OPTIMIZER for n in karr.name_values()], dtype=bool)  # last: no name
+        by_name = np.array(
+            [name_group(n) == OPTIMIZER for n in karr.name_values()], dtype=bool
+        )  # last: no name
         return by_name[karr.name_code.astype(np.int64)] & karr.is_compute
 
     return karr.memo("update_mask", compute)
@@ -276,13 +292,17 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
         if cyc is not None:
             first, last = cyc.first, cyc.last
             micro = int(np.median(cyc.micro_steps))
-            found.append(f"rank {rank}: {first.size} steps of {micro} micro-step(s) cut by {cyc.rule} (forward "
-                         f"{cyc.forward_kernels} kernels after the optimizer's {cyc.optimizer_kernels})")
+            found.append(
+                f"rank {rank}: {first.size} steps of {micro} micro-step(s) cut by {cyc.rule} (forward "
+                f"{cyc.forward_kernels} kernels after the optimizer's {cyc.optimizer_kernels})"
+            )
             if cyc.first_irregular:
-                found.append(f"rank {rank}: step 0's forward is not the others' ({cyc.last[0] - cyc.first[0] + 1} "
-                             "kernels in the step: compilation and autotuning launch kernels of their own in a "
-                             "compiled job's first iteration); it is its own step, from the host's first pause for "
-                             "compilation before the others' first forward kernel")
+                found.append(
+                    f"rank {rank}: step 0's forward is not the others' ({cyc.last[0] - cyc.first[0] + 1} "
+                    "kernels in the step: compilation and autotuning launch kernels of their own in a "
+                    "compiled job's first iteration); it is its own step, from the host's first pause for "
+                    "compilation before the others' first forward kernel"
+                )
         else:
             period, match = find_period(seq.codes)
             if period is None:
@@ -290,25 +310,46 @@ def infer_steps(karr: KernelArrays) -> tuple[pd.DataFrame, list[str]]:
             first, last = _segments(seq.codes, seq.lt, seq.main, period)
             if first.size == 0:
                 continue
-            found.append(f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %, "
-                         "no gradient-sync cycle seen)")
+            found.append(
+                f"rank {rank}: {first.size} steps of {period} kernels (repeat match {100 * match:.0f} %, "
+                "no gradient-sync cycle seen)"
+            )
         all_lt = np.sort(karr.launch[(karr.pid == p) & (karr.launch >= 0)])
         hs, he = _host_bounds(first, last, seq.lt, all_lt)
         ek, eg, eh = cy.extra_work(seq, first, last)
         if cyc is not None:  # and what follows each step before the next one's forward
             ek, eg = ek + cyc.after_kernels, eg + cyc.after_gpu_ns
-        parts.append(pd.DataFrame({"rank": rank, "pid": int(p), "step": np.arange(first.size, dtype=np.int64),
-                                   "phase": "step", "host_start_ns": hs, "host_end_ns": he,
-                                   "extra_kernels": ek, "extra_gpu_ns": eg, "extra_host_ns": eh}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "pid": int(p),
+                    "step": np.arange(first.size, dtype=np.int64),
+                    "phase": "step",
+                    "host_start_ns": hs,
+                    "host_end_ns": he,
+                    "extra_kernels": ek,
+                    "extra_gpu_ns": eg,
+                    "extra_host_ns": eh,
+                }
+            )
+        )
     if not parts:
         return schema.empty_frame(RANGE_COLUMNS + STEP_FACTS), [
             "no step NVTX ranges, and no repeating kernel sequence to infer steps from: per-step metrics are "
-            "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"]
-    out = pd.concat(parts, ignore_index=True).sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
-    note = ("steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
-            "optimizer step (its micro-steps' forward and backward, the gradient collectives, the optimizer), "
-            "cut between the optimizer's last kernel and the next forward's first; steps are numbered from 0 at "
-            "the first iteration every rank ran; " + "; ".join(found))
+            "missing (wrap each step in an NVTX range, e.g. torch.cuda.nvtx.range_push(f'step {i}'))"
+        ]
+    out = (
+        pd.concat(parts, ignore_index=True)
+        .sort_values(["rank", "step"], kind="stable")
+        .reset_index(drop=True)
+    )
+    note = (
+        "steps inferred from the GPU trace (no closed NVTX range matches the step pattern): each step is one "
+        "optimizer step (its micro-steps' forward and backward, the gradient collectives, the optimizer), "
+        "cut between the optimizer's last kernel and the next forward's first; steps are numbered from 0 at "
+        "the first iteration every rank ran; " + "; ".join(found)
+    )
     return out, [note]
 
 
@@ -332,8 +373,11 @@ def extra_work_notes(steps: pd.DataFrame) -> list[str]:
             what += [f"{h / 1e6:.2f} ms longer on the host"] if h > 0 else []
             parts.append(f"step {int(labels[i])}: " + ", ".join(what))
         more = f" (and {at.size - 20} more)" if at.size > 20 else ""
-        out.append(f"rank {int(rank)}: extra work beside the modal step (logging, evaluation, checkpointing...): "
-                   + "; ".join(parts) + more)
+        out.append(
+            f"rank {int(rank)}: extra work beside the modal step (logging, evaluation, checkpointing...): "
+            + "; ".join(parts)
+            + more
+        )
     return out
 
 
@@ -384,8 +428,10 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
         o0 = np.maximum(lt[b_last], tail) + 1
         o_ok = o0 <= he[js]
         for phase, keep, jj, start, end in (
-                ("forward", launched & (f0 <= f1), j, f0, f1), ("backward", np.ones(j.size, bool), j, lt[rf], lt[rl]),
-                ("optimizer", o_ok, js, o0, he[js])):
+            ("forward", launched & (f0 <= f1), j, f0, f1),
+            ("backward", np.ones(j.size, bool), j, lt[rf], lt[rl]),
+            ("optimizer", o_ok, js, o0, he[js]),
+        ):
             cols["rank"].append(rank[jj[keep]])
             cols["pid"].append(np.full(int(keep.sum()), int(p)))
             cols["step"].append(step[jj[keep]])
@@ -397,8 +443,9 @@ def infer_phases(steps: pd.DataFrame, karr: KernelArrays, nvtx: pd.DataFrame | N
     return pd.DataFrame({c: np.concatenate(v) for c, v in cols.items()})[RANGE_COLUMNS]
 
 
-def steps_from_trace(nvtx: pd.DataFrame | None, karr: KernelArrays,
-                     step_pattern: str | None = None) -> tuple[pd.DataFrame, list[str], bool]:
+def steps_from_trace(
+    nvtx: pd.DataFrame | None, karr: KernelArrays, step_pattern: str | None = None
+) -> tuple[pd.DataFrame, list[str], bool]:
     """Step host ranges from NVTX (``windows.find_steps``), else inferred from the kernel sequence when the
     kernels have launch times. Returns (frame, notes, inferred)."""
     steps, notes = find_steps(nvtx, step_pattern)

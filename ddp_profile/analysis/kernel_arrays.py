@@ -11,7 +11,9 @@ from ddp_profile.memory import return_freed_memory
 COMPUTE = "compute"
 NCCL = "nccl"
 COPY_KINDS = ("memcpy", "memset")
-TRIM_ROWS = 1 << 16  # ranks with at least this many kernels hand freed memory back before their sets are built
+TRIM_ROWS = (
+    1 << 16
+)  # ranks with at least this many kernels hand freed memory back before their sets are built
 
 
 def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
@@ -22,7 +24,9 @@ def ints(series: pd.Series, fill: int = -1) -> np.ndarray:
         return series.to_numpy()
     if isinstance(dtype, np.dtype) and dtype.kind in "iu":  # a narrow numpy integer column: one widening copy
         return series.to_numpy().astype(np.int64)
-    if isinstance(dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and dtype.kind in "iu":  # Int64, Int32: one copy
+    if (
+        isinstance(dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and dtype.kind in "iu"
+    ):  # Int64, Int32: one copy
         return series.to_numpy(dtype=np.int64, na_value=fill)
     return pd.to_numeric(series, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
 
@@ -92,7 +96,10 @@ def equal_range(sorted_values: np.ndarray, value) -> tuple[int, int]:
         if as_int is None or as_int != value or not info.min <= as_int <= info.max:
             return 0, 0  # no integer entry equals it
         value = dtype.type(as_int)
-    return (int(sorted_values.searchsorted(value, side="left")), int(sorted_values.searchsorted(value, side="right")))
+    return (
+        int(sorted_values.searchsorted(value, side="left")),
+        int(sorted_values.searchsorted(value, side="right")),
+    )
 
 
 def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
@@ -123,8 +130,9 @@ def pair_groups(a: np.ndarray, b: np.ndarray, max_groups: int = 64):
             yield np.flatnonzero(in_x & (b == y))
 
 
-def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64,
-             chunk: int = 1 << 18) -> list[tuple[int, int]] | None:
+def row_runs(
+    a: np.ndarray, b: np.ndarray, max_runs: int = 64, chunk: int = 1 << 18
+) -> list[tuple[int, int]] | None:
     """[lo, hi) per distinct (a, b) pair when each pair's rows are one contiguous run (the loader's
     rank-sorted frames: one run per rank), found from the rows where a or b changes, a chunk at a time (no
     full-length temporary); None when a pair's rows are split or there are more than ``max_runs`` runs
@@ -134,7 +142,7 @@ def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64,
         return []
     cuts = [0]
     for lo in range(0, n - 1, chunk):
-        x, y = a[lo:lo + chunk + 1], b[lo:lo + chunk + 1]
+        x, y = a[lo : lo + chunk + 1], b[lo : lo + chunk + 1]
         cuts.extend((np.flatnonzero((x[1:] != x[:-1]) | (y[1:] != y[:-1])) + lo + 1).tolist())
         if len(cuts) > max_runs:
             return None
@@ -144,17 +152,19 @@ def row_runs(a: np.ndarray, b: np.ndarray, max_runs: int = 64,
     return list(zip(cuts, cuts[1:] + [n], strict=True))
 
 
-def masked_durations(start: np.ndarray, end: np.ndarray, mask: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
+def masked_durations(
+    start: np.ndarray, end: np.ndarray, mask: np.ndarray, chunk: int = 1 << 18
+) -> np.ndarray:
     """``end[mask] - start[mask]`` as int64, taken a chunk of rows at a time: the selected start times are
     never held at full length beside the result (on 1M kernels one 8 MB temporary less at the analysis'
     peak; same values)."""
     out = np.empty(int(np.count_nonzero(mask)), dtype=np.int64)
     pos = 0
     for lo in range(0, len(mask), chunk):
-        m = mask[lo:lo + chunk]
-        d = end[lo:lo + chunk][m]
-        d -= start[lo:lo + chunk][m]
-        out[pos:pos + len(d)] = d
+        m = mask[lo : lo + chunk]
+        d = end[lo : lo + chunk][m]
+        d -= start[lo : lo + chunk][m]
+        out[pos : pos + len(d)] = d
         pos += len(d)
     return out
 
@@ -176,7 +186,11 @@ class KernelArrays:
             self.is_copy = np.isin(cats, COPY_KINDS)[codes]
         else:
             kind = kind.astype("object").to_numpy()
-            self.is_compute, self.is_nccl, self.is_copy = kind == COMPUTE, kind == NCCL, np.isin(kind, COPY_KINDS)
+            self.is_compute, self.is_nccl, self.is_copy = (
+                kind == COMPUTE,
+                kind == NCCL,
+                np.isin(kind, COPY_KINDS),
+            )
         # Grouping keys keep the loader's narrow dtype (views, no copies); consumers widen what they output.
         self.pid = int_codes(k["pid"], -1)
         self.rank = int_codes(k["rank"], -1)
@@ -207,7 +221,18 @@ class KernelArrays:
         part of the kernels (one file of several joined) with no copy of the frame's other columns."""
         sub = object.__new__(KernelArrays)
         sub.frame = None  # type: ignore[assignment]
-        for name in ("start", "end", "launch", "is_compute", "is_nccl", "is_copy", "pid", "rank", "device", "name_code"):
+        for name in (
+            "start",
+            "end",
+            "launch",
+            "is_compute",
+            "is_nccl",
+            "is_copy",
+            "pid",
+            "rank",
+            "device",
+            "name_code",
+        ):
             value = getattr(self, name)
             setattr(sub, name, value[rows] if value is not None else None)
         sub.names = self.names
@@ -235,11 +260,15 @@ class KernelArrays:
                 return_freed_memory()
             # The loader's rank-sorted rows are one contiguous range: taken as a slice, the rank's start and
             # end columns are views, not copies (two full copies less at the step table's memory peak).
-            sets = cache[rank] = self.sets(slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and
-                                           rows[-1] - rows[0] + 1 == len(rows) else rows)
+            sets = cache[rank] = self.sets(
+                slice(int(rows[0]), int(rows[-1]) + 1)
+                if len(rows) and rows[-1] - rows[0] + 1 == len(rows)
+                else rows
+            )
             # Lengths of normalised sets: Σ (end − start) is exactly intervals.total_length of them.
             self.__dict__.setdefault("_rank_totals", {})[rank] = {
-                k: int((sets[k][1] - sets[k][0]).sum()) for k in (COMPUTE, NCCL, "overlap")}
+                k: int((sets[k][1] - sets[k][0]).sum()) for k in (COMPUTE, NCCL, "overlap")
+            }
         return cache[rank]
 
     def rank_rows(self, rank) -> np.ndarray:
@@ -254,6 +283,7 @@ class KernelArrays:
     def distinct_ranks(self) -> np.ndarray:
         """The ranks present, ascending (``np.unique(rank)``): read off the first row of each run when each
         rank's rows are one run (the loader's rank-sorted frames: no sort or hash of every row)."""
+
         def compute():
             runs = row_runs(self.rank, self.rank, max_runs=1 << 16)
             if runs is None:
@@ -264,7 +294,9 @@ class KernelArrays:
 
     def rank_sorted(self) -> bool:
         """Whether the rows are sorted by rank (the loader's order): checked once, remembered."""
-        return self.memo("rank_sorted", lambda: bool(len(self.rank) < 2 or (self.rank[1:] >= self.rank[:-1]).all()))
+        return self.memo(
+            "rank_sorted", lambda: bool(len(self.rank) < 2 or (self.rank[1:] >= self.rank[:-1]).all())
+        )
 
     def rank_index(self, rank) -> slice | np.ndarray:
         """The rank's rows as a slice when they are one contiguous run (the loader's rank-sorted rows: two
@@ -274,7 +306,11 @@ class KernelArrays:
             lo, hi = equal_range(self.rank, rank)
             return slice(lo, hi)
         rows = self.rank_rows(rank)
-        return slice(int(rows[0]), int(rows[-1]) + 1) if len(rows) and rows[-1] - rows[0] + 1 == len(rows) else rows
+        return (
+            slice(int(rows[0]), int(rows[-1]) + 1)
+            if len(rows) and rows[-1] - rows[0] + 1 == len(rows)
+            else rows
+        )
 
     def note_rank_totals(self, rank, totals: dict[str, int]) -> None:
         """Keep a rank's compute, NCCL and overlap totals for :meth:`rank_totals` (as :meth:`rank_sets` does):
@@ -286,7 +322,7 @@ class KernelArrays:
         if "_time_ordered" not in self.__dict__:
             rank, start, n, ok = self.rank, self.start, len(self.start), True
             for lo in range(0, max(n - 1, 0), chunk):
-                r, st = rank[lo:lo + chunk + 1], start[lo:lo + chunk + 1]
+                r, st = rank[lo : lo + chunk + 1], start[lo : lo + chunk + 1]
                 if not ((r[1:] > r[:-1]) | ((r[1:] == r[:-1]) & (st[1:] >= st[:-1]))).all():
                     ok = False
                     break
@@ -331,7 +367,9 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
     """Whether some rank's kernels ran on more than one device. With the loader's plain integer columns
     (no missing values) the distinct (rank, device) pairs are hashed from the arrays directly, ~10x
     cheaper than a groupby-nunique over millions of rows; other frames take the pandas route."""
-    plain = all(isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device"))
+    plain = all(
+        isinstance(kernels[c].dtype, np.dtype) and kernels[c].dtype.kind == "i" for c in ("rank", "device")
+    )
     if plain:
         if len(karr.rank) == 0:
             return False
@@ -347,8 +385,9 @@ def rank_used_several_devices(kernels: pd.DataFrame, karr: KernelArrays) -> bool
         del key
         ranks = pairs >> 32
         return len(np.unique(ranks)) < len(ranks)
-    return bool(len({*kernels["rank"].dropna().unique()})
-                and kernels.groupby("rank")["device"].nunique().gt(1).any())
+    return bool(
+        len({*kernels["rank"].dropna().unique()}) and kernels.groupby("rank")["device"].nunique().gt(1).any()
+    )
 
 
 def in_steps(karr: KernelArrays, steps: pd.DataFrame) -> np.ndarray:

@@ -73,10 +73,20 @@ def step_kernel_sums(spans: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
         key = at[inside].astype(np.int64) * width + (code[inside] + 1)
         uniq, inverse = np.unique(key, return_inverse=True)
         count = np.bincount(inverse, minlength=len(uniq)).astype(np.int64)
-        total = np.bincount(inverse, weights=(end[inside] - start[inside]).astype(np.float64), minlength=len(uniq))
-        out.append(pd.DataFrame({"rank": rank, "step": step_col[order][uniq // width],
-                                 "name": names[(uniq % width) - 1], "count": count,
-                                 "gpu_ns": np.rint(total).astype(np.int64)}))
+        total = np.bincount(
+            inverse, weights=(end[inside] - start[inside]).astype(np.float64), minlength=len(uniq)
+        )
+        out.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "step": step_col[order][uniq // width],
+                    "name": names[(uniq % width) - 1],
+                    "count": count,
+                    "gpu_ns": np.rint(total).astype(np.int64),
+                }
+            )
+        )
     if not out:
         return step_kernel_sums(pd.DataFrame(), karr)
     return pd.concat(out, ignore_index=True)[SUM_COLUMNS]
@@ -86,19 +96,33 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     """DIFF_COLUMNS for rank ``who[step]`` of each step (``who``: index step, values rank; steps without a
     rank, or whose rank has no peer in ``sums``, are left out). ``sums``: :func:`step_kernel_sums` of every
     rank."""
-    empty = pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
-                          "extra_ns": pd.Series(dtype=float), "like_ns": pd.Series(dtype=float),
-                          "extra_kernels": pd.Series(dtype=object)})
+    empty = pd.DataFrame(
+        {
+            "step": pd.Series(dtype="int64"),
+            "rank": pd.Series(dtype="int64"),
+            "extra_ns": pd.Series(dtype=float),
+            "like_ns": pd.Series(dtype=float),
+            "extra_kernels": pd.Series(dtype=object),
+        }
+    )
     who = who.dropna() if who is not None else pd.Series(dtype="int64")
     if sums is None or sums.empty or who.empty:
         return empty
     sums = sums.loc[sums["name"].notna()]
     ranks = np.unique(ints(sums["rank"]))
     key = pd.MultiIndex.from_arrays([ints(sums["step"]), sums["name"].to_numpy()], names=["step", "name"])
-    count = pd.Series(ints(sums["count"]).astype(float), index=key).groupby(
-        [key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])]).sum().unstack()
-    gpu = pd.Series(ints(sums["gpu_ns"]).astype(float), index=key).groupby(
-        [key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])]).sum().unstack()
+    count = (
+        pd.Series(ints(sums["count"]).astype(float), index=key)
+        .groupby([key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])])
+        .sum()
+        .unstack()
+    )
+    gpu = (
+        pd.Series(ints(sums["gpu_ns"]).astype(float), index=key)
+        .groupby([key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])])
+        .sum()
+        .unstack()
+    )
     count = count.reindex(columns=ranks)
     gpu = gpu.reindex(index=count.index, columns=ranks)
     c = count.to_numpy(dtype=float)
@@ -133,15 +157,24 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     extra = np.where(extra_c > 0, extra_c * np.nan_to_num(my_m), 0.0)
     like = np.minimum(my_c, np.nan_to_num(peer_c)) * (my_m - peer_m)
     like = np.where(np.isfinite(like), like, 0.0)
-    per = pd.DataFrame({"step": step_of_row[rows], "name": count.index.get_level_values(1).to_numpy()[rows],
-                        "extra_c": extra_c, "peer_c": np.nan_to_num(peer_c), "extra": extra, "like": like,
-                        "has_peer": has_peer})
+    per = pd.DataFrame(
+        {
+            "step": step_of_row[rows],
+            "name": count.index.get_level_values(1).to_numpy()[rows],
+            "extra_c": extra_c,
+            "peer_c": np.nan_to_num(peer_c),
+            "extra": extra,
+            "like": like,
+            "has_peer": has_peer,
+        }
+    )
     per = per.loc[per.groupby("step")["has_peer"].transform("any")]
     if per.empty:
         return empty
     tot = per.groupby("step", sort=True)[["extra", "like"]].sum()
-    named = per.loc[per["extra"] > 0].sort_values(["step", "extra", "name"], ascending=[True, False, True],
-                                                  kind="stable")
+    named = per.loc[per["extra"] > 0].sort_values(
+        ["step", "extra", "name"], ascending=[True, False, True], kind="stable"
+    )
     top = named.groupby("step").head(NAMED)
     # top is sorted by step: each step's named kernels are one slice of the whole columns' tuples
     tuples = list(zip(top["name"], top["extra_c"].astype(int), top["peer_c"], top["extra"], strict=True))
@@ -149,16 +182,28 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     cuts = [0, *(np.flatnonzero(np.diff(at)) + 1).tolist(), len(at)]
     lists = {int(at[a]): tuples[a:b] for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a}
     steps = tot.index.to_numpy(np.int64)
-    return pd.DataFrame({"step": steps, "rank": target.reindex(steps).to_numpy(np.int64),
-                         "extra_ns": tot["extra"].to_numpy(float), "like_ns": tot["like"].to_numpy(float),
-                         "extra_kernels": [lists.get(int(s), []) for s in steps]})
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "rank": target.reindex(steps).to_numpy(np.int64),
+            "extra_ns": tot["extra"].to_numpy(float),
+            "like_ns": tot["like"].to_numpy(float),
+            "extra_kernels": [lists.get(int(s), []) for s in steps],
+        }
+    )
 
 
 def evidence(extra_kernels: list, extra_ns: float, like_ns: float) -> str:
     """'extra kernels: <name> ×N (peers ×M) X ms + ..., X ms in all; like-for-like kernels +Y ms'."""
-    parts = [f"{name} ×{n} more (other ranks' median ×{peer:g}) {fmt_ms(ns)}" for name, n, peer, ns in extra_kernels]
+    parts = [
+        f"{name} ×{n} more (other ranks' median ×{peer:g}) {fmt_ms(ns)}"
+        for name, n, peer, ns in extra_kernels
+    ]
     text = f"extra kernels {fmt_ms(extra_ns)}: " + " + ".join(parts) if parts else "no extra kernels"
-    return text + f"; like-for-like kernels {'+' if like_ns >= 0 else '−'}{fmt_ms(abs(like_ns))} against its peers"
+    return (
+        text
+        + f"; like-for-like kernels {'+' if like_ns >= 0 else '−'}{fmt_ms(abs(like_ns))} against its peers"
+    )
 
 
 def every_rank(sums: pd.DataFrame, max_ranks: int = 64) -> pd.DataFrame:

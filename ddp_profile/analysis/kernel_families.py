@@ -60,10 +60,17 @@ def family_steps(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         size = len(rows) * n_fam
         kernels_n = np.bincount(cell, minlength=size)
         gpu_ns = np.bincount(cell, weights=dur[idx][inside], minlength=size)
-        parts.append(pd.DataFrame({
-            "rank": int(rank), "step": np.repeat(sp["step"].to_numpy()[rows], n_fam),
-            "family": np.tile(np.asarray(GROUPS, dtype=object), len(rows)),
-            "kernels": kernels_n.astype(np.int64), "gpu_ns": np.rint(gpu_ns).astype(np.int64)}))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": int(rank),
+                    "step": np.repeat(sp["step"].to_numpy()[rows], n_fam),
+                    "family": np.tile(np.asarray(GROUPS, dtype=object), len(rows)),
+                    "kernels": kernels_n.astype(np.int64),
+                    "gpu_ns": np.rint(gpu_ns).astype(np.int64),
+                }
+            )
+        )
     return schema.select(pd.concat(parts, ignore_index=True), schema.FAMILY_STEP_COLUMNS)
 
 
@@ -131,19 +138,35 @@ def contention_by_family(contention: pd.DataFrame) -> pd.DataFrame:
     into a second wave by the SMs an NCCL kernel holds."""
     if contention is None or contention.empty:
         return schema.empty_frame(schema.FAMILY_CONTENTION_COLUMNS)
-    c = contention.assign(family=[name_group(n) for n in contention["name"].astype(object)],
-                          ratio=contention["overlapped_median_ns"] / contention["alone_median_ns"])
+    c = contention.assign(
+        family=[name_group(n) for n in contention["name"].astype(object)],
+        ratio=contention["overlapped_median_ns"] / contention["alone_median_ns"],
+    )
     rows = []
     for family in GROUPS:
         g = c[c["family"] == family]
         if g.empty:
             continue
         base, lost = float(g["baseline_ns"].sum()), float(g["lost_ns"].sum())
-        rows.append({"family": family, "names": len(g), "n_overlapped": int(g["n_overlapped"].sum()),
-                     "baseline_ns": base, "lost_ns": lost,
-                     "slowdown_pct": 100.0 * lost / base if base > 0 else np.nan,
-                     "median_ratio": float(g["ratio"].median())})
+        rows.append(
+            {
+                "family": family,
+                "names": len(g),
+                "n_overlapped": int(g["n_overlapped"].sum()),
+                "baseline_ns": base,
+                "lost_ns": lost,
+                "slowdown_pct": 100.0 * lost / base if base > 0 else np.nan,
+                "median_ratio": float(g["ratio"].median()),
+            }
+        )
     return pd.DataFrame(rows, columns=schema.FAMILY_CONTENTION_COLUMNS)
 
 
-__all__ = ["contention_by_family", "gemm_contention", "gemm_wave_ratio", "family_steps", "family_per_rank", "family_on_critical_rank"]
+__all__ = [
+    "contention_by_family",
+    "gemm_contention",
+    "gemm_wave_ratio",
+    "family_steps",
+    "family_per_rank",
+    "family_on_critical_rank",
+]

@@ -69,9 +69,17 @@ def of_kind(api: pd.DataFrame, kind: str) -> np.ndarray:
 KINDS = ("AllReduce", "AllGather", "ReduceScatter", "Broadcast", "AllToAll", "SendRecv", "other")
 GRADIENT = ("AllReduce", "ReduceScatter")
 PARAM = ("AllGather", "Broadcast")
-_CANON = {"allreduce": "AllReduce", "allgather": "AllGather", "reducescatter": "ReduceScatter",
-          "broadcast": "Broadcast", "bcast": "Broadcast", "alltoall": "AllToAll", "sendrecv": "SendRecv",
-          "send": "SendRecv", "recv": "SendRecv"}
+_CANON = {
+    "allreduce": "AllReduce",
+    "allgather": "AllGather",
+    "reducescatter": "ReduceScatter",
+    "broadcast": "Broadcast",
+    "bcast": "Broadcast",
+    "alltoall": "AllToAll",
+    "sendrecv": "SendRecv",
+    "send": "SendRecv",
+    "recv": "SendRecv",
+}
 OTHER_KIND = KINDS.index("other")
 
 
@@ -85,7 +93,9 @@ def kind_of(collective) -> str:
 def kind_codes(collective: pd.Series) -> np.ndarray:
     """Index into KINDS per row (int8); each distinct value classified once (few in a trace)."""
     if isinstance(collective.dtype, pd.CategoricalDtype):
-        cats = np.array([KINDS.index(kind_of(c)) for c in collective.cat.categories] + [OTHER_KIND], dtype=np.int8)
+        cats = np.array(
+            [KINDS.index(kind_of(c)) for c in collective.cat.categories] + [OTHER_KIND], dtype=np.int8
+        )
         return cats[collective.cat.codes.to_numpy()]
     codes, uniq = pd.factorize(collective.astype("object"), use_na_sentinel=True)
     table = np.array([KINDS.index(kind_of(c)) for c in uniq] + [OTHER_KIND], dtype=np.int8)
@@ -96,11 +106,15 @@ def nccl_rows(karr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, KINDS codes, ranks) of the NCCL kernels of ``karr``, ascending, computed once: a rank's
     NCCL kernels are then picked among these few rows, not from all of the rank's. Only these rows' kinds are
     classified and kept (not one code per kernel)."""
+
     def compute():
         idx = np.flatnonzero(karr.is_nccl)
         frame = karr.frame
-        kinds = (kind_codes(frame["collective"].iloc[idx]) if "collective" in frame
-                 else np.full(len(idx), OTHER_KIND, dtype=np.int8))
+        kinds = (
+            kind_codes(frame["collective"].iloc[idx])
+            if "collective" in frame
+            else np.full(len(idx), OTHER_KIND, dtype=np.int8)
+        )
         return idx, kinds, karr.rank[idx]
 
     return karr.memo("nccl_rows", compute)

@@ -42,7 +42,7 @@ Which call is a launch or a synchronize is the nsys layer's knowledge: each API 
 Summaries over the selected steps: per (rank, API function) calls and time (``api_functions``) and per
 (rank, kernel group) kernels and GPU time (``kernel_groups``; groups from the kernel's short name, first
 match of KERNEL_GROUPS wins, NCCL kernels by kind).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -60,6 +60,8 @@ from ddp_profile.memory import python_strings
 IDLE_THRESHOLD_PCT = 25.0
 """Above this share of the step with the GPU idle, host-side waiting matters (the GPU waits a quarter of the
 time; the findings' host/launch-bound line is the same). Below it, shaving host time buys little."""
+
+
 @dataclass
 class LaunchAnalysis:
     """Per-step launch diagnosis of one trace; frames follow their ``schema`` contracts."""
@@ -78,8 +80,13 @@ class LaunchAnalysis:
     @classmethod
     def missing(cls, why: str) -> LaunchAnalysis:
         """No diagnosis, with the reason as its one note."""
-        return cls(schema.empty_frame(schema.LAUNCH_STEP_COLUMNS), schema.empty_frame(schema.API_FUNCTION_COLUMNS),
-                   schema.empty_frame(schema.KERNEL_GROUP_COLUMNS), [why], made=False)
+        return cls(
+            schema.empty_frame(schema.LAUNCH_STEP_COLUMNS),
+            schema.empty_frame(schema.API_FUNCTION_COLUMNS),
+            schema.empty_frame(schema.KERNEL_GROUP_COLUMNS),
+            [why],
+            made=False,
+        )
 
     def summary(self) -> dict:
         """Medians over (rank, step) rows of the step table, the steps counted and launch-bound."""
@@ -96,19 +103,29 @@ class LaunchAnalysis:
             n, bound = len(g), int(g["launch_bound"].sum())
             idle, host, gpu = (g[c].median() for c in ("idle_pct", "host_us_per_launch", "gpu_us_per_kernel"))
             what = "launch-bound" if 2 * bound > n else "not launch-bound"
-            lines.append(f"rank {rank}: {what} ({bound} of {n} steps launch-bound; median GPU idle {idle:.1f} % "
-                         f"{'>' if idle > IDLE_THRESHOLD_PCT else '<='} {IDLE_THRESHOLD_PCT:g} %, host "
-                         f"{host:.1f} µs per launch {'>' if host > gpu else '<='} GPU {gpu:.1f} µs per kernel)")
+            lines.append(
+                f"rank {rank}: {what} ({bound} of {n} steps launch-bound; median GPU idle {idle:.1f} % "
+                f"{'>' if idle > IDLE_THRESHOLD_PCT else '<='} {IDLE_THRESHOLD_PCT:g} %, host "
+                f"{host:.1f} µs per launch {'>' if host > gpu else '<='} GPU {gpu:.1f} µs per kernel)"
+            )
         return lines
 
 
 STEP_TABLE = (  # (column, header, scale): the one launch step table; `ddp-profile launches`
     # prints it (times in ms), the run page shows a subset of its columns
-    ("rank", "rank", None), ("step", "step", None), ("step_ns", "step_ms", 1e6),
-    ("gpu_busy_ns", "busy_ms", 1e6), ("gpu_idle_ns", "idle_ms", 1e6), ("idle_pct", "idle_%", 1),
-    ("kernels", "kernels", None), ("launches", "launches", None), ("api_ns", "api_ms", 1e6),
-    ("sync_ns", "sync_ms", 1e6), ("host_us_per_launch", "host_us/launch", 1),
-    ("gpu_us_per_kernel", "gpu_us/kernel", 1), ("launch_bound", "launch_bound", None),
+    ("rank", "rank", None),
+    ("step", "step", None),
+    ("step_ns", "step_ms", 1e6),
+    ("gpu_busy_ns", "busy_ms", 1e6),
+    ("gpu_idle_ns", "idle_ms", 1e6),
+    ("idle_pct", "idle_%", 1),
+    ("kernels", "kernels", None),
+    ("launches", "launches", None),
+    ("api_ns", "api_ms", 1e6),
+    ("sync_ns", "sync_ms", 1e6),
+    ("host_us_per_launch", "host_us/launch", 1),
+    ("gpu_us_per_kernel", "gpu_us/kernel", 1),
+    ("launch_bound", "launch_bound", None),
 )
 
 
@@ -173,31 +190,52 @@ def analyze_launches(karr: KernelArrays, api: pd.DataFrame, ranges: pd.DataFrame
         gpu_us = np.where(kernels > 0, ktime / np.maximum(kernels, 1) / 1e3, np.nan)
         idle = step_ns - busy
         idle_pct = pct(idle, step_ns)
-        step_parts.append(pd.DataFrame({
-            "rank": rank, "step": sg["step"].to_numpy(), "start_ns": hs, "end_ns": he, "step_ns": step_ns,
-            "gpu_busy_ns": busy, "gpu_idle_ns": idle, "idle_pct": idle_pct, "kernels": kernels,
-            "launches": launches, "api_ns": api_ns, "sync_ns": sync_ns, "host_us_per_launch": host_us,
-            "gpu_us_per_kernel": gpu_us,
-            "launch_bound": (idle_pct > IDLE_THRESHOLD_PCT) & (host_us > gpu_us),
-        }))
+        step_parts.append(
+            pd.DataFrame(
+                {
+                    "rank": rank,
+                    "step": sg["step"].to_numpy(),
+                    "start_ns": hs,
+                    "end_ns": he,
+                    "step_ns": step_ns,
+                    "gpu_busy_ns": busy,
+                    "gpu_idle_ns": idle,
+                    "idle_pct": idle_pct,
+                    "kernels": kernels,
+                    "launches": launches,
+                    "api_ns": api_ns,
+                    "sync_ns": sync_ns,
+                    "host_us_per_launch": host_us,
+                    "gpu_us_per_kernel": gpu_us,
+                    "launch_bound": (idle_pct > IDLE_THRESHOLD_PCT) & (host_us > gpu_us),
+                }
+            )
+        )
         # Summaries over the selected steps: per API function and per kernel group.
         inside = aa[_step_of(a_start[aa], hs, he) >= 0]
         fn = pd.DataFrame({"name": api["name"].to_numpy()[inside], "dur": a_end[inside] - a_start[inside]})
         fn = fn.groupby("name", observed=True)["dur"].agg(calls="size", total_ns="sum").reset_index()
         fn_parts.append(fn.assign(rank=rank, n=n))
-        in_k = kk[np.concatenate([np.arange(a, b) for a, b in zip(klo, khi, strict=True)] or [np.zeros(0, int)])]
+        in_k = kk[
+            np.concatenate([np.arange(a, b) for a, b in zip(klo, khi, strict=True)] or [np.zeros(0, int)])
+        ]
         kg = pd.DataFrame({"group": group[in_k], "dur": kdur[in_k]})
         kg = kg.groupby("group")["dur"].agg(kernels="size", total_ns="sum").reset_index()
         group_parts.append(kg.assign(rank=rank, n=n))
     if not step_parts:
-        return LaunchAnalysis(schema.empty_frame(schema.LAUNCH_STEP_COLUMNS),
-                              schema.empty_frame(schema.API_FUNCTION_COLUMNS),
-                              schema.empty_frame(schema.KERNEL_GROUP_COLUMNS), notes)
+        return LaunchAnalysis(
+            schema.empty_frame(schema.LAUNCH_STEP_COLUMNS),
+            schema.empty_frame(schema.API_FUNCTION_COLUMNS),
+            schema.empty_frame(schema.KERNEL_GROUP_COLUMNS),
+            notes,
+        )
     if len(api) == 0:
         notes.append("no CUDA API calls in the trace: launches, api_ns and sync_ns are 0")
     return LaunchAnalysis(
-        steps=schema.select(pd.concat(step_parts, ignore_index=True).sort_values(["rank", "step"], kind="stable"),
-                            schema.LAUNCH_STEP_COLUMNS),
+        steps=schema.select(
+            pd.concat(step_parts, ignore_index=True).sort_values(["rank", "step"], kind="stable"),
+            schema.LAUNCH_STEP_COLUMNS,
+        ),
         api_functions=_per_step(fn_parts, "calls", schema.API_FUNCTION_COLUMNS),
         kernel_groups=_per_step(group_parts, "kernels", schema.KERNEL_GROUP_COLUMNS),
         notes=notes,

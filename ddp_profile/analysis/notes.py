@@ -39,6 +39,8 @@ def kernel_notes(parts: list) -> list[str]:
     if sum(p.n_kernels for p in parts) == 0:
         return ["the trace has no GPU kernels (profile with `nsys profile -t cuda`)"]
     if not any(p.any_launch for p in parts):
-        return ["kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
-                "the GPU; profile with `nsys profile -t cuda,nvtx`"]
+        return [
+            "kernels have no launch times (CUDA API trace missing): steps cannot be projected onto "
+            "the GPU; profile with `nsys profile -t cuda,nvtx`"
+        ]
     return []

@@ -33,8 +33,10 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 15) -> np.nd
     class's set. int32 when every kernel is shorter than 2^31 ns (2.1 s; a covered time never exceeds its
     kernel's duration): 4 B per kernel less while the overlap tables and contention use it."""
     n = len(karr.start)
-    longest = max((int((karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]).max()) for lo in range(0, n, chunk)),
-                  default=0)
+    longest = max(
+        (int((karr.end[lo : lo + chunk] - karr.start[lo : lo + chunk]).max()) for lo in range(0, n, chunk)),
+        default=0,
+    )
     out = np.zeros(n, dtype=np.int32 if longest < 2**31 else np.int64)
     runs = row_runs(karr.pid, karr.device, max_runs=1 << 16)  # 1,024 ranks joined: one run each
     if runs is None:
@@ -45,10 +47,18 @@ def overlapped_by_other_class(karr: KernelArrays, chunk: int = 1 << 15) -> np.nd
         if not isinstance(rows, slice):
             _cover_rows(karr, rows, out, chunk)
         # Sorted by start: a run of one rank in the loader's (rank, start) order, else checked.
-        elif ((karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1])
-              or iv.is_sorted(karr.start[rows], chunk)):
-            _cover_sorted(karr.start[rows], karr.end[rows], karr.is_compute[rows], karr.is_nccl[rows],
-                          max(longest, 0), out[rows], chunk)
+        elif (karr.time_ordered() and karr.rank[rows.start] == karr.rank[rows.stop - 1]) or iv.is_sorted(
+            karr.start[rows], chunk
+        ):
+            _cover_sorted(
+                karr.start[rows],
+                karr.end[rows],
+                karr.is_compute[rows],
+                karr.is_nccl[rows],
+                max(longest, 0),
+                out[rows],
+                chunk,
+            )
         else:
             _cover_rows(karr, np.arange(rows.start, rows.stop), out, chunk)
     return out
@@ -61,16 +71,25 @@ def _cover_rows(karr: KernelArrays, idx: np.ndarray, out: np.ndarray, chunk: int
     nccl = idx[karr.is_nccl[idx]]
     del idx
     if comp.size and nccl.size:
-        for queries, (ss, se) in ((nccl, iv.normalize(karr.start[comp], karr.end[comp])),
-                                  (comp, iv.normalize(karr.start[nccl], karr.end[nccl]))):
+        for queries, (ss, se) in (
+            (nccl, iv.normalize(karr.start[comp], karr.end[comp])),
+            (comp, iv.normalize(karr.start[nccl], karr.end[nccl])),
+        ):
             for lo in range(0, len(queries), chunk):
-                q = queries[lo:lo + chunk]
+                q = queries[lo : lo + chunk]
                 out[q] = iv.covered_by_normalized(karr.start[q], karr.end[q], ss, se)
             del ss, se
 
 
-def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np.ndarray, longest: int,
-                  out: np.ndarray, chunk: int) -> None:
+def _cover_sorted(
+    s: np.ndarray,
+    e: np.ndarray,
+    is_comp: np.ndarray,
+    is_nccl: np.ndarray,
+    longest: int,
+    out: np.ndarray,
+    chunk: int,
+) -> None:
     """``out`` for one (pid, device) group's rows sorted by start (the loader's order), touching only the
     compute kernels that can meet NCCL. With N = ∪[ns_j, ne_j) and R_i = max{c.end : compute row c ≤ i}, a
     compute kernel at row i meets [ns_j, ne_j) only if R_i > ns_j and c.start < ne_j: the rows from the first
@@ -83,8 +102,10 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
     |k ∩ ∪C| = |k ∩ ∪C_g| with C_g the compute rows from the group's first first_j to its last hi_j (merged
     a chunk of rows at a time: no copy of their times, no set of every compute kernel meeting N at once).
     Same values as :func:`_cover_rows`."""
-    nccl = np.concatenate([np.zeros(0, np.intp)] + [np.flatnonzero(is_nccl[c0:c0 + chunk]) + c0
-                                                  for c0 in range(0, len(s), chunk)])
+    nccl = np.concatenate(
+        [np.zeros(0, np.intp)]
+        + [np.flatnonzero(is_nccl[c0 : c0 + chunk]) + c0 for c0 in range(0, len(s), chunk)]
+    )
     nset = _prefix(*iv.normalize(s[nccl], e[nccl]))  # few rows: NCCL kernels are a few % of all
     if not len(nset[0]) or not is_comp.any():
         return
@@ -122,9 +143,12 @@ def _cover_sorted(s: np.ndarray, e: np.ndarray, is_comp: np.ndarray, is_nccl: np
         del rows
         if not len(cset[0]):
             continue
-        k0, k1 = int(k_start.searchsorted(ns[g0], side="left")), int(k_start.searchsorted(ne[g1 - 1], side="left"))
+        k0, k1 = (
+            int(k_start.searchsorted(ns[g0], side="left")),
+            int(k_start.searchsorted(ne[g1 - 1], side="left")),
+        )
         for c0 in range(k0, k1, chunk):
-            q = nccl[c0:min(c0 + chunk, k1)]
+            q = nccl[c0 : min(c0 + chunk, k1)]
             out[q] = _covered(s[q], e[q], cset)
 
 
@@ -142,7 +166,7 @@ def _first_rows(e: np.ndarray, is_comp: np.ndarray, ns: np.ndarray, chunk: int) 
     out = np.full(len(ns), len(e), dtype=np.intp)
     carry, j = np.iinfo(np.int64).min, 0
     for c0 in range(0, len(e), chunk):
-        reach = np.where(is_comp[c0:c0 + chunk], e[c0:c0 + chunk], np.iinfo(np.int64).min)
+        reach = np.where(is_comp[c0 : c0 + chunk], e[c0 : c0 + chunk], np.iinfo(np.int64).min)
         np.maximum.accumulate(reach, out=reach)
         np.maximum(reach, carry, out=reach)
         j1 = int(ns.searchsorted(reach[-1], side="left"))  # the times R has passed by this chunk's end
@@ -204,8 +228,12 @@ def finish_kernel_overlap(parts: list[pd.DataFrame | None]) -> pd.DataFrame:
     if len(frames) == 1:
         g = frames[0].copy()
     else:
-        g = pd.concat(frames, ignore_index=True).groupby(["kind", "name"], sort=False, dropna=False).agg(
-            count=("count", "sum"), total_ns=("total_ns", "sum"), overlapped_ns=("overlapped_ns", "sum")).reset_index()
+        g = (
+            pd.concat(frames, ignore_index=True)
+            .groupby(["kind", "name"], sort=False, dropna=False)
+            .agg(count=("count", "sum"), total_ns=("total_ns", "sum"), overlapped_ns=("overlapped_ns", "sum"))
+            .reset_index()
+        )
     g["overlap_pct"] = pct(g["overlapped_ns"], g["total_ns"])
     g["_nccl"] = g["kind"] != NCCL
     g = g.sort_values(["_nccl", "total_ns"], ascending=[True, False], kind="stable")
@@ -231,11 +259,11 @@ def kernel_sums(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -
     seen[0] = True
     present: list[int] = []
     for lo in range(0, len(keep), chunk):
-        key = karr.name_code[lo:lo + chunk].astype(np.int32)
+        key = karr.name_code[lo : lo + chunk].astype(np.int32)
         key += 2
         key *= 2
-        key += karr.is_nccl[lo:lo + chunk]
-        key *= keep[lo:lo + chunk]
+        key += karr.is_nccl[lo : lo + chunk]
+        key *= keep[lo : lo + chunk]
         counts = np.bincount(key, minlength=n_keys)
         if (counts[~seen] > 0).any():
             new = pd.unique(key)
@@ -243,16 +271,19 @@ def kernel_sums(karr: KernelArrays, covered: np.ndarray, chunk: int = 1 << 18) -
             present.extend(new.tolist())
             seen[new] = True
         count += counts
-        dur = karr.end[lo:lo + chunk] - karr.start[lo:lo + chunk]
+        dur = karr.end[lo : lo + chunk] - karr.start[lo : lo + chunk]
         total += _int_sums(key, dur, n_keys)
-        overlapped += _int_sums(key, covered[lo:lo + chunk], n_keys)
+        overlapped += _int_sums(key, covered[lo : lo + chunk], n_keys)
     at = np.array(present, dtype=np.int64)
-    g = pd.DataFrame({
-        "kind": np.where(at % 2 == 1, NCCL, COMPUTE).astype(object),
-        "name": karr.name_values()[at // 2 - 2],
-        "count": count[at],
-        "total_ns": total[at], "overlapped_ns": overlapped[at],
-    })
+    g = pd.DataFrame(
+        {
+            "kind": np.where(at % 2 == 1, NCCL, COMPUTE).astype(object),
+            "name": karr.name_values()[at // 2 - 2],
+            "count": count[at],
+            "total_ns": total[at],
+            "overlapped_ns": overlapped[at],
+        }
+    )
     return g
 
 
@@ -273,7 +304,9 @@ def rank_overlap(karr: KernelArrays) -> pd.DataFrame:
     for rank in (r for r in karr.distinct_ranks().tolist() if r >= 0):
         totals = karr.rank_totals(rank)
         c, n, o = totals[COMPUTE], totals[NCCL], totals["overlap"]
-        rows.append({"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o})
+        rows.append(
+            {"rank": int(rank), "compute_ns": c, "comm_ns": n, "overlap_ns": o, "exposed_comm_ns": n - o}
+        )
     if not rows:
         return schema.empty_frame(schema.RANK_OVERLAP_COLUMNS)
     out = pd.DataFrame(rows)

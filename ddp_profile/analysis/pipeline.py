@@ -56,10 +56,12 @@ from ddp_profile.schema import OPTIONAL_SECTIONS
 SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
-INFERRED_PHASES_NOTE = ("no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
-                        "(backward = compute kernels launched from autograd threads, per micro-step; forward = "
-                        "what the main thread launched before them; optimizer = after the last gradient "
-                        "collective)")
+INFERRED_PHASES_NOTE = (
+    "no phase NVTX ranges: forward / backward / optimizer inferred from the launching thread "
+    "(backward = compute kernels launched from autograd threads, per micro-step; forward = "
+    "what the main thread launched before them; optimizer = after the last gradient "
+    "collective)"
+)
 
 
 class LocalRanks:
@@ -68,7 +70,9 @@ class LocalRanks:
     and shared by the stages."""
 
     def __init__(self, trace):
-        self.kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+        self.kernels = (
+            trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
+        )
         self.nvtx = trace.nvtx
         self.meta = getattr(trace, "meta", None) or {}
         self.run = getattr(trace, "run", None)
@@ -108,7 +112,9 @@ class StepPart:
     part with NCCL rows, whose copies no note names."""
     nccl_nvtx: bool = False
     """Whether NCCL's own NVTX ranges (domain NCCL) are in the part (for the message-size note)."""
-    gaps: unknowns.RankGaps | None = None  # per rank: kernels, unnamed, NCCL, launched (what its capture lacks)
+    gaps: unknowns.RankGaps | None = (
+        None  # per rank: kernels, unnamed, NCCL, launched (what its capture lacks)
+    )
     rank_files: dict = field(default_factory=dict)  # rank -> its export file (one file: one clock)
     rank_pids: dict = field(default_factory=dict)  # rank -> its process (for steps borrowed from a peer)
     gpu_steps: pd.DataFrame | None = None  # unknowns.gpu_steps: each host step's GPU window
@@ -125,14 +131,22 @@ def step_part(trace, *, step_pattern: str | None = None, **_ignored) -> StepPart
     host_steps, notes, inferred = infer.steps_from_trace(nvtx, karr, step_pattern)
     kind = karr.frame["kind"] if karr.frame is not None and "kind" in karr.frame else None
     rows = coll.collective_rows(karr, nvtx, host_steps)
-    return StepPart(steps=host_steps, rows=rows, notes=notes,
-                    inferred=inferred, ranks=[int(r) for r in karr.distinct_ranks()], n_kernels=len(karr.start),
-                    any_launch=bool((karr.launch >= 0).any()),
-                    n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
-                    peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
-                    nccl_nvtx=coll.has_nccl_ranges(nvtx), rank_files=clocks.rank_files(trace),
-                    gaps=unknowns.rank_gaps(karr), rank_pids=unknowns.rank_pids(karr),
-                    gpu_steps=unknowns.gpu_steps(host_steps, karr))
+    return StepPart(
+        steps=host_steps,
+        rows=rows,
+        notes=notes,
+        inferred=inferred,
+        ranks=[int(r) for r in karr.distinct_ranks()],
+        n_kernels=len(karr.start),
+        any_launch=bool((karr.launch >= 0).any()),
+        n_unknown=int((kind == "unknown").sum()) if kind is not None else 0,
+        peer_copies=coll.peer_copies(karr) if rows is None else (0, 0),  # the no-NCCL note's only
+        nccl_nvtx=coll.has_nccl_ranges(nvtx),
+        rank_files=clocks.rank_files(trace),
+        gaps=unknowns.rank_gaps(karr),
+        rank_pids=unknowns.rank_pids(karr),
+        gpu_steps=unknowns.gpu_steps(host_steps, karr),
+    )
 
 
 def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[str]]:
@@ -146,7 +160,9 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     every = [s for s in own if not s.empty]
     all_steps = pd.concat(every, ignore_index=True) if every else schema.empty_frame(win.RANGE_COLUMNS)
     rows = [p.rows[["rank", "comm", "seq", "step"]] for p in found if p.rows is not None and len(p.rows)]
-    labels, notes = ident.common_steps(all_steps, pd.concat(rows, ignore_index=True) if rows else None, inferred)
+    labels, notes = ident.common_steps(
+        all_steps, pd.concat(rows, ignore_index=True) if rows else None, inferred
+    )
     labels = ident.select(labels, steps)
     for p in found:
         if p.rows is not None:
@@ -155,7 +171,9 @@ def label_steps(found: list[StepPart], steps) -> tuple[list[pd.DataFrame], list[
     return unknowns.borrow_steps(found, out, labels, notes), notes
 
 
-def labelled_steps(trace, *, step_pattern: str | None = None, steps="all") -> tuple[pd.DataFrame, list[str], bool]:
+def labelled_steps(
+    trace, *, step_pattern: str | None = None, steps="all"
+) -> tuple[pd.DataFrame, list[str], bool]:
     """Host step ranges (``windows.RANGE_COLUMNS``) with the common step labels, selected by ``steps`` (as
     :func:`~ddp_profile.analysis.analyze`), the notes on how they were found, and whether they were
     inferred: what ``launches`` measures over and ``inspect`` reports."""
@@ -208,10 +226,20 @@ class RankPart:
 
     def nbytes(self) -> int:
         """Approximate size of what travels to the reduce step."""
-        frames = [self.windows, self.steps, self.rank_overlap, self.trace_rank_overlap, self.kernel_sums, self.ready,
-                  self.paths, self.after_backward, self.step_kernels,
-                  self.host_waits, *self.kinds,
-                  *(f for _, f in self.file_sums or [])]
+        frames = [
+            self.windows,
+            self.steps,
+            self.rank_overlap,
+            self.trace_rank_overlap,
+            self.kernel_sums,
+            self.ready,
+            self.paths,
+            self.after_backward,
+            self.step_kernels,
+            self.host_waits,
+            *self.kinds,
+            *(f for _, f in self.file_sums or []),
+        ]
         size = sum(int(f.memory_usage(deep=True).sum()) for f in frames if f is not None)
         return size + sum(a.nbytes + o.nbytes for a, o in self.contention.values())
 
@@ -220,7 +248,9 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     """Each part's :class:`RankInput` (``steps``: its labelled host steps) from the collective table, split
     once by ``_file`` (not one scan per part); ``_row`` = the row's position in the whole table (added to
     ``table`` in place)."""
-    table["_row"] = np.arange(len(table))  # in place: the table is the caller's, ``combine`` selects its columns
+    table["_row"] = np.arange(
+        len(table)
+    )  # in place: the table is the caller's, ``combine`` selects its columns
     if len(steps) == 1:
         return [RankInput(steps[0], table)]
     if "_file" in table and len(table):
@@ -230,9 +260,18 @@ def inputs(table: pd.DataFrame, steps: list[pd.DataFrame]) -> list[RankInput]:
     return [RankInput(s, table) for s in steps]
 
 
-def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None = None, need_ready: bool = True,
-              whole: bool = False, with_kinds: bool = True, selected: bool = False,
-              clock_offsets: dict[int, int] | None = None, **_ignored) -> RankPart:
+def rank_part(
+    trace,
+    given: RankInput,
+    *,
+    phase_patterns: dict[str, str] | None = None,
+    need_ready: bool = True,
+    whole: bool = False,
+    with_kinds: bool = True,
+    selected: bool = False,
+    clock_offsets: dict[int, int] | None = None,
+    **_ignored,
+) -> RankPart:
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`~ddp_profile.analysis.collectives.match_parts`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
@@ -242,7 +281,7 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
 
     ``clock_offsets``: rank -> the clock correction ``clocks.align_parts`` found (applied before anything).
     Each stage's freed temporaries are handed back before the next one's (glibc otherwise keeps them
-    resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""
+    resident and each stage's peak stacks on them); arrays whose last user is done are dropped."""  # noqa: E501
     if clock_offsets and set(clock_offsets) & set(kernel_arrays(trace).distinct_ranks().tolist()):
         trace = clocks.shifted(trace, clock_offsets)
     kernels = trace.kernels if trace.kernels is not None else schema.empty_frame(schema.KERNEL_COLUMNS)
@@ -262,18 +301,29 @@ def rank_part(trace, given: RankInput, *, phase_patterns: dict[str, str] | None 
         kinds = [kinds]
     other_kind = ck.other_kinds(karr)
     paths = cp.rank_paths(step_frame, karr, table) if not step_frame.empty else None  # [answers] needs launch
-    step_kernels = kd.step_kernel_sums(st.spans(step_frame) if not step_frame.empty else None, karr)  # [answers]
+    step_kernels = kd.step_kernel_sums(
+        st.spans(step_frame) if not step_frame.empty else None, karr
+    )  # [answers]
     karr.launch = None  # type: ignore[assignment]  # its last users were the collective and step tables
     return_freed_memory()
-    part = RankPart(windows=windows, steps=step_frame, kinds=kinds, rank_overlap=schema.empty_frame([]),
-                    kernel_sums=None, notes=notes, other_kind=other_kind,
-                    several_devices=rank_used_several_devices(kernels, karr),
-                    first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max)
+    part = RankPart(
+        windows=windows,
+        steps=step_frame,
+        kinds=kinds,
+        rank_overlap=schema.empty_frame([]),
+        kernel_sums=None,
+        notes=notes,
+        other_kind=other_kind,
+        several_devices=rank_used_several_devices(kernels, karr),
+        first_rank=int(karr.rank.min()) if len(karr.rank) else np.iinfo(np.int32).max,
+    )
     part.paths, part.host_waits = paths, getattr(trace, "host_waits", None)  # [answers]
     part.after_backward = ab.after_backward(kernels, step_frame)  # [answers]
     part.step_kernels = step_kernels  # [answers]
     if need_ready and table is not None and len(table):
-        part.ready = pd.DataFrame({"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)})
+        part.ready = pd.DataFrame(
+            {"_row": table["_row"].to_numpy(), "ready": cm.grad_ready_ns(table, kernels)}
+        )
     # Cached rank sets and the comm kinds' memos go before the rank overlap: it reads only the rank totals
     # the step table recorded (a rank without them has its sets built again).
     karr.drop_rank_sets()
@@ -320,27 +370,40 @@ def _ordered(frames: list[pd.DataFrame], by: list[str], empty: list[str]) -> pd.
 
 def _file_sums(parts: list[RankPart]) -> list:
     """Every file's ``kernel_sums``, in order of its first rank (stable: file order among equals)."""
-    got = [pair for p in parts for pair in (p.file_sums if p.file_sums is not None else [(p.first_rank, p.kernel_sums)])]
+    got = [
+        pair
+        for p in parts
+        for pair in (p.file_sums if p.file_sums is not None else [(p.first_rank, p.kernel_sums)])
+    ]
     return [f for _, f in sorted(got, key=lambda pair: pair[0])]
 
 
-def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], match_notes: list[str],
-            selected: bool = False) -> dict:
+def combine(
+    parts: list[RankPart],
+    collectives: pd.DataFrame,
+    notes: list[str],
+    match_notes: list[str],
+    selected: bool = False,
+) -> dict:
     """Stage 4: the fields of an :class:`~ddp_profile.analysis.Analysis` from every part and the collective
     table (:func:`~ddp_profile.analysis.collectives.match_parts`), plus ``ready_ns`` (per collective table row, for ``recommend``), ``rank_paths`` and
     ``host_waits`` (for ``answers.attach``). ``notes``: the earlier stages' (kernels, steps, identity),
-    ``match_notes``: the collective table's. Parts of disjoint ranks, any order (put in rank order here)."""
+    ``match_notes``: the collective table's. Parts of disjoint ranks, any order (put in rank order here)."""  # noqa: E501
     parts = sorted(parts, key=lambda p: p.first_rank)
     notes = [*notes, *merged_notes([p.notes for p in parts]), *match_notes]
     n_other = sum(p.other_kind[0] for p in parts)
     if n_other:
-        notes.append(ck.other_kind_message(n_other, list(dict.fromkeys(n for p in parts for n in p.other_kind[1]))[:3]))
+        notes.append(
+            ck.other_kind_message(n_other, list(dict.fromkeys(n for p in parts for n in p.other_kind[1]))[:3])
+        )
     windows = _ordered([p.windows for p in parts], ["rank"], schema.PHASE_COLUMNS + ["pid"])
     steps = _ordered([p.steps for p in parts], ["rank", "step"], schema.STEP_METRIC_COLUMNS)
     steps = st.with_job_tail(steps) if not steps.empty else steps
     if not steps.empty and steps["comm_tail_ns"].isna().all():
-        notes.append("no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
-                     "range 'backward' or pass --phase backward=REGEX)")
+        notes.append(
+            "no backward NVTX range inside the steps: comm_tail_ns is missing (name the backward "
+            "range 'backward' or pass --phase backward=REGEX)"
+        )
     if any(p.several_devices for p in parts):
         notes.append("a rank used several GPUs: its kernel sets are merged across them")
     ready = np.full(len(collectives), np.nan)
@@ -352,16 +415,21 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
     keep, totals = None, {}
     if selected:  # every section over the selected steps; the summary's trace_ keys over the whole trace
         full = [p.trace_rank_overlap for p in parts if p.trace_rank_overlap is not None]
-        totals = trace_keys(collectives, _ordered(full, ["rank"], schema.RANK_OVERLAP_COLUMNS) if full
-                            else rank_overlap)
+        totals = trace_keys(
+            collectives, _ordered(full, ["rank"], schema.RANK_OVERLAP_COLUMNS) if full else rank_overlap
+        )
         keep = collectives["step"].notna().to_numpy()
         collectives, ready = collectives.loc[keep].reset_index(drop=True), ready[keep]
     whole = [p.contention_table for p in parts if p.contention_table is not None]
-    contention = whole[0] if len(parts) == 1 and whole else cont.pooled_contention([p.contention for p in parts])
+    contention = (
+        whole[0] if len(parts) == 1 and whole else cont.pooled_contention([p.contention for p in parts])
+    )
     return dict(
         steps=schema.select(steps, schema.STEP_METRIC_COLUMNS).reset_index(drop=True),
         phases=schema.select(windows, schema.PHASE_COLUMNS).reset_index(drop=True),
-        rank_overlap=rank_overlap, trace_totals=totals, collective_rows=keep,
+        rank_overlap=rank_overlap,
+        trace_totals=totals,
+        collective_rows=keep,
         kernel_overlap=ov.finish_kernel_overlap(_file_sums(parts)).reset_index(drop=True),
         collectives=collectives,
         cost_model=cm.cost_model(collectives, notes),
@@ -371,17 +439,27 @@ def combine(parts: list[RankPart], collectives: pd.DataFrame, notes: list[str], 
         ready_ns=ready,
         rank_paths=_ordered([p.paths for p in parts], ["rank", "step"], cp.PATH_COLUMNS),  # [answers]
         host_waits=_ordered([p.host_waits for p in parts], ["rank", "start_ns"], schema.HOST_WAIT_COLUMNS),
-        after_backward=_ordered([p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS),  # [answers]
+        after_backward=_ordered(
+            [p.after_backward for p in parts], ["rank", "step"], schema.AFTER_BACKWARD_COLUMNS
+        ),  # [answers]
         step_kernels=_ordered([p.step_kernels for p in parts], ["rank", "step"], kd.SUM_COLUMNS),  # [answers]
     )
 
 
 # ---- the conductor ----------------------------------------------------------------------------------------
 
+
 @python_strings()
-def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str, str] | None = None,
-            steps="all", host_waits: pd.DataFrame | None = None, sections=None,
-            api: pd.DataFrame | str | None = None) -> Analysis:
+def analyze(
+    trace,
+    *,
+    step_pattern: str | None = None,
+    phase_patterns: dict[str, str] | None = None,
+    steps="all",
+    host_waits: pd.DataFrame | None = None,
+    sections=None,
+    api: pd.DataFrame | str | None = None,
+) -> Analysis:
     """Run every analysis on a loaded trace. ``steps``: "all", "A:B" (A <= step label < B, open ends
     allowed), one label, or labels; a selection that keeps no step raises UsageError naming the labels.
     ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
@@ -408,23 +486,44 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     gaps = unknowns.merge([p.gaps for p in found if p.gaps is not None])
     notes += unknowns.notes(gaps)
     match_notes: list[str] = []
-    table = coll.match_parts(found, match_notes, coll.ddp_bucket_bytes(getattr(trace, "run", None)), residual_ns=clock.residual,
-                             unseen=unknowns.nameless(gaps), waits_unknown=unknowns.waits_unknown(gaps))
+    table = coll.match_parts(
+        found,
+        match_notes,
+        coll.ddp_bucket_bytes(getattr(trace, "run", None)),
+        residual_ns=clock.residual,
+        unseen=unknowns.nameless(gaps),
+        waits_unknown=unknowns.waits_unknown(gaps),
+    )
     del found  # the collective rows: the table holds what is needed of them
     return_freed_memory()
     run = getattr(trace, "run", None)
     given = inputs(table, host_steps)
     selected = steps not in (None, "all")
-    got = held.map_ranks(rank_part, given, phase_patterns=phase_patterns, selected=selected,
-                         need_ready=rec.needs_ready_times(run) and "recommendation" not in later, whole=local,
-                         with_kinds="comm_kinds" not in later, clock_offsets=clock.corrected_ns)
+    got = held.map_ranks(
+        rank_part,
+        given,
+        phase_patterns=phase_patterns,
+        selected=selected,
+        need_ready=rec.needs_ready_times(run) and "recommendation" not in later,
+        whole=local,
+        with_kinds="comm_kinds" not in later,
+        clock_offsets=clock.corrected_ns,
+    )
     fields = combine(got, table, notes, match_notes, selected=selected)
     fields["steps"], fields["rank_overlap"] = unknowns.blank(fields["steps"], fields["rank_overlap"], gaps)
     ready = fields.pop("ready_ns")
-    rank_paths, waits, after_backward = fields.pop("rank_paths"), fields.pop("host_waits"), fields.pop("after_backward")
+    rank_paths, waits, after_backward = (
+        fields.pop("rank_paths"),
+        fields.pop("host_waits"),
+        fields.pop("after_backward"),
+    )
     step_kernels = fields.pop("step_kernels")
     keep = fields.pop("collective_rows")  # None, or the table rows kept by a --steps selection
-    waits = waits if host_waits is None else clocks.shift_columns(host_waits, clock.corrected_ns, ("start_ns", "end_ns"))
+    waits = (
+        waits
+        if host_waits is None
+        else clocks.shift_columns(host_waits, clock.corrected_ns, ("start_ns", "end_ns"))
+    )
     res = Analysis(**fields, launches=launches)
     res.clock_alignment = clock.to_json()
     res.notes += infer.extra_work_notes(res.steps)  # by the common labels, so after them
@@ -434,14 +533,30 @@ def analyze(trace, *, step_pattern: str | None = None, phase_patterns: dict[str,
     if "comm_kinds" in later:
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
     if "recommendation" in later:
-        res.defer("recommendation", lambda: rec.recommend(res, None, run, nccl_channels=channels,
-                                                           ready_ns=_later_ready(held, given, run, len(table), keep)))
+        res.defer(
+            "recommendation",
+            lambda: rec.recommend(
+                res,
+                None,
+                run,
+                nccl_channels=channels,
+                ready_ns=_later_ready(held, given, run, len(table), keep),
+            ),
+        )
     else:
         res.recommendation = rec.recommend(res, None, run, ready_ns=ready, nccl_channels=channels)
     # [answers] rank paths and host-wait calls from the ranks' stage (analysis/answers.py)
-    answers.attach(res, rank_paths, waits, cont.contention_per_step_ns(res.contention, res.steps),
-                    gemm_wave_ratio(res.contention), after_backward, step_kernels, run,
-                    min_lead_ns=clock.residual)
+    answers.attach(
+        res,
+        rank_paths,
+        waits,
+        cont.contention_per_step_ns(res.contention, res.steps),
+        gemm_wave_ratio(res.contention),
+        after_backward,
+        step_kernels,
+        run,
+        min_lead_ns=clock.residual,
+    )
     return res
 
 
@@ -450,13 +565,16 @@ def _launches(held, api, host_steps: list, notes: list[str], local: bool):
     if isinstance(api, str):
         return la.LaunchAnalysis.missing(api)
     if not local:
-        return la.LaunchAnalysis.missing("the launch diagnosis needs the trace in this process, not on workers")
+        return la.LaunchAnalysis.missing(
+            "the launch diagnosis needs the trace in this process, not on workers"
+        )
     out = la.analyze_launches(held.kernel_arrays, api, host_steps[0], notes)
     held.kernel_arrays.drop_rank_sets()  # stage 3 builds its own, as without this section
     return out
 
 
 # ---- deferred sections of a trace held in this process (one part: LocalRanks) ------------------------
+
 
 def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
     """``comm_kinds`` as :func:`analyze` computes it with every section, from the part's windows and matched

@@ -12,9 +12,15 @@ from ddp_profile.analysis.kernel_arrays import equal_range, ints
 _INT64_MAX, _INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
 
-def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
-            pid: np.ndarray, mask: np.ndarray | None = None, rows: np.ndarray | None = None
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def project(
+    ranges: pd.DataFrame,
+    start: np.ndarray,
+    end: np.ndarray,
+    launch: np.ndarray,
+    pid: np.ndarray,
+    mask: np.ndarray | None = None,
+    rows: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU [first start, last end] of the kernels (given as arrays) launched inside each host range;
     ``mask`` restricts the kernels considered (cheaper than passing copies of the selected rows), or
     ``rows``, their positions (ascending; for a few kernels, e.g. the NCCL ones: only those are read).
@@ -38,7 +44,7 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     by_range = np.argsort(rpid, kind="stable")  # each process's ranges: one run, ascending positions
     procs, first = np.unique(rpid[by_range], return_index=True)
     by_pid = _rows_by_value(pid, procs) if rows is None else _among(rows, pid[rows])
-    for p, lo, hi in zip(procs, first, np.append(first[1:], n)[:len(first)], strict=True):
+    for p, lo, hi in zip(procs, first, np.append(first[1:], n)[: len(first)], strict=True):
         mine = by_range[lo:hi]
         cuts = np.sort(np.concatenate([hs[mine], he[mine] + 1]))
         cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])]  # distinct
@@ -55,8 +61,15 @@ def project(ranges: pd.DataFrame, start: np.ndarray, end: np.ndarray, launch: np
     return gs, ge, anyk
 
 
-def _segments(cuts: np.ndarray, kk, start: np.ndarray, end: np.ndarray, launch: np.ndarray,
-              mask: np.ndarray | None, chunk: int = 1 << 17):
+def _segments(
+    cuts: np.ndarray,
+    kk,
+    start: np.ndarray,
+    end: np.ndarray,
+    launch: np.ndarray,
+    mask: np.ndarray | None,
+    chunk: int = 1 << 17,
+):
     """Per launch segment of ``cuts`` (see :func:`project`): (min start, max end, count) of the
     kernels ``kk`` (a slice or positions) with launch >= 0 (and ``mask``). Segment 0 (launches before
     every cut) belongs to no range."""
@@ -111,16 +124,20 @@ def _rows_by_value(values: np.ndarray, wanted: np.ndarray, few: int = 16):
     wanted values, one mask each; for many (a run of 1,024 per-rank files has 1,024 processes) the rows
     are grouped by one stable sort, not scanned once per value (which grew with processes x kernels)."""
     if len(values) < 2 or bool((values[1:] >= values[:-1]).all()):
+
         def search(v):
             lo, hi = equal_range(values, v)
             return slice(lo, hi)
+
         return search
     if len(wanted) <= few:
+
         def scan(v):
             eq = values == v
             got = int(np.count_nonzero(eq))
             lo = int(np.argmax(eq)) if got else 0
-            return slice(lo, lo + got) if got and eq[lo:lo + got].all() else np.flatnonzero(eq)
+            return slice(lo, lo + got) if got and eq[lo : lo + got].all() else np.flatnonzero(eq)
+
         return scan
     sel = np.argsort(values, kind="stable")
     sorted_values = values[sel]
@@ -128,4 +145,5 @@ def _rows_by_value(values: np.ndarray, wanted: np.ndarray, few: int = 16):
     def lookup(v):
         lo, hi = equal_range(sorted_values, v)
         return sel[lo:hi]
+
     return lookup

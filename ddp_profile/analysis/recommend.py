@@ -67,7 +67,9 @@ OVERLAP_CAPS_MIB = (1, 5, 25, 100, 250, 1000)
 """Caps tried for a per-tensor (``overlap``) run: its per-tensor ready times allow any bucket size."""
 
 
-def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: float) -> tuple[pd.DataFrame, np.ndarray]:
+def merge_buckets(
+    collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: float
+) -> tuple[pd.DataFrame, np.ndarray]:
     """The collectives of each (pid, device, stream, step) merged greedily in ``seq`` order into buckets of at
     least ``cap_bytes`` (the last may be smaller): bytes summed, ready = the latest member's ready time,
     seq/start of the first member. Rows without a step or size are dropped."""
@@ -87,10 +89,23 @@ def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: fl
             new_bucket[i] = False
         acc += size[i]
     label = np.cumsum(new_bucket)
-    merged = c.assign(_b=label).groupby("_b", sort=True).agg(
-        rank=("rank", "first"), pid=("pid", "first"), device=("device", "first"), stream=("stream", "first"),
-        seq=("seq", "first"), step=("step", "first"), start_ns=("start_ns", "first"), bytes=("bytes", "sum"),
-        _ready=("_ready", "max"), _n=("_ready", "size"), _known=("_ready", "count"))
+    merged = (
+        c.assign(_b=label)
+        .groupby("_b", sort=True)
+        .agg(
+            rank=("rank", "first"),
+            pid=("pid", "first"),
+            device=("device", "first"),
+            stream=("stream", "first"),
+            seq=("seq", "first"),
+            step=("step", "first"),
+            start_ns=("start_ns", "first"),
+            bytes=("bytes", "sum"),
+            _ready=("_ready", "max"),
+            _n=("_ready", "size"),
+            _known=("_ready", "count"),
+        )
+    )
     ready = merged["_ready"].where(merged["_n"] == merged["_known"]).to_numpy(dtype=float)
     return merged.drop(columns=["_ready", "_n", "_known"]).reset_index(drop=True), ready
 
@@ -98,8 +113,12 @@ def merge_buckets(collectives: pd.DataFrame, ready_ns: np.ndarray, cap_bytes: fl
 def fields_of(strategy: str, cap_bytes: float | None = None) -> dict:
     """CONFIG_FIELDS of ``strategy`` with a cap of ``cap_bytes`` (None: no --bucket-mb) and NCCL's default
     resources. bucket_mb is the MiB value the flags print (``%g``), so flags and fields agree exactly."""
-    return {"strategy": strategy, "bucket_mb": float(f"{cap_bytes / MIB:g}") if cap_bytes is not None else np.nan,
-            "nccl_channels": 0, "nccl_high_priority": False}
+    return {
+        "strategy": strategy,
+        "bucket_mb": float(f"{cap_bytes / MIB:g}") if cap_bytes is not None else np.nan,
+        "nccl_channels": 0,
+        "nccl_high_priority": False,
+    }
 
 
 def flags_of(fields: dict) -> str:
@@ -135,15 +154,30 @@ def comm_window(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -
     def col(name):
         return grad[name].to_numpy(dtype=float) if name in grad else np.full(n, np.nan)
 
-    g = pd.DataFrame({"rank": grad["rank"].to_numpy(), "step": grad["step"].to_numpy(), "d": col("duration_ns"),
-                      "ready": np.asarray(ready_ns, dtype=float), "t": col("transfer_ns"), "w": col("wait_ns"),
-                      "b": col("bytes")})
+    g = pd.DataFrame(
+        {
+            "rank": grad["rank"].to_numpy(),
+            "step": grad["step"].to_numpy(),
+            "d": col("duration_ns"),
+            "ready": np.asarray(ready_ns, dtype=float),
+            "t": col("transfer_ns"),
+            "w": col("wait_ns"),
+            "b": col("bytes"),
+        }
+    )
     g = g.loc[g["step"].notna()]
-    per = g.groupby(["rank", "step"]).agg(comm=("d", "sum"), first=("ready", "min"), transfer=("t", "sum"),
-                                          wait=("w", "sum"), bytes=("b", "sum"))
+    per = g.groupby(["rank", "step"]).agg(
+        comm=("d", "sum"),
+        first=("ready", "min"),
+        transfer=("t", "sum"),
+        wait=("w", "sum"),
+        bytes=("b", "sum"),
+    )
     bend = steps.set_index(["rank", "step"])["backward_end_ns"].astype(float)
     out = per.assign(window=bend.reindex(per.index).to_numpy() - per["first"].to_numpy())[cols]
-    return out.loc[np.isfinite(out["window"].to_numpy()) & (out["comm"].to_numpy() > 0)].reset_index(drop=True)
+    return out.loc[np.isfinite(out["window"].to_numpy()) & (out["comm"].to_numpy() > 0)].reset_index(
+        drop=True
+    )
 
 
 def channel_room(grad: pd.DataFrame, ready_ns: np.ndarray, steps: pd.DataFrame) -> float:
@@ -169,10 +203,14 @@ def _channel_reason(now: int | None, room: float, keep: int | None) -> str:
     if not np.isfinite(room):
         return "; the trace does not show when gradients were ready, so the room under backward is unknown"
     if not keep:
-        return (f"; gradient NCCL time could grow only {room:.2f}× and still end under backward: none of NCCL's "
-                f"{now} channels can go")
-    return (f"; gradient NCCL time could grow {room:.2f}× and still end under backward: {keep} of NCCL's {now} "
-            f"channels is the fewest whose worst-case slowdown ({now}/{keep} = {now / keep:.2f}×) fits")
+        return (
+            f"; gradient NCCL time could grow only {room:.2f}× and still end under backward: none of NCCL's "
+            f"{now} channels can go"
+        )
+    return (
+        f"; gradient NCCL time could grow {room:.2f}× and still end under backward: {keep} of NCCL's {now} "
+        f"channels is the fewest whose worst-case slowdown ({now}/{keep} = {now / keep:.2f}×) fits"
+    )
 
 
 def needs_ready_times(run: dict | None) -> bool:
@@ -181,8 +219,13 @@ def needs_ready_times(run: dict | None) -> bool:
     return str(cfg.get("strategy") or (run or {}).get("strategy") or "") in (*BUCKETED, "overlap")
 
 
-def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, ready_ns=None,
-              nccl_channels: int | None = None) -> pd.DataFrame:
+def recommend(
+    analysis,
+    kernels: pd.DataFrame | None,
+    run: dict | None = None,
+    ready_ns=None,
+    nccl_channels: int | None = None,
+) -> pd.DataFrame:
     """RECOMMEND_COLUMNS for one analysed run (module docstring); empty when the run has no sized gradient
     collectives or no backward phase to measure a tail against. ``run``: the harness run record, for the
     strategy and its current flags. ``ready_ns``: ``costmodel.grad_ready_ns`` of every row of
@@ -209,7 +252,9 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
         # neither tells when buckets of another size would have been ready. Unknown strategies likewise.
         return schema.empty_frame(cols)
     # Measured only now: the ready times cost a pass over every kernel and serve only the replay below.
-    ready = costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
+    ready = (
+        costmodel.grad_ready_ns(grad, kernels) if ready_ns is None else np.asarray(ready_ns, float)[is_grad]
+    )
     base_tail = _tail(grad, ready, steps, model)
     if strategy == "overlap":  # one all-reduce per tensor: bucketing it is what `bucketed` does
         cap_now, now, strategy = current, fields_of("overlap"), "bucketed"
@@ -217,9 +262,20 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
         cap_now = float(cfg.get("bucket_mb") or current / MIB) * MIB
         now = fields_of(strategy, cap_now)
     basis = "queue replay of measured gradient-ready times, buckets merged to the cap, the run's own alpha-beta fit"
-    rows = [{"lever": "current", "flags": flags_of(now), "cap_bytes": cap_now,
-             "predicted_tail_ns": base_tail, "predicted_step_ns": measured, "measured_step_ns": measured,
-             "predicted_gain_ns": 0.0, "upper_gain_ns": np.nan, "basis": "the run as measured", **now}]
+    rows = [
+        {
+            "lever": "current",
+            "flags": flags_of(now),
+            "cap_bytes": cap_now,
+            "predicted_tail_ns": base_tail,
+            "predicted_step_ns": measured,
+            "measured_step_ns": measured,
+            "predicted_gain_ns": 0.0,
+            "upper_gain_ns": np.nan,
+            "basis": "the run as measured",
+            **now,
+        }
+    ]
     caps = {round(min(cap_now * f, total)) for f in CAP_FACTORS[1:]}
     if now["strategy"] == "overlap":
         caps = {round(min(mib * MIB, total)) for mib in OVERLAP_CAPS_MIB}
@@ -228,13 +284,26 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
         tail = _tail(merged, mready, steps, model)
         pred = measured + tail - base_tail if np.isfinite([tail, base_tail]).all() else float("nan")
         fields = fields_of(strategy, cap)
-        rows.append({"lever": "bucket cap", "flags": flags_of(fields), "cap_bytes": cap, **fields,
-                     "predicted_tail_ns": tail, "predicted_step_ns": pred, "measured_step_ns": measured,
-                     "predicted_gain_ns": measured - pred, "upper_gain_ns": np.nan, "basis": basis})
+        rows.append(
+            {
+                "lever": "bucket cap",
+                "flags": flags_of(fields),
+                "cap_bytes": cap,
+                **fields,
+                "predicted_tail_ns": tail,
+                "predicted_step_ns": pred,
+                "measured_step_ns": measured,
+                "predicted_gain_ns": measured - pred,
+                "upper_gain_ns": np.nan,
+                "basis": basis,
+            }
+        )
     table = pd.DataFrame(rows)
     gain = table["predicted_gain_ns"]
     # A new cap only when the model predicts a gain beyond MIN_GAIN of the step; otherwise keep the cap.
-    best = table.loc[gain.idxmax()] if gain.notna().any() and gain.max() > MIN_GAIN * measured else table.iloc[0]
+    best = (
+        table.loc[gain.idxmax()] if gain.notna().any() and gain.max() > MIN_GAIN * measured else table.iloc[0]
+    )
     lost = contention_per_step_ns(analysis.contention, steps)
     exposed = float(steps["exposed_comm_ns"].median()) if "exposed_comm_ns" in steps else 0.0
     now_channels = int(cfg.get("nccl_channels") or 0) or nccl_channels
@@ -242,15 +311,25 @@ def recommend(analysis, kernels: pd.DataFrame | None, run: dict | None = None, r
     keep = channels_to_keep(now_channels, room)
     use_channels = lost > exposed and keep is not None
     fields = {k: best[k] for k in CONFIG_FIELDS} | (
-        {"nccl_channels": keep, "nccl_high_priority": True} if use_channels else {})
+        {"nccl_channels": keep, "nccl_high_priority": True} if use_channels else {}
+    )
     flags = flags_of(fields)
-    basis = (f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step, "
-             "each kernel name's like-for-like slowdown over all its time under NCCL) "
-             f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({exposed / 1e6:.2f} ms/step)"
-             + (_channel_reason(now_channels, room, keep) if lost > exposed else "")
-             + f"; so NCCL channels are {f'cut to {keep}, with high-priority streams' if use_channels else 'left as they are'}")
-    head = best.to_dict() | fields | {"lever": "recommended", "flags": flags, "basis": basis,
-                             "upper_gain_ns": (measured - best["predicted_step_ns"]) + lost if use_channels
-                             else np.nan}
+    basis = (
+        f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step, "  # noqa: E501
+        "each kernel name's like-for-like slowdown over all its time under NCCL) "
+        f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({exposed / 1e6:.2f} ms/step)"
+        + (_channel_reason(now_channels, room, keep) if lost > exposed else "")
+        + f"; so NCCL channels are {f'cut to {keep}, with high-priority streams' if use_channels else 'left as they are'}"  # noqa: E501
+    )
+    head = (
+        best.to_dict()
+        | fields
+        | {
+            "lever": "recommended",
+            "flags": flags,
+            "basis": basis,
+            "upper_gain_ns": (measured - best["predicted_step_ns"]) + lost if use_channels else np.nan,
+        }
+    )
     table = pd.concat([pd.DataFrame([head]), table], ignore_index=True)
     return schema.select(table, cols)

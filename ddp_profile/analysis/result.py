@@ -33,7 +33,9 @@ class Analysis:
     comm_kinds: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.COMM_KIND_COLUMNS))
     recommendation: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.RECOMMEND_COLUMNS))
     """``analysis.recommend``: the configuration to try next, with its predicted step time (first row)."""
-    critical_path: pd.DataFrame = field(default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS))
+    critical_path: pd.DataFrame = field(
+        default_factory=lambda: schema.empty_frame(schema.CRITICAL_PATH_COLUMNS)
+    )
     """``analysis.critical_path``: per step, the parts of the rank that ends it (they add up to span_ns)."""
     verdict: dict = field(default_factory=dict)
     """``analysis.verdict``: bound_by, removable_ns, what_to_change, expected_gain_ns, spread_ns, rank,
@@ -103,26 +105,41 @@ class Analysis:
                 "overlap_pct": ratio(s["overlap_ns"].sum(), s["comm_ns"].sum()),
                 "n_collectives": len(in_steps),
                 "wait_pct_of_comm": ratio(in_steps["wait_ns"].sum(min_count=1), in_steps["duration_ns"].sum())
-                if len(in_steps) else None,
+                if len(in_steps)
+                else None,
             }
         else:  # no steps: the population is the whole trace
-            pop = {"overlap_pct": trace_coll["trace_overlap_pct"], "n_collectives": len(coll),
-                   "wait_pct_of_comm": trace_coll["trace_wait_pct_of_comm"]}
+            pop = {
+                "overlap_pct": trace_coll["trace_overlap_pct"],
+                "n_collectives": len(coll),
+                "wait_pct_of_comm": trace_coll["trace_wait_pct_of_comm"],
+            }
         job_tail = s.groupby("step")["job_comm_tail_ns"].first() if by_steps else None
         out = {
             "population": "steps" if by_steps else "trace",
             "n_ranks": int(s["rank"].nunique()) if by_steps else int(ro["rank"].nunique()) if len(ro) else 0,
             "n_steps": int(s["step"].nunique()) if by_steps else 0,
-            "step_ns": med("step_ns"), "span_ns": med("span_ns"), "compute_ns": med("compute_ns"), "comm_ns": med("comm_ns"),
-            "overlap_ns": med("overlap_ns"), "exposed_comm_ns": med("exposed_comm_ns"),
-            "comm_tail_ns": med("comm_tail_ns"), "idle_ns": med("idle_ns"), "comm_pct": med("comm_pct"),
+            "step_ns": med("step_ns"),
+            "span_ns": med("span_ns"),
+            "compute_ns": med("compute_ns"),
+            "comm_ns": med("comm_ns"),
+            "overlap_ns": med("overlap_ns"),
+            "exposed_comm_ns": med("exposed_comm_ns"),
+            "comm_tail_ns": med("comm_tail_ns"),
+            "idle_ns": med("idle_ns"),
+            "comm_pct": med("comm_pct"),
             "exposed_comm_pct": med("exposed_comm_pct"),
             **pop,
             # appended (issues 14, 15)
-            "exposed_wait_ns": med("exposed_wait_ns"), "exposed_transfer_ns": med("exposed_transfer_ns"),
-            "exposed_wait_pct_of_exposed": ratio(s["exposed_wait_ns"].sum(min_count=1), s["exposed_comm_ns"].sum())
-            if by_steps else None,
-            "param_sync_ns": med("param_sync_ns"), "exposed_param_sync_ns": med("exposed_param_sync_ns"),
+            "exposed_wait_ns": med("exposed_wait_ns"),
+            "exposed_transfer_ns": med("exposed_transfer_ns"),
+            "exposed_wait_pct_of_exposed": ratio(
+                s["exposed_wait_ns"].sum(min_count=1), s["exposed_comm_ns"].sum()
+            )
+            if by_steps
+            else None,
+            "param_sync_ns": med("param_sync_ns"),
+            "exposed_param_sync_ns": med("exposed_param_sync_ns"),
             "exposed_allgather_ns": med("exposed_allgather_ns"),
             "job_comm_tail_ns": _clean(job_tail.median()) if job_tail is not None else None,
             **trace_coll,
@@ -132,8 +149,13 @@ class Analysis:
     def json_head(self) -> dict:
         """The keys of :meth:`to_json_dict` before the sections (version, summary, notes, verdict, per_rank, and
         clock_alignment for a trace of several ranks with NCCL kernels)."""
-        head = {"version": JSON_VERSION, "summary": self.summary(), "notes": list(self.notes),
-                "verdict": _json_safe(self.verdict), "per_rank": _json_safe(self.per_rank)}
+        head = {
+            "version": JSON_VERSION,
+            "summary": self.summary(),
+            "notes": list(self.notes),
+            "verdict": _json_safe(self.verdict),
+            "per_rank": _json_safe(self.per_rank),
+        }
         if len(self.clock_alignment.get("n_paired") or {}) > 1:
             head["clock_alignment"] = _json_safe(self.clock_alignment)
         return head
@@ -175,15 +197,23 @@ def _json_safe(v):
 def records(df: pd.DataFrame) -> list[dict]:
     """Rows as JSON-safe dicts."""
     cols = list(df.columns)
-    return [{c: _clean(v) for c, v in zip(cols, row, strict=False)} for row in df.itertuples(index=False, name=None)]
+    return [
+        {c: _clean(v) for c, v in zip(cols, row, strict=False)}
+        for row in df.itertuples(index=False, name=None)
+    ]
 
 
 def trace_keys(coll: pd.DataFrame, ro: pd.DataFrame) -> dict:
     """The summary's whole-trace ``trace_`` keys from the whole collective table and rank overlap."""
+
     def ratio(num, den) -> float | None:
         num, den = float(num), float(den)
         return 100.0 * num / den if den > 0 and num == num else None  # num NaN: every wait unknown
 
-    return {"trace_n_collectives": len(coll),
-            "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(min_count=1), coll["duration_ns"].sum()) if len(coll) else None,
-            "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None}
+    return {
+        "trace_n_collectives": len(coll),
+        "trace_wait_pct_of_comm": ratio(coll["wait_ns"].sum(min_count=1), coll["duration_ns"].sum())
+        if len(coll)
+        else None,
+        "trace_overlap_pct": ratio(ro["overlap_ns"].sum(), ro["comm_ns"].sum()) if len(ro) else None,
+    }

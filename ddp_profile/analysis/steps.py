@@ -52,7 +52,12 @@ from ddp_profile.analysis.kernel_groups import GRADIENT, rows_of
 from ddp_profile.analysis.projection import project
 from ddp_profile.memory import return_freed_memory
 
-STEP_FACTS = ["micro_steps", "extra_kernels", "extra_gpu_ns", "extra_host_ns"]  # carried from the step windows
+STEP_FACTS = [
+    "micro_steps",
+    "extra_kernels",
+    "extra_gpu_ns",
+    "extra_host_ns",
+]  # carried from the step windows
 
 
 def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -65,8 +70,9 @@ def _phase_len(phases: pd.DataFrame, name: str) -> pd.DataFrame:
     return pd.DataFrame({"rank": p["rank"].to_numpy(), "step": p["step"].to_numpy(), f"{name}_ns": length})
 
 
-def _latest_end(ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | None = None,
-                rows: np.ndarray | None = None) -> np.ndarray:
+def _latest_end(
+    ranges: pd.DataFrame, karr: KernelArrays, mask: np.ndarray | None = None, rows: np.ndarray | None = None
+) -> np.ndarray:
     """Latest GPU end of the kernels selected by ``mask`` (or at positions ``rows``) launched inside each
     host range (NaN if none)."""
     _, ge, anyk = project(ranges, karr.start, karr.end, karr.launch, karr.pid, mask, rows)
@@ -79,11 +85,17 @@ def _latest_launch(ranges: pd.DataFrame, karr: KernelArrays, rows: np.ndarray) -
     return np.where(anyk, last.astype(float), np.nan)
 
 
-def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None = None, *,
-                job_tail: bool = True, with_kinds: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def step_tables(
+    phases: pd.DataFrame,
+    karr: KernelArrays,
+    coll: pd.DataFrame | None = None,
+    *,
+    job_tail: bool = True,
+    with_kinds: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(STEP_METRIC_COLUMNS, COMM_KIND_COLUMNS). ``coll``: the collective table (wait intervals); without
     it the wait columns are NaN. ``with_kinds`` False: the COMM_KIND frame is left empty (not computed). ``job_tail=False`` (one rank of a distributed analysis): the step rows
-    before the cross-rank job tail (:func:`with_job_tail`), and the per-rank kind frames unfinished."""
+    before the cross-rank job tail (:func:`with_job_tail`), and the per-rank kind frames unfinished."""  # noqa: E501
     steps = phases.loc[phases["phase"] == "step"].reset_index(drop=True)
     if steps.empty:
         return schema.empty_frame(schema.STEP_METRIC_COLUMNS), schema.empty_frame(schema.COMM_KIND_COLUMNS)
@@ -93,7 +105,9 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
     phase_idx = ck.phase_index(phases)
     groups = steps.groupby("rank", sort=True).indices
     step_col, start_col, end_col = (steps[c].to_numpy() for c in ("step", "start_ns", "end_ns"))
-    facts = {c: steps[c].to_numpy(dtype=float) if c in steps else np.full(len(steps), np.nan) for c in STEP_FACTS}
+    facts = {
+        c: steps[c].to_numpy(dtype=float) if c in steps else np.full(len(steps), np.nan) for c in STEP_FACTS
+    }
     joined = _joined_once(steps, groups, extras)
     order = np.concatenate(list(groups.values())) if groups else np.zeros(0, dtype=np.intp)
     ranks_in_order = np.repeat(np.array(list(groups.keys())), [len(v) for v in groups.values()])
@@ -106,9 +120,16 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
         cov, sets = rank_cover(karr, rank, ws, we)
         step_ns = iv.window_length(ws, we)
         cols_now = {
-            "rank": rank, "step": step_col[rows], "start_ns": ws, "end_ns": we, "step_ns": step_ns,
-            "compute_ns": cov[COMPUTE], "comm_ns": cov[NCCL], "overlap_ns": cov["overlap"],
-            "exposed_comm_ns": cov[NCCL] - cov["overlap"], "copy_ns": cov["copy"],
+            "rank": rank,
+            "step": step_col[rows],
+            "start_ns": ws,
+            "end_ns": we,
+            "step_ns": step_ns,
+            "compute_ns": cov[COMPUTE],
+            "comm_ns": cov[NCCL],
+            "overlap_ns": cov["overlap"],
+            "exposed_comm_ns": cov[NCCL] - cov["overlap"],
+            "copy_ns": cov["copy"],
             "idle_ns": step_ns - cov["all"],
             **{c: v[rows] for c, v in facts.items()},
         }
@@ -120,11 +141,10 @@ def step_tables(phases: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | N
             parts.append(part.assign(**cols))
         else:  # columns as arrays, one frame for all ranks at the end (a frame per rank costs ~5 ms)
             cols_now["rank"] = np.full(len(rows), rank)
-            cols_now.update({c: v[at:at + len(rows)] for c, v in joined.items()})
-            mine = {n: (b[0][at:at + len(rows)], b[1][at:at + len(rows)]) for n, b in bounds.items()}
+            cols_now.update({c: v[at : at + len(rows)] for c, v in joined.items()})
+            mine = {n: (b[0][at : at + len(rows)], b[1][at : at + len(rows)]) for n, b in bounds.items()}
             at += len(rows)
-            cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits,
-                                           with_kinds)
+            cols, k = ck.rank_breakdown(rank, sets, karr, cols_now, phase_idx, coll, mine, waits, with_kinds)
             arrays.append(cols_now | cols)
         kinds.append(k)
         del sets  # not held while the next rank's are built
@@ -152,8 +172,9 @@ def span_starts(steps: pd.DataFrame) -> np.ndarray:
     return begin
 
 
-def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: int = 1 << 15
-               ) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
+def rank_cover(
+    karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: int = 1 << 15
+) -> tuple[dict[str, np.ndarray], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """(|X ∩ [ws, we)| per window for X = C, N, M (``copy``), A (``all``) and C ∩ N (``overlap``), the sets N
     and C ∩ N) of one rank's kernels (int64), and its totals |C|, |N|, |C ∩ N| recorded for the rank overlap
     (``KernelArrays.note_rank_totals``).
@@ -191,8 +212,8 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
             lo, hi = np.searchsorted(ne, ps[0], side="right"), np.searchsorted(ns, pe[-1], side="left")
             if hi > lo:  # the NCCL intervals that can meet this piece
                 os_, oe = iv.intersect_normalized((ps, pe), (ns[lo:hi], ne[lo:hi]))
-                over_s[n_over:n_over + len(os_)] = os_
-                over_e[n_over:n_over + len(oe)] = oe
+                over_s[n_over : n_over + len(os_)] = os_
+                over_e[n_over : n_over + len(oe)] = oe
                 n_over += len(os_)
         cov[name] = got
     over_s.resize(n_over, refcheck=False)  # the buffers are this function's own: no view of them exists
@@ -204,7 +225,9 @@ def rank_cover(karr: KernelArrays, rank, ws: np.ndarray, we: np.ndarray, chunk: 
     return cov, {NCCL: n_set, "overlap": overlap}
 
 
-def _joined_once(steps: pd.DataFrame, groups: dict, extras: list[pd.DataFrame]) -> dict[str, np.ndarray] | None:
+def _joined_once(
+    steps: pd.DataFrame, groups: dict, extras: list[pd.DataFrame]
+) -> dict[str, np.ndarray] | None:
     """The ``extras``' columns left-joined on (rank, step) to the step rows in rank-group order, in one join
     per table for all ranks (a per-rank join costs ~5 ms, which a run of 1,024 per-rank files pays 1,024
     times per table). Only when no table repeats a (rank, step): the join then adds no row and is a lookup,
@@ -212,8 +235,12 @@ def _joined_once(steps: pd.DataFrame, groups: dict, extras: list[pd.DataFrame]) 
     if any(e.duplicated(["rank", "step"]).any() for e in extras):
         return None
     order = np.concatenate(list(groups.values())) if groups else np.zeros(0, dtype=np.intp)
-    keys = pd.DataFrame({"rank": np.repeat(np.array(list(groups.keys())), [len(v) for v in groups.values()]),
-                         "step": steps["step"].to_numpy()[order]})
+    keys = pd.DataFrame(
+        {
+            "rank": np.repeat(np.array(list(groups.keys())), [len(v) for v in groups.values()]),
+            "step": steps["step"].to_numpy()[order],
+        }
+    )
     if len(keys) != len(steps):  # steps without a rank (dropped by the grouping): joined per rank, as before
         return None
     out: dict[str, np.ndarray] = {}
@@ -237,9 +264,15 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     """backward_end_ns and comm_tail_ns per (rank, step) having a backward phase."""
     bwd = phases.loc[phases["phase"] == "backward"].reset_index(drop=True)
     if bwd.empty:
-        return pd.DataFrame({"rank": pd.Series(dtype="int64"), "step": pd.Series(dtype="int64"),
-                             "backward_end_ns": pd.Series(dtype=float), "comm_tail_ns": pd.Series(dtype=float),
-                             "_grad_end": pd.Series(dtype=float)})
+        return pd.DataFrame(
+            {
+                "rank": pd.Series(dtype="int64"),
+                "step": pd.Series(dtype="int64"),
+                "backward_end_ns": pd.Series(dtype=float),
+                "comm_tail_ns": pd.Series(dtype=float),
+                "_grad_end": pd.Series(dtype=float),
+            }
+        )
     step_end = phases.loc[phases["phase"] == "step"].set_index(["rank", "step"])["host_end_ns"]
     keys = pd.MultiIndex.from_frame(bwd[["rank", "step"]])
     opt = phases.loc[phases["phase"] == "optimizer"].set_index(["rank", "step"])["host_start_ns"]
@@ -249,10 +282,13 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     if len(opt) and not opt.index.has_duplicates:
         o = opt.reindex(keys).to_numpy(dtype=float) - 1
         until = np.where(np.isnan(o), until, np.minimum(until, o))
-    grad = pd.DataFrame({
-        "pid": bwd["pid"].to_numpy(), "host_start_ns": bwd["host_start_ns"].to_numpy(),
-        "host_end_ns": until.astype(np.int64),
-    })
+    grad = pd.DataFrame(
+        {
+            "pid": bwd["pid"].to_numpy(),
+            "host_start_ns": bwd["host_start_ns"].to_numpy(),
+            "host_end_ns": until.astype(np.int64),
+        }
+    )
     grad_rows = rows_of(karr, GRADIENT)
     comm_end = _latest_end(grad, karr, rows=grad_rows)
     # Backward ends with the compute launched before the last gradient collective was: what the backward's
@@ -264,8 +300,15 @@ def _tail(phases: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     bwd_end = _latest_end(bwd.assign(host_end_ns=bwd_host_end.astype(np.int64)), karr, karr.is_compute)
     tail = np.where(np.isnan(comm_end), 0.0, np.maximum(comm_end - bwd_end, 0.0))
     tail = np.where(np.isnan(bwd_end), np.nan, tail)
-    return pd.DataFrame({"rank": bwd["rank"].to_numpy(), "step": bwd["step"].to_numpy(),
-                         "backward_end_ns": bwd_end, "comm_tail_ns": tail, "_grad_end": comm_end})
+    return pd.DataFrame(
+        {
+            "rank": bwd["rank"].to_numpy(),
+            "step": bwd["step"].to_numpy(),
+            "backward_end_ns": bwd_end,
+            "comm_tail_ns": tail,
+            "_grad_end": comm_end,
+        }
+    )
 
 
 def spans(steps: pd.DataFrame) -> pd.DataFrame:
@@ -273,5 +316,11 @@ def spans(steps: pd.DataFrame) -> pd.DataFrame:
     (:func:`span_starts`: the step table's ``span_ns`` is J's length)."""
     s = steps[["rank", "step", "start_ns", "end_ns"]].sort_values(["rank", "step"], kind="stable")
     s = s.reset_index(drop=True)
-    return pd.DataFrame({"rank": ints(s["rank"]), "step": ints(s["step"]), "start_ns": span_starts(s),
-                         "end_ns": ints(s["end_ns"])})
+    return pd.DataFrame(
+        {
+            "rank": ints(s["rank"]),
+            "step": ints(s["step"]),
+            "start_ns": span_starts(s),
+            "end_ns": ints(s["end_ns"]),
+        }
+    )

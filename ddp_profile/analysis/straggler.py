@@ -67,11 +67,30 @@ def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     ranks, as ``collectives`` matches them: stream number by first use within (pid, device), then issue order),
     ``n_ranks``, ``lateness_ns`` and ``last`` (this rank arrived last), for collectives seen on ≥ 2 ranks."""
     if coll is None or coll.empty:
-        return pd.DataFrame({"rank": [], "step": [], "collective": [], "start_ns": [], "key": [], "n_ranks": [],
-                             "lateness_ns": [], "last": []})
-    df = pd.DataFrame({"rank": ints(coll["rank"]), "pid": ints(coll["pid"]), "device": ints(coll["device"]),
-                       "stream": ints(coll["stream"]), "seq": ints(coll["seq"]), "step": coll["step"].to_numpy(),
-                       "collective": coll["collective"].to_numpy(), "start_ns": ints(coll["start_ns"])})
+        return pd.DataFrame(
+            {
+                "rank": [],
+                "step": [],
+                "collective": [],
+                "start_ns": [],
+                "key": [],
+                "n_ranks": [],
+                "lateness_ns": [],
+                "last": [],
+            }
+        )
+    df = pd.DataFrame(
+        {
+            "rank": ints(coll["rank"]),
+            "pid": ints(coll["pid"]),
+            "device": ints(coll["device"]),
+            "stream": ints(coll["stream"]),
+            "seq": ints(coll["seq"]),
+            "step": coll["step"].to_numpy(),
+            "collective": coll["collective"].to_numpy(),
+            "start_ns": ints(coll["start_ns"]),
+        }
+    )
     first = df.groupby(["pid", "device", "stream"])["start_ns"].transform("min")
     comm = df.assign(_f=first).groupby(["pid", "device"])["_f"].rank(method="dense").astype("int64")
     df["key"] = comm.to_numpy() * (int(df["seq"].max()) + 1) + df["seq"].to_numpy()
@@ -79,8 +98,10 @@ def arrivals(coll: pd.DataFrame) -> pd.DataFrame:
     df["n_ranks"] = g["rank"].transform("nunique")
     df["lateness_ns"] = df["start_ns"] - g["start_ns"].transform("min")
     df["last"] = df["lateness_ns"] == g["lateness_ns"].transform("max")
-    return df.loc[df["n_ranks"] >= 2, ["rank", "step", "collective", "start_ns", "key", "n_ranks", "lateness_ns",
-                                       "last"]].reset_index(drop=True)
+    return df.loc[
+        df["n_ranks"] >= 2,
+        ["rank", "step", "collective", "start_ns", "key", "n_ranks", "lateness_ns", "last"],
+    ].reset_index(drop=True)
 
 
 def last_arrival_pct(arr: pd.DataFrame, ranks) -> np.ndarray:
@@ -96,8 +117,13 @@ def step_leads(arr: pd.DataFrame) -> pd.DataFrame:
     gradient collectives (all collectives of a step without any)."""
     a = arr.loc[arr["step"].notna()]
     if a.empty:
-        return pd.DataFrame({"step": pd.Series(dtype="int64"), "rank": pd.Series(dtype="int64"),
-                             "lead_ns": pd.Series(dtype="int64")})
+        return pd.DataFrame(
+            {
+                "step": pd.Series(dtype="int64"),
+                "rank": pd.Series(dtype="int64"),
+                "lead_ns": pd.Series(dtype="int64"),
+            }
+        )
     grad = np.isin(kind_codes(a["collective"]), [KINDS.index(k) for k in GRADIENT])  # per distinct name
     step = ints(a["step"])
     has_grad = pd.Series(grad).groupby(step).transform("any").to_numpy()
@@ -162,10 +188,14 @@ def _evidence_call(table: CallTable, x: StepInputs, lead: float) -> str | None:
     if not named.size:
         return None
     named = named[np.argsort(-mine_ns[named], kind="stable")]
-    calls = " + ".join(f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
-                       for i in named.tolist())
-    return (f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
-            f"(other ranks' median {fmt_ms(t_base[named].sum())})")
+    calls = " + ".join(
+        f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
+        for i in named.tolist()
+    )
+    return (
+        f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
+        f"(other ranks' median {fmt_ms(t_base[named].sum())})"
+    )
 
 
 class StepInputs(NamedTuple):
@@ -182,8 +212,9 @@ class StepInputs(NamedTuple):
     peers_calls: np.ndarray
 
 
-def step_inputs(paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable
-                ) -> list[StepInputs | None]:
+def step_inputs(
+    paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable
+) -> list[StepInputs | None]:
     """:class:`StepInputs` of straggler ``rank[i]`` in step ``step[i]`` (steps distinct), None where the step has
     no row of that rank in ``paths`` or fewer than two rows. All steps at once: each ``paths`` row is given the
     position of its step, and the peers' medians are read from one sort per part (:func:`_group_median`)."""
@@ -208,10 +239,24 @@ def step_inputs(paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: 
     peers_host, peers_compute = peers(host, np.nan), peers(compute, np.nan)
     f = table.ns.shape[1]
     peers_ns = np.stack([peers(table.ns[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
-    peers_calls = np.stack([peers(table.calls[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
-    return [StepInputs(int(r), host[r], float(peers_host[i]), compute[r], float(peers_compute[i]), span[r],
-                       peers_ns[i], peers_calls[i]) if ok[i] else None
-            for i, r in enumerate(me_row.tolist())]
+    peers_calls = (
+        np.stack([peers(table.calls[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
+    )
+    return [
+        StepInputs(
+            int(r),
+            host[r],
+            float(peers_host[i]),
+            compute[r],
+            float(peers_compute[i]),
+            span[r],
+            peers_ns[i],
+            peers_calls[i],
+        )
+        if ok[i]
+        else None
+        for i, r in enumerate(me_row.tolist())
+    ]
 
 
 def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -230,8 +275,13 @@ def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | None, steps: np.ndarray,
-               kernel_sums: pd.DataFrame | None = None) -> pd.DataFrame:
+def stragglers(
+    leads: pd.DataFrame,
+    paths: pd.DataFrame,
+    waits: pd.DataFrame | None,
+    steps: np.ndarray,
+    kernel_sums: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
     HOST_WAIT_COLUMNS or None (then no call is named); ``kernel_sums``: ``kernel_diff.step_kernel_sums`` of
     every rank, or None (then GPU work is compared in total, not kernel by kernel). A step whose largest lead
@@ -250,25 +300,43 @@ def stragglers(leads: pd.DataFrame, paths: pd.DataFrame, waits: pd.DataFrame | N
         inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
         extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])))
         # the straggler's kernel_diff row of every step, looked up once (-1: none)
-        row = pd.Index(ints(extra["step"])).get_indexer(ints(best["step"])) if len(extra) else np.full(len(best), -1)
+        row = (
+            pd.Index(ints(extra["step"])).get_indexer(ints(best["step"]))
+            if len(extra)
+            else np.full(len(best), -1)
+        )
         cols = [extra[c].tolist() for c in ("extra_ns", "like_ns", "extra_kernels")] if len(extra) else []
-        for pos, r, s, lead, x in zip(at.tolist(), row.tolist(), ints(best["rank"]).tolist(),
-                                      best["lead_ns"].to_numpy(dtype=float).tolist(), inputs, strict=True):
+        for pos, r, s, lead, x in zip(
+            at.tolist(),
+            row.tolist(),
+            ints(best["rank"]).tolist(),
+            best["lead_ns"].to_numpy(dtype=float).tolist(),
+            inputs,
+            strict=True,
+        ):
             if pos < 0:
                 continue
-            work = dict(zip(("extra_ns", "like_ns", "extra_kernels"), (c[r] for c in cols), strict=True)) \
-                if r >= 0 else None
+            work = (
+                dict(zip(("extra_ns", "like_ns", "extra_kernels"), (c[r] for c in cols), strict=True))
+                if r >= 0
+                else None
+            )
             cause, evidence = _cause(x, lead, table, work)
             rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
-    return pd.DataFrame({"straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()],
-                                                    dtype="Int64"),
-                         "straggler_lead_ns": lead_of,
-                         "straggler_cause": pd.Series(cause_of, dtype=object, index=idx),
-                         "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx)}, index=idx)
+    return pd.DataFrame(
+        {
+            "straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()], dtype="Int64"),
+            "straggler_lead_ns": lead_of,
+            "straggler_cause": pd.Series(cause_of, dtype=object, index=idx),
+            "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx),
+        },
+        index=idx,
+    )
 
 
-def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | None = None
-           ) -> tuple[str, str | None]:
+def _cause(
+    x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | None = None
+) -> tuple[str, str | None]:
     """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`).
     ``work``: the straggler's row of ``kernel_diff.diff`` for the step (extra_ns, like_ns, extra_kernels), or
     None: then its GPU work is its total compute against its peers' median."""
@@ -276,7 +344,9 @@ def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | 
         return "unknown", None
     me_host, me_compute, peers_host, peers_compute = x.host, x.compute, x.peers_host, x.peers_compute
     d_host = float(me_host - peers_host)
-    if work is not None:  # extra work by name and count, plus slower shared kernels (never the peers' contention)
+    if (
+        work is not None
+    ):  # extra work by name and count, plus slower shared kernels (never the peers' contention)
         d_gpu = float(work["extra_ns"]) + max(0.0, float(work["like_ns"]))
     else:
         d_gpu = float(me_compute - peers_compute)
@@ -291,5 +361,7 @@ def _cause(x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | 
         if work is not None:
             return "gpu", kd.evidence(work["extra_kernels"], float(work["extra_ns"]), float(work["like_ns"]))
         return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
-    return "unknown", (f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
-                       f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it")
+    return "unknown", (
+        f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
+        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it"
+    )

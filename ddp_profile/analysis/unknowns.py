@@ -29,9 +29,20 @@ from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 
 UNNAMED_SHARE = 0.01
 """A rank with more than this share of unnamed kernels has its by-kind numbers unknown."""
-COMM_COLUMNS = ["comm_ns", "overlap_ns", "exposed_comm_ns", "idle_ns", "comm_tail_ns", "comm_pct", "exposed_comm_pct",
-                "exposed_wait_ns", "exposed_transfer_ns", "param_sync_ns", "exposed_param_sync_ns",
-                "exposed_allgather_ns"]
+COMM_COLUMNS = [
+    "comm_ns",
+    "overlap_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "comm_tail_ns",
+    "comm_pct",
+    "exposed_comm_pct",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "param_sync_ns",
+    "exposed_param_sync_ns",
+    "exposed_allgather_ns",
+]
 """Step columns unknown for a rank whose NCCL kernels are missing (idle counts their time as idle)."""
 KIND_COLUMNS = ["compute_ns", "copy_ns", *COMM_COLUMNS]
 """Step columns unknown for a rank whose kernels have no names."""
@@ -54,13 +65,21 @@ def rank_gaps(karr: KernelArrays) -> RankGaps:
     """Counts per rank from a part's ``KernelArrays``: all kernels, kind 'unknown', NCCL, launch time known."""
     rank = np.asarray(karr.rank, dtype=np.int64)
     kind = karr.frame["kind"] if karr.frame is not None and "kind" in karr.frame else None
-    unknown = (kind == "unknown").to_numpy(dtype=bool) if kind is not None else np.zeros(len(rank), dtype=bool)
+    unknown = (
+        (kind == "unknown").to_numpy(dtype=bool) if kind is not None else np.zeros(len(rank), dtype=bool)
+    )
 
     def count(mask) -> dict[int, int]:
-        return {int(r): int(n) for r, n in pd.Series(np.asarray(mask, dtype=np.int64)).groupby(rank).sum().items()}
+        return {
+            int(r): int(n) for r, n in pd.Series(np.asarray(mask, dtype=np.int64)).groupby(rank).sum().items()
+        }
 
-    return RankGaps(n=count(np.ones(len(rank))), unnamed=count(unknown), nccl=count(karr.is_nccl),
-                    launched=count(np.asarray(karr.launch) >= 0))
+    return RankGaps(
+        n=count(np.ones(len(rank))),
+        unnamed=count(unknown),
+        nccl=count(karr.is_nccl),
+        launched=count(np.asarray(karr.launch) >= 0),
+    )
 
 
 def merge(gaps: list[RankGaps]) -> RankGaps:
@@ -90,7 +109,11 @@ def unlaunched(g: RankGaps) -> list[int]:
 
 
 def _ranks(ranks: list[int]) -> str:
-    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks[:8])) + (" ..." if len(ranks) > 8 else "")
+    return (
+        ("rank " if len(ranks) == 1 else "ranks ")
+        + ", ".join(map(str, ranks[:8]))
+        + (" ..." if len(ranks) > 8 else "")
+    )
 
 
 def notes(g: RankGaps) -> list[str]:
@@ -98,23 +121,30 @@ def notes(g: RankGaps) -> list[str]:
     if nameless(g):
         r = nameless(g)
         n = sum(g.unnamed[x] for x in r)
-        out.append(f"{_ranks(r)}: {n} kernel(s) have no name (the export's string table lacks them): NCCL kernels "
-                   "cannot be told from compute there, so compute, communication, idle and the wait/transfer split "
-                   "of those ranks are unknown (left empty), and so is every rank's wait for them")
+        out.append(
+            f"{_ranks(r)}: {n} kernel(s) have no name (the export's string table lacks them): NCCL kernels "
+            "cannot be told from compute there, so compute, communication, idle and the wait/transfer split "
+            "of those ranks are unknown (left empty), and so is every rank's wait for them"
+        )
     # ranks without NCCL kernels: the collective table's note (``collectives.match_collectives``)
     if unlaunched(g):
-        out.append(f"{_ranks(unlaunched(g))}: no CUDA API rows (no launch times): their collectives take the step "
-                   "of the same collective on the other ranks, their steps are the host step ranges, and their host "
-                   "time and straggler cause are unknown")
+        out.append(
+            f"{_ranks(unlaunched(g))}: no CUDA API rows (no launch times): their collectives take the step "
+            "of the same collective on the other ranks, their steps are the host step ranges, and their host "
+            "time and straggler cause are unknown"
+        )
     return out
 
 
-def borrowed_steps(ref_host: pd.DataFrame, ref_gpu: pd.DataFrame, rank: int, pid: int, launched: bool
-                   ) -> pd.DataFrame:
+def borrowed_steps(
+    ref_host: pd.DataFrame, ref_gpu: pd.DataFrame, rank: int, pid: int, launched: bool
+) -> pd.DataFrame:
     """The reference rank's labelled steps (RANGE_COLUMNS, aligned clocks) lent to ``rank`` (process ``pid``):
     its host ranges when the rank has launch times (its kernels are then projected by launch, as its own steps'
     would be), else the reference's GPU windows (a range without launches is its own GPU window)."""
-    out = ref_host.assign(rank=rank, pid=pid, **{c: np.nan for c in ref_host.columns if c.startswith("extra_")})
+    out = ref_host.assign(
+        rank=rank, pid=pid, **{c: np.nan for c in ref_host.columns if c.startswith("extra_")}
+    )
     out = out.reset_index(drop=True)  # the reference's extra work is not this rank's
     if not launched and ref_gpu is not None and len(ref_gpu):
         win = ref_gpu.set_index("step")
@@ -127,9 +157,11 @@ def borrowed_steps(ref_host: pd.DataFrame, ref_gpu: pd.DataFrame, rank: int, pid
 
 
 def borrowed_note(ranks: list[int], ref: int) -> str:
-    return (f"{_ranks(ranks)}: no steps of their own were found (see the other notes): their steps are rank {ref}'s, "
-            "on the aligned clock (its host step ranges, or its GPU step windows for a rank without launch times), "
-            f"so their step times are rank {ref}'s boundaries, not their own")
+    return (
+        f"{_ranks(ranks)}: no steps of their own were found (see the other notes): their steps are rank {ref}'s, "
+        "on the aligned clock (its host step ranges, or its GPU step windows for a rank without launch times), "
+        f"so their step times are rank {ref}'s boundaries, not their own"
+    )
 
 
 def rank_pids(karr: KernelArrays) -> dict:
@@ -145,12 +177,14 @@ def gpu_steps(host_steps: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame | No
     if host_steps is None or host_steps.empty:
         return None
     gs, ge, _ = win.project(host_steps, karr.start, karr.end, karr.launch, karr.pid)
-    return pd.DataFrame({"rank": ints(host_steps["rank"]), "step": ints(host_steps["step"]), "start_ns": gs,
-                         "end_ns": ge})
+    return pd.DataFrame(
+        {"rank": ints(host_steps["rank"]), "step": ints(host_steps["step"]), "start_ns": gs, "end_ns": ge}
+    )
 
 
-def borrow_steps(found: list, labelled: list[pd.DataFrame], labels: pd.DataFrame, notes: list[str]
-                  ) -> list[pd.DataFrame]:
+def borrow_steps(
+    found: list, labelled: list[pd.DataFrame], labels: pd.DataFrame, notes: list[str]
+) -> list[pd.DataFrame]:
     """A rank that ran GPU work but whose steps were not found (no launch threads, unnamed kernels) gets the
     reference rank's aligned step boundaries (:func:`borrowed_steps`), never its own micro-steps."""
     have = {int(r) for s in labelled if not s.empty for r in s["rank"].unique()}
@@ -166,10 +200,14 @@ def borrow_steps(found: list, labelled: list[pd.DataFrame], labels: pd.DataFrame
         lacking = [r for r in p.ranks if r not in have and r in p.rank_pids]
         if not lacking:
             continue
-        extra = [borrowed_steps(ref_host, ref_gpu, r, p.rank_pids[r], bool(gaps.launched.get(r)))
-                 for r in lacking]
-        labelled[i] = pd.concat([labelled[i], *extra], ignore_index=True) if not labelled[i].empty \
+        extra = [
+            borrowed_steps(ref_host, ref_gpu, r, p.rank_pids[r], bool(gaps.launched.get(r))) for r in lacking
+        ]
+        labelled[i] = (
+            pd.concat([labelled[i], *extra], ignore_index=True)
+            if not labelled[i].empty
             else pd.concat(extra, ignore_index=True)
+        )
         lent += lacking
     if lent:
         notes.append(borrowed_note(sorted(lent), ref))

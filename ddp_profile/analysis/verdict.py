@@ -55,11 +55,21 @@ PER_RANK_RATIO = 2.0
 """``per_rank`` lists a metric when its largest per-rank median exceeds this multiple of the smallest (and,
 for times, by at least ADVICE_MIN_PCT % of the median step: smaller differences are noise)."""
 
-CATEGORY = {"extra_work": "straggler", "host_sync": "host", "launch_bound": "host", "comm_tail": "communication",
-            "fsdp_allgather": "communication", "param_sync": "communication", "straggler_gpu": "straggler",
-            "straggler_host": "straggler", "straggler": "straggler",
-            "contention": "compute", "measured": "communication", "grad_copy_back": "compute",
-            "optimizer_shard": "compute"}
+CATEGORY = {
+    "extra_work": "straggler",
+    "host_sync": "host",
+    "launch_bound": "host",
+    "comm_tail": "communication",
+    "fsdp_allgather": "communication",
+    "param_sync": "communication",
+    "straggler_gpu": "straggler",
+    "straggler_host": "straggler",
+    "straggler": "straggler",
+    "contention": "compute",
+    "measured": "communication",
+    "grad_copy_back": "compute",
+    "optimizer_shard": "compute",
+}
 COPY_BACK_MIN = 8
 """``grad_copy_back`` needs at least this many device-to-device copies after backward per step (median on the
 critical rank): DDP's copy-back is one per gradient tensor, a model has many; a few copies are something else."""
@@ -89,21 +99,39 @@ def split_parts(crit: pd.DataFrame, per_step: pd.DataFrame) -> tuple[pd.DataFram
     wait, host = crit["wait_ns"].to_numpy(float), crit["host_ns"].to_numpy(float)
     compute = crit["compute_ns"].to_numpy(float)
     lead = s["straggler_lead_ns"].to_numpy(float) if len(s) else np.zeros(len(crit))
-    mine = (s["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank) if rank is not None else \
-        np.zeros(len(crit), bool)
+    mine = (
+        (s["straggler_rank"].to_numpy(dtype=float, na_value=np.nan) == rank)
+        if rank is not None
+        else np.zeros(len(crit), bool)
+    )
     strag = np.where(mine & ~np.isnan(lead), np.minimum(np.nan_to_num(lead), wait + host + compute), 0.0)
     from_wait = np.minimum(strag, wait)
     from_host = np.minimum(strag - from_wait, host)
-    return pd.DataFrame({"step": crit["step"].to_numpy(), "span_ns": crit["span_ns"].to_numpy(float),
-                         "communication": crit["exposed_transfer_ns"].to_numpy(float) + wait - from_wait,
-                         "host": host - from_host, "straggler": strag}), rank
+    return pd.DataFrame(
+        {
+            "step": crit["step"].to_numpy(),
+            "span_ns": crit["span_ns"].to_numpy(float),
+            "communication": crit["exposed_transfer_ns"].to_numpy(float) + wait - from_wait,
+            "host": host - from_host,
+            "straggler": strag,
+        }
+    ), rank
 
 
 def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> dict:
     """The ``verdict`` dict (keys in the module docstring, plus ``advice`` = ``rules``)."""
-    out = {"bound_by": "compute", "removable_ns": 0.0, "what_to_change": None, "expected_gain_ns": 0.0,
-           "gain_upper_ns": 0.0, "spread_ns": 0.0, "rank": None, "share_pct": 0.0, "advice": rules,
-           "span_ns": None}
+    out = {
+        "bound_by": "compute",
+        "removable_ns": 0.0,
+        "what_to_change": None,
+        "expected_gain_ns": 0.0,
+        "gain_upper_ns": 0.0,
+        "spread_ns": 0.0,
+        "rank": None,
+        "share_pct": 0.0,
+        "advice": rules,
+        "span_ns": None,
+    }
     if crit is None or crit.empty:
         out["bound_by"] = None
         out["what_to_change"] = "no steps: no verdict"
@@ -117,7 +145,9 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
     out["rank"] = rank if step > 0 and 100.0 * med["straggler"] / step >= ADVICE_MIN_PCT else None
     if passing:
         k = max(passing, key=lambda name: passing[name])
-        out.update(bound_by=k, removable_ns=med[k], spread_ns=_spread(parts[k]), share_pct=100.0 * med[k] / step)
+        out.update(
+            bound_by=k, removable_ns=med[k], spread_ns=_spread(parts[k]), share_pct=100.0 * med[k] / step
+        )
         mine = [r for r in rules if CATEGORY.get(r["rule"]) == k]  # advice of the verdict's own kind only
         if k == "straggler":  # the rule about the rank the verdict names before another rank's extra work
             mine = [r for r in mine if r["rule"] != "extra_work"] or mine
@@ -125,12 +155,20 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
             # one number per fact: the verdict's rule, capped at the verdict's part, heads the advice list
             # with the gains the verdict states
             upper = min(float(mine[0]["gain_upper_ns"]), med[k])
-            first = dict(mine[0], gain_upper_ns=upper,
-                         expected_gain_ns=min(float(mine[0].get("expected_gain_ns") or 0.0), upper))
-            if float(mine[0]["gain_upper_ns"]) > med[k]:  # capped: the bound is the verdict's part, and so its spread
+            first = dict(
+                mine[0],
+                gain_upper_ns=upper,
+                expected_gain_ns=min(float(mine[0].get("expected_gain_ns") or 0.0), upper),
+            )
+            if (
+                float(mine[0]["gain_upper_ns"]) > med[k]
+            ):  # capped: the bound is the verdict's part, and so its spread
                 first["spread_ns"] = out["spread_ns"]
-            out.update(what_to_change=first["what_to_change"], expected_gain_ns=first["expected_gain_ns"],
-                       gain_upper_ns=first["gain_upper_ns"])
+            out.update(
+                what_to_change=first["what_to_change"],
+                expected_gain_ns=first["expected_gain_ns"],
+                gain_upper_ns=first["gain_upper_ns"],
+            )
             out["advice"] = [first] + [r for r in rules if r is not mine[0]]
         else:
             out["what_to_change"] = _GENERIC[k].format(rank=rank)
@@ -147,17 +185,24 @@ def verdict(crit: pd.DataFrame, per_step: pd.DataFrame, rules: list[dict]) -> di
 
 _GENERIC = {
     "communication": "hide or shrink the exposed communication: overlap it with backward (bucketed DDP), "
-                     "fewer or larger collectives, or a faster interconnect",
+    "fewer or larger collectives, or a faster interconnect",
     "host": "keep the GPU fed: fewer host syncs in the loop, fewer launches (a step captured in a CUDA graph, "
-            "e.g. torch.compile(mode=\"reduce-overhead\")), a larger batch",
+    'e.g. torch.compile(mode="reduce-overhead")), a larger batch',
     "straggler": "find why rank {rank} arrives late at the collectives and even it out",
     "compute": "faster kernels (bf16/TF32, fused or compiled kernels) or more GPUs: the GPU is busy with "
-               "kernels, and no communication or host change would pay more",
+    "kernels, and no communication or host change would pay more",
 }
 
 
-def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float, per_step: bool = True,
-          expected: tuple[float, str] | None = None) -> dict | None:
+def _rule(
+    name: str,
+    text: str,
+    gain: pd.Series,
+    evidence: str,
+    step_ns: float,
+    per_step: bool = True,
+    expected: tuple[float, str] | None = None,
+) -> dict | None:
     """One advice rule, ``gain_upper_ns`` = the median of ``gain`` over steps. ``per_step`` False: the bound is
     built from one run-level number (not measured step by step), so it has no spread over steps: ``spread_ns``
     None. ``expected``: (expected gain, gain basis) from the rule's model (``gains.carry``), capped at the
@@ -166,8 +211,15 @@ def _rule(name: str, text: str, gain: pd.Series, evidence: str, step_ns: float, 
     if not step_ns or 100.0 * g / step_ns < ADVICE_MIN_PCT:
         return None
     e, basis = expected if expected is not None else gains.carry(g, gains.GPU, gains.Profile(step_ns, 0.0))
-    return {"rule": name, "what_to_change": text, "expected_gain_ns": min(float(e), g), "gain_upper_ns": g,
-            "spread_ns": _spread(gain) if per_step else None, "gain_basis": basis, "evidence": evidence}
+    return {
+        "rule": name,
+        "what_to_change": text,
+        "expected_gain_ns": min(float(e), g),
+        "gain_upper_ns": g,
+        "spread_ns": _spread(gain) if per_step else None,
+        "gain_basis": basis,
+        "evidence": evidence,
+    }
 
 
 def _ms(ns: float) -> str:
@@ -179,7 +231,9 @@ def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:
     ``steps`` (one row per step, indexed by step label, ``schema.STEP_STRAGGLER_COLUMNS``) whose cause is
     ``cause`` and whose evidence is known; None without one. The one example the verdict, its rule and the
     run page quote, so they quote the same step."""
-    sel = steps[(steps["straggler_cause"] == cause).to_numpy() & steps["straggler_evidence"].notna().to_numpy()]
+    sel = steps[
+        (steps["straggler_cause"] == cause).to_numpy() & steps["straggler_evidence"].notna().to_numpy()
+    ]
     if sel.empty:
         return None
     sel = sel.sort_values("straggler_lead_ns", kind="stable")
@@ -187,8 +241,9 @@ def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:
     return f"step {int(sel.index[at])}: {sel['straggler_evidence'].iloc[at]}"
 
 
-def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
-                    prof: gains.Profile | None = None) -> dict | None:
+def _straggler_rule(
+    crit: pd.DataFrame, per_step: pd.DataFrame, step: float, prof: gains.Profile | None = None
+) -> dict | None:
     """``straggler_host``, ``straggler_gpu`` (its commonest known cause over its steps) or ``straggler`` (no
     known cause) for the job's straggler rank. Bound = its part of the critical path (:func:`split_parts`), and
     so is the expected gain: once it arrives with the first rank the step no longer waits for it, carried as a
@@ -205,29 +260,43 @@ def _straggler_rule(crit: pd.DataFrame, per_step: pd.DataFrame, step: float,
     causes = causes[causes != "unknown"]
     cause = causes.mode().iloc[0] if len(causes) else None
     part = pd.Series(parts["straggler"].to_numpy())
-    expected = gains.carry(float(part.median()) if len(part) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0))
+    expected = gains.carry(
+        float(part.median()) if len(part) else 0.0, gains.LEAD, prof or gains.Profile(step, 0.0)
+    )
     if cause is None:
         if not step or 100.0 * float(part.median()) / step < BOUND_SHARE_PCT:
             return None  # a small lead that no cause explains is not advice (alike ranks' arrival order)
-        return _rule("straggler", _GENERIC["straggler"].format(rank=rank), part,
-                     f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
-                     step, expected=expected)
+        return _rule(
+            "straggler",
+            _GENERIC["straggler"].format(rank=rank),
+            part,
+            f"rank {rank} arrives last in {len(mine)} of {len(g)} steps; no cause accounts for half its lead",
+            step,
+            expected=expected,
+        )
     example = straggler_example(mine, cause)
-    evidence = f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps" + (
-        f"; e.g. {example}" if example else "")
+    evidence = (
+        f"rank {rank} arrives last, cause {cause} in {len(causes[causes == cause])} of {len(g)} steps"
+        + (f"; e.g. {example}" if example else "")
+    )
     if cause == "gpu":
-        text = (f"even out the GPU work: rank {rank} runs kernels its peers do not (the evidence names them: "
-                "work only one rank does each step, such as a metric or an EMA update, or a data or model "
-                "imbalance); move it out of the step, do it every N steps, or spread it over the ranks")
+        text = (
+            f"even out the GPU work: rank {rank} runs kernels its peers do not (the evidence names them: "
+            "work only one rank does each step, such as a metric or an EMA update, or a data or model "
+            "imbalance); move it out of the step, do it every N steps, or spread it over the ranks"
+        )
     else:  # one remedy whatever the steps selected show: the evidence says which half applies
-        text = (f"rank {rank}'s host falls behind its peers': drop its per-step host sync where the evidence names "
-                "one (log every N steps, no .item() in the loop), else find what its main thread does that theirs "
-                "does not (logging, data loading, rank-0-only work, a sleep or a wait)")
+        text = (
+            f"rank {rank}'s host falls behind its peers': drop its per-step host sync where the evidence names "
+            "one (log every N steps, no .item() in the loop), else find what its main thread does that theirs "
+            "does not (logging, data loading, rank-0-only work, a sleep or a wait)"
+        )
     return _rule(f"straggler_{cause}", text, part, evidence, step, expected=expected)
 
 
-def _extra_work_rule(extra: pd.DataFrame | None, crit: pd.DataFrame, straggler: dict | None, step: float
-                     ) -> dict | None:
+def _extra_work_rule(
+    extra: pd.DataFrame | None, crit: pd.DataFrame, straggler: dict | None, step: float
+) -> dict | None:
     """``extra_work``: the rank whose kernels its peers do not run (``kernel_diff.every_rank``) take the most GPU
     time, median over steps, unless the straggler rule already names that work (``straggler_gpu``). Model:
     without them that rank's GPU reaches the collectives that much earlier; under a profiler that slows
@@ -244,11 +313,15 @@ def _extra_work_rule(extra: pd.DataFrame | None, crit: pd.DataFrame, straggler: 
     mine = extra.loc[extra["rank"] == rank].sort_values("extra_ns", kind="stable")
     ex = mine.iloc[(len(mine) - 1) // 2]
     n = int((per[rank].fillna(0.0) > 0).sum())
-    evidence = (f"rank {rank} runs kernels its peers do not in {n} of {len(steps)} steps; e.g. step {int(ex['step'])}: "
-                + kd.evidence(ex["extra_kernels"], float(ex["extra_ns"]), float(ex["like_ns"])))
-    text = (f"move rank {rank}'s extra GPU work out of the step: it runs kernels its peers do not (the evidence names "
-            "them: a metric, an EMA update, work only one rank does), so its collectives start later than theirs; "
-            "do it every N steps, or spread it over the ranks")
+    evidence = (
+        f"rank {rank} runs kernels its peers do not in {n} of {len(steps)} steps; e.g. step {int(ex['step'])}: "
+        + kd.evidence(ex["extra_kernels"], float(ex["extra_ns"]), float(ex["like_ns"]))
+    )
+    text = (
+        f"move rank {rank}'s extra GPU work out of the step: it runs kernels its peers do not (the evidence names "
+        "them: a metric, an EMA update, work only one rank does), so its collectives start later than theirs; "
+        "do it every N steps, or spread it over the ranks"
+    )
     gain = pd.Series(per[rank].fillna(0.0).to_numpy())
     return _rule("extra_work", text, gain, evidence, step)
 
@@ -257,8 +330,9 @@ def _critical_rows(c: pd.DataFrame, after: pd.DataFrame | None) -> pd.DataFrame 
     """The critical rank's ``after`` rows (``schema.AFTER_BACKWARD_COLUMNS``) by step, in ``c``'s order."""
     if after is None or after.empty:
         return None
-    return after.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
-        [c["critical_rank"].to_numpy(), c.index.to_numpy()]))
+    return after.set_index(["rank", "step"]).reindex(
+        pd.MultiIndex.from_arrays([c["critical_rank"].to_numpy(), c.index.to_numpy()])
+    )
 
 
 def _copy_back_rule(c: pd.DataFrame, got: pd.DataFrame | None, step: float) -> dict | None:
@@ -268,43 +342,73 @@ def _copy_back_rule(c: pd.DataFrame, got: pd.DataFrame | None, step: float) -> d
     n, t = got["copies"].astype("float64"), pd.Series(got["copy_ns"].to_numpy(float), index=c.index)
     if not n.notna().any() or float(n.median()) < COPY_BACK_MIN:
         return None
-    return _rule("grad_copy_back", "if this is PyTorch DDP: DistributedDataParallel(..., gradient_as_bucket_view=True) "
-                 "makes each .grad a view of its all-reduce bucket, so the averaged buckets are no longer copied back "
-                 "into .grad after backward", np.minimum(t.fillna(0.0), c["compute_ns"]),
-                 f"{int(n.median())} device-to-device copies ({_ms(t.median())}) run after the last backward kernel "
-                 "each step on the critical rank: one per gradient is DDP's copy of the averaged buckets into .grad",
-                 step)
+    return _rule(
+        "grad_copy_back",
+        "if this is PyTorch DDP: DistributedDataParallel(..., gradient_as_bucket_view=True) "
+        "makes each .grad a view of its all-reduce bucket, so the averaged buckets are no longer copied back "
+        "into .grad after backward",
+        np.minimum(t.fillna(0.0), c["compute_ns"]),
+        f"{int(n.median())} device-to-device copies ({_ms(t.median())}) run after the last backward kernel "
+        "each step on the critical rank: one per gradient is DDP's copy of the averaged buckets into .grad",
+        step,
+    )
 
 
-def _optimizer_shard_rule(c: pd.DataFrame, got: pd.DataFrame | None, world: int, step: float,
-                          harness: bool = True) -> dict | None:
+def _optimizer_shard_rule(
+    c: pd.DataFrame, got: pd.DataFrame | None, world: int, step: float, harness: bool = True
+) -> dict | None:
     """``optimizer_shard`` from the critical rank's optimizer kernels after backward: every rank of a job that
     does not shard (``after_backward.shards``) runs the whole update; sharded over ``world`` ranks each runs 1/world of it, so the gain
-    bound is (1 − 1/world) of their time."""
+    bound is (1 − 1/world) of their time."""  # noqa: E501
     if got is None or world < 2 or shards(got):
         return None
-    n, t = got["optimizer_kernels"].astype("float64"), pd.Series(got["optimizer_ns"].to_numpy(float), index=c.index)
+    n, t = (
+        got["optimizer_kernels"].astype("float64"),
+        pd.Series(got["optimizer_ns"].to_numpy(float), index=c.index),
+    )
     if not n.notna().any() or float(n.median()) < 1:
         return None
-    return _rule("optimizer_shard", f"shard the optimizer update over the {world} ranks and hide the parameter gather "
-                 f"behind compute: each rank reduce-scatters each gradient, updates its 1/{world} slice of the "
-                 "parameter, and the slices are all-gathered while other work runs (FSDP2's fully_shard(..., "
-                 "reshard_after_forward=False) gathers them during the next forward"
-                 + ("; this harness's overlap --sharded-update updates each slice from its gradient hook and gathers "
-                    "it during backward" if harness else "")
-                 + ("; on 2 GPUs its --peer-copy-allreduce moves both exchanges onto copy engines, so no NCCL kernel "
-                    "takes SMs beside the backward" if harness and world == 2 else "")
-                 + "); a sharded step that broadcasts after the optimizer instead (plain ZeroRedundancyOptimizer) "
-                 "exposes that broadcast",
-                 np.minimum(t.fillna(0.0) * (1.0 - 1.0 / world), c["compute_ns"]),
-                 f"{int(n.median())} optimizer kernels ({_ms(t.median())}) run after the last backward kernel each "
-                 f"step on the critical rank, and every one of the {world} ranks runs the whole update", step)
+    return _rule(
+        "optimizer_shard",
+        f"shard the optimizer update over the {world} ranks and hide the parameter gather "
+        f"behind compute: each rank reduce-scatters each gradient, updates its 1/{world} slice of the "
+        "parameter, and the slices are all-gathered while other work runs (FSDP2's fully_shard(..., "
+        "reshard_after_forward=False) gathers them during the next forward"
+        + (
+            "; this harness's overlap --sharded-update updates each slice from its gradient hook and gathers "
+            "it during backward"
+            if harness
+            else ""
+        )
+        + (
+            "; on 2 GPUs its --peer-copy-allreduce moves both exchanges onto copy engines, so no NCCL kernel "
+            "takes SMs beside the backward"
+            if harness and world == 2
+            else ""
+        )
+        + "); a sharded step that broadcasts after the optimizer instead (plain ZeroRedundancyOptimizer) "
+        "exposes that broadcast",
+        np.minimum(t.fillna(0.0) * (1.0 - 1.0 / world), c["compute_ns"]),
+        f"{int(n.median())} optimizer kernels ({_ms(t.median())}) run after the last backward kernel each "
+        f"step on the critical rank, and every one of the {world} ranks runs the whole update",
+        step,
+    )
 
 
-def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync_per_step: pd.Series,
-           contention_ns: float, recommendation: pd.DataFrame | None, gemm_ratio: float = float("nan"),
-           after_backward: pd.DataFrame | None = None, overhead_pct: float = float("nan"), harness: bool = True,
-           last_grad_ns: pd.Series | None = None, extra_work: pd.DataFrame | None = None) -> list[dict]:
+def advice(
+    crit: pd.DataFrame,
+    steps: pd.DataFrame,
+    per_step: pd.DataFrame,
+    sync_per_step: pd.Series,
+    contention_ns: float,
+    recommendation: pd.DataFrame | None,
+    gemm_ratio: float = float("nan"),
+    after_backward: pd.DataFrame | None = None,
+    overhead_pct: float = float("nan"),
+    harness: bool = True,
+    last_grad_ns: pd.Series | None = None,
+    extra_work: pd.DataFrame | None = None,
+) -> list[dict]:
     """The advice rules, largest expected gain first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
     ``contention_ns``: compute lost to contention per rank-step (``contention.contention_per_step_ns``);
@@ -324,61 +428,125 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
     step = float(crit["span_ns"].median())
     c = crit.set_index("step")
     prof = gains.Profile(step, float(c["host_ns"].median()), overhead_pct)
-    row = steps.set_index(["rank", "step"]).reindex(pd.MultiIndex.from_arrays(
-        [crit["critical_rank"].to_numpy(), crit["step"].to_numpy()])) if len(steps) else None
+    row = (
+        steps.set_index(["rank", "step"]).reindex(
+            pd.MultiIndex.from_arrays([crit["critical_rank"].to_numpy(), crit["step"].to_numpy()])
+        )
+        if len(steps)
+        else None
+    )
     comm = c["exposed_transfer_ns"] + c["wait_ns"]
     host = c["host_ns"]
     out: list[dict | None] = []
     sync = sync_per_step.reindex(c.index).fillna(0.0)
     if row is not None:
+
         def col(name):
-            return pd.Series(row[name].to_numpy(float), index=c.index) if name in row else pd.Series(
-                np.zeros(len(c)), index=c.index)
+            return (
+                pd.Series(row[name].to_numpy(float), index=c.index)
+                if name in row
+                else pd.Series(np.zeros(len(c)), index=c.index)
+            )
 
         tail = np.minimum(col("job_comm_tail_ns").fillna(col("comm_tail_ns")).fillna(0.0), comm)
-        last = (last_grad_ns.reindex(c.index).fillna(0.0) if last_grad_ns is not None
-                else pd.Series(0.0, index=c.index))
+        last = (
+            last_grad_ns.reindex(c.index).fillna(0.0)
+            if last_grad_ns is not None
+            else pd.Series(0.0, index=c.index)
+        )
         left = float(np.maximum(0.0, tail - last).median())  # the last bucket still runs after backward
-        out.append(_rule("comm_tail", "overlap the gradient collectives with backward and shrink what is left "
-                         "after it: bucketed all-reduce during backward, a smaller last bucket or bucket_cap_mb",
-                         tail, f"gradient collectives run {_ms(tail.median())} past the last backward kernel; "
-                         f"the last one takes {_ms(last.median())}", step,
-                         expected=gains.carry(left, gains.GPU, prof)))
+        out.append(
+            _rule(
+                "comm_tail",
+                "overlap the gradient collectives with backward and shrink what is left "
+                "after it: bucketed all-reduce during backward, a smaller last bucket or bucket_cap_mb",
+                tail,
+                f"gradient collectives run {_ms(tail.median())} past the last backward kernel; "
+                f"the last one takes {_ms(last.median())}",
+                step,
+                expected=gains.carry(left, gains.GPU, prof),
+            )
+        )
         ag = np.minimum(col("exposed_allgather_ns").fillna(0.0), comm)
-        out.append(_rule("fsdp_allgather", "prefetch FSDP's parameter AllGather (forward/backward prefetch) or "
-                         "reshard_after_forward=False", ag,
-                         f"exposed AllGather before backward ends {_ms(ag.median())} per step", step))
+        out.append(
+            _rule(
+                "fsdp_allgather",
+                "prefetch FSDP's parameter AllGather (forward/backward prefetch) or "
+                "reshard_after_forward=False",
+                ag,
+                f"exposed AllGather before backward ends {_ms(ag.median())} per step",
+                step,
+            )
+        )
         ps = np.minimum(col("exposed_param_sync_ns").fillna(0.0), comm)
-        out.append(_rule("param_sync", "overlap or bucket the parameter sync after the optimizer step (ZeRO's "
-                         "broadcast of updated shards)", ps,
-                         f"exposed parameter AllGather/Broadcast after backward {_ms(ps.median())} per step", step))
+        out.append(
+            _rule(
+                "param_sync",
+                "overlap or bucket the parameter sync after the optimizer step (ZeRO's "
+                "broadcast of updated shards)",
+                ps,
+                f"exposed parameter AllGather/Broadcast after backward {_ms(ps.median())} per step",
+                step,
+            )
+        )
     hs = np.minimum(sync, host)
-    out.append(_rule("host_sync", "drop the per-step host sync: log every N steps, avoid .item() / "
-                     ".cpu() / synchronize in the loop", hs,
-                     f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
-                     f"calls; its GPU idles {_ms(host.median())} awaiting launches", step,
-                     expected=gains.carry(float(hs.median()), gains.HOST, prof)))
+    out.append(
+        _rule(
+            "host_sync",
+            "drop the per-step host sync: log every N steps, avoid .item() / "
+            ".cpu() / synchronize in the loop",
+            hs,
+            f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
+            f"calls; its GPU idles {_ms(host.median())} awaiting launches",
+            step,
+            expected=gains.carry(float(hs.median()), gains.HOST, prof),
+        )
+    )
     launch = host - hs
-    out.append(_rule("launch_bound", "launch fewer kernels: capture the step in a CUDA graph "
-                     "(torch.compile(mode=\"reduce-overhead\"), or torch.cuda.CUDAGraph around a static step), so "
-                     "one launch replays them all; plain torch.compile (default mode) still launches kernel by "
-                     "kernel; a larger batch gives each launch more work",
-                     launch, f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
-                     "of it explained by host syncs", step,
-                     expected=gains.carry(float(launch.median()), gains.HOST, prof)))
+    out.append(
+        _rule(
+            "launch_bound",
+            "launch fewer kernels: capture the step in a CUDA graph "
+            '(torch.compile(mode="reduce-overhead"), or torch.cuda.CUDAGraph around a static step), so '
+            "one launch replays them all; plain torch.compile (default mode) still launches kernel by "
+            "kernel; a larger batch gives each launch more work",
+            launch,
+            f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
+            "of it explained by host syncs",
+            step,
+            expected=gains.carry(float(launch.median()), gains.HOST, prof),
+        )
+    )
     strag = _straggler_rule(crit, per_step, step, prof) if per_step is not None and len(per_step) else None
     out += [strag, _extra_work_rule(extra_work, crit, strag, step)]
     if contention_ns > 0:
-        text, evidence = ("give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or high-priority "
-                          "NCCL streams"), f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL"
+        text, evidence = (
+            (
+                "give compute its SMs back: fewer NCCL channels (NCCL_MAX_NCHANNELS) or high-priority "
+                "NCCL streams"
+            ),
+            f"compute kernels lose {_ms(contention_ns)} per rank-step running beside NCCL",
+        )
         if gemm_ratio >= WAVE_RATIO:
-            text = ("fit the GEMMs beside NCCL in one wave: hold NCCL to N CTAs (e.g. 8: NCCL_MAX_CTAS or the process "
-                    "group's max_ctas) and the GEMMs to the other SMs (torch._C._set_sm_carveout_experimental(N) "
-                    "with torch.backends.cuda.preferred_blas_library('cublaslt'))")
-            evidence += (f"; GEMMs beside NCCL take {gemm_ratio:.2f}× their time alone (like for like), the mark of "
-                         "persistent GEMMs pushed into a second wave")
-        out.append(_rule("contention", text, pd.Series(np.minimum(contention_ns, c["compute_ns"])), evidence, step,
-                         per_step=False))  # one run-level estimate (contention.contention_per_step_ns)
+            text = (
+                "fit the GEMMs beside NCCL in one wave: hold NCCL to N CTAs (e.g. 8: NCCL_MAX_CTAS or the process "
+                "group's max_ctas) and the GEMMs to the other SMs (torch._C._set_sm_carveout_experimental(N) "
+                "with torch.backends.cuda.preferred_blas_library('cublaslt'))"
+            )
+            evidence += (
+                f"; GEMMs beside NCCL take {gemm_ratio:.2f}× their time alone (like for like), the mark of "
+                "persistent GEMMs pushed into a second wave"
+            )
+        out.append(
+            _rule(
+                "contention",
+                text,
+                pd.Series(np.minimum(contention_ns, c["compute_ns"])),
+                evidence,
+                step,
+                per_step=False,
+            )
+        )  # one run-level estimate (contention.contention_per_step_ns)
     got = _critical_rows(c, after_backward)
     out.append(_copy_back_rule(c, got, step))
     world = int(steps["rank"].nunique()) if len(steps) and "rank" in steps else 1
@@ -388,15 +556,29 @@ def advice(crit: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame, sync
         m = first.get("measured_step_ns")
         gain = first.get("predicted_gain_ns")
         if gain is not None and not pd.isna(gain) and float(gain) > 0 and first.get("flags"):
-            out.append(_rule("measured" if m is not None and not pd.isna(m) else "comm_tail",
-                             f"run with {first['flags']}", pd.Series([min(float(gain), float(comm.median()))]),
-                             f"{first.get('basis')}", step, per_step=False))  # one prediction for the run
+            out.append(
+                _rule(
+                    "measured" if m is not None and not pd.isna(m) else "comm_tail",
+                    f"run with {first['flags']}",
+                    pd.Series([min(float(gain), float(comm.median()))]),
+                    f"{first.get('basis')}",
+                    step,
+                    per_step=False,
+                )
+            )  # one prediction for the run
     rules = [r for r in out if r is not None]
     return sorted(rules, key=lambda r: (-r["expected_gain_ns"], -r["gain_upper_ns"]))
 
 
-PER_RANK_METRICS = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
-                    "idle_ns"]
+PER_RANK_METRICS = [
+    "step_ns",
+    "compute_ns",
+    "comm_ns",
+    "exposed_comm_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "idle_ns",
+]
 """Step-table metrics :func:`per_rank` compares across ranks (besides the critical path's ``host_ns`` and
 ``last_arrival_pct``)."""
 

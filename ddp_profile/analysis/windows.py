@@ -41,9 +41,13 @@ from ddp_profile import schema
 from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.projection import project
 
-DEFAULT_PHASE_PATTERNS = dict(zip(schema.PHASES, (nn.FORWARD_PATTERN, nn.BACKWARD_PATTERN,
-                                                   rf"^{re.escape(nn.GRAD_WAIT)}\b", nn.OPTIMIZER_PATTERN),
-                                  strict=True))
+DEFAULT_PHASE_PATTERNS = dict(
+    zip(
+        schema.PHASES,
+        (nn.FORWARD_PATTERN, nn.BACKWARD_PATTERN, rf"^{re.escape(nn.GRAD_WAIT)}\b", nn.OPTIMIZER_PATTERN),
+        strict=True,
+    )
+)
 RANGE_COLUMNS = ["rank", "pid", "step", "phase", "host_start_ns", "host_end_ns"]
 NO_STEP_RANGE = "no NVTX range matches the step pattern"
 NO_NVTX_RANGES = "no NVTX ranges in the trace"
@@ -84,8 +88,10 @@ def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.
     notes: list[str] = []
     ranges = _closed(nvtx)
     if ranges.empty:
-        notes.append(f"{NO_NVTX_RANGES}: per-step metrics need step ranges (profile with "
-                     "`nsys profile -t cuda,nvtx` and wrap each step in an NVTX range)")
+        notes.append(
+            f"{NO_NVTX_RANGES}: per-step metrics need step ranges (profile with "
+            "`nsys profile -t cuda,nvtx` and wrap each step in an NVTX range)"
+        )
         return schema.empty_frame(RANGE_COLUMNS), notes
     if step_pattern is None:
         dom = ranges["domain"].astype("object").fillna("")
@@ -106,41 +112,58 @@ def find_steps(nvtx: pd.DataFrame, step_pattern: str | None = None) -> tuple[pd.
         pat = step_pattern or nn.STEP_PATTERN
         n_open = _open_matches(nvtx, pat)
         if n_open:
-            notes.append(f"{n_open} NVTX range(s) match the step pattern {pat!r} but none was closed (the capture "
-                         "stopped before the steps ended, or a range was pushed and never popped): per-step metrics "
-                         "are missing; extend the capture past the last step or close the ranges")
+            notes.append(
+                f"{n_open} NVTX range(s) match the step pattern {pat!r} but none was closed (the capture "
+                "stopped before the steps ended, or a range was pushed and never popped): per-step metrics "
+                "are missing; extend the capture past the last step or close the ranges"
+            )
             return schema.empty_frame(RANGE_COLUMNS), notes
-        notes.append(f"{NO_STEP_RANGE} {pat!r}: per-step metrics are missing "
-                     "(name each step's range e.g. 'step 3', or pass --step-pattern REGEX)")
+        notes.append(
+            f"{NO_STEP_RANGE} {pat!r}: per-step metrics are missing "
+            "(name each step's range e.g. 'step 3', or pass --step-pattern REGEX)"
+        )
         return schema.empty_frame(RANGE_COLUMNS), notes
     # Outermost only: a matching range inside another one (ProfilerStep#3 > Optimizer.step) is no step. By
     # containment, not NVTX depth: a step overlapping the previous one (not nested in it) is still a step.
-    steps = steps.assign(_end=ints(steps["end_ns"])).sort_values(["pid", "start_ns", "_end"],
-                                                                ascending=[True, True, False], kind="stable")
+    steps = steps.assign(_end=ints(steps["end_ns"])).sort_values(
+        ["pid", "start_ns", "_end"], ascending=[True, True, False], kind="stable"
+    )
     prev_max = steps.groupby("pid")["_end"].cummax().groupby(steps["pid"]).shift()
     steps = steps.loc[~(prev_max.notna() & (steps["_end"] <= prev_max)).to_numpy()].drop(columns="_end")
     steps = steps.sort_values(["pid", "start_ns"], kind="stable").reset_index(drop=True)
     prev_end = steps.groupby("pid")["end_ns"].shift()
     n_overlap = int((prev_end.notna() & (steps["start_ns"] < prev_end)).sum())
     if n_overlap:
-        notes.append(f"{n_overlap} step range(s) start before the previous step of the same process ended: every "
-                     "step is kept, a kernel launched in the overlap counts in both steps, and a phase goes to "
-                     "the later step")
+        notes.append(
+            f"{n_overlap} step range(s) start before the previous step of the same process ended: every "
+            "step is kept, a kernel launched in the overlap counts in both steps, and a phase goes to "
+            "the later step"
+        )
     index = pd.to_numeric(steps["payload"], errors="coerce") if source == "project" else None
     if index is None or index.isna().any():
         # at most 18 digits (fits int64); a longer digit run is no index, and the order is used instead
-        index = pd.to_numeric(steps["name"].astype(str).str.extract(r"(?<!\d)(\d{1,18})\D*$")[0], errors="coerce")
+        index = pd.to_numeric(
+            steps["name"].astype(str).str.extract(r"(?<!\d)(\d{1,18})\D*$")[0], errors="coerce"
+        )
     ordinal = steps.groupby("pid").cumcount()
     if index.isna().any() or index.groupby(steps["pid"]).apply(lambda s: s.duplicated().any()).any():
         index = ordinal
-    out = pd.DataFrame({
-        "rank": steps["rank"].to_numpy(), "pid": ints(steps["pid"]), "step": index.astype("int64").to_numpy(),
-        "phase": "step", "host_start_ns": ints(steps["start_ns"]), "host_end_ns": ints(steps["end_ns"]),
-    })
+    out = pd.DataFrame(
+        {
+            "rank": steps["rank"].to_numpy(),
+            "pid": ints(steps["pid"]),
+            "step": index.astype("int64").to_numpy(),
+            "phase": "step",
+            "host_start_ns": ints(steps["start_ns"]),
+            "host_end_ns": ints(steps["end_ns"]),
+        }
+    )
     return out, notes
 
 
-def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str] | None = None) -> pd.DataFrame:
+def find_phases(
+    nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str] | None = None
+) -> pd.DataFrame:
     """Phase host ranges (RANGE_COLUMNS) assigned to the step containing their start, same process."""
     pats = dict(DEFAULT_PHASE_PATTERNS)
     pats.update(patterns or {})
@@ -152,8 +175,17 @@ def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str
     end = ints(ranges["end_ns"])
     # Each process's step columns and range rows taken once (not once per phase); the rows found are
     # gathered as arrays and made into one frame (a frame per phase and process costs ~1 ms each).
-    by_pid = [(p, sg["host_start_ns"].to_numpy(), sg["host_end_ns"].to_numpy(), sg["rank"].to_numpy(),
-               sg["step"].to_numpy(), np.flatnonzero(pid == p)) for p, sg in steps.groupby("pid")]
+    by_pid = [
+        (
+            p,
+            sg["host_start_ns"].to_numpy(),
+            sg["host_end_ns"].to_numpy(),
+            sg["rank"].to_numpy(),
+            sg["step"].to_numpy(),
+            np.flatnonzero(pid == p),
+        )
+        for p, sg in steps.groupby("pid")
+    ]
     parts: dict[str, list] = {c: [] for c in RANGE_COLUMNS}
     for phase, pat in pats.items():
         hit = _matches(ranges["name"], pat)
@@ -165,9 +197,14 @@ def find_phases(nvtx: pd.DataFrame, steps: pd.DataFrame, patterns: dict[str, str
             ok = j >= 0
             ok[ok] = start[sel][ok] <= he[j[ok]]
             sel, j = sel[ok], j[ok]
-            for col, values in (("rank", srank[j]), ("pid", np.full(len(sel), p)), ("step", sstep[j]),
-                                ("phase", np.full(len(sel), phase, dtype=object)), ("host_start_ns", start[sel]),
-                                ("host_end_ns", end[sel])):
+            for col, values in (
+                ("rank", srank[j]),
+                ("pid", np.full(len(sel), p)),
+                ("step", sstep[j]),
+                ("phase", np.full(len(sel), phase, dtype=object)),
+                ("host_start_ns", start[sel]),
+                ("host_end_ns", end[sel]),
+            ):
                 parts[col].append(values)
     if not parts["rank"]:
         return schema.empty_frame(RANGE_COLUMNS)
@@ -187,18 +224,31 @@ def phase_windows(steps: pd.DataFrame, phases: pd.DataFrame, karr) -> pd.DataFra
     gs, ge = np.zeros(len(ranges), dtype=np.int64), np.zeros(len(ranges), dtype=np.int64)
     for rows, mask in ((np.flatnonzero(~is_bwd), None), (np.flatnonzero(is_bwd), karr.is_compute)):
         if rows.size:
-            gs[rows], ge[rows], _ = project(ranges.iloc[rows], karr.start, karr.end, karr.launch, karr.pid, mask)
+            gs[rows], ge[rows], _ = project(
+                ranges.iloc[rows], karr.start, karr.end, karr.launch, karr.pid, mask
+            )
     ranges = ranges.assign(start_ns=gs, end_ns=ge)
     keys = ["rank", "pid", "step", "phase"]
-    out = ranges.groupby(keys, sort=False).agg(
-        start_ns=("start_ns", "min"), end_ns=("end_ns", "max"),
-        host_start_ns=("host_start_ns", "min"), host_end_ns=("host_end_ns", "max"),
-    ).reset_index()
+    out = (
+        ranges.groupby(keys, sort=False)
+        .agg(
+            start_ns=("start_ns", "min"),
+            end_ns=("end_ns", "max"),
+            host_start_ns=("host_start_ns", "min"),
+            host_end_ns=("host_end_ns", "max"),
+        )
+        .reset_index()
+    )
     if len(out) == len(ranges):  # one range per (rank, step, phase): the union is the window
         out["phase_ns"] = (out["end_ns"] - out["start_ns"]).astype(float)
     else:
         out = out.merge(_union_lengths(ranges, keys), on=keys, how="left")
-    n_bwd = ranges.loc[ranges["phase"] == "backward"].groupby(["rank", "pid", "step"]).size().rename("micro_steps")
+    n_bwd = (
+        ranges.loc[ranges["phase"] == "backward"]
+        .groupby(["rank", "pid", "step"])
+        .size()
+        .rename("micro_steps")
+    )
     out = out.merge(n_bwd.reset_index().assign(phase="step"), on=keys, how="left")
     facts = [c for c in schema.WINDOW_FACT_COLUMNS if c.startswith("extra_")]
     have = [c for c in facts if c in steps.columns]

@@ -20,29 +20,42 @@ from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
 JSON_KEY = {"model": "cost_model"}
-SECTIONS = {next((k for k, v in JSON_KEY.items() if v == key), key): attr for key, attr in JSON_SECTIONS.items()}
+SECTIONS = {
+    next((k for k, v in JSON_KEY.items() if v == key), key): attr for key, attr in JSON_SECTIONS.items()
+}
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "analyze", help="per-step compute, communication, overlap, exposed comm and tail of one run",
+        "analyze",
+        help="per-step compute, communication, overlap, exposed comm and tail of one run",
         description="Analyse nsys SQLite export(s) of one run (one file per rank or one file for all). "
-                    "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
-                    "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
-                    "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
-                    "contention (compute slowdown under NCCL), comm_kinds (NCCL time per rank, step and collective "
-                    "kind: exposed, waiting, per phase, after backward), recommendation (the configuration to "
-                    "try next, with its predicted step time).",
+        "Sections: steps (per rank and step), phases (GPU windows), ranks (overlap per rank), "
+        "kernels (per kernel name, nsys nccl_gpu_overlap_trace semantics), collectives (NCCL "
+        "kernels matched across ranks: wait vs transfer), model (all-reduce cost fit), "
+        "contention (compute slowdown under NCCL), comm_kinds (NCCL time per rank, step and collective "
+        "kind: exposed, waiting, per phase, after backward), recommendation (the configuration to "
+        "try next, with its predicted step time).",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or a run folder")
     add_export_argument(p)
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table",
-                   help="table (default: the verdict, a per-rank summary in ms and the headline numbers; "
-                        "sections on request), json (all sections, stable keys) or csv (one section)")
-    p.add_argument("--section", choices=[*SECTIONS, "all"], default=None, action="append", metavar="NAME",
-                   help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
-                        "by default; json: every one but comm_kinds and recommendation, which are computed only "
-                        "when asked for; csv: steps)")
+    p.add_argument(
+        "--format",
+        choices=["table", "json", "csv"],
+        default="table",
+        help="table (default: the verdict, a per-rank summary in ms and the headline numbers; "
+        "sections on request), json (all sections, stable keys) or csv (one section)",
+    )
+    p.add_argument(
+        "--section",
+        choices=[*SECTIONS, "all"],
+        default=None,
+        action="append",
+        metavar="NAME",
+        help="section to output, repeatable: " + ", ".join(SECTIONS) + ", or all (table: none "
+        "by default; json: every one but comm_kinds and recommendation, which are computed only "
+        "when asked for; csv: steps)",
+    )
     add_step_selection(p)
     p.add_argument("-o", "--output", metavar="FILE", default=None, help="write here instead of stdout")
     add_jobs_argument(p)
@@ -113,7 +126,9 @@ def table_text(res, chosen: list[str]) -> str:
     if len(ranks):
         lines += ["== per rank (medians over each rank's steps) ==", text_table(ranks), ""]
     summary, per_rank = res.summary(), per_rank_of(res)
-    lines.append("summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in summary_pairs(summary, per_rank)))
+    lines.append(
+        "summary: " + ", ".join(f"{summary_name(k)}={v}" for k, v in summary_pairs(summary, per_rank))
+    )
     other = other_per_rank(summary, per_rank)
     if other:
         lines.append("ranks differ > 2× in: " + "; ".join(f"{summary_name(k)}: {v}" for k, v in other))

@@ -10,12 +10,14 @@ from ddp_profile.safeio import check_output_folder
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "findings", help="answer the CS336 DDP questions from traces/ (writes FINDINGS.md and findings.html)",
+        "findings",
+        help="answer the CS336 DDP questions from traces/ (writes FINDINGS.md and findings.html)",
         description="Load every run folder under TRACES_DIR (and TRACES_DIR/scaling/), analyse it and write "
-                    "FINDINGS.md and findings.html (offline, plotly.min.js beside it) into the output folder. "
-                    "Every number is computed from the traces and their run JSONs. `ddp-profile report` (the main "
-                    "job) already writes both files with the report pages; this command rewrites only them "
-                    "(atomically, other files in the folder untouched).")
+        "FINDINGS.md and findings.html (offline, plotly.min.js beside it) into the output folder. "
+        "Every number is computed from the traces and their run JSONs. `ddp-profile report` (the main "
+        "job) already writes both files with the report pages; this command rewrites only them "
+        "(atomically, other files in the folder untouched).",
+    )
     p.add_argument("traces", nargs="?", default="traces", help="traces folder (default: traces/)")
     p.add_argument("-o", "--output", default="reports", help="output folder (default: reports/)")
     p.set_defaults(func=run)

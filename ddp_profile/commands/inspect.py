@@ -30,11 +30,13 @@ from ddp_profile.commands.options import (
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "inspect", help="show files, versions, ranks, kernel and NVTX counts of nsys SQLite export(s)",
+        "inspect",
+        help="show files, versions, ranks, kernel and NVTX counts of nsys SQLite export(s)",
         description="Load nsys SQLite export(s) (one file, one per rank, or a folder) and print what they "
-                    "hold: files, nsys and schema versions, scrubbed or not, ranks (and how they were "
-                    "found), kernel counts by kind, NCCL kernels by collective, NVTX ranges by domain and "
-                    "name (names differing only in numbers grouped, e.g. 'step <N>'), time span.")
+        "hold: files, nsys and schema versions, scrubbed or not, ranks (and how they were "
+        "found), kernel counts by kind, NCCL kernels by collective, NVTX ranges by domain and "
+        "name (names differing only in numbers grouped, e.g. 'step <N>'), time span.",
+    )
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="export file(s) or folder")
     parser.add_argument("--format", choices=["table", "json"], default="table", help="output format")
     add_step_selection(parser)
@@ -66,4 +68,9 @@ def step_summary(trace, selection=None) -> dict:
     steps, notes, inferred = labelled_steps(trace, step_pattern=pattern, steps=which)
     source = "none" if steps.empty else "inferred" if inferred else "nvtx"
     per_rank = {} if steps.empty else {str(int(r)): int(c) for r, c in steps.groupby("rank").size().items()}
-    return {"source": source, "per_rank": per_rank, "labels": describe(steps["step"].to_numpy()), "notes": notes}
+    return {
+        "source": source,
+        "per_rank": per_rank,
+        "labels": describe(steps["step"].to_numpy()),
+        "notes": notes,
+    }

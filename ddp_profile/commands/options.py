@@ -21,15 +21,22 @@ if TYPE_CHECKING:
 
 SLOW_S = 2.0  # a load with one job shows the bar only once it has taken this long
 
-EXPORT_HELP = ("convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); "
-               "the export is written next to the report, never over an existing .sqlite")
+EXPORT_HELP = (
+    "convert .nsys-rep inputs first with `nsys export --type sqlite` (needs nsys on PATH or NSYS=...); "
+    "the export is written next to the report, never over an existing .sqlite"
+)
 
 
 def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     """``--jobs N`` for commands that load one run (``analyze``, ``inspect``)."""
-    parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="per-rank export files read in parallel (default 1); a progress bar goes to stderr "
-                             f"when N > 1 or when loading takes over {SLOW_S:g} s")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="per-rank export files read in parallel (default 1); a progress bar goes to stderr "
+        f"when N > 1 or when loading takes over {SLOW_S:g} s",
+    )
 
 
 def add_export_argument(parser: argparse.ArgumentParser) -> None:
@@ -71,12 +78,19 @@ def cli_progress(paths, jobs: int, stream=None) -> ProgressBar:
 def add_scheduler_arguments(parser: argparse.ArgumentParser) -> None:
     """``--dask`` and ``--scheduler ADDRESS`` for commands that analyse one run per rank (``analyze``)."""
     g = parser.add_argument_group("per-rank work on Dask (pip install 'ddp-profile[dask]')")
-    g.add_argument("--dask", action="store_true",
-                   help="load and analyse each per-rank file in a Dask worker process (a LocalCluster of --jobs "
-                        "workers); only small per-rank tables come back (same results)")
-    g.add_argument("--scheduler", metavar="ADDRESS", default=None,
-                   help="run the per-rank work on the Dask cluster at ADDRESS (e.g. tcp://host:8786; the files "
-                        "must be readable there at the same paths); 'local' = --dask")
+    g.add_argument(
+        "--dask",
+        action="store_true",
+        help="load and analyse each per-rank file in a Dask worker process (a LocalCluster of --jobs "
+        "workers); only small per-rank tables come back (same results)",
+    )
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        default=None,
+        help="run the per-rank work on the Dask cluster at ADDRESS (e.g. tcp://host:8786; the files "
+        "must be readable there at the same paths); 'local' = --dask",
+    )
 
 
 @contextmanager
@@ -98,6 +112,8 @@ def loaded_run(args: argparse.Namespace, paths):
         yield distributed.load_trace(paths, client=client, progress=progress)
     finally:
         distributed.close_client(client)
+
+
 SCHEDULER_RE = re.compile(r"(?:(?:tcp|tls|ws|wss|ucx|inproc)://)?[\w.\-\[\]:]+:\d{1,5}/?")
 
 
@@ -115,8 +131,10 @@ def connect(scheduler: str, jobs: int):
         raise
     except Exception as exc:  # dask raises OSError (timeout), ValueError, even MemoryError for a bad peer
         why = " ".join(str(exc).split())[:160] or type(exc).__name__
-        raise UsageError(f"--scheduler {scheduler[:80]}: cannot connect ({why}); check the address and that "
-                         "the scheduler is running") from exc
+        raise UsageError(
+            f"--scheduler {scheduler[:80]}: cannot connect ({why}); check the address and that "
+            "the scheduler is running"
+        ) from exc
 
 
 def regex(text: str) -> str:
@@ -143,12 +161,17 @@ def steps_spec(text: str) -> str:
     return text
 
 
-STEPS_HELP = ("steps to keep by their label (the step numbers the output shows, the same on every rank): "
-              "A:B keeps A <= step < B, A: and :B leave one end open, A keeps one step (default all); a "
-              "selection with no step in it is an error naming the trace's steps")
-STEP_PATTERN_HELP = ("regex for step NVTX range names (default: the project's 'step N' ranges, else "
-                     + nn.STEP_PATTERN_HELP + "; when no range matches, steps are inferred from the repeating "
-                     "kernel-launch sequence and numbered from 0 at the first step every rank ran)")
+STEPS_HELP = (
+    "steps to keep by their label (the step numbers the output shows, the same on every rank): "
+    "A:B keeps A <= step < B, A: and :B leave one end open, A keeps one step (default all); a "
+    "selection with no step in it is an error naming the trace's steps"
+)
+STEP_PATTERN_HELP = (
+    "regex for step NVTX range names (default: the project's 'step N' ranges, else "
+    + nn.STEP_PATTERN_HELP
+    + "; when no range matches, steps are inferred from the repeating "
+    "kernel-launch sequence and numbered from 0 at the first step every rank ran)"
+)
 
 
 def add_step_selection(parser: argparse.ArgumentParser) -> None:
@@ -156,8 +179,14 @@ def add_step_selection(parser: argparse.ArgumentParser) -> None:
     ``report``, ``export``, ``inspect``): ``--step-pattern REGEX``, ``--phase NAME=REGEX`` (repeatable) and
     ``--steps A:B``; :func:`step_selection` makes them one value."""
     parser.add_argument("--step-pattern", metavar="REGEX", default=None, type=regex, help=STEP_PATTERN_HELP)
-    parser.add_argument("--phase", action="append", default=[], metavar="NAME=REGEX", type=phase_spec,
-                        help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)")
+    parser.add_argument(
+        "--phase",
+        action="append",
+        default=[],
+        metavar="NAME=REGEX",
+        type=phase_spec,
+        help="override a phase regex: forward, backward, optimizer or grad_wait (repeatable)",
+    )
     parser.add_argument("--steps", default="all", metavar="A:B", type=steps_spec, help=STEPS_HELP)
 
 
@@ -174,6 +203,8 @@ def phase_spec(text: str) -> str:
     """argparse type: ``NAME=REGEX`` with a known phase name and a valid regex."""
     name, sep, rx = text.partition("=")
     if not sep or name not in PHASES or not rx:
-        raise argparse.ArgumentTypeError(f"{text[:60]!r}: use NAME=REGEX with NAME one of {', '.join(PHASES)}")
+        raise argparse.ArgumentTypeError(
+            f"{text[:60]!r}: use NAME=REGEX with NAME one of {', '.join(PHASES)}"
+        )
     regex(rx)
     return text

@@ -31,7 +31,7 @@ def json_text(res, keys: list[str]) -> str:
             df = getattr(res, attr)
             extra = ("compute_overlap_pct", "overlap_pct", "kind", "nccl") if key == "kernels" else None
             items.append((key, records_text(df, 2, extra)))
-    body = ",\n".join(f'{INDENT}{json.dumps(k)}: {v}' for k, v in items)
+    body = ",\n".join(f"{INDENT}{json.dumps(k)}: {v}" for k, v in items)
     return "{\n" + body + "\n}\n"
 
 
@@ -56,7 +56,11 @@ def records_text(df: pd.DataFrame, level: int, extra=None) -> str:
         seq += [repeat(lead), tokens(df[col])]
     if extra is not None:
         key, src, mask_col, value = extra
-        hit = (df[mask_col] == value).fillna(False).to_numpy(dtype=bool) if mask_col in df else np.zeros(len(df), bool)
+        hit = (
+            (df[mask_col] == value).fillna(False).to_numpy(dtype=bool)
+            if mask_col in df
+            else np.zeros(len(df), bool)
+        )
         toks = np.array(tokens(df[src]), dtype=object)
         seq.append(np.where(hit, ",\n" + inner + json.dumps(key) + ": " + toks, "").tolist())
     seq.append(repeat("\n" + pad + "}"))
@@ -73,16 +77,20 @@ def tokens(col: pd.Series) -> list[str]:
     if pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype):
         if isinstance(dtype, pd.api.extensions.ExtensionDtype):  # nullable Int64/Float64: <NA> -> null
             missing = col.isna().to_numpy()
-            values = col.to_numpy(dtype="float64" if pd.api.types.is_float_dtype(dtype) else "int64",
-                                  na_value=0)
+            values = col.to_numpy(
+                dtype="float64" if pd.api.types.is_float_dtype(dtype) else "int64", na_value=0
+            )
         else:
             values, missing = col.to_numpy(), None
         # Python's own repr per value, as json.dumps writes floats and ints: ~4x (ints) and ~1.6x (floats)
         # faster than numpy's astype(str) on 1M values.
         if values.dtype.kind == "f":
             # float64 only: a narrower float's repr would show its binary value's digits, where numpy's are short
-            text = list(map(float.__repr__, values.tolist())) if values.dtype == np.float64 else \
-                values.astype(str).tolist()
+            text = (
+                list(map(float.__repr__, values.tolist()))
+                if values.dtype == np.float64
+                else values.astype(str).tolist()
+            )
             nan = np.isnan(values)
             missing = nan if missing is None else missing | nan
             for i in np.flatnonzero(np.isinf(values)).tolist():

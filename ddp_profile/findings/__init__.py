@@ -52,8 +52,15 @@ def run_sets(runs) -> dict:
     for r in runs:
         if r.set != MAIN:
             continue
-        name = "small" if r.model == "small" else "A" if (r.model, r.dtype) == ("xl", "fp32") else \
-            "B" if (r.model, r.dtype) == ("xl", "bf16") else None
+        name = (
+            "small"
+            if r.model == "small"
+            else "A"
+            if (r.model, r.dtype) == ("xl", "fp32")
+            else "B"
+            if (r.model, r.dtype) == ("xl", "bf16")
+            else None
+        )
         if name:
             sets[name][key_of(r)] = r
     return sets
@@ -68,42 +75,73 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
     m_scal = machine_line(root, SCALING, runs)
     a = sets["A"]
     fit = qa.shared_fit(a)  # the same sweep_fit as the report's sweep page: one o, w and b*
-    secs = [qa.q1_naive(a, page_for, m_main), qa.q2_flat(a, page_for, m_main, fit),
-            qa.q3_overlap(a, page_for, m_main), qa.q4_buckets(a, page_for, m_main, fit),
-            qb.q5_torch([("Set A (XL fp32)", a), ("Set B (XL bf16)", sets["B"]), ("Set small (fp32)", sets["small"])],
-                        page_for, m_main, hosts),
-            qb.q6_contention(a, page_for, m_main)]
+    secs = [
+        qa.q1_naive(a, page_for, m_main),
+        qa.q2_flat(a, page_for, m_main, fit),
+        qa.q3_overlap(a, page_for, m_main),
+        qa.q4_buckets(a, page_for, m_main, fit),
+        qb.q5_torch(
+            [("Set A (XL fp32)", a), ("Set B (XL bf16)", sets["B"]), ("Set small (fp32)", sets["small"])],
+            page_for,
+            m_main,
+            hosts,
+        ),
+        qb.q6_contention(a, page_for, m_main),
+    ]
     q7, scal = qb.q7_scaling([r for r in runs if r.set == SCALING], page_for, m_scal)
     secs += [q7, qb.q8_dtype(a, sets["B"], page_for, m_main)]
     camp = qc.campaign_sets(runs)
     if camp:
-        m_camp = {name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp}
+        m_camp = {
+            name: machine_line(root, CAMPAIGN, runs, sub=f"campaign/{qc.set_folder(name)}") for name in camp
+        }
         secs += [qc.q9_sharding(camp, page_for, m_camp), qc.q10_beat_ddp(camp, page_for, m_camp)]
         lost = q13_where_lost(runs)
         secs += [lost] if lost is not None else []
-    stock = [(f"Set {k} (traces/, {'XL fp32' if k == 'A' else 'XL bf16'} bucket sweep)", sets[k]["torch_ddp"],
-              list(sets[k].values())) for k in ("A", "B") if "torch_ddp" in sets[k]]
-    stock += [(qc.set_label(name, True), ref, rs) for name, rs in sorted(camp.items())
-              if (ref := qc.stock_reference(rs)) is not None]
+    stock = [
+        (
+            f"Set {k} (traces/, {'XL fp32' if k == 'A' else 'XL bf16'} bucket sweep)",
+            sets[k]["torch_ddp"],
+            list(sets[k].values()),
+        )
+        for k in ("A", "B")
+        if "torch_ddp" in sets[k]
+    ]
+    stock += [
+        (qc.set_label(name, True), ref, rs)
+        for name, rs in sorted(camp.items())
+        if (ref := qc.stock_reference(rs)) is not None
+    ]
     if stock:
         secs.append(qf.q12_confirm(stock, page_for))
     timed = read_timing_runs(root)
     if timed:
-        m_time = {f: machine_line(root, TIMING, timed, sub=f"campaign/{f}") for f in {r.folder.parent.name for r in timed}}
+        m_time = {
+            f: machine_line(root, TIMING, timed, sub=f"campaign/{f}")
+            for f in {r.folder.parent.name for r in timed}
+        }
         secs.append(qt.q11_timing(timed, m_time))
     folders: dict[str, list] = {}  # campaign folder -> its runs (a folder split by GPU count is one here)
     for r in runs:
         if r.set == CAMPAIGN:
             folders.setdefault(r.folder.parent.name, []).append(r)
     secs += [qb.limits(runs, hosts, sets, {MAIN: m_main, SCALING: m_scal}, folders)]
-    pages = {"q1": [("strategies", a)], "q2": [("strategies", a)], "q3": [("strategies", a)],
-             "q4": [("sweep", a), ("sweep", sets["small"])],
-             "q5": [("strategies", a), ("strategies", sets["B"]), ("strategies", sets["small"])],
-             "q7": [("scaling", {r.name: r for r in runs if r.set == SCALING})],
-             "q8": [("strategies", a), ("strategies", sets["B"])]}
+    pages = {
+        "q1": [("strategies", a)],
+        "q2": [("strategies", a)],
+        "q3": [("strategies", a)],
+        "q4": [("sweep", a), ("sweep", sets["small"])],
+        "q5": [("strategies", a), ("strategies", sets["B"]), ("strategies", sets["small"])],
+        "q7": [("scaling", {r.name: r for r in runs if r.set == SCALING})],
+        "q8": [("strategies", a), ("strategies", sets["B"])],
+    }
     for sec in secs:
-        links = [x for kind, rs in pages.get(sec.key, ()) for x in comparison_links(kind, rs)
-                 if page_exists is None or page_exists(x[1])]
+        links = [
+            x
+            for kind, rs in pages.get(sec.key, ())
+            for x in comparison_links(kind, rs)
+            if page_exists is None or page_exists(x[1])
+        ]
         if links:
             sec.links(list(dict.fromkeys(links)))
     return secs, {"sets": sets, "scaling": scal}
@@ -116,7 +154,7 @@ def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
 
     out = []
     keys: dict[tuple, None] = {}  # ordered set of (folder, model, dtype, gpu, world size)
-    for r in (rs.values() if isinstance(rs, dict) else rs):
+    for r in rs.values() if isinstance(rs, dict) else rs:
         m = normalise_meta(r.meta)
         folder = "scaling" if r.set == SCALING else ""
         ws = None if kind == "scaling" else m.get("world_size")
@@ -130,7 +168,7 @@ def comparison_links(kind: str, rs: dict) -> list[tuple[str, str]]:
 
 
 def describe_set(name: str, rs: dict) -> str:
-    """"A = XL fp32, batch 4×256 per GPU" from the set's run JSONs (every distinct value listed)."""
+    """ "A = XL fp32, batch 4×256 per GPU" from the set's run JSONs (every distinct value listed)."""
     vals = list(rs.values())
     models = "/".join(dict.fromkeys("XL" if r.model == "xl" else f"model {r.model}" for r in vals))
     dtypes = "/".join(dict.fromkeys(r.dtype + (" autocast" if r.dtype == "bf16" else "") for r in vals))
@@ -145,15 +183,22 @@ def torch_ddp_line(root: Path, runs) -> str:
     for r in runs:
         if r.strategy == "torch_ddp":
             v = r.config.get("ddp_nvtx_hook")
-            how = ("ran stock PyTorch DDP (no comm hook)" if v is False else
-                   "ran DDP with the opt-in NVTX comm hook" if v else
-                   "do not record whether the hook was on (no config.ddp_nvtx_hook in the JSON)")
+            how = (
+                "ran stock PyTorch DDP (no comm hook)"
+                if v is False
+                else "ran DDP with the opt-in NVTX comm hook"
+                if v
+                else "do not record whether the hook was on (no config.ddp_nvtx_hook in the JSON)"
+            )
             where = f"{root.as_posix()}/{'scaling/' if r.set == SCALING else ''}"
             groups.setdefault((where, how), []).append(r)
     if not groups:
         return ""
-    return ("torch_ddp runs: " + "; ".join(f"{len(g)} in {w} {how}" for (w, how), g in groups.items())
-            + ". The hook's cost is measured by scripts/ddp_hook_ab.sh, not by these traces.")
+    return (
+        "torch_ddp runs: "
+        + "; ".join(f"{len(g)} in {w} {how}" for (w, how), g in groups.items())
+        + ". The hook's cost is measured by scripts/ddp_hook_ab.sh, not by these traces."
+    )
 
 
 def intro(root: Path, runs, pages: bool | None = None) -> list[str]:
@@ -164,35 +209,49 @@ def intro(root: Path, runs, pages: bool | None = None) -> list[str]:
     camp = [r for r in runs if r.set == CAMPAIGN]
     hosts = read_hosts(root)
     labels = {hosts[r.run_id] for r in main if r.run_id in hosts}
-    where = (f"from {len(labels)} host{'s' if len(labels) != 1 else ''} named in {root.as_posix()}/{HOSTS_FILE}"
-             if labels else "host not recorded")
+    where = (
+        f"from {len(labels)} host{'s' if len(labels) != 1 else ''} named in {root.as_posix()}/{HOSTS_FILE}"
+        if labels
+        else "host not recorded"
+    )
 
     def gpus(rs):
         ws = sorted({r.world_size for r in rs})
         return "–".join(str(w) for w in (ws[0], ws[-1])) if ws else "0"
 
     folders = sorted({r.folder.parent.name for r in camp})
-    camp_names = (f" (campaign set{'s' if len(folders) > 1 else ''} {', '.join(folders)}, apart from sets "
-                  "small/A/B)" if folders else "")
+    camp_names = (
+        f" (campaign set{'s' if len(folders) > 1 else ''} {', '.join(folders)}, apart from sets small/A/B)"
+        if folders
+        else ""
+    )
     sets = run_sets(runs)
     described = "; ".join(describe_set(n, rs) for n, rs in sets.items() if rs)
     if pages is None:  # FINDINGS.md, committed without the pages
-        where_pages = ("The 'report page' links open the per-run HTML pages generated by `ddp-profile report` (the "
-                       "main job: `pip install . && ddp-profile report` writes them, findings.html and this file "
-                       "into reports/); they are not committed, so generate them before following a link.")
+        where_pages = (
+            "The 'report page' links open the per-run HTML pages generated by `ddp-profile report` (the "
+            "main job: `pip install . && ddp-profile report` writes them, findings.html and this file "
+            "into reports/); they are not committed, so generate them before following a link."
+        )
     elif pages:
-        where_pages = "The 'report page' links open the per-run HTML pages `ddp-profile report` wrote beside this page."
+        where_pages = (
+            "The 'report page' links open the per-run HTML pages `ddp-profile report` wrote beside this page."
+        )
     else:
-        where_pages = ("The 'report page' links name per-run HTML pages that are not in this folder: "
-                       "`ddp-profile report` writes them here.")
-    return [where_pages,
-            f"Generated by `ddp-profile report` (or `ddp-profile findings {root.as_posix()}` for just this file and "
-            f"findings.html) from {len(runs)} real Nsight Systems traces ({len(main)} in {root.as_posix()}/ with "
-            f"{gpus(main)} GPUs per run, {where}; {len(scal)} in {root.as_posix()}/scaling/ with {gpus(scal)} GPUs "
-            f"per run; {len(camp)} in {root.as_posix()}/campaign/{camp_names}, each also timed without nsys). Every number below is computed from those traces and their run JSONs. "
-            + (f"Sets: {described}. " if described else "")
-            + "Times are medians over ranks × measured steps with the min–max over the same rows. "
-            + torch_ddp_line(root, runs)]
+        where_pages = (
+            "The 'report page' links name per-run HTML pages that are not in this folder: "
+            "`ddp-profile report` writes them here."
+        )
+    return [
+        where_pages,
+        f"Generated by `ddp-profile report` (or `ddp-profile findings {root.as_posix()}` for just this file and "
+        f"findings.html) from {len(runs)} real Nsight Systems traces ({len(main)} in {root.as_posix()}/ with "
+        f"{gpus(main)} GPUs per run, {where}; {len(scal)} in {root.as_posix()}/scaling/ with {gpus(scal)} GPUs "
+        f"per run; {len(camp)} in {root.as_posix()}/campaign/{camp_names}, each also timed without nsys). Every number below is computed from those traces and their run JSONs. "
+        + (f"Sets: {described}. " if described else "")
+        + "Times are medians over ranks × measured steps with the min–max over the same rows. "
+        + torch_ddp_line(root, runs),
+    ]
 
 
 def build_findings(root, out_dir, progress=None, runs=None, headline: list | None = None) -> dict:
@@ -214,9 +273,13 @@ def build_findings(root, out_dir, progress=None, runs=None, headline: list | Non
     figs = {}
     picked = [a[k] for k in ("naive", "overlap") if k in a]
     if picked:
-        figs["timeline"] = figures.timeline_figure(picked, f"{machine_line(root, MAIN, runs).split(' (')[0]} · XL fp32")
+        figs["timeline"] = figures.timeline_figure(
+            picked, f"{machine_line(root, MAIN, runs).split(' (')[0]} · XL fp32"
+        )
     if len(extra["scaling"]):
-        figs["scaling"] = figures.scaling_figure(extra["scaling"], machine_line(root, SCALING, runs).split(" (")[0])
+        figs["scaling"] = figures.scaling_figure(
+            extra["scaling"], machine_line(root, SCALING, runs).split(" (")[0]
+        )
     title = "Findings: CS336 assignment 2 DDP questions, answered from Nsight Systems traces"
     summary = build_summary(secs)
     if headline is not None:

@@ -34,8 +34,16 @@ from ddp_profile.report import measures
 TARGET_PCT = 5.0
 """The target for the prediction error (a requirement, not a measurement)."""
 MIB = float(1 << 20)
-LEVERS = ("shard_optimizer", "grad_views", "overlap_optimizer", "grad_reduce_dtype", "first_bucket_mb", "ddp_comm_hook",
-          "nccl_min_ctas", "peer_copy_allreduce")
+LEVERS = (
+    "shard_optimizer",
+    "grad_views",
+    "overlap_optimizer",
+    "grad_reduce_dtype",
+    "first_bucket_mb",
+    "ddp_comm_hook",
+    "nccl_min_ctas",
+    "peer_copy_allreduce",
+)
 """Harness levers no recommendation row sets: a configuration with one on has no prediction."""
 
 
@@ -49,10 +57,17 @@ def _row_for(rec: pd.DataFrame, r) -> tuple[pd.Series | None, str]:
         return None, f"lever {', '.join(on)} is not modelled"
     cap = float(c.get("bucket_mb") or 0) * MIB
     ch, hp = int(c.get("nccl_channels") or 0), bool(c.get("nccl_high_priority"))
-    rows = rec.loc[rec["lever"].astype(str) != "recommended"] if not ch and not hp else rec.loc[rec["lever"] == "recommended"]
+    rows = (
+        rec.loc[rec["lever"].astype(str) != "recommended"]
+        if not ch and not hp
+        else rec.loc[rec["lever"] == "recommended"]
+    )
     for _, row in rows.iterrows():
-        if (abs(float(row["cap_bytes"]) - cap) < 0.5 and int(row.get("nccl_channels") or 0) == ch
-                and bool(row.get("nccl_high_priority")) == hp):
+        if (
+            abs(float(row["cap_bytes"]) - cap) < 0.5
+            and int(row.get("nccl_channels") or 0) == ch
+            and bool(row.get("nccl_high_priority")) == hp
+        ):
             return row, ""
     caps = rec["cap_bytes"].astype(float)
     if not len(caps):
@@ -82,20 +97,31 @@ def _channel_row(ref, r, why: str, rate: float | None) -> tuple[dict | None, str
 
     c, rc = r.config, ref.config
     ch = int(c.get("nccl_channels") or 0)
-    if not why.startswith("NCCL channels") or float(c.get("bucket_mb") or 0) != float(rc.get("bucket_mb") or 0):
+    if not why.startswith("NCCL channels") or float(c.get("bucket_mb") or 0) != float(
+        rc.get("bucket_mb") or 0
+    ):
         return None, why
     if not ch:
         return None, "high-priority NCCL streams alone are not modelled"
     trace = getattr(ref, "trace", None)
     if trace is None:
         return None, "the stock run's trace is not loaded"
-    got = channel_prediction(ref.analysis, trace.kernels, ref.meta, ch,
-                             nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"),
-                             channel_bytes_per_s=rate, sm_count=sm_count_of(trace))
+    got = channel_prediction(
+        ref.analysis,
+        trace.kernels,
+        ref.meta,
+        ch,
+        nccl_channels=(getattr(trace, "meta", None) or {}).get("nccl_channels"),
+        channel_bytes_per_s=rate,
+        sm_count=sm_count_of(trace),
+    )
     if not math.isfinite(got["predicted_step_ns"]):
         return None, "the stock trace lacks NCCL's channel count or gradient-ready times"
     beyond = got["predicted_step_ns"] - got["low_ns"]  # the contention estimate beyond the SM share, if any
-    return {"predicted_step_ns": got["predicted_step_ns"], "upper_gain_ns": beyond if beyond > 0 else math.nan}, ""
+    return {
+        "predicted_step_ns": got["predicted_step_ns"],
+        "upper_gain_ns": beyond if beyond > 0 else math.nan,
+    }, ""
 
 
 def channel_rates(runs) -> dict[int, tuple[str, int, float]]:
@@ -106,7 +132,11 @@ def channel_rates(runs) -> dict[int, tuple[str, int, float]]:
 
     out = {}
     for r in runs:
-        if int(r.config.get("nccl_channels") or 0) and r.analysis is not None and getattr(r, "trace", None) is not None:
+        if (
+            int(r.config.get("nccl_channels") or 0)
+            and r.analysis is not None
+            and getattr(r, "trace", None) is not None
+        ):
             rate = channel_rate(r.analysis, r.meta)
             if math.isfinite(rate):
                 out[id(r)] = (str(r.meta.get("gpu_name")), int(r.world_size), rate)
@@ -132,25 +162,48 @@ def confirm_rows(ref, rs: list, rates: dict | None = None) -> list[dict]:
         return []
     unprof = all(math.isfinite(measures.unprofiled_ns(r.meta)) for r in (ref, *rs))
     out = []
-    for r in sorted((r for r in rs if r.world_size > 1), key=lambda r: (r.strategy, float(r.config.get("bucket_mb") or 0), r.name)):
-        row, why = (None, "the stock run itself (its prediction is its own measurement)") if r is ref else _row_for(rec, r)
-        item = {"run": r, "predicted_ns": math.nan, "low_ns": math.nan, "measured_ns": math.nan,
-                "measure": "un-profiled median" if unprof else "profiled step (trace)", "error_pct": math.nan,
-                "why": why, "model": "" if row is None else
-                "recommended row (bucket model, contention range)" if row.get("lever") == "recommended" else "bucket model"}
+    for r in sorted(
+        (r for r in rs if r.world_size > 1),
+        key=lambda r: (r.strategy, float(r.config.get("bucket_mb") or 0), r.name),
+    ):
+        row, why = (
+            (None, "the stock run itself (its prediction is its own measurement)")
+            if r is ref
+            else _row_for(rec, r)
+        )
+        item = {
+            "run": r,
+            "predicted_ns": math.nan,
+            "low_ns": math.nan,
+            "measured_ns": math.nan,
+            "measure": "un-profiled median" if unprof else "profiled step (trace)",
+            "error_pct": math.nan,
+            "why": why,
+            "model": ""
+            if row is None
+            else "recommended row (bucket model, contention range)"
+            if row.get("lever") == "recommended"
+            else "bucket model",
+        }
         if row is None and r is not ref:
             rate = rate_for(r, rates or {})
             row, why = _channel_row(ref, r, why, rate)
             item["why"] = why
             if row is not None:
-                item["model"] = "channel model, " + ("per-channel rate of other runs" if rate else "worst case")
+                item["model"] = "channel model, " + (
+                    "per-channel rate of other runs" if rate else "worst case"
+                )
         if row is not None:
             pred = float(row["predicted_step_ns"])
             upper = float(row["upper_gain_ns"]) if pd.notna(row.get("upper_gain_ns")) else math.nan
             shift = measures.unprofiled_ns(ref.meta) - ref.v("step_ns") if unprof else 0.0
             measured = measures.unprofiled_ns(r.meta) if unprof else r.v("step_ns")
-            item.update(predicted_ns=pred + shift, low_ns=pred + shift - upper if math.isfinite(upper) else math.nan,
-                        measured_ns=measured, error_pct=100.0 * (pred + shift - measured) / measured)
+            item.update(
+                predicted_ns=pred + shift,
+                low_ns=pred + shift - upper if math.isfinite(upper) else math.nan,
+                measured_ns=measured,
+                error_pct=100.0 * (pred + shift - measured) / measured,
+            )
         out.append(item)
     return out
 
@@ -159,16 +212,19 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
     """``groups``: (title, stock torch_ddp run, the runs of that set) per set with a stock trace."""
     target = f"±{pct(TARGET_PCT, 0)}"
     s = Section("confirm", "Recommend → confirm: predictions from the stock trace against measured steps")
-    s.p(f"For every multi-GPU configuration of a set, the step time the recommendation predicts from the set's "
+    s.p(
+        f"For every multi-GPU configuration of a set, the step time the recommendation predicts from the set's "
         f"stock torch_ddp trace alone against the step it measured; the target is an error within {target} "
         "(issue 30). Predictions exist for bucket caps at or above the stock cap (bucket model: the trace's "
         "gradient-ready times replayed through NCCL with merged buckets) and for the recommended NCCL channel row "
         "(its range reaches down by the bound on compute lost to contention). A bucketed run is compared with "
         "the prediction at its cap, so its error includes the difference between bucketed and torch_ddp. "
-        "Configurations of other strategies or with levers the recommender does not set are named, not tabled.")
+        "Configurations of other strategies or with levers the recommender does not set are named, not tabled."
+    )
     rates = channel_rates([r for _, _, rs in groups for r in rs])
     if rates:
-        s.p("Channel counts other than NCCL's (analysis.channel_model): each gradient collective of the stock trace "
+        s.p(
+            "Channel counts other than NCCL's (analysis.channel_model): each gradient collective of the stock trace "
             "transfers for max(its stock time, bus bytes ÷ (channels × per-channel rate)); the collectives are "
             "replayed in order through the NCCL queue, each starting when the last rank's gradients are ready, "
             "and what ends after the optimizer's start in the stock trace is added to the step; compute under "
@@ -179,7 +235,8 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
             f"same GPU model with any count ({len(rates)} such runs: "
             + ", ".join(f"{gpu} ×{n} {v / 1e9:.1f} GB/s" for gpu, n, v in rates.values())
             + "), never the run being predicted; with none, the worst case (transfer × stock channels ÷ "
-            "channels) from the stock trace alone.")
+            "channels) from the stock trace alone."
+        )
     met_all, total, sets_met, sets_judged = [], 0, 0, 0
     worst_all: tuple[str, dict] | None = None  # (set title, row) of the largest error over every set
     for title, ref, rs in groups:
@@ -191,24 +248,45 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
         table = []
         for x in shown:
             r, err = x["run"], x["error_pct"]
-            table.append({"run": r.name, "model": x["model"], "predicted": ms(x["predicted_ns"]) + (
-                f" (down to {ms(x['low_ns'])})" if math.isfinite(x["low_ns"]) else ""),
-                "measured": ms(x["measured_ns"]), "error": signed_pct_value(err),
-                f"within {target}": "yes" if abs(err) <= TARGET_PCT else "no", "report page": page_for(r)}
-                if math.isfinite(err) else {"run": r.name, "model": "–", "predicted": "–", "measured": "–", "error": "–",
-                                            f"within {target}": "no prediction: " + x["why"], "report page": page_for(r)})
+            table.append(
+                {
+                    "run": r.name,
+                    "model": x["model"],
+                    "predicted": ms(x["predicted_ns"])
+                    + (f" (down to {ms(x['low_ns'])})" if math.isfinite(x["low_ns"]) else ""),
+                    "measured": ms(x["measured_ns"]),
+                    "error": signed_pct_value(err),
+                    f"within {target}": "yes" if abs(err) <= TARGET_PCT else "no",
+                    "report page": page_for(r),
+                }
+                if math.isfinite(err)
+                else {
+                    "run": r.name,
+                    "model": "–",
+                    "predicted": "–",
+                    "measured": "–",
+                    "error": "–",
+                    f"within {target}": "no prediction: " + x["why"],
+                    "report page": page_for(r),
+                }
+            )
         if table:
-            s.table(pd.DataFrame(table), f"{title}: predicted from {ref.name} against the measured {rows[0]['measure']}")
+            s.table(
+                pd.DataFrame(table),
+                f"{title}: predicted from {ref.name} against the measured {rows[0]['measure']}",
+            )
         judged = [x for x in rows if math.isfinite(x["error_pct"])]
         met = [x for x in judged if abs(x["error_pct"]) <= TARGET_PCT]
         total += len(judged)
         met_all += met
         others = [x["run"].name for x in rows if x not in shown and x["run"] is not ref]
-        rest = (f" Not predicted (other strategies or levers): {', '.join(others)}." if others else "")
+        rest = f" Not predicted (other strategies or levers): {', '.join(others)}." if others else ""
         if judged:
             worst = max(judged, key=lambda x: abs(x["error_pct"]))
-            s.p(f"{title}: {len(met)} of {len(judged)} predicted configurations within {target} (largest error "
-                f"{signed_pct_value(worst['error_pct'])}, {worst['run'].name}).{rest}")
+            s.p(
+                f"{title}: {len(met)} of {len(judged)} predicted configurations within {target} (largest error "
+                f"{signed_pct_value(worst['error_pct'])}, {worst['run'].name}).{rest}"
+            )
             sets_judged += 1
             sets_met += len(met) == len(judged)
             if worst_all is None or abs(worst["error_pct"]) > abs(worst_all[1]["error_pct"]):
@@ -218,7 +296,15 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
     if total:
         s.p(f"In all, {len(met_all)} of {total} predictions lie within {target} of the measured step.")
     if worst_all is not None:
-        s.add_summary(TOPIC_CONFIRM, met=len(met_all), total=total, target=target, sets_met=sets_met,
-                      sets=sets_judged, worst_set=worst_all[0],
-                      worst_run=worst_all[1]["run"].name, worst_error=signed_pct_value(worst_all[1]["error_pct"]))
+        s.add_summary(
+            TOPIC_CONFIRM,
+            met=len(met_all),
+            total=total,
+            target=target,
+            sets_met=sets_met,
+            sets=sets_judged,
+            worst_set=worst_all[0],
+            worst_run=worst_all[1]["run"].name,
+            worst_error=signed_pct_value(worst_all[1]["error_pct"]),
+        )
     return s

@@ -87,7 +87,9 @@ class RunData:
     @property
     def label(self) -> str:
         b = self.bucket_mb
-        return f"{self.strategy} {b:g} MiB" if b is not None and self.strategy == "bucketed" else self.strategy
+        return (
+            f"{self.strategy} {b:g} MiB" if b is not None and self.strategy == "bucketed" else self.strategy
+        )
 
     @property
     def units_per_rank_step(self) -> tuple[float, str]:
@@ -142,8 +144,10 @@ def find_runs(root: Path) -> list[tuple[str, Path]]:
             keyed.append(((order[CAMPAIGN], parts[1], parts[2]), CAMPAIGN, folder))
     out = [(set_name, folder) for _, set_name, folder in sorted(keyed, key=lambda k: k[0])]
     if not out:
-        raise TraceError(f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
-                         "scripts/profile_all.sh or pass the traces/ folder")
+        raise TraceError(
+            f"{root}: no run folders with nsys exports (*.sqlite, *.sqlite.xz); record runs with "
+            "scripts/profile_all.sh or pass the traces/ folder"
+        )
     return out
 
 
@@ -171,7 +175,9 @@ def read_timing_runs(root: Path) -> list[RunData]:
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise TraceError(f"{path}: not a readable run JSON ({exc})") from None
         if isinstance(meta, dict) and (meta.get("timing_protocol") or {}).get("kind") == TIMING_PROTOCOL:
-            out.append(RunData(set=TIMING, name=folder.name, folder=folder, meta=meta, trace=None, analysis=None))
+            out.append(
+                RunData(set=TIMING, name=folder.name, folder=folder, meta=meta, trace=None, analysis=None)
+            )
     return out
 
 
@@ -181,13 +187,19 @@ def require_meta(folder: Path, trace) -> dict:
     if trace.run:
         return trace.run
     why = "; ".join(w for w in trace.warnings if "run record" in w)
-    raise TraceError(f"{folder}: no run JSON ({folder.name}.json){'; ' + why if why else ''}; "
-                     "the findings need the harness's run facts")
+    raise TraceError(
+        f"{folder}: no run JSON ({folder.name}.json){'; ' + why if why else ''}; "
+        "the findings need the harness's run facts"
+    )
 
 
 def _spread(steps: pd.DataFrame, cols) -> dict:
-    return {c: (float(steps[c].min()), float(steps[c].max())) if len(steps) and steps[c].notna().any()
-            else (float("nan"), float("nan")) for c in cols}
+    return {
+        c: (float(steps[c].min()), float(steps[c].max()))
+        if len(steps) and steps[c].notna().any()
+        else (float("nan"), float("nan"))
+        for c in cols
+    }
 
 
 def host_timers(meta: dict, nvtx: pd.DataFrame) -> dict:
@@ -197,8 +209,11 @@ def host_timers(meta: dict, nvtx: pd.DataFrame) -> dict:
     out = {}
     for key in ("host_step_ms_per_rank", "step_ms_per_rank"):
         vals = np.array([x for r in (meta.get(key) or []) for x in r], dtype=float) * 1e6
-        out[key.replace("_ms_per_rank", "_ns")] = (float(np.median(vals)), float(vals.min()), float(vals.max())) \
-            if vals.size else (float("nan"),) * 3
+        out[key.replace("_ms_per_rank", "_ns")] = (
+            (float(np.median(vals)), float(vals.min()), float(vals.max()))
+            if vals.size
+            else (float("nan"),) * 3
+        )
     w = nvtx.loc[nvtx["name"].astype("object") == nn.GRAD_WAIT] if nvtx is not None and len(nvtx) else nvtx
     if w is not None and len(w) and w["end_ns"].notna().any():
         d = (w["end_ns"] - w["start_ns"]).dropna().astype(float).to_numpy()
@@ -213,13 +228,20 @@ def contention_facts(analysis) -> dict:
     c = analysis.contention
     n = max(1, len(analysis.steps))
     if c is None or not len(c):
-        return {"lost_per_step_ns": 0.0, "est_lost_per_step_ns": 0.0, "slowdown_pct": float("nan"), "n_names": 0}
+        return {
+            "lost_per_step_ns": 0.0,
+            "est_lost_per_step_ns": 0.0,
+            "slowdown_pct": float("nan"),
+            "n_names": 0,
+        }
     alone = c["baseline_ns"].sum()
-    return {"lost_per_step_ns": float(c["lost_ns"].sum()) / n,
-            # the figure the recommendation compares with exposed communication: one number per fact
-            "est_lost_per_step_ns": contention_per_step_ns(c, analysis.steps),
-            "slowdown_pct": 100.0 * float(c["lost_ns"].sum()) / float(alone) if alone > 0 else float("nan"),
-            "n_names": int(len(c))}
+    return {
+        "lost_per_step_ns": float(c["lost_ns"].sum()) / n,
+        # the figure the recommendation compares with exposed communication: one number per fact
+        "est_lost_per_step_ns": contention_per_step_ns(c, analysis.steps),
+        "slowdown_pct": 100.0 * float(c["lost_ns"].sum()) / float(alone) if alone > 0 else float("nan"),
+        "n_names": int(len(c)),
+    }
 
 
 def collective_facts(analysis) -> dict:
@@ -229,9 +251,12 @@ def collective_facts(analysis) -> dict:
         return {"n_per_step": 0.0, "bytes_per_step": 0.0, "wait_ns": 0.0, "transfer_ns": 0.0}
     c = col.loc[col["step"].notna()]
     per = c.groupby(["rank", "step"]).agg(n=("seq", "size"), b=("bytes", "sum"))
-    return {"n_per_step": float(per["n"].median()) if len(per) else 0.0,
-            "bytes_per_step": float(per["b"].median()) if len(per) else 0.0,
-            "wait_ns": float(col["wait_ns"].sum()), "transfer_ns": float(col["transfer_ns"].sum())}
+    return {
+        "n_per_step": float(per["n"].median()) if len(per) else 0.0,
+        "bytes_per_step": float(per["b"].median()) if len(per) else 0.0,
+        "wait_ns": float(col["wait_ns"].sum()),
+        "transfer_ns": float(col["transfer_ns"].sum()),
+    }
 
 
 def load_run(set_name: str, folder: Path) -> RunData:
@@ -251,10 +276,21 @@ def summarise(set_name: str, folder: Path, meta: dict, trace, res, launches=None
 
     row = compare_runs([(trace, res)]).iloc[0].to_dict()
     cols = ["step_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_tail_ns", "comm_pct"]
-    return RunData(set=set_name, name=Path(folder).name, folder=Path(folder), meta=meta, trace=trace, analysis=res,
-                   row=row, summary=res.summary(), spread=_spread(res.steps, cols),
-                   host=host_timers(meta, trace.nvtx), contention=contention_facts(res),
-                   collectives=collective_facts(res), launches=launches)
+    return RunData(
+        set=set_name,
+        name=Path(folder).name,
+        folder=Path(folder),
+        meta=meta,
+        trace=trace,
+        analysis=res,
+        row=row,
+        summary=res.summary(),
+        spread=_spread(res.steps, cols),
+        host=host_timers(meta, trace.nvtx),
+        contention=contention_facts(res),
+        collectives=collective_facts(res),
+        launches=launches,
+    )
 
 
 def from_report_runs(root: Path, report_runs) -> list[RunData]:
@@ -300,7 +336,7 @@ def load_all(root: Path, progress=None) -> list[RunData]:
 
 
 def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None = None) -> str:
-    """"2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set,
+    """ "2× NVIDIA H200, NVLink NV18 between every pair" from machine.txt (nvidia-smi and topo -m) of the set,
     found in ``root/sub`` (default: the set's folder; a campaign set passes its own, e.g. ``campaign/C``)."""
     if sub is None:
         sub = {SCALING: "scaling", CAMPAIGN: "campaign/A"}.get(set_name, "")
@@ -318,7 +354,9 @@ def machine_line(root: Path, set_name: str, runs: list[RunData], sub: str | None
         n = max((r.world_size for r in runs if r.set == set_name), default=0)
         gpus = [", ".join(sorted(names)) or "unknown GPU"] * n
     name = ", ".join(sorted(set(gpus)))
-    link = f"NVLink {'/'.join(sorted(links))} between every GPU pair" if links else "interconnect not recorded"
+    link = (
+        f"NVLink {'/'.join(sorted(links))} between every GPU pair" if links else "interconnect not recorded"
+    )
     return f"{len(gpus)}× {name} on one host, {link} (from {path.as_posix()})"
 
 
@@ -326,7 +364,7 @@ def hosts_of(rs, hosts: dict[str, str]) -> dict[str | None, list]:
     """The runs of a set ({key: run} or a list) grouped by host label (None: not in the hosts file), the
     largest group first."""
     groups: dict = {}
-    for r in (rs.values() if isinstance(rs, dict) else rs):
+    for r in rs.values() if isinstance(rs, dict) else rs:
         groups.setdefault(hosts.get(r.run_id), []).append(r)
     return dict(sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0]))))
 
@@ -340,7 +378,9 @@ def grad_wait_phase(analysis) -> dict:
     if g is None or not len(g):
         return {}
     f = g.astype({c: "float64" for c in ("start_ns", "end_ns", "host_start_ns", "host_end_ns")})
-    return {"host_ns": float((f["host_end_ns"] - f["host_start_ns"]).median()),
-            "gpu_span_ns": float((f["end_ns"] - f["start_ns"]).median()),
-            "start_lag_ns": float((f["start_ns"] - f["host_start_ns"]).median()),
-            "end_lag_ns": float((f["end_ns"] - f["host_end_ns"]).median())}
+    return {
+        "host_ns": float((f["host_end_ns"] - f["host_start_ns"]).median()),
+        "gpu_span_ns": float((f["end_ns"] - f["start_ns"]).median()),
+        "start_lag_ns": float((f["start_ns"] - f["host_start_ns"]).median()),
+        "end_lag_ns": float((f["end_ns"] - f["host_end_ns"]).median()),
+    }

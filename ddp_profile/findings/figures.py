@@ -28,11 +28,23 @@ def scaling_figure(df: pd.DataFrame, source: str):
         if not len(one):
             continue
         g = g.sort_values("GPUs")
-        fig.add_trace(go.Scatter(x=g["GPUs"], y=g["_thr"] / float(one["_thr"].iloc[0]), mode="lines+markers",
-                                 name=f"{m} · {st}"))
+        fig.add_trace(
+            go.Scatter(
+                x=g["GPUs"],
+                y=g["_thr"] / float(one["_thr"].iloc[0]),
+                mode="lines+markers",
+                name=f"{m} · {st}",
+            )
+        )
     n = sorted(df["GPUs"].unique())
-    fig.add_trace(go.Scatter(x=n, y=n, mode="lines", name="ideal (linear)", line={"dash": "dash", "color": "#888"}))
-    fig.update_layout(title=titled("Throughput vs GPUs (relative to 1 GPU)", source), template="plotly_white",
-                      height=420, xaxis={"title": {"text": "GPUs"}, "tickvals": n},
-                      yaxis={"title": {"text": "throughput ÷ 1-GPU throughput"}})
+    fig.add_trace(
+        go.Scatter(x=n, y=n, mode="lines", name="ideal (linear)", line={"dash": "dash", "color": "#888"})
+    )
+    fig.update_layout(
+        title=titled("Throughput vs GPUs (relative to 1 GPU)", source),
+        template="plotly_white",
+        height=420,
+        xaxis={"title": {"text": "GPUs"}, "tickvals": n},
+        yaxis={"title": {"text": "throughput ÷ 1-GPU throughput"}},
+    )
     return fig

@@ -47,8 +47,14 @@ from ddp_profile.findings.text import (
 )
 from ddp_profile.fmt import fmt_duration, fmt_number
 
-PARTS = [("span_ns", "step span"), ("compute_ns", "compute"), ("exposed_transfer_ns", "exposed transfer"),
-         ("wait_ns", "wait"), ("host_ns", "host"), ("idle_ns", "idle")]
+PARTS = [
+    ("span_ns", "step span"),
+    ("compute_ns", "compute"),
+    ("exposed_transfer_ns", "exposed transfer"),
+    ("wait_ns", "wait"),
+    ("host_ns", "host"),
+    ("idle_ns", "idle"),
+]
 
 
 def critical_medians(run) -> dict[str, float] | None:
@@ -69,11 +75,20 @@ NON_NCCL = "all but NCCL"
 def channel_limited(rs, ref) -> list[RunData]:
     """The set's runs that differ from the stock run ``ref`` only in NCCL settings (NCCL_KEYS), with a channel
     limit, on as many GPUs; by channel count, then name."""
+
     def rest(r):
         return {k: v for k, v in r.config.items() if k not in NCCL_KEYS}
 
-    out = [r for r in rs if r is not ref and r.world_size == ref.world_size and r.model == ref.model
-           and r.dtype == ref.dtype and int(r.config.get("nccl_channels") or 0) > 0 and rest(r) == rest(ref)]
+    out = [
+        r
+        for r in rs
+        if r is not ref
+        and r.world_size == ref.world_size
+        and r.model == ref.model
+        and r.dtype == ref.dtype
+        and int(r.config.get("nccl_channels") or 0) > 0
+        and rest(r) == rest(ref)
+    ]
     return sorted(out, key=lambda r: (int(r.config["nccl_channels"]), r.name))
 
 
@@ -83,8 +98,15 @@ def pairs(runs) -> list[tuple[str, RunData, RunData, list[RunData]]]:
     out = []
     for name, rs in sorted(campaign_sets(runs).items()):
         ref = stock_reference(rs)
-        ones = [r for r in rs if r.world_size == 1 and ref is not None and r.model == ref.model
-                and r.dtype == ref.dtype and r.config.get("batch") == ref.config.get("batch")]
+        ones = [
+            r
+            for r in rs
+            if r.world_size == 1
+            and ref is not None
+            and r.model == ref.model
+            and r.dtype == ref.dtype
+            and r.config.get("batch") == ref.config.get("batch")
+        ]
         if ref is not None and ones:
             out.append((set_label(name, True), ones[0], ref, channel_limited(rs, ref)))
     return out
@@ -136,8 +158,9 @@ def _slowdown(crit1: pd.DataFrame, crit2: pd.DataFrame, families) -> float:
     return 100.0 * float((w * ratio).sum() / w.sum()) if w.sum() > 0 else float("nan")
 
 
-def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: list[RunData],
-                  fams: dict) -> dict[str, str]:
+def _family_table(
+    s: Section, label: str, one: RunData, ref: RunData, limited: list[RunData], fams: dict
+) -> dict[str, str]:
     """Add the set's family table(s) and sentence to ``s``; return the fact for the summary: the family that
     grows most, when one grows."""
     c1, c2 = fams[one.name][0], fams[ref.name][0]
@@ -149,43 +172,70 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
     for f in order:
         d = t2[f] - t1[f]
         per_kernel = f != NON_NCCL
-        rows.append({
-            "family": f, "1 GPU": ms(t1[f]), f"{n} GPUs": ms(t2[f]), "difference": signed_ms(d),
-            "difference %": signed_pct(d, t1[f]),
-            "kernels per step": (f"{fmt_number(k1.at[f, 'kernels_per_step'])} → "
-                                 f"{fmt_number(k2.at[f, 'kernels_per_step'])}") if per_kernel else "",
-            "mean per kernel": (f"{fmt_duration(k1.at[f, 'mean_ns'])} → {fmt_duration(k2.at[f, 'mean_ns'])}"
-                                if per_kernel else ""),
-            f"{n} GPUs, min–max over ranks": _rank_range(fams[ref.name][1], f)})
-    s.table(pd.DataFrame(rows), f"{label}: GPU time per step by kernel family on the critical rank, "
-                                f"{one.name} and {ref.name}")
+        rows.append(
+            {
+                "family": f,
+                "1 GPU": ms(t1[f]),
+                f"{n} GPUs": ms(t2[f]),
+                "difference": signed_ms(d),
+                "difference %": signed_pct(d, t1[f]),
+                "kernels per step": (
+                    f"{fmt_number(k1.at[f, 'kernels_per_step'])} → {fmt_number(k2.at[f, 'kernels_per_step'])}"
+                )
+                if per_kernel
+                else "",
+                "mean per kernel": (
+                    f"{fmt_duration(k1.at[f, 'mean_ns'])} → {fmt_duration(k2.at[f, 'mean_ns'])}"
+                    if per_kernel
+                    else ""
+                ),
+                f"{n} GPUs, min–max over ranks": _rank_range(fams[ref.name][1], f),
+            }
+        )
+    s.table(
+        pd.DataFrame(rows),
+        f"{label}: GPU time per step by kernel family on the critical rank, {one.name} and {ref.name}",
+    )
     grow = {f: t2[f] - t1[f] for f in order if f not in (NON_NCCL, NCCL_GROUP)}
     total = t2[NON_NCCL] - t1[NON_NCCL]
     ranked = sorted(grow, key=lambda f: -grow[f])
     top = ranked[0]
     shown = [f for f in ranked[:3] if grow[f] > 0] or ranked[:3]  # the three that grow most
     parts = ", ".join(f"{f} {signed_ms(grow[f])} ({signed_pct(grow[f], t1[f])})" for f in shown)
-    text = (f"{label}: on the critical rank, the non-NCCL GPU time (kernels, memcpys, memsets) is "
-            f"{ms(t2[NON_NCCL])} per step on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed_ms(total)}, "
-            f"{signed_pct(total, t1[NON_NCCL])}); by family {parts}")
+    text = (
+        f"{label}: on the critical rank, the non-NCCL GPU time (kernels, memcpys, memsets) is "
+        f"{ms(t2[NON_NCCL])} per step on {n} GPUs against {ms(t1[NON_NCCL])} on one ({signed_ms(total)}, "
+        f"{signed_pct(total, t1[NON_NCCL])}); by family {parts}"
+    )
     if total > 0 and grow[top] > 0:
         text += f"; the largest contributor is {top}, {pct(100.0 * grow[top] / total)} of the growth"
     more = [f for f in ranked if k2.at[f, "kernels_per_step"] > k1.at[f, "kernels_per_step"] and grow[f] > 0]
     if more:
-        text += "; " + ", ".join(f"{f} runs {fmt_number(k2.at[f, 'kernels_per_step'])} kernels per step against "
-                                 f"{fmt_number(k1.at[f, 'kernels_per_step'])}" for f in more)
+        text += "; " + ", ".join(
+            f"{f} runs {fmt_number(k2.at[f, 'kernels_per_step'])} kernels per step against "
+            f"{fmt_number(k1.at[f, 'kernels_per_step'])}"
+            for f in more
+        )
         text += " on one GPU (part of that growth is more kernels, not slower ones)"
     mem, gemm = _slowdown(c1, c2, MEMORY_BOUND_GROUPS), _slowdown(c1, c2, [GEMM])
     if total > 0 and pd.notna(mem) and pd.notna(gemm):
-        mixed = [f for f in MEMORY_BOUND_GROUPS if k2.at[f, "kernels_per_step"] != k1.at[f, "kernels_per_step"]]
-        text += (f". The mean time per kernel changes by {signed_pct(gemm, 100.0)} for GEMMs and by "
-                 f"{signed_pct(mem, 100.0)} for the memory-bound kernels ({', '.join(MEMORY_BOUND_GROUPS)}; "
-                 "families weighted by their 1-GPU time" + (
-                     f"; the mean of {' and '.join(mixed)} includes its extra kernels" if mixed else "") + ")")
-        text += (": the memory-bound kernels slowing more points at HBM bandwidth shared with the NCCL kernels "
-                 "running beside them" if mem > gemm else
-                 ": the compute-bound GEMMs slowing more points at the SMs (and caches) the NCCL kernels hold "
-                 "beside them rather than at HBM bandwidth shared with NCCL")
+        mixed = [
+            f for f in MEMORY_BOUND_GROUPS if k2.at[f, "kernels_per_step"] != k1.at[f, "kernels_per_step"]
+        ]
+        text += (
+            f". The mean time per kernel changes by {signed_pct(gemm, 100.0)} for GEMMs and by "
+            f"{signed_pct(mem, 100.0)} for the memory-bound kernels ({', '.join(MEMORY_BOUND_GROUPS)}; "
+            "families weighted by their 1-GPU time"
+            + (f"; the mean of {' and '.join(mixed)} includes its extra kernels" if mixed else "")
+            + ")"
+        )
+        text += (
+            ": the memory-bound kernels slowing more points at HBM bandwidth shared with the NCCL kernels "
+            "running beside them"
+            if mem > gemm
+            else ": the compute-bound GEMMs slowing more points at the SMs (and caches) the NCCL kernels hold "
+            "beside them rather than at HBM bandwidth shared with NCCL"
+        )
     s.p(text + ".")
     if limited:
         _limited_table(s, label, one, ref, limited, fams, t1, total)
@@ -193,10 +243,13 @@ def _family_table(s: Section, label: str, one: RunData, ref: RunData, limited: l
 
 
 def tag(r: RunData) -> str:
-    """"2 channels, high priority" (NCCL's) from the run's config."""
+    """ "2 channels, high priority" (NCCL's) from the run's config."""
     c = r.config
-    return (f"{int(c['nccl_channels'])} channels" + (", high priority" if c.get("nccl_high_priority") else "")
-            + (f", min {int(c['nccl_min_ctas'])} CTAs" if c.get("nccl_min_ctas") else ""))
+    return (
+        f"{int(c['nccl_channels'])} channels"
+        + (", high priority" if c.get("nccl_high_priority") else "")
+        + (f", min {int(c['nccl_min_ctas'])} CTAs" if c.get("nccl_min_ctas") else "")
+    )
 
 
 def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> None:
@@ -214,20 +267,38 @@ def _limited_table(s: Section, label, one, ref, limited, fams, t1, total) -> Non
             row[name] = ms(tot[r.name][f])
             row[f"{name} vs 1 GPU"] = f"{signed_ms(d)} ({signed_pct(d, t1[f])})"
         rows.append(row)
-    s.table(pd.DataFrame(rows),
-            f"{label}: the same with NCCL held to fewer channels ({', '.join(r.name for r in limited)})")
+    s.table(
+        pd.DataFrame(rows),
+        f"{label}: the same with NCCL held to fewer channels ({', '.join(r.name for r in limited)})",
+    )
     said = []
     for r in limited:
         g = tot[r.name][NON_NCCL] - t1[NON_NCCL]
-        than = ("as stock's" if g == total else
-                f"{ms(abs(total - g))} {'less' if g < total else 'more'} than stock's {signed_ms(total)}")
+        than = (
+            "as stock's"
+            if g == total
+            else f"{ms(abs(total - g))} {'less' if g < total else 'more'} than stock's {signed_ms(total)}"
+        )
         said.append(f"with {tag(r)} the change is {signed_ms(g)} ({signed_pct(g, t1[NON_NCCL])}), {than}")
     if all(tot[r.name][NON_NCCL] - t1[NON_NCCL] < total for r in limited):
-        said[-1] += (": NCCL held to fewer channels (CTAs) shrinks the compute kernels' slowdown" + (
-            ", but does not remove it" if all(tot[r.name][NON_NCCL] > t1[NON_NCCL] for r in limited) else "")
-            + ("; these runs also give NCCL high-priority streams" if any(
-                r.config.get("nccl_high_priority") for r in limited) else ""))
-    s.p(f"{label}: the non-NCCL GPU time per step on the critical rank against one GPU: " + "; ".join(said) + ".")
+        said[-1] += (
+            ": NCCL held to fewer channels (CTAs) shrinks the compute kernels' slowdown"
+            + (
+                ", but does not remove it"
+                if all(tot[r.name][NON_NCCL] > t1[NON_NCCL] for r in limited)
+                else ""
+            )
+            + (
+                "; these runs also give NCCL high-priority streams"
+                if any(r.config.get("nccl_high_priority") for r in limited)
+                else ""
+            )
+        )
+    s.p(
+        f"{label}: the non-NCCL GPU time per step on the critical rank against one GPU: "
+        + "; ".join(said)
+        + "."
+    )
 
 
 def gemm_waves(run) -> str:
@@ -236,14 +307,18 @@ def gemm_waves(run) -> str:
     row = gemm_contention(getattr(run.analysis, "contention", None))
     if row is None or not row["baseline_ns"] > 0:
         return ""
-    text = (f"the GEMMs of {run.name} that ran beside an NCCL kernel took {pct(row['slowdown_pct'])} longer than the "
-            f"same GEMMs alone (like for like, {int(row['n_overlapped'])} instances of {int(row['names'])} kernel names; "
-            f"median ratio {row['median_ratio']:.2f}×).")
+    text = (
+        f"the GEMMs of {run.name} that ran beside an NCCL kernel took {pct(row['slowdown_pct'])} longer than the "
+        f"same GEMMs alone (like for like, {int(row['n_overlapped'])} instances of {int(row['names'])} kernel names; "
+        f"median ratio {row['median_ratio']:.2f}×)."
+    )
     if row["median_ratio"] >= WAVE_RATIO:
-        text += (" A ratio near 2 is the signature of waves: cuBLAS's Hopper GEMMs are persistent (one CTA per SM), "
-                 "so the SMs an NCCL kernel holds push their last CTAs into a second wave. `--gemm-sm-carveout N` "
-                 "with `--nccl-channels N` (harness, cuBLASLt's SM-count target) sizes the GEMMs to the SMs NCCL "
-                 "leaves free.")
+        text += (
+            " A ratio near 2 is the signature of waves: cuBLAS's Hopper GEMMs are persistent (one CTA per SM), "
+            "so the SMs an NCCL kernel holds push their last CTAs into a second wave. `--gemm-sm-carveout N` "
+            "with `--nccl-channels N` (harness, cuBLASLt's SM-count target) sizes the GEMMs to the SMs NCCL "
+            "leaves free."
+        )
     return text
 
 
@@ -257,7 +332,8 @@ def q13_where_lost(runs) -> Section | None:
     if not found:
         return None
     s = Section("losses", "Where the multi-GPU step loses its time against one GPU")
-    s.p("Critical path of the profiled 1-GPU run and of the profiled stock torch_ddp run of each campaign set "
+    s.p(
+        "Critical path of the profiled 1-GPU run and of the profiled stock torch_ddp run of each campaign set "
         "(per step, the parts of the rank whose step ends last, adding up to its step span; medians over the "
         "profiled steps, which need not add up to the median span). More compute on N GPUs is compute kernels "
         "slowed by the NCCL kernels running beside them (or extra copy kernels); host is the GPU idle because "
@@ -265,29 +341,55 @@ def q13_where_lost(runs) -> Section | None:
         "family (by kernel name; memcpy and memset as copy) on each step's critical rank, summed over the "
         "profiled steps and divided by their number (so the families add up to the row 'all but NCCL'; a sum "
         "of kernel durations, equal to the compute part where kernels do not run at once), for the stock run "
-        "and for the set's runs that differ from it only in an NCCL channel limit.")
+        "and for the set's runs that differ from it only in an NCCL channel limit."
+    )
     for label, one, ref, limited, a, b in found:
-        rows = [{"part": name, "1 GPU": ms(a[col]), f"{ref.world_size} GPUs": ms(b[col]),
-                 "difference": signed_ms(b[col] - a[col])} for col, name in PARTS]
-        s.table(pd.DataFrame(rows), f"{label}: {ref.model} {ref.dtype}, critical path of {one.name} and {ref.name}")
+        rows = [
+            {
+                "part": name,
+                "1 GPU": ms(a[col]),
+                f"{ref.world_size} GPUs": ms(b[col]),
+                "difference": signed_ms(b[col] - a[col]),
+            }
+            for col, name in PARTS
+        ]
+        s.table(
+            pd.DataFrame(rows),
+            f"{label}: {ref.model} {ref.dtype}, critical path of {one.name} and {ref.name}",
+        )
         diffs = {name: b[col] - a[col] for col, name in PARTS[1:]}
         biggest = max(diffs, key=lambda k: diffs[k])
-        clause = (f"{label} ({ref.dtype}): the {ref.world_size}-GPU step span is {ms(b['span_ns'])} against "
-                  f"{ms(a['span_ns'])} on one GPU; by part, " + ", ".join(
-                      f"{name} {signed_ms(d)}" for name, d in diffs.items())
-                  + f"; the largest growth is {biggest}")
+        clause = (
+            f"{label} ({ref.dtype}): the {ref.world_size}-GPU step span is {ms(b['span_ns'])} against "
+            f"{ms(a['span_ns'])} on one GPU; by part, "
+            + ", ".join(f"{name} {signed_ms(d)}" for name, d in diffs.items())
+            + f"; the largest growth is {biggest}"
+        )
         drop = min(diffs, key=lambda k: diffs[k])
         shorter = b["span_ns"] < a["span_ns"] and diffs[drop] < 0
         if shorter:  # a shorter span needs its reason beside the growth
-            clause += (f"; the span is {ms(a['span_ns'] - b['span_ns'])} shorter on {ref.world_size} GPUs because "
-                       f"{drop} drops by {ms(-diffs[drop])}, more than {biggest} grows")
+            clause += (
+                f"; the span is {ms(a['span_ns'] - b['span_ns'])} shorter on {ref.world_size} GPUs because "
+                f"{drop} drops by {ms(-diffs[drop])}, more than {biggest} grows"
+            )
         s.p(clause + ".")
         fams = {r.name: f for r in (one, ref, *limited) if (f := run_families(r)) is not None}
-        grown = (_family_table(s, label, one, ref, [r for r in limited if r.name in fams], fams)
-                 if one.name in fams and ref.name in fams else {})
+        grown = (
+            _family_table(s, label, one, ref, [r for r in limited if r.name in fams], fams)
+            if one.name in fams and ref.name in fams
+            else {}
+        )
         waves = gemm_waves(ref)
         if waves:
             s.p(f"{label} ({ref.dtype}): {waves}")
-        s.add_summary(TOPIC_LOSSES, set=label, dtype=ref.dtype, span_ns=b["span_ns"] - a["span_ns"],
-                      diffs=diffs, biggest=biggest, drop=drop if shorter else "", **grown)
+        s.add_summary(
+            TOPIC_LOSSES,
+            set=label,
+            dtype=ref.dtype,
+            span_ns=b["span_ns"] - a["span_ns"],
+            diffs=diffs,
+            biggest=biggest,
+            drop=drop if shorter else "",
+            **grown,
+        )
     return s

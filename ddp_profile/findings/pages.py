@@ -30,8 +30,10 @@ class FindingsPages:
     def skipped(self, runs: list[Run]) -> str | None:
         if not any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
             return None
-        return ("report: no findings: they need one campaign folder (run folders in <folder>/ and "
-                "<folder>/scaling/), e.g. `ddp-profile report traces`")
+        return (
+            "report: no findings: they need one campaign folder (run folders in <folder>/ and "
+            "<folder>/scaling/), e.g. `ddp-profile report traces`"
+        )
 
     def write(self, source: Path, runs: list[Run], folder: Path, out) -> tuple[dict[str, int], str]:
         from ddp_profile.findings import build_findings
@@ -42,16 +44,26 @@ class FindingsPages:
             if not any(r.meta.get("strategy") for r in runs):  # own jobs only: the findings were never theirs
                 return {}, ""
             if any(source.glob("*.sqlite*")):  # the folder passed is one run: the findings answer a campaign
-                print(f"report: no findings: {source} is one run (FINDINGS.md answers from a campaign folder of "
-                      "run folders, e.g. traces/)", file=out, flush=True)
+                print(
+                    f"report: no findings: {source} is one run (FINDINGS.md answers from a campaign folder of "
+                    "run folders, e.g. traces/)",
+                    file=out,
+                    flush=True,
+                )
             else:
-                print(f"report: no findings: none of the loaded runs is a run folder of {source}", file=out,
-                      flush=True)
+                print(
+                    f"report: no findings: none of the loaded runs is a run folder of {source}",
+                    file=out,
+                    flush=True,
+                )
             return {}, ""
         headline: list = []  # the findings' timing bullets, repeated on the index
         written = build_findings(source, folder, runs=data, headline=headline)
-        print(f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s", file=out,
-              flush=True)
+        print(
+            f"report: findings ({len(data)} runs) written in {time.perf_counter() - t0:.1f} s",
+            file=out,
+            flush=True,
+        )
         return written, index_block(headline)
 
 
@@ -59,11 +71,20 @@ def index_block(headline: list) -> str:
     """The index's Findings block: the link, then the timing bullets (``findings.summary.Bullet``: per dtype,
     the configuration closest to one GPU, from interleaved un-profiled repeats), shown there since the runs
     profiled need not include it."""
-    best = ("<p>Closest to one GPU in the timing sets (interleaved un-profiled repeats; not every such "
+    best = (
+        (
+            "<p>Closest to one GPU in the timing sets (interleaved un-profiled repeats; not every such "
             "configuration has a profiled run below):</p><ul>"
-            + "".join(bullet_html(b, "findings.html") for b in headline) + "</ul>") if headline else ""
-    return ("<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
-            "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>" + best)
+            + "".join(bullet_html(b, "findings.html") for b in headline)
+            + "</ul>"
+        )
+        if headline
+        else ""
+    )
+    return (
+        "<h2>Findings</h2><p><a href='findings.html'>The CS336 DDP questions answered from these "
+        "traces</a> (also as <a href='FINDINGS.md'>FINDINGS.md</a>).</p>" + best
+    )
 
 
 __all__ = ["FindingsPages", "index_block"]

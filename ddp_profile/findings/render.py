@@ -31,7 +31,10 @@ def _md_table(df: pd.DataFrame, link_col: str = "report page") -> str:
     cols = list(df.columns)
     out = ["| " + " | ".join(map(_md_cell, cols)) + " |", "|" + "---|" * len(cols)]
     for row in df.itertuples(index=False):
-        cells = [f"[{md_text(v)}]({md_text(v)})" if c == link_col and v else _md_cell(v) for c, v in zip(cols, row, strict=False)]
+        cells = [
+            f"[{md_text(v)}]({md_text(v)})" if c == link_col and v else _md_cell(v)
+            for c, v in zip(cols, row, strict=False)
+        ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -49,8 +52,10 @@ def summary_markdown(summary: Summary | None) -> list[str]:
     timing sets' table."""
     if not summary:
         return []
-    lines = ["**Summary.**", ""] + [f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
-                                   for b in summary.bullets]
+    lines = ["**Summary.**", ""] + [
+        f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
+        for b in summary.bullets
+    ]
     if summary.table is not None:
         lines += ["", f"*{md_text(summary.table.caption)}*", "", _md_table(summary.table.frame)]
     return lines + [""]
@@ -78,8 +83,10 @@ def bullet_html(b: Bullet, page: str = "") -> str:
     """One summary bullet as an HTML list item, its link to the section anchor on ``page`` ("": this page)."""
     from ddp_profile.report.html import esc
 
-    return (f"<li><strong>{html_text(b.lead)}</strong> {html_text(b.text)} "
-            f"(<a href='{esc(page)}#{esc(b.anchor)}'>{esc(b.link)}</a>)</li>")
+    return (
+        f"<li><strong>{html_text(b.lead)}</strong> {html_text(b.text)} "
+        f"(<a href='{esc(page)}#{esc(b.anchor)}'>{esc(b.link)}</a>)</li>"
+    )
 
 
 def summary_html(summary: Summary | None) -> tuple[str, str]:
@@ -87,19 +94,30 @@ def summary_html(summary: Summary | None) -> tuple[str, str]:
     as :func:`summary_markdown`."""
     if not summary:
         return "", ""
-    bullets = ("<p><strong>Summary.</strong></p><ul class='summary'>" + "".join(
-        bullet_html(b) for b in summary.bullets) + "</ul>") if summary.bullets else ""
+    bullets = (
+        (
+            "<p><strong>Summary.</strong></p><ul class='summary'>"
+            + "".join(bullet_html(b) for b in summary.bullets)
+            + "</ul>"
+        )
+        if summary.bullets
+        else ""
+    )
     table = _html_table(summary.table.frame, summary.table.caption) if summary.table is not None else ""
     return bullets, table
 
 
-def to_html(title: str, intro: list[str], sections: list, figures: dict, summary: Summary | None = None) -> str:
+def to_html(
+    title: str, intro: list[str], sections: list, figures: dict, summary: Summary | None = None
+) -> str:
     from ddp_profile.report.html import esc, figure_div, page
 
     verdict, table = summary_html(summary)
     parts = [table] if table else []
     parts += [f"<p>{html_text(x)}</p>" for x in intro]
-    parts.append("<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>")
+    parts.append(
+        "<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>"
+    )
     for s in sections:
         parts.append(f"<h2 id='{esc(s.key)}'>{esc(s.title)}</h2>")
         for block in s.blocks:
@@ -109,11 +127,20 @@ def to_html(title: str, intro: list[str], sections: list, figures: dict, summary
                 case Table(frame, caption):
                     parts.append(_html_table(frame, caption))
                 case Figure(key, caption) if figures.get(key) is not None:
-                    parts.append(f"<p class='note'>{html_text(caption)}</p>" + figure_div(figures[key], f"fig-{key}"))
+                    parts.append(
+                        f"<p class='note'>{html_text(caption)}</p>" + figure_div(figures[key], f"fig-{key}")
+                    )
                 case Links(pairs):
-                    parts.append("<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>")
-    return page(title, "\n".join(parts), "Every number on this page is computed from traces/ by ddp-profile findings",
-                crumbs=[("Findings", None)], verdict=verdict)
+                    parts.append(
+                        "<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>"
+                    )
+    return page(
+        title,
+        "\n".join(parts),
+        "Every number on this page is computed from traces/ by ddp-profile findings",
+        crumbs=[("Findings", None)],
+        verdict=verdict,
+    )
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:

@@ -33,8 +33,14 @@ from ddp_profile.findings.text import (
 )
 from ddp_profile.report import measures
 
-LINK_TEXT = {TOPIC_TIMING: "timing sets", TOPIC_LOSSES: "where the time goes", TOPIC_CONFIRM: "recommend → confirm",
-             TOPIC_CAMPAIGN_BEST: "how to beat DDP", TOPIC_CAMPAIGN_REC: "how to beat DDP", TOPIC_TRACES_BEST: "question 5"}
+LINK_TEXT = {
+    TOPIC_TIMING: "timing sets",
+    TOPIC_LOSSES: "where the time goes",
+    TOPIC_CONFIRM: "recommend → confirm",
+    TOPIC_CAMPAIGN_BEST: "how to beat DDP",
+    TOPIC_CAMPAIGN_REC: "how to beat DDP",
+    TOPIC_TRACES_BEST: "question 5",
+}
 """The text of each bullet's link to its section, by topic."""
 
 
@@ -66,7 +72,7 @@ class Summary:
 
 
 def listing(items) -> str:
-    """"A", "A and B", "A, B and C"."""
+    """ "A", "A and B", "A, B and C"."""
     items = list(items)
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
 
@@ -78,7 +84,7 @@ def change_range(values) -> str:
 
 
 def in_of(n: int, total: int) -> str:
-    """" in 3 of 4"; "" when there is one case (the claim needs no count)."""
+    """ " in 3 of 4"; "" when there is one case (the claim needs no count)."""
     return "" if total == 1 else f" in {n} of {total}"
 
 
@@ -119,12 +125,17 @@ def closest_to_one_gpu(facts: list[dict]) -> dict:
     """The timing fact to name as closest to one GPU: of the facts whose efficiency interval overlaps the
     highest median efficiency's, one with a stock run in its set if any (so the claim against stock is made in
     one set), then the highest interval's lower end (the surest, not the luckiest)."""
+
     def finite(v: float) -> float:
         return v if v == v else float("-inf")
 
     top = max(facts, key=lambda f: finite(f["eff_pct"]))
-    near = [f for f in facts if finite(f["eff_hi_pct"]) >= finite(top["eff_lo_pct"])
-            and finite(f["eff_lo_pct"]) <= finite(top["eff_hi_pct"])] or [top]
+    near = [
+        f
+        for f in facts
+        if finite(f["eff_hi_pct"]) >= finite(top["eff_lo_pct"])
+        and finite(f["eff_lo_pct"]) <= finite(top["eff_hi_pct"])
+    ] or [top]
     return max(near, key=lambda f: (f["word"] != measures.NO_STOCK, finite(f["eff_lo_pct"])))
 
 
@@ -138,26 +149,45 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         beat = [f for f in fs if f["established"] and f["word"] == measures.FASTER]
         with_stock = [f for f in fs if f["word"] != measures.NO_STOCK]
         target = f"; target {best['target']} {best['outcome']}" if best["outcome"] else ""
-        out.append(Bullet(
-            f"{dtype}, closest to one GPU:",
-            f"{best['run']} (set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
-            f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
-            anchor, LINK_TEXT[TOPIC_TIMING]))
+        out.append(
+            Bullet(
+                f"{dtype}, closest to one GPU:",
+                f"{best['run']} (set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
+                f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
+                anchor,
+                LINK_TEXT[TOPIC_TIMING],
+            )
+        )
     return out
 
 
 def timing_table(facts: list[dict]) -> Table | None:
     if not facts:
         return None
-    rows = [{"timing set": f["set"], "workload": f["workload"], "best configuration": f["run"],
-             "median step (95 % interval)": f"{f['median']} ({f['interval']})",
-             "vs stock DDP": ("is stock" if f["stock"] else f"{f['word']} by {f['diff']}" if f["established"]
-                              else f["word"] if f["word"] in (measures.WITHIN_NOISE, measures.NO_STOCK)
-                              else f"{f['word']}, spread unknown"),
-             "of one GPU (interval)": f"{f['eff']} ({f['eff_interval']})"}
-            for f in sorted(facts, key=lambda f: (f["set"], _dtypes(facts).index(f["dtype"]), f["workload"]))]
-    return Table(pd.DataFrame(rows), "Timing sets: the lowest-median multi-GPU configuration of each (faster or "
-                                     "slower than stock only where the 95 % intervals separate)")
+    rows = [
+        {
+            "timing set": f["set"],
+            "workload": f["workload"],
+            "best configuration": f["run"],
+            "median step (95 % interval)": f"{f['median']} ({f['interval']})",
+            "vs stock DDP": (
+                "is stock"
+                if f["stock"]
+                else f"{f['word']} by {f['diff']}"
+                if f["established"]
+                else f["word"]
+                if f["word"] in (measures.WITHIN_NOISE, measures.NO_STOCK)
+                else f"{f['word']}, spread unknown"
+            ),
+            "of one GPU (interval)": f"{f['eff']} ({f['eff_interval']})",
+        }
+        for f in sorted(facts, key=lambda f: (f["set"], _dtypes(facts).index(f["dtype"]), f["workload"]))
+    ]
+    return Table(
+        pd.DataFrame(rows),
+        "Timing sets: the lowest-median multi-GPU configuration of each (faster or "
+        "slower than stock only where the 95 % intervals separate)",
+    )
 
 
 def loss_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
@@ -169,21 +199,28 @@ def loss_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         n = len(fs)
         part, k = Counter(f["biggest"] for f in fs).most_common(1)[0]
         grow = [f["diffs"][part] for f in fs if f["biggest"] == part]
-        second = Counter(max((p for p in f["diffs"] if p != f["biggest"]), key=lambda p: f["diffs"][p])
-                         for f in fs).most_common(1)[0][0]
+        second = Counter(
+            max((p for p in f["diffs"] if p != f["biggest"]), key=lambda p: f["diffs"][p]) for f in fs
+        ).most_common(1)[0][0]
         fams = Counter(f["family"] for f in fs if f.get("family") and f["biggest"] == part)
         family = ""
         if fams:
             name, c = fams.most_common(1)[0]
             family = f"; mostly {name}{in_of(c, k)}"
-        text = (f"span vs one GPU {change_range([f['span_ns'] for f in fs])} "
-                f"({'one campaign set' if n == 1 else f'{n} sets'}); {part} grows most{in_of(k, n)} "
-                f"({change_range(grow)}{family}), then {second} ({change_range([f['diffs'][second] for f in fs])})")
+        text = (
+            f"span vs one GPU {change_range([f['span_ns'] for f in fs])} "
+            f"({'one campaign set' if n == 1 else f'{n} sets'}); {part} grows most{in_of(k, n)} "
+            f"({change_range(grow)}{family}), then {second} ({change_range([f['diffs'][second] for f in fs])})"
+        )
         shorter = [f for f in fs if f["drop"]]
         if shorter:
             drops = Counter(f["drop"] for f in shorter).most_common(1)[0][0]
             text += f"; the span is shorter{in_of(len(shorter), n)} as {drops} drops"
-        out.append(Bullet(f"{dtype}, where the multi-GPU step loses time:", text + ".", anchor, LINK_TEXT[TOPIC_LOSSES]))
+        out.append(
+            Bullet(
+                f"{dtype}, where the multi-GPU step loses time:", text + ".", anchor, LINK_TEXT[TOPIC_LOSSES]
+            )
+        )
     return out
 
 
@@ -191,16 +228,24 @@ def confirm_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     if not facts:
         return []
     f = facts[-1]
-    return [Bullet("Recommend → confirm:",
-                   f"{f['met']} of {f['total']} step times predicted from the stock trace alone lie within {f['target']} "
-                   f"of the measured step ({f['sets_met']} of {f['sets']} sets with none outside); worst "
-                   f"{f['worst_error']}: {f['worst_run']} ({f['worst_set']}).", anchor, LINK_TEXT[TOPIC_CONFIRM])]
+    return [
+        Bullet(
+            "Recommend → confirm:",
+            f"{f['met']} of {f['total']} step times predicted from the stock trace alone lie within {f['target']} "
+            f"of the measured step ({f['sets_met']} of {f['sets']} sets with none outside); worst "
+            f"{f['worst_error']}: {f['worst_run']} ({f['worst_set']}).",
+            anchor,
+            LINK_TEXT[TOPIC_CONFIRM],
+        )
+    ]
 
 
-CAMPAIGN_WORDS = {"stock": "stock DDP itself has the lowest median in {}",
-                  "faster": "a configuration beats stock outside noise in {}",
-                  "within noise": "the lowest median is within noise of stock in {}",
-                  "spread unknown": "a lower median than stock, with no interval to tell it from noise, in {}"}
+CAMPAIGN_WORDS = {
+    "stock": "stock DDP itself has the lowest median in {}",
+    "faster": "a configuration beats stock outside noise in {}",
+    "within noise": "the lowest median is within noise of stock in {}",
+    "spread unknown": "a lower median than stock, with no interval to tell it from noise, in {}",
+}
 
 
 def campaign_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
@@ -210,11 +255,27 @@ def campaign_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     for how, words in CAMPAIGN_WORDS.items():
         fs = [f for f in facts if f["how"] == how]
         if fs:
-            parts.append(words.format(listing(f["set"] + ("" if how == "stock" else f" at {f['ratio']} stock"
-                                                          + (" (trace time)" if f["trace_time"] else ""))
-                                              for f in fs)))
-    return [Bullet("Campaign sets (profiled sweeps, un-profiled medians):", "; ".join(parts) + ".", anchor,
-                   LINK_TEXT[TOPIC_CAMPAIGN_BEST])]
+            parts.append(
+                words.format(
+                    listing(
+                        f["set"]
+                        + (
+                            ""
+                            if how == "stock"
+                            else f" at {f['ratio']} stock" + (" (trace time)" if f["trace_time"] else "")
+                        )
+                        for f in fs
+                    )
+                )
+            )
+    return [
+        Bullet(
+            "Campaign sets (profiled sweeps, un-profiled medians):",
+            "; ".join(parts) + ".",
+            anchor,
+            LINK_TEXT[TOPIC_CAMPAIGN_BEST],
+        )
+    ]
 
 
 def recommendation_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
@@ -224,38 +285,62 @@ def recommendation_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     def sets(*outcomes) -> list[str]:
         return [f["set"] for f in facts if f["outcome"] in outcomes]
 
-    parts = [words + listing(names) for words, names in (
-        ("keep stock in ", sets("stock")), ("no recommendation in ", sets("none made")))
-        if names]
+    parts = [
+        words + listing(names)
+        for words, names in (("keep stock in ", sets("stock")), ("no recommendation in ", sets("none made")))
+        if names
+    ]
     changed = sets("not run", "run elsewhere", "inside", "outside")
     if changed:
-        detail = [words.format(listing(names)) for words, names in (
-            ("{} ran it and measured a step inside the predicted range", sets("inside")),
-            ("{} ran it and measured a step outside the predicted range", sets("outside")),
-            ("only another set ran the change for {}", sets("run elsewhere")),
-            ("no set ran it for {}", sets("not run"))) if names]
+        detail = [
+            words.format(listing(names))
+            for words, names in (
+                ("{} ran it and measured a step inside the predicted range", sets("inside")),
+                ("{} ran it and measured a step outside the predicted range", sets("outside")),
+                ("only another set ran the change for {}", sets("run elsewhere")),
+                ("no set ran it for {}", sets("not run")),
+            )
+            if names
+        ]
         parts.append(f"change it in {listing(changed)} — {', '.join(detail)}")
-    return [Bullet("Each campaign set's stock trace recommends:", "; ".join(parts) + ".", anchor,
-                   LINK_TEXT[TOPIC_CAMPAIGN_REC])]
+    return [
+        Bullet(
+            "Each campaign set's stock trace recommends:",
+            "; ".join(parts) + ".",
+            anchor,
+            LINK_TEXT[TOPIC_CAMPAIGN_REC],
+        )
+    ]
 
 
 def traces_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     if not facts:
         return []
     overlap = sum(f["overlap"] for f in facts)
-    return [Bullet("Sets of traces/ (one profiled run per strategy):",
-                   "the fastest hand-written strategy against torch_ddp: " + "; ".join(
-                       f"{f['set']}: {f['run']}, {f['ratio']}" for f in facts)
-                   + (f" (step ranges overlap torch_ddp's in {overlap} of {len(facts)})" if overlap else "") + ".",
-                   anchor, LINK_TEXT[TOPIC_TRACES_BEST])]
+    return [
+        Bullet(
+            "Sets of traces/ (one profiled run per strategy):",
+            "the fastest hand-written strategy against torch_ddp: "
+            + "; ".join(f"{f['set']}: {f['run']}, {f['ratio']}" for f in facts)
+            + (f" (step ranges overlap torch_ddp's in {overlap} of {len(facts)})" if overlap else "")
+            + ".",
+            anchor,
+            LINK_TEXT[TOPIC_TRACES_BEST],
+        )
+    ]
 
 
 def build_summary(sections: list[Section]) -> Summary:
     """The summary of the sections' recorded facts (empty when they recorded none)."""
     out = Summary(table=timing_table(_facts(sections, TOPIC_TIMING)[0]))
-    for topic, make in ((TOPIC_TIMING, timing_bullets), (TOPIC_LOSSES, loss_bullets), (TOPIC_CONFIRM, confirm_bullet),
-                        (TOPIC_CAMPAIGN_BEST, campaign_bullet), (TOPIC_CAMPAIGN_REC, recommendation_bullet),
-                        (TOPIC_TRACES_BEST, traces_bullet)):
+    for topic, make in (
+        (TOPIC_TIMING, timing_bullets),
+        (TOPIC_LOSSES, loss_bullets),
+        (TOPIC_CONFIRM, confirm_bullet),
+        (TOPIC_CAMPAIGN_BEST, campaign_bullet),
+        (TOPIC_CAMPAIGN_REC, recommendation_bullet),
+        (TOPIC_TRACES_BEST, traces_bullet),
+    ):
         facts, key = _facts(sections, topic)
         if facts:
             out.bullets += [replace(b, topic=topic) for b in make(facts, key)]

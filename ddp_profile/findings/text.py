@@ -25,7 +25,14 @@ TOPIC_CAMPAIGN_REC = "campaign-recommendation"
 """Topic of the summary: what one campaign set's stock trace recommends and whether it ran (:mod:`.campaign`)."""
 TOPIC_TRACES_BEST = "traces-best"
 """Topic of the summary: the fastest hand-written strategy of one set of traces/ (:mod:`.reference`)."""
-TOPICS = (TOPIC_TIMING, TOPIC_LOSSES, TOPIC_CONFIRM, TOPIC_CAMPAIGN_BEST, TOPIC_CAMPAIGN_REC, TOPIC_TRACES_BEST)
+TOPICS = (
+    TOPIC_TIMING,
+    TOPIC_LOSSES,
+    TOPIC_CONFIRM,
+    TOPIC_CAMPAIGN_BEST,
+    TOPIC_CAMPAIGN_REC,
+    TOPIC_TRACES_BEST,
+)
 
 
 def ms(ns: float | None) -> str:
@@ -69,12 +76,18 @@ def mb(nbytes: float) -> str:
 
 
 def spread(lo: float, hi: float) -> str:
-    """"min–max" of a (lo, hi) pair of ns."""
+    """ "min–max" of a (lo, hi) pair of ns."""
     return f"{fmt_ms(lo, unit=False)}–{ms(hi)}"
 
 
-def compare(a: float, b: float, lower: str = "faster", higher: str = "slower", same: str = "as fast as",
-            rel_tol: float = 0.0) -> str:
+def compare(
+    a: float,
+    b: float,
+    lower: str = "faster",
+    higher: str = "slower",
+    same: str = "as fast as",
+    rel_tol: float = 0.0,
+) -> str:
     """The word for a relative to b: ``lower`` when a < b, ``higher`` when a > b, ``same`` when equal within
     ``rel_tol``; "n/a" when either is missing."""
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in (a, b)):

@@ -35,27 +35,50 @@ def workload_key(r) -> tuple:
     """Runs compared with each other: same set, model, dtype, batch, GPU, garbage-collector mode and loop mode
     (settings of the whole job, 1 GPU included, like the dtype: not levers against stock)."""
     c = r.config
-    return (r.folder.parent.name, r.model, r.dtype, c.get("batch"), c.get("seq_len"), r.meta.get("gpu_name"),
-            c.get("gc_mode") or "", loop_mode(c))
+    return (
+        r.folder.parent.name,
+        r.model,
+        r.dtype,
+        c.get("batch"),
+        c.get("seq_len"),
+        r.meta.get("gpu_name"),
+        c.get("gc_mode") or "",
+        loop_mode(c),
+    )
 
 
 GC_TEXT = {"": "", "freeze": "Python GC frozen", "off": "Python GC off during the steps"}
-LOOP_TEXT = {"": "", "nosync": "host running ahead (no wait between steps)", "graph": "every step one CUDA graph"}
+LOOP_TEXT = {
+    "": "",
+    "nosync": "host running ahead (no wait between steps)",
+    "graph": "every step one CUDA graph",
+}
 
 
 def workload_title(key: tuple) -> str:
     folder, model, dtype, batch, seq, gpu, gc_mode, loop = key
     dt = "bf16 autocast (fp32 gradients)" if dtype == "bf16" else dtype
     extra = ", ".join(x for x in (GC_TEXT.get(gc_mode, ""), LOOP_TEXT.get(loop, "")) if x)
-    return (f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
-            + (f", {extra}" if extra else ""))
+    return (
+        f"timing set {folder}: {'XL' if model == 'xl' else model} {dt}, batch {batch}×{seq} per GPU, {gpu}"
+        + (f", {extra}" if extra else "")
+    )
 
 
 def workload_short(key: tuple) -> str:
-    """"XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell."""
+    """ "XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell."""
     _, model, dtype, batch, seq, gpu, gc_mode, loop = key
-    return ", ".join(x for x in (f"{'XL' if model == 'xl' else model} {dtype}", f"{batch}×{seq}", str(gpu),
-                                 GC_TEXT.get(gc_mode, ""), LOOP_TEXT.get(loop, "")) if x)
+    return ", ".join(
+        x
+        for x in (
+            f"{'XL' if model == 'xl' else model} {dtype}",
+            f"{batch}×{seq}",
+            str(gpu),
+            GC_TEXT.get(gc_mode, ""),
+            LOOP_TEXT.get(loop, ""),
+        )
+        if x
+    )
 
 
 def med(r) -> float:
@@ -78,9 +101,24 @@ def own_gemm_lever(r) -> bool:
 
 def is_stock(r) -> bool:
     c = r.config
-    return (r.strategy == "torch_ddp" and r.world_size > 1 and float(c.get("bucket_mb") or 0) == 25.0
-            and not any(c.get(k) for k in ("nccl_channels", "nccl_high_priority", "grad_views", "shard_optimizer",
-                                           "ddp_comm_hook", "nccl_min_ctas", "gemm_sm_carveout", "blas_library")))
+    return (
+        r.strategy == "torch_ddp"
+        and r.world_size > 1
+        and float(c.get("bucket_mb") or 0) == 25.0
+        and not any(
+            c.get(k)
+            for k in (
+                "nccl_channels",
+                "nccl_high_priority",
+                "grad_views",
+                "shard_optimizer",
+                "ddp_comm_hook",
+                "nccl_min_ctas",
+                "gemm_sm_carveout",
+                "blas_library",
+            )
+        )
+    )
 
 
 def one_gpu_baseline(rs):
@@ -120,8 +158,13 @@ def against(r, ref) -> str:
 def gpu_state(r) -> dict:
     """nvidia-smi over every repeat's before and after snapshots: SM and memory clock ranges (MHz), the
     hottest temperature (°C), the highest power (W), and how many snapshots showed each throttle reason."""
-    rows = [g for rep in r.meta.get("repeats") or [] for snap in (rep.get("gpu_before"), rep.get("gpu_after"))
-            if isinstance(snap, dict) for g in snap.get("gpus") or []]
+    rows = [
+        g
+        for rep in r.meta.get("repeats") or []
+        for snap in (rep.get("gpu_before"), rep.get("gpu_after"))
+        if isinstance(snap, dict)
+        for g in snap.get("gpus") or []
+    ]
 
     def vals(key):
         return [float(g[key]) for g in rows if isinstance(g.get(key), (int, float))]
@@ -131,9 +174,14 @@ def gpu_state(r) -> dict:
         for name in g.get("throttle_reasons") or []:
             reasons[name] = reasons.get(name, 0) + 1
     sm, mem, temp, power = vals("sm_clock_mhz"), vals("mem_clock_mhz"), vals("temperature_c"), vals("power_w")
-    return {"snapshots": len(rows), "sm": (min(sm), max(sm)) if sm else None,
-            "mem": (min(mem), max(mem)) if mem else None, "temp": max(temp) if temp else None,
-            "power": max(power) if power else None, "reasons": reasons}
+    return {
+        "snapshots": len(rows),
+        "sm": (min(sm), max(sm)) if sm else None,
+        "mem": (min(mem), max(mem)) if mem else None,
+        "temp": max(temp) if temp else None,
+        "power": max(power) if power else None,
+        "reasons": reasons,
+    }
 
 
 def _state_cell(r) -> str:
@@ -163,8 +211,10 @@ def _reasons_sentence(rs) -> str:
     if not seen:
         return f"No throttle reason was active in any of the {total} nvidia-smi snapshots (per GPU, before and after each repeat)."
     listed = ", ".join(f"{k} in {n}" for k, n in sorted(seen.items(), key=lambda kv: -kv[1]))
-    return (f"Throttle reasons active in the {total} nvidia-smi snapshots (per GPU, before and after each repeat): "
-            f"{listed} (gpu_idle is expected in the snapshots taken between repeats).")
+    return (
+        f"Throttle reasons active in the {total} nvidia-smi snapshots (per GPU, before and after each repeat): "
+        f"{listed} (gpu_idle is expected in the snapshots taken between repeats)."
+    )
 
 
 def _skipped_clause(rs) -> str:
@@ -175,8 +225,11 @@ def _skipped_clause(rs) -> str:
         why: dict[str, int] = {}
         for sk in r.meta.get("skipped") or []:
             text = str(sk.get("why") or "?")
-            key = ("a repeat of it started and never finished" if text.startswith("failed earlier") else
-                   text.split(":")[0].split(" (")[0])
+            key = (
+                "a repeat of it started and never finished"
+                if text.startswith("failed earlier")
+                else text.split(":")[0].split(" (")[0]
+            )
             why[key] = why.get(key, 0) + 1
         parts += [f"{n} repeat{'s' if n > 1 else ''} of {r.name} ({k})" for k, n in why.items()]
     return f"; skipped: {', '.join(parts)}" if parts else ""
@@ -185,13 +238,17 @@ def _skipped_clause(rs) -> str:
 def q11_timing(runs, machines: dict[str, str]) -> Section:
     s = Section("timing", "Timing with intervals: interleaved un-profiled repeats")
     if not runs:
-        s.p("No timing set (interleaved repeats, scripts/timing_repeats.sh) is committed under traces/campaign/ yet.")
+        s.p(
+            "No timing set (interleaved repeats, scripts/timing_repeats.sh) is committed under traces/campaign/ yet."
+        )
         return s
-    s.p("Each timing set ran its configurations round by round (A B C A B C …) in one machine call, without "
+    s.p(
+        "Each timing set ran its configurations round by round (A B C A B C …) in one machine call, without "
         "nsys: every repeat rebuilt model, wrapper, optimizer and data in the same job and measured its steps "
         "with CUDA events (slowest rank per step). The median pools every measured step of every repeat; the "
         "95 % interval is a seeded two-level bootstrap (repeats resampled, then steps within each). A configuration "
-        "is called faster or slower than another only when the two intervals do not overlap.")
+        "is called faster or slower than another only when the two intervals do not overlap."
+    )
     groups: dict[tuple, list] = {}
     for r in runs:
         groups.setdefault(workload_key(r), []).append(r)
@@ -202,25 +259,42 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
         one = one_gpu_baseline(rs)
         order = (rs[0].meta.get("timing_protocol") or {}).get("order") or []
         counts = sorted({int(measures.unprofiled_repeats(r.meta)) for r in rs})
-        s.p(f"{title[0].upper() + title[1:]}, on {machines.get(key[0], 'an unrecorded machine')}: "
+        s.p(
+            f"{title[0].upper() + title[1:]}, on {machines.get(key[0], 'an unrecorded machine')}: "
             f"{len(rs)} configurations with {'–'.join(str(c) for c in (counts[0], counts[-1]) if c) if len(counts) > 1 else counts[0]} "
             f"repeats each, {rs[0].meta.get('warmup_steps')} warm-up + {rs[0].meta.get('measured_steps')} measured "
             f"steps per repeat; the set's call ran {len(order)} repeats in all, interleaved"
-            + _skipped_clause(rs) + ".")
+            + _skipped_clause(rs)
+            + "."
+        )
         rows = []
         for r in rs:
             eff = efficiency(one, r) if one is not None and r.world_size > 1 else (math.nan,) * 3
             reps = r.meta.get("unprofiled_repeat_medians_ms") or []
-            rows.append({"run": r.name, "median step": ms(med(r)), "95 % interval": ci_text(r),
-                         "repeats × steps": f"{int(measures.unprofiled_repeats(r.meta))} × "
-                                            f"{r.meta.get('measured_steps')}",
-                         "repeat medians (ms)": " / ".join(f"{x:.1f}" for x in reps),
-                         "÷ stock torch_ddp": f"{med(r) / med(ref):.3f}" if ref is not None and r.world_size > 1 else "–",
-                         "vs stock": ("reference" if r is ref else measures.versus(med(r), ci(r), med(ref), ci(ref))[0]
-                                      if ref is not None and r.world_size > 1 else "–"),
-                         "efficiency vs 1 GPU": (f"{pct(eff[0])} ({pct(eff[1])}–{pct(eff[2])})"
-                                                 if math.isfinite(eff[0]) else "–"),
-                         "GPU state (nvidia-smi)": _state_cell(r)})
+            rows.append(
+                {
+                    "run": r.name,
+                    "median step": ms(med(r)),
+                    "95 % interval": ci_text(r),
+                    "repeats × steps": f"{int(measures.unprofiled_repeats(r.meta))} × "
+                    f"{r.meta.get('measured_steps')}",
+                    "repeat medians (ms)": " / ".join(f"{x:.1f}" for x in reps),
+                    "÷ stock torch_ddp": f"{med(r) / med(ref):.3f}"
+                    if ref is not None and r.world_size > 1
+                    else "–",
+                    "vs stock": (
+                        "reference"
+                        if r is ref
+                        else measures.versus(med(r), ci(r), med(ref), ci(ref))[0]
+                        if ref is not None and r.world_size > 1
+                        else "–"
+                    ),
+                    "efficiency vs 1 GPU": (
+                        f"{pct(eff[0])} ({pct(eff[1])}–{pct(eff[2])})" if math.isfinite(eff[0]) else "–"
+                    ),
+                    "GPU state (nvidia-smi)": _state_cell(r),
+                }
+            )
         s.table(pd.DataFrame(rows), f"{title[0].upper() + title[1:]}: lowest median first")
         multi = [r for r in rs if r.world_size > 1]
         if ref is not None:
@@ -228,7 +302,9 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
                 if r is not ref:
                     s.p(f"{r.name} is {against(r, ref)}.")
         best = multi[0] if multi else None
-        if best is not None and len(multi) > 1 and ref not in multi[:2]:  # with stock among the first two, the sentence above says it
+        if (
+            best is not None and len(multi) > 1 and ref not in multi[:2]
+        ):  # with stock among the first two, the sentence above says it
             s.p(f"Against the runner-up, {best.name} is {against(best, multi[1])}.")
         if best is not None and one is not None:
             eff = efficiency(one, best)
@@ -236,21 +312,47 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
             verdict, outcome = "", ""
             if target is not None and all(math.isfinite(v) for v in eff):
                 outcome = "met" if eff[1] >= target else "missed" if eff[2] < target else "not decided"
-                verdict = (f"; the target of {pct(target, 0)} (issue 30) is " + outcome + ": "
-                           + {"met": "the whole interval lies above it", "missed": "the whole interval lies below it",
-                              "not decided": "the interval straddles it"}[outcome])
-            s.p(f"The lowest-median 2-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
-                f"({one.name}, {ms(med(one))}; interval {pct(eff[1])}–{pct(eff[2])}){verdict}.")
+                verdict = (
+                    f"; the target of {pct(target, 0)} (issue 30) is "
+                    + outcome
+                    + ": "
+                    + {
+                        "met": "the whole interval lies above it",
+                        "missed": "the whole interval lies below it",
+                        "not decided": "the interval straddles it",
+                    }[outcome]
+                )
+            s.p(
+                f"The lowest-median 2-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
+                f"({one.name}, {ms(med(one))}; interval {pct(eff[1])}–{pct(eff[2])}){verdict}."
+            )
             if eff[0] > 100:
                 s.p(above_one_gpu(best.meta))
-            word, established = (measures.versus(med(best), ci(best), med(ref), ci(ref)) if ref is not None
-                                 else (measures.NO_STOCK, False))
-            s.add_summary(TOPIC_TIMING, set=key[0], dtype=key[2], workload=workload_short(key), run=best.name,
-                          median=ms(med(best)), interval=ci_text(best), stock=best is ref, word=word,
-                          established=established, diff=rel_diff(best, ref) if ref is not None else "",
-                          eff_pct=eff[0], eff_lo_pct=eff[1], eff_hi_pct=eff[2], eff=pct(eff[0]),
-                          eff_interval=f"{pct(eff[1])}–{pct(eff[2])}", target=pct(target, 0) if outcome else "",
-                          outcome=outcome)
+            word, established = (
+                measures.versus(med(best), ci(best), med(ref), ci(ref))
+                if ref is not None
+                else (measures.NO_STOCK, False)
+            )
+            s.add_summary(
+                TOPIC_TIMING,
+                set=key[0],
+                dtype=key[2],
+                workload=workload_short(key),
+                run=best.name,
+                median=ms(med(best)),
+                interval=ci_text(best),
+                stock=best is ref,
+                word=word,
+                established=established,
+                diff=rel_diff(best, ref) if ref is not None else "",
+                eff_pct=eff[0],
+                eff_lo_pct=eff[1],
+                eff_hi_pct=eff[2],
+                eff=pct(eff[0]),
+                eff_interval=f"{pct(eff[1])}–{pct(eff[2])}",
+                target=pct(target, 0) if outcome else "",
+                outcome=outcome,
+            )
         s.p(_reasons_sentence(rs))
     for line in loop_comparisons(runs):
         s.p(line)
@@ -260,10 +362,16 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
 def above_one_gpu(meta: dict) -> str:
     """Why a 2-GPU step can be shorter than the 1-GPU step of the same per-GPU batch: less work per rank."""
     sharded = bool((meta.get("config") or {}).get("sharded_update"))
-    return ("Above 100 % means each rank does less work a step than one GPU does, not that communication is free"
-            + (": with --sharded-update each rank runs the optimizer over its half of every parameter only, so the "
-               "step sheds half of the 1-GPU step's optimizer time, while the reduce-scatter and all-gather hide "
-               "behind the backward." if sharded else "."))
+    return (
+        "Above 100 % means each rank does less work a step than one GPU does, not that communication is free"
+        + (
+            ": with --sharded-update each rank runs the optimizer over its half of every parameter only, so the "
+            "step sheds half of the 1-GPU step's optimizer time, while the reduce-scatter and all-gather hide "
+            "behind the backward."
+            if sharded
+            else "."
+        )
+    )
 
 
 def loop_comparisons(runs) -> list[str]:
@@ -283,8 +391,13 @@ def loop_comparisons(runs) -> list[str]:
             continue
         ref_mode = "" if "" in ones else next(iter(ones))
         ref = ones[ref_mode]
-        said = [f"{LOOP_TEXT[m] or 'waiting after every step'}: {r.name} is {against(r, ref)}"
-                for m, r in ones.items() if m != ref_mode]
-        out.append(f"Timing set {name}, one GPU by loop: " + "; ".join(said) + ". The loop is a setting of the "
-                   "whole job, so the 2-GPU runs above are compared only with the 1-GPU run of their own loop.")
+        said = [
+            f"{LOOP_TEXT[m] or 'waiting after every step'}: {r.name} is {against(r, ref)}"
+            for m, r in ones.items()
+            if m != ref_mode
+        ]
+        out.append(
+            f"Timing set {name}, one GPU by loop: " + "; ".join(said) + ". The loop is a setting of the "
+            "whole job, so the 2-GPU runs above are compared only with the 1-GPU run of their own loop."
+        )
     return out

@@ -27,41 +27,81 @@ from ddp_profile.harness.config import (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", required=True, choices=STRATEGIES, help="gradient synchronisation strategy")
-    p.add_argument("--model", default="tiny", choices=MODELS, help="model preset (default tiny; the seeds use xl)")
+    p.add_argument(
+        "--model", default="tiny", choices=MODELS, help="model preset (default tiny; the seeds use xl)"
+    )
     p.add_argument("--batch", type=int, default=4, help="sequences per rank per step (default 4)")
     p.add_argument("--seq-len", type=int, default=256, help="tokens per sequence (default 256)")
     p.add_argument("--steps", type=int, default=5, help="measured steps (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps before the capture range (default 3)")
-    p.add_argument("--bucket-mb", type=float, default=25.0, help="bucket cap, MiB, for bucketed/torch_ddp (default 25)")
+    p.add_argument(
+        "--bucket-mb", type=float, default=25.0, help="bucket cap, MiB, for bucketed/torch_ddp (default 25)"
+    )
     p.add_argument("--dtype", default="fp32", choices=DTYPES, help="fp32, or bf16 autocast (default fp32)")
     p.add_argument("--tf32", action="store_true", help="allow TF32 matmuls in fp32 runs")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="default adamw")
     p.add_argument("--lr", type=float, default=1e-4, help="learning rate (default 1e-4)")
     p.add_argument("--seed", type=int, default=0, help="model and data seed (default 0)")
-    p.add_argument("--ddp-nvtx-hook", action="store_true",
-                   help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)")
-    p.add_argument("--shard-optimizer", nargs="?", const="ours", default="", choices=("ours", "torch"),
-                   help="shard optimizer state over ranks (ZeRO-1) on top of a gradient strategy: ours "
-                        "(ShardedOptimizer, the default when given bare) or torch (ZeroRedundancyOptimizer)")
-    p.add_argument("--fsdp-no-reshard", action="store_true",
-                   help="fsdp: keep gathered parameters from forward to backward (reshard_after_forward=False)")
-    p.add_argument("--fsdp-param-dtype", default="fp32", choices=FSDP_PARAM_DTYPES,
-                   help="fsdp: bf16 = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (default fp32)")
+    p.add_argument(
+        "--ddp-nvtx-hook",
+        action="store_true",
+        help="torch_ddp: per-bucket NVTX ranges through a comm hook (changes DDP's copy path; default stock)",
+    )
+    p.add_argument(
+        "--shard-optimizer",
+        nargs="?",
+        const="ours",
+        default="",
+        choices=("ours", "torch"),
+        help="shard optimizer state over ranks (ZeRO-1) on top of a gradient strategy: ours "
+        "(ShardedOptimizer, the default when given bare) or torch (ZeroRedundancyOptimizer)",
+    )
+    p.add_argument(
+        "--fsdp-no-reshard",
+        action="store_true",
+        help="fsdp: keep gathered parameters from forward to backward (reshard_after_forward=False)",
+    )
+    p.add_argument(
+        "--fsdp-param-dtype",
+        default="fp32",
+        choices=FSDP_PARAM_DTYPES,
+        help="fsdp: bf16 = MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (default fp32)",
+    )
     p.add_argument("--mlp-depth", type=int, default=8, help="Linear layers of the mlp model (default 8)")
     p.add_argument("--out", default="traces/bench", help="folder for <run>.json (default traces/bench)")
     p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
-    p.add_argument("--backend", default="", choices=("", "gloo", "nccl"), help="default: nccl on GPU, gloo on CPU")
-    p.add_argument("--print-run-name", action="store_true", help="print the run name (world size from torchrun or --nproc) and exit")
+    p.add_argument(
+        "--backend", default="", choices=("", "gloo", "nccl"), help="default: nccl on GPU, gloo on CPU"
+    )
+    p.add_argument(
+        "--print-run-name",
+        action="store_true",
+        help="print the run name (world size from torchrun or --nproc) and exit",
+    )
     levers.add_arguments(p)  # the levers' flags, from their table
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
-        strategy=args.strategy, model=args.model, batch=args.batch, seq_len=args.seq_len, steps=args.steps,
-        warmup=args.warmup, bucket_mb=args.bucket_mb, dtype=args.dtype, tf32=args.tf32, seed=args.seed,
-        optimizer=args.optimizer, lr=args.lr, mlp_depth=args.mlp_depth, backend=args.backend,
-        ddp_nvtx_hook=args.ddp_nvtx_hook, shard_optimizer=args.shard_optimizer or "",
-        fsdp_reshard=not args.fsdp_no_reshard, fsdp_param_dtype=args.fsdp_param_dtype, **levers.from_args(args),
+        strategy=args.strategy,
+        model=args.model,
+        batch=args.batch,
+        seq_len=args.seq_len,
+        steps=args.steps,
+        warmup=args.warmup,
+        bucket_mb=args.bucket_mb,
+        dtype=args.dtype,
+        tf32=args.tf32,
+        seed=args.seed,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        mlp_depth=args.mlp_depth,
+        backend=args.backend,
+        ddp_nvtx_hook=args.ddp_nvtx_hook,
+        shard_optimizer=args.shard_optimizer or "",
+        fsdp_reshard=not args.fsdp_no_reshard,
+        fsdp_param_dtype=args.fsdp_param_dtype,
+        **levers.from_args(args),
     )
 
 
@@ -71,9 +111,12 @@ def _finish(record: dict | None, out: str) -> None:
     from ddp_profile.safeio import write_record_atomic
 
     path = write_record_atomic(Path(out) / f"{record['run']}.json", record, make_parents=True)
-    print(f"{record['run']}: median step {record['step_ms_median']:.2f} ms ({record['timing_source']}, "
-          f"slowest rank, {record['measured_steps']} steps) on {record['world_size']} x {record['gpu_name']}; "
-          f"wrote {path}", flush=True)
+    print(
+        f"{record['run']}: median step {record['step_ms_median']:.2f} ms ({record['timing_source']}, "
+        f"slowest rank, {record['measured_steps']} steps) on {record['world_size']} x {record['gpu_name']}; "
+        f"wrote {path}",
+        flush=True,
+    )
 
 
 def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
@@ -86,8 +129,13 @@ def _torchrun_main(cfg: RunConfig, out: str, info) -> None:
     arm_stack_dump()
     backend = default_backend(cfg.backend)
     device = device_for(backend, info.local_rank)
-    init_process_group(info, backend, nccl_channels=cfg.nccl_channels, nccl_high_priority=cfg.nccl_high_priority,
-                       nccl_min_ctas=cfg.nccl_min_ctas)
+    init_process_group(
+        info,
+        backend,
+        nccl_channels=cfg.nccl_channels,
+        nccl_high_priority=cfg.nccl_high_priority,
+        nccl_min_ctas=cfg.nccl_min_ctas,
+    )
     exit_without_teardown = skips_group_teardown(cfg, backend, info.world_size)
     try:
         _finish(train_run(cfg, device), out)
@@ -157,8 +205,11 @@ def run(args: argparse.Namespace) -> int:
         from ddp_profile.harness.launch import spawn_local
 
         if cfg.nccl_channels or cfg.nccl_high_priority or cfg.nccl_min_ctas:
-            print("note: --nccl-channels/--nccl-high-priority/--nccl-min-ctas are ignored on gloo (recorded in the run JSON)",
-                  file=sys.stderr, flush=True)
+            print(
+                "note: --nccl-channels/--nccl-high-priority/--nccl-min-ctas are ignored on gloo (recorded in the run JSON)",  # noqa: E501
+                file=sys.stderr,
+                flush=True,
+            )
         spawn_local(args.nproc, _local_worker, cfg.replace(backend="gloo"), args.out)
     else:
         import torch
@@ -172,8 +223,11 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (`python -m ddp_profile.harness`): same flags, same one-line errors as the CLI."""
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.harness", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ddp_profile.harness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks for errors")
     args = parser.parse_args(argv)

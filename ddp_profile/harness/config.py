@@ -47,7 +47,9 @@ class TransformerPreset:
 
 # The CS336 assignment's table, plus `tiny` for tests (fast on CPU, still every component).
 TRANSFORMER_PRESETS: dict[str, TransformerPreset] = {
-    "tiny": TransformerPreset(d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=64),
+    "tiny": TransformerPreset(
+        d_model=32, d_ff=64, num_layers=2, num_heads=2, vocab_size=97, context_length=64
+    ),
     "small": TransformerPreset(768, 3072, 12, 12),
     "medium": TransformerPreset(1024, 4096, 24, 16),
     "large": TransformerPreset(1280, 5120, 36, 20),
@@ -218,9 +220,17 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-BOUNDS = {"batch": (1, 1 << 16), "seq_len": (1, 1 << 20), "steps": (1, 100_000), "warmup": (0, 100_000),
-          "bucket_mb": (1e-6, float(1 << 20)), "lr": (1e-12, 10.0), "mlp_depth": (2, 1024), "seed": (0, 2**63 - 1),
-          "first_bucket_mb": (0.0, float(1 << 20))}
+BOUNDS = {
+    "batch": (1, 1 << 16),
+    "seq_len": (1, 1 << 20),
+    "steps": (1, 100_000),
+    "warmup": (0, 100_000),
+    "bucket_mb": (1e-6, float(1 << 20)),
+    "lr": (1e-12, 10.0),
+    "mlp_depth": (2, 1024),
+    "seed": (0, 2**63 - 1),
+    "first_bucket_mb": (0.0, float(1 << 20)),
+}
 """Sane ranges of the numeric fields (inclusive): a value outside parses but makes no sense for a run (a
 bucket of ``inf`` MiB, a learning rate of 1e308, a batch of 10^12 sequences)."""
 
@@ -230,13 +240,21 @@ def _check_bounds(cfg: RunConfig) -> None:
 
     for name, (lo, hi) in BOUNDS.items():
         value = getattr(cfg, name)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and lo <= value <= hi
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and lo <= value <= hi
+        )
         _check(ok, f"{name} must be between {_mb(lo)} and {_mb(hi)}, got {str(value)[:30]}")
 
 
 def validate(cfg: RunConfig) -> None:
     """Raise ConfigError naming the field and the allowed values for the first bad field."""
-    _check(cfg.strategy in STRATEGIES, f"strategy {cfg.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}")
+    _check(
+        cfg.strategy in STRATEGIES,
+        f"strategy {cfg.strategy!r} is unknown; choose one of {', '.join(STRATEGIES)}",
+    )
     _check(cfg.model in MODELS, f"model {cfg.model!r} is unknown; choose one of {', '.join(MODELS)}")
     _check(cfg.dtype in DTYPES, f"dtype {cfg.dtype!r} is unknown; choose fp32 or bf16")
     _check(cfg.optimizer in OPTIMIZERS, f"optimizer {cfg.optimizer!r} is unknown; choose adamw or sgd")
@@ -247,44 +265,70 @@ def validate(cfg: RunConfig) -> None:
     _check(isinstance(cfg.warmup, int) and cfg.warmup >= 0, f"warmup must be >= 0, got {cfg.warmup!r}")
     _check(cfg.bucket_mb > 0, f"bucket_mb must be > 0 MiB, got {cfg.bucket_mb!r}")
     _check(cfg.lr > 0, f"lr must be > 0, got {cfg.lr!r}")
-    _check(not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
-           f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}")
-    _check(not (cfg.ddp_comm_hook and cfg.ddp_nvtx_hook),
-           "ddp_comm_hook and ddp_nvtx_hook cannot be combined (DDP takes one communication hook)")
-    _check(cfg.shard_optimizer in SHARD_OPTIMIZERS,
-           f"shard_optimizer {cfg.shard_optimizer!r} is unknown; choose ours or torch")
-    _check(not cfg.shard_optimizer or cfg.strategy in SHARDABLE_STRATEGIES,
-           f"shard_optimizer needs a gradient strategy ({', '.join(SHARDABLE_STRATEGIES)}), not {cfg.strategy!r}"
-           + (" (fsdp already shards optimizer state)" if cfg.strategy == "fsdp" else ""))
-    _check(not (cfg.shard_optimizer and cfg.overlap_optimizer),
-           "overlap_optimizer and shard_optimizer cannot be combined (per-bucket optimizers own every parameter)")
-    _check(cfg.fsdp_param_dtype in FSDP_PARAM_DTYPES,
-           f"fsdp_param_dtype {cfg.fsdp_param_dtype!r} is unknown; choose fp32 or bf16")
-    _check(cfg.strategy == "fsdp" or (cfg.fsdp_reshard and cfg.fsdp_param_dtype == "fp32"),
-           f"fsdp_reshard and fsdp_param_dtype apply to strategy fsdp only, not {cfg.strategy!r}")
+    _check(
+        not cfg.ddp_nvtx_hook or cfg.strategy == "torch_ddp",
+        f"ddp_nvtx_hook applies to strategy torch_ddp only, not {cfg.strategy!r}",
+    )
+    _check(
+        not (cfg.ddp_comm_hook and cfg.ddp_nvtx_hook),
+        "ddp_comm_hook and ddp_nvtx_hook cannot be combined (DDP takes one communication hook)",
+    )
+    _check(
+        cfg.shard_optimizer in SHARD_OPTIMIZERS,
+        f"shard_optimizer {cfg.shard_optimizer!r} is unknown; choose ours or torch",
+    )
+    _check(
+        not cfg.shard_optimizer or cfg.strategy in SHARDABLE_STRATEGIES,
+        f"shard_optimizer needs a gradient strategy ({', '.join(SHARDABLE_STRATEGIES)}), not {cfg.strategy!r}"
+        + (" (fsdp already shards optimizer state)" if cfg.strategy == "fsdp" else ""),
+    )
+    _check(
+        not (cfg.shard_optimizer and cfg.overlap_optimizer),
+        "overlap_optimizer and shard_optimizer cannot be combined (per-bucket optimizers own every parameter)",
+    )
+    _check(
+        cfg.fsdp_param_dtype in FSDP_PARAM_DTYPES,
+        f"fsdp_param_dtype {cfg.fsdp_param_dtype!r} is unknown; choose fp32 or bf16",
+    )
+    _check(
+        cfg.strategy == "fsdp" or (cfg.fsdp_reshard and cfg.fsdp_param_dtype == "fp32"),
+        f"fsdp_reshard and fsdp_param_dtype apply to strategy fsdp only, not {cfg.strategy!r}",
+    )
     _check(cfg.mlp_depth >= 2, f"mlp_depth must be >= 2 (input and output layers), got {cfg.mlp_depth!r}")
     _validate_levers(cfg)
     _check_bounds(cfg)
     if cfg.model in TRANSFORMER_PRESETS:
         ctx = TRANSFORMER_PRESETS[cfg.model].context_length
-        _check(cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}")
+        _check(
+            cfg.seq_len <= ctx, f"seq_len {cfg.seq_len} exceeds model {cfg.model!r}'s context length {ctx}"
+        )
 
 
 def _validate_levers(cfg: RunConfig) -> None:
     """Each lever's own rules (levers.validate), then the rules that tie a lever to another field."""
     levers.validate(cfg)
-    _check(not cfg.peer_copy_allreduce or cfg.strategy == "bucketed" or cfg.sharded_update,
-           f"peer_copy_allreduce applies to strategy bucketed or to overlap with sharded_update only, not {cfg.strategy!r}"
-           + (" without sharded_update" if cfg.strategy == "overlap" else ""))
-    _check(not (cfg.sharded_update and cfg.shard_optimizer),
-           "sharded_update and shard_optimizer cannot be combined (sharded_update already shards the optimizer)")
-    _check(not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
-           "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)")
+    _check(
+        not cfg.peer_copy_allreduce or cfg.strategy == "bucketed" or cfg.sharded_update,
+        f"peer_copy_allreduce applies to strategy bucketed or to overlap with sharded_update only, not {cfg.strategy!r}"
+        + (" without sharded_update" if cfg.strategy == "overlap" else ""),
+    )
+    _check(
+        not (cfg.sharded_update and cfg.shard_optimizer),
+        "sharded_update and shard_optimizer cannot be combined (sharded_update already shards the optimizer)",
+    )
+    _check(
+        not cfg.cuda_graph or not (cfg.ddp_comm_hook or cfg.ddp_nvtx_hook or cfg.shard_optimizer),
+        "cuda_graph cannot be combined with a DDP communication hook or optimizer sharding (host work between kernels)",
+    )
     _check(cfg.first_bucket_mb >= 0, f"first_bucket_mb must be > 0 MiB (0: off), got {cfg.first_bucket_mb!r}")
-    _check(cfg.first_bucket_mb < cfg.bucket_mb or cfg.first_bucket_mb == 0,
-           f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}")
-    _check(not (cfg.nccl_min_ctas and cfg.nccl_channels) or cfg.nccl_min_ctas <= cfg.nccl_channels,
-           f"nccl_min_ctas {cfg.nccl_min_ctas} must not exceed nccl_channels {cfg.nccl_channels} (the CTA maximum)")
+    _check(
+        cfg.first_bucket_mb < cfg.bucket_mb or cfg.first_bucket_mb == 0,
+        f"first_bucket_mb {cfg.first_bucket_mb} must be smaller than bucket_mb {cfg.bucket_mb}",
+    )
+    _check(
+        not (cfg.nccl_min_ctas and cfg.nccl_channels) or cfg.nccl_min_ctas <= cfg.nccl_channels,
+        f"nccl_min_ctas {cfg.nccl_min_ctas} must not exceed nccl_channels {cfg.nccl_channels} (the CTA maximum)",
+    )
 
 
 def _mb(value: float) -> str:
@@ -316,7 +360,11 @@ def bucket_label(cfg: RunConfig) -> str:
         mb = int(cfg.bucket_mb) if float(cfg.bucket_mb).is_integer() else cfg.bucket_mb
         label = f"{cfg.strategy}-{mb}mb" + ("-nvtxhook" if cfg.ddp_nvtx_hook else "")
     elif cfg.strategy == "fsdp":
-        label = "fsdp" + ("" if cfg.fsdp_reshard else "-noreshard") + ("-mpbf16" if cfg.fsdp_param_dtype == "bf16" else "")
+        label = (
+            "fsdp"
+            + ("" if cfg.fsdp_reshard else "-noreshard")
+            + ("-mpbf16" if cfg.fsdp_param_dtype == "bf16" else "")
+        )
     else:
         label = cfg.strategy
     return label + lever_suffix(cfg) + {"": "", "ours": "+zero1", "torch": "+zero1torch"}[cfg.shard_optimizer]

@@ -82,7 +82,9 @@ def every_sm(on: bool) -> Iterator[None]:
         torch._C._set_sm_carveout_experimental(before)
 
 
-def check(carveouts=(0, 8, 16, 66), m: int = 4096, k: int = 1600, n: int = 6400, reps: int = 20) -> list[dict]:
+def check(
+    carveouts=(0, 8, 16, 66), m: int = 4096, k: int = 1600, n: int = 6400, reps: int = 20
+) -> list[dict]:
     """Whether this GPU's PyTorch honours the lever: one bf16 GEMM (m x k @ k x n, the XL model's first MLP
     GEMM at batch 16 x 256) timed with CUDA events under each carveout, nothing running beside it. A carveout
     that takes effect makes the GEMM slower roughly in proportion to the SMs it keeps (half the SMs: about
@@ -104,8 +106,13 @@ def check(carveouts=(0, 8, 16, 66), m: int = 4096, k: int = 1600, n: int = 6400,
                 end.record()
                 end.synchronize()
                 times.append(start.elapsed_time(end) * 1e3)
-        rows.append({"sm_carveout": carveout, "gemm_sm_target": record["gemm_sm_target"],
-                     "median_us": round(sorted(times)[len(times) // 2], 1)})
+        rows.append(
+            {
+                "sm_carveout": carveout,
+                "gemm_sm_target": record["gemm_sm_target"],
+                "median_us": round(sorted(times)[len(times) // 2], 1),
+            }
+        )
     return rows
 
 

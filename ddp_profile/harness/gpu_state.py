@@ -7,7 +7,7 @@ throttle reasons as a hexadecimal bit mask, ``[N/A]`` where the driver has no va
 that text into one dict per GPU; :func:`query` runs the command (drivers that dropped the
 ``clocks_throttle_reasons`` name get the same query with its successor ``clocks_event_reasons``) and
 returns the parsed rows with the raw text, or the reason it could not. Standard library only.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ import csv
 import io
 import subprocess
 
-FIELDS = ("index", "clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_throttle_reasons.active")
+FIELDS = (
+    "index",
+    "clocks.sm",
+    "clocks.mem",
+    "temperature.gpu",
+    "power.draw",
+    "clocks_throttle_reasons.active",
+)
 QUERY = ["nvidia-smi", f"--query-gpu={','.join(FIELDS)}", "--format=csv"]
 QUERY_NEW_NAME = [QUERY[0], QUERY[1].replace("clocks_throttle_reasons", "clocks_event_reasons"), QUERY[2]]
 
@@ -72,9 +79,17 @@ def parse(text: str) -> list[dict]:
         except ValueError:
             mask = None
         index = _number(fields[0])
-        rows.append({"index": None if index is None else int(index), "sm_clock_mhz": sm, "mem_clock_mhz": mem,
-                     "temperature_c": temp, "power_w": power, "throttle_reasons_mask": raw_mask or None,
-                     "throttle_reasons": reasons(mask)})
+        rows.append(
+            {
+                "index": None if index is None else int(index),
+                "sm_clock_mhz": sm,
+                "mem_clock_mhz": mem,
+                "temperature_c": temp,
+                "power_w": power,
+                "throttle_reasons_mask": raw_mask or None,
+                "throttle_reasons": reasons(mask),
+            }
+        )
     return rows
 
 

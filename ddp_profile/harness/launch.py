@@ -46,7 +46,11 @@ def arm_stack_dump(environ: dict | None = None) -> float | None:
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds < 1e6:
-        print(f"note: {STACK_DUMP_ENV}={raw[:30]!r} is not a number of seconds; no stack dumps", file=sys.stderr, flush=True)
+        print(
+            f"note: {STACK_DUMP_ENV}={raw[:30]!r} is not a number of seconds; no stack dumps",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     faulthandler.dump_traceback_later(seconds, repeat=True, file=sys.stderr)
     return seconds
@@ -81,13 +85,23 @@ def device_for(backend: str, local_rank: int) -> torch.device:
 
 # NCCL variables that set what the levers set; any present wins over (or adds to) the group's config,
 # so the run JSON records them.
-NCCL_TUNING_ENV = ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
-                   "TORCH_NCCL_HIGH_PRIORITY", "NCCL_NVLS_ENABLE", "NCCL_ALGO", "NCCL_PROTO")
+NCCL_TUNING_ENV = (
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_CTAS",
+    "NCCL_MIN_CTAS",
+    "TORCH_NCCL_HIGH_PRIORITY",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+)
 
 _COMM_SETUP: dict = {}
 
 
-def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict | None = None, min_ctas: int = 0):
+def nccl_options(
+    channels: int = 0, high_priority: bool = False, environ: dict | None = None, min_ctas: int = 0
+):
     """(ProcessGroupNCCL.Options or None, description) for the levers `--nccl-channels`,
     `--nccl-high-priority` and `--nccl-min-ctas`.
 
@@ -98,8 +112,12 @@ def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict |
     description says which mechanism took effect.
     """
     env = os.environ if environ is None else environ
-    desc: dict = {"nccl_channels": channels or None, "nccl_high_priority": high_priority,
-                  "channels_mechanism": None, "high_priority_mechanism": None}
+    desc: dict = {
+        "nccl_channels": channels or None,
+        "nccl_high_priority": high_priority,
+        "channels_mechanism": None,
+        "high_priority_mechanism": None,
+    }
     if min_ctas:  # only then, so records of runs without the lever keep their keys
         desc.update({"nccl_min_ctas": min_ctas, "min_ctas_mechanism": None})
     if not channels and not high_priority and not min_ctas:
@@ -113,8 +131,10 @@ def nccl_options(channels: int = 0, high_priority: bool = False, environ: dict |
     elif high_priority:
         env["TORCH_NCCL_HIGH_PRIORITY"] = "1"
         desc["high_priority_mechanism"] = "env TORCH_NCCL_HIGH_PRIORITY=1"
-    for value, field, variable, key in ((channels, "max_ctas", "NCCL_MAX_NCHANNELS", "channels_mechanism"),
-                                        (min_ctas, "min_ctas", "NCCL_MIN_CTAS", "min_ctas_mechanism")):
+    for value, field, variable, key in (
+        (channels, "max_ctas", "NCCL_MAX_NCHANNELS", "channels_mechanism"),
+        (min_ctas, "min_ctas", "NCCL_MIN_CTAS", "min_ctas_mechanism"),
+    ):
         if not value:
             continue
         try:
@@ -145,15 +165,24 @@ def _read_back(device: torch.device, group=None) -> dict:
         return {}
 
 
-def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, nccl_high_priority: bool = False,
-                       nccl_min_ctas: int = 0) -> dict:
+def init_process_group(
+    info: ProcessInfo,
+    backend: str,
+    nccl_channels: int = 0,
+    nccl_high_priority: bool = False,
+    nccl_min_ctas: int = 0,
+) -> dict:
     """Initialise the default group from MASTER_ADDR/MASTER_PORT (set by torchrun or spawn_local).
 
     Returns (and keeps for `comm_setup()`) what the NCCL levers did; on gloo they are ignored, with a note.
     """
     kwargs: dict[str, Any] = {}  # device_id (torch.device) and pg_options (ProcessGroupNCCL.Options)
-    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
-                  **({"nccl_min_ctas": nccl_min_ctas} if nccl_min_ctas else {})}
+    desc: dict = {
+        "backend": backend,
+        "nccl_channels": nccl_channels or None,
+        "nccl_high_priority": nccl_high_priority,
+        **({"nccl_min_ctas": nccl_min_ctas} if nccl_min_ctas else {}),
+    }
     if backend == "nccl":
         kwargs["device_id"] = torch.device("cuda", info.local_rank)
         opts, desc = nccl_options(nccl_channels, nccl_high_priority, min_ctas=nccl_min_ctas)
@@ -171,14 +200,25 @@ def init_process_group(info: ProcessInfo, backend: str, nccl_channels: int = 0, 
     return desc
 
 
-def new_lever_group(backend: str, device: torch.device, nccl_channels: int = 0, nccl_high_priority: bool = False,
-                    nccl_min_ctas: int = 0):
+def new_lever_group(
+    backend: str,
+    device: torch.device,
+    nccl_channels: int = 0,
+    nccl_high_priority: bool = False,
+    nccl_min_ctas: int = 0,
+):
     """(group, description): a new process group over every rank with the NCCL levers applied through its
     options, as init_process_group applies them to the default group, for configurations that differ in
     their levers inside one job (ddp_profile.harness.repeats). Every rank must call it, in the same order.
     On gloo the levers are ignored, with a note."""
-    desc: dict = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
-                  "channels_mechanism": None, "high_priority_mechanism": None, "group": "own group (new_group)"}
+    desc: dict = {
+        "backend": backend,
+        "nccl_channels": nccl_channels or None,
+        "nccl_high_priority": nccl_high_priority,
+        "channels_mechanism": None,
+        "high_priority_mechanism": None,
+        "group": "own group (new_group)",
+    }
     if nccl_min_ctas:
         desc.update({"nccl_min_ctas": nccl_min_ctas, "min_ctas_mechanism": None})
     if backend != "nccl":
@@ -198,8 +238,13 @@ def comm_setup(nccl_channels: int = 0, nccl_high_priority: bool = False, nccl_mi
     if _COMM_SETUP.get("backend") == "nccl":
         return dict(_COMM_SETUP)
     backend = _COMM_SETUP.get("backend")
-    desc = {"backend": backend, "nccl_channels": nccl_channels or None, "nccl_high_priority": nccl_high_priority,
-            "channels_mechanism": None, "high_priority_mechanism": None}
+    desc = {
+        "backend": backend,
+        "nccl_channels": nccl_channels or None,
+        "nccl_high_priority": nccl_high_priority,
+        "channels_mechanism": None,
+        "high_priority_mechanism": None,
+    }
     if nccl_min_ctas:
         desc.update({"nccl_min_ctas": nccl_min_ctas, "min_ctas_mechanism": None})
     if nccl_channels or nccl_high_priority or nccl_min_ctas:

@@ -79,69 +79,231 @@ class Lever:
 
 
 LEVERS: tuple[Lever, ...] = (  # in run-name order
-    Lever("first_bucket_mb", float, 0.0, "--first-bucket-mb", "-first{}mb", ("bucketed",), "buckets",
-          "bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)", metavar="X",
-          to_strategy=True),
-    Lever("grad_views", bool, False, "--grad-views", "-views", ("bucketed", "torch_ddp"), "buckets",
-          "bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)",
-          to_strategy=True),
-    Lever("reduce_avg", bool, False, "--reduce-avg", "-avg", ("overlap",), "buckets",
-          "overlap: all-reduce each gradient in place with NCCL's average instead of dividing it first (-avg; gloo "
-          "divides first)", to_strategy=True),
-    Lever("sharded_update", bool, False, "--sharded-update", "-shardupd", ("overlap",), "update",
-          "overlap: reduce-scatter each gradient, update this rank's part of the parameter from its hook while "
-          "backward runs, all-gather the parts (ZeRO-1 overlapped; -shardupd)"),
-    Lever("sharded_update_normal_priority", bool, False, "--sharded-update-normal-priority", "-updnormal",
-          ("overlap",), "update",
-          "with --sharded-update: run the updates on a normal-priority side stream, not a high-priority one "
-          "(-updnormal)", needs=("sharded_update", "it sets the priority of the update's side stream"),
-          to_strategy=True),
-    Lever("grad_reduce_dtype", str, "", "--grad-reduce-dtype", "-grad{}", ("bucketed",), "buckets",
-          "bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)", choices=GRAD_REDUCE_DTYPES,
-          to_strategy=True),
-    Lever("ddp_comm_hook", str, "", "--ddp-comm-hook", "-hook{}", ("torch_ddp",), "buckets",
-          "torch_ddp: PyTorch's bf16_compress_hook, buckets all-reduced in bf16, fp32 params, grads and optimizer "
-          "(-hookbf16)", choices=DDP_COMM_HOOKS, to_strategy=True),
-    Lever("overlap_optimizer", bool, False, "--overlap-optimizer", "-optoverlap", ("bucketed",), "update",
-          "bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)"),
-    Lever("peer_copy_allreduce", bool, False, "--peer-copy-allreduce", "-peercopy", ("bucketed", "overlap"), "comm",
-          "2 ranks; bucketed: sum each bucket by a peer copy into the other GPU's symmetric memory (copy engine) "
-          "plus one local add, instead of NCCL; overlap --sharded-update: reduce-scatter and all-gather each "
-          "parameter by such copies (-peercopy)",
-          not_for="applies to strategy bucketed or to overlap with sharded_update only, not {strategy!r}",
-          to_strategy=True),
-    Lever("nccl_channels", int, 0, "--nccl-channels", "-ch{}", COMM_STRATEGIES, "comm",
-          "at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)",
-          maximum=MAX_NCCL_CHANNELS, zero="NCCL's choice", metavar="N",
-          not_for="needs communication; strategy none has none"),
-    Lever("nccl_min_ctas", int, 0, "--nccl-min-ctas", "-minctas{}", COMM_STRATEGIES, "comm",
-          "at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the maximum, "
-          "equal values pin the count) (-minctasN; ignored on gloo)",
-          maximum=MAX_NCCL_CHANNELS, zero="NCCL's choice", metavar="N",
-          not_for="needs communication; strategy none has none"),
-    Lever("nccl_high_priority", bool, False, "--nccl-high-priority", "-hiprio", COMM_STRATEGIES, "comm",
-          "high-priority NCCL streams (-hiprio; ignored on gloo)",
-          not_for="needs communication; strategy none has none"),
-    Lever("gc_mode", str, "", "--gc", "-gc{}", STRATEGIES, "runtime",
-          "Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off (frozen "
-          "and disabled), any strategy (-gcfreeze, -gcoff)", choices=GC_MODES, dest="gc_mode"),
-    Lever("cuda_graph", bool, False, "--cuda-graph", "-graph", GRAPH_STRATEGIES, "runtime",
-          "none, overlap, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay it, "
-          "so the host issues one call a step (-graph; ignored on the CPU)"),
-    Lever("step_sync", bool, True, "--no-step-sync", "-nosync", STRATEGIES, "runtime",
-          "any strategy: no wait for the GPU between steps (the host queues the next step while the GPU runs "
-          "this one); step times stay CUDA events (-nosync)", dest="step_sync"),
-    Lever("gemm_sm_carveout", int, 0, "--gemm-sm-carveout", "-carve{}", STRATEGIES, "runtime",
-          "any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside an NCCL "
-          "kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)",
-          maximum=MAX_GEMM_SM_CARVEOUT, zero="off", unit="SMs", metavar="N"),
-    Lever("gemm_sm_carveout_scope", str, "", "--gemm-sm-carveout-scope", "bwd", STRATEGIES, "runtime",
-          "with --gemm-sm-carveout: backward = only the backward's GEMMs leave the SMs, the forward's use all of "
-          "them (-carveNbwd)", choices=CARVEOUT_SCOPES,
-          needs=("gemm_sm_carveout", "the SMs the backward's GEMMs leave")),
-    Lever("blas_library", str, "", "--blas-library", "-lt", STRATEGIES, "runtime",
-          "PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for --gemm-sm-carveout, "
-          "which implies it (-lt)", choices=BLAS_LIBRARIES, hidden_by="gemm_sm_carveout"),
+    Lever(
+        "first_bucket_mb",
+        float,
+        0.0,
+        "--first-bucket-mb",
+        "-first{}mb",
+        ("bucketed",),
+        "buckets",
+        "bucketed: first bucket capped at X MiB, smaller than --bucket-mb (-firstXmb)",
+        metavar="X",
+        to_strategy=True,
+    ),
+    Lever(
+        "grad_views",
+        bool,
+        False,
+        "--grad-views",
+        "-views",
+        ("bucketed", "torch_ddp"),
+        "buckets",
+        "bucketed: .grad are views of the bucket slots (no copy-back); torch_ddp: gradient_as_bucket_view (-views)",
+        to_strategy=True,
+    ),
+    Lever(
+        "reduce_avg",
+        bool,
+        False,
+        "--reduce-avg",
+        "-avg",
+        ("overlap",),
+        "buckets",
+        "overlap: all-reduce each gradient in place with NCCL's average instead of dividing it first (-avg; gloo "
+        "divides first)",
+        to_strategy=True,
+    ),
+    Lever(
+        "sharded_update",
+        bool,
+        False,
+        "--sharded-update",
+        "-shardupd",
+        ("overlap",),
+        "update",
+        "overlap: reduce-scatter each gradient, update this rank's part of the parameter from its hook while "
+        "backward runs, all-gather the parts (ZeRO-1 overlapped; -shardupd)",
+    ),
+    Lever(
+        "sharded_update_normal_priority",
+        bool,
+        False,
+        "--sharded-update-normal-priority",
+        "-updnormal",
+        ("overlap",),
+        "update",
+        "with --sharded-update: run the updates on a normal-priority side stream, not a high-priority one "
+        "(-updnormal)",
+        needs=("sharded_update", "it sets the priority of the update's side stream"),
+        to_strategy=True,
+    ),
+    Lever(
+        "grad_reduce_dtype",
+        str,
+        "",
+        "--grad-reduce-dtype",
+        "-grad{}",
+        ("bucketed",),
+        "buckets",
+        "bucketed: all-reduce buckets in bf16, fp32 params and optimizer (-gradbf16)",
+        choices=GRAD_REDUCE_DTYPES,
+        to_strategy=True,
+    ),
+    Lever(
+        "ddp_comm_hook",
+        str,
+        "",
+        "--ddp-comm-hook",
+        "-hook{}",
+        ("torch_ddp",),
+        "buckets",
+        "torch_ddp: PyTorch's bf16_compress_hook, buckets all-reduced in bf16, fp32 params, grads and optimizer "
+        "(-hookbf16)",
+        choices=DDP_COMM_HOOKS,
+        to_strategy=True,
+    ),
+    Lever(
+        "overlap_optimizer",
+        bool,
+        False,
+        "--overlap-optimizer",
+        "-optoverlap",
+        ("bucketed",),
+        "update",
+        "bucketed: per-bucket optimizer step as soon as the bucket is reduced (-optoverlap)",
+    ),
+    Lever(
+        "peer_copy_allreduce",
+        bool,
+        False,
+        "--peer-copy-allreduce",
+        "-peercopy",
+        ("bucketed", "overlap"),
+        "comm",
+        "2 ranks; bucketed: sum each bucket by a peer copy into the other GPU's symmetric memory (copy engine) "
+        "plus one local add, instead of NCCL; overlap --sharded-update: reduce-scatter and all-gather each "
+        "parameter by such copies (-peercopy)",
+        not_for="applies to strategy bucketed or to overlap with sharded_update only, not {strategy!r}",
+        to_strategy=True,
+    ),
+    Lever(
+        "nccl_channels",
+        int,
+        0,
+        "--nccl-channels",
+        "-ch{}",
+        COMM_STRATEGIES,
+        "comm",
+        "at most N NCCL channels (CTAs) per collective, via the group's NCCL config (-chN; ignored on gloo)",
+        maximum=MAX_NCCL_CHANNELS,
+        zero="NCCL's choice",
+        metavar="N",
+        not_for="needs communication; strategy none has none",
+    ),
+    Lever(
+        "nccl_min_ctas",
+        int,
+        0,
+        "--nccl-min-ctas",
+        "-minctas{}",
+        COMM_STRATEGIES,
+        "comm",
+        "at least N CTAs per collective via the group's NCCL config (min_ctas; --nccl-channels is the maximum, "
+        "equal values pin the count) (-minctasN; ignored on gloo)",
+        maximum=MAX_NCCL_CHANNELS,
+        zero="NCCL's choice",
+        metavar="N",
+        not_for="needs communication; strategy none has none",
+    ),
+    Lever(
+        "nccl_high_priority",
+        bool,
+        False,
+        "--nccl-high-priority",
+        "-hiprio",
+        COMM_STRATEGIES,
+        "comm",
+        "high-priority NCCL streams (-hiprio; ignored on gloo)",
+        not_for="needs communication; strategy none has none",
+    ),
+    Lever(
+        "gc_mode",
+        str,
+        "",
+        "--gc",
+        "-gc{}",
+        STRATEGIES,
+        "runtime",
+        "Python's garbage collector during the steps: freeze (gc.freeze after one collection) or off (frozen "
+        "and disabled), any strategy (-gcfreeze, -gcoff)",
+        choices=GC_MODES,
+        dest="gc_mode",
+    ),
+    Lever(
+        "cuda_graph",
+        bool,
+        False,
+        "--cuda-graph",
+        "-graph",
+        GRAPH_STRATEGIES,
+        "runtime",
+        "none, overlap, torch_ddp: capture the step once as a CUDA graph (after 11 eager steps) and replay it, "
+        "so the host issues one call a step (-graph; ignored on the CPU)",
+    ),
+    Lever(
+        "step_sync",
+        bool,
+        True,
+        "--no-step-sync",
+        "-nosync",
+        STRATEGIES,
+        "runtime",
+        "any strategy: no wait for the GPU between steps (the host queues the next step while the GPU runs "
+        "this one); step times stay CUDA events (-nosync)",
+        dest="step_sync",
+    ),
+    Lever(
+        "gemm_sm_carveout",
+        int,
+        0,
+        "--gemm-sm-carveout",
+        "-carve{}",
+        STRATEGIES,
+        "runtime",
+        "any strategy: GEMMs target the GPU's SMs minus N (cuBLASLt SM-count target), so a GEMM beside an NCCL "
+        "kernel of at most N CTAs runs in one wave (-carveN; ignored on the CPU)",
+        maximum=MAX_GEMM_SM_CARVEOUT,
+        zero="off",
+        unit="SMs",
+        metavar="N",
+    ),
+    Lever(
+        "gemm_sm_carveout_scope",
+        str,
+        "",
+        "--gemm-sm-carveout-scope",
+        "bwd",
+        STRATEGIES,
+        "runtime",
+        "with --gemm-sm-carveout: backward = only the backward's GEMMs leave the SMs, the forward's use all of "
+        "them (-carveNbwd)",
+        choices=CARVEOUT_SCOPES,
+        needs=("gemm_sm_carveout", "the SMs the backward's GEMMs leave"),
+    ),
+    Lever(
+        "blas_library",
+        str,
+        "",
+        "--blas-library",
+        "-lt",
+        STRATEGIES,
+        "runtime",
+        "PyTorch's preferred BLAS library, cuBLASLt without a carveout: the control for --gemm-sm-carveout, "
+        "which implies it (-lt)",
+        choices=BLAS_LIBRARIES,
+        hidden_by="gemm_sm_carveout",
+    ),
 )
 BY_NAME = {lever.name: lever for lever in LEVERS}
 
@@ -158,8 +320,11 @@ def _text(value: Any) -> str:
 
 def suffix(cfg: Any) -> str:
     """Run-name suffix of the levers that are on, in :data:`LEVERS` order."""
-    return "".join(lever.suffix.format(_text(getattr(cfg, lever.name))) for lever in LEVERS
-                   if is_on(cfg, lever) and not (lever.hidden_by and is_on(cfg, BY_NAME[lever.hidden_by])))
+    return "".join(
+        lever.suffix.format(_text(getattr(cfg, lever.name)))
+        for lever in LEVERS
+        if is_on(cfg, lever) and not (lever.hidden_by and is_on(cfg, BY_NAME[lever.hidden_by]))
+    )
 
 
 def _check(ok: bool, message: str) -> None:
@@ -182,11 +347,16 @@ def validate(cfg: Any) -> None:
         value = getattr(cfg, lever.name)
         if lever.choices:
             allowed = " or ".join(c for c in lever.choices if c)
-            _check(value in lever.choices, f"{lever.name} {value!r} is unknown; choose {allowed} (or leave it empty)")
+            _check(
+                value in lever.choices,
+                f"{lever.name} {value!r} is unknown; choose {allowed} (or leave it empty)",
+            )
         if lever.maximum:
             unit = f" {lever.unit}" if lever.unit else ""
-            _check(isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= lever.maximum,
-                   f"{lever.name} must be an integer from 1 to {lever.maximum}{unit} (0: {lever.zero}), got {value!r}")
+            _check(
+                isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= lever.maximum,
+                f"{lever.name} must be an integer from 1 to {lever.maximum}{unit} (0: {lever.zero}), got {value!r}",
+            )
         if not is_on(cfg, lever):
             continue
         if lever.needs:
@@ -200,8 +370,11 @@ def validate(cfg: Any) -> None:
 def strategy_kwargs(cfg: Any) -> dict[str, Any]:
     """The levers the strategy's factory takes, by field name, for the levers that apply to its strategy."""
     strategy = cfg.strategy
-    return {lever.name: getattr(cfg, lever.name) for lever in LEVERS
-            if lever.to_strategy and strategy in lever.strategies}
+    return {
+        lever.name: getattr(cfg, lever.name)
+        for lever in LEVERS
+        if lever.to_strategy and strategy in lever.strategies
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -214,10 +387,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             action = "store_false" if lever.default else "store_true"
             g.add_argument(lever.flag, dest=dest, action=action, help=lever.help)
         elif lever.choices:
-            g.add_argument(lever.flag, dest=dest, default=lever.default, choices=lever.choices, help=lever.help)
+            g.add_argument(
+                lever.flag, dest=dest, default=lever.default, choices=lever.choices, help=lever.help
+            )
         else:
-            g.add_argument(lever.flag, dest=dest, type=lever.type, default=lever.default, metavar=lever.metavar,
-                           help=lever.help)
+            g.add_argument(
+                lever.flag,
+                dest=dest,
+                type=lever.type,
+                default=lever.default,
+                metavar=lever.metavar,
+                help=lever.help,
+            )
 
 
 def from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -236,5 +417,16 @@ def flags(cfg: Any) -> list[str]:
     return out
 
 
-__all__ = ["BY_NAME", "CONCERNS", "LEVERS", "Lever", "add_arguments", "flags", "from_args",
-           "is_on", "strategy_kwargs", "suffix", "validate"]
+__all__ = [
+    "BY_NAME",
+    "CONCERNS",
+    "LEVERS",
+    "Lever",
+    "add_arguments",
+    "flags",
+    "from_args",
+    "is_on",
+    "strategy_kwargs",
+    "suffix",
+    "validate",
+]

@@ -30,7 +30,9 @@ def _attributes(message: str, color: str | None, category: int, payload: int | N
     return _DOMAIN.get_event_attributes(message=message, color=color, category=category, payload=payload)
 
 
-def push(message: str, color: str | None = None, category: int = names.CATEGORY_PHASE, payload: int | None = None):
+def push(
+    message: str, color: str | None = None, category: int = names.CATEGORY_PHASE, payload: int | None = None
+):
     if _DOMAIN is not None:
         _DOMAIN.push_range(_attributes(message, color, category, payload))
 
@@ -66,7 +68,9 @@ def allreduce_message(bucket: int, nbytes: int) -> str:
 
 def collective(bucket: int, nbytes: int):
     """Range around one collective LAUNCH (not its completion): payload = bytes, bucket in the message."""
-    return _range(allreduce_message(bucket, nbytes), names.COLORS[names.ALLREDUCE_PREFIX], names.CATEGORY_BUCKET, nbytes)
+    return _range(
+        allreduce_message(bucket, nbytes), names.COLORS[names.ALLREDUCE_PREFIX], names.CATEGORY_BUCKET, nbytes
+    )
 
 
 def param_sync_message(bucket: int, owner: int, nbytes: int) -> str:
@@ -76,13 +80,22 @@ def param_sync_message(bucket: int, owner: int, nbytes: int) -> str:
 
 def param_sync(bucket: int, owner: int, nbytes: int):
     """Range around one parameter broadcast from its owner rank (the launch; with gloo, the whole call)."""
-    return _range(param_sync_message(bucket, owner, nbytes), names.COLORS[names.PARAM_SYNC_PREFIX],
-                  names.CATEGORY_BUCKET, nbytes)
+    return _range(
+        param_sync_message(bucket, owner, nbytes),
+        names.COLORS[names.PARAM_SYNC_PREFIX],
+        names.CATEGORY_BUCKET,
+        nbytes,
+    )
 
 
 def fsdp_block(index: int) -> None:
     """Open the range of one FSDP unit's forward (closed by pop() from the unit's forward hook)."""
-    push(f"{names.FSDP_BLOCK_PREFIX} {index}", names.COLORS[names.FSDP_BLOCK_PREFIX], names.CATEGORY_PHASE, index)
+    push(
+        f"{names.FSDP_BLOCK_PREFIX} {index}",
+        names.COLORS[names.FSDP_BLOCK_PREFIX],
+        names.CATEGORY_PHASE,
+        index,
+    )
 
 
 def rank_marker(rank: int, world_size: int) -> None:

@@ -35,7 +35,7 @@ per-step times (``repeats``), the pooled median and the bootstrap interval ``unp
 FILE: one configuration per line as harness options (``--strategy torch_ddp --bucket-mb 25 ...``, those of
 ``python -m ddp_profile.harness``); a line ``common OPTIONS`` puts OPTIONS before every later line (until
 the next ``common``); ``#`` starts a comment. Torch, nvtx and the standard library only.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -61,8 +61,15 @@ PROTOCOL = "interleaved-repeats"
 DEFAULT_FIRST_ESTIMATE_S = 25.0
 MARGIN = 1.2
 """A repeat is expected to take its configuration's slowest repeat so far times MARGIN."""
-PER_REPEAT_KEYS = ("step_ms_per_rank", "host_step_ms_per_rank", "step_ms_slowest_rank", "step_ms_median",
-                   "final_loss_per_rank", "setup_s", "date_utc")
+PER_REPEAT_KEYS = (
+    "step_ms_per_rank",
+    "host_step_ms_per_rank",
+    "step_ms_slowest_rank",
+    "step_ms_median",
+    "final_loss_per_rank",
+    "setup_s",
+    "date_utc",
+)
 """Run-record keys that differ between repeats: kept per repeat, not at the top of the summary."""
 
 
@@ -92,8 +99,10 @@ def parse_configs(text: str, where: str = "configs") -> list[RunConfig]:
         except (argparse.ArgumentError, UsageError, ValueError) as exc:
             raise UsageError(f"{where}:{n}: {exc}") from None
         if any(lever_key(cfg)) and (cfg.strategy == "fsdp" or cfg.shard_optimizer):
-            raise UsageError(f"{where}:{n}: NCCL levers run on their own group, which fsdp and shard_optimizer "
-                             "do not take; time them with scripts/campaign.sh")
+            raise UsageError(
+                f"{where}:{n}: NCCL levers run on their own group, which fsdp and shard_optimizer "
+                "do not take; time them with scripts/campaign.sh"
+            )
         out.append(cfg)
     if not out:
         raise UsageError(f"{where}: no configuration")
@@ -120,7 +129,7 @@ def lever_key(cfg: RunConfig) -> tuple[int, bool, int]:
 
 
 def fits(now: float, expected_s: float, deadline_at: float | None) -> str:
-    """"run" when a repeat expected to take ``expected_s`` ends by ``deadline_at`` (Unix seconds; None: no
+    """ "run" when a repeat expected to take ``expected_s`` ends by ``deadline_at`` (Unix seconds; None: no
     deadline), else the reason it is skipped."""
     if deadline_at is None or now + expected_s <= deadline_at:
         return "run"
@@ -190,8 +199,16 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: str, deadline_at: float | None,
-            first_estimate_s: float, resume: bool) -> dict:
+def run_job(
+    configs: list[RunConfig],
+    repeats: int,
+    out: Path,
+    device,
+    backend: str,
+    deadline_at: float | None,
+    first_estimate_s: float,
+    resume: bool,
+) -> dict:
     """The interleaved loop on this rank (module docstring); returns {"skipped": [...], "failed": [...]}
     on rank 0 ({} elsewhere)."""
     from ddp_profile.harness import train
@@ -225,13 +242,19 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
             continue
         verdict = "run"
         if rank == 0:
-            verdict = ("failed earlier (a repeat of it started and never finished)" if c in failed else
-                       broken[lever_key(cfg)] if lever_key(cfg) in broken and not is_solo(cfg) else
-                       fits(time.time(), MARGIN * slowest.get(c, first_estimate_s), deadline_at))
+            verdict = (
+                "failed earlier (a repeat of it started and never finished)"
+                if c in failed
+                else broken[lever_key(cfg)]
+                if lever_key(cfg) in broken and not is_solo(cfg)
+                else fits(time.time(), MARGIN * slowest.get(c, first_estimate_s), deadline_at)
+            )
         verdict = _decide(rank, world_size, verdict)
         if verdict != "run":
             if rank == 0:
-                _append(out, {"event": "skip", "repeat": r, "config_index": c, "run": names[c], "why": verdict})
+                _append(
+                    out, {"event": "skip", "repeat": r, "config_index": c, "run": names[c], "why": verdict}
+                )
                 print(f"-- skip {label}: {verdict}", flush=True)
             continue
         t0 = time.time()
@@ -244,7 +267,10 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
                 with solo():
                     record = train.run(cfg, device)
                 if record is not None:
-                    record["nccl_levers"] = {"backend": None, "note": "1-GPU configuration: rank 0 alone, no collectives"}
+                    record["nccl_levers"] = {
+                        "backend": None,
+                        "note": "1-GPU configuration: rank 0 alone, no collectives",
+                    }
             train.host_barrier("repeats-solo")
         else:
             group, levers = groups[lever_key(cfg)]
@@ -257,8 +283,18 @@ def run_job(configs: list[RunConfig], repeats: int, out: Path, device, backend: 
             wall = time.time() - t0
             slowest[c] = max(slowest.get(c, 0.0), wall)
             after = gpu_state.query() if device.type == "cuda" else None
-            _append(out, {"event": "done", "repeat": r, "config_index": c, "wall_s": round(wall, 3),
-                          "record": record, "gpu_before": before, "gpu_after": after})
+            _append(
+                out,
+                {
+                    "event": "done",
+                    "repeat": r,
+                    "config_index": c,
+                    "wall_s": round(wall, 3),
+                    "record": record,
+                    "gpu_before": before,
+                    "gpu_after": after,
+                },
+            )
             print(f"   {label}: median {record['step_ms_median']:.2f} ms, {wall:.1f} s", flush=True)
     if rank != 0:
         return {}
@@ -274,18 +310,25 @@ def _gpu_rows(snapshot: dict | None) -> dict | None:
     return {k: v for k, v in snapshot.items() if k != "raw"}
 
 
-def summarize(out: Path, host: str | None = None, resamples: int = spread.DEFAULT_RESAMPLES,
-              seed: int = spread.DEFAULT_SEED) -> list[Path]:
+def summarize(
+    out: Path,
+    host: str | None = None,
+    resamples: int = spread.DEFAULT_RESAMPLES,
+    seed: int = spread.DEFAULT_SEED,
+) -> list[Path]:
     """Write ``<run>/<run>.json`` per configuration from the journal (module docstring) and ``skipped.txt``;
     returns the JSON paths. Each finished repeat counts; a repeat's step time is its slowest rank's."""
     events = read_journal(out)
     finished = [e for e in events if e.get("event") == "done" and isinstance(e.get("record"), dict)]
     skipped = [e for e in events if e.get("event") == "skip"] + unfinished(events, finished)
     lines = [f"repeat {e.get('repeat')} of {e.get('run')}: {e.get('why')}" for e in skipped]
-    write_text_atomic(out / SKIPPED, "".join(f"{line}\n" for line in lines) or "nothing skipped\n",
-                      make_parents=True)
+    write_text_atomic(
+        out / SKIPPED, "".join(f"{line}\n" for line in lines) or "nothing skipped\n", make_parents=True
+    )
     if not finished:
-        raise UsageError(f"{out / JOURNAL}: no finished repeat to summarize ({len(skipped)} skipped; see {out / SKIPPED})")
+        raise UsageError(
+            f"{out / JOURNAL}: no finished repeat to summarize ({len(skipped)} skipped; see {out / SKIPPED})"
+        )
     order = [e["record"]["run"] for e in finished]
     by_run: dict[str, list[dict]] = {}
     for e in finished:
@@ -297,21 +340,34 @@ def summarize(out: Path, host: str | None = None, resamples: int = spread.DEFAUL
         interval = spread.bootstrap_median(reps, resamples=resamples, seed=seed)
         summary = {k: v for k, v in evs[0]["record"].items() if k not in PER_REPEAT_KEYS}
         summary.update(interval.fields())
-        summary["step_ms_median"] = interval.median_ms  # nothing was profiled: the run's step is the un-profiled one
+        summary["step_ms_median"] = (
+            interval.median_ms
+        )  # nothing was profiled: the run's step is the un-profiled one
         summary["unprofiled_repeat_medians_ms"] = [spread.upper_median(r) for r in reps]
         summary["unprofiled_step_ms_min"] = min(v for r in reps for v in r)
         summary["unprofiled_step_ms_max"] = max(v for r in reps for v in r)
         summary["profiler_overhead_pct"] = None
         summary["timing_protocol"] = {
-            "kind": PROTOCOL, "order": order, "configurations": len(by_run),
+            "kind": PROTOCOL,
+            "order": order,
+            "configurations": len(by_run),
             "process": "one job for every repeat; each repeat rebuilds model, wrapper, optimizer and data",
-            "one_gpu": "strategy none: rank 0 alone on its GPU while the other ranks wait"}
+            "one_gpu": "strategy none: rank 0 alone on its GPU while the other ranks wait",
+        }
         summary["repeats"] = [
-            {"repeat": e["repeat"], "position": _position(finished, e),
-             "wall_s": e.get("wall_s"), **{k: e["record"].get(k) for k in PER_REPEAT_KEYS},
-             "gpu_before": _gpu_rows(e.get("gpu_before")), "gpu_after": _gpu_rows(e.get("gpu_after"))}
-            for e in evs]
-        summary["skipped"] = [{"repeat": e["repeat"], "why": e["why"]} for e in skipped if e.get("run") == name]
+            {
+                "repeat": e["repeat"],
+                "position": _position(finished, e),
+                "wall_s": e.get("wall_s"),
+                **{k: e["record"].get(k) for k in PER_REPEAT_KEYS},
+                "gpu_before": _gpu_rows(e.get("gpu_before")),
+                "gpu_after": _gpu_rows(e.get("gpu_after")),
+            }
+            for e in evs
+        ]
+        summary["skipped"] = [
+            {"repeat": e["repeat"], "why": e["why"]} for e in skipped if e.get("run") == name
+        ]
         if host is not None:
             summary["host"] = host
         path = out / name / f"{name}.json"
@@ -330,9 +386,17 @@ def unfinished(events: list[dict], finished: list[dict]) -> list[dict]:
     repeats (a start event has its index only)."""
     ended = {(e.get("repeat"), e.get("config_index")) for e in events if e.get("event") in ("done", "skip")}
     names = {e.get("config_index"): e["record"].get("run") for e in finished}
-    return [{"event": "skip", "repeat": e.get("repeat"), "config_index": e.get("config_index"),
-             "run": names.get(e.get("config_index"), f"configuration {e.get('config_index')}"), "why": UNFINISHED}
-            for e in events if e.get("event") == "start" and (e.get("repeat"), e.get("config_index")) not in ended]
+    return [
+        {
+            "event": "skip",
+            "repeat": e.get("repeat"),
+            "config_index": e.get("config_index"),
+            "run": names.get(e.get("config_index"), f"configuration {e.get('config_index')}"),
+            "why": UNFINISHED,
+        }
+        for e in events
+        if e.get("event") == "start" and (e.get("repeat"), e.get("config_index")) not in ended
+    ]
 
 
 def _position(finished: list[dict], event: dict) -> int:
@@ -357,11 +421,14 @@ def _job_on_rank(configs, args, device, backend: str) -> None:
     rank, _ = world()
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
-    result = run_job(configs, args.repeats, out, device, backend, args.deadline_at, args.first_estimate_s,
-                     args.resume)
+    result = run_job(
+        configs, args.repeats, out, device, backend, args.deadline_at, args.first_estimate_s, args.resume
+    )
     if rank == 0:
         paths = summarize(out, args.host)
-        print(f"wrote {len(paths)} run JSONs under {out}; skipped {len(result['skipped'])} repeats", flush=True)
+        print(
+            f"wrote {len(paths)} run JSONs under {out}; skipped {len(result['skipped'])} repeats", flush=True
+        )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -418,25 +485,44 @@ def _summarize(args: argparse.Namespace) -> int:
     paths = summarize(Path(args.out), args.host)
     for p in paths:
         rec = json.loads(p.read_text(encoding="utf-8"))
-        print(f"{rec['run']}: median {rec['unprofiled_step_ms_median']:.2f} ms, 95 % interval "
-              f"{rec['unprofiled_ci_low_ms']:.2f}–{rec['unprofiled_ci_high_ms']:.2f} ms over "
-              f"{rec['unprofiled_repeats']} repeats ({rec['unprofiled_steps']} steps)")
+        print(
+            f"{rec['run']}: median {rec['unprofiled_step_ms_median']:.2f} ms, 95 % interval "
+            f"{rec['unprofiled_ci_low_ms']:.2f}–{rec['unprofiled_ci_high_ms']:.2f} ms over "
+            f"{rec['unprofiled_repeats']} repeats ({rec['unprofiled_steps']} steps)"
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.harness.repeats", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ddp_profile.harness.repeats",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     run_p = sub.add_parser("run", help="run the configurations interleaved, then summarize")
-    run_p.add_argument("--configs", required=True, help="configuration list (one line of harness options each)")
+    run_p.add_argument(
+        "--configs", required=True, help="configuration list (one line of harness options each)"
+    )
     run_p.add_argument("--repeats", type=int, default=5, help="rounds over every configuration (default 5)")
-    run_p.add_argument("--deadline-at", type=float, default=None,
-                       help="Unix time by which every repeat must be expected to end; later ones are skipped")
-    run_p.add_argument("--first-estimate-s", type=float, default=DEFAULT_FIRST_ESTIMATE_S,
-                       help=f"expected seconds of a configuration's first repeat (default {DEFAULT_FIRST_ESTIMATE_S:.0f})")
-    run_p.add_argument("--resume", action="store_true", help="continue the journal in --out instead of starting afresh")
-    run_p.add_argument("--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes")
+    run_p.add_argument(
+        "--deadline-at",
+        type=float,
+        default=None,
+        help="Unix time by which every repeat must be expected to end; later ones are skipped",
+    )
+    run_p.add_argument(
+        "--first-estimate-s",
+        type=float,
+        default=DEFAULT_FIRST_ESTIMATE_S,
+        help=f"expected seconds of a configuration's first repeat (default {DEFAULT_FIRST_ESTIMATE_S:.0f})",
+    )
+    run_p.add_argument(
+        "--resume", action="store_true", help="continue the journal in --out instead of starting afresh"
+    )
+    run_p.add_argument(
+        "--nproc", type=int, default=1, help="without torchrun: spawn N local gloo CPU processes"
+    )
     for p in (run_p, sub.add_parser("summarize", help="write the per-configuration JSONs from the journal")):
         p.add_argument("--out", required=True, help="folder of the journal and the run JSONs")
         p.add_argument("--host", default=None, help="machine label to record (never the real host name)")

@@ -29,8 +29,10 @@ from ddp_profile.errors import TraceError
 DEFAULT_RESAMPLES = 4000
 DEFAULT_SEED = 0
 DEFAULT_LEVEL = 0.95
-METHOD = ("two-level percentile bootstrap of the median: repeats resampled with replacement, then steps "
-          "within each drawn repeat; upper median of the pooled steps; nearest-rank percentiles")
+METHOD = (
+    "two-level percentile bootstrap of the median: repeats resampled with replacement, then steps "
+    "within each drawn repeat; upper median of the pooled steps; nearest-rank percentiles"
+)
 
 
 def upper_median(values: list[float]) -> float:
@@ -56,11 +58,17 @@ class Interval:
 
     def fields(self) -> dict:
         """The run-JSON keys (``unprofiled_*``) this interval fills."""
-        return {"unprofiled_step_ms_median": self.median_ms, "unprofiled_ci_low_ms": self.low_ms,
-                "unprofiled_ci_high_ms": self.high_ms, "unprofiled_ci_level": self.level,
-                "unprofiled_ci_method": METHOD, "unprofiled_ci_resamples": self.resamples,
-                "unprofiled_ci_seed": self.seed, "unprofiled_repeats": self.repeats,
-                "unprofiled_steps": self.steps}
+        return {
+            "unprofiled_step_ms_median": self.median_ms,
+            "unprofiled_ci_low_ms": self.low_ms,
+            "unprofiled_ci_high_ms": self.high_ms,
+            "unprofiled_ci_level": self.level,
+            "unprofiled_ci_method": METHOD,
+            "unprofiled_ci_resamples": self.resamples,
+            "unprofiled_ci_seed": self.seed,
+            "unprofiled_repeats": self.repeats,
+            "unprofiled_steps": self.steps,
+        }
 
 
 def _percentile(ordered: list[float], q: float) -> float:
@@ -69,8 +77,12 @@ def _percentile(ordered: list[float], q: float) -> float:
     return ordered[k]
 
 
-def bootstrap_median(repeats: list[list[float]], resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED,
-                     level: float = DEFAULT_LEVEL) -> Interval:
+def bootstrap_median(
+    repeats: list[list[float]],
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+) -> Interval:
     """The median of every step of ``repeats`` (one list of step times per repeat) and its two-level
     bootstrap interval (module docstring). Deterministic for a given seed."""
     reps = [[float(v) for v in r] for r in repeats if r]
@@ -101,5 +113,13 @@ def separated(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[1] < b[0] or b[1] < a[0]
 
 
-__all__ = ["DEFAULT_LEVEL", "DEFAULT_RESAMPLES", "DEFAULT_SEED", "Interval", "METHOD", "bootstrap_median",
-           "separated", "upper_median"]
+__all__ = [
+    "DEFAULT_LEVEL",
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
+    "Interval",
+    "METHOD",
+    "bootstrap_median",
+    "separated",
+    "upper_median",
+]

@@ -33,10 +33,22 @@ from ddp_profile.safeio import read_side_json, write_record_atomic
 
 # Keys that must agree between the profiled run and every repeat for the comparison to mean anything.
 SAME_KEYS = ("run", "config", "world_size", "gpu_name", "timing_source")
-ADDED_KEYS = ("unprofiled_step_ms_median", "unprofiled_repeat_medians_ms", "unprofiled_step_ms_min",
-              "unprofiled_step_ms_max", "unprofiled_repeats", "unprofiled_steps", "profiler_overhead_pct",
-              "host", "unprofiled_ci_low_ms", "unprofiled_ci_high_ms", "unprofiled_ci_level", "unprofiled_ci_method",
-              "unprofiled_ci_resamples", "unprofiled_ci_seed")
+ADDED_KEYS = (
+    "unprofiled_step_ms_median",
+    "unprofiled_repeat_medians_ms",
+    "unprofiled_step_ms_min",
+    "unprofiled_step_ms_max",
+    "unprofiled_repeats",
+    "unprofiled_steps",
+    "profiler_overhead_pct",
+    "host",
+    "unprofiled_ci_low_ms",
+    "unprofiled_ci_high_ms",
+    "unprofiled_ci_level",
+    "unprofiled_ci_method",
+    "unprofiled_ci_resamples",
+    "unprofiled_ci_seed",
+)
 
 
 def slowest_rank_steps(record: dict) -> list[float]:
@@ -56,8 +68,10 @@ def fold(profiled: dict, repeats: list[dict], host: str | None = None) -> dict:
     for i, rec in enumerate(repeats, 1):
         for key in SAME_KEYS:
             if rec.get(key) != profiled.get(key):
-                raise UsageError(f"un-profiled run {i} differs from the profiled run in {key!r} "
-                                 f"({rec.get(key)!r} vs {profiled.get(key)!r}); not comparable")
+                raise UsageError(
+                    f"un-profiled run {i} differs from the profiled run in {key!r} "
+                    f"({rec.get(key)!r} vs {profiled.get(key)!r}); not comparable"
+                )
     per_repeat = [slowest_rank_steps(r) for r in repeats]
     if any(not steps for steps in per_repeat):
         raise TraceError("an un-profiled run has no measured steps")
@@ -74,8 +88,9 @@ def fold(profiled: dict, repeats: list[dict], host: str | None = None) -> dict:
     out["unprofiled_steps"] = len(every)
     out.update(spread.bootstrap_median(per_repeat).fields())
     prof = profiled.get("step_ms_median")
-    out["profiler_overhead_pct"] = (round(100.0 * (float(prof) / unprofiled - 1.0), 3)
-                                    if prof is not None and unprofiled > 0 else None)
+    out["profiler_overhead_pct"] = (
+        round(100.0 * (float(prof) / unprofiled - 1.0), 3) if prof is not None and unprofiled > 0 else None
+    )
     if host is not None:
         out["host"] = host
     return out
@@ -98,15 +113,20 @@ def run(args: argparse.Namespace) -> int:
     record = fold(_read(target), [_read(Path(p)) for p in args.unprofiled], args.host)
     write_record_atomic(target, record)
     prof = record.get("step_ms_median")
-    print(f"{record['run']}: un-profiled median {record['unprofiled_step_ms_median']:.2f} ms over "
-          f"{record['unprofiled_repeats']} runs ({record['unprofiled_steps']} steps); profiled "
-          f"{'?' if prof is None else f'{prof:.2f}'} ms; profiler overhead {record['profiler_overhead_pct']} %")
+    print(
+        f"{record['run']}: un-profiled median {record['unprofiled_step_ms_median']:.2f} ms over "
+        f"{record['unprofiled_repeats']} runs ({record['unprofiled_steps']} steps); profiled "
+        f"{'?' if prof is None else f'{prof:.2f}'} ms; profiler overhead {record['profiler_overhead_pct']} %"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ddp_profile.harness.timings", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ddp_profile.harness.timings",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("profiled", help="the profiled run's JSON (updated in place)")
     parser.add_argument("unprofiled", nargs="+", help="run JSONs of the un-profiled repeats")
     parser.add_argument("--host", default=None, help="machine label to record (never the real host name)")

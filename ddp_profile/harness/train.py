@@ -97,14 +97,19 @@ def make_optimizer(cfg: RunConfig, params) -> torch.optim.Optimizer:
     else:
         on_gpu = bool(params) and params[0].is_cuda
         # a captured step keeps AdamW's step counter on the GPU (capturable), the rest is the same fused kernel
-        cls, kwargs = torch.optim.AdamW, {"lr": cfg.lr, "fused": on_gpu, **({"capturable": True} if on_gpu and cfg.cuda_graph else {})}
+        cls, kwargs = (
+            torch.optim.AdamW,
+            {"lr": cfg.lr, "fused": on_gpu, **({"capturable": True} if on_gpu and cfg.cuda_graph else {})},
+        )
     if cfg.shard_optimizer == "ours":
         return ShardedOptimizer(params, cls, **kwargs)
     if cfg.shard_optimizer == "torch":
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         if not dist.is_initialized():
-            raise ConfigError("shard_optimizer torch needs a process group: run it under torchrun or with --nproc N")
+            raise ConfigError(
+                "shard_optimizer torch needs a process group: run it under torchrun or with --nproc N"
+            )
 
         return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kwargs)
     return cls(params, **kwargs)
@@ -190,12 +195,23 @@ def gather_to_rank0(payload: dict) -> list[dict]:
     store.set(f"{key}/{rank}", json.dumps(payload))
     if rank != 0:
         return []
-    return [json.loads(store.get(f"{key}/{r}")) for r in range(world_size)]  # get() waits until the key is set
+    return [
+        json.loads(store.get(f"{key}/{r}")) for r in range(world_size)
+    ]  # get() waits until the key is set
 
 
-def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str = "fp32",
-              gc_mode: str = "", step_sync: bool = True, stream: torch.cuda.Stream | None = None,
-              forward_every_sm: bool = False) -> dict:
+def run_steps(
+    strategy,
+    optimizer,
+    batches,
+    device: torch.device,
+    warmup: int,
+    dtype: str = "fp32",
+    gc_mode: str = "",
+    step_sync: bool = True,
+    stream: torch.cuda.Stream | None = None,
+    forward_every_sm: bool = False,
+) -> dict:
     """The loop. Returns {"step_ms": CUDA-event ms per measured step (host ms off the GPU),
     "host_step_ms": wall ms per measured step, "final_loss": float}. ``gc_mode``: RunConfig.gc_mode;
     ``step_sync``: RunConfig.step_sync (False: no wait for the GPU between steps, so "host_step_ms" is the
@@ -203,7 +219,9 @@ def run_steps(strategy, optimizer, batches, device: torch.device, warmup: int, d
     (``cuda_graph.graph_stream``), whose steps are captured once and replayed; ``forward_every_sm``: the
     forward's GEMMs ignore the run's SM carveout (``gemm_sms.every_sm``; RunConfig.gemm_sm_carveout_scope)."""
     with collector(gc_mode):
-        return _steps(strategy, optimizer, batches, device, warmup, dtype, step_sync, stream, forward_every_sm)
+        return _steps(
+            strategy, optimizer, batches, device, warmup, dtype, step_sync, stream, forward_every_sm
+        )
 
 
 @contextlib.contextmanager
@@ -225,8 +243,17 @@ def collector(gc_mode: str):
         gc.unfreeze()
 
 
-def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtype: str, step_sync: bool,
-           stream: torch.cuda.Stream | None, forward_every_sm: bool) -> dict:
+def _steps(
+    strategy,
+    optimizer,
+    batches,
+    device: torch.device,
+    warmup: int,
+    dtype: str,
+    step_sync: bool,
+    stream: torch.cuda.Stream | None,
+    forward_every_sm: bool,
+) -> dict:
     cuda = device.type == "cuda"
     rank, world_size = world()
     autocast = (
@@ -248,9 +275,12 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
         return out
 
     run = step
-    if stream is not None:  # a graphed run: the same step, captured once (its NVTX phases on the host only then)
+    if (
+        stream is not None
+    ):  # a graphed run: the same step, captured once (its NVTX phases on the host only then)
         graph, static_x, static_y, static_loss = cuda_graph.capture(
-            step, lambda: optimizer.zero_grad(set_to_none=True), batches, stream)
+            step, lambda: optimizer.zero_grad(set_to_none=True), batches, stream
+        )
 
         def run(x, y):
             static_x.copy_(x)
@@ -259,7 +289,14 @@ def _steps(strategy, optimizer, batches, device: torch.device, warmup: int, dtyp
             return static_loss
 
     measured = len(batches) - warmup
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(measured)] if cuda else []
+    events = (
+        [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(measured)
+        ]
+        if cuda
+        else []
+    )
     host_ms: list[float] = []
     loss = torch.zeros(())
     for i, (x, y) in enumerate(batches):
@@ -324,10 +361,19 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     t0 = time.perf_counter()
     model = build_model(cfg.model, device=device, mlp_depth=cfg.mlp_depth)
     levers = strategy_kwargs(cfg)  # the levers its strategy takes (harness/levers.py says which)
-    if cfg.overlap_optimizer or cfg.sharded_update:  # the strategy steps its own optimizers (per bucket, per part)
+    if (
+        cfg.overlap_optimizer or cfg.sharded_update
+    ):  # the strategy steps its own optimizers (per bucket, per part)
         levers["optimizer_factory"] = lambda params: make_optimizer(cfg, params)
-    strategy = create(cfg.strategy, model, bucket_mb=cfg.bucket_mb, ddp_nvtx_hook=cfg.ddp_nvtx_hook,
-                      fsdp_reshard=cfg.fsdp_reshard, fsdp_param_dtype=cfg.fsdp_param_dtype, **levers)
+    strategy = create(
+        cfg.strategy,
+        model,
+        bucket_mb=cfg.bucket_mb,
+        ddp_nvtx_hook=cfg.ddp_nvtx_hook,
+        fsdp_reshard=cfg.fsdp_reshard,
+        fsdp_param_dtype=cfg.fsdp_param_dtype,
+        **levers,
+    )
     # after wrapping: fsdp's parameters are the sharded (DTensor) ones
     optimizer: LoopOptimizer
     if cfg.overlap_optimizer or cfg.sharded_update:  # RunConfig allows them with bucketed / overlap only
@@ -343,8 +389,18 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
         # batches) as the starting level but forgets setup's transient peaks (e.g. initialisation).
         torch.cuda.reset_peak_memory_stats(device)
     with gemm_sms(cfg.gemm_sm_carveout, cfg.blas_library, device) as gemm_levers:
-        times = run_steps(strategy, optimizer, batches, device, cfg.warmup, cfg.dtype, cfg.gc_mode, cfg.step_sync,
-                          stream, forward_every_sm=gemm_levers["applied"] and cfg.gemm_sm_carveout_scope == "backward")
+        times = run_steps(
+            strategy,
+            optimizer,
+            batches,
+            device,
+            cfg.warmup,
+            cfg.dtype,
+            cfg.gc_mode,
+            cfg.step_sync,
+            stream,
+            forward_every_sm=gemm_levers["applied"] and cfg.gemm_sm_carveout_scope == "backward",
+        )
     if cfg.gemm_sm_carveout_scope:
         gemm_levers["scope"] = cfg.gemm_sm_carveout_scope
     times["memory"] = memory_stats(device, optimizer)
@@ -372,8 +428,11 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
         "layout": layout,
         "nccl_levers": comm_setup(cfg.nccl_channels, cfg.nccl_high_priority, cfg.nccl_min_ctas),
         "gemm_levers": gemm_levers,
-        "cuda_graph": ({"captured": True, "eager_warmup_steps": cuda_graph.EAGER_WARMUP} if stream is not None
-                       else {"captured": False, **({"note": "ignored on the CPU"} if cfg.cuda_graph else {})}),
+        "cuda_graph": (
+            {"captured": True, "eager_warmup_steps": cuda_graph.EAGER_WARMUP}
+            if stream is not None
+            else {"captured": False, **({"note": "ignored on the CPU"} if cfg.cuda_graph else {})}
+        ),
         **param_stats(model),
         **env,
         "setup_s": round(setup_s, 3),
@@ -393,4 +452,3 @@ def _run(cfg: RunConfig, device: torch.device, stream: torch.cuda.Stream | None)
     record["step_ms_slowest_rank"] = slowest
     record["step_ms_median"] = sorted(slowest)[len(slowest) // 2] if slowest else None
     return record
-

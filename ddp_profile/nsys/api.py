@@ -12,7 +12,7 @@ ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock 
 :func:`load_calls_and_waits` gives the calls and ``Trace.host_waits`` from one read of the table, for a
 caller that needs both (the report). Each call also gets a ``kind`` from the fixed vocabulary :data:`CALL_KINDS`, so the analysis above sees
 what a call does (launches work, waits for the GPU, copies) without knowing any CUDA API name.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -54,10 +54,12 @@ def call_kinds(names: Iterable[str]) -> pd.Categorical:
     codes, uniq = pd.factorize(np.asarray(list(names), dtype=object))
     rules = [(CALL_KINDS.index(kind), re.compile(rx)) for kind, rx in KIND_PATTERNS]
     other = CALL_KINDS.index("other")
-    kind_of = np.array([next((k for k, rx in rules if rx.search(str(u))), other) for u in uniq] + [other],
-                       dtype=np.int8)
-    return pd.Categorical.from_codes(kind_of[np.where(codes < 0, len(uniq), codes)],
-                                     categories=pd.Index(CALL_KINDS, dtype=object))
+    kind_of = np.array(
+        [next((k for k, rx in rules if rx.search(str(u))), other) for u in uniq] + [other], dtype=np.int8
+    )
+    return pd.Categorical.from_codes(
+        kind_of[np.where(codes < 0, len(uniq), codes)], categories=pd.Index(CALL_KINDS, dtype=object)
+    )
 
 
 def _read(path, waits: bool) -> tuple[dict[str, np.ndarray], pd.Categorical, list | None] | None:
@@ -78,12 +80,14 @@ def _read(path, waits: bool) -> tuple[dict[str, np.ndarray], pd.Categorical, lis
         cats = sorted(set(labels))
         where = {c: j for j, c in enumerate(cats)}
         remap = np.array([where[lab] for lab in labels] or [0], dtype=np.int32)
-        names = pd.Categorical.from_codes(remap[inverse] if len(uniq) else np.zeros(0, np.int32),
-                                          categories=pd.Index(cats, dtype=object))
+        names = pd.Categorical.from_codes(
+            remap[inverse] if len(uniq) else np.zeros(0, np.int32), categories=pd.Index(cats, dtype=object)
+        )
         return cols, names, rows
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
-        raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the "
-                         ".nsys-rep") from exc
+        raise TraceError(
+            f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the .nsys-rep"
+        ) from exc
     finally:
         con.close()
 
@@ -122,8 +126,10 @@ def _load(trace: Trace, waits: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]
     for path in trace.paths:
         got = _read(path, waits)
         if got is None:
-            raise MissingDataError(f"{path}: no {sql.RUNTIME} table (CUDA API calls were not traced); profile "
-                                   "with `nsys profile -t cuda,nvtx ...`")
+            raise MissingDataError(
+                f"{path}: no {sql.RUNTIME} table (CUDA API calls were not traced); profile "
+                "with `nsys profile -t cuda,nvtx ...`"
+            )
         cols, name, rows = got
         wait_rows.append((shown_path(path), rows))
         mine = ranks[ranks["file"].astype(str) == shown_path(path)]
@@ -131,11 +137,17 @@ def _load(trace: Trace, waits: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]
         inverse, pids = pd.factorize(cols["pid"])
         rank = pd.array([rank_of.get(int(p)) for p in pids] or [None], dtype="Int64")
         off = offsets.get(shown_path(path), 0)
-        frames.append(pd.DataFrame({
-            "rank": rank[inverse] if len(pids) else pd.array([], dtype="Int64"),
-            "pid": cols["pid"], "tid": cols["tid"],
-            "start_ns": cols["start"] + off, "end_ns": cols["end"] + off,
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": rank[inverse] if len(pids) else pd.array([], dtype="Int64"),
+                    "pid": cols["pid"],
+                    "tid": cols["tid"],
+                    "start_ns": cols["start"] + off,
+                    "end_ns": cols["end"] + off,
+                }
+            )
+        )
         names.append(name)
         del cols, got
     waited = host_waits_frame(wait_rows, ranks, offsets) if waits else None
@@ -146,8 +158,9 @@ def _load(trace: Trace, waits: bool) -> tuple[pd.DataFrame, pd.DataFrame | None]
     df["name"] = union_categoricals(names, sort_categories=True) if len(names) > 1 else names[0]
     kinds = call_kinds(df["name"].cat.categories)  # per distinct name, then by code (-1: missing -> other)
     by_code = np.append(kinds.codes, np.int8(CALL_KINDS.index("other"))).astype(np.int8)
-    df["kind"] = pd.Categorical.from_codes(by_code[df["name"].cat.codes.to_numpy()],
-                                           categories=pd.Index(CALL_KINDS, dtype=object))
+    df["kind"] = pd.Categorical.from_codes(
+        by_code[df["name"].cat.codes.to_numpy()], categories=pd.Index(CALL_KINDS, dtype=object)
+    )
     df = df.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     return schema.select(df, schema.API_CALL_COLUMNS), waited
 
@@ -168,8 +181,10 @@ def load_host_waits(trace) -> pd.DataFrame:
             # string column takes)
             per_file.append((shown_path(path), sql.host_wait_calls(con, sql.tables(con))))
         except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
-            raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
-                             "the .nsys-rep") from exc
+            raise TraceError(
+                f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from "
+                "the .nsys-rep"
+            ) from exc
         finally:
             con.close()
     return host_waits_frame(per_file, trace.ranks, offsets)

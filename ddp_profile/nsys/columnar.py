@@ -136,7 +136,7 @@ class Reader:
                     values = _values(col, pa.types.is_signed_integer(col.type))
                     if not _fits(values, out[i].dtype):
                         out[i] = out[i].astype(np.int64)
-                    out[i][done:done + n] = values
+                    out[i][done : done + n] = values
                 done += n
         except driver.errors:
             return None
@@ -184,7 +184,9 @@ def _values(col, signed: bool) -> np.ndarray:
     import pandas, which the read is meant to run beside, not wait for)."""
     width = col.type.bit_width // 8
     kind = "i" if signed else "u"
-    return np.frombuffer(col.buffers()[1], dtype=np.dtype(f"{kind}{width}"), count=len(col), offset=col.offset * width)
+    return np.frombuffer(
+        col.buffers()[1], dtype=np.dtype(f"{kind}{width}"), count=len(col), offset=col.offset * width
+    )
 
 
 def _fits(col: np.ndarray, dtype: np.dtype) -> bool:

@@ -28,8 +28,16 @@ def find_nsys() -> str | None:
 
 
 def export_command(report: Path, out: Path, nsys: str = "nsys", force: bool = False) -> list[str]:
-    return [nsys, "export", "--type", "sqlite", *(["--force-overwrite=true"] if force else []), "-o", str(out),
-            str(report)]
+    return [
+        nsys,
+        "export",
+        "--type",
+        "sqlite",
+        *(["--force-overwrite=true"] if force else []),
+        "-o",
+        str(out),
+        str(report),
+    ]
 
 
 def export_reports(paths: list, *, nsys: str | None = None, log=sys.stderr) -> list[Path]:
@@ -48,24 +56,33 @@ def export_reports(paths: list, *, nsys: str | None = None, log=sys.stderr) -> l
             continue
         binary = nsys or find_nsys()
         if binary is None:
-            raise TraceError(f"{p}: --export needs nsys, which is not on PATH (or set NSYS=/path/to/nsys); or run "
-                             f"`{' '.join(export_command(Path(p.name), Path(target.name)))}` where Nsight Systems is "
-                             f"installed and load {target.name}")
+            raise TraceError(
+                f"{p}: --export needs nsys, which is not on PATH (or set NSYS=/path/to/nsys); or run "
+                f"`{' '.join(export_command(Path(p.name), Path(target.name)))}` where Nsight Systems is "
+                f"installed and load {target.name}"
+            )
         tmp = target.with_name(f".{target.stem}.exporting.sqlite")
         tmp.unlink(missing_ok=True)
         try:
             try:
-                proc = subprocess.run(export_command(p, tmp, binary, force=True), capture_output=True, text=True)
+                proc = subprocess.run(
+                    export_command(p, tmp, binary, force=True), capture_output=True, text=True
+                )
             except OSError as exc:
-                raise TraceError(f"{p}: cannot run {binary} ({exc.strerror or exc}); set NSYS=/path/to/nsys") from exc
+                raise TraceError(
+                    f"{p}: cannot run {binary} ({exc.strerror or exc}); set NSYS=/path/to/nsys"
+                ) from exc
             if proc.returncode != 0 or not tmp.is_file():
                 last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-                raise TraceError(f"{p}: `nsys export` failed (exit {proc.returncode}: {last[0][:200]}); check the "
-                                 "report opens in nsys-ui or record it again")
+                raise TraceError(
+                    f"{p}: `nsys export` failed (exit {proc.returncode}: {last[0][:200]}); check the "
+                    "report opens in nsys-ui or record it again"
+                )
             commit_output(tmp, target)  # under the CLI, put back as it was if a signal ends the command
         except OSError as exc:
-            raise OutputError(f"{target}: cannot write the export ({exc.strerror or exc}); check the folder "
-                              "is writable") from exc
+            raise OutputError(
+                f"{target}: cannot write the export ({exc.strerror or exc}); check the folder is writable"
+            ) from exc
         finally:
             tmp.unlink(missing_ok=True)
         print(f"exported {p} -> {target}", file=log)

@@ -33,8 +33,10 @@ def find_exports(paths) -> list[Path]:
         if item.is_dir():
             found = sorted(p for p in item.iterdir() if p.name.endswith(EXPORT_SUFFIXES) and p.is_file())
             if not found:
-                raise TraceError(f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports; pass the run "
-                                 "folder with the exports (make them with `nsys export --type sqlite`, or --export)")
+                raise TraceError(
+                    f"{item}: folder holds no *.sqlite / *.sqlite.xz / *.sqlite.gz exports; pass the run "
+                    "folder with the exports (make them with `nsys export --type sqlite`, or --export)"
+                )
             files.extend(found)
         else:
             files.append(item)
@@ -51,27 +53,36 @@ def _check_same_stem(files: list[Path]) -> None:
     for f in files:
         key = (f.resolve().parent, export_stem(f))
         if key in seen:
-            raise TraceError(f"{seen[key]} and {f}: the same export twice (one name, "
-                             f"{'same file' if seen[key].resolve() == f.resolve() else 'other compression'}); "
-                             "keep or pass only one of them")
+            raise TraceError(
+                f"{seen[key]} and {f}: the same export twice (one name, "
+                f"{'same file' if seen[key].resolve() == f.resolve() else 'other compression'}); "
+                "keep or pass only one of them"
+            )
         seen[key] = f
+
 
 def check_header(path: Path, head: bytes, size: int) -> None:
     if head[:16] != rawio.SQLITE_MAGIC:
-        raise TraceError(f"{path}: not an SQLite file (expected an nsys export: "
-                         "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
+        raise TraceError(
+            f"{path}: not an SQLite file (expected an nsys export: "
+            "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)"
+        )
     page_size = int.from_bytes(head[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     n_pages = int.from_bytes(head[28:32], "big")
     valid = head[92:96] == head[24:28]  # the header's page count is valid only when these match
     if valid and n_pages and page_size * n_pages > size:
-        raise TraceError(f"{path}: truncated ({size} bytes, header says {page_size * n_pages}); copy it again")
+        raise TraceError(
+            f"{path}: truncated ({size} bytes, header says {page_size * n_pages}); copy it again"
+        )
+
 
 def short_error(exc: BaseException, limit: int = 200) -> str:
     """An exception's text fit for a one-line message: whitespace collapsed, cut to ``limit`` characters
     (SQLite quotes the offending value, which in a damaged export can be a whole column's text)."""
     text = " ".join(str(exc).split())
     return text if len(text) <= limit else text[:limit] + "..."
+
 
 _last_decompressed: dict[tuple, bytes] = {}
 _last_lock = threading.Lock()
@@ -117,11 +128,15 @@ def open_export(path: Path) -> sqlite3.Connection:
     name = path.name
     if name.endswith((".nsys-rep", ".qdrep", ".qdstrm")):
         out = name.rsplit(".", 1)[0] + ".sqlite"
-        raise TraceError(f"{path}: an nsys report, not an SQLite export; run "
-                         f"`nsys export --type sqlite -o {out} {name}` and load {out} (or add --export where nsys is installed)")
+        raise TraceError(
+            f"{path}: an nsys report, not an SQLite export; run "
+            f"`nsys export --type sqlite -o {out} {name}` and load {out} (or add --export where nsys is installed)"
+        )
     if not path.is_file():
         if path.exists():  # a FIFO or device would block or never end; a folder is not an export either
-            raise TraceError(f"{path}: is {kind_of(os.stat(path).st_mode)}, not an export file; pass the .sqlite file itself")
+            raise TraceError(
+                f"{path}: is {kind_of(os.stat(path).st_mode)}, not an export file; pass the .sqlite file itself"
+            )
         raise TraceError(f"{path}: no such file; check the path")
     try:
         if path.suffix in DECOMPRESS:
@@ -133,15 +148,21 @@ def open_export(path: Path) -> sqlite3.Connection:
             rawio.check_no_writer(path)  # immutable=1 would ignore a -wal and read a writer's pages unlocked
             with open(path, "rb") as f:
                 check_header(path, f.read(100), path.stat().st_size)
-            uri = "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"  # bytes: any file name
+            uri = (
+                "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
+            )  # bytes: any file name
             con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         have = sql.tables(con)
     except (OSError, EOFError, lzma.LZMAError, gzip.BadGzipFile, sqlite3.DatabaseError) as exc:
-        raise TraceError(f"{path}: cannot read as SQLite ({short_error(exc)}); check that it is readable and complete") from exc
+        raise TraceError(
+            f"{path}: cannot read as SQLite ({short_error(exc)}); check that it is readable and complete"
+        ) from exc
     if not have & {sql.STRINGS, "META_DATA_EXPORT"}:
         con.close()
-        raise TraceError(f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT); "
-                         "pass a file made by `nsys export --type sqlite`")
+        raise TraceError(
+            f"{path}: an SQLite file but not an nsys export (no StringIds / META_DATA_EXPORT); "
+            "pass a file made by `nsys export --type sqlite`"
+        )
     return con
 
 

@@ -41,11 +41,16 @@ def _clock(files: list[dict], warnings: list[str]) -> tuple[list[int], dict]:
     base = min(utc)
     offsets = [u - base for u in utc]
     if max(offsets) > timebase.MAX_CLOCK_OFFSET_NS:  # shifting by it would overflow int64 nanoseconds
-        raise TraceError(f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
-                         "apart: not one run's files; load one run's files together")
+        raise TraceError(
+            f"session start times of {', '.join(f['path'].name for f in files)} are {max(offsets):,} ns "
+            "apart: not one run's files; load one run's files together"
+        )
     hosts = {f["host"] for f in files}
     method = "session-start (one host)" if len(hosts) == 1 else "session-start (several hosts)"
-    return offsets, {"method": method, "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}}
+    return offsets, {
+        "method": method,
+        "offsets_ns": {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)},
+    }
 
 
 def _check_duplicate_files(files: list[dict]) -> None:
@@ -56,11 +61,20 @@ def _check_duplicate_files(files: list[dict]) -> None:
     for f in files:
         k = f["kernels"]
         start = k["start"]
-        key = (f["utc_ns"], repr(f["span"]), len(start), int(start[:1024].sum()), int(k["pid"][:1024].sum()),
-               int(k["device"][:1024].sum()), int(k["end"][-1024:].sum()))
+        key = (
+            f["utc_ns"],
+            repr(f["span"]),
+            len(start),
+            int(start[:1024].sum()),
+            int(k["pid"][:1024].sum()),
+            int(k["device"][:1024].sum()),
+            int(k["end"][-1024:].sum()),
+        )
         if key in seen:
-            raise TraceError(f"{seen[key]} and {f['path']} hold the same capture (same session start, time span "
-                             f"and {len(start)} GPU activities): the same export twice; load one of them")
+            raise TraceError(
+                f"{seen[key]} and {f['path']} hold the same capture (same session start, time span "
+                f"and {len(start)} GPU activities): the same export twice; load one of them"
+            )
         seen[key] = f["path"]
 
 
@@ -68,12 +82,17 @@ def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
     """Files of one run overlap in time once aligned; disjoint spans mean different runs were mixed."""
     if len(files) < 2 or len(arr["file"]) == 0:
         return
-    spans = pd.DataFrame({"file": arr["file"], "start_ns": arr["start_ns"], "end_ns": arr["end_ns"]}).groupby(
-        "file").agg({"start_ns": "min", "end_ns": "max"})
+    spans = (
+        pd.DataFrame({"file": arr["file"], "start_ns": arr["start_ns"], "end_ns": arr["end_ns"]})
+        .groupby("file")
+        .agg({"start_ns": "min", "end_ns": "max"})
+    )
     if spans["start_ns"].max() > spans["end_ns"].min():
         names = ", ".join(files[i]["path"].name for i in spans.index)
-        raise TraceError(f"files do not overlap in time ({names}): they come from different runs; "
-                         "load one run's files together")
+        raise TraceError(
+            f"files do not overlap in time ({names}): they come from different runs; "
+            "load one run's files together"
+        )
 
 
 def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> None:
@@ -81,14 +100,18 @@ def _check_kernels(files: list[dict], kernels: pd.DataFrame, n_rows: int) -> Non
     gives no honest numbers: say so rather than return a trace whose analysis is silently empty or negative."""
     if n_rows == 0:
         names = ", ".join(shown_path(f["path"]) for f in files)
-        raise MissingDataError(f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
-                               "`nsys profile -t cuda,nvtx` and check the capture range covers training steps")
+        raise MissingDataError(
+            f"{names}: no GPU kernels, copies or memsets were recorded; profile with "
+            "`nsys profile -t cuda,nvtx` and check the capture range covers training steps"
+        )
     bad = (kernels["end_ns"] < kernels["start_ns"]).to_numpy()
     if bad.any():
         first = kernels[bad].iloc[0]
-        raise TraceError(f"{files[int(first['file'])]['path']}: {int(bad.sum())} GPU activity row(s) end before "
-                         f"they start (first: {str(first['name'])!r} at {int(first['start_ns'])} ns); the export is "
-                         "damaged: export it again from the .nsys-rep")
+        raise TraceError(
+            f"{files[int(first['file'])]['path']}: {int(bad.sum())} GPU activity row(s) end before "
+            f"they start (first: {str(first['name'])!r} at {int(first['start_ns'])} ns); the export is "
+            "damaged: export it again from the .nsys-rep"
+        )
 
 
 def _check_nvtx(files: list[dict], nvtx: pd.DataFrame) -> None:
@@ -99,9 +122,11 @@ def _check_nvtx(files: list[dict], nvtx: pd.DataFrame) -> None:
     bad = (end.notna() & (end < nvtx["start_ns"])).to_numpy(dtype=bool)
     if bad.any():
         first = nvtx[bad].iloc[0]
-        raise TraceError(f"{files[int(first['file'])]['path']}: {int(bad.sum())} NVTX range(s) end before they start "
-                         f"(first: {str(first['name'])[:80]!r} at {int(first['start_ns'])} ns); the export is damaged: "
-                         "export it again from the .nsys-rep")
+        raise TraceError(
+            f"{files[int(first['file'])]['path']}: {int(bad.sum())} NVTX range(s) end before they start "
+            f"(first: {str(first['name'])[:80]!r} at {int(first['start_ns'])} ns); the export is damaged: "
+            "export it again from the .nsys-rep"
+        )
 
 
 def _drop_duplicate_rows(kernels: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
@@ -120,8 +145,10 @@ def _drop_duplicate_rows(kernels: pd.DataFrame, warnings: list[str]) -> pd.DataF
     if not same.any():
         return kernels
     dup = np.concatenate([[False], same])
-    warnings.append(f"{int(dup.sum())} GPU activity row(s) are exact duplicates of another (same rank, stream, start, "
-                    "end and name): counted once")
+    warnings.append(
+        f"{int(dup.sum())} GPU activity row(s) are exact duplicates of another (same rank, stream, start, "
+        "end and name): counted once"
+    )
     return kernels.loc[~dup].reset_index(drop=True)
 
 
@@ -131,9 +158,11 @@ def _open_ranges_warning(nvtx: pd.DataFrame, warnings: list[str]) -> None:
         return
     open_ = nvtx["end_ns"].isna().to_numpy()
     if open_.any():
-        warnings.append(f"{int(open_.sum())} NVTX range(s) were never closed (e.g. "
-                        f"{str(nvtx.loc[open_, 'name'].iloc[0])!r}): kept with end_ns missing; analyses that "
-                        "need an end skip them")
+        warnings.append(
+            f"{int(open_.sum())} NVTX range(s) were never closed (e.g. "
+            f"{str(nvtx.loc[open_, 'name'].iloc[0])!r}): kept with end_ns missing; analyses that "
+            "need an end skip them"
+        )
 
 
 @python_strings()
@@ -159,18 +188,26 @@ def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) 
     _check_duplicate_files(files)
     for f in files:
         if f["kernels"].get("unnamed"):
-            warnings.append(f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
-                            "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged")
+            warnings.append(
+                f"{f['path']}: {f['kernels']['unnamed']} kernel(s) have a name id missing from StringIds: "
+                "counted as kind 'unknown' (neither compute nor NCCL); the export may be damaged"
+            )
         if f["kernels"].get("no_pid"):
-            warnings.append(f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
-                            "(NULL globalPid): they belong to no rank and are left out (by every command)")
+            warnings.append(
+                f"{shown_path(f['path'])}: {f['kernels']['no_pid']} GPU activity row(s) have no process "
+                "(NULL globalPid): they belong to no rank and are left out (by every command)"
+            )
     graphs = sum(f.get("graph_launches") or 0 for f in files)
     if graphs:
-        warnings.append(f"{graphs} CUDA graph launch(es) were traced as whole graphs (nsys's default "
-                        "--cuda-graph-trace=graph): the kernels inside them, NCCL's included, are not in the export, "
-                        "so their GPU time reads as idle; profile again with `nsys profile --cuda-graph-trace=node`")
+        warnings.append(
+            f"{graphs} CUDA graph launch(es) were traced as whole graphs (nsys's default "
+            "--cuda-graph-trace=graph): the kernels inside them, NCCL's included, are not in the export, "
+            "so their GPU time reads as idle; profile again with `nsys profile --cuda-graph-trace=node`"
+        )
     clock_offsets, clock = _clock(files, warnings)
-    offsets, raw_offsets = timebase.fold_shifts(clock_offsets, [f["kernels"]["shift"] for f in files], warnings)
+    offsets, raw_offsets = timebase.fold_shifts(
+        clock_offsets, [f["kernels"]["shift"] for f in files], warnings
+    )
     map_arrays_of(sum(len(f["kernels"]["start"]) for f in files))  # the frames' and analysis' temporaries
     arr = kernel_arrays(files, offsets)
     for f in files:  # concatenated into ``arr``: drop the per-file copies now
@@ -185,11 +222,15 @@ def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) 
     _check_nvtx(files, nvtx)
     _open_ranges_warning(nvtx, warnings)
     if no_nvtx_table:
-        warnings.append("no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
-                        "phase and step analysis is unavailable")
+        warnings.append(
+            "no NVTX_EVENTS table: no NVTX ranges were recorded (profile with `nsys profile -t cuda,nvtx`); "
+            "phase and step analysis is unavailable"
+        )
     stems = [export_stem(f["path"]) for f in files]
     procs, source = rank_rules.assign_ranks(process_frame(arr, files), nvtx, stems)
-    rank_of = {(int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)}
+    rank_of = {
+        (int(f), int(p)): int(r) for f, p, r in zip(procs["file"], procs["pid"], procs["rank"], strict=False)
+    }
     arr["rank"] = _map_ranks(arr["file"], arr["pid"], rank_of)
     return_freed_memory()  # the readers' freed chunks, before the frame build's copies (the load's peak)
     # Sorted by (rank, start_ns), stable: one lexsort, then each column taken once as the frame is built.
@@ -199,33 +240,60 @@ def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) 
     if not nvtx.empty:
         # one lookup per distinct (file, pid), not per range; <NA> for a process that ran no GPU work
         inv, uniq = pd.factorize(nvtx["file"].to_numpy(np.int64) * (1 << 32) + nvtx["pid"].to_numpy(np.int64))
-        nvtx["rank"] = pd.array([rank_of.get((int(k) >> 32, int(k) & 0xFFFFFFFF)) for k in uniq],
-                                dtype="Int64").take(inv)
+        nvtx["rank"] = pd.array(
+            [rank_of.get((int(k) >> 32, int(k) & 0xFFFFFFFF)) for k in uniq], dtype="Int64"
+        ).take(inv)
         nvtx = nvtx.sort_values(["rank", "start_ns"], kind="stable", na_position="last")
     gpus = gpu_frame(files)
     gpu_name = {(str(g.file), int(g.device)): g.name for g in gpus.itertuples()}
     procs["host"] = [files[i]["host"] for i in procs["file"]]
     procs["file"] = [shown_path(files[i]["path"]) for i in procs["file"]]
-    procs["gpu_name"] = [gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)]
+    procs["gpu_name"] = [
+        gpu_name.get((f, int(d))) for f, d in zip(procs["file"], procs["device"], strict=False)
+    ]
     meta = {
         "nsys_version": ", ".join(sorted({str(f["nsys_version"]) for f in files})),
         "schema_version": ", ".join(sorted({str(f["schema_version"]) for f in files})),
-        "files": [{"path": shown_path(f["path"]), "nsys_version": f["nsys_version"], "schema_version": f["schema_version"],
-                   "host": f["host"], "session_start_utc_ns": f["utc_ns"], "offset_ns": o,
-                   "scrubbed": bool(f["scrub"]), "capture_span_ns": f["span"]} for f, o in zip(files, raw_offsets, strict=False)],
-        "rank_source": source, "clock": clock, "scrubbed": all(f["scrub"] for f in files),
+        "files": [
+            {
+                "path": shown_path(f["path"]),
+                "nsys_version": f["nsys_version"],
+                "schema_version": f["schema_version"],
+                "host": f["host"],
+                "session_start_utc_ns": f["utc_ns"],
+                "offset_ns": o,
+                "scrubbed": bool(f["scrub"]),
+                "capture_span_ns": f["span"],
+            }
+            for f, o in zip(files, raw_offsets, strict=False)
+        ],
+        "rank_source": source,
+        "clock": clock,
+        "scrubbed": all(f["scrub"] for f in files),
         # NCCL's channel count (gridX of its kernels), the largest over files; None without NCCL kernels
         "nccl_channels": max((c for f in files if (c := f.get("nccl_channels")) is not None), default=None),
         "warnings": warnings,
     }
     run = find_run_json(files_in, warnings)
     ranks = schema.select(procs, schema.RANK_COLUMNS)
-    waits = host_waits_frame([(shown_path(f["path"]), f["host_waits"]) for f in files], ranks,  # ranks' file names
-                             {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)}) if host_waits else None
+    waits = (
+        host_waits_frame(
+            [(shown_path(f["path"]), f["host_waits"]) for f in files],
+            ranks,  # ranks' file names
+            {shown_path(f["path"]): o for f, o in zip(files, offsets, strict=False)},
+        )
+        if host_waits
+        else None
+    )
     trace = Trace(
         kernels=schema.select(kernels, schema.KERNEL_COLUMNS),
         nvtx=schema.select(nvtx, schema.NVTX_COLUMNS),
-        gpus=gpus, ranks=ranks, meta=meta, run=run, paths=files_in, host_waits=waits,
+        gpus=gpus,
+        ranks=ranks,
+        meta=meta,
+        run=run,
+        paths=files_in,
+        host_waits=waits,
     )
     del kernels, nvtx, files
     return_freed_memory()  # the unordered columns freed by the frame build, before the analysis' arrays

@@ -18,9 +18,19 @@ PROTOCOLS = {"LL", "LL128", "SIMPLE"}
 REDOPS = {"Sum", "Prod", "Min", "Max", "PreMulSum", "SumPostDiv", "Avg"}
 # Old C type names -> the short names newer NCCL uses.
 DTYPES = {
-    "float": "f32", "half": "f16", "double": "f64", "__nv_bfloat16": "bf16", "bfloat16": "bf16",
-    "int8_t": "i8", "uint8_t": "u8", "int32_t": "i32", "uint32_t": "u32", "int64_t": "i64", "uint64_t": "u64",
-    "__nv_fp8_e4m3": "f8e4m3", "__nv_fp8_e5m2": "f8e5m2",
+    "float": "f32",
+    "half": "f16",
+    "double": "f64",
+    "__nv_bfloat16": "bf16",
+    "bfloat16": "bf16",
+    "int8_t": "i8",
+    "uint8_t": "u8",
+    "int32_t": "i32",
+    "uint32_t": "u32",
+    "int64_t": "i64",
+    "uint64_t": "u64",
+    "__nv_fp8_e4m3": "f8e4m3",
+    "__nv_fp8_e5m2": "f8e5m2",
 }
 SHORT_DTYPES = {"f16", "f32", "f64", "bf16", "i8", "u8", "i32", "u32", "i64", "u64", "f8e4m3", "f8e5m2"}
 
@@ -46,8 +56,8 @@ def parse_nccl(name: str) -> tuple[str | None, str | None, str | None, str | Non
     joined: list[str] = []  # two-word algorithms (COLLNET_DIRECT, NVLS_TREE) become one token
     i = 0
     while i < len(rest):
-        if "_".join(rest[i:i + 2]) in ALGORITHMS:
-            joined.append("_".join(rest[i:i + 2]))
+        if "_".join(rest[i : i + 2]) in ALGORITHMS:
+            joined.append("_".join(rest[i : i + 2]))
             i += 2
         else:
             joined.append(rest[i])

@@ -36,10 +36,28 @@ TABLES = (SCHEMAS, SCHEMA_ENTRIES, "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTR
 MESSAGE_SIZE = "Message size [bytes]"
 HEADER = struct.Struct("<IIIIQQ")  # domain id, reserved, schema id, reserved, payload size, total size
 # NVTX_PAYLOAD_ENTRY_TYPE_* ids of the fixed-size integer types: id -> (bytes, signed)
-INT_TYPES = {1: (1, True), 2: (1, False), 3: (2, True), 4: (2, False), 5: (4, True), 6: (4, False),
-             7: (8, True), 8: (8, False), 9: (8, True), 10: (8, False), 11: (1, True), 12: (1, False),
-             13: (2, True), 14: (2, False), 15: (4, True), 16: (4, False), 17: (8, True), 18: (8, False),
-             22: (8, False), 23: (8, False)}
+INT_TYPES = {
+    1: (1, True),
+    2: (1, False),
+    3: (2, True),
+    4: (2, False),
+    5: (4, True),
+    6: (4, False),
+    7: (8, True),
+    8: (8, False),
+    9: (8, True),
+    10: (8, False),
+    11: (1, True),
+    12: (1, False),
+    13: (2, True),
+    14: (2, False),
+    15: (4, True),
+    16: (4, False),
+    17: (8, True),
+    18: (8, False),
+    22: (8, False),
+    23: (8, False),
+}
 FLOAT_SIZES = {19: 4, 20: 8}
 
 
@@ -53,8 +71,9 @@ def size_fields(con: sqlite3.Connection, have: set[str]) -> dict[int, tuple[int,
     if not {"schemaId", "idx", "type", "name"} <= set(cols):
         return {}
     offset = '"offset"' if "offset" in cols else "NULL"
-    rows = con.execute(f'SELECT schemaId, idx, "type", name, {offset} FROM {SCHEMA_ENTRIES} '
-                       "ORDER BY schemaId, idx").fetchall()
+    rows = con.execute(
+        f'SELECT schemaId, idx, "type", name, {offset} FROM {SCHEMA_ENTRIES} ORDER BY schemaId, idx'
+    ).fetchall()
     out: dict[int, tuple[int, int, bool]] = {}
     at: dict[int, int | None] = {}  # per schema: the byte after the previous entry (None: unknown)
     for sid, _idx, typ, name, off in rows:
@@ -97,7 +116,7 @@ def decode(blob, fields: dict[int, tuple[int, int, bool]]) -> int | None:
     off, width, signed = field
     if off + width > min(size, len(data) - HEADER.size):
         return None
-    value = int.from_bytes(data[HEADER.size + off:HEADER.size + off + width], "little", signed=signed)
+    value = int.from_bytes(data[HEADER.size + off : HEADER.size + off + width], "little", signed=signed)
     return value if value >= 0 else None
 
 
@@ -110,8 +129,10 @@ def message_sizes(con: sqlite3.Connection, have: set[str]) -> np.ndarray:
     fields = size_fields(con, have)
     if not fields:
         return empty
-    sql = (f"SELECT {PID_SQL.format(col='globalTid')}, {TID_SQL.format(col='globalTid')}, start, binaryData "
-           f"FROM {NVTX} WHERE binaryData IS NOT NULL")
+    sql = (
+        f"SELECT {PID_SQL.format(col='globalTid')}, {TID_SQL.format(col='globalTid')}, start, binaryData "
+        f"FROM {NVTX} WHERE binaryData IS NOT NULL"
+    )
     out = []
     for pid, tid, start, blob in con.execute(sql):
         value = decode(blob, fields)

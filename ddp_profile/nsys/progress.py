@@ -31,8 +31,10 @@ class ProgressBar:
                 return
             filled = self.width * self.done // self.total
             bar = "#" * filled + "." * (self.width - filled)
-            line = (f"{self.label} [{bar}] {self.done}/{self.total} files, "
-                    f"{time.perf_counter() - self.t0:.1f} s  {message.rsplit('/', 1)[-1]}")
+            line = (
+                f"{self.label} [{bar}] {self.done}/{self.total} files, "
+                f"{time.perf_counter() - self.t0:.1f} s  {message.rsplit('/', 1)[-1]}"
+            )
             if self.tty:
                 end = "\n" if self.done == self.total else ""
                 self.stream.write("\r\033[K" + line + end)

@@ -57,8 +57,10 @@ def assign_ranks(procs: pd.DataFrame, nvtx: pd.DataFrame, files: list[str]) -> t
     if markers and all(k in markers for k in keys):
         worlds = {w for _, w in markers.values()}
         if len(worlds) > 1:
-            raise TraceError(f"rank markers disagree on the world size ({sorted(worlds)}): "
-                             "the files come from different runs")
+            raise TraceError(
+                f"rank markers disagree on the world size ({sorted(worlds)}): "
+                "the files come from different runs"
+            )
         procs["rank"], source = [markers[k][0] for k in keys], "nvtx-marker"
     else:
         per_file = procs.groupby("file")["pid"].nunique()
@@ -71,7 +73,9 @@ def assign_ranks(procs: pd.DataFrame, nvtx: pd.DataFrame, files: list[str]) -> t
     if not dup.empty:
         where = procs[procs["rank"].isin(dup)]
         detail = ", ".join(f"{files[f]} pid {p}" for f, p in zip(where["file"], where["pid"], strict=False))
-        raise TraceError(f"rank {int(dup.iloc[0])} appears more than once ({source}): {detail}; "
-                         "were files from different runs mixed?")
+        raise TraceError(
+            f"rank {int(dup.iloc[0])} appears more than once ({source}): {detail}; "
+            "were files from different runs mixed?"
+        )
     procs["rank_source"] = source
     return procs.sort_values("rank").reset_index(drop=True), source

@@ -45,18 +45,22 @@ def check_no_writer(path: Path) -> None:
     except OSError:
         hot = False
     if hot:
-        raise TraceError(f"{path}: a rollback journal ({journal.name}) is beside it: a program is writing it (or "
-                         "crashed while writing); not read, to never see uncommitted data. Wait for the writer "
-                         f"to finish (a journal left by a crash is rolled back by opening it once with `sqlite3 {path.name} 'PRAGMA integrity_check'`)")
+        raise TraceError(
+            f"{path}: a rollback journal ({journal.name}) is beside it: a program is writing it (or "
+            "crashed while writing); not read, to never see uncommitted data. Wait for the writer "
+            f"to finish (a journal left by a crash is rolled back by opening it once with `sqlite3 {path.name} 'PRAGMA integrity_check'`)"  # noqa: E501
+        )
     try:
         wal_size = wal.stat().st_size
     except OSError:
         wal_size = 0
     if wal_size > 0:
-        raise TraceError(f"{path}: a write-ahead log ({wal.name}, {wal_size} bytes) is beside it: committed "
-                         "changes may still be only in the log, or a writer is active; not read. Once no program "
-                         f"has it open run `sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)'` (or copy it "
-                         f"with `sqlite3 {path.name} '.backup copy.sqlite'`)")
+        raise TraceError(
+            f"{path}: a write-ahead log ({wal.name}, {wal_size} bytes) is beside it: committed "
+            "changes may still be only in the log, or a writer is active; not read. Once no program "
+            f"has it open run `sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)'` (or copy it "
+            f"with `sqlite3 {path.name} '.backup copy.sqlite'`)"
+        )
 
 
 def default_limit() -> int:
@@ -90,9 +94,11 @@ def header_size(head: bytes) -> int | None:
 
 def _too_big(path: Path, limit: int, stated: int | None = None) -> TraceError:
     what = f"its header states {stated:,} bytes, over" if stated else "expands to more than"
-    return TraceError(f"{path}: {what} {limit:,} bytes, the decompression limit; if this export "
-                      f"really is that large, raise it with {LIMIT_ENV}=<size> (e.g. 64G) or decompress it "
-                      "yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite")
+    return TraceError(
+        f"{path}: {what} {limit:,} bytes, the decompression limit; if this export "
+        f"really is that large, raise it with {LIMIT_ENV}=<size> (e.g. 64G) or decompress it "
+        "yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite"
+    )
 
 
 def copy_decompressed(path: Path, fout, limit: int | None = None) -> int:
@@ -102,8 +108,10 @@ def copy_decompressed(path: Path, fout, limit: int | None = None) -> int:
     with OPENERS[path.suffix](path, "rb") as fin:
         head = fin.read(100)
         if head[:16] != SQLITE_MAGIC:
-            raise TraceError(f"{path}: does not decompress to an SQLite file (expected an nsys export: "
-                             "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)")
+            raise TraceError(
+                f"{path}: does not decompress to an SQLite file (expected an nsys export: "
+                "`nsys export --type sqlite -o X.sqlite X.nsys-rep`)"
+            )
         stated = header_size(head)
         if len(head) > limit or (stated is not None and stated > limit):
             raise _too_big(path, limit, stated)
@@ -126,5 +134,7 @@ def read_decompressed(path: Path, limit: int | None = None) -> bytes:
         copy_decompressed(path, buf, limit)
         return buf.getvalue()
     except MemoryError:
-        raise TraceError(f"{path}: not enough memory to decompress it; set {LIMIT_ENV} lower to fail sooner, "
-                         "or decompress it yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite") from None
+        raise TraceError(
+            f"{path}: not enough memory to decompress it; set {LIMIT_ENV} lower to fail sooner, "
+            "or decompress it yourself (`xz -dk` / `gunzip -k`) and pass the .sqlite"
+        ) from None

@@ -33,7 +33,9 @@ JOIN_CHUNK = 1 << 18
 """Activities whose launch is looked up at once (their int64 keys and positions are this long, not the trace)."""
 
 
-def join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def join_launches(
+    pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """launch (start, tid) per activity, matched on (pid, correlationId); -1 where no API row matches.
 
     ``launch`` = [pid, correlationId, start, tid] columns (``sql.launches``); it is consumed (emptied) so
@@ -52,23 +54,27 @@ def join_launches(pid: np.ndarray, corr: np.ndarray, launch: list[np.ndarray]) -
     if not (lkey[1:] >= lkey[:-1]).all():  # else already in key order: one process's calls, numbered in order
         order = np.argsort(lkey, kind="stable")
         lkey.sort()  # in place: equal keys are equal values, so this is lkey[order] without a second key array
-        lstart = lstart[order]  # API rows permuted into key order once, so ``order`` is freed before the search
+        lstart = lstart[
+            order
+        ]  # API rows permuted into key order once, so ``order`` is freed before the search
         ltid = ltid[order]
         del order
     out_ns = np.full(n, -1, dtype=np.int64)
     out_tid = np.full(n, -1, dtype=np.int32 if ltid.dtype == np.int32 else np.int64)  # int64: damaged tid
-    step = JOIN_CHUNK  # activities looked up a chunk at a time: their keys and positions are never full length
+    step = (
+        JOIN_CHUNK  # activities looked up a chunk at a time: their keys and positions are never full length
+    )
     for a in range(0, n, step):
-        key = pid[a:a + step].astype(np.int64)
+        key = pid[a : a + step].astype(np.int64)
         key <<= 32
-        key |= low_32_bits(corr[a:a + step])
+        key |= low_32_bits(corr[a : a + step])
         pos = np.searchsorted(lkey, key)
         np.minimum(pos, len(lkey) - 1, out=pos)
         hit = lkey[pos] == key
-        hit &= corr[a:a + step] > 0
+        hit &= corr[a : a + step] > 0
         src = pos[hit]
-        out_ns[a:a + step][hit] = lstart[src]
-        out_tid[a:a + step][hit] = ltid[src]
+        out_ns[a : a + step][hit] = lstart[src]
+        out_tid[a : a + step][hit] = ltid[src]
     return out_ns, out_tid
 
 
@@ -103,8 +109,9 @@ def on_own_connection(path: Path, fn, *args, **kwargs):
         con.close()
 
 
-def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None,
-                  pending=None) -> dict[str, Any]:
+def read_kernels(
+    con: sqlite3.Connection, have: set[str], map_chunks=None, reader=None, pending=None
+) -> dict[str, Any]:
     """GPU activity columns, names and launch times of one export. ``pending``: a future of ``sql.launches``
     (the launching API rows read on a second thread while the activity tables are read and named here: each
     read releases the GIL in the driver), else they are read here after them."""
@@ -117,8 +124,10 @@ def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reade
             parts.append(got)
             kinds.append(np.full(len(got["start"]), code, dtype=np.int8))
     if not parts:  # unreachable from read_file (it requires the kernel table); kept total
-        parts = [{c: np.empty(0, np.int64) for c in ("pid", "device", "stream", "start", "end", "name_id", "corr")}
-                 | {"bytes": None}]
+        parts = [
+            {c: np.empty(0, np.int64) for c in ("pid", "device", "stream", "start", "end", "name_id", "corr")}
+            | {"bytes": None}
+        ]
     kind = concat(kinds) if kinds else np.empty(0, dtype=np.int8)
     cols: dict[str, Any] = {}
     for c in ("pid", "device", "stream", "start", "end", "name_id", "corr"):
@@ -127,8 +136,9 @@ def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reade
         cols["bytes"] = None  # kernels only: no byte count (the frame's column is all <NA>)
     else:
         wide = np.result_type(*[p["bytes"] for p in parts if p["bytes"] is not None])  # int32 unless widened
-        cols["bytes"] = concat([p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, wide)
-                              for p in parts])
+        cols["bytes"] = concat(
+            [p["bytes"] if p["bytes"] is not None else np.full(len(p["start"]), -1, wide) for p in parts]
+        )
     del parts
     # Names: kernels by StringIds, memcpy by copy kind, memset fixed. Codes index into ``labels``.
     ids = cols.pop("name_id")
@@ -170,8 +180,17 @@ def read_kernels(con: sqlite3.Connection, have: set[str], map_chunks=None, reade
     shift = timebase.rebase(cols, launch, sql.nvtx_time_range(con, have))
     return_freed_memory()  # the reader threads' freed chunks, before the join's sorted copies (the load's peak)
     launch_ns, launch_tid = join_launches(cols["pid"], cols["corr"], launch)
-    return {**cols, "kind": kind, "code": codes, "labels": labels, "launch_ns": launch_ns,
-            "launch_tid": launch_tid, "unnamed": n_unnamed, "no_pid": n_no_pid, "shift": shift}
+    return {
+        **cols,
+        "kind": kind,
+        "code": codes,
+        "labels": labels,
+        "launch_ns": launch_ns,
+        "launch_tid": launch_tid,
+        "unnamed": n_unnamed,
+        "no_pid": n_no_pid,
+        "shift": shift,
+    }
 
 
 READ_THREADS = min(4, os.cpu_count() or 1)  # threads reading one export's large tables
@@ -194,8 +213,11 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
     con = open_export(path)
     # Reader threads pay off on large files only: for a small one (thousands of per-rank files) starting the
     # threads and their connections cost more than the reads (the chunks, and so the result, are the same).
-    readers = (columnar.ChunkReaders(path, threads) if threads > 1 and path.suffix not in DECOMPRESS
-               and path.stat().st_size >= PARALLEL_READ_BYTES else None)
+    readers = (
+        columnar.ChunkReaders(path, threads)
+        if threads > 1 and path.suffix not in DECOMPRESS and path.stat().st_size >= PARALLEL_READ_BYTES
+        else None
+    )
     # Columnar reads (Arrow ADBC, when installed) of plain files; else, and where a read fails, sqlite3.
     arrow = columnar.Reader(path) if path.suffix not in DECOMPRESS and columnar.available() else None
     # With columnar reads, the two scans of the CUDA API table (the launching calls, then the host-wait calls)
@@ -207,8 +229,10 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
     try:
         have = sql.tables(con)
         if sql.KERNEL not in have:
-            raise MissingDataError(f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
-                                   "profile with `nsys profile -t cuda,nvtx ...`")
+            raise MissingDataError(
+                f"{path}: no CUPTI_ACTIVITY_KIND_KERNEL table (no CUDA kernels recorded); "
+                "profile with `nsys profile -t cuda,nvtx ...`"
+            )
         meta = sql.metadata(con, have)
         launches = waits = None
         if pool is not None:
@@ -216,15 +240,25 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
             waits = pool.submit(on_own_connection, path, sql.host_wait_calls, have) if host_waits else None
         nvtx = sql.nvtx_ranges(con, have, columnar=arrow) if sql.NVTX in have else None
         out: dict[str, Any] = {
-            "index": index, "path": path, "kernels": read_kernels(con, have, readers and readers.map, arrow, launches),
-            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
-            "host": sql.capture_host(con, have), "utc_ns": sql.session_start_utc_ns(con, have),
-            "nccl_channels": sql.nccl_channels(con, have), "graph_launches": graph_launches(con, have),
-            "scrub": sql.scrub_record(con, have), "gpus": sql.gpus(con, have), "span": sql.time_span(con, have),
-            "nvtx": None, "domains": {},
+            "index": index,
+            "path": path,
+            "kernels": read_kernels(con, have, readers and readers.map, arrow, launches),
+            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"),
+            "schema_version": meta.get("EXPORT_SCHEMA_VERSION"),
+            "host": sql.capture_host(con, have),
+            "utc_ns": sql.session_start_utc_ns(con, have),
+            "nccl_channels": sql.nccl_channels(con, have),
+            "graph_launches": graph_launches(con, have),
+            "scrub": sql.scrub_record(con, have),
+            "gpus": sql.gpus(con, have),
+            "span": sql.time_span(con, have),
+            "nvtx": None,
+            "domains": {},
         }
         if nvtx is not None:
-            payloads.attach(nvtx[0], payloads.message_sizes(con, have))  # NCCL's message sizes, where exported
+            payloads.attach(
+                nvtx[0], payloads.message_sizes(con, have)
+            )  # NCCL's message sizes, where exported
             out["nvtx"] = nvtx
             shift = out["kernels"]["shift"]
             if shift and len(out["nvtx"][0]):  # the file's NVTX times move with its GPU times
@@ -233,13 +267,16 @@ def read_file(index: int, path: Path, threads: int = READ_THREADS, host_waits: b
                 ints[:, 4] -= shift
             out["domains"] = sql.nvtx_domains(con, have)
         # a few rows per step (one filtered API scan)
-        out["host_waits"] = (waits.result() if waits is not None else sql.host_wait_calls(con, have)) if host_waits \
-            else None
+        out["host_waits"] = (
+            (waits.result() if waits is not None else sql.host_wait_calls(con, have)) if host_waits else None
+        )
         return out
     except (sqlite3.DatabaseError, TypeError, ValueError, OverflowError) as exc:
         # DatabaseError: SQLite could not read it (incl. text that is not UTF-8); the others: a value of the
         # wrong type where nsys writes another (this function only converts the file's own data).
-        raise TraceError(f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the .nsys-rep") from exc
+        raise TraceError(
+            f"{path}: unreadable or damaged export ({short_error(exc)}); export it again from the .nsys-rep"
+        ) from exc
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -266,4 +303,3 @@ def read_files(files_in: list[Path], *, jobs: int = 1, progress=None, host_waits
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             return list(pool.map(read, enumerate(files_in)))
     return [read(item) for item in enumerate(files_in)]
-

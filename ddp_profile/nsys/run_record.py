@@ -63,31 +63,73 @@ def _bool(v) -> bool:
 
 
 FIELDS = {
-    "run": (_str, "a string"), "run_name": (_str, "a string"), "name": (_str, "a string"),
-    "strategy": (_str, "a string"), "model": (_str, "a string"), "dtype": (_str, "a string"),
-    "backend": (_str, "a string"), "gpu_name": (_str, "a string"), "gpu_short": (_str, "a string"),
+    "run": (_str, "a string"),
+    "run_name": (_str, "a string"),
+    "name": (_str, "a string"),
+    "strategy": (_str, "a string"),
+    "model": (_str, "a string"),
+    "dtype": (_str, "a string"),
+    "backend": (_str, "a string"),
+    "gpu_name": (_str, "a string"),
+    "gpu_short": (_str, "a string"),
     "timing_source": (_str, "a string"),
-    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"), "bucket_count": (_int, "an integer"),
-    "measured_steps": (_int, "an integer"), "warmup_steps": (_int, "an integer"),
-    "bucket_mb": (_num, "a number"), "setup_s": (_num, "a number"),
+    "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"),
+    "bucket_count": (_int, "an integer"),
+    "measured_steps": (_int, "an integer"),
+    "warmup_steps": (_int, "an integer"),
+    "bucket_mb": (_num, "a number"),
+    "setup_s": (_num, "a number"),
     "step_ms_median": (_num, "a number"),
-    "config": (_dict, "an object"), "layout": (_dict, "an object"),
-    "bucket_bytes": (_nums, "a list of numbers"), "final_loss_per_rank": (_nums, "a list of numbers"),
+    "config": (_dict, "an object"),
+    "layout": (_dict, "an object"),
+    "bucket_bytes": (_nums, "a list of numbers"),
+    "final_loss_per_rank": (_nums, "a list of numbers"),
     "step_ms_slowest_rank": (_nums, "a list of numbers"),
-    "step_ms_per_rank": (_rows, "a list of lists of numbers"), "host_step_ms_per_rank": (_rows, "a list of lists of numbers"),
+    "step_ms_per_rank": (_rows, "a list of lists of numbers"),
+    "host_step_ms_per_rank": (_rows, "a list of lists of numbers"),
 }
-_TEXT, _FLAG, _COUNT, _NUMBER = (_str, "a string"), (_bool, "true or false"), (_int, "an integer"), (_num, "a number")
+_TEXT, _FLAG, _COUNT, _NUMBER = (
+    (_str, "a string"),
+    (_bool, "true or false"),
+    (_int, "an integer"),
+    (_num, "a number"),
+)
 CONFIG_FIELDS = {
-    "strategy": _TEXT, "model": _TEXT, "dtype": _TEXT, "optimizer": _TEXT, "backend": _TEXT,
-    "ddp_comm_hook": _TEXT, "grad_reduce_dtype": _TEXT, "gc_mode": _TEXT, "gemm_sm_carveout_scope": _TEXT,
-    "blas_library": _TEXT, "shard_optimizer": _TEXT, "fsdp_param_dtype": _TEXT,
-    "batch": (_pos_int, "a positive integer"), "seq_len": (_pos_int, "a positive integer"),
-    "steps": _COUNT, "warmup": _COUNT, "seed": _COUNT, "mlp_depth": _COUNT, "nccl_channels": _COUNT,
-    "nccl_min_ctas": _COUNT, "gemm_sm_carveout": _COUNT,
-    "bucket_mb": _NUMBER, "first_bucket_mb": _NUMBER, "lr": _NUMBER,
-    "ddp_nvtx_hook": _FLAG, "nccl_high_priority": _FLAG, "peer_copy_allreduce": _FLAG, "grad_views": _FLAG,
-    "reduce_avg": _FLAG, "sharded_update": _FLAG, "sharded_update_normal_priority": _FLAG, "step_sync": _FLAG,
-    "cuda_graph": _FLAG, "overlap_optimizer": _FLAG, "fsdp_reshard": _FLAG,
+    "strategy": _TEXT,
+    "model": _TEXT,
+    "dtype": _TEXT,
+    "optimizer": _TEXT,
+    "backend": _TEXT,
+    "ddp_comm_hook": _TEXT,
+    "grad_reduce_dtype": _TEXT,
+    "gc_mode": _TEXT,
+    "gemm_sm_carveout_scope": _TEXT,
+    "blas_library": _TEXT,
+    "shard_optimizer": _TEXT,
+    "fsdp_param_dtype": _TEXT,
+    "batch": (_pos_int, "a positive integer"),
+    "seq_len": (_pos_int, "a positive integer"),
+    "steps": _COUNT,
+    "warmup": _COUNT,
+    "seed": _COUNT,
+    "mlp_depth": _COUNT,
+    "nccl_channels": _COUNT,
+    "nccl_min_ctas": _COUNT,
+    "gemm_sm_carveout": _COUNT,
+    "bucket_mb": _NUMBER,
+    "first_bucket_mb": _NUMBER,
+    "lr": _NUMBER,
+    "ddp_nvtx_hook": _FLAG,
+    "nccl_high_priority": _FLAG,
+    "peer_copy_allreduce": _FLAG,
+    "grad_views": _FLAG,
+    "reduce_avg": _FLAG,
+    "sharded_update": _FLAG,
+    "sharded_update_normal_priority": _FLAG,
+    "step_sync": _FLAG,
+    "cuda_graph": _FLAG,
+    "overlap_optimizer": _FLAG,
+    "fsdp_reshard": _FLAG,
     "world_size": (_ranks, f"a rank count (1..{MAX_RANKS})"),
 }
 """The harness's ``RunConfig`` fields, each with the type its dataclass declares."""
@@ -105,8 +147,10 @@ def _check(data: dict, fields: dict, where: str, prefix: str, warnings: list[str
     for key, value in data.items():
         rule = fields.get(key) if isinstance(key, str) else None
         if rule is not None and value is not None and not rule[0](value):
-            warnings.append(f"{where}: run record field {prefix}{key!r} is {type(value).__name__} "
-                            f"{_short(value)}, expected {rule[1]}; ignored")
+            warnings.append(
+                f"{where}: run record field {prefix}{key!r} is {type(value).__name__} "
+                f"{_short(value)}, expected {rule[1]}; ignored"
+            )
             continue
         out[key] = value
     return out
@@ -156,13 +200,19 @@ def find_run_json(paths: list[Path], warnings: list[str]) -> dict | None:
             data = read_side_json(candidate)
         except TraceError as exc:
             why = short_error(exc).removeprefix(f"{candidate}: ")
-            warnings.append(f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
-                            "fix or remove the file")
+            warnings.append(
+                f"{candidate}: run record not read ({why}); run facts (strategy, model, ...) are unknown: "
+                "fix or remove the file"
+            )
             continue
         if data is None:
             continue
         if not isinstance(data, dict):
-            warnings.append(f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored")
+            warnings.append(
+                f"{candidate}: run record is a JSON {type(data).__name__}, not an object; ignored"
+            )
             continue
-        return clean_run_record(data, candidate, warnings)  # fields of the wrong type: dropped, with a warning
+        return clean_run_record(
+            data, candidate, warnings
+        )  # fields of the wrong type: dropped, with a warning
     return None

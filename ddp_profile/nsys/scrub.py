@@ -71,21 +71,41 @@ COMPRESSED = {".xz": lzma.open, ".gz": gzip.open}
 
 # Tables the analysis reads (ddp_profile.nsys.sql); --slim keeps only these (plus the ENUM_* tables).
 ANALYSIS_TABLES = {
-    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds", "PROCESSES", "ThreadNames",
-    "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_SESSION_START_TIME",
-    "TARGET_INFO_CUDA_CONTEXT_INFO", "TARGET_INFO_CUDA_STREAM", "META_DATA_EXPORT", "META_DATA_CAPTURE",
-    "ANALYSIS_DETAILS", "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", RECORD_TABLE,
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+    "StringIds",
+    "PROCESSES",
+    "ThreadNames",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_CUDA_DEVICE",
+    "TARGET_INFO_SESSION_START_TIME",
+    "TARGET_INFO_CUDA_CONTEXT_INFO",
+    "TARGET_INFO_CUDA_STREAM",
+    "META_DATA_EXPORT",
+    "META_DATA_CAPTURE",
+    "ANALYSIS_DETAILS",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+    RECORD_TABLE,
     # NCCL's message sizes in NVTX_EVENTS.binaryData are read through these (nsys.payloads)
-    "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTRIES",
+    "NVTX_PAYLOAD_SCHEMAS",
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+    "NVTX_PAYLOAD_ENUMS",
+    "NVTX_PAYLOAD_ENUM_ENTRIES",
 }
 # Tables whose rows tie a globalPid/globalTid to CUDA or NVTX activity: a process seen in none is unrelated.
 ACTIVITY_PID_COLUMNS = [
-    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"), ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
-    ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"), ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
-    ("NVTX_EVENTS", "globalTid"), ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalTid"),
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"),
+    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+    ("NVTX_EVENTS", "globalTid"),
+    ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalTid"),
 ]
 TID_MASK = 0xFFFFFF  # globalTid = globalPid | tid (low 24 bits): Nsight Systems' serialized GlobalId
+
 
 def q(name: str) -> str:
     """An SQL identifier quoted (a table or column name may hold a double quote)."""
@@ -115,8 +135,11 @@ def _text_columns(con: sqlite3.Connection, table: str) -> list[str]:
         else:
             others.append(c[1])
     if others:
-        found = con.execute("SELECT " + ", ".join(f"max(typeof({q(c)}) IN ('text', 'blob'))" for c in others)
-                            + f" FROM {q(table)}").fetchone()
+        found = con.execute(
+            "SELECT "
+            + ", ".join(f"max(typeof({q(c)}) IN ('text', 'blob'))" for c in others)
+            + f" FROM {q(table)}"
+        ).fetchone()
         out += [c for c, hit in zip(others, found, strict=True) if hit]
     _TEXT_COLUMNS[key] = out
     return out
@@ -130,7 +153,9 @@ def _meta_values(con: sqlite3.Connection, tables: set[str], table: str, name_sql
 
 def _find_hosts_users(con: sqlite3.Connection, tables: set[str]) -> tuple[set[str], set[str]]:
     hosts = set(_meta_values(con, tables, "META_DATA_EXPORT", "name LIKE '%HOST%'"))
-    hosts |= set(_meta_values(con, tables, "META_DATA_CAPTURE", "name LIKE '%HOST%' OR name = 'DEVICE_DISPLAY_NAME'"))
+    hosts |= set(
+        _meta_values(con, tables, "META_DATA_CAPTURE", "name LIKE '%HOST%' OR name = 'DEVICE_DISPLAY_NAME'")
+    )
     hosts |= set(_meta_values(con, tables, "TARGET_INFO_SYSTEM_ENV", "name LIKE '%host%'"))
     hosts |= {h.split(".")[0] for h in hosts}
     hosts = {h.strip() for h in hosts if h.strip().lower() not in NOT_A_HOST and not h.startswith("host-")}
@@ -155,8 +180,10 @@ def _users_in_paths(con: sqlite3.Connection, tables: set[str]) -> set[str]:
         if table == RECORD_TABLE or table.startswith("ENUM_"):
             continue
         for col in _text_columns(con, table):
-            for (value,) in con.execute(f"SELECT DISTINCT {q(col)} FROM {q(table)} WHERE typeof({q(col)}) = 'text' "
-                                          f"AND instr({q(col)}, '/') > 0"):
+            for (value,) in con.execute(
+                f"SELECT DISTINCT {q(col)} FROM {q(table)} WHERE typeof({q(col)}) = 'text' "
+                f"AND instr({q(col)}, '/') > 0"
+            ):
                 if isinstance(value, str):
                     for m in PATH_RE.finditer(value):
                         home = HOME_RE.match(m.group(0))
@@ -182,12 +209,17 @@ def _secret_arguments(con: sqlite3.Connection) -> int:
     """The recorded command line is one row per argument (``PROCESS_0:ARGUMENT_3``): the argument after a
     secret-named flag given alone (``--token``, ``--hf-token``, ``--password``) is its value -> ``<secret>``."""
     args: dict[tuple[str, int], tuple[int, object]] = {}
-    for rowid, name, value in con.execute("SELECT rowid, name, value FROM META_DATA_CAPTURE WHERE name LIKE '%ARGUMENT%'"):
+    for rowid, name, value in con.execute(
+        "SELECT rowid, name, value FROM META_DATA_CAPTURE WHERE name LIKE '%ARGUMENT%'"
+    ):
         m = re.fullmatch(r"(.*)ARGUMENT_(\d+)", str(name))
         if m:
             args[(m.group(1), int(m.group(2)))] = (rowid, value)
-    hit = [args[(p, i + 1)][0] for (p, i), (_, v) in args.items()
-           if isinstance(v, str) and SECRET_FLAG_RE.match(v) and (p, i + 1) in args]
+    hit = [
+        args[(p, i + 1)][0]
+        for (p, i), (_, v) in args.items()
+        if isinstance(v, str) and SECRET_FLAG_RE.match(v) and (p, i + 1) in args
+    ]
     con.executemany("UPDATE META_DATA_CAPTURE SET value = '<secret>' WHERE rowid = ?", [(r,) for r in hit])
     return len(hit)
 
@@ -195,12 +227,14 @@ def _secret_arguments(con: sqlite3.Connection) -> int:
 def _guarded(fn, interrupted: list):
     """``fn`` for ``create_function``: SQLite turns an exception in it into OperationalError, which would make
     Ctrl-C look like a damaged input (exit 3); the interrupt is noted so it can be raised again."""
+
     def call(value):
         try:
             return fn(value)
         except KeyboardInterrupt as exc:
             interrupted.append(exc)
             raise
+
     return call
 
 
@@ -217,7 +251,9 @@ def scrub_connection(con: sqlite3.Connection, *, slim: bool = False) -> dict[str
         if interrupted:
             raise interrupted[0] from None
         if SIGNALS_SEEN:
-            raise KeyboardInterrupt() if SIGNALS_SEEN[0] == signal.SIGINT else Terminated(SIGNALS_SEEN[0]) from None
+            raise (
+                KeyboardInterrupt() if SIGNALS_SEEN[0] == signal.SIGINT else Terminated(SIGNALS_SEEN[0])
+            ) from None
         raise
     finally:
         _TEXT_COLUMNS.clear()
@@ -237,10 +273,16 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
     run("env_rows", "DELETE FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'", "META_DATA_CAPTURE")
     run("env_rows", "DELETE FROM TARGET_INFO_SYSTEM_ENV", "TARGET_INFO_SYSTEM_ENV")
     # The working folder is a path in full (its last component is usually a private project name).
-    run("working_dir", "UPDATE META_DATA_CAPTURE SET value = '<path>' WHERE name LIKE '%WORKING_DIR%'",
-        "META_DATA_CAPTURE")
-    con.create_function("_ddp_env", 1, _guarded(lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))),
-                                                 interrupted))
+    run(
+        "working_dir",
+        "UPDATE META_DATA_CAPTURE SET value = '<path>' WHERE name LIKE '%WORKING_DIR%'",
+        "META_DATA_CAPTURE",
+    )
+    con.create_function(
+        "_ddp_env",
+        1,
+        _guarded(lambda v: int(isinstance(v, str) and bool(ENV_ASSIGN_RE.match(v))), interrupted),
+    )
     for table in sorted(t for t in tables if t.startswith(("META_DATA_", "TARGET_INFO_"))):
         for col in _text_columns(con, table):
             run("env_values", f"UPDATE {q(table)} SET {q(col)} = '<env>' WHERE _ddp_env({q(col)})", table)
@@ -255,12 +297,19 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
         if "ANALYSIS_FILE" in tables:
             sources.append("SELECT contentId FROM ANALYSIS_FILE WHERE contentId IS NOT NULL")
         if sources:
-            run("output_strings", f"UPDATE StringIds SET value = '' WHERE value != '' AND id IN "
-                f"({' UNION '.join(sources)})", "StringIds")
+            run(
+                "output_strings",
+                f"UPDATE StringIds SET value = '' WHERE value != '' AND id IN ({' UNION '.join(sources)})",
+                "StringIds",
+            )
     run("output_streams", "DELETE FROM ProcessStreams", "ProcessStreams")
 
     # Unrelated host processes: no kernel, copy, API call or NVTX event belongs to them.
-    active = [f"SELECT DISTINCT {q(c)} - ({q(c)} & {TID_MASK}) FROM {q(t)}" for t, c in ACTIVITY_PID_COLUMNS if t in tables]
+    active = [
+        f"SELECT DISTINCT {q(c)} - ({q(c)} & {TID_MASK}) FROM {q(t)}"
+        for t, c in ACTIVITY_PID_COLUMNS
+        if t in tables
+    ]
     if active:
         con.execute("CREATE TEMP TABLE _ddp_active(globalPid INTEGER PRIMARY KEY)")
         con.execute(f"INSERT OR IGNORE INTO _ddp_active {' UNION '.join(active)}")
@@ -271,16 +320,25 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
         if "ThreadNames" in tables:
             con.execute(f"INSERT INTO _ddp_gone SELECT nameId, NULL FROM ThreadNames WHERE {gone}")
         if "PROCESSES" in tables and "name" in _text_columns(con, "PROCESSES"):
-            con.execute("INSERT INTO _ddp_gone SELECT NULL, name FROM PROCESSES WHERE globalPid NOT IN "
-                        "(SELECT globalPid FROM _ddp_active)")
-        run("processes", "DELETE FROM PROCESSES WHERE globalPid NOT IN (SELECT globalPid FROM _ddp_active)",
-            "PROCESSES")
+            con.execute(
+                "INSERT INTO _ddp_gone SELECT NULL, name FROM PROCESSES WHERE globalPid NOT IN "
+                "(SELECT globalPid FROM _ddp_active)"
+            )
+        run(
+            "processes",
+            "DELETE FROM PROCESSES WHERE globalPid NOT IN (SELECT globalPid FROM _ddp_active)",
+            "PROCESSES",
+        )
         run("thread_names", f"DELETE FROM ThreadNames WHERE {gone}", "ThreadNames")
         if "StringIds" in tables:
             refs = _string_refs(con, tables)
-            run("process_strings", "UPDATE StringIds SET value = '' WHERE value != '' AND (id IN (SELECT id FROM "
+            run(
+                "process_strings",
+                "UPDATE StringIds SET value = '' WHERE value != '' AND (id IN (SELECT id FROM "
                 "_ddp_gone) OR value IN (SELECT name FROM _ddp_gone))"
-                f"{f' AND id NOT IN ({refs})' if refs else ''}", "StringIds")
+                f"{f' AND id NOT IN ({refs})' if refs else ''}",
+                "StringIds",
+            )
 
     # Paths, host and user names, secrets: every text column of every table.
     scrubber = _Scrubber(hosts, users)
@@ -290,8 +348,10 @@ def _scrub_connection(con: sqlite3.Connection, slim: bool, interrupted: list) ->
         if table == RECORD_TABLE or table.startswith("ENUM_"):
             continue
         for col in _text_columns(con, table):
-            con.execute(f"UPDATE {q(table)} SET {q(col)} = _ddp_text({q(col)}) "
-                        f"WHERE typeof({q(col)}) IN ('text', 'blob') AND _ddp_dirty({q(col)})")
+            con.execute(
+                f"UPDATE {q(table)} SET {q(col)} = _ddp_text({q(col)}) "
+                f"WHERE typeof({q(col)}) IN ('text', 'blob') AND _ddp_dirty({q(col)})"
+            )
     for key in ("paths", "hosts", "users", "secrets", "env_blocks"):
         counts[key] = scrubber.counts[key] // 2  # dirty() and text() each count one replacement
     counts["host_names"] = len(hosts)
@@ -323,7 +383,9 @@ def _copy_input(src: Path, dst: Path) -> None:
         raise TraceError(f"{src}: cannot read ({exc.strerror or exc}); check its permissions") from exc
     try:
         with open(dst, "wb") as fout:
-            if opener:  # header checked from the first bytes, expansion bounded (DDP_PROFILE_MAX_DECOMPRESSED)
+            if (
+                opener
+            ):  # header checked from the first bytes, expansion bounded (DDP_PROFILE_MAX_DECOMPRESSED)
                 rawio.copy_decompressed(src, fout)
             else:
                 with open(src, "rb") as fin:
@@ -332,12 +394,15 @@ def _copy_input(src: Path, dst: Path) -> None:
         raise TraceError(f"{src}: cannot read ({exc}); copy it again") from exc
     with open(dst, "rb") as f:
         if f.read(16) != rawio.SQLITE_MAGIC:
-            raise TraceError(f"{src}: not an SQLite file; export the report with "
-                             f"`nsys export --type sqlite -o X.sqlite X.nsys-rep`")
+            raise TraceError(
+                f"{src}: not an SQLite file; export the report with "
+                f"`nsys export --type sqlite -o X.sqlite X.nsys-rep`"
+            )
 
 
-def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = False,
-               compress: str | None = None) -> dict[str, int]:
+def scrub_file(
+    src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = False, compress: str | None = None
+) -> dict[str, int]:
     """Scrub ``src`` into ``dst`` (``dst`` may equal ``src`` for in-place). Atomic; ``src`` is only read.
 
     ``compress="xz"`` writes an xz-compressed file (give ``dst`` the ``.xz`` suffix yourself or not: it is
@@ -349,12 +414,16 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
             raise TraceError(f"{src}: is {kind_of(os.stat(src).st_mode)}, not an export file")
         raise TraceError(f"{src}: no such file")
     if src.suffix in (".nsys-rep", ".qdstrm"):
-        raise TraceError(f"{src}: a report, not an SQLite export; run `nsys export --type sqlite -o "
-                         f"{src.with_suffix('.sqlite').name} {src.name}` first")
+        raise TraceError(
+            f"{src}: a report, not an SQLite export; run `nsys export --type sqlite -o "
+            f"{src.with_suffix('.sqlite').name} {src.name}` first"
+        )
     if compress not in (None, "xz"):
         raise UsageError(f"--compress {compress}: only 'xz' is supported")
     dst = final_name(dst, compress)
-    compress = dst.suffix[1:] if dst.suffix in COMPRESSED else None  # the name decides: never plain under .xz/.gz
+    compress = (
+        dst.suffix[1:] if dst.suffix in COMPRESSED else None
+    )  # the name decides: never plain under .xz/.gz
     rawio.check_no_writer(src)
     folder = dst.parent if str(dst.parent) else Path(".")
     if not folder.is_dir():
@@ -362,7 +431,9 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
     try:
         fd, tmp_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise OutputError(f"{dst}: cannot write in {folder} ({exc.strerror or exc}); choose another -o") from exc
+        raise OutputError(
+            f"{dst}: cannot write in {folder} ({exc.strerror or exc}); choose another -o"
+        ) from exc
     os.close(fd)
     tmp = Path(tmp_name)
     final_tmp = tmp
@@ -387,7 +458,11 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
             fd, xz_name = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=folder)
             os.close(fd)
             final_tmp = Path(xz_name)
-            opener = (lambda f: lzma.open(f, "wb", preset=6)) if compress == "xz" else (lambda f: gzip.open(f, "wb"))
+            opener = (
+                (lambda f: lzma.open(f, "wb", preset=6))
+                if compress == "xz"
+                else (lambda f: gzip.open(f, "wb"))
+            )
             with open(tmp, "rb") as fin, opener(final_tmp) as fout:
                 shutil.copyfileobj(fin, fout, 16 << 20)
             tmp.unlink()
@@ -397,11 +472,14 @@ def scrub_file(src: str | os.PathLike, dst: str | os.PathLike, *, slim: bool = F
         for p in {tmp, final_tmp}:
             p.unlink(missing_ok=True)
         full = isinstance(exc, sqlite3.OperationalError) and "full" in str(exc)  # VACUUM on a full disk
-        if isinstance(exc, OSError) or full:  # the input was read already: the output failed (disk full, rights)
+        if (
+            isinstance(exc, OSError) or full
+        ):  # the input was read already: the output failed (disk full, rights)
             # sqlite3's OperationalError has no strerror (an OSError's may be None): fall back to the message
             reason = getattr(exc, "strerror", None) or exc
-            raise OutputError(f"{dst}: cannot write the scrubbed copy ({reason}); nothing was "
-                              "written") from exc
+            raise OutputError(
+                f"{dst}: cannot write the scrubbed copy ({reason}); nothing was written"
+            ) from exc
         raise
     return counts
 
@@ -422,10 +500,16 @@ def output_path(src: Path, out: Path | None, n_inputs: int, in_place: bool) -> P
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The scrub options, shared by ``python -m ddp_profile.nsys.scrub`` and ``ddp-profile scrub``."""
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="IN", help="nsys SQLite export(s) (.sqlite[.xz|.gz])")
+    parser.add_argument(
+        "inputs", nargs="+", type=Path, metavar="IN", help="nsys SQLite export(s) (.sqlite[.xz|.gz])"
+    )
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("-o", "--output", type=Path, metavar="OUT", help="output file, or folder for several inputs")
-    where.add_argument("--in-place", action="store_true", help="replace each input (atomically) by its scrubbed copy")
+    where.add_argument(
+        "-o", "--output", type=Path, metavar="OUT", help="output file, or folder for several inputs"
+    )
+    where.add_argument(
+        "--in-place", action="store_true", help="replace each input (atomically) by its scrubbed copy"
+    )
     parser.add_argument("--slim", action="store_true", help="also drop tables the analysis never reads")
     parser.add_argument("--compress", choices=["xz"], help="write OUT.xz (lzma) instead of a plain .sqlite")
 
@@ -449,8 +533,10 @@ def plan(args: argparse.Namespace) -> list[tuple[Path, Path]]:
             check_output_file(dst, inputs)
         key = dst.resolve()
         if key in seen:
-            raise UsageError(f"{seen[key]} and {src} would both be written to {dst}; nothing was written: "
-                             "scrub them into different folders (or rename one)")
+            raise UsageError(
+                f"{seen[key]} and {src} would both be written to {dst}; nothing was written: "
+                "scrub them into different folders (or rename one)"
+            )
         seen[key] = src
         pairs.append((src, dst))
     return pairs

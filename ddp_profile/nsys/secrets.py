@@ -43,20 +43,21 @@ SECRET_RE = re.compile(  # no \b before: a token joined by "_" (triton_poi_fused
     r"|pypi-[A-Za-z0-9_\-]{16,}|wandb_[A-Za-z0-9]{8,}|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"
     r"|-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.|\n)*?(?:-----END[A-Z ]*PRIVATE KEY-----|$))"
 )
-_SECRET_NAME = r"[A-Za-z0-9_\-]*(?:token|secret|passw(?:or)?d|pwd|api[_\-]?key|access[_\-]?key|auth|credential)[A-Za-z0-9_\-]*"
+_SECRET_NAME = r"[A-Za-z0-9_\-]*(?:token|secret|passw(?:or)?d|pwd|api[_\-]?key|access[_\-]?key|auth|credential)[A-Za-z0-9_\-]*"  # noqa: E501
 SECRET_ARG_RE = re.compile(rf"(?i)((?<![\w\-])-{{1,2}}{_SECRET_NAME})(=|\s+)(\"[^\"]*\"|'[^']*'|[^\s\"']+)")
 """``--token X`` / ``--hf-token=X`` inside one string."""
 SECRET_FLAG_RE = re.compile(rf"(?i)^-{{1,2}}{_SECRET_NAME}$")
 """A command-line argument that is a secret-named flag alone: its value is the next argument."""
 SECRET_ASSIGN_RE = re.compile(
-    rf"(?i)((?<![\w\-:]){_SECRET_NAME})([\"']?\s*=\s*|[\"']?\s*:(?!:)\s*)(\"[^\"]*\"|'[^']*'|[^\s\"',;:][^\s\"',;]*)")
+    rf"(?i)((?<![\w\-:]){_SECRET_NAME})([\"']?\s*=\s*|[\"']?\s*:(?!:)\s*)(\"[^\"]*\"|'[^']*'|[^\s\"',;:][^\s\"',;]*)"
+)
 """``api_key=X``, ``password: X``, ``HF_TOKEN=X`` anywhere."""
 ENV_WORD_RE = re.compile(r"(?<![\w\-./=])([A-Z][A-Z0-9_]*[A-Z0-9])=(\"[^\"]*\"|'[^']*'|[^\s\"']*)")
 """``NAME=value`` words in a command line (``env WANDB_API_KEY=... python3``): upper-case names only."""
 URL_CRED_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^/\s:@?#\"'<>`]*)(?::([^/\s?#\"'<>`]*))?@")
 """Credentials before a URL's host: ``user:password@``, ``:password@`` (an empty user name), ``token@`` (a user
 alone), percent-encoded or not; a password holding a raw ``@`` is taken up to the last ``@`` of the authority."""
-_QUERY_NAME = r"[\w\-.]*(?:token|secret|passw(?:or)?d|pwd|api[_\-]?key|access[_\-]?key|auth|credential|signature|sig|key|code|session)[\w\-.]*"
+_QUERY_NAME = r"[\w\-.]*(?:token|secret|passw(?:or)?d|pwd|api[_\-]?key|access[_\-]?key|auth|credential|signature|sig|key|code|session)[\w\-.]*"  # noqa: E501
 QUERY_SECRET_RE = re.compile(rf"(?i)([?&;]{_QUERY_NAME}=)([^&#\s\"'<>`]+)")
 """A secret-named parameter of a URL's query string: ``?password=X``, ``&X-Amz-Signature=X``,
 ``&X-Amz-Credential=X``, ``?sig=X``, ``?key=X``, ``&access_token=X``."""
@@ -67,15 +68,52 @@ ENV_BLOCK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=[^\x00\n]*[\x00\n]+[A-Za-z_][
 # ... and a block holding one variable: ``NAME=value`` ended by NUL (no NVTX text or kernel name holds NUL).
 ENV_ONE_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*=[^\x00]*\x00")
 # Words never taken as a user name learnt from a path (/scratch/nccl/...): the analysis matches on them.
-NOT_A_USER = {"root", "<user>", "nccl", "cuda", "nvtx", "data", "home", "step", "train", "torch", "python", "tmp",
-              "ddp", "forward", "backward", "optimizer", "model", "runs", "shared", "public", "scratch", "users"}
+NOT_A_USER = {
+    "root",
+    "<user>",
+    "nccl",
+    "cuda",
+    "nvtx",
+    "data",
+    "home",
+    "step",
+    "train",
+    "torch",
+    "python",
+    "tmp",
+    "ddp",
+    "forward",
+    "backward",
+    "optimizer",
+    "model",
+    "runs",
+    "shared",
+    "public",
+    "scratch",
+    "users",
+}
 NOT_A_HOST = {"", "localhost", "local (cli)", "<host>", "unknown", "none"}
-ANALYSIS_TEXT = " ".join([
-    nn.DOMAIN, nn.STEP, nn.FORWARD, nn.BACKWARD, nn.OPTIMIZER, nn.GRAD_WAIT, nn.ALLREDUCE_PREFIX,
-    nn.PARAM_SYNC_PREFIX, nn.FSDP_BLOCK_PREFIX, nn.RANK_MARKER, *nccl_names.NCCL_PREFIXES, *nccl_names.ALGORITHMS,
-    *nccl_names.PROTOCOLS, *nccl_names.REDOPS, *nccl_names.DTYPES, *nccl_names.SHORT_DTYPES,
-    "AllReduce ReduceScatter AllGather Broadcast Reduce SendRecv Send Recv AllToAll iteration ProfilerStep",
-])
+ANALYSIS_TEXT = " ".join(
+    [
+        nn.DOMAIN,
+        nn.STEP,
+        nn.FORWARD,
+        nn.BACKWARD,
+        nn.OPTIMIZER,
+        nn.GRAD_WAIT,
+        nn.ALLREDUCE_PREFIX,
+        nn.PARAM_SYNC_PREFIX,
+        nn.FSDP_BLOCK_PREFIX,
+        nn.RANK_MARKER,
+        *nccl_names.NCCL_PREFIXES,
+        *nccl_names.ALGORITHMS,
+        *nccl_names.PROTOCOLS,
+        *nccl_names.REDOPS,
+        *nccl_names.DTYPES,
+        *nccl_names.SHORT_DTYPES,
+        "AllReduce ReduceScatter AllGather Broadcast Reduce SendRecv Send Recv AllToAll iteration ProfilerStep",
+    ]
+)
 """Text the analysis matches on: a user or host name found in it is not replaced as a word."""
 TEXT_BLOB_MIN_PRINTABLE = 0.9
 """A BLOB that is not UTF-8 is scrubbed as Latin-1 text only when this share of its bytes is printable."""
@@ -113,8 +151,11 @@ class Scrubber:
         self.users = {u for u in users if not analysis_word(u)}
         words = sorted(self.hosts.keys() | self.users, key=len, reverse=True)
         self.word_re = (
-            re.compile(r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words) + r")(?![A-Za-z0-9])", re.I)
-            if words else None
+            re.compile(
+                r"(?<![A-Za-z0-9])(" + "|".join(re.escape(w) for w in words) + r")(?![A-Za-z0-9])", re.I
+            )
+            if words
+            else None
         )
         self.counts = {"paths": 0, "hosts": 0, "users": 0, "secrets": 0, "env_blocks": 0}
 
@@ -154,15 +195,18 @@ class Scrubber:
             return "<env>"
         new = SECRET_RE.sub("<secret>", value)
         if "://" in new:
-            new = URL_CRED_RE.sub(lambda m: m.group(1) + ("<user>:<secret>@" if m.group(3) is not None
-                                                          else "<secret>@"), new)
+            new = URL_CRED_RE.sub(
+                lambda m: m.group(1) + ("<user>:<secret>@" if m.group(3) is not None else "<secret>@"), new
+            )
         if "=" in new and ("?" in new or "&" in new or ";" in new):
             new = QUERY_SECRET_RE.sub(lambda m: m.group(1) + "<secret>", new)
         if "=" in new or ":" in new or " " in new:
             new = SECRET_ARG_RE.sub(lambda m: m.group(1) + m.group(2) + "<secret>", new)
             new = SECRET_ASSIGN_RE.sub(lambda m: m.group(1) + m.group(2) + "<secret>", new)
-            new = ENV_WORD_RE.sub(lambda m: m.group(1) + "=<env>" if m.group(2) not in ("<env>", "<secret>")
-                                  else m.group(0), new)
+            new = ENV_WORD_RE.sub(
+                lambda m: m.group(1) + "=<env>" if m.group(2) not in ("<env>", "<secret>") else m.group(0),
+                new,
+            )
         if new != value:
             self.counts["secrets"] += 1
         if "/" in new or "\\" in new:

@@ -38,8 +38,18 @@ SCRUB_RECORD = "DDP_PROFILE_SCRUB"
 # ENUM_NSYS_EVENT_TYPE ids (stable across 2023.4-2025.x; read from the enum table when present).
 NVTX_MARK, NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 # ENUM_CUDA_MEMCPY_OPER labels (same ids in 2023.4-2025.x).
-MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-                9: "HtoH", 10: "PtoP"}
+MEMCPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+}
 PID_SQL = "(({col} >> 24) & 16777215)"  # pid from a serialized GlobalId
 TID_SQL = "({col} & 16777215)"  # tid from a serialized globalTid
 
@@ -66,10 +76,15 @@ def or_default(col: str, default: str, not_null: set[str]) -> str:
 CHUNK_ROWS = 1 << 14  # rows per group_concat string (~0.3 MB of text per column): reader threads keep less
 
 
-def _chunk(con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int) -> list[np.ndarray]:
+def _chunk(
+    con: sqlite3.Connection, exprs: list[str], table: str, cond: str, lo: int, hi: int
+) -> list[np.ndarray]:
     """Rows lo < rowid <= hi as one int64 array per expression: one scan, one ``group_concat`` per column."""
-    texts = con.execute(f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
-                        f"WHERE rowid > ? AND rowid <= ?{cond}", (lo, hi)).fetchone()
+    texts = con.execute(
+        f"SELECT {', '.join(f'group_concat({e})' for e in exprs)} FROM {table} "
+        f"WHERE rowid > ? AND rowid <= ?{cond}",
+        (lo, hi),
+    ).fetchone()
     try:
         cols = [np.fromstring(t, dtype=np.int64, sep=",") if t else np.empty(0, np.int64) for t in texts]
     except (ValueError, TypeError) as exc:  # text, real or blob where nsys writes integers: a damaged export
@@ -86,8 +101,16 @@ def _fits(col: np.ndarray, dtype: np.dtype) -> bool:
     return bool(col.min() >= info.min and col.max() <= info.max)
 
 
-def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: str = "",
-                map_chunks=None, *, dtypes=None, columnar=None) -> list[np.ndarray]:
+def int_columns(
+    con: sqlite3.Connection,
+    table: str,
+    exprs: list[str],
+    where: str = "",
+    map_chunks=None,
+    *,
+    dtypes=None,
+    columnar=None,
+) -> list[np.ndarray]:
     """Integer columns of a table, one 1-D array per expression, of ``dtypes`` (default int64 each).
 
     Why not ``cursor.fetchall()``: it builds one Python tuple and int per value, slow and gigabytes large for
@@ -108,7 +131,7 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
 
     ``columnar`` (a ``columnar.Reader`` of the file) runs the SELECT through Arrow ADBC instead; where it
     cannot (a damaged export), the rows are read as above (the same checks and errors).
-    """
+    """  # noqa: E501
     dtypes = [np.dtype(d) for d in (dtypes or [np.int64] * len(exprs))]
     cond = f" AND ({where})" if where else ""
     # Two queries: SQLite answers a lone MIN(rowid) or MAX(rowid) from the rowid b-tree in O(log n), but
@@ -125,9 +148,15 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     done = 0
     wanted = [exprs[i] for i in read]
     firsts = range(lo - 1, hi, CHUNK_ROWS) if read else range(0)
-    got = columnar.int_columns(f"SELECT {', '.join(wanted)} FROM {table}{cond.replace(' AND ', ' WHERE ', 1)} "
-                               "ORDER BY rowid",
-                               [dtypes[i] for i in read], cap) if columnar is not None and read else None
+    got = (
+        columnar.int_columns(
+            f"SELECT {', '.join(wanted)} FROM {table}{cond.replace(' AND ', ' WHERE ', 1)} ORDER BY rowid",
+            [dtypes[i] for i in read],
+            cap,
+        )
+        if columnar is not None and read
+        else None
+    )
     if got is not None:  # filled from Arrow batches; the chunked read below is skipped
         out = [got[read.index(i)] if i in read else c for i, c in enumerate(out)]
         firsts, done = range(0), len(got[0])
@@ -140,7 +169,7 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
         for i, col in zip(read, part, strict=True):
             if not _fits(col, out[i].dtype):
                 out[i] = out[i].astype(np.int64)
-            out[i][done:done + len(col)] = col
+            out[i][done : done + len(col)] = col
         done += len(part[0])
         del part
     if not read:
@@ -148,7 +177,9 @@ def int_columns(con: sqlite3.Connection, table: str, exprs: list[str], where: st
     for i, e in enumerate(exprs):
         if i not in read:
             value = int(e)
-            out[i] = np.full(done, value, dtype=dtypes[i] if _fits(np.array([value]), dtypes[i]) else np.int64)
+            out[i] = np.full(
+                done, value, dtype=dtypes[i] if _fits(np.array([value]), dtypes[i]) else np.int64
+            )
     # Filtered rows (or rowid gaps) leave spare capacity: give it back when it is worth it, by shrinking the
     # allocation in place (realloc; a large array's own mapping shrinks without a copy) rather than by a
     # copy, which held the full and the trimmed columns at once (the load's memory peak on real-shaped
@@ -176,9 +207,11 @@ def metadata(con: sqlite3.Connection, have: set[str]) -> dict[str, str]:
 
 def capture_host(con: sqlite3.Connection, have: set[str]) -> str | None:
     """The profiled host's name: TARGET_INFO_SYSTEM_ENV host row, else DEVICE_DISPLAY_NAME, else EXPORT_HOST."""
-    queries = [("TARGET_INFO_SYSTEM_ENV", "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name LIKE '%host%name%'"),
-               ("META_DATA_CAPTURE", "SELECT value FROM META_DATA_CAPTURE WHERE name = 'DEVICE_DISPLAY_NAME'"),
-               ("META_DATA_EXPORT", "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_HOST'")]
+    queries = [
+        ("TARGET_INFO_SYSTEM_ENV", "SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name LIKE '%host%name%'"),
+        ("META_DATA_CAPTURE", "SELECT value FROM META_DATA_CAPTURE WHERE name = 'DEVICE_DISPLAY_NAME'"),
+        ("META_DATA_EXPORT", "SELECT value FROM META_DATA_EXPORT WHERE name = 'EXPORT_HOST'"),
+    ]
     for table, sql in queries:
         if table in have:
             row = con.execute(sql).fetchone()
@@ -207,13 +240,22 @@ def nccl_channels(con: sqlite3.Connection, have: set[str]) -> int | None:
     if STRINGS not in have or "gridX" not in cols or not cols & {"shortName", "demangledName"}:
         return None
     name_col = "shortName" if "shortName" in cols else "demangledName"  # as gpu_activities
-    ids = [r[0] for r in con.execute(f"SELECT id FROM {STRINGS} WHERE value GLOB 'ncclDevKernel*' "
-                                     "OR value GLOB 'ncclKernel*'")]
+    ids = [
+        r[0]
+        for r in con.execute(
+            f"SELECT id FROM {STRINGS} WHERE value GLOB 'ncclDevKernel*' OR value GLOB 'ncclKernel*'"
+        )
+    ]
     if not ids:
         return None
     marks = ",".join("?" * len(ids))
-    grids = [r[0] for r in con.execute(f"SELECT gridX FROM {KERNEL} WHERE {name_col} IN ({marks}) "
-                                       f"LIMIT {NCCL_CHANNEL_SAMPLE}", ids) if isinstance(r[0], int) and r[0] > 0]
+    grids = [
+        r[0]
+        for r in con.execute(
+            f"SELECT gridX FROM {KERNEL} WHERE {name_col} IN ({marks}) LIMIT {NCCL_CHANNEL_SAMPLE}", ids
+        )
+        if isinstance(r[0], int) and r[0] > 0
+    ]
     if not grids:
         return None
     values, counts = np.unique(np.asarray(grids, dtype=np.int64), return_counts=True)
@@ -234,11 +276,17 @@ def strings(con: sqlite3.Connection, ids: np.ndarray) -> dict[int, str]:
     con.execute("CREATE TEMP TABLE IF NOT EXISTS _ddp_ids(id INTEGER PRIMARY KEY)")
     con.execute("DELETE FROM _ddp_ids")
     con.executemany("INSERT INTO _ddp_ids VALUES (?)", ((int(i),) for i in wanted))
-    return dict(con.execute(f"SELECT s.id, CAST(s.value AS TEXT) FROM {STRINGS} s JOIN _ddp_ids USING (id) "
-                            "WHERE s.value IS NOT NULL"))
+    return dict(
+        con.execute(
+            f"SELECT s.id, CAST(s.value AS TEXT) FROM {STRINGS} s JOIN _ddp_ids USING (id) "
+            "WHERE s.value IS NOT NULL"
+        )
+    )
 
 
-def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None, columnar=None) -> dict[str, np.ndarray | None]:
+def gpu_activities(
+    con: sqlite3.Connection, table: str, map_chunks=None, columnar=None
+) -> dict[str, np.ndarray | None]:
     """Columns pid, device, stream, start, end, name_id, corr, bytes of one activity table (narrow dtypes
     where values are small: int16 device/stream, int32 pid/name_id/corr/bytes; see ``int_columns``).
 
@@ -250,20 +298,35 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None, columna
         name_id = or_default("shortName" if "shortName" in cols else "demangledName", "-1", nn)
         nbytes = None
     elif table == MEMCPY:  # copyKind references ENUM_CUDA_MEMCPY_OPER (MEMCPY_KINDS below)
-        name_id, nbytes = (or_default("copyKind", "-1", nn) if "copyKind" in cols else "-1"), or_default("bytes", "-1", nn)
+        name_id, nbytes = (
+            (or_default("copyKind", "-1", nn) if "copyKind" in cols else "-1"),
+            or_default("bytes", "-1", nn),
+        )
     else:
         name_id, nbytes = "-1", or_default("bytes", "-1", nn)
     corr = or_default("correlationId", "-1", nn) if "correlationId" in cols else "-1"
     names = ["pid", "device", "stream", "start", "end", "name_id", "corr"]
-    exprs = [PID_SQL.format(col=or_default("globalPid", "0", nn)), or_default("deviceId", "-1", nn),
-             or_default("streamId", "-1", nn), "start", or_default("end", "start", nn), name_id, corr]
+    exprs = [
+        PID_SQL.format(col=or_default("globalPid", "0", nn)),
+        or_default("deviceId", "-1", nn),
+        or_default("streamId", "-1", nn),
+        "start",
+        or_default("end", "start", nn),
+        name_id,
+        corr,
+    ]
     i32, i64 = np.int32, np.int64
     i16 = np.int16  # devices and streams are small numbers; a byte count rarely passes 2 GiB (else: widened)
     dtypes = [i32, i16, i16, i64, i64, i32, i32]
     if nbytes:
         names, exprs, dtypes = names + ["bytes"], exprs + [nbytes], dtypes + [i32]
-    out: dict[str, np.ndarray | None] = dict(zip(names, int_columns(con, table, exprs, map_chunks=map_chunks,
-                                                                    dtypes=dtypes, columnar=columnar), strict=True))
+    out: dict[str, np.ndarray | None] = dict(
+        zip(
+            names,
+            int_columns(con, table, exprs, map_chunks=map_chunks, dtypes=dtypes, columnar=columnar),
+            strict=True,
+        )
+    )
     out.setdefault("bytes", None)
     return out
 
@@ -272,8 +335,16 @@ def gpu_activities(con: sqlite3.Connection, table: str, map_chunks=None, columna
 # start becomes a kernel's ``launch_ns``. GLOB patterns over StringIds (names carry a version suffix, e.g.
 # ``cudaLaunchKernel_v7000``). On the committed real traces every kernel, memcpy and memset row matched a
 # call of cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel(Ex), cudaMemcpyAsync or cudaMemsetAsync.
-LAUNCH_FUNCTIONS = ("cudaLaunch*", "cuLaunch*", "cudaGraphLaunch*", "cuGraphLaunch*", "cudaMemcpy*", "cuMemcpy*",
-                    "cudaMemset*", "cuMemset*")
+LAUNCH_FUNCTIONS = (
+    "cudaLaunch*",
+    "cuLaunch*",
+    "cudaGraphLaunch*",
+    "cuGraphLaunch*",
+    "cudaMemcpy*",
+    "cuMemcpy*",
+    "cudaMemset*",
+    "cuMemset*",
+)
 
 
 def launch_name_ids(con: sqlite3.Connection, have: set[str]) -> list[int] | None:
@@ -282,8 +353,11 @@ def launch_name_ids(con: sqlite3.Connection, have: set[str]) -> list[int] | None
     if STRINGS not in have or "nameId" not in columns(con, RUNTIME):
         return None
     globs = " OR ".join("value GLOB ?" for _ in LAUNCH_FUNCTIONS)
-    return [int(i) for (i,) in con.execute(f"SELECT id FROM {STRINGS} WHERE {globs}", LAUNCH_FUNCTIONS)
-            if type(i) is int]
+    return [
+        int(i)
+        for (i,) in con.execute(f"SELECT id FROM {STRINGS} WHERE {globs}", LAUNCH_FUNCTIONS)
+        if type(i) is int
+    ]
 
 
 def launches(con: sqlite3.Connection, have: set[str], map_chunks=None, columnar=None) -> list[np.ndarray]:
@@ -306,9 +380,15 @@ def launches(con: sqlite3.Connection, have: set[str], map_chunks=None, columnar=
         if not ids:
             return [np.empty(0, dtype=d) for d in (i32, i32, i64, i32)]
         where = f"nameId IN ({', '.join(map(str, ids))}) AND {where}"  # integers only (checked above)
-    gtid, corr, start = int_columns(con, RUNTIME, ["COALESCE(globalTid, 0)", "correlationId", "start"],
-                                    where=where, map_chunks=map_chunks, dtypes=[i64, i32, i64],
-                                    columnar=columnar)
+    gtid, corr, start = int_columns(
+        con,
+        RUNTIME,
+        ["COALESCE(globalTid, 0)", "correlationId", "start"],
+        where=where,
+        map_chunks=map_chunks,
+        dtypes=[i64, i32, i64],
+        columnar=columnar,
+    )
     pid, tid = _pid_tid(gtid)
     return [pid, corr, start, tid]
 
@@ -321,7 +401,7 @@ def _pid_tid(gtid: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.nda
     if gtid.dtype != np.int64 or not gtid.flags.c_contiguous or np.little_endian is False:
         return ((gtid >> 24) & 0xFFFFFF).astype(np.int32), (gtid & 0xFFFFFF).astype(np.int32)
     for lo in range(0, len(gtid), chunk):
-        g = gtid[lo:lo + chunk]
+        g = gtid[lo : lo + chunk]
         g[:] = (((g >> 24) & 0xFFFFFF) << 32) | (g & 0xFFFFFF)
     halves = gtid.view(np.int32)
     return halves[1::2], halves[0::2]
@@ -329,11 +409,18 @@ def _pid_tid(gtid: np.ndarray, chunk: int = 1 << 18) -> tuple[np.ndarray, np.nda
 
 def nvtx_event_types(con: sqlite3.Connection, have: set[str]) -> dict[str, int]:
     """NVTX event type ids by name (ENUM_NSYS_EVENT_TYPE when exported, else the documented constants)."""
-    ids = {"NvtxMark": NVTX_MARK, "NvtxPushPopRange": NVTX_PUSHPOP, "NvtxStartEndRange": NVTX_STARTEND,
-           "NvtxDomainCreate": NVTX_DOMAIN_CREATE}
+    ids = {
+        "NvtxMark": NVTX_MARK,
+        "NvtxPushPopRange": NVTX_PUSHPOP,
+        "NvtxStartEndRange": NVTX_STARTEND,
+        "NvtxDomainCreate": NVTX_DOMAIN_CREATE,
+    }
     if "ENUM_NSYS_EVENT_TYPE" in have:
-        found = dict(con.execute("SELECT name, id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN "
-                                 f"({','.join(repr(n) for n in ids)})"))
+        found = dict(
+            con.execute(
+                f"SELECT name, id FROM ENUM_NSYS_EVENT_TYPE WHERE name IN ({','.join(repr(n) for n in ids)})"
+            )
+        )
         # These ids are pasted into later queries: only integers are taken (a damaged or hostile enum table
         # must neither break nor inject SQL); anything else keeps the documented constant.
         ids.update({n: i for n, i in found.items() if type(i) is int})
@@ -358,12 +445,26 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str], columnar=None) -> tuple
     domain = "COALESCE(domainId, 0)" if "domainId" in cols else "0"
     category = "category" if "category" in cols else "NULL"
     # A textId that is not an integer cannot name a StringIds row (as in a join on it): no text.
-    text_id = ("CASE WHEN typeof(textId) = 'integer' THEN textId ELSE -1 END"
-               if "textId" in cols and STRINGS in have else "-1")
-    exprs = [PID_SQL.format(col="globalTid"), TID_SQL.format(col="globalTid"), domain, "start",
-             "COALESCE(end, start)", f"COALESCE({payload}, 0)", f"COALESCE({category}, 0)",
-             f"end IS NOT NULL OR eventType = {types['NvtxMark']}", f"{payload} IS NOT NULL",
-             f"{category} IS NOT NULL", "eventType", text_id, "rowid"]
+    text_id = (
+        "CASE WHEN typeof(textId) = 'integer' THEN textId ELSE -1 END"
+        if "textId" in cols and STRINGS in have
+        else "-1"
+    )
+    exprs = [
+        PID_SQL.format(col="globalTid"),
+        TID_SQL.format(col="globalTid"),
+        domain,
+        "start",
+        "COALESCE(end, start)",
+        f"COALESCE({payload}, 0)",
+        f"COALESCE({category}, 0)",
+        f"end IS NOT NULL OR eventType = {types['NvtxMark']}",
+        f"{payload} IS NOT NULL",
+        f"{category} IS NOT NULL",
+        "eventType",
+        text_id,
+        "rowid",
+    ]
     # A NULL where nsys writes an integer drops out of group_concat: int_columns then finds columns of
     # unequal length and raises (a damaged export), as the row read did.
     got = int_columns(con, NVTX, exprs, where=f"eventType IN ({wanted})", columnar=columnar)
@@ -375,8 +476,10 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str], columnar=None) -> tuple
     del got
     texts = np.full(len(order), None, dtype=object)
     if "text" in cols:  # rows with their own (non-registered) text
-        own = con.execute(f"SELECT rowid, text FROM {NVTX} WHERE eventType IN ({wanted}) AND text IS NOT NULL "
-                          "ORDER BY rowid").fetchall()
+        own = con.execute(
+            f"SELECT rowid, text FROM {NVTX} WHERE eventType IN ({wanted}) AND text IS NOT NULL "
+            "ORDER BY rowid"
+        ).fetchall()
         if own:
             own_ids = np.fromiter((r[0] for r in own), dtype=np.int64, count=len(own))
             at = np.searchsorted(own_ids, rowid)
@@ -391,9 +494,12 @@ def nvtx_ranges(con: sqlite3.Connection, have: set[str], columnar=None) -> tuple
         marks = ",".join("?" * min(len(registered), 500))
         found: dict[int, object] = {}
         for a in range(0, len(registered), 500):
-            part = [int(i) for i in registered[a:a + 500]]
-            found.update(con.execute(f"SELECT id, value FROM {STRINGS} WHERE id IN ({marks[:2 * len(part) - 1]})",
-                                     part).fetchall())
+            part = [int(i) for i in registered[a : a + 500]]
+            found.update(
+                con.execute(
+                    f"SELECT id, value FROM {STRINGS} WHERE id IN ({marks[: 2 * len(part) - 1]})", part
+                ).fetchall()
+            )
         lookup = np.empty(len(registered), dtype=object)
         lookup[:] = [found.get(int(i)) for i in registered]
         sel = ids >= 0
@@ -410,8 +516,10 @@ def nvtx_domains(con: sqlite3.Connection, have: set[str]) -> dict[tuple[int, int
     text = "text" if "text" in cols else "NULL"
     if "textId" in cols and STRINGS in have:
         text = f"COALESCE({text}, (SELECT value FROM {STRINGS} WHERE id = textId))"
-    sql = (f"SELECT {PID_SQL.format(col='globalTid')}, domainId, {text} FROM {NVTX} "
-           f"WHERE eventType = {types['NvtxDomainCreate']}")
+    sql = (
+        f"SELECT {PID_SQL.format(col='globalTid')}, domainId, {text} FROM {NVTX} "
+        f"WHERE eventType = {types['NvtxDomainCreate']}"
+    )
     return {(int(p), int(d)): (t or "") for p, d, t in con.execute(sql)}
 
 
@@ -424,10 +532,13 @@ def gpus(con: sqlite3.Connection, have: set[str]) -> list[tuple]:
     dev = "cuDevice" if "cuDevice" in cols else "id"
     # Only well-typed values pass (a damaged row must not break the frame): integers stay, others -> NULL.
     ints = {c: f"CASE WHEN typeof({c}) = 'integer' THEN {c} END" for c in ("smCount", "totalMemory")}
-    pick = [ints.get(c, f"CAST({c} AS TEXT)") if c in cols else "NULL"
-            for c in ("name", "smCount", "totalMemory", "busLocation")]
-    return con.execute(f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU WHERE typeof({dev}) = 'integer' "
-                       f"ORDER BY {dev}").fetchall()
+    pick = [
+        ints.get(c, f"CAST({c} AS TEXT)") if c in cols else "NULL"
+        for c in ("name", "smCount", "totalMemory", "busLocation")
+    ]
+    return con.execute(
+        f"SELECT {dev}, {', '.join(pick)} FROM TARGET_INFO_GPU WHERE typeof({dev}) = 'integer' ORDER BY {dev}"
+    ).fetchall()
 
 
 def nvtx_time_range(con: sqlite3.Connection, have: set[str]) -> tuple[int, int] | None:
@@ -455,13 +566,23 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     if RUNTIME not in have:
         return None
     cols = columns(con, RUNTIME)
-    name_id, corr = ("COALESCE(nameId, -1)" if "nameId" in cols else "-1",
-                     "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1")
-    exprs = [PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)"),
-             corr, "start", "COALESCE(end, start)", name_id]
+    name_id, corr = (
+        "COALESCE(nameId, -1)" if "nameId" in cols else "-1",
+        "COALESCE(correlationId, -1)" if "correlationId" in cols else "-1",
+    )
+    exprs = [
+        PID_SQL.format(col="COALESCE(globalTid, 0)"),
+        TID_SQL.format(col="COALESCE(globalTid, 0)"),
+        corr,
+        "start",
+        "COALESCE(end, start)",
+        name_id,
+    ]
     i32, i64 = np.int32, np.int64
     names = ["pid", "tid", "corr", "start", "end", "name_id"]
-    return dict(zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i32, i64, i64, i64]), strict=True))
+    return dict(
+        zip(names, int_columns(con, RUNTIME, exprs, dtypes=[i32, i32, i32, i64, i64, i64]), strict=True)
+    )
 
 
 # CUDA API calls the host may wait for the GPU in (GLOBs): syncs, copies to the host (.item(): DtoH copy + sync)
@@ -478,23 +599,42 @@ def host_wait_calls(con: sqlite3.Connection, have: set[str], calls: dict | None 
         return None
     kind_of: dict[int, tuple[str, str]] = {}  # name id -> (name, kind)
     for kind, globs in HOST_WAIT_FUNCTIONS.items():
-        got = con.execute(f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE "
-                          + " OR ".join("value GLOB ?" for _ in globs), globs)
+        got = con.execute(
+            f"SELECT id, CAST(value AS TEXT) FROM {STRINGS} WHERE "
+            + " OR ".join("value GLOB ?" for _ in globs),
+            globs,
+        )
         kind_of.update({i: (str(v), kind) for i, v in got if type(i) is int and i not in kind_of})
     if not kind_of:
         return []
     if calls is None:
         pid, tid = PID_SQL.format(col="COALESCE(globalTid, 0)"), TID_SQL.format(col="COALESCE(globalTid, 0)")
         corr = "correlationId" if "correlationId" in columns(con, RUNTIME) else "-1"
-        rows = con.execute(f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
-                           f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}").fetchall()
+        rows = con.execute(
+            f"SELECT {pid}, {tid}, start, COALESCE(end, start), nameId, {corr} FROM {RUNTIME} "
+            f"WHERE nameId IN ({', '.join(map(str, kind_of))}) AND {tid} = {pid}"
+        ).fetchall()
     else:  # the same rows, picked from the columns already read
         pick = np.isin(calls["name_id"], list(kind_of)) & (calls["tid"] == calls["pid"])
         picked = [calls[c][pick].tolist() for c in ("pid", "tid", "start", "end", "name_id", "corr")]
         rows = list(zip(*picked, strict=True))
-    ok = MEMCPY in have and {"correlationId", "globalPid", "copyKind"} <= columns(con, MEMCPY)  # else all kept
-    to_host = set(con.execute(f"SELECT {PID_SQL.format(col='globalPid')}, correlationId FROM {MEMCPY} "
-                              f"WHERE copyKind IN {COPY_TO_HOST}").fetchall()) if ok else None
-    return [(p, t, s, e, *kind_of[n]) for p, t, s, e, n, c in rows  # damaged rows (non-integers) skipped
-            if all(type(x) is int for x in (p, t, s, e)) and n in kind_of
-            and (to_host is None or kind_of[n][1] != "copy" or (p, c) in to_host)]
+    ok = MEMCPY in have and {"correlationId", "globalPid", "copyKind"} <= columns(
+        con, MEMCPY
+    )  # else all kept
+    to_host = (
+        set(
+            con.execute(
+                f"SELECT {PID_SQL.format(col='globalPid')}, correlationId FROM {MEMCPY} "
+                f"WHERE copyKind IN {COPY_TO_HOST}"
+            ).fetchall()
+        )
+        if ok
+        else None
+    )
+    return [
+        (p, t, s, e, *kind_of[n])
+        for p, t, s, e, n, c in rows  # damaged rows (non-integers) skipped
+        if all(type(x) is int for x in (p, t, s, e))
+        and n in kind_of
+        and (to_host is None or kind_of[n][1] != "copy" or (p, c) in to_host)
+    ]

@@ -20,7 +20,9 @@ MAX_CLOCK_OFFSET_NS = 1 << 62
 """Session starts further apart than this (146 years) are no run's ranks, and would overflow int64 times."""
 
 
-def drop_no_process(cols: dict, kind: np.ndarray, codes: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, int]:
+def drop_no_process(
+    cols: dict, kind: np.ndarray, codes: np.ndarray
+) -> tuple[dict, np.ndarray, np.ndarray, int]:
     """GPU rows whose pid is 0 (a NULL ``globalPid``, read as 0) belong to no process and so to no rank:
     left out here, so every command (inspect, analyze, report) sees the same rows. Returns the kept columns,
     kinds and name codes, and how many were left out."""
@@ -35,8 +37,12 @@ def drop_no_process(cols: dict, kind: np.ndarray, codes: np.ndarray) -> tuple[di
 def rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) -> int:
     """Shift one file's raw GPU, launch and (through the returned value) NVTX times so they start at 0 when a
     GPU or launch time is negative, or any time is beyond :data:`EXACT_NS` either way; ``cols`` and ``launch`` (``sql.launches``' columns, start
-    third) are changed in place. Returns the shift (0 for every export nsys writes)."""
-    arrays = [a for a in (cols["start"], cols["end"], launch[2] if len(launch) > 2 else None) if a is not None and len(a)]
+    third) are changed in place. Returns the shift (0 for every export nsys writes)."""  # noqa: E501
+    arrays = [
+        a
+        for a in (cols["start"], cols["end"], launch[2] if len(launch) > 2 else None)
+        if a is not None and len(a)
+    ]
     if not arrays:
         return 0
     lo, hi = min(int(a.min()) for a in arrays), max(int(a.max()) for a in arrays)
@@ -48,8 +54,10 @@ def rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) 
     if lo >= 0 and hi <= EXACT_NS:
         return 0
     if hi - lo > EXACT_NS:
-        raise TraceError(f"GPU times span {hi - lo:,} ns ({lo:,} .. {hi:,}): more than 52 days in one capture; "
-                         "the export's timestamps are damaged")
+        raise TraceError(
+            f"GPU times span {hi - lo:,} ns ({lo:,} .. {hi:,}): more than 52 days in one capture; "
+            "the export's timestamps are damaged"
+        )
     for key in ("start", "end"):
         cols[key] = cols[key].astype(np.int64) - lo
     if len(launch) > 2:
@@ -57,14 +65,20 @@ def rebase(cols: dict, launch: list, nvtx_range: tuple[int, int] | None = None) 
     return lo
 
 
-def fold_shifts(clock_offsets: list[int], shifts: list[int], warnings: list[str]) -> tuple[list[int], list[int]]:
+def fold_shifts(
+    clock_offsets: list[int], shifts: list[int], warnings: list[str]
+) -> tuple[list[int], list[int]]:
     """(offsets for the rebased arrays, offsets for a file's own raw times such as API calls read later): the
     clock alignment plus each file's shift, all counted from the trace's earliest activity when any file was
     rebased (else the clock offsets unchanged)."""
     if not any(shifts):
         return list(clock_offsets), list(clock_offsets)
     origin = min(o + s for o, s in zip(clock_offsets, shifts, strict=True))
-    warnings.append(f"timestamps were negative or beyond 2^52 ns: every time is counted from {origin:,} ns "
-                    "(the earliest activity) so that all arithmetic stays exact")
-    return ([o + s - origin for o, s in zip(clock_offsets, shifts, strict=True)],
-            [o - origin for o in clock_offsets])
+    warnings.append(
+        f"timestamps were negative or beyond 2^52 ns: every time is counted from {origin:,} ns "
+        "(the earliest activity) so that all arithmetic stays exact"
+    )
+    return (
+        [o + s - origin for o, s in zip(clock_offsets, shifts, strict=True)],
+        [o - origin for o in clock_offsets],
+    )

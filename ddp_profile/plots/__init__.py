@@ -13,6 +13,13 @@ from ddp_profile.plots.sweep import alpha_beta_figure, bucket_sweep_figure
 from ddp_profile.plots.timeline import timeline_figure, timeline_steps
 
 __all__ = [
-    "describe_source", "timeline_figure", "timeline_steps", "step_breakdown", "exposed_comm_figure", "strategy_bars",
-    "overlap_picture", "bucket_sweep_figure", "alpha_beta_figure",
+    "describe_source",
+    "timeline_figure",
+    "timeline_steps",
+    "step_breakdown",
+    "exposed_comm_figure",
+    "strategy_bars",
+    "overlap_picture",
+    "bucket_sweep_figure",
+    "alpha_beta_figure",
 ]

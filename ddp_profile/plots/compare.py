@@ -46,13 +46,27 @@ def strategy_bars(comparison: pd.DataFrame, *, source: str = ""):
     fig = make_subplots(rows=1, cols=len(PANELS), subplot_titles=list(PANELS))
     for i, (_title, (col, scale)) in enumerate(PANELS.items(), start=1):
         y = (pd.to_numeric(comparison[col], errors="coerce") * scale).round(3)
-        fig.add_trace(go.Bar(x=labels, y=[None if pd.isna(v) else v for v in y], name=_title,
-                             showlegend=False, marker_color=palette.COMPUTE,
-                             hovertemplate="%{x}: %{y}<extra></extra>"), row=1, col=i)
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[None if pd.isna(v) else v for v in y],
+                name=_title,
+                showlegend=False,
+                marker_color=palette.COMPUTE,
+                hovertemplate="%{x}: %{y}<extra></extra>",
+            ),
+            row=1,
+            col=i,
+        )
         fig.update_yaxes(title_text=_title, row=1, col=i)
         fig.update_xaxes(title_text="run", row=1, col=i)
-    fig.update_layout(title=titled("Strategies side by side", source), template="plotly_white", colorway=palette.SERIES, height=420,
-                      margin={"l": 60, "r": 20, "t": 90, "b": 90})
+    fig.update_layout(
+        title=titled("Strategies side by side", source),
+        template="plotly_white",
+        colorway=palette.SERIES,
+        height=420,
+        margin={"l": 60, "r": 20, "t": 90, "b": 90},
+    )
     return fig
 
 
@@ -78,24 +92,44 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
         end = np.maximum.reduceat(en, first) if len(first) else en
         count = np.diff(np.r_[first, len(gid)]) if len(first) else first
         names = s["name"].astype(str).to_numpy()[first] if len(first) else []
-        text = [html.escape(n, quote=False) if c == 1 else f"{c} kernels merged, first {html.escape(n, quote=False)}"
-                for n, c in zip(names, count, strict=False)]
+        text = [
+            html.escape(n, quote=False)
+            if c == 1
+            else f"{c} kernels merged, first {html.escape(n, quote=False)}"
+            for n, c in zip(names, count, strict=False)
+        ]
         marker = {"color": KIND_COLORS[kind], "line": {"width": 0}}
         if kind == "memset":  # memset shares the copy colour: hatched, as on the timeline
             marker["pattern"] = palette.MEMSET_PATTERN
-        fig.add_trace(go.Bar(orientation="h", name=KIND_LABELS[kind], base=(st[first] / 1e6).round(5),
-                             x=((end - st[first]) / 1e6).round(5), y=row[first], hovertext=text,
-                             hovertemplate="%{hovertext}<br>%{x:.3f} ms<extra></extra>", width=0.8,
-                             marker=marker))
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                name=KIND_LABELS[kind],
+                base=(st[first] / 1e6).round(5),
+                x=((end - st[first]) / 1e6).round(5),
+                y=row[first],
+                hovertext=text,
+                hovertemplate="%{hovertext}<br>%{x:.3f} ms<extra></extra>",
+                width=0.8,
+                marker=marker,
+            )
+        )
     fig.update_layout(
         title=titled("Does it overlap? One step per strategy, aligned at step start", source),
-        barmode="overlay", template="plotly_white", colorway=palette.SERIES, height=max(260, 130 + 34 * len(lanes)),
-        margin={"l": 190, "r": 20, "t": 80, "b": 40}, legend={"orientation": "h", "y": -0.3},
+        barmode="overlay",
+        template="plotly_white",
+        colorway=palette.SERIES,
+        height=max(260, 130 + 34 * len(lanes)),
+        margin={"l": 190, "r": 20, "t": 80, "b": 40},
+        legend={"orientation": "h", "y": -0.3},
         xaxis={"title": {"text": "time since step start (ms)"}},
-        yaxis={"title": {"text": "run · lane (rank 0)"}, "tickvals": list(range(len(lanes))),
-               "ticktext": [f"{html.escape(str(r), quote=False)} · {lane}" for r, lane in lanes],
-               "autorange": "reversed",
-               "fixedrange": True},
+        yaxis={
+            "title": {"text": "run · lane (rank 0)"},
+            "tickvals": list(range(len(lanes))),
+            "ticktext": [f"{html.escape(str(r), quote=False)} · {lane}" for r, lane in lanes],
+            "autorange": "reversed",
+            "fixedrange": True,
+        },
     )
     return fig
 
@@ -116,18 +150,36 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = "", time_label: 
     hi = ((c.get("step_max_ns", c["step_ns"]) - c["step_ns"]) / 1e6).round(3)
     text = [fmt_ms(v) for v in c["step_ns"]]
     labels = [f"{lbl} · {t}" for lbl, t in zip(labels, text, strict=True)]  # absolute time beside the name
-    fig = go.Figure(go.Bar(
-        orientation="h", y=labels, x=d.tolist(), text=text, textposition="none", marker_color=palette.COMPUTE,
-        error_x={"type": "data", "symmetric": False, "array": hi.tolist(), "arrayminus": lo.tolist(),
-                 "color": "#555"},
-        hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>"))
-    what = ("Time per step, ranked: difference to the fastest (whiskers: min–max over ranks and steps)"
-            if time_label in (None, "step time", "profiled (trace) step time") else
-            f"Time per step ({html.escape(time_label, quote=False)}), ranked: difference to the fastest "
-            "(whiskers: min–max over every timed step)")
-    fig.update_layout(title=titled(what, source),
-                      template="plotly_white", height=max(260, 120 + 36 * len(c)),
-                      margin={"l": 230, "r": 30, "t": 90, "b": 50},
-                      xaxis={"title": {"text": "ms slower than the fastest run (median step)"}},
-                      yaxis={"autorange": "reversed", "automargin": True})
+    fig = go.Figure(
+        go.Bar(
+            orientation="h",
+            y=labels,
+            x=d.tolist(),
+            text=text,
+            textposition="none",
+            marker_color=palette.COMPUTE,
+            error_x={
+                "type": "data",
+                "symmetric": False,
+                "array": hi.tolist(),
+                "arrayminus": lo.tolist(),
+                "color": "#555",
+            },
+            hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>",
+        )
+    )
+    what = (
+        "Time per step, ranked: difference to the fastest (whiskers: min–max over ranks and steps)"
+        if time_label in (None, "step time", "profiled (trace) step time")
+        else f"Time per step ({html.escape(time_label, quote=False)}), ranked: difference to the fastest "
+        "(whiskers: min–max over every timed step)"
+    )
+    fig.update_layout(
+        title=titled(what, source),
+        template="plotly_white",
+        height=max(260, 120 + 36 * len(c)),
+        margin={"l": 230, "r": 30, "t": 90, "b": 50},
+        xaxis={"title": {"text": "ms slower than the fastest run (median step)"}},
+        yaxis={"autorange": "reversed", "automargin": True},
+    )
     return fig

@@ -35,7 +35,10 @@ def describe_source(run: dict | None, gpu_name: str | None = None, steps=None) -
 
 def titled(title: str, source: str) -> dict:
     """Layout title with the source on a second, smaller line (escaped: run fields are data)."""
-    return {"text": f"{html.escape(title, quote=False)}<br><sup>{html.escape(source, quote=False)}</sup>", "x": 0.01}
+    return {
+        "text": f"{html.escape(title, quote=False)}<br><sup>{html.escape(source, quote=False)}</sup>",
+        "x": 0.01,
+    }
 
 
 def merge_small_bars(row: np.ndarray, start: np.ndarray, end: np.ndarray, min_ns: float) -> np.ndarray:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from ddp_profile.schema import PHASES
 
-COMPUTE = "#0072B2"         # Okabe–Ito blue
-NCCL = "#E69F00"            # orange: NCCL kernels / communication hidden under compute
-NCCL_EXPOSED = "#D55E00"    # vermillion
-WAIT = "#CC79A7"            # reddish purple
-COPY = "#009E73"            # bluish green: memcpy and memset
-IDLE = "#999999"            # grey
-TAIL = "#000000"            # black
-SKY = "#56B4E9"             # sky blue: secondary series (models, fits)
+COMPUTE = "#0072B2"  # Okabe–Ito blue
+NCCL = "#E69F00"  # orange: NCCL kernels / communication hidden under compute
+NCCL_EXPOSED = "#D55E00"  # vermillion
+WAIT = "#CC79A7"  # reddish purple
+COPY = "#009E73"  # bluish green: memcpy and memset
+IDLE = "#999999"  # grey
+TAIL = "#000000"  # black
+SKY = "#56B4E9"  # sky blue: secondary series (models, fits)
 YELLOW = "#F0E442"
 
 MEMSET_PATTERN = {"shape": "/", "fgcolor": "#FFFFFF", "size": 4, "solidity": 0.4}
@@ -37,6 +37,11 @@ KIND_COLORS = {"compute": COMPUTE, "nccl": NCCL, "memcpy": COPY, "memset": COPY}
 PHASE_COLORS = dict(zip(PHASES, ("#C6DBEF", "#9ECAE1", WAIT, "#DDDDDD"), strict=True))  # schema.PHASES order
 # The timeline's CPU rows: launches in grey, synchronisation calls (the host waiting) highlighted.
 HOST_COLORS = {"launch": IDLE, "sync": NCCL_EXPOSED}
-SEGMENT_COLORS = {"compute only": COMPUTE, "overlapped comm": NCCL, "exposed comm": NCCL_EXPOSED, "idle": IDLE}
+SEGMENT_COLORS = {
+    "compute only": COMPUTE,
+    "overlapped comm": NCCL,
+    "exposed comm": NCCL_EXPOSED,
+    "idle": IDLE,
+}
 # Series colours for figures whose traces are runs or strategies rather than concepts.
 SERIES = [COMPUTE, NCCL, COPY, WAIT, NCCL_EXPOSED, SKY, YELLOW, TAIL]

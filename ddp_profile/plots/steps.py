@@ -28,7 +28,9 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
 
     s = steps.sort_values(["step", "rank"]) if len(steps) else steps
     x = [[f"step {int(v)}" for v in s["step"]], [f"r{int(v)}" for v in s["rank"]]] if len(s) else [[], []]
-    flat = len(s) > MAX_TWO_LEVEL_BARS  # a two-level axis prints every label, overlapping past a few dozen bars
+    flat = (
+        len(s) > MAX_TWO_LEVEL_BARS
+    )  # a two-level axis prints every label, overlapping past a few dozen bars
     xs = [f"{a} · {b}" for a, b in zip(*x, strict=True)] if flat else x
     fig = go.Figure()
     heights = np.zeros(len(s))
@@ -36,21 +38,43 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
         y = (pd.to_numeric(fn(s), errors="coerce") / 1e6).round(4).tolist() if len(s) else []
         heights += np.nan_to_num(np.asarray(y, dtype=float))
         total = (pd.to_numeric(s["step_ns"], errors="coerce") / 1e6).round(3).tolist() if len(s) else []
-        fig.add_trace(go.Bar(name=name, x=xs, y=y, customdata=total, marker_color=SEGMENT_COLORS[name],
-                             hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
-                                           "<extra>%{x}</extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                x=xs,
+                y=y,
+                customdata=total,
+                marker_color=SEGMENT_COLORS[name],
+                hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
+                "<extra>%{x}</extra>",
+            )
+        )
     yaxis: dict = {"title": {"text": "time (ms)"}}
     cap = outlier_cap(heights)
     if cap is not None:  # one long step (the first, with warm-up) would flatten every other bar: cut it
         cut = np.flatnonzero(heights > cap)
         cut_x = [xs[i] for i in cut] if flat else [[x[0][i] for i in cut], [x[1][i] for i in cut]]
-        fig.add_trace(go.Scatter(x=cut_x, y=[cap] * len(cut),
-                                 mode="text", text=[f"↑{h:.3g}" for h in heights[cut]], textposition="bottom center",
-                                 textfont={"size": 10}, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=cut_x,
+                y=[cap] * len(cut),
+                mode="text",
+                text=[f"↑{h:.3g}" for h in heights[cut]],
+                textposition="bottom center",
+                textfont={"size": 10},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
         yaxis = {"title": {"text": f"time (ms, cut at {cap:.3g})"}, "range": [0, cap]}
     fig.update_layout(
-        title=titled("Per-step breakdown (per rank)", source), barmode="stack", template="plotly_white", colorway=palette.SERIES,
-        height=380, margin={"l": 60, "r": 20, "t": 70, "b": 60}, legend={"orientation": "h", "y": -0.25},
+        title=titled("Per-step breakdown (per rank)", source),
+        barmode="stack",
+        template="plotly_white",
+        colorway=palette.SERIES,
+        height=380,
+        margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        legend={"orientation": "h", "y": -0.25},
         xaxis={"title": {"text": "step · rank"}, **({"tickangle": -45, "automargin": True} if flat else {})},
         yaxis=yaxis,
     )
@@ -81,9 +105,12 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
 
     fig = go.Figure()
     s = steps.dropna(subset=["step"]) if len(steps) else steps
-    for col, name, color in (("exposed_comm_ns", "exposed comm", NCCL_EXPOSED), ("comm_tail_ns", "comm tail", TAIL)):
+    for col, name, color in (
+        ("exposed_comm_ns", "exposed comm", NCCL_EXPOSED),
+        ("comm_tail_ns", "comm tail", TAIL),
+    ):
         x, y, lo, hi, text = [], [], [], [], []
-        for step, g in (s.groupby("step") if len(s) else []):
+        for step, g in s.groupby("step") if len(s) else []:
             v = pd.to_numeric(g[col], errors="coerce") / 1e6
             if v.notna().any():
                 med = float(v.median())
@@ -91,25 +118,52 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                 y.append(round(med, 4))
                 lo.append(round(med - float(v.min()), 4))
                 hi.append(round(float(v.max()) - med, 4))
-                text.append("<br>".join(f"rank {int(r)}: {fmt_ms(m * 1e6)}" for r, m in zip(g["rank"], v, strict=False)
-                                        if pd.notna(m)))
-        fig.add_trace(go.Bar(name=name, x=x, y=y, marker={"color": color}, hovertext=text,
-                             error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
-                                      "color": IDLE},
-                             hovertemplate=f"<b>{name}</b> · %{{x}}<br>median %{{y:.3f}} ms<br>%{{hovertext}}"
-                                           "<extra></extra>"))
+                text.append(
+                    "<br>".join(
+                        f"rank {int(r)}: {fmt_ms(m * 1e6)}"
+                        for r, m in zip(g["rank"], v, strict=False)
+                        if pd.notna(m)
+                    )
+                )
+        fig.add_trace(
+            go.Bar(
+                name=name,
+                x=x,
+                y=y,
+                marker={"color": color},
+                hovertext=text,
+                error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": IDLE},
+                hovertemplate=f"<b>{name}</b> · %{{x}}<br>median %{{y:.3f}} ms<br>%{{hovertext}}"
+                "<extra></extra>",
+            )
+        )
     yaxis: dict = {"title": {"text": "time (ms)"}, "rangemode": "tozero"}
     tops = [(x, y + h) for tr in fig.data for x, y, h in zip(tr.x, tr.y, tr.error_y.array, strict=True)]
     cap = outlier_cap([t for _, t in tops])
     if cap is not None:  # a warm-up step's collectives would flatten every other bar: cut it, marked
         cut = [(x, t) for x, t in tops if t > cap]
-        fig.add_trace(go.Scatter(x=[x for x, _ in cut], y=[cap] * len(cut), mode="text",
-                                 text=[f"↑{t:.3g}" for _, t in cut], textposition="bottom center",
-                                 textfont={"size": 10}, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(
+            go.Scatter(
+                x=[x for x, _ in cut],
+                y=[cap] * len(cut),
+                mode="text",
+                text=[f"↑{t:.3g}" for _, t in cut],
+                textposition="bottom center",
+                textfont={"size": 10},
+                showlegend=False,
+                hoverinfo="skip",
+            )
+        )
         yaxis = {"title": {"text": f"time (ms, cut at {cap:.3g})"}, "range": [0, cap]}
     fig.update_layout(
-        title=titled("Exposed communication and comm tail per step", source), barmode="group",
-        template="plotly_white", colorway=palette.SERIES, height=340, margin={"l": 60, "r": 20, "t": 70, "b": 60},
-        legend={"orientation": "h", "y": -0.25}, xaxis={"title": {"text": "step"}}, yaxis=yaxis,
+        title=titled("Exposed communication and comm tail per step", source),
+        barmode="group",
+        template="plotly_white",
+        colorway=palette.SERIES,
+        height=340,
+        margin={"l": 60, "r": 20, "t": 70, "b": 60},
+        legend={"orientation": "h", "y": -0.25},
+        xaxis={"title": {"text": "step"}},
+        yaxis=yaxis,
     )
     return fig

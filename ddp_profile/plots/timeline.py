@@ -33,23 +33,42 @@ PHASES = list(schema.PHASES)
 HOST_KINDS = ["launch", "sync"]
 # Fixed trace order (the JS fills traces by index): 4 kernel classes, 4 phases, the comm tail, then the
 # main thread's launch and synchronisation calls (the CPU rows).
-TRACE_NAMES = [KIND_LABELS[k] for k in KINDS] + [f"NVTX {p}" for p in PHASES] + ["comm tail"] + \
-    ["CPU kernel launch", "CPU sync (host waits for GPU)"]
+TRACE_NAMES = (
+    [KIND_LABELS[k] for k in KINDS]
+    + [f"NVTX {p}" for p in PHASES]
+    + ["comm tail"]
+    + ["CPU kernel launch", "CPU sync (host waits for GPU)"]
+)
 TAIL_K = len(KINDS) + len(PHASES)
 HOST_K = TAIL_K + 1  # first CPU trace
-PLURAL = ["compute kernels", "NCCL kernels", "memcpys", "memsets"] + [""] * (HOST_K - len(KINDS)) + \
-    ["launch calls", "sync calls"]
+PLURAL = (
+    ["compute kernels", "NCCL kernels", "memcpys", "memsets"]
+    + [""] * (HOST_K - len(KINDS))
+    + ["launch calls", "sync calls"]
+)
 CALL_LABELS = {HOST_K: "kernel launch · CPU", HOST_K + 1: "sync, host waits for the GPU · CPU"}
 # (offset, width) of each trace's lane within its row (rows are 1 apart, the axis is reversed: negative
 # offsets are the upper part of the row). Kinds never share a lane, so no kind hides another.
-LANES = [(-0.42, 0.42), (0.02, 0.22), (0.26, 0.08), (0.35, 0.08),
-         (-0.42, 0.36), (-0.42, 0.36), (-0.42, 0.36), (-0.04, 0.24), (0.24, 0.2),
-         (-0.42, 0.4), (0.02, 0.4)]
+LANES = [
+    (-0.42, 0.42),
+    (0.02, 0.22),
+    (0.26, 0.08),
+    (0.35, 0.08),
+    (-0.42, 0.36),
+    (-0.42, 0.36),
+    (-0.42, 0.36),
+    (-0.04, 0.24),
+    (0.24, 0.2),
+    (-0.42, 0.4),
+    (0.02, 0.4),
+]
 
 
 def mergeable(k: int) -> bool:
     """Kernels and CPU calls merge below a pixel; NVTX phases and the comm tail never do."""
     return k < len(KINDS) or k >= HOST_K
+
+
 HOVER = "%{hovertext}<extra></extra>"
 # The figure's default plot width in pixels (the page uses the real width of the drawn plot).
 PIXELS = 1200
@@ -88,7 +107,14 @@ def _in_steps(kernels: pd.DataFrame, steps: pd.DataFrame | None) -> pd.DataFrame
 
 def _ints(values) -> np.ndarray:
     """Integers with -1 for missing."""
-    return pd.to_numeric(pd.Series(values), errors="coerce").astype("float64").fillna(-1).round().astype(np.int64).to_numpy()
+    return (
+        pd.to_numeric(pd.Series(values), errors="coerce")
+        .astype("float64")
+        .fillna(-1)
+        .round()
+        .astype(np.int64)
+        .to_numpy()
+    )
 
 
 def _prepare(kernels, collectives, rows):
@@ -102,12 +128,21 @@ def _prepare(kernels, collectives, rows):
     none = pd.Series(np.nan, index=k.index)
     extra = {"b": none, "by": pd.to_numeric(k["bytes"], errors="coerce"), "w": none, "t": none}
     if collectives is not None and len(collectives):
-        c = collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns"]].dropna(
-            subset=["rank", "start_ns"]).astype({"rank": "int64", "start_ns": "int64"})
+        c = (
+            collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns"]]
+            .dropna(subset=["rank", "start_ns"])
+            .astype({"rank": "int64", "start_ns": "int64"})
+        )
         c = c.drop_duplicates(["rank", "start_ns"]).rename(columns={"bytes": "c_bytes"})
         k = k.merge(c, on=["rank", "start_ns"], how="left")
-        extra = {"b": k["bucket"], "by": pd.to_numeric(k["c_bytes"], errors="coerce").fillna(
-            pd.to_numeric(k["bytes"], errors="coerce")), "w": k["wait_ns"], "t": k["transfer_ns"]}
+        extra = {
+            "b": k["bucket"],
+            "by": pd.to_numeric(k["c_bytes"], errors="coerce").fillna(
+                pd.to_numeric(k["bytes"], errors="coerce")
+            ),
+            "w": k["wait_ns"],
+            "t": k["transfer_ns"],
+        }
     for f in NCCL_FIELDS:
         k[f] = _ints(extra[f])
     codes, uniques = pd.factorize(k["name"])
@@ -119,21 +154,40 @@ def _prepare(kernels, collectives, rows):
     return pd.DataFrame({c: k[c].to_numpy()[order] for c in keep}), names
 
 
-def _track(k: int, row: int, start: np.ndarray, end: np.ndarray, name_i: np.ndarray, w0: int,
-           extra: dict | None = None) -> dict:
+def _track(
+    k: int,
+    row: int,
+    start: np.ndarray,
+    end: np.ndarray,
+    name_i: np.ndarray,
+    w0: int,
+    extra: dict | None = None,
+) -> dict:
     """One (trace, row) track: starts as deltas (the first relative to the window start), durations, names;
     all integers (ns)."""
     start = start.astype(np.int64) - w0
-    t = {"k": int(k), "r": int(row), "s": np.diff(start, prepend=0).tolist(),
-         "d": np.maximum(end.astype(np.int64) - w0 - start, 0).tolist(), "n": name_i.astype(int).tolist()}
+    t = {
+        "k": int(k),
+        "r": int(row),
+        "s": np.diff(start, prepend=0).tolist(),
+        "d": np.maximum(end.astype(np.int64) - w0 - start, 0).tolist(),
+        "n": name_i.astype(int).tolist(),
+    }
     if extra:
         t.update({f: v.tolist() for f, v in extra.items()})
     return t
 
 
-def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFrame,
-                   collectives: pd.DataFrame | None = None, *, host_calls: pd.DataFrame | None = None,
-                   nvtx: pd.DataFrame | None = None, inferred: bool = False) -> dict:
+def timeline_steps(
+    kernels: pd.DataFrame,
+    phases: pd.DataFrame,
+    steps: pd.DataFrame,
+    collectives: pd.DataFrame | None = None,
+    *,
+    host_calls: pd.DataFrame | None = None,
+    nvtx: pd.DataFrame | None = None,
+    inferred: bool = False,
+) -> dict:
     """Compact timeline data for every step: ``{"rows", "names", "phase_source", "steps": [{"label", "step",
     "span_ms", "t0_ns", "tracks": [{k, r, s, d, n[, b, by, w, t]}]}]}``: every kernel overlapping the step, per
     (trace, row), sorted by start; ``t0_ns``: the step window's start after the first step's (the page's
@@ -163,8 +217,12 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
     cols = {c: k[c].to_numpy() for c in ("row", "kc", "name_i", *NCCL_FIELDS)}
     # The NVTX row's key is (rank, -1, -1, -1), the CPU row's (rank, -2, -2, -2): stream -1 alone is a legal
     # CUDA stream id (seen in exports)
-    nvtx_row = rows[(rows["stream"] == -1) & (rows["pid"] == -1) & (rows["device"] == -1)].set_index("rank")["row"]
-    cpu_row = rows[(rows["stream"] == -2) & (rows["pid"] == -2) & (rows["device"] == -2)].set_index("rank")["row"]
+    nvtx_row = rows[(rows["stream"] == -1) & (rows["pid"] == -1) & (rows["device"] == -1)].set_index("rank")[
+        "row"
+    ]
+    cpu_row = rows[(rows["stream"] == -2) & (rows["pid"] == -2) & (rows["device"] == -2)].set_index("rank")[
+        "row"
+    ]
     marks = _marks(labelled_phases(phases, nvtx, inferred), steps, nvtx_row, name_index)  # phases and tails
     m_key = marks["k"] * (len(labels) + 1) + marks["row"]
     calls = _calls(cpu, cpu_row, name_index)
@@ -184,25 +242,58 @@ def timeline_steps(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFr
             sel = idx[a:b]
             kc = int(cols["kc"][sel[0]])
             extra = {f: cols[f][sel] for f in NCCL_FIELDS} if KINDS[kc] == "nccl" else None
-            tracks.append(_track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0, extra))
+            tracks.append(
+                _track(kc, cols["row"][sel[0]], k_start[sel], k_end[sel], cols["name_i"][sel], w0, extra)
+            )
         lo, hi = np.searchsorted(c_sorted, [w0 - c_max, w1])
         ci = c_by_start[lo:hi]
         ci = np.sort(ci[calls["e"][ci] > w0])  # (trace, row, start) order
         for a, b in _runs(c_key[ci]):
             sel = ci[a:b]
-            tracks.append(_track(calls["k"][sel[0]], calls["row"][sel[0]], calls["s"][sel], calls["e"][sel],
-                                 calls["n"][sel], w0))
-        in_step = (marks["s"] < w1) & (marks["e"] > w0) & ((marks["k"] != TAIL_K) |
-                                                            np.isin(marks["step"], step_ids))
+            tracks.append(
+                _track(
+                    calls["k"][sel[0]],
+                    calls["row"][sel[0]],
+                    calls["s"][sel],
+                    calls["e"][sel],
+                    calls["n"][sel],
+                    w0,
+                )
+            )
+        in_step = (
+            (marks["s"] < w1)
+            & (marks["e"] > w0)
+            & ((marks["k"] != TAIL_K) | np.isin(marks["step"], step_ids))
+        )
         m = np.flatnonzero(in_step)
         for a, b in _runs(m_key[m]):
             sel = m[a:b]
-            tracks.append(_track(marks["k"][sel[0]], marks["row"][sel[0]], marks["s"][sel], marks["e"][sel],
-                                 marks["n"][sel], w0))
-        out.append({"label": label, "step": step_ids[0] if step_ids else None,
-                    "span_ms": round((w1 - w0) / 1e6, 6), "t0_ns": int(w0 - first_w0), "tracks": tracks})
-    return {"rows": labels, "row_rank": row_rank, "names": names + list(names_extra),
-            "phase_source": "inferred" if inferred else "NVTX", "steps": out}
+            tracks.append(
+                _track(
+                    marks["k"][sel[0]],
+                    marks["row"][sel[0]],
+                    marks["s"][sel],
+                    marks["e"][sel],
+                    marks["n"][sel],
+                    w0,
+                )
+            )
+        out.append(
+            {
+                "label": label,
+                "step": step_ids[0] if step_ids else None,
+                "span_ms": round((w1 - w0) / 1e6, 6),
+                "t0_ns": int(w0 - first_w0),
+                "tracks": tracks,
+            }
+        )
+    return {
+        "rows": labels,
+        "row_rank": row_rank,
+        "names": names + list(names_extra),
+        "phase_source": "inferred" if inferred else "NVTX",
+        "steps": out,
+    }
 
 
 def labelled_phases(phases: pd.DataFrame, nvtx: pd.DataFrame | None, inferred: bool) -> pd.DataFrame:
@@ -217,14 +308,28 @@ def labelled_phases(phases: pd.DataFrame, nvtx: pd.DataFrame | None, inferred: b
     if nvtx is not None and len(nvtx) and {"host_start_ns", "host_end_ns"} <= set(phases.columns):
         n = nvtx[["rank", "start_ns", "end_ns", "name"]].dropna(subset=["rank", "start_ns", "end_ns"])
         n = n.astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"}).drop_duplicates(
-            ["rank", "start_ns", "end_ns"])
+            ["rank", "start_ns", "end_ns"]
+        )
         p = phases[["rank", "host_start_ns", "host_end_ns"]].apply(pd.to_numeric, errors="coerce")
         p = p.fillna(-1).astype("int64").reset_index(drop=True)
-        got = p.merge(n, left_on=["rank", "host_start_ns", "host_end_ns"], right_on=["rank", "start_ns", "end_ns"],
-                      how="left")["name"].astype(object).to_numpy()
+        got = (
+            p.merge(
+                n,
+                left_on=["rank", "host_start_ns", "host_end_ns"],
+                right_on=["rank", "start_ns", "end_ns"],
+                how="left",
+            )["name"]
+            .astype(object)
+            .to_numpy()
+        )
         phase = phases["phase"].astype(str).to_numpy()
-        label = pd.Series([f"{nm} ({ph})" if isinstance(nm, str) and nm != ph else f"NVTX {ph}"
-                           for nm, ph in zip(got, phase, strict=True)], index=phases.index)
+        label = pd.Series(
+            [
+                f"{nm} ({ph})" if isinstance(nm, str) and nm != ph else f"NVTX {ph}"
+                for nm, ph in zip(got, phase, strict=True)
+            ],
+            index=phases.index,
+        )
     return phases.assign(label=label)
 
 
@@ -236,23 +341,34 @@ def _calls(cpu: pd.DataFrame | None, cpu_row: pd.Series, name_index) -> dict:
     c = cpu[cpu["rank"].astype(int).isin(cpu_row.index)]
     codes, uniq = pd.factorize(c["name"].astype(object))
     idx = np.array([name_index(html.escape(str(u), quote=False)) for u in uniq] + [name_index("?")], np.int64)
-    m = pd.DataFrame({"k": np.where(c["kind"].to_numpy() == "sync", HOST_K + 1, HOST_K),
-                      "row": cpu_row.loc[c["rank"].astype(int)].to_numpy(),
-                      "s": c["start_ns"].to_numpy(np.int64), "e": c["end_ns"].to_numpy(np.int64),
-                      "n": idx[np.where(codes < 0, len(uniq), codes)]}).astype("int64")
+    m = pd.DataFrame(
+        {
+            "k": np.where(c["kind"].to_numpy() == "sync", HOST_K + 1, HOST_K),
+            "row": cpu_row.loc[c["rank"].astype(int)].to_numpy(),
+            "s": c["start_ns"].to_numpy(np.int64),
+            "e": c["end_ns"].to_numpy(np.int64),
+            "n": idx[np.where(codes < 0, len(uniq), codes)],
+        }
+    ).astype("int64")
     m = m.sort_values(["k", "row", "s"], kind="stable")
     return {col: m[col].to_numpy() for col in cols}
 
 
 # ---- the page's form of the data: per track, each integer column as base64 of a little-endian typed array ----
 
+
 def pack_column(values) -> str:
     """'h:' + base64 of uint16, 'i:' of int32 or 'f:' of float64 (exact below 2**53), the narrowest that
     holds every value; the browser reads it as a typed array without parsing numbers."""
     a = np.asarray(values, dtype=np.int64)
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
-    code, dtype = ("h", "<u2") if lo >= 0 and hi < 2**16 else ("i", "<i4") if -2**31 <= lo and hi < 2**31 \
+    code, dtype = (
+        ("h", "<u2")
+        if lo >= 0 and hi < 2**16
+        else ("i", "<i4")
+        if -(2**31) <= lo and hi < 2**31
         else ("f", "<f8")
+    )
     return code + ":" + base64.b64encode(a.astype(dtype).tobytes()).decode("ascii")
 
 
@@ -267,15 +383,25 @@ COLUMNS = ("s", "d", "n", *NCCL_FIELDS)
 def encode_for_page(data: dict) -> dict:
     """:func:`timeline_steps` data with every track column packed by :func:`pack_column` (what the run page
     embeds: a third of the JSON's parse work is gone and a step is decoded only when it is shown)."""
-    steps = [dict(st, tracks=[{f: pack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]])
-             for st in data["steps"]]
+    steps = [
+        dict(
+            st,
+            tracks=[{f: pack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]],
+        )
+        for st in data["steps"]
+    ]
     return dict(data, steps=steps)
 
 
 def decode_page_data(data: dict) -> dict:
     """The inverse of :func:`encode_for_page` (tests, tools reading a page back)."""
-    steps = [dict(st, tracks=[{f: unpack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]])
-             for st in data["steps"]]
+    steps = [
+        dict(
+            st,
+            tracks=[{f: unpack_column(v) if f in COLUMNS else v for f, v in t.items()} for t in st["tracks"]],
+        )
+        for st in data["steps"]
+    ]
     return dict(data, steps=steps)
 
 
@@ -283,22 +409,37 @@ def page_config(data: dict, source: str) -> dict:
     """What the page's canvas timeline (:data:`~ddp_profile.plots.timeline_js.TIMELINE_JS`) needs beside the
     data: per trace its name, colour, lane, opacity and hatching (the same as :func:`figure_for_step`)."""
     colors = trace_colors()
-    return {"source": source, "xtitle": "time since step start (ms)",
-            "traces": [{"name": name, "color": colors[i], "lane": list(LANES[i]),
-                        "opacity": 0.8 if len(KINDS) <= i < HOST_K else 0.95,
-                        "hatch": name == KIND_LABELS["memset"]}
-                       for i, name in enumerate(trace_names(data))]}
+    return {
+        "source": source,
+        "xtitle": "time since step start (ms)",
+        "traces": [
+            {
+                "name": name,
+                "color": colors[i],
+                "lane": list(LANES[i]),
+                "opacity": 0.8 if len(KINDS) <= i < HOST_K else 0.95,
+                "hatch": name == KIND_LABELS["memset"],
+            }
+            for i, name in enumerate(trace_names(data))
+        ],
+    }
 
 
 def trace_names(data: dict) -> list[str]:
     """The legend's names: phases say "inferred" when they were inferred rather than read from NVTX."""
     src = data.get("phase_source", "NVTX")
-    return [f"{p} (inferred)" if src == "inferred" and n == f"NVTX {p}" else n
-            for n, p in zip(TRACE_NAMES, KINDS + PHASES + [""] * 3, strict=True)]
+    return [
+        f"{p} (inferred)" if src == "inferred" and n == f"NVTX {p}" else n
+        for n, p in zip(TRACE_NAMES, KINDS + PHASES + [""] * 3, strict=True)
+    ]
 
 
 def trace_colors() -> list[str]:
-    return [KIND_COLORS[k] for k in KINDS] + [PHASE_COLORS[p] for p in PHASES] + [TAIL, HOST_COLORS["launch"], HOST_COLORS["sync"]]
+    return (
+        [KIND_COLORS[k] for k in KINDS]
+        + [PHASE_COLORS[p] for p in PHASES]
+        + [TAIL, HOST_COLORS["launch"], HOST_COLORS["sync"]]
+    )
 
 
 def _runs(keys: np.ndarray):
@@ -319,17 +460,29 @@ def _marks(phases, steps, nvtx_row, name_index) -> dict:
         p = ph[ph["phase"] == phase] if len(ph) else ph
         if len(p):
             labels = p["label"] if "label" in p else pd.Series(f"NVTX {phase}", index=p.index)
-            parts.append(pd.DataFrame({"k": len(KINDS) + j, "row": nvtx_row.loc[p["rank"]].to_numpy(),
-                                       "s": p["start_ns"].to_numpy(np.int64), "e": p["end_ns"].to_numpy(np.int64),
-                                       "n": [name_index(html.escape(str(x), quote=False)) for x in labels],
-                                       "step": -1}))
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "k": len(KINDS) + j,
+                        "row": nvtx_row.loc[p["rank"]].to_numpy(),
+                        "s": p["start_ns"].to_numpy(np.int64),
+                        "e": p["end_ns"].to_numpy(np.int64),
+                        "n": [name_index(html.escape(str(x), quote=False)) for x in labels],
+                        "step": -1,
+                    }
+                )
+            )
     tail = _tail_rows(steps, None, nvtx_row)
     if len(tail):
         parts.append(tail.assign(k=TAIL_K, n=name_index("comm tail")))
     cols = ["k", "row", "s", "e", "n", "step"]
     if not parts:
         return {c: np.zeros(0, np.int64) for c in cols}
-    m = pd.concat(parts, ignore_index=True)[cols].astype("int64").sort_values(["k", "row", "s"], kind="stable")
+    m = (
+        pd.concat(parts, ignore_index=True)[cols]
+        .astype("int64")
+        .sort_values(["k", "row", "s"], kind="stable")
+    )
     return {c: m[c].to_numpy() for c in cols}
 
 
@@ -341,13 +494,19 @@ def _tail_rows(steps, step_ids, nvtx_row) -> pd.DataFrame:
     st = steps if step_ids is None else steps[steps["step"].isin(step_ids)]
     st = st.dropna(subset=["backward_end_ns", "comm_tail_ns"])
     st = st[(st["comm_tail_ns"] > 0) & st["rank"].isin(nvtx_row.index)]
-    return pd.DataFrame({"row": nvtx_row.loc[st["rank"]].to_numpy(),
-                         "s": st["backward_end_ns"].to_numpy(np.int64),
-                         "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.int64),
-                         "step": st["step"].to_numpy(np.int64)})
+    return pd.DataFrame(
+        {
+            "row": nvtx_row.loc[st["rank"]].to_numpy(),
+            "s": st["backward_end_ns"].to_numpy(np.int64),
+            "e": (st["backward_end_ns"] + st["comm_tail_ns"]).to_numpy(np.int64),
+            "step": st["step"].to_numpy(np.int64),
+        }
+    )
 
 
-def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray) -> str:
+def _hover(
+    data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray
+) -> str:
     """The tooltip of the bar holding kernels a..b-1 of track t; TIMELINE_JS's ddpHover() builds the same."""
     k, row, c = t["k"], data["rows"][t["r"]], b - a
     where = f"start {fmt_duration(start[a])}"
@@ -357,13 +516,17 @@ def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end
         return f"{head}<br>{row}<br>{where} · duration {fmt_duration(dur[a])}{tail}"
     what = CALL_LABELS[k] if k >= HOST_K else KIND_LABELS[KINDS[k]]
     if c == 1:
-        text = (f"<b>{data['names'][t['n'][a]]}</b><br>{what} · {row}<br>"
-                f"{where} · duration {fmt_duration(dur[a])}")
+        text = (
+            f"<b>{data['names'][t['n'][a]]}</b><br>{what} · {row}<br>"
+            f"{where} · duration {fmt_duration(dur[a])}"
+        )
     else:
         span = float(np.max(end[a:b]) - start[a])
-        text = (f"<b>{c} {PLURAL[k]} merged</b> (zoom in to separate)<br>{row}<br>{where} · span "
-                f"{fmt_duration(span)} · busy {fmt_duration(float(dur[a:b].sum()))}<br>"
-                f"first: {data['names'][t['n'][a]]}")
+        text = (
+            f"<b>{c} {PLURAL[k]} merged</b> (zoom in to separate)<br>{row}<br>{where} · span "
+            f"{fmt_duration(span)} · busy {fmt_duration(float(dur[a:b].sum()))}<br>"
+            f"first: {data['names'][t['n'][a]]}"
+        )
     if "b" in t:
         bk, by = np.array(t["b"][a:b]), np.array(t["by"][a:b])
         w, tr = np.array(t["w"][a:b]), np.array(t["t"][a:b])
@@ -378,7 +541,7 @@ def _hover(data: dict, st: dict, t: dict, a: int, b: int, start: np.ndarray, end
         if parts:
             text += "<br>" + " · ".join(parts)
         if (w >= 0).any():
-            text += f"<br>wait {fmt_duration(float(w[w >= 0].sum()))} · transfer {fmt_duration(float(tr[tr >= 0].sum()))}"
+            text += f"<br>wait {fmt_duration(float(w[w >= 0].sum()))} · transfer {fmt_duration(float(tr[tr >= 0].sum()))}"  # noqa: E501
     return text
 
 
@@ -424,24 +587,53 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
         marker = {"color": colors[i], "line": {"width": 0}}
         if name == KIND_LABELS["memset"]:
             marker["pattern"] = MEMSET_PATTERN
-        fig.add_trace(go.Bar(orientation="h", name=name, base=b["base"], x=b["x"], y=b["y"],
-                             hovertext=b["hovertext"], hovertemplate=HOVER, marker=marker,
-                             offset=LANES[i][0], width=LANES[i][1],
-                             opacity=0.8 if len(KINDS) <= i < HOST_K else 0.95))
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                name=name,
+                base=b["base"],
+                x=b["x"],
+                y=b["y"],
+                hovertext=b["hovertext"],
+                hovertemplate=HOVER,
+                marker=marker,
+                offset=LANES[i][0],
+                width=LANES[i][1],
+                opacity=0.8 if len(KINDS) <= i < HOST_K else 0.95,
+            )
+        )
     n = len(data["rows"])
     fig.update_layout(
-        title=titled(f"Timeline · {st['label']}", source), barmode="overlay", bargap=0,
-        height=max(320, 170 + 44 * n), hovermode="closest", legend={"orientation": "h", "y": -0.3},
-        margin={"l": 150, "r": 20, "t": 70, "b": 40}, template="plotly_white", colorway=palette.SERIES,
+        title=titled(f"Timeline · {st['label']}", source),
+        barmode="overlay",
+        bargap=0,
+        height=max(320, 170 + 44 * n),
+        hovermode="closest",
+        legend={"orientation": "h", "y": -0.3},
+        margin={"l": 150, "r": 20, "t": 70, "b": 40},
+        template="plotly_white",
+        colorway=palette.SERIES,
         xaxis={"title": {"text": "time since step start (ms)"}, "zeroline": False},
-        yaxis={"title": {"text": "rank · stream"}, "tickvals": list(range(n)), "ticktext": data["rows"],
-               "autorange": "reversed", "fixedrange": True},
+        yaxis={
+            "title": {"text": "rank · stream"},
+            "tickvals": list(range(n)),
+            "ticktext": data["rows"],
+            "autorange": "reversed",
+            "fixedrange": True,
+        },
     )
     return fig
 
 
-def timeline_figure(kernels: pd.DataFrame, phases: pd.DataFrame, steps: pd.DataFrame,
-                    collectives: pd.DataFrame | None = None, *, step: int | None = None, source: str = ""):
+def timeline_figure(
+    kernels: pd.DataFrame,
+    phases: pd.DataFrame,
+    steps: pd.DataFrame,
+    collectives: pd.DataFrame | None = None,
+    *,
+    step: int | None = None,
+    source: str = "",
+):
     """Notebook entry point: the timeline of one step (default: the first profiled step)."""
     data = timeline_steps(kernels, phases, steps, collectives)
     index = 0

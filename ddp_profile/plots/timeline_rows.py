@@ -21,12 +21,13 @@ def _stream_rows(mine: pd.DataFrame, busy: pd.Series, nccl: set) -> tuple[list[i
         return list(range(n)), 0
     keys = list(mine.itertuples(index=False, name=None))
     order = sorted(range(n), key=lambda i: (keys[i] not in nccl, -busy.get(keys[i], 0), i))
-    keep = sorted(order[:MAX_STREAM_ROWS - 1])
+    keep = sorted(order[: MAX_STREAM_ROWS - 1])
     return keep, n - len(keep)
 
 
-def timeline_rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
-          ) -> tuple[list[str], pd.DataFrame, list[int]]:
+def timeline_rows(
+    kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
+) -> tuple[list[str], pd.DataFrame, list[int]]:
     """Row labels (per rank: an NVTX row, a CPU row when the rank has host calls, then its streams), a frame
     mapping (rank, pid, device, stream) to a row index (stream -1 marks the NVTX row, -2 the CPU row; the
     streams folded into a rank's shared row all map to it), and each row's rank. Only streams with a kernel
@@ -58,11 +59,17 @@ def timeline_rows(kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inf
         keep, folded = _stream_rows(ids, busy, nccl)
         for i, row in enumerate(mine.itertuples(index=False)):
             if i in keep:
-                add(f"rank {r} · " + (f"dev {row.device} " if multi else "") + f"stream {row.stream}",
-                    [(r, row.pid, row.device, row.stream)], r)
+                add(
+                    f"rank {r} · " + (f"dev {row.device} " if multi else "") + f"stream {row.stream}",
+                    [(r, row.pid, row.device, row.stream)],
+                    r,
+                )
         if folded:
-            rest = [(r, row.pid, row.device, row.stream) for i, row in enumerate(mine.itertuples(index=False))
-                    if i not in keep]
+            rest = [
+                (r, row.pid, row.device, row.stream)
+                for i, row in enumerate(mine.itertuples(index=False))
+                if i not in keep
+            ]
             add(f"rank {r} · {folded} more streams (folded)", rest, r)
     table = pd.DataFrame(keys, columns=[*cols, "row"]).astype("int64")
     return labels, table, row_rank

@@ -35,13 +35,30 @@ if TYPE_CHECKING:
         run_page_name,
     )
 
-_FACE = {"build": ["MARKER", "build_report", "load_runs", "write_report", "write_report_dir"],
-         "html": ["script_json"], "run_page": ["render_run_page"],
-         "runs": ["Group", "Run", "discover", "discover_runs", "group_page_name", "group_runs", "run_page_name"]}
+_FACE = {
+    "build": ["MARKER", "build_report", "load_runs", "write_report", "write_report_dir"],
+    "html": ["script_json"],
+    "run_page": ["render_run_page"],
+    "runs": ["Group", "Run", "discover", "discover_runs", "group_page_name", "group_runs", "run_page_name"],
+}
 _MODULE_OF = {name: module for module, names in _FACE.items() for name in names}
 
-__all__ = ["MARKER", "Group", "Run", "build_report", "discover", "discover_runs", "group_page_name", "group_runs", "load_runs", "render_run_page", "run_page_name", "script_json",
-           "write_report", "write_report_dir"]
+__all__ = [
+    "MARKER",
+    "Group",
+    "Run",
+    "build_report",
+    "discover",
+    "discover_runs",
+    "group_page_name",
+    "group_runs",
+    "load_runs",
+    "render_run_page",
+    "run_page_name",
+    "script_json",
+    "write_report",
+    "write_report_dir",
+]
 
 
 def __getattr__(name: str):

@@ -23,8 +23,16 @@ LEDGER_SUMMARY = "whatif_ledger.json"
 """The ledger's per-rule summary, package data beside this module (``ddp_profile.ledger`` writes it)."""
 
 # Per-rank summary: medians over the rank's steps of these step-table columns (those the table has).
-RANK_COLUMNS = ("step_ns", "span_ns", "compute_ns", "exposed_comm_ns", "exposed_wait_ns", "exposed_transfer_ns",
-                "comm_tail_ns", "idle_ns")
+RANK_COLUMNS = (
+    "step_ns",
+    "span_ns",
+    "compute_ns",
+    "exposed_comm_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+    "comm_tail_ns",
+    "idle_ns",
+)
 
 
 INFERRED_NOTES = ("inferred from the launching thread", "steps inferred from the GPU trace")
@@ -71,12 +79,17 @@ def verdict_lines(v: dict | None) -> list[str]:
         return []
     bound = str(v.get("bound_by"))
     who = f", rank {v['rank']}" if bound == "straggler" and not missing(v.get("rank")) else ""
-    of_step = f" of the {fmt_ms(v['span_ns'])} critical-path step span" if not missing(v.get("span_ns")) else \
-        " of the step"
+    of_step = (
+        f" of the {fmt_ms(v['span_ns'])} critical-path step span"
+        if not missing(v.get("span_ns"))
+        else " of the step"
+    )
     head = f"Bound by {BOUND_NAMES.get(bound, bound)}{who}"
     if bound == "compute":
         if not missing(v.get("share_pct")):
-            head += f": compute is {fmt_pct(v['share_pct'])}{of_step}; nothing removable reaches the threshold"
+            head += (
+                f": compute is {fmt_pct(v['share_pct'])}{of_step}; nothing removable reaches the threshold"
+            )
     elif not missing(v.get("removable_ns")):
         head += f": {fmt_ms(v['removable_ns'])} per step removable"
         if not missing(v.get("share_pct")):
@@ -101,8 +114,10 @@ def verdict_lines(v: dict | None) -> list[str]:
         nums = advice_numbers(a)
         lines.append(f"  - {rule}{a['what_to_change']}" + (f" ({nums})" if nums else "") + basis + ev)
     if small:
-        lines.append(f"  - smaller items (expected gain under {fmt_pct(SMALL_PCT)} of the step each): "
-                     + ", ".join(small))
+        lines.append(
+            f"  - smaller items (expected gain under {fmt_pct(SMALL_PCT)} of the step each): "
+            + ", ".join(small)
+        )
     return lines
 
 
@@ -124,15 +139,23 @@ def _verdict_gain(v: dict, what: str) -> str:
     spread = head_rule.get("spread_ns") if own else v.get("spread_ns")
     extra = [] if missing(spread) else [f"spread over steps {fmt_ms(spread)}"]
     if "gain_upper_ns" not in v:  # an analysis from before expected gains: its one number is a bound
-        return "" if missing(gain) else f" — expected gain up to {fmt_ms(gain)} per step" + (
-            f" ({extra[0]})" if extra else "")
+        return (
+            ""
+            if missing(gain)
+            else f" — expected gain up to {fmt_ms(gain)} per step" + (f" ({extra[0]})" if extra else "")
+        )
     upper = v.get("gain_upper_ns")
     if gain is None or missing(gain):
         return f" — up to {fmt_ms(upper)} per step, no model predicts more closely" + (
-            f" ({extra[0]})" if extra else "")
+            f" ({extra[0]})" if extra else ""
+        )
     if own:
         extra.append(ledger_text(head_rule.get("rule")))
-    return f" — expected gain {fmt_ms(gain)} per step (up to {fmt_ms(upper)}" + "".join(f", {x}" for x in extra) + ")"
+    return (
+        f" — expected gain {fmt_ms(gain)} per step (up to {fmt_ms(upper)}"
+        + "".join(f", {x}" for x in extra)
+        + ")"
+    )
 
 
 def advice_numbers(a: dict) -> str:
@@ -214,12 +237,18 @@ def summary_name(key: str) -> str:
 
 def per_rank_text(key: str, values: dict) -> str:
     """'rank 0 1.377 ms, rank 1 0.534 ms' (ranks in order)."""
-    return ", ".join(f"rank {r} {value_text(key, x)}" for r, x in sorted(values.items(), key=lambda kv: int(kv[0])))
+    return ", ".join(
+        f"rank {r} {value_text(key, x)}" for r, x in sorted(values.items(), key=lambda kv: int(kv[0]))
+    )
 
 
 def other_per_rank(summary: dict, per_rank: dict) -> list[tuple[str, str]]:
     """(key, per-rank text) for the metrics whose ranks differ > 2× that the summary does not hold."""
-    return [(k, per_rank_text(k, v)) for k, v in per_rank.items() if k not in summary and isinstance(v, dict) and v]
+    return [
+        (k, per_rank_text(k, v))
+        for k, v in per_rank.items()
+        if k not in summary and isinstance(v, dict) and v
+    ]
 
 
 def summary_pairs(summary: dict, per_rank: dict) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ Pages are built in sibling modules: :mod:`~ddp_profile.report.runs` (run ids, pa
 (the one comparison), :mod:`~ddp_profile.report.run_page` (one run's page), :mod:`~ddp_profile.report.index`
 (index, strategy and scaling pages), :mod:`~ddp_profile.report.sweep` (bucket sweeps). The folder is built beside the destination and swapped in at the end
 (:func:`write_report_dir`), so an interrupted or failed run never replaces a good report.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ MARKER = ".ddp-profile-report"  # only folders holding this (or empty ones) are 
 
 # ---- finding and loading runs ---------------------------------------------------------------------------
 
+
 def _say(message: str) -> None:
     print(one_line(f"report:   {message}"), file=sys.stderr, flush=True)
 
@@ -64,7 +65,7 @@ def load_one(path: Path, selection: StepSelection = ALL_STEPS, cache_entry: Path
     (trace, analysis, its launch section, the main thread's launch and sync calls) over the steps of
     ``selection`` (a StepSelection: ``analyze``'s step pattern, phase patterns and steps). The run's JSON (``run.json``, ``<run>.json``) is found by the loader (``trace.run``).
     With ``cache_entry``, the result is also written there (report/cache.py); a cache that cannot be
-    written is skipped with a line on stderr, not an error of the run."""
+    written is skipped with a line on stderr, not an error of the run."""  # noqa: E501
     from ddp_profile.analysis import analyze
     from ddp_profile.nsys.api import load_calls_and_waits
     from ddp_profile.nsys.loader import load_trace
@@ -80,7 +81,9 @@ def load_one(path: Path, selection: StepSelection = ALL_STEPS, cache_entry: Path
             analysis = analyze(trace, **selection.analyze_kwargs(), api=api)
             launches, host_calls = host_diagnosis(trace, analysis, api)
             del api
-        except UsageError as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
+        except (
+            UsageError
+        ) as exc:  # a --steps selection with no step of this run: the user's to fix, not a failure
             raise UsageError(f"{path}: {exc}") from None
     result = trace, analysis, launches, host_calls
     if cache_entry is not None:
@@ -111,8 +114,13 @@ def read_program(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelection = ALL_STEPS,
-              cache: run_cache.RunCache | None = None) -> tuple[list[Run], list[str]]:
+def load_runs(
+    paths: list,
+    jobs: int = 1,
+    progress=None,
+    selection: StepSelection = ALL_STEPS,
+    cache: run_cache.RunCache | None = None,
+) -> tuple[list[Run], list[str]]:
     """Load and analyse every run, reporting progress on ``progress`` (stderr by default). ``paths``: run
     locations or (location, run id) pairs from :func:`discover_runs`; ``selection``: the StepSelection
     (``analyze``'s; one keeping no step of a run raises UsageError). With ``cache``, a run whose inputs,
@@ -128,7 +136,9 @@ def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelectio
     runs, failures, t0 = [], [], time.perf_counter()
 
     def done(i, path, result):
-        if isinstance(result, UsageError):  # a bad setting (environment, options) fails every run alike: exit 2
+        if isinstance(
+            result, UsageError
+        ):  # a bad setting (environment, options) fails every run alike: exit 2
             raise result
         if isinstance(result, DdpProfileError):
             failures.append(f"{path}: {result}")
@@ -136,24 +146,45 @@ def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelectio
             return
         trace, analysis, launches, host_calls = result
         meta = fill_from_trace(normalise_meta(getattr(trace, "run", None) or {}), trace, read_program(path))
-        rid = shown_path(ids.get(str(path)) or meta.get("run_name") or
-                         (path.name if path.is_dir() else export_stem(path)))  # a non-UTF-8 name escaped
+        rid = shown_path(
+            ids.get(str(path)) or meta.get("run_name") or (path.name if path.is_dir() else export_stem(path))
+        )  # a non-UTF-8 name escaped
         folder = str(rid).rsplit("/", 1)[0] if "/" in str(rid) else ""
         given = meta.get("run_name")  # shown beside the id when the JSON names the run differently
         name = str(rid) if given in (None, "", str(rid).rsplit("/", 1)[-1]) else f"{rid} ({given})"
-        runs.append(Run(name, trace, analysis, meta, run_id=str(rid), folder=folder, launches=launches,
-                        host_calls=host_calls))
-        print(f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
-              f"{time.perf_counter() - t0:.1f} s elapsed)", file=out, flush=True)
+        runs.append(
+            Run(
+                name,
+                trace,
+                analysis,
+                meta,
+                run_id=str(rid),
+                folder=folder,
+                launches=launches,
+                host_calls=host_calls,
+            )
+        )
+        print(
+            f"report: [{i}/{len(paths)}] analysed {name} ({len(trace.kernels):,} kernels, "
+            f"{time.perf_counter() - t0:.1f} s elapsed)",
+            file=out,
+            flush=True,
+        )
 
     print(f"report: loading {len(paths)} run(s) with {jobs} job(s)", file=out, flush=True)
     keys = [run_cache.run_key(p, cache.options) if cache is not None else None for p in paths]
     cached = [cache.get(k) if cache is not None and k is not None else None for k in keys]
     if cache is not None and any(c is not None for c in cached):
-        print(f"report: {sum(c is not None for c in cached)} run(s) unchanged since the last report: taken from "
-              f"its cache", file=out, flush=True)
-    entries = [cache.entry_path(k) if cache is not None and k is not None and c is None else None
-               for k, c in zip(keys, cached, strict=True)]
+        print(
+            f"report: {sum(c is not None for c in cached)} run(s) unchanged since the last report: taken from "
+            f"its cache",
+            file=out,
+            flush=True,
+        )
+    entries = [
+        cache.entry_path(k) if cache is not None and k is not None and c is None else None
+        for k, c in zip(keys, cached, strict=True)
+    ]
 
     def finish(i, p, result):
         if keys[i - 1] is not None and entries[i - 1] is not None and not isinstance(result, DdpProfileError):
@@ -175,6 +206,7 @@ def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelectio
     else:
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
+
         pool = ProcessPoolExecutor(max_workers=jobs, initializer=quiet_worker_signals)
         try:
             futures = {i: pool.submit(_load_stored, paths[i], selection, entries[i]) for i in todo}
@@ -188,8 +220,10 @@ def load_runs(paths: list, jobs: int = 1, progress=None, selection: StepSelectio
                 except DdpProfileError as exc:
                     result = exc
                 except BrokenProcessPool:  # a worker was killed (OOM killer, kill -9): its runs are failures
-                    result = TraceError("a worker process died while loading it (killed, or out of memory); "
-                                        "run again with fewer --jobs")
+                    result = TraceError(
+                        "a worker process died while loading it (killed, or out of memory); "
+                        "run again with fewer --jobs"
+                    )
                 finish(i, p, result)
         except BaseException:  # Ctrl-C / SIGTERM: do not wait for the other workers' loads
             _stop_workers(pool)
@@ -217,6 +251,7 @@ def _stop_workers(pool) -> None:
 
 # ---- folder writing, entry points -----------------------------------------------------------------------
 
+
 def write_report_dir(out_dir: Path, fill) -> Path:
     """Build the report in a temporary sibling folder via ``fill(tmp_path)`` and swap it in.
 
@@ -224,13 +259,17 @@ def write_report_dir(out_dir: Path, fill) -> Path:
     is in place; any failure (or Ctrl-C) before the swap removes the temporary folder and leaves the old
     report untouched. A non-empty destination without our marker file is refused, never deleted."""
     out_dir = Path(out_dir).resolve()
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / MARKER).exists())):
+    if out_dir.exists() and (
+        not out_dir.is_dir() or (any(out_dir.iterdir()) and not (out_dir / MARKER).exists())
+    ):
         raise OutputError(f"{out_dir}: exists and is not a ddp-profile report folder; choose another -o")
     if out_dir.is_dir():  # a report folder someone put exports into: replacing it would delete them
         held = next((p for p in out_dir.rglob("*") if p.name.endswith(EXPORT_SUFFIXES)), None)
         if held is not None:
-            raise UsageError(f"{out_dir}: holds an nsys export ({held.relative_to(out_dir)}) and would be replaced; "
-                             "move the export out or choose another -o")
+            raise UsageError(
+                f"{out_dir}: holds an nsys export ({held.relative_to(out_dir)}) and would be replaced; "
+                "move the export out or choose another -o"
+            )
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
@@ -240,10 +279,13 @@ def write_report_dir(out_dir: Path, fill) -> Path:
         fill(tmp)
         (tmp / MARKER).write_text("written by ddp-profile report; this folder is replaced on each run\n")
         os.chmod(tmp, 0o755)
-        commit_output(tmp, out_dir)  # the old folder moved aside, the new one in (put back if a signal ends us)
+        commit_output(
+            tmp, out_dir
+        )  # the old folder moved aside, the new one in (put back if a signal ends us)
     except OSError as exc:
-        raise OutputError(f"{out_dir}: cannot write the report ({exc.strerror or exc}); the previous report "
-                          "is unchanged") from exc
+        raise OutputError(
+            f"{out_dir}: cannot write the report ({exc.strerror or exc}); the previous report is unchanged"
+        ) from exc
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
@@ -271,9 +313,16 @@ class Extra(Protocol):
         ...
 
 
-def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str, ...] = (), progress=None,
-                 extras: Sequence[tuple[Extra, Path]] = (), cache: run_cache.RunCache | None = None,
-                 key: str | None = None, jobs: int = 1) -> dict:
+def write_report(
+    runs: list[Run],
+    out_dir: Path,
+    failures: list[str] | tuple[str, ...] = (),
+    progress=None,
+    extras: Sequence[tuple[Extra, Path]] = (),
+    cache: run_cache.RunCache | None = None,
+    key: str | None = None,
+    jobs: int = 1,
+) -> dict:
     """Render every page into ``out_dir`` atomically; returns {page name: bytes}. ``extras``: (extra, its
     source) pairs whose pages are built from the same already-analysed runs and land in the same atomic
     swap, their index blocks first on the index. ``jobs`` > 1 renders the run pages (and their Perfetto
@@ -285,14 +334,21 @@ def write_report(runs: list[Run], out_dir: Path, failures: list[str] | tuple[str
     sizes = {}
 
     assign_baselines(runs)
-    context: dict[str, Any] = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
-               "sweeps": {g.page: sweep_facts(g, runs) for g in groups if g.kind == "sweep"}}
+    context: dict[str, Any] = {
+        "groups": groups,
+        "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
+        "sweeps": {g.page: sweep_facts(g, runs) for g in groups if g.kind == "sweep"},
+    }
 
     def fill(tmp: Path):
         _write(tmp / PLOTLY_JS, get_plotlyjs())
         for i, (page, size, seconds) in enumerate(_run_pages(runs, context, tmp, jobs), 1):
             sizes[page] = size
-            print(f"report: [{i}/{len(runs)}] page {page} ({size / 1e6:.1f} MB, {seconds:.1f} s)", file=out, flush=True)
+            print(
+                f"report: [{i}/{len(runs)}] page {page} ({size / 1e6:.1f} MB, {seconds:.1f} s)",
+                file=out,
+                flush=True,
+            )
         for g in groups:
             if g.kind == "sweep":
                 text = render_sweep_page(g, runs, facts=context["sweeps"][g.page])
@@ -345,8 +401,11 @@ def _run_pages(runs: list[Run], context: dict, folder: Path, jobs: int):
             return
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(max_workers=min(jobs, len(runs)), mp_context=mp.get_context("fork"),
-                                 initializer=quiet_worker_signals) as pool:
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(runs)),
+            mp_context=mp.get_context("fork"),
+            initializer=quiet_worker_signals,
+        ) as pool:
             yield from pool.map(_page_of, range(len(runs)))
     finally:
         _PAGES = None
@@ -359,13 +418,22 @@ def _check_inputs_outside(paths: list, out_dir: Path) -> None:
     for p in paths:
         p = Path(p[0] if isinstance(p, tuple) else p).resolve()
         if p == out or out in p.parents:
-            raise UsageError(f"input {p} is inside the output folder {out}, which the report replaces; "
-                             "choose another -o (inputs are never deleted)")
+            raise UsageError(
+                f"input {p} is inside the output folder {out}, which the report replaces; "
+                "choose another -o (inputs are never deleted)"
+            )
 
 
-def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
-                 extras: Sequence[Extra] = (), selection: StepSelection = ALL_STEPS, cache: bool = True,
-                 split_jobs: bool = True) -> tuple[dict, list[str]]:
+def build_report(
+    paths: list,
+    out_dir: Path,
+    jobs: int = 1,
+    progress=None,
+    extras: Sequence[Extra] = (),
+    selection: StepSelection = ALL_STEPS,
+    cache: bool = True,
+    split_jobs: bool = True,
+) -> tuple[dict, list[str]]:
     """Find, load, analyse and render; the library behind `ddp-profile report`. ``extras`` add their pages
     where their :meth:`Extra.source` finds something to answer from (the command passes the findings, which
     then need one campaign folder); otherwise their note on stderr says why they were skipped. ``selection``:
@@ -379,30 +447,52 @@ def build_report(paths: list, out_dir: Path, jobs: int = 1, progress=None,
     for line in grouping:
         print(one_line(f"report: {line}"), file=progress or sys.stderr, flush=True)
     if not found:
-        raise TraceError(f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
-                         "record runs with scripts/profile_*.sh or pass export paths")
+        raise TraceError(
+            f"no nsys exports (*.sqlite, *.sqlite.xz) under {', '.join(map(str, paths))}; "
+            "record runs with scripts/profile_*.sh or pass export paths"
+        )
     sources = [(extra, extra.source(paths)) for extra in extras]
     key = None
     if cache:  # nothing changed since the last report (inputs, tool, options): the folder is kept as it is
-        key = run_cache.report_key(paths, [p for p, _ in found], out_dir,
-                                   {"extras": [type(e).__name__ for e, s in sources if s is not None],
-                                    "ids": [rid for _, rid in found],
-                                    "steps": selection.key()})
+        key = run_cache.report_key(
+            paths,
+            [p for p, _ in found],
+            out_dir,
+            {
+                "extras": [type(e).__name__ for e, s in sources if s is not None],
+                "ids": [rid for _, rid in found],
+                "steps": selection.key(),
+            },
+        )
         kept = run_cache.unchanged_report(out_dir, MARKER, key)
         if kept is not None:
-            print(f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
-                  file=progress or sys.stderr, flush=True)
+            print(
+                f"report: {out_dir} is up to date (same inputs and tool as when it was written); kept as it is",
+                file=progress or sys.stderr,
+                flush=True,
+            )
             return kept
     store = run_cache.RunCache(out_dir, MARKER, options=selection.key()) if cache else None
     try:
-        return _build(paths=paths, found=found, out_dir=out_dir, jobs=jobs, progress=progress, sources=sources,
-                      store=store, key=key, selection=selection)
+        return _build(
+            paths=paths,
+            found=found,
+            out_dir=out_dir,
+            jobs=jobs,
+            progress=progress,
+            sources=sources,
+            store=store,
+            key=key,
+            selection=selection,
+        )
     finally:
         if store is not None:
             store.close()
 
 
-def _build(*, paths, found, out_dir, jobs, progress, sources, store, key, selection) -> tuple[dict, list[str]]:
+def _build(
+    *, paths, found, out_dir, jobs, progress, sources, store, key, selection
+) -> tuple[dict, list[str]]:
     runs, failures = load_runs(found, jobs, progress, selection, cache=store)
     if not runs:
         raise TraceError("no run could be loaded: " + "; ".join(failures))
@@ -418,7 +508,13 @@ def _build(*, paths, found, out_dir, jobs, progress, sources, store, key, select
         for r in runs:
             r.host = hosts.get(r.run_id) if r.run_id else None
             r.hosts_file = listed
-    return write_report(runs, out_dir, failures, progress, extras=[(e, s) for e, s in sources if s is not None],
-                        cache=store, key=key,
-                        jobs=jobs), failures
-
+    return write_report(
+        runs,
+        out_dir,
+        failures,
+        progress,
+        extras=[(e, s) for e, s in sources if s is not None],
+        cache=store,
+        key=key,
+        jobs=jobs,
+    ), failures

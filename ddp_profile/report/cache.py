@@ -74,8 +74,10 @@ def tool_digest() -> bytes:
     from ddp_profile import __version__
 
     h = hashlib.blake2b(digest_size=20)
-    h.update(f"{__version__}|{cache_entry.FORMAT}|{platform.python_version()}|{np.__version__}|{pd.__version__}|"
-             f"{pa.__version__}".encode())
+    h.update(
+        f"{__version__}|{cache_entry.FORMAT}|{platform.python_version()}|{np.__version__}|{pd.__version__}|"
+        f"{pa.__version__}".encode()
+    )
     for src in sorted(PACKAGE.rglob("*.py")):
         h.update(str(src.relative_to(PACKAGE)).encode() + b"\0" + _file_digest(src))
     return h.digest()
@@ -126,8 +128,13 @@ class RunCache:
                 try:
                     result = _load(entry)
                 except (OSError, cache_entry.EntryError) as exc:  # a cache miss, never an error of the report
-                    print(one_line(f"report: cache entry {entry.name} not used ({exc}); analysing that run "
-                                   "again"), file=sys.stderr, flush=True)
+                    print(
+                        one_line(
+                            f"report: cache entry {entry.name} not used ({exc}); analysing that run again"
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     continue
                 self.used[key] = entry
                 return result
@@ -138,10 +145,14 @@ class RunCache:
         if self.staging is None:
             try:
                 self.out_dir.parent.mkdir(parents=True, exist_ok=True)
-                self.staging = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.cache-", dir=self.out_dir.parent))
+                self.staging = Path(
+                    tempfile.mkdtemp(prefix=f".{self.out_dir.name}.cache-", dir=self.out_dir.parent)
+                )
             except OSError as exc:  # e.g. a regular file where a parent folder should be: one line, exit 5
-                raise OutputError(f"{self.out_dir}: cannot write the report there "
-                                  f"({exc.strerror or exc}: {exc.filename or self.out_dir.parent})") from exc
+                raise OutputError(
+                    f"{self.out_dir}: cannot write the report there "
+                    f"({exc.strerror or exc}: {exc.filename or self.out_dir.parent})"
+                ) from exc
         return self.staging / f"{key}{ENTRY_SUFFIX}"
 
     def record(self, key: str, entry: Path) -> None:
@@ -186,9 +197,14 @@ def _load(entry: Path):
     from ddp_profile.analysis.launches import LaunchAnalysis
     from ddp_profile.trace import Trace
 
-    if not (isinstance(result, tuple) and len(result) == 4 and isinstance(result[0], Trace)
-            and isinstance(result[1], Analysis) and isinstance(result[2], (LaunchAnalysis, str, type(None)))
-            and isinstance(result[3], (pd.DataFrame, type(None)))):
+    if not (
+        isinstance(result, tuple)
+        and len(result) == 4
+        and isinstance(result[0], Trace)
+        and isinstance(result[1], Analysis)
+        and isinstance(result[2], (LaunchAnalysis, str, type(None)))
+        and isinstance(result[3], (pd.DataFrame, type(None)))
+    ):
         raise cache_entry.EntryError("not a run's (trace, analysis, launches, host calls)")
     return result
 
@@ -227,8 +243,11 @@ def report_key(paths: list, locations: list, out_dir: Path, options: dict) -> st
     for loc in locations:
         files.update(input_files(Path(loc)))
     h = hashlib.blake2b(tool_digest(), digest_size=20)
-    h.update(json.dumps([str(Path(out_dir).resolve()), [str(x) for x in locations], options],
-                        sort_keys=True, default=str).encode())
+    h.update(
+        json.dumps(
+            [str(Path(out_dir).resolve()), [str(x) for x in locations], options], sort_keys=True, default=str
+        ).encode()
+    )
     for f in sorted(files):
         h.update(os.fsencode(f) + b"\0" + _file_digest(f))
     return h.hexdigest()
@@ -237,8 +256,11 @@ def report_key(paths: list, locations: list, out_dir: Path, options: dict) -> st
 def _manifest(folder: Path) -> dict[str, str]:
     """Every file of a report folder but its hidden ones (the cache, the report marker): relative path ->
     content digest."""
-    return {str(f.relative_to(folder)): _file_digest(f).hex() for f in sorted(folder.rglob("*"))
-            if f.is_file() and not f.relative_to(folder).parts[0].startswith(".")}
+    return {
+        str(f.relative_to(folder)): _file_digest(f).hex()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file() and not f.relative_to(folder).parts[0].startswith(".")
+    }
 
 
 def write_record(folder: Path, key: str, failures: list[str], sizes: dict) -> None:

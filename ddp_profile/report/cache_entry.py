@@ -51,13 +51,19 @@ def _classes() -> dict[str, type]:
 CLASSES = ("Trace", "Analysis", "LaunchAnalysis")
 """The only classes an entry may name (see :func:`_classes`)."""
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
-    "pd.DataFrame": (pd.DataFrame,), "pd.DataFrame|None": (pd.DataFrame, type(None)), "dict": (dict,),
-    "dict|None": (dict, type(None)), "list[str]": (list,), "list[Path]": (list,), "str": (str,),
+    "pd.DataFrame": (pd.DataFrame,),
+    "pd.DataFrame|None": (pd.DataFrame, type(None)),
+    "dict": (dict,),
+    "dict|None": (dict, type(None)),
+    "list[str]": (list,),
+    "list[Path]": (list,),
+    "str": (str,),
 }
 """What a field of those classes must hold, by its annotation (fields annotated otherwise are not checked)."""
 
 
 # ---- writing ----------------------------------------------------------------------------------------------
+
 
 class _Writer:
     def __init__(self) -> None:
@@ -95,7 +101,9 @@ class _Writer:
         declared = {f.name for f in dataclasses.fields(obj)}
         state = {k: v for k, v in vars(obj).items() if k != "_deferred"}
         if not set(state) <= declared:
-            raise EntryError(f"{type(obj).__name__} holds undeclared attributes {sorted(set(state) - declared)}")
+            raise EntryError(
+                f"{type(obj).__name__} holds undeclared attributes {sorted(set(state) - declared)}"
+            )
         return {k: self.value(v) for k, v in state.items()}
 
 
@@ -120,8 +128,9 @@ def _frame_bytes(df: pd.DataFrame) -> bytes:
     if w.frames:
         raise EntryError("a frame nested in a frame's labels or attrs")
     table = pa.Table.from_pandas(data, preserve_index=None)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                           b"ddp_profile": json.dumps(meta).encode()})
+    table = table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), b"ddp_profile": json.dumps(meta).encode()}
+    )
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression=COMPRESSION)) as f:
         f.write_table(table)
@@ -134,8 +143,9 @@ def dumps(value, key: str) -> bytes:
     w = _Writer()
     try:
         tree = w.value(value)
-        text = json.dumps({"format": FORMAT, "key": key, "frames": len(w.frames), "value": tree},
-                          separators=(",", ":"))
+        text = json.dumps(
+            {"format": FORMAT, "key": key, "frames": len(w.frames), "value": tree}, separators=(",", ":")
+        )
     except (TypeError, ValueError, pa.ArrowException) as exc:
         raise EntryError(f"not data the cache stores: {exc}") from exc
     buf = io.BytesIO()
@@ -147,6 +157,7 @@ def dumps(value, key: str) -> bytes:
 
 
 # ---- reading ----------------------------------------------------------------------------------------------
+
 
 class _Reader:
     def __init__(self, frames: list[pd.DataFrame] | None):
@@ -166,10 +177,14 @@ class _Reader:
             if any(k.startswith("$") for k in v):
                 raise EntryError("a '$' key outside a tag")
             return {k: self.value(x) for k, x in v.items()}
-        (tag, body), = v.items()
+        ((tag, body),) = v.items()
         if tag == "$tuple" and isinstance(body, list):
             return tuple(self.value(x) for x in body)
-        if tag == "$map" and isinstance(body, list) and all(isinstance(p, list) and len(p) == 2 for p in body):
+        if (
+            tag == "$map"
+            and isinstance(body, list)
+            and all(isinstance(p, list) and len(p) == 2 for p in body)
+        ):
             out = {}
             for k, x in body:
                 k = self.value(k)
@@ -186,8 +201,13 @@ class _Reader:
             return dtype.type(body[1])
         if tag == "$frame" and type(body) is int and self.frames is not None and 0 <= body < len(self.frames):
             return self.frames[body]
-        if tag == "$obj" and isinstance(body, list) and len(body) == 2 and body[0] in self.classes \
-                and isinstance(body[1], dict):
+        if (
+            tag == "$obj"
+            and isinstance(body, list)
+            and len(body) == 2
+            and body[0] in self.classes
+            and isinstance(body[1], dict)
+        ):
             cls = self.classes[body[0]]
             declared = {f.name for f in dataclasses.fields(cls) if f.init} - {"_deferred"}
             if not set(body[1]) <= declared:
@@ -217,8 +237,11 @@ def _read_frame(data: bytes) -> pd.DataFrame:
     reader = _Reader(None)
     df = table.to_pandas()
     labels = reader.value(meta["labels"])
-    if not isinstance(labels, list) or len(labels) != df.shape[1] or list(df.columns) != \
-            [str(i) for i in range(df.shape[1])]:
+    if (
+        not isinstance(labels, list)
+        or len(labels) != df.shape[1]
+        or list(df.columns) != [str(i) for i in range(df.shape[1])]
+    ):
         raise EntryError("a frame's labels do not match its columns")
     for i in meta["objects"]:
         if type(i) is not int or not 0 <= i < df.shape[1]:
@@ -259,13 +282,26 @@ def _loads(data: bytes, key: str):
                 raise EntryError("an entry's members are not its frames")
             frames = []
             for info in infos[1:]:
-                if info.compress_type != zipfile.ZIP_STORED or PurePosixPath(info.filename).name != info.filename:
+                if (
+                    info.compress_type != zipfile.ZIP_STORED
+                    or PurePosixPath(info.filename).name != info.filename
+                ):
                     raise EntryError(f"member {info.filename!r} is not a stored frame")
                 frames.append(_read_frame(z.read(info)))
             return _Reader(frames).value(doc["value"])
     except EntryError:
         raise
-    except (zipfile.BadZipFile, pa.ArrowException, ValueError, KeyError, TypeError, OverflowError,
-            RecursionError, OSError, MemoryError, EOFError, NotImplementedError) as exc:
+    except (
+        zipfile.BadZipFile,
+        pa.ArrowException,
+        ValueError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        RecursionError,
+        OSError,
+        MemoryError,
+        EOFError,
+        NotImplementedError,
+    ) as exc:
         raise EntryError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
-

@@ -65,16 +65,23 @@ def comparison(runs: list[Run]) -> pd.DataFrame:
     comp["run"] = [r.name for r in runs]  # the run id, unique in the report
     comp["variant"] = [r.meta.get("variant") or "" for r in runs]  # levers / sharding beyond strategy and cap
     # bucket size only where the strategy has buckets (the harness records its default for all)
-    comp["bucket_mb"] = [r.meta.get("bucket_mb") if r.meta else b
-                              for r, b in zip(runs, comp["bucket_mb"], strict=False)]
+    comp["bucket_mb"] = [
+        r.meta.get("bucket_mb") if r.meta else b for r, b in zip(runs, comp["bucket_mb"], strict=False)
+    ]
     steps = [r.analysis.steps for r in runs]
-    comp["step_min_ns"] = [float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps]
-    comp["step_max_ns"] = [float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps]
+    comp["step_min_ns"] = [
+        float(s["step_ns"].min()) if s is not None and len(s) else float("nan") for s in steps
+    ]
+    comp["step_max_ns"] = [
+        float(s["step_ns"].max()) if s is not None and len(s) else float("nan") for s in steps
+    ]
     # hidden-comm share over the same population as the run pages' headline (the selected steps) when the
     # analysis states one; compare_runs pools the whole trace
     pops = [r.analysis.summary() if callable(getattr(r.analysis, "summary", None)) else {} for r in runs]
-    comp["overlap_pct"] = [p.get("overlap_pct") if p.get("population") == "steps" else v
-                           for p, v in zip(pops, comp["overlap_pct"], strict=False)]
+    comp["overlap_pct"] = [
+        p.get("overlap_pct") if p.get("population") == "steps" else v
+        for p, v in zip(pops, comp["overlap_pct"], strict=False)
+    ]
     comp["overlap_pct"] = pd.to_numeric(comp["overlap_pct"], errors="coerce")
     comp["host"] = [getattr(r, "host", None) for r in runs]
     # a 1-GPU run measured against itself names no baseline; the others name theirs and link its page
@@ -106,15 +113,20 @@ def add_run_facts(comp: pd.DataFrame, runs: list[Run]) -> None:
 
     bases = [getattr(r, "rank_basis", None) or measures.ranking_basis([r.meta]) for r in runs]
     comp["rank_basis"] = bases
-    comp["rank_step_ns"] = [measures.rank_ns(r.meta, t, b) for r, t, b in zip(runs, comp["step_ns"], bases,
-                                                                                  strict=True)]
-    spans = [measures.unprofiled_range_ns(r.meta) if b == measures.UNPROFILED else (lo, hi)
-             for r, b, lo, hi in zip(runs, bases, comp["step_min_ns"], comp["step_max_ns"], strict=True)]
+    comp["rank_step_ns"] = [
+        measures.rank_ns(r.meta, t, b) for r, t, b in zip(runs, comp["step_ns"], bases, strict=True)
+    ]
+    spans = [
+        measures.unprofiled_range_ns(r.meta) if b == measures.UNPROFILED else (lo, hi)
+        for r, b, lo, hi in zip(runs, bases, comp["step_min_ns"], comp["step_max_ns"], strict=True)
+    ]
     comp["rank_min_ns"] = [s[0] for s in spans]
     comp["rank_max_ns"] = [s[1] for s in spans]
     # the un-profiled median's confidence interval, where the run JSON has one and the set ranks by it
     nan = (float("nan"), float("nan"))
-    cis = [measures.ci_ns(r.meta) if b == measures.UNPROFILED else nan for r, b in zip(runs, bases, strict=True)]
+    cis = [
+        measures.ci_ns(r.meta) if b == measures.UNPROFILED else nan for r, b in zip(runs, bases, strict=True)
+    ]
     comp["rank_ci_low_ns"] = [c[0] for c in cis]
     comp["rank_ci_high_ns"] = [c[1] for c in cis]
     comp["unprofiled_step_ns"] = [measures.unprofiled_ns(r.meta) for r in runs]
@@ -133,7 +145,9 @@ def group_source(group: Group) -> str:
         steps |= set(s["step"].dropna().astype(int)) if s is not None and len(s) else set()
     meta = dict(group.runs[0].meta)
     ws = {r.meta.get("world_size") for r in group.runs}
-    meta["world_size"] = "/".join(str(w) for w in sorted(ws, key=str)) if len(ws) > 1 else meta.get("world_size")
+    meta["world_size"] = (
+        "/".join(str(w) for w in sorted(ws, key=str)) if len(ws) > 1 else meta.get("world_size")
+    )
     return describe_source(meta, None, steps or None)
 
 
@@ -151,8 +165,15 @@ def one_step_kernels(run: Run, label: str) -> pd.DataFrame:
     else:
         w0 = w1 = 0
     k = k[(k["end_ns"] > w0) & (k["start_ns"] < w1)]
-    return pd.DataFrame({"run": label, "kind": k["kind"], "name": k["name"],
-                         "start_ns": k["start_ns"].astype("int64") - w0, "end_ns": k["end_ns"].astype("int64") - w0})
+    return pd.DataFrame(
+        {
+            "run": label,
+            "kind": k["kind"],
+            "name": k["name"],
+            "start_ns": k["start_ns"].astype("int64") - w0,
+            "end_ns": k["end_ns"].astype("int64") - w0,
+        }
+    )
 
 
 def overlap_runs(runs: list[Run], comp: pd.DataFrame | None = None) -> list[Run]:
@@ -170,8 +191,10 @@ def overlap_runs(runs: list[Run], comp: pd.DataFrame | None = None) -> list[Run]
     rank = [by_page[p] for p in order if p in by_page]
     if not rank:
         return multi[:2]
-    stock = sorted((r for r in multi if r.meta.get("strategy") == "torch_ddp" and not r.meta.get("variant")),
-                   key=lambda r: (abs(float(r.meta.get("bucket_mb") or 25.0) - 25.0), r.page))
+    stock = sorted(
+        (r for r in multi if r.meta.get("strategy") == "torch_ddp" and not r.meta.get("variant")),
+        key=lambda r: (abs(float(r.meta.get("bucket_mb") or 25.0) - 25.0), r.page),
+    )
     ref = stock[0] if stock else rank[-1]
     other = next((r for r in rank if r is not ref), None)
     return [ref] + ([other] if other is not None else [])
@@ -187,11 +210,16 @@ def overlap_caption(picked: list[Run], comp: pd.DataFrame) -> str:
     order = list(ranked(comp)["page"])
     ref = picked[0]
     stock = ref.meta.get("strategy") == "torch_ddp" and not ref.meta.get("variant")
-    text = f"Shown: {run_label(ref.meta)}, " + ("the stock reference (PyTorch DDP without levers)" if stock
-                                               else "the slowest configuration (no stock torch_ddp run here)")
+    text = f"Shown: {run_label(ref.meta)}, " + (
+        "the stock reference (PyTorch DDP without levers)"
+        if stock
+        else "the slowest configuration (no stock torch_ddp run here)"
+    )
     if len(picked) > 1:
         fastest = bool(order) and picked[1].page == order[0]
         text += f", and {run_label(picked[1].meta)}, " + (
-            "the fastest of the set by its ranking" if fastest else
-            "the runner-up (the reference is the fastest of the set by its ranking)")
+            "the fastest of the set by its ranking"
+            if fastest
+            else "the runner-up (the reference is the fastest of the set by its ranking)"
+        )
     return text + "."

@@ -29,7 +29,8 @@ def read_hosts(root: Path) -> dict[str, str]:
             continue
         parts = line.split(None, 1)
         if len(parts) != 2:
-            raise TraceError(f"{path}:{i}: expected '<run folder> <host label>', got {line!r}; fix or delete "
-                             "the line")
+            raise TraceError(
+                f"{path}:{i}: expected '<run folder> <host label>', got {line!r}; fix or delete the line"
+            )
         out[parts[0].strip("/")] = parts[1].strip()
     return out

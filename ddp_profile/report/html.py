@@ -28,14 +28,21 @@ PLOTLY_JS = "plotly.min.js"
 def script_json(obj) -> str:
     """JSON safe to place inside <script>: no '</script>', no '<!--', no JS line separators."""
     text = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    for ch, rep in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"),
-                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for ch, rep in (
+        ("&", "\\u0026"),
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(ch, rep)
     return text
 
 
 def esc(value) -> str:
-    return html.escape("–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value))
+    return html.escape(
+        "–" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+    )
 
 
 def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None, lazy: bool = False) -> str:
@@ -47,8 +54,10 @@ def figure_div(fig, div_id: str, extra_js: str = "", alt: str | None = None, laz
     if alt is None:
         title = ((spec.get("layout") or {}).get("title") or {}).get("text") or div_id
         alt = html.unescape(re.sub(r"<[^>]+>", " ", str(title))).strip()
-    call = (f'Plotly.newPlot("{div_id}",{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
-            f'{script_json(PLOT_CONFIG)});{extra_js}')
+    call = (
+        f'Plotly.newPlot("{div_id}",{script_json(spec.get("data", []))},{script_json(spec.get("layout", {}))},'
+        f"{script_json(PLOT_CONFIG)});{extra_js}"
+    )
     wait = ""
     if lazy:
         call = f'ddpLater("{div_id}",function(){{{call}}});'
@@ -72,9 +81,16 @@ if(f)ddpDrawLazy(e.target,f);}});}},{{rootMargin:'200px 0px'}});ddpLater.io.obse
 
 # Every figure the project writes: nothing offers to send data anywhere (no cloud / Chart Studio buttons,
 # no plotly logo link), and the mouse wheel scrolls the page instead of zooming (drag to zoom).
-PLOT_CONFIG = {"responsive": True, "displaylogo": False, "scrollZoom": False, "showSendToCloud": False,
-               "showEditInChartStudio": False, "showLink": False, "sendData": False,
-               "modeBarButtonsToRemove": ["sendDataToCloud", "editInChartStudio"]}
+PLOT_CONFIG = {
+    "responsive": True,
+    "displaylogo": False,
+    "scrollZoom": False,
+    "showSendToCloud": False,
+    "showEditInChartStudio": False,
+    "showLink": False,
+    "sendData": False,
+    "modeBarButtonsToRemove": ["sendDataToCloud", "editInChartStudio"],
+}
 
 
 def _csv_href(df: pd.DataFrame) -> str:
@@ -112,7 +128,9 @@ NUMBER_UNIT = re.compile(r"^([+\u2212-]?[\d,.]+) (ms|µs|%|KiB|MiB|GiB|GB/s)$")
 """A table cell that is one number and its unit (the findings' text cells): its space becomes no-break."""
 
 
-def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None, fold: bool = True) -> str:
+def table(
+    df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None, fold: bool = True
+) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
     offline). The first ``max_rows`` rows are shown (the note says so when cut). ``links``: {column:
@@ -126,8 +144,10 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
         label, definition = header(str(c))
         tip = f" title='{esc(definition)}'" if definition else ""
         # a text column's header sits left, over its cells (numbers and their headers sit right)
-        words = not any(isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
-                        for v in df[c].head(max_rows))
+        words = not any(
+            isinstance(display_value(str(c), v), (int, float)) and not isinstance(v, bool)
+            for v in df[c].head(max_rows)
+        )
         cls = " class='txt'" if words else ""
         if not words:
             numeric.add(str(c))
@@ -143,7 +163,9 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
             raw = str(cell_text(c, v))
             # a number with its unit as text ('369.297 ms', '+4.9 %') never breaks between the two
             text = esc(NUMBER_UNIT.sub("\\1\u00a0\\2", raw) if not key else raw)
-            link = c in hrefs and not missing(hrefs[c][i])  # no page (None, or NaN in a string column): no link
+            link = c in hrefs and not missing(
+                hrefs[c][i]
+            )  # no page (None, or NaN in a string column): no link
             if link:
                 text = f"<a href='{esc(hrefs[c][i])}'>{text}</a>"
             # a long unbroken text (a kernel name) may wrap anywhere; so may a text with a word longer than
@@ -162,8 +184,10 @@ def table(df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | Non
     note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
     name = re.sub(r"[^A-Za-z0-9]+", "-", caption).strip("-")[:60].lower() or "table"
     csv = f"<a class='csv' download='{esc(name)}.csv' href='{esc(_csv_href(df))}'>CSV</a>"
-    grid = (f"<div class='scroll'><table class='sortable'><caption class='sr'>{esc(caption)}</caption>"
-            f"<thead><tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}")
+    grid = (
+        f"<div class='scroll'><table class='sortable'><caption class='sr'>{esc(caption)}</caption>"
+        f"<thead><tr>{''.join(heads)}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
+    )
     if fold and len(df) > 25:  # long tables fold away so the figures stay on the first screens
         return f"<details><summary><h3>{esc(caption)} ({len(df)} rows)</h3></summary>{csv}{grid}</details>"
     return f"<h3>{esc(caption)} {csv}</h3>{grid}"
@@ -184,16 +208,24 @@ th.addEventListener('click',go);th.addEventListener('keydown',function(e){if(e.k
 
 
 def run_links(runs: list[Run]) -> str:
-    return "<h2>Runs</h2><ul>" + "".join(f"<li><a href='{esc(r.page)}'>{esc(r.name)}</a></li>"
-                                         for r in runs) + "</ul>"
+    return (
+        "<h2>Runs</h2><ul>"
+        + "".join(f"<li><a href='{esc(r.page)}'>{esc(r.name)}</a></li>" for r in runs)
+        + "</ul>"
+    )
 
 
 def nav(crumbs) -> str:
     """Breadcrumbs: [(label, href or None)], always starting at the index."""
     items = [("All runs", "index.html")] + list(crumbs or [])
-    return ("<nav aria-label='breadcrumb' class='crumbs'>" + " › ".join(
-        f"<a href='{esc(h)}'>{esc(lbl)}</a>" if h else f"<span aria-current='page'>{esc(lbl)}</span>"
-        for lbl, h in items) + "</nav>")
+    return (
+        "<nav aria-label='breadcrumb' class='crumbs'>"
+        + " › ".join(
+            f"<a href='{esc(h)}'>{esc(lbl)}</a>" if h else f"<span aria-current='page'>{esc(lbl)}</span>"
+            for lbl, h in items
+        )
+        + "</nav>"
+    )
 
 
 def page(title: str, body: str, subtitle: str = "", crumbs=None, verdict: str = "", glossary=()) -> str:

@@ -83,7 +83,9 @@ NO_STOCK = "no stock run in the set"
 """A timing set's best configuration against stock DDP when the set timed no stock torch_ddp run."""
 
 
-def versus(a_ns: float, a_ci: tuple[float, float], b_ns: float, b_ci: tuple[float, float]) -> tuple[str, bool]:
+def versus(
+    a_ns: float, a_ci: tuple[float, float], b_ns: float, b_ci: tuple[float, float]
+) -> tuple[str, bool]:
     """(word, established) for step time ``a`` against ``b``: with both intervals known, FASTER / SLOWER when
     they do not overlap (established) and WITHIN_NOISE when they do; with an interval missing, the medians'
     order (FASTER / SLOWER / SAME) and established False (the spread is unknown). ("n/a", False) when a
@@ -128,8 +130,10 @@ def peak_bytes(meta: dict | None, column: str) -> float:
 def basis_text(basis: str) -> str:
     """What a ranking by ``basis`` means, for a verdict."""
     if basis == UNPROFILED:
-        return ("un-profiled step time (median of the harness's CUDA-event timings of the same configuration "
-                "without nsys; every run here has one)")
+        return (
+            "un-profiled step time (median of the harness's CUDA-event timings of the same configuration "
+            "without nsys; every run here has one)"
+        )
     return "profiled step time (the trace's median over ranks and profiled steps)"
 
 

@@ -34,7 +34,11 @@ def trace_events(trace, analysis) -> dict:
     """``{"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}`` for a loaded trace and its
     analysis (``analysis`` may be None: kernels only, no NCCL wait/transfer, no NVTX phases)."""
     meta, cols, phase_events, other = _parts(trace, analysis)
-    return {"traceEvents": meta + _kernel_events(cols) + phase_events, "displayTimeUnit": "ms", "otherData": other}
+    return {
+        "traceEvents": meta + _kernel_events(cols) + phase_events,
+        "displayTimeUnit": "ms",
+        "otherData": other,
+    }
 
 
 def trace_json(trace, analysis) -> str:
@@ -56,9 +60,15 @@ def _parts(trace, analysis):
     """(metadata events, kernel columns, phase events, otherData) of :func:`trace_events`."""
     k = trace.kernels.dropna(subset=["rank", "start_ns", "end_ns"])
     phases = getattr(analysis, "phases", None)
-    phases = phases if phases is not None else pd.DataFrame(columns=["rank", "step", "phase", "start_ns", "end_ns"])
-    ph = phases.assign(hs=phases.get("host_start_ns", phases["start_ns"]).fillna(phases["start_ns"]),
-                       he=phases.get("host_end_ns", phases["end_ns"]).fillna(phases["end_ns"]))
+    phases = (
+        phases
+        if phases is not None
+        else pd.DataFrame(columns=["rank", "step", "phase", "start_ns", "end_ns"])
+    )
+    ph = phases.assign(
+        hs=phases.get("host_start_ns", phases["start_ns"]).fillna(phases["start_ns"]),
+        he=phases.get("host_end_ns", phases["end_ns"]).fillna(phases["end_ns"]),
+    )
     ph = ph.dropna(subset=["rank", "hs", "he"])
     inferred = phases_inferred(analysis) if analysis is not None else False
     if len(ph):  # the user's own NVTX names, or "forward (inferred)" for inferred phases
@@ -70,43 +80,75 @@ def _parts(trace, analysis):
     ranks = sorted(set(k["rank"].astype(int)) | set(ph["rank"].astype(int)))
     tids = {}
     for r in ranks:
-        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_name", "args": {"name": f"rank {r}"}})
-        events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_sort_index", "args": {"sort_index": r}})
+        events.append(
+            {"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_name", "args": {"name": f"rank {r}"}}
+        )
+        events.append(
+            {"ph": "M", "pid": r, "tid": HOST_TID, "name": "process_sort_index", "args": {"sort_index": r}}
+        )
         host = "host (inferred steps and phases)" if inferred else "host (NVTX)"
         events.append({"ph": "M", "pid": r, "tid": HOST_TID, "name": "thread_name", "args": {"name": host}})
-        mine = k[k["rank"] == r][["device", "stream"]].drop_duplicates().astype("int64").sort_values(["device", "stream"])
+        mine = (
+            k[k["rank"] == r][["device", "stream"]]
+            .drop_duplicates()
+            .astype("int64")
+            .sort_values(["device", "stream"])
+        )
         multi = mine["device"].nunique() > 1
         for i, (dev, stream) in enumerate(mine.itertuples(index=False), start=1):
             tids[(r, dev, stream)] = i
             name = (f"dev {dev} " if multi else "") + f"stream {stream}"
             events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_name", "args": {"name": name}})
-            events.append({"ph": "M", "pid": r, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}})
+            events.append(
+                {"ph": "M", "pid": r, "tid": i, "name": "thread_sort_index", "args": {"sort_index": i}}
+            )
     cols = _kernel_columns(k, getattr(analysis, "collectives", None), tids, t0)
-    other = {"generator": "ddp-profile", "time_origin_ns": int(t0),
-             "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream"}
+    other = {
+        "generator": "ddp-profile",
+        "time_origin_ns": int(t0),
+        "note": "ts/dur in µs since time_origin_ns; pid = rank, one thread per CUDA stream",
+    }
     return events, cols, _phase_events(ph, t0, inferred), other
 
 
 def _kernel_columns(k: pd.DataFrame, collectives, tids: dict, t0: float) -> dict:
     """The kernel events' fields as columns (lists), rows in (rank, device, stream, start) order."""
-    k = k.assign(rank=k["rank"].astype("int64"), device=k["device"].astype("int64"),
-                 stream=k["stream"].astype("int64"), start_ns=k["start_ns"].astype("int64"))
+    k = k.assign(
+        rank=k["rank"].astype("int64"),
+        device=k["device"].astype("int64"),
+        stream=k["stream"].astype("int64"),
+        start_ns=k["start_ns"].astype("int64"),
+    )
     k = k.sort_values(["rank", "device", "stream", "start_ns"], kind="stable")
     c = None
     if collectives is not None and len(collectives):
-        c = collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns", "step"]].dropna(
-            subset=["rank", "start_ns"]).astype({"rank": "int64", "start_ns": "int64"})
+        c = (
+            collectives[["rank", "start_ns", "bucket", "bytes", "wait_ns", "transfer_ns", "step"]]
+            .dropna(subset=["rank", "start_ns"])
+            .astype({"rank": "int64", "start_ns": "int64"})
+        )
         c = c.drop_duplicates(["rank", "start_ns"]).rename(columns={"bytes": "c_bytes"})
         k = k.merge(c, on=["rank", "start_ns"], how="left")
     ts = _us(k["start_ns"], t0).tolist()
     dur = np.maximum(_us(k["end_ns"], 0) - _us(k["start_ns"], 0), 0).round(3).tolist()
     tid = [tids[key] for key in zip(k["rank"], k["device"], k["stream"], strict=False)]
-    names, kinds, ranks = k["name"].astype("object").fillna("?").tolist(), k["kind"].astype("object").tolist(), k["rank"].tolist()
+    names, kinds, ranks = (
+        k["name"].astype("object").fillna("?").tolist(),
+        k["kind"].astype("object").tolist(),
+        k["rank"].tolist(),
+    )
     nccl = (k["kind"] == "nccl").to_numpy()
     extra = {}
     if nccl.any():
-        for col, key in (("collective", "collective"), ("dtype", "dtype"), ("bucket", "bucket"), ("step", "step"),
-                         ("c_bytes", "bytes"), ("wait_ns", "wait_ns"), ("transfer_ns", "transfer_ns")):
+        for col, key in (
+            ("collective", "collective"),
+            ("dtype", "dtype"),
+            ("bucket", "bucket"),
+            ("step", "step"),
+            ("c_bytes", "bytes"),
+            ("wait_ns", "wait_ns"),
+            ("transfer_ns", "transfer_ns"),
+        ):
             if col in k:
                 extra[key] = k[col].astype("object").tolist()
         if "bytes" not in extra or "c_bytes" not in k:
@@ -114,8 +156,16 @@ def _kernel_columns(k: pd.DataFrame, collectives, tids: dict, t0: float) -> dict
         else:
             own = k["bytes"].astype("object").tolist()
             extra["bytes"] = [v if not _missing(v) else o for v, o in zip(extra["bytes"], own, strict=False)]
-    return {"ts": ts, "dur": dur, "tid": tid, "name": names, "kind": kinds, "pid": ranks, "nccl": nccl,
-            "extra": extra}
+    return {
+        "ts": ts,
+        "dur": dur,
+        "tid": tid,
+        "name": names,
+        "kind": kinds,
+        "pid": ranks,
+        "nccl": nccl,
+        "extra": extra,
+    }
 
 
 def _kernel_events(cols: dict) -> list[dict]:
@@ -126,8 +176,18 @@ def _kernel_events(cols: dict) -> list[dict]:
         args = {"kind": kinds[i]}
         if nccl[i]:
             args.update({key: _plain(vals[i]) for key, vals in extra.items() if not _missing(vals[i])})
-        out.append({"ph": "X", "pid": ranks[i], "tid": tid[i], "ts": ts[i], "dur": dur[i], "name": names[i],
-                    "cat": kinds[i], "args": args})
+        out.append(
+            {
+                "ph": "X",
+                "pid": ranks[i],
+                "tid": tid[i],
+                "ts": ts[i],
+                "dur": dur[i],
+                "name": names[i],
+                "cat": kinds[i],
+                "args": args,
+            }
+        )
     return out
 
 
@@ -139,11 +199,22 @@ def _kernel_json(cols: dict) -> str:
     if n == 0:
         return ""
     kind = _words(cols["kind"])
-    parts = [repeat('{"ph":"X","pid":'), np.asarray(cols["pid"], dtype=np.int64).astype(str).tolist(),
-             repeat(',"tid":'), np.asarray(cols["tid"], dtype=np.int64).astype(str).tolist(),
-             repeat(',"ts":'), _floats(cols["ts"]), repeat(',"dur":'), _floats(cols["dur"]),
-             repeat(',"name":'), _words(cols["name"]), repeat(',"cat":'), kind,
-             repeat(',"args":{"kind":'), kind]
+    parts = [
+        repeat('{"ph":"X","pid":'),
+        np.asarray(cols["pid"], dtype=np.int64).astype(str).tolist(),
+        repeat(',"tid":'),
+        np.asarray(cols["tid"], dtype=np.int64).astype(str).tolist(),
+        repeat(',"ts":'),
+        _floats(cols["ts"]),
+        repeat(',"dur":'),
+        _floats(cols["dur"]),
+        repeat(',"name":'),
+        _words(cols["name"]),
+        repeat(',"cat":'),
+        kind,
+        repeat(',"args":{"kind":'),
+        kind,
+    ]
     nccl = np.asarray(cols["nccl"], dtype=bool)
     for key, vals in cols["extra"].items():
         toks = np.full(n, "", dtype=object)
@@ -196,9 +267,18 @@ def _phase_events(ph: pd.DataFrame, t0: float, inferred: bool = False) -> list[d
         else:
             name = str(label).removeprefix("NVTX ") if isinstance(label, str) else str(row.phase)
         args = {"step": int(row.step)} if not _missing(row.step) else {}
-        out.append({"ph": "X", "pid": int(row.rank), "tid": HOST_TID, "ts": float(ts[i]),
-                    "dur": float(max(end[i] - ts[i], 0.0)), "name": name, "cat": "inferred" if inferred else "nvtx",
-                    "args": args})
+        out.append(
+            {
+                "ph": "X",
+                "pid": int(row.rank),
+                "tid": HOST_TID,
+                "ts": float(ts[i]),
+                "dur": float(max(end[i] - ts[i], 0.0)),
+                "name": name,
+                "cat": "inferred" if inferred else "nvtx",
+                "args": args,
+            }
+        )
     return out
 
 
@@ -233,9 +313,13 @@ def link_html(run, esc) -> str:
     name = file_name(run.page)
     if fits_in_report(run.trace):
         phases = "phases per rank, inferred" if phases_inferred(run.analysis) else "NVTX phases per rank"
-        return (f"<p>Open in Perfetto: download <a href='{esc(name)}' download>{esc(name)}</a> and drop it on "
-                f"ui.perfetto.dev (every kernel, one track per rank × stream, {phases}; the file "
-                "stays on your machine, Perfetto's UI runs in the browser).</p>")
-    return ("<p class='note'>Open in Perfetto: this run is too large to write its trace beside the page "
-            f"(over {REPORT_LIMIT_BYTES // 1_000_000} MB); make it with <code>ddp-profile export --format perfetto "
-            f"RUN -o {esc(name)}</code> and drop the file on ui.perfetto.dev.</p>")
+        return (
+            f"<p>Open in Perfetto: download <a href='{esc(name)}' download>{esc(name)}</a> and drop it on "
+            f"ui.perfetto.dev (every kernel, one track per rank × stream, {phases}; the file "
+            "stays on your machine, Perfetto's UI runs in the browser).</p>"
+        )
+    return (
+        "<p class='note'>Open in Perfetto: this run is too large to write its trace beside the page "
+        f"(over {REPORT_LIMIT_BYTES // 1_000_000} MB); make it with <code>ddp-profile export --format perfetto "
+        f"RUN -o {esc(name)}</code> and drop the file on ui.perfetto.dev.</p>"
+    )

@@ -32,10 +32,16 @@ def answer_block(run: Run) -> str:
     a = run.analysis
     lines = verdict_lines(verdict_of(a))
     items = "".join(f"<li>{esc(x.strip().removeprefix('- '))}</li>" for x in lines if x.startswith("  - "))
-    head = ("<h2>What to change</h2><p>Rules that apply to this trace, from its measured parts, largest expected "
+    head = (
+        (
+            "<h2>What to change</h2><p>Rules that apply to this trace, from its measured parts, largest expected "
             "gain first: each with its expected gain per step for the job without the profiler, its upper bound, "
             "the spread over steps and how the rule fared in the what-if ledger "
-            f"(re-runs with the change applied):</p><ul class='advice'>{items}</ul>") if items else ""
+            f"(re-runs with the change applied):</p><ul class='advice'>{items}</ul>"
+        )
+        if items
+        else ""
+    )
     ranks = rank_summary(a)
     differ = per_rank_of(a)
     block = ""
@@ -43,8 +49,10 @@ def answer_block(run: Run) -> str:
         note = ""
         if differ:
             names = ", ".join(header(k)[0] for k in sorted(differ))  # the columns' labels, not their keys
-            note = (f"<p class='note'>Ranks differ by more than 2× in {esc(names)}: read these per-rank values, "
-                    "not the pooled medians of the headline.</p>")
+            note = (
+                f"<p class='note'>Ranks differ by more than 2× in {esc(names)}: read these per-rank values, "
+                "not the pooled medians of the headline.</p>"
+            )
         block = table(ranks, "Per rank (medians over each rank's steps)") + note
     return head + block
 
@@ -55,16 +63,26 @@ def critical_path_block(run: Run) -> str:
     if cp is None:
         return ""
     cp = cp.rename(columns={"idle_ns": "rest_ns"})  # not the step table's idle_ns: what the other parts leave
-    return ("<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its time went "
-            "over the step's span (from the end of that rank's previous step to the end of this one: the "
-            "iteration as the training loop sees it); its parts add up to the step span. The verdict's "
-            f"shares divide this table's median step span, {fmt_ms(cp['span_ns'].median())}; the headline's step "
-            "time is the GPU window alone, without the idle before it.</p>"
-            + table(cp, "Critical path per step", max_rows=64))
+    return (
+        "<h2>Critical path</h2><p>Per step, the rank whose work ends the step and where its time went "
+        "over the step's span (from the end of that rank's previous step to the end of this one: the "
+        "iteration as the training loop sees it); its parts add up to the step span. The verdict's "
+        f"shares divide this table's median step span, {fmt_ms(cp['span_ns'].median())}; the headline's step "
+        "time is the GPU window alone, without the idle before it.</p>"
+        + table(cp, "Critical path per step", max_rows=64)
+    )
 
 
-KIND_PARTS = ("comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns", "forward_ns", "backward_ns",
-              "optimizer_ns", "after_backward_ns")
+KIND_PARTS = (
+    "comm_ns",
+    "exposed_comm_ns",
+    "wait_ns",
+    "exposed_wait_ns",
+    "forward_ns",
+    "backward_ns",
+    "optimizer_ns",
+    "after_backward_ns",
+)
 
 
 def comm_kinds_table(comm_kinds: pd.DataFrame | None) -> pd.DataFrame:
@@ -85,12 +103,14 @@ def comm_kinds_block(run: Run) -> str:
     df = comm_kinds_table(getattr(run.analysis, "comm_kinds", None))
     if not len(df):
         return ""
-    return ("<h2>Communication by collective kind and phase</h2><p>NCCL time per collective kind, split by "
-            "the phase whose GPU window it runs in (after backward: after the step's last backward kernel); "
-            "each column is its own median over rank × step, so the phase columns need not add up to the "
-            "comm column: a median of parts is not a part of the median, NCCL time between phase windows falls "
-            "in none of them, and with micro-steps one phase's window may hold another phase's kernels.</p>"
-            + table(df, "Communication by collective kind × phase (separate medians, not a breakdown)"))
+    return (
+        "<h2>Communication by collective kind and phase</h2><p>NCCL time per collective kind, split by "
+        "the phase whose GPU window it runs in (after backward: after the step's last backward kernel); "
+        "each column is its own median over rank × step, so the phase columns need not add up to the "
+        "comm column: a median of parts is not a part of the median, NCCL time between phase windows falls "
+        "in none of them, and with micro-steps one phase's window may hold another phase's kernels.</p>"
+        + table(df, "Communication by collective kind × phase (separate medians, not a breakdown)")
+    )
 
 
 def memory_table(run: Run) -> pd.DataFrame:
@@ -122,7 +142,16 @@ def memory_block(run: Run) -> str:
     if not len(df):
         return ""
     recorded = any(c in df for c in ("peak_allocated_bytes", "peak_reserved_bytes"))
-    why = "" if recorded else (" The run JSON records no peak memory for this run (the harness writes it; "
-                               "an own job's trace holds only each GPU's size).")
-    return "<h2>Memory per GPU</h2>" + table(df, "GPU, its memory and the run JSON's peaks, per rank") + (f"<p class='note'>{esc(why.strip())}</p>"
-                                                                       if why else "")
+    why = (
+        ""
+        if recorded
+        else (
+            " The run JSON records no peak memory for this run (the harness writes it; "
+            "an own job's trace holds only each GPU's size)."
+        )
+    )
+    return (
+        "<h2>Memory per GPU</h2>"
+        + table(df, "GPU, its memory and the run JSON's peaks, per rank")
+        + (f"<p class='note'>{esc(why.strip())}</p>" if why else "")
+    )

@@ -116,6 +116,7 @@ class Group:
 
 # ---- discovery ------------------------------------------------------------------------------------------
 
+
 def _is_trace(p: Path) -> bool:
     return p.is_file() and p.name.endswith(EXPORT_SUFFIXES)
 
@@ -171,17 +172,23 @@ def _runs_of_folder(folder: Path, rid: str, split_jobs: bool, notes: list | None
         return [(folder, rid)]
     listed = "; ".join(", ".join(f.name for f in g) for g in groups)
     if any(len(g) > 1 for g in groups):
-        raise TraceError(f"{folder}: its exports are of {len(groups)} jobs whose captures do not overlap in time "
-                         f"({listed}); put each job's files in a folder of its own, or pass --folder-is-one-job "
-                         "to report the folder as one job")
+        raise TraceError(
+            f"{folder}: its exports are of {len(groups)} jobs whose captures do not overlap in time "
+            f"({listed}); put each job's files in a folder of its own, or pass --folder-is-one-job "
+            "to report the folder as one job"
+        )
     if notes is not None:
-        notes.append(f"{folder}: {len(groups)} exports whose captures do not overlap in time, reported as "
-                     f"{len(groups)} runs ({listed}); pass --folder-is-one-job to report them as one job's "
-                     "per-rank files")
+        notes.append(
+            f"{folder}: {len(groups)} exports whose captures do not overlap in time, reported as "
+            f"{len(groups)} runs ({listed}); pass --folder-is-one-job to report them as one job's "
+            "per-rank files"
+        )
     return [(g[0], export_stem(g[0])) for g in groups]
 
 
-def discover_runs(paths: list, *, split_jobs: bool = True, notes: list | None = None) -> list[tuple[Path, str]]:
+def discover_runs(
+    paths: list, *, split_jobs: bool = True, notes: list | None = None
+) -> list[tuple[Path, str]]:
     """(location, run id) per run: a trace file, a run folder (holds exports), or any folder whose
     sub-folders (at any depth) hold run folders. Sorted by id within each passed folder; ids unique. A
     folder's exports are one run (per-rank files of one job) unless their captures do not overlap in time
@@ -190,12 +197,16 @@ def discover_runs(paths: list, *, split_jobs: bool = True, notes: list | None = 
     found: list[tuple[Path, str]] = []
     for p in map(Path, paths):
         if not p.exists():
-            raise TraceError(f"{p}: no such file or folder; pass a run folder, an nsys SQLite export or traces/")
+            raise TraceError(
+                f"{p}: no such file or folder; pass a run folder, an nsys SQLite export or traces/"
+            )
         if p.is_file():
             if not _is_trace(p):
-                hint = (f"convert it with `nsys export --type sqlite -o {p.stem}.sqlite {p}`"
-                        if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm") else
-                        "pass a file made by `nsys export --type sqlite` (plain or compressed with xz or gzip)")
+                hint = (
+                    f"convert it with `nsys export --type sqlite -o {p.stem}.sqlite {p}`"
+                    if p.suffix in (".nsys-rep", ".qdrep", ".qdstrm")
+                    else "pass a file made by `nsys export --type sqlite` (plain or compressed with xz or gzip)"
+                )
                 raise TraceError(f"{p}: not an nsys SQLite export (*{', *'.join(EXPORT_SUFFIXES)}); {hint}")
             found.append((p, export_stem(p)))
         elif _holds_traces(p):
@@ -234,9 +245,15 @@ def normalise_meta(meta: dict) -> dict:
     cfg = m.get("config")
     if not isinstance(cfg, dict):
         cfg = {}
-    for key, alts in (("run_name", ("run_name", "run", "name")), ("strategy", ("strategy",)),
-                      ("model", ("model",)), ("dtype", ("dtype",)), ("world_size", ("world_size",)),
-                      ("bucket_mb", ("bucket_mb",)), ("gpu_name", ("gpu_name",))):
+    for key, alts in (
+        ("run_name", ("run_name", "run", "name")),
+        ("strategy", ("strategy",)),
+        ("model", ("model",)),
+        ("dtype", ("dtype",)),
+        ("world_size", ("world_size",)),
+        ("bucket_mb", ("bucket_mb",)),
+        ("gpu_name", ("gpu_name",)),
+    ):
         if m.get(key) is None:
             for src in (m, cfg):
                 v = next((src.get(a) for a in alts if src.get(a) is not None), None)
@@ -294,12 +311,13 @@ def run_variant(run_name: str, strategy: str) -> str:
     head = run_name.rsplit("_", 3)[0] if run_name.count("_") >= 3 else run_name
     if not strategy or not head.startswith(strategy):
         return ""
-    rest = re.sub(r"^-[0-9.]+mb", "", head[len(strategy):])
+    rest = re.sub(r"^-[0-9.]+mb", "", head[len(strategy) :])
     parts = [p for p in re.split(r"-|(?=\+)", rest) if p]
     return ", ".join(parts)
 
 
 # ---- grouping -------------------------------------------------------------------------------------------
+
 
 def _ws(run: Run) -> int:
     return int(run.meta["world_size"])
@@ -308,8 +326,12 @@ def _ws(run: Run) -> int:
 def strategy_key(run: Run) -> tuple:
     s = str(run.meta.get("strategy"))
     mb = run.meta.get("bucket_mb")
-    return (STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else len(STRATEGY_ORDER), s,
-            float(mb) if mb is not None else 0.0, _ws(run))
+    return (
+        STRATEGY_ORDER.index(s) if s in STRATEGY_ORDER else len(STRATEGY_ORDER),
+        s,
+        float(mb) if mb is not None else 0.0,
+        _ws(run),
+    )
 
 
 def baseline_for(run: Run, pool: list[Run]) -> Run | None:
@@ -317,14 +339,20 @@ def baseline_for(run: Run, pool: list[Run]) -> Run | None:
     uses. Among the 1-GPU runs of the same folder, model, dtype and GPU: the one of the same strategy and
     bucket cap (weak scaling of that strategy), else the ``none`` run, else the first in strategy order.
     None when there is no such run."""
+
     def key(r):
         m = r.meta
         return (r.folder, m.get("model"), m.get("dtype"), m.get("gpu_name"))
 
-    ones = sorted((r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"),
-                  key=strategy_key)
-    same = [r for r in ones if (r.meta.get("strategy"), r.meta.get("bucket_mb"))
-            == (run.meta.get("strategy"), run.meta.get("bucket_mb"))]
+    ones = sorted(
+        (r for r in pool if key(r) == key(run) and str(r.meta.get("world_size")) == "1"), key=strategy_key
+    )
+    same = [
+        r
+        for r in ones
+        if (r.meta.get("strategy"), r.meta.get("bucket_mb"))
+        == (run.meta.get("strategy"), run.meta.get("bucket_mb"))
+    ]
     found = same or [r for r in ones if r.meta.get("strategy") == "none"] or ones
     return found[0] if found else None
 
@@ -345,38 +373,78 @@ def group_runs(runs: list[Run]) -> list[Group]:
     """
     groups = []
     usable = [r for r in runs if r.meta.get("strategy") and r.meta.get("world_size")]
-    keys = dict.fromkeys((r.folder, r.meta.get("model"), r.meta.get("dtype"), r.meta.get("gpu_name"))
-                         for r in usable)
+    keys = dict.fromkeys(
+        (r.folder, r.meta.get("model"), r.meta.get("dtype"), r.meta.get("gpu_name")) for r in usable
+    )
     for key in keys:
         folder, model, dtype, gpu = key
-        same = sorted((r for r in usable if (r.folder, r.meta.get("model"), r.meta.get("dtype"),
-                                             r.meta.get("gpu_name")) == key), key=strategy_key)
+        same = sorted(
+            (
+                r
+                for r in usable
+                if (r.folder, r.meta.get("model"), r.meta.get("dtype"), r.meta.get("gpu_name")) == key
+            ),
+            key=strategy_key,
+        )
         ones = [r for r in same if _ws(r) == 1]
         base = [r for r in ones if r.meta["strategy"] == "none"][:1] or ones[:1]
         hw = _hw_text(folder, model, dtype, gpu)
         for ws in sorted({_ws(r) for r in same} - {1}):
             at = [r for r in same if _ws(r) == ws]
             # lever variants of one strategy (torch_ddp stock vs -ch9-hiprio) are configurations too
-            if len({(r.meta["strategy"], r.meta.get("bucket_mb"), r.meta.get("variant") or "")
-                    for r in at}) >= 2:
-                groups.append(Group("strategies", f"{hw} · {ws} GPUs", base + at,
-                                    group_page_name("strategies", folder, model, dtype, gpu, ws), folder))
-            sweep = [r for r in at if r.meta["strategy"] == "bucketed" and r.meta.get("bucket_mb") is not None
-                     and not r.meta.get("variant")]
+            if (
+                len({(r.meta["strategy"], r.meta.get("bucket_mb"), r.meta.get("variant") or "") for r in at})
+                >= 2
+            ):
+                groups.append(
+                    Group(
+                        "strategies",
+                        f"{hw} · {ws} GPUs",
+                        base + at,
+                        group_page_name("strategies", folder, model, dtype, gpu, ws),
+                        folder,
+                    )
+                )
+            sweep = [
+                r
+                for r in at
+                if r.meta["strategy"] == "bucketed"
+                and r.meta.get("bucket_mb") is not None
+                and not r.meta.get("variant")
+            ]
             if len({float(r.meta["bucket_mb"]) for r in sweep}) >= 2:
                 ddp = [r for r in at if r.meta["strategy"] == "torch_ddp" and not r.meta.get("variant")]
-                groups.append(Group("sweep", f"{hw} · {ws} GPUs", sweep + ddp,
-                                    group_page_name("sweep", folder, model, dtype, gpu, ws), folder))
-        scaling = [r for r in same if len({_ws(o) for o in same if o.meta["strategy"] == r.meta["strategy"]
-                                           and o.meta.get("bucket_mb") == r.meta.get("bucket_mb")}) >= 2]
+                groups.append(
+                    Group(
+                        "sweep",
+                        f"{hw} · {ws} GPUs",
+                        sweep + ddp,
+                        group_page_name("sweep", folder, model, dtype, gpu, ws),
+                        folder,
+                    )
+                )
+        scaling = [
+            r
+            for r in same
+            if len(
+                {
+                    _ws(o)
+                    for o in same
+                    if o.meta["strategy"] == r.meta["strategy"]
+                    and o.meta.get("bucket_mb") == r.meta.get("bucket_mb")
+                }
+            )
+            >= 2
+        ]
         if scaling:  # with the 1-GPU run each point's efficiency is against (baseline_for), shown as a point
             for r in list(scaling):
                 b = baseline_for(r, same)
                 if b is not None and all(b is not o for o in scaling):
                     scaling.append(b)
             scaling.sort(key=strategy_key)
-            groups.append(Group("scaling", hw, scaling,
-                                group_page_name("scaling", folder, model, dtype, gpu), folder))
+            groups.append(
+                Group("scaling", hw, scaling, group_page_name("scaling", folder, model, dtype, gpu), folder)
+            )
     return groups
 
 

@@ -9,8 +9,12 @@ import sqlite3
 from pathlib import Path
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
-ACTIVITY = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-            "CUPTI_ACTIVITY_KIND_RUNTIME")
+ACTIVITY = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+)
 
 
 def copy_run(run: str, dest: Path) -> Path:
@@ -47,8 +51,11 @@ def shift_clock(path: Path, ns: int) -> None:
 def step_start(path: Path, step: int) -> int:
     con = sqlite3.connect(path)
     try:
-        row = con.execute("SELECT n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
-                          "WHERE COALESCE(n.text, s.value) = ?", (f"step {step}",)).fetchone()
+        row = con.execute(
+            "SELECT n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+            "WHERE COALESCE(n.text, s.value) = ?",
+            (f"step {step}",),
+        ).fetchone()
     finally:
         con.close()
     return int(row[0])
@@ -57,8 +64,11 @@ def step_start(path: Path, step: int) -> int:
 def start_late(path: Path, at_ns: int) -> None:
     """The capture starts at ``at_ns``: GPU activity, API calls and NVTX ranges before it are gone (marks,
     such as the rank marker, stay)."""
-    damage(path, [f"DELETE FROM {t} WHERE start < {int(at_ns)}" for t in ACTIVITY]
-           + [f"DELETE FROM NVTX_EVENTS WHERE start < {int(at_ns)} AND end IS NOT NULL"])
+    damage(
+        path,
+        [f"DELETE FROM {t} WHERE start < {int(at_ns)}" for t in ACTIVITY]
+        + [f"DELETE FROM NVTX_EVENTS WHERE start < {int(at_ns)} AND end IS NOT NULL"],
+    )
 
 
 def drop_api(path: Path) -> None:
@@ -67,13 +77,23 @@ def drop_api(path: Path) -> None:
 
 def drop_kernel_names(path: Path) -> None:
     """Every kernel's name ids point nowhere (the string table lost them)."""
-    damage(path, ["DELETE FROM StringIds WHERE id IN (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                  "UNION SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)"])
+    damage(
+        path,
+        [
+            "DELETE FROM StringIds WHERE id IN (SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL "
+            "UNION SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+        ],
+    )
 
 
 def drop_nccl_kernels(path: Path) -> None:
-    damage(path, ["DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
-                  "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"])
+    damage(
+        path,
+        [
+            "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
+            "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"
+        ],
+    )
 
 
 def drop_nvtx_ranges(path: Path) -> None:
@@ -85,8 +105,15 @@ def drop_process_nccl_kernels(path: Path, nth_process: int) -> None:
     """The NCCL kernels of the ``nth_process``-th process (by globalPid) of a file holding several ranks."""
     con = sqlite3.connect(path)
     try:
-        pids = [r[0] for r in con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")]
+        pids = [
+            r[0] for r in con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY 1")
+        ]
     finally:
         con.close()
-    damage(path, [f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = {int(pids[nth_process])} AND shortName IN "
-                  "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"])
+    damage(
+        path,
+        [
+            f"DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = {int(pids[nth_process])} AND shortName IN "
+            "(SELECT id FROM StringIds WHERE value LIKE 'ncclDevKernel%' OR value LIKE 'ncclKernel%')"
+        ],
+    )

@@ -81,8 +81,14 @@ class Job:
 
     def true_period_ms(self) -> np.ndarray:
         """Every rank's start-to-start time of consecutive iterations (ms, from ``gpu_start_ms``)."""
-        return np.array([b["gpu_start_ms"] - a["gpu_start_ms"] for rank in self.truth["iterations"]
-                         for a, b in zip(rank, rank[1:], strict=False)], dtype=float)
+        return np.array(
+            [
+                b["gpu_start_ms"] - a["gpu_start_ms"]
+                for rank in self.truth["iterations"]
+                for a, b in zip(rank, rank[1:], strict=False)
+            ],
+            dtype=float,
+        )
 
     def span_pairs(self) -> pd.DataFrame:
         """(rank, step, span_ms, true_ms) for each rank's steps after its first: the analysis's ``span_ns``
@@ -95,9 +101,12 @@ class Job:
             ends = np.array([it["gpu_start_ms"] + it["iter_ms"] for it in its])
             g = g.sort_values("step")
             span = g["span_ns"].to_numpy(dtype=float)[1:] / 1e6
-            period = np.diff(ends)[len(ends) - 1 - len(span):]
-            rows.append(pd.DataFrame({"rank": int(rank), "step": g["step"].to_numpy()[1:], "span_ms": span,
-                                      "true_ms": period}))
+            period = np.diff(ends)[len(ends) - 1 - len(span) :]
+            rows.append(
+                pd.DataFrame(
+                    {"rank": int(rank), "step": g["step"].to_numpy()[1:], "span_ms": span, "true_ms": period}
+                )
+            )
         return pd.concat(rows, ignore_index=True)
 
     def true_iterations(self) -> int:
@@ -122,8 +131,11 @@ def raw_kernels(export: Path) -> pd.DataFrame:
         # DeepSpeed reduces from the main thread once backward is done: a main-thread reduction launched
         # after a backward kernel and before the next optimizer kernel or backward kernel.
         bw = np.sort(k.loc[(k["main_thread"] == 0) & ~k["nccl"], "launch_ns"].to_numpy())
-        upd = np.sort(k.loc[(k["main_thread"] == 1) & k["name"].str.contains("multi_tensor_apply"),
-                            "launch_ns"].to_numpy())
+        upd = np.sort(
+            k.loc[
+                (k["main_thread"] == 1) & k["name"].str.contains("multi_tensor_apply"), "launch_ns"
+            ].to_numpy()
+        )
         cand = k[reduce.loc[k.index] & (k["main_thread"] == 1)]
         t = cand["launch_ns"].to_numpy()
         prev = np.searchsorted(bw, t) - 1
@@ -144,32 +156,50 @@ def gradient_syncs(kernels: pd.DataFrame) -> pd.DataFrame:
         launches = grad["launch_ns"].to_numpy()
         backward = k[(k["main_thread"] == 0) & ~k["nccl"]]
         if (grad["main_thread"] == 1).all():  # main-thread reductions: one sync per backward they follow
-            sync_id = np.unique(np.searchsorted(np.sort(backward["launch_ns"].to_numpy()), launches),
-                                return_inverse=True)[1]
+            sync_id = np.unique(
+                np.searchsorted(np.sort(backward["launch_ns"].to_numpy()), launches), return_inverse=True
+            )[1]
         else:  # a new sync starts where a main-thread launch falls between two consecutive gradient collectives
-            between = np.searchsorted(main_launches, launches[1:]) > np.searchsorted(main_launches, launches[:-1])
+            between = np.searchsorted(main_launches, launches[1:]) > np.searchsorted(
+                main_launches, launches[:-1]
+            )
             sync_id = np.concatenate([[0], np.cumsum(between)])
         main = k[k["main_thread"] == 1]
-        feeds_gather = np.r_[main["nccl"].to_numpy()[1:] & main["name"].str.contains("AllGather").to_numpy()[1:], False]
+        feeds_gather = np.r_[
+            main["nccl"].to_numpy()[1:] & main["name"].str.contains("AllGather").to_numpy()[1:], False
+        ]
         # FSDP2 copies parameters into the all-gather's input with a multi_tensor_apply kernel launched just
         # before it: that one is the next forward's, not the update's
         update = main[main["name"].str.contains("multi_tensor_apply").to_numpy() & ~feeds_gather]
-        param = np.sort(k.loc[(k["main_thread"] == 1) & k["nccl"] & k["name"].str.contains("AllGather|Broadcast"),
-                              "launch_ns"].to_numpy())
+        param = np.sort(
+            k.loc[
+                (k["main_thread"] == 1) & k["nccl"] & k["name"].str.contains("AllGather|Broadcast"),
+                "launch_ns",
+            ].to_numpy()
+        )
         previous_last_launch = -np.inf
         groups = list(grad.groupby(sync_id))
         for i, (sync, g) in enumerate(groups):
             last_launch = g["launch_ns"].max()
-            bw = backward[(backward["launch_ns"] > previous_last_launch) & (backward["launch_ns"] < last_launch)]
+            bw = backward[
+                (backward["launch_ns"] > previous_last_launch) & (backward["launch_ns"] < last_launch)
+            ]
             previous_last_launch = last_launch
             last_bw = bw["end_ns"].max() if len(bw) else np.nan
             until = groups[i + 1][1]["launch_ns"].min() if i + 1 < len(groups) else np.inf
             p = np.searchsorted(param, last_launch, "right")  # the next forward's parameter gathers
             until = min(until, param[p]) if p < param.size else until
             upd = update[(update["launch_ns"] > last_launch) & (update["launch_ns"] < until)]
-            rows.append({"rank": rank, "sync": sync, "last_coll_end_ns": g["end_ns"].max(),
-                         "last_backward_end_ns": last_bw, "tail_ns": g["end_ns"].max() - last_bw,
-                         "update_end_ns": upd["end_ns"].max() if len(upd) else np.nan})
+            rows.append(
+                {
+                    "rank": rank,
+                    "sync": sync,
+                    "last_coll_end_ns": g["end_ns"].max(),
+                    "last_backward_end_ns": last_bw,
+                    "tail_ns": g["end_ns"].max() - last_bw,
+                    "update_end_ns": upd["end_ns"].max() if len(upd) else np.nan,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -195,18 +225,27 @@ def phase_shares(analysis: Analysis) -> pd.DataFrame:
     for phase in ("step", "forward", "backward"):
         if phase not in per:
             per[phase] = 0
-    return pd.DataFrame({"forward_pct": 100 * per["forward"] / per["step"],
-                         "backward_pct": 100 * per["backward"] / per["step"]}).reset_index()
+    return pd.DataFrame(
+        {
+            "forward_pct": 100 * per["forward"] / per["step"],
+            "backward_pct": 100 * per["backward"] / per["step"],
+        }
+    ).reset_index()
 
 
 def tails_by_step(j: Job) -> pd.DataFrame:
     """Each analysis (rank, step) with its ``comm_tail_ns`` and the independent tail of the last sync whose
     last gradient collective ends inside the step's GPU window (NaN where none does)."""
-    win = step_windows(j.analysis).merge(j.analysis.steps[["rank", "step", "comm_tail_ns"]], on=["rank", "step"])
+    win = step_windows(j.analysis).merge(
+        j.analysis.steps[["rank", "step", "comm_tail_ns"]], on=["rank", "step"]
+    )
     indep = []
     for row in win.itertuples():
-        s = j.syncs[(j.syncs["rank"] == row.rank) & (j.syncs["last_coll_end_ns"] >= row.start_ns)
-                    & (j.syncs["last_coll_end_ns"] <= row.end_ns)]
+        s = j.syncs[
+            (j.syncs["rank"] == row.rank)
+            & (j.syncs["last_coll_end_ns"] >= row.start_ns)
+            & (j.syncs["last_coll_end_ns"] <= row.end_ns)
+        ]
         indep.append(s.sort_values("last_coll_end_ns")["tail_ns"].iloc[-1] if len(s) else np.nan)
     return win.assign(independent_tail_ns=indep)
 
@@ -214,7 +253,10 @@ def tails_by_step(j: Job) -> pd.DataFrame:
 def last_arrivals(kernels: pd.DataFrame) -> pd.DataFrame:
     """Per rank's n-th gradient collective (the same collective on every rank, as each rank launches them in
     the same order): which rank's kernel started last, i.e. arrived last. Columns: index, last_rank."""
-    per_rank = [g.sort_values("launch_ns")["start_ns"].to_numpy() for _, g in kernels[kernels["gradient"]].groupby("rank")]
+    per_rank = [
+        g.sort_values("launch_ns")["start_ns"].to_numpy()
+        for _, g in kernels[kernels["gradient"]].groupby("rank")
+    ]
     n = min(len(s) for s in per_rank)
     starts = np.stack([s[:n] for s in per_rank])
     return pd.DataFrame({"index": np.arange(n), "last_rank": starts.argmax(axis=0)})

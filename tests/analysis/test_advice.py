@@ -34,8 +34,21 @@ def _coll(k: pd.DataFrame) -> pd.DataFrame:
     n["duration_ns"] = n["end_ns"] - n["start_ns"]
     n["wait_ns"] = np.minimum(n["duration_ns"], last - n["start_ns"])
     n["step"] = 0
-    return n[["rank", "pid", "device", "stream", "seq", "step", "collective", "start_ns", "end_ns", "duration_ns",
-              "wait_ns"]].reset_index(drop=True)
+    return n[
+        [
+            "rank",
+            "pid",
+            "device",
+            "stream",
+            "seq",
+            "step",
+            "collective",
+            "start_ns",
+            "end_ns",
+            "duration_ns",
+            "wait_ns",
+        ]
+    ].reset_index(drop=True)
 
 
 # Three ranks, one step [0, 14) ms. Rank 1 runs four 1.4 ms 'extra_gemm' kernels its peers do not (5.6 ms) before
@@ -43,9 +56,15 @@ def _coll(k: pd.DataFrame) -> pd.DataFrame:
 # runs beside their all-reduce, spinning while it waits for rank 1, and takes 6 ms there against rank 1's 2 ms.
 # Total compute: peers 3 + 3 + 6 = 12 ms, rank 1 5.6 + 6 + 2 = 13.6 ms: +1.6 ms, under half the 5.6 ms lead.
 EXTRA = [(1, "extra_gemm", 1.4 * i, 1.4 * (i + 1)) for i in range(4)]
-ROWS = [row for r in (0, 2) for row in ((r, "gemm", 0, 3), (r, "gemm", 3, 6), (r, "nccl_ar", 6, 13),
-                                        (r, "gemm_bwd", 6, 12))] + EXTRA + [
-    (1, "gemm", 5.6, 8.6), (1, "gemm", 8.6, 11.6), (1, "nccl_ar", 11.6, 13), (1, "gemm_bwd", 11.6, 13.6)]
+ROWS = (
+    [
+        row
+        for r in (0, 2)
+        for row in ((r, "gemm", 0, 3), (r, "gemm", 3, 6), (r, "nccl_ar", 6, 13), (r, "gemm_bwd", 6, 12))
+    ]
+    + EXTRA
+    + [(1, "gemm", 5.6, 8.6), (1, "gemm", 8.6, 11.6), (1, "nccl_ar", 11.6, 13), (1, "gemm_bwd", 11.6, 13.6)]
+)
 STEPS = pd.DataFrame({"rank": [0, 1, 2], "step": [0, 0, 0], "start_ns": [0, 0, 0], "end_ns": [14 * MS] * 3})
 
 
@@ -65,7 +84,8 @@ def test_extra_kernels_on_one_rank_are_its_cause_though_its_peers_contention_hid
     got = _straggler(with_kernels=True)
     assert got["straggler_rank"] == 1 and got["straggler_cause"] == "gpu"
     assert got["straggler_evidence"].startswith(
-        "extra kernels 5.600 ms: extra_gemm ×4 more (other ranks' median ×0) 5.600 ms")
+        "extra kernels 5.600 ms: extra_gemm ×4 more (other ranks' median ×0) 5.600 ms"
+    )
     # the shared kernels: gemm alike, gemm_bwd 2 ms against the peers' 6: rank 1 is faster like for like
     assert "like-for-like kernels −4.000 ms" in got["straggler_evidence"]
 
@@ -82,16 +102,31 @@ def test_ranks_arriving_at_once_name_no_straggler():
 
 
 def _per_step(rank=1, lead=5.6 * MS, cause="gpu", n=8):
-    return pd.DataFrame({"straggler_rank": pd.array([rank] * n, dtype="Int64"), "straggler_lead_ns": [lead] * n,
-                         "straggler_cause": [cause] * n, "straggler_evidence": ["extra kernels 5.600 ms: x"] * n},
-                        index=pd.Index(range(n), name="step"))
+    return pd.DataFrame(
+        {
+            "straggler_rank": pd.array([rank] * n, dtype="Int64"),
+            "straggler_lead_ns": [lead] * n,
+            "straggler_cause": [cause] * n,
+            "straggler_evidence": ["extra kernels 5.600 ms: x"] * n,
+        },
+        index=pd.Index(range(n), name="step"),
+    )
 
 
 def _crit(n=8, critical=1, wait=0, host=0):
     """The straggler ends the step itself: no wait, no host gap, all compute."""
-    return pd.DataFrame({"step": range(n), "span_ns": [100 * MS] * n, "critical_rank": [critical] * n,
-                         "compute_ns": [(98 - wait - host) * MS] * n, "exposed_transfer_ns": [2 * MS] * n,
-                         "wait_ns": [wait * MS] * n, "host_ns": [host * MS] * n, "idle_ns": [0] * n})
+    return pd.DataFrame(
+        {
+            "step": range(n),
+            "span_ns": [100 * MS] * n,
+            "critical_rank": [critical] * n,
+            "compute_ns": [(98 - wait - host) * MS] * n,
+            "exposed_transfer_ns": [2 * MS] * n,
+            "wait_ns": [wait * MS] * n,
+            "host_ns": [host * MS] * n,
+            "idle_ns": [0] * n,
+        }
+    )
 
 
 def test_a_consistent_straggler_is_removable_when_it_is_the_critical_rank():
@@ -117,13 +152,15 @@ def test_a_straggler_verdict_takes_no_advice_of_another_kind():
     assert v["bound_by"] == "straggler" and v["advice"][0]["rule"] == "straggler"
     assert v["what_to_change"] == "find why rank 1 arrives late at the collectives and even it out"
     assert [r["expected_gain_ns"] for r in v["advice"][1:]] == sorted(
-        (r["expected_gain_ns"] for r in v["advice"][1:]), reverse=True)
+        (r["expected_gain_ns"] for r in v["advice"][1:]), reverse=True
+    )
 
 
 def test_launch_bound_advice_names_cuda_graphs_not_plain_compile():
     crit = _crit(critical=0, host=20)
-    rule = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, pd.Series(0.0, index=range(8)), 0.0,
-                                            None)}["launch_bound"]
+    rule = {
+        r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, pd.Series(0.0, index=range(8)), 0.0, None)
+    }["launch_bound"]
     assert 'torch.compile(mode="reduce-overhead")' in rule["what_to_change"]
     assert "plain torch.compile (default mode) still launches kernel by kernel" in rule["what_to_change"]
     assert "measured under nsys, 20.0 % of the profiled step" in rule["gain_basis"]
@@ -138,21 +175,40 @@ def test_host_gains_are_carried_to_the_job_without_the_profiler():
     assert gains.carry(15 * MS, gains.LEAD, prof)[0] == 15 * MS  # alike on every rank: cancels
     unknown = gains.Profile(step_ns=100 * MS, host_ns=30 * MS)
     assert gains.carry(15 * MS, gains.HOST, unknown) == (
-        15 * MS, "measured under nsys, 15.0 % of the profiled step: host time includes the profiler's launch "
-                 "overhead (no un-profiled timing to remove it)")
+        15 * MS,
+        "measured under nsys, 15.0 % of the profiled step: host time includes the profiler's launch "
+        "overhead (no un-profiled timing to remove it)",
+    )
     # the excess beyond the whole host part leaves no host gain
     assert gains.carry(15 * MS, gains.HOST, gains.Profile(100 * MS, 10 * MS, 25.0))[0] == 0.0
-    assert gains.overhead_pct({"profiler_overhead_pct": "NaN"}) != gains.overhead_pct({"profiler_overhead_pct": 3})
+    assert gains.overhead_pct({"profiler_overhead_pct": "NaN"}) != gains.overhead_pct(
+        {"profiler_overhead_pct": 3}
+    )
     assert np.isnan(gains.overhead_pct(None)) and gains.overhead_pct({"profiler_overhead_pct": 3}) == 3.0
 
 
 def test_every_rule_states_an_expected_gain_no_larger_than_its_bound():
     crit = _crit(critical=0, wait=3, host=20)
-    steps = pd.DataFrame({"rank": [0] * 8, "step": range(8), "comm_tail_ns": [2 * MS] * 8,
-                          "job_comm_tail_ns": [2 * MS] * 8})
-    rules = vd.advice(crit, steps, _per_step(), pd.Series(5 * MS, index=range(8)), 3 * MS, None,
-                      overhead_pct=10.0, last_grad_ns=pd.Series(0.5 * MS, index=range(8)))
-    assert {r["rule"] for r in rules} >= {"comm_tail", "host_sync", "launch_bound", "straggler_gpu", "contention"}
+    steps = pd.DataFrame(
+        {"rank": [0] * 8, "step": range(8), "comm_tail_ns": [2 * MS] * 8, "job_comm_tail_ns": [2 * MS] * 8}
+    )
+    rules = vd.advice(
+        crit,
+        steps,
+        _per_step(),
+        pd.Series(5 * MS, index=range(8)),
+        3 * MS,
+        None,
+        overhead_pct=10.0,
+        last_grad_ns=pd.Series(0.5 * MS, index=range(8)),
+    )
+    assert {r["rule"] for r in rules} >= {
+        "comm_tail",
+        "host_sync",
+        "launch_bound",
+        "straggler_gpu",
+        "contention",
+    }
     for r in rules:
         assert 0 <= r["expected_gain_ns"] <= r["gain_upper_ns"] and r["gain_basis"], r
     by = {r["rule"]: r for r in rules}
@@ -166,7 +222,9 @@ def _extra_gemm_export(build_export, extra: bool = True):
     """Three ranks (one process and GPU each) of six 20 ms steps laid out as ROWS, every kernel launched 0.5 ms
     before it starts, one 'step i' NVTX range per rank and step; with ``extra`` False rank 1 runs no
     extra_gemm and every rank's kernels are rank 0's."""
-    cols: dict[str, list] = {k: [] for k in ("pid", "device", "stream", "start", "end", "name", "launch_start")}
+    cols: dict[str, list] = {
+        k: [] for k in ("pid", "device", "stream", "start", "end", "name", "launch_start")
+    }
     nvtx: dict[str, list] = {k: [] for k in ("pid", "tid", "start", "end", "text")}
     base = [row for row in ROWS if row[0] == 0]
     for step in range(6):
@@ -188,8 +246,12 @@ def _extra_gemm_export(build_export, extra: bool = True):
             nvtx["end"].append(t0 + 14 * MS)
             nvtx["text"].append(f"step {step}")
     cols["correlation_id"] = list(range(1, len(cols["pid"]) + 1))
-    return build_export("extra.sqlite" if extra else "alike.sqlite",
-                        processes=[{"pid": 100 + r, "device": r} for r in (0, 1, 2)], kernels=cols, nvtx=nvtx)
+    return build_export(
+        "extra.sqlite" if extra else "alike.sqlite",
+        processes=[{"pid": 100 + r, "device": r} for r in (0, 1, 2)],
+        kernels=cols,
+        nvtx=nvtx,
+    )
 
 
 def test_a_job_whose_rank_runs_extra_gemms_gets_cause_gpu_and_a_straggler_verdict(build_export):
@@ -197,8 +259,9 @@ def test_a_job_whose_rank_runs_extra_gemms_gets_cause_gpu_and_a_straggler_verdic
     from ddp_profile.nsys.loader import load_trace
 
     res = analyze(load_trace(_extra_gemm_export(build_export)))
-    per_step = res.steps.groupby("step")[["straggler_rank", "straggler_lead_ns", "straggler_cause",
-                                          "straggler_evidence"]].first()
+    per_step = res.steps.groupby("step")[
+        ["straggler_rank", "straggler_lead_ns", "straggler_cause", "straggler_evidence"]
+    ].first()
     assert len(per_step) == 6 and (per_step["straggler_rank"] == 1).all()
     assert per_step["straggler_lead_ns"].to_numpy() == pytest.approx(5.6 * MS)
     assert (per_step["straggler_cause"] == "gpu").all()
@@ -224,17 +287,31 @@ def test_extra_work_on_a_rank_the_trace_does_not_name_straggler_is_its_own_rule(
     the expected gain, and the verdict's remedy stays the one for the rank it names."""
     crit, per_step = _crit(wait=3, host=8), _per_step(rank=3, cause="host")
     per_step["straggler_evidence"] = "GPU idle awaiting launches"
-    extra = pd.DataFrame({"step": list(range(8)) * 2, "rank": [1] * 8 + [0] * 8,
-                          "extra_ns": [4.6 * MS] * 8 + [0.0] * 8, "like_ns": [0.0] * 16,
-                          "extra_kernels": [[("sm90_gemm", 4, 0.0, 4.6 * MS)]] * 8 + [[]] * 8})
-    rules = vd.advice(crit, pd.DataFrame(), per_step, pd.Series(0.0, index=range(8)), 0.0, None, extra_work=extra)
+    extra = pd.DataFrame(
+        {
+            "step": list(range(8)) * 2,
+            "rank": [1] * 8 + [0] * 8,
+            "extra_ns": [4.6 * MS] * 8 + [0.0] * 8,
+            "like_ns": [0.0] * 16,
+            "extra_kernels": [[("sm90_gemm", 4, 0.0, 4.6 * MS)]] * 8 + [[]] * 8,
+        }
+    )
+    rules = vd.advice(
+        crit, pd.DataFrame(), per_step, pd.Series(0.0, index=range(8)), 0.0, None, extra_work=extra
+    )
     by = {r["rule"]: r for r in rules}
-    assert by["extra_work"]["expected_gain_ns"] == by["extra_work"]["gain_upper_ns"] == pytest.approx(4.6 * MS)
+    assert (
+        by["extra_work"]["expected_gain_ns"] == by["extra_work"]["gain_upper_ns"] == pytest.approx(4.6 * MS)
+    )
     assert "rank 1" in by["extra_work"]["what_to_change"]
     assert "sm90_gemm ×4 more (other ranks' median ×0) 4.600 ms" in by["extra_work"]["evidence"]
     v = vd.verdict(crit, per_step, rules)
     assert v["bound_by"] == "straggler" and v["rank"] == 3 and v["advice"][0]["rule"] == "straggler_host"
     # the straggler rule already naming that work: no second rule for it
     gpu = _per_step(rank=1, cause="gpu")
-    assert "extra_work" not in {r["rule"] for r in vd.advice(crit, pd.DataFrame(), gpu, pd.Series(0.0, index=range(8)),
-                                                             0.0, None, extra_work=extra)}
+    assert "extra_work" not in {
+        r["rule"]
+        for r in vd.advice(
+            crit, pd.DataFrame(), gpu, pd.Series(0.0, index=range(8)), 0.0, None, extra_work=extra
+        )
+    }

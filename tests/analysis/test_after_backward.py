@@ -24,40 +24,78 @@ def _kernels(rows) -> pd.DataFrame:
 
 
 def test_counts_device_copies_between_backward_end_and_step_end_per_rank():
-    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 6, 5, 6], "start_ns": [0, 250, 0, 250],
-                          "backward_end_ns": [100.0, 300.0, 100.0, np.nan],
-                          "end_ns": [200, 400, 200, 400]})
-    kernels = _kernels([
-        (0, DEVICE_COPY, "memcpy", 100, 110),   # starts at backward's end: counted
-        (0, DEVICE_COPY, "memcpy", 150, 160),
-        (0, DEVICE_COPY, "memcpy", 195, 205),   # ends after the step: not counted
-        (0, DEVICE_COPY, "memcpy", 90, 99),     # during backward: not counted
-        (0, memcpy_name("HtoD"), "memcpy", 120, 130),  # not device to device
-        (0, "elementwise_kernel", "compute", 130, 140),
-        (0, DEVICE_COPY, "memcpy", 310, 340),
-        (1, DEVICE_COPY, "memcpy", 120, 125),
-        (1, DEVICE_COPY, "memcpy", 320, 330),   # rank 1 step 6 has no backward end: no row
-    ])
+    steps = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [5, 6, 5, 6],
+            "start_ns": [0, 250, 0, 250],
+            "backward_end_ns": [100.0, 300.0, 100.0, np.nan],
+            "end_ns": [200, 400, 200, 400],
+        }
+    )
+    kernels = _kernels(
+        [
+            (0, DEVICE_COPY, "memcpy", 100, 110),  # starts at backward's end: counted
+            (0, DEVICE_COPY, "memcpy", 150, 160),
+            (0, DEVICE_COPY, "memcpy", 195, 205),  # ends after the step: not counted
+            (0, DEVICE_COPY, "memcpy", 90, 99),  # during backward: not counted
+            (0, memcpy_name("HtoD"), "memcpy", 120, 130),  # not device to device
+            (0, "elementwise_kernel", "compute", 130, 140),
+            (0, DEVICE_COPY, "memcpy", 310, 340),
+            (1, DEVICE_COPY, "memcpy", 120, 125),
+            (1, DEVICE_COPY, "memcpy", 320, 330),  # rank 1 step 6 has no backward end: no row
+        ]
+    )
     got = after_backward(kernels, steps)
     assert list(got.columns) == schema.AFTER_BACKWARD_COLUMNS
-    assert got[["rank", "step", "copies", "copy_ns"]].values.tolist() == [[0, 5, 2, 20.0], [0, 6, 1, 30.0], [1, 5, 1, 5.0]]
+    assert got[["rank", "step", "copies", "copy_ns"]].values.tolist() == [
+        [0, 5, 2, 20.0],
+        [0, 6, 1, 30.0],
+        [1, 5, 1, 5.0],
+    ]
     assert after_backward(kernels.iloc[:0], steps).empty and after_backward(kernels, steps.iloc[:0]).empty
 
 
 def _crit(n_steps: int = 4) -> pd.DataFrame:
-    return pd.DataFrame({"step": range(n_steps), "span_ns": [100e6] * n_steps, "critical_rank": [1] * n_steps,
-                         "compute_ns": [90e6] * n_steps, "exposed_transfer_ns": [0.0] * n_steps, "wait_ns": [0.0] * n_steps,
-                         "host_ns": [5e6] * n_steps, "idle_ns": [5e6] * n_steps})
+    return pd.DataFrame(
+        {
+            "step": range(n_steps),
+            "span_ns": [100e6] * n_steps,
+            "critical_rank": [1] * n_steps,
+            "compute_ns": [90e6] * n_steps,
+            "exposed_transfer_ns": [0.0] * n_steps,
+            "wait_ns": [0.0] * n_steps,
+            "host_ns": [5e6] * n_steps,
+            "idle_ns": [5e6] * n_steps,
+        }
+    )
 
 
-def _advice(copies: int, copy_ns: float, optimizer_ns: float = 0.0, scatter_ns: float = 0.0, gather_ns: float = 0.0,
-            world: int = 2) -> list[dict]:
+def _advice(
+    copies: int,
+    copy_ns: float,
+    optimizer_ns: float = 0.0,
+    scatter_ns: float = 0.0,
+    gather_ns: float = 0.0,
+    world: int = 2,
+) -> list[dict]:
     crit = _crit()
-    back = pd.DataFrame({"rank": [0] * 4 + [1] * 4, "step": list(range(4)) * 2, "copies": [0] * 4 + [copies] * 4,
-                         "copy_ns": [0.0] * 4 + [copy_ns] * 4, "optimizer_kernels": [0] * 4 + [100 if optimizer_ns else 0] * 4,
-                         "optimizer_ns": [0.0] * 4 + [optimizer_ns] * 4, "allreduce_kernel_ns": [10e6] * 8,
-                         "reduce_scatter_kernel_ns": [scatter_ns] * 8, "gather_broadcast_kernel_ns": [gather_ns] * 8})
-    steps = pd.DataFrame({"rank": [r for r in range(world) for _ in range(4)], "step": list(range(4)) * world})
+    back = pd.DataFrame(
+        {
+            "rank": [0] * 4 + [1] * 4,
+            "step": list(range(4)) * 2,
+            "copies": [0] * 4 + [copies] * 4,
+            "copy_ns": [0.0] * 4 + [copy_ns] * 4,
+            "optimizer_kernels": [0] * 4 + [100 if optimizer_ns else 0] * 4,
+            "optimizer_ns": [0.0] * 4 + [optimizer_ns] * 4,
+            "allreduce_kernel_ns": [10e6] * 8,
+            "reduce_scatter_kernel_ns": [scatter_ns] * 8,
+            "gather_broadcast_kernel_ns": [gather_ns] * 8,
+        }
+    )
+    steps = pd.DataFrame(
+        {"rank": [r for r in range(world) for _ in range(4)], "step": list(range(4)) * world}
+    )
     return vd.advice(crit, steps, None, pd.Series(dtype=float), 0.0, None, after_backward=back)
 
 
@@ -65,7 +103,9 @@ def test_many_copies_on_the_critical_rank_advise_bucket_views_with_their_time_as
     (rule,) = [r for r in _advice(435, 4.5e6) if r["rule"] == "grad_copy_back"]
     assert rule["gain_upper_ns"] == pytest.approx(4.5e6)
     assert "gradient_as_bucket_view=True" in rule["what_to_change"]
-    assert rule["evidence"].startswith("435 device-to-device copies (4.5 ms) run after the last backward kernel")
+    assert rule["evidence"].startswith(
+        "435 device-to-device copies (4.5 ms) run after the last backward kernel"
+    )
     assert vd.CATEGORY["grad_copy_back"] == "compute"
 
 
@@ -100,23 +140,40 @@ def test_stock_ddp_trace_gets_the_rules_and_one_gpu_and_a_sharded_job_do_not():
 
 
 def test_counts_optimizer_kernels_after_backward_and_the_steps_sharding_collectives():
-    steps = pd.DataFrame({"rank": [0, 0], "step": [5, 6], "start_ns": [0, 250], "backward_end_ns": [100.0, 300.0],
-                          "end_ns": [200, 400]})
+    steps = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [5, 6],
+            "start_ns": [0, 250],
+            "backward_end_ns": [100.0, 300.0],
+            "end_ns": [200, 400],
+        }
+    )
     adam = "multi_tensor_apply_kernel"
-    kernels = _kernels([
-        (0, adam, "compute", 120, 150),             # after backward: counted
-        (0, adam, "compute", 150, 160),
-        (0, adam, "compute", 50, 60),               # inside backward (an update overlapped with it): not counted
-        (0, "elementwise_kernel", "compute", 160, 170),
-        (0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "nccl", 20, 90, "AllReduce"),
-        (0, "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", "nccl", 260, 280, "ReduceScatter"),  # step 6 shards
-        (0, adam, "compute", 310, 330),
-    ])
+    kernels = _kernels(
+        [
+            (0, adam, "compute", 120, 150),  # after backward: counted
+            (0, adam, "compute", 150, 160),
+            (0, adam, "compute", 50, 60),  # inside backward (an update overlapped with it): not counted
+            (0, "elementwise_kernel", "compute", 160, 170),
+            (0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "nccl", 20, 90, "AllReduce"),
+            (
+                0,
+                "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+                "nccl",
+                260,
+                280,
+                "ReduceScatter",
+            ),  # step 6 shards
+            (0, adam, "compute", 310, 330),
+        ]
+    )
     got = after_backward(kernels, steps)
     assert got[["step", "optimizer_kernels", "optimizer_ns"]].values.tolist() == [[5, 2, 40.0], [6, 1, 20.0]]
     # NCCL time of the whole step [start_ns, end_ns], by kind
-    assert got[["allreduce_kernel_ns", "reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns"]].values.tolist() == [
-        [70.0, 0.0, 0.0], [0.0, 20.0, 0.0]]
+    assert got[
+        ["allreduce_kernel_ns", "reduce_scatter_kernel_ns", "gather_broadcast_kernel_ns"]
+    ].values.tolist() == [[70.0, 0.0, 0.0], [0.0, 20.0, 0.0]]
 
 
 def test_optimizer_time_after_backward_advises_sharding_it_with_the_unsharded_part_as_the_bound():

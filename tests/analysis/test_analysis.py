@@ -27,8 +27,10 @@ AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
 
 def kernels(rows):
     """rows: (rank, pid, stream, start, end, name, kind, launch_ns, launch_tid)."""
-    df = pd.DataFrame(rows, columns=["rank", "pid", "stream", "start_ns", "end_ns", "name", "kind", "launch_ns",
-                                     "launch_tid"])
+    df = pd.DataFrame(
+        rows,
+        columns=["rank", "pid", "stream", "start_ns", "end_ns", "name", "kind", "launch_ns", "launch_tid"],
+    )
     df["device"] = df["rank"]
     df["collective"] = np.where(df["kind"] == "nccl", "AllReduce", None)
     for c in ("algorithm", "protocol", "dtype", "bytes"):
@@ -39,15 +41,22 @@ def kernels(rows):
 
 def nvtx(rows):
     """rows: (rank, pid, tid, domain, name, start, end, depth, payload)."""
-    df = pd.DataFrame(rows, columns=["rank", "pid", "tid", "domain", "name", "start_ns", "end_ns", "depth",
-                                     "payload"])
+    df = pd.DataFrame(
+        rows, columns=["rank", "pid", "tid", "domain", "name", "start_ns", "end_ns", "depth", "payload"]
+    )
     df["category"] = None
     return schema.select(df, schema.NVTX_COLUMNS)
 
 
 def trace(k, n=None, run=None):
-    return types.SimpleNamespace(kernels=k, nvtx=n if n is not None else schema.empty_frame(schema.NVTX_COLUMNS),
-                                 gpus=None, ranks=None, meta={}, run=run)
+    return types.SimpleNamespace(
+        kernels=k,
+        nvtx=n if n is not None else schema.empty_frame(schema.NVTX_COLUMNS),
+        gpus=None,
+        ranks=None,
+        meta={},
+        run=run,
+    )
 
 
 # One rank, one step. Host ranges on thread 1; backward kernels and all-reduces launched from thread 2
@@ -56,22 +65,26 @@ def trace(k, n=None, run=None):
 #   host:  step 0 [0,100]  forward [0,30]  backward [30,80]  optimizer [80,100]
 #   GPU:   f1 1000-1100  f2 1100-1200 | b1 1200-1400  b2 1400-1500 | ar1 1300-1450  ar2 1500-1650
 #          memcpy 1660-1680  o1 1700-1750
-ONE_STEP = kernels([
-    (0, 100, 7, 1000, 1100, "f1", "compute", 10, 1),
-    (0, 100, 7, 1100, 1200, "f2", "compute", 20, 1),
-    (0, 100, 7, 1200, 1400, "b1", "compute", 40, 2),
-    (0, 100, 7, 1400, 1500, "b2", "compute", 50, 2),
-    (0, 100, 17, 1300, 1450, AR, "nccl", 45, 2),
-    (0, 100, 17, 1500, 1650, AR, "nccl", 60, 2),
-    (0, 100, 7, 1660, 1680, "memcpy", "memcpy", 85, 1),
-    (0, 100, 7, 1700, 1750, "o1", "compute", 90, 1),
-])
-ONE_STEP_NVTX = nvtx([
-    (0, 100, 1, nn.DOMAIN, "step 0", 0, 100, 0, 0),
-    (0, 100, 1, nn.DOMAIN, "forward", 0, 30, 1, pd.NA),
-    (0, 100, 1, nn.DOMAIN, "backward", 30, 80, 1, pd.NA),
-    (0, 100, 1, nn.DOMAIN, "optimizer", 80, 100, 1, pd.NA),
-])
+ONE_STEP = kernels(
+    [
+        (0, 100, 7, 1000, 1100, "f1", "compute", 10, 1),
+        (0, 100, 7, 1100, 1200, "f2", "compute", 20, 1),
+        (0, 100, 7, 1200, 1400, "b1", "compute", 40, 2),
+        (0, 100, 7, 1400, 1500, "b2", "compute", 50, 2),
+        (0, 100, 17, 1300, 1450, AR, "nccl", 45, 2),
+        (0, 100, 17, 1500, 1650, AR, "nccl", 60, 2),
+        (0, 100, 7, 1660, 1680, "memcpy", "memcpy", 85, 1),
+        (0, 100, 7, 1700, 1750, "o1", "compute", 90, 1),
+    ]
+)
+ONE_STEP_NVTX = nvtx(
+    [
+        (0, 100, 1, nn.DOMAIN, "step 0", 0, 100, 0, 0),
+        (0, 100, 1, nn.DOMAIN, "forward", 0, 30, 1, pd.NA),
+        (0, 100, 1, nn.DOMAIN, "backward", 30, 80, 1, pd.NA),
+        (0, 100, 1, nn.DOMAIN, "optimizer", 80, 100, 1, pd.NA),
+    ]
+)
 
 
 def test_one_step_known_answer():
@@ -79,17 +92,17 @@ def test_one_step_known_answer():
     row = res.steps.iloc[0]
     assert (row["start_ns"], row["end_ns"]) == (1000, 1750)  # first GPU start .. last GPU end of the step
     assert row["step_ns"] == 750
-    assert row["compute_ns"] == 500 + 50                      # [1000,1500) ∪ [1700,1750)
-    assert row["comm_ns"] == 150 + 150                        # ar1 + ar2
-    assert row["overlap_ns"] == 150                           # ar1 under b1/b2; ar2 starts as b2 ends
+    assert row["compute_ns"] == 500 + 50  # [1000,1500) ∪ [1700,1750)
+    assert row["comm_ns"] == 150 + 150  # ar1 + ar2
+    assert row["overlap_ns"] == 150  # ar1 under b1/b2; ar2 starts as b2 ends
     assert row["exposed_comm_ns"] == 300 - 150
     assert row["copy_ns"] == 20
-    assert row["idle_ns"] == 750 - (650 + 20 + 50)            # gaps 1650-1660 and 1680-1700
-    assert row["forward_ns"] == 1200 - 1000                   # f1, f2
-    assert row["backward_ns"] == 1500 - 1200                  # b1, b2: backward compute (ar1, ar2 are not)
-    assert row["optimizer_ns"] == 1750 - 1660                 # memcpy, o1
-    assert row["backward_end_ns"] == 1500                     # last backward compute kernel (b2)
-    assert row["comm_tail_ns"] == 1650 - 1500                 # ar2 ends 150 ns after backward compute
+    assert row["idle_ns"] == 750 - (650 + 20 + 50)  # gaps 1650-1660 and 1680-1700
+    assert row["forward_ns"] == 1200 - 1000  # f1, f2
+    assert row["backward_ns"] == 1500 - 1200  # b1, b2: backward compute (ar1, ar2 are not)
+    assert row["optimizer_ns"] == 1750 - 1660  # memcpy, o1
+    assert row["backward_end_ns"] == 1500  # last backward compute kernel (b2)
+    assert row["comm_tail_ns"] == 1650 - 1500  # ar2 ends 150 ns after backward compute
     assert row["comm_pct"] == pytest.approx(100 * 300 / 750)
     assert row["exposed_comm_pct"] == pytest.approx(100 * 150 / 750)
     ph = res.phases.set_index("phase")
@@ -107,7 +120,7 @@ def test_per_kernel_and_rank_overlap():
     assert ko.loc["f1", "overlapped_ns"] == 0
     ro = res.rank_overlap.iloc[0]
     assert (ro["comm_ns"], ro["overlap_ns"], ro["exposed_comm_ns"]) == (300, 150, 150)
-    assert ro["overlap_pct"] == pytest.approx(50.0)            # HTA: |C ∩ N| / |N|
+    assert ro["overlap_pct"] == pytest.approx(50.0)  # HTA: |C ∩ N| / |N|
     js = res.to_json_dict()
     nccl_row = [r for r in js["kernels"] if r["name"] == AR][0]
     assert nccl_row["compute_overlap_pct"] == pytest.approx(50.0)
@@ -124,30 +137,36 @@ def test_without_step_ranges_whole_trace_still_works():
 
 def test_step_pattern_and_phase_override():
     # Generic names: ProfilerStep#7 with 'bwd' instead of 'backward'; default domain (None).
-    n = nvtx([
-        (0, 100, 1, None, "ProfilerStep#7", 0, 100, 0, pd.NA),
-        (0, 100, 1, None, "fwd", 0, 30, 1, pd.NA),
-        (0, 100, 1, None, "grads", 30, 80, 1, pd.NA),
-    ])
+    n = nvtx(
+        [
+            (0, 100, 1, None, "ProfilerStep#7", 0, 100, 0, pd.NA),
+            (0, 100, 1, None, "fwd", 0, 30, 1, pd.NA),
+            (0, 100, 1, None, "grads", 30, 80, 1, pd.NA),
+        ]
+    )
     res = analyze(trace(ONE_STEP, n))
-    assert res.steps["step"].tolist() == [7]                  # index from the name
-    assert np.isnan(res.steps.iloc[0]["backward_ns"])         # 'grads' is no default backward name
+    assert res.steps["step"].tolist() == [7]  # index from the name
+    assert np.isnan(res.steps.iloc[0]["backward_ns"])  # 'grads' is no default backward name
     res = analyze(trace(ONE_STEP, n), phase_patterns={"backward": "^grads$"})
     assert res.steps.iloc[0]["backward_ns"] == 300 and res.steps.iloc[0]["comm_tail_ns"] == 150  # b1, b2
     res = analyze(trace(ONE_STEP, n), step_pattern=r"^fwd$")
-    assert res.steps.iloc[0]["step_ns"] == 200                # the 'fwd' range taken as the step
+    assert res.steps.iloc[0]["step_ns"] == 200  # the 'fwd' range taken as the step
 
 
 # Two ranks, one all-reduce each, wrapped in the harness's NVTX launch range (bucket 3, 1000 bytes).
 #   rank 0 starts at 100, rank 1 (late) at 130; both end at 150.
-TWO = kernels([
-    (0, 10, 17, 100, 150, AR, "nccl", 5, 1),
-    (1, 11, 17, 130, 150, AR, "nccl", 6, 1),
-])
-TWO_NVTX = nvtx([
-    (0, 10, 1, nn.DOMAIN, f"{nn.ALLREDUCE_PREFIX} b3 1000B", 4, 7, 0, 1000),
-    (1, 11, 1, nn.DOMAIN, f"{nn.ALLREDUCE_PREFIX} b3 1000B", 5, 8, 0, 1000),
-])
+TWO = kernels(
+    [
+        (0, 10, 17, 100, 150, AR, "nccl", 5, 1),
+        (1, 11, 17, 130, 150, AR, "nccl", 6, 1),
+    ]
+)
+TWO_NVTX = nvtx(
+    [
+        (0, 10, 1, nn.DOMAIN, f"{nn.ALLREDUCE_PREFIX} b3 1000B", 4, 7, 0, 1000),
+        (1, 11, 1, nn.DOMAIN, f"{nn.ALLREDUCE_PREFIX} b3 1000B", 5, 8, 0, 1000),
+    ]
+)
 
 
 def test_collective_wait_transfer_and_busbw():
@@ -172,11 +191,11 @@ def test_cost_model_fit_and_predictions():
     assert costmodel.cost_model(df.iloc[:2], notes).empty and "distinct" in notes[0]
     # overhead(n_b=2) = 2·10 + 400/(2·2) = 120
     assert predict_overhead(10, 2, 400, 2) == pytest.approx(120)
-    b = optimal_bucket_bytes(10, 2, 400)                       # √(400·2·10) = √8000
+    b = optimal_bucket_bytes(10, 2, 400)  # √(400·2·10) = √8000
     assert b == pytest.approx(np.sqrt(8000))
     grid = np.linspace(0.5, 20, 400)
     best = grid[np.argmin([predict_overhead(10, 2, 400, n) for n in grid])]
-    assert 400 / best == pytest.approx(b, rel=0.02)            # the minimum of the curve sits at b*
+    assert 400 / best == pytest.approx(b, rel=0.02)  # the minimum of the curve sits at b*
 
 
 def test_contention():
@@ -189,7 +208,7 @@ def test_contention():
     karr = KernelArrays(kernels(rows))
     ct = contention(karr, overlapped_by_other_class(karr)).iloc[0]
     assert ct[["n_alone", "n_overlapped"]].tolist() == [3, 3]
-    assert ct["slowdown_pct"] == pytest.approx(50.0)           # 150 / 100 − 1
+    assert ct["slowdown_pct"] == pytest.approx(50.0)  # 150 / 100 − 1
     assert ct["lost_ns"] == pytest.approx(3 * 50)
 
 
@@ -198,12 +217,22 @@ def test_compare_runs_scaling():
         steps = pd.DataFrame({c: [0] * len(step_ns) for c in schema.STEP_METRIC_COLUMNS})
         steps["step_ns"] = step_ns
         steps["step"] = range(len(step_ns))
-        res = types.SimpleNamespace(steps=steps, rank_overlap=schema.empty_frame(schema.RANK_OVERLAP_COLUMNS),
-                                    cost_model=schema.empty_frame(schema.COST_MODEL_COLUMNS),
-                                    collectives=schema.empty_frame(schema.COLLECTIVE_COLUMNS))
-        t = trace(schema.empty_frame(schema.KERNEL_COLUMNS),
-                  run={"run_name": f"r{ws}", "strategy": "bucketed", "world_size": ws, "model": "tiny",
-                       "dtype": "fp32"})
+        res = types.SimpleNamespace(
+            steps=steps,
+            rank_overlap=schema.empty_frame(schema.RANK_OVERLAP_COLUMNS),
+            cost_model=schema.empty_frame(schema.COST_MODEL_COLUMNS),
+            collectives=schema.empty_frame(schema.COLLECTIVE_COLUMNS),
+        )
+        t = trace(
+            schema.empty_frame(schema.KERNEL_COLUMNS),
+            run={
+                "run_name": f"r{ws}",
+                "strategy": "bucketed",
+                "world_size": ws,
+                "model": "tiny",
+                "dtype": "fp32",
+            },
+        )
         return t, res
 
     df = compare_runs([fake([1000, 1000], 1), fake([1250], 2)]).set_index("run")

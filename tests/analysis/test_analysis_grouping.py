@@ -29,10 +29,19 @@ def random_kernels(seed: int, n: int, n_names: int, n_pids: int = 3) -> pd.DataF
     names = np.array([f"k{i}" for i in range(n_names)], dtype=object)
     name = names[rng.integers(0, n_names, n)]
     name[rng.random(n) < 0.02] = None  # unnamed kernels are in no name group
-    return pd.DataFrame({
-        "rank": pid - 100, "pid": pid, "device": device, "stream": np.int32(7), "start_ns": start, "end_ns": end,
-        "name": pd.Categorical(name), "kind": pd.Categorical(kind), "launch_ns": pd.array([pd.NA] * n, "Int64"),
-    })
+    return pd.DataFrame(
+        {
+            "rank": pid - 100,
+            "pid": pid,
+            "device": device,
+            "stream": np.int32(7),
+            "start_ns": start,
+            "end_ns": end,
+            "name": pd.Categorical(name),
+            "kind": pd.Categorical(kind),
+            "launch_ns": pd.array([pd.NA] * n, "Int64"),
+        }
+    )
 
 
 def reference_covered(k: pd.DataFrame) -> np.ndarray:
@@ -40,8 +49,12 @@ def reference_covered(k: pd.DataFrame) -> np.ndarray:
     for _, g in k.groupby(["pid", "device"]):
         comp, nccl = g[g["kind"] == "compute"], g[g["kind"] == "nccl"]
         if len(comp) and len(nccl):
-            out[nccl.index] = iv.covered_length(nccl["start_ns"], nccl["end_ns"], comp["start_ns"], comp["end_ns"])
-            out[comp.index] = iv.covered_length(comp["start_ns"], comp["end_ns"], nccl["start_ns"], nccl["end_ns"])
+            out[nccl.index] = iv.covered_length(
+                nccl["start_ns"], nccl["end_ns"], comp["start_ns"], comp["end_ns"]
+            )
+            out[comp.index] = iv.covered_length(
+                comp["start_ns"], comp["end_ns"], nccl["start_ns"], nccl["end_ns"]
+            )
     return out
 
 
@@ -56,12 +69,17 @@ def test_overlap_and_contention_match_pandas_groupby(seed, n_names):
     got = kernel_overlap(karr, covered, chunk=256).set_index(["kind", "name"])
     sel = k.assign(dur=k["end_ns"] - k["start_ns"], cov=covered)
     sel = sel[sel["kind"].isin(["compute", "nccl"]) & sel["name"].notna()]
-    ref = sel.groupby(["kind", "name"], observed=True).agg(count=("dur", "size"), total_ns=("dur", "sum"),
-                                                          overlapped_ns=("cov", "sum"))
+    ref = sel.groupby(["kind", "name"], observed=True).agg(
+        count=("dur", "size"), total_ns=("dur", "sum"), overlapped_ns=("cov", "sum")
+    )
     ref.index = ref.index.set_levels([ref.index.levels[0].astype(object), ref.index.levels[1].astype(object)])
     got_named = got[got.index.get_level_values("name").notna()]
-    pd.testing.assert_frame_equal(got_named[["count", "total_ns", "overlapped_ns"]].sort_index(),
-                                  ref.astype(np.int64).sort_index(), check_names=False, check_index_type=False)
+    pd.testing.assert_frame_equal(
+        got_named[["count", "total_ns", "overlapped_ns"]].sort_index(),
+        ref.astype(np.int64).sort_index(),
+        check_names=False,
+        check_index_type=False,
+    )
     # Unnamed kernels form one group per kind, as before.
     unnamed = sel.shape[0] + int(((k["kind"].isin(["compute", "nccl"])) & k["name"].isna()).sum())
     assert int(got["count"].sum()) == unnamed
@@ -69,8 +87,11 @@ def test_overlap_and_contention_match_pandas_groupby(seed, n_names):
     # Contention: named compute kernels alone (covered 0) vs overlapped (covered >= half of a positive duration).
     comp = sel[sel["kind"] == "compute"]
     alone = comp[comp["cov"] == 0].groupby("name", observed=True)["dur"].agg(["size", "median"])
-    over = comp[(comp["dur"] > 0) & (2 * comp["cov"] >= comp["dur"])].groupby("name", observed=True)["dur"].agg(
-        ["size", "median", "sum"])
+    over = (
+        comp[(comp["dur"] > 0) & (2 * comp["cov"] >= comp["dur"])]
+        .groupby("name", observed=True)["dur"]
+        .agg(["size", "median", "sum"])
+    )
     both = alone.merge(over, left_index=True, right_index=True, suffixes=("_a", "_o"))
     both = both[(both["size_a"] >= 3) & (both["size_o"] >= 3)]
     ct = contention(karr, covered).set_index("name")
@@ -79,7 +100,9 @@ def test_overlap_and_contention_match_pandas_groupby(seed, n_names):
         assert ct.loc[name, "n_alone"] == row["size_a"] and ct.loc[name, "n_overlapped"] == row["size_o"]
         assert ct.loc[name, "alone_median_ns"] == row["median_a"]
         assert ct.loc[name, "overlapped_median_ns"] == row["median_o"]
-        assert ct.loc[name, "lost_ns"] == pytest.approx(max(0.0, row["sum"] - row["size_o"] * row["median_a"]))
+        assert ct.loc[name, "lost_ns"] == pytest.approx(
+            max(0.0, row["sum"] - row["size_o"] * row["median_a"])
+        )
 
 
 @pytest.mark.parametrize(("seed", "sparse"), [(4, False), (5, False), (6, True), (7, True)])
@@ -103,15 +126,17 @@ def test_overlap_of_loader_ordered_kernels_matches_covered_length(seed, sparse):
     # Same rows, one group's order broken (the per-row path for that group only): same values.
     swapped = k.copy()
     swapped.loc[[0, 1], ["start_ns", "end_ns"]] = swapped.loc[[1, 0], ["start_ns", "end_ns"]].to_numpy()
-    np.testing.assert_array_equal(overlapped_by_other_class(KernelArrays(swapped), chunk=64),
-                                  reference_covered(swapped))
+    np.testing.assert_array_equal(
+        overlapped_by_other_class(KernelArrays(swapped), chunk=64), reference_covered(swapped)
+    )
 
 
 def test_kernel_sums_keep_the_order_of_first_appearance_across_chunks():
     # Names that first appear in later chunks (and unnamed kernels) come after the earlier ones, in row order.
     k = random_kernels(7, 2000, 40)
-    k["name"] = pd.Categorical(np.where(np.arange(len(k)) < 1000, k["name"].astype(object).str[:2],
-                                        k["name"].astype(object)))
+    k["name"] = pd.Categorical(
+        np.where(np.arange(len(k)) < 1000, k["name"].astype(object).str[:2], k["name"].astype(object))
+    )
     karr = KernelArrays(k)
     covered = overlapped_by_other_class(karr)
     for chunk in (7, 256, 1 << 18):
@@ -126,14 +151,17 @@ def test_row_runs_are_the_pair_groups_when_each_pair_is_one_run():
     b = np.array([0, 0, 0, 0, 1, 1], dtype=np.int32)
     for chunk in (1, 2, 1 << 18):
         assert row_runs(a, b, chunk=chunk) == [(0, 3), (3, 4), (4, 5), (5, 6)]
-        assert [list(range(lo, hi)) for lo, hi in row_runs(a, b, chunk=chunk)] == \
-            sorted(g.tolist() for g in pair_groups(a, b))
+        assert [list(range(lo, hi)) for lo, hi in row_runs(a, b, chunk=chunk)] == sorted(
+            g.tolist() for g in pair_groups(a, b)
+        )
     assert row_runs(np.array([1, 2, 1]), np.array([0, 0, 0])) is None  # pair 1 comes back
     assert row_runs(np.arange(10), np.zeros(10), max_runs=4) is None
     assert row_runs(np.zeros(0, np.int32), np.zeros(0, np.int32)) == []
 
 
-@pytest.mark.parametrize("n_pids", [2, 40])  # 40 pids x up to 2 devices: past max_groups, int_groups takes over
+@pytest.mark.parametrize(
+    "n_pids", [2, 40]
+)  # 40 pids x up to 2 devices: past max_groups, int_groups takes over
 def test_pair_groups_partition_rows_like_int_groups(n_pids):
     k = random_kernels(3, 5000, 4, n_pids=n_pids)
     a, b = k["pid"].to_numpy(), k["device"].to_numpy()
@@ -147,8 +175,9 @@ def test_pair_groups_partition_rows_like_int_groups(n_pids):
 def _threshold_in_child(env_extra: dict) -> str:
     code = "from ddp_profile import memory; print(memory.map_large_arrays())"
     env = {k: v for k, v in os.environ.items() if k not in ("DDP_PROFILE_MALLOC", "MALLOC_MMAP_THRESHOLD_")}
-    return subprocess.run([sys.executable, "-c", code], env=env | env_extra, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env | env_extra, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")

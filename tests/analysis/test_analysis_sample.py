@@ -43,7 +43,7 @@ def naive_trace(path: Path):
                     (globalPid >> 24) & 16777215 AS pid, correlationId AS correlation_id, bytes FROM
              CUPTI_ACTIVITY_KIND_MEMCPY""")
     m["name"], m["kind"] = "memcpy", "memcpy"
-    ranks = (k.groupby("pid")["device"].first().sort_values().reset_index())
+    ranks = k.groupby("pid")["device"].first().sort_values().reset_index()
     ranks["rank"] = np.arange(len(ranks))
     kern = pd.concat([k, m], ignore_index=True).merge(ranks[["pid", "rank"]], on="pid")
     for c in schema.KERNEL_COLUMNS:
@@ -55,14 +55,21 @@ def naive_trace(path: Path):
              FROM NVTX_EVENTS WHERE eventType = 59""")
     n["domain"] = np.where(n["domainId"] == 0, None, "NCCL")
     # depth: how many ranges of the same thread contain this one (small data: a loop is fine here)
-    n["depth"] = [int(((n["tid"] == t) & (n["pid"] == p) & (n["start_ns"] <= s) & (n["end_ns"] >= e)).sum() - 1)
-                  for t, p, s, e in zip(n["tid"], n["pid"], n["start_ns"], n["end_ns"], strict=False)]
+    n["depth"] = [
+        int(((n["tid"] == t) & (n["pid"] == p) & (n["start_ns"] <= s) & (n["end_ns"] >= e)).sum() - 1)
+        for t, p, s, e in zip(n["tid"], n["pid"], n["start_ns"], n["end_ns"], strict=False)
+    ]
     n["payload"] = pd.NA
     n = n.merge(ranks[["pid", "rank"]], on="pid")
     con.close()
-    return types.SimpleNamespace(kernels=schema.select(kern, schema.KERNEL_COLUMNS),
-                                 nvtx=schema.select(n, schema.NVTX_COLUMNS), gpus=None, ranks=None,
-                                 meta={}, run=None)
+    return types.SimpleNamespace(
+        kernels=schema.select(kern, schema.KERNEL_COLUMNS),
+        nvtx=schema.select(n, schema.NVTX_COLUMNS),
+        gpus=None,
+        ranks=None,
+        meta={},
+        run=None,
+    )
 
 
 def traces():
@@ -146,7 +153,9 @@ def test_step_metrics_match_brute_force(sample):
         assert row.compute_ns == brute(kern, row.rank, lo, hi, ["compute"])
         assert row.comm_ns == brute(kern, row.rank, lo, hi, ["nccl"])
         assert row.overlap_ns == brute_both(kern, row.rank, lo, hi)
-        assert row.idle_ns == (hi - lo) - brute(kern, row.rank, lo, hi, ["compute", "nccl", "memcpy", "memset"])
+        assert row.idle_ns == (hi - lo) - brute(
+            kern, row.rank, lo, hi, ["compute", "nccl", "memcpy", "memset"]
+        )
     for row in res.rank_overlap.itertuples():
         comm = brute(kern, row.rank, 0, 2**62, ["nccl"])
         assert row.comm_ns == comm and row.overlap_ns == brute_both(kern, row.rank, 0, 2**62)

@@ -43,8 +43,21 @@ def coll_of(k: pd.DataFrame, step_of) -> pd.DataFrame:
     n["duration_ns"] = n["end_ns"] - n["start_ns"]
     n["wait_ns"] = np.minimum(n["duration_ns"], last - n["start_ns"])
     n["step"] = [step_of(t) for t in n["start_ns"]]
-    return n[["rank", "pid", "device", "stream", "seq", "step", "collective", "start_ns", "end_ns", "duration_ns",
-              "wait_ns"]].reset_index(drop=True)
+    return n[
+        [
+            "rank",
+            "pid",
+            "device",
+            "stream",
+            "seq",
+            "step",
+            "collective",
+            "start_ns",
+            "end_ns",
+            "duration_ns",
+            "wait_ns",
+        ]
+    ].reset_index(drop=True)
 
 
 # Two ranks, two steps (times in ms). Rank 0's host is late: after each step its GPU sits idle until the host
@@ -55,17 +68,28 @@ def coll_of(k: pd.DataFrame, step_of) -> pd.DataFrame:
 #   rank 1: step 0 compute [0,16), AR [16,24) (waits 4 ms for rank 0), step 1 compute [24,35), gap [35,36)
 #           queued (launched at 20: idle), compute [36,37), AR [37,44) (waits 3 ms)
 ROWS = [
-    (0, "compute", 0, 10 * MS, 0), (0, "compute", 14 * MS, 20 * MS, 13 * MS), (0, "nccl", 20 * MS, 24 * MS, 19 * MS),
-    (0, "compute", 30 * MS, 40 * MS, 29 * MS), (0, "nccl", 40 * MS, 44 * MS, 39 * MS),
-    (1, "compute", 0, 16 * MS, 0), (1, "nccl", 16 * MS, 24 * MS, 1 * MS),
-    (1, "compute", 24 * MS, 35 * MS, 18 * MS), (1, "compute", 36 * MS, 37 * MS, 20 * MS),
+    (0, "compute", 0, 10 * MS, 0),
+    (0, "compute", 14 * MS, 20 * MS, 13 * MS),
+    (0, "nccl", 20 * MS, 24 * MS, 19 * MS),
+    (0, "compute", 30 * MS, 40 * MS, 29 * MS),
+    (0, "nccl", 40 * MS, 44 * MS, 39 * MS),
+    (1, "compute", 0, 16 * MS, 0),
+    (1, "nccl", 16 * MS, 24 * MS, 1 * MS),
+    (1, "compute", 24 * MS, 35 * MS, 18 * MS),
+    (1, "compute", 36 * MS, 37 * MS, 20 * MS),
     (1, "nccl", 37 * MS, 44 * MS, 21 * MS),
 ]
 
 
 def _steps():
-    return pd.DataFrame({"rank": [0, 0, 1, 1], "step": [0, 1, 0, 1], "start_ns": [0, 30 * MS, 0, 24 * MS],
-                         "end_ns": [24 * MS, 44 * MS, 24 * MS, 44 * MS]})
+    return pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [0, 1, 0, 1],
+            "start_ns": [0, 30 * MS, 0, 24 * MS],
+            "end_ns": [24 * MS, 44 * MS, 24 * MS, 44 * MS],
+        }
+    )
 
 
 def _setup():
@@ -78,14 +102,25 @@ def test_rank_paths_parts_exact():
     _, _, paths = _setup()
     p = paths.set_index(["rank", "step"])
     # rank 0 step 1: span [24, 44): host gap 6, compute 10, all-reduce 4 (last to arrive: transfer)
-    assert p.loc[(0, 1), ["span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]].tolist() \
-        == [20 * MS, 10 * MS, 4 * MS, 0, 6 * MS, 0]
+    assert p.loc[
+        (0, 1), ["span_ns", "compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
+    ].tolist() == [20 * MS, 10 * MS, 4 * MS, 0, 6 * MS, 0]
     # rank 0 step 0: host gap [10, 14)
     assert p.loc[(0, 0), "host_ns"] == 4 * MS and p.loc[(0, 0), "compute_ns"] == 16 * MS
     # rank 1 step 0: waits 4 ms of its 8 ms all-reduce; step 1: 1 ms gap queued (idle), 3 ms wait
-    assert p.loc[(1, 0), ["wait_ns", "exposed_transfer_ns", "host_ns", "idle_ns"]].tolist() == [4 * MS, 4 * MS, 0, 0]
-    assert p.loc[(1, 1), ["compute_ns", "wait_ns", "exposed_transfer_ns", "idle_ns", "host_ns"]].tolist() == \
-        [12 * MS, 3 * MS, 4 * MS, 1 * MS, 0]
+    assert p.loc[(1, 0), ["wait_ns", "exposed_transfer_ns", "host_ns", "idle_ns"]].tolist() == [
+        4 * MS,
+        4 * MS,
+        0,
+        0,
+    ]
+    assert p.loc[(1, 1), ["compute_ns", "wait_ns", "exposed_transfer_ns", "idle_ns", "host_ns"]].tolist() == [
+        12 * MS,
+        3 * MS,
+        4 * MS,
+        1 * MS,
+        0,
+    ]
     assert (paths[cp.PARTS].sum(axis=1) == paths["span_ns"]).all()
 
 
@@ -102,10 +137,17 @@ def test_straggler_rank_lead_and_host_cause_with_the_sync_call():
     _, coll, paths = _setup()
     arr = st.arrivals(coll)
     assert st.last_arrival_pct(arr, [0, 1]).tolist() == [100.0, 0.0]
-    waits = pd.DataFrame({"rank": [0, 0, 1], "pid": [100, 100, 101], "tid": [100, 100, 101],
-                          "name": ["cudaStreamSynchronize", "cudaMemcpyAsync", "cudaStreamSynchronize"],
-                          "kind": ["sync", "copy", "sync"],
-                          "start_ns": [20 * MS, 23 * MS, 24 * MS], "end_ns": [28 * MS, 29 * MS, 24 * MS + MS // 10]})
+    waits = pd.DataFrame(
+        {
+            "rank": [0, 0, 1],
+            "pid": [100, 100, 101],
+            "tid": [100, 100, 101],
+            "name": ["cudaStreamSynchronize", "cudaMemcpyAsync", "cudaStreamSynchronize"],
+            "kind": ["sync", "copy", "sync"],
+            "start_ns": [20 * MS, 23 * MS, 24 * MS],
+            "end_ns": [28 * MS, 29 * MS, 24 * MS + MS // 10],
+        }
+    )
     out = st.stragglers(st.step_leads(arr), paths, waits, np.array([0, 1]))
     assert out["straggler_rank"].tolist() == [0, 0]
     assert out["straggler_lead_ns"].tolist() == [4 * MS, 3 * MS]
@@ -114,13 +156,18 @@ def test_straggler_rank_lead_and_host_cause_with_the_sync_call():
     assert out.loc[1, "straggler_evidence"] == (
         "GPU idle awaiting launches 6.000 ms (other ranks' median 0.000 ms); host waits on the main thread: "
         "cudaStreamSynchronize ×1 (other ranks' median ×1) + cudaMemcpyAsync ×1 (other ranks' median ×0), "
-        "14.000 ms (other ranks' median 0.100 ms)")
+        "14.000 ms (other ranks' median 0.100 ms)"
+    )
 
 
 def test_gpu_cause_when_the_late_rank_runs_more_work():
     # rank 1 runs 6 ms more compute before the all-reduce, no idle gap
-    rows = [(0, "compute", 0, 10 * MS, 0), (0, "nccl", 10 * MS, 20 * MS, 1 * MS),
-            (1, "compute", 0, 16 * MS, 0), (1, "nccl", 16 * MS, 20 * MS, 1 * MS)]
+    rows = [
+        (0, "compute", 0, 10 * MS, 0),
+        (0, "nccl", 10 * MS, 20 * MS, 1 * MS),
+        (1, "compute", 0, 16 * MS, 0),
+        (1, "nccl", 16 * MS, 20 * MS, 1 * MS),
+    ]
     k = kernels(rows)
     coll = coll_of(k, lambda t: 0)
     steps = pd.DataFrame({"rank": [0, 1], "step": [0, 0], "start_ns": [0, 0], "end_ns": [20 * MS, 20 * MS]})
@@ -131,11 +178,22 @@ def test_gpu_cause_when_the_late_rank_runs_more_work():
 
 
 def test_verdict_splits_removable_time_and_names_the_straggler():
-    crit = pd.DataFrame({"step": [0, 1, 2, 3], "span_ns": [100] * 4, "critical_rank": [1] * 4,
-                         "compute_ns": [60] * 4, "exposed_transfer_ns": [5] * 4, "wait_ns": [30] * 4,
-                         "host_ns": [2] * 4, "idle_ns": [3] * 4})
-    per_step = pd.DataFrame({"straggler_rank": [0, 0, 0, 1], "straggler_lead_ns": [28.0, 30, 32, 1]},
-                            index=pd.Index([0, 1, 2, 3], name="step"))
+    crit = pd.DataFrame(
+        {
+            "step": [0, 1, 2, 3],
+            "span_ns": [100] * 4,
+            "critical_rank": [1] * 4,
+            "compute_ns": [60] * 4,
+            "exposed_transfer_ns": [5] * 4,
+            "wait_ns": [30] * 4,
+            "host_ns": [2] * 4,
+            "idle_ns": [3] * 4,
+        }
+    )
+    per_step = pd.DataFrame(
+        {"straggler_rank": [0, 0, 0, 1], "straggler_lead_ns": [28.0, 30, 32, 1]},
+        index=pd.Index([0, 1, 2, 3], name="step"),
+    )
     v = vd.verdict(crit, per_step, [])
     assert v["bound_by"] == "straggler" and v["rank"] == 0
     parts, _ = vd.split_parts(crit, per_step)
@@ -149,19 +207,39 @@ def test_verdict_splits_removable_time_and_names_the_straggler():
 
 
 def test_compute_verdict_drops_communication_advice():
-    crit = pd.DataFrame({"step": [0, 1], "span_ns": [100, 100], "critical_rank": [0, 0], "compute_ns": [95, 95],
-                         "exposed_transfer_ns": [3, 3], "wait_ns": [0, 0], "host_ns": [1, 1], "idle_ns": [1, 1]})
-    rules = [{"rule": "comm_tail", "what_to_change": "x", "gain_upper_ns": 3.0, "spread_ns": 0.0, "evidence": ""},
-             {"rule": "host_sync", "what_to_change": "y", "gain_upper_ns": 1.0, "spread_ns": 0.0, "evidence": ""}]
+    crit = pd.DataFrame(
+        {
+            "step": [0, 1],
+            "span_ns": [100, 100],
+            "critical_rank": [0, 0],
+            "compute_ns": [95, 95],
+            "exposed_transfer_ns": [3, 3],
+            "wait_ns": [0, 0],
+            "host_ns": [1, 1],
+            "idle_ns": [1, 1],
+        }
+    )
+    rules = [
+        {"rule": "comm_tail", "what_to_change": "x", "gain_upper_ns": 3.0, "spread_ns": 0.0, "evidence": ""},
+        {"rule": "host_sync", "what_to_change": "y", "gain_upper_ns": 1.0, "spread_ns": 0.0, "evidence": ""},
+    ]
     v = vd.verdict(crit, pd.DataFrame({"straggler_rank": [], "straggler_lead_ns": []}), rules)
     assert v["bound_by"] == "compute" and v["removable_ns"] == 0
     assert [r["rule"] for r in v["advice"]] == ["host_sync"]
 
 
 def test_per_rank_lists_only_metrics_that_differ_by_more_than_2x():
-    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [0, 1, 0, 1], "step_ns": [100.0] * 4,
-                          "compute_ns": [50.0, 50, 52, 52], "exposed_wait_ns": [0.0, 0, 30, 30],
-                          "exposed_transfer_ns": [0.4, 0.4, 0.1, 0.1], "idle_ns": [19.0, 19, 16, 16]})
+    steps = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [0, 1, 0, 1],
+            "step_ns": [100.0] * 4,
+            "compute_ns": [50.0, 50, 52, 52],
+            "exposed_wait_ns": [0.0, 0, 30, 30],
+            "exposed_transfer_ns": [0.4, 0.4, 0.1, 0.1],
+            "idle_ns": [19.0, 19, 16, 16],
+        }
+    )
     paths = pd.DataFrame({"rank": [0, 0, 1, 1], "host_ns": [30.0, 30, 1, 1]})
     ranks = pd.DataFrame({"rank": [0, 1], "last_arrival_pct": [90.0, 10.0]})
     got = vd.per_rank(steps, paths, ranks)
@@ -171,9 +249,17 @@ def test_per_rank_lists_only_metrics_that_differ_by_more_than_2x():
 
 
 # ---- committed traces -----------------------------------------------------------------------------------
-REAL = ["naive_xl_fp32_2xh200", "none_small_fp32_1xh200", "none_xl_fp32_1xh200", "none_xl_bf16_1xh200",
-        "bucketed-25mb_small_fp32_2xh200", "torch_ddp-25mb_small_fp32_2xh200", "flat_small_fp32_2xh200",
-        "foreign/plain-cuda", "foreign/plain-autograd"]
+REAL = [
+    "naive_xl_fp32_2xh200",
+    "none_small_fp32_1xh200",
+    "none_xl_fp32_1xh200",
+    "none_xl_bf16_1xh200",
+    "bucketed-25mb_small_fp32_2xh200",
+    "torch_ddp-25mb_small_fp32_2xh200",
+    "flat_small_fp32_2xh200",
+    "foreign/plain-cuda",
+    "foreign/plain-autograd",
+]
 
 
 @pytest.fixture(scope="module")
@@ -233,7 +319,9 @@ def _truth_late_rank(job: str) -> tuple[int, float]:
     import statistics
 
     its = json.loads((TRACES / "foreign" / job / "truth.json").read_text())["iterations"]
-    lag = statistics.median((b["start_unix_ns"] - a["start_unix_ns"]) / 1e6 for a, b in zip(its[0], its[1], strict=False))
+    lag = statistics.median(
+        (b["start_unix_ns"] - a["start_unix_ns"]) / 1e6 for a, b in zip(its[0], its[1], strict=False)
+    )
     return (1 if lag > 0 else 0), lag
 
 
@@ -267,13 +355,21 @@ def test_gpt_accum_names_rank_0s_per_iteration_sync_as_evidence(analysed):
 
     res = analysed("foreign/gpt-accum")
     per_step = res.steps.groupby("step")[["straggler_rank", "straggler_cause", "straggler_evidence"]].first()
-    ev = per_step.loc[(per_step["straggler_rank"] == 0) & (per_step["straggler_cause"] == "host"),
-                      "straggler_evidence"]
+    ev = per_step.loc[
+        (per_step["straggler_rank"] == 0) & (per_step["straggler_cause"] == "host"), "straggler_evidence"
+    ]
     assert len(ev) >= 5 and ev.str.startswith("GPU idle awaiting launches").all()
     assert ev.str.contains("cudaStreamSynchronize ×1 (other ranks' median ×0)", regex=False).all()
-    assert ev.str.contains("cudaMemcpyAsync ×1 (other ranks' median ×0)", regex=False).sum() >= len(ev) // 2  # .item()'s copy to the host
-    got_ms = ev.map(lambda e: float(re.search(r"host waits on the main thread: .*, ([\d,.]+) ms \(other ranks' median", e)
-                                  .group(1).replace(",", "")))
+    assert (
+        ev.str.contains("cudaMemcpyAsync ×1 (other ranks' median ×0)", regex=False).sum() >= len(ev) // 2
+    )  # .item()'s copy to the host
+    got_ms = ev.map(
+        lambda e: float(
+            re.search(r"host waits on the main thread: .*, ([\d,.]+) ms \(other ranks' median", e)
+            .group(1)
+            .replace(",", "")
+        )
+    )
     assert (got_ms > 0).all()
     truth = json.loads((TRACES / "foreign" / "gpt-accum" / "truth.json").read_text())
     truth_ms = np.mean([it["host_sync_ms"] for it in truth["iterations"][0]])
@@ -281,8 +377,16 @@ def test_gpt_accum_names_rank_0s_per_iteration_sync_as_evidence(analysed):
     assert res.verdict["bound_by"] == "straggler" and res.verdict["rank"] == 0
 
 
-@pytest.mark.parametrize("name", ["foreign/gpt-accum", "foreign/pl-fsdp", "foreign/hf-ddp", "naive_xl_fp32_2xh200",
-                                  "campaign/A/bucketed-100mb+zero1_xl_fp32_2xh200"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "foreign/gpt-accum",
+        "foreign/pl-fsdp",
+        "foreign/hf-ddp",
+        "naive_xl_fp32_2xh200",
+        "campaign/A/bucketed-100mb+zero1_xl_fp32_2xh200",
+    ],
+)
 def test_verdict_gain_is_its_rules_gain_at_the_head_of_the_advice(analysed, name):
     """One number per fact: the verdict's expected gain is the gain of the rule it advises, and that rule is
     listed first (reviewer: pl-fsdp said 'up to 24.857 ms' beside the same rule at 27.381 ms)."""
@@ -352,8 +456,15 @@ def test_load_trace_reads_the_main_threads_host_waits_as_load_host_waits_does():
     pd.testing.assert_frame_equal(load_host_waits(tr), w)
 
 
-@pytest.mark.parametrize("run", ["foreign/gpt-accum", "foreign/hf-ddp", "per-rank/bucketed-25mb_small_fp32_2xh200",
-                                 "two-node/bucketed-25mb_small_fp32_4xh100"])
+@pytest.mark.parametrize(
+    "run",
+    [
+        "foreign/gpt-accum",
+        "foreign/hf-ddp",
+        "per-rank/bucketed-25mb_small_fp32_2xh200",
+        "two-node/bucketed-25mb_small_fp32_4xh100",
+    ],
+)
 def test_one_api_read_gives_the_calls_and_load_traces_host_waits(run):
     """The report reads the API table once (load_calls_and_waits, after load_trace(host_waits=False)): the
     same calls as load_api_calls and the same host waits as load_trace's own scan, on one-file, per-rank and
@@ -391,12 +502,27 @@ def test_rules_whose_gain_is_one_run_level_number_state_no_spread_over_steps():
     # contention's bound is one estimate for the run (lost compute / rank-steps) and the recommendation's one
     # prediction: neither varies over steps by measurement, so neither may print a spread (a constant's
     # interquartile range, 0, would read as "measured, steady"); host_sync's bound is per step and keeps its own
-    crit = pd.DataFrame({"step": [0, 1, 2, 3], "span_ns": [100 * MS] * 4, "critical_rank": [0] * 4,
-                         "compute_ns": [60 * MS, 70 * MS, 80 * MS, 90 * MS], "exposed_transfer_ns": [5 * MS] * 4,
-                         "wait_ns": [0] * 4, "host_ns": [2 * MS, 4 * MS, 6 * MS, 8 * MS], "idle_ns": [0] * 4})
+    crit = pd.DataFrame(
+        {
+            "step": [0, 1, 2, 3],
+            "span_ns": [100 * MS] * 4,
+            "critical_rank": [0] * 4,
+            "compute_ns": [60 * MS, 70 * MS, 80 * MS, 90 * MS],
+            "exposed_transfer_ns": [5 * MS] * 4,
+            "wait_ns": [0] * 4,
+            "host_ns": [2 * MS, 4 * MS, 6 * MS, 8 * MS],
+            "idle_ns": [0] * 4,
+        }
+    )
     sync = pd.Series([2 * MS, 4 * MS, 6 * MS, 8 * MS], index=[0, 1, 2, 3], dtype=float)
-    rec = pd.DataFrame({"flags": ["--bucket-cap-mb 50"], "measured_step_ns": [90 * MS],
-                        "predicted_gain_ns": [3 * MS], "basis": ["measured at 50 MB"]})
+    rec = pd.DataFrame(
+        {
+            "flags": ["--bucket-cap-mb 50"],
+            "measured_step_ns": [90 * MS],
+            "predicted_gain_ns": [3 * MS],
+            "basis": ["measured at 50 MB"],
+        }
+    )
     rules = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, sync, 4 * MS, rec)}
     assert rules["contention"]["gain_upper_ns"] == 4 * MS and rules["contention"]["spread_ns"] is None
     assert rules["measured"]["gain_upper_ns"] == 3 * MS and rules["measured"]["spread_ns"] is None
@@ -404,17 +530,31 @@ def test_rules_whose_gain_is_one_run_level_number_state_no_spread_over_steps():
     assert rules["host_sync"]["spread_ns"] == pytest.approx(3 * MS)
 
 
-@pytest.mark.parametrize(("ratio", "needle", "absent"), [
-    (1.83, "torch._C._set_sm_carveout_experimental(N)", "NCCL_MAX_NCHANNELS"),
-    (1.12, "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
-    (float("nan"), "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
-])
+@pytest.mark.parametrize(
+    ("ratio", "needle", "absent"),
+    [
+        (1.83, "torch._C._set_sm_carveout_experimental(N)", "NCCL_MAX_NCHANNELS"),
+        (1.12, "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
+        (float("nan"), "fewer NCCL channels (NCCL_MAX_NCHANNELS)", "carveout"),
+    ],
+)
 def test_contention_advice_is_the_gemm_carveout_only_where_gemms_run_in_two_waves(ratio, needle, absent):
-    crit = pd.DataFrame({"step": [0, 1], "span_ns": [100 * MS] * 2, "critical_rank": [0] * 2,
-                         "compute_ns": [80 * MS] * 2, "exposed_transfer_ns": [5 * MS] * 2, "wait_ns": [0] * 2,
-                         "host_ns": [2 * MS] * 2, "idle_ns": [0] * 2})
+    crit = pd.DataFrame(
+        {
+            "step": [0, 1],
+            "span_ns": [100 * MS] * 2,
+            "critical_rank": [0] * 2,
+            "compute_ns": [80 * MS] * 2,
+            "exposed_transfer_ns": [5 * MS] * 2,
+            "wait_ns": [0] * 2,
+            "host_ns": [2 * MS] * 2,
+            "idle_ns": [0] * 2,
+        }
+    )
     sync = pd.Series([0.0, 0.0], index=[0, 1])
-    rule = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, sync, 4 * MS, None, ratio)}["contention"]
+    rule = {r["rule"]: r for r in vd.advice(crit, pd.DataFrame(), None, sync, 4 * MS, None, ratio)}[
+        "contention"
+    ]
     assert needle in rule["what_to_change"] and absent not in rule["what_to_change"]
     assert ("second wave" in rule["evidence"]) == (ratio >= 1.5)
     assert rule["gain_upper_ns"] == 4 * MS

@@ -49,35 +49,87 @@ def _zero_fsdp_run(build_export, name="mixed.sqlite"):
     rows = {0: [], 1: []}
     for r in (0, 1):
         b2_end, rs2_start = (500, 500) if r == 0 else (520, 520)
-        rows[r] = [(AG, 17, 10, 30, 5), ("fwd_gemm", 7, 30, 100, 6), (AG, 17, 80, 120, 7),
-                   ("fwd_gemm", 7, 120, 200, 8), ("bwd_gemm", 7, 310, 400, 305), (RS, 17, 380, 420, 306),
-                   ("bwd_gemm", 7, 420, b2_end, 307), (RS, 17, rs2_start, 560, 308),
-                   ("adam", 7, 570, 600, 562), (BC, 17, 600, 650, 565)]
-    k = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id", "launch_start",
-                         "launch_tid")}
+        rows[r] = [
+            (AG, 17, 10, 30, 5),
+            ("fwd_gemm", 7, 30, 100, 6),
+            (AG, 17, 80, 120, 7),
+            ("fwd_gemm", 7, 120, 200, 8),
+            ("bwd_gemm", 7, 310, 400, 305),
+            (RS, 17, 380, 420, 306),
+            ("bwd_gemm", 7, 420, b2_end, 307),
+            (RS, 17, rs2_start, 560, 308),
+            ("adam", 7, 570, 600, 562),
+            (BC, 17, 600, 650, 565),
+        ]
+    k = {
+        c: []
+        for c in (
+            "pid",
+            "device",
+            "stream",
+            "start",
+            "end",
+            "name",
+            "correlation_id",
+            "launch_start",
+            "launch_tid",
+        )
+    }
     n = {c: [] for c in ("pid", "tid", "start", "end", "text", "event_type", "domain", "payload")}
     for r, rr in rows.items():
         pid = 100 + r
         for i, (name, stream, s, e, launch) in enumerate(rr):
-            for c, v in (("pid", pid), ("device", r), ("stream", stream), ("start", T0 + s * US),
-                         ("end", T0 + e * US), ("name", name), ("correlation_id", i + 1),
-                         ("launch_start", T0 + launch * US), ("launch_tid", pid)):
+            for c, v in (
+                ("pid", pid),
+                ("device", r),
+                ("stream", stream),
+                ("start", T0 + s * US),
+                ("end", T0 + e * US),
+                ("name", name),
+                ("correlation_id", i + 1),
+                ("launch_start", T0 + launch * US),
+                ("launch_tid", pid),
+            ):
                 k[c].append(v)
-        for text, s, e, et, payload in ((f"{nn.RANK_MARKER} {r}/2", -500, -1, 34, r), (f"{nn.STEP} 0", 0, 1000, 59, 0),
-                                        (nn.FORWARD, 0, 300, 59, -1), (nn.BACKWARD, 300, 560, 59, -1),
-                                        (nn.OPTIMIZER, 560, 900, 59, -1)):
-            for c, v in (("pid", pid), ("tid", pid), ("start", T0 + s * US), ("end", -1 if e < 0 else T0 + e * US),
-                         ("text", text), ("event_type", et), ("domain", nn.DOMAIN), ("payload", payload)):
+        for text, s, e, et, payload in (
+            (f"{nn.RANK_MARKER} {r}/2", -500, -1, 34, r),
+            (f"{nn.STEP} 0", 0, 1000, 59, 0),
+            (nn.FORWARD, 0, 300, 59, -1),
+            (nn.BACKWARD, 300, 560, 59, -1),
+            (nn.OPTIMIZER, 560, 900, 59, -1),
+        ):
+            for c, v in (
+                ("pid", pid),
+                ("tid", pid),
+                ("start", T0 + s * US),
+                ("end", -1 if e < 0 else T0 + e * US),
+                ("text", text),
+                ("event_type", et),
+                ("domain", nn.DOMAIN),
+                ("payload", payload),
+            ):
                 n[c].append(v)
-    return build_export(name, processes=[{"pid": 100, "device": 0}, {"pid": 101, "device": 1}],
-                        kernels={c: np.asarray(v) for c, v in k.items()}, nvtx={c: np.asarray(v) for c, v in n.items()})
+    return build_export(
+        name,
+        processes=[{"pid": 100, "device": 0}, {"pid": 101, "device": 1}],
+        kernels={c: np.asarray(v) for c, v in k.items()},
+        nvtx={c: np.asarray(v) for c, v in n.items()},
+    )
 
 
 def test_kind_names():
-    assert [kind_of(parse_nccl(x)[0]) for x in (
-        AG, RS, BC, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "ncclDevKernel_SendRecv",
-        "ncclDevKernel_Reduce_Sum_f32_RING_LL", "ncclDevKernel_AllToAll")] == [
-        "AllGather", "ReduceScatter", "Broadcast", "AllReduce", "SendRecv", "other", "AllToAll"]
+    assert [
+        kind_of(parse_nccl(x)[0])
+        for x in (
+            AG,
+            RS,
+            BC,
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+            "ncclDevKernel_SendRecv",
+            "ncclDevKernel_Reduce_Sum_f32_RING_LL",
+            "ncclDevKernel_AllToAll",
+        )
+    ] == ["AllGather", "ReduceScatter", "Broadcast", "AllReduce", "SendRecv", "other", "AllToAll"]
     assert kind_of(None) == "other" and kind_of("all_gather") == "AllGather"
 
 
@@ -93,12 +145,34 @@ def test_known_answer_mixed_collectives(build_export):
     # exposed. exposed_allgather = |AG \ C| before 500 = AG1 20 + AG2's [100,120) 20 = 40.
     # Rank 1: B2 ends 520, RS2 [520,560) -> comm 190, exposed 150, wait 0, comm_tail 40.
     # Job tail: last gradient end on any rank 560 − latest backward end 520 = 40, on both rows.
-    want = {0: dict(comm_ns=210, overlap_ns=40, exposed_comm_ns=170, exposed_wait_ns=20, exposed_transfer_ns=150,
-                    backward_end_ns=T0 + 500 * US, comm_tail_ns=60, param_sync_ns=50, exposed_param_sync_ns=50,
-                    exposed_allgather_ns=40, job_comm_tail_ns=40),
-            1: dict(comm_ns=190, overlap_ns=40, exposed_comm_ns=150, exposed_wait_ns=0, exposed_transfer_ns=150,
-                    backward_end_ns=T0 + 520 * US, comm_tail_ns=40, param_sync_ns=50, exposed_param_sync_ns=50,
-                    exposed_allgather_ns=40, job_comm_tail_ns=40)}
+    want = {
+        0: dict(
+            comm_ns=210,
+            overlap_ns=40,
+            exposed_comm_ns=170,
+            exposed_wait_ns=20,
+            exposed_transfer_ns=150,
+            backward_end_ns=T0 + 500 * US,
+            comm_tail_ns=60,
+            param_sync_ns=50,
+            exposed_param_sync_ns=50,
+            exposed_allgather_ns=40,
+            job_comm_tail_ns=40,
+        ),
+        1: dict(
+            comm_ns=190,
+            overlap_ns=40,
+            exposed_comm_ns=150,
+            exposed_wait_ns=0,
+            exposed_transfer_ns=150,
+            backward_end_ns=T0 + 520 * US,
+            comm_tail_ns=40,
+            param_sync_ns=50,
+            exposed_param_sync_ns=50,
+            exposed_allgather_ns=40,
+            job_comm_tail_ns=40,
+        ),
+    }
     for r, cols in want.items():
         for c, v in cols.items():
             assert s.loc[r, c] == pytest.approx(v if c == "backward_end_ns" else v * US), (r, c)
@@ -108,11 +182,22 @@ def test_known_answer_mixed_collectives(build_export):
     assert list(k0.index) == ["AllGather", "ReduceScatter", "Broadcast"]  # KINDS order
     # GPU phase windows of rank 0: forward [10, 200) (AG1..F2), backward [310, 500) (its compute, B1 and B2:
     # RS1 40 inside, RS2 after it), optimizer [570, 650) (O1, BC). after backward = [500, 650).
-    exp = {"AllGather": (2, 60, 40, 0, 0, 60, 0, 0, 0),
-           "ReduceScatter": (2, 100, 80, 20, 20, 0, 40, 0, 60),
-           "Broadcast": (1, 50, 50, 0, 0, 0, 0, 50, 50)}
-    cols = ["count", "comm_ns", "exposed_comm_ns", "wait_ns", "exposed_wait_ns", "forward_ns", "backward_ns",
-            "optimizer_ns", "after_backward_ns"]
+    exp = {
+        "AllGather": (2, 60, 40, 0, 0, 60, 0, 0, 0),
+        "ReduceScatter": (2, 100, 80, 20, 20, 0, 40, 0, 60),
+        "Broadcast": (1, 50, 50, 0, 0, 0, 0, 50, 50),
+    }
+    cols = [
+        "count",
+        "comm_ns",
+        "exposed_comm_ns",
+        "wait_ns",
+        "exposed_wait_ns",
+        "forward_ns",
+        "backward_ns",
+        "optimizer_ns",
+        "after_backward_ns",
+    ]
     for kind, vals in exp.items():
         got = k0.loc[kind, cols].to_numpy(float)
         assert got.tolist() == [vals[0]] + [v * US for v in vals[1:]], kind
@@ -132,18 +217,43 @@ def test_known_answer_mixed_collectives(build_export):
 def test_overlapping_kinds_sum_exceeds_union(build_export):
     """Two kinds at the same time on one rank (an AllGather on one stream under a ReduceScatter on another):
     each kind counts the shared time, the step's union counts it once, so Σ kinds ≥ comm_ns."""
-    k = {"pid": [7] * 3, "device": [0] * 3, "stream": [7, 17, 18], "start": [1_000, 1_100, 1_150],
-         "end": [1_200, 1_300, 1_250], "name": ["gemm", AG, RS], "correlation_id": [1, 2, 3],
-         "launch_start": [900, 910, 920]}
-    n = {"pid": [7, 7], "tid": [7, 7], "start": [500, 800], "end": [-1, 2_000], "text": [f"{nn.RANK_MARKER} 0/1",
-         f"{nn.STEP} 0"], "event_type": [34, 59], "domain": [nn.DOMAIN] * 2, "payload": [0, 0]}
-    res = analyze(load_trace(build_export(processes=[{"pid": 7, "device": 0}], kernels={c: np.asarray(v) for c, v in k.items()},
-                                          nvtx={c: np.asarray(v) for c, v in n.items()})))
+    k = {
+        "pid": [7] * 3,
+        "device": [0] * 3,
+        "stream": [7, 17, 18],
+        "start": [1_000, 1_100, 1_150],
+        "end": [1_200, 1_300, 1_250],
+        "name": ["gemm", AG, RS],
+        "correlation_id": [1, 2, 3],
+        "launch_start": [900, 910, 920],
+    }
+    n = {
+        "pid": [7, 7],
+        "tid": [7, 7],
+        "start": [500, 800],
+        "end": [-1, 2_000],
+        "text": [f"{nn.RANK_MARKER} 0/1", f"{nn.STEP} 0"],
+        "event_type": [34, 59],
+        "domain": [nn.DOMAIN] * 2,
+        "payload": [0, 0],
+    }
+    res = analyze(
+        load_trace(
+            build_export(
+                processes=[{"pid": 7, "device": 0}],
+                kernels={c: np.asarray(v) for c, v in k.items()},
+                nvtx={c: np.asarray(v) for c, v in n.items()},
+            )
+        )
+    )
     # AG [1100,1300) 200, RS [1150,1250) 100: union 200; Σ kinds 300. Compute [1000,1200) covers AG's first
     # 100 and RS's first 50: exposed AG 100, RS 50, union exposed = [1200,1300) = 100.
     kinds = res.comm_kinds.set_index("collective")
     assert kinds.loc["AllGather", "comm_ns"] == 200 and kinds.loc["ReduceScatter", "comm_ns"] == 100
-    assert kinds.loc["AllGather", "exposed_comm_ns"] == 100 and kinds.loc["ReduceScatter", "exposed_comm_ns"] == 50
+    assert (
+        kinds.loc["AllGather", "exposed_comm_ns"] == 100
+        and kinds.loc["ReduceScatter", "exposed_comm_ns"] == 50
+    )
     assert res.steps.loc[0, "comm_ns"] == 200 and res.steps.loc[0, "exposed_comm_ns"] == 100
     # No backward range: tail, param sync and after_backward are missing; exposed AllGather over the step.
     assert np.isnan(res.steps.loc[0, "comm_tail_ns"]) and np.isnan(res.steps.loc[0, "param_sync_ns"])
@@ -158,7 +268,9 @@ def test_summary_one_population(ddp_run):
     sm = res.summary()
     assert sm["population"] == "steps" and sm["n_steps"] == 2 and sm["n_ranks"] == 2
     assert sm["n_collectives"] == 2 * 2 * 3 and sm["trace_n_collectives"] == truth["n_nccl"] == 18
-    assert sm["overlap_pct"] == pytest.approx(100 * 2 / 3) and sm["trace_overlap_pct"] == pytest.approx(100 * 2 / 3)
+    assert sm["overlap_pct"] == pytest.approx(100 * 2 / 3) and sm["trace_overlap_pct"] == pytest.approx(
+        100 * 2 / 3
+    )
     # All ranks start every all-reduce together: no waiting, all exposed time is transfer.
     assert sm["wait_pct_of_comm"] == 0 and sm["exposed_wait_ns"] == 0
     assert sm["exposed_transfer_ns"] == truth["per_step"]["exposed_comm_ns"]
@@ -169,13 +281,21 @@ def test_cli_section(build_export, capsys):
     path = _zero_fsdp_run(build_export)
     assert main(["analyze", str(path), "--format", "json", "--section", "comm_kinds"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"version", "summary", "notes", "verdict", "per_rank", "comm_kinds"} and len(out["comm_kinds"]) == 6
+    assert (
+        set(out) == {"version", "summary", "notes", "verdict", "per_rank", "comm_kinds"}
+        and len(out["comm_kinds"]) == 6
+    )
     assert main(["analyze", str(path), "--format", "csv", "--section", "comm_kinds"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == ",".join(schema.COMM_KIND_COLUMNS)
 
 
-REAL = ["naive_xl_fp32_2xh200", "overlap_xl_fp32_2xh200", "bucketed-25mb_xl_fp32_2xh200",
-        "torch_ddp-25mb_xl_fp32_2xh200", "bucketed-100mb_xl_bf16_2xh200"]
+REAL = [
+    "naive_xl_fp32_2xh200",
+    "overlap_xl_fp32_2xh200",
+    "bucketed-25mb_xl_fp32_2xh200",
+    "torch_ddp-25mb_xl_fp32_2xh200",
+    "bucketed-100mb_xl_bf16_2xh200",
+]
 
 
 @pytest.mark.parametrize("run", REAL)
@@ -192,7 +312,9 @@ def test_real_trace_invariants(run):
     tot = k.set_index(["rank", "step"])[["comm_ns", "exposed_comm_ns"]]
     st = s.set_index(["rank", "step"])
     assert (tot["comm_ns"] == st["comm_ns"]).all() and (tot["exposed_comm_ns"] == st["exposed_comm_ns"]).all()
-    assert (k["count"] == res.collectives.groupby(["rank", "step"]).size().reindex(tot.index).to_numpy()).all()
+    assert (
+        k["count"] == res.collectives.groupby(["rank", "step"]).size().reindex(tot.index).to_numpy()
+    ).all()
     assert (s["param_sync_ns"] == 0).all() and (s["exposed_param_sync_ns"] == 0).all()
     assert (s["exposed_allgather_ns"] == 0).all()
     assert (k["after_backward_ns"] <= k["comm_ns"]).all()
@@ -209,11 +331,19 @@ def test_unknown_kind_is_noted_and_not_tail():
     """An NCCL kernel whose collective is not a known kind is 'other': in comm_ns, not in the tail."""
     from test_analysis import kernels, nvtx, trace
 
-    k = kernels([(0, 100, 7, 1000, 1100, "b1", "compute", 40, 2),
-                 (0, 100, 17, 1100, 1300, "ncclDevKernel_Generic", "nccl", 50, 2)])
+    k = kernels(
+        [
+            (0, 100, 7, 1000, 1100, "b1", "compute", 40, 2),
+            (0, 100, 17, 1100, 1300, "ncclDevKernel_Generic", "nccl", 50, 2),
+        ]
+    )
     k["collective"] = [None, "Generic"]
-    n = nvtx([(0, 100, 1, nn.DOMAIN, f"{nn.STEP} 0", 0, 100, 0, 0),
-              (0, 100, 1, nn.DOMAIN, nn.BACKWARD, 30, 80, 1, None)])
+    n = nvtx(
+        [
+            (0, 100, 1, nn.DOMAIN, f"{nn.STEP} 0", 0, 100, 0, 0),
+            (0, 100, 1, nn.DOMAIN, nn.BACKWARD, 30, 80, 1, None),
+        ]
+    )
     res = analyze(trace(k, n))
     # backward_end = 1100; the only NCCL kernel is not a gradient collective: tail 0, comm 200.
     assert res.steps.loc[0, "comm_tail_ns"] == 0 and res.steps.loc[0, "comm_ns"] == 200

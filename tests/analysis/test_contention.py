@@ -68,7 +68,11 @@ def test_one_name_two_shapes_per_name_rule_is_negative_per_key_rule_exact():
     old = contention(karr, covered).iloc[0]  # no windows: the per-name rule
     # the per-name rule pairs the small kernels under NCCL with the large ones alone: 480 − 3 · 1000 < 0,
     # reported as 0 (lost_ns is never negative) with the unlike baseline in view
-    assert old["lost_ns"] == 0 and old["baseline_ns"] == pytest.approx(3 * 1000) and old["alone_median_ns"] == 1000
+    assert (
+        old["lost_ns"] == 0
+        and old["baseline_ns"] == pytest.approx(3 * 1000)
+        and old["alone_median_ns"] == 1000
+    )
     assert old["slowdown_pct"] == 0
     new = analyze(trace(k, n)).contention
     assert list(new.columns) == schema.CONTENTION_COLUMNS and len(new) == 1
@@ -98,18 +102,22 @@ def test_keys_pool_over_ranks_and_per_rank_samples_give_the_same_table():
     assert set(per_rank[0]) == {("g", 0), ("g", 1)}
     pd.testing.assert_frame_equal(pooled_contention(per_rank), whole)
     # Without windows both paths fall back to the per-name rule, alike.
-    no_steps = [contention_samples(karr.subset(np.flatnonzero(karr.rank == r)), covered[karr.rank == r])
-                for r in (0, 1)]
+    no_steps = [
+        contention_samples(karr.subset(np.flatnonzero(karr.rank == r)), covered[karr.rank == r])
+        for r in (0, 1)
+    ]
     pd.testing.assert_frame_equal(pooled_contention(no_steps), contention(karr, covered))
     assert contention(karr, covered)["lost_ns"].iloc[0] == 0  # 2 · (480 − 3 · 1000) < 0: never negative
 
 
 def test_kernels_outside_every_step_are_left_out():
     k, n = two_shapes()
-    extra = kernels([(0, 100, 7, 900_000 + 10 * i, 900_005 + 10 * i, "g", "compute", 90_000, 1) for i in range(5)])
+    extra = kernels(
+        [(0, 100, 7, 900_000 + 10 * i, 900_005 + 10 * i, "g", "compute", 90_000, 1) for i in range(5)]
+    )
     k = pd.concat([k, extra], ignore_index=True)
     karr, covered, windows = _parts(k, n)
-    assert (step_ordinals(karr, windows)[len(k) - 5:] == -1).all()
+    assert (step_ordinals(karr, windows)[len(k) - 5 :] == -1).all()
     assert contention(karr, covered, windows)["lost_ns"].iloc[0] == pytest.approx(180)
 
 
@@ -165,13 +173,28 @@ def _random_steps(seed: int, n: int = 6000, n_ranks: int = 3, n_names: int = 7):
     names = np.array([f"k{i}" for i in range(n_names)], dtype=object)
     name = names[rng.integers(0, n_names, n)]
     name[rng.random(n) < 0.02] = None
-    k = pd.DataFrame({"rank": rank, "pid": rank + 100, "device": rank, "stream": np.int32(7),
-                      "start_ns": start, "end_ns": end, "name": pd.Categorical(name),
-                      "kind": pd.Categorical(kind), "launch_ns": pd.array([pd.NA] * n, "Int64")})
+    k = pd.DataFrame(
+        {
+            "rank": rank,
+            "pid": rank + 100,
+            "device": rank,
+            "stream": np.int32(7),
+            "start_ns": start,
+            "end_ns": end,
+            "name": pd.Categorical(name),
+            "kind": pd.Categorical(kind),
+            "launch_ns": pd.array([pd.NA] * n, "Int64"),
+        }
+    )
     k = k.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     edges = np.arange(0, 200 * n, 10 * n)
-    windows = pd.DataFrame([{"phase": "step", "rank": r, "step": i, "start_ns": int(a),
-                             "end_ns": int(a + 8 * n)} for r in range(n_ranks) for i, a in enumerate(edges)])
+    windows = pd.DataFrame(
+        [
+            {"phase": "step", "rank": r, "step": i, "start_ns": int(a), "end_ns": int(a + 8 * n)}
+            for r in range(n_ranks)
+            for i, a in enumerate(edges)
+        ]
+    )
     return k, windows
 
 

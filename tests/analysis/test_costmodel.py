@@ -59,7 +59,9 @@ def test_two_regimes_found_and_recovered():
     assert a0 == 0 and z1 == np.inf and split == pytest.approx(np.sqrt(2e6 * 16e6))  # between the clusters
     assert o1 == pytest.approx(6_000, rel=0.05) and w1 == pytest.approx(100, rel=0.05)
     assert o2 == pytest.approx(25_000, rel=0.1) and w2 == pytest.approx(300, rel=0.03)
-    df = pd.DataFrame({"collective": "AllReduce", "bytes": np.r_[lo_x, hi_x], "transfer_ns": np.r_[lo_y, hi_y]})
+    df = pd.DataFrame(
+        {"collective": "AllReduce", "bytes": np.r_[lo_x, hi_x], "transfer_ns": np.r_[lo_y, hi_y]}
+    )
     rows = cm.cost_model(df, [])
     assert len(rows) == 2 and rows["n_points"].sum() == len(df)
     assert list(rows["max_bytes"]) == [2_000_000, 4_000_000_000]
@@ -70,8 +72,14 @@ def test_two_regimes_found_and_recovered():
 
 
 def test_best_bucket_size_is_the_minimum_over_regimes():
-    model = pd.DataFrame({"o_us": [6.0, 25.0], "w_gb_per_s": [100.0, 300.0], "min_bytes": [4_000, 16_000_000],
-                          "max_bytes": [2_000_000, 4_000_000_000]})
+    model = pd.DataFrame(
+        {
+            "o_us": [6.0, 25.0],
+            "w_gb_per_s": [100.0, 300.0],
+            "min_bytes": [4_000, 16_000_000],
+            "max_bytes": [2_000_000, 4_000_000_000],
+        }
+    )
     s = 8e9
     b = cm.best_bucket_bytes(model, s)
     grid = np.geomspace(1e3, s, 20_000)
@@ -92,11 +100,22 @@ def _coll(rows):
 def test_queue_tail_by_hand():
     # t = o + b/w with o = 100 ns, w = 10 bytes/ns: buckets of 1000, 3000, 2000 B take 200, 400, 300 ns.
     model = pd.DataFrame({"o_us": [0.1], "w_gb_per_s": [10.0], "min_bytes": [1000], "max_bytes": [3000]})
-    col = _coll([(r, 10 + r, r, 5, i, 1, b, 5000 + i) for r in (0, 1) for i, b in enumerate((1000, 3000, 2000))])
-    ready = np.array([1000, 1100, 2000,      # rank 0
-                      1050, 1000, 1900.0])   # rank 1 -> each bucket ready at the later rank: 1050, 1100, 2000
-    steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "backward_end_ns": [2000.0, 1950.0],
-                          "comm_tail_ns": [333.0, 333.0]})
+    col = _coll(
+        [(r, 10 + r, r, 5, i, 1, b, 5000 + i) for r in (0, 1) for i, b in enumerate((1000, 3000, 2000))]
+    )
+    ready = np.array(
+        [
+            1000,
+            1100,
+            2000,  # rank 0
+            1050,
+            1000,
+            1900.0,
+        ]
+    )  # rank 1 -> each bucket ready at the later rank: 1050, 1100, 2000
+    steps = pd.DataFrame(
+        {"rank": [0, 1], "step": [1, 1], "backward_end_ns": [2000.0, 1950.0], "comm_tail_ns": [333.0, 333.0]}
+    )
     q = cm.queue_tail(col, ready, steps, model)
     # end0 = 1050 + 200 = 1250; end1 = max(1100, 1250) + 400 = 1650 (queued); end2 = max(2000, 1650) + 300 = 2300
     assert q["predicted_tail_ns"].tolist() == [300.0, 350.0] and q["comm_tail_ns"].tolist() == [333.0, 333.0]
@@ -105,22 +124,42 @@ def test_queue_tail_by_hand():
 
 
 def test_gradient_ready_time_is_the_end_of_the_work_launched_before():
-    k = pd.DataFrame([  # pid, device, stream, start, end, kind, launch
-        (10, 0, 7, 100, 500, "compute", 0), (10, 0, 7, 500, 900, "compute", 10),
-        (10, 0, 5, 950, 1000, "nccl", 20),                     # launched after the first two: ready 900
-        (10, 0, 7, 900, 1200, "memcpy", 25), (10, 0, 7, 1200, 1500, "compute", 30),
-        (10, 0, 5, 1600, 1700, "nccl", 40),                    # ready 1500
-        (10, 0, 5, 1800, 1900, "nccl", pd.NA),                 # no launch record: unknown
-        (11, 1, 7, 0, 50, "compute", 5), (11, 1, 5, 60, 70, "nccl", 1),  # nothing launched before it
-    ], columns=["pid", "device", "stream", "start_ns", "end_ns", "kind", "launch_ns"]).astype({"launch_ns": "Int64"})
-    col = pd.DataFrame({"pid": [10, 10, 10, 11], "device": [0, 0, 0, 1], "stream": [5, 5, 5, 5],
-                        "start_ns": [1600, 950, 1800, 60]})
+    k = pd.DataFrame(
+        [  # pid, device, stream, start, end, kind, launch
+            (10, 0, 7, 100, 500, "compute", 0),
+            (10, 0, 7, 500, 900, "compute", 10),
+            (10, 0, 5, 950, 1000, "nccl", 20),  # launched after the first two: ready 900
+            (10, 0, 7, 900, 1200, "memcpy", 25),
+            (10, 0, 7, 1200, 1500, "compute", 30),
+            (10, 0, 5, 1600, 1700, "nccl", 40),  # ready 1500
+            (10, 0, 5, 1800, 1900, "nccl", pd.NA),  # no launch record: unknown
+            (11, 1, 7, 0, 50, "compute", 5),
+            (11, 1, 5, 60, 70, "nccl", 1),  # nothing launched before it
+        ],
+        columns=["pid", "device", "stream", "start_ns", "end_ns", "kind", "launch_ns"],
+    ).astype({"launch_ns": "Int64"})
+    col = pd.DataFrame(
+        {
+            "pid": [10, 10, 10, 11],
+            "device": [0, 0, 0, 1],
+            "stream": [5, 5, 5, 5],
+            "start_ns": [1600, 950, 1800, 60],
+        }
+    )
     r = cm.grad_ready_ns(col, k)
     assert r[:2].tolist() == [1500.0, 900.0] and np.isnan(r[2:]).all()
 
 
-SMALL = ["naive", "flat", "overlap", "bucketed-1mb", "bucketed-10mb", "bucketed-25mb", "bucketed-100mb",
-         "bucketed-1000mb"]
+SMALL = [
+    "naive",
+    "flat",
+    "overlap",
+    "bucketed-1mb",
+    "bucketed-10mb",
+    "bucketed-25mb",
+    "bucketed-100mb",
+    "bucketed-1000mb",
+]
 
 
 @pytest.fixture(scope="module")

@@ -40,13 +40,22 @@ def _late(path):
     start_late(path, step_start(path, 5) - 1_000)
 
 
-DAMAGE = {"clock +2 ms": lambda p: shift_clock(p, 2_000_000), "clock +150 ms": lambda p: shift_clock(p, 150_000_000),
-          "capture two steps late": _late, "no CUDA API rows": drop_api, "no kernel names": drop_kernel_names,
-          "no NCCL kernels": drop_nccl_kernels}
-NOTE = {"clock +2 ms": "rank 1 by -2.0", "clock +150 ms": "rank 1 by -150.0",
-        "capture two steps late": "rank 1's capture starts 36 collective(s) later than rank 0's",
-        "no CUDA API rows": "rank 1: no CUDA API rows", "no kernel names": "rank 1: 8585 kernel(s) have no name",
-        "no NCCL kernels": "rank(s) 1 ran no NCCL kernel"}
+DAMAGE = {
+    "clock +2 ms": lambda p: shift_clock(p, 2_000_000),
+    "clock +150 ms": lambda p: shift_clock(p, 150_000_000),
+    "capture two steps late": _late,
+    "no CUDA API rows": drop_api,
+    "no kernel names": drop_kernel_names,
+    "no NCCL kernels": drop_nccl_kernels,
+}
+NOTE = {
+    "clock +2 ms": "rank 1 by -2.0",
+    "clock +150 ms": "rank 1 by -150.0",
+    "capture two steps late": "rank 1's capture starts 36 collective(s) later than rank 0's",
+    "no CUDA API rows": "rank 1: no CUDA API rows",
+    "no kernel names": "rank 1: 8585 kernel(s) have no name",
+    "no NCCL kernels": "rank(s) 1 ran no NCCL kernel",
+}
 
 
 def _analysis(folder):
@@ -92,7 +101,9 @@ def test_a_rank_whose_steps_cannot_be_inferred_stays_with_its_peers_boundaries(d
     DAMAGE[damage](rank_file(folder, 1))
     got = _analysis(folder)
     assert got.summary()["n_ranks"] == 2 and sorted(got.rank_overlap["rank"]) == [0, 1]
-    assert any("rank 1: no steps of their own were found" in n and "rank 0's" in n for n in got.notes), got.notes
+    assert any("rank 1: no steps of their own were found" in n and "rank 0's" in n for n in got.notes), (
+        got.notes
+    )
     mine = got.steps[got.steps["rank"] == 1].set_index("step")
     ref = got.steps[got.steps["rank"] == 0].set_index("step")
     assert len(mine) == len(ref) == len(undamaged.steps) // 2
@@ -123,7 +134,9 @@ def test_a_rank_without_nccl_kernels_is_not_cut_into_micro_steps(tmp_path):
     after = got.steps.loc[got.steps["rank"] == 1, "step_ns"].median()
     assert abs(after / before - 1) < 0.1, (after, before)
     mine = got.steps[got.steps["rank"] == 1]
-    assert mine[["comm_ns", "exposed_wait_ns"]].isna().all().all() and got.steps["straggler_rank"].isna().all()
+    assert (
+        mine[["comm_ns", "exposed_wait_ns"]].isna().all().all() and got.steps["straggler_rank"].isna().all()
+    )
     assert mine["extra_kernels"].isna().all()  # rank 0's extra work is not lent with its boundaries
 
 
@@ -136,7 +149,9 @@ def test_four_ranks_one_clock_off_and_another_capture_late(tmp_path):
     shift_clock(rank_file(folder, 2), 3_000_000)
     _late(rank_file(folder, 3))
     got = _analysis(folder)
-    assert any("rank 2 by -3.0" in n for n in got.notes) and any("rank 3's capture starts" in n for n in got.notes)
+    assert any("rank 2 by -3.0" in n for n in got.notes) and any(
+        "rank 3's capture starts" in n for n in got.notes
+    )
     have = got.steps.set_index(["rank", "step"])
     want = undamaged.loc[have.index]
     assert len(have) == 12 and (have["straggler_rank"] == want["straggler_rank"]).all()
@@ -164,15 +179,31 @@ def test_one_file_for_every_rank_is_never_moved():
 
 # ---- the pieces, on small made-up sequences ------------------------------------------------------------------
 
+
 def _rows(rank, start, end, seq=None, name="AllReduce"):
     n = len(start)
-    return pd.DataFrame({"rank": rank, "pid": 10 + rank, "device": rank, "stream": 7, "comm": 1,
-                         "seq": np.arange(n) if seq is None else seq, "step": pd.array([pd.NA] * n, dtype="Int64"),
-                         "collective": name, "algorithm": "RING", "protocol": "LL", "dtype": "f32",
-                         "bytes": pd.array([1 << 20] * n, dtype="Int64"), "start_ns": np.asarray(start, np.int64),
-                         "end_ns": np.asarray(end, np.int64), "launch": np.asarray(start, np.int64) - 50,
-                         "duration_ns": np.asarray(end, np.int64) - np.asarray(start, np.int64),
-                         "bucket": pd.array([pd.NA] * n, dtype="Int64"), "_has": False})
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "pid": 10 + rank,
+            "device": rank,
+            "stream": 7,
+            "comm": 1,
+            "seq": np.arange(n) if seq is None else seq,
+            "step": pd.array([pd.NA] * n, dtype="Int64"),
+            "collective": name,
+            "algorithm": "RING",
+            "protocol": "LL",
+            "dtype": "f32",
+            "bytes": pd.array([1 << 20] * n, dtype="Int64"),
+            "start_ns": np.asarray(start, np.int64),
+            "end_ns": np.asarray(end, np.int64),
+            "launch": np.asarray(start, np.int64) - 50,
+            "duration_ns": np.asarray(end, np.int64) - np.asarray(start, np.int64),
+            "bucket": pd.array([pd.NA] * n, dtype="Int64"),
+            "_has": False,
+        }
+    )
 
 
 def test_pairing_finds_a_late_capture_by_the_constant_end_difference():
@@ -189,7 +220,9 @@ def test_pairing_finds_a_late_capture_by_the_constant_end_difference():
 
 def test_a_collective_ending_before_its_peer_starts_is_named_and_its_wait_not_called():
     r0 = _rows(0, [0, 10_000], [5_000, 20_000])
-    r1 = _rows(1, [6_000, 11_000], [9_000, 20_000])  # collective 0: rank 0 ended at 5 µs, rank 1 began at 6 µs
+    r1 = _rows(
+        1, [6_000, 11_000], [9_000, 20_000]
+    )  # collective 0: rank 0 ended at 5 µs, rank 1 began at 6 µs
     notes: list[str] = []
     table = match_collectives([pd.concat([r0, r1], ignore_index=True)], notes)
     assert sum("1 of 2 collectives end on one rank before a peer's kernel" in n for n in notes) == 1, notes
@@ -197,11 +230,21 @@ def test_a_collective_ending_before_its_peer_starts_is_named_and_its_wait_not_ca
 
 
 def test_a_lead_within_the_residual_names_no_straggler():
-    per_step = pd.DataFrame({"straggler_rank": pd.array([1, 0], dtype="Int64"), "straggler_lead_ns": [30_000.0, 5_000.0],
-                             "straggler_cause": ["host", "gpu"], "straggler_evidence": ["a", "b"]})
+    per_step = pd.DataFrame(
+        {
+            "straggler_rank": pd.array([1, 0], dtype="Int64"),
+            "straggler_lead_ns": [30_000.0, 5_000.0],
+            "straggler_cause": ["host", "gpu"],
+            "straggler_evidence": ["a", "b"],
+        }
+    )
     out = clocks.refuse_leads(per_step, 10_000)
     assert out["straggler_rank"].tolist()[0] == 1 and out["straggler_rank"].isna().tolist() == [False, True]
-    assert out["straggler_cause"].tolist() == ["host", "unknown"] and "within the clock residual" in out.iloc[1, 3]
-    wait = _uncalled_waits(np.array([0, 8_000, 0, 50_000]), np.array([8_000, 0, 50_000, 0]),
-                                 np.array([0, 0, 1, 1]), 10_000)
+    assert (
+        out["straggler_cause"].tolist() == ["host", "unknown"]
+        and "within the clock residual" in out.iloc[1, 3]
+    )
+    wait = _uncalled_waits(
+        np.array([0, 8_000, 0, 50_000]), np.array([8_000, 0, 50_000, 0]), np.array([0, 0, 1, 1]), 10_000
+    )
     assert wait.tolist() == [True, True, False, False]  # within 10 µs: not called; 50 µs apart: called

@@ -37,7 +37,10 @@ def test_fallback_reproduces_the_hooks_nvtx_bytes_on_a_real_trace():
 
 def test_no_fallback_when_counts_differ_or_strategy_is_not_torch_ddp():
     trace = _without_bucket_ranges(load_trace(HOOKED))
-    trace.run = dict(trace.run, layout=dict(trace.run["layout"], ddp_bucket_bytes=trace.run["layout"]["ddp_bucket_bytes"][:-1]))
+    trace.run = dict(
+        trace.run,
+        layout=dict(trace.run["layout"], ddp_bucket_bytes=trace.run["layout"]["ddp_bucket_bytes"][:-1]),
+    )
     res = analyze(trace)
     assert res.collectives["bytes"].isna().all()
     assert any("left without bytes" in n for n in res.notes)

@@ -36,10 +36,25 @@ LOG = ["log_norm", "log_sum", "log_copy"]  # what a logging step adds after the 
 NO_SYNC_BACKWARD = ["b2", "b1", "b2", "b1"]  # a micro-step's backward under no_sync: no all-reduce
 
 
-def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, stray_step=None,
-               back_to_back=False, warmup=("init_a", "init_b"), log_every=None, micro_steps=1,
-               nan_check=False, optimizer=tuple(OPTIMIZER), reduce_every_micro=False, micro_work=(),
-               post_reduce=(), autotune_first=False, first_update_extra=0) -> Trace:
+def loop_trace(
+    n_steps=6,
+    *,
+    spacing=10 * US,
+    boundary=100 * US,
+    dur=8 * US,
+    stray_step=None,
+    back_to_back=False,
+    warmup=("init_a", "init_b"),
+    log_every=None,
+    micro_steps=1,
+    nan_check=False,
+    optimizer=tuple(OPTIMIZER),
+    reduce_every_micro=False,
+    micro_work=(),
+    post_reduce=(),
+    autotune_first=False,
+    first_update_extra=0,
+) -> Trace:
     """Kernels of one rank: ``warmup`` kernels, then ``n_steps`` steps of STEP. Host launches every
     ``spacing`` ns, ``boundary`` ns between steps; each kernel runs ``dur`` ns, starting 5 µs after its launch
     (or, ``back_to_back``, as soon as the previous one ends: a GPU-bound loop with no idle gap anywhere).
@@ -95,18 +110,44 @@ def loop_trace(n_steps=6, *, spacing=10 * US, boundary=100 * US, dur=8 * US, str
     launch, start = np.asarray(launch, dtype=np.int64), np.asarray(start, dtype=np.int64)
     n = len(names)
     kind = ["nccl" if x == "ar" else "compute" for x in names]
-    k = pd.DataFrame({
-        "rank": 0, "pid": PID, "device": 0, "stream": [8 if x == "nccl" else 7 for x in kind],
-        "start_ns": start, "end_ns": start + dur, "name": names, "kind": kind,
-        "collective": [("AllReduce" if x == "nccl" else None) for x in kind], "algorithm": None, "protocol": None,
-        "dtype": None, "correlation_id": np.arange(n), "launch_ns": pd.array(launch, dtype="Int64"),
-        "launch_tid": pd.array(tids, dtype="Int32"), "bytes": pd.array([pd.NA] * n, dtype="Int64"),
-    })
-    ranks = pd.DataFrame({"rank": [0], "pid": [PID], "device": [0], "gpu_name": ["synthetic"], "file": ["x"],
-                          "host": ["h"], "rank_source": ["device-order"]})
-    return Trace(kernels=schema.select(k, schema.KERNEL_COLUMNS), nvtx=schema.empty_frame(schema.NVTX_COLUMNS),
-                 gpus=schema.empty_frame(schema.GPU_COLUMNS), ranks=ranks,
-                 meta={"files": [], "warnings": []})
+    k = pd.DataFrame(
+        {
+            "rank": 0,
+            "pid": PID,
+            "device": 0,
+            "stream": [8 if x == "nccl" else 7 for x in kind],
+            "start_ns": start,
+            "end_ns": start + dur,
+            "name": names,
+            "kind": kind,
+            "collective": [("AllReduce" if x == "nccl" else None) for x in kind],
+            "algorithm": None,
+            "protocol": None,
+            "dtype": None,
+            "correlation_id": np.arange(n),
+            "launch_ns": pd.array(launch, dtype="Int64"),
+            "launch_tid": pd.array(tids, dtype="Int32"),
+            "bytes": pd.array([pd.NA] * n, dtype="Int64"),
+        }
+    )
+    ranks = pd.DataFrame(
+        {
+            "rank": [0],
+            "pid": [PID],
+            "device": [0],
+            "gpu_name": ["synthetic"],
+            "file": ["x"],
+            "host": ["h"],
+            "rank_source": ["device-order"],
+        }
+    )
+    return Trace(
+        kernels=schema.select(k, schema.KERNEL_COLUMNS),
+        nvtx=schema.empty_frame(schema.NVTX_COLUMNS),
+        gpus=schema.empty_frame(schema.GPU_COLUMNS),
+        ranks=ranks,
+        meta={"files": [], "warnings": []},
+    )
 
 
 def test_period_is_the_step_not_the_repeated_layer():
@@ -130,7 +171,9 @@ def test_known_answer_steps_and_phases():
     assert (s["step_ns"] == 138 * US).all()
     assert (s["forward_ns"] == 58 * US).all() and (s["backward_ns"] == 48 * US).all()
     assert (s["optimizer_ns"] == 18 * US).all()
-    assert (s["micro_steps"] == 1).all() and (s["extra_kernels"] == 0).all() and (s["extra_host_ns"] == 0).all()
+    assert (
+        (s["micro_steps"] == 1).all() and (s["extra_kernels"] == 0).all() and (s["extra_host_ns"] == 0).all()
+    )
     # backward launches b2 b1 ar b2 b1 ar (kernels 6..11 of the step): the last compute kernel b1 (10) ends
     # at launch₁₀ + 13 µs, the last all-reduce (11) at launch₁₁ + 13 µs = 10 µs later: comm_tail = 10 µs.
     assert (s["comm_tail_ns"] == 10 * US).all()
@@ -166,7 +209,9 @@ def test_a_logging_cycle_is_no_step_and_its_extra_work_is_reported():
     # Extra work: 3 kernels of 8 µs on the GPU; host period (first launch to the next step's) 230 + 30 µs vs
     # a median of 230 µs: 30 µs on the host.
     assert s.loc[logged, "extra_kernels"].tolist() == [3, 3, 3]
-    assert (s.loc[logged, "extra_gpu_ns"] == 24 * US).all() and (s.loc[logged, "extra_host_ns"] == 30 * US).all()
+    assert (s.loc[logged, "extra_gpu_ns"] == 24 * US).all() and (
+        s.loc[logged, "extra_host_ns"] == 30 * US
+    ).all()
     assert (s.loc[plain, ["extra_kernels", "extra_gpu_ns", "extra_host_ns"]] == 0).all().all()
     note = next(n for n in res.notes if "extra work" in n)
     assert "rank 0" in note and "step 3: 3 extra kernels, 0.02 ms on the GPU" in note and "step 7" in note
@@ -198,7 +243,9 @@ def test_gradients_reduced_every_micro_step_cut_at_the_update(micro_work):
     # micro-steps is the next forward's): + 10·e µs; backward: two runs of b2 b1 ar b2 b1 = 48 µs each; the
     # optimizer: the last epilogue and the update, (e + 1)·10 + 8 µs.
     e = len(micro_work)
-    res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True, optimizer=UPDATE, micro_work=micro_work))
+    res = analyze(
+        loop_trace(6, micro_steps=2, reduce_every_micro=True, optimizer=UPDATE, micro_work=micro_work)
+    )
     s = res.steps
     assert s["step"].tolist() == list(range(6))
     assert (s["micro_steps"] == 2).all()
@@ -264,7 +311,9 @@ def test_an_update_that_cannot_be_told_apart_is_said():
     # Gradients reduced every micro-step and an optimizer whose kernels no pattern names ("adam"): the two
     # gradient cycles of a step cannot be told from two steps by the update. The note says so, not a guess.
     res = analyze(loop_trace(6, micro_steps=2, reduce_every_micro=True))
-    assert any("no optimizer kernel recognised after them: a step may be a micro-step" in n for n in res.notes)
+    assert any(
+        "no optimizer kernel recognised after them: a step may be a micro-step" in n for n in res.notes
+    )
 
 
 def test_a_wait_for_the_gradients_is_no_boundary():
@@ -278,7 +327,9 @@ def test_a_wait_for_the_gradients_is_no_boundary():
     lt = k["launch_ns"].to_numpy(dtype=np.int64)
     gap = np.diff(lt)
     names = k["name"].astype(str).to_numpy()
-    assert gap[names[1:] == "isinf"].min() > gap[names[1:] == "emb"][1:].max()  # the trap: the largest gap in a step
+    assert (
+        gap[names[1:] == "isinf"].min() > gap[names[1:] == "emb"][1:].max()
+    )  # the trap: the largest gap in a step
     starts = res.phases.loc[res.phases["phase"] == "step", "host_start_ns"].to_numpy(dtype=np.int64)
     first = names[np.searchsorted(lt, starts, "left")]
     assert len(starts) == 8 and set(first) == {"emb"}
@@ -300,18 +351,48 @@ def test_nothing_repeats_no_steps_and_a_reason():
     assert "no repeating kernel sequence" in notes[0]
 
 
-@pytest.mark.parametrize("name", ["step 3", "step3", "step_3", "Step #3", "STEP 3", "iteration 7", "iter 7", "it 3",
-                                  "train_step_3", "train step 3", "trainstep3", "ProfilerStep#12", "step"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "step 3",
+        "step3",
+        "step_3",
+        "Step #3",
+        "STEP 3",
+        "iteration 7",
+        "iter 7",
+        "it 3",
+        "train_step_3",
+        "train step 3",
+        "trainstep3",
+        "ProfilerStep#12",
+        "step",
+    ],
+)
 def test_default_step_pattern_accepts(name):
     assert re.search(nn.STEP_PATTERN, name)
-    nvtx = pd.DataFrame({"rank": [0], "pid": [1], "tid": [1], "domain": ["user"], "name": [name], "start_ns": [0],
-                         "end_ns": [10], "depth": [0], "payload": [pd.NA], "category": [pd.NA]})
+    nvtx = pd.DataFrame(
+        {
+            "rank": [0],
+            "pid": [1],
+            "tid": [1],
+            "domain": ["user"],
+            "name": [name],
+            "start_ns": [0],
+            "end_ns": [10],
+            "depth": [0],
+            "payload": [pd.NA],
+            "category": [pd.NA],
+        }
+    )
     steps, _ = find_steps(nvtx)
     assert len(steps) == 1
 
 
-@pytest.mark.parametrize("name", ["forward", "item 3", "stepper", "backward step", "optimizer_step",
-                                  "allreduce b3 10B", "ncclAllReduce"])
+@pytest.mark.parametrize(
+    "name",
+    ["forward", "item 3", "stepper", "backward step", "optimizer_step", "allreduce b3 10B", "ncclAllReduce"],
+)
 def test_default_step_pattern_rejects(name):
     assert not re.search(nn.STEP_PATTERN, name)
 
@@ -340,7 +421,11 @@ def test_inferred_steps_match_nvtx_steps(pair):
     ref, inf = pair
     a, b = ref.steps.reset_index(drop=True), inf.steps.reset_index(drop=True)
     assert len(a) == len(b) > 0
-    err = 100 * np.abs(b["step_ns"].to_numpy(float) - a["step_ns"].to_numpy(float)) / a["step_ns"].to_numpy(float)
+    err = (
+        100
+        * np.abs(b["step_ns"].to_numpy(float) - a["step_ns"].to_numpy(float))
+        / a["step_ns"].to_numpy(float)
+    )
     assert err.max() < 2.0  # the target; measured: 0.00 % (the same kernels, so the same windows)
     assert (b["start_ns"].to_numpy() == a["start_ns"].to_numpy()).all()
     assert (b["comm_tail_ns"].to_numpy() == a["comm_tail_ns"].to_numpy()).all()
@@ -355,7 +440,9 @@ def test_inferred_phases_match_nvtx_phases(pair):
     p = ref.phases
     launched = p["phase"].isin(["grad_wait", "optimizer"]) & (p["start_ns"] != p["host_start_ns"])
     after = p.loc[launched].groupby(["rank", "step"]).agg(s=("start_ns", "min"), e=("end_ns", "max"))
-    assert np.allclose((after["e"] - after["s"]).to_numpy(float), b["optimizer_ns"].to_numpy(float), rtol=1e-3)
+    assert np.allclose(
+        (after["e"] - after["s"]).to_numpy(float), b["optimizer_ns"].to_numpy(float), rtol=1e-3
+    )
 
 
 # ---- NCCL kernel variant and unknown message sizes (issue 15, items 7 and 9) ------------------------------

@@ -53,7 +53,9 @@ def test_micro_steps_as_the_program_counted_them(rows):
 
 
 def test_every_step_has_forward_and_backward(rows):
-    bad = [_label(r) for r in rows if not (r["min_fwd_pct"] > PHASE_MIN_PCT and r["min_bwd_pct"] > PHASE_MIN_PCT)]
+    bad = [
+        _label(r) for r in rows if not (r["min_fwd_pct"] > PHASE_MIN_PCT and r["min_bwd_pct"] > PHASE_MIN_PCT)
+    ]
     assert not bad
 
 

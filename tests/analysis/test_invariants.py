@@ -44,8 +44,12 @@ def runs(draw):
 
 def _analysed(kernel_ns, delays, nccl_ns):
     with tempfile.TemporaryDirectory() as tmp:
-        paths = write_run(Path(tmp), [Rank(k, d) for k, d in zip(kernel_ns, delays, strict=True)],
-                          n_steps=len(delays[0]), nccl_ns=nccl_ns)
+        paths = write_run(
+            Path(tmp),
+            [Rank(k, d) for k, d in zip(kernel_ns, delays, strict=True)],
+            n_steps=len(delays[0]),
+            nccl_ns=nccl_ns,
+        )
         trace = load_trace(paths)
         res = analyze(trace, sections=["steps", "ranks", "collectives", "critical_path", "recommendation"])
         return trace, res

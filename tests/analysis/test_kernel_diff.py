@@ -42,8 +42,14 @@ def _job():
             rows += [(r, "gemm", t + 1, t + 3), (r, "gemm", t + 4, t + 7), (r, "nccl_ar", t + 5, t + 12)]
         rows += [(2, "extra_gemm", t + 1 + i, t + 2 + i) for i in range(4)]
         rows += [(2, "gemm", t + 5, t + 7), (2, "gemm", t + 8, t + 10), (2, "nccl_ar", t + 10, t + 12)]
-    steps = pd.DataFrame({"rank": np.repeat([0, 1, 2], 2), "step": [0, 1] * 3,
-                          "start_ns": [t * MS for t in (1, 21) * 3], "end_ns": [t * MS for t in (12, 32) * 3]})
+    steps = pd.DataFrame(
+        {
+            "rank": np.repeat([0, 1, 2], 2),
+            "step": [0, 1] * 3,
+            "start_ns": [t * MS for t in (1, 21) * 3],
+            "end_ns": [t * MS for t in (12, 32) * 3],
+        }
+    )
     return kernels(rows), steps
 
 

@@ -30,9 +30,14 @@ B = Path(__file__).resolve().parents[2] / "traces" / "campaign" / "B"
 
 # Step GPU windows (µs). Spans (steps.spans): a rank's first selected step starts at its own window,
 # the next at the end of the previous window: rank 0 [100, 200) and [200, 400); rank 1 [110, 210), [210, 420).
-STEPS = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [5, 6, 5, 6],
-                      "start_ns": [100 * US, 250 * US, 110 * US, 260 * US],
-                      "end_ns": [200 * US, 400 * US, 210 * US, 420 * US]})
+STEPS = pd.DataFrame(
+    {
+        "rank": [0, 0, 1, 1],
+        "step": [5, 6, 5, 6],
+        "start_ns": [100 * US, 250 * US, 110 * US, 260 * US],
+        "end_ns": [200 * US, 400 * US, 210 * US, 420 * US],
+    }
+)
 # (rank, name, kind, start µs, duration µs) -> where it lands
 KERNELS = [
     (0, "vectorized_elementwise_kernel", "compute", 50, 10),  # before rank 0's first span: in no step
@@ -64,10 +69,20 @@ def _kernels(rows=KERNELS) -> pd.DataFrame:
     r = list(zip(*rows, strict=True))
     n = len(rows)
     start = [s * US for s in r[3]]
-    return pd.DataFrame({"rank": r[0], "pid": [100 + x for x in r[0]], "device": r[0], "stream": 7,
-                         "start_ns": start, "end_ns": [s + d * US for s, d in zip(start, r[4], strict=True)],
-                         "name": r[1], "kind": r[2], "launch_ns": [s - 5 * US for s in start],
-                         "correlation_id": np.arange(n)})
+    return pd.DataFrame(
+        {
+            "rank": r[0],
+            "pid": [100 + x for x in r[0]],
+            "device": r[0],
+            "stream": 7,
+            "start_ns": start,
+            "end_ns": [s + d * US for s, d in zip(start, r[4], strict=True)],
+            "name": r[1],
+            "kind": r[2],
+            "launch_ns": [s - 5 * US for s in start],
+            "correlation_id": np.arange(n),
+        }
+    )
 
 
 def test_each_kernel_lands_in_its_step_and_family():
@@ -80,7 +95,7 @@ def test_each_kernel_lands_in_its_step_and_family():
             k, us = fams.get(fam, (0, 0))
             assert got[(rank, step, fam)] == (k, us * US), (rank, step, fam)
     # rows by rank, step, then family in GROUPS order
-    assert list(per["family"].iloc[:len(GROUPS)]) == list(GROUPS)
+    assert list(per["family"].iloc[: len(GROUPS)]) == list(GROUPS)
 
 
 def test_row_order_of_the_kernel_table_does_not_matter():
@@ -149,10 +164,16 @@ def test_real_trace_families_add_up_to_the_non_nccl_kernel_time_of_each_step(b_s
     per = family_steps(trace.kernels, res.steps)
     fam = per.loc[per["family"] != NCCL_GROUP].groupby(["rank", "step"])["gpu_ns"].sum()
     sp = spans(res.steps).sort_values("start_ns")
-    k = trace.kernels.assign(rank=trace.kernels["rank"].astype("int64"),
-                             dur=trace.kernels["end_ns"] - trace.kernels["start_ns"]).sort_values("start_ns")
-    k = pd.merge_asof(k, sp.rename(columns={"start_ns": "span_start", "end_ns": "span_end"}),
-                      left_on="start_ns", right_on="span_start", by="rank")
+    k = trace.kernels.assign(
+        rank=trace.kernels["rank"].astype("int64"), dur=trace.kernels["end_ns"] - trace.kernels["start_ns"]
+    ).sort_values("start_ns")
+    k = pd.merge_asof(
+        k,
+        sp.rename(columns={"start_ns": "span_start", "end_ns": "span_end"}),
+        left_on="start_ns",
+        right_on="span_start",
+        by="rank",
+    )
     k = k.loc[k["step"].notna() & (k["start_ns"] < k["span_end"])]
     own = k.loc[k["kind"].astype("object") != "nccl"].groupby(["rank", "step"])["dur"].sum()
     own.index = own.index.set_levels(own.index.levels[1].astype("int64"), level=1)
@@ -170,18 +191,23 @@ def test_contention_by_family_sums_the_names_of_each_family():
     from ddp_profile.analysis.kernel_families import contention_by_family
     from ddp_profile.analysis.kernel_groups import name_group
 
-    rows = pd.DataFrame([
-        # name, n_alone, n_overlapped, alone_median, overlapped_median, slowdown, baseline, lost, overlapped_ns
-        ("nvjet_sm90_tst_128x256", 10, 4, 100.0, 200.0, 100.0, 400.0, 400.0, 800.0),
-        ("sm90_xmma_gemm_bf16", 10, 2, 50.0, 60.0, 20.0, 100.0, 20.0, 120.0),
-        ("vectorized_elementwise_kernel", 10, 6, 10.0, 11.0, 10.0, 60.0, 6.0, 66.0),
-    ], columns=schema.CONTENTION_COLUMNS)
+    rows = pd.DataFrame(
+        [
+            # name, n_alone, n_overlapped, alone_median, overlapped_median, slowdown, baseline, lost, overlapped_ns
+            ("nvjet_sm90_tst_128x256", 10, 4, 100.0, 200.0, 100.0, 400.0, 400.0, 800.0),
+            ("sm90_xmma_gemm_bf16", 10, 2, 50.0, 60.0, 20.0, 100.0, 20.0, 120.0),
+            ("vectorized_elementwise_kernel", 10, 6, 10.0, 11.0, 10.0, 60.0, 6.0, 66.0),
+        ],
+        columns=schema.CONTENTION_COLUMNS,
+    )
     fam = contention_by_family(rows)
     assert list(fam.columns) == schema.FAMILY_CONTENTION_COLUMNS
     assert list(fam["family"]) == [GEMM, ELEMENTWISE]  # GROUPS order, families with names only
     gemm = fam.iloc[0]
     assert (gemm["names"], gemm["n_overlapped"], gemm["baseline_ns"], gemm["lost_ns"]) == (2, 6, 500.0, 420.0)
-    assert gemm["slowdown_pct"] == pytest.approx(84.0) and gemm["median_ratio"] == pytest.approx((2.0 + 1.2) / 2)
+    assert gemm["slowdown_pct"] == pytest.approx(84.0) and gemm["median_ratio"] == pytest.approx(
+        (2.0 + 1.2) / 2
+    )
     assert name_group("ncclDevKernel_AllReduce") == OTHER and name_group(None) == OTHER
     assert contention_by_family(rows.iloc[:0]).empty
 

@@ -142,7 +142,10 @@ def _check_identity(trace, steps, where: str) -> None:
 def test_no_step_label_differs_across_ranks(run):
     """On every committed trace, with its NVTX steps and with them removed (steps inferred)."""
     trace = load_trace(run)
-    for which, t in (("nvtx", trace), ("inferred", replace(trace, nvtx=schema.empty_frame(schema.NVTX_COLUMNS)))):
+    for which, t in (
+        ("nvtx", trace),
+        ("inferred", replace(trace, nvtx=schema.empty_frame(schema.NVTX_COLUMNS))),
+    ):
         steps, _, _ = labelled_steps(t)
         _check_identity(t, steps, f"{run.name} ({which})")
         if which == "inferred" and len(steps):
@@ -163,10 +166,16 @@ def shifted():
     p = ref.phases
     first = p.loc[(p["rank"] == 1) & (p["phase"] == "step")].sort_values("step").iloc[0]
     k = trace.kernels
-    drop = ((k["rank"] == 1) & (k["kind"] != "nccl") & (k["launch_ns"] >= first["host_start_ns"])
-            & (k["launch_ns"] <= first["host_end_ns"]))
+    drop = (
+        (k["rank"] == 1)
+        & (k["kind"] != "nccl")
+        & (k["launch_ns"] >= first["host_start_ns"])
+        & (k["launch_ns"] <= first["host_end_ns"])
+    )
     assert drop.sum() > 1000
-    altered = replace(trace, kernels=k.loc[~drop].reset_index(drop=True), nvtx=schema.empty_frame(schema.NVTX_COLUMNS))
+    altered = replace(
+        trace, kernels=k.loc[~drop].reset_index(drop=True), nvtx=schema.empty_frame(schema.NVTX_COLUMNS)
+    )
     return ref, analyze(altered)
 
 
@@ -205,7 +214,9 @@ def _synthetic(extra_on: int):
             own = k + int(extra)
             steps.append((rank, own, 100 * k + rank, 100 * k + 90 + rank))
             rows += [(rank, 1, 2 * k, own), (rank, 1, 2 * k + 1, own)]
-    s = pd.DataFrame(steps, columns=["rank", "step", "host_start_ns", "host_end_ns"]).assign(pid=lambda d: d["rank"])
+    s = pd.DataFrame(steps, columns=["rank", "step", "host_start_ns", "host_end_ns"]).assign(
+        pid=lambda d: d["rank"]
+    )
     return s, pd.DataFrame(rows, columns=["rank", "comm", "seq", "step"])
 
 
@@ -230,12 +241,16 @@ def test_nvtx_numbers_stay_the_labels():
     from ddp_profile.analysis.identity import common_steps
 
     steps, rows = _synthetic(extra_on=-1)
-    got, notes = common_steps(steps.assign(step=steps["step"] + 3), rows.assign(step=rows["step"] + 3), inferred=False)
+    got, notes = common_steps(
+        steps.assign(step=steps["step"] + 3), rows.assign(step=rows["step"] + 3), inferred=False
+    )
     assert sorted(got["label"].unique()) == [3, 4, 5, 6] and not notes
     off = steps["rank"] == 1
-    got, notes = common_steps(steps.assign(step=np.where(off, steps["step"] + 10, steps["step"] + 3)),
-                              rows.assign(step=np.where(rows["rank"] == 1, rows["step"] + 10, rows["step"] + 3)),
-                              inferred=False)
+    got, notes = common_steps(
+        steps.assign(step=np.where(off, steps["step"] + 10, steps["step"] + 3)),
+        rows.assign(step=np.where(rows["rank"] == 1, rows["step"] + 10, rows["step"] + 3)),
+        inferred=False,
+    )
     assert got.loc[got["rank"] == 1].sort_values("step")["label"].tolist() == [3, 4, 5, 6]
     assert any("number the same iterations differently" in n for n in notes)
 
@@ -247,9 +262,16 @@ def test_collectives_of_a_rank_without_steps_do_not_vote():
 
     from ddp_profile.analysis.identity import common_steps
 
-    steps = pd.DataFrame({"rank": 0, "step": [3, 4, 5, 6], "host_start_ns": [0, 100, 200, 300],
-                          "host_end_ns": [90, 190, 290, 390]})
-    rows = pd.DataFrame({"rank": [0] * 4 + [1] * 4, "comm": 1, "seq": [0, 1, 2, 3] * 2,
-                         "step": [3, 4, 5, 6, 0, 1, 2, 3]})
+    steps = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": [3, 4, 5, 6],
+            "host_start_ns": [0, 100, 200, 300],
+            "host_end_ns": [90, 190, 290, 390],
+        }
+    )
+    rows = pd.DataFrame(
+        {"rank": [0] * 4 + [1] * 4, "comm": 1, "seq": [0, 1, 2, 3] * 2, "step": [3, 4, 5, 6, 0, 1, 2, 3]}
+    )
     got, notes = common_steps(steps, rows, inferred=False)
     assert got["label"].tolist() == [3, 4, 5, 6] and (got["rank"] == 0).all() and not notes

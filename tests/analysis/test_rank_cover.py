@@ -21,12 +21,21 @@ def _random_kernels(seed: int, n_ranks: int = 3, per_rank: int = 400) -> pd.Data
     parts = []
     for r in range(n_ranks):
         start = np.sort(rng.integers(0, 20 * per_rank, per_rank))
-        parts.append(pd.DataFrame({
-            "rank": np.full(per_rank, r, dtype=np.int32), "pid": np.full(per_rank, 100 + r, dtype=np.int32),
-            "device": np.full(per_rank, r, dtype=np.int32), "stream": rng.integers(0, 3, per_rank).astype(np.int32),
-            "start_ns": start, "end_ns": start + rng.integers(-2, 60, per_rank),
-            "kind": rng.choice(["compute", "nccl", "memcpy", "memset"], per_rank, p=[0.6, 0.2, 0.1, 0.1]),
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": np.full(per_rank, r, dtype=np.int32),
+                    "pid": np.full(per_rank, 100 + r, dtype=np.int32),
+                    "device": np.full(per_rank, r, dtype=np.int32),
+                    "stream": rng.integers(0, 3, per_rank).astype(np.int32),
+                    "start_ns": start,
+                    "end_ns": start + rng.integers(-2, 60, per_rank),
+                    "kind": rng.choice(
+                        ["compute", "nccl", "memcpy", "memset"], per_rank, p=[0.6, 0.2, 0.1, 0.1]
+                    ),
+                }
+            )
+        )
     k = pd.concat(parts, ignore_index=True)
     k["name"] = k["kind"]
     k["collective"] = np.where(k["kind"] == "nccl", "AllReduce", None)
@@ -66,10 +75,27 @@ def test_waits_outside_the_nccl_kernels_are_exposed_against_compute():
     k["kind"] = pd.Categorical(["compute", "nccl"])
     k["collective"] = [None, "AllReduce"]
     karr = KernelArrays(k)
-    phases = pd.DataFrame({"rank": [0], "pid": [100], "step": [0], "phase": ["step"], "start_ns": [0],
-                           "end_ns": [400], "host_start_ns": [-10], "host_end_ns": [500]})
-    coll = pd.DataFrame({"rank": [0], "collective": ["AllReduce"], "start_ns": [50], "wait_ns": [30],
-                         "step": pd.array([0], dtype="Int64")})
+    phases = pd.DataFrame(
+        {
+            "rank": [0],
+            "pid": [100],
+            "step": [0],
+            "phase": ["step"],
+            "start_ns": [0],
+            "end_ns": [400],
+            "host_start_ns": [-10],
+            "host_end_ns": [500],
+        }
+    )
+    coll = pd.DataFrame(
+        {
+            "rank": [0],
+            "collective": ["AllReduce"],
+            "start_ns": [50],
+            "wait_ns": [30],
+            "step": pd.array([0], dtype="Int64"),
+        }
+    )
     out, kinds = steps.step_tables(phases, karr, coll)
     assert out.loc[0, "exposed_wait_ns"] == 0
     assert out.loc[0, "comm_ns"] == 100 and out.loc[0, "exposed_comm_ns"] == 100

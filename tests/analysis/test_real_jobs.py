@@ -55,7 +55,9 @@ def test_independent_measure_finds_one_gradient_sync_per_true_iteration(name):
     j = rj.job(name)
     counts = j.syncs.groupby("rank").size()
     every_micro = "DeepSpeed" in j.truth.get("parallelism", "")  # reduces after every micro-batch
-    per_iteration = [sum(it["micro_steps"] for it in r) if every_micro else len(r) for r in j.truth["iterations"]]
+    per_iteration = [
+        sum(it["micro_steps"] for it in r) if every_micro else len(r) for r in j.truth["iterations"]
+    ]
     assert counts.tolist() == per_iteration, counts.to_dict()
     assert j.syncs["tail_ns"].notna().all() and (j.syncs["tail_ns"] > 0).all()
 
@@ -95,22 +97,27 @@ def test_real_job(name, check):
         got, truth = pairs["span_ms"].median(), pairs["true_ms"].median()
         assert abs(ratio - 1) <= MEDIAN_REL and abs(got / truth - 1) <= MEDIAN_REL, (
             f"median span/true period {100 * (ratio - 1):+.2f} %; median span {got:.2f} ms vs median true "
-            f"period {truth:.2f} ms ({100 * (got / truth - 1):+.1f} %) over {len(pairs)} (rank, step)")
+            f"period {truth:.2f} ms ({100 * (got / truth - 1):+.1f} %) over {len(pairs)} (rank, step)"
+        )
     elif check == "phases":
         shares = rj.phase_shares(j.analysis)
         low = shares[(shares["forward_pct"] <= PHASE_MIN_PCT) | (shares["backward_pct"] <= PHASE_MIN_PCT)]
-        assert low.empty, (f"{len(low)} of {len(shares)} (rank, step) have forward or backward <= 5 %: "
-                           f"min forward {shares['forward_pct'].min():.1f} %, min backward "
-                           f"{shares['backward_pct'].min():.1f} %")
+        assert low.empty, (
+            f"{len(low)} of {len(shares)} (rank, step) have forward or backward <= 5 %: "
+            f"min forward {shares['forward_pct'].min():.1f} %, min backward "
+            f"{shares['backward_pct'].min():.1f} %"
+        )
     elif check == "tail":
         tails = rj.tails_by_step(j)
         assert tails["independent_tail_ns"].notna().any(), "no step window holds a gradient sync's end"
         t = tails.dropna(subset=["independent_tail_ns"])
         tol = np.maximum(TAIL_REL * t["independent_tail_ns"], TAIL_ABS_NS)
         off = t[~((t["comm_tail_ns"] - t["independent_tail_ns"]).abs() <= tol)]  # NaN tail counts as off
-        assert off.empty, (f"{len(off)} of {len(t)} steps off, e.g. rank {off['rank'].iloc[0]} step "
-                           f"{off['step'].iloc[0]}: {off['comm_tail_ns'].iloc[0] / 1e6:.3f} ms vs independent "
-                           f"{off['independent_tail_ns'].iloc[0] / 1e6:.3f} ms")
+        assert off.empty, (
+            f"{len(off)} of {len(t)} steps off, e.g. rank {off['rank'].iloc[0]} step "
+            f"{off['step'].iloc[0]}: {off['comm_tail_ns'].iloc[0] / 1e6:.3f} ms vs independent "
+            f"{off['independent_tail_ns'].iloc[0] / 1e6:.3f} ms"
+        )
     elif check == "count":  # one step per optimizer step the program ran, on every rank
         found = {rank: len(v) for rank, v in labels.items()}
         true = {rank: len(its) for rank, its in enumerate(j.truth["iterations"])}
@@ -121,11 +128,16 @@ def test_real_job(name, check):
         assert len(upd), "no optimizer kernel after any gradient sync in the raw trace"
         early = []
         for u in upd.itertuples():
-            w = win[(win["rank"] == u.rank) & (win["start_ns"] <= u.last_coll_end_ns)
-                    & (win["end_ns"] >= u.last_coll_end_ns)]
+            w = win[
+                (win["rank"] == u.rank)
+                & (win["start_ns"] <= u.last_coll_end_ns)
+                & (win["end_ns"] >= u.last_coll_end_ns)
+            ]
             if len(w) and w["end_ns"].iloc[0] < u.update_end_ns:
                 early.append((u.rank, int(w["step"].iloc[0]), (u.update_end_ns - w["end_ns"].iloc[0]) / 1e6))
-        assert not early, f"(rank, step, ms before the optimizer's last kernel) {early[:5]} of {len(upd)} syncs"
+        assert not early, (
+            f"(rank, step, ms before the optimizer's last kernel) {early[:5]} of {len(upd)} syncs"
+        )
     elif check == "period":
         if not _periodic(j.truth):
             pytest.skip("no periodic extra work in this job")
@@ -143,7 +155,9 @@ def test_real_job(name, check):
         # later, rank 0's .item() waiting for a GPU that waits for rank 1.
         shares = j.arrivals["last_rank"].value_counts(normalize=True)
         if shares.max() < STRAGGLER_SHARE:
-            pytest.skip(f"no rank arrives last at 2/3 of the gradient collectives: {shares.round(2).to_dict()}")
+            pytest.skip(
+                f"no rank arrives last at 2/3 of the gradient collectives: {shares.round(2).to_dict()}"
+            )
         expected = int(shares.idxmax())
         per_step = steps.drop_duplicates("step")
         got = int(per_step["straggler_rank"].mode().iloc[0])

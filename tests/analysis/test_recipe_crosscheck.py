@@ -34,10 +34,16 @@ def compare_with_recipe(run_dir: Path) -> pd.DataFrame:
     karr = KernelArrays(k)
     covered = overlapped_by_other_class(karr)
     dur = (karr.end - karr.start).astype(float)
-    ours = pd.DataFrame({
-        "pid": karr.pid, "start": karr.start, "end": karr.end, "nccl": karr.is_nccl, "compute": karr.is_compute,
-        "ours_pct": np.divide(100.0 * covered, dur, out=np.zeros_like(dur), where=dur > 0),
-    })
+    ours = pd.DataFrame(
+        {
+            "pid": karr.pid,
+            "start": karr.start,
+            "end": karr.end,
+            "nccl": karr.is_nccl,
+            "compute": karr.is_compute,
+            "ours_pct": np.divide(100.0 * covered, dur, out=np.zeros_like(dur), where=dur > 0),
+        }
+    )
     recipe = pd.read_csv(next((run_dir / "recipe").glob("rank_trace.csv*")))  # .csv.xz as committed
     m = recipe.merge(ours, left_on=["PID", "Start", "End"], right_on=["pid", "start", "end"], how="left")
     m["recipe_pct"] = np.where(m["nccl"], m["Compute Overlap"], m["Communication Overlap"])

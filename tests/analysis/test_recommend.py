@@ -28,8 +28,18 @@ RUN = "traces/torch_ddp-25mb_xl_fp32_2xh200"
 
 def _coll(bytes_, steps, streams=None):
     n = len(bytes_)
-    return pd.DataFrame({"rank": 0, "pid": 1, "device": 0, "stream": streams or [7] * n, "seq": range(n),
-                         "step": steps, "start_ns": np.arange(n) * 100, "bytes": bytes_})
+    return pd.DataFrame(
+        {
+            "rank": 0,
+            "pid": 1,
+            "device": 0,
+            "stream": streams or [7] * n,
+            "seq": range(n),
+            "step": steps,
+            "start_ns": np.arange(n) * 100,
+            "bytes": bytes_,
+        }
+    )
 
 
 def test_merge_buckets_known_answer():
@@ -41,8 +51,9 @@ def test_merge_buckets_known_answer():
 
 def test_merge_buckets_never_crosses_a_step_and_keeps_unknown_ready_times_unknown():
     # steps 0 and 1 with 3 buckets each; a cap larger than a step's bytes gives one bucket per step
-    merged, ready = merge_buckets(_coll([5, 5, 5, 5, 5, 5], [0, 0, 0, 1, 1, 1]),
-                                  np.array([1.0, 2, 3, np.nan, 5, 6]), 1_000)
+    merged, ready = merge_buckets(
+        _coll([5, 5, 5, 5, 5, 5], [0, 0, 0, 1, 1, 1]), np.array([1.0, 2, 3, np.nan, 5, 6]), 1_000
+    )
     assert merged["bytes"].tolist() == [15, 15] and merged["step"].tolist() == [0, 1]
     assert ready[0] == 3.0 and np.isnan(ready[1])  # one member of step 1 had no ready time
 
@@ -60,13 +71,16 @@ def test_recommendation_on_a_real_ddp_trace():
     measured = float(res.steps["step_ns"].median())
     assert rec["measured_step_ns"].eq(measured).all()
     current = rec.iloc[1]
-    assert current["predicted_step_ns"] == measured and current["flags"] == "--strategy torch_ddp --bucket-mb 25"
+    assert (
+        current["predicted_step_ns"] == measured and current["flags"] == "--strategy torch_ddp --bucket-mb 25"
+    )
     caps = rec.loc[rec["lever"] == "bucket cap", "cap_bytes"]
     assert (caps > 25 * 2**20).all() and caps.is_monotonic_increasing
     # predicted step = measured + (predicted tail at the cap - predicted tail now): the fit's bias cancels
     others = rec.loc[rec["lever"] == "bucket cap"]
-    np.testing.assert_allclose(others["predicted_step_ns"],
-                               measured + others["predicted_tail_ns"] - current["predicted_tail_ns"])
+    np.testing.assert_allclose(
+        others["predicted_step_ns"], measured + others["predicted_tail_ns"] - current["predicted_tail_ns"]
+    )
 
 
 def test_recommended_flags_are_harness_options():
@@ -86,11 +100,17 @@ def test_recommended_fields_are_the_config_the_flags_set():
     add_arguments(p)
     for row in res.recommendation.to_dict("records"):
         cfg = config_from_args(p.parse_args([*shlex.split(row["flags"]), "--model", "xl"]))
-        assert (cfg.strategy, cfg.bucket_mb, cfg.nccl_channels, cfg.nccl_high_priority) == \
-            (row["strategy"], row["bucket_mb"], row["nccl_channels"], row["nccl_high_priority"])
+        assert (cfg.strategy, cfg.bucket_mb, cfg.nccl_channels, cfg.nccl_high_priority) == (
+            row["strategy"],
+            row["bucket_mb"],
+            row["nccl_channels"],
+            row["nccl_high_priority"],
+        )
         assert flags_of(row) == row["flags"]
-    assert flags_of(fields_of("torch_ddp", 100 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True}) == \
-        "--strategy torch_ddp --bucket-mb 100 --nccl-channels 2 --nccl-high-priority"
+    assert (
+        flags_of(fields_of("torch_ddp", 100 * 2**20) | {"nccl_channels": 2, "nccl_high_priority": True})
+        == "--strategy torch_ddp --bucket-mb 100 --nccl-channels 2 --nccl-high-priority"
+    )
     assert flags_of(fields_of("overlap")) == "--strategy overlap"
 
 
@@ -105,7 +125,9 @@ def test_channels_are_cut_only_when_contention_outweighs_exposed_communication()
     quiet = recommend(res_quiet, trace.kernels, trace.run, nccl_channels=24)
     assert "--nccl-channels" not in quiet["flags"].iloc[0] and np.isnan(quiet["upper_gain_ns"].iloc[0])
     # Like for like, this run loses less than its exposed communication; a loud stand-in exercises the cut.
-    loud = res.contention.assign(lost_ns=res.contention["lost_ns"] + 2 * exposed * len(res.steps) / len(res.contention))
+    loud = res.contention.assign(
+        lost_ns=res.contention["lost_ns"] + 2 * exposed * len(res.steps) / len(res.contention)
+    )
     res = type(res)(**{**res.__dict__, "contention": loud})
     assert "--nccl-channels" in recommend(res, trace.kernels, trace.run, nccl_channels=24)["flags"].iloc[0]
     unknown = recommend(res, trace.kernels, trace.run)  # no channel count: nothing to cut from
@@ -149,8 +171,9 @@ def test_recommendation_on_the_committed_4_gpu_stock_run_is_the_one_set_d_confir
 def test_estimated_loss_applies_each_names_slowdown_to_all_its_time_under_nccl():
     # a: 100 ns measured like for like (+25 ns lost on a 100 ns baseline = 20 % of the measured time) over
     # 1,000 ns under NCCL -> 200; b: 10 lost on 90 (10 %) over 500 -> 50; c: no measured time -> 0
-    table = pd.DataFrame({"baseline_ns": [100.0, 90.0, 0.0], "lost_ns": [25.0, 10.0, 0.0],
-                          "overlapped_ns": [1000, 500, 300]})
+    table = pd.DataFrame(
+        {"baseline_ns": [100.0, 90.0, 0.0], "lost_ns": [25.0, 10.0, 0.0], "overlapped_ns": [1000, 500, 300]}
+    )
     assert estimated_loss_ns(table) == pytest.approx(1000 * 25 / 125 + 500 * 10 / 100)
     assert estimated_loss_ns(table.iloc[0:0]) == 0.0 and estimated_loss_ns(None) == 0.0
 

@@ -11,7 +11,7 @@ than wall time), the minimum of REPEATS. The analysis's cost per floor then stay
 
 A step loop that scans a whole column per step (cost steps x rows) makes ``growth`` about FACTOR; fixed costs
 (the small export's share of imports, regexes, empty frames) push it below 1.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ from ddp_profile.nsys.loader import load_trace
 from ddp_profile.nsys.synth_scale import replicate_export
 from ddp_profile.schema import JSON_SECTIONS
 
-SOURCE = Path(__file__).resolve().parents[2] / "traces" / "foreign" / "gpt-logevery" / "gpt-logevery.sqlite.xz"
+SOURCE = (
+    Path(__file__).resolve().parents[2] / "traces" / "foreign" / "gpt-logevery" / "gpt-logevery.sqlite.xz"
+)
 COPIES, FACTOR, REPEATS = 2, 4, 3
 MAX_GROWTH = 2.0
 OPTIONAL = ("comm_kinds", "recommendation")  # computed only when asked for, as the command does
@@ -48,8 +50,10 @@ def _floor(path) -> float:
     t0 = time.process_time()
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     n = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    cur = con.execute("SELECT start, end, deviceId, streamId, globalPid, correlationId, shortName "
-                      "FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    cur = con.execute(
+        "SELECT start, end, deviceId, streamId, globalPid, correlationId, shortName "
+        "FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    )
     arr = np.fromiter(itertools.chain.from_iterable(cur), dtype=np.int64, count=7 * n)
     con.close()
     assert arr.size == 7 * n
@@ -81,5 +85,7 @@ def test_time_per_step_stays_flat_as_steps_grow(exports):
     (small, n_small), (big, n_big) = cost
     assert n_big >= FACTOR * n_small - FACTOR, (n_small, n_big)  # every copy's steps were found
     growth = big / small
-    assert growth < MAX_GROWTH, (f"analysis per floor grew {growth:.2f}x from {n_small} to {n_big} steps "
-                                 f"({small:.1f} and {big:.1f} floors): a per-step pass over a whole column?")
+    assert growth < MAX_GROWTH, (
+        f"analysis per floor grew {growth:.2f}x from {n_small} to {n_big} steps "
+        f"({small:.1f} and {big:.1f} floors): a per-step pass over a whole column?"
+    )

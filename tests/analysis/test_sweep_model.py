@@ -13,8 +13,12 @@ from ddp_profile.analysis.costmodel import fit_params, gradient_bytes_per_step, 
 
 def _frame(sizes, o_ns=10_000.0, w=100.0, ranks=(0, 1), steps=(1, 2)):
     """Collectives of one run: every (rank, step) all-reduces ``sizes`` bytes, transfer = o + bytes / w."""
-    rows = [{"rank": r, "step": s, "collective": "AllReduce", "bytes": float(b), "transfer_ns": o_ns + b / w}
-            for r in ranks for s in steps for b in sizes]
+    rows = [
+        {"rank": r, "step": s, "collective": "AllReduce", "bytes": float(b), "transfer_ns": o_ns + b / w}
+        for r in ranks
+        for s in steps
+        for b in sizes
+    ]
     return pd.DataFrame(rows)
 
 
@@ -41,8 +45,15 @@ def test_no_sizes_no_fit():
 
 def test_prediction_uses_the_regime_of_the_mean_bucket():
     # Two regimes split at √(2e6·16e6) ≈ 5.7 MB: o = 6 µs, w = 100 below; o = 25 µs, w = 300 above.
-    fit = pd.DataFrame({"o_us": [6.0, 25.0], "w_gb_per_s": [100.0, 300.0], "r2": [1.0, 1.0],
-                        "min_bytes": [4_000, 16_000_000], "max_bytes": [2_000_000, 4_000_000_000]})
+    fit = pd.DataFrame(
+        {
+            "o_us": [6.0, 25.0],
+            "w_gb_per_s": [100.0, 300.0],
+            "r2": [1.0, 1.0],
+            "min_bytes": [4_000, 16_000_000],
+            "max_bytes": [2_000_000, 4_000_000_000],
+        }
+    )
     s = 8e6
     # n = 1: one 8 MB bucket (high regime): 25e3 + 8e6/300; n = 4: 2 MB buckets (low): 4·6e3 + 8e6/(4·100)
     assert sweep_prediction(fit, s, [1, 4]) == pytest.approx([25e3 + 8e6 / 300, 4 * 6e3 + 8e6 / 400])

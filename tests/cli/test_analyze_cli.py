@@ -25,10 +25,28 @@ pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason="sample export not p
 def test_json_keys_are_stable(capsys):
     assert main(["analyze", str(SAMPLE), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {"version", "summary", "notes", "steps", "ranks", "kernels", "collectives", "cost_model",
-            "contention", "phases"} <= set(out)
+    assert {
+        "version",
+        "summary",
+        "notes",
+        "steps",
+        "ranks",
+        "kernels",
+        "collectives",
+        "cost_model",
+        "contention",
+        "phases",
+    } <= set(out)
     assert len(out["steps"]) == 12  # 2 ranks x 6 steps
-    for key in ("step_ns", "compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "comm_tail_ns", "idle_ns"):
+    for key in (
+        "step_ns",
+        "compute_ns",
+        "comm_ns",
+        "overlap_ns",
+        "exposed_comm_ns",
+        "comm_tail_ns",
+        "idle_ns",
+    ):
         assert all(isinstance(r[key], int | float) for r in out["steps"])
     assert all("overlap_pct" in r for r in out["ranks"])
     assert [r for r in out["kernels"] if r["kind"] == "nccl"]
@@ -76,12 +94,24 @@ def test_verdict_comes_first_and_per_rank_values_replace_the_median():
     verdict and the summary shows each rank's value for those metrics."""
     res = analyze(load_trace(SAMPLE))
     if verdict_of(res) is None:  # an analysis without a verdict: give it one to render
-        res.verdict = {"bound_by": "straggler", "rank": 0, "removable_ns": 3_456_789, "share_pct": 12.5,
-                       "what_to_change": "log the loss every 50 steps", "expected_gain_ns": 3_000_000,
-                       "spread_ns": 250_000,
-                       "advice": [{"rule": "host-sync", "what_to_change": "avoid .item() in the loop",
-                                   "gain_upper_ns": 3_000_000, "spread_ns": 250_000,
-                                   "evidence": "cudaStreamSynchronize 3.0 ms per step on rank 0"}]}
+        res.verdict = {
+            "bound_by": "straggler",
+            "rank": 0,
+            "removable_ns": 3_456_789,
+            "share_pct": 12.5,
+            "what_to_change": "log the loss every 50 steps",
+            "expected_gain_ns": 3_000_000,
+            "spread_ns": 250_000,
+            "advice": [
+                {
+                    "rule": "host-sync",
+                    "what_to_change": "avoid .item() in the loop",
+                    "gain_upper_ns": 3_000_000,
+                    "spread_ns": 250_000,
+                    "evidence": "cudaStreamSynchronize 3.0 ms per step on rank 0",
+                }
+            ],
+        }
         res.per_rank = {"exposed_wait_ns": {0: 1_000_000, 1: 5_000_000}}
     v = verdict_of(res)
     text = render(res, "table", None)
@@ -90,8 +120,11 @@ def test_verdict_comes_first_and_per_rank_values_replace_the_median():
     assert fmt_ms(v["removable_ns"]) in first[1]
     assert per_rank_of(res)
     for metric, values in per_rank_of(res).items():  # in the summary line, or the line after it
-        line = next(x for x in text.splitlines() if x.startswith("summary:" if metric in res.summary()
-                                                                 else "ranks differ > 2× in:"))
+        line = next(
+            x
+            for x in text.splitlines()
+            if x.startswith("summary:" if metric in res.summary() else "ranks differ > 2× in:")
+        )
         for r, x in values.items():
             assert f"rank {r} {value_text(metric, x)}" in line
 
@@ -106,11 +139,14 @@ def test_csv_to_file_and_steps_slice(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["steps.csv"]  # no temp file left behind
 
 
-@pytest.mark.parametrize("argv, code, text", [
-    (["--format", "csv", "--section", "all"], 2, "one table"),
-    (["--phase", "backward"], 2, "NAME=REGEX"),
-    (["--step-pattern", "(("], 2, "not a valid regex"),
-])
+@pytest.mark.parametrize(
+    "argv, code, text",
+    [
+        (["--format", "csv", "--section", "all"], 2, "one table"),
+        (["--phase", "backward"], 2, "NAME=REGEX"),
+        (["--step-pattern", "(("], 2, "not a valid regex"),
+    ],
+)
 def test_usage_errors(argv, code, text, capsys):
     assert main(["analyze", str(SAMPLE), *argv]) == code
     err = capsys.readouterr().err

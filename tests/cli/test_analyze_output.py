@@ -36,15 +36,17 @@ def test_json_writer_gives_json_dumps_text(path):
 
 def test_json_writer_tokens_of_awkward_values():
     """NaN, infinities, <NA>, None, booleans, categoricals with missing values, quotes and non-ASCII text."""
-    df = pd.DataFrame({
-        "f": [1.5, np.nan, np.inf, -np.inf, 1e-7, 123456789012345678.0],
-        "i": np.array([0, -1, 2**62, 5, 6, 7], dtype=np.int64),
-        "ni": pd.array([1, None, 3, None, 5, 6], dtype="Int64"),
-        "b": [True, False, True, True, False, False],
-        "s": ["a\"b", None, "é\n", "x", "x", "a\"b"],
-        "c": pd.Categorical(["k", None, "k", "m", "m", "k"]),
-        "o": [None, 1, "two", 3.5, np.int64(4), np.nan],
-    })
+    df = pd.DataFrame(
+        {
+            "f": [1.5, np.nan, np.inf, -np.inf, 1e-7, 123456789012345678.0],
+            "i": np.array([0, -1, 2**62, 5, 6, 7], dtype=np.int64),
+            "ni": pd.array([1, None, 3, None, 5, 6], dtype="Int64"),
+            "b": [True, False, True, True, False, False],
+            "s": ['a"b', None, "é\n", "x", "x", 'a"b'],
+            "c": pd.Categorical(["k", None, "k", "m", "m", "k"]),
+            "o": [None, 1, "two", 3.5, np.int64(4), np.nan],
+        }
+    )
     from ddp_profile.analysis import records
 
     want = json.dumps(records(df), indent=2)
@@ -76,7 +78,9 @@ def test_optional_sections_are_deferred_and_equal_when_read(tmp_path, monkeypatc
     # the recommendation is deferred too, but the verdict (analysis.answers) reads it when the run has a
     # critical path, so it may have been computed already: once at most
     assert len(calls) <= 1 and ("recommendation" in lazy.__dict__) == (len(calls) == 1)
-    assert len(eager.comm_kinds)  # the synthetic run has NCCL kernels: the deferred frame is not trivially empty
+    assert len(
+        eager.comm_kinds
+    )  # the synthetic run has NCCL kernels: the deferred frame is not trivially empty
     pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
     pd.testing.assert_frame_equal(lazy.recommendation, eager.recommendation)
     assert calls == [1]
@@ -96,9 +100,11 @@ def test_deferred_sections_equal_eager_ones_on_a_real_torch_ddp_run():
 
 
 def test_analyze_imports_neither_the_scrubber_nor_the_harness():
-    code = ("import sys; from ddp_profile.cli import main; main(['analyze', '--help'])\n"
-            "bad = [m for m in sys.modules if m.startswith(('ddp_profile.nsys.scrub', 'ddp_profile.harness', 'plotly'))]\n"
-            "sys.stderr.write(repr(bad))")
+    code = (
+        "import sys; from ddp_profile.cli import main; main(['analyze', '--help'])\n"
+        "bad = [m for m in sys.modules if m.startswith(('ddp_profile.nsys.scrub', 'ddp_profile.harness', 'plotly'))]\n"
+        "sys.stderr.write(repr(bad))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.stderr.strip() == "[]", proc.stderr
 
@@ -107,11 +113,15 @@ def test_analyze_imports_neither_the_scrubber_nor_the_harness():
 def test_analyze_imports_no_page_writer(fmt):
     """The terminal answer imports ``report.answer_text`` only: the report package's face is imported on first
     use, so neither output pays for the page writers, the timeline or plotly at process start."""
-    code = (f"import sys; from ddp_profile.cli import main; main(['analyze', sys.argv[1], '--format', '{fmt}'])\n"
-            "bad = [m for m in sys.modules if m.startswith(('ddp_profile.report.build', 'ddp_profile.report.run_page',"
-            " 'ddp_profile.plots', 'plotly'))]\n"
-            "sys.stderr.write(repr(bad))")
-    proc = subprocess.run([sys.executable, "-c", code, str(REAL.parent)], capture_output=True, text=True, cwd=ROOT)
+    code = (
+        f"import sys; from ddp_profile.cli import main; main(['analyze', sys.argv[1], '--format', '{fmt}'])\n"
+        "bad = [m for m in sys.modules if m.startswith(('ddp_profile.report.build', 'ddp_profile.report.run_page',"
+        " 'ddp_profile.plots', 'plotly'))]\n"
+        "sys.stderr.write(repr(bad))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(REAL.parent)], capture_output=True, text=True, cwd=ROOT
+    )
     assert proc.returncode == 0 and proc.stderr.strip() == "[]", proc.stderr[-2000:]
     from ddp_profile.report import MARKER, build_report  # the face still gives its names
 

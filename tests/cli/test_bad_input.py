@@ -43,17 +43,29 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 # ---- building the inputs ---------------------------------------------------------------------------------
 
+
 def _kernels(n=4, pid=7, t0=0, dev=0, dur=60):
-    return {"pid": np.full(n, pid), "device": np.full(n, dev), "stream": np.full(n, 7),
-            "start": t0 + np.arange(n) * 100, "end": t0 + np.arange(n) * 100 + dur,
-            "name": np.array(["gemm"] * n), "correlation_id": np.arange(1, n + 1),
-            "launch_start": t0 + np.arange(n) * 100 - 10}
+    return {
+        "pid": np.full(n, pid),
+        "device": np.full(n, dev),
+        "stream": np.full(n, 7),
+        "start": t0 + np.arange(n) * 100,
+        "end": t0 + np.arange(n) * 100 + dur,
+        "name": np.array(["gemm"] * n),
+        "correlation_id": np.arange(1, n + 1),
+        "launch_start": t0 + np.arange(n) * 100 - 10,
+    }
 
 
 def _nvtx(pid=7, ends=(500,)):
     n = len(ends)
-    return {"pid": np.full(n, pid), "tid": np.full(n, pid), "start": np.zeros(n, int), "end": np.array(ends),
-            "text": np.array([f"step {i}" for i in range(n)])}
+    return {
+        "pid": np.full(n, pid),
+        "tid": np.full(n, pid),
+        "start": np.zeros(n, int),
+        "end": np.array(ends),
+        "text": np.array([f"step {i}" for i in range(n)]),
+    }
 
 
 P7 = [{"pid": 7, "device": 0}]
@@ -135,8 +147,12 @@ def mk_duplicate_ranks(d):
 def mk_mixed_runs(d):
     (d / "mixed").mkdir()
     synth.build_export(d / "mixed/run_rank0.sqlite", processes=P7, kernels=_kernels())
-    synth.build_export(d / "mixed/run_rank1.sqlite", processes=[{"pid": 8, "device": 1}],
-                       kernels=_kernels(pid=8, dev=1), session_start_utc_ns=SESSION_UTC + 3600 * 10**9)
+    synth.build_export(
+        d / "mixed/run_rank1.sqlite",
+        processes=[{"pid": 8, "device": 1}],
+        kernels=_kernels(pid=8, dev=1),
+        session_start_utc_ns=SESSION_UTC + 3600 * 10**9,
+    )
     return ["mixed"]
 
 
@@ -172,26 +188,81 @@ UNREADABLE_PRELUDE = (
 # a tuple means any one of them).
 # Commands absent from the dict are not applicable. "report" collapses every load failure to 3.
 ERROR_CASES = [
-    ("missing path", mk_missing, {"inspect": 3, "analyze": 3, "report": 3}, ["missing.sqlite", ("check the path", "pass a run folder")]),
-    ("empty file", mk_empty, {"inspect": 3, "analyze": 3, "report": 3}, ["empty.sqlite", "nsys export --type sqlite"]),
+    (
+        "missing path",
+        mk_missing,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["missing.sqlite", ("check the path", "pass a run folder")],
+    ),
+    (
+        "empty file",
+        mk_empty,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["empty.sqlite", "nsys export --type sqlite"],
+    ),
     ("random bytes", mk_random, {"inspect": 3, "analyze": 3, "report": 3}, ["random.sqlite", "nsys export"]),
     ("text file", mk_text, {"inspect": 3, "analyze": 3, "report": 3}, ["notes.sqlite", "nsys export"]),
-    ("truncated SQLite", mk_truncated, {"inspect": 3, "analyze": 3, "report": 3}, ["cut.sqlite", "copy it again"]),
-    ("corrupt .sqlite.xz", mk_bad_xz, {"inspect": 3, "analyze": 3, "report": 3}, ["bad.sqlite.xz", "complete"]),
-    ("SQLite, not nsys", mk_not_nsys, {"inspect": 3, "analyze": 3, "report": 3}, ["other.sqlite", "nsys export"]),
-    (".nsys-rep given", mk_nsys_rep, {"inspect": 3, "analyze": 3, "report": 3},
-     ["run.nsys-rep", "nsys export --type sqlite -o run.sqlite run.nsys-rep"]),
+    (
+        "truncated SQLite",
+        mk_truncated,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["cut.sqlite", "copy it again"],
+    ),
+    (
+        "corrupt .sqlite.xz",
+        mk_bad_xz,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["bad.sqlite.xz", "complete"],
+    ),
+    (
+        "SQLite, not nsys",
+        mk_not_nsys,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["other.sqlite", "nsys export"],
+    ),
+    (
+        ".nsys-rep given",
+        mk_nsys_rep,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["run.nsys-rep", "nsys export --type sqlite -o run.sqlite run.nsys-rep"],
+    ),
     ("no CUDA trace", mk_no_cuda, {"inspect": 4, "analyze": 4, "report": 3}, ["nocuda.sqlite", "-t cuda"]),
-    ("zero kernels", mk_zero_kernels, {"inspect": 4, "analyze": 4, "report": 3}, ["zero.sqlite", "capture range"]),
-    ("kernel end < start", mk_end_before_start, {"inspect": 3, "analyze": 3, "report": 3},
-     ["backwards.sqlite", "export it again"]),
-    ("duplicate ranks", mk_duplicate_ranks, {"inspect": 3, "analyze": 3, "report": 3},
-     ["a_rank0", "b_rank0", "different runs"]),
-    ("mixed runs", mk_mixed_runs, {"inspect": 3, "analyze": 3, "report": 3},
-     ["run_rank0.sqlite", "run_rank1.sqlite", "load one run's files together"]),
-    ("folder without exports", mk_empty_folder, {"inspect": 3, "analyze": 3, "report": 3},
-     ["nothing", ("nsys export --type sqlite", "pass export paths")]),
-    ("unreadable file", mk_unreadable, {"inspect": 3, "analyze": 3, "report": 3}, ["locked.sqlite", "readable"]),
+    (
+        "zero kernels",
+        mk_zero_kernels,
+        {"inspect": 4, "analyze": 4, "report": 3},
+        ["zero.sqlite", "capture range"],
+    ),
+    (
+        "kernel end < start",
+        mk_end_before_start,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["backwards.sqlite", "export it again"],
+    ),
+    (
+        "duplicate ranks",
+        mk_duplicate_ranks,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["a_rank0", "b_rank0", "different runs"],
+    ),
+    (
+        "mixed runs",
+        mk_mixed_runs,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["run_rank0.sqlite", "run_rank1.sqlite", "load one run's files together"],
+    ),
+    (
+        "folder without exports",
+        mk_empty_folder,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["nothing", ("nsys export --type sqlite", "pass export paths")],
+    ),
+    (
+        "unreadable file",
+        mk_unreadable,
+        {"inspect": 3, "analyze": 3, "report": 3},
+        ["locked.sqlite", "readable"],
+    ),
 ]
 LIBRARY_ERROR = {"no CUDA trace": MissingDataError, "zero kernels": MissingDataError}
 
@@ -249,6 +320,7 @@ def test_library_bad_input(case, tmp_path, monkeypatch):
 
         def deny(p, *a, **k):
             raise PermissionError(13, "Permission denied", str(p))
+
         monkeypatch.setattr(files_mod, "open", deny, raising=False)
     expected = LIBRARY_ERROR.get(name, TraceError)
     with pytest.raises(expected) as info:
@@ -261,6 +333,7 @@ def test_library_bad_input(case, tmp_path, monkeypatch):
 
 
 # ---- cases that load (degraded or aligned), not errors ------------------------------------------------------
+
 
 def test_no_nvtx_loads_with_warning(tmp_path):
     path = synth.build_export(tmp_path / "nonvtx.sqlite", processes=P7, kernels=_kernels())
@@ -276,7 +349,9 @@ def test_no_nvtx_loads_with_warning(tmp_path):
 
 
 def test_open_nvtx_ranges_load_with_warning(tmp_path):
-    path = synth.build_export(tmp_path / "open.sqlite", processes=P7, kernels=_kernels(), nvtx=_nvtx(ends=(500, -1)))
+    path = synth.build_export(
+        tmp_path / "open.sqlite", processes=P7, kernels=_kernels(), nvtx=_nvtx(ends=(500, -1))
+    )
     before = _hashes(tmp_path)
     trace = load_trace(path)
     step1 = trace.nvtx[trace.nvtx["name"] == "step 1"]
@@ -294,10 +369,16 @@ def test_hosts_with_clock_offsets_are_aligned(tmp_path):
     same instants: after alignment both ranks' first kernels start at the same global time."""
     offset = 250_000
     (tmp_path / "run").mkdir()
-    synth.build_export(tmp_path / "run/job_rank0.sqlite", processes=P7, kernels=_kernels(t0=1_000_000), host="nodeA")
-    synth.build_export(tmp_path / "run/job_rank1.sqlite", processes=[{"pid": 8, "device": 0}],
-                       kernels=_kernels(pid=8, t0=1_000_000 - offset), host="nodeB",
-                       session_start_utc_ns=SESSION_UTC + offset)
+    synth.build_export(
+        tmp_path / "run/job_rank0.sqlite", processes=P7, kernels=_kernels(t0=1_000_000), host="nodeA"
+    )
+    synth.build_export(
+        tmp_path / "run/job_rank1.sqlite",
+        processes=[{"pid": 8, "device": 0}],
+        kernels=_kernels(pid=8, t0=1_000_000 - offset),
+        host="nodeB",
+        session_start_utc_ns=SESSION_UTC + offset,
+    )
     before = _hashes(tmp_path)
     trace = load_trace(tmp_path / "run")
     assert trace.meta["clock"]["method"] == "session-start (several hosts)"
@@ -311,12 +392,14 @@ def test_hosts_with_clock_offsets_are_aligned(tmp_path):
 
 # ---- usage, output and interruption ---------------------------------------------------------------------
 
+
 def test_bad_regex_is_a_usage_error(tmp_path):
     _good(tmp_path)
     before = _hashes(tmp_path)
     proc = run_cli(["analyze", "good.sqlite", "--step-pattern", "step(("], tmp_path)
     assert proc.returncode == 2 and "--step-pattern" in _error_line(proc, "analyze")
     from ddp_profile.analysis import analyze
+
     with pytest.raises(UsageError):
         analyze(load_trace(tmp_path / "good.sqlite"), step_pattern="step((")
     assert _hashes(tmp_path) == before
@@ -366,6 +449,7 @@ def test_disk_full_library(tmp_path, monkeypatch):
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
     monkeypatch.setattr(os, "replace", full)
     with pytest.raises(OutputError, match="No space left"):
         write_atomic(tmp_path / "a.txt", "x" * 1000)
@@ -391,6 +475,7 @@ def test_interrupt_in_process_keeps_previous_report(tmp_path, monkeypatch, capsy
         if len(calls) == 2:
             raise KeyboardInterrupt
         path.write_text(text, encoding="utf-8")
+
     import ddp_profile.report.build as build
 
     monkeypatch.setattr(build, "_write", interrupted)
@@ -415,8 +500,16 @@ def test_sigint_mid_report_exits_130_and_keeps_previous_report(tmp_path):
     """A real SIGINT to a running ``report`` process while it is writing pages (the write is slowed so the
     signal lands there every time): exit 130, one line, no temp folder, the previous report unchanged."""
     reports, before = _previous_report(tmp_path)
-    cmd = [PY, "-c", SLOW_WRITE_PRELUDE + "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
-           "report", "good.sqlite", "-o", "reports", "--no-cache"]  # an unchanged report is otherwise kept, not written
+    cmd = [
+        PY,
+        "-c",
+        SLOW_WRITE_PRELUDE + "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
+        "report",
+        "good.sqlite",
+        "-o",
+        "reports",
+        "--no-cache",
+    ]  # an unchanged report is otherwise kept, not written
     proc = subprocess.Popen(cmd, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     seen = []
     deadline = time.monotonic() + 60
@@ -429,15 +522,28 @@ def test_sigint_mid_report_exits_130_and_keeps_previous_report(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("ddp-profile report: interrupted")
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "ddp-profile report: interrupted"
+    )
     assert _hashes(reports) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.sqlite", "reports"]
 
 
 # ---- scrub: the same rules (inputs only read, one line, output atomic) ------------------------------------
 
-@pytest.mark.parametrize("case", ["missing path", "empty file", "random bytes", "text file", "SQLite, not nsys",
-                                  ".nsys-rep given", "corrupt .sqlite.xz"])
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "missing path",
+        "empty file",
+        "random bytes",
+        "text file",
+        "SQLite, not nsys",
+        ".nsys-rep given",
+        "corrupt .sqlite.xz",
+    ],
+)
 def test_scrub_bad_input(case, tmp_path):
     name, make, _, needles = next(c for c in ERROR_CASES if c[0] == case)
     paths = make(tmp_path)
@@ -445,7 +551,11 @@ def test_scrub_bad_input(case, tmp_path):
     proc = run_cli(["scrub", *paths, "-o", "clean.sqlite"], tmp_path)
     line = _error_line(proc, "scrub")
     assert proc.returncode == 3 and needles[0] in line, line
-    assert _hashes(tmp_path) == before and not list(tmp_path.glob("*clean*")) and not list(tmp_path.glob(".*.tmp"))
+    assert (
+        _hashes(tmp_path) == before
+        and not list(tmp_path.glob("*clean*"))
+        and not list(tmp_path.glob(".*.tmp"))
+    )
 
 
 @pytest.mark.parametrize("where", ["disk full", "folder under a file"])
@@ -459,7 +569,10 @@ def test_scrub_output_errors(where, tmp_path):
         proc = run_cli(["scrub", "good.sqlite", "-o", "blocker/clean.sqlite"], tmp_path)
     line = _error_line(proc, "scrub")
     assert proc.returncode == 5 and "clean.sqlite" in line, line
-    assert _hashes(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "good.sqlite"]
+    assert _hashes(tmp_path) == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "blocker",
+        "good.sqlite",
+    ]
 
 
 def test_scrub_disk_full_library(tmp_path, monkeypatch):
@@ -472,6 +585,7 @@ def test_scrub_disk_full_library(tmp_path, monkeypatch):
         if "w" in mode:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(p))
         return real(p, mode, *a, **k)
+
     monkeypatch.setattr(scrub, "open", full_open, raising=False)
     with pytest.raises(OutputError, match="No space left"):
         scrub.scrub_file(tmp_path / "good.sqlite", tmp_path / "clean.sqlite")
@@ -480,14 +594,18 @@ def test_scrub_disk_full_library(tmp_path, monkeypatch):
 
 # ---- --export: .nsys-rep converted with the user's nsys, only when asked ----------------------------------
 
+
 def _fake_nsys(tmp_path: Path, ok: bool = True) -> Path:
     """A stand-in ``nsys``: `nsys export ... -o OUT REP` copies a prepared export to OUT (or fails)."""
     home = tmp_path / "nsys-home"
     home.mkdir()
     prepared = _good(home)
     script = home / "nsys"
-    body = ('while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out=$2; fi; shift; done\n'
-            f'cp "{prepared}" "$out"\n') if ok else 'echo "ImportError: cannot open report" >&2; exit 1\n'
+    body = (
+        (f'while [ $# -gt 0 ]; do if [ "$1" = -o ]; then out=$2; fi; shift; done\ncp "{prepared}" "$out"\n')
+        if ok
+        else 'echo "ImportError: cannot open report" >&2; exit 1\n'
+    )
     script.write_text("#!/bin/bash\n" + body)
     script.chmod(0o755)
     return script
@@ -498,16 +616,28 @@ def test_export_flag_converts_with_nsys(command, tmp_path):
     nsys = _fake_nsys(tmp_path)
     (tmp_path / "run.nsys-rep").write_bytes(b"report bytes")
     before = _hashes(tmp_path)
-    proc = subprocess.run([PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=dict(os.environ, NSYS=str(nsys)))
+    proc = subprocess.run(
+        [PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, NSYS=str(nsys)),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "exported run.nsys-rep -> run.sqlite" in proc.stderr
     assert (tmp_path / "run.sqlite").is_file() and not list(tmp_path.glob(".*exporting*"))
     after = _hashes(tmp_path)
     assert {k: v for k, v in after.items() if not k.endswith("run.sqlite")} == before  # inputs untouched
     # A second run uses the export as it is (never overwritten).
-    proc = subprocess.run([PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=dict(os.environ, NSYS=str(nsys)))
+    proc = subprocess.run(
+        [PY, "-m", "ddp_profile", command, "run.nsys-rep", "--export"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, NSYS=str(nsys)),
+    )
     assert proc.returncode == 0 and "using the existing export" in proc.stderr and _hashes(tmp_path) == after
 
 
@@ -521,8 +651,14 @@ def test_export_flag_errors(situation, tmp_path):
     else:
         env["NSYS"] = str(_fake_nsys(tmp_path, ok=False))
     before = _hashes(tmp_path)
-    proc = subprocess.run([PY, "-m", "ddp_profile", "inspect", "run.nsys-rep", "--export"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [PY, "-m", "ddp_profile", "inspect", "run.nsys-rep", "--export"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     line = _error_line(proc, "inspect")
     assert proc.returncode == 3 and "run.nsys-rep" in line, line
     if situation == "nsys missing":
@@ -537,8 +673,9 @@ def test_export_flag_errors(situation, tmp_path):
 def test_standalone_scrubber_gives_one_line_for_a_bad_argument(argv, tmp_path):
     """``python -m ddp_profile.nsys.scrub`` (what the GPU machines run) answers a bad argument as the CLI
     does: one line on stderr naming the problem, exit 2, no usage block, nothing written."""
-    proc = subprocess.run([PY, "-m", "ddp_profile.nsys.scrub", *argv], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [PY, "-m", "ddp_profile.nsys.scrub", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("python -m ddp_profile.nsys.scrub: error: ") and "usage:" not in proc.stderr

@@ -59,22 +59,31 @@ def test_one_rank_without_cuda_api_rows(tmp_path, capfd):
     """Rank 1's launch calls are missing: the analysis keeps both ranks (its host time unknown, not an error);
     ``launches`` still answers for both."""
     paths = write_run(tmp_path, [Rank(), Rank(delays=[0, 20_000, 40_000])])
-    _strip(paths[0], "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid >= ? AND globalTid < ?",
-           0x1000000000000 + (1001 << 24), 0x1000000000000 + (1002 << 24))
+    _strip(
+        paths[0],
+        "DELETE FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid >= ? AND globalTid < ?",
+        0x1000000000000 + (1001 << 24),
+        0x1000000000000 + (1002 << 24),
+    )
     doc = _analysis(paths, capfd)
     assert _ranks_steps(doc) == {(r, s) for r in (0, 1) for s in range(3)}
     code, out, err = _run(["launches", *paths], capfd)
     assert code == 0, err
 
 
-DRIFT_MISPAIRED = pytest.mark.xfail(strict=True, reason=(
-    "known wrong answer: with equal session starts and a 1e-4 clock drift, aligning clocks on collective ends "
-    "pairs rank 1's collectives one iteration late (shifts it by one step, 0.41 ms, residual 0), renumbers its "
-    "steps and drops steps 0 and 2; the truth is steps 0-2 on both ranks"))
+DRIFT_MISPAIRED = pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "known wrong answer: with equal session starts and a 1e-4 clock drift, aligning clocks on collective ends "
+        "pairs rank 1's collectives one iteration late (shifts it by one step, 0.41 ms, residual 0), renumbers its "
+        "steps and drops steps 0 and 2; the truth is steps 0-2 on both ranks"
+    ),
+)
 
 
-@pytest.mark.parametrize("how", ["session starts seconds apart",
-                                 pytest.param("clock drift", marks=DRIFT_MISPAIRED)])
+@pytest.mark.parametrize(
+    "how", ["session starts seconds apart", pytest.param("clock drift", marks=DRIFT_MISPAIRED)]
+)
 def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
     """Per-rank files whose session starts disagree by 3 s with the events (a host's clock off), or whose
     clock runs 1e-4 fast: both ranks and every step are kept and a straggler lead is never negative; or, when
@@ -84,7 +93,9 @@ def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
         paths = write_run(tmp_path, [Rank(), Rank()], per_rank_files=True, clock_rates=[1.0, 1.0001])
     else:
         paths = write_run(tmp_path, [Rank(), Rank()], per_rank_files=True)
-        _strip(paths[1], "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", 3_000_000_000)
+        _strip(
+            paths[1], "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", 3_000_000_000
+        )
     code, out, err = _run(["analyze", *paths, "--format", "json", "--section", "all"], capfd)
     if code != 0:
         assert code == 3 and len(err.strip().splitlines()) == 1, err
@@ -121,7 +132,9 @@ def test_collectives_with_identical_start_times_on_every_rank(tmp_path, capfd):
 def test_optimizer_every_n_cycles_with_one_update_missing(tmp_path, capfd):
     """A DeepSpeed-like run: the optimizer runs every 2nd gradient cycle, and one of those updates is missing
     on rank 1; both ranks' steps are kept and the answer is exit 0."""
-    paths = write_run(tmp_path, [Rank(optimizer_every=2), Rank(optimizer_every=2, skip_optimizer=(3,))], n_steps=6)
+    paths = write_run(
+        tmp_path, [Rank(optimizer_every=2), Rank(optimizer_every=2, skip_optimizer=(3,))], n_steps=6
+    )
     doc = _analysis(paths, capfd)
     assert {r for r, _ in _ranks_steps(doc)} == {0, 1}
 
@@ -130,8 +143,12 @@ def test_kernels_of_one_rank_all_unnamed(tmp_path, capfd):
     """Rank 1's kernel names point at no string: its kernels are of unknown kind (a warning says so), and
     both ranks remain in the answer."""
     paths = write_run(tmp_path, [Rank(), Rank()])
-    _strip(paths[0], "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 999999, demangledName = 999999 "
-           "WHERE globalPid = ?", 0x1000000000000 + (1001 << 24))
+    _strip(
+        paths[0],
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 999999, demangledName = 999999 "
+        "WHERE globalPid = ?",
+        0x1000000000000 + (1001 << 24),
+    )
     doc = _analysis(paths, capfd)
     assert {r for r, _ in _ranks_steps(doc)} == {0, 1}
 
@@ -155,7 +172,9 @@ def test_report_of_the_hostile_runs_lists_every_run(tmp_path, capfd):
     write_run(tmp_path / "runs" / "no_collective", [Rank(), Rank(nccl=False)])
     write_run(tmp_path / "runs" / "cut_short", [Rank(), Rank(cut_last=True)], n_steps=4)
     write_run(tmp_path / "runs" / "fewer_steps", [Rank(), Rank(steps=2)], n_steps=4)
-    code, _, err = _run(["report", tmp_path / "runs", "-o", tmp_path / "rep", "--no-findings", "--jobs", "1"], capfd)
+    code, _, err = _run(
+        ["report", tmp_path / "runs", "-o", tmp_path / "rep", "--no-findings", "--jobs", "1"], capfd
+    )
     assert code == 0, err
     pages = sorted(p.name for p in (tmp_path / "rep").glob("run-*.html"))
     assert pages == ["run-cut_short.html", "run-fewer_steps.html", "run-no_collective.html"]

@@ -41,11 +41,21 @@ def test_names_differing_only_in_numbers_are_grouped():
     from ddp_profile.nsys.summary import group_names
 
     counts = [(("ddp_profile", f"allreduce b{b} {size}B"), 2) for b, size in ((0, 100), (1, 200), (10, 300))]
-    counts += [(("ddp_profile", "step 10"), 2), (("ddp_profile", "step 2"), 2), (("ddp_profile", "forward"), 4),
-               (("", "cast bf16"), 1), (("NCCL", "step 1"), 5)]
+    counts += [
+        (("ddp_profile", "step 10"), 2),
+        (("ddp_profile", "step 2"), 2),
+        (("ddp_profile", "forward"), 4),
+        (("", "cast bf16"), 1),
+        (("NCCL", "step 1"), 5),
+    ]
     groups = {(g["domain"], g["name"]): g for g in group_names(counts)}
-    assert set(groups) == {("ddp_profile", "allreduce b<N> <N>B"), ("ddp_profile", "step <N>"),
-                           ("ddp_profile", "forward"), ("", "cast bf16"), ("NCCL", "step 1")}
+    assert set(groups) == {
+        ("ddp_profile", "allreduce b<N> <N>B"),
+        ("ddp_profile", "step <N>"),
+        ("ddp_profile", "forward"),
+        ("", "cast bf16"),
+        ("NCCL", "step 1"),
+    }
     ar = groups[("ddp_profile", "allreduce b<N> <N>B")]
     assert (ar["count"], ar["distinct"], ar["grouped"]) == (6, 3, True)
     assert ar["examples"] == ["allreduce b0 100B", "allreduce b1 200B", "allreduce b10 300B"]
@@ -75,5 +85,7 @@ def test_harness_ranges_of_a_real_xl_run_are_one_line_each(capsys):
     assert len(entries) < 20
     assert main(["inspect", str(run)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert f"  ddp_profile / allreduce b<N> <N>B: {len(buckets)} ranges ({buckets.nunique()} distinct)" in table
+    assert (
+        f"  ddp_profile / allreduce b<N> <N>B: {len(buckets)} ranges ({buckets.nunique()} distinct)" in table
+    )
     assert not [line for line in table if "allreduce b0 " in line]

@@ -70,9 +70,12 @@ def test_output_that_is_a_device_fifo_or_folder_is_refused(command, target, tmp_
         out.symlink_to(os.devnull)
     else:
         out.mkdir()
-    argv = {"analyze": ["analyze", "run.sqlite", "--format", "json", "-o", out],
-            "export": ["export", "run.sqlite", "-o", out], "scrub": ["scrub", "run.sqlite", "-o", out],
-            "launches": ["launches", "run.sqlite", "-o", out]}[command]
+    argv = {
+        "analyze": ["analyze", "run.sqlite", "--format", "json", "-o", out],
+        "export": ["export", "run.sqlite", "-o", out],
+        "scrub": ["scrub", "run.sqlite", "-o", out],
+        "launches": ["launches", "run.sqlite", "-o", out],
+    }[command]
     if target == "folder" and command == "scrub":
         pytest.skip("scrub -o FOLDER writes into the folder (documented)")
     line = _one_line(run_cli(argv, tmp_path), 2)
@@ -114,7 +117,12 @@ SLOW_REPORT = (
 
 
 def _signal_when(prelude: str, marker: str, argv: list, cwd: Path, sig: int) -> tuple[int, str]:
-    cmd = [PY, "-c", prelude + "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))", *argv]
+    cmd = [
+        PY,
+        "-c",
+        prelude + "from ddp_profile.cli import main\nraise SystemExit(main(sys.argv[1:]))",
+        *argv,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     seen = []
@@ -130,19 +138,31 @@ def _signal_when(prelude: str, marker: str, argv: list, cwd: Path, sig: int) -> 
     return proc.returncode, err
 
 
-@pytest.mark.parametrize("sig,code,word", [(signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up"),
-                                           (signal.SIGINT, 130, "interrupted")])
+@pytest.mark.parametrize(
+    "sig,code,word",
+    [
+        (signal.SIGTERM, 143, "terminated"),
+        (signal.SIGHUP, 129, "hung up"),
+        (signal.SIGINT, 130, "interrupted"),
+    ],
+)
 def test_signal_during_scrub_sql_function_leaves_no_unscrubbed_copy(sig, code, word, tmp_path):
     """The signal lands inside scrub's SQL row function: the right exit code (not exit 3, "damaged input"),
     one line, and no temporary (unscrubbed) copy in the output folder."""
     src = _run_copy(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    rc, err = _signal_when(SLOW_SCRUB, "SCRUBBING", ["scrub", "run.sqlite", "-o", "out/clean.sqlite"], tmp_path, sig)
+    rc, err = _signal_when(
+        SLOW_SCRUB, "SCRUBBING", ["scrub", "run.sqlite", "-o", "out/clean.sqlite"], tmp_path, sig
+    )
     assert rc == code, err
-    assert "Traceback" not in err and err.strip().splitlines()[-1] == f"ddp-profile scrub: {word}" + (
-        " (SIGTERM)" if sig == signal.SIGTERM else " (SIGHUP)" if sig == signal.SIGHUP else "") + \
-        "; no partial output was written and every previous output is unchanged", err
+    assert (
+        "Traceback" not in err
+        and err.strip().splitlines()[-1]
+        == f"ddp-profile scrub: {word}"
+        + (" (SIGTERM)" if sig == signal.SIGTERM else " (SIGHUP)" if sig == signal.SIGHUP else "")
+        + "; no partial output was written and every previous output is unchanged"
+    ), err
     assert list(out.iterdir()) == []
     assert sha256(src) == sha256(SAMPLE)
 
@@ -152,8 +172,13 @@ def test_sigterm_mid_report_leaves_no_hidden_folder_and_keeps_previous_report(tm
     assert run_cli(["report", "run.sqlite", "-o", "reports"], tmp_path).returncode == 0
     before = {p: sha256(p) for p in (tmp_path / "reports").rglob("*") if p.is_file()}
     # --no-cache: an unchanged report is otherwise kept as it is, without writing (issue 28)
-    rc, err = _signal_when(SLOW_REPORT, "WRITING", ["report", "run.sqlite", "-o", "reports", "--no-cache"], tmp_path,
-                           signal.SIGTERM)
+    rc, err = _signal_when(
+        SLOW_REPORT,
+        "WRITING",
+        ["report", "run.sqlite", "-o", "reports", "--no-cache"],
+        tmp_path,
+        signal.SIGTERM,
+    )
     assert rc == 143, err
     assert "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports", "run.sqlite"]  # no .reports.tmp-*
@@ -166,7 +191,14 @@ def test_stdout_on_a_full_disk_is_one_line_exit_5(tmp_path):
     _run_copy(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([PY, "-m", "ddp_profile", "analyze", "run.sqlite", "--format", "json"], cwd=tmp_path,
-                              env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(
+            [PY, "-m", "ddp_profile", "analyze", "run.sqlite", "--format", "json"],
+            cwd=tmp_path,
+            env=env,
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     line = _one_line(proc, 5)
     assert "cannot write" in line and "No space left" in line, line

@@ -50,14 +50,20 @@ COMMANDS = {  # command -> (argv, output)
     "scrub": (["scrub", "in.sqlite", "-o", "s.sqlite"], "s.sqlite"),
     "report": (["report", "in.sqlite", "-o", "rep", "--no-cache", "--jobs", "1"], "rep"),
 }
-SIGNALS = [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)"),
-           (signal.SIGHUP, 129, "hung up (SIGHUP)")]
+SIGNALS = [
+    (signal.SIGINT, 130, "interrupted"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGHUP, 129, "hung up (SIGHUP)"),
+]
 
 
 def _state(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` (hidden ones included) -> its content digest."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +85,14 @@ def _previous(cwd: Path, output: str) -> None:
 
 def _run(cwd: Path, argv: list, output: str, moment: str, sig: int | None):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SIG_TARGET": str(cwd / output), "SIG_MOMENT": moment}
-    proc = subprocess.Popen([sys.executable, "-c", PRELUDE, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PRELUDE, *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if sig is not None:
         seen, deadline = [], time.monotonic() + 240
         while time.monotonic() < deadline:
@@ -99,7 +111,9 @@ CASES = [(c, m, SIGNALS[(i + j) % 3]) for i, c in enumerate(COMMANDS) for j, m i
 
 
 @pytest.mark.parametrize("command,moment,sig", CASES, ids=[f"{c}-{m}-{s[1]}" for c, m, s in CASES])
-def test_a_signal_at_the_commit_leaves_the_previous_output_byte_identical(command, moment, sig, export, tmp_path):
+def test_a_signal_at_the_commit_leaves_the_previous_output_byte_identical(
+    command, moment, sig, export, tmp_path
+):
     os.link(export, tmp_path / "in.sqlite")
     argv, output = COMMANDS[command]
     _previous(tmp_path, output)

@@ -27,8 +27,11 @@ def _one_line_exit_2(argv, capsys, want: str) -> None:
     """Exit 2 with one error line (``report`` also prints its progress lines before it, and a load slower than
     ``options.SLOW_S`` on a busy machine its progress bar)."""
     assert main(argv) == 2
-    err = [line for line in capsys.readouterr().err.strip().splitlines()
-           if not line.startswith(("report: ", "loading ["))]
+    err = [
+        line
+        for line in capsys.readouterr().err.strip().splitlines()
+        if not line.startswith(("report: ", "loading ["))
+    ]
     assert len(err) == 1 and want in err[0], err
 
 
@@ -38,7 +41,23 @@ def analyzed(tmp_path_factory):
     for spec in ("all", "4:6", "6:", ":5", "5"):
         path = tmp_path_factory.mktemp("a") / "out.json"
         # --section all: comm_kinds is computed only when asked for (issue 28)
-        assert main(["analyze", str(RUN), "--format", "json", "--section", "all", "--steps", spec, "-o", str(path)]) == 0
+        assert (
+            main(
+                [
+                    "analyze",
+                    str(RUN),
+                    "--format",
+                    "json",
+                    "--section",
+                    "all",
+                    "--steps",
+                    spec,
+                    "-o",
+                    str(path),
+                ]
+            )
+            == 0
+        )
         out[spec] = json.loads(path.read_text())
     return out
 
@@ -72,7 +91,9 @@ def test_every_section_follows_the_selection(analyzed):
 
 
 def test_empty_selection_names_the_labels(capsys):
-    _one_line_exit_2(["analyze", str(RUN), "--steps", "10:20"], capsys, "no step in 10:20; the trace has steps 3–7")
+    _one_line_exit_2(
+        ["analyze", str(RUN), "--steps", "10:20"], capsys, "no step in 10:20; the trace has steps 3–7"
+    )
     _one_line_exit_2(["analyze", str(RUN), "--steps", ":3"], capsys, "the trace has steps 3–7")
 
 
@@ -83,7 +104,9 @@ def test_launches_selects_by_label(tmp_path, capsys):
     assert _labels(got["steps"]) == [4, 5]
     assert {r["rank"] for r in got["steps"]} == {0, 1}
     capsys.readouterr()
-    _one_line_exit_2(["launches", str(RUN), "--steps", "8:"], capsys, "no step in 8:; the trace has steps 3–7")
+    _one_line_exit_2(
+        ["launches", str(RUN), "--steps", "8:"], capsys, "no step in 8:; the trace has steps 3–7"
+    )
 
 
 def test_export_selects_by_label(tmp_path, capsys):
@@ -91,11 +114,18 @@ def test_export_selects_by_label(tmp_path, capsys):
     assert main(["export", str(RUN), "--steps", "6:", "-o", str(out)]) == 0
     events = json.loads(gzip.decompress(out.read_bytes()))
     events = events["traceEvents"] if isinstance(events, dict) else events
-    steps = {e["args"]["step"] for e in events if e.get("name", "").startswith("step ") and "step" in e.get("args", {})}
+    steps = {
+        e["args"]["step"]
+        for e in events
+        if e.get("name", "").startswith("step ") and "step" in e.get("args", {})
+    }
     assert steps == {6, 7}
     capsys.readouterr()
-    _one_line_exit_2(["export", str(RUN), "--steps", "0:2", "-o", str(tmp_path / "x.json")], capsys,
-                     "no step in 0:2; the trace has steps 3–7")
+    _one_line_exit_2(
+        ["export", str(RUN), "--steps", "0:2", "-o", str(tmp_path / "x.json")],
+        capsys,
+        "no step in 0:2; the trace has steps 3–7",
+    )
     assert not (tmp_path / "x.json").exists()
 
 
@@ -110,8 +140,11 @@ def test_report_selects_by_label(tmp_path, capsys):
     lo, hi = steps[["start_ns", "host_start_ns"]].min().min(), steps[["end_ns", "host_end_ns"]].max().max()
     assert len(calls) and calls["start_ns"].between(lo, hi).all()
     capsys.readouterr()
-    _one_line_exit_2(["report", str(RUN), "-o", str(tmp_path / "r"), "--steps", "20:", "--no-findings"], capsys,
-                     "no step in 20:; the trace has steps 3–7")
+    _one_line_exit_2(
+        ["report", str(RUN), "-o", str(tmp_path / "r"), "--steps", "20:", "--no-findings"],
+        capsys,
+        "no step in 20:; the trace has steps 3–7",
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -124,7 +157,19 @@ def test_every_step_command_takes_one_step_selection(command):
     from ddp_profile.commands.options import step_selection
 
     out = [] if command == "inspect" else ["-o", "out.json"]
-    args = build_parser(command).parse_args([command, "x.sqlite", *out, "--step-pattern", "^it ",
-                                             "--phase", "backward=bw", "--phase", "backward=bwd", "--steps", "2:"])
+    args = build_parser(command).parse_args(
+        [
+            command,
+            "x.sqlite",
+            *out,
+            "--step-pattern",
+            "^it ",
+            "--phase",
+            "backward=bw",
+            "--phase",
+            "backward=bwd",
+            "--steps",
+            "2:",
+        ]
+    )
     assert step_selection(args) == StepSelection(pattern="^it ", phases=(("backward", "bwd"),), steps="2:")
-

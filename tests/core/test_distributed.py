@@ -21,16 +21,31 @@ distributed = pytest.importorskip("ddp_profile.distributed")
 pytest.importorskip("dask.distributed")
 
 PER_RANK = Path(__file__).resolve().parents[2] / "traces" / "per-rank" / "bucketed-25mb_small_fp32_2xh200"
-FRAMES = ["steps", "phases", "rank_overlap", "kernel_overlap", "collectives", "cost_model", "contention",
-          "comm_kinds", "recommendation"]
+FRAMES = [
+    "steps",
+    "phases",
+    "rank_overlap",
+    "kernel_overlap",
+    "collectives",
+    "cost_model",
+    "contention",
+    "comm_kinds",
+    "recommendation",
+]
 
 
 @pytest.fixture(scope="module")
 def rank_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ranks")
     for r in range(4):
-        synth_scale_run(folder / f"rank{r}.sqlite", n_kernels=12_000, n_ranks=4, kernels_per_step=300,
-                        n_buckets=6, rank_of_file=r)
+        synth_scale_run(
+            folder / f"rank{r}.sqlite",
+            n_kernels=12_000,
+            n_ranks=4,
+            kernels_per_step=300,
+            n_buckets=6,
+            rank_of_file=r,
+        )
     return folder
 
 
@@ -43,8 +58,9 @@ def client():
 
 def _same(a, b):
     for name in FRAMES:
-        pd.testing.assert_frame_equal(getattr(a, name).reset_index(drop=True), getattr(b, name).reset_index(drop=True),
-                                      obj=name)
+        pd.testing.assert_frame_equal(
+            getattr(a, name).reset_index(drop=True), getattr(b, name).reset_index(drop=True), obj=name
+        )
     assert a.notes == b.notes
     assert a.to_json_dict() == b.to_json_dict()
 
@@ -75,11 +91,16 @@ def test_batched_files_match_single_process(rank_files, client):
 
 def test_options_reach_the_workers(rank_files, client):
     kw = {"steps": "1:", "phase_patterns": {"forward": "^forward$"}}
-    _same(analyze(load_trace(rank_files), **kw), analyze(distributed.load_trace(rank_files, client=client), **kw))
+    _same(
+        analyze(load_trace(rank_files), **kw),
+        analyze(distributed.load_trace(rank_files, client=client), **kw),
+    )
 
 
 def test_one_file_holding_every_rank(tmp_path, client):
-    path = synth_scale_run(tmp_path / "all.sqlite", n_kernels=8_000, n_ranks=3, kernels_per_step=200, n_buckets=4)["path"]
+    path = synth_scale_run(
+        tmp_path / "all.sqlite", n_kernels=8_000, n_ranks=3, kernels_per_step=200, n_buckets=4
+    )["path"]
     _same(analyze(load_trace(path)), analyze(distributed.load_trace(path, client=client)))
 
 

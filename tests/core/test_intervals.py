@@ -33,7 +33,13 @@ CASES = {
     "disjoint": (S((0, 2)), S((5, 8)), [(0, 2), (5, 8)], [], [(0, 2)]),
     "zero length dropped": (S((3, 3), (0, 1)), S((4, 2)), [(0, 1)], [], [(0, 1)]),
     "unsorted overlapping a": (S((6, 9), (0, 4), (3, 7)), S((8, 12)), [(0, 12)], [(8, 9)], [(0, 8)]),
-    "b splits a twice": (S((0, 10)), S((2, 3), (5, 7)), [(0, 10)], [(2, 3), (5, 7)], [(0, 2), (3, 5), (7, 10)]),
+    "b splits a twice": (
+        S((0, 10)),
+        S((2, 3), (5, 7)),
+        [(0, 10)],
+        [(2, 3), (5, 7)],
+        [(0, 2), (3, 5), (7, 10)],
+    ),
 }
 
 
@@ -130,8 +136,10 @@ def test_covered_and_clip_against_grid(a, queries, lo, hi):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, GRID), st.integers(-3, 12), st.booleans()), max_size=40),
-       st.integers(1, 7))
+@given(
+    st.lists(st.tuples(st.integers(0, GRID), st.integers(-3, 12), st.booleans()), max_size=40),
+    st.integers(1, 7),
+)
 def test_pieces_a_chunk_at_a_time_are_the_normalised_set(rows, chunk):
     """normalize_rows / normalized_pieces over sorted starts, a few rows a chunk (an interval open across
     chunks, masked-out and empty rows at chunk edges): the pieces are non-empty, in order, and together

@@ -8,11 +8,20 @@ import pytest
 from ddp_profile.cli import main
 
 SENSELESS = [
-    (["--bucket-mb", "inf"], "bucket_mb"), (["--bucket-mb", "nan"], "bucket_mb"), (["--lr", "1e308"], "lr"),
-    (["--lr", "-1"], "lr"), (["--batch", "1e12"], "--batch"), (["--batch", "1000000000000"], "batch"),
-    (["--nproc", "100000"], "--nproc"), (["--nproc", "0"], "--nproc"), (["--steps", "99999999"], "steps"),
-    (["--warmup", "-3"], "warmup"), (["--seq-len", "10000000"], "seq_len"), (["--seed", "-1"], "seed"),
-    (["--mlp-depth", "100000"], "mlp_depth"), (["--first-bucket-mb", "inf", "--strategy", "bucketed"], "first_bucket_mb"),
+    (["--bucket-mb", "inf"], "bucket_mb"),
+    (["--bucket-mb", "nan"], "bucket_mb"),
+    (["--lr", "1e308"], "lr"),
+    (["--lr", "-1"], "lr"),
+    (["--batch", "1e12"], "--batch"),
+    (["--batch", "1000000000000"], "batch"),
+    (["--nproc", "100000"], "--nproc"),
+    (["--nproc", "0"], "--nproc"),
+    (["--steps", "99999999"], "steps"),
+    (["--warmup", "-3"], "warmup"),
+    (["--seq-len", "10000000"], "seq_len"),
+    (["--seed", "-1"], "seed"),
+    (["--mlp-depth", "100000"], "mlp_depth"),
+    (["--first-bucket-mb", "inf", "--strategy", "bucketed"], "first_bucket_mb"),
     (["--out", "/dev/null"], "--out"),
 ]
 
@@ -30,5 +39,13 @@ def test_bench_refuses_senseless_numbers_with_one_line(argv, field, capsys, tmp_
 def test_sane_values_pass_the_bounds():
     from ddp_profile.harness.config import RunConfig
 
-    RunConfig(strategy="bucketed", bucket_mb=1000.0, lr=1e-3, batch=4096, seq_len=64, steps=1000, warmup=0,
-              first_bucket_mb=0.5)
+    RunConfig(
+        strategy="bucketed",
+        bucket_mb=1000.0,
+        lr=1e-3,
+        batch=4096,
+        seq_len=64,
+        steps=1000,
+        warmup=0,
+        first_bucket_mb=0.5,
+    )

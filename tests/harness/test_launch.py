@@ -25,7 +25,9 @@ waits_like_a_hung_rank()
 
 def _child(value: str) -> subprocess.CompletedProcess:
     env = {**os.environ, STACK_DUMP_ENV: value, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-c", WAITS], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", WAITS], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
 
 
 def test_a_waiting_process_prints_where_it_waits():
@@ -38,4 +40,6 @@ def test_off_when_unset_and_a_bad_value_is_a_note_not_a_dump():
     assert arm_stack_dump({}) is None and arm_stack_dump({STACK_DUMP_ENV: " "}) is None
     done = _child("soon")
     assert done.returncode == 0 and done.stdout.strip() == "None"
-    assert done.stderr.strip().splitlines() == [f"note: {STACK_DUMP_ENV}='soon' is not a number of seconds; no stack dumps"]
+    assert done.stderr.strip().splitlines() == [
+        f"note: {STACK_DUMP_ENV}='soon' is not a number of seconds; no stack dumps"
+    ]

@@ -78,13 +78,18 @@ def test_the_table_matches_runconfig_and_the_stock_config_has_no_lever_on():
 def test_every_flag_of_the_lever_groups_is_a_lever():
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
-    in_groups = {a.option_strings[0] for g in p._action_groups if g.title and g.title.startswith("levers")
-                 for a in g._group_actions}
+    in_groups = {
+        a.option_strings[0]
+        for g in p._action_groups
+        if g.title and g.title.startswith("levers")
+        for a in g._group_actions
+    }
     assert in_groups == {lv.flag for lv in levers.LEVERS}
 
 
-@pytest.mark.parametrize("lever", [lv for lv in levers.LEVERS if lv.strategies != levers.STRATEGIES],
-                         ids=lambda lv: lv.name)
+@pytest.mark.parametrize(
+    "lever", [lv for lv in levers.LEVERS if lv.strategies != levers.STRATEGIES], ids=lambda lv: lv.name
+)
 def test_a_lever_on_a_strategy_outside_its_list_is_refused(lever):
     from ddp_profile.errors import ConfigError
 

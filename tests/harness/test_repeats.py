@@ -46,7 +46,10 @@ def test_bootstrap_is_deterministic_for_a_seed():
     b = spread.bootstrap_median(data, resamples=500, seed=7)
     assert a == b
     # the seed drives the resampling: with few resamples some other seed moves an end of the interval
-    few = {(iv.low_ms, iv.high_ms) for iv in (spread.bootstrap_median(data, resamples=20, seed=s) for s in range(6))}
+    few = {
+        (iv.low_ms, iv.high_ms)
+        for iv in (spread.bootstrap_median(data, resamples=20, seed=s) for s in range(6))
+    }
     assert len(few) > 1
 
 
@@ -60,10 +63,17 @@ def test_interval_contains_the_pooled_median(scale):
 
 
 def test_interval_widens_with_noise():
-    widths = [spread.bootstrap_median(_noisy(s), resamples=1000).high_ms
-              - spread.bootstrap_median(_noisy(s), resamples=1000).low_ms for s in (0.5, 2.0, 8.0)]
+    widths = [
+        spread.bootstrap_median(_noisy(s), resamples=1000).high_ms
+        - spread.bootstrap_median(_noisy(s), resamples=1000).low_ms
+        for s in (0.5, 2.0, 8.0)
+    ]
     assert widths[0] < widths[1] < widths[2]
-    assert spread.bootstrap_median([[5.0] * 10] * 5).high_ms == spread.bootstrap_median([[5.0] * 10] * 5).low_ms == 5.0
+    assert (
+        spread.bootstrap_median([[5.0] * 10] * 5).high_ms
+        == spread.bootstrap_median([[5.0] * 10] * 5).low_ms
+        == 5.0
+    )
 
 
 def test_interval_reflects_spread_between_repeats():
@@ -96,19 +106,27 @@ def test_interleaved_order_is_round_by_round():
 
 
 def test_parse_configs_applies_common_options():
-    cfgs = repeats.parse_configs("common --model tiny --seq-len 8 --steps 4\n--strategy none  # 1 GPU\n\n"
-                                 "--strategy torch_ddp --bucket-mb 10\ncommon --model mlp\n--strategy naive\n")
-    assert [(c.strategy, c.model, c.steps) for c in cfgs] == [("none", "tiny", 4), ("torch_ddp", "tiny", 4),
-                                                                ("naive", "mlp", 5)]
+    cfgs = repeats.parse_configs(
+        "common --model tiny --seq-len 8 --steps 4\n--strategy none  # 1 GPU\n\n"
+        "--strategy torch_ddp --bucket-mb 10\ncommon --model mlp\n--strategy naive\n"
+    )
+    assert [(c.strategy, c.model, c.steps) for c in cfgs] == [
+        ("none", "tiny", 4),
+        ("torch_ddp", "tiny", 4),
+        ("naive", "mlp", 5),
+    ]
     assert cfgs[1].bucket_mb == 10
 
 
-@pytest.mark.parametrize("text, message", [
-    ("--strategy nope", "configs:1"),
-    ("--strategy bucketed --bogus 1", "unknown options"),
-    ("# nothing\n", "no configuration"),
-    ("--strategy fsdp --seq-len 8 --nccl-channels 2", "own group"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("--strategy nope", "configs:1"),
+        ("--strategy bucketed --bogus 1", "unknown options"),
+        ("# nothing\n", "no configuration"),
+        ("--strategy fsdp --seq-len 8 --nccl-channels 2", "own group"),
+    ],
+)
 def test_parse_configs_names_the_bad_line(text, message):
     with pytest.raises(UsageError, match=message):
         repeats.parse_configs(text)
@@ -121,8 +139,12 @@ def test_fits_skips_what_would_end_after_the_deadline():
 
 
 def test_journal_state_finds_unfinished_repeats():
-    events = [{"event": "start", "repeat": 1, "config_index": 0}, {"event": "done", "repeat": 1, "config_index": 0},
-              {"event": "start", "repeat": 1, "config_index": 1}, {"event": "skip", "repeat": 1, "config_index": 2}]
+    events = [
+        {"event": "start", "repeat": 1, "config_index": 0},
+        {"event": "done", "repeat": 1, "config_index": 0},
+        {"event": "start", "repeat": 1, "config_index": 1},
+        {"event": "skip", "repeat": 1, "config_index": 2},
+    ]
     done, failed = repeats.journal_state(events)
     assert done == {(1, 0)} and failed == {1}
 
@@ -140,8 +162,15 @@ def test_solo_makes_this_process_alone():
 def test_nvidia_smi_csv_parses():
     rows = gpu_state.parse((DATA / "nvidia_smi_query_fixture.csv").read_text())
     assert [r["index"] for r in rows] == [0, 1, 2]
-    assert rows[0] == {"index": 0, "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "temperature_c": 41.0,
-                       "power_w": 312.45, "throttle_reasons_mask": "0x0000000000000000", "throttle_reasons": []}
+    assert rows[0] == {
+        "index": 0,
+        "sm_clock_mhz": 1980.0,
+        "mem_clock_mhz": 2619.0,
+        "temperature_c": 41.0,
+        "power_w": 312.45,
+        "throttle_reasons_mask": "0x0000000000000000",
+        "throttle_reasons": [],
+    }
     assert rows[1]["throttle_reasons"] == ["sw_power_cap", "sw_thermal_slowdown"]
     assert rows[2]["sm_clock_mhz"] is None and rows[2]["throttle_reasons"] == []
 
@@ -151,8 +180,11 @@ def test_unknown_throttle_bits_are_named():
 
 
 def test_query_asks_the_documented_fields():
-    assert gpu_state.QUERY == ["nvidia-smi", "--query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw,"
-                               "clocks_throttle_reasons.active", "--format=csv"]
+    assert gpu_state.QUERY == [
+        "nvidia-smi",
+        "--query-gpu=index,clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_throttle_reasons.active",
+        "--format=csv",
+    ]
 
 
 def test_query_without_nvidia_smi_says_why(monkeypatch):
@@ -164,8 +196,13 @@ def test_query_without_nvidia_smi_says_why(monkeypatch):
 
 
 def _driver(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "ddp_profile.harness.repeats", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ddp_profile.harness.repeats", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +211,9 @@ def gloo_job(tmp_path_factory):
     configs = base / "configs.txt"
     configs.write_text(TINY + "--strategy none\n--strategy bucketed --bucket-mb 25 --nccl-high-priority\n")
     out = base / "out"
-    proc = _driver("run", "--configs", configs, "--out", out, "--repeats", 2, "--nproc", 2, "--host", "cpu-test")
+    proc = _driver(
+        "run", "--configs", configs, "--out", out, "--repeats", 2, "--nproc", 2, "--host", "cpu-test"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
 
@@ -189,7 +228,9 @@ def test_gloo_job_writes_one_json_per_configuration(gloo_job):
     for n, rec in recs.items():
         assert rec["timing_protocol"]["order"] == [names[0], names[1], names[0], names[1]]
         assert rec["unprofiled_repeats"] == 2 and rec["unprofiled_steps"] == 6
-        steps = [[float(v) for v in e["record"]["step_ms_slowest_rank"]] for e in done if e["record"]["run"] == n]
+        steps = [
+            [float(v) for v in e["record"]["step_ms_slowest_rank"]] for e in done if e["record"]["run"] == n
+        ]
         assert [r["step_ms_slowest_rank"] for r in rec["repeats"]] == steps
         assert rec["unprofiled_step_ms_median"] == spread.upper_median([v for s in steps for v in s])
         assert rec["unprofiled_ci_low_ms"] <= rec["unprofiled_step_ms_median"] <= rec["unprofiled_ci_high_ms"]
@@ -198,7 +239,10 @@ def test_gloo_job_writes_one_json_per_configuration(gloo_job):
         assert [r["position"] for r in rec["repeats"]] == ([1, 3] if n == names[0] else [2, 4])
         assert all(r["gpu_before"] is None for r in rec["repeats"])  # no GPU: no nvidia-smi record
     assert recs[names[0]]["world_size"] == 1 and recs[names[0]]["backend"] is None
-    assert recs[names[1]]["world_size"] == 2 and recs[names[1]]["nccl_levers"]["group"] == "own group (new_group)"
+    assert (
+        recs[names[1]]["world_size"] == 2
+        and recs[names[1]]["nccl_levers"]["group"] == "own group (new_group)"
+    )
     assert "ignored" in recs[names[1]]["nccl_levers"]["note"]
     assert (gloo_job / "skipped.txt").read_text() == "nothing skipped\n"
 
@@ -247,21 +291,44 @@ def test_missing_configs_file_is_a_usage_error(tmp_path):
 def test_wrapper_packs_one_set_into_out(tmp_path):
     configs = tmp_path / "configs.txt"
     configs.write_text(TINY + "--strategy none\n--strategy torch_ddp --bucket-mb 25\n")
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "TRACES": str(tmp_path / "traces"),
-           "CONFIGS": str(configs), "REPEATS": "2", "DEADLINE": "200", "SET": "T", "PYTHON": sys.executable,
-           "HOST_LABEL": "cpu-test", "KIT": str(tmp_path / "no-kit")}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "timing_repeats.sh")], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=300)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OUT": str(tmp_path / "out"),
+        "TRACES": str(tmp_path / "traces"),
+        "CONFIGS": str(configs),
+        "REPEATS": "2",
+        "DEADLINE": "200",
+        "SET": "T",
+        "PYTHON": sys.executable,
+        "HOST_LABEL": "cpu-test",
+        "KIT": str(tmp_path / "no-kit"),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "timing_repeats.sh")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     files = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert files == ["T.tar", "machine-T.txt", "timing-T.log"]
-    listing = subprocess.run(["tar", "-tf", str(tmp_path / "out" / "T.tar")], capture_output=True, text=True).stdout
-    for path in ("traces/campaign/T/none_tiny_fp32_1xcpu/none_tiny_fp32_1xcpu.json",
-                 "traces/campaign/T/torch_ddp-25mb_tiny_fp32_2xcpu/torch_ddp-25mb_tiny_fp32_2xcpu.json",
-                 "traces/campaign/T/repeats.jsonl.xz", "traces/campaign/T/skipped.txt", "traces/campaign/T/machine.txt"):
+    listing = subprocess.run(
+        ["tar", "-tf", str(tmp_path / "out" / "T.tar")], capture_output=True, text=True
+    ).stdout
+    for path in (
+        "traces/campaign/T/none_tiny_fp32_1xcpu/none_tiny_fp32_1xcpu.json",
+        "traces/campaign/T/torch_ddp-25mb_tiny_fp32_2xcpu/torch_ddp-25mb_tiny_fp32_2xcpu.json",
+        "traces/campaign/T/repeats.jsonl.xz",
+        "traces/campaign/T/skipped.txt",
+        "traces/campaign/T/machine.txt",
+    ):
         assert path in listing.split()
-    assert "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1" in (
-        tmp_path / "out" / "machine-T.txt").read_text()
+    assert (
+        "NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1"
+        in (tmp_path / "out" / "machine-T.txt").read_text()
+    )
 
 
 def _leak_worker(info, outdir: str) -> None:
@@ -273,8 +340,11 @@ def _leak_worker(info, outdir: str) -> None:
     from ddp_profile.harness import train
 
     counts = {}
-    for line in ("--strategy bucketed --bucket-mb 25 --grad-views --overlap-optimizer", "--strategy overlap",
-                 "--strategy bucketed --bucket-mb 25"):
+    for line in (
+        "--strategy bucketed --bucket-mb 25 --grad-views --overlap-optimizer",
+        "--strategy overlap",
+        "--strategy bucketed --bucket-mb 25",
+    ):
         cfg = repeats.parse_configs(TINY + line + " --backend gloo")[0]
         train.run(cfg, torch.device("cpu"))
         # A leak never reaches 0; what a helper thread of the overlapped optimizer still holds for a moment
@@ -331,15 +401,34 @@ def test_a_hung_job_is_killed_with_ranks_outside_its_process_group(tmp_path):
     configs = tmp_path / "configs.txt"
     configs.write_text(TINY + "--strategy none\n")
     pid_file = tmp_path / "rank.pid"
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "TRACES": str(tmp_path / "traces"),
-           "CONFIGS": str(configs), "DEADLINE": "40", "RESERVE": "5", "STALL_S": "2", "SET": "H", "PYTHON": str(python),
-           "HOST_LABEL": "cpu-test", "KIT": str(tmp_path / "no-kit"), "RANK_PID_FILE": str(pid_file)}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "timing_repeats.sh")], capture_output=True, text=True,
-                          cwd=ROOT, env=env, timeout=90)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "OUT": str(tmp_path / "out"),
+        "TRACES": str(tmp_path / "traces"),
+        "CONFIGS": str(configs),
+        "DEADLINE": "40",
+        "RESERVE": "5",
+        "STALL_S": "2",
+        "SET": "H",
+        "PYTHON": str(python),
+        "HOST_LABEL": "cpu-test",
+        "KIT": str(tmp_path / "no-kit"),
+        "RANK_PID_FILE": str(pid_file),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "timing_repeats.sh")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=90,
+    )
     assert "no progress for 2 s: the job is taken for hung and killed" in proc.stdout
     rank = int(pid_file.read_text())
     time.sleep(0.5)
-    alive = Path(f"/proc/{rank}").exists() and "zombie" not in Path(f"/proc/{rank}/status").read_text().lower()
+    alive = (
+        Path(f"/proc/{rank}").exists() and "zombie" not in Path(f"/proc/{rank}/status").read_text().lower()
+    )
     assert not alive, f"rank {rank} outlived the killed job"
 
 
@@ -360,4 +449,6 @@ def test_a_repeat_that_started_and_never_finished_is_listed(tmp_path):
         got = json.loads(path.read_text())
         was = json.loads((committed / path.parent.name / path.name).read_text())
         assert got["skipped"] == ([{"repeat": 6, "why": repeats.UNFINISHED}] if got["run"] == run else [])
-        assert {k: v for k, v in got.items() if k != "skipped"} == {k: v for k, v in was.items() if k != "skipped"}
+        assert {k: v for k, v in got.items() if k != "skipped"} == {
+            k: v for k, v in was.items() if k != "skipped"
+        }

@@ -57,7 +57,10 @@ def batches(model_name: str, rank: int, world_size: int) -> list[tuple]:
             tokens = torch.randint(0, 97, (BATCH * world_size, SEQ + 1), generator=gen)
             x, y = tokens[:, :-1], tokens[:, 1:]
         else:
-            x, y = torch.randn(BATCH * world_size, 4, generator=gen), torch.randn(BATCH * world_size, 3, generator=gen)
+            x, y = (
+                torch.randn(BATCH * world_size, 4, generator=gen),
+                torch.randn(BATCH * world_size, 3, generator=gen),
+            )
         out.append((x[rank * BATCH : (rank + 1) * BATCH], y[rank * BATCH : (rank + 1) * BATCH]))
     return out
 
@@ -67,23 +70,30 @@ def build(model_name: str) -> nn.Module:
     return build_model("tiny") if model_name == "tiny" else odd_model()
 
 
-def train(model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: int = 1, peer_copy: bool = False) -> dict:
+def train(
+    model_name: str, sharded: bool, kind: str, rank: int = 0, world_size: int = 1, peer_copy: bool = False
+) -> dict:
     model = build(model_name)
     factory = (lambda params: make_optimizer(kind, params)) if sharded else None
     strategy = create("overlap", model, optimizer_factory=factory, peer_copy_allreduce=peer_copy)
     optimizer = strategy.optimizer if sharded else make_optimizer(kind, list(model.parameters()))
     run_steps(strategy, optimizer, batches(model_name, rank, world_size), torch.device("cpu"), warmup=WARMUP)
     strategy.remove_hooks()
-    return {"final": [p.detach().clone() for p in model.parameters()], "layout": strategy.layout(),
-            "state_bytes": optimizer_state_bytes(optimizer),
-            "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()]}
+    return {
+        "final": [p.detach().clone() for p in model.parameters()],
+        "layout": strategy.layout(),
+        "state_bytes": optimizer_state_bytes(optimizer),
+        "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+    }
 
 
 def _worker(info, outdir: str) -> None:
     torch.set_num_threads(1)
     for case_id, model_name, sharded, kind, peer_copy in CASES:
-        torch.save(train(model_name, sharded, kind, info.rank, info.world_size, peer_copy),
-                   result_path(outdir, case_id, info.rank))
+        torch.save(
+            train(model_name, sharded, kind, info.rank, info.world_size, peer_copy),
+            result_path(outdir, case_id, info.rank),
+        )
         dist.barrier()
 
 
@@ -98,20 +108,40 @@ def test_sharded_update_trains_bitwise_like_plain_overlap(results, model_name, v
     """NCCL-style collectives (gloo here) or peer copies (gloo send/recv standing in for the copy engine):
     the same two addends reach every element, so the same parameters come out."""
     for rank in (0, 1):
-        sharded, plain = results[(f"{model_name}-adamw-{variant}", rank)], results[(f"{model_name}-adamw", rank)]
+        sharded, plain = (
+            results[(f"{model_name}-adamw-{variant}", rank)],
+            results[(f"{model_name}-adamw", rank)],
+        )
         assert len(sharded["final"]) == len(plain["final"])
         for a, b in zip(sharded["final"], plain["final"], strict=True):
             assert torch.equal(a, b), (model_name, rank)
     # and training moved the parameters (a no-op update would also agree with itself across ranks)
-    assert any(not torch.equal(a, b) for a, b in zip(results[("tiny-adamw-shardupd", 0)]["final"],
-                                                      train("tiny", False, "adamw", 0, 1)["final"], strict=True))
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(
+            results[("tiny-adamw-shardupd", 0)]["final"],
+            train("tiny", False, "adamw", 0, 1)["final"],
+            strict=True,
+        )
+    )
 
 
 def test_sharded_update_with_sgd_trains_like_one_process_on_the_whole_batch(results):
     model = build("tiny")
-    full = [(torch.cat([batches("tiny", r, 2)[i][0] for r in (0, 1)]), torch.cat([batches("tiny", r, 2)[i][1] for r in (0, 1)]))
-            for i in range(WARMUP + STEPS)]
-    run_steps(create("none", model), make_optimizer("sgd", list(model.parameters())), full, torch.device("cpu"), warmup=WARMUP)
+    full = [
+        (
+            torch.cat([batches("tiny", r, 2)[i][0] for r in (0, 1)]),
+            torch.cat([batches("tiny", r, 2)[i][1] for r in (0, 1)]),
+        )
+        for i in range(WARMUP + STEPS)
+    ]
+    run_steps(
+        create("none", model),
+        make_optimizer("sgd", list(model.parameters())),
+        full,
+        torch.device("cpu"),
+        warmup=WARMUP,
+    )
     expected = [p.detach() for p in model.parameters()]
     for rank in (0, 1):
         for a, b in zip(results[("tiny-sgd-shardupd", rank)]["final"], expected, strict=True):
@@ -131,7 +161,9 @@ def test_each_rank_keeps_optimizer_state_for_its_part_only(results):
         assert layout["owned_param_bytes"] == owned * 4
         tensors = layout["split_params"] + layout["whole_params"]
         assert tensors == len(list(build(model_name).parameters()))
-        assert sharded["state_bytes"] == 4 * tensors + 2 * 4 * owned  # a 4-byte step count per part, two moments
+        assert (
+            sharded["state_bytes"] == 4 * tensors + 2 * 4 * owned
+        )  # a 4-byte step count per part, two moments
         assert plain["state_bytes"] == 4 * tensors + 2 * 4 * total
     assert results[("tiny-adamw", 0)]["layout"]["sharded_update"] is None
 
@@ -173,7 +205,9 @@ def test_one_rank_steps_every_part_whole():
 
 def test_zero_grad_clears_parameter_and_part_gradients():
     model = odd_model()
-    update = ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1)
+    update = ShardedUpdate(
+        list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1
+    )
     loss_fn(model(torch.randn(2, 4)), torch.randn(2, 3)).backward()
     for part in update.parts:
         part.owned.grad = part.param.grad
@@ -193,17 +227,26 @@ def test_cli_flag_sets_the_lever_and_the_run_name():
     cfg = parse("--strategy", "overlap", "--reduce-avg", "--sharded-update")
     assert cfg.sharded_update and cfg.reduce_avg
     assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd_tiny_fp32_2xh100"
-    cfg = parse("--strategy", "overlap", "--reduce-avg", "--sharded-update", "--sharded-update-normal-priority",
-                "--peer-copy-allreduce")
+    cfg = parse(
+        "--strategy",
+        "overlap",
+        "--reduce-avg",
+        "--sharded-update",
+        "--sharded-update-normal-priority",
+        "--peer-copy-allreduce",
+    )
     assert cfg.sharded_update_normal_priority and cfg.peer_copy_allreduce
     assert run_name(cfg, 2, "h100") == "overlap-avg-shardupd-updnormal-peercopy_tiny_fp32_2xh100"
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (("--strategy", "overlap", "--peer-copy-allreduce"), "without sharded_update"),
-    (("--strategy", "overlap", "--sharded-update-normal-priority"), "needs sharded_update"),
-    (("--strategy", "torch_ddp", "--peer-copy-allreduce"), "bucketed or to overlap"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--strategy", "overlap", "--peer-copy-allreduce"), "without sharded_update"),
+        (("--strategy", "overlap", "--sharded-update-normal-priority"), "needs sharded_update"),
+        (("--strategy", "torch_ddp", "--peer-copy-allreduce"), "bucketed or to overlap"),
+    ],
+)
 def test_levers_of_the_sharded_update_need_it(argv, message):
     from ddp_profile.errors import ConfigError
 
@@ -213,11 +256,20 @@ def test_levers_of_the_sharded_update_need_it(argv, message):
 
 def test_normal_priority_is_recorded_in_the_layout():
     model = odd_model()
-    update = ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1,
-                           high_priority=False)
+    update = ShardedUpdate(
+        list(model.parameters()),
+        lambda ps: make_optimizer("sgd", ps),
+        rank=0,
+        world_size=1,
+        high_priority=False,
+    )
     assert update.layout()["side_stream_priority"] == "normal"
-    assert ShardedUpdate(list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0,
-                         world_size=1).layout()["side_stream_priority"] == "high"
+    assert (
+        ShardedUpdate(
+            list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=1
+        ).layout()["side_stream_priority"]
+        == "high"
+    )
 
 
 def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
@@ -236,6 +288,7 @@ def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
         def launch(output, tensor, *args, **kwargs):
             calls.append(f"{name}{sizes[tensor.numel() if name != 'AG' else output.numel()]}")
             return Done()
+
         return launch
 
     model = odd_model()  # weight 24, bias 6, weight 18, bias 3 (odd: whole)
@@ -243,7 +296,11 @@ def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
     sizes = {p.numel(): i for i, p in enumerate(params)}
     monkeypatch.setattr(sharded_update, "reduce_scatter", record("RS"))
     monkeypatch.setattr(sharded_update, "all_gather", record("AG"))
-    monkeypatch.setattr(sharded_update.dist, "all_reduce", lambda tensor, **kw: calls.append(f"AR{sizes[tensor.numel()]}") or Done())
+    monkeypatch.setattr(
+        sharded_update.dist,
+        "all_reduce",
+        lambda tensor, **kw: calls.append(f"AR{sizes[tensor.numel()]}") or Done(),
+    )
     monkeypatch.setattr(sharded_update.dist, "get_rank", lambda group=None: 0)
     update = ShardedUpdate(params, lambda ps: make_optimizer("sgd", ps), rank=0, world_size=2)
     loss_fn(model(torch.randn(2, 4)), torch.randn(2, 3)).backward()
@@ -266,7 +323,9 @@ def test_on_the_gpu_peer_copies_trained_like_stock_ddp_in_every_repeat(timing_se
     for line in lzma.decompress(journal.read_bytes()).decode().splitlines():
         event = json.loads(line)
         if event.get("event") == "done":
-            losses.setdefault(event["record"]["run"], set()).add(tuple(event["record"]["final_loss_per_rank"]))
+            losses.setdefault(event["record"]["run"], set()).add(
+                tuple(event["record"]["final_loss_per_rank"])
+            )
     stock = next(v for k, v in losses.items() if k.startswith("torch_ddp-25mb-graph"))
     peer = [k for k in losses if "-shardupd" in k and "-peercopy" in k]
     assert peer, sorted(losses)

@@ -171,15 +171,23 @@ def _worker(info, outdir: str) -> None:
         before = state(model)
         strategy = wrap(strategy_name, model, mb)
         after_wrap = state(model)
-        batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
-                   for x, y in global_batches(kind, info.world_size)]
+        batches = [
+            (x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
+            for x, y in global_batches(kind, info.world_size)
+        ]
         optimizer = make_optimizer(strategy_name, strategy.module.parameters())
         recorder.events.clear()
         run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
         torch.save(
-            {"before": before, "after_wrap": after_wrap, "final": state(model), "layout": strategy.layout(),
-             "events": list(recorder.events), "optimizer_state_bytes": optimizer_state_bytes(optimizer),
-             "optimizer_layout": optimizer.layout() if isinstance(optimizer, ShardedOptimizer) else None},
+            {
+                "before": before,
+                "after_wrap": after_wrap,
+                "final": state(model),
+                "layout": strategy.layout(),
+                "events": list(recorder.events),
+                "optimizer_state_bytes": optimizer_state_bytes(optimizer),
+                "optimizer_layout": optimizer.layout() if isinstance(optimizer, ShardedOptimizer) else None,
+            },
             f"{outdir}/{case_id}_rank{info.rank}.pt",
         )
         dist.barrier()
@@ -238,7 +246,9 @@ def _sharded_optimizer_worker(info, outdir: str, recorder) -> None:
 def results(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("strategies")
     spawn_local(2, _worker, str(outdir))
-    out = {(case[0], rank): torch.load(outdir / f"{case[0]}_rank{rank}.pt") for case in CASES for rank in (0, 1)}
+    out = {
+        (case[0], rank): torch.load(outdir / f"{case[0]}_rank{rank}.pt") for case in CASES for rank in (0, 1)
+    }
     for rank in (0, 1):
         out[("sharded-optimizer", rank)] = torch.load(outdir / f"sharded-optimizer_rank{rank}.pt")
     return out
@@ -285,7 +295,9 @@ def test_wrapping_makes_every_rank_hold_rank0_state(results, case):
         assert torch.equal(a, orig)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c[2] != "none"], ids=[c[0] for c in CASES if c[2] != "none"])
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c[2] != "none"], ids=[c[0] for c in CASES if c[2] != "none"]
+)
 def test_training_on_shards_equals_single_process_full_batch(results, case):
     expected = reference(case[1], adamw=uses_adamw(case[2]))
     for rank in (0, 1):
@@ -315,7 +327,9 @@ def test_sharded_optimizer_sends_one_coalesced_broadcast_per_owner(results):
             syncs = _ranges(res["events"], nvtx_names.PARAM_SYNC_PREFIX)
             assert len(syncs) == 2 * (WARMUP + STEPS), case_id  # one per owner per step, not one per tensor
             for i, (msg, payload) in enumerate(syncs):
-                bucket, owner, nbytes = map(int, re.fullmatch(r"param_sync b(\d+) r(\d+) (\d+)B", msg).groups())
+                bucket, owner, nbytes = map(
+                    int, re.fullmatch(r"param_sync b(\d+) r(\d+) (\d+)B", msg).groups()
+                )
                 assert (bucket, owner) == (i % 2, i % 2)
                 assert nbytes == payload == res["optimizer_layout"]["param_sync_bytes"][bucket]
 
@@ -356,6 +370,7 @@ def test_sharded_optimizer_balances_owners_by_bytes():
 
 
 # ---- fsdp ----
+
 
 def test_fsdp_shards_parameters_and_optimizer_state(results):
     for case_id, kind in (("fsdp", "toy"), ("tiny-fsdp", "tiny"), ("tiny-fsdp-noreshard", "tiny")):
@@ -422,6 +437,7 @@ def test_nvtx_ranges_describe_steps_phases_and_each_bucket_launch(results):
 
 # ---- torch_ddp's NVTX comm hook ----
 
+
 def _launches_per_step(events) -> list[list[tuple[int, int, int]]]:
     """(bucket, bytes in the message, payload) of each collective range, grouped by the step range it follows."""
     steps: list[list] = []
@@ -471,7 +487,10 @@ def test_stock_torch_ddp_emits_no_collective_ranges(results):
 
 
 def test_torch_ddp_hook_trains_exactly_like_stock_ddp(results):
-    for hooked, stock in (("torch_ddp-many", "torch_ddp-many-stock"), ("tiny-torch_ddp", "tiny-torch_ddp-stock")):
+    for hooked, stock in (
+        ("torch_ddp-many", "torch_ddp-many-stock"),
+        ("tiny-torch_ddp", "tiny-torch_ddp-stock"),
+    ):
         for rank in (0, 1):
             for a, b in zip(results[(hooked, rank)]["final"], results[(stock, rank)]["final"], strict=True):
                 assert torch.equal(a, b), (hooked, rank)
@@ -484,8 +503,10 @@ def _three_rank_worker(info, outdir: str) -> None:
         torch.manual_seed(100)
         model = make_model("toy")
         strategy = TorchDDP(model, bucket_cap_mb=0.00002, nvtx_hook=hook)
-        batches = [(x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
-                   for x, y in global_batches("toy", info.world_size)]
+        batches = [
+            (x[info.rank * BATCH : (info.rank + 1) * BATCH], y[info.rank * BATCH : (info.rank + 1) * BATCH])
+            for x, y in global_batches("toy", info.world_size)
+        ]
         optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
         run_steps(strategy, optimizer, batches, torch.device("cpu"), warmup=WARMUP)
         finals[hook] = state(model)
@@ -513,6 +534,7 @@ def test_tied_and_frozen_parameters_in_layouts(results):
 
 # ---- bucket packing (pure) ----
 
+
 def test_pack_buckets_closes_a_bucket_once_it_reaches_the_cap():
     assert pack_buckets([4, 4, 4, 10], 8) == [[3], [2, 1], [0]]
     assert pack_buckets([4, 4, 4, 4], 8) == [[3, 2], [1, 0]]
@@ -537,13 +559,16 @@ def test_pack_buckets_matches_pytorch_reducer_assignment():
         cap = rng.choice([4, 40, 400, 4000])
         tensors = [torch.empty(k) for k in numels]
         # PyTorch's reducer receives tensors in reverse order, labelled by their original index.
-        theirs = dist._compute_bucket_assignment_by_size(list(reversed(tensors)), [cap], [False] * n,
-                                                          list(reversed(range(n))))[0]
+        theirs = dist._compute_bucket_assignment_by_size(
+            list(reversed(tensors)), [cap], [False] * n, list(reversed(range(n)))
+        )[0]
         assert pack_buckets([4 * k for k in numels], cap) == theirs
 
 
 def test_bucketed_layout_names_members_by_parameter():
-    model = nn.Sequential(nn.Linear(256, 256, bias=False), nn.Linear(256, 1024, bias=False), nn.Linear(4, 4, bias=False))
+    model = nn.Sequential(
+        nn.Linear(256, 256, bias=False), nn.Linear(256, 1024, bias=False), nn.Linear(4, 4, bias=False)
+    )
     layout = create("bucketed", model, bucket_mb=0.5).layout()  # 256 KiB, 1 MiB, 64 B tensors; cap 512 KiB
     assert layout["bucket_params"] == [["2.weight", "1.weight"], ["0.weight"]]
     assert layout["bucket_bytes"] == [64 + 1024 * 1024, 256 * 1024]
@@ -557,4 +582,6 @@ def test_registry_has_every_strategy_and_rejects_unknown():
 
 def test_single_process_loss_function_shapes():
     logits = torch.zeros(2, 3, 5)
-    assert loss_fn(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(torch.log(torch.tensor(5.0)).item())
+    assert loss_fn(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(
+        torch.log(torch.tensor(5.0)).item()
+    )

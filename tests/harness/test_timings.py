@@ -29,9 +29,32 @@ def records(tmp_path_factory):
     for name in ("profiled", "rep1", "rep2"):
         out = base / name
         proc = subprocess.run(
-            [sys.executable, "-m", "ddp_profile.harness", "--strategy", "bucketed", "--model", "tiny", "--nproc", "2",
-             "--seq-len", "8", "--batch", "2", "--warmup", "1", "--steps", "3", "--out", str(out)],
-            capture_output=True, text=True, cwd=ROOT, timeout=300)
+            [
+                sys.executable,
+                "-m",
+                "ddp_profile.harness",
+                "--strategy",
+                "bucketed",
+                "--model",
+                "tiny",
+                "--nproc",
+                "2",
+                "--seq-len",
+                "8",
+                "--batch",
+                "2",
+                "--warmup",
+                "1",
+                "--steps",
+                "3",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         paths.append(out / f"{RUN}.json")
     return paths
@@ -60,7 +83,9 @@ def test_fold_writes_the_unprofiled_numbers(records, tmp_path):
     assert after["unprofiled_repeat_medians_ms"] == [r["step_ms_median"] for r in rep]
     assert after["unprofiled_step_ms_min"] == min(every) and after["unprofiled_step_ms_max"] == max(every)
     assert after["unprofiled_repeats"] == 2 and after["unprofiled_steps"] == len(every) == 6
-    assert after["profiler_overhead_pct"] == pytest.approx(100 * (before["step_ms_median"] / median - 1), abs=1e-3)
+    assert after["profiler_overhead_pct"] == pytest.approx(
+        100 * (before["step_ms_median"] / median - 1), abs=1e-3
+    )
     assert after["host"] == "campaign-cpu-test"
     assert {k: v for k, v in after.items() if k in before} == before  # nothing of the record changed
     assert "profiler overhead" in proc.stdout

@@ -23,12 +23,32 @@ ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 
 
 def bench(*args, module="ddp_profile.harness"):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=ENV, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=ENV, timeout=120
+    )
 
 
 def test_bench_spawns_two_gloo_processes_and_writes_the_run_json(tmp_path):
-    proc = bench("--strategy", "bucketed", "--nproc", "2", "--model", "tiny", "--seq-len", "16", "--batch", "2",
-                 "--steps", "3", "--warmup", "1", "--bucket-mb", "0.01", "--out", str(tmp_path))
+    proc = bench(
+        "--strategy",
+        "bucketed",
+        "--nproc",
+        "2",
+        "--model",
+        "tiny",
+        "--seq-len",
+        "16",
+        "--batch",
+        "2",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--bucket-mb",
+        "0.01",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "bucketed-0.01mb_tiny_fp32_2xcpu.json"
     record = json.loads(path.read_text())
@@ -50,17 +70,27 @@ def test_bench_spawns_two_gloo_processes_and_writes_the_run_json(tmp_path):
 def test_print_run_name_uses_nproc_as_world_size():
     proc = bench("--strategy", "flat", "--model", "xl", "--nproc", "2", "--print-run-name")
     assert proc.returncode == 0, proc.stderr
-    expected = "flat_xl_fp32_2x" + ("cpu" if not torch.cuda.is_available() else gpu_short_name(torch.device("cuda", 0)))
+    expected = "flat_xl_fp32_2x" + (
+        "cpu" if not torch.cuda.is_available() else gpu_short_name(torch.device("cuda", 0))
+    )
     assert proc.stdout.strip() == expected
 
 
 def test_print_run_name_with_optimizer_sharding_and_fsdp_options():
     gpu = "cpu" if not torch.cuda.is_available() else gpu_short_name(torch.device("cuda", 0))
     for args, expected in (
-        (["--strategy", "bucketed", "--bucket-mb", "100", "--shard-optimizer"], f"bucketed-100mb+zero1_xl_fp32_2x{gpu}"),
-        (["--strategy", "torch_ddp", "--shard-optimizer", "torch"], f"torch_ddp-25mb+zero1torch_xl_fp32_2x{gpu}"),
-        (["--strategy", "fsdp", "--fsdp-no-reshard", "--fsdp-param-dtype", "bf16", "--dtype", "bf16"],
-         f"fsdp-noreshard-mpbf16_xl_bf16_2x{gpu}"),
+        (
+            ["--strategy", "bucketed", "--bucket-mb", "100", "--shard-optimizer"],
+            f"bucketed-100mb+zero1_xl_fp32_2x{gpu}",
+        ),
+        (
+            ["--strategy", "torch_ddp", "--shard-optimizer", "torch"],
+            f"torch_ddp-25mb+zero1torch_xl_fp32_2x{gpu}",
+        ),
+        (
+            ["--strategy", "fsdp", "--fsdp-no-reshard", "--fsdp-param-dtype", "bf16", "--dtype", "bf16"],
+            f"fsdp-noreshard-mpbf16_xl_bf16_2x{gpu}",
+        ),
     ):
         proc = bench(*args, "--model", "xl", "--nproc", "2", "--print-run-name")
         assert proc.returncode == 0, proc.stderr
@@ -72,7 +102,9 @@ def test_shard_optimizer_with_fsdp_or_none_is_a_one_line_error():
         proc = bench("--strategy", strategy, "--shard-optimizer", "--print-run-name")
         assert proc.returncode == 2
         lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("ddp-profile bench: error: shard_optimizer needs a gradient strategy")
+        assert len(lines) == 1 and lines[0].startswith(
+            "ddp-profile bench: error: shard_optimizer needs a gradient strategy"
+        )
 
 
 def test_make_optimizer_shards_on_request():
@@ -86,8 +118,25 @@ def test_make_optimizer_shards_on_request():
 
 @pytest.mark.slow  # two gloo processes through the CLI: ~10 s on two cores
 def test_bench_sharded_optimizer_run_json_has_per_rank_memory_fields(tmp_path):
-    proc = bench("--strategy", "flat", "--shard-optimizer", "--nproc", "2", "--model", "tiny", "--seq-len", "8",
-                 "--batch", "1", "--steps", "1", "--warmup", "1", "--out", str(tmp_path))
+    proc = bench(
+        "--strategy",
+        "flat",
+        "--shard-optimizer",
+        "--nproc",
+        "2",
+        "--model",
+        "tiny",
+        "--seq-len",
+        "8",
+        "--batch",
+        "1",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--out",
+        str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     record = json.loads((tmp_path / "flat+zero1_tiny_fp32_2xcpu.json").read_text())
     assert record["shard_optimizer"] == "ours" and record["config"]["shard_optimizer"] == "ours"
@@ -103,7 +152,9 @@ def test_bad_config_is_one_line_and_exit_code_2():
         args = ["bench"] if module == "ddp_profile" else []
         proc = bench(*args, "--strategy", "naive", "--batch", "0", module=module)
         assert proc.returncode == 2
-        assert proc.stderr.strip().splitlines() == ["ddp-profile bench: error: batch must be a positive integer, got 0"]
+        assert proc.stderr.strip().splitlines() == [
+            "ddp-profile bench: error: batch must be a positive integer, got 0"
+        ]
 
 
 def test_single_process_run_record_in_process(tmp_path):
@@ -115,7 +166,9 @@ def test_single_process_run_record_in_process(tmp_path):
     # No CUDA here: peak memory is null per rank; AdamW's state (exp_avg, exp_avg_sq, step) is counted.
     assert record["peak_memory_allocated_bytes_per_rank"] == [None]
     assert record["peak_memory_reserved_bytes_per_rank"] == [None]
-    assert record["optimizer_state_bytes_per_rank"] == [2 * record["param_bytes"] + 4 * record["param_tensors"]]
+    assert record["optimizer_state_bytes_per_rank"] == [
+        2 * record["param_bytes"] + 4 * record["param_tensors"]
+    ]
     assert record["shard_optimizer"] is None
     path = write_record_atomic(tmp_path / "sub" / "r.json", record, make_parents=True)
     assert json.loads(path.read_text())["run"] == "none_tiny_fp32_1xcpu"
@@ -136,7 +189,7 @@ def test_each_rank_gets_a_disjoint_shard_of_the_global_batch():
 
 def test_mlp_batches_have_the_study_shapes():
     cfg = RunConfig(strategy="naive", model="mlp", batch=3, steps=1, warmup=0)
-    (x, y), = make_batches(cfg, 1, 2, torch.device("cpu"))
+    ((x, y),) = make_batches(cfg, 1, 2, torch.device("cpu"))
     assert x.shape == (3, 4096) and y.shape == (3, 2048) and y.is_floating_point()
 
 

@@ -68,16 +68,22 @@ def test_without_the_driver_the_loader_reads_through_sqlite3(monkeypatch):
     _same(trace, load_trace(SAMPLE))
 
 
-@pytest.mark.parametrize("update", [
-    "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' WHERE rowid = 7",        # text where nsys writes ints
-    "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = 1.5 WHERE rowid = 3",      # a real
-    "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = NULL WHERE rowid = 2",      # NULL in a launch row
-])
+@pytest.mark.parametrize(
+    "update",
+    [
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 'x' WHERE rowid = 7",  # text where nsys writes ints
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = 1.5 WHERE rowid = 3',  # a real
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = NULL WHERE rowid = 2",  # NULL in a launch row
+    ],
+)
 def test_damaged_exports_fail_or_load_alike(tmp_path, monkeypatch, update):
     path = tmp_path / "damaged.sqlite"
     shutil.copyfile(SAMPLE, path)
     con = sqlite3.connect(path)
-    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"):  # drop NOT NULL / STRICT typing
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+    ):  # drop NOT NULL / STRICT typing
         sql = con.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
         con.execute(f"ALTER TABLE {table} RENAME TO old")
         con.execute(sql.replace("NOT NULL", ""))

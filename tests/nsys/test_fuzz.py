@@ -31,15 +31,36 @@ from ddp_profile.nsys import synth
 from ddp_profile.nsys.loader import load_trace
 
 MAX_EXAMPLES = int(os.environ.get("DDP_FUZZ_EXAMPLES", "200"))
-settings.register_profile("ddp-fuzz", max_examples=MAX_EXAMPLES, deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "ddp-fuzz",
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 FUZZ = settings.get_profile("ddp-fuzz")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TALLY: dict[str, Counter] = {}
 
 # Values planted into cells: the odd things a damaged or foreign export can hold.
-ODD_VALUES = [None, 0, -1, 1, 2**62, -(2**62), 2**63 - 1, -(2**63), 1.5, float("nan"), float("inf"), "", "x",
-              "12", b"\xff\xfe\x00", "\u2028<script>"]
+ODD_VALUES = [
+    None,
+    0,
+    -1,
+    1,
+    2**62,
+    -(2**62),
+    2**63 - 1,
+    -(2**63),
+    1.5,
+    float("nan"),
+    float("inf"),
+    "",
+    "x",
+    "12",
+    b"\xff\xfe\x00",
+    "\u2028<script>",
+]
 NON_UTF8 = "CAST(X'C3FF41E9' AS TEXT)"  # bytes that are not UTF-8, stored with TEXT affinity
 
 
@@ -53,15 +74,29 @@ def base_export(kind: str) -> bytes:
             synth.synth_ddp_run(path, n_ranks=2, n_steps=2, kernels_per_step=6, n_buckets=2, layout=kind[4:])
         else:
             n = 4
-            cols = {"pid": np.full(n, 7), "device": np.zeros(n, int), "stream": np.full(n, 7),
-                    "start": np.arange(n) * 100, "end": np.arange(n) * 100 + 60, "correlation_id": np.arange(1, n + 1),
-                    "launch_start": np.arange(n) * 100 - 10}
-            synth.build_export(path, processes=[{"pid": 7, "device": 0}],
-                               kernels={**cols, "name": np.array(["gemm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"] * 2)},
-                               memcpy={**cols, "bytes": np.full(n, 4096), "copy_kind": np.array([1, 2, 8, 99])},
-                               memset={**cols, "bytes": np.full(n, 64)},
-                               nvtx={"pid": np.array([7, 7]), "tid": np.array([7, 7]), "start": np.array([0, 50]),
-                                     "end": np.array([400, -1]), "text": np.array(["step 0", "backward"])})
+            cols = {
+                "pid": np.full(n, 7),
+                "device": np.zeros(n, int),
+                "stream": np.full(n, 7),
+                "start": np.arange(n) * 100,
+                "end": np.arange(n) * 100 + 60,
+                "correlation_id": np.arange(1, n + 1),
+                "launch_start": np.arange(n) * 100 - 10,
+            }
+            synth.build_export(
+                path,
+                processes=[{"pid": 7, "device": 0}],
+                kernels={**cols, "name": np.array(["gemm", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"] * 2)},
+                memcpy={**cols, "bytes": np.full(n, 4096), "copy_kind": np.array([1, 2, 8, 99])},
+                memset={**cols, "bytes": np.full(n, 64)},
+                nvtx={
+                    "pid": np.array([7, 7]),
+                    "tid": np.array([7, 7]),
+                    "start": np.array([0, 50]),
+                    "end": np.array([400, -1]),
+                    "text": np.array(["step 0", "backward"]),
+                },
+            )
         return path.read_bytes()
 
 
@@ -90,8 +125,12 @@ def _loosen(con: sqlite3.Connection, table: str) -> None:
 
 # One mutation: (op, table index, column index, value index, row selector). Indices wrap around.
 mutation = st.tuples(
-    st.sampled_from(["drop_table", "drop_column", "null", "set", "non_utf8", "duplicate", "shift", "delete_rows"]),
-    st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, len(ODD_VALUES) - 1),
+    st.sampled_from(
+        ["drop_table", "drop_column", "null", "set", "non_utf8", "duplicate", "shift", "delete_rows"]
+    ),
+    st.integers(0, 10**6),
+    st.integers(0, 10**6),
+    st.integers(0, len(ODD_VALUES) - 1),
     st.sampled_from(["all", "first", "odd"]),
 )
 
@@ -107,7 +146,9 @@ def mutate(kind: str, muts: list[tuple]) -> bytes:
             continue
         cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
         col = cols[ci % len(cols)]
-        where = {"all": "1", "first": f'rowid = (SELECT MIN(rowid) FROM "{table}")', "odd": "rowid % 2 = 1"}[rows]
+        where = {"all": "1", "first": f'rowid = (SELECT MIN(rowid) FROM "{table}")', "odd": "rowid % 2 = 1"}[
+            rows
+        ]
         if op == "drop_table":
             con.execute(f'DROP TABLE "{table}"')
         elif op == "drop_column":
@@ -129,9 +170,12 @@ def mutate(kind: str, muts: list[tuple]) -> bytes:
             elif op == "non_utf8":
                 con.execute(f'UPDATE "{table}" SET "{col}" = {NON_UTF8} WHERE {where}')
             elif op == "shift":  # huge or negative timestamps that stay integers
-                delta = [2**61, -(2**61), -10**12, 10**15][vi % 4]
-                con.execute(f'UPDATE "{table}" SET "{col}" = "{col}" + ? WHERE {where} AND typeof("{col}") = '
-                            "'integer' AND abs(\"{col}\") < 2000000000000000000", (delta,))
+                delta = [2**61, -(2**61), -(10**12), 10**15][vi % 4]
+                con.execute(
+                    f'UPDATE "{table}" SET "{col}" = "{col}" + ? WHERE {where} AND typeof("{col}") = '
+                    "'integer' AND abs(\"{col}\") < 2000000000000000000",
+                    (delta,),
+                )
     con.commit()
     return con.serialize()
 

@@ -21,8 +21,9 @@ from ddp_profile.errors import DdpProfileError, UsageError
 from ddp_profile.nsys import rawio
 from ddp_profile.nsys.loader import load_trace
 
-file_name = st.binary(min_size=1, max_size=40).filter(lambda b: b"/" not in b and b"\x00" not in b
-                                                     and b not in (b".", b".."))
+file_name = st.binary(min_size=1, max_size=40).filter(
+    lambda b: b"/" not in b and b"\x00" not in b and b not in (b".", b"..")
+)
 
 
 @_settings(15)
@@ -33,7 +34,9 @@ def test_fuzz_file_names_of_any_bytes(name, command):
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, os.fsdecode(name + b".sqlite"))
         Path(path).write_bytes(base_export("ddp-2025.3"))
-        extra = {"scrub": ["-o", os.path.join(d, "clean.sqlite")], "analyze": ["--format", "json"]}.get(command, [])
+        extra = {"scrub": ["-o", os.path.join(d, "clean.sqlite")], "analyze": ["--format", "json"]}.get(
+            command, []
+        )
         code, err = run_cli_in_process([command, path, *extra], d)
         assert code in (0, 2, 3, 4, 5), (name, code, err)
         assert "Traceback" not in err
@@ -41,8 +44,19 @@ def test_fuzz_file_names_of_any_bytes(name, command):
             assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err
 
 
-side_kind = st.sampled_from(["json", "fifo", "dev-zero link", "folder", "dangling link", "deep", "not utf-8",
-                             "huge", "link to folder"])
+side_kind = st.sampled_from(
+    [
+        "json",
+        "fifo",
+        "dev-zero link",
+        "folder",
+        "dangling link",
+        "deep",
+        "not utf-8",
+        "huge",
+        "link to folder",
+    ]
+)
 
 
 def _make_side(path: Path, kind: str) -> None:
@@ -57,7 +71,7 @@ def _make_side(path: Path, kind: str) -> None:
     elif kind == "dangling link":
         path.symlink_to(path.parent / "nowhere")
     elif kind == "deep":
-        path.write_text("{\"a\":" * 100_000 + "1" + "}" * 100_000)
+        path.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
     elif kind == "not utf-8":
         path.write_bytes(b'{"run": "\xff\xfe"}')
     elif kind == "huge":
@@ -67,8 +81,11 @@ def _make_side(path: Path, kind: str) -> None:
 
 
 @_settings(20)
-@given(kinds=st.dictionaries(st.sampled_from(["run.json", "program.json", "r.json", "hosts.txt"]), side_kind,
-                             max_size=3))
+@given(
+    kinds=st.dictionaries(
+        st.sampled_from(["run.json", "program.json", "r.json", "hosts.txt"]), side_kind, max_size=3
+    )
+)
 def test_fuzz_side_file_types(kinds):
     """Run JSONs, program.json and hosts.txt of every file type: loading and the report's side-file reads
     finish (no FIFO blocks, /dev/zero is not read to the end) with a result or a DdpProfileError."""
@@ -89,8 +106,27 @@ def test_fuzz_side_file_types(kinds):
             pass
 
 
-env_value = st.one_of(st.text(max_size=20), st.sampled_from(["0", "1", "99", "1K", "64G", "5000000000", "1T", "-5",
-                                                              "1e9", "G", "9" * 40, " 12M ", "12MiB", "\x00"]))
+env_value = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "0",
+            "1",
+            "99",
+            "1K",
+            "64G",
+            "5000000000",
+            "1T",
+            "-5",
+            "1e9",
+            "G",
+            "9" * 40,
+            " 12M ",
+            "12MiB",
+            "\x00",
+        ]
+    ),
+)
 
 
 @_settings(60)

@@ -26,15 +26,23 @@ from ddp_profile.nsys.loader import load_trace
 
 
 def _settings(cap: int):
-    return settings(max_examples=max(1, min(MAX_EXAMPLES, cap)), deadline=None, print_blob=True,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=max(1, min(MAX_EXAMPLES, cap)),
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,
+        ],
+    )
 
 
 digits = st.from_regex(r"[0-9]{1,6000}", fullmatch=True)
 nvtx_text = st.one_of(
     st.text(max_size=200),
-    st.builds(lambda d: f"step {d}", digits), st.builds(lambda d: f"step{d}", digits),
+    st.builds(lambda d: f"step {d}", digits),
+    st.builds(lambda d: f"step{d}", digits),
     st.builds(lambda a, b: f"ddp_profile.rank {a}/{b}", digits, digits),
     st.builds(lambda a, b: f"allreduce b{a} {b}B", digits, digits),
     st.sampled_from(["", "\x00", "step \u0663", "step ²", "\u2028<script>", "step -1", "step 1e309"]),
@@ -72,17 +80,38 @@ def test_fuzz_nvtx_text(texts):
 
 
 json_value = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
-              st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(min_value=-(2**80), max_value=2**80),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=30),
+    ),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12)
-KEYS = ["run", "run_name", "strategy", "model", "dtype", "world_size", "bucket_mb", "gpu_name", "config",
-        "step_ms_per_rank", "host_step_ms_per_rank", "bucket_bytes", "measured_steps"]
+    max_leaves=12,
+)
+KEYS = [
+    "run",
+    "run_name",
+    "strategy",
+    "model",
+    "dtype",
+    "world_size",
+    "bucket_mb",
+    "gpu_name",
+    "config",
+    "step_ms_per_rank",
+    "host_step_ms_per_rank",
+    "bucket_bytes",
+    "measured_steps",
+]
 run_json = st.one_of(
     json_value,
     st.dictionaries(st.sampled_from(KEYS), json_value, max_size=8),
-    st.builds(lambda cfg: {"strategy": "bucketed", "world_size": 2, "config": cfg},
-              st.dictionaries(st.sampled_from(["batch", "seq_len", "bucket_mb", "model", "steps"]), json_value)),
+    st.builds(
+        lambda cfg: {"strategy": "bucketed", "world_size": 2, "config": cfg},
+        st.dictionaries(st.sampled_from(["batch", "seq_len", "bucket_mb", "model", "steps"]), json_value),
+    ),
 )
 
 
@@ -104,13 +133,35 @@ def test_fuzz_run_json(record):
 
             strategy_key(Run("r", trace, None, meta))
         rd = RunData("main", "r", run, trace.run or {}, trace, None)
-        for attr in ("strategy", "model", "dtype", "world_size", "bucket_mb", "label", "units_per_rank_step",
-                     "batch_label", "run_id"):
+        for attr in (
+            "strategy",
+            "model",
+            "dtype",
+            "world_size",
+            "bucket_mb",
+            "label",
+            "units_per_rank_step",
+            "batch_label",
+            "run_id",
+        ):
             getattr(rd, attr)
 
 
-names = st.sampled_from(["run.sqlite", "run.sqlite.xz", "run.sqlite.gz", "rank0.sqlite", "rank1.sqlite",
-                         "run.json", "x.nsys-rep", "notes.txt", "a\nb.sqlite", ".hidden.sqlite", "run.sqlite-wal"])
+names = st.sampled_from(
+    [
+        "run.sqlite",
+        "run.sqlite.xz",
+        "run.sqlite.gz",
+        "rank0.sqlite",
+        "rank1.sqlite",
+        "run.json",
+        "x.nsys-rep",
+        "notes.txt",
+        "a\nb.sqlite",
+        ".hidden.sqlite",
+        "run.sqlite-wal",
+    ]
+)
 contents = st.sampled_from(["export", "empty", "garbage", "json"])
 layout = st.lists(st.tuples(st.sampled_from(["", "a", "a/b", "scaling/c"]), names, contents), max_size=6)
 
@@ -119,8 +170,12 @@ def _write(path: Path, what: str) -> None:
     import gzip
     import lzma
 
-    data = {"export": base_export("ddp-2025.3"), "empty": b"", "garbage": b"SQLite format 3\x00" + b"\x07" * 300,
-            "json": b'{"world_size": "2"}'}[what]
+    data = {
+        "export": base_export("ddp-2025.3"),
+        "empty": b"",
+        "garbage": b"SQLite format 3\x00" + b"\x07" * 300,
+        "json": b'{"world_size": "2"}',
+    }[what]
     if what == "export" and path.name.endswith(".xz"):
         data = lzma.compress(data, preset=0)
     elif what == "export" and path.name.endswith(".gz"):
@@ -151,13 +206,19 @@ def test_fuzz_folder_layouts(files):
 
 
 option = st.one_of(
-    st.tuples(st.just("--steps"), st.one_of(st.sampled_from(["all", "5:2", "1:", ":3", "-1:", "1:2:3", "x", ""]),
-                                            st.text(max_size=8))),
+    st.tuples(
+        st.just("--steps"),
+        st.one_of(st.sampled_from(["all", "5:2", "1:", ":3", "-1:", "1:2:3", "x", ""]), st.text(max_size=8)),
+    ),
     st.tuples(st.just("--jobs"), st.one_of(st.integers(-3, 3).map(str), st.text(max_size=5))),
-    st.tuples(st.just("--step-pattern"), st.one_of(st.sampled_from(["(", "step", "*", "[", "(?P<x", "a{99999999999}"]),
-                                                   st.text(max_size=10))),
-    st.tuples(st.just("--phase"), st.builds(lambda n, r: f"{n}={r}", st.sampled_from(["forward", "x", ""]),
-                                            st.text(max_size=6))),
+    st.tuples(
+        st.just("--step-pattern"),
+        st.one_of(st.sampled_from(["(", "step", "*", "[", "(?P<x", "a{99999999999}"]), st.text(max_size=10)),
+    ),
+    st.tuples(
+        st.just("--phase"),
+        st.builds(lambda n, r: f"{n}={r}", st.sampled_from(["forward", "x", ""]), st.text(max_size=6)),
+    ),
     st.tuples(st.just("--format"), st.sampled_from(["json", "csv", "table", "xml"])),
     st.tuples(st.just("--section"), st.sampled_from(["steps", "all", "nope"])),
 )

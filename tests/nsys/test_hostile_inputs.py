@@ -43,6 +43,7 @@ def _run_folder(tmp: Path, name="run") -> Path:
 
 # ---- side files: never block, never read without bound ---------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "17 MiB file"])
 @pytest.mark.parametrize("name", ["run.json", "program.json"])
 def test_side_file_that_is_a_fifo_device_or_huge_never_blocks(name, kind, tmp_path):
@@ -82,6 +83,7 @@ def test_hostile_run_json_is_a_warning_not_a_traceback(content, tmp_path):
 
 # ---- decompression: memory-aware default, the header's size, a limit below the header ---------------------
 
+
 def _header_bomb(tmp: Path, pages: int = 0x7FFFFFF0) -> Path:
     """A small .xz whose first bytes are the real export's SQLite header, stating ``pages`` 4 KiB pages."""
     head = bytearray(SAMPLE.read_bytes()[:100])
@@ -120,6 +122,7 @@ def test_limit_below_the_header_size_is_one_clear_line(limit, tmp_path):
 
 # ---- exports that are not regular files, and symlinked exports ---------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 @pytest.mark.parametrize("command", ["inspect", "scrub"])
 def test_fifo_or_device_given_as_an_export_is_named_as_such(kind, command, tmp_path):
@@ -154,6 +157,7 @@ def test_wal_guard_looks_beside_the_real_file_of_a_symlinked_export(tmp_path):
 
 # ---- --scheduler -----------------------------------------------------------------------------------------
 
+
 def test_malformed_scheduler_address_is_one_line_at_once(tmp_path):
     t0 = time.monotonic()
     line = _one_error_line(run_cli(["analyze", SAMPLE, "--scheduler", "garbage::://"], tmp_path), 2)
@@ -169,15 +173,23 @@ def test_unreachable_scheduler_fails_within_seconds(tmp_path):
 
 # ---- tracebacks ---------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["inspect", "analyze", "launches", "export", "report", "scrub"])
 def test_non_utf8_file_name_works_in_every_command(command, tmp_path):
     """A file name whose bytes are not UTF-8 (``r\\xff\\xfe.sqlite``): every command runs; names are shown with
     ``\\xff`` escapes."""
     name = os.fsdecode(b"r\xff\xfe.sqlite")
     shutil.copyfile(SAMPLE, tmp_path / name)
-    extra = {"export": ["-o", "p.json"], "report": ["-o", "rep"], "scrub": ["-o", "c.sqlite"]}.get(command, [])
-    proc = subprocess.run([sys.executable, "-m", "ddp_profile", command, name, *extra], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    extra = {"export": ["-o", "p.json"], "report": ["-o", "rep"], "scrub": ["-o", "c.sqlite"]}.get(
+        command, []
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddp_profile", command, name, *extra],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr.decode(errors="replace")
 
 
@@ -202,7 +214,10 @@ def test_per_rank_files_with_session_starts_2_63_apart_are_one_line(tmp_path):
     src = ROOT / "traces" / "per-rank" / "bucketed-25mb_small_fp32_2xh200"
     for r, utc in ((0, 1), (1, 2**63 - 1000)):
         dst = tmp_path / f"run_rank{r}.sqlite"
-        with lzma.open(src / f"bucketed-25mb_small_fp32_2xh200_rank{r}.sqlite.xz") as fin, open(dst, "wb") as fout:
+        with (
+            lzma.open(src / f"bucketed-25mb_small_fp32_2xh200_rank{r}.sqlite.xz") as fin,
+            open(dst, "wb") as fout,
+        ):
             shutil.copyfileobj(fin, fout)
         con = sqlite3.connect(dst)
         con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = ?", (utc,))
@@ -228,15 +243,21 @@ KILL_WORKER = (
 def test_report_worker_killed_mid_run_is_a_listed_failure(tmp_path):
     for name in ("good", "doomed"):
         _run_folder(tmp_path, name)
-    proc = subprocess.run([sys.executable, "-c", KILL_WORKER, "report", "good", "doomed", "-o", "rep", "--jobs", "2"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_WORKER, "report", "good", "doomed", "-o", "rep", "--jobs", "2"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 3, proc.stderr
     assert "worker process died" in proc.stderr
 
 
 # ---- exactness ---------------------------------------------------------------------------------------------
+
 
 def _shifted_harness_capture(tmp: Path, shift: int) -> tuple[Path, Path]:
     """The harness capture, decompressed, and a copy with every GPU, API and NVTX time moved by ``shift``."""
@@ -248,17 +269,34 @@ def _shifted_harness_capture(tmp: Path, shift: int) -> tuple[Path, Path]:
     dst = tmp / "shifted.sqlite"
     shutil.copyfile(src, dst)
     con = sqlite3.connect(dst)
-    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                  "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
-        con.execute(f"UPDATE {table} SET start = start + ?, end = CASE WHEN end IS NULL THEN NULL ELSE end + ? END",
-                    (shift, shift))
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+    ):
+        con.execute(
+            f"UPDATE {table} SET start = start + ?, end = CASE WHEN end IS NULL THEN NULL ELSE end + ? END",
+            (shift, shift),
+        )
     con.commit()
     con.close()
     return src, dst
 
 
-DURATIONS = ("compute_ns", "comm_ns", "overlap_ns", "exposed_comm_ns", "comm_tail_ns", "job_comm_tail_ns", "idle_ns",
-             "step_ns", "exposed_wait_ns", "exposed_transfer_ns")
+DURATIONS = (
+    "compute_ns",
+    "comm_ns",
+    "overlap_ns",
+    "exposed_comm_ns",
+    "comm_tail_ns",
+    "job_comm_tail_ns",
+    "idle_ns",
+    "step_ns",
+    "exposed_wait_ns",
+    "exposed_transfer_ns",
+)
 
 
 @pytest.mark.parametrize("shift", [2**63 - 2**33, -(10**12)], ids=["near 2^63", "negative"])
@@ -312,8 +350,9 @@ def test_kernel_table_with_demangled_name_only_is_read(tmp_path):
 
 
 def test_bad_environment_value_in_report_is_a_usage_error(tmp_path):
-    line = _one_error_line(run_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path,
-                                env={rawio.LIMIT_ENV: "lots"}), 2)
+    line = _one_error_line(
+        run_cli(["report", XZ.parent, "-o", tmp_path / "rep"], tmp_path, env={rawio.LIMIT_ENV: "lots"}), 2
+    )
     assert rawio.LIMIT_ENV in line
 
 
@@ -334,9 +373,14 @@ def test_sigterm_during_report_jobs_ends_the_workers_at_once(tmp_path):
 
     for name in ("a", "b"):
         _run_folder(tmp_path, name)
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_WORKERS, "report", "a", "b", "-o", "rep", "--jobs", "2"],
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_WORKERS, "report", "a", "b", "-o", "rep", "--jobs", "2"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     while not (line := proc.stderr.readline()).startswith("LOADING"):
         assert line, "the report ended before its workers started"
     t0 = time.monotonic()

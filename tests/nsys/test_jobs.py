@@ -21,8 +21,14 @@ def per_rank_files(tmp_path_factory):
     """Two per-rank exports of one synthetic run (rank 0 and rank 1 in separate files)."""
     folder = tmp_path_factory.mktemp("per_rank")
     for r in (0, 1):
-        synth_scale.synth_scale_run(folder / f"job_rank{r}.sqlite", n_kernels=2_000, n_ranks=2, kernels_per_step=60,
-                              n_buckets=4, rank_of_file=r)
+        synth_scale.synth_scale_run(
+            folder / f"job_rank{r}.sqlite",
+            n_kernels=2_000,
+            n_ranks=2,
+            kernels_per_step=60,
+            n_buckets=4,
+            rank_of_file=r,
+        )
     return sorted(folder.glob("*.sqlite"))
 
 

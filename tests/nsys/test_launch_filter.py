@@ -13,8 +13,12 @@ from ddp_profile.nsys.loader import load_trace
 from ddp_profile.nsys.synth import synth_ddp_run
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
-RUNS = [TRACES / "torch_ddp-25mb_xl_fp32_2xh200", TRACES / "bucketed-25mb_small_fp32_2xh200",
-        TRACES / "per-rank" / "bucketed-25mb_small_fp32_2xh200", TRACES / "none_small_fp32_1xh200"]
+RUNS = [
+    TRACES / "torch_ddp-25mb_xl_fp32_2xh200",
+    TRACES / "bucketed-25mb_small_fp32_2xh200",
+    TRACES / "per-rank" / "bucketed-25mb_small_fp32_2xh200",
+    TRACES / "none_small_fp32_1xh200",
+]
 
 
 @pytest.mark.parametrize("run", [r for r in RUNS if r.exists()], ids=lambda p: p.name)
@@ -35,8 +39,10 @@ def test_non_launch_calls_are_not_read(tmp_path):
     have = sql.tables(con)
     n_all = con.execute(f"SELECT COUNT(*) FROM {sql.RUNTIME} WHERE correlationId IS NOT NULL").fetchone()[0]
     con.execute("INSERT INTO StringIds (id, value) VALUES (999999, 'cudaEventRecord_v3020')")
-    con.execute(f"INSERT INTO {sql.RUNTIME} (start, end, eventClass, globalTid, correlationId, nameId, returnValue) "
-                f"SELECT start + 1, end + 1, eventClass, globalTid, correlationId + 1000000, 999999, 0 FROM {sql.RUNTIME}")
+    con.execute(
+        f"INSERT INTO {sql.RUNTIME} (start, end, eventClass, globalTid, correlationId, nameId, returnValue) "
+        f"SELECT start + 1, end + 1, eventClass, globalTid, correlationId + 1000000, 999999, 0 FROM {sql.RUNTIME}"
+    )
     con.commit()
     got = sql.launches(con, have)
     assert len(got[0]) == n_all

@@ -31,8 +31,11 @@ def test_sample_counts_match_raw_sql(sample_path):
     assert list(tr.nvtx.columns) == schema.NVTX_COLUMNS
     counts = tr.kernels["kind"].value_counts()
     n_kernel = raw(sample_path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
-    n_nccl = raw(sample_path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
-                              "ON s.id = k.shortName WHERE s.value LIKE 'nccl%Kernel%'")[0][0]
+    n_nccl = raw(
+        sample_path,
+        "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s "
+        "ON s.id = k.shortName WHERE s.value LIKE 'nccl%Kernel%'",
+    )[0][0]
     assert counts["compute"] + counts["nccl"] == n_kernel
     assert counts["nccl"] == n_nccl > 0
     assert counts["memcpy"] == raw(sample_path, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY")[0][0]
@@ -62,8 +65,10 @@ def test_sample_ranks_streams_and_launches(sample_path):
 def test_sample_nvtx_text_resolution_and_depth(sample_path):
     tr = load_trace(sample_path)
     nccl = tr.nvtx[tr.nvtx["domain"] == "NCCL"]
-    expected = raw(sample_path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text IS NULL "
-                                "AND textId IS NOT NULL")[0][0]
+    expected = raw(
+        sample_path,
+        "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text IS NULL AND textId IS NOT NULL",
+    )[0][0]
     assert len(nccl) == expected > 0  # names came through textId -> StringIds
     assert nccl["name"].str.startswith("nccl").all()
     steps = tr.nvtx[tr.nvtx["name"].str.match(r"^step\d+$")]
@@ -92,9 +97,15 @@ def test_synth_layouts_load(ddp_run, layout):
 
 def _kernels(pids, devices, name="gemm"):
     n = len(pids)
-    return {"pid": np.array(pids), "device": np.array(devices), "stream": np.full(n, 7),
-            "start": np.arange(n) * 100 + 1000, "end": np.arange(n) * 100 + 1050, "name": np.array([name] * n),
-            "correlation_id": np.arange(1, n + 1)}
+    return {
+        "pid": np.array(pids),
+        "device": np.array(devices),
+        "stream": np.full(n, 7),
+        "start": np.arange(n) * 100 + 1000,
+        "end": np.arange(n) * 100 + 1050,
+        "name": np.array([name] * n),
+        "correlation_id": np.arange(1, n + 1),
+    }
 
 
 def test_rank_from_filename_and_device_order(build_export, tmp_path):
@@ -106,8 +117,11 @@ def test_rank_from_filename_and_device_order(build_export, tmp_path):
     assert dict(zip(tr.ranks["pid"], tr.ranks["rank"], strict=True)) == {10: 1, 20: 0}
     assert len(tr.kernels) == 4
     # one file, two processes, no markers: device order, not pid order
-    path = build_export("all.sqlite", processes=[{"pid": 5, "device": 1}, {"pid": 9, "device": 0}],
-                        kernels=_kernels([5, 9], [1, 0]))
+    path = build_export(
+        "all.sqlite",
+        processes=[{"pid": 5, "device": 1}, {"pid": 9, "device": 0}],
+        kernels=_kernels([5, 9], [1, 0]),
+    )
     tr = load_trace(path)
     assert tr.meta["rank_source"] == "device-order"
     assert dict(zip(tr.ranks["pid"], tr.ranks["rank"], strict=True)) == {9: 0, 5: 1}
@@ -121,10 +135,20 @@ def test_duplicate_ranks_across_files_raise(build_export, tmp_path):
 
 
 def test_clock_alignment_by_session_start(build_export, tmp_path):
-    build_export("h_rank0.sqlite", processes=[{"pid": 1}], kernels=_kernels([1] * 10, [0] * 10), host="a",
-                 session_start_utc_ns=10**18)
-    build_export("h_rank1.sqlite", processes=[{"pid": 1}], kernels=_kernels([1] * 10, [0] * 10), host="b",
-                 session_start_utc_ns=10**18 + 500)
+    build_export(
+        "h_rank0.sqlite",
+        processes=[{"pid": 1}],
+        kernels=_kernels([1] * 10, [0] * 10),
+        host="a",
+        session_start_utc_ns=10**18,
+    )
+    build_export(
+        "h_rank1.sqlite",
+        processes=[{"pid": 1}],
+        kernels=_kernels([1] * 10, [0] * 10),
+        host="b",
+        session_start_utc_ns=10**18 + 500,
+    )
     tr = load_trace(tmp_path)
     first = tr.kernels.groupby("rank")["start_ns"].min()
     assert first[1] - first[0] == 500  # same raw timestamps, session started 500 ns later
@@ -132,9 +156,16 @@ def test_clock_alignment_by_session_start(build_export, tmp_path):
 
 
 def test_nvtx_text_vs_textid_and_missing_payload(build_export):
-    nvtx = {"pid": np.array([1, 1, 1]), "tid": np.array([1, 1, 1]), "start": np.array([0, 10, 20]),
-            "end": np.array([100, 50, -1]), "text": np.array(["outer", "inner", "open"]),
-            "registered": np.array([0, 1, 0]), "payload": np.array([7, -1, -1]), "domain": np.array(["d", "d", ""])}
+    nvtx = {
+        "pid": np.array([1, 1, 1]),
+        "tid": np.array([1, 1, 1]),
+        "start": np.array([0, 10, 20]),
+        "end": np.array([100, 50, -1]),
+        "text": np.array(["outer", "inner", "open"]),
+        "registered": np.array([0, 1, 0]),
+        "payload": np.array([7, -1, -1]),
+        "domain": np.array(["d", "d", ""]),
+    }
     path = build_export(processes=[{"pid": 1}], kernels=_kernels([1], [0]), nvtx=nvtx)
     n = load_trace(path).nvtx.set_index("name")
     assert n.loc["inner", "depth"] == 1 and n.loc["outer", "depth"] == 0
@@ -185,9 +216,15 @@ def test_read_only_and_compressed_inputs(sample_export, tmp_path):
 
 
 def test_files_from_different_runs_raise(build_export, tmp_path):
-    build_export("x_rank0.sqlite", processes=[{"pid": 1}], kernels=_kernels([1], [0]), session_start_utc_ns=10**18)
-    build_export("x_rank1.sqlite", processes=[{"pid": 1}], kernels=_kernels([1], [0]),
-                 session_start_utc_ns=10**18 + 3600 * 10**9)
+    build_export(
+        "x_rank0.sqlite", processes=[{"pid": 1}], kernels=_kernels([1], [0]), session_start_utc_ns=10**18
+    )
+    build_export(
+        "x_rank1.sqlite",
+        processes=[{"pid": 1}],
+        kernels=_kernels([1], [0]),
+        session_start_utc_ns=10**18 + 3600 * 10**9,
+    )
     with pytest.raises(TraceError, match="different runs"):
         load_trace(tmp_path)
 
@@ -264,16 +301,23 @@ def test_nvtx_texts_equal_a_per_row_join(sample_path, tmp_path):
     """NVTX texts are read without a per-row join (own text rows, then each registered id once): on a copy
     whose rows mix own text, registered ids, both (own text wins) and an id missing from StringIds (no
     name), every range's name and start equal the per-row ``COALESCE(text, StringIds.value)`` answer."""
-    path = edited_copy(sample_path, tmp_path / "mixed.sqlite",
-                       "UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE textId IS NOT NULL AND rowid % 3 = 0",
-                       "UPDATE NVTX_EVENTS SET textId = 987654321, text = NULL WHERE rowid % 7 = 0 AND eventType = 59")
-    expected = raw(path, "SELECT e.start, COALESCE(e.text, (SELECT value FROM StringIds s WHERE s.id = e.textId)) "
-                         "FROM NVTX_EVENTS e WHERE e.eventType IN (34, 59, 60) ORDER BY e.start, e.rowid")
+    path = edited_copy(
+        sample_path,
+        tmp_path / "mixed.sqlite",
+        "UPDATE NVTX_EVENTS SET text = 'own ' || rowid WHERE textId IS NOT NULL AND rowid % 3 = 0",
+        "UPDATE NVTX_EVENTS SET textId = 987654321, text = NULL WHERE rowid % 7 = 0 AND eventType = 59",
+    )
+    expected = raw(
+        path,
+        "SELECT e.start, COALESCE(e.text, (SELECT value FROM StringIds s WHERE s.id = e.textId)) "
+        "FROM NVTX_EVENTS e WHERE e.eventType IN (34, 59, 60) ORDER BY e.start, e.rowid",
+    )
     tr = load_trace(path)
     got = tr.nvtx.sort_values("start_ns", kind="stable")
     texts = [None if pd.isna(t) else t for t in got["name"]]
-    assert sorted(zip(got["start_ns"].tolist(), map(str, texts), strict=True)) == \
-        sorted((s, str(t)) for s, t in expected)
+    assert sorted(zip(got["start_ns"].tolist(), map(str, texts), strict=True)) == sorted(
+        (s, str(t)) for s, t in expected
+    )
     assert any(t is None for _, t in expected) and any(str(t).startswith("own ") for _, t in expected)
 
 
@@ -296,7 +340,10 @@ def test_join_launches_equals_a_dict_join_across_chunks(monkeypatch):
     first: dict = {}
     for p, c, s, t in zip(lpid.tolist(), lcorr.tolist(), lstart.tolist(), ltid.tolist(), strict=True):
         first.setdefault((p, c & 0xFFFFFFFF), (s, t))
-    want = [first.get((p, c), (-1, -1)) if c > 0 else (-1, -1) for p, c in zip(pid.tolist(), corr.tolist(), strict=True)]
+    want = [
+        first.get((p, c), (-1, -1)) if c > 0 else (-1, -1)
+        for p, c in zip(pid.tolist(), corr.tolist(), strict=True)
+    ]
     got_ns, got_tid = read.join_launches(pid, corr, [lpid, lcorr.copy(), lstart, ltid])
     assert list(zip(got_ns.tolist(), got_tid.tolist(), strict=True)) == want
     assert sum(s >= 0 for s, _ in want) > n // 4  # many activities matched: the test exercises the lookup
@@ -308,9 +355,12 @@ def test_frame_columns_are_narrow_where_values_fit(sample_path, tmp_path):
     tr = load_trace(sample_path)
     assert {str(tr.kernels[c].dtype) for c in ("rank", "device", "stream")} == {"int16"}
     assert str(tr.kernels["bytes"].dtype) == "Int32" and tr.kernels["bytes"].notna().any()
-    path = edited_copy(sample_path, tmp_path / "wide.sqlite",
-                       "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 70000 WHERE streamId = 17",
-                       "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 5000000000 WHERE rowid = 1")
+    path = edited_copy(
+        sample_path,
+        tmp_path / "wide.sqlite",
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 70000 WHERE streamId = 17",
+        "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET bytes = 5000000000 WHERE rowid = 1",
+    )
     wide = load_trace(path)
     assert wide.kernels["stream"].dtype.itemsize >= 4 and (wide.kernels["stream"] == 70000).any()
     assert str(wide.kernels["bytes"].dtype) == "Int64" and int(wide.kernels["bytes"].max()) == 5000000000
@@ -325,16 +375,23 @@ def test_loading_and_analysing_leave_pandas_string_options_as_they_were(sample_p
     import sys
     from pathlib import Path
 
-    code = ("import sys, pandas as pd\n"
-            "keys = ['mode.string_storage', 'future.infer_string']\n"
-            "before = [pd.get_option(k) for k in keys]\n"
-            "from ddp_profile.analysis import analyze\n"
-            "from ddp_profile.nsys.loader import load_trace\n"
-            "analyze(load_trace(sys.argv[1]))\n"
-            "print(before == [pd.get_option(k) for k in keys], before)\n")
+    code = (
+        "import sys, pandas as pd\n"
+        "keys = ['mode.string_storage', 'future.infer_string']\n"
+        "before = [pd.get_option(k) for k in keys]\n"
+        "from ddp_profile.analysis import analyze\n"
+        "from ddp_profile.nsys.loader import load_trace\n"
+        "analyze(load_trace(sys.argv[1]))\n"
+        "print(before == [pd.get_option(k) for k in keys], before)\n"
+    )
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-c", code, str(sample_path)], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(sample_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("True "), proc.stdout
 
@@ -344,10 +401,14 @@ def test_whole_graph_traces_warn_that_their_kernels_are_missing(sample_export):
     CUPTI_ACTIVITY_KIND_GRAPH_TRACE and none of its kernels: the loader says so, naming the option to use."""
     assert not any("CUDA graph" in w for w in load_trace([sample_export]).meta["warnings"])
     con = sqlite3.connect(sample_export)
-    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INT, end INT, deviceId INT, streamId INT, "
-                "correlationId INT, globalPid INT, graphId INT, graphExecId INT)")
-    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, 0, 1, 1)",
-                    [(1000 * i, 1000 * i + 500, i) for i in range(3)])
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INT, end INT, deviceId INT, streamId INT, "
+        "correlationId INT, globalPid INT, graphId INT, graphExecId INT)"
+    )
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 7, ?, 0, 1, 1)",
+        [(1000 * i, 1000 * i + 500, i) for i in range(3)],
+    )
     con.commit()
     con.close()
     warned = [w for w in load_trace([sample_export]).meta["warnings"] if "CUDA graph" in w]

@@ -20,23 +20,54 @@ SIZES = [4_000_000, 25_000_000, 512, 8_000_000]  # NCCL's message sizes, per cal
 
 
 def _export(path, *, with_payloads=True, explicit_offsets=True):
-    k = {c: [] for c in ("pid", "device", "stream", "start", "end", "name", "correlation_id", "launch_start",
-                         "launch_tid")}
+    k = {
+        c: []
+        for c in (
+            "pid",
+            "device",
+            "stream",
+            "start",
+            "end",
+            "name",
+            "correlation_id",
+            "launch_start",
+            "launch_tid",
+        )
+    }
     n = {c: [] for c in ("pid", "tid", "start", "end", "text", "domain", "registered")}
     for r in range(2):
         pid = 100 + r
         for i, call in enumerate(CALLS):
             t = 1_000 * US + i * 100 * US
             kind = "AllReduce_Sum_f32" if "AllReduce" in call else "ReduceScatter_Sum_f32"
-            for c, v in (("pid", pid), ("device", r), ("stream", 20), ("start", t + 10 * US + r * US),
-                         ("end", t + 60 * US), ("name", f"ncclDevKernel_{kind}_RING_LL"),
-                         ("correlation_id", i + 1), ("launch_start", t + 2 * US), ("launch_tid", pid)):
+            for c, v in (
+                ("pid", pid),
+                ("device", r),
+                ("stream", 20),
+                ("start", t + 10 * US + r * US),
+                ("end", t + 60 * US),
+                ("name", f"ncclDevKernel_{kind}_RING_LL"),
+                ("correlation_id", i + 1),
+                ("launch_start", t + 2 * US),
+                ("launch_tid", pid),
+            ):
                 k[c].append(v)
-            for c, v in (("pid", pid), ("tid", pid), ("start", t), ("end", t + 5 * US), ("text", call),
-                         ("domain", "NCCL"), ("registered", 1)):
+            for c, v in (
+                ("pid", pid),
+                ("tid", pid),
+                ("start", t),
+                ("end", t + 5 * US),
+                ("text", call),
+                ("domain", "NCCL"),
+                ("registered", 1),
+            ):
                 n[c].append(v)
-    synth.build_export(path, processes=[{"pid": 100, "device": 0}, {"pid": 101, "device": 1}],
-                       kernels={c: np.asarray(v) for c, v in k.items()}, nvtx={c: np.asarray(v) for c, v in n.items()})
+    synth.build_export(
+        path,
+        processes=[{"pid": 100, "device": 0}, {"pid": 101, "device": 1}],
+        kernels={c: np.asarray(v) for c, v in k.items()},
+        nvtx={c: np.asarray(v) for c, v in n.items()},
+    )
     if with_payloads:
         synth.add_nccl_payloads(path, SIZES + SIZES, explicit_offsets=explicit_offsets)
     return path
@@ -68,8 +99,9 @@ def test_a_payload_that_does_not_fit_is_skipped(tmp_path):
     # One blob cut short (its header says 24 payload bytes, 12 follow): that call's size stays unknown.
     path = _export(tmp_path / "p.sqlite")
     con = sqlite3.connect(path)
-    rowid, blob = con.execute("SELECT rowid, binaryData FROM NVTX_EVENTS WHERE binaryData IS NOT NULL "
-                              "ORDER BY start LIMIT 1").fetchone()
+    rowid, blob = con.execute(
+        "SELECT rowid, binaryData FROM NVTX_EVENTS WHERE binaryData IS NOT NULL ORDER BY start LIMIT 1"
+    ).fetchone()
     con.execute("UPDATE NVTX_EVENTS SET binaryData = ? WHERE rowid = ?", (blob[:44], rowid))
     con.commit()
     con.close()

@@ -46,6 +46,7 @@ def _hashes(folder: Path) -> dict:
 
 # ---- data loss ------------------------------------------------------------------------------------------
 
+
 def test_report_refuses_an_input_inside_its_output_folder(tmp_path):
     out = tmp_path / "rep"
     out.mkdir()
@@ -124,12 +125,15 @@ def test_ctrl_c_during_scrub_exits_130_and_leaves_nothing(tmp_path, monkeypatch,
 
 # ---- secrets surviving scrub ----------------------------------------------------------------------------
 
+
 def _plant(path: Path, strings: dict[int, str], kernel_name_id: int | None = None) -> None:
     con = sqlite3.connect(path)
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", strings.items())
     if kernel_name_id is not None:  # one real kernel now carries the planted name
-        con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = ?, demangledName = ? WHERE rowid = 1",
-                    (kernel_name_id, kernel_name_id))
+        con.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = ?, demangledName = ? WHERE rowid = 1",
+            (kernel_name_id, kernel_name_id),
+        )
     con.commit()
     con.close()
 
@@ -161,6 +165,7 @@ def test_user_learnt_from_a_path_is_scrubbed_everywhere(tmp_path):
 
 
 # ---- WAL / journal / writers ----------------------------------------------------------------------------
+
 
 def _wal_with_committed_change(tmp_path) -> tuple[Path, sqlite3.Connection]:
     path = _copy(tmp_path)
@@ -204,6 +209,7 @@ def test_writer_holding_a_journal_is_refused(tmp_path):
 
 # ---- decompression bombs --------------------------------------------------------------------------------
 
+
 def test_header_is_checked_before_decompressing_everything(tmp_path):
     bomb = tmp_path / "bomb.sqlite.xz"
     with lzma.open(bomb, "wb", preset=0) as f:
@@ -231,6 +237,7 @@ def test_decompression_is_bounded_with_a_clear_error(tmp_path, monkeypatch):
 
 
 # ---- run JSONs, suffixes, FINDINGS.md --------------------------------------------------------------------
+
 
 def _campaign(tmp_path: Path, meta_edit=None, hosts: str | None = None) -> Path:
     """tmp/camp/<run>/ holding the committed naive run, its JSON edited by ``meta_edit``."""
@@ -299,6 +306,7 @@ def test_findings_markdown_escapes_html_from_run_json_and_hosts(tmp_path):
 
 # ---- wrong answers --------------------------------------------------------------------------------------
 
+
 def _sql(path: Path, *statements) -> None:
     con = sqlite3.connect(path)
     for s in statements:
@@ -307,7 +315,7 @@ def _sql(path: Path, *statements) -> None:
     con.close()
 
 
-STEP_WHERE = ("(text LIKE 'step%' OR textId IN (SELECT id FROM StringIds WHERE value LIKE 'step%'))")
+STEP_WHERE = "(text LIKE 'step%' OR textId IN (SELECT id FROM StringIds WHERE value LIKE 'step%'))"
 
 
 def test_same_export_twice_in_one_folder_is_refused(tmp_path):
@@ -372,7 +380,10 @@ def test_kernels_without_names_are_unknown_not_compute(tmp_path):
 def test_duplicated_kernel_rows_are_counted_once(tmp_path):
     path = _copy(tmp_path)
     n = len(load_trace(path).kernels)
-    _sql(path, "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid <= 10")
+    _sql(
+        path,
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid <= 10",
+    )
     trace = load_trace(path)
     assert len(trace.kernels) == n
     assert any("exact duplicates" in w for w in trace.warnings)
@@ -382,21 +393,28 @@ def test_rank_without_nccl_kernels_is_not_reported_as_zero_wait(tmp_path):
     from ddp_profile.analysis import analyze
 
     path = _copy(tmp_path)
-    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = (SELECT MAX(globalPid) FROM "
-               "CUPTI_ACTIVITY_KIND_KERNEL) AND shortName IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')")
+    _sql(
+        path,
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE globalPid = (SELECT MAX(globalPid) FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL) AND shortName IN (SELECT id FROM StringIds WHERE value LIKE 'nccl%')",
+    )
     notes = analyze(load_trace(path)).notes
     assert any("ran no NCCL kernel while others did" in n for n in notes), notes
 
 
 # ---- crashes and exit codes -----------------------------------------------------------------------------
 
+
 def test_hostile_numbers_in_nvtx_text_and_rank_markers(tmp_path):
     from ddp_profile.analysis import analyze
 
     path = _copy(tmp_path)
-    _sql(path, f"UPDATE NVTX_EVENTS SET textId = NULL, text = 'step' || printf('%.4500d', 7) WHERE {STEP_WHERE}",
-         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT MIN(start), MIN(start) + 1, 59, "
-         "'ddp_profile.rank 99999999999999999999999999/2', globalTid FROM NVTX_EVENTS GROUP BY globalTid")
+    _sql(
+        path,
+        f"UPDATE NVTX_EVENTS SET textId = NULL, text = 'step' || printf('%.4500d', 7) WHERE {STEP_WHERE}",
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid) SELECT MIN(start), MIN(start) + 1, 59, "
+        "'ddp_profile.rank 99999999999999999999999999/2', globalTid FROM NVTX_EVENTS GROUP BY globalTid",
+    )
     res = analyze(load_trace(path))
     assert res.summary()["n_ranks"] == 2
     for args in (["inspect", path], ["analyze", path]):
@@ -404,13 +422,22 @@ def test_hostile_numbers_in_nvtx_text_and_rank_markers(tmp_path):
         assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("args", [
-    ["analyze", "{S}", "--steps", "5:2"], ["analyze", "{S}", "--steps", "1:2:0"], ["analyze", "{S}", "--steps=-1:"],
-    ["analyze", "{S}", "--jobs", "0"], ["analyze", "{S}", "--jobs=-2"], ["report", "{S}", "--jobs", "0"],
-    ["report", "{S}", "--jobs", "9" * 30],
-    ["analyze", "{S}", "--step-pattern", "("], ["analyze", "{S}", "--phase", "forward=[a"],
-    ["launches", "{S}", "--step-pattern", "*x"], ["launches", "{S}", "--steps", "99999999999999999999999:"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "{S}", "--steps", "5:2"],
+        ["analyze", "{S}", "--steps", "1:2:0"],
+        ["analyze", "{S}", "--steps=-1:"],
+        ["analyze", "{S}", "--jobs", "0"],
+        ["analyze", "{S}", "--jobs=-2"],
+        ["report", "{S}", "--jobs", "0"],
+        ["report", "{S}", "--jobs", "9" * 30],
+        ["analyze", "{S}", "--step-pattern", "("],
+        ["analyze", "{S}", "--phase", "forward=[a"],
+        ["launches", "{S}", "--step-pattern", "*x"],
+        ["launches", "{S}", "--steps", "99999999999999999999999:"],
+    ],
+)
 def test_senseless_command_line_values_are_usage_errors(args, tmp_path):
     proc = run_cli([a.replace("{S}", str(SAMPLE)) for a in args], tmp_path)
     _one_error_line(proc, 2)
@@ -420,7 +447,11 @@ def test_file_name_with_control_characters_gives_one_line(tmp_path):
     bad = tmp_path / "a\nb\x1b[31mc.sqlite"
     bad.write_bytes(b"not sqlite")
     for cmd in ("inspect", "analyze", "scrub", "report"):
-        extra = ["-o", str(tmp_path / ("o.sqlite" if cmd == "scrub" else "rep"))] if cmd in ("scrub", "report") else []
+        extra = (
+            ["-o", str(tmp_path / ("o.sqlite" if cmd == "scrub" else "rep"))]
+            if cmd in ("scrub", "report")
+            else []
+        )
         line = _one_error_line(run_cli([cmd, bad, *extra], tmp_path), 3)
         assert "\\x1b" in line and "\x1b" not in line
 
@@ -431,7 +462,9 @@ def test_every_test_the_readme_guarantees_cite_exists():
     import re
 
     section = (ROOT / "docs" / "guarantees.md").read_text()
-    section += (ROOT / "docs" / "privacy.md").read_text().split("## Scrub coverage", 1)[1].split("\n## ", 1)[0]
+    section += (
+        (ROOT / "docs" / "privacy.md").read_text().split("## Scrub coverage", 1)[1].split("\n## ", 1)[0]
+    )
     cited = set(re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", section))
     assert len(cited) > 15
     sources = {p.stem: p.read_text() for p in (ROOT / "tests").rglob("test_*.py")}
@@ -451,13 +484,18 @@ def test_peer_to_peer_copies_are_named_when_no_nccl_kernel_carried_the_exchange(
     n_copies = con.execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY").fetchone()[0]
     con.close()
     assert n_copies > 0
-    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
-               "(SELECT id FROM StringIds WHERE value LIKE 'nccl%')",
-         "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 10")
+    _sql(
+        path,
+        "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE shortName IN "
+        "(SELECT id FROM StringIds WHERE value LIKE 'nccl%')",
+        "UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET copyKind = 10",
+    )
     trace = load_trace(path)
     n_peer = int((trace.kernels["name"] == "[CUDA memcpy PtoP]").sum())
     assert 0 < n_peer <= n_copies
     notes = analyze(trace).notes
     assert any(f"the trace has {n_peer} peer-to-peer copies ([CUDA memcpy PtoP]," in n for n in notes), notes
     # with NCCL kernels present the note does not appear
-    assert not any("peer-to-peer copies" in n for n in analyze(load_trace(_copy(tmp_path, "plain.sqlite"))).notes)
+    assert not any(
+        "peer-to-peer copies" in n for n in analyze(load_trace(_copy(tmp_path, "plain.sqlite"))).notes
+    )

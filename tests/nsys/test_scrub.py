@@ -16,25 +16,48 @@ from ddp_profile.errors import OutputError, TraceError
 from ddp_profile.nsys import scrub
 from ddp_profile.nsys.loader import load_trace
 
-SECRETS = ["hf_secretTOKEN1234567890", "alice", "gpu-node-42.corp.example", "TOP-SECRET-STDOUT-LINE",
-           "/home/alice"]
+SECRETS = [
+    "hf_secretTOKEN1234567890",
+    "alice",
+    "gpu-node-42.corp.example",
+    "TOP-SECRET-STDOUT-LINE",
+    "/home/alice",
+]
 
 
 @pytest.fixture
 def dirty_export(build_export):
     n = 4
-    kernels = {"pid": np.array([7] * n), "device": np.zeros(n, int), "stream": np.full(n, 7),
-               "start": np.arange(n) * 100, "end": np.arange(n) * 100 + 60, "name": np.array(["gemm"] * n),
-               "correlation_id": np.arange(1, n + 1), "launch_start": np.arange(n) * 100 - 10}
-    nvtx = {"pid": np.array([7]), "tid": np.array([7]), "start": np.array([0]), "end": np.array([500]),
-            "text": np.array(["step 0"])}
-    path = build_export("dirty.sqlite", processes=[{"pid": 7, "name": "/home/alice/venv/bin/python"},
-                                                   {"pid": 99, "name": "kworker/0:1"}],
-                        kernels=kernels, nvtx=nvtx, host="gpu-node-42.corp.example",
-                        environment={"HF_TOKEN": "hf_secretTOKEN1234567890", "HOME": "/home/alice"},
-                        stdout="TOP-SECRET-STDOUT-LINE loss=1.0",
-                        meta_extra={"EXPORT_USER": "alice",
-                                    "EXPORT_PARAM_INPUT_PATH_ABS": "/home/alice/runs/report.nsys-rep"})
+    kernels = {
+        "pid": np.array([7] * n),
+        "device": np.zeros(n, int),
+        "stream": np.full(n, 7),
+        "start": np.arange(n) * 100,
+        "end": np.arange(n) * 100 + 60,
+        "name": np.array(["gemm"] * n),
+        "correlation_id": np.arange(1, n + 1),
+        "launch_start": np.arange(n) * 100 - 10,
+    }
+    nvtx = {
+        "pid": np.array([7]),
+        "tid": np.array([7]),
+        "start": np.array([0]),
+        "end": np.array([500]),
+        "text": np.array(["step 0"]),
+    }
+    path = build_export(
+        "dirty.sqlite",
+        processes=[{"pid": 7, "name": "/home/alice/venv/bin/python"}, {"pid": 99, "name": "kworker/0:1"}],
+        kernels=kernels,
+        nvtx=nvtx,
+        host="gpu-node-42.corp.example",
+        environment={"HF_TOKEN": "hf_secretTOKEN1234567890", "HOME": "/home/alice"},
+        stdout="TOP-SECRET-STDOUT-LINE loss=1.0",
+        meta_extra={
+            "EXPORT_USER": "alice",
+            "EXPORT_PARAM_INPUT_PATH_ABS": "/home/alice/runs/report.nsys-rep",
+        },
+    )
     con = sqlite3.connect(path)  # a diagnostic message with a path and the host name, as nsys writes
     con.execute("CREATE TABLE DIAGNOSTIC_EVENT (timestamp INTEGER, text TEXT, globalPid INTEGER)")
     con.execute("INSERT INTO DIAGNOSTIC_EVENT VALUES (0, 'see /home/alice/runs/out.log on gpu-node-42', 0)")
@@ -94,9 +117,11 @@ def test_slim_compressed_and_in_place(sample_export, tmp_path):
 
 def test_module_runs_with_stdlib_only(sample_export, tmp_path):
     """The GPU machine runs ``python -m ddp_profile.nsys.scrub``: it must not import pandas/numpy."""
-    code = ("import sys; sys.modules['pandas'] = None; sys.modules['numpy'] = None; "
-            "sys.modules['sqlite_utils'] = None; from ddp_profile.nsys.scrub import main; "
-            f"raise SystemExit(main([{str(sample_export)!r}, '-o', {str(tmp_path / 'o.sqlite')!r}]))")
+    code = (
+        "import sys; sys.modules['pandas'] = None; sys.modules['numpy'] = None; "
+        "sys.modules['sqlite_utils'] = None; from ddp_profile.nsys.scrub import main; "
+        f"raise SystemExit(main([{str(sample_export)!r}, '-o', {str(tmp_path / 'o.sqlite')!r}]))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "o.sqlite").is_file()

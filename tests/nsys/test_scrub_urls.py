@@ -25,8 +25,11 @@ URLS = [
     ("https://alice:raw@Passw0rd@git.example.com/x", "Passw0rd"),
     ("mongodb+srv://svc:M0ngoPassw0rd@cluster0.example.net/db?retryWrites=true", "M0ngoPassw0rd"),
     ("https://h.example.com/login?user=bob&password=Qu3ryPassw0rd&next=1", "Qu3ryPassw0rd"),
-    ("https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLEKEY%2F2026"
-     "&X-Amz-Signature=5a1f0c9e8d7b6a5f4e3d2c1b", "5a1f0c9e8d7b6a5f4e3d2c1b"),
+    (
+        "https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLEKEY%2F2026"
+        "&X-Amz-Signature=5a1f0c9e8d7b6a5f4e3d2c1b",
+        "5a1f0c9e8d7b6a5f4e3d2c1b",
+    ),
     ("https://b.s3.amazonaws.com/k?X-Amz-Credential=CredV4lue77%2F2026&X-Amz-Date=20260101", "CredV4lue77"),
     ("https://acct.blob.core.windows.net/c/b?sv=2022&sig=Az5ig4tureV4lue%3D", "Az5ig4tureV4lue"),
     ("https://maps.example.com/api?key=G00gleKeyV4lue&q=x", "G00gleKeyV4lue"),
@@ -40,7 +43,9 @@ WRAPS = {
 }
 
 
-@pytest.mark.parametrize("url,secret", URLS, ids=[u.split(":", 1)[0] + str(i) for i, (u, _) in enumerate(URLS)])
+@pytest.mark.parametrize(
+    "url,secret", URLS, ids=[u.split(":", 1)[0] + str(i) for i, (u, _) in enumerate(URLS)]
+)
 @pytest.mark.parametrize("wrap", list(WRAPS))
 def test_url_credentials_of_every_shape_are_removed(url, secret, wrap):
     text = WRAPS[wrap].replace("URL", url)
@@ -50,8 +55,16 @@ def test_url_credentials_of_every_shape_are_removed(url, secret, wrap):
     assert isinstance(blob, bytes) and secret.encode() not in blob
 
 
-@pytest.mark.parametrize("text", ["see https://example.com/docs?page=2&lang=en", "mail me@example.com",
-                                  "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "step 12", "design=wide"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "see https://example.com/docs?page=2&lang=en",
+        "mail me@example.com",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        "step 12",
+        "design=wide",
+    ],
+)
 def test_text_without_credentials_keeps_what_it_says(text):
     scrubbed = Scrubber(set(), set()).text(text)
     assert "<secret>" not in scrubbed
@@ -66,11 +79,16 @@ def test_every_text_and_blob_column_of_an_export_loses_them(tmp_path):
     next_id = con.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(next_id + i, t) for i, t in enumerate(texts)])
     tid = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()[0]
-    con.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, binaryData) VALUES "
-                    "(1, NULL, 34, ?, ?, ?)", [(t, tid, t.encode()) for t in texts])
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, binaryData) VALUES "
+        "(1, NULL, 34, ?, ?, ?)",
+        [(t, tid, t.encode()) for t in texts],
+    )
     con.execute("CREATE TABLE planted (c CLOB, j JSON, n NUMERIC, b BLOB, i INTEGER)")
-    con.executemany("INSERT INTO planted VALUES (?, ?, ?, ?, ?)",
-                    [(t, t, t, t.encode("latin-1", "replace"), t) for t in texts])
+    con.executemany(
+        "INSERT INTO planted VALUES (?, ?, ?, ?, ?)",
+        [(t, t, t, t.encode("latin-1", "replace"), t) for t in texts],
+    )
     con.commit()
     con.close()
     dst = tmp_path / "scrubbed.sqlite"

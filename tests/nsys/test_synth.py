@@ -17,14 +17,20 @@ def cols(path, table):
         con.close()
 
 
-@pytest.mark.parametrize("layout,green,binary", [("2025.3", True, True), ("2024.x", True, False),
-                                                  ("2023.4", False, False)])
+@pytest.mark.parametrize(
+    "layout,green,binary", [("2025.3", True, True), ("2024.x", True, False), ("2023.4", False, False)]
+)
 def test_layout_columns(ddp_run, sample_path, layout, green, binary):
     path = ddp_run(f"{layout}.sqlite", layout=layout)["path"]
     assert ("greenContextId" in cols(path, "CUPTI_ACTIVITY_KIND_KERNEL")) == green
     assert ("binaryData" in cols(path, "NVTX_EVENTS")) == binary
     # every column the builder writes exists in the real 2025.3 export with the same name
-    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "TARGET_INFO_GPU"):
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "NVTX_EVENTS",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "TARGET_INFO_GPU",
+    ):
         assert cols(path, table) <= cols(sample_path, table), table
 
 
@@ -38,7 +44,9 @@ def test_known_overlap_construction(ddp_run):
     per_step_comm = int((nccl["end_ns"] - nccl["start_ns"]).sum()) // truth["n_steps"]
     assert per_step_comm == truth["per_step"]["comm_ns"] == 3 * 8_000
     first_step_bwd_end = int(bwd["end_ns"].iloc[3])
-    assert (nccl["end_ns"].iloc[:2] <= first_step_bwd_end).all() and nccl["start_ns"].iloc[2] == first_step_bwd_end
+    assert (nccl["end_ns"].iloc[:2] <= first_step_bwd_end).all() and nccl["start_ns"].iloc[
+        2
+    ] == first_step_bwd_end
 
 
 def test_bad_parameters():

@@ -1,7 +1,6 @@
 """Figures from synthetic frames whose layout is known (see conftest.make_run): trace counts, axes,
 titles carrying GPU/model/dtype/steps, sub-pixel merging, escaping of hover text."""
 
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -24,7 +23,9 @@ from ddp_profile.plots.figure_parts import merge_small_bars
 from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window
 
 pytest.importorskip("plotly")
-SRC = describe_source({"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl", "dtype": "fp32"}, None, [3, 4])
+SRC = describe_source(
+    {"gpu_name": "NVIDIA H100", "world_size": 2, "model": "xl", "dtype": "fp32"}, None, [3, 4]
+)
 
 
 def test_describe_source_names_machine_model_dtype_steps():
@@ -32,16 +33,27 @@ def test_describe_source_names_machine_model_dtype_steps():
     assert describe_source(None, "H200", [5]) == "H200 · step 5"  # unknown model and dtype left out
 
 
-@pytest.mark.parametrize("rows,starts,ends,min_ns,expected", [
-    ([], [], [], 10, []),
-    ([0, 0, 0], [0, 3, 6], [2, 5, 8], 10, [0, 0, 0]),          # three sub-pixel kernels, gaps 1 < 10: one bar
-    ([0, 0, 0], [0, 30, 60], [2, 32, 62], 10, [0, 1, 2]),      # gaps 28 > 10: kept apart
-    ([0, 0, 0], [0, 3, 100], [2, 95, 102], 10, [0, 1, 2]),     # a long kernel is never merged
-    ([0, 1], [0, 3], [2, 5], 10, [0, 1]),                      # rows never merge
-    ([0, 0, 0], [0, 1, 20], [50, 2, 22], 10, [0, 1, 1]),       # small ones under a long one merge with each other
-])
+@pytest.mark.parametrize(
+    "rows,starts,ends,min_ns,expected",
+    [
+        ([], [], [], 10, []),
+        ([0, 0, 0], [0, 3, 6], [2, 5, 8], 10, [0, 0, 0]),  # three sub-pixel kernels, gaps 1 < 10: one bar
+        ([0, 0, 0], [0, 30, 60], [2, 32, 62], 10, [0, 1, 2]),  # gaps 28 > 10: kept apart
+        ([0, 0, 0], [0, 3, 100], [2, 95, 102], 10, [0, 1, 2]),  # a long kernel is never merged
+        ([0, 1], [0, 3], [2, 5], 10, [0, 1]),  # rows never merge
+        (
+            [0, 0, 0],
+            [0, 1, 20],
+            [50, 2, 22],
+            10,
+            [0, 1, 1],
+        ),  # small ones under a long one merge with each other
+    ],
+)
 def test_merge_small_bars_table(rows, starts, ends, min_ns, expected):
-    gid = merge_small_bars(np.array(rows, dtype=np.int64), np.array(starts, float), np.array(ends, float), min_ns)
+    gid = merge_small_bars(
+        np.array(rows, dtype=np.int64), np.array(starts, float), np.array(ends, float), min_ns
+    )
     assert gid.tolist() == expected
 
 
@@ -54,19 +66,27 @@ def test_timeline_traces_axes_title_and_known_bars():
     assert "step 1" in fig.layout.title.text and "NVIDIA H100" in fig.layout.title.text
     assert "xl" in fig.layout.title.text and "fp32" in fig.layout.title.text
     compute, nccl = fig.data[0], fig.data[1]
-    assert len(compute.x) == 2 * (3 * 4)          # 2 ranks × (fwd+bwd+opt) × 4 kernels, none merged
-    assert len(nccl.x) == 2 * 2                   # 2 ranks × 2 buckets
+    assert len(compute.x) == 2 * (3 * 4)  # 2 ranks × (fwd+bwd+opt) × 4 kernels, none merged
+    assert len(nccl.x) == 2 * 2  # 2 ranks × 2 buckets
     assert sorted(nccl.base) == pytest.approx([0.5, 0.5, 0.65, 0.65])  # ms after step start
     hover = list(nccl.hovertext)
     assert {h.split("<br>bucket ")[1].split(" ·")[0] for h in hover} == {"0", "1"}  # bucket shown in hover
     assert all("25.0 MiB" in h and "rank " in h and "stream 17" in h for h in hover)
     assert all("wait 10.0 µs · transfer 90.0 µs" in h and "duration 100.0 µs" in h for h in hover)
     assert "start 0.500 ms" in hover[0] or "start 500.0 µs" in hover[0]
-    assert all("bucket" not in h for h in compute.hovertext)       # compute bars have no bucket line
-    assert "rank 0 · NVTX" in fig.data[TAIL_K].hovertext[0]            # the tail has its own tooltip
-    assert len(fig.data[TAIL_K].x) == 2 and fig.data[TAIL_K].x[0] == pytest.approx(0.05)  # 50 µs tail per rank
-    assert list(fig.layout.yaxis.ticktext) == ["rank 0 · NVTX", "rank 0 · stream 7", "rank 0 · stream 17",
-                                              "rank 1 · NVTX", "rank 1 · stream 7", "rank 1 · stream 17"]
+    assert all("bucket" not in h for h in compute.hovertext)  # compute bars have no bucket line
+    assert "rank 0 · NVTX" in fig.data[TAIL_K].hovertext[0]  # the tail has its own tooltip
+    assert len(fig.data[TAIL_K].x) == 2 and fig.data[TAIL_K].x[0] == pytest.approx(
+        0.05
+    )  # 50 µs tail per rank
+    assert list(fig.layout.yaxis.ticktext) == [
+        "rank 0 · NVTX",
+        "rank 0 · stream 7",
+        "rank 0 · stream 17",
+        "rank 1 · NVTX",
+        "rank 1 · stream 7",
+        "rank 1 · stream 17",
+    ]
     with pytest.raises(ValueError, match="step 9"):
         timeline_figure(t.kernels, a.phases, a.steps, step=9)
 
@@ -77,13 +97,20 @@ def test_a_stream_used_only_between_steps_gets_no_timeline_row():
     import pandas as pd
 
     t, a = make_run(n_steps=2, kernels_per_phase=2)
-    k, w = t.kernels, a.steps.groupby("step")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"})
+    k, w = (
+        t.kernels,
+        a.steps.groupby("step")[["start_ns", "end_ns"]].agg({"start_ns": "min", "end_ns": "max"}),
+    )
     gap = int(w.loc[0, "end_ns"]) + 1, int(w.loc[1, "start_ns"]) - 1  # strictly between step 0 and step 1
     assert gap[0] < gap[1]
     one = k.head(1)
     between = one.assign(stream=14, start_ns=gap[0], end_ns=gap[1])
-    before = one.assign(stream=15, start_ns=int(w.loc[0, "start_ns"]) - 10, end_ns=int(w.loc[0, "start_ns"]) - 1)
-    straddles = one.assign(stream=16, start_ns=int(w.loc[1, "start_ns"]) - 5, end_ns=int(w.loc[1, "start_ns"]) + 5)
+    before = one.assign(
+        stream=15, start_ns=int(w.loc[0, "start_ns"]) - 10, end_ns=int(w.loc[0, "start_ns"]) - 1
+    )
+    straddles = one.assign(
+        stream=16, start_ns=int(w.loc[1, "start_ns"]) - 5, end_ns=int(w.loc[1, "start_ns"]) + 5
+    )
     t.kernels = pd.concat([k, between, before, straddles], ignore_index=True)
     rows = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)["rows"]
     base = timeline_steps(k, a.phases, a.steps, a.collectives)["rows"]
@@ -122,7 +149,7 @@ def test_timeline_merges_sub_pixel_kernels_and_separates_them_when_zoomed():
     t, a = make_run(n_steps=1, kernels_per_phase=3000)  # 9000 compute kernels of ~0.1 µs spacing per rank
     data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
     assert sum(len(tr["s"]) for tr in data["steps"][0]["tracks"] if tr["k"] == 0) == 2 * 9000  # all kept
-    compute = bars_for_window(data, 0, -np.inf, np.inf, 1e6 / 500)[0]   # 1 ms step on 500 pixels
+    compute = bars_for_window(data, 0, -np.inf, np.inf, 1e6 / 500)[0]  # 1 ms step on 500 pixels
     assert len(compute["x"]) < 2 * 500 + 10
     assert sum(_merged_count(h) for h in compute["hovertext"]) == 2 * 9000  # every kernel in some bar
     assert all("compute kernels merged" in h for h in compute["hovertext"] if "merged" in h)
@@ -135,7 +162,11 @@ def test_timeline_never_merges_kinds_and_formats_durations():
 
     t, a = make_run(n_steps=1, kernels_per_phase=4)
     k = t.kernels.copy()  # memsets interleaved with the forward kernels on the same stream
-    ms = k[k["kind"] == "compute"].head(4).assign(kind="memset", name="Memset", end_ns=lambda d: d["start_ns"] + 100)
+    ms = (
+        k[k["kind"] == "compute"]
+        .head(4)
+        .assign(kind="memset", name="Memset", end_ns=lambda d: d["start_ns"] + 100)
+    )
     t.kernels = pd.concat([k, ms], ignore_index=True)
     data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
     bars = bars_for_window(data, 0, -np.inf, np.inf, 1e6)  # a whole step per pixel: everything merges
@@ -198,7 +229,10 @@ def test_timeline_hover_names_are_escaped_text():
     t, a = make_run(n_steps=1, hostile=True)
     fig = timeline_figure(t.kernels, a.phases, a.steps)
     names = " ".join(fig.data[0].hovertext)
-    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;\"'&amp;amp;&lt;img src=x onerror=window.__pwned=2&gt;" in names
+    assert (
+        "&lt;script&gt;window.__pwned=1&lt;/script&gt;\"'&amp;amp;&lt;img src=x onerror=window.__pwned=2&gt;"
+        in names
+    )
     assert "<script" not in names
 
 
@@ -235,10 +269,18 @@ def test_step_breakdown_cuts_one_long_step_and_writes_its_height():
 
 
 def _comparison(n):
-    return pd.DataFrame({"run": [f"r{i}" for i in range(n)], "strategy": ["naive", "overlap", "bucketed"][:n],
-                         "bucket_mb": [25.0] * n, "world_size": [2] * n, "step_ns": [3e6, 2e6, 1.5e6][:n],
-                         "exposed_comm_ns": [1e6, 4e5, 2e5][:n], "comm_tail_ns": [1e6, 5e5, 3e5][:n],
-                         "efficiency_pct": [40.0, np.nan, 80.0][:n]})
+    return pd.DataFrame(
+        {
+            "run": [f"r{i}" for i in range(n)],
+            "strategy": ["naive", "overlap", "bucketed"][:n],
+            "bucket_mb": [25.0] * n,
+            "world_size": [2] * n,
+            "step_ns": [3e6, 2e6, 1.5e6][:n],
+            "exposed_comm_ns": [1e6, 4e5, 2e5][:n],
+            "comm_tail_ns": [1e6, 5e5, 3e5][:n],
+            "efficiency_pct": [40.0, np.nan, 80.0][:n],
+        }
+    )
 
 
 def test_strategy_bars_four_panels_gaps_not_zeros():
@@ -246,16 +288,27 @@ def test_strategy_bars_four_panels_gaps_not_zeros():
     assert len(fig.data) == 4
     assert list(fig.data[0].x) == ["naive ×2", "overlap ×2", "bucketed 25 MiB ×2"]
     assert list(fig.data[0].y) == [3.0, 2.0, 1.5]
-    assert fig.data[3].y[1] is None               # no 1-GPU baseline: a gap, not 0
+    assert fig.data[3].y[1] is None  # no 1-GPU baseline: a gap, not 0
     assert "H100" in fig.layout.title.text
 
 
 def test_overlap_picture_rows_per_run():
-    k = pd.DataFrame({"run": ["naive", "naive", "bucketed"], "kind": ["compute", "nccl", "nccl"],
-                      "name": ["g", "n", "<b>x</b>"], "start_ns": [0, 100, 50], "end_ns": [90, 200, 60]})
+    k = pd.DataFrame(
+        {
+            "run": ["naive", "naive", "bucketed"],
+            "kind": ["compute", "nccl", "nccl"],
+            "name": ["g", "n", "<b>x</b>"],
+            "start_ns": [0, 100, 50],
+            "end_ns": [90, 200, 60],
+        }
+    )
     fig = overlap_picture(k, source=SRC)
-    assert list(fig.layout.yaxis.ticktext) == ["naive · compute", "naive · comm", "bucketed · compute",
-                                              "bucketed · comm"]
+    assert list(fig.layout.yaxis.ticktext) == [
+        "naive · compute",
+        "naive · comm",
+        "bucketed · compute",
+        "bucketed · comm",
+    ]
     assert list(fig.data[1].y) == [1, 3] and fig.data[1].hovertext[1] == "&lt;b&gt;x&lt;/b&gt;"
     assert fig.layout.xaxis.title.text == "time since step start (ms)"
 
@@ -263,8 +316,15 @@ def test_overlap_picture_rows_per_run():
 def test_overlap_picture_hatches_memset_as_the_timeline_does():
     # memcpy and memset share the copy colour: the memset bars (and so their legend swatch) carry the
     # timeline's hatching, palette.MEMSET_PATTERN, and memcpy none
-    k = pd.DataFrame({"run": ["naive"] * 3, "kind": ["compute", "memcpy", "memset"], "name": ["g", "c", "s"],
-                      "start_ns": [0, 100, 200], "end_ns": [90, 150, 250]})
+    k = pd.DataFrame(
+        {
+            "run": ["naive"] * 3,
+            "kind": ["compute", "memcpy", "memset"],
+            "name": ["g", "c", "s"],
+            "start_ns": [0, 100, 200],
+            "end_ns": [90, 150, 250],
+        }
+    )
     fig = overlap_picture(k, source=SRC)
     by = {tr.name: tr for tr in fig.data}
     assert by["memcpy"].marker.color == by["memset"].marker.color == palette.COPY
@@ -277,15 +337,22 @@ def test_bucket_sweep_marks_model_and_optimum():
     comp = _comparison(3).assign(bucket_mb=[1.0, 25.0, 100.0])
     model = pd.DataFrame({"bucket_mb": [1.0, 10.0, 100.0], "predicted_ns": [5e5, 2e5, 4e5]})
     fig = bucket_sweep_figure(comp, model, 12.5, source=SRC)
-    assert [tr.name for tr in fig.data] == ["bucketed: time per step", "bucketed: comm tail",
-                                           "bucketed: exposed comm", "model n_b·o + s/(n_b·w)", "b* = 12.5 MiB"]
+    assert [tr.name for tr in fig.data] == [
+        "bucketed: time per step",
+        "bucketed: comm tail",
+        "bucketed: exposed comm",
+        "model n_b·o + s/(n_b·w)",
+        "b* = 12.5 MiB",
+    ]
     assert list(fig.data[3].x) == [1.0, 10.0, 100.0] and list(fig.data[3].y) == [0.5, 0.2, 0.4]  # ms
     assert fig.layout.xaxis.type == "log" and fig.layout.xaxis.title.text == "bucket cap (MiB, log scale)"
     assert list(fig.layout.xaxis.ticktext) == ["1", "25", "100"]
     # b* is a vertical line trace at 12.5 MiB in data units, spanning the right panel's values (no shape)
     star = fig.data[4]
     assert list(star.x) == [12.5, 12.5] and star.xaxis == "x2" and not fig.layout.shapes
-    assert min(star.y) == pytest.approx(0.2) and max(star.y) == pytest.approx(max(max(fig.data[1].y), max(fig.data[2].y), 0.5))
+    assert min(star.y) == pytest.approx(0.2) and max(star.y) == pytest.approx(
+        max(max(fig.data[1].y), max(fig.data[2].y), 0.5)
+    )
     assert len(bucket_sweep_figure(comp, None, None).data) == 3  # measured series only, no model
 
 
@@ -309,7 +376,9 @@ def test_alpha_beta_draws_many_collectives_with_webgl_keeping_every_point():
     many = pd.concat([a.collectives] * (GL_POINTS // len(a.collectives) + 1), ignore_index=True)
     small, big = (alpha_beta_figure(c, a.cost_model, source=SRC) for c in (a.collectives, many))
     assert small.data[0].type == "scatter" and big.data[0].type == "scattergl"
-    assert len(big.data[0].x) == len(many) > GL_POINTS and big.data[1].type == "scatter"  # the fit stays a line
+    assert (
+        len(big.data[0].x) == len(many) > GL_POINTS and big.data[1].type == "scatter"
+    )  # the fit stays a line
 
 
 def test_page_encoding_keeps_every_kernel_exactly():
@@ -324,9 +393,16 @@ def test_page_encoding_keeps_every_kernel_exactly():
     page = encode_for_page(data)
     assert all(isinstance(tr["s"], str) for st in page["steps"] for tr in st["tracks"])
     assert decode_page_data(page) == data
-    assert pack_column([0, 65535])[0] == "h" and pack_column([-1, 70_000])[0] == "i" and pack_column([2**31, 5])[0] == "f"
+    assert (
+        pack_column([0, 65535])[0] == "h"
+        and pack_column([-1, 70_000])[0] == "i"
+        and pack_column([2**31, 5])[0] == "f"
+    )
     big = [2**40 + 3, -7]  # a delta over int32 (a gap of 18 minutes) stays exact
-    assert decode_page_data({"steps": [{"tracks": [{"s": pack_column(big)}]}]})["steps"][0]["tracks"][0]["s"] == big
+    assert (
+        decode_page_data({"steps": [{"tracks": [{"s": pack_column(big)}]}]})["steps"][0]["tracks"][0]["s"]
+        == big
+    )
     assert len(base64.b64decode(pack_column(range(10))[2:])) == 20  # 2 bytes per value
 
 
@@ -343,6 +419,16 @@ def test_alpha_beta_message_sizes_read_in_binary_units():
     assert min(ax.tickvals) <= min(xs) and max(ax.tickvals) >= max(xs)
     assert all(txt.endswith(("B", "KiB", "MiB", "GiB")) for txt in ax.ticktext)
     assert size_ticks([6 * 2**10, 3 * 2**30])["ticktext"] == [
-        "4.0 KiB", "16.0 KiB", "64.0 KiB", "256.0 KiB", "1.0 MiB", "4.0 MiB", "16.0 MiB", "64.0 MiB", "256.0 MiB",
-        "1.0 GiB", "4.0 GiB"]
+        "4.0 KiB",
+        "16.0 KiB",
+        "64.0 KiB",
+        "256.0 KiB",
+        "1.0 MiB",
+        "4.0 MiB",
+        "16.0 MiB",
+        "64.0 MiB",
+        "256.0 MiB",
+        "1.0 GiB",
+        "4.0 GiB",
+    ]
     assert size_ticks([]) == {}

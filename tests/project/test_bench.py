@@ -24,10 +24,37 @@ def bench(tmp_path_factory):
     runs.mkdir(parents=True)
     synth_ddp_run(runs / "tiny_run.sqlite")
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--sizes", "0.02M", "--ranks", "2", "--repeat", "1", "--jobs", "2",
-         "--per-rank-size", "0.01M", "--render-size", "0.02M", "--replica", "", "--sweep", "", "--data", str(data),
-         "--out", str(out), "--report", str(runs.parent)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--sizes",
+            "0.02M",
+            "--ranks",
+            "2",
+            "--repeat",
+            "1",
+            "--jobs",
+            "2",
+            "--per-rank-size",
+            "0.01M",
+            "--render-size",
+            "0.02M",
+            "--replica",
+            "",
+            "--sweep",
+            "",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--report",
+            str(runs.parent),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, out
 
@@ -61,13 +88,22 @@ def test_results_files_are_complete(bench):
     assert rep["pages"] >= 2 and rep["second_share"] == pytest.approx(rep["second_s"] / rep["first_s"])
     assert res["machine"]["cores"] >= 1 and res["command"].startswith("python benchmarks/bench_analyzer.py")
     md = (out / "RESULTS.md").read_text()
-    for text in ("## Targets", "## Performance", res["command"], f"{size['rows']:,}", "nsys", "Arrow floor",
-                 "second `ddp-profile report`"):
+    for text in (
+        "## Targets",
+        "## Performance",
+        res["command"],
+        f"{size['rows']:,}",
+        "nsys",
+        "Arrow floor",
+        "second `ddp-profile report`",
+    ):
         assert text in md, text
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Chromium not installed at /usr/bin/chromium")
+@pytest.mark.skipif(
+    not Path("/usr/bin/chromium").exists(), reason="Chromium not installed at /usr/bin/chromium"
+)
 def test_browser_row_measures_the_run_page_open_from_its_own_marks(tmp_path):
     """--browser's figure: navigation start → the timeline's first draw and the first idle task after load,
     read from the page's performance timeline (median of 3 opens); then the plotly figures below the fold,

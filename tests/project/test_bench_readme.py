@@ -26,8 +26,9 @@ def small_results() -> dict:
 
 
 def run(*args, cwd):
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          timeout=60, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60, cwd=cwd
+    )
 
 
 @pytest.fixture
@@ -67,8 +68,14 @@ def test_committed_results_md_is_what_the_json_renders(tmp_path):
     assert results_md.with_block(page, results_md.readme_block(res)) == page
 
 
-@pytest.mark.parametrize("body", ["no markers here\n", f"{results_md.END}\n{results_md.BEGIN}\n",
-                                  f"{results_md.BEGIN}\n{results_md.BEGIN}\n{results_md.END}\n"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "no markers here\n",
+        f"{results_md.END}\n{results_md.BEGIN}\n",
+        f"{results_md.BEGIN}\n{results_md.BEGIN}\n{results_md.END}\n",
+    ],
+)
 def test_readme_without_one_pair_of_markers_is_refused_in_one_line(setup, body):
     _, readme, tmp = setup
     readme.write_text(BEFORE + body)

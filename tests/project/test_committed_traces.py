@@ -19,8 +19,13 @@ TRACES = Path(__file__).resolve().parents[2] / "traces"
 FOREIGN = TRACES / "foreign"
 # The what-if ledger (scripts/whatif/): one folder per (rule, job), its ledger.json and the baseline's export
 WHATIF = TRACES / "whatif"
-RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")  # one file for all ranks, or one per rank
-               if FOREIGN not in p.parents and WHATIF not in p.parents})
+RUNS = sorted(
+    {
+        p.parent
+        for p in TRACES.rglob("*.sqlite.xz")  # one file for all ranks, or one per rank
+        if FOREIGN not in p.parents and WHATIF not in p.parents
+    }
+)
 FOREIGN_RUNS = sorted({p.parent for p in FOREIGN.rglob("*.sqlite.xz")})
 LEDGERS = sorted(WHATIF.glob("*/ledger.json"))
 
@@ -33,11 +38,23 @@ def _raw(path: Path) -> sqlite3.Connection:
 
 def test_trace_set_is_complete():
     names = {p.name for p in RUNS}
-    for strategy in ["none", "naive", "flat", "overlap", "bucketed-1mb", "bucketed-10mb", "bucketed-25mb",
-                     "bucketed-100mb", "bucketed-1000mb", "torch_ddp-25mb"]:
+    for strategy in [
+        "none",
+        "naive",
+        "flat",
+        "overlap",
+        "bucketed-1mb",
+        "bucketed-10mb",
+        "bucketed-25mb",
+        "bucketed-100mb",
+        "bucketed-1000mb",
+        "torch_ddp-25mb",
+    ]:
         world = 1 if strategy == "none" else 2
         assert any(n.startswith(f"{strategy}_xl_fp32_{world}x") for n in names), f"set A lacks {strategy}"
-        assert any(n.startswith(f"{strategy}_small_fp32_{world}x") for n in names), f"small set lacks {strategy}"
+        assert any(n.startswith(f"{strategy}_small_fp32_{world}x") for n in names), (
+            f"small set lacks {strategy}"
+        )
     for strategy in ["none", "naive", "overlap", "bucketed-25mb", "bucketed-100mb", "torch_ddp-25mb"]:
         assert any(n.startswith(f"{strategy}_xl_bf16_") for n in names), f"set B lacks {strategy}"
     total = sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file())
@@ -80,7 +97,9 @@ def _assert_scrubbed(export: Path) -> None:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "DDP_PROFILE_SCRUB" in tables
     if "META_DATA_CAPTURE" in tables:
-        assert con.execute("SELECT count(*) FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").fetchone()[0] == 0
+        assert (
+            con.execute("SELECT count(*) FROM META_DATA_CAPTURE WHERE name LIKE '%ENV%'").fetchone()[0] == 0
+        )
     for table in ("TARGET_INFO_SYSTEM_ENV", "ProcessStreams"):
         if table in tables:
             assert con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0] == 0

@@ -125,7 +125,12 @@ def test_tests_are_grouped_by_layer_and_every_cited_test_file_exists():
     assert folders <= TEST_FOLDERS, f"unknown test folders: {folders - TEST_FOLDERS}"
     names = [p.name for p in files]
     assert len(names) == len(set(names)), "two test files share a basename"
-    cited_in = [ROOT / "README.md", *DOCS, *(ROOT / "ddp_profile").rglob("*.py"), *(ROOT / "scripts").rglob("*.sh")]
+    cited_in = [
+        ROOT / "README.md",
+        *DOCS,
+        *(ROOT / "ddp_profile").rglob("*.py"),
+        *(ROOT / "scripts").rglob("*.sh"),
+    ]
     missing = set()
     for path in cited_in:
         for cited in re.findall(r"tests/[\w/]+\.py", path.read_text(encoding="utf-8")):

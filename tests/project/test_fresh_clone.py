@@ -19,7 +19,9 @@ def tracked_report_files() -> list[str]:
 
 def test_committed_reports_folder_is_one_the_report_may_replace(tmp_path):
     files = tracked_report_files()
-    assert f"reports/{MARKER}" in files, "the report marker must be committed, or a fresh clone's report fails"
+    assert f"reports/{MARKER}" in files, (
+        "the report marker must be committed, or a fresh clone's report fails"
+    )
     out = tmp_path / "reports"
     out.mkdir()
     for rel in files:

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "ddp_profile"
-MAX_LINES = 500
+MAX_LINES = 750
+# Counted as `ruff format` writes the code (one argument per line once a call passes the line length), which
+# turned the 500 hand-wrapped lines this cap allowed into up to 737; the modules did not grow.
 
 
 def _module_name(path: Path) -> str:
@@ -70,13 +72,31 @@ def _in(name: str, layer: str) -> bool:
 
 FORBIDDEN = [
     # (layer of the importer, layers it must not import, why)
-    ("analysis", ("nsys", "plots", "report", "harness", "commands", "cli"), "analysis opens no file and draws nothing"),
-    ("nsys", ("analysis", "plots", "report", "harness", "commands", "cli"), "the reader knows nothing above it"),
-    ("plots", ("analysis", "nsys", "report", "harness", "commands", "cli"), "plots take frames, return figures"),
-    ("harness", ("analysis", "nsys", "plots", "report", "commands", "cli", "schema", "trace", "intervals", "memory"),
-     "the harness runs on GPU machines without the reporting stack"),
-    ("report", ("commands", "cli", "harness", "findings"),
-     "the report is a library; the CLI sits above it, the findings beside it (added through build_report's extras)"),
+    (
+        "analysis",
+        ("nsys", "plots", "report", "harness", "commands", "cli"),
+        "analysis opens no file and draws nothing",
+    ),
+    (
+        "nsys",
+        ("analysis", "plots", "report", "harness", "commands", "cli"),
+        "the reader knows nothing above it",
+    ),
+    (
+        "plots",
+        ("analysis", "nsys", "report", "harness", "commands", "cli"),
+        "plots take frames, return figures",
+    ),
+    (
+        "harness",
+        ("analysis", "nsys", "plots", "report", "commands", "cli", "schema", "trace", "intervals", "memory"),
+        "the harness runs on GPU machines without the reporting stack",
+    ),
+    (
+        "report",
+        ("commands", "cli", "harness", "findings"),
+        "the report is a library; the CLI sits above it, the findings beside it (added through build_report's extras)",
+    ),
     ("findings", ("commands", "cli", "harness"), "the findings are a library; the CLI sits above them"),
 ]
 
@@ -94,41 +114,84 @@ def test_no_forbidden_imports_between_layers():
 
 
 def test_only_the_cli_imports_commands():
-    bad = [f"{name}:{line} imports {t}" for name in MODULES if not (_in(name, "commands") or name == "ddp_profile.cli")
-           for t, line in _targets(name) if _in(t, "commands")]
+    bad = [
+        f"{name}:{line} imports {t}"
+        for name in MODULES
+        if not (_in(name, "commands") or name == "ddp_profile.cli")
+        for t, line in _targets(name)
+        if _in(t, "commands")
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_harness_imports_no_data_stack():
-    bad = [f"{name}:{line} imports {mod}" for name in MODULES if _in(name, "harness")
-           for mod, _, line in IMPORTS[name] if mod.split(".")[0] in {"pandas", "numpy", "plotly", "sqlite_utils"}]
+    bad = [
+        f"{name}:{line} imports {mod}"
+        for name in MODULES
+        if _in(name, "harness")
+        for mod, _, line in IMPORTS[name]
+        if mod.split(".")[0] in {"pandas", "numpy", "plotly", "sqlite_utils"}
+    ]
     assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("name", ["ddp_profile.nsys.scrub", "ddp_profile.nsys.rawio", "ddp_profile.errors", "ddp_profile.safeio",
-                                  "ddp_profile.nsys.progress", "ddp_profile.nvtx_names", "ddp_profile.nsys.secrets",
-                                  "ddp_profile.nsys.names", "ddp_profile.activity_names"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ddp_profile.nsys.scrub",
+        "ddp_profile.nsys.rawio",
+        "ddp_profile.errors",
+        "ddp_profile.safeio",
+        "ddp_profile.nsys.progress",
+        "ddp_profile.nvtx_names",
+        "ddp_profile.nsys.secrets",
+        "ddp_profile.nsys.names",
+        "ddp_profile.activity_names",
+    ],
+)
 def test_stdlib_only_modules(name):
     """The scrubber runs on GPU machines before anything is committed; the error family, atomic writes and the
     NVTX names are shared with the harness, which has no numpy or pandas there."""
     allowed = set(sys.stdlib_module_names) | {"__future__"}
-    ours = {"ddp_profile.errors", "ddp_profile.safeio", "ddp_profile.nsys.rawio", "ddp_profile.nsys.secrets",
-            "ddp_profile.nvtx_names", "ddp_profile.nsys.names", "ddp_profile.activity_names", "ddp_profile",
-            "ddp_profile.nsys"}
-    bad = [f"{name}:{line} imports {mod}" for mod, _, line in IMPORTS[name]
-           if mod.split(".")[0] not in allowed and mod not in ours]
+    ours = {
+        "ddp_profile.errors",
+        "ddp_profile.safeio",
+        "ddp_profile.nsys.rawio",
+        "ddp_profile.nsys.secrets",
+        "ddp_profile.nvtx_names",
+        "ddp_profile.nsys.names",
+        "ddp_profile.activity_names",
+        "ddp_profile",
+        "ddp_profile.nsys",
+    }
+    bad = [
+        f"{name}:{line} imports {mod}"
+        for mod, _, line in IMPORTS[name]
+        if mod.split(".")[0] not in allowed and mod not in ours
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_findings_never_use_the_report_face_or_its_entry():
-    bad = [f"{name}:{line} imports {t}" for name in MODULES if _in(name, "findings")
-           for t, line in _targets(name) if t in ("ddp_profile.report", "ddp_profile.report.build")]
+    bad = [
+        f"{name}:{line} imports {t}"
+        for name in MODULES
+        if _in(name, "findings")
+        for t, line in _targets(name)
+        if t in ("ddp_profile.report", "ddp_profile.report.build")
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_no_private_name_imported_across_modules():
-    bad = [f"{name}:{line} imports {n} from {mod}" for name in MODULES for mod, names, line in IMPORTS[name]
-           if mod.startswith("ddp_profile") for n in names if n.startswith("_") and not n.startswith("__")]
+    bad = [
+        f"{name}:{line} imports {n} from {mod}"
+        for name in MODULES
+        for mod, names, line in IMPORTS[name]
+        if mod.startswith("ddp_profile")
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -180,7 +243,9 @@ def test_the_cycle_finder_finds_a_planted_circle(monkeypatch):
 
 
 def test_modules_fit_in_one_sitting():
-    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
@@ -195,15 +260,38 @@ def test_modules_fit_in_one_sitting():
 # - ground: helpers every layer shares (kernel arrays, kernel naming and kind codes, projection, cost model),
 #   with the top-level ``schema``, ``intervals``, ``memory``, ``fmt``, ``errors`` and the names modules.
 ANALYSIS_LAYERS = {
-    "__init__": "face", "result": "result", "pipeline": "conductor", "answers": "conductor", "notes": "conductor",
-    "straggler": "answer", "critical_path": "answer", "verdict": "answer", "recommend": "answer",
-    "channel_model": "answer", "kernel_families": "answer", "compare": "answer",
-    "overlap": "measure", "collectives": "measure", "comm_kinds": "measure", "contention": "measure",
-    "contention_rows": "measure", "after_backward": "measure", "launches": "measure", "host_calls": "measure",
-    "steps": "measure", "kernel_diff": "measure",
-    "windows": "boundary", "infer": "boundary", "cycles": "boundary", "identity": "boundary",
-    "clocks": "boundary", "unknowns": "boundary",
-    "kernel_arrays": "ground", "kernel_groups": "ground", "projection": "ground", "costmodel": "ground",
+    "__init__": "face",
+    "result": "result",
+    "pipeline": "conductor",
+    "answers": "conductor",
+    "notes": "conductor",
+    "straggler": "answer",
+    "critical_path": "answer",
+    "verdict": "answer",
+    "recommend": "answer",
+    "channel_model": "answer",
+    "kernel_families": "answer",
+    "compare": "answer",
+    "overlap": "measure",
+    "collectives": "measure",
+    "comm_kinds": "measure",
+    "contention": "measure",
+    "contention_rows": "measure",
+    "after_backward": "measure",
+    "launches": "measure",
+    "host_calls": "measure",
+    "steps": "measure",
+    "kernel_diff": "measure",
+    "windows": "boundary",
+    "infer": "boundary",
+    "cycles": "boundary",
+    "identity": "boundary",
+    "clocks": "boundary",
+    "unknowns": "boundary",
+    "kernel_arrays": "ground",
+    "kernel_groups": "ground",
+    "projection": "ground",
+    "costmodel": "ground",
     "gains": "ground",
 }
 MAY_IMPORT = {  # layer -> the layers of analysis/ its modules may import (the top-level ground always)
@@ -220,8 +308,16 @@ SAME_PASS = {
     ("steps", "comm_kinds", "the per-kind rows are cut from the step table's own interval sets, in its pass"),
     ("contention", "contention_rows", "the per-row classification of the contention table, split for size"),
 }
-TOP_GROUND = {"ddp_profile.schema", "ddp_profile.intervals", "ddp_profile.memory", "ddp_profile.fmt",
-              "ddp_profile.errors", "ddp_profile.nvtx_names", "ddp_profile.activity_names", "ddp_profile"}
+TOP_GROUND = {
+    "ddp_profile.schema",
+    "ddp_profile.intervals",
+    "ddp_profile.memory",
+    "ddp_profile.fmt",
+    "ddp_profile.errors",
+    "ddp_profile.nvtx_names",
+    "ddp_profile.activity_names",
+    "ddp_profile",
+}
 
 
 def _analysis_module(name: str) -> str | None:
@@ -253,7 +349,7 @@ def _layer_violations(layers: dict, imports) -> list[str]:
 
 def test_every_analysis_module_has_a_layer():
     names = {m for n in MODULES if (m := _analysis_module(n)) is not None}
-    assert names == set(ANALYSIS_LAYERS), (names ^ set(ANALYSIS_LAYERS))
+    assert names == set(ANALYSIS_LAYERS), names ^ set(ANALYSIS_LAYERS)
 
 
 def test_analysis_layers():
@@ -265,9 +361,14 @@ def test_analysis_layers():
 
 def test_layer_check_finds_a_measure_reading_a_sibling():
     """The check above can fail: a measure importing another measure, or an answer's helper, is reported."""
-    planted = {"ddp_profile.analysis.overlap": [("ddp_profile.analysis.collectives", 1),
-                                                ("ddp_profile.analysis.recommend", 2),
-                                                ("ddp_profile.analysis.kernel_arrays", 3)]}
+    planted = {
+        "ddp_profile.analysis.overlap": [
+            ("ddp_profile.analysis.collectives", 1),
+            ("ddp_profile.analysis.recommend", 2),
+            ("ddp_profile.analysis.kernel_arrays", 3),
+        ]
+    }
     assert _layer_violations(ANALYSIS_LAYERS, planted) == [
         "ddp_profile.analysis.overlap:1 (measure) imports ddp_profile.analysis.collectives (measure)",
-        "ddp_profile.analysis.overlap:2 (measure) imports ddp_profile.analysis.recommend (answer)"]
+        "ddp_profile.analysis.overlap:2 (measure) imports ddp_profile.analysis.recommend (answer)",
+    ]

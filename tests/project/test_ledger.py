@@ -13,18 +13,30 @@ from ddp_profile import ledger
 from ddp_profile.report.answer_text import advice_numbers, ledger_text
 
 ROOT = Path(__file__).resolve().parents[2]
-ACCUM = "traces/foreign/gpt-accum/gpt-accum.sqlite.xz"  # rank 0 syncs on loss.item() every step: a host straggler
+ACCUM = (
+    "traces/foreign/gpt-accum/gpt-accum.sqlite.xz"  # rank 0 syncs on loss.item() every step: a host straggler
+)
 
 
 def _write(folder: Path, **over) -> Path:
     """A ledger.json in ``folder``: five interleaved repeats per variant (baseline ~50 ms, changed ~35 ms)."""
-    data = {"rule": "straggler-host", "job": "gpt-accum", "change": "no loss.item() on rank 0",
-            "command_baseline": "torchrun ... --item rank0", "command_changed": "torchrun ... --item none",
-            "world_size": 2, "gpu_name": "NVIDIA H200", "protocol": "5 interleaved repeats", "profiled": ACCUM,
-            "profiled_truth_step_ms": [[50.0, 51.0], [50.0, 50.5]],
-            "repeats": [{"order": 2 * i + j, "variant": v, "step_ms": [m + d for d in (-0.5, 0.0, 0.5)]}
-                        for i in range(5) for j, (v, m) in enumerate((("baseline", 50.0 + 0.1 * i),
-                                                                      ("changed", 35.0 + 0.1 * i)))]}
+    data = {
+        "rule": "straggler-host",
+        "job": "gpt-accum",
+        "change": "no loss.item() on rank 0",
+        "command_baseline": "torchrun ... --item rank0",
+        "command_changed": "torchrun ... --item none",
+        "world_size": 2,
+        "gpu_name": "NVIDIA H200",
+        "protocol": "5 interleaved repeats",
+        "profiled": ACCUM,
+        "profiled_truth_step_ms": [[50.0, 51.0], [50.0, 50.5]],
+        "repeats": [
+            {"order": 2 * i + j, "variant": v, "step_ms": [m + d for d in (-0.5, 0.0, 0.5)]}
+            for i in range(5)
+            for j, (v, m) in enumerate((("baseline", 50.0 + 0.1 * i), ("changed", 35.0 + 0.1 * i)))
+        ],
+    }
     data.update(over)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "ledger.json").write_text(json.dumps(data))
@@ -34,32 +46,43 @@ def _write(folder: Path, **over) -> Path:
 def test_realized_gain_is_the_difference_of_repeat_medians_with_an_interval_around_it():
     # baseline repeat medians 11 and 12 -> 12 (the harness's upper median); changed 9 and 8 -> 9: gain 3 ms.
     # Every bootstrap draw takes medians from {11, 12} and {8, 9}: the interval lies within [2, 4] and holds 3.
-    gain, lo, hi = ledger.realized_ms({"baseline": [[10, 11, 12], [10, 12, 14]], "changed": [[8, 9, 10], [7, 8, 9]]})
+    gain, lo, hi = ledger.realized_ms(
+        {"baseline": [[10, 11, 12], [10, 12, 14]], "changed": [[8, 9, 10], [7, 8, 9]]}
+    )
     assert gain == 3.0 and 2.0 <= lo <= 3.0 <= hi <= 4.0
     same = ledger.realized_ms({"baseline": [[5.0]] * 3, "changed": [[5.0]] * 3})
     assert same == (0.0, 0.0, 0.0)
 
 
-@pytest.mark.parametrize(("pred_ms", "real_ms", "ok"), [
-    (3.6, 3.0, True),    # 0.6 ms off: under 25 % of 3 ms (0.75)
-    (4.0, 3.0, False),   # 1.0 ms off: over both 0.75 and 0.5 ms
-    (0.6, 0.2, True),    # 0.4 ms off: under the 0.5 ms floor
-    (1.0, 0.2, False),   # 0.8 ms off
-    (12.0, 10.0, True),  # 2.0 ms off: under 25 % of 10 ms (2.5)
-])
+@pytest.mark.parametrize(
+    ("pred_ms", "real_ms", "ok"),
+    [
+        (3.6, 3.0, True),  # 0.6 ms off: under 25 % of 3 ms (0.75)
+        (4.0, 3.0, False),  # 1.0 ms off: over both 0.75 and 0.5 ms
+        (0.6, 0.2, True),  # 0.4 ms off: under the 0.5 ms floor
+        (1.0, 0.2, False),  # 0.8 ms off
+        (12.0, 10.0, True),  # 2.0 ms off: under 25 % of 10 ms (2.5)
+    ],
+)
 def test_tolerance_is_a_quarter_of_the_realized_gain_or_half_a_millisecond(pred_ms, real_ms, ok):
     assert ledger.within(pred_ms * 1e6, real_ms * 1e6) is ok
 
 
-@pytest.mark.parametrize(("over", "needle"), [
-    ({"rule": "faster"}, "rule 'faster' is not one of"),
-    ({"repeats": [{"order": 0, "variant": "baseline", "step_ms": [1.0]}]}, "needs repeats of both variants"),
-    ({"repeats": [{"order": 0, "variant": "other", "step_ms": [1.0]}]}, "repeats[0] has no variant"),
-    ({"profiled": "../../outside.sqlite"}, "field 'profiled'"),
-    ({"profiled": "/etc/passwd"}, "field 'profiled'"),
-    ({"world_size": "two"}, "field 'world_size'"),
-    ({"profiled_truth_step_ms": [[float("nan")]]}, "profiled_truth_step_ms"),
-])
+@pytest.mark.parametrize(
+    ("over", "needle"),
+    [
+        ({"rule": "faster"}, "rule 'faster' is not one of"),
+        (
+            {"repeats": [{"order": 0, "variant": "baseline", "step_ms": [1.0]}]},
+            "needs repeats of both variants",
+        ),
+        ({"repeats": [{"order": 0, "variant": "other", "step_ms": [1.0]}]}, "repeats[0] has no variant"),
+        ({"profiled": "../../outside.sqlite"}, "field 'profiled'"),
+        ({"profiled": "/etc/passwd"}, "field 'profiled'"),
+        ({"world_size": "two"}, "field 'world_size'"),
+        ({"profiled_truth_step_ms": [[float("nan")]]}, "profiled_truth_step_ms"),
+    ],
+)
 def test_a_wrong_ledger_is_one_error_naming_the_file_and_the_field(tmp_path, over, needle):
     folder = _write(tmp_path / "straggler-host--x", **over)
     with pytest.raises(ledger.LedgerError, match="ledger.json") as e:
@@ -74,7 +97,9 @@ def test_a_synthetic_pair_end_to_end(tmp_path):
     # under nsys: upper median of 50, 50, 50.5, 51 = 50.5; un-profiled: of the repeat medians 50.0 … 50.4 = 50.2
     assert ledger.overhead_pct(entry) == pytest.approx(100 * (50.5 / 50.2 - 1))
     row = ledger.evaluate(entry)
-    advice = {a["rule"]: a for a in ledger._analysis(entry.profiled, ledger.overhead_pct(entry)).verdict["advice"]}
+    advice = {
+        a["rule"]: a for a in ledger._analysis(entry.profiled, ledger.overhead_pct(entry)).verdict["advice"]
+    }
     assert row["advice"] == "straggler_host"
     assert row["predicted_ms"] == pytest.approx(advice["straggler_host"]["expected_gain_ns"] / 1e6)
     assert row["upper_ms"] == pytest.approx(advice["straggler_host"]["gain_upper_ns"] / 1e6)
@@ -82,16 +107,26 @@ def test_a_synthetic_pair_end_to_end(tmp_path):
     assert row["realized_low_ms"] <= 15.0 <= row["realized_high_ms"]
     assert row["within"] is ledger.within(row["predicted_ms"] * 1e6, row["realized_ms"] * 1e6)
     # a change that gained nothing: the same prediction now misses
-    _write(tmp_path / "straggler-host--gpt-accum", repeats=[
-        {"order": i, "variant": v, "step_ms": [50.0, 50.2]} for i, v in enumerate(["baseline", "changed"] * 5)])
+    _write(
+        tmp_path / "straggler-host--gpt-accum",
+        repeats=[
+            {"order": i, "variant": v, "step_ms": [50.0, 50.2]}
+            for i, v in enumerate(["baseline", "changed"] * 5)
+        ],
+    )
     flat = ledger.evaluate(ledger.read_entry(tmp_path / "straggler-host--gpt-accum"))
     assert flat["realized_ms"] == 0.0 and flat["within"] is (flat["predicted_ms"] <= 0.5)
     page, summary = ledger.outputs(tmp_path)
     assert "| `straggler-host--gpt-accum` | no loss.item() on rank 0 | straggler_host |" in page
     rules = json.loads(summary)["rules"]
-    assert rules == {"straggler_host": {"pairs": 1, "within": int(flat["within"]),
-                                        "worst_miss_ms": round(abs(flat["predicted_ms"]), 3),
-                                        "worst_miss_pct": 0.0}}
+    assert rules == {
+        "straggler_host": {
+            "pairs": 1,
+            "within": int(flat["within"]),
+            "worst_miss_ms": round(abs(flat["predicted_ms"]), 3),
+            "worst_miss_pct": 0.0,
+        }
+    }
 
 
 @pytest.mark.slow  # analyses every committed what-if export once (~1-2 min on two cores)
@@ -103,17 +138,23 @@ def test_the_committed_ledger_page_and_summary_are_what_the_committed_folders_gi
 
 KNOWN_WRONG = {  # ledger rule id -> why its prediction misses (the rule is being reworked or its lever dropped)
     "host-sync": "host_sync reads the time blocked in sync calls, not the GPU idle a sync opens once it returns: "
-                 "an every-step loss.item() gets no host_sync advice",
+    "an every-step loss.item() gets no host_sync advice",
     "launch-bound": "the model closes every launch gap, but torch.compile(mode='reduce-overhead') graphs forward and "
-                    "backward only: the optimizer's and DDP's launches stay",
+    "backward only: the optimizer's and DDP's launches stay",
     "contention": "the model gives compute its alone speed back with NCCL unchanged; the NCCL CTA cap the ledger "
-                  "applied slowed the collectives more than compute gained",
+    "applied slowed the collectives more than compute gained",
     "optimizer-shard": "the ledger applied plain ZeroRedundancyOptimizer, whose broadcast after the step the rule "
-                       "itself says is exposed; the advised update with the gather hidden is not in the ledger",
+    "itself says is exposed; the advised update with the gather hidden is not in the ledger",
 }
-PAIRS = [pytest.param(e.folder.name, marks=pytest.mark.xfail(
-    reason=KNOWN_WRONG.get(e.folder.name) or KNOWN_WRONG[e.rule], strict=True))
-         if e.folder.name in KNOWN_WRONG or e.rule in KNOWN_WRONG else e.folder.name for e in ledger.entries()]
+PAIRS = [
+    pytest.param(
+        e.folder.name,
+        marks=pytest.mark.xfail(reason=KNOWN_WRONG.get(e.folder.name) or KNOWN_WRONG[e.rule], strict=True),
+    )
+    if e.folder.name in KNOWN_WRONG or e.rule in KNOWN_WRONG
+    else e.folder.name
+    for e in ledger.entries()
+]
 
 
 @pytest.mark.slow  # the analyses are shared with the test above (one per export per process)
@@ -126,24 +167,39 @@ def test_every_ledger_prediction_is_within_tolerance_of_its_realized_gain(pair):
 def test_advice_lines_say_how_the_rule_fared_in_the_ledger(monkeypatch):
     from ddp_profile.report import answer_text
 
-    monkeypatch.setattr(answer_text, "_ledger_rules", lambda: {
-        "host_sync": {"pairs": 2, "within": 2, "worst_miss_pct": 12.0, "worst_miss_ms": 0.3},
-        "launch_bound": {"pairs": 3, "within": 1, "worst_miss_pct": 80.0, "worst_miss_ms": 4.0}})
+    monkeypatch.setattr(
+        answer_text,
+        "_ledger_rules",
+        lambda: {
+            "host_sync": {"pairs": 2, "within": 2, "worst_miss_pct": 12.0, "worst_miss_ms": 0.3},
+            "launch_bound": {"pairs": 3, "within": 1, "worst_miss_pct": 80.0, "worst_miss_ms": 4.0},
+        },
+    )
     assert ledger_text("host_sync") == "ledger: confirmed within 12.0 % on 2 jobs"
     assert ledger_text("launch_bound") == "ledger: within tolerance on 1 of 3 jobs (largest miss 4.000 ms)"
     assert ledger_text("comm_tail") == "ledger: no entry yet"
     rule = {"rule": "host_sync", "expected_gain_ns": 1.5e6, "gain_upper_ns": 2e6, "spread_ns": 1e5}
-    assert advice_numbers(rule) == ("expected 1.500 ms, ≤ 2.000 ms, spread 0.100 ms, "
-                                    "ledger: confirmed within 12.0 % on 2 jobs")
+    assert advice_numbers(rule) == (
+        "expected 1.500 ms, ≤ 2.000 ms, spread 0.100 ms, ledger: confirmed within 12.0 % on 2 jobs"
+    )
 
 
 def test_the_summary_counts_each_pair_under_the_rule_it_tests():
-    rows = [{"rule": "straggler-host", "advice": "straggler_host", "predicted_ms": 5.0, "realized_ms": 4.5,
-             "within": True},
-            {"rule": "balanced", "advice": None, "predicted_ms": 0.0, "realized_ms": 0.1, "within": True},
-            {"rule": "launch-bound", "advice": None, "predicted_ms": 0.0, "realized_ms": 6.0, "within": False}]
+    rows = [
+        {
+            "rule": "straggler-host",
+            "advice": "straggler_host",
+            "predicted_ms": 5.0,
+            "realized_ms": 4.5,
+            "within": True,
+        },
+        {"rule": "balanced", "advice": None, "predicted_ms": 0.0, "realized_ms": 0.1, "within": True},
+        {"rule": "launch-bound", "advice": None, "predicted_ms": 0.0, "realized_ms": 6.0, "within": False},
+    ]
     got = ledger.summary(rows)
     # balanced pairs never count as a straggler rule's record; a rule the tool did not advise keeps its name
-    assert got == {"balanced": {"pairs": 1, "within": 1, "worst_miss_ms": 0.1, "worst_miss_pct": 100.0},
-                   "launch_bound": {"pairs": 1, "within": 0, "worst_miss_ms": 6.0, "worst_miss_pct": 100.0},
-                   "straggler_host": {"pairs": 1, "within": 1, "worst_miss_ms": 0.5, "worst_miss_pct": 11.1}}
+    assert got == {
+        "balanced": {"pairs": 1, "within": 1, "worst_miss_ms": 0.1, "worst_miss_pct": 100.0},
+        "launch_bound": {"pairs": 1, "within": 0, "worst_miss_ms": 6.0, "worst_miss_pct": 100.0},
+        "straggler_host": {"pairs": 1, "within": 1, "worst_miss_ms": 0.5, "worst_miss_pct": 11.1},
+    }

@@ -50,11 +50,13 @@ json.dump(mine, open(sys.argv[1], "w"))' "$out.json" "$FAKE_NSYS_RUN_JSON"
     done
     cp "$FAKE_NSYS_SQLITE" "$out" ;;
 esac
-"""
+"""  # noqa: E501
 
 
 def bash(script: str, env: dict, cwd=ROOT):
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, cwd=cwd, timeout=180)
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, cwd=cwd, timeout=180
+    )
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.name for p in SCRIPTS])
@@ -69,7 +71,11 @@ def test_script_syntax_and_header(path):
 
 
 def _no_nsys_anywhere() -> bool:
-    patterns = ["/opt/nvidia/nsight-systems*/bin/nsys", "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"]
+    patterns = [
+        "/opt/nvidia/nsight-systems*/bin/nsys",
+        "/usr/local/cuda*/bin/nsys",
+        "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+    ]
     return shutil.which("nsys", path="/usr/bin:/bin") is None and not any(glob.glob(p) for p in patterns)
 
 
@@ -144,8 +150,13 @@ def test_profile_sh_end_to_end_with_a_standin_nsys(standin_env, tmp_path, per_ra
     profiled = (tmp_path / "nsys.log").read_text()
     # capture range and slim tracing options reached nsys; the NVLink-multicast variables were exported
     assert "ddp_profile.harness --strategy overlap" in profiled
-    for option in ("-t cuda,nvtx", "--sample=none", "--cpuctxsw=none", "--capture-range=cudaProfilerApi",
-                   "--capture-range-end=stop"):
+    for option in (
+        "-t cuda,nvtx",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+    ):
         assert option in profiled
     assert "NVLS=0 SYMM=1 SHMEM=1" in profiled
     assert profiled.count("ARGS ") == (1 if per_rank == "0" else 2)
@@ -155,14 +166,21 @@ def test_profile_sh_end_to_end_with_a_standin_nsys(standin_env, tmp_path, per_ra
 
 @pytest.mark.slow
 def test_profile_all_only_runs_the_matching_runs_of_a_set(standin_env, tmp_path):
-    env = {**standin_env, "SMALL_MODEL": "tiny", "SMALL_SEQ": "8", "SMALL_STEPS": "1", "INSPECT": "0",
-           "ONLY": "^none "}
+    env = {
+        **standin_env,
+        "SMALL_MODEL": "tiny",
+        "SMALL_SEQ": "8",
+        "SMALL_STEPS": "1",
+        "INSPECT": "0",
+        "ONLY": "^none ",
+    }
     env.pop("NSYS")
     proc = bash("scripts/profile_all.sh small", env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== campaign: 1 runs done, 0 skipped, 0 failed" in proc.stdout
     assert sorted(p.name for p in (tmp_path / "traces").iterdir() if not p.name.startswith(".")) == [
-        "none_tiny_fp32_1xcpu"]
+        "none_tiny_fp32_1xcpu"
+    ]
 
 
 CAMPAIGN_CONFIGS = """\
@@ -187,11 +205,19 @@ def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
     configs = tmp_path / "configs.txt"
     configs.write_text(CAMPAIGN_CONFIGS)
     out = tmp_path / "out"
-    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"),
-           "REPEATS": "2", "XL_PROF_S": "100000", "RDZV_PORT": "29531"}
+    env = {
+        **standin_env,
+        "OUT": str(out),
+        "CONFIGS": str(configs),
+        "KIT": str(tmp_path / "no-kit"),
+        "REPEATS": "2",
+        "XL_PROF_S": "100000",
+        "RDZV_PORT": "29531",
+    }
     env.pop("NSYS")
-    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=900)
+    proc = subprocess.run(
+        ["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 1, log  # the rejected line is a failure; the others still ran and were packed
     assert "3 done, 1 skipped, 1 failed" in log
@@ -200,15 +226,32 @@ def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
     assert "overlap" not in log.split("== campaign part 1")[1]  # part 2's line did not run
 
     assert sorted(p.name for p in out.iterdir()) == [
-        "T.tar", "foreign.tar", "logs-part1.tar.xz", "machine-part1.txt", "two-node.tar"]
+        "T.tar",
+        "foreign.tar",
+        "logs-part1.tar.xz",
+        "machine-part1.txt",
+        "two-node.tar",
+    ]
     run = two = "bucketed-25mb_tiny_fp32_2xcpu"
-    members = {name: sorted(tarfile.open(out / f"{name}.tar").getnames()) for name in ("T", "foreign", "two-node")}
-    assert members["T"] == [f"traces/campaign/T/{run}/{run}.json", f"traces/campaign/T/{run}/{run}.sqlite.xz",
-                            "traces/campaign/T/machine.txt"]
-    assert members["foreign"] == ["traces/foreign/machine.txt", "traces/foreign/plain-cuda/plain-cuda.sqlite.xz",
-                                  "traces/foreign/plain-cuda/program.json"]
-    assert members["two-node"] == [f"traces/two-node/{two}/{two}.json", f"traces/two-node/{two}/{two}_rank0.sqlite.xz",
-                                   f"traces/two-node/{two}/{two}_rank1.sqlite.xz", "traces/two-node/machine.txt"]
+    members = {
+        name: sorted(tarfile.open(out / f"{name}.tar").getnames()) for name in ("T", "foreign", "two-node")
+    }
+    assert members["T"] == [
+        f"traces/campaign/T/{run}/{run}.json",
+        f"traces/campaign/T/{run}/{run}.sqlite.xz",
+        "traces/campaign/T/machine.txt",
+    ]
+    assert members["foreign"] == [
+        "traces/foreign/machine.txt",
+        "traces/foreign/plain-cuda/plain-cuda.sqlite.xz",
+        "traces/foreign/plain-cuda/program.json",
+    ]
+    assert members["two-node"] == [
+        f"traces/two-node/{two}/{two}.json",
+        f"traces/two-node/{two}/{two}_rank0.sqlite.xz",
+        f"traces/two-node/{two}/{two}_rank1.sqlite.xz",
+        "traces/two-node/machine.txt",
+    ]
     with tarfile.open(out / "logs-part1.tar.xz") as tar:
         logs = tar.getnames()
     assert "traces/.logs/campaign-part1/summary.txt" in logs
@@ -218,16 +261,27 @@ def test_campaign_part_runs_its_lines_and_packs_them(standin_env, tmp_path):
     machine = (out / "machine-part1.txt").read_text()
     label = machine.split("host label ")[1].split()[0]
     assert label.startswith("campaign-cpu-host-") and socket.gethostname() not in machine
-    for set_name, folder, name in (("T", traces / "campaign" / "T" / run, run), ("two-node", traces / "two-node" / two, two)):
+    for set_name, folder, name in (
+        ("T", traces / "campaign" / "T" / run, run),
+        ("two-node", traces / "two-node" / two, two),
+    ):
         record = json.loads((folder / f"{name}.json").read_text())
-        repeats = sorted((traces / ".logs" / "campaign-part1" / "unprofiled" / set_name / name).glob("rep*/*.json"))
+        repeats = sorted(
+            (traces / ".logs" / "campaign-part1" / "unprofiled" / set_name / name).glob("rep*/*.json")
+        )
         assert len(repeats) == 2
-        assert record["unprofiled_repeat_medians_ms"] == [json.loads(p.read_text())["step_ms_median"] for p in repeats]
+        assert record["unprofiled_repeat_medians_ms"] == [
+            json.loads(p.read_text())["step_ms_median"] for p in repeats
+        ]
         assert record["host"] == label and record["unprofiled_repeats"] == 2
     assert json.loads((traces / "foreign" / "plain-cuda" / "program.json").read_text())["world_size"] == 2
     # the profiled runs went through the (stand-in) nsys with the campaign's options
     profiled = (tmp_path / "nsys.log").read_text()
-    assert "--sample=none --cpuctxsw=none" in profiled and "-t cuda -o" in profiled and "plain_loop.py" in profiled
+    assert (
+        "--sample=none --cpuctxsw=none" in profiled
+        and "-t cuda -o" in profiled
+        and "plain_loop.py" in profiled
+    )
     assert profiled.count("--capture-range=cudaProfilerApi") == 3  # harness line + one per two-node rank
     assert "NVLS=0 SYMM=1 SHMEM=1" in profiled
     lzma.decompress((traces / "campaign" / "T" / run / f"{run}.sqlite.xz").read_bytes())  # scrubbed, xz
@@ -251,18 +305,33 @@ def test_campaign_recommend_line_runs_what_the_tool_recommends(standin_env, tmp_
     import lzma
     import tarfile
 
-    source = ROOT / "traces" / "campaign" / "B" / "torch_ddp-25mb_xl_bf16_2xh200" / "torch_ddp-25mb_xl_bf16_2xh200.sqlite.xz"
+    source = (
+        ROOT
+        / "traces"
+        / "campaign"
+        / "B"
+        / "torch_ddp-25mb_xl_bf16_2xh200"
+        / "torch_ddp-25mb_xl_bf16_2xh200.sqlite.xz"
+    )
     export = tmp_path / "b.sqlite"
     export.write_bytes(lzma.decompress(source.read_bytes()))
     configs = tmp_path / "configs.txt"
     configs.write_text(RECOMMEND_CONFIGS)
     out = tmp_path / "out"
-    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"),
-           "REPEATS": "1", "FAKE_NSYS_SQLITE": str(export), "FAKE_NSYS_RUN_JSON": str(source.parent / f"{source.parent.name}.json"),
-           "FAKE_NSYS_RUN_JSON_FOR": "torch_ddp-25mb_tiny_fp32_2xcpu"}
+    env = {
+        **standin_env,
+        "OUT": str(out),
+        "CONFIGS": str(configs),
+        "KIT": str(tmp_path / "no-kit"),
+        "REPEATS": "1",
+        "FAKE_NSYS_SQLITE": str(export),
+        "FAKE_NSYS_RUN_JSON": str(source.parent / f"{source.parent.name}.json"),
+        "FAKE_NSYS_RUN_JSON_FOR": "torch_ddp-25mb_tiny_fp32_2xcpu",
+    }
     env.pop("NSYS")
-    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=900)
+    proc = subprocess.run(
+        ["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=900
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 1, log  # the @recommend of a run not profiled in this call failed; the rest ran
     assert "2 done, 0 skipped, 1 failed" in log, log
@@ -277,8 +346,13 @@ def test_campaign_recommend_line_runs_what_the_tool_recommends(standin_env, tmp_
     with tarfile.open(out / "R.tar") as tar:
         names = tar.getnames()
     for run in (stock, recommended):
-        assert f"traces/campaign/R/{run}/{run}.json" in names and f"traces/campaign/R/{run}/{run}.sqlite.xz" in names
-    record = json.loads((tmp_path / "traces" / "campaign" / "R" / recommended / f"{recommended}.json").read_text())
+        assert (
+            f"traces/campaign/R/{run}/{run}.json" in names
+            and f"traces/campaign/R/{run}/{run}.sqlite.xz" in names
+        )
+    record = json.loads(
+        (tmp_path / "traces" / "campaign" / "R" / recommended / f"{recommended}.json").read_text()
+    )
     assert record["unprofiled_repeats"] == 1  # timed like every other line
 
 
@@ -300,7 +374,9 @@ def test_campaign_config_list_is_well_formed():
             continue
         part, set_name, nproc, *what = words
         lines += 1
-        assert part.isdigit() and 1 <= int(part) <= 9 and nproc.isdigit() and int(nproc) in (1, 2, 4, 8) and what, raw
+        assert (
+            part.isdigit() and 1 <= int(part) <= 9 and nproc.isdigit() and int(nproc) in (1, 2, 4, 8) and what
+        ), raw
         if set_name == "foreign":
             assert "--" in what and (ROOT / "scripts" / "foreign" / what[what.index("--") + 1]).is_file(), raw
         elif set_name != "two-node":
@@ -312,12 +388,21 @@ def test_campaign_config_list_is_well_formed():
 def test_campaign_with_no_repeats_profiles_and_reports_no_failure(standin_env, tmp_path):
     """REPEATS=0 (set Q: profiled runs only) is not a failure of every line for want of un-profiled runs."""
     configs = tmp_path / "configs.txt"
-    configs.write_text("set Q --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2\n1 Q 2 bucketed --bucket-mb 25\n")
+    configs.write_text(
+        "set Q --model tiny --seq-len 8 --batch 2 --warmup 1 --steps 2\n1 Q 2 bucketed --bucket-mb 25\n"
+    )
     out = tmp_path / "out"
-    env = {**standin_env, "OUT": str(out), "CONFIGS": str(configs), "KIT": str(tmp_path / "no-kit"), "REPEATS": "0"}
+    env = {
+        **standin_env,
+        "OUT": str(out),
+        "CONFIGS": str(configs),
+        "KIT": str(tmp_path / "no-kit"),
+        "REPEATS": "0",
+    }
     env.pop("NSYS")
-    proc = subprocess.run(["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=600)
+    proc = subprocess.run(
+        ["bash", "scripts/campaign.sh", "1"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log
     assert "1 done, 0 skipped, 0 failed" in log and "no un-profiled run finished" not in log
@@ -332,7 +417,9 @@ def test_every_timing_configuration_list_parses(path):
     assert parse_configs(path.read_text(), path.name)
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "scripts").glob("campaign_configs_*.txt")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "scripts").glob("campaign_configs_*.txt")), ids=lambda p: p.name
+)
 def test_every_extra_campaign_list_parses(path):
     """Each extra campaign list: PART SET NPROC STRATEGY OPTIONS lines whose options (after the set's) the
     harness takes."""

@@ -11,8 +11,16 @@ from conftest import run_set, write_site
 from ddp_profile import report
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 # CI (.ci/run) sets DDP_PROFILE_REQUIRE_BROWSER=1: there a missing Chromium fails the tests instead of
@@ -20,8 +28,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 REQUIRE = os.environ.get("DDP_PROFILE_REQUIRE_BROWSER", "") not in ("", "0")
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not REQUIRE and not Path(CHROMIUM).exists(), reason=f"Chromium not installed at "
-                       f"{CHROMIUM} (apt-get install chromium; CI installs it)"),
+    pytest.mark.skipif(
+        not REQUIRE and not Path(CHROMIUM).exists(),
+        reason=f"Chromium not installed at {CHROMIUM} (apt-get install chromium; CI installs it)",
+    ),
 ]
 
 
@@ -48,8 +58,14 @@ def _open(browser, path: Path):
     problems = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))
-    page.on("request", lambda r: problems.append(f"remote request {r.url}")
-            if not r.url.startswith(("file:", "data:", "blob:")) else None)
+    page.on(
+        "request",
+        lambda r: (
+            problems.append(f"remote request {r.url}")
+            if not r.url.startswith(("file:", "data:", "blob:"))
+            else None
+        ),
+    )
     page.goto(path.as_uri())
     page.wait_for_load_state("load")
     return page, problems
@@ -97,7 +113,7 @@ def test_every_page_loads_and_every_figure_renders(site, browser):
 # A bar's centre in page coordinates: trace k, bar i of the canvas timeline.
 BAR_AT = """([k, i]) => { const d = document.getElementById('timeline'), T = d.ddp, b = T.bars[k], L = T.cfg.traces[k].lane;
     const r = T.canvas.getBoundingClientRect();
-    return {x: r.left + (T.px(b.base[i]) + T.px(b.base[i] + b.x[i])) / 2, y: r.top + T.py(b.y[i] + L[0] + L[1] / 2)}; }"""
+    return {x: r.left + (T.px(b.base[i]) + T.px(b.base[i] + b.x[i])) / 2, y: r.top + T.py(b.y[i] + L[0] + L[1] / 2)}; }"""  # noqa: E501
 
 
 def _hover_bar(page, k, i):
@@ -109,7 +125,9 @@ def test_hover_shows_kernel_name_as_text_and_step_selector_swaps_timeline(site, 
     ARTIFACTS.mkdir(exist_ok=True)
     page, problems = _open(browser, site / "run-hostile-run.html")
     _timeline_ready(page)
-    page.locator("#timeline").scroll_into_view_if_needed()  # the verdict comes first: bring the chart on screen
+    page.locator(
+        "#timeline"
+    ).scroll_into_view_if_needed()  # the verdict comes first: bring the chart on screen
     # Hover the hostile compute bar with the mouse, at its pixel position on the canvas.
     i = page.evaluate("""() => { const T = document.getElementById('timeline').ddp;
         return T.bars[0].x.findIndex((_, i) => T.text(0, i).includes('pwned')); }""")
@@ -155,9 +173,15 @@ def test_sweep_optimum_marker_sits_at_b_star_without_stretching_the_axis(browser
     from ddp_profile.plots.sweep import bucket_sweep_figure
 
     caps = [1.0, 10.0, 25.0, 100.0, 1000.0]
-    comp = pd.DataFrame({"bucket_mb": caps, "strategy": "bucketed", "step_ns": [3.9e8] * 5,
-                         "comm_tail_ns": [3.3e5, 3.3e5, 4.1e5, 8.1e5, 2.7e6],
-                         "exposed_comm_ns": [6.0e6, 5.7e6, 3.7e6, 2.0e6, 1.9e6]})
+    comp = pd.DataFrame(
+        {
+            "bucket_mb": caps,
+            "strategy": "bucketed",
+            "step_ns": [3.9e8] * 5,
+            "comm_tail_ns": [3.3e5, 3.3e5, 4.1e5, 8.1e5, 2.7e6],
+            "exposed_comm_ns": [6.0e6, 5.7e6, 3.7e6, 2.0e6, 1.9e6],
+        }
+    )
     model = pd.DataFrame({"bucket_mb": caps, "predicted_ns": [9.6e6, 6.9e6, 5.6e6, 2.3e6, 3.7e6]})
     path = tmp_path / "sweep.html"
     bucket_sweep_figure(comp, model, 243.3).write_html(path, include_plotlyjs=True)
@@ -210,7 +234,9 @@ def _hover_at(page, x, y):
     page.mouse.move(x, y)
 
 
-def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucket_bytes_wait(naive_page, browser):
+def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucket_bytes_wait(
+    naive_page, browser
+):
     ARTIFACTS.mkdir(exist_ok=True)
     page, problems = _open(browser, naive_page)
     page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1")
@@ -219,8 +245,11 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
     assert before["merged"] > 0  # at the full step, the 435 all-reduces of a rank share a few bars
     # zoom with a mouse drag over the first quarter of the widest merged NCCL bar
     lo, width = before["block"]
-    ends = page.evaluate("""([lo, hi]) => { const T = document.getElementById('timeline').ddp, r = T.canvas.getBoundingClientRect();
-        return [r.left + T.px(lo), r.left + T.px(hi), r.top + T.py(0)]; }""", [lo, lo + width / 4])
+    ends = page.evaluate(
+        """([lo, hi]) => { const T = document.getElementById('timeline').ddp, r = T.canvas.getBoundingClientRect();
+        return [r.left + T.px(lo), r.left + T.px(hi), r.top + T.py(0)]; }""",
+        [lo, lo + width / 4],
+    )
     page.mouse.move(ends[0], ends[2])
     page.mouse.down()
     page.mouse.move((ends[0] + ends[1]) / 2, ends[2])
@@ -230,7 +259,9 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
     after = page.evaluate(NCCL_BARS)
     assert after["n"] > before["n"] + 10, (before, after)
     # the drag lands on whole pixels: the zoom starts within a pixel and a half of the bar's start
-    px_ms = (before["range"][1] - before["range"][0]) / page.evaluate("document.getElementById('timeline').ddp.pw")
+    px_ms = (before["range"][1] - before["range"][0]) / page.evaluate(
+        "document.getElementById('timeline').ddp.pw"
+    )
     assert after["range"][0] == pytest.approx(lo, abs=max(2 * width / 4 / 1000, 1.5 * px_ms))
     assert after["range"][1] < lo + width / 2
     # hover a single (unmerged) all-reduce inside the view, with the mouse
@@ -253,8 +284,11 @@ def test_zoom_separates_naive_all_reduces_and_nccl_tooltip_has_rank_stream_bucke
     # the comm tail strip has its own lane in the NVTX row, and its own tooltip
     page.mouse.move(0, 0)
     _hover_bar(page, 8, 0)
-    page.wait_for_function("Array.from(document.querySelectorAll('#timeline .hovertext'))"
-                           ".some(h => h.textContent.includes('comm tail'))", timeout=15_000)
+    page.wait_for_function(
+        "Array.from(document.querySelectorAll('#timeline .hovertext'))"
+        ".some(h => h.textContent.includes('comm tail'))",
+        timeout=15_000,
+    )
     assert problems == []
     page.close()
 
@@ -267,14 +301,18 @@ def test_no_chart_offers_to_send_data_and_the_wheel_scrolls_the_page(naive_page,
     page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .modebar').length === {n}")
     titles = page.evaluate("""() => Array.from(document.querySelectorAll('.modebar-btn')).map(
         b => (b.getAttribute('data-title') || '') + ' ' + (b.getAttribute('title') || ''))""")
-    assert titles and not [t for t in titles if any(w in t.lower() for w in ("share", "cloud", "chart studio",
-                                                                              "edit in", "plotly"))], titles
+    assert titles and not [
+        t
+        for t in titles
+        if any(w in t.lower() for w in ("share", "cloud", "chart studio", "edit in", "plotly"))
+    ], titles
     configs = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
         d => [d._context.scrollZoom, !!d._context.showSendToCloud, !!d._context.showEditInChartStudio])""")
     assert configs == [[False, False, False]] * n
     # the timeline (a canvas) has no send button either: only its legend's toggles and the find box's arrows
-    assert page.evaluate("Array.from(document.querySelectorAll('#timeline button:not(.tl-leg), #timeline a'))"
-                         ".map(b => b.id)") == ["tl-prev", "tl-next"]
+    assert page.evaluate(
+        "Array.from(document.querySelectorAll('#timeline button:not(.tl-leg), #timeline a')).map(b => b.id)"
+    ) == ["tl-prev", "tl-next"]
     page.locator("#timeline").scroll_into_view_if_needed()
     range_before = page.evaluate("document.getElementById('timeline').ddp.full.slice()")
     rect = page.locator("#timeline canvas").bounding_box()
@@ -292,8 +330,12 @@ def test_pages_fit_1440px_tables_sort_csv_downloads_and_the_step_is_in_the_addre
     """One page of each type fits a 1440 px window (wide tables scroll inside their container); the index
     loads no chart library; a header click sorts; the CSV link downloads the table; #step=N selects a step
     and choosing a step writes it to the address."""
-    pages = [site / "index.html", next(site.glob("strategies-*.html")), next(site.glob("sweep-*.html")),
-             site / "run-naive_xl_fp32_2xh100.html"]
+    pages = [
+        site / "index.html",
+        next(site.glob("strategies-*.html")),
+        next(site.glob("sweep-*.html")),
+        site / "run-naive_xl_fp32_2xh100.html",
+    ]
     for path in pages:
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         page.goto(path.as_uri())
@@ -370,7 +412,9 @@ def test_rank_and_step_deep_link_both_ways(site, browser):
     page.evaluate("location.hash = '#rank=1&step=0'")  # an edited address selects again
     page.wait_for_function("document.getElementById('rank-select').value === '1'")
     s = page.evaluate(state)
-    assert "step 0" in s["title"] and s["step"] == "step 0" and all(r.startswith("rank 1 ") for r in s["rows"])
+    assert (
+        "step 0" in s["title"] and s["step"] == "step 0" and all(r.startswith("rank 1 ") for r in s["rows"])
+    )
     page.select_option("#rank-select", "")
     page.wait_for_function("location.hash === '#step=0'")
     assert len(page.evaluate(state)["rows"]) == 6
@@ -407,7 +451,9 @@ def test_page_aggregation_is_the_python_one_at_every_zoom(naive_page, browser):
         assert sum(len(w["x"]) for w in want) > 0
         for k, (g, w) in enumerate(zip(got, want, strict=True)):
             assert g["y"] == w["y"] and g["hovertext"] == w["hovertext"], (k, window)
-            assert g["base"] == pytest.approx(w["base"], abs=1e-6) and g["x"] == pytest.approx(w["x"], abs=1e-6)
+            assert g["base"] == pytest.approx(w["base"], abs=1e-6) and g["x"] == pytest.approx(
+                w["x"], abs=1e-6
+            )
     assert problems == []
     page.close()
 
@@ -427,7 +473,9 @@ def test_run_page_draws_the_timeline_before_fetching_plotly_and_figures_when_scr
     assert page.evaluate("typeof window.Plotly") == "undefined" and scripts == []
     assert page.evaluate("document.querySelectorAll('.lazy-note').length") == _expected_figures(naive_page)
     page.locator("#exposed").scroll_into_view_if_needed()
-    page.wait_for_function("document.querySelector('#exposed.js-plotly-plot .main-svg') !== null", timeout=20_000)
+    page.wait_for_function(
+        "document.querySelector('#exposed.js-plotly-plot .main-svg') !== null", timeout=20_000
+    )
     assert page.evaluate("document.querySelector('#exposed .lazy-note')") is None
     _draw_figures(page, _expected_figures(naive_page))
     assert page.evaluate("document.querySelectorAll('.lazy-note').length") == 0
@@ -450,6 +498,8 @@ def test_timeline_zooms_pans_and_resets_from_the_keyboard(naive_page, browser):
     panned = page.evaluate(view)
     assert panned[0] == pytest.approx(zoomed[0] + (zoomed[1] - zoomed[0]) / 4)
     page.keyboard.press("0")
-    assert page.evaluate(view) == full and page.evaluate("document.getElementById('timeline').ddp.range") is None
+    assert (
+        page.evaluate(view) == full and page.evaluate("document.getElementById('timeline').ddp.range") is None
+    )
     assert problems == []
     page.close()

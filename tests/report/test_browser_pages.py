@@ -19,14 +19,20 @@ def pages(tmp_path_factory):
     for frame in (a.steps, a.phases, a.collectives):
         frame["step"] = frame["step"] + 3
     ft, fa = _unknown_sizes_run()
-    runs = [report.Run("naive_xl_fp32_2xh100", t, a, dict(t.run)),
-            report.Run("fsdp_xl_fp32_2xh100", ft, fa, dict(ft.run))]
+    runs = [
+        report.Run("naive_xl_fp32_2xh100", t, a, dict(t.run)),
+        report.Run("fsdp_xl_fp32_2xh100", ft, fa, dict(ft.run)),
+    ]
     return write_site(tmp_path_factory, runs, "pages"), runs
 
 
 @pytest.fixture(scope="module")
 def browser():
-    sync = pytest.importorskip("playwright.sync_api") if not REQUIRE else __import__("playwright.sync_api").sync_api
+    sync = (
+        pytest.importorskip("playwright.sync_api")
+        if not REQUIRE
+        else __import__("playwright.sync_api").sync_api
+    )
     with sync.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b
@@ -79,9 +85,12 @@ def test_page_tooltips_of_collectives_without_bucket_or_size_carry_no_placeholde
     page.goto(path.as_uri())
     _ready(page)
     idx = page.evaluate("document.getElementById('timeline').ddp.idx")
-    got = page.evaluate("""([idx]) => { const d = document.getElementById('timeline').ddp.data, st = d.steps[idx];
+    got = page.evaluate(
+        """([idx]) => { const d = document.getElementById('timeline').ddp.data, st = d.steps[idx];
         const dec = ddpDecode(st), o = ddpBars(d, idx, -1e18, 1e18, 0, null)[1];
-        return o.tr.map((t, i) => ddpHover(d, st, dec[t], o.a[i], o.b[i])); }""", [idx])
+        return o.tr.map((t, i) => ddpHover(d, st, dec[t], o.a[i], o.b[i])); }""",
+        [idx],
+    )
     want = bars_for_window(data, idx, -1e18, 1e18, 0)[1]["hovertext"]
     assert got and got == want
     assert all("bucket" not in h and " · –" not in h for h in got), got[0]

@@ -16,7 +16,9 @@ from ddp_profile import report
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not REQUIRE and not Path(CHROMIUM).exists(), reason=f"Chromium not installed at {CHROMIUM}"),
+    pytest.mark.skipif(
+        not REQUIRE and not Path(CHROMIUM).exists(), reason=f"Chromium not installed at {CHROMIUM}"
+    ),
 ]
 TRACE = Path(__file__).resolve().parents[2] / "traces" / "foreign" / "plain-autograd"
 
@@ -108,8 +110,12 @@ def test_all_steps_view_lays_every_step_end_to_end_and_is_in_the_address(own_pag
     T = "document.getElementById('timeline').ddp"
     page.wait_for_function(f"{T}.title.textContent.includes('all steps')")
     assert page.evaluate("location.hash") == "#step=all"
-    every = set().union(*(_kernels(s, data["names"], end_to_end=True) for s in data["steps"]))  # a kernel in two windows: once
-    shown = page.evaluate(f"ddpDecode({T}.data.steps[{T}.idx]).filter(D => D.k < 4).reduce((n, D) => n + D.s.length, 0)")
+    every = set().union(
+        *(_kernels(s, data["names"], end_to_end=True) for s in data["steps"])
+    )  # a kernel in two windows: once
+    shown = page.evaluate(
+        f"ddpDecode({T}.data.steps[{T}.idx]).filter(D => D.k < 4).reduce((n, D) => n + D.s.length, 0)"
+    )
     assert shown == len(every)
     span = max(s["t0_ns"] / 1e6 + s["span_ms"] for s in data["steps"])
     assert page.evaluate(f"{T}.full[1]") >= span - 1e-6  # the axis reaches the last step's end
@@ -138,8 +144,10 @@ def test_cpu_rows_and_inferred_phase_labels(own_page, browser):
     syncs = page.evaluate(f"{T}.bars[10].x.length")  # trace 10: the main thread's sync calls
     assert syncs > 0
     texts = page.evaluate(f"{T}.bars[10].x.map((_, i) => {T}.text(10, i))")
-    assert all("CPU main thread" in t and ("sync calls merged" in t or "sync, host waits for the GPU" in t)
-               for t in texts)
+    assert all(
+        "CPU main thread" in t and ("sync calls merged" in t or "sync, host waits for the GPU" in t)
+        for t in texts
+    )
     page.locator("#timeline").screenshot(path=str(ARTIFACTS / "timeline-cpu-rows.png"))
     assert not problems, problems
 
@@ -157,8 +165,14 @@ def test_stepping_through_matches_never_zooms_out_past_the_step(own_page, browse
     for _ in range(n):
         page.click("#tl-next")
         lo, hi = page.evaluate(f"{T}.range")
-        s, e = page.evaluate(f"(() => {{ const h = {T}.hits[{T}.cur], D = ddpDecode({T}.data.steps[{T}.idx])[h[0]];"
-                             " return [D.s[h[1]] / 1e6, D.e[h[1]] / 1e6]; })()")
+        s, e = page.evaluate(
+            f"(() => {{ const h = {T}.hits[{T}.cur], D = ddpDecode({T}.data.steps[{T}.idx])[h[0]];"
+            " return [D.s[h[1]] / 1e6, D.e[h[1]] / 1e6]; })()"
+        )
         assert lo <= s and e <= hi  # the match is in view
-        assert full[0] - 1e-9 <= lo and hi <= full[1] + 1e-9, (lo, hi, full)  # and the view is inside the step's
+        assert full[0] - 1e-9 <= lo and hi <= full[1] + 1e-9, (
+            lo,
+            hi,
+            full,
+        )  # and the view is inside the step's
     assert not problems, problems

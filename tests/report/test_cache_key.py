@@ -97,7 +97,9 @@ def _hostile_entries(marker: Path) -> list[bytes]:
         lambda key: archive(doc(key, {"$pickle": pickle.dumps(_Payload(marker)).hex()})),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("frame-0.arrow", pickle.dumps(_Payload(marker)))]),
         lambda key: archive(doc(key, {"$frame": 0}, 1), [("../frame-0.arrow", b"x")]),
-        lambda key: archive(doc(key, {"$obj": ["Trace", {"kernels": "x", "nvtx": "x", "gpus": "x", "ranks": "x"}]})),
+        lambda key: archive(
+            doc(key, {"$obj": ["Trace", {"kernels": "x", "nvtx": "x", "gpus": "x", "ranks": "x"}]})
+        ),
         lambda key: archive(doc(key, ["a list", "not a run"])),
     ]
 

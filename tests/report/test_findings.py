@@ -14,8 +14,14 @@ from ddp_profile.findings.data import load_run
 from ddp_profile.findings.text import compare, ms, pct, ranges_overlap
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
-SMALL = ["naive_small_fp32_2xh200", "flat_small_fp32_2xh200", "overlap_small_fp32_2xh200", "none_small_fp32_1xh200",
-         "bucketed-10mb_small_fp32_2xh200", "torch_ddp-25mb_small_fp32_2xh200"]
+SMALL = [
+    "naive_small_fp32_2xh200",
+    "flat_small_fp32_2xh200",
+    "overlap_small_fp32_2xh200",
+    "none_small_fp32_1xh200",
+    "bucketed-10mb_small_fp32_2xh200",
+    "torch_ddp-25mb_small_fp32_2xh200",
+]
 SCALING = ["bucketed-25mb_mlp8_fp32_1xh200", "bucketed-25mb_mlp8_fp32_2xh200"]
 
 pytestmark = pytest.mark.skipif(not (TRACES / SMALL[0]).is_dir(), reason="committed traces not present")
@@ -36,14 +42,18 @@ def built(tmp_path_factory):
     for n in SCALING:
         shutil.copytree(TRACES / "scaling" / n, root / "scaling" / n)
     shutil.copy(TRACES / "machine.txt", root / "machine.txt")
-    shutil.copy(Path(__file__).resolve().parents[1] / "data" / "findings_hosts.txt", root / "hosts.txt")  # torch_ddp elsewhere
+    shutil.copy(
+        Path(__file__).resolve().parents[1] / "data" / "findings_hosts.txt", root / "hosts.txt"
+    )  # torch_ddp elsewhere
     out = tmp_path_factory.mktemp("out")
     sizes = build_findings(root, out)
     return out, sizes, root
 
 
 def test_compare_words_follow_the_data():
-    assert compare(1.0, 2.0) == "faster" and compare(2.0, 1.0) == "slower" and compare(1.0, 1.0) == "as fast as"
+    assert (
+        compare(1.0, 2.0) == "faster" and compare(2.0, 1.0) == "slower" and compare(1.0, 1.0) == "as fast as"
+    )
     assert compare(float("nan"), 1.0) == "n/a"
     assert ranges_overlap((1, 3), (2, 4)) and not ranges_overlap((1, 2), (3, 4))
 
@@ -54,7 +64,7 @@ def test_document_has_every_question_and_html(built):
     for i in range(1, 9):
         assert f"\n## {i}. " in md, f"question {i} heading missing"
     html = (out / "findings.html").read_text()
-    assert "<script src=\"plotly.min.js\">" in html and (out / "plotly.min.js").stat().st_size > 1_000_000
+    assert '<script src="plotly.min.js">' in html and (out / "plotly.min.js").stat().st_size > 1_000_000
     assert "fig-scaling" in html  # the scaling figure is embedded (scaling runs were given)
     assert "http://" not in html.replace("http://www.w3.org", "")  # nothing remote
     assert set(sizes) >= {"FINDINGS.md", "findings.html"}
@@ -75,7 +85,7 @@ def test_q1_numbers_are_the_analysis_values(small):
     text = " ".join(s.paragraphs())
     n = small["naive"]
     assert ms(n.v("step_ns")) in text and ms(n.v("comm_ns")) in text and ms(n.host["grad_wait_ns"][0]) in text
-    assert pct(n.v('comm_pct')) in text
+    assert pct(n.v("comm_pct")) in text
 
 
 def test_flat_vs_naive_word_flips_when_runs_swap(small):
@@ -111,11 +121,19 @@ def test_torch_verdict_words_follow_the_ratios():
     assert "closest" not in t1
     assert "no hand-written strategy is faster" in t2 and "closest is a at 1.050×" in t2
     # lower medians whose step ranges overlap torch_ddp's are not called faster
-    close = pd.DataFrame({"run": ["a", "b", "c"], "÷ torch_ddp": ["0.836", "0.879", "1.100"],
-                          "_ratio": [0.836, 0.879, 1.1], "_overlap": [False, True, True]})
+    close = pd.DataFrame(
+        {
+            "run": ["a", "b", "c"],
+            "÷ torch_ddp": ["0.836", "0.879", "1.100"],
+            "_ratio": [0.836, 0.879, 1.1],
+            "_overlap": [False, True, True],
+        }
+    )
     t3 = torch_verdict("S", close, Ref())
-    assert t3.startswith("S: 2 of 3 hand-written strategies have a lower median step than torch_ddp's 100.000 ms "
-                         "(a, b); beyond the step ranges only a; the fastest is a at 0.836×"), t3
+    assert t3.startswith(
+        "S: 2 of 3 hand-written strategies have a lower median step than torch_ddp's 100.000 ms "
+        "(a, b); beyond the step ranges only a; the fastest is a at 0.836×"
+    ), t3
     t4 = torch_verdict("S", close.assign(_overlap=True), Ref())
     assert "have a lower median step than" in t4 and "; none beyond the step ranges;" in t4
     assert "are faster" in torch_verdict("S", close.assign(_overlap=False), Ref())
@@ -134,8 +152,9 @@ def test_findings_and_sweep_page_state_one_fit(small):
     assert f"o = {num(o / 1e3, 1)} µs, w = {num(w, 0)} GB/s" in text
     assert f"b* = √(s·w·o) = {mb(float(fit['b_star_bytes'].iloc[0]))}" in text
     runs = [Run(r.name, r.trace, r.analysis, dict(r.meta, bucket_mb=r.bucket_mb)) for r in small.values()]
-    _, fit2, members = pooled_fit(Group("sweep", "t", [x for x in runs if x.meta.get("strategy") == "bucketed"]),
-                                  runs)
+    _, fit2, members = pooled_fit(
+        Group("sweep", "t", [x for x in runs if x.meta.get("strategy") == "bucketed"]), runs
+    )
     assert fit2.equals(fit) and len(members) == int(fit["n_runs"].iloc[0]) >= 2
 
 
@@ -157,7 +176,9 @@ def test_report_main_job_writes_findings(built, tmp_path):
     assert "HTML pages <code>ddp-profile report</code> wrote beside this page" in html and "`" not in html
     sizes, _ = build_report([root], out)  # no extras: the report alone
     assert "FINDINGS.md" not in sizes and not (out / "FINDINGS.md").exists()
-    sizes, _ = build_report([root / SMALL[0]], out, extras=[FindingsPages()])  # one run folder: no campaign, no findings
+    sizes, _ = build_report(
+        [root / SMALL[0]], out, extras=[FindingsPages()]
+    )  # one run folder: no campaign, no findings
     assert "FINDINGS.md" not in sizes
 
 
@@ -172,7 +193,9 @@ def test_real_runs_batch_and_hosts_come_from_the_files(built, small):
     assert "set small mixes hosts: torch_ddp on host-b, its other 5 runs on host-a" in md
     assert "torch_ddp ran on host-b, other runs of this set on host-a" in md
     hook = small["torch_ddp"].config.get("ddp_nvtx_hook")
-    assert ("ran stock PyTorch DDP" if hook is False else "opt-in NVTX comm hook" if hook else "do not record") in md
+    assert (
+        "ran stock PyTorch DDP" if hook is False else "opt-in NVTX comm hook" if hook else "do not record"
+    ) in md
 
 
 def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(launch_section, built, small):
@@ -183,9 +206,11 @@ def test_limits_state_whether_set_smalls_1gpu_run_is_launch_bound(launch_section
     trace = small["none"].trace
     sm = launch_section(trace, load_api_calls(trace)).summary()
     assert sm["launch_bound_steps"] == sm["n_steps"] >= 4  # this run is launch-bound in every step
-    assert (f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
-            f"GPU idle {sm['idle_pct']:.1f} %, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
-            f"{sm['gpu_us_per_kernel']:.1f} µs per kernel)") in md
+    assert (
+        f"set small's 1-GPU run is launch-bound in {sm['launch_bound_steps']} of {sm['n_steps']} steps (median "
+        f"GPU idle {sm['idle_pct']:.1f} %, host {sm['host_us_per_launch']:.1f} µs per launch vs GPU "
+        f"{sm['gpu_us_per_kernel']:.1f} µs per kernel)"
+    ) in md
 
 
 def test_bucket_caps_are_stated_in_mib_as_the_harness_sets_them(built, small):
@@ -217,8 +242,12 @@ def test_findings_html_renders_inline_code_and_says_where_the_pages_are(built):
     out, _, _ = built
     html, md = (out / "findings.html").read_text(), (out / "FINDINGS.md").read_text()
     assert "not committed" in md and "not committed" not in html
-    assert "per-run HTML pages that are not in this folder: <code>ddp-profile report</code> writes them" in html
-    assert "Generated by <code>ddp-profile report</code>" in html and "Generated by `ddp-profile report`" in md
+    assert (
+        "per-run HTML pages that are not in this folder: <code>ddp-profile report</code> writes them" in html
+    )
+    assert (
+        "Generated by <code>ddp-profile report</code>" in html and "Generated by `ddp-profile report`" in md
+    )
     assert html_text("run `a <b>` now") == "run <code>a &lt;b&gt;</code> now"
 
 

@@ -21,25 +21,67 @@ from ddp_profile.report.hosts import read_hosts
 MS = 1e6
 
 
-def fake(strategy, dtype="fp32", batch=4, seq=256, step=400.0, compute=380.0, idle=10.0, spread=None, world=2,
-         model="xl", comm_pct=10.0, bucket=None, hook=None, set_name="main", grad_bytes=8e9) -> RunData:
+def fake(
+    strategy,
+    dtype="fp32",
+    batch=4,
+    seq=256,
+    step=400.0,
+    compute=380.0,
+    idle=10.0,
+    spread=None,
+    world=2,
+    model="xl",
+    comm_pct=10.0,
+    bucket=None,
+    hook=None,
+    set_name="main",
+    grad_bytes=8e9,
+) -> RunData:
     """A RunData with only the facts the findings read; times in ms."""
-    cfg = {"strategy": strategy, "model": model, "batch": batch, "seq_len": seq, "dtype": dtype,
-           "bucket_mb": bucket}
+    cfg = {
+        "strategy": strategy,
+        "model": model,
+        "batch": batch,
+        "seq_len": seq,
+        "dtype": dtype,
+        "bucket_mb": bucket,
+    }
     if hook is not None:
         cfg["ddp_nvtx_hook"] = hook
     world = 1 if strategy == "none" else world
     name = (f"{strategy}-{bucket:g}mb" if bucket else strategy) + f"_{model}_{dtype}_{world}xh200"
-    meta = {"config": cfg, "strategy": strategy, "model": model, "dtype": dtype, "world_size": world,
-            "gpu_name": "NVIDIA H200"}
+    meta = {
+        "config": cfg,
+        "strategy": strategy,
+        "model": model,
+        "dtype": dtype,
+        "world_size": world,
+        "gpu_name": "NVIDIA H200",
+    }
     lo, hi = spread or (step * 0.99, step * 1.01)
-    analysis = SimpleNamespace(steps=pd.DataFrame({"idle_ns": [idle * MS]}),
-                               collectives=pd.DataFrame({"dtype": ["f32"]}))
-    row = {"step_ns": step * MS, "compute_ns": compute * MS, "comm_pct": comm_pct, "exposed_comm_ns": MS,
-           "overlap_pct": 50.0}
-    return RunData(set=set_name, name=name, folder=Path(name), meta=meta, trace=None, analysis=analysis, row=row,
-                   summary={"n_steps": 4}, spread={"step_ns": (lo * MS, hi * MS)},
-                   collectives={"bytes_per_step": grad_bytes if world > 1 else 0.0})
+    analysis = SimpleNamespace(
+        steps=pd.DataFrame({"idle_ns": [idle * MS]}), collectives=pd.DataFrame({"dtype": ["f32"]})
+    )
+    row = {
+        "step_ns": step * MS,
+        "compute_ns": compute * MS,
+        "comm_pct": comm_pct,
+        "exposed_comm_ns": MS,
+        "overlap_pct": 50.0,
+    }
+    return RunData(
+        set=set_name,
+        name=name,
+        folder=Path(name),
+        meta=meta,
+        trace=None,
+        analysis=analysis,
+        row=row,
+        summary={"n_steps": 4},
+        spread={"step_ns": (lo * MS, hi * MS)},
+        collectives={"bytes_per_step": grad_bytes if world > 1 else 0.0},
+    )
 
 
 def text_of(sec) -> str:
@@ -56,14 +98,26 @@ def page(r):
 
 def sets(b_batch=16, b_none_compute=180.0, b_none_idle=10.0, b_spreads=None, b_naive_idle=10.0, **b_kw):
     """Set A (fp32, batch 4×256) and set B (bf16, batch b_batch×256) with none, naive and overlap."""
-    a = {"none": fake("none", step=400, compute=380, idle=8),
-         "naive": fake("naive", step=440, compute=385, comm_pct=8.0, spread=(430, 450)),
-         "overlap": fake("overlap", step=420, compute=400, spread=(410, 425))}
+    a = {
+        "none": fake("none", step=400, compute=380, idle=8),
+        "naive": fake("naive", step=440, compute=385, comm_pct=8.0, spread=(430, 450)),
+        "overlap": fake("overlap", step=420, compute=400, spread=(410, 425)),
+    }
     sp = b_spreads or {"naive": (300, 320), "overlap": (240, 260)}
-    b = {"none": fake("none", "bf16", b_batch, step=200, compute=b_none_compute, idle=b_none_idle, **b_kw),
-         "naive": fake("naive", "bf16", b_batch, step=310, compute=190, comm_pct=20.0, spread=sp["naive"],
-                       idle=b_naive_idle),
-         "overlap": fake("overlap", "bf16", b_batch, step=250, compute=200, spread=sp["overlap"])}
+    b = {
+        "none": fake("none", "bf16", b_batch, step=200, compute=b_none_compute, idle=b_none_idle, **b_kw),
+        "naive": fake(
+            "naive",
+            "bf16",
+            b_batch,
+            step=310,
+            compute=190,
+            comm_pct=20.0,
+            spread=sp["naive"],
+            idle=b_naive_idle,
+        ),
+        "overlap": fake("overlap", "bf16", b_batch, step=250, compute=200, spread=sp["overlap"]),
+    }
     return a, b
 
 
@@ -71,7 +125,10 @@ def test_q8_compares_per_token_when_batches_differ():
     a, b = sets(b_batch=16)
     sec = qb.q8_dtype(a, b, page, "m")
     t = text_of(sec)
-    a_k, b_k = 380 * MS * 1000 / 1024, 180 * MS * 1000 / 4096  # compute ns per 1k tokens: 371.100 ms, 43.950 ms
+    a_k, b_k = (
+        380 * MS * 1000 / 1024,
+        180 * MS * 1000 / 4096,
+    )  # compute ns per 1k tokens: 371.100 ms, 43.950 ms
     assert f"bf16 cuts the 1-GPU compute per token from {ms(a_k)} to {ms(b_k)} per 1k tokens" in t
     assert f"({a_k / b_k:.1f}× less)" in t
     assert "from 380.000 ms to 180.000 ms" not in t  # raw step-level compute is not compared across batches
@@ -93,11 +150,19 @@ def test_q8_same_batch_says_so_and_word_flips_when_bf16_costs_more():
 def test_q8_gpu_bound_vs_host_bound_follows_idle_share():
     gpu = text_of(qb.q8_dtype(*sets(b_none_idle=20.0), page, "m"))  # 20 / 200 = 10%
     host = text_of(qb.q8_dtype(*sets(b_none_idle=80.0), page, "m"))  # 80 / 200 = 40%
-    assert "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.000 ms of its 200.000 ms (10.0 %, under the 25 %" in gpu
+    assert (
+        "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.000 ms of its 200.000 ms (10.0 %, under the 25 %"
+        in gpu
+    )
     assert "host/launch-bound" not in gpu
-    assert "The 1-GPU bf16 step is host/launch-bound: the GPU idles 80.000 ms of its 200.000 ms (40.0 %, above" in host
+    assert (
+        "The 1-GPU bf16 step is host/launch-bound: the GPU idles 80.000 ms of its 200.000 ms (40.0 %, above"
+        in host
+    )
     assert "GPU-bound" not in host
-    assert "The multi-GPU bf16 runs idle 3.2 %–4.0 % of their steps; all under the 25 % line" in gpu  # 10/310, 10/250
+    assert (
+        "The multi-GPU bf16 runs idle 3.2 %–4.0 % of their steps; all under the 25 % line" in gpu
+    )  # 10/310, 10/250
     busy = text_of(qb.q8_dtype(*sets(b_naive_idle=100.0), page, "m"))  # 100 / 310 = 32.3 %
     assert "naive (32.3 %) is above the line, so its rank includes host-side time" in busy
     # the threshold is a parameter: 10% idle is host-bound under a 5% line
@@ -123,11 +188,15 @@ def test_q8_fastest_two_ranks_the_whole_set_as_its_strategies_page_does():
     t = text_of(qb.q8_dtype(a, b, page, "m"))
     big = a["bucketed-1000"].label
     assert "Among the 3 strategies both sets ran, the ranking" in t and f"{big} <" not in t
-    page_order = sorted((r for r in a.values() if r.world_size > 1),
-                        key=lambda r: measures.rank_ns(r.meta, r.v("step_ns"), measures.ranking_basis([r.meta])))
+    page_order = sorted(
+        (r for r in a.values() if r.world_size > 1),
+        key=lambda r: measures.rank_ns(r.meta, r.v("step_ns"), measures.ranking_basis([r.meta])),
+    )
     assert [r.label for r in page_order[:2]] == [big, "overlap"]
-    assert ("fp32's fastest two of all its 3 multi-GPU strategies (ranked as on its strategies page), "
-            f"{big} and overlap, are separated beyond their step ranges") in t  # 400–408 vs 410–425
+    assert (
+        "fp32's fastest two of all its 3 multi-GPU strategies (ranked as on its strategies page), "
+        f"{big} and overlap, are separated beyond their step ranges"
+    ) in t  # 400–408 vs 410–425
 
 
 def test_q8_ranks_per_token_when_a_set_mixes_batches():
@@ -143,10 +212,15 @@ def test_q8_ranks_per_token_when_a_set_mixes_batches():
 
 
 def test_intro_states_each_sets_batch_and_torch_ddp_hook(tmp_path):
-    runs = [fake("none", batch=8, seq=64, model="small"), fake("naive", batch=8, seq=64, model="small"),
-            fake("naive", batch=4), fake("naive", "bf16", 16),
-            fake("torch_ddp", bucket=25, hook=False), fake("torch_ddp", "bf16", 16, bucket=25, hook=True),
-            fake("torch_ddp", model="small", batch=8, seq=64, bucket=25)]
+    runs = [
+        fake("none", batch=8, seq=64, model="small"),
+        fake("naive", batch=8, seq=64, model="small"),
+        fake("naive", batch=4),
+        fake("naive", "bf16", 16),
+        fake("torch_ddp", bucket=25, hook=False),
+        fake("torch_ddp", "bf16", 16, bucket=25, hook=True),
+        fake("torch_ddp", model="small", batch=8, seq=64, bucket=25),
+    ]
     text = " ".join(intro(tmp_path, runs))
     assert "small = model small fp32, batch 8×64 per GPU" in text
     assert "A = XL fp32, batch 4×256 per GPU" in text and "B = XL bf16 autocast, batch 16×256 per GPU" in text
@@ -156,8 +230,10 @@ def test_intro_states_each_sets_batch_and_torch_ddp_hook(tmp_path):
     assert "campaign sets" not in text  # no campaign runs
     camp = [fake("torch_ddp", bucket=25, set_name="campaign")]
     camp[0].folder = Path("campaign/A") / camp[0].name
-    assert "1 in " + tmp_path.as_posix() + "/campaign/ (campaign set A, apart from sets small/A/B), " \
+    assert (
+        "1 in " + tmp_path.as_posix() + "/campaign/ (campaign set A, apart from sets small/A/B), "
         "each also timed" in " ".join(intro(tmp_path, runs + camp))
+    )
 
 
 def test_read_hosts_parses_and_rejects(tmp_path):
@@ -173,8 +249,9 @@ def test_read_hosts_parses_and_rejects(tmp_path):
 
 
 def test_limits_and_q5_name_the_set_that_mixes_hosts():
-    small = [fake(s, model="small", batch=4, seq=128) for s in ("none", "naive", "overlap")] \
-        + [fake("torch_ddp", model="small", batch=4, seq=128, bucket=25)]
+    small = [fake(s, model="small", batch=4, seq=128) for s in ("none", "naive", "overlap")] + [
+        fake("torch_ddp", model="small", batch=4, seq=128, bucket=25)
+    ]
     xl = [fake("naive"), fake("torch_ddp", bucket=25)]
     runs = small + xl
     ss = run_sets(runs)
@@ -184,11 +261,16 @@ def test_limits_and_q5_name_the_set_that_mixes_hosts():
     t_mixed = text_of(qb.limits(runs, mixed, ss))
     t_none = text_of(qb.limits(runs, {}, ss))
     assert "set small ran on host-1" in t_one and "set A ran on host-2" in t_one and "mixes" not in t_one
-    assert ("set small mixes hosts: torch_ddp on host-2, its other 3 runs on host-1, so set small's comparisons "
-            "with torch_ddp include a change of host") in t_mixed
+    assert (
+        "set small mixes hosts: torch_ddp on host-2, its other 3 runs on host-1, so set small's comparisons "
+        "with torch_ddp include a change of host"
+    ) in t_mixed
     assert "do not name the host" in t_none and "mixes" not in t_none
     # campaign folders are named by their own label, apart from the main sets of the same letter
-    camp = {"A": [fake("torch_ddp", bucket=25, set_name="campaign")], "B": [fake("naive", set_name="campaign")]}
+    camp = {
+        "A": [fake("torch_ddp", bucket=25, set_name="campaign")],
+        "B": [fake("naive", set_name="campaign")],
+    }
     chosts = dict(one, **{r.run_id: "host-9" for rs in camp.values() for r in rs})
     t_camp = text_of(qb.limits(runs, chosts, ss, None, camp))
     assert "set A ran on host-2" in t_camp and "campaign sets A and B ran on host-9" in t_camp
@@ -203,7 +285,10 @@ def test_scaling_prose_writes_percentages_as_the_tables_do():
     share column), never '24.9%'."""
     import re
 
-    srs = [fake("torch_ddp", world=w, step=s, bucket=25, comm_pct=c) for w, s, c in ((1, 400, 0.0), (4, 420, 24.94))]
+    srs = [
+        fake("torch_ddp", world=w, step=s, bucket=25, comm_pct=c)
+        for w, s, c in ((1, 400, 0.0), (4, 420, 24.94))
+    ]
     text = text_of(qb.q7_scaling(srs, page, "m")[0])
     assert "NCCL is 24.9 % of the step" in text
     assert not re.search(r"\d%", text), re.search(r".{30}\d%", text)

@@ -24,31 +24,52 @@ MIB = 2**20
 def _rec(measured_ms):
     """A stock torch_ddp 25 MiB trace's table: itself, 100 MiB predicted +1 ms, and a channel recommendation."""
     rows = []
-    for lever, cap, pred, extra, upper in (("current", 25, measured_ms, {}, None),
-                                          ("bucket cap", 100, measured_ms + 1.0, {}, None),
-                                          ("recommended", 25, measured_ms, {"nccl_channels": 2, "nccl_high_priority": True}, 8.0)):
+    for lever, cap, pred, extra, upper in (
+        ("current", 25, measured_ms, {}, None),
+        ("bucket cap", 100, measured_ms + 1.0, {}, None),
+        ("recommended", 25, measured_ms, {"nccl_channels": 2, "nccl_high_priority": True}, 8.0),
+    ):
         f = fields_of("torch_ddp", cap * MIB) | extra
-        rows.append({c: None for c in RECOMMEND_COLUMNS} | f | {
-            "lever": lever, "flags": flags_of(f), "cap_bytes": float(cap * MIB), "predicted_step_ns": pred * 1e6,
-            "upper_gain_ns": None if upper is None else upper * 1e6})
+        rows.append(
+            {c: None for c in RECOMMEND_COLUMNS}
+            | f
+            | {
+                "lever": lever,
+                "flags": flags_of(f),
+                "cap_bytes": float(cap * MIB),
+                "predicted_step_ns": pred * 1e6,
+                "upper_gain_ns": None if upper is None else upper * 1e6,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _run(name, strategy, prof_ms, unprof_ms=None, world=2, rec=None, **config):
-    meta = {"strategy": strategy, "world_size": world, "config": {"strategy": strategy, "bucket_mb": 25.0, **config}}
+    meta = {
+        "strategy": strategy,
+        "world_size": world,
+        "config": {"strategy": strategy, "bucket_mb": 25.0, **config},
+    }
     if unprof_ms is not None:
         meta["unprofiled_step_ms_median"] = unprof_ms
     analysis = SimpleNamespace(recommendation=rec if rec is not None else pd.DataFrame())
-    return RunData(set=CAMPAIGN, name=name, folder=Path("traces/campaign/X") / name, meta=meta, trace=None,
-                   analysis=analysis, row={"step_ns": prof_ms * 1e6})
+    return RunData(
+        set=CAMPAIGN,
+        name=name,
+        folder=Path("traces/campaign/X") / name,
+        meta=meta,
+        trace=None,
+        analysis=analysis,
+        row={"step_ns": prof_ms * 1e6},
+    )
 
 
 def test_errors_per_configuration_against_profiled_steps():
     ref = _run("ddp", "torch_ddp", 380.0, rec=_rec(380.0))
-    b100 = _run("b100", "bucketed", 370.0, bucket_mb=100.0)      # predicted 381: +3.0 %
-    b1 = _run("b1", "bucketed", 390.0, bucket_mb=1.0)            # below the stock cap: no prediction
-    ch2 = _run("ch2", "torch_ddp", 400.0, nccl_channels=2, nccl_high_priority=True)   # predicted 380: -5.0 %
-    ch4 = _run("ch4", "torch_ddp", 360.0, nccl_channels=4, nccl_high_priority=True)   # no row for 4 channels
+    b100 = _run("b100", "bucketed", 370.0, bucket_mb=100.0)  # predicted 381: +3.0 %
+    b1 = _run("b1", "bucketed", 390.0, bucket_mb=1.0)  # below the stock cap: no prediction
+    ch2 = _run("ch2", "torch_ddp", 400.0, nccl_channels=2, nccl_high_priority=True)  # predicted 380: -5.0 %
+    ch4 = _run("ch4", "torch_ddp", 360.0, nccl_channels=4, nccl_high_priority=True)  # no row for 4 channels
     zero = _run("zero", "torch_ddp", 390.0, shard_optimizer="ours")
     one = _run("none", "none", 350.0, world=1)
     rows = {x["run"].name: x for x in confirm.confirm_rows(ref, [ref, b100, b1, ch2, ch4, zero, one])}
@@ -63,7 +84,9 @@ def test_errors_per_configuration_against_profiled_steps():
     sec = confirm.q12_confirm([("Set X", ref, [ref, b100, b1, ch2, ch4, zero, one])], lambda r: r.name)
     table = next(b.frame for b in sec.blocks if hasattr(b, "frame")).set_index("run")
     assert table.loc["b100", "within ±5 %"] == "yes" and table.loc["b100", "error"] == "+3.0 %"
-    assert table.loc["ch2", "within ±5 %"] == "yes" and table.loc["ch2", "error"] == "−5.0 %"  # a true minus, as every signed change
+    assert (
+        table.loc["ch2", "within ±5 %"] == "yes" and table.loc["ch2", "error"] == "−5.0 %"
+    )  # a true minus, as every signed change
     assert "zero" not in table.index
     text = " ".join(sec.paragraphs())
     assert "Set X: 2 of 2 predicted configurations within ±5 % (largest error −5.0 %, ch2)" in text
@@ -99,8 +122,15 @@ def test_channel_rate_is_calibrated_leave_one_out():
 
 
 def test_channel_rate_prefers_runs_on_as_many_gpus_then_any_count():
-    runs = {n: _run(n, "torch_ddp", 380.0, world=w, nccl_channels=2) for n, w in (("two", 2), ("four", 4), ("four_b", 4))}
-    rates = {id(runs["two"]): ("H100", 2, 17.0), id(runs["four"]): ("H100", 4, 21.0), id(runs["four_b"]): ("H100", 4, 19.0)}
+    runs = {
+        n: _run(n, "torch_ddp", 380.0, world=w, nccl_channels=2)
+        for n, w in (("two", 2), ("four", 4), ("four_b", 4))
+    }
+    rates = {
+        id(runs["two"]): ("H100", 2, 17.0),
+        id(runs["four"]): ("H100", 4, 21.0),
+        id(runs["four_b"]): ("H100", 4, 19.0),
+    }
     for r in runs.values():
         r.meta["gpu_name"] = "H100"
     assert confirm.rate_for(runs["four"], rates) == 19.0  # the other 4-GPU run, not the 2-GPU one
@@ -111,21 +141,28 @@ def test_channel_rate_prefers_runs_on_as_many_gpus_then_any_count():
 
 # The configurations the findings judge (a prediction from the set's stock trace and a measured step), by
 # (set, run); a configuration that gains or loses its prediction fails test_judged_configurations.
-JUDGED = [("A", "bucketed-25mb_xl_fp32_2xh200"), ("A", "bucketed-100mb_xl_fp32_2xh200"),
-          ("A", "bucketed-1000mb_xl_fp32_2xh200"), ("B", "bucketed-25mb_xl_bf16_2xh200"),
-          ("B", "bucketed-100mb_xl_bf16_2xh200"), ("campaign A", "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh200"),
-          ("campaign B", "torch_ddp-25mb-ch2-hiprio_xl_bf16_2xh200"),
-          ("campaign B", "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200"),
-          ("campaign C", "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100"),
-          ("campaign D, 2 GPUs", "torch_ddp-25mb-ch5-hiprio_xl_fp32_2xh100"),
-          ("campaign D, 4 GPUs", "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")]
+JUDGED = [
+    ("A", "bucketed-25mb_xl_fp32_2xh200"),
+    ("A", "bucketed-100mb_xl_fp32_2xh200"),
+    ("A", "bucketed-1000mb_xl_fp32_2xh200"),
+    ("B", "bucketed-25mb_xl_bf16_2xh200"),
+    ("B", "bucketed-100mb_xl_bf16_2xh200"),
+    ("campaign A", "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh200"),
+    ("campaign B", "torch_ddp-25mb-ch2-hiprio_xl_bf16_2xh200"),
+    ("campaign B", "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200"),
+    ("campaign C", "torch_ddp-25mb-ch2-hiprio_xl_fp32_4xh100"),
+    ("campaign D, 2 GPUs", "torch_ddp-25mb-ch5-hiprio_xl_fp32_2xh100"),
+    ("campaign D, 4 GPUs", "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100"),
+]
 # Outside ±5 % on branch predict (from main 2c8e31e), with the error measured when marked: a fix that brings
 # one within shows up as XPASS (a failure) and its mark must go.
 XFAIL = {
-    ("campaign B", "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200"):
-        "-20.6 %: predicted 222.7 ms, measured 280.3 ms; the run's host was slower, not its GPU: its forward, "
-        "which runs no NCCL kernel, took 96.0 ms on the host against the stock run's 70.8 ms (same 50 ms of GPU "
-        "compute), and backward's kernels were launched 22.2 µs apart against 19.6 µs",
+    (
+        "campaign B",
+        "torch_ddp-25mb-ch4-hiprio_xl_bf16_2xh200",
+    ): "-20.6 %: predicted 222.7 ms, measured 280.3 ms; the run's host was slower, not its GPU: its forward, "
+    "which runs no NCCL kernel, took 96.0 ms on the host against the stock run's 70.8 ms (same 50 ms of GPU "
+    "compute), and backward's kernels were launched 22.2 µs apart against 19.6 µs",
 }
 
 
@@ -147,8 +184,11 @@ def _committed() -> dict:
     runs = [load_run(s, f) for s, f in find_runs(Path("traces")) if s in (MAIN, CAMPAIGN) and wanted(s, f)]
     sets = run_sets(runs)
     groups = [(k, sets[k]["torch_ddp"], list(sets[k].values())) for k in ("A", "B")]
-    groups += [(f"campaign {n}", ref, rs) for n, rs in sorted(qc.campaign_sets(runs).items())
-               if (ref := qc.stock_reference(rs)) is not None]
+    groups += [
+        (f"campaign {n}", ref, rs)
+        for n, rs in sorted(qc.campaign_sets(runs).items())
+        if (ref := qc.stock_reference(rs)) is not None
+    ]
     rates = confirm.channel_rates([r for _, _, rs in groups for r in rs])
     return {(key, x["run"].name): x for key, ref, rs in groups for x in confirm.confirm_rows(ref, rs, rates)}
 
@@ -158,15 +198,27 @@ def test_judged_configurations():
     assert got == sorted(JUDGED)
 
 
-@pytest.mark.parametrize(("set_name", "run"), [
-    pytest.param(s, n, id=f"{s}-{n}", marks=[pytest.mark.xfail(strict=True, reason=XFAIL[s, n])] if (s, n) in XFAIL else [])
-    for s, n in JUDGED])
+@pytest.mark.parametrize(
+    ("set_name", "run"),
+    [
+        pytest.param(
+            s,
+            n,
+            id=f"{s}-{n}",
+            marks=[pytest.mark.xfail(strict=True, reason=XFAIL[s, n])] if (s, n) in XFAIL else [],
+        )
+        for s, n in JUDGED
+    ],
+)
 def test_prediction_from_the_stock_trace_within_target(set_name, run):
     x = _committed()[set_name, run]
-    assert x["measure"] == ("un-profiled median" if set_name.startswith("campaign") else "profiled step (trace)")
+    assert x["measure"] == (
+        "un-profiled median" if set_name.startswith("campaign") else "profiled step (trace)"
+    )
     assert abs(x["error_pct"]) <= confirm.TARGET_PCT, (
-        f"{x['error_pct']:+.1f} %: predicted {x['predicted_ns'] / 1e6:.1f} ms, measured {x['measured_ns'] / 1e6:.1f} ms "
-        f"({x['model']})")
+        f"{x['error_pct']:+.1f} %: predicted {x['predicted_ns'] / 1e6:.1f} ms, measured {x['measured_ns'] / 1e6:.1f} ms "  # noqa: E501
+        f"({x['model']})"
+    )
 
 
 def test_signed_percentages_use_a_true_minus():

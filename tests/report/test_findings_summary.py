@@ -30,7 +30,7 @@ def summary_lines(md: str) -> list[str]:
     lines = md.splitlines()
     start = lines.index("**Summary.**")
     out = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if line and not line.startswith(("- ", "|", "*")):
             break
         out.append(line)
@@ -97,7 +97,10 @@ def test_findings_of_the_shipped_traces_open_with_short_linked_bullets(tmp_path)
     leads = [b["lead"] for b in bullets]
     # the answers come first: per dtype the best configuration against one GPU and stock, then where time goes
     assert leads[:2] == ["fp32, closest to one GPU:", "bf16, closest to one GPU:"]
-    assert leads[2:4] == ["fp32, where the multi-GPU step loses time:", "bf16, where the multi-GPU step loses time:"]
+    assert leads[2:4] == [
+        "fp32, where the multi-GPU step loses time:",
+        "bf16, where the multi-GPU step loses time:",
+    ]
     # the index page repeats the timing bullets: the same two
     assert [b.lead for b in headline] == leads[:2]
 
@@ -105,9 +108,17 @@ def test_findings_of_the_shipped_traces_open_with_short_linked_bullets(tmp_path)
 def test_summary_renders_the_same_escaped_bullets_in_both_documents():
     s = Section("losses", "Where the multi-GPU step loses its time against one GPU")
     s.p("detail")
-    summary = Summary([Bullet("fp32 <b>x</b>:", "compute grows most, `--flag` <script>alert(1)</script>", "losses",
-                              "where the time goes")],
-                      Table(pd.DataFrame([{"timing set": "H", "best configuration": "a|b"}]), "Timing sets"))
+    summary = Summary(
+        [
+            Bullet(
+                "fp32 <b>x</b>:",
+                "compute grows most, `--flag` <script>alert(1)</script>",
+                "losses",
+                "where the time goes",
+            )
+        ],
+        Table(pd.DataFrame([{"timing set": "H", "best configuration": "a|b"}]), "Timing sets"),
+    )
     md = to_markdown("T", ["intro"], [s], summary)
     bullets = check_markdown(md)
     assert "<script>" not in md and "<b>" not in md and "a\\|b" in md
@@ -126,12 +137,24 @@ def test_confirm_bullet_counts_and_names_the_worst_case():
     from ddp_profile.findings.text import TOPIC_CONFIRM
 
     s = Section("confirm", "Recommend → confirm")
-    s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
-                  worst_run="ch4", worst_error="−20.6 %")
+    s.add_summary(
+        TOPIC_CONFIRM,
+        met=9,
+        total=11,
+        target="±5 %",
+        sets_met=5,
+        sets=7,
+        worst_set="Campaign set B",
+        worst_run="ch4",
+        worst_error="−20.6 %",
+    )
     (b,) = build_summary([s]).bullets
-    assert (b.anchor, b.text) == ("confirm", "9 of 11 step times predicted from the stock trace alone lie within ±5 % "
-                                             "of the measured step (5 of 7 sets with none outside); worst −20.6 %: ch4 "
-                                             "(Campaign set B).")
+    assert (b.anchor, b.text) == (
+        "confirm",
+        "9 of 11 step times predicted from the stock trace alone lie within ±5 % "
+        "of the measured step (5 of 7 sets with none outside); worst −20.6 %: ch4 "
+        "(Campaign set B).",
+    )
     with pytest.raises(ValueError, match="summary topic"):
         s.add_summary("Recommend → confirm (prediction from the stock trace vs measured, target ±5 %)", met=1)
 
@@ -142,8 +165,17 @@ def test_summary_hands_out_one_topics_bullets():
     from ddp_profile.findings.text import TOPIC_CONFIRM, TOPIC_TIMING
 
     s = Section("confirm", "Recommend → confirm")
-    s.add_summary(TOPIC_CONFIRM, met=9, total=11, target="±5 %", sets_met=5, sets=7, worst_set="Campaign set B",
-                  worst_run="ch4", worst_error="−20.6 %")
+    s.add_summary(
+        TOPIC_CONFIRM,
+        met=9,
+        total=11,
+        target="±5 %",
+        sets_met=5,
+        sets=7,
+        worst_set="Campaign set B",
+        worst_run="ch4",
+        worst_error="−20.6 %",
+    )
     summary = build_summary([s])
     assert summary.about(TOPIC_CONFIRM) == summary.bullets and summary.bullets[0].topic == TOPIC_CONFIRM
     assert summary.about(TOPIC_TIMING) == []

@@ -21,11 +21,31 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _record(name, strategy, world, steps, **cfg):
-    config = {"strategy": strategy, "model": "xl", "batch": 4, "seq_len": 256, "dtype": "fp32", "bucket_mb": 25.0,
-              "nccl_channels": 0, "nccl_high_priority": False, **cfg}
-    return {"run": name, "config": config, "strategy": strategy, "model": "xl", "dtype": "fp32", "world_size": world,
-            "gpu_name": "NVIDIA H100 80GB HBM3", "measured_steps": len(steps), "warmup_steps": 3,
-            "step_ms_slowest_rank": steps, "step_ms_per_rank": [steps] * world, "step_ms_median": sorted(steps)[len(steps) // 2]}
+    config = {
+        "strategy": strategy,
+        "model": "xl",
+        "batch": 4,
+        "seq_len": 256,
+        "dtype": "fp32",
+        "bucket_mb": 25.0,
+        "nccl_channels": 0,
+        "nccl_high_priority": False,
+        **cfg,
+    }
+    return {
+        "run": name,
+        "config": config,
+        "strategy": strategy,
+        "model": "xl",
+        "dtype": "fp32",
+        "world_size": world,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "measured_steps": len(steps),
+        "warmup_steps": 3,
+        "step_ms_slowest_rank": steps,
+        "step_ms_per_rank": [steps] * world,
+        "step_ms_median": sorted(steps)[len(steps) // 2],
+    }
 
 
 def _timing_set(root: Path, plans: dict, name="F") -> Path:
@@ -42,12 +62,23 @@ def _timing_set(root: Path, plans: dict, name="F") -> Path:
             strategy, world, centres, extra = plans[run]
             steps = [centres[r] + d for d in (-0.2, 0.0, 0.1, 0.2, -0.1)]
             lines.append({"event": "start", "repeat": r + 1, "config_index": c})
-            lines.append({"event": "done", "repeat": r + 1, "config_index": c, "wall_s": 9.0,
-                          "record": _record(run, strategy, world, steps, **extra), "gpu_before": snap, "gpu_after": snap})
+            lines.append(
+                {
+                    "event": "done",
+                    "repeat": r + 1,
+                    "config_index": c,
+                    "wall_s": 9.0,
+                    "record": _record(run, strategy, world, steps, **extra),
+                    "gpu_before": snap,
+                    "gpu_after": snap,
+                }
+            )
     (out / repeats.JOURNAL).write_text("".join(json.dumps(e) + "\n" for e in lines))
     repeats.summarize(out, host="test")
-    (out / "machine.txt").write_text("index, name, memory.total [MiB], driver_version\n0, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n"
-                                     "1, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n")
+    (out / "machine.txt").write_text(
+        "index, name, memory.total [MiB], driver_version\n0, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n"
+        "1, NVIDIA H100 80GB HBM3, 81559 MiB, 1\n"
+    )
     return out
 
 
@@ -55,8 +86,12 @@ PLANS = {
     "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
     "torch_ddp-25mb_xl_fp32_2xh100": ("torch_ddp", 2, [380.0, 381.0, 379.5, 380.5, 380.2], {}),
     # clearly faster than stock: intervals separate
-    "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": ("torch_ddp", 2, [369.0, 370.0, 368.5, 369.5, 369.2],
-                                                 {"nccl_channels": 2, "nccl_high_priority": True}),
+    "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": (
+        "torch_ddp",
+        2,
+        [369.0, 370.0, 368.5, 369.5, 369.2],
+        {"nccl_channels": 2, "nccl_high_priority": True},
+    ),
     # noisy and overlapping stock: within noise
     "bucketed-25mb_xl_fp32_2xh100": ("bucketed", 2, [360.0, 395.0, 372.0, 388.0, 379.0], {}),
 }
@@ -84,17 +119,28 @@ def test_faster_only_where_intervals_separate(tmp_path):
     runs, sec = _section(tmp_path)
     text = " ".join(sec.paragraphs())
     by = {r.name: r for r in runs}
-    fast, noisy, stock = (by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"], by["bucketed-25mb_xl_fp32_2xh100"],
-                          by["torch_ddp-25mb_xl_fp32_2xh100"])
-    assert measures.versus(timing.med(fast), timing.ci(fast), timing.med(stock), timing.ci(stock)) == ("faster", True)
-    assert ("torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 is faster than torch_ddp-25mb_xl_fp32_2xh100 by "
-            in text) and "do not overlap" in text
+    fast, noisy, stock = (
+        by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"],
+        by["bucketed-25mb_xl_fp32_2xh100"],
+        by["torch_ddp-25mb_xl_fp32_2xh100"],
+    )
+    assert measures.versus(timing.med(fast), timing.ci(fast), timing.med(stock), timing.ci(stock)) == (
+        "faster",
+        True,
+    )
+    assert (
+        "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 is faster than torch_ddp-25mb_xl_fp32_2xh100 by " in text
+    ) and "do not overlap" in text
     assert "bucketed-25mb_xl_fp32_2xh100 is within noise of torch_ddp-25mb_xl_fp32_2xh100" in text
     assert f"{timing.ci_text(noisy)} and {timing.ci_text(stock)} overlap" in text
     table = sec.blocks[2].frame
     verdicts = dict(zip(table["run"], table["vs stock"], strict=True))
-    assert verdicts == {"none_xl_fp32_1xh100": "–", "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": "faster",
-                        "bucketed-25mb_xl_fp32_2xh100": "within noise", "torch_ddp-25mb_xl_fp32_2xh100": "reference"}
+    assert verdicts == {
+        "none_xl_fp32_1xh100": "–",
+        "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": "faster",
+        "bucketed-25mb_xl_fp32_2xh100": "within noise",
+        "torch_ddp-25mb_xl_fp32_2xh100": "reference",
+    }
 
 
 def test_efficiency_interval_and_target(tmp_path):
@@ -111,8 +157,12 @@ def test_efficiency_interval_and_target(tmp_path):
 
 def test_wording_flips_when_the_data_flip(tmp_path):
     flipped = dict(PLANS)
-    flipped["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"] = ("torch_ddp", 2, [391.0, 392.0, 390.5, 391.5, 391.2],
-                                                           {"nccl_channels": 2, "nccl_high_priority": True})
+    flipped["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"] = (
+        "torch_ddp",
+        2,
+        [391.0, 392.0, 390.5, 391.5, 391.2],
+        {"nccl_channels": 2, "nccl_high_priority": True},
+    )
     _timing_set(tmp_path, flipped)
     text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
     assert "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 is slower than torch_ddp-25mb_xl_fp32_2xh100 by" in text
@@ -121,22 +171,45 @@ def test_wording_flips_when_the_data_flip(tmp_path):
 def test_old_json_without_interval_says_spread_unknown():
     a = {"unprofiled_step_ms_median": 370.0}
     b = {"unprofiled_step_ms_median": 380.0}
-    assert measures.versus(measures.unprofiled_ns(a), measures.ci_ns(a), measures.unprofiled_ns(b),
-                           measures.ci_ns(b)) == ("faster", False)
+    assert measures.versus(
+        measures.unprofiled_ns(a), measures.ci_ns(a), measures.unprofiled_ns(b), measures.ci_ns(b)
+    ) == ("faster", False)
     assert measures.ci_level_pct(a) != measures.ci_level_pct(a)  # NaN: no interval
 
 
 def test_skipped_repeats_are_named_with_their_reason(tmp_path):
     out = _timing_set(tmp_path, PLANS)
     with open(out / repeats.JOURNAL, "a") as f:
-        f.write(json.dumps({"event": "skip", "repeat": 6, "config_index": 0, "run": "none_xl_fp32_1xh100",
-                            "why": "failed earlier (a repeat of it started and never finished)"}) + "\n")
-        f.write(json.dumps({"event": "skip", "repeat": 6, "config_index": 1, "run": "torch_ddp-25mb_xl_fp32_2xh100",
-                            "why": "deadline: ~12 s needed, 3 s left"}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "event": "skip",
+                    "repeat": 6,
+                    "config_index": 0,
+                    "run": "none_xl_fp32_1xh100",
+                    "why": "failed earlier (a repeat of it started and never finished)",
+                }
+            )
+            + "\n"
+        )
+        f.write(
+            json.dumps(
+                {
+                    "event": "skip",
+                    "repeat": 6,
+                    "config_index": 1,
+                    "run": "torch_ddp-25mb_xl_fp32_2xh100",
+                    "why": "deadline: ~12 s needed, 3 s left",
+                }
+            )
+            + "\n"
+        )
     repeats.summarize(out)
     text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
-    assert ("skipped: 1 repeat of none_xl_fp32_1xh100 (a repeat of it started and never finished), "
-            "1 repeat of torch_ddp-25mb_xl_fp32_2xh100 (deadline)") in text
+    assert (
+        "skipped: 1 repeat of none_xl_fp32_1xh100 (a repeat of it started and never finished), "
+        "1 repeat of torch_ddp-25mb_xl_fp32_2xh100 (deadline)"
+    ) in text
 
 
 def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
@@ -147,21 +220,34 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
 
     runs, sec = _section(tmp_path)
     by = {r.name: r for r in runs}
-    fast, stock, one = (by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"], by["torch_ddp-25mb_xl_fp32_2xh100"],
-                        by["none_xl_fp32_1xh100"])
+    fast, stock, one = (
+        by["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"],
+        by["torch_ddp-25mb_xl_fp32_2xh100"],
+        by["none_xl_fp32_1xh100"],
+    )
     got = build_summary([sec])
     (bullet,) = got.bullets
     eff = timing.efficiency(one, fast)
     assert bullet.lead == "fp32, closest to one GPU:" and bullet.anchor == sec.key == "timing"
-    assert bullet.text == (f"{fast.name} (set F): {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
-                           f"target 96 % missed); it is faster than stock DDP by {timing.rel_diff(fast, stock)} "
-                           "(intervals separate). Stock beaten outside noise in 1 of 1 fp32 timing set.")
+    assert bullet.text == (
+        f"{fast.name} (set F): {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
+        f"target 96 % missed); it is faster than stock DDP by {timing.rel_diff(fast, stock)} "
+        "(intervals separate). Stock beaten outside noise in 1 of 1 fp32 timing set."
+    )
     row = got.table.frame.iloc[0]
-    assert (row["best configuration"], row["vs stock DDP"]) == (fast.name, f"faster by {timing.rel_diff(fast, stock)}")
+    assert (row["best configuration"], row["vs stock DDP"]) == (
+        fast.name,
+        f"faster by {timing.rel_diff(fast, stock)}",
+    )
     assert row["median step (95 % interval)"] == f"{timing.ms(timing.med(fast))} ({timing.ci_text(fast)})"
 
     noisy = dict(PLANS)  # the same centre, spread over stock's interval
-    noisy[fast.name] = ("torch_ddp", 2, [355.0, 390.0, 369.0, 384.0, 369.2], {"nccl_channels": 2, "nccl_high_priority": True})
+    noisy[fast.name] = (
+        "torch_ddp",
+        2,
+        [355.0, 390.0, 369.0, 384.0, 369.2],
+        {"nccl_channels": 2, "nccl_high_priority": True},
+    )
     _timing_set(tmp_path / "noisy", noisy)
     got = build_summary([timing.q11_timing(read_timing_runs(tmp_path / "noisy"), {})])
     best = got.table.frame.iloc[0]["best configuration"]
@@ -174,30 +260,54 @@ def test_graphed_runs_are_compared_with_the_graphed_one_gpu_and_stock_not_with_t
     plans = {
         "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
         "none-graph_xl_fp32_1xh100": ("none", 1, [300.0, 300.5, 299.5, 300.2, 300.1], {"cuda_graph": True}),
-        "torch_ddp-25mb-graph_xl_fp32_2xh100": ("torch_ddp", 2, [340.0, 340.5, 339.5, 340.2, 340.1], {"cuda_graph": True}),
-        "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100": ("torch_ddp", 2, [315.0, 315.5, 314.5, 315.2, 315.1],
-                                                           {"cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8}),
+        "torch_ddp-25mb-graph_xl_fp32_2xh100": (
+            "torch_ddp",
+            2,
+            [340.0, 340.5, 339.5, 340.2, 340.1],
+            {"cuda_graph": True},
+        ),
+        "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100": (
+            "torch_ddp",
+            2,
+            [315.0, 315.5, 314.5, 315.2, 315.1],
+            {"cuda_graph": True, "nccl_channels": 8, "gemm_sm_carveout": 8},
+        ),
         "none-nosync_xl_fp32_1xh100": ("none", 1, [320.0, 320.5, 319.5, 320.2, 320.1], {"step_sync": False}),
     }
     _timing_set(tmp_path, plans)
     sec = timing.q11_timing(read_timing_runs(tmp_path), {})
     text = " ".join(sec.paragraphs())
-    assert "Timing set F: XL fp32, batch 4×256 per GPU, NVIDIA H100 80GB HBM3, every step one CUDA graph" in text
+    assert (
+        "Timing set F: XL fp32, batch 4×256 per GPU, NVIDIA H100 80GB HBM3, every step one CUDA graph" in text
+    )
     assert "host running ahead (no wait between steps)" in text
     # the carveout run is a lever against the graphed stock run, measured against the graphed 1-GPU step
-    assert "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100 is faster than torch_ddp-25mb-graph_xl_fp32_2xh100" in text
+    assert (
+        "torch_ddp-25mb-ch8-graph-carve8_xl_fp32_2xh100 is faster than torch_ddp-25mb-graph_xl_fp32_2xh100"
+        in text
+    )
     eff = 100 * 300.1 / 315.1
     assert f"runs at {pct(eff)} of the 1-GPU step (none-graph_xl_fp32_1xh100" in text
     # one GPU across loops, within the set: both against the default loop's 1-GPU run
-    assert ("Timing set F, one GPU by loop: every step one CUDA graph: none-graph_xl_fp32_1xh100 is faster than "
-            "none_xl_fp32_1xh100 by") in text
-    assert "host running ahead (no wait between steps): none-nosync_xl_fp32_1xh100 is faster than none_xl_fp32_1xh100" in text
+    assert (
+        "Timing set F, one GPU by loop: every step one CUDA graph: none-graph_xl_fp32_1xh100 is faster than "
+        "none_xl_fp32_1xh100 by"
+    ) in text
+    assert (
+        "host running ahead (no wait between steps): none-nosync_xl_fp32_1xh100 is faster than none_xl_fp32_1xh100"
+        in text
+    )
 
 
 def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):
     plans = {
         "none_xl_fp32_1xh100": ("none", 1, [350.0, 351.0, 349.5, 350.5, 350.0], {}),
-        "none-lt_xl_fp32_1xh100": ("none", 1, [340.0, 340.5, 339.5, 340.2, 340.1], {"blas_library": "cublaslt"}),
+        "none-lt_xl_fp32_1xh100": (
+            "none",
+            1,
+            [340.0, 340.5, 339.5, 340.2, 340.1],
+            {"blas_library": "cublaslt"},
+        ),
         "torch_ddp-25mb_xl_fp32_2xh100": ("torch_ddp", 2, [380.0, 381.0, 379.5, 380.5, 380.2], {}),
     }
     _timing_set(tmp_path, plans)
@@ -208,14 +318,18 @@ def test_a_one_gpu_control_with_a_lever_is_not_the_baseline(tmp_path):
 def test_a_set_without_stock_names_its_best_against_the_runner_up_and_says_it_has_no_stock(tmp_path):
     from ddp_profile.findings.summary import build_summary
 
-    plans = {"none_xl_fp32_1xh100": PLANS["none_xl_fp32_1xh100"],
-             "overlap_xl_fp32_2xh100": ("overlap", 2, [365.0, 366.0, 364.5, 365.5, 365.2], {}),
-             "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": PLANS["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"]}
+    plans = {
+        "none_xl_fp32_1xh100": PLANS["none_xl_fp32_1xh100"],
+        "overlap_xl_fp32_2xh100": ("overlap", 2, [365.0, 366.0, 364.5, 365.5, 365.2], {}),
+        "torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100": PLANS["torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100"],
+    }
     _timing_set(tmp_path, plans, name="W")
     sec = timing.q11_timing(read_timing_runs(tmp_path), {})
     text = " ".join(sec.paragraphs())
-    assert ("Against the runner-up, overlap_xl_fp32_2xh100 is faster than torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 by "
-            in text)
+    assert (
+        "Against the runner-up, overlap_xl_fp32_2xh100 is faster than torch_ddp-25mb-ch2-hiprio_xl_fp32_2xh100 by "
+        in text
+    )
     got = build_summary([sec])
     assert got.table.frame.iloc[0]["vs stock DDP"] == measures.NO_STOCK
     assert "has no stock DDP run in its set to compare with" in got.bullets[0].text
@@ -224,9 +338,12 @@ def test_a_set_without_stock_names_its_best_against_the_runner_up_and_says_it_ha
 
 def test_a_two_gpu_step_shorter_than_one_gpu_is_explained_by_less_work_per_rank(tmp_path):
     plans = dict(PLANS)
-    plans["overlap-avg-shardupd-peercopy_xl_fp32_2xh100"] = ("overlap", 2, [340.0, 341.0, 339.5, 340.5, 340.2],
-                                                             {"reduce_avg": True, "sharded_update": True,
-                                                              "peer_copy_allreduce": True})
+    plans["overlap-avg-shardupd-peercopy_xl_fp32_2xh100"] = (
+        "overlap",
+        2,
+        [340.0, 341.0, 339.5, 340.5, 340.2],
+        {"reduce_avg": True, "sharded_update": True, "peer_copy_allreduce": True},
+    )
     _timing_set(tmp_path, plans)
     text = " ".join(timing.q11_timing(read_timing_runs(tmp_path), {}).paragraphs())
     assert "overlap-avg-shardupd-peercopy_xl_fp32_2xh100, runs at 10" in text  # ~350 / 340: above 100 %

@@ -9,10 +9,18 @@ from ddp_profile.report.index import SPARSE, glanceable
 
 def _runs(n: int) -> pd.DataFrame:
     names = [f"bucketed-{i}mb_xl_bf16_2xh200" for i in range(n)]
-    return pd.DataFrame({
-        "run": names, "bound_by": ["communication"] * n, "strategy": ["bucketed"] * n, "dtype": ["bf16"] * n,
-        "gpu_name": ["NVIDIA H200"] * n, "step_ns": [1e8 + i for i in range(n)],
-        "unprofiled_step_ns": [9e7] + [None] * (n - 1), "bucket_mb": [None] * n})
+    return pd.DataFrame(
+        {
+            "run": names,
+            "bound_by": ["communication"] * n,
+            "strategy": ["bucketed"] * n,
+            "dtype": ["bf16"] * n,
+            "gpu_name": ["NVIDIA H200"] * n,
+            "step_ns": [1e8 + i for i in range(n)],
+            "unprofiled_step_ns": [9e7] + [None] * (n - 1),
+            "bucket_mb": [None] * n,
+        }
+    )
 
 
 def test_index_drops_columns_the_names_spell_or_almost_no_run_fills():

@@ -22,7 +22,10 @@ def test_two_jobs_in_one_folder_are_two_runs_and_the_grouping_is_said(tmp_path):
         shutil.copy(f, two / f.name)
     notes: list[str] = []
     found = discover_runs([two], notes=notes)
-    assert [(p.name, rid) for p, rid in found] == [("hf-ddp.sqlite.xz", "hf-ddp"), ("pl-ddp.sqlite.xz", "pl-ddp")]
+    assert [(p.name, rid) for p, rid in found] == [
+        ("hf-ddp.sqlite.xz", "hf-ddp"),
+        ("pl-ddp.sqlite.xz", "pl-ddp"),
+    ]
     assert len(notes) == 1 and "2 runs" in notes[0] and "--folder-is-one-job" in notes[0]
     assert discover_runs([two], split_jobs=False) == [(two, "two")]  # the override: one job, as before
 

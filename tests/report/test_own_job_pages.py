@@ -34,7 +34,9 @@ def test_gpt_accum_page_names_the_straggler_and_its_fix_before_any_measurement()
     first = box.split("Median step", 1)[0]
     assert "what to change: rank 0's host falls behind" in first and "cause host" in first
     # ranks differ > 2x in communication: each rank's value, not a pooled median
-    assert re.search(r"Communication takes rank 0 [\d.]+ ms, rank 1 [\d.]+ ms per step \(ranks differ > 2×\)", box)
+    assert re.search(
+        r"Communication takes rank 0 [\d.]+ ms, rank 1 [\d.]+ ms per step \(ranks differ > 2×\)", box
+    )
     # no NVTX in this program: the Perfetto link says its phases are inferred, as the export labels them
     assert "phases per rank, inferred;" in page and "NVTX phases per rank" not in page
     head = page.split("Headline: medians over ", 1)[1].split("</table>", 1)[0]
@@ -52,6 +54,7 @@ def test_gpt_logevery_verdict_divides_the_step_span_the_page_defines():
     box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
     span = runs[0].analysis.critical_path["span_ns"].median()
     from ddp_profile.fmt import fmt_ms
+
     assert f"of the {fmt_ms(span)} critical-path step span" in box
     cp = _text(page.split("<h2>Critical path</h2>", 1)[1].split("</p>", 1)[0])
     assert f"The verdict's shares divide this table's median step span, {fmt_ms(span)};" in cp
@@ -104,8 +107,9 @@ def test_index_says_what_bounds_each_run_and_long_kernel_names_may_wrap(tmp_path
 
 def test_one_run_folder_report_says_why_there_are_no_findings(tmp_path):
     out = io.StringIO()
-    report.build_report([str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out,
-                        extras=[FindingsPages()])
+    report.build_report(
+        [str(TRACES / "naive_xl_fp32_2xh200")], tmp_path / "out", progress=out, extras=[FindingsPages()]
+    )
     assert "naive_xl_fp32_2xh200 is one run (FINDINGS.md answers from a campaign folder" in out.getvalue()
     assert "none of the loaded runs is a run folder" not in out.getvalue()
 

@@ -28,8 +28,14 @@ def test_one_process_per_rank_one_track_per_stream_one_event_per_kernel():
     meta = [e for e in ev if e["ph"] == "M"]
     assert {e["args"]["name"] for e in meta if e["name"] == "process_name"} == {"rank 0", "rank 1"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
-    assert threads == {(0, 0): "host (NVTX)", (0, 1): "stream 7", (0, 2): "stream 17",
-                       (1, 0): "host (NVTX)", (1, 1): "stream 7", (1, 2): "stream 17"}
+    assert threads == {
+        (0, 0): "host (NVTX)",
+        (0, 1): "stream 7",
+        (0, 2): "stream 17",
+        (1, 0): "host (NVTX)",
+        (1, 1): "stream 7",
+        (1, 2): "stream 17",
+    }
     kernels = [e for e in ev if e["ph"] == "X" and e["cat"] != "nvtx"]
     per_track = Counter((e["pid"], threads[(e["pid"], e["tid"])]) for e in kernels)
     want = t.kernels.groupby(["rank", "stream"]).size()
@@ -42,8 +48,13 @@ def test_one_process_per_rank_one_track_per_stream_one_event_per_kernel():
     nccl = [e for e in kernels if e["cat"] == "nccl"]
     assert len(nccl) == 2 * 2 * 2
     assert {e["args"]["bucket"] for e in nccl} == {0, 1}
-    assert all(e["args"]["wait_ns"] == 10_000 and e["args"]["transfer_ns"] == 90_000 and
-               e["args"]["bytes"] == 25 * 2**20 and e["dur"] == 100.0 for e in nccl)
+    assert all(
+        e["args"]["wait_ns"] == 10_000
+        and e["args"]["transfer_ns"] == 90_000
+        and e["args"]["bytes"] == 25 * 2**20
+        and e["dur"] == 100.0
+        for e in nccl
+    )
     compute = [e for e in kernels if e["cat"] == "compute"]
     assert all(e["args"] == {"kind": "compute"} for e in compute)
     assert _badly_nested(ev) == 0  # a trace-event importer drops slices that overlap without nesting
@@ -68,8 +79,12 @@ def _badly_nested(ev) -> int:
 def test_nvtx_phases_nest_inside_steps_on_the_host_track():
     t, a = make_run(n_steps=2)
     host = [e for e in _events(t, a) if e["ph"] == "X" and e["cat"] == "nvtx" and e["pid"] == 0]
-    assert [e["name"] for e in host] == ["step 0", "forward", "backward", "optimizer"] * 1 + \
-        ["step 1", "forward", "backward", "optimizer"]
+    assert [e["name"] for e in host] == ["step 0", "forward", "backward", "optimizer"] * 1 + [
+        "step 1",
+        "forward",
+        "backward",
+        "optimizer",
+    ]
     step = host[0]
     for e in host[1:4]:
         assert step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"]
@@ -98,7 +113,9 @@ def test_gzip_atomic_and_cli(tmp_path):
 def test_report_writes_the_trace_beside_small_run_pages_and_links_it(tmp_path, monkeypatch):
     patch_analysis(monkeypatch)
     runs = run_set()[:2]
-    monkeypatch.setattr(perfetto, "REPORT_LIMIT_BYTES", len(runs[1].trace.kernels) * perfetto.BYTES_PER_KERNEL + 1)
+    monkeypatch.setattr(
+        perfetto, "REPORT_LIMIT_BYTES", len(runs[1].trace.kernels) * perfetto.BYTES_PER_KERNEL + 1
+    )
     big = make_run("big_xl_fp32_2xh100", n_steps=2, kernels_per_phase=40)
     runs.append(report.Run("big_xl_fp32_2xh100", *big, dict(big[0].run)))
     out = tmp_path / "reports"
@@ -112,17 +129,23 @@ def test_report_writes_the_trace_beside_small_run_pages_and_links_it(tmp_path, m
 
 
 def _trace_processor_bin():
-    return os.environ.get("DDP_PROFILE_TRACE_PROCESSOR") or shutil.which("trace_processor_shell") or \
-        shutil.which("trace_processor")
+    return (
+        os.environ.get("DDP_PROFILE_TRACE_PROCESSOR")
+        or shutil.which("trace_processor_shell")
+        or shutil.which("trace_processor")
+    )
 
 
 # No offline consumer exists on these machines (checked 2026-11): the perfetto wheel (0.59) ships no
 # trace_processor binary, only a manifest of download URLs; Debian has no perfetto package; Chromium 150 has
 # dropped the legacy chrome://tracing viewer (ERR_FAILED even with internal debugging pages enabled;
 # chrome://traces lists only traces the browser recorded itself). So this check runs where a binary is given.
-@pytest.mark.skipif(not _trace_processor_bin(), reason="no trace_processor_shell binary: the perfetto package "
-                    "downloads one on first use, which needs the network, and Chromium no longer has the offline "
-                    "chrome://tracing viewer; set DDP_PROFILE_TRACE_PROCESSOR=path to run this check")
+@pytest.mark.skipif(
+    not _trace_processor_bin(),
+    reason="no trace_processor_shell binary: the perfetto package "
+    "downloads one on first use, which needs the network, and Chromium no longer has the offline "
+    "chrome://tracing viewer; set DDP_PROFILE_TRACE_PROCESSOR=path to run this check",
+)
 def test_perfetto_trace_processor_reads_one_slice_per_kernel_per_track(tmp_path):
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
@@ -130,12 +153,16 @@ def test_perfetto_trace_processor_reads_one_slice_per_kernel_per_track(tmp_path)
     path = perfetto.write_perfetto(tmp_path / "run.json", t, a)
     tp = TraceProcessor(trace=str(path), config=TraceProcessorConfig(bin_path=_trace_processor_bin()))
     try:
-        rows = tp.query("select p.name as proc, th.name as thread, count(*) as n from slice s "
-                        "join thread_track tt on s.track_id = tt.id join thread th using(utid) "
-                        "join process p using(upid) group by 1, 2").as_pandas_dataframe()
+        rows = tp.query(
+            "select p.name as proc, th.name as thread, count(*) as n from slice s "
+            "join thread_track tt on s.track_id = tt.id join thread th using(utid) "
+            "join process p using(upid) group by 1, 2"
+        ).as_pandas_dataframe()
     finally:
         tp.close()
     got = {(r.proc, r.thread): int(r.n) for r in rows.itertuples()}
-    want = {(f"rank {r}", f"stream {s}"): n for (r, s), n in t.kernels.groupby(["rank", "stream"]).size().items()}
+    want = {
+        (f"rank {r}", f"stream {s}"): n for (r, s), n in t.kernels.groupby(["rank", "stream"]).size().items()
+    }
     assert {k: v for k, v in got.items() if k[1] != "host (NVTX)"} == want
     assert got[("rank 0", "host (NVTX)")] == 2 * 4

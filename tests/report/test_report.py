@@ -53,9 +53,15 @@ def test_hostile_names_are_text_everywhere(written):
         assert "__pwned" not in text or "&lt;script&gt;window.__pwned" in text or "\\u003cscript" in text
         # the only script tags are ours: the plotly loader, inline figure code, the timeline data
         for tag in re.findall(r"<script[^>]*>", text):
-            assert tag in ('<script src="plotly.min.js">', "<script>", "<script type='application/json' id='tl-data'>")
+            assert tag in (
+                '<script src="plotly.min.js">',
+                "<script>",
+                "<script type='application/json' id='tl-data'>",
+            )
     run_page = (out / "run-hostile-run.html").read_text()
-    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;&quot;&#x27;&amp;amp;" in run_page  # contention table
+    assert (
+        "&lt;script&gt;window.__pwned=1&lt;/script&gt;&quot;&#x27;&amp;amp;" in run_page
+    )  # contention table
     assert "Run hostile&lt;run&gt;" in run_page
     assert "&lt;script&gt;window.__pwned" in (out / "index.html").read_text()  # failure list
 
@@ -79,7 +85,9 @@ def test_run_page_embeds_every_step_and_a_selector(written):
     ranks = re.search(r"<select id='rank-select'>(.*?)</select>", text).group(1)
     assert re.findall(r"<option value='(\d*)'", ranks) == ["", "0", "1"]  # every rank, then each rank
     # every kernel of the step is kept (per trace and row), for the page to aggregate at any zoom
-    assert all(sum(len(t["s"]) for t in s["tracks"] if t["k"] < 4) == 2 * (3 * 4 + 2 + 1) for s in data["steps"])
+    assert all(
+        sum(len(t["s"]) for t in s["tracks"] if t["k"] < 4) == 2 * (3 * 4 + 2 + 1) for s in data["steps"]
+    )
 
 
 def test_groups_strategies_sweep_scaling():

@@ -66,7 +66,9 @@ def test_a_changed_file_recomputes_that_run_only(runs, tmp_path, loads):
     build_report([runs], out)
     assert loads == ["b_run"]
     assert "flat" in (out / "index.html").read_text()  # the new run JSON, not the cached one
-    assert len(list((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))) == 2  # the stale entry was dropped
+    assert (
+        len(list((out / run_cache.CACHE_DIR).glob(f"*{run_cache.ENTRY_SUFFIX}"))) == 2
+    )  # the stale entry was dropped
 
 
 def test_a_changed_export_recomputes(runs, tmp_path, loads):
@@ -129,7 +131,8 @@ def test_jobs_with_the_cache_give_the_same_report(runs, tmp_path):
     build_report([runs], one)
     build_report([runs], two, jobs=2)
     assert _pages(one) == _pages(two)
-    assert sorted(p.name for p in (one / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}")) == \
-        sorted(p.name for p in (two / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}"))
+    assert sorted(p.name for p in (one / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}")) == sorted(
+        p.name for p in (two / ".cache").glob(f"*{run_cache.ENTRY_SUFFIX}")
+    )
     build_report([runs], two, jobs=2)  # from the cache, in the parent
     assert _pages(one) == _pages(two)

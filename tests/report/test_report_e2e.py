@@ -23,7 +23,7 @@ def test_report_command_on_real_sample(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "[2/2] analysed" in captured.err and "wrote 3 page(s)" in captured.out
     page = (out / "run-a.html").read_text()
-    assert "NVIDIA H200" in page and "steps 0–5 (6)" in page          # the sample: 2 × H200, 6 steps
+    assert "NVIDIA H200" in page and "steps 0–5 (6)" in page  # the sample: 2 × H200, 6 steps
     # plotly figures: exposed comm, steps (the timeline is a canvas); no bytes in NCCL ranges: no α-β plot
     assert page.count("Plotly.newPlot(") == 2 and "ddpTimeline(" in page
     assert "ncclDevKernel_AllReduce_Sum_f32_RING_LL" in page

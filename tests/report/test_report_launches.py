@@ -40,14 +40,32 @@ def _export(build_export, kernel_us: int, name: str) -> Path:
     76 us (kernels end 1 us before the next launch's kernel starts), idle 24% and 23.75 > 19 -> not bound
     (idle under the 25% line)."""
     starts = [t0 + 20_000 * i for t0 in T0 for i in range(4)]
-    kernels = {"pid": [PID] * 8, "device": [0] * 8, "stream": [7] * 8, "start": [s + 1_000 for s in starts],
-               "end": [s + 1_000 + kernel_us * 1_000 for s in starts], "name": ["vectorized_elementwise_kernel"] * 8,
-               "correlation_id": list(range(1, 9)), "launch_start": starts}
-    api = {"pid": [PID] * 2, "start": [t0 + 90_000 for t0 in T0], "end": [t0 + 95_000 for t0 in T0],
-           "name": ["cudaDeviceSynchronize_v3020"] * 2}
-    nvtx = {"pid": [PID] * 3, "tid": [PID] * 3, "start": [T0[0] - 500_000, *T0], "end": [-1, T0[0] + H, T0[1] + H],
-            "text": [f"{nn.RANK_MARKER} 0/1", f"{nn.STEP} 0", f"{nn.STEP} 1"], "event_type": [34, 59, 59],
-            "domain": [nn.DOMAIN] * 3, "payload": [0, 0, 1]}
+    kernels = {
+        "pid": [PID] * 8,
+        "device": [0] * 8,
+        "stream": [7] * 8,
+        "start": [s + 1_000 for s in starts],
+        "end": [s + 1_000 + kernel_us * 1_000 for s in starts],
+        "name": ["vectorized_elementwise_kernel"] * 8,
+        "correlation_id": list(range(1, 9)),
+        "launch_start": starts,
+    }
+    api = {
+        "pid": [PID] * 2,
+        "start": [t0 + 90_000 for t0 in T0],
+        "end": [t0 + 95_000 for t0 in T0],
+        "name": ["cudaDeviceSynchronize_v3020"] * 2,
+    }
+    nvtx = {
+        "pid": [PID] * 3,
+        "tid": [PID] * 3,
+        "start": [T0[0] - 500_000, *T0],
+        "end": [-1, T0[0] + H, T0[1] + H],
+        "text": [f"{nn.RANK_MARKER} 0/1", f"{nn.STEP} 0", f"{nn.STEP} 1"],
+        "event_type": [34, 59, 59],
+        "domain": [nn.DOMAIN] * 3,
+        "payload": [0, 0, 1],
+    }
     return build_export(name, processes=[{"pid": PID, "device": 0}], kernels=kernels, api=api, nvtx=nvtx)
 
 
@@ -66,18 +84,24 @@ def _block(page: str) -> str:
 
 def _rows(page: str) -> list[list[str]]:
     m = re.search(r"<h2>Is the step launch-bound\?</h2>.*?<tbody>(.*?)</tbody>", page, re.S)
-    return [[c.replace(",", "") for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
-            for tr in re.findall(r"<tr>(.*?)</tr>", m.group(1))]
+    return [
+        [c.replace(",", "") for c in re.findall(r"<td[^>]*>(.*?)</td>", tr)]
+        for tr in re.findall(r"<tr>(.*?)</tr>", m.group(1))
+    ]
 
 
 def test_run_page_says_launch_bound_with_the_step_table(build_export):
     page, run = _page(_export(build_export, 2, "bound.sqlite"))
     text = _block(page)
-    assert ("rank 0: launch-bound (2 of 2 steps launch-bound; median GPU idle 92.0 % &gt; 25 %, host 23.8 µs per "
-            "launch &gt; GPU 2.0 µs per kernel)") in text
+    assert (
+        "rank 0: launch-bound (2 of 2 steps launch-bound; median GPU idle 92.0 % &gt; 25 %, host 23.8 µs per "
+        "launch &gt; GPU 2.0 µs per kernel)"
+    ) in text
     # rank, step, host range/busy/idle ms, idle %, launches, host us/launch, GPU us/kernel, launch_bound
-    assert _rows(page) == [["0", "0", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"],
-                           ["0", "1", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"]]
+    assert _rows(page) == [
+        ["0", "0", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"],
+        ["0", "1", "0.100", "0.008", "0.092", "92.0", "4", "23.8", "2.0", "yes"],
+    ]
     assert isinstance(run.launches, LaunchAnalysis) and run.launches.steps["launch_bound"].all()
 
 
@@ -133,6 +157,7 @@ def test_real_launch_bound_run_page_matches_analyze_launches(launch_section):
 
 # ---- findings ------------------------------------------------------------------------------------------
 
+
 def _steps(idle_pct, host_us, gpu_us) -> pd.DataFrame:
     """LAUNCH_STEP rows of one rank, one per value; 10 ms steps; bound by the analysis rule."""
     n = len(idle_pct)
@@ -145,36 +170,61 @@ def _steps(idle_pct, host_us, gpu_us) -> pd.DataFrame:
 
 
 def _run(strategy, model, dtype, world, launches=None) -> RunData:
-    meta = {"strategy": strategy, "model": model, "dtype": dtype, "world_size": world,
-            "config": {"batch": 4, "seq_len": 128}}
-    return RunData(set="main", name=f"{strategy}_{model}_{dtype}_{world}x", folder=Path("."), meta=meta, trace=None,
-                   analysis=SimpleNamespace(), summary={"n_steps": 3}, launches=launches)
+    meta = {
+        "strategy": strategy,
+        "model": model,
+        "dtype": dtype,
+        "world_size": world,
+        "config": {"batch": 4, "seq_len": 128},
+    }
+    return RunData(
+        set="main",
+        name=f"{strategy}_{model}_{dtype}_{world}x",
+        folder=Path("."),
+        meta=meta,
+        trace=None,
+        analysis=SimpleNamespace(),
+        summary={"n_steps": 3},
+        launches=launches,
+    )
 
 
 def _limits_text(small_launches, a_launches) -> str:
-    runs = [_run("none", "small", "fp32", 1, small_launches), _run("naive", "small", "fp32", 2),
-            _run("none", "xl", "fp32", 1, a_launches), _run("naive", "xl", "fp32", 2)]
+    runs = [
+        _run("none", "small", "fp32", 1, small_launches),
+        _run("naive", "small", "fp32", 2),
+        _run("none", "xl", "fp32", 1, a_launches),
+        _run("naive", "xl", "fp32", 2),
+    ]
     sec = qb.limits(runs, {}, run_sets(runs))
     return " ".join(sec.paragraphs())
 
 
 def test_findings_sentence_follows_the_launch_diagnosis():
-    bound = LaunchAnalysis(_steps([60.0, 70.0, 80.0], [30.0, 40.0, 50.0], [9.0, 10.0, 11.0]),
-                           pd.DataFrame(), pd.DataFrame())
-    gpu = LaunchAnalysis(_steps([3.0, 4.0, 30.0], [40.0, 45.0, 60.0], [50.0, 55.0, 20.0]),
-                         pd.DataFrame(), pd.DataFrame())
+    bound = LaunchAnalysis(
+        _steps([60.0, 70.0, 80.0], [30.0, 40.0, 50.0], [9.0, 10.0, 11.0]), pd.DataFrame(), pd.DataFrame()
+    )
+    gpu = LaunchAnalysis(
+        _steps([3.0, 4.0, 30.0], [40.0, 45.0, 60.0], [50.0, 55.0, 20.0]), pd.DataFrame(), pd.DataFrame()
+    )
     text = _limits_text(bound, gpu)
-    assert ("set small's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0 %, host 40.0 µs per "
-            "launch vs GPU 10.0 µs per kernel), so host-side launch overhead") in text
-    assert ("set A's 1-GPU run is not launch-bound (1 of 3 steps launch-bound; median GPU idle 4.0 %, host 45.0 µs "
-            "per launch vs GPU 50.0 µs per kernel)") in text
+    assert (
+        "set small's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0 %, host 40.0 µs per "
+        "launch vs GPU 10.0 µs per kernel), so host-side launch overhead"
+    ) in text
+    assert (
+        "set A's 1-GPU run is not launch-bound (1 of 3 steps launch-bound; median GPU idle 4.0 %, host 45.0 µs "
+        "per launch vs GPU 50.0 µs per kernel)"
+    ) in text
     flipped = _limits_text(gpu, bound)  # swap the diagnoses: the verdict words swap with them
     assert "set small's 1-GPU run is not launch-bound (1 of 3 steps" in flipped
     assert "set A's 1-GPU run is launch-bound in 3 of 3 steps (median GPU idle 70.0 %" in flipped
     assert "set small's 1-GPU run is launch-bound" not in flipped
     missing = _limits_text("x.sqlite: no CUPTI_ACTIVITY_KIND_RUNTIME table", bound)
-    assert "set small's 1-GPU run (none) has no launch-bound check: x.sqlite: no CUPTI_ACTIVITY_KIND_RUNTIME" \
+    assert (
+        "set small's 1-GPU run (none) has no launch-bound check: x.sqlite: no CUPTI_ACTIVITY_KIND_RUNTIME"
         in missing
+    )
 
 
 def test_findings_compute_the_diagnosis_once_per_run_that_needs_it(monkeypatch):

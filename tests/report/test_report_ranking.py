@@ -38,24 +38,36 @@ def _timed(name, strategy, ws, trace_us, unprof_ms=None, *, mb=25.0, mem_gib=Non
     a.steps["step_ns"] = float(trace_us * 1000)
     meta = dict(t.run)
     if unprof_ms is not None:
-        meta |= {"unprofiled_step_ms_median": unprof_ms, "unprofiled_repeat_medians_ms": [unprof_ms] * 2,
-                 "unprofiled_repeats": 2, "unprofiled_step_ms_min": unprof_ms - 0.01,
-                 "unprofiled_step_ms_max": unprof_ms + 0.01,
-                 "profiler_overhead_pct": round(100 * (trace_us / 1000 / unprof_ms - 1), 3)}
+        meta |= {
+            "unprofiled_step_ms_median": unprof_ms,
+            "unprofiled_repeat_medians_ms": [unprof_ms] * 2,
+            "unprofiled_repeats": 2,
+            "unprofiled_step_ms_min": unprof_ms - 0.01,
+            "unprofiled_step_ms_max": unprof_ms + 0.01,
+            "profiler_overhead_pct": round(100 * (trace_us / 1000 / unprof_ms - 1), 3),
+        }
     if mem_gib is not None:
-        meta |= {"peak_memory_allocated_bytes_per_rank": [int(mem_gib * GIB), int((mem_gib - 1) * GIB)][:ws],
-                 "peak_memory_reserved_bytes_per_rank": [int((mem_gib + 2) * GIB)] * ws,
-                 "optimizer_state_bytes_per_rank": [int(mem_gib / 4 * GIB)] * ws}
+        meta |= {
+            "peak_memory_allocated_bytes_per_rank": [int(mem_gib * GIB), int((mem_gib - 1) * GIB)][:ws],
+            "peak_memory_reserved_bytes_per_rank": [int((mem_gib + 2) * GIB)] * ws,
+            "optimizer_state_bytes_per_rank": [int(mem_gib / 4 * GIB)] * ws,
+        }
     return Run(name, t, a, normalise_meta(meta), run_id=f"{folder}/{name}", folder=folder)
 
 
 def _set(unprofiled=True, memory=True):
     """1 GPU + three 2-GPU configurations. Trace order: overlap (1.00 ms) < torch_ddp (1.05) < naive (1.10);
     un-profiled order: naive (0.90 ms) < torch_ddp (0.95) < overlap (0.99) — nsys reverses it."""
-    spec = [("none_xl_fp32_1xh100", "none", 1, 900, 0.85), ("naive_xl_fp32_2xh100", "naive", 2, 1100, 0.90),
-            ("overlap_xl_fp32_2xh100", "overlap", 2, 1000, 0.99), ("torch_ddp-25mb_xl_fp32_2xh100", "torch_ddp", 2, 1050, 0.95)]
-    return [_timed(n, s, ws, us, u if unprofiled else None, mem_gib=(10.0 + i if memory else None))
-            for i, (n, s, ws, us, u) in enumerate(spec)]
+    spec = [
+        ("none_xl_fp32_1xh100", "none", 1, 900, 0.85),
+        ("naive_xl_fp32_2xh100", "naive", 2, 1100, 0.90),
+        ("overlap_xl_fp32_2xh100", "overlap", 2, 1000, 0.99),
+        ("torch_ddp-25mb_xl_fp32_2xh100", "torch_ddp", 2, 1050, 0.95),
+    ]
+    return [
+        _timed(n, s, ws, us, u if unprofiled else None, mem_gib=(10.0 + i if memory else None))
+        for i, (n, s, ws, us, u) in enumerate(spec)
+    ]
 
 
 def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so(monkeypatch):
@@ -63,11 +75,17 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     runs = _set()
     assign_baselines(runs)
     comp = comparison(runs)
-    assert list(ranked(comp)["run"]) == ["naive_xl_fp32_2xh100", "torch_ddp-25mb_xl_fp32_2xh100", "overlap_xl_fp32_2xh100"]  # trace order is reversed
+    assert list(ranked(comp)["run"]) == [
+        "naive_xl_fp32_2xh100",
+        "torch_ddp-25mb_xl_fp32_2xh100",
+        "overlap_xl_fp32_2xh100",
+    ]  # trace order is reversed
     assert set(comp["rank_basis"]) == {measures.UNPROFILED}
     v = _text(strategy_verdict(comp))
-    assert v.startswith("Fastest: naive ×2 at 0.900 ms per step (un-profiled: median over 2 runs without nsys, CUDA "
-                        "events, range 0.890–0.910 ms; 1.100 ms in the profiled trace).")
+    assert v.startswith(
+        "Fastest: naive ×2 at 0.900 ms per step (un-profiled: median over 2 runs without nsys, CUDA "
+        "events, range 0.890–0.910 ms; 1.100 ms in the profiled trace)."
+    )
     assert "Ranked: 1. naive ×2 0.900 ms, 2. torch_ddp 25 MiB ×2 0.950 ms, 3. overlap ×2 0.990 ms." in v
     assert "Ranked by un-profiled step time" in v
     assert "ranked by the profiled trace time 2 of 3 runs would change place" in v  # naive and overlap swap
@@ -78,8 +96,15 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     t = numbers_table(comp, "Numbers")
     main, more = t.split("<details>", 1)
     heads = re.findall(r"data-k='([^']+)'", main)
-    assert heads[:7] == ["run", "strategy", "bucket_mb", "world_size", "unprofiled_step_ns", "step_ns",
-                         "profiler_overhead_pct"]  # no run has a lever variant: no column of blank cells
+    assert heads[:7] == [
+        "run",
+        "strategy",
+        "bucket_mb",
+        "world_size",
+        "unprofiled_step_ns",
+        "step_ns",
+        "profiler_overhead_pct",
+    ]  # no run has a lever variant: no column of blank cells
     # the rest folds away in a second table that repeats the run and leaves none of the columns out
     rest = re.findall(r"data-k='([^']+)'", more)
     assert rest[0] == "run" and "unprofiled_repeats" in rest and not set(heads[1:]) & set(rest)
@@ -93,7 +118,9 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     assert "unprofiled_step_ns" not in both and "step_ns" in both
 
 
-def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_is_not_established(monkeypatch):
+def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_is_not_established(
+    monkeypatch,
+):
     patch_analysis(monkeypatch)
     runs = _set()
     for r in runs:
@@ -107,15 +134,23 @@ def test_without_an_unprofiled_range_the_verdict_does_not_claim_the_order_is_or_
 def test_a_set_where_one_run_lacks_the_unprofiled_median_is_ranked_by_trace_time_and_says_why(monkeypatch):
     patch_analysis(monkeypatch)
     runs = _set()
-    runs[2] = _timed("overlap_xl_fp32_2xh100", "overlap", 2, 1000, None, mem_gib=12.0)  # not timed without nsys
+    runs[2] = _timed(
+        "overlap_xl_fp32_2xh100", "overlap", 2, 1000, None, mem_gib=12.0
+    )  # not timed without nsys
     assign_baselines(runs)
     comp = comparison(runs)
     assert set(comp["rank_basis"]) == {measures.TRACE}
-    assert list(ranked(comp)["run"]) == ["overlap_xl_fp32_2xh100", "torch_ddp-25mb_xl_fp32_2xh100", "naive_xl_fp32_2xh100"]
+    assert list(ranked(comp)["run"]) == [
+        "overlap_xl_fp32_2xh100",
+        "torch_ddp-25mb_xl_fp32_2xh100",
+        "naive_xl_fp32_2xh100",
+    ]
     v = _text(strategy_verdict(comp))
     assert v.startswith("Fastest: overlap ×2 at 1.000 ms per step (median over ranks and 3 profiled steps")
-    assert ("Ranked by profiled step time (the trace's median over ranks and profiled steps): 1 of these 3 runs "
-            "(overlap ×2) were not timed without nsys") in v
+    assert (
+        "Ranked by profiled step time (the trace's median over ranks and profiled steps): 1 of these 3 runs "
+        "(overlap ×2) were not timed without nsys"
+    ) in v
     # the 1-GPU baseline alone lacking it is named too
     runs = _set()
     runs[0] = _timed("none_xl_fp32_1xh100", "none", 1, 900, None)
@@ -141,10 +176,16 @@ def test_memory_columns_are_the_run_json_values_in_gib_and_blank_with_a_note_whe
         cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
         got.update(zip(re.findall(r"data-k='([^']+)'", part), cells, strict=True))
     # naive: 11 GiB on rank 0 (10 on rank 1), 13 GiB reserved, 2.75 GiB of optimizer state
-    assert (got["peak_allocated_bytes"], got["peak_reserved_bytes"], got["optimizer_state_bytes"]) == \
-        ("11.00", "13.00", "2.75")
+    assert (got["peak_allocated_bytes"], got["peak_reserved_bytes"], got["optimizer_state_bytes"]) == (
+        "11.00",
+        "13.00",
+        "2.75",
+    )
     assert "peak allocated (GiB)" in t
-    assert "Memory columns blank for torch_ddp-25mb_xl_fp32_2xh100: their run JSONs record no peak GPU memory" in _text(t)
+    assert (
+        "Memory columns blank for torch_ddp-25mb_xl_fp32_2xh100: their run JSONs record no peak GPU memory"
+        in _text(t)
+    )
     none = comparison(_set(memory=False))
     assert "no run JSON here records peak GPU memory" in _text(numbers_table(none, "Numbers"))
 
@@ -159,8 +200,17 @@ def test_findings_and_pages_name_the_same_fastest_under_either_basis(monkeypatch
         data = []
         for r, row in zip(runs, comp.to_dict("records"), strict=True):
             meta = dict(r.meta, config={"strategy": r.meta["strategy"], "bucket_mb": 25.0})
-            data.append(RunData(set=CAMPAIGN, name=r.name, folder=Path("traces/campaign/A") / r.name, meta=meta,
-                                trace=None, analysis=None, row=row))
+            data.append(
+                RunData(
+                    set=CAMPAIGN,
+                    name=r.name,
+                    folder=Path("traces/campaign/A") / r.name,
+                    meta=meta,
+                    trace=None,
+                    analysis=None,
+                    row=row,
+                )
+            )
         text = " ".join(qc.q10_beat_ddp({"A": data}, lambda r: r.name, {"A": "m"}).paragraphs())
         assert f"the lowest median is {page_best} at" in text  # no intervals here: no "fastest" claim
         assert page_best == ("naive_xl_fp32_2xh100" if unprofiled else "overlap_xl_fp32_2xh100")
@@ -169,9 +219,14 @@ def test_findings_and_pages_name_the_same_fastest_under_either_basis(monkeypatch
 
 def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparison(monkeypatch, tmp_path):
     patch_analysis(monkeypatch)
-    runs = _set() + [_timed(n, s, ws, us, None, folder="") for n, s, ws, us in
-                     (("none_small_fp32_1xh100", "none", 1, 900), ("naive_small_fp32_2xh100", "naive", 2, 1300),
-                      ("overlap_small_fp32_2xh100", "overlap", 2, 1200))]
+    runs = _set() + [
+        _timed(n, s, ws, us, None, folder="")
+        for n, s, ws, us in (
+            ("none_small_fp32_1xh100", "none", 1, 900),
+            ("naive_small_fp32_2xh100", "naive", 2, 1300),
+            ("overlap_small_fp32_2xh100", "overlap", 2, 1200),
+        )
+    ]
     assign_baselines(runs)
     groups = group_runs(runs)
     html_ = render_index(runs, groups, [])
@@ -179,8 +234,10 @@ def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparis
     v = _text(verdict)
     assert v.startswith("7 runs in 2 sets: campaign/A/ (4 runs, 1–2 GPUs), top level (3 runs, 1–2 GPUs).")
     assert "naive ×2, 0.900 ms per step (un-profiled), fastest of 3" in v
-    assert "top level · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: overlap ×2, 1.200 ms per step (profiled, " \
+    assert (
+        "top level · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: overlap ×2, 1.200 ms per step (profiled, "
         "trace), fastest of 2" in v
+    )
     pages = {g.page for g in groups if g.kind == "strategies"}
     assert pages and all(f"href='{p}'" in verdict for p in pages)
     assert "plotly" not in html_.lower()
@@ -203,20 +260,27 @@ def test_committed_campaign_sets_rank_by_their_json_unprofiled_medians(monkeypat
     for m in metas:
         t, a = make_run(m["run"], m["strategy"], m["world_size"], 25.0)
         t.run = normalise_meta(m)
-        runs.append(Run(m["run"], t, a, t.run, run_id=f"campaign/{set_name}/{m['run']}",
-                        folder=f"campaign/{set_name}"))
+        runs.append(
+            Run(
+                m["run"], t, a, t.run, run_id=f"campaign/{set_name}/{m['run']}", folder=f"campaign/{set_name}"
+            )
+        )
     assign_baselines(runs)
     sizes = sorted({m["world_size"] for m in metas} - {1})
     assert sizes
     for n in sizes:
         comp = comparison([r for r in runs if r.meta["world_size"] in (1, n)])
-        fastest = min((m for m in metas if m["world_size"] == n), key=lambda m: m["unprofiled_step_ms_median"])
+        fastest = min(
+            (m for m in metas if m["world_size"] == n), key=lambda m: m["unprofiled_step_ms_median"]
+        )
         assert ranked(comp)["run"].iloc[0] == fastest["run"]
         v = _text(strategy_verdict(comp))
         assert f"at {fastest['unprofiled_step_ms_median']:,.3f} ms per step (un-profiled" in v
         by_run = comp.set_index("run")
         for m in (m for m in metas if m["world_size"] in (1, n)):
-            assert by_run.loc[m["run"], "peak_allocated_bytes"] == max(m["peak_memory_allocated_bytes_per_rank"])
+            assert by_run.loc[m["run"], "peak_allocated_bytes"] == max(
+                m["peak_memory_allocated_bytes_per_rank"]
+            )
             assert by_run.loc[m["run"], "optimizer_state_bytes"] == max(m["optimizer_state_bytes_per_rank"])
             assert by_run.loc[m["run"], "profiler_overhead_pct"] == m["profiler_overhead_pct"]
 
@@ -225,8 +289,13 @@ def test_scaling_uses_the_ranked_time_for_efficiency_throughput_and_its_verdict(
     from ddp_profile.report.index import scaling_frame, scaling_verdict
 
     patch_analysis(monkeypatch)
-    runs = [_timed(n, "bucketed", ws, us, u) for n, ws, us, u in
-            (("bucketed-25mb_xl_fp32_1xh100", 1, 900, 0.80), ("bucketed-25mb_xl_fp32_2xh100", 2, 1000, 0.88))]
+    runs = [
+        _timed(n, "bucketed", ws, us, u)
+        for n, ws, us, u in (
+            ("bucketed-25mb_xl_fp32_1xh100", 1, 900, 0.80),
+            ("bucketed-25mb_xl_fp32_2xh100", 2, 1000, 0.88),
+        )
+    ]
     for r in runs:
         r.meta["config"] = {"batch": 4}
     assign_baselines(runs)
@@ -248,12 +317,17 @@ def test_run_page_advice_names_the_comparisons_winner_with_the_same_time(monkeyp
     runs = _set()
     assign_baselines(runs)
     groups = group_runs(runs)
-    context = {"groups": groups, "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"}}
+    context = {
+        "groups": groups,
+        "comps": {g.page: comparison(g.runs) for g in groups if g.kind == "strategies"},
+    }
     overlap = next(r for r in runs if r.meta["strategy"] == "overlap")
     a = _text(measured_advice(overlap, context))
     # 0.99 - 0.90 = 0.09 ms = 9.1 % of 0.99
-    assert a.startswith("What to change: switch to naive ×2, measured 0.900 ms per step (un-profiled), 0.090 ms "
-                        "(9.1 %) less than this run")
+    assert a.startswith(
+        "What to change: switch to naive ×2, measured 0.900 ms per step (un-profiled), 0.090 ms "
+        "(9.1 %) less than this run"
+    )
     naive = next(r for r in runs if r.meta["strategy"] == "naive")
     assert _text(measured_advice(naive, context)).startswith("Keep this strategy")
 
@@ -267,7 +341,9 @@ def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monk
     one = runs[0]
     assert one.meta["world_size"] == 1 and all(r.baseline is one for r in runs)
     link = f"<td class='tok link'><a href='{one.page}'>{one.name}</a></td>"
-    index_table = render_index(runs, group_runs(runs), []).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    index_table = (
+        render_index(runs, group_runs(runs), []).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
+    )
     for html_ in (index_table, numbers_table(comparison(runs), "Numbers")):
         rows: dict[str, str] = {}  # run page: its rows' cells (the numbers table's two tables joined)
         for tr in re.findall(r"<tr><td.*?</tr>", html_, re.S):
@@ -287,8 +363,12 @@ def test_index_repeats_the_findings_timing_bullets_escaped_and_linked(monkeypatc
     patch_analysis(monkeypatch)
     runs = _set()
     assign_baselines(runs)
-    bullet = Bullet("bf16, closest to one GPU:", "x <script>alert(1)</script> (set AB): 100.6 % of one GPU", "timing",
-                    "timing sets")
+    bullet = Bullet(
+        "bf16, closest to one GPU:",
+        "x <script>alert(1)</script> (set AB): 100.6 % of one GPU",
+        "timing",
+        "timing sets",
+    )
     page_ = render_index(runs, group_runs(runs), [], front=[index_block([bullet])])
     findings = page_.split("<h2>Findings</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<strong>bf16, closest to one GPU:</strong>" in findings and "<script>" not in findings

@@ -25,9 +25,11 @@ SCALING = [f"bucketed-25mb_mlp8_fp32_{n}xh200" for n in (1, 2, 4)]
 CHROMIUM = "/usr/bin/chromium"
 REQUIRE = os.environ.get("DDP_PROFILE_REQUIRE_BROWSER", "") not in ("", "0")
 
-pytestmark = pytest.mark.skipif(not all((TRACES / r).is_dir() for r in TOP)
-                                or not all((TRACES / "scaling" / r).is_dir() for r in SCALING),
-                                reason="campaign traces not in this checkout")
+pytestmark = pytest.mark.skipif(
+    not all((TRACES / r).is_dir() for r in TOP)
+    or not all((TRACES / "scaling" / r).is_dir() for r in SCALING),
+    reason="campaign traces not in this checkout",
+)
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -59,20 +61,31 @@ def site(campaign) -> Path:
 def test_discovery_recurses_and_ids_are_unique(campaign):
     found = report.discover_runs([campaign])
     ids = [rid for _, rid in found]
-    assert sorted(ids) == sorted(TOP + [f"scaling/{r}" for r in SCALING] + ["scaling/naive_small_fp32_2xh200"])
+    assert sorted(ids) == sorted(
+        TOP + [f"scaling/{r}" for r in SCALING] + ["scaling/naive_small_fp32_2xh200"]
+    )
     pages = [report.run_page_name(i) for i in ids]
     assert len(set(pages)) == len(pages) == 7
-    assert "run-scaling--naive_small_fp32_2xh200.html" in pages and "run-naive_small_fp32_2xh200.html" in pages
+    assert (
+        "run-scaling--naive_small_fp32_2xh200.html" in pages and "run-naive_small_fp32_2xh200.html" in pages
+    )
     # a run folder passed twice (directly and through its parent) is one run
     assert len(report.discover_runs([campaign, campaign / TOP[0]])) == 7
 
 
 def test_page_names():
-    assert report.run_page_name("scaling/bucketed-25mb_xl_fp32_2xh200") == \
-        "run-scaling--bucketed-25mb_xl_fp32_2xh200.html"
-    assert report.group_page_name("sweep", "", "xl", "fp32", "NVIDIA H200", 2) == "sweep-xl-fp32-NVIDIA-H200-x2.html"
-    assert report.group_page_name("scaling", "scaling", "mlp", "fp32", "NVIDIA H200") == \
-        "scaling-scaling--mlp-fp32-NVIDIA-H200.html"
+    assert (
+        report.run_page_name("scaling/bucketed-25mb_xl_fp32_2xh200")
+        == "run-scaling--bucketed-25mb_xl_fp32_2xh200.html"
+    )
+    assert (
+        report.group_page_name("sweep", "", "xl", "fp32", "NVIDIA H200", 2)
+        == "sweep-xl-fp32-NVIDIA-H200-x2.html"
+    )
+    assert (
+        report.group_page_name("scaling", "scaling", "mlp", "fp32", "NVIDIA H200")
+        == "scaling-scaling--mlp-fp32-NVIDIA-H200.html"
+    )
 
 
 def test_groups_stay_within_one_folder(site):
@@ -82,7 +95,10 @@ def test_groups_stay_within_one_folder(site):
     # top level: none x1 + naive + overlap x2 -> one strategies page; scaling/: bucketed 1/2/4 -> scaling page,
     # the copied naive run is alone in its (folder, model) and joins nothing
     groups = [p for p in pages if p.startswith(("strategies-", "sweep-", "scaling-"))]
-    assert groups == ["scaling-scaling--mlp-fp32-NVIDIA-H200.html", "strategies-small-fp32-NVIDIA-H200-x2.html"]
+    assert groups == [
+        "scaling-scaling--mlp-fp32-NVIDIA-H200.html",
+        "strategies-small-fp32-NVIDIA-H200-x2.html",
+    ]
     strat = (site / groups[1]).read_text()
     linked = set(re.findall(r"href='(run-[^']+)'", strat))
     assert linked == {f"run-{r}.html" for r in TOP}  # never the scaling/ copy of the naive run
@@ -91,8 +107,10 @@ def test_groups_stay_within_one_folder(site):
     assert "NVIDIA H200 ×1/2/4 · model mlp · fp32" in scal  # the source line names machine, model, dtype
 
 
-browser = pytest.mark.skipif(not REQUIRE and not Path(CHROMIUM).exists(),
-                             reason=f"Chromium not at {CHROMIUM} (CI sets DDP_PROFILE_REQUIRE_BROWSER=1)")
+browser = pytest.mark.skipif(
+    not REQUIRE and not Path(CHROMIUM).exists(),
+    reason=f"Chromium not at {CHROMIUM} (CI sets DDP_PROFILE_REQUIRE_BROWSER=1)",
+)
 
 
 @browser
@@ -106,22 +124,34 @@ def test_every_real_page_loads_and_every_figure_renders(site):
         for path in sorted(site.glob("*.html")):
             page = b.new_page(viewport={"width": 1400, "height": 1000})
             problems = []
-            page.on("console", lambda m, problems=problems: problems.append(m.text) if m.type == "error" else None)
+            page.on(
+                "console", lambda m, problems=problems: problems.append(m.text) if m.type == "error" else None
+            )
             page.on("pageerror", lambda e, problems=problems: problems.append(str(e)))
             page.goto(path.as_uri())
             page.wait_for_load_state("load")
             n = path.read_text().count("Plotly.newPlot(")
-            assert n == 0 if path.name == "index.html" else n >= (2 if path.name.startswith("run-") else 1), path.name
+            assert n == 0 if path.name == "index.html" else n >= (2 if path.name.startswith("run-") else 1), (
+                path.name
+            )
             if path.name.startswith("run-"):  # the canvas timeline draws first, with bars
-                page.wait_for_function("(document.getElementById('timeline').__ddpDrawn || 0) >= 1", timeout=20_000)
-                assert page.evaluate("document.getElementById('timeline').ddp.bars[0].x.length") > 0, path.name
+                page.wait_for_function(
+                    "(document.getElementById('timeline').__ddpDrawn || 0) >= 1", timeout=20_000
+                )
+                assert page.evaluate("document.getElementById('timeline').ddp.bars[0].x.length") > 0, (
+                    path.name
+                )
             for i in range(page.locator(".figure").count()):  # figures below the fold draw when scrolled to
                 page.locator(".figure").nth(i).scroll_into_view_if_needed()
-            page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=20_000)
+            page.wait_for_function(
+                f"document.querySelectorAll('.js-plotly-plot').length === {n}", timeout=20_000
+            )
             drawn = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(
                 d => d.querySelectorAll('.main-svg .trace, .main-svg .point').length)""")
             assert all(c > 0 for c in drawn), (path.name, drawn)
-            for href in page.evaluate("Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))"):
+            for href in page.evaluate(
+                "Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href'))"
+            ):
                 if not href.startswith(("#", "data:text/csv")):  # in-page anchors, CSV downloads
                     assert (site / href.split("#")[0]).exists(), (path.name, href)
             if not path.name.startswith("run-"):

@@ -25,10 +25,21 @@ HOSTILE = "<script>window.__pwned=1</script>\"'&amp;</script><img src=x onerror=
 KERNEL = f"{HOSTILE} fwd_gemm"
 FOLDER = "run<img src=x onerror=window.__pwned=3>\"'&amp;"  # no '/' in a file name
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-REMOTE = re.compile(r"""(?:\b(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//)|(?:url\(\s*["']?\s*"""
-                    r"""(?:https?:)?//)|@import|<link\b[^>]*\bhref\s*=\s*["']?\s*https?:""", re.I)
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+REMOTE = re.compile(
+    r"""(?:\b(?:src|href|action|poster|data)\s*=\s*["']?\s*(?:https?:)?//)|(?:url\(\s*["']?\s*"""
+    r"""(?:https?:)?//)|@import|<link\b[^>]*\bhref\s*=\s*["']?\s*https?:""",
+    re.I,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +55,9 @@ def site(tmp_path_factory) -> Path:
     con.execute("UPDATE NVTX_EVENTS SET text = text || ? WHERE text LIKE 'step %'", (f" {HOSTILE}",))
     con.commit()
     con.close()
-    (run / "run.json").write_text(json.dumps({"run_name": f"{HOSTILE} run", "strategy": HOSTILE, "model": HOSTILE}))
+    (run / "run.json").write_text(
+        json.dumps({"run_name": f"{HOSTILE} run", "strategy": HOSTILE, "model": HOSTILE})
+    )
     out = base / "reports"
     sizes, failures = build_report([base / "traces"], out)
     assert not failures and len(sizes) >= 2
@@ -70,7 +83,10 @@ def test_pages_reference_nothing_remote(site):
     for name, text in _pages(site).items():
         assert not REMOTE.findall(text), (name, REMOTE.findall(text)[:3])
         for ref in re.findall(r"""\b(?:src|href)\s*=\s*["']([^"']*)["']""", text):
-            assert not re.match(r"^[a-z][a-z0-9+.-]*:", ref, re.I) or ref.startswith(("data:", "#")), (name, ref)
+            assert not re.match(r"^[a-z][a-z0-9+.-]*:", ref, re.I) or ref.startswith(("data:", "#")), (
+                name,
+                ref,
+            )
     assert (site / "plotly.min.js").is_file()
 
 
@@ -92,8 +108,12 @@ def test_browser_runs_no_injected_script_and_shows_the_text(site, browser, tmp_p
     for path in pages:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         remote, errors, dialogs = [], [], []
-        page.on("request", lambda r, out=remote: out.append(r.url)
-                if not r.url.startswith(("file:", "data:", "blob:")) else None)
+        page.on(
+            "request",
+            lambda r, out=remote: (
+                out.append(r.url) if not r.url.startswith(("file:", "data:", "blob:")) else None
+            ),
+        )
         page.on("pageerror", lambda e, out=errors: out.append(str(e)))
         page.on("dialog", lambda d, out=dialogs: (out.append(d.message), d.dismiss()))
         page.goto(path.as_uri())

@@ -35,4 +35,12 @@ def param_stats(model: nn.Module) -> dict:
     }
 
 
-__all__ = ["MLP_MODEL", "MLPPreset", "ScalingMLP", "TransformerLM", "TransformerPreset", "build_model", "param_stats"]
+__all__ = [
+    "MLP_MODEL",
+    "MLPPreset",
+    "ScalingMLP",
+    "TransformerLM",
+    "TransformerPreset",
+    "build_model",
+    "param_stats",
+]

@@ -46,8 +46,9 @@ from ddp_profile.harness.strategies.base import (
 from ddp_profile.harness.strategies.peer_copy import PeerCopyExchange, PeerCopyWork
 
 
-def pack_buckets(sizes_bytes: list[int], cap_bytes: int, keys: list | None = None,
-                 first_cap_bytes: int | None = None) -> list[list[int]]:
+def pack_buckets(
+    sizes_bytes: list[int], cap_bytes: int, keys: list | None = None, first_cap_bytes: int | None = None
+) -> list[list[int]]:
     """Indices (into `sizes_bytes`) grouped into buckets, PyTorch style.
 
     Walks indices from last to first; each index joins the open bucket of its key (e.g. dtype); a bucket
@@ -101,7 +102,9 @@ class _Bucket:
     def __init__(self, index: int, params: list, reduce_dtype: torch.dtype | None = None) -> None:
         self.index = index
         self.params = params
-        self.buffer = torch.zeros(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+        self.buffer = torch.zeros(
+            sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+        )
         self.views = []
         offset = 0
         for p in params:
@@ -125,8 +128,16 @@ class _Bucket:
 class Bucketed(Wrapper):
     name = "bucketed"
 
-    def __init__(self, module, bucket_size_mb: float = 25.0, first_bucket_mb: float = 0.0, grad_views: bool = False,
-                 reduce_dtype: str = "", optimizer_factory=None, peer_copy: bool = False) -> None:
+    def __init__(
+        self,
+        module,
+        bucket_size_mb: float = 25.0,
+        first_bucket_mb: float = 0.0,
+        grad_views: bool = False,
+        reduce_dtype: str = "",
+        optimizer_factory=None,
+        peer_copy: bool = False,
+    ) -> None:
         super().__init__(module)
         self.bucket_size_mb = bucket_size_mb
         self.first_bucket_mb = first_bucket_mb
@@ -139,8 +150,10 @@ class Bucketed(Wrapper):
             keys=[(p.dtype, p.device) for p in params],
             first_cap_bytes=int(first_bucket_mb * 1024 * 1024) if first_bucket_mb else None,
         )
-        self.buckets = [_Bucket(i, [params[j] for j in group], REDUCE_DTYPES[reduce_dtype])
-                        for i, group in enumerate(groups)]
+        self.buckets = [
+            _Bucket(i, [params[j] for j in group], REDUCE_DTYPES[reduce_dtype])
+            for i, group in enumerate(groups)
+        ]
         self._launched: list[_Bucket] = []
         self.optimizer: BucketOptimizers | None = None
         if optimizer_factory is not None:
@@ -211,8 +224,11 @@ class Bucketed(Wrapper):
                 bucket.handle.wait()
                 if bucket.comm is not None:
                     bucket.buffer.copy_(bucket.comm)
-                pairs = [(p.grad, v) for p, v in zip(bucket.params, bucket.views, strict=True)
-                         if p.grad is not None and p.grad.data_ptr() != v.data_ptr()]
+                pairs = [
+                    (p.grad, v)
+                    for p, v in zip(bucket.params, bucket.views, strict=True)
+                    if p.grad is not None and p.grad.data_ptr() != v.data_ptr()
+                ]
                 if pairs:
                     torch._foreach_copy_([g for g, _ in pairs], [v for _, v in pairs])
                 self._step_buckets([bucket])
@@ -222,9 +238,14 @@ class Bucketed(Wrapper):
 
     def layout(self) -> dict:
         out = layout_from_groups(self.module, [b.params for b in self.buckets])
-        out.update(first_bucket_mb=self.first_bucket_mb, grad_views=self.grad_views,
-                   reduce_dtype=self.reduce_dtype or None, overlap_optimizer=self.optimizer is not None,
-                   reduce_bytes=[b.wire_nbytes for b in self.buckets], peer_copy_allreduce=self.exchange is not None)
+        out.update(
+            first_bucket_mb=self.first_bucket_mb,
+            grad_views=self.grad_views,
+            reduce_dtype=self.reduce_dtype or None,
+            overlap_optimizer=self.optimizer is not None,
+            reduce_bytes=[b.wire_nbytes for b in self.buckets],
+            peer_copy_allreduce=self.exchange is not None,
+        )
         if self.exchange is not None:
             out["peer_copy"] = self.exchange.layout()
         return out

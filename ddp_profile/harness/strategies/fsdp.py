@@ -68,7 +68,9 @@ def _post_hook(_module, _args, _output) -> None:
 class FSDP(Wrapper):
     name = "fsdp"
 
-    def __init__(self, module: nn.Module, reshard_after_forward: bool = True, param_dtype: str = "fp32") -> None:
+    def __init__(
+        self, module: nn.Module, reshard_after_forward: bool = True, param_dtype: str = "fp32"
+    ) -> None:
         if not (dist.is_available() and dist.is_initialized()):
             raise ConfigError("strategy fsdp needs a process group: run it under torchrun or with --nproc N")
         from torch.distributed.device_mesh import init_device_mesh
@@ -79,8 +81,11 @@ class FSDP(Wrapper):
         self.param_dtype = param_dtype
         first = next(module.parameters())
         mesh = init_device_mesh(first.device.type, (self.world_size,))
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-                  if param_dtype == "bf16" else MixedPrecisionPolicy())
+        policy = (
+            MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+            if param_dtype == "bf16"
+            else MixedPrecisionPolicy()
+        )
         units = shard_units(module)
         # Unsharded gradient groups per unit, for layout(): recorded before the parameters become DTensors.
         in_units = {id(p) for u in units for p in u.parameters()}

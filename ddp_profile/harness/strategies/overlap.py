@@ -32,8 +32,14 @@ def averages_in_nccl(reduce_avg: bool, group) -> bool:
 class Overlap(Wrapper):
     name = "overlap"
 
-    def __init__(self, module, reduce_avg: bool = False, optimizer_factory=None, peer_copy: bool = False,
-                 update_high_priority: bool = True) -> None:
+    def __init__(
+        self,
+        module,
+        reduce_avg: bool = False,
+        optimizer_factory=None,
+        peer_copy: bool = False,
+        update_high_priority: bool = True,
+    ) -> None:
         super().__init__(module)
         self._handles: list = []
         self.reduce_avg = reduce_avg
@@ -41,8 +47,14 @@ class Overlap(Wrapper):
         params = grad_params(module)
         self.optimizer: ShardedUpdate | None = None
         if optimizer_factory is not None:
-            self.optimizer = ShardedUpdate(params, optimizer_factory, self.rank, self.world_size, peer_copy=peer_copy,
-                                           high_priority=update_high_priority)
+            self.optimizer = ShardedUpdate(
+                params,
+                optimizer_factory,
+                self.rank,
+                self.world_size,
+                peer_copy=peer_copy,
+                high_priority=update_high_priority,
+            )
         if self.world_size > 1:
             self.nccl_avg = averages_in_nccl(reduce_avg, comm_group())
             for index, p in enumerate(params):

@@ -20,7 +20,7 @@ previous step's adds (stream order): no rank pushes into a slice the other has n
 On gloo (CPU tests) the same exchange is a send/receive pair (``dist.batch_isend_irecv``) into an ordinary
 receive buffer, then the same add; tests/harness/test_levers.py checks the numerics there. The GPU transport
 itself has no CPU test (symmetric memory needs CUDA).
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -49,7 +49,9 @@ def symmetric_rendezvous(tensor: torch.Tensor, group):
 
     backend = str(dist.get_backend(group))
     if "nccl" not in backend:
-        raise ConfigError(f"peer copies between GPUs need an NCCL process group, not {backend!r} (drop --backend)")
+        raise ConfigError(
+            f"peer copies between GPUs need an NCCL process group, not {backend!r} (drop --backend)"
+        )
 
     try:
         return symm_mem.rendezvous(tensor, group)
@@ -82,7 +84,9 @@ class PeerCopyExchange:
         self.group, self.rank, self.peer_global = two_rank_group(group, "peer_copy_allreduce")
         dtypes = {w.dtype for w in wires}
         if len(dtypes) != 1:
-            raise ConfigError(f"peer_copy_allreduce needs one wire dtype for every bucket, got {sorted(map(str, dtypes))}")
+            raise ConfigError(
+                f"peer_copy_allreduce needs one wire dtype for every bucket, got {sorted(map(str, dtypes))}"
+            )
         self.peer = 1 - self.rank
         dtype, device = wires[0].dtype, wires[0].device
         total = sum(w.numel() for w in wires)
@@ -99,8 +103,10 @@ class PeerCopyExchange:
 
             self.recv = symm_mem.empty(total, dtype=dtype, device=device)
             self.handle = symmetric_rendezvous(self.recv, self.group)
-            self.peer_views = [self.handle.get_buffer(self.peer, (w.numel(),), dtype, off)
-                               for w, off in zip(wires, self.offsets, strict=True)]
+            self.peer_views = [
+                self.handle.get_buffer(self.peer, (w.numel(),), dtype, off)
+                for w, off in zip(wires, self.offsets, strict=True)
+            ]
             self.stream = torch.cuda.Stream(device=device, priority=-1)
         else:
             self.recv = torch.empty(total, dtype=dtype, device=device)
@@ -116,8 +122,10 @@ class PeerCopyExchange:
         ``wait()`` leaves ``wire = wire + peer's wire``."""
         recv = self.local[index]
         if not self.on_gpu:
-            ops = [dist.P2POp(dist.isend, wire, self.peer_global, self.group),
-                   dist.P2POp(dist.irecv, recv, self.peer_global, self.group)]
+            ops = [
+                dist.P2POp(dist.isend, wire, self.peer_global, self.group),
+                dist.P2POp(dist.irecv, recv, self.peer_global, self.group),
+            ]
             works = dist.batch_isend_irecv(ops)
 
             def finish() -> None:
@@ -144,6 +152,9 @@ class PeerCopyExchange:
         return PeerCopyWork(finish_gpu)
 
     def layout(self) -> dict:
-        return {"transport": "symmetric memory: cudaMemcpyAsync to the peer + one add" if self.on_gpu
-                else "gloo send/recv + one add (CPU stand-in for the peer copy)",
-                "recv_bytes": self.recv.numel() * self.recv.element_size()}
+        return {
+            "transport": "symmetric memory: cudaMemcpyAsync to the peer + one add"
+            if self.on_gpu
+            else "gloo send/recv + one add (CPU stand-in for the peer copy)",
+            "recv_bytes": self.recv.numel() * self.recv.element_size(),
+        }

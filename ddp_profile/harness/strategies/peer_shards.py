@@ -28,7 +28,7 @@ On gloo (CPU tests) the pushes are send/receive pairs (``dist.batch_isend_irecv`
 tests/harness/test_sharded_update.py checks the numerics bitwise against plain ``overlap``. The GPU transport
 has no CPU test (symmetric memory needs CUDA); the same test file checks, from the committed journals of the
 timing sets that ran it on GPUs, that every repeat ended on stock DDP's final losses.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -91,8 +91,12 @@ class PeerShards:
             if buffer is not None and self.handle is not None:
                 home = buffer[offset : offset + n]
                 home.copy_(slot.flat())
-                slot.param.data = home.view_as(slot.param)  # the peer writes this rank's copy of its half here
-                self.peer_param[index] = self.handle.get_buffer(peer, (slot.half,), dtype, offset + slot.mine.start)
+                slot.param.data = home.view_as(
+                    slot.param
+                )  # the peer writes this rank's copy of its half here
+                self.peer_param[index] = self.handle.get_buffer(
+                    peer, (slot.half,), dtype, offset + slot.mine.start
+                )
                 self.peer_recv[index] = self.handle.get_buffer(peer, (slot.half,), dtype, total + recv_offset)
             self.recv[index] = recv_region[recv_offset : recv_offset + slot.half]
             offset += n
@@ -103,7 +107,9 @@ class PeerShards:
         ``index``) and return that half; first push part ``gather``'s updated half to the peer (None: none)."""
         slot = self.slots[index]
         mine = grad[slot.mine]
-        self._exchange([(grad[slot.theirs], index, "recv")] + ([] if gather is None else [self._gather_push(gather)]))
+        self._exchange(
+            [(grad[slot.theirs], index, "recv")] + ([] if gather is None else [self._gather_push(gather)])
+        )
         mine.add_(self.recv[index])
         if scale != 1.0:
             mine.mul_(scale)
@@ -130,19 +136,25 @@ class PeerShards:
             for tag, (local, index, target) in enumerate(pushes):
                 slot = self.slots[index]
                 into = self.recv[index] if target == "recv" else slot.flat()[slot.theirs]
-                ops += [dist.P2POp(dist.isend, local.contiguous(), self.peer_global, self.group, tag),
-                        dist.P2POp(dist.irecv, into, self.peer_global, self.group, tag)]
+                ops += [
+                    dist.P2POp(dist.isend, local.contiguous(), self.peer_global, self.group, tag),
+                    dist.P2POp(dist.irecv, into, self.peer_global, self.group, tag),
+                ]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
 
     def layout(self) -> dict:
         recv_bytes = sum(r.numel() * r.element_size() for r in self.recv.values())
         param_bytes = sum(s.param.numel() * s.param.element_size() for s in self.slots.values())
-        return {"transport": "symmetric memory: copy-engine push to the peer + one add" if self.on_gpu
-                else "gloo send/recv + one add (CPU stand-in for the peer copy)",
-                "parts": len(self.slots), "recv_bytes": recv_bytes,
-                # outside PyTorch's caching allocator: the run JSON's peak_memory_* do not count these bytes
-                "symmetric_bytes": param_bytes + recv_bytes if self.on_gpu else 0}
+        return {
+            "transport": "symmetric memory: copy-engine push to the peer + one add"
+            if self.on_gpu
+            else "gloo send/recv + one add (CPU stand-in for the peer copy)",
+            "parts": len(self.slots),
+            "recv_bytes": recv_bytes,
+            # outside PyTorch's caching allocator: the run JSON's peak_memory_* do not count these bytes
+            "symmetric_bytes": param_bytes + recv_bytes if self.on_gpu else 0,
+        }
 
 
 __all__ = ["BARRIER_TIMEOUT_MS", "PeerShards"]

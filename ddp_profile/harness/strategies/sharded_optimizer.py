@@ -110,7 +110,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
             if owner == self.rank:
                 flat = torch.cat([p.detach().reshape(-1) for p in params])
             else:
-                flat = torch.empty(sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device)
+                flat = torch.empty(
+                    sum(p.numel() for p in params), dtype=params[0].dtype, device=params[0].device
+                )
             with nvtx_ranges.param_sync(index, owner, nbytes(flat)):
                 dist.broadcast(flat, src=owner)
             if owner != self.rank:

@@ -38,7 +38,7 @@ Torch and the standard library only.
 Known, not understood: once, one timed repeat of a sharded configuration started and never finished (the
 runner killed the job for lack of progress; docs/campaigns.md records which set), while its other repeats
 and the profiled runs ended normally.
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 
@@ -87,19 +87,32 @@ class ShardedUpdate:
     ``step()`` does nothing (on one rank it steps every part); ``zero_grad`` clears the parameters' and the
     parts' gradients; ``state`` is the parts' optimizer state (what the run JSON's state bytes count)."""
 
-    def __init__(self, params: list[nn.Parameter], factory: Callable, rank: int, world_size: int,
-                 peer_copy: bool = False, high_priority: bool = True) -> None:
+    def __init__(
+        self,
+        params: list[nn.Parameter],
+        factory: Callable,
+        rank: int,
+        world_size: int,
+        peer_copy: bool = False,
+        high_priority: bool = True,
+    ) -> None:
         self.world_size = world_size
         self.high_priority = high_priority
         self.exchange: PeerShards | None = None
-        if peer_copy and world_size > 1:  # before the parts: it moves the split parameters into symmetric memory
-            self.exchange = PeerShards({i: p for i, p in enumerate(params) if p.numel() % world_size == 0}, comm_group())
+        if (
+            peer_copy and world_size > 1
+        ):  # before the parts: it moves the split parameters into symmetric memory
+            self.exchange = PeerShards(
+                {i: p for i, p in enumerate(params) if p.numel() % world_size == 0}, comm_group()
+            )
         self.parts = [_Part(p, rank, world_size, factory) for p in params]
         self.stream: torch.cuda.Stream | None = None
         if world_size > 1 and params and params[0].is_cuda:
             self.stream = torch.cuda.Stream(params[0].device, priority=-1 if high_priority else 0)
         self._gathers: list = []
-        self._pending: int | None = None  # the split parameter whose parts are updated but not yet all-gathered
+        self._pending: int | None = (
+            None  # the split parameter whose parts are updated but not yet all-gathered
+        )
 
     def side_stream(self):
         """The context the optimizer and the all-gather launch run in: the side stream on the GPU."""
@@ -137,7 +150,9 @@ class ShardedUpdate:
         assert grad is not None  # the post-accumulate hook fires once the gradient exists
         flat = grad.view(-1)
         if self.exchange is not None and part.split:
-            self._launch_peer_copy(part, index, flat, 1.0 / self.world_size if op == dist.ReduceOp.AVG else 1.0)
+            self._launch_peer_copy(
+                part, index, flat, 1.0 / self.world_size if op == dist.ReduceOp.AVG else 1.0
+            )
             return
         with nvtx_ranges.collective(index, nbytes(grad)):
             if part.split:
@@ -172,8 +187,9 @@ class ShardedUpdate:
             return
         part = self.parts[self._pending]
         with nvtx_ranges.param_sync(self._pending, dist.get_rank(comm_group()), nbytes(part.owned)):
-            self._gathers.append(all_gather(part.param.detach().view(-1), part.owned.detach(), comm_group(),
-                                            async_op=True))
+            self._gathers.append(
+                all_gather(part.param.detach().view(-1), part.owned.detach(), comm_group(), async_op=True)
+            )
         self._pending = None
 
     def finish(self) -> None:
@@ -193,10 +209,15 @@ class ShardedUpdate:
 
     def layout(self) -> dict:
         split = [p for p in self.parts if p.split]
-        return {"sharded_update": True, "gather_after_next_reduce": True, "split_params": len(split),
-                "whole_params": len(self.parts) - len(split), "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts),
-                "side_stream_priority": "high" if self.high_priority else "normal",
-                "peer_copy": self.exchange.layout() if self.exchange is not None else None}
+        return {
+            "sharded_update": True,
+            "gather_after_next_reduce": True,
+            "split_params": len(split),
+            "whole_params": len(self.parts) - len(split),
+            "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts),
+            "side_stream_priority": "high" if self.high_priority else "normal",
+            "peer_copy": self.exchange.layout() if self.exchange is not None else None,
+        }
 
 
 __all__ = ["ShardedUpdate", "all_gather", "reduce_scatter"]

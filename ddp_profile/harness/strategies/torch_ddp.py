@@ -84,8 +84,14 @@ COMM_HOOKS = {"bf16": (default_hooks.bf16_compress_hook, _bf16_compress_hook_on_
 class TorchDDP(Wrapper):
     name = "torch_ddp"
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, nvtx_hook: bool = False,
-                 gradient_as_bucket_view: bool = False, comm_hook: str = "") -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_cap_mb: float = 25.0,
+        nvtx_hook: bool = False,
+        gradient_as_bucket_view: bool = False,
+        comm_hook: str = "",
+    ) -> None:
         nn.Module.__init__(self)  # DDP does its own wrap-time broadcast of parameters and buffers
         self.rank, self.world_size = world()
         self.bucket_cap_mb = bucket_cap_mb
@@ -105,8 +111,12 @@ class TorchDDP(Wrapper):
             if first.is_cuda:
                 device_ids = [first.device.index]
             self.ddp = nn.parallel.DistributedDataParallel(
-                module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb, broadcast_buffers=False,
-                gradient_as_bucket_view=gradient_as_bucket_view, process_group=comm_group(),
+                module,
+                device_ids=device_ids,
+                bucket_cap_mb=bucket_cap_mb,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=gradient_as_bucket_view,
+                process_group=comm_group(),
             )
             if nvtx_hook:
                 self.ddp.register_comm_hook(self.ddp.process_group, _nvtx_allreduce_hook)

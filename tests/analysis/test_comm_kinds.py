@@ -282,7 +282,7 @@ def test_cli_section(build_export, capsys):
     assert main(["analyze", str(path), "--format", "json", "--section", "comm_kinds"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (
-        set(out) == {"version", "summary", "notes", "verdict", "per_rank", "comm_kinds"}
+        set(out) == {"version", "summary", "notes", "verdict", "per_rank", "clock_alignment", "comm_kinds"}
         and len(out["comm_kinds"]) == 6
     )
     assert main(["analyze", str(path), "--format", "csv", "--section", "comm_kinds"]) == 0

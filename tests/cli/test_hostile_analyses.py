@@ -71,19 +71,7 @@ def test_one_rank_without_cuda_api_rows(tmp_path, capfd):
     assert code == 0, err
 
 
-DRIFT_MISPAIRED = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known wrong answer: with equal session starts and a 1e-4 clock drift, aligning clocks on collective ends "
-        "pairs rank 1's collectives one iteration late (shifts it by one step, 0.41 ms, residual 0), renumbers its "
-        "steps and drops steps 0 and 2; the truth is steps 0-2 on both ranks"
-    ),
-)
-
-
-@pytest.mark.parametrize(
-    "how", ["session starts seconds apart", pytest.param("clock drift", marks=DRIFT_MISPAIRED)]
-)
+@pytest.mark.parametrize("how", ["session starts seconds apart", "clock drift"])
 def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
     """Per-rank files whose session starts disagree by 3 s with the events (a host's clock off), or whose
     clock runs 1e-4 fast: both ranks and every step are kept and a straggler lead is never negative; or, when

@@ -121,9 +121,6 @@ TOKEN = 16
 """Characters of one word beyond which a table cell may wrap inside it at any character (run names)."""
 
 
-SEPARATOR = re.compile(r"([-_/.](?![^<]*>))")
-"""A name's separators (outside tags): a long run name may break after one of them."""
-
 NUMBER_UNIT = re.compile(r"^([+\u2212-]?[\d,.]+) (ms|µs|%|KiB|MiB|GiB|GB/s)$")
 """A table cell that is one number and its unit (the findings' text cells): its space becomes no-break."""
 
@@ -178,7 +175,6 @@ def table(
                 cls = " class='long'"
             elif not key and any(len(w) > TOKEN for w in raw.split()):
                 cls = " class='tok link'" if link else " class='tok'"
-                text = SEPARATOR.sub("\\1<wbr>", text)  # a run name breaks after - _ / . only, never mid-word
             cells.append(f"<td{key}{cls}>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     note = f"<p class='note'>first {max_rows} of {len(df)} rows (the CSV has all)</p>" if cut else ""
@@ -250,7 +246,7 @@ text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}td.na{{text-align:right}}.note,.empty{{color:#595959}}
-td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:normal}}td.link{{min-width:12em}}.fail{{color:#b00}}
+td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

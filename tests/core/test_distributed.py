@@ -75,10 +75,12 @@ def test_dask_matches_single_process(which, rank_files, client):
     remote = analyze(trace)
     _same(local, remote)
     assert trace.meta["rank_source"] == load_trace(run).meta["rank_source"]
-    # What travels is small beside the trace: under 0.3 of its kernel columns as int64 (56 B per GPU activity
-    # row; the largest share of the parts: 4 B per classified compute kernel for contention's exact medians).
-    # Measured against that fixed yardstick, not the frame, whose size follows the loader's dtypes.
-    assert trace.stats["part_bytes"] < 0.3 * 56 * len(load_trace(run).kernels)
+    # What travels is small beside the trace: under half of its kernel columns as int64 (56 B per GPU activity
+    # row; the largest shares of the parts: 4 B per classified compute kernel for contention's exact medians,
+    # and the kernel diff's GPU time per (step, kernel name) that names a straggler's extra work; this synthetic
+    # run's parts are 0.45 of it with the latter, under 0.3 before). Measured against that fixed yardstick, not the
+    # frame, whose size follows the loader's dtypes.
+    assert trace.stats["part_bytes"] < 0.5 * 56 * len(load_trace(run).kernels)
 
 
 def test_batched_files_match_single_process(rank_files, client):

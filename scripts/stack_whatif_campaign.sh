@@ -111,7 +111,7 @@ mkdir -p "$TRACES/foreign" "$TRACES/whatif-runs/repeats"
     nvidia-smi topo -m || true
     "$NSYS" --version
     "$PYTHON" -c "import torch, accelerate; c = torch.cuda.is_available(); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if c else None, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0) if c else 'cpu'); print('accelerate', accelerate.__version__)"
-    "$PYTHON" -c "import deepspeed; print('deepspeed', deepspeed.__version__)" 2>&1 | tail -n 1
+    { "$PYTHON" -c "import deepspeed; print('deepspeed', deepspeed.__version__)" 2>&1 || echo "deepspeed: not installed"; } | tail -n 1
     nproc
 } | tee "$TRACES/machine.txt"
 cp "$TRACES/machine.txt" "$TRACES/foreign/machine-stacks.txt"

@@ -231,6 +231,25 @@ def _rule(
     }
 
 
+def _sync_gain(c: pd.DataFrame, prof: gains.Profile) -> tuple[float, str]:
+    """Expected gain of dropping a per-step blocking sync (``host_sync``'s model, docs' advice section). A sync
+    empties the GPU's queue once a step: the host must then launch ahead again while the GPU waits, so the step
+    is the GPU's own work plus that refill. Without it the host runs ahead and the step is the GPU's own work
+    (compute and exposed transfer on the critical path; kernels keep their times under nsys). The refill under
+    nsys is the profiler's launch cost too, so the gain is read against the un-profiled step (profiled step less
+    the profiler's overhead): ``max(0, step / (1 + o) − (compute + exposed transfer))``. Without the overhead the
+    GPU idle awaiting launches stays as measured under nsys, flagged (``gains.carry``)."""
+    starved = float((c["host_ns"] + c["idle_ns"]).median())
+    if not prof.known:
+        return gains.carry(starved, gains.HOST, prof)
+    own = float((c["compute_ns"] + c["exposed_transfer_ns"]).median())
+    unprofiled = prof.step_ns * 100.0 / (100.0 + prof.overhead_pct)
+    return max(0.0, unprofiled - own), (
+        "un-profiled: the step less the profiler's overhead "
+        f"({prof.overhead_pct:.1f} % of the un-profiled step, run JSON), less the GPU's own work"
+    )
+
+
 def _ms(ns: float) -> str:
     return f"{ns / 1e6:.1f} ms"
 
@@ -432,6 +451,7 @@ def advice(
     harness: bool = True,
     last_grad_ns: pd.Series | None = None,
     extra_work: pd.DataFrame | None = None,
+    drains_per_step: pd.Series | None = None,
 ) -> list[dict]:
     """The advice rules, largest expected gain first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
@@ -446,7 +466,9 @@ def advice(
     NaN when unknown), for the host rules' expected gains; ``harness``: the trace is the harness's (its
     options may be named); ``last_grad_ns``: per step, the critical rank's last gradient collective's
     duration (what bucketing leaves after backward); ``extra_work``: ``kernel_diff.every_rank`` (the
-    ``extra_work`` rule)."""
+    ``extra_work`` rule); ``drains_per_step``: per step, the calls on the critical rank's main thread that empty
+    the GPU's queue (stream or device syncs, copies to the host): in at least half the steps, ``host_sync``'s
+    model is the queue's refill (:func:`_sync_gain`)."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -514,16 +536,26 @@ def advice(
             )
         )
     hs = np.minimum(sync, host)
+    drains = (drains_per_step if drains_per_step is not None else pd.Series(dtype=float)).reindex(c.index)
+    synced = bool(len(drains)) and float((drains.fillna(0.0) > 0).mean()) >= 0.5
+    starved = host + c["idle_ns"]
     out.append(
         _rule(
             "host_sync",
             "drop the per-step host sync: log every N steps, avoid .item() / "
             ".cpu() / synchronize in the loop",
-            hs,
-            f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
-            f"calls; its GPU idles {_ms(host.median())} awaiting launches",
+            starved if synced else hs,
+            (
+                f"main thread of the critical rank empties the GPU's queue (stream/device sync or copy to the "
+                f"host) in {100.0 * float((drains.fillna(0.0) > 0).mean()):.0f} % of the steps, waiting "
+                f"{_ms(sync.median())} per step; after each the GPU idles until the host's launches run ahead "
+                f"again ({_ms(starved.median())} per step under nsys)"
+                if synced
+                else f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
+                f"calls; its GPU idles {_ms(host.median())} awaiting launches"
+            ),
             step,
-            expected=gains.carry(float(hs.median()), gains.HOST, prof),
+            expected=_sync_gain(c, prof) if synced else gains.carry(float(hs.median()), gains.HOST, prof),
         )
     )
     launch = host - hs

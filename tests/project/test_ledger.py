@@ -136,9 +136,11 @@ def test_the_committed_ledger_page_and_summary_are_what_the_committed_folders_gi
     assert ledger.SUMMARY.read_text() == summary, "run python -m ddp_profile.ledger"
 
 
-KNOWN_WRONG = {  # ledger rule id -> why its prediction misses (the rule is being reworked)
-    "host-sync": "host_sync reads the time blocked in sync calls, not the GPU idle a sync opens once it returns: "
-    "an every-step loss.item() gets no host_sync advice",
+KNOWN_WRONG = {  # ledger pair (or rule id) -> why its prediction misses; docs/metrics.md#advice-gains says so too
+    "launch-bound--gpt2-ddp-b2": "the graph of forward and backward saved more than the share of launches it "
+    "takes (the prediction lies inside the realized interval, over 25 % under its median)",
+    "host-sync--gpt2-ddp-bwdsync": "the profiled compute overstates the un-profiled GPU work on this 2-GPU job "
+    "(the prediction lies inside the realized interval, over 25 % under its median)",
 }
 PAIRS = [
     pytest.param(

@@ -218,10 +218,11 @@ class PeerShards:
     def layout(self) -> dict:
         recv_bytes = sum(r.numel() * r.element_size() for r in self.recv.values())
         param_bytes = sum(s.param.numel() * s.param.element_size() for s in self.slots.values())
+        adds = "one add" if self.world_size == 2 else f"{self.world_size - 1} adds"
         return {
-            "transport": "symmetric memory: copy-engine push to the peer + one add"
+            "transport": f"symmetric memory: copy-engine push to the peer + {adds}"
             if self.on_gpu
-            else "gloo send/recv + one add (CPU stand-in for the peer copy)",
+            else f"gloo send/recv + {adds} (CPU stand-in for the peer copy)",
             "ranks": self.world_size,
             "parts": len(self.slots),
             "recv_bytes": recv_bytes,

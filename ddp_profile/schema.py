@@ -249,6 +249,8 @@ AFTER_BACKWARD_COLUMNS = [
     "allreduce_kernel_ns",
     "reduce_scatter_kernel_ns",
     "gather_broadcast_kernel_ns",
+    "step_kernels",
+    "captured_kernels",
 ]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.

@@ -313,7 +313,7 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
             if target is not None and all(math.isfinite(v) for v in eff):
                 outcome = "met" if eff[1] >= target else "missed" if eff[2] < target else "not decided"
                 verdict = (
-                    f"; the target of {pct(target, 0)} for {best.world_size} GPUs is "
+                    f"; the efficiency target of {pct(target, 0)} for {best.world_size} GPUs is "
                     + outcome
                     + ": "
                     + {

@@ -484,7 +484,7 @@ ALL_RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})
 
 @pytest.mark.parametrize("run", ALL_RUNS, ids=[str(p.relative_to(TRACES)) for p in ALL_RUNS])
 def test_critical_path_parts_add_up_on_every_committed_trace(run):
-    """Issue 27's done-when: on every committed export (harness, campaign, scaling, per-rank, two-node,
+    """On every committed export (harness, campaign, scaling, per-rank, two-node,
     foreign and real jobs), compute + exposed transfer + wait + host + idle == span_ns exactly, per step, and
     the verdict's numbers are that table's (its bound is one of the documented ones)."""
     from ddp_profile.analysis import analyze

@@ -27,6 +27,9 @@
 #   SMOKE_RTOL=1e-4 relative tolerance of the smoke's final losses (fp32)
 #   SMOKE_COMMON="--model small --batch 4 --seq-len 128 --steps 5 --warmup 2 --cuda-graph"  the smoke runs' options
 #   SMOKE_ONLY=0    1: stop after the smoke (a CPU check of this script: SMOKE_COMMON without --cuda-graph)
+#   SMOKE=1         0: no smoke (a later call of the same code, e.g. the second half of a split set)
+#   SET=AE CONFIGS=scripts/timing_configs_AE.txt   the timing set and its list (to split the set over two calls,
+#                   give each call a list of its own and a set name of its own)
 #   PYTHON=python3  interpreter with torch
 set -euo pipefail
 
@@ -49,22 +52,25 @@ timing)
         "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/site "$KIT"/wheels/nvtx-*.whl
     fi
     export PYTHONPATH="/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-    SMOKE=$(mktemp -d)
-    mkdir -p "$SMOKE/smoke"
-    echo "== smoke: 4-rank peer copies against the NCCL sharded update"
-    smoke=0
-    OUT=$SMOKE NPROC=4 RUN_S=120 EQUAL=1 LOSS_RTOL=${SMOKE_RTOL:-1e-4} \
-        COMMON=${SMOKE_COMMON:-"--model small --batch 4 --seq-len 128 --steps 5 --warmup 2 --cuda-graph"} \
-        bash "$HERE/graph_smoke.sh" "--strategy overlap --reduce-avg --sharded-update" \
-        "--strategy overlap --reduce-avg --sharded-update --peer-copy-allreduce" 2>&1 | tee "$SMOKE/smoke/summary.txt" \
-        || smoke=1
-    (cd "$SMOKE" && tar -cf "$OUT/smoke-AE.tar" smoke)
-    if [ "$smoke" -ne 0 ]; then echo "!! smoke failed: no timing set run"; exit 3; fi
+    SET=${SET:-AE}
+    CONFIGS=${CONFIGS:-$HERE/timing_configs_AE.txt}
+    if [ "${SMOKE:-1}" = 1 ]; then
+        SMOKE_DIR=$(mktemp -d)
+        mkdir -p "$SMOKE_DIR/smoke"
+        echo "== smoke: 4-rank peer copies against the NCCL sharded update"
+        smoke=0
+        OUT=$SMOKE_DIR NPROC=4 RUN_S=120 EQUAL=1 LOSS_RTOL=${SMOKE_RTOL:-1e-4} \
+            COMMON=${SMOKE_COMMON:-"--model small --batch 4 --seq-len 128 --steps 5 --warmup 2 --cuda-graph"} \
+            bash "$HERE/graph_smoke.sh" "--strategy overlap --reduce-avg --sharded-update" \
+            "--strategy overlap --reduce-avg --sharded-update --peer-copy-allreduce" 2>&1 \
+            | tee "$SMOKE_DIR/smoke/summary.txt" || smoke=1
+        (cd "$SMOKE_DIR" && tar -cf "$OUT/smoke-$SET.tar" smoke)
+        if [ "$smoke" -ne 0 ]; then echo "!! smoke failed: no timing set run"; exit 3; fi
+    fi
     [ "${SMOKE_ONLY:-0}" = 1 ] && { echo "== smoke only: done"; exit 0; }
     left=$((DEADLINE - ($(date +%s) - START)))
-    echo "== timing set AE: $left s left"
-    OUT=$OUT SET=AE NPROC=4 CONFIGS=$HERE/timing_configs_AE.txt REPEATS=${REPEATS:-6} DEADLINE=$left \
-        bash "$HERE/timing_repeats.sh"
+    echo "== timing set $SET: $left s left"
+    OUT=$OUT SET=$SET NPROC=4 CONFIGS=$CONFIGS REPEATS=${REPEATS:-6} DEADLINE=$left bash "$HERE/timing_repeats.sh"
     ;;
 profile)
     if [ -f "$KIT/nsys-prepare.sh" ]; then

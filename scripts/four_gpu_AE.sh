@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set AE (issue 44) on 4 GPUs of one host, two machine calls (kind nvidia-h200-x4, carry .device-kit):
+# Set AE on 4 GPUs of one host, two machine calls (kind nvidia-h200-x4, carry .device-kit):
 #
 #   PHASE=timing   (one call, <= 540 s): first a smoke test of the 4-rank peer copies, then timing set AE.
 #     1. scripts/graph_smoke.sh, NPROC=4, small model, fp32, every step a CUDA graph: the NCCL sharded update

@@ -1,4 +1,4 @@
-"""The step with another NCCL channel count, predicted from one trace (issue 30 item 4, recommend → confirm).
+"""The step with another NCCL channel count, predicted from one trace (recommend → confirm).
 
 NCCL runs one CTA per channel, each resident on one SM for the whole kernel, waiting or moving data. Taking
 channels away does two things the trace can price:

@@ -1,5 +1,5 @@
 """NCCL time by collective kind, gradient tail vs parameter sync, and exposed communication split into
-waiting for the slowest peer and transfer (issues 14 and 15).
+waiting for the slowest peer and transfer.
 
 Kinds (``KINDS``), from the collective parsed out of NCCL's kernel names (``nsys.names``)::
 

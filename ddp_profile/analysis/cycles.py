@@ -1,4 +1,4 @@
-"""Optimizer steps inferred from the gradient-synchronisation cycle (issue 26), and the periodic extra work
+"""Optimizer steps inferred from the gradient-synchronisation cycle, and the periodic extra work
 found in them.
 
 Per process, s = its compute and NCCL kernels in launch order; ``main`` = launched from the main thread

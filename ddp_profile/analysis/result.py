@@ -130,7 +130,7 @@ class Analysis:
             "comm_pct": med("comm_pct"),
             "exposed_comm_pct": med("exposed_comm_pct"),
             **pop,
-            # appended (issues 14, 15)
+            # appended
             "exposed_wait_ns": med("exposed_wait_ns"),
             "exposed_transfer_ns": med("exposed_transfer_ns"),
             "exposed_wait_pct_of_exposed": ratio(

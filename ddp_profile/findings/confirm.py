@@ -214,8 +214,8 @@ def q12_confirm(groups: list[tuple[str, Any, list]], page_for) -> Section:
     s = Section("confirm", "Recommend → confirm: predictions from the stock trace against measured steps")
     s.p(
         f"For every multi-GPU configuration of a set, the step time the recommendation predicts from the set's "
-        f"stock torch_ddp trace alone against the step it measured; the target is an error within {target} "
-        "(issue 30). Predictions exist for bucket caps at or above the stock cap (bucket model: the trace's "
+        f"stock torch_ddp trace alone against the step it measured; the target is an error within {target}. "
+        "Predictions exist for bucket caps at or above the stock cap (bucket model: the trace's "
         "gradient-ready times replayed through NCCL with merged buckets) and for the recommended NCCL channel row "
         "(its range reaches down by the bound on compute lost to contention). A bucketed run is compared with "
         "the prediction at its cap, so its error includes the difference between bucketed and torch_ddp. "

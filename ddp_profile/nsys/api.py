@@ -3,7 +3,7 @@
 Why not part of ``load_trace``: the loader already reads the launching call of every kernel (its start, for
 ``launch_ns``), but the whole table (ends, names, calls that launch nothing: synchronize, allocator, event
 calls) is needed only to tell whether a step is launch-bound (``ddp_profile.analysis.launches``), and
-``load_trace``'s time and memory are benchmarked (issue #8). So this reader runs only when asked.
+``load_trace``'s time and memory are benchmarked. So this reader runs only when asked.
 
 It reuses what ``load_trace`` decided for the same files, so the calls line up with the kernels and NVTX
 ranges: the rank of each (file, pid) from ``trace.ranks`` and each file's clock offset from

@@ -1,4 +1,4 @@
-"""Ground truth for the real-job exports in ``traces/foreign/<job>/`` (issue 26 item 6), shared by the tests.
+"""Ground truth for the real-job exports in ``traces/foreign/<job>/``, shared by the tests.
 
 Two sources, neither of them ``ddp_profile.analysis``:
 

@@ -1,4 +1,4 @@
-"""Issues 14 and 15: NCCL time per collective kind (``comm_kinds``), gradient tail vs parameter sync,
+"""NCCL time per collective kind (``comm_kinds``), gradient tail vs parameter sync,
 exposed communication split into waiting for the slowest peer and transfer, the job-level tail, and one
 population per summary. Known answers on exports built in code (derivations beside them), invariants on the
 committed real traces."""

@@ -445,7 +445,7 @@ def test_inferred_phases_match_nvtx_phases(pair):
     )
 
 
-# ---- NCCL kernel variant and unknown message sizes (issue 15, items 7 and 9) ------------------------------
+# ---- NCCL kernel variant and unknown message sizes ------------------------------
 def test_kernel_variant_is_what_the_name_says():
     from ddp_profile.analysis.collectives import kernel_variant
 

@@ -1,4 +1,4 @@
-"""Inferred steps, phases and tail against ground truth on the committed traces (issue 26 items 2 and 3):
+"""Inferred steps, phases and tail against ground truth on the committed traces:
 the foreign programs' own CUDA-event step times (program.json / truth.json) and the harness's NVTX steps
 (traces analysed with their NVTX removed). The measures are benchmarks/infer_accuracy.py's, whose table is
 docs/metrics.md's accuracy block: the page must show what the script measures now."""

@@ -1,4 +1,4 @@
-"""Issue 26 items 1 and 5: one analysis pipeline (a trace loaded here and per-rank files on Dask give the same
+"""One analysis pipeline (a trace loaded here and per-rank files on Dask give the same
 JSON, with and without NVTX), and one step identity across ranks (the same labels on every rank, step k the
 same iteration everywhere).
 
@@ -26,7 +26,7 @@ from ddp_profile.nsys.loader import load_trace
 
 TRACES = Path(__file__).resolve().parents[2] / "traces"
 ALL_RUNS = sorted({p.parent for p in TRACES.rglob("*.sqlite.xz")})
-# Every committed run (issue 26's done-when: --dask equals local on every committed trace), each as recorded and
+# Every committed run, each as recorded and
 # with its NVTX removed: ~2.5 min for the ~75 runs on 2 cores.
 LOCAL_VS_DASK = [str(r.relative_to(TRACES)) for r in ALL_RUNS]
 

@@ -1,4 +1,4 @@
-"""Issue 26 item 6: the analysis of real users' jobs (``traces/foreign/<job>/``, profiled with no NVTX as
+"""The analysis of real users' jobs (``traces/foreign/<job>/``, profiled with no NVTX as
 docs/profiling.md says) against the programs' own ground truth (``truth.json``) and an independent comm
 tail read from the raw export with plain sqlite3 (``real_jobs_truth.py`` gives the details).
 
@@ -10,7 +10,7 @@ Each analysis (rank, step) is compared with the last sync ending inside its GPU 
 
 Each (job, check) pair is one test. Pairs that fail on the analysis as it stands are marked
 ``xfail(strict=True)`` with the number measured when they were marked, so a fix that makes one pass shows
-up as XPASS (a failure) and its mark must go (issue 26 items 2 and 3 removed 21 such marks).
+up as XPASS (a failure) and its mark must go.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _cases():
         for check in CHECKS:
             marks = []
             if (name, check) in XFAIL:
-                marks.append(pytest.mark.xfail(strict=True, reason=f"issue 26: {XFAIL[name, check]}"))
+                marks.append(pytest.mark.xfail(strict=True, reason=f"{XFAIL[name, check]}"))
             yield pytest.param(name, check, marks=marks, id=f"{name}-{check}")
 
 
@@ -71,7 +71,7 @@ def test_real_job(name, check):
     if check == "labels":  # one step identity: the same labels on every rank
         assert len(set(labels.values())) == 1, {r: (v[0], v[-1], len(v)) for r, v in labels.items()}
     elif check == "overlap":  # step k of the first rank overlaps step k of every other rank in time
-        # (issue 26 item 6). "Overlaps most" would be wrong where one rank waits for the other: pl-ddp's rank 0
+        # "Overlaps most" would be wrong where one rank waits for the other: pl-ddp's rank 0
         # spends ~20 ms of its step 1 waiting for rank 1 and so overlaps rank 1's step 2 longer, though truth.json
         # (iter_ms 40.43 / 21.12) shows both are the same iteration.
         win = rj.step_windows(j.analysis)
@@ -148,7 +148,7 @@ def test_real_job(name, check):
             pytest.skip("no rank calls .item() every iteration in this job")
         for col in ("straggler_rank", "straggler_cause"):
             if col not in steps:
-                pytest.xfail(f"issue 27: the steps frame has no {col} column yet")
+                pytest.xfail(f"the steps frame has no {col} column yet")
         # Expected: the rank whose gradient collectives start last (raw kernel starts) at two thirds of them
         # or more; the cause `host` where that is rank 0, whose main thread syncs on loss.item() every
         # iteration. The programs' truth alone does not fix the rank: on gpt-compile rank 1 starts 27 of 28

@@ -1,4 +1,4 @@
-"""Bad input matrix (issue 7): every case through the CLI (a real ``python -m ddp_profile`` subprocess) and
+"""Bad input matrix: every case through the CLI (a real ``python -m ddp_profile`` subprocess) and
 the library. A user mistake gives exactly one line on stderr naming the file and what to do, a documented
 exit code, no traceback (unless ``--debug``), and leaves every input byte-identical (sha256).
 

@@ -1,4 +1,4 @@
-"""Issue 29, class "data loss": every output path is checked before anything is written (never an input,
+"""Every output path is checked before anything is written (never an input,
 through any link; never a device, FIFO or folder where a file is meant), and SIGTERM / SIGHUP clean up like
 Ctrl-C for every command that writes. Inputs are copies of the committed real export
 (``tests/data/ddp_mlp_2xh200.sqlite``) in a tmp dir; every command runs as a real subprocess.
@@ -171,7 +171,7 @@ def test_sigterm_mid_report_leaves_no_hidden_folder_and_keeps_previous_report(tm
     _run_copy(tmp_path)
     assert run_cli(["report", "run.sqlite", "-o", "reports"], tmp_path).returncode == 0
     before = {p: sha256(p) for p in (tmp_path / "reports").rglob("*") if p.is_file()}
-    # --no-cache: an unchanged report is otherwise kept as it is, without writing (issue 28)
+    # --no-cache: an unchanged report is otherwise kept as it is, without writing
     rc, err = _signal_when(
         SLOW_REPORT,
         "WRITING",

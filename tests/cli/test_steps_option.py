@@ -1,4 +1,4 @@
-"""Issue 26 item 4: ``--steps A:B`` selects by step label (A <= step < B, open ends allowed) in analyze,
+"""``--steps A:B`` selects by step label (A <= step < B, open ends allowed) in analyze,
 launches, export and report; a selection with no step in it is a usage error (exit 2, one line) that names
 the labels the trace has.
 
@@ -40,7 +40,7 @@ def analyzed(tmp_path_factory):
     out = {}
     for spec in ("all", "4:6", "6:", ":5", "5"):
         path = tmp_path_factory.mktemp("a") / "out.json"
-        # --section all: comm_kinds is computed only when asked for (issue 28)
+        # --section all: comm_kinds is computed only when asked for
         assert (
             main(
                 [

@@ -1,4 +1,4 @@
-"""Issue 18 item 4: per-rank work on Dask gives the single-process results.
+"""Per-rank work on Dask gives the single-process results.
 
 CI runs a 2-worker LocalCluster with ``processes=False`` (threads: no worker processes to start, the same
 tasks and the same pickling of parts is not exercised); one CLI test starts real worker processes."""

@@ -1,4 +1,4 @@
-"""Issue 29, class 6: ``bench`` checks every number against sane bounds before anything starts: a value that
+"""``bench`` checks every number against sane bounds before anything starts: a value that
 parses but makes no sense for a run is exit 2 with one line naming the field (no process spawned, no file)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the loader and the analysis (issue 7): start from exports built by
+"""Property-based fuzzing of the loader and the analysis: start from exports built by
 ``ddp_profile.nsys.synth`` (all three nsys layouts), damage them the ways files from strangers' machines are
 damaged -- tables or columns dropped, NULLs, huge / negative / non-integer timestamps, non-UTF-8 bytes in
 TEXT columns, blobs where integers belong, duplicated rows and ids -- and require that ``load_trace`` either

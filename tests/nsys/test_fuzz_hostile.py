@@ -1,4 +1,4 @@
-"""Issue 29 item 6: fuzzing extended to file names (any bytes), side-file types and the environment. Each
+"""Fuzzing extended to file names (any bytes), side-file types and the environment. Each
 property requires that the toolkit works or raises a ``DdpProfileError`` (one line at the CLI), never blocks
 and never shows a traceback. Examples per property: ``DDP_FUZZ_EXAMPLES`` (tests/nsys/test_fuzz.py's knob),
 capped small: CI has 2 cores for everything.

@@ -1,4 +1,4 @@
-"""Property-based fuzzing beyond the export tables (issue 19): NVTX text, run JSONs, folder layouts and
+"""Property-based fuzzing beyond the export tables: NVTX text, run JSONs, folder layouts and
 command-line arguments. Each property requires that the toolkit either works or raises a
 ``DdpProfileError`` (the CLI: returns a documented exit code with one line); anything else is a bug.
 

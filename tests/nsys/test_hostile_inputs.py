@@ -1,4 +1,4 @@
-"""Issue 29, classes "hang", "tracebacks" and "wrong exit or misleading message": hostile inputs built from
+"""Hostile inputs built from
 the committed real exports (``tests/data/ddp_mlp_2xh200.sqlite`` and the harness capture
 ``traces/naive_small_fp32_2xh200``) in a tmp dir. Each case ends in a result or one clear line with a
 documented exit code, within seconds; none blocks, exhausts memory or shows a traceback.

@@ -1,4 +1,4 @@
-"""Issue 18 item 1: the loader reads only the API calls that launch GPU work (selected by name id in SQL),
+"""The loader reads only the API calls that launch GPU work (selected by name id in SQL),
 and the kernels frame is the same as when every API row with a correlation id is read."""
 
 from __future__ import annotations

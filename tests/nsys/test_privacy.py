@@ -1,4 +1,4 @@
-"""Privacy (issue 7): ``scrub`` is the only path to sharing an export, so nothing of the environment, paths,
+"""Privacy: ``scrub`` is the only path to sharing an export, so nothing of the environment, paths,
 host or user names, secrets or captured program output may survive it -- checked on the output FILE BYTES
 (after --slim and after --compress xz too, decompressed), on a fixture seeded with fake secrets and on the
 real sample export; and the profiling scripts scrub by default and never leave the raw export behind.

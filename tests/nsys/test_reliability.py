@@ -1,4 +1,4 @@
-"""Issue 19: data loss, secrets surviving scrub, wrong answers and crashes, each built from a committed real
+"""Data loss, secrets surviving scrub, wrong answers and crashes, each built from a committed real
 trace (``tests/data/ddp_mlp_2xh200.sqlite``, ``traces/naive_small_fp32_2xh200/*.sqlite.xz``) in a tmp dir.
 
 docs/guarantees.md points at the tests here.

@@ -1,4 +1,4 @@
-"""Issue 29, class "secret leaks from scrub": secrets planted into copies of committed real exports (the
+"""Secrets planted into copies of committed real exports (the
 harness's ``traces/naive_small_fp32_2xh200`` capture, decompressed, and ``tests/data/ddp_mlp_2xh200.sqlite``)
 wherever text can live -- StringIds, NVTX text and BLOB payloads, the recorded command line (one row per
 argument), a table whose name holds a double quote and whose columns are declared CLOB, STRING, JSON, NUMERIC

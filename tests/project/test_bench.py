@@ -1,4 +1,4 @@
-"""The benchmark script runs end to end at a tiny size and reports every figure issue 8 asks for.
+"""The benchmark script runs end to end at a tiny size and reports every figure its targets name.
 
 Not a timing test: it checks the script works and its output is complete and self-consistent (rows agree
 between the floor and the analysis, the per-rank folder loads with --jobs and a progress bar)."""
@@ -80,7 +80,7 @@ def test_results_files_are_complete(bench):
     assert size["ratio"] == pytest.approx(size["analyze"]["seconds"] / size["floor"]["seconds"])
     assert size["kernel_cols_int64_mb"] == pytest.approx(size["rows"] * 7 * 8 / 1e6)
     assert set(res["per_rank"]["by_jobs"]) == {"1", "2"}
-    # issue 28: the Arrow floor read the same rows; the command and the in-process split were measured
+    # the Arrow floor read the same rows; the command and the in-process split were measured
     assert size["floor_arrow"]["rows"] == size["rows"] and size["floor_arrow"]["launch_rows"] > 0
     assert size["ratio_arrow"] == pytest.approx(size["cli"]["seconds"] / size["floor_arrow"]["seconds"])
     assert size["cli"]["json_mb"] == pytest.approx(size["analyze"]["json_mb"], rel=1e-6)  # the same JSON text

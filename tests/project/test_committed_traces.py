@@ -1,4 +1,4 @@
-"""The committed trace set is what issue #4 promises: every run folder loads, has one rank per GPU of its
+"""The committed trace set is what the README promises: every run folder loads, has one rank per GPU of its
 world size, NCCL kernels when it has more than one rank, the harness's NVTX ranges, and nothing private
 (no environment rows, no captured output, the scrubber's record present)."""
 

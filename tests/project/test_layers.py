@@ -13,6 +13,7 @@ modules together.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -372,3 +373,26 @@ def test_layer_check_finds_a_measure_reading_a_sibling():
         "ddp_profile.analysis.overlap:1 (measure) imports ddp_profile.analysis.collectives (measure)",
         "ddp_profile.analysis.overlap:2 (measure) imports ddp_profile.analysis.recommend (answer)",
     ]
+
+
+TICKET = re.compile(r"\b[Ii]ssues? ?#?\d+\b")
+
+
+def _ticket_mentions(root: Path) -> list[str]:
+    return [
+        f"{p}:{i}"
+        for p in sorted(root.rglob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if TICKET.search(line)
+    ]
+
+
+def test_no_ticket_numbers_in_code():
+    """Code says what a thing does, not which ticket asked for it: ticket numbers rot as the tracker moves."""
+    assert _ticket_mentions(PKG) == []
+    assert _ticket_mentions(PKG.parent / "tests") == []
+
+
+def test_ticket_check_finds_a_planted_mention(tmp_path):
+    (tmp_path / "m.py").write_text('"""Steps as ' + "issue" + ' 26 asked."""\n')
+    assert _ticket_mentions(tmp_path) == [f"{tmp_path / 'm.py'}:1"]

@@ -1,4 +1,4 @@
-"""Timing-only campaign sets in the findings (issue 30): the loader-side reader of the interleaved-repeats
+"""Timing-only campaign sets in the findings: the loader-side reader of the interleaved-repeats
 run JSONs, and "faster" only where the 95 % intervals separate, "within noise" with both intervals otherwise.
 
 The run JSONs are written by the real summarizer (``ddp_profile.harness.repeats.summarize``) from a journal
@@ -151,7 +151,7 @@ def test_efficiency_interval_and_target(tmp_path):
     assert lo <= point <= hi
     text = " ".join(sec.paragraphs())
     # ~350 / 369 = 94.9 %: the whole interval lies below the 96 % fp32 target
-    assert "the target of 96 % (issue 30) is missed" in text
+    assert "the efficiency target of 96 % for 2 GPUs is missed" in text
     assert "Throttle reasons active" in text and "sw_power_cap in" in text
 
 

@@ -1,4 +1,4 @@
-"""Comparison and index pages rank by the step time the run set shares (issue 16): the un-profiled median
+"""Comparison and index pages rank by the step time the run set shares: the un-profiled median
 when every run of the set has one, else the trace's step time, and say which; both times, the profiler's
 overhead and the memory of each run from its JSON; the index answers with the fastest configuration per set.
 The findings use the same rule (report.measures), so pages and findings name the same winner."""

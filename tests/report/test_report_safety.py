@@ -1,4 +1,4 @@
-"""Report safety (issue 7): text from a trace or run.json reaches HTML only as text. The whole real pipeline
+"""Report safety: text from a trace or run.json reaches HTML only as text. The whole real pipeline
 runs here -- an nsys-shaped export whose kernel names and NVTX texts hold markup (``<script>``, ``</script>``,
 quotes, ``&amp;`` entities, an ``onerror`` handler), a run folder and run.json named with markup, then
 ``load_trace`` -> ``analyze`` -> ``build_report`` -- and the pages are checked statically (no live markup,

@@ -1,4 +1,4 @@
-"""Pages that answer (issue 16): the verdict sentences flip with the data, one formatter and one unit
+"""Pages that answer: the verdict sentences flip with the data, one formatter and one unit
 convention, sortable tables with a CSV download, one 1-GPU baseline per run on every page, definitions
 matching docs/metrics.md, no chart library on pages without charts."""
 

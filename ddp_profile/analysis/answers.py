@@ -105,8 +105,9 @@ def attach(
     )
     step_ids = np.unique(ints(res.steps["step"])) if len(res.steps) else np.zeros(0, np.int64)
     rp = rank_paths if rank_paths is not None else pd.DataFrame(columns=cp.PATH_COLUMNS)
+    kernel_table = kd.table(step_kernels)  # built once: the straggler's extra work and every rank's
     per_step = clocks.refuse_leads(
-        st.stragglers(st.step_leads(arr), rp, waits, step_ids, step_kernels), min_lead_ns
+        st.stragglers(st.step_leads(arr), rp, waits, step_ids, step_kernels, kernel_table), min_lead_ns
     )
     if len(res.steps):
         got = per_step.reindex(ints(res.steps["step"]))
@@ -129,7 +130,7 @@ def attach(
             overhead_pct=gains.overhead_pct(run),
             harness=harness,
             last_grad_ns=last_gradient_ns(res.collectives, crit),
-            extra_work=kd.every_rank(step_kernels),
+            extra_work=kd.every_rank(step_kernels, pivot=kernel_table),
             drains_per_step=_drains_per_step(crit, rp, waits),
         )
         if len(crit)

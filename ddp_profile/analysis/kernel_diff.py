@@ -28,8 +28,6 @@ rank to bin its kernels into steps, then array arithmetic over (step, name) × r
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pandas as pd
 
@@ -92,10 +90,57 @@ def step_kernel_sums(spans: pd.DataFrame, karr: KernelArrays) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)[SUM_COLUMNS]
 
 
-def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
+def table(sums: pd.DataFrame | None) -> tuple | None:
+    """The (step, name) × rank table :func:`diff` reads: ``(ranks, step_of_row, name_of_row, count, mean)``,
+    rows sorted by step then name, one column per rank (``count``: NaN where the rank is absent from the step,
+    0 where it ran in the step but not that kernel; ``mean``: gpu_ns / count, NaN without a kernel). Built once
+    from whole columns (one sort of integer keys), so :func:`every_rank` shares it across ranks. None when
+    ``sums`` holds no named kernel."""
+    if sums is None or sums.empty:
+        return None
+    sums = sums.loc[sums["name"].notna()]
+    if sums.empty:
+        return None
+    rank, step = ints(sums["rank"]), ints(sums["step"])
+    ranks = np.unique(rank)
+    codes, names = pd.factorize(sums["name"].to_numpy(), sort=True)
+    steps, step_at = np.unique(step, return_inverse=True)
+    row_key, row_at = np.unique(step_at.astype(np.int64) * len(names) + codes, return_inverse=True)
+    col = np.searchsorted(ranks, rank)
+    shape = (len(row_key), len(ranks))
+    seen = np.zeros(shape, dtype=bool)
+    seen[row_at, col] = True
+    c = np.zeros(shape)
+    gpu = np.zeros(shape)
+    np.add.at(c, (row_at, col), ints(sums["count"]).astype(float))
+    np.add.at(gpu, (row_at, col), ints(sums["gpu_ns"]).astype(float))
+    # a rank that ran in the step but not this kernel counts 0 of it; a rank absent from the step stays NaN
+    in_step = np.zeros((len(steps), len(ranks)), dtype=bool)
+    in_step[step_at, col] = True
+    row_step = row_key // len(names)
+    c = np.where(seen | in_step[row_step], c, np.nan)
+    mean = np.where(seen, gpu, np.nan) / np.where(c > 0, c, np.nan)
+    return ranks, steps[row_step], np.asarray(names, dtype=object)[row_key % len(names)], c, mean
+
+
+def _row_nanmedian(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=1)`` (NaN for an all-NaN row, without its warning) from one sort along the rows:
+    the middle value, or the mean of the two middle ones, of each row's non-NaN values."""
+    if a.shape[1] == 1:
+        return a[:, 0].copy()
+    s = np.sort(a, axis=1)  # NaN last
+    k = (~np.isnan(a)).sum(axis=1)
+    r = np.arange(len(a))
+    lo, hi = np.maximum((k - 1) // 2, 0), k // 2
+    out = (s[r, lo] + s[r, np.minimum(hi, a.shape[1] - 1)]) / 2
+    out[k == 0] = np.nan
+    return out
+
+
+def diff(sums: pd.DataFrame | None, who: pd.Series, pivot: tuple | None = None) -> pd.DataFrame:
     """DIFF_COLUMNS for rank ``who[step]`` of each step (``who``: index step, values rank; steps without a
     rank, or whose rank has no peer in ``sums``, are left out). ``sums``: :func:`step_kernel_sums` of every
-    rank."""
+    rank; ``pivot``: its :func:`table` when the caller has it already."""
     empty = pd.DataFrame(
         {
             "step": pd.Series(dtype="int64"),
@@ -108,31 +153,10 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     who = who.dropna() if who is not None else pd.Series(dtype="int64")
     if sums is None or sums.empty or who.empty:
         return empty
-    sums = sums.loc[sums["name"].notna()]
-    ranks = np.unique(ints(sums["rank"]))
-    key = pd.MultiIndex.from_arrays([ints(sums["step"]), sums["name"].to_numpy()], names=["step", "name"])
-    count = (
-        pd.Series(ints(sums["count"]).astype(float), index=key)
-        .groupby([key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])])
-        .sum()
-        .unstack()
-    )
-    gpu = (
-        pd.Series(ints(sums["gpu_ns"]).astype(float), index=key)
-        .groupby([key.get_level_values(0), key.get_level_values(1), ints(sums["rank"])])
-        .sum()
-        .unstack()
-    )
-    count = count.reindex(columns=ranks)
-    gpu = gpu.reindex(index=count.index, columns=ranks)
-    c = count.to_numpy(dtype=float)
-    # a rank that ran in the step but not this kernel counts 0 of it; a rank absent from the step stays NaN
-    step_of_row = count.index.get_level_values(0).to_numpy(np.int64)
-    present = pd.DataFrame({"step": ints(sums["step"]), "rank": ints(sums["rank"])}).drop_duplicates()
-    in_step = pd.crosstab(present["step"], present["rank"]).reindex(columns=ranks, fill_value=0) > 0
-    in_step = in_step.reindex(step_of_row, fill_value=False).to_numpy()
-    c = np.where(in_step & np.isnan(c), 0.0, c)
-    mean = gpu.to_numpy(dtype=float) / np.where(c > 0, c, np.nan)
+    pivot = pivot if pivot is not None else table(sums)
+    if pivot is None:
+        return empty
+    ranks, step_of_row, name_of_row, c, mean = pivot
     target = who.astype("int64")
     me_rank = target.reindex(step_of_row).to_numpy(dtype=float, na_value=np.nan)
     col = np.searchsorted(ranks, np.nan_to_num(me_rank, nan=-1).astype(np.int64))
@@ -147,10 +171,7 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     peers_c = np.where(mine, np.nan, c)
     peers_m = np.where(mine, np.nan, mean)
     has_peer = (~np.isnan(peers_c)).any(axis=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: no peer ran the kernel or the step
-        peer_c = np.nanmedian(peers_c, axis=1)
-        peer_m = np.nanmedian(peers_m, axis=1)
+    peer_c, peer_m = _row_nanmedian(peers_c), _row_nanmedian(peers_m)
     my_c = np.nan_to_num(c[np.arange(len(rows)), col])
     my_m = mean[np.arange(len(rows)), col]
     extra_c = np.maximum(0.0, my_c - np.nan_to_num(peer_c))
@@ -160,7 +181,7 @@ def diff(sums: pd.DataFrame, who: pd.Series) -> pd.DataFrame:
     per = pd.DataFrame(
         {
             "step": step_of_row[rows],
-            "name": count.index.get_level_values(1).to_numpy()[rows],
+            "name": name_of_row[rows],
             "extra_c": extra_c,
             "peer_c": np.nan_to_num(peer_c),
             "extra": extra,
@@ -206,14 +227,16 @@ def evidence(extra_kernels: list, extra_ns: float, like_ns: float) -> str:
     )
 
 
-def every_rank(sums: pd.DataFrame, max_ranks: int = 64) -> pd.DataFrame:
-    """DIFF_COLUMNS for every rank of every step (:func:`diff` once per rank; jobs of more than ``max_ranks``
-    ranks get none: one rank's extra work is then read off the straggler alone)."""
+def every_rank(sums: pd.DataFrame, max_ranks: int = 64, pivot: tuple | None = None) -> pd.DataFrame:
+    """DIFF_COLUMNS for every rank of every step (:func:`diff` once per rank, over one :func:`table`: ``pivot``
+    when the caller has it; jobs of more than ``max_ranks`` ranks get none: one rank's extra work is then read
+    off the straggler alone)."""
     if sums is None or sums.empty:
         return diff(sums, pd.Series(dtype="int64"))
     ranks = np.unique(ints(sums["rank"]))
     if len(ranks) > max_ranks:
         return diff(None, pd.Series(dtype="int64"))
     steps = np.unique(ints(sums["step"]))
-    got = [diff(sums, pd.Series(np.full(len(steps), r), index=steps)) for r in ranks.tolist()]
+    pivot = pivot if pivot is not None else table(sums)
+    got = [diff(sums, pd.Series(np.full(len(steps), r), index=steps), pivot) for r in ranks.tolist()]
     return pd.concat(got, ignore_index=True)

@@ -53,6 +53,10 @@ from ddp_profile.analysis.result import Analysis, trace_keys
 from ddp_profile.memory import python_strings, return_freed_memory
 from ddp_profile.schema import OPTIONAL_SECTIONS
 
+LAZY_SECTIONS = (*OPTIONAL_SECTIONS, "kernels")
+"""JSON sections a trace held in this process computes only when asked for (or first read): the optional ones
+and the per-kernel-name table, which neither the verdict nor the summary reads."""
+
 SUMS_CHUNK = 1 << 16
 """Rows per chunk of the per-name kernel sums (``overlap.kernel_overlap``'s): their temporaries set the
 analysis' memory peak on a million kernels with the default chunk."""
@@ -268,6 +272,7 @@ def rank_part(
     need_ready: bool = True,
     whole: bool = False,
     with_kinds: bool = True,
+    with_kernel_sums: bool = True,
     selected: bool = False,
     clock_offsets: dict[int, int] | None = None,
     **_ignored,
@@ -275,7 +280,8 @@ def rank_part(
     """Stage 3 on a part holding whole ranks, given its labelled steps and its rows of the collective table
     (:func:`~ddp_profile.analysis.collectives.match_parts`, with ``_row``). ``need_ready``: measure gradient-ready times (the recommendation's replay
     needs them); ``whole``: the part holds every rank (contention is then finished here); ``with_kinds``
-    False: no comm_kinds rows (``analyze`` computes them later, when read); ``selected``: a ``--steps``
+    False: no comm_kinds rows (``analyze`` computes them later, when read), ``with_kernel_sums`` False: no
+    per-name kernel sums (the ``kernels`` section, likewise); ``selected``: a ``--steps``
     selection is in force, so the rank overlap and per-name kernel sums count the kernels that start inside
     the selected steps' windows only (the whole-trace rank overlap is kept for the ``trace_`` keys).
 
@@ -339,8 +345,21 @@ def rank_part(
     return_freed_memory()
     covered = ov.overlapped_by_other_class(karr)
     return_freed_memory()
-    files = (getattr(trace, "meta", None) or {}).get("file_rows")
-    if files:  # several files joined (one Dask batch): per-name sums per file, ordered by rank in combine
+    if with_kernel_sums:
+        kernel_sums_into(part, karr, covered, chosen, (getattr(trace, "meta", None) or {}).get("file_rows"))
+    return_freed_memory()
+    if whole:
+        part.contention_table = cont.contention(karr, covered, windows)
+    else:
+        part.contention = cont.contention_samples(karr, covered, windows)
+    return part
+
+
+def kernel_sums_into(part, karr: KernelArrays, covered: np.ndarray, chosen, files) -> None:
+    """The part's per-name kernel sums (the ``kernels`` section's additive part): ``part.kernel_sums``, or per
+    file (``files``: each file's rows, several files joined in one Dask batch) ``part.file_sums``, ordered by
+    rank in :func:`combine`; ``chosen``: the kernels a ``--steps`` selection keeps (None: all)."""
+    if files:
         part.file_sums = []
         for rows in files:
             rows = rows[chosen[rows]] if chosen is not None else rows
@@ -352,12 +371,6 @@ def rank_part(
         part.kernel_sums = ov.kernel_sums(karr.subset(rows), covered[rows], SUMS_CHUNK)
     else:
         part.kernel_sums = ov.kernel_sums(karr, covered, SUMS_CHUNK)
-    return_freed_memory()
-    if whole:
-        part.contention_table = cont.contention(karr, covered, windows)
-    else:
-        part.contention = cont.contention_samples(karr, covered, windows)
-    return part
 
 
 def _ordered(frames: list[pd.DataFrame], by: list[str], empty: list[str]) -> pd.DataFrame:
@@ -465,7 +478,7 @@ def analyze(
     ``host_waits``: schema.HOST_WAIT_COLUMNS, the calls that name a straggler's host cause (default: the
     trace's own, ``Trace.host_waits`` as ``load_trace`` read them, from each part).
     ``sections``: JSON section names wanted now (default None: all). For a trace held in this process, the
-    :data:`OPTIONAL_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
+    :data:`LAZY_SECTIONS` not named are computed when first read (``res.comm_kinds``), so they never
     come out empty or stale; a trace held on workers (``map_ranks``) computes every section now.
     ``api``: the CUDA API calls (``nsys.api.load_api_calls``), or why they cannot be read: the ``launches``
     section (``launches.analyze_launches``) over the same labelled steps and kernel arrays; None: no section.
@@ -474,7 +487,7 @@ def analyze(
     process for a loaded trace; the workers for a trace with ``map_ranks(fn, per_part, **kwargs)``, e.g.
     :class:`ddp_profile.distributed.DistributedTrace`), the cross-rank steps here, on small tables only."""
     local = not hasattr(trace, "map_ranks")
-    later = set(OPTIONAL_SECTIONS) - set(sections) if sections is not None and local else set()
+    later = set(LAZY_SECTIONS) - set(sections) if sections is not None and local else set()
     held = LocalRanks(trace) if local else trace
     found = held.map_ranks(step_part, step_pattern=step_pattern)
     notes = kernel_notes(found) + step_notes(found)
@@ -507,6 +520,7 @@ def analyze(
         need_ready=rec.needs_ready_times(run) and "recommendation" not in later,
         whole=local,
         with_kinds="comm_kinds" not in later,
+        with_kernel_sums="kernels" not in later,
         clock_offsets=clock.corrected_ns,
     )
     fields = combine(got, table, notes, match_notes, selected=selected)
@@ -532,6 +546,8 @@ def analyze(
         held = clocks.Lazy(lambda unaligned=held: clocks.shifted(unaligned, clock.corrected_ns))
     if "comm_kinds" in later:
         res.defer("comm_kinds", lambda: _later_comm_kinds(held, got, given))
+    if "kernels" in later:
+        res.defer("kernel_overlap", lambda: _later_kernel_overlap(held, got, selected))
     if "recommendation" in later:
         res.defer(
             "recommendation",
@@ -584,6 +600,17 @@ def _later_comm_kinds(held, got: list, given: list) -> pd.DataFrame:
         k = st.step_tables(part.windows, KernelArrays(held.kernels), inp.matched, job_tail=False)[1]
         kinds += [k] if isinstance(k, pd.DataFrame) else k
     return ck.finish(kinds).reset_index(drop=True)
+
+
+def _later_kernel_overlap(held, got: list, selected: bool) -> pd.DataFrame:
+    """The ``kernels`` section as :func:`analyze` computes it with every section (the kernel arrays built
+    again: the stages consumed theirs)."""
+    for part in got:
+        karr = KernelArrays(held.kernels)
+        chosen = in_steps(karr, part.steps) if selected and not part.steps.empty else None
+        covered = ov.overlapped_by_other_class(karr)
+        kernel_sums_into(part, karr, covered, chosen, (getattr(held, "meta", None) or {}).get("file_rows"))
+    return ov.finish_kernel_overlap(_file_sums(got)).reset_index(drop=True)
 
 
 def _later_ready(held, given: list, run, n: int, keep: np.ndarray | None = None) -> np.ndarray:

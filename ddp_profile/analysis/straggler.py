@@ -281,10 +281,12 @@ def stragglers(
     waits: pd.DataFrame | None,
     steps: np.ndarray,
     kernel_sums: pd.DataFrame | None = None,
+    kernel_table: tuple | None = None,
 ) -> pd.DataFrame:
     """STEP_COLUMNS per step of ``steps`` (index: step). ``paths``: ``critical_path.rank_paths``; ``waits``:
     HOST_WAIT_COLUMNS or None (then no call is named); ``kernel_sums``: ``kernel_diff.step_kernel_sums`` of
-    every rank, or None (then GPU work is compared in total, not kernel by kernel). A step whose largest lead
+    every rank, or None (then GPU work is compared in total, not kernel by kernel); ``kernel_table``: its
+    ``kernel_diff.table`` when the caller has it. A step whose largest lead
     is 0 (every rank arrived at once) has no straggler."""
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
     rank_of = np.full(len(idx), -1, dtype=np.int64)
@@ -298,7 +300,7 @@ def stragglers(
         at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
         table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
         inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
-        extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])))
+        extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])), kernel_table)
         # the straggler's kernel_diff row of every step, looked up once (-1: none)
         row = (
             pd.Index(ints(extra["step"])).get_indexer(ints(best["step"]))

@@ -1,6 +1,6 @@
 """`analyze`'s output at speed: the column-at-a-time JSON writer gives json.dumps' exact text, the optional
-sections (comm_kinds, recommendation) are computed only when asked for, and read later they equal the eager
-ones; the CLI imports only the command it runs."""
+sections (comm_kinds, recommendation) and the per-name kernel table are computed only when asked for (or read),
+and read later they equal the eager ones; the CLI imports only the command it runs."""
 
 from __future__ import annotations
 
@@ -99,6 +99,41 @@ def test_deferred_sections_equal_eager_ones_on_a_real_torch_ddp_run():
     pd.testing.assert_frame_equal(lazy.comm_kinds, eager.comm_kinds)
 
 
+def _refuse(*_a, **_k):
+    raise AssertionError("a section nobody asked for was computed")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--section", "steps"], ["--format", "json", "--section", "steps"], []],
+    ids=["table-steps", "json-steps", "table"],
+)
+def test_a_section_not_asked_for_is_not_computed(argv, monkeypatch, capsys):
+    """The per-name kernel table (``kernels``) is read by neither the verdict nor the summary: a table or
+    ``--section steps`` run never computes it (its per-name sums monkeypatched to raise), and still prints the
+    verdict and the steps (the comm kinds: ``test_optional_sections_are_deferred_and_equal_when_read``)."""
+    from ddp_profile.analysis import overlap
+
+    monkeypatch.setattr(overlap, "kernel_sums", _refuse)
+    assert main(["analyze", str(REAL.parent), *argv]) == 0
+    out = capsys.readouterr().out
+    if "json" in argv:
+        got = json.loads(out)
+        assert got["verdict"] and len(got["steps"]) and "kernels" not in got
+    else:
+        assert "== verdict ==" in out and ("== steps (" in out) == ("steps" in argv)
+
+
+def test_deferred_kernels_section_equals_the_eager_one(tmp_path):
+    """Read later (the kernel arrays built again), the ``kernels`` section is the eager one, with and without
+    a ``--steps`` selection."""
+    trace = load_trace(synth_ddp_run(tmp_path / "run.sqlite", n_ranks=2, n_steps=4)["path"])
+    for steps in ("all", "1:3"):
+        eager, lazy = analyze(trace, steps=steps), analyze(trace, steps=steps, sections=["steps"])
+        assert "kernel_overlap" not in lazy.__dict__ and len(eager.kernel_overlap)
+        pd.testing.assert_frame_equal(lazy.kernel_overlap, eager.kernel_overlap)
+
+
 def test_analyze_imports_neither_the_scrubber_nor_the_harness():
     code = (
         "import sys; from ddp_profile.cli import main; main(['analyze', '--help'])\n"
@@ -122,7 +157,8 @@ def test_analyze_imports_no_page_writer(fmt):
     proc = subprocess.run(
         [sys.executable, "-c", code, str(REAL.parent)], capture_output=True, text=True, cwd=ROOT
     )
-    assert proc.returncode == 0 and proc.stderr.strip() == "[]", proc.stderr[-2000:]
+    # the last line: a slow load (a loaded machine) prints its progress line first
+    assert proc.returncode == 0 and proc.stderr.strip().splitlines()[-1:] == ["[]"], proc.stderr[-2000:]
     from ddp_profile.report import MARKER, build_report  # the face still gives its names
 
     assert callable(build_report) and MARKER

@@ -166,3 +166,53 @@ def test_report_of_the_hostile_runs_lists_every_run(tmp_path, capfd):
     assert code == 0, err
     pages = sorted(p.name for p in (tmp_path / "rep").glob("run-*.html"))
     assert pages == ["run-cut_short.html", "run-fewer_steps.html", "run-no_collective.html"]
+
+
+HUGE_STEPS = 100_000
+HUGE_BOUND_S, HUGE_BOUND_MB = 600, 3_000  # generous: CI's 2 shared cores (about 20 s of CPU when idle)
+CHILD = (
+    "import resource, sys\n"
+    "from ddp_profile.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "sys.stderr.write(f'\\npeak_mb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f}\\n')\n"
+    "sys.exit(code)\n"
+)
+
+
+@pytest.mark.slow  # ~45 s of CPU (the export's build and the analysis), a minute or more on 2 loaded cores
+def test_one_hundred_thousand_steps(tmp_path):
+    """100,000 inferred steps (2 ranks, 3 compute kernels and one all-reduce per rank and step, no step NVTX):
+    ``analyze --format json -o`` in its own process exits 0 within HUGE_BOUND_S with no traceback, its peak
+    RSS under HUGE_BOUND_MB, and every step of both ranks in the answer."""
+    import re
+    import subprocess
+    import sys
+
+    from ddp_profile.nsys.synth_scale import synth_scale_run
+
+    path, out = tmp_path / "huge.sqlite", tmp_path / "huge.json"
+    synth_scale_run(
+        path,
+        n_kernels=HUGE_STEPS * 4 * 2,
+        n_ranks=2,
+        kernels_per_step=3,
+        n_buckets=1,
+        nvtx_steps=False,
+        chunk_steps=8192,
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, "analyze", str(path), "--format", "json", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=HUGE_BOUND_S,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    peak = int(re.search(r"peak_mb (\d+)", proc.stderr).group(1))
+    assert peak < HUGE_BOUND_MB, f"peak RSS {peak} MB after {seconds:.0f} s"
+    with open(out, encoding="utf-8") as f:
+        head = f.read(1 << 16)  # the summary comes first; the whole file is hundreds of MB
+    assert re.search(r'"n_steps": (\d+)', head).group(1) == str(HUGE_STEPS)
+    assert re.search(r'"n_ranks": (\d+)', head).group(1) == "2"

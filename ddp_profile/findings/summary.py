@@ -62,6 +62,8 @@ class Summary:
 
     bullets: list[Bullet] = field(default_factory=list)
     table: Table | None = None
+    key: str = ""
+    """What the set codes the bullets use stand for ("Set codes: A: XL fp32, 4×256, NVIDIA H200; …")."""
 
     def __bool__(self) -> bool:
         return bool(self.bullets) or self.table is not None
@@ -152,7 +154,7 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         out.append(
             Bullet(
                 f"{dtype}, closest to one GPU:",
-                f"{best['run']} (set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
+                f"{best['run']} (timing set {best['set']}: {best['workload']}): {best['eff']} of one GPU ({best['eff_interval']}"
                 f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
                 anchor,
                 LINK_TEXT[TOPIC_TIMING],
@@ -330,9 +332,17 @@ def traces_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     ]
 
 
+def set_key(facts: list[dict]) -> str:
+    """ "Set codes: A: XL fp32, 4×256, NVIDIA H200; D (2 GPUs): …": the workload of every campaign set a bullet
+    names by its code, in first-use order; "" when none."""
+    seen = dict.fromkeys((f["set"], f["workload"]) for f in facts if f.get("workload"))
+    return ("Campaign set codes: " + "; ".join(f"{s}: {w}" for s, w in seen) + ".") if seen else ""
+
+
 def build_summary(sections: list[Section]) -> Summary:
     """The summary of the sections' recorded facts (empty when they recorded none)."""
     out = Summary(table=timing_table(_facts(sections, TOPIC_TIMING)[0]))
+    out.key = set_key(_facts(sections, TOPIC_CAMPAIGN_BEST)[0] + _facts(sections, TOPIC_CAMPAIGN_REC)[0])
     for topic, make in (
         (TOPIC_TIMING, timing_bullets),
         (TOPIC_LOSSES, loss_bullets),

@@ -201,3 +201,40 @@ def test_closest_to_one_gpu_prefers_a_set_with_stock_then_the_surest_among_near_
     # without stock anywhere the highest lower end wins; NaN efficiencies never win
     nan = _timing_fact("Z", (float("nan"),) * 3)
     assert closest_to_one_gpu([nan, no_stock])["set"] == "Y"
+
+
+def test_long_sections_fold_on_the_page_and_a_link_to_one_opens_it():
+    from ddp_profile.findings.render import LONG_SECTION, OPEN_JS
+
+    short, long_ = Section("short", "Short"), Section("long", "Long")
+    short.p("a few words")
+    long_.p("word " * (LONG_SECTION // 4))
+    page = to_html("T", [], [short, long_], {}, Summary())
+    assert "<h2 id='short'>Short</h2><p>a few words</p>" in page
+    assert "<details id='long'><summary><h2>Long</h2></summary><p>word" in page
+    assert OPEN_JS in page and "href='#long'" in page  # the section list links to it; the script opens it
+    md = to_markdown("T", [], [short, long_], Summary())
+    assert "<details" not in md  # FINDINGS.md keeps every section open
+
+
+def test_set_codes_are_explained_below_the_bullets_in_both_documents():
+    from ddp_profile.findings.summary import set_key
+
+    facts = [
+        {"set": "A", "workload": "XL fp32, 4×256, NVIDIA H200"},
+        {"set": "D (2 GPUs)", "workload": "XL fp32, 4×256, NVIDIA H100"},
+        {"set": "A", "workload": "XL fp32, 4×256, NVIDIA H200"},  # named twice, explained once
+        {"set": "ZP", "workload": ""},  # nothing recorded: not explained with an empty text
+    ]
+    key = set_key(facts)
+    assert (
+        key == "Campaign set codes: A: XL fp32, 4×256, NVIDIA H200; D (2 GPUs): XL fp32, 4×256, NVIDIA H100."
+    )
+    s = Section("beat-ddp", "How to beat PyTorch DDP")
+    s.p("detail")
+    summary = Summary(
+        [Bullet("Campaign sets:", "stock has the lowest median in A", "beat-ddp", "how")], key=key
+    )
+    md, page = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
+    assert md.index("in A") < md.index(f"*{key}*") < md.index("intro")
+    assert page.index("in A") < page.index(key) < page.index("<p>intro</p>")

@@ -136,8 +136,9 @@ def test_answer_block_lists_the_advice_and_per_rank_values():
     assert html.index("What to change") < html.index("Per rank")  # the verdict box above states the bound
     assert "[host-sync] no .item() (gain ≤ 2.00 ms, spread 0.100 ms); evidence: sync 2 ms per step" in html
     text = "\n".join(verdict_lines(verdict_of(run.analysis)))  # the terminal's lines: the bound first
-    assert text.startswith(
-        "Bound by the host (GPU idle awaiting launches): 2.50 ms per step removable (20.0 % of the step)."
+    assert text.startswith(  # the straggler rank the verdict names is in the headline, whatever the bound
+        "Bound by the host (GPU idle awaiting launches), with rank 1 the straggler: 2.50 ms per step removable "
+        "(20.0 % of the step)."
     )
     run.analysis.verdict = {
         "bound_by": "compute",

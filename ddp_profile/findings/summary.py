@@ -154,7 +154,7 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         out.append(
             Bullet(
                 f"{dtype}, closest to one GPU:",
-                f"{best['run']} (timing set {best['set']}: {best['workload']}): {best['eff']} of one GPU ({best['eff_interval']}"
+                f"{best['run']} (timing set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
                 f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
                 anchor,
                 LINK_TEXT[TOPIC_TIMING],
@@ -332,17 +332,25 @@ def traces_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     ]
 
 
-def set_key(facts: list[dict]) -> str:
-    """ "Set codes: A: XL fp32, 4×256, NVIDIA H200; D (2 GPUs): …": the workload of every campaign set a bullet
-    names by its code, in first-use order; "" when none."""
-    seen = dict.fromkeys((f["set"], f["workload"]) for f in facts if f.get("workload"))
-    return ("Campaign set codes: " + "; ".join(f"{s}: {w}" for s, w in seen) + ".") if seen else ""
+def set_key(timing: list[dict], campaign: list[dict]) -> str:
+    """ "Set codes: timing set AC: XL fp32, 4×256, NVIDIA H200, …; campaign set A: …": the workload of every set
+    the bullets name by its code (``timing``: the timing facts the bullets name, ``campaign``: the campaign
+    sets' facts), in order of use; "" when none."""
+    seen = dict.fromkeys(
+        [(f"timing set {f['set']}", f["workload"]) for f in timing if f.get("workload")]
+        + [(f"campaign set {f['set']}", f["workload"]) for f in campaign if f.get("workload")]
+    )
+    return ("Set codes: " + "; ".join(f"{s}: {w}" for s, w in seen) + ".") if seen else ""
 
 
 def build_summary(sections: list[Section]) -> Summary:
     """The summary of the sections' recorded facts (empty when they recorded none)."""
     out = Summary(table=timing_table(_facts(sections, TOPIC_TIMING)[0]))
-    out.key = set_key(_facts(sections, TOPIC_CAMPAIGN_BEST)[0] + _facts(sections, TOPIC_CAMPAIGN_REC)[0])
+    timing = _facts(sections, TOPIC_TIMING)[0]
+    named = [closest_to_one_gpu([f for f in timing if f["dtype"] == d]) for d in _dtypes(timing)]
+    out.key = set_key(
+        named, _facts(sections, TOPIC_CAMPAIGN_BEST)[0] + _facts(sections, TOPIC_CAMPAIGN_REC)[0]
+    )
     for topic, make in (
         (TOPIC_TIMING, timing_bullets),
         (TOPIC_LOSSES, loss_bullets),

@@ -203,6 +203,14 @@ def predicted(entry: Entry) -> dict:
     }
 
 
+def withdrawn(rule: str) -> str | None:
+    """Why the ledger rule's advice was withdrawn (``analysis.verdict.WITHDRAWN``), else None."""
+    from ddp_profile.analysis.verdict import WITHDRAWN
+
+    reasons = [WITHDRAWN[n] for n in RULES.get(rule, ()) if n in WITHDRAWN]
+    return reasons[0] if reasons and len(reasons) == len(RULES[rule]) else None
+
+
 def within(predicted_ns: float, realized_ns: float) -> bool:
     """|predicted − realized| ≤ max(TOLERANCE_SHARE · |realized|, TOLERANCE_NS)."""
     return abs(predicted_ns - realized_ns) <= max(TOLERANCE_SHARE * abs(realized_ns), TOLERANCE_NS)
@@ -227,6 +235,7 @@ def evaluate(entry: Entry) -> dict:
         "world_size": entry.world_size,
         "gpu_name": entry.gpu_name,
         "within": within(p["expected_ns"], gain * 1e6),
+        "withdrawn": withdrawn(entry.rule),
     }
 
 
@@ -244,6 +253,11 @@ def summary(rows: list[dict]) -> dict:
     count as a straggler rule's record."""
     out: dict[str, dict] = {}
     for r in rows:
+        if r.get("withdrawn"):  # not advised for a job of one's own; the harness's pages quote why
+            for n in RULES[r["rule"]]:
+                out.setdefault(n, {"pairs": 0, "within": 0, "worst_miss_pct": 0.0, "worst_miss_ms": 0.0})
+                out[n]["withdrawn"] = r["withdrawn"]
+            continue
         name = "balanced" if r["rule"] == "balanced" else r["advice"] or RULES[r["rule"]][0]
         s = out.setdefault(name, {"pairs": 0, "within": 0, "worst_miss_pct": 0.0, "worst_miss_ms": 0.0})
         miss = abs(r["predicted_ms"] - r["realized_ms"])
@@ -283,10 +297,24 @@ def table(rows: list[dict]) -> str:
             f"| `{r['pair']}` | {r['change']} | {r['advice'] or 'none'} | {r['predicted_ms']:.2f} | "
             f"{r['upper_ms']:.2f} | {r['realized_ms']:.2f} ({r['realized_low_ms']:.2f} to "
             f"{r['realized_high_ms']:.2f}) | {r['repeats'][0]} + {r['repeats'][1]} | "
-            f"{'yes' if r['within'] else 'no'} |"
+            + (
+                f"advice withdrawn: {r['withdrawn']} |"
+                if r.get("withdrawn")
+                else f"{'yes' if r['within'] else 'no'} |"
+            )
         )
-    n_ok = sum(r["within"] for r in rows)
-    return "\n".join(head + lines + ["", f"{n_ok} of {len(rows)} pairs within tolerance.", ""])
+    live = [r for r in rows if not r.get("withdrawn")]
+    gone = sorted({r["rule"] for r in rows if r.get("withdrawn")})
+    n_ok = sum(r["within"] for r in live)
+    tail = f"{n_ok} of {len(live)} pairs within tolerance"
+    if gone:
+        tail += (
+            f"; {len(gone)} rule{'s' if len(gone) != 1 else ''} ({', '.join(gone)}) withdrawn after "
+            f"{'their' if len(gone) != 1 else 'its'} ledger pair{'s' if len(rows) - len(live) != 1 else ''} "
+            f"({len(rows) - len(live)} pair{'s' if len(rows) - len(live) != 1 else ''} kept as evidence, not "
+            "counted)"
+        )
+    return "\n".join(head + lines + ["", tail + ".", ""])
 
 
 def outputs(root: Path = FOLDER) -> tuple[str, str]:

@@ -232,9 +232,9 @@ WINDOW_FACT_COLUMNS = ["phase_ns", "micro_steps", "extra_kernels", "extra_gpu_ns
 # other): the analysis reads kinds, never names. Times on the trace's clock (load_trace's per-file offsets).
 API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
-# load_trace; nsys.api.load_host_waits reads them again): kind "sync" (cudaStreamSynchronize,
-# cudaDeviceSynchronize...) or "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies
-# of other directions are left out). name: the function as API_CALL_COLUMNS names it.
+# load_trace; nsys.api.load_host_waits reads them again): kind "event" (cudaEventSynchronize: waits for one
+# recorded point, the GPU's queue is not emptied), "sync" (cudaStreamSynchronize, cudaDeviceSynchronize...) or
+# "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies of other directions are left out). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step): device-to-device copies and optimizer kernels that start at or after the step's
 # backward_end_ns and end by its end_ns (how many, their summed GPU time), and the summed time of the step's
@@ -249,6 +249,8 @@ AFTER_BACKWARD_COLUMNS = [
     "allreduce_kernel_ns",
     "reduce_scatter_kernel_ns",
     "gather_broadcast_kernel_ns",
+    "step_kernels",
+    "captured_kernels",
 ]
 # Per (rank, step) over the step's host range [start_ns, end_ns]; definitions in analysis/launches.py.
 # One row per candidate configuration (analysis.recommend); the first row is the recommendation.

@@ -18,6 +18,10 @@
 #
 # Usage: OUT=/tmp/out scripts/stack_whatif_campaign.sh [GROUP...]  (run in the order given; default:
 #        foreign profiled repeats)
+# Second jobs of the rebuilt rules (launch-bound at batch 2 x 512, host-sync with torch.cuda.synchronize()
+# after each backward), one 4-GPU call of about 5 minutes:
+#        NAMES="gpt2-ddp-b2 gpt2-ddp-bwdsync" RULES=host-sync@bwdsync,launch-bound@b2 DEADLINE=480 \
+#        OUT=$OUT scripts/stack_whatif_campaign.sh profiled repeats
 # Knobs (environment):
 #   NAMES=                 only these jobs of the foreign and profiled groups         e.g. NAMES="ds-zero2 gpt2-ddp"
 #   OUT=                   folder for the results (set by the device tool)            e.g. OUT=/tmp/out
@@ -59,7 +63,7 @@ REPEATS=${REPEATS:-5}
 REP_STEPS=${REP_STEPS:-6}
 REP_WARMUP=${REP_WARMUP:-2}
 REP_FIRST_WARMUP=${REP_FIRST_WARMUP:-5}
-RULES=${RULES:-balanced,straggler-host,straggler-gpu,host-sync,comm-tail,contention,optimizer-shard,grad-copy-back,fsdp-prefetch,launch-bound,balanced@b32,straggler-gpu@b32}
+RULES=${RULES:-balanced,straggler-host,straggler-gpu,host-sync,comm-tail,contention,optimizer-shard,grad-copy-back,fsdp-prefetch,launch-bound,balanced@b32,straggler-gpu@b32,host-sync@bwdsync,launch-bound@b2}
 JOB_ARGS=${JOB_ARGS:-}
 NAMES=${NAMES:-}
 PART_BYTES=$((15 * 1024 * 1024))
@@ -79,6 +83,8 @@ profiled|gpt2-fsdp2|40|||torchrun|whatif/gpt2_whatif.py|--rule fsdp-prefetch --v
 profiled|gpt2-ddp-b1|40|||torchrun|whatif/gpt2_whatif.py|--rule launch-bound --variant baseline
 profiled|gpt2-ddp-b32|40|||torchrun|whatif/gpt2_whatif.py|--rule balanced@b32 --variant baseline
 profiled|gpt2-ddp-b32-slowgpu|40|||torchrun|whatif/gpt2_whatif.py|--rule straggler-gpu@b32 --variant baseline
+profiled|gpt2-ddp-b2|40|||torchrun|whatif/gpt2_whatif.py|--rule launch-bound@b2 --variant baseline
+profiled|gpt2-ddp-bwdsync|40|||torchrun|whatif/gpt2_whatif.py|--rule host-sync@bwdsync --variant baseline
 "
 
 cd "$REPO"
@@ -105,7 +111,7 @@ mkdir -p "$TRACES/foreign" "$TRACES/whatif-runs/repeats"
     nvidia-smi topo -m || true
     "$NSYS" --version
     "$PYTHON" -c "import torch, accelerate; c = torch.cuda.is_available(); print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version() if c else None, 'gpus', torch.cuda.device_count(), torch.cuda.get_device_name(0) if c else 'cpu'); print('accelerate', accelerate.__version__)"
-    "$PYTHON" -c "import deepspeed; print('deepspeed', deepspeed.__version__)" 2>&1 | tail -n 1
+    { "$PYTHON" -c "import deepspeed; print('deepspeed', deepspeed.__version__)" 2>&1 || echo "deepspeed: not installed"; } | tail -n 1
     nproc
 } | tee "$TRACES/machine.txt"
 cp "$TRACES/machine.txt" "$TRACES/foreign/machine-stacks.txt"

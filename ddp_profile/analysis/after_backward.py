@@ -30,6 +30,11 @@ ZeroRedundancyOptimizer job). A DDP job's own small gathers and broadcasts (metr
     allreduce_kernel_ns, reduce_scatter_kernel_ns, gather_broadcast_kernel_ns
                        = summed durations of the NCCL kernels of kind AllReduce, ReduceScatter, and AllGather or
                          Broadcast with start ≥ start_ns and end ≤ end_ns (the whole step)
+    step_kernels       = number of the rank's GPU activities (kernels of every kind, memcpys, memsets: one launch
+                         call each) with start ≥ start_ns and end ≤ end_ns
+    captured_kernels   = number of its compute kernels (not NCCL, memcpy or memset) with start ≥ start_ns and
+                         end ≤ backward_end_ns: the forward and backward a CUDA graph of the model would replay
+                         (``verdict``'s ``launch_bound`` model takes DDP's per-gradient bucket copies out of them)
 
 Opens no file; a step without a backward end (no backward phase) has no row.
 """
@@ -47,6 +52,9 @@ from ddp_profile.analysis.kernel_groups import KINDS, OPTIMIZER, kind_codes, nam
 SHARDED_SYNC_RATIO = 0.5
 """AllGather + Broadcast kernel time at or above this share of the AllReduce kernel time marks a job that syncs
 parameters after a sharded update (ZeRO-1); below it, a data-parallel job's own small gathers and broadcasts."""
+
+
+_COUNTS = ("copies", "optimizer_kernels", "step_kernels", "captured_kernels")
 
 
 def shards(frame: pd.DataFrame | None) -> bool:
@@ -113,12 +121,13 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         _by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
         for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))
     ]
+    every = _by_rank(kernels, np.ones(len(kernels), bool))
+    compute = _by_rank(kernels, kind == "compute")
     keep = steps["backward_end_ns"].notna().to_numpy()  # no backward end: no row
     rank, step = ints(steps["rank"])[keep], ints(steps["step"])[keep]
     first, lo, hi = (ints(steps[c])[keep] for c in ("start_ns", "backward_end_ns", "end_ns"))
     cols: dict[str, np.ndarray] = {
-        c: np.zeros(len(rank), np.int64 if c in ("copies", "optimizer_kernels") else float)
-        for c in schema.AFTER_BACKWARD_COLUMNS[2:]
+        c: np.zeros(len(rank), np.int64 if c in _COUNTS else float) for c in schema.AFTER_BACKWARD_COLUMNS[2:]
     }
     for r in np.unique(rank).tolist():  # per rank, every step at once
         at = np.flatnonzero(rank == r)
@@ -126,8 +135,10 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         cols["optimizer_kernels"][at], cols["optimizer_ns"][at] = _in_windows(
             optimizer.get(r), lo[at], hi[at]
         )
-        for c, arrays in zip(schema.AFTER_BACKWARD_COLUMNS[6:], collectives, strict=True):
+        for c, arrays in zip(schema.AFTER_BACKWARD_COLUMNS[6:9], collectives, strict=True):
             cols[c][at] = _in_windows(arrays.get(r), first[at], hi[at])[1]
+        cols["step_kernels"][at] = _in_windows(every.get(r), first[at], hi[at])[0]
+        cols["captured_kernels"][at] = _in_windows(compute.get(r), first[at], lo[at])[0]
     if not len(rank):
         return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
     frame = pd.DataFrame({"rank": rank, "step": step, **cols})

@@ -38,6 +38,23 @@ def _sync_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataF
     return pd.Series(table.ns[at].sum(axis=1).astype(float), index=ints(crit["step"]).tolist(), dtype=float)
 
 
+def _drains_per_step(crit: pd.DataFrame, rank_paths: pd.DataFrame, waits: pd.DataFrame | None) -> pd.Series:
+    """Per step: how many calls on the critical rank's main thread empty the GPU's queue (a stream or device
+    sync, a copy to the host; not an event sync, which waits for one recorded point), calls ending in its span."""
+    if waits is None or waits.empty or crit.empty:
+        return pd.Series(dtype=float)
+    table = st.call_table(waits, rank_paths)
+    event = set(waits.loc[waits["kind"].astype(str).to_numpy() == "event", "name"].astype(str))
+    keep = np.array([str(n) not in event for n in table.names], dtype=bool)
+    at = pd.MultiIndex.from_arrays([ints(rank_paths["rank"]), ints(rank_paths["step"])]).get_indexer(
+        pd.MultiIndex.from_arrays([ints(crit["critical_rank"]), ints(crit["step"])])
+    )
+    if (at < 0).any():
+        raise KeyError("a critical rank's step is missing from the rank paths")
+    calls = table.calls[at][:, keep].sum(axis=1) if keep.any() else np.zeros(len(at), np.int64)
+    return pd.Series(calls.astype(float), index=ints(crit["step"]).tolist(), dtype=float)
+
+
 def last_gradient_ns(coll: pd.DataFrame | None, crit: pd.DataFrame) -> pd.Series:
     """Per step: the duration of the critical rank's last-ending gradient collective (AllReduce or
     ReduceScatter) of the step; steps without one are left out."""
@@ -113,6 +130,7 @@ def attach(
             harness=harness,
             last_grad_ns=last_gradient_ns(res.collectives, crit),
             extra_work=kd.every_rank(step_kernels),
+            drains_per_step=_drains_per_step(crit, rp, waits),
         )
         if len(crit)
         else []

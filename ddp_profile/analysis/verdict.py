@@ -71,6 +71,15 @@ CATEGORY = {
     "grad_copy_back": "compute",
     "optimizer_shard": "compute",
 }
+WITHDRAWN = {
+    "contention": "on the what-if ledger's GPT-2 DDP job (4 GPUs) the advised NCCL CTA cap made the step slower, "
+    "not faster: the collectives lost more than compute gained",
+    "optimizer_shard": "on the what-if ledger's GPT-2 DDP job (4 GPUs) sharding the update "
+    "(ZeroRedundancyOptimizer) made the step slower: the parameter broadcast after the step is exposed",
+}
+"""Rules no longer advised for a job of one's own (the measure stays in the analysis), with the reason: the
+what-if ledger's pair showed the lever hurting. The harness's own levers for them (CTA cap with a GEMM carveout,
+the sharded update gathered during backward) keep their advice on its traces, where timing sets measured them."""
 COPY_BACK_MIN = 8
 """``grad_copy_back`` needs at least this many device-to-device copies after backward per step (median on the
 critical rank): DDP's copy-back is one per gradient tensor, a model has many; a few copies are something else."""
@@ -223,6 +232,25 @@ def _rule(
     }
 
 
+def _sync_gain(c: pd.DataFrame, prof: gains.Profile) -> tuple[float, str]:
+    """Expected gain of dropping a per-step blocking sync (``host_sync``'s model, docs' advice section). A sync
+    empties the GPU's queue once a step: the host must then launch ahead again while the GPU waits, so the step
+    is the GPU's own work plus that refill. Without it the host runs ahead and the step is the GPU's own work
+    (compute and exposed transfer on the critical path; kernels keep their times under nsys). The refill under
+    nsys is the profiler's launch cost too, so the gain is read against the un-profiled step (profiled step less
+    the profiler's overhead): ``max(0, step / (1 + o) − (compute + exposed transfer))``. Without the overhead the
+    GPU idle awaiting launches stays as measured under nsys, flagged (``gains.carry``)."""
+    starved = float((c["host_ns"] + c["idle_ns"]).median())
+    if not prof.known:
+        return gains.carry(starved, gains.HOST, prof)
+    own = float((c["compute_ns"] + c["exposed_transfer_ns"]).median())
+    unprofiled = prof.step_ns * 100.0 / (100.0 + prof.overhead_pct)
+    return max(0.0, unprofiled - own), (
+        "un-profiled: the step less the profiler's overhead "
+        f"({prof.overhead_pct:.1f} % of the un-profiled step, run JSON), less the GPU's own work"
+    )
+
+
 def _ms(ns: float) -> str:
     return fmt_ms(ns)
 
@@ -336,6 +364,21 @@ def _critical_rows(c: pd.DataFrame, after: pd.DataFrame | None) -> pd.DataFrame 
     )
 
 
+def _captured_share(got: pd.DataFrame | None, index: pd.Index) -> pd.Series | None:
+    """Per step (``index``): the share of the critical rank's launches a CUDA graph of the model's forward and
+    backward would replay (``launch_bound``'s model): its compute kernels up to the last backward kernel, less
+    one per gradient that DDP's reducer copies into its bucket from the gradient hooks, outside the graph
+    (as many as the copies back into ``.grad`` after backward; none with bucket views, which copy neither
+    way), over every GPU activity of the step. None without backward ends (no rows)."""
+    if got is None or "captured_kernels" not in got or not got["step_kernels"].notna().any():
+        return None
+    total = pd.Series(got["step_kernels"].to_numpy(float), index=index)
+    cap = pd.Series(
+        got["captured_kernels"].to_numpy(float) - got["copies"].fillna(0).to_numpy(float), index=index
+    )
+    return (cap.clip(lower=0.0) / total.where(total > 0)).clip(upper=1.0).fillna(1.0)
+
+
 def _copy_back_rule(c: pd.DataFrame, got: pd.DataFrame | None, step: float) -> dict | None:
     """``grad_copy_back`` from the critical rank's copies after backward (``c``: the critical path by step)."""
     if got is None:
@@ -409,6 +452,7 @@ def advice(
     harness: bool = True,
     last_grad_ns: pd.Series | None = None,
     extra_work: pd.DataFrame | None = None,
+    drains_per_step: pd.Series | None = None,
 ) -> list[dict]:
     """The advice rules, largest expected gain first. ``steps``: the step table (critical rank's rows are used);
     ``sync_per_step``: per step, the host-wait call time on the critical rank's main thread within its span;
@@ -423,7 +467,9 @@ def advice(
     NaN when unknown), for the host rules' expected gains; ``harness``: the trace is the harness's (its
     options may be named); ``last_grad_ns``: per step, the critical rank's last gradient collective's
     duration (what bucketing leaves after backward); ``extra_work``: ``kernel_diff.every_rank`` (the
-    ``extra_work`` rule)."""
+    ``extra_work`` rule); ``drains_per_step``: per step, the calls on the critical rank's main thread that empty
+    the GPU's queue (stream or device syncs, copies to the host): in at least half the steps, ``host_sync``'s
+    model is the queue's refill (:func:`_sync_gain`)."""
     if crit is None or crit.empty:
         return []
     step = float(crit["span_ns"].median())
@@ -491,31 +537,50 @@ def advice(
             )
         )
     hs = np.minimum(sync, host)
+    drains = (drains_per_step if drains_per_step is not None else pd.Series(dtype=float)).reindex(c.index)
+    synced = bool(len(drains)) and float((drains.fillna(0.0) > 0).mean()) >= 0.5
+    starved = host + c["idle_ns"]
     out.append(
         _rule(
             "host_sync",
             "drop the per-step host sync: log every N steps, avoid .item() / "
             ".cpu() / synchronize in the loop",
-            hs,
-            f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
-            f"calls; its GPU idles {_ms(host.median())} awaiting launches",
+            starved if synced else hs,
+            (
+                f"main thread of the critical rank empties the GPU's queue (stream/device sync or copy to the "
+                f"host) in {100.0 * float((drains.fillna(0.0) > 0).mean()):.0f} % of the steps, waiting "
+                f"{_ms(sync.median())} per step; after each the GPU idles until the host's launches run ahead "
+                f"again ({_ms(starved.median())} per step under nsys)"
+                if synced
+                else f"main thread of the critical rank waits {_ms(sync.median())} per step in sync/copy "
+                f"calls; its GPU idles {_ms(host.median())} awaiting launches"
+            ),
             step,
-            expected=gains.carry(float(hs.median()), gains.HOST, prof),
+            expected=_sync_gain(c, prof) if synced else gains.carry(float(hs.median()), gains.HOST, prof),
         )
     )
     launch = host - hs
+    got = _critical_rows(c, after_backward)
+    share = _captured_share(got, c.index)
+    captured = launch * share if share is not None else launch
     out.append(
         _rule(
             "launch_bound",
-            "launch fewer kernels: capture the step in a CUDA graph "
-            '(torch.compile(mode="reduce-overhead"), or torch.cuda.CUDAGraph around a static step), so '
-            "one launch replays them all; plain torch.compile (default mode) still launches kernel by "
-            "kernel; a larger batch gives each launch more work",
+            "launch fewer kernels: capture the forward and backward in a CUDA graph "
+            '(torch.compile(mode="reduce-overhead") on the model, or torch.cuda.CUDAGraph around a static '
+            "step), so one launch replays them all; plain torch.compile (default mode) still launches kernel "
+            "by kernel; a larger batch gives each launch more work",
             launch,
             f"GPU idle awaiting launches {_ms(host.median())} per step, {_ms(sync.median())} "
-            "of it explained by host syncs",
+            "of it explained by host syncs"
+            + (
+                f"; a graph of the forward and backward would replay {100.0 * float(share.median()):.0f} % of "
+                "the step's launches (the optimizer's and DDP's stay)"
+                if share is not None
+                else "; no backward phase found, so the share of launches a graph would take is not known"
+            ),
             step,
-            expected=gains.carry(float(launch.median()), gains.HOST, prof),
+            expected=gains.carry(float(captured.median()), gains.HOST, prof),
         )
     )
     strag = _straggler_rule(crit, per_step, step, prof) if per_step is not None and len(per_step) else None
@@ -548,7 +613,6 @@ def advice(
                 per_step=False,
             )
         )  # one run-level estimate (contention.contention_per_step_ns)
-    got = _critical_rows(c, after_backward)
     out.append(_copy_back_rule(c, got, step))
     world = int(steps["rank"].nunique()) if len(steps) and "rank" in steps else 1
     out.append(_optimizer_shard_rule(c, got, world, step, harness))
@@ -567,7 +631,7 @@ def advice(
                     per_step=False,
                 )
             )  # one prediction for the run
-    rules = [r for r in out if r is not None]
+    rules = [r for r in out if r is not None and (harness or r["rule"] not in WITHDRAWN)]
     return sorted(rules, key=lambda r: (-r["expected_gain_ns"], -r["gain_upper_ns"]))
 
 

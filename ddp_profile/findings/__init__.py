@@ -16,6 +16,7 @@ from ddp_profile.findings import confirm as qf
 from ddp_profile.findings import reference as qb
 from ddp_profile.findings import strategies as qa
 from ddp_profile.findings import timing as qt
+from ddp_profile.findings import timing_scaling
 from ddp_profile.findings.data import (
     CAMPAIGN,
     MAIN,
@@ -121,6 +122,8 @@ def build_sections(root: Path, runs, page_exists=None) -> tuple[list, dict]:
             for f in {r.folder.parent.name for r in timed}
         }
         secs.append(qt.q11_timing(timed, m_time))
+        scaled = timing_scaling.timing_scaling(timed)
+        secs += [scaled] if scaled is not None else []
     folders: dict[str, list] = {}  # campaign folder -> its runs (a folder split by GPU count is one here)
     for r in runs:
         if r.set == CAMPAIGN:

@@ -18,8 +18,8 @@ import pandas as pd
 from ddp_profile.findings.text import TOPIC_TIMING, Section, ms, pct
 from ddp_profile.report import measures
 
-TARGET_EFFICIENCY_PCT = {"fp32": 96.0, "bf16": 95.0}
-"""The targets for the 2-GPU step against one GPU (a requirement, not a measurement)."""
+TARGET_EFFICIENCY_PCT = {("fp32", 2): 96.0, ("bf16", 2): 95.0, ("fp32", 4): 97.0, ("bf16", 4): 97.0}
+"""The targets for the multi-GPU step against one GPU, by (dtype, GPUs) (requirements, not measurements)."""
 
 
 def loop_mode(config: dict) -> str:
@@ -313,12 +313,12 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
             s.p(f"Against the runner-up, {best.name} is {against(best, multi[1])}.")
         if best is not None and one is not None:
             eff = efficiency(one, best)
-            target = TARGET_EFFICIENCY_PCT.get(key[2])
+            target = TARGET_EFFICIENCY_PCT.get((key[2], best.world_size))
             verdict, outcome = "", ""
             if target is not None and all(math.isfinite(v) for v in eff):
                 outcome = "met" if eff[1] >= target else "missed" if eff[2] < target else "not decided"
                 verdict = (
-                    f"; the efficiency target of {pct(target, 0)} is "
+                    f"; the efficiency target of {pct(target, 0)} for {best.world_size} GPUs is "
                     + outcome
                     + ": "
                     + {
@@ -328,7 +328,7 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
                     }[outcome]
                 )
             s.p(
-                f"The lowest-median 2-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
+                f"The lowest-median {best.world_size}-GPU configuration, {best.name}, runs at {pct(eff[0])} of the 1-GPU step "
                 f"({one.name}, {ms(med(one))}; interval {pct(eff[1])}–{pct(eff[2])}){verdict}."
             )
             if eff[0] > 100:

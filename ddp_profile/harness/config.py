@@ -159,8 +159,9 @@ class RunConfig:
     peer_copy_allreduce: bool = False
     """bucketed, 2 ranks: each bucket is summed by pushing it into a receive buffer on the other GPU
     (symmetric memory, a copy-engine transfer) and one local add, instead of an NCCL all-reduce. overlap with
-    sharded_update, 2 ranks: each split parameter's reduce-scatter and all-gather are such pushes (the other
-    half of the gradient into the peer's receive slot, the updated half into the peer's parameter)."""
+    sharded_update, any number of ranks on one host: each split parameter's reduce-scatter and all-gather are
+    such pushes (rank j's part of the gradient into rank j's receive slot, the updated own part into every
+    peer's parameter); across hosts the NCCL collectives stay, with a note."""
     nccl_channels: int = 0
     """NCCL CTAs/channels per collective for the process group (0: NCCL's choice). Set through the
     group's NCCL config (`ProcessGroupNCCL.Options().config.max_ctas`), else NCCL_MAX_NCHANNELS; ignored

@@ -181,9 +181,9 @@ LEVERS: tuple[Lever, ...] = (  # in run-name order
         "-peercopy",
         ("bucketed", "overlap"),
         "comm",
-        "2 ranks; bucketed: sum each bucket by a peer copy into the other GPU's symmetric memory (copy engine) "
-        "plus one local add, instead of NCCL; overlap --sharded-update: reduce-scatter and all-gather each "
-        "parameter by such copies (-peercopy)",
+        "bucketed (2 ranks): sum each bucket by a peer copy into the other GPU's symmetric memory (copy engine) "
+        "plus one local add, instead of NCCL; overlap --sharded-update (ranks of one host): reduce-scatter and "
+        "all-gather each parameter by such copies (-peercopy)",
         not_for="applies to strategy bucketed or to overlap with sharded_update only, not {strategy!r}",
         to_strategy=True,
     ),

@@ -13,8 +13,8 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.errors import MissingDataError, TraceError
 from ddp_profile.memory import map_arrays_of, map_large_arrays, python_strings, return_freed_memory
+from ddp_profile.nsys import names, timebase
 from ddp_profile.nsys import ranks as rank_rules
-from ddp_profile.nsys import timebase
 from ddp_profile.nsys.files import export_stem, find_exports
 from ddp_profile.nsys.frames import (
     gpu_frame,
@@ -25,7 +25,7 @@ from ddp_profile.nsys.frames import (
     process_frame,
 )
 from ddp_profile.nsys.read import read_files
-from ddp_profile.nsys.run_record import find_run_json
+from ddp_profile.nsys.run_record import RANK_SUFFIX, find_run_json
 from ddp_profile.safeio import shown_path
 from ddp_profile.trace import Trace
 
@@ -78,7 +78,31 @@ def _check_duplicate_files(files: list[dict]) -> None:
         seen[key] = f["path"]
 
 
-def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
+def _named_as_ranks(files: list[dict]) -> bool:
+    """Every file's name is one stem with a rank suffix (``run_rank0``, ``run_rank1``): the user's own words
+    that they are one job's ranks."""
+    stems = [export_stem(f["path"]) for f in files]
+    return all(RANK_SUFFIX.search(s) for s in stems) and len({RANK_SUFFIX.sub("", s) for s in stems}) == 1
+
+
+def _same_collectives(arr: dict[str, np.ndarray]) -> bool:
+    """Every file ran NCCL kernels, and the same kinds in counts within a fifth of each other: ranks of one
+    job run the same collectives, whose ends then align their clocks (``analysis.clocks``)."""
+    labels = arr["labels"]
+    nccl = np.array([names.is_nccl(str(x)) for x in labels], dtype=bool)
+    if not nccl.any():
+        return False
+    files = np.unique(arr["file"])
+    counts = []
+    for f in files:
+        codes = arr["code"][(arr["file"] == f)]
+        codes = codes[nccl[codes]]
+        counts.append(np.bincount(codes, minlength=len(labels)).astype(np.int64))
+    lo, hi = np.min(counts, axis=0), np.max(counts, axis=0)
+    return bool(lo.sum() > 0 and (hi - lo).sum() <= 0.2 * hi.sum())
+
+
+def _check_same_run(files: list[dict], arr: dict[str, np.ndarray], warnings: list[str]) -> None:
     """Files of one run overlap in time once aligned; disjoint spans mean different runs were mixed."""
     if len(files) < 2 or len(arr["file"]) == 0:
         return
@@ -89,6 +113,13 @@ def _check_same_run(files: list[dict], arr: dict[str, np.ndarray]) -> None:
     )
     if spans["start_ns"].max() > spans["end_ns"].min():
         names = ", ".join(files[i]["path"].name for i in spans.index)
+        if _named_as_ranks(files) and _same_collectives(arr):
+            warnings.append(
+                f"files do not overlap in time ({names}), but are named as one job's ranks and ran the same "
+                "collectives: their session clocks disagree by more than the capture; the ranks are aligned on "
+                "their collectives (see the clock note)"
+            )
+            return
         raise TraceError(
             f"files do not overlap in time ({names}): they come from different runs; "
             "load one run's files together"
@@ -214,7 +245,7 @@ def load_trace(paths, *, jobs: int = 1, progress=None, host_waits: bool = True) 
         f["kernels"] = None
     return_freed_memory()  # the reader threads' chunks and the per-file copies
     _check_kernels(files, kernel_frame(arr, np.flatnonzero(arr["end_ns"] < arr["start_ns"])), len(arr["pid"]))
-    _check_same_run(files, arr)
+    _check_same_run(files, arr, warnings)
     nvtx = nvtx_frame(files, offsets)
     no_nvtx_table = all(f["nvtx"] is None for f in files)
     for f in files:  # in the frame now: the raw rows and texts go before the kernel frame's build (the peak)

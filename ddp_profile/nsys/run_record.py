@@ -171,7 +171,9 @@ def clean_run_record(data: dict, where, warnings: list[str]) -> dict:
     return out
 
 
-RANK_SUFFIX = re.compile(r"[-_.](?:rank|r)[-_]?\d+$", re.I)
+RANK_SUFFIX = re.compile(r"(?:^|[-_.])(?:rank|r)[-_]?\d+$", re.I)
+"""The end of a per-rank export's name (``run_rank0``, ``run-r1``, ``rank0``): files whose names differ only there
+name one job's ranks."""
 
 
 def run_json_candidates(paths: list[Path]) -> list[Path]:
@@ -186,7 +188,9 @@ def run_json_candidates(paths: list[Path]) -> list[Path]:
             if p.resolve().parent != folder:
                 continue
             stem = export_stem(p)
-            out += [folder / f"{stem}.json", folder / f"{RANK_SUFFIX.sub('', stem)}.json"]
+            out += [folder / f"{stem}.json"] + (
+                [folder / f"{bare}.json"] if (bare := RANK_SUFFIX.sub("", stem)) else []
+            )
         out.append(folder / f"{folder.name}.json")
     return list(dict.fromkeys(out))
 

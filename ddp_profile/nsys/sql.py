@@ -585,8 +585,14 @@ def api_calls(con: sqlite3.Connection, have: set[str]) -> dict[str, np.ndarray] 
     )
 
 
-# CUDA API calls the host may wait for the GPU in (GLOBs): syncs, copies to the host (.item(): DtoH copy + sync)
-HOST_WAIT_FUNCTIONS = {"sync": ("cu*Synchronize*",), "copy": ("cudaMemcpy*", "cuMemcpy*")}
+# CUDA API calls the host may wait for the GPU in (GLOBs), the first matching kind wins: "event" waits for one
+# recorded point (work launched after it may still run: the GPU's queue is not emptied), "sync" for a stream's or
+# the device's whole queue, "copy" a copy to the host (.item(): DtoH copy + stream sync).
+HOST_WAIT_FUNCTIONS = {
+    "event": ("cu*EventSynchronize*",),
+    "sync": ("cu*Synchronize*",),
+    "copy": ("cudaMemcpy*", "cuMemcpy*"),
+}
 COPY_TO_HOST = (2, 4, 12)  # MEMCPY copyKind DtoH, AtoH, unified DtoH
 
 

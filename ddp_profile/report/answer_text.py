@@ -185,6 +185,8 @@ def ledger_text(rule) -> str:
     """How the rule fared in the what-if ledger: 'ledger: confirmed within X % on N jobs', 'ledger: within
     tolerance on K of N jobs (largest miss …)', or 'ledger: no entry yet'."""
     s = _ledger_rules().get(str(rule)) if rule else None
+    if isinstance(s, dict) and s.get("withdrawn"):
+        return f"ledger: withdrawn for jobs of one's own ({s['withdrawn']})"
     if not isinstance(s, dict) or not s.get("pairs"):
         return "ledger: no entry yet"
     n, k = int(s["pairs"]), int(s.get("within", 0))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ddp_profile.errors import TraceError
 from ddp_profile.nsys.capture import capture_window
 from ddp_profile.nsys.files import EXPORT_SUFFIXES, export_stem
+from ddp_profile.nsys.run_record import RANK_SUFFIX
 from ddp_profile.strategy_names import STRATEGIES
 
 if TYPE_CHECKING:  # for the annotations only: runs.py keeps importing nothing of the analysis at run time
@@ -126,10 +127,6 @@ def _holds_traces(folder: Path) -> bool:
         return any(_is_trace(c) for c in folder.iterdir())
     except OSError:
         return False
-
-
-RANK_SUFFIX = re.compile(r"[_.-]?rank\d+$")
-"""The end of a per-rank export's name (``run_rank0``): files that differ only there name one job's ranks."""
 
 
 def job_groups(files: list[Path]) -> list[list[Path]]:

@@ -15,6 +15,9 @@ Jobs (``JOBS``: the baselines) and rules (``RULES``: rule id -> job, the change 
     gpt2-fsdp2          FSDP2 fully_shard per block + root, default (implicit) prefetch
     gpt2-ddp-b32        DDP, batch 32 x 512 per rank: GPU-bound, also under nsys
     gpt2-ddp-b32-slowgpu ... rank 1 runs ~5 ms of extra GEMMs before each step
+    gpt2-ddp-b2         ... batch 2 x 512 per rank (launch-bound's second job: more GPU work per launch)
+    gpt2-ddp-bwdsync    ... every rank calls torch.cuda.synchronize() after each backward, before the
+                        optimizer step (host-sync's second job: another call, in another place of the step)
 
 Three ways to run it (torchrun, one process per GPU):
 
@@ -51,7 +54,7 @@ SLOW_RANK = 1
 GEMM_N = 6144  # extra GEMMs of the slow-GPU job: 6144^3 (about 1.2 ms each in TF32 on an H200)
 
 BASE = dict(kind="ddp", bucket_mb=25.0, grad_view=False, zero=False, max_ctas=0, compile="", prefetch=0,
-            sleep_ms=0.0, gemm_ms=0.0, item=False, batch=8, seq_len=512)
+            sleep_ms=0.0, gemm_ms=0.0, item=False, bwd_sync=False, batch=8, seq_len=512)
 JOBS = {
     "gpt2-ddp": {},
     "gpt2-ddp-slowhost": dict(sleep_ms=6.0),
@@ -62,6 +65,9 @@ JOBS = {
     # GPU-bound (batch 32 x 512: the GPU's work outlasts the host's launches, also under nsys)
     "gpt2-ddp-b32": dict(batch=32),
     "gpt2-ddp-b32-slowgpu": dict(batch=32, gemm_ms=5.0),
+    # second jobs of the rules whose prediction was rebuilt from their first pair (issue: advice you can trust)
+    "gpt2-ddp-b2": dict(batch=2),
+    "gpt2-ddp-bwdsync": dict(bwd_sync=True),
 }
 RULES = {  # rule -> (baseline job, the change in words, the settings the change sets)
     "balanced": ("gpt2-ddp", "none: the same job again (A/A), the noise floor; no straggler advice expected", {}),
@@ -84,6 +90,10 @@ RULES = {  # rule -> (baseline job, the change in words, the settings the change
                      {}),
     "straggler-gpu@b32": ("gpt2-ddp-b32-slowgpu", f"rank {SLOW_RANK}'s extra GEMMs (~5 ms) before each step removed",
                           dict(gemm_ms=0.0)),
+    "launch-bound@b2": ("gpt2-ddp-b2", "CUDA graphs: torch.compile(mode='reduce-overhead') on the model before "
+                        "DDP", dict(compile="reduce-overhead")),
+    "host-sync@bwdsync": ("gpt2-ddp-bwdsync", "torch.cuda.synchronize() after every backward dropped",
+                          dict(bwd_sync=False)),
     "fsdp-prefetch": ("gpt2-fsdp2", "FSDP2 explicit prefetch: each block's AllGather issued 2 blocks ahead, in "
                       "the forward and the backward", dict(prefetch=2)),
 }
@@ -186,6 +196,8 @@ class Runner:
         self.x, self.y = self.get()
         loss.backward()
         clock.bwd_end()
+        if cfg["bwd_sync"] and self.cuda:
+            torch.cuda.synchronize()  # a timing habit: wait for the backward before the optimizer step
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         clock.end()
@@ -241,7 +253,7 @@ def repeat_rule(a, rule, rank, world, device, cuda, last_s, t0):
         return last_s
     cfgs = {v: config(rule, v) for v in ("baseline", "changed")}
     runners = {"baseline": Runner(cfgs["baseline"], a, rank, device, cuda)}
-    loop_only = {k for k in BASE if cfgs["baseline"][k] != cfgs["changed"][k]} <= {"sleep_ms", "gemm_ms", "item"}
+    loop_only = {k for k in BASE if cfgs["baseline"][k] != cfgs["changed"][k]} <= {"sleep_ms", "gemm_ms", "item", "bwd_sync"}
     if loop_only:  # same model and wrapper: only the loop's habit differs
         runners["changed"] = runners["baseline"]
     repeats = []

@@ -7,7 +7,9 @@ CAMPAIGN_TRACES_DIR is the campaign's ``traces/whatif-runs`` folder: ``<job>/{pr
 repeats this writes ``<into>/<rule>--<job>/ledger.json``; each baseline export and its truth go to the
 folder of the first rule (in gpt2_whatif.RULES order) that uses the job, and the other rules of that job
 point at them by a relative path. Only the campaign's own files are copied and arranged: no measurement is
-computed here. Existing ledger folders of the same rules are replaced.
+computed here. Existing ledger folders of the same rules are replaced; the others are kept, so a campaign that
+runs only some rules (NAMES=... RULES=...) adds its pairs beside the earlier ones, each with the campaign's
+machine.txt when the ledger's shared one describes another campaign.
 
 ledger.json: rule, job, change, command_baseline, command_changed (the un-profiled jobs alone),
 command_profiled (how the export was made), command_repeats (how the repeats were run: every rule's in one
@@ -132,8 +134,18 @@ def main():
         write_json(os.path.join(dest, "ledger.json"), ledger)
         made.append(folder)
     machine = os.path.join(a.runs, "machine.txt")
+    shared = os.path.join(a.into, "machine.txt")
     if os.path.exists(machine):
-        shutil.copyfile(machine, os.path.join(a.into, "machine.txt"))
+        # The ledger's machine.txt describes the campaign its pairs came from; a later campaign that adds pairs
+        # (a rule's second job) leaves it alone and puts its own machine beside each pair it made.
+        with open(machine) as fh:
+            text = fh.read()
+        same = os.path.exists(shared) and open(shared).read() == text
+        if not os.path.exists(shared) or same:
+            shutil.copyfile(machine, shared)
+        else:
+            for folder in made:
+                shutil.copyfile(machine, os.path.join(a.into, folder, "machine.txt"))
     print(f"wrote {len(made)} ledger folders under {a.into}: {', '.join(made)}")
 
 

@@ -447,7 +447,7 @@ def test_load_trace_reads_the_main_threads_host_waits_as_load_host_waits_does():
     tr = load_trace(TRACES / "foreign" / "gpt-accum")
     w = tr.host_waits
     assert list(w.columns) == schema.HOST_WAIT_COLUMNS and len(w) > 0
-    assert (w["tid"] == w["pid"]).all() and set(w["kind"]) <= {"sync", "copy"}
+    assert (w["tid"] == w["pid"]).all() and set(w["kind"]) <= {"event", "sync", "copy"}
     assert (w["end_ns"] >= w["start_ns"]).all() and set(w["rank"].dropna()) == {0, 1}
     assert "cudaStreamSynchronize" in set(w["name"])  # rank 0's loss.item() (truth.json: item = rank0)
     # copies count only when they go to the host (.item()'s): one per iteration, not the batches' uploads

@@ -1,6 +1,7 @@
 """Cross-rank truth on imperfect captures, from a committed real per-rank job (two H200 processes, one export
 each; rank 1 arrives last in every step). Damaged copies are built in a tmp dir (the committed files are only
-read): one rank's clock 2 ms off and 150 ms off (more than two steps), one capture starting two iterations late,
+read): one rank's clock 2 ms, 150 ms (more than two steps) and 3 s (more than the capture) off, one capture
+starting two iterations late,
 a rank without CUDA API rows, with every kernel name missing, without its NCCL kernels. Each must give the
 undamaged job's straggler, lead and wait/transfer split within 0.1 ms, or leave them empty, with a note naming
 what was corrected or is unknown.
@@ -43,6 +44,7 @@ def _late(path):
 DAMAGE = {
     "clock +2 ms": lambda p: shift_clock(p, 2_000_000),
     "clock +150 ms": lambda p: shift_clock(p, 150_000_000),
+    "clock +3 s": lambda p: shift_clock(p, 3_000_000_000),  # more than the whole capture: files apart in time
     "capture two steps late": _late,
     "no CUDA API rows": drop_api,
     "no kernel names": drop_kernel_names,
@@ -51,6 +53,7 @@ DAMAGE = {
 NOTE = {
     "clock +2 ms": "rank 1 by -2.0",
     "clock +150 ms": "rank 1 by -150.0",
+    "clock +3 s": "rank 1 by -3,000.0",
     "capture two steps late": "rank 1's capture starts 36 collective(s) later than rank 0's",
     "no CUDA API rows": "rank 1: no CUDA API rows",
     "no kernel names": "rank 1: 8585 kernel(s) have no name",

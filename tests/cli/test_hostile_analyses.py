@@ -74,9 +74,10 @@ def test_one_rank_without_cuda_api_rows(tmp_path, capfd):
 @pytest.mark.parametrize("how", ["session starts seconds apart", "clock drift"])
 def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
     """Per-rank files whose session starts disagree by 3 s with the events (a host's clock off), or whose
-    clock runs 1e-4 fast: both ranks and every step are kept and a straggler lead is never negative; or, when
-    the aligned files no longer overlap in time, exit 3 with one line naming both files (never a silent
-    merge of two runs)."""
+    clock runs 1e-4 fast: both ranks and every step are kept and a straggler lead is never negative. Files
+    named as one job's ranks whose session clocks put them apart in time are aligned on their collectives
+    (the clock note says by how much); files of differently named jobs that do not overlap are refused
+    (tests/nsys/test_loader.py)."""
     if how == "clock drift":
         paths = write_run(tmp_path, [Rank(), Rank()], per_rank_files=True, clock_rates=[1.0, 1.0001])
     else:
@@ -85,11 +86,10 @@ def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
             paths[1], "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", 3_000_000_000
         )
     code, out, err = _run(["analyze", *paths, "--format", "json", "--section", "all"], capfd)
-    if code != 0:
-        assert code == 3 and len(err.strip().splitlines()) == 1, err
-        assert "rank0.sqlite" in err and "rank1.sqlite" in err, err
-        return
+    assert code == 0, err
     doc = json.loads(out)
+    if how != "clock drift":  # named as one job's ranks: aligned on their collectives, never refused
+        assert "rank 1 by -3,000.0" in " ".join(doc["notes"]), doc["notes"]
     assert _ranks_steps(doc) == {(r, s) for r in (0, 1) for s in range(3)}
     assert all((row["straggler_lead_ns"] or 0) >= 0 for row in doc["steps"])
     cp = doc["critical_path"]

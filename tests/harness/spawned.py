@@ -1,5 +1,5 @@
-"""Shared by the gloo tests that run every case in one two-rank spawn: each rank saves one file per case,
-``<case>_rank<r>.pt``, and the fixture loads them all (tests/harness/ is on sys.path; no __init__.py)."""
+"""Shared by the gloo tests that run every case in one spawn (two ranks unless asked): each rank saves one file
+per case, ``<case>_rank<r>.pt``, and the fixture loads them all (tests/harness/ is on sys.path; no __init__.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def result_path(outdir, case_id: str, rank: int) -> str:
     return f"{outdir}/{case_id}_rank{rank}.pt"
 
 
-def spawn_results(outdir: Path, worker, case_ids: list[str]) -> dict:
-    """Run ``worker(info, str(outdir))`` on two gloo ranks, then {(case id, rank): what the rank saved}."""
-    spawn_local(len(RANKS), worker, str(outdir))
-    return {(c, r): torch.load(result_path(outdir, c, r)) for c in case_ids for r in RANKS}
+def spawn_results(outdir: Path, worker, case_ids: list[str], nproc: int = len(RANKS)) -> dict:
+    """Run ``worker(info, str(outdir))`` on ``nproc`` gloo ranks, then {(case id, rank): what the rank saved}."""
+    spawn_local(nproc, worker, str(outdir))
+    return {(c, r): torch.load(result_path(outdir, c, r)) for c in case_ids for r in range(nproc)}

@@ -1,4 +1,5 @@
-"""``overlap`` with ``sharded_update`` on CPU with gloo, world size 2 (one spawn for every case).
+"""``overlap`` with ``sharded_update`` on CPU with gloo, world size 2 (one spawn for every case), and the peer
+copies on 3 and 4 ranks (one more spawn).
 
 Each rank reduce-scatters each gradient, updates its half of the parameter and all-gathers the halves
 (``strategies/sharded_update.py``). With an element-wise optimizer that must train bitwise like plain
@@ -180,14 +181,14 @@ def test_peer_copies_carry_every_split_parameter_and_nccl_none_of_them(results):
     assert results[("tiny-adamw-shardupd", 0)]["layout"]["sharded_update"]["peer_copy"] is None
 
 
-def test_peer_copies_need_exactly_two_ranks(tmp_path):
+def test_peer_copies_need_two_ranks_or_more(tmp_path):
     from ddp_profile.errors import ConfigError
     from ddp_profile.harness.strategies.peer_copy import symmetric_rendezvous
     from ddp_profile.harness.strategies.peer_shards import PeerShards
 
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
-        with pytest.raises(ConfigError, match="needs exactly 2 ranks"):
+        with pytest.raises(ConfigError, match="need at least 2 ranks, not 1"):
             PeerShards({0: nn.Parameter(torch.zeros(4))}, None)
         # GPU tensors over a gloo group (--backend gloo): one clear line before any symmetric memory is touched
         with pytest.raises(ConfigError, match="need an NCCL process group, not 'gloo'"):
@@ -309,6 +310,139 @@ def test_each_all_gather_is_launched_after_the_next_reduce_scatter(monkeypatch):
     assert calls == ["AR3", "RS2", "RS1", "AG2", "RS0", "AG1"]
     update.finish()
     assert calls[-1] == "AG0" and len(calls) == 7
+
+
+# 3 and 4 ranks in one 4-process spawn (four processes already share CI's two cores): the N-rank offsets (part j
+# of a parameter to rank j, the N - 1 receive slots, the all-gather into every peer) exactly on all 4 ranks and on
+# a group of the last 3 (group ranks differ from global ranks there), and training on 4 ranks. The odd model's
+# layers divide only partly by 4, so that run mixes split and whole tensors.
+WIDE = 4
+WIDE_CASES = [c for c in CASES if c[1] == "odd"]
+SUM_PARAM_SIZES = (24, 6, 18, 3, 12)
+
+
+def _exact_sums(group) -> dict:
+    """PeerShards alone over ``group``, integer-valued gradients (fp32 sums exact in any order): per part the
+    reduced part, then the parameters after each rank wrote its own part and the all-gather pushes ran."""
+    from ddp_profile.harness.strategies.peer_shards import PeerShards
+
+    rank, world_size = dist.get_rank(group), dist.get_world_size(group)
+    params = {i: nn.Parameter(torch.zeros(n)) for i, n in enumerate(SUM_PARAM_SIZES) if n % world_size == 0}
+    shards = PeerShards(params, group)
+    reduced, previous = {}, None
+    for index in reversed(list(params)):  # hook order: last layer first
+        grad = torch.arange(params[index].numel(), dtype=torch.float32) * (rank + 1) + 100 * rank
+        if previous is not None:  # the owner's update of the previous part: its own values, rank-stamped
+            slot = shards.slots[previous]
+            slot.flat()[slot.mine] = 1000 * (rank + 1) + torch.arange(slot.count, dtype=torch.float32)
+        reduced[index] = shards.reduce(index, grad, 0.5, previous).clone()
+        previous = index
+    slot = shards.slots[previous]
+    slot.flat()[slot.mine] = 1000 * (rank + 1) + torch.arange(slot.count, dtype=torch.float32)
+    shards.flush(previous)
+    return {
+        "rank": rank,
+        "reduced": reduced,
+        "params": {i: p.detach().clone() for i, p in params.items()},
+        "layout": shards.layout(),
+    }
+
+
+def _wide_worker(info, outdir: str) -> None:
+    torch.set_num_threads(1)
+    for case_id, model_name, sharded, kind, peer_copy in WIDE_CASES:
+        torch.save(
+            train(model_name, sharded, kind, info.rank, info.world_size, peer_copy),
+            result_path(outdir, case_id, info.rank),
+        )
+        dist.barrier()
+    torch.save(_exact_sums(None), result_path(outdir, f"exact-sums-{WIDE}", info.rank))
+    last3 = dist.new_group([1, 2, 3])  # every rank takes part in making it
+    torch.save(
+        _exact_sums(last3) if info.rank > 0 else None,
+        result_path(outdir, f"exact-sums-{WIDE - 1}", info.rank),
+    )
+    dist.barrier()
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    cases = [c[0] for c in WIDE_CASES] + [f"exact-sums-{n}" for n in (WIDE - 1, WIDE)]
+    return spawn_results(tmp_path_factory.mktemp("sharded_update_wide"), _wide_worker, cases, WIDE)
+
+
+@pytest.mark.parametrize("nproc", [WIDE - 1, WIDE])
+def test_peer_copies_for_n_ranks_sum_each_part_exactly_and_gather_every_part(wide, nproc):
+    split = [i for i, n in enumerate(SUM_PARAM_SIZES) if n % nproc == 0]
+    assert len(split) >= 2  # at least one all-gather rides with a reduce-scatter, one with flush()
+    outs = [o for o in (wide[(f"exact-sums-{nproc}", r)] for r in range(WIDE)) if o is not None]
+    assert sorted(o["rank"] for o in outs) == list(range(nproc))
+    for out in outs:
+        rank = out["rank"]
+        assert out["layout"]["ranks"] == nproc and out["layout"]["parts"] == len(split)
+        for index in split:
+            numel = SUM_PARAM_SIZES[index]
+            count = numel // nproc
+            full = sum(torch.arange(numel, dtype=torch.float32) * (r + 1) + 100 * r for r in range(nproc))
+            assert torch.equal(out["reduced"][index], 0.5 * full[rank * count : (rank + 1) * count]), (
+                rank,
+                index,
+            )
+            gathered = torch.cat(
+                [1000 * (r + 1) + torch.arange(count, dtype=torch.float32) for r in range(nproc)]
+            )
+            assert torch.equal(out["params"][index], gathered), (rank, index)
+
+
+def test_peer_copies_for_n_ranks_train_like_the_nccl_sharded_update(wide):
+    """Every rank ends on the same parameters (each part has one owner); they match plain ``overlap`` and the
+    sharded update by collectives to fp32 rounding (with more than 2 ranks the addends' order may differ)."""
+    peer = [wide[("odd-adamw-shardupd-peercopy", r)] for r in range(WIDE)]
+    layout = peer[0]["layout"]["sharded_update"]
+    assert layout["peer_copy"]["ranks"] == WIDE and layout["peer_copy_fallback"] is None
+    params = list(build("odd").parameters())
+    split = [p for p in params if p.numel() % WIDE == 0]
+    assert 0 < len(split) < len(params)
+    assert layout["split_params"] == layout["peer_copy"]["parts"] == len(split)
+    assert layout["peer_copy"]["recv_bytes"] == (WIDE - 1) * sum(p.numel() // WIDE for p in split) * 4
+    for rank in range(WIDE):
+        assert all(torch.equal(a, b) for a, b in zip(peer[rank]["final"], peer[0]["final"], strict=True))
+        for other in ("adamw", "adamw-shardupd"):
+            ref = wide[(f"odd-{other}", rank)]["final"]
+            for a, b in zip(peer[rank]["final"], ref, strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    start = build("odd").parameters()
+    assert all(not torch.equal(a, b) for a, b in zip(peer[0]["final"], start, strict=True))
+
+
+def test_peer_copies_fall_back_to_nccl_across_hosts_or_without_symmetric_memory(monkeypatch):
+    from ddp_profile.harness.strategies.peer_shards import fallback_reason
+
+    assert fallback_reason(4, on_gpu=False, environ={"LOCAL_WORLD_SIZE": "4"}) is None
+    assert fallback_reason(4, on_gpu=False, environ={}) is None  # spawned locally: one host
+    assert "more than one host (2 of 4 ranks" in str(
+        fallback_reason(4, on_gpu=False, environ={"LOCAL_WORLD_SIZE": "2"})
+    )
+    import torch.distributed as tdist
+
+    monkeypatch.setattr(tdist, "_symmetric_memory", None, raising=False)
+    monkeypatch.setitem(__import__("sys").modules, "torch.distributed._symmetric_memory", None)
+    assert "has no symmetric memory" in str(
+        fallback_reason(4, on_gpu=True, environ={"LOCAL_WORLD_SIZE": "4"})
+    )
+    assert fallback_reason(4, on_gpu=False, environ={"LOCAL_WORLD_SIZE": "4"}) is None
+
+
+def test_sharded_update_says_in_one_line_why_peer_copies_are_off(monkeypatch, capsys):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    model = odd_model()
+    update = ShardedUpdate(
+        list(model.parameters()), lambda ps: make_optimizer("sgd", ps), rank=0, world_size=2, peer_copy=True
+    )
+    assert update.exchange is None
+    assert update.layout()["peer_copy_fallback"] == "ranks span more than one host (1 of 2 ranks on this one)"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["note: peer copies off, the sharded update uses NCCL: " + update.peer_copy_fallback]
 
 
 @pytest.mark.parametrize("timing_set", ["AB", "AC", "AD"])

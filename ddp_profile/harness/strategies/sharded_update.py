@@ -24,15 +24,16 @@ A parameter whose count does not divide is all-reduced whole and updated whole o
 data-parallel update). ``finish()`` makes the current stream wait for the side stream and every
 all-gather, so the next forward sees the new parameters. Numerics: an element-wise optimizer (SGD, AdamW)
 gives every element the value the unsharded update gives (the same mean gradient; a two-rank reduce-scatter
-sums the same two addends as the all-reduce), so a run trains like ``overlap`` (tests/harness/test_levers.py
-checks bitwise equality on gloo). Optimizer state exists for the owned parts only: 1/world size of it.
+sums the same two addends as the all-reduce; with more ranks the same addends, to rounding), so a run trains
+like ``overlap`` (tests/harness/test_sharded_update.py checks bitwise equality on 2 gloo ranks). Optimizer state exists for the owned parts only: 1/world size of it.
 
 On the GPU the side stream is a high-priority CUDA stream (``high_priority=False``, ``--sharded-update-normal-priority``,
 ``-updnormal``: the compute stream's priority, so the update's kernels do not take SMs ahead of the backward's
 GEMMs); off it (gloo tests) every call is synchronous. With ``peer_copy`` (``--peer-copy-allreduce``,
-``-peercopy``, 2 ranks) the split parameters' reduce-scatter and all-gather are copy-engine pushes into the
-peer's memory plus one add, no NCCL kernel (``strategies/peer_shards.py``); whole parameters stay NCCL
-all-reduces.
+``-peercopy``, any number of ranks on one host) the split parameters' reduce-scatter and all-gather are
+copy-engine pushes into the peers' memory plus adds, no NCCL kernel (``strategies/peer_shards.py``); whole
+parameters stay NCCL all-reduces. Across hosts, or without symmetric memory, the NCCL collectives stay, with
+a one-line note, and the layout's ``peer_copy_fallback`` says why.
 Torch and the standard library only.
 
 Known, not understood: once, one timed repeat of a sharded configuration started and never finished (the
@@ -43,6 +44,7 @@ and the profiled runs ended normally.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable
 
 import torch
@@ -51,7 +53,7 @@ from torch import nn
 
 from ddp_profile.harness import nvtx_ranges
 from ddp_profile.harness.strategies.base import comm_group, merged_state, nbytes
-from ddp_profile.harness.strategies.peer_shards import PeerShards
+from ddp_profile.harness.strategies.peer_shards import PeerShards, fallback_reason
 
 
 class _Part:
@@ -99,12 +101,20 @@ class ShardedUpdate:
         self.world_size = world_size
         self.high_priority = high_priority
         self.exchange: PeerShards | None = None
-        if (
-            peer_copy and world_size > 1
-        ):  # before the parts: it moves the split parameters into symmetric memory
-            self.exchange = PeerShards(
-                {i: p for i, p in enumerate(params) if p.numel() % world_size == 0}, comm_group()
-            )
+        self.peer_copy_fallback: str | None = None
+        if peer_copy and world_size > 1:
+            self.peer_copy_fallback = fallback_reason(world_size, bool(params) and params[0].is_cuda)
+            if self.peer_copy_fallback is not None:
+                if rank == 0:
+                    print(
+                        f"note: peer copies off, the sharded update uses NCCL: {self.peer_copy_fallback}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            else:  # before the parts: it moves the split parameters into symmetric memory
+                self.exchange = PeerShards(
+                    {i: p for i, p in enumerate(params) if p.numel() % world_size == 0}, comm_group()
+                )
         self.parts = [_Part(p, rank, world_size, factory) for p in params]
         self.stream: torch.cuda.Stream | None = None
         if world_size > 1 and params and params[0].is_cuda:
@@ -217,6 +227,7 @@ class ShardedUpdate:
             "owned_param_bytes": sum(nbytes(p.owned) for p in self.parts),
             "side_stream_priority": "high" if self.high_priority else "normal",
             "peer_copy": self.exchange.layout() if self.exchange is not None else None,
+            "peer_copy_fallback": self.peer_copy_fallback,
         }
 
 

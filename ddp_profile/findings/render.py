@@ -52,10 +52,14 @@ def summary_markdown(summary: Summary | None) -> list[str]:
     timing sets' table."""
     if not summary:
         return []
-    lines = ["**Summary.**", ""] + [
-        f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
-        for b in summary.bullets
-    ]
+    lines = (
+        ([md_text(summary.plain), ""] if summary.plain else [])
+        + ["**Summary.**", ""]
+        + [
+            f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
+            for b in summary.bullets
+        ]
+    )
     if summary.key:
         lines += ["", f"*{md_text(summary.key)}*"]
     if summary.table is not None:
@@ -98,7 +102,8 @@ def summary_html(summary: Summary | None) -> tuple[str, str]:
         return "", ""
     bullets = (
         (
-            "<p><strong>Summary.</strong></p><ul class='summary'>"
+            (f"<p>{html_text(summary.plain)}</p>" if summary.plain else "")
+            + "<p><strong>Summary.</strong></p><ul class='summary'>"
             + "".join(bullet_html(b) for b in summary.bullets)
             + "</ul>"
             + (f"<p class='note'>{html_text(summary.key)}</p>" if summary.key else "")

@@ -64,6 +64,8 @@ class Summary:
     table: Table | None = None
     key: str = ""
     """What the set codes the bullets use stand for ("Set codes: A: XL fp32, 4×256, NVIDIA H200; …")."""
+    plain: str = ""
+    """The answer in plain words, before the bullets (:func:`plain_words`)."""
 
     def __bool__(self) -> bool:
         return bool(self.bullets) or self.table is not None
@@ -343,11 +345,35 @@ def set_key(timing: list[dict], campaign: list[dict]) -> str:
     return ("Set codes: " + "; ".join(f"{s}: {w}" for s, w in seen) + ".") if seen else ""
 
 
+def plain_words(named: list[dict]) -> str:
+    """The summary's opening sentence, in plain words from the timing bullets' facts (per dtype, the
+    configuration closest to one GPU): how much of its one-GPU speed each GPU keeps, and whether that beats
+    stock PyTorch DDP outside noise; "" without timing facts."""
+    parts = []
+    for f in named:
+        vs = (
+            "it is stock PyTorch DDP itself"
+            if f["stock"]
+            else f"{f['diff']} {f['word']} than stock PyTorch DDP"
+            if f["established"]
+            else "not told apart from stock PyTorch DDP by the repeats"
+        )
+        parts.append(f"in {f['dtype']} each GPU keeps {f['eff']} of the speed one GPU has alone ({vs})")
+    if not parts:
+        return ""
+    return (
+        "In plain words: with the best data-parallel configuration measured, "
+        + "; ".join(parts)
+        + ". The bullets below say where the rest of the time goes and what each set's trace recommends."
+    )
+
+
 def build_summary(sections: list[Section]) -> Summary:
     """The summary of the sections' recorded facts (empty when they recorded none)."""
     out = Summary(table=timing_table(_facts(sections, TOPIC_TIMING)[0]))
     timing = _facts(sections, TOPIC_TIMING)[0]
     named = [closest_to_one_gpu([f for f in timing if f["dtype"] == d]) for d in _dtypes(timing)]
+    out.plain = plain_words(named)
     out.key = set_key(
         named, _facts(sections, TOPIC_CAMPAIGN_BEST)[0] + _facts(sections, TOPIC_CAMPAIGN_REC)[0]
     )

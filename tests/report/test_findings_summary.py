@@ -241,3 +241,32 @@ def test_set_codes_are_explained_below_the_bullets_in_both_documents():
     md, page = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
     assert md.index("in A") < md.index(f"*{key}*") < md.index("intro")
     assert page.index("in A") < page.index(key) < page.index("<p>intro</p>")
+
+
+def test_the_summary_opens_with_the_answer_in_plain_words_before_the_bullets():
+    from ddp_profile.findings.summary import plain_words
+
+    fact = {
+        "dtype": "fp32",
+        "eff": "100.2 %",
+        "stock": False,
+        "established": True,
+        "word": "faster",
+        "diff": "7.6 %",
+    }
+    noise = dict(fact, dtype="bf16", eff="84.1 %", established=False, word="within noise")
+    text = plain_words([fact, noise])
+    assert text.startswith(
+        "In plain words: with the best data-parallel configuration measured, in fp32 each GPU"
+    )
+    assert "keeps 100.2 % of the speed one GPU has alone (7.6 % faster than stock PyTorch DDP)" in text
+    assert "in bf16 each GPU keeps 84.1 % of the speed one GPU has alone (not told apart from stock" in text
+    assert plain_words([]) == ""
+    s = Section("timing", "Timing")
+    s.p("detail")
+    summary = Summary([Bullet("fp32, closest to one GPU:", "x", "timing", "timing sets")], plain=text)
+    md, page = to_markdown("T", [], [s], summary), to_html("T", [], [s], {}, summary)
+    assert md.index(text) < md.index("**Summary.**") and page.index(htmllib.escape(text)) < page.index(
+        "<strong>Summary.</strong>"
+    )
+    check_html(page, check_markdown(md))

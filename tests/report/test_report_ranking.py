@@ -341,11 +341,15 @@ def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monk
     assign_baselines(runs)
     one = runs[0]
     assert one.meta["world_size"] == 1 and all(r.baseline is one for r in runs)
-    link = f"<td class='tok link'><a href='{one.page}'>{one.name}</a></td>"
+    cell = f"<a href='{one.page}'>{one.name}</a></td>"
     index_table = (
         render_index(runs, group_runs(runs), []).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
     )
-    for html_ in (index_table, numbers_table(comparison(runs), "Numbers")):
+    # the index clips a baseline name (whole in its title and link text); the numbers table lets it wrap
+    for html_, link in (
+        (index_table, f"<td class='clip' title='{one.name}'>{cell}"),
+        (numbers_table(comparison(runs), "Numbers"), f"<td class='tok link'>{cell}"),
+    ):
         rows: dict[str, str] = {}  # run page: its rows' cells (the numbers table's two tables joined)
         for tr in re.findall(r"<tr><td.*?</tr>", html_, re.S):
             page = re.search(r"href='([^']+)'", tr).group(1)

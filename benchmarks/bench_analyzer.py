@@ -395,11 +395,16 @@ def measure_report(traces: str, jobs: str) -> dict:
             if proc.returncode not in (0, 3):
                 raise SystemExit(f"report failed: {proc.stderr[-2000:]}")
         pages = sum(1 for p in out.iterdir() if p.suffix == ".html")
+        cache = out / ".cache"
+        cache_b = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) if cache.is_dir() else 0
+        size_b = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) - cache_b
     return {
         "first_s": times[0],
         "second_s": times[1],
         "second_share": times[1] / times[0],
         "pages": pages,
+        "size_mb": size_b / 1e6,  # the pages and their files, the cache folder excluded
+        "cache_mb": cache_b / 1e6,
         "first_cpu_s": cpu[0],
         "second_cpu_s": cpu[1],
         "jobs": jobs,

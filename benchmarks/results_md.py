@@ -176,8 +176,11 @@ def arrow_targets(res: dict) -> list[str]:
             if "first_cpu_s" in r
             else ""
         )
+        size = (
+            f", {r['size_mb']:.0f} MB written beside a {r['cache_mb']:.0f} MB cache" if "size_mb" in r else ""
+        )
         lines.append(
-            f"The shipped trace set (`{r['folder']}`, {r['pages']} pages) reported in under "
+            f"The shipped trace set (`{r['folder']}`, {r['pages']} pages{size}) reported in under "
             f"{TARGET_REPORT_S:g} s, first run: {_ok(r['first_s'] < TARGET_REPORT_S)} ({r['first_s']:.1f} s; "
             f"1-minute load average {r['loadavg'][0].split()[0]} at its start{cpu})"
         )

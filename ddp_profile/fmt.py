@@ -1,7 +1,9 @@
 """The one number formatter of the CLI, the pages and the findings: ns shown as ms, bytes as MiB / GiB,
 percentages with one decimal; never a nanosecond count in e-notation.
 
-Units: durations in ms with 3 decimals and thousands separators (µs only where a column is already in µs:
+Precision fits the size: durations and plain numbers carry 3 significant digits (:func:`sig`: '384 ms',
+'4.51 ms', '0.123 ms'), never more than 3 decimals and never fewer whole digits than the value has
+('1,234 ms'), with thousands separators; durations in ms (µs only where a column is already in µs:
 per-launch and α-β latencies, and tooltips under 1 ms); bytes in binary MiB / GiB (1 MiB = 2**20 bytes,
 the harness's bucket caps are MiB too; GPU memory columns in GiB); percentages with 1 decimal. A value that
 rounds to zero is shown without a minus sign; a missing value (None, NaN, pandas' NA) as '–'.
@@ -47,20 +49,47 @@ def no_negative_zero(text: str) -> str:
     return text[1:] if text.startswith("-") and not any(c in "123456789" for c in text) else text
 
 
+SIG_DIGITS = 3
+"""Significant digits of a duration or plain number (:func:`sig`)."""
+
+
+def sig_decimals(x: float, digits: int = SIG_DIGITS, max_decimals: int = 3) -> int:
+    """Decimals that give ``x`` ``digits`` significant digits, 0 to ``max_decimals`` (whole digits are never
+    rounded away); a value that rounds up a decade (99.96 -> '100') loses a decimal."""
+    x = abs(float(x))
+    if x == 0 or not math.isfinite(x):
+        return max_decimals if x == 0 else 0
+    d = min(max_decimals, max(0, digits - 1 - math.floor(math.log10(x))))
+    if d > 0 and abs(float(f"{x:.{d}f}")) >= 10 ** (digits - d):
+        d -= 1
+    return d
+
+
+def sig(x, digits: int = SIG_DIGITS, max_decimals: int = 3) -> str:
+    """A number with ``digits`` significant digits in fixed notation, thousands separators, at most
+    ``max_decimals`` decimals: 384.306 -> '384', 4.509 -> '4.51', 0.12345 -> '0.123', 1234.5 -> '1,234'
+    (the whole part is kept), 0 -> '0.000'; no minus sign on a value that rounds to zero."""
+    x = float(x)
+    return no_negative_zero(f"{x:,.{sig_decimals(x, digits, max_decimals)}f}")
+
+
 def fmt_ms(ns, unit: bool = True) -> str:
-    """ns -> '384.306 ms' (3 decimals, thousands separators); '–' when missing."""
+    """ns -> '384 ms', '4.51 ms', '0.123 ms' (:func:`sig`: 3 significant digits); '–' when missing."""
     if missing(ns):
         return DASH
-    return no_negative_zero(f"{float(ns) / 1e6:,.3f}") + (" ms" if unit else "")
+    return sig(float(ns) / 1e6) + (" ms" if unit else "")
 
 
 def fmt_duration(ns) -> str:
-    """Tooltips: '247.106 ms' from 1 ms up, '235.0 µs' below; '–' if missing (the timeline's ddpDur() is
-    the same in the browser)."""
+    """Tooltips: '247 ms' / '4.51 ms' from 1 ms up, '235 µs' / '12.3 µs' below (3 significant digits, at most
+    one decimal of µs); '–' if missing (the timeline's ddpDur() is the same in the browser)."""
     if missing(ns):
         return DASH
     ns = float(ns)
-    return f"{ns / 1e6:.3f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"
+    us = sig(ns / 1e3, max_decimals=1)
+    if abs(ns) >= 1e6 or abs(float(us.replace(",", ""))) >= 1000:
+        return sig(ns / 1e6) + " ms"
+    return us + " µs"
 
 
 def fmt_mib(nbytes, unit: bool = True) -> str:
@@ -90,8 +119,9 @@ def fmt_bytes(n) -> str:
 
 
 def fmt_gib(nbytes) -> str:
-    """bytes -> '37.82 GiB' (binary, 2 decimals, as the memory columns); '–' when missing."""
-    return DASH if missing(nbytes) else f"{float(nbytes) / 2**30:,.2f} GiB"
+    """bytes -> '37.8 GiB', '3.00 GiB' (binary, 3 significant digits, at most 2 decimals, as the memory
+    columns); '–' when missing."""
+    return DASH if missing(nbytes) else sig(float(nbytes) / 2**30, max_decimals=2) + " GiB"
 
 
 def fmt_cap(mib) -> str:
@@ -105,8 +135,8 @@ def fmt_pct(v) -> str:
 
 
 def fmt_number(v) -> str:
-    """A plain number for prose and summaries: integers with separators, floats with up to 3 decimals
-    (never e-notation); text as is."""
+    """A plain number for prose and summaries: integers with separators, floats with 3 significant digits
+    (:func:`sig`, never e-notation); text as is."""
     if isinstance(v, np.generic):
         v = v.item()
     if missing(v):
@@ -115,7 +145,7 @@ def fmt_number(v) -> str:
         return str(v)
     if isinstance(v, int) or (float(v).is_integer() and abs(v) < 1e15):
         return f"{int(v):,}"
-    return no_negative_zero(f"{v:,.3f}")
+    return sig(v)
 
 
 def display_value(col: str, v):
@@ -152,8 +182,9 @@ def unit_label(col: str) -> str:
 
 
 def cell_text(col: str, v) -> str:
-    """The one table-cell formatter: ms and MiB with 3 and 1-3 decimals, % with 1, counts with separators;
-    a value that rounds to zero has no minus sign."""
+    """The one table-cell formatter: ms, GiB and plain numbers with 3 significant digits (:func:`sig`), MiB
+    with 1 decimal (4 significant digits under 1 MiB), % with 1, counts with separators; a value that
+    rounds to zero has no minus sign."""
     return no_negative_zero(_cell_text(col, v))
 
 
@@ -167,9 +198,9 @@ def _cell_text(col: str, v) -> str:
         return f"{d:,}"
     if isinstance(d, float):
         if col.endswith(("_ns", "_ms")):
-            return f"{d:,.3f}"
+            return sig(d)
         if col in GIB_COLUMNS:
-            return f"{d:,.2f}"
+            return sig(d, max_decimals=2)
         if "pct" in col or "_us" in col or col.endswith("_per_s"):
             return f"{d:,.1f}"
         if col in MIB_COLUMNS or col.endswith("_bytes"):
@@ -180,7 +211,7 @@ def _cell_text(col: str, v) -> str:
             return f"{d:,.1f}"
         if d.is_integer() and abs(d) < 1e15:
             return f"{int(d):,}"
-        return f"{d:,.3f}"
+        return sig(d)
     return str(d)
 
 

@@ -54,6 +54,7 @@ from ddp_profile.analysis import cycles as cy
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
 from ddp_profile.analysis.kernel_groups import GRADIENT, OPTIMIZER, name_group, rows_of
 from ddp_profile.analysis.windows import NO_NVTX_RANGES, NO_STEP_RANGE, RANGE_COLUMNS, find_steps
+from ddp_profile.fmt import fmt_ms
 
 MIN_PERIOD = 3
 MIN_STEPS = 2
@@ -369,8 +370,8 @@ def extra_work_notes(steps: pd.DataFrame) -> list[str]:
         parts = []
         for i in at[:20]:
             k, g, h = int(ek[i]), float(eg[i]), float(eh[i])
-            what = [f"{k} extra kernels, {g / 1e6:.2f} ms on the GPU"] if k > 0 else []
-            what += [f"{h / 1e6:.2f} ms longer on the host"] if h > 0 else []
+            what = [f"{k} extra kernels, {fmt_ms(g)} on the GPU"] if k > 0 else []
+            what += [f"{fmt_ms(h)} longer on the host"] if h > 0 else []
             parts.append(f"step {int(labels[i])}: " + ", ".join(what))
         more = f" (and {at.size - 20} more)" if at.size > 20 else ""
         out.append(

@@ -55,6 +55,7 @@ import pandas as pd
 from ddp_profile import schema
 from ddp_profile.analysis import costmodel
 from ddp_profile.analysis.contention import contention_per_step_ns
+from ddp_profile.fmt import fmt_ms
 
 MIB = 1 << 20
 CAP_FACTORS = (1, 2, 4, 8, 16, 40)
@@ -315,9 +316,9 @@ def recommend(
     )
     flags = flags_of(fields)
     basis = (
-        f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({lost / 1e6:.2f} ms/step, "  # noqa: E501
+        f"bucket cap from the queue replay ({best['flags']}); compute lost to NCCL contention ({fmt_ms(lost)}/step, "
         "each kernel name's like-for-like slowdown over all its time under NCCL) "
-        f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({exposed / 1e6:.2f} ms/step)"
+        f"{'exceeds' if lost > exposed else 'does not exceed'} exposed communication ({fmt_ms(exposed)}/step)"
         + (_channel_reason(now_channels, room, keep) if lost > exposed else "")
         + f"; so NCCL channels are {f'cut to {keep}, with high-priority streams' if use_channels else 'left as they are'}"  # noqa: E501
     )

@@ -44,6 +44,7 @@ from ddp_profile.analysis import gains
 from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.after_backward import shards
 from ddp_profile.analysis.kernel_groups import WAVE_RATIO
+from ddp_profile.fmt import fmt_ms
 
 BOUND_SHARE_PCT = 5.0
 """A removable part bounds the step when its median is at least this share of the median step."""
@@ -251,7 +252,7 @@ def _sync_gain(c: pd.DataFrame, prof: gains.Profile) -> tuple[float, str]:
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
+    return fmt_ms(ns)
 
 
 def straggler_example(steps: pd.DataFrame, cause: str) -> str | None:

@@ -23,6 +23,7 @@ from ddp_profile.findings.text import (
     pct,
     signed_pct_value,
 )
+from ddp_profile.findings.timing import workload_key, workload_short
 from ddp_profile.report import measures
 
 GIB = float(1 << 30)
@@ -270,8 +271,14 @@ def q10_beat_ddp(sets: dict, page_for, machines: dict[str, str]) -> Section:
                 ratio=f"{ratio:.3f}×",
                 trace_time=basis == measures.TRACE,
                 how=how,
+                workload=workload_short(workload_key(ref)),
             )
-        s.add_summary(TOPIC_CAMPAIGN_REC, set=short_label(name), outcome=outcome)
+        s.add_summary(
+            TOPIC_CAMPAIGN_REC,
+            set=short_label(name),
+            outcome=outcome,
+            workload=workload_short(workload_key(ref)),
+        )
     return s
 
 

@@ -52,10 +52,16 @@ def summary_markdown(summary: Summary | None) -> list[str]:
     timing sets' table."""
     if not summary:
         return []
-    lines = ["**Summary.**", ""] + [
-        f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
-        for b in summary.bullets
-    ]
+    lines = (
+        ([md_text(summary.plain), ""] if summary.plain else [])
+        + ["**Summary.**", ""]
+        + [
+            f"- **{md_text(b.lead)}** {md_text(b.text)} ([{md_text(b.link)}](#{b.anchor}))"
+            for b in summary.bullets
+        ]
+    )
+    if summary.key:
+        lines += ["", f"*{md_text(summary.key)}*"]
     if summary.table is not None:
         lines += ["", f"*{md_text(summary.table.caption)}*", "", _md_table(summary.table.frame)]
     return lines + [""]
@@ -96,9 +102,11 @@ def summary_html(summary: Summary | None) -> tuple[str, str]:
         return "", ""
     bullets = (
         (
-            "<p><strong>Summary.</strong></p><ul class='summary'>"
+            (f"<p>{html_text(summary.plain)}</p>" if summary.plain else "")
+            + "<p><strong>Summary.</strong></p><ul class='summary'>"
             + "".join(bullet_html(b) for b in summary.bullets)
             + "</ul>"
+            + (f"<p class='note'>{html_text(summary.key)}</p>" if summary.key else "")
         )
         if summary.bullets
         else ""
@@ -119,21 +127,23 @@ def to_html(
         "<ul>" + "".join(f"<li><a href='#{esc(s.key)}'>{esc(s.title)}</a></li>" for s in sections) + "</ul>"
     )
     for s in sections:
-        parts.append(f"<h2 id='{esc(s.key)}'>{esc(s.title)}</h2>")
+        body = []
         for block in s.blocks:
             match block:
                 case Para(text):
-                    parts.append(f"<p>{html_text(text)}</p>")
+                    body.append(f"<p>{html_text(text)}</p>")
                 case Table(frame, caption):
-                    parts.append(_html_table(frame, caption))
+                    body.append(_html_table(frame, caption))
                 case Figure(key, caption) if figures.get(key) is not None:
-                    parts.append(
+                    body.append(
                         f"<p class='note'>{html_text(caption)}</p>" + figure_div(figures[key], f"fig-{key}")
                     )
                 case Links(pairs):
-                    parts.append(
+                    body.append(
                         "<p>" + ", ".join(f"<a href='{esc(h)}'>{esc(t)}</a>" for t, h in pairs) + "</p>"
                     )
+        parts.append(section_html(s.key, s.title, "".join(body)))
+    parts.append(f"<script>{OPEN_JS}</script>")
     return page(
         title,
         "\n".join(parts),
@@ -141,6 +151,24 @@ def to_html(
         crumbs=[("Findings", None)],
         verdict=verdict,
     )
+
+
+LONG_SECTION = 1500
+"""A section whose HTML holds more characters of text than this folds under its heading on findings.html."""
+
+# A link to a folded section (the section list, a summary bullet, an address) opens it.
+OPEN_JS = """function ddpOpen(){var e=location.hash&&document.getElementById(decodeURIComponent(location.hash.slice(1)));
+if(e&&e.tagName==='DETAILS')e.open=true;}window.addEventListener('hashchange',ddpOpen);ddpOpen();"""
+
+
+def section_html(key: str, title: str, body: str) -> str:
+    """A section of findings.html: its heading, then its body; a long one (more than :data:`LONG_SECTION`
+    characters of text) folded under its heading in a <details> that a link to it opens."""
+    from ddp_profile.report.html import esc
+
+    if len(re.sub(r"<[^>]*>", "", body)) <= LONG_SECTION:
+        return f"<h2 id='{esc(key)}'>{esc(title)}</h2>{body}"
+    return f"<details id='{esc(key)}'><summary><h2>{esc(title)}</h2></summary>{body}</details>"
 
 
 def _html_table(df: pd.DataFrame, caption: str) -> str:

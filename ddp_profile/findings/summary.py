@@ -62,6 +62,10 @@ class Summary:
 
     bullets: list[Bullet] = field(default_factory=list)
     table: Table | None = None
+    key: str = ""
+    """What the set codes the bullets use stand for ("Set codes: A: XL fp32, 4×256, NVIDIA H200; …")."""
+    plain: str = ""
+    """The answer in plain words, before the bullets (:func:`plain_words`)."""
 
     def __bool__(self) -> bool:
         return bool(self.bullets) or self.table is not None
@@ -152,7 +156,7 @@ def timing_bullets(facts: list[dict], anchor: str) -> list[Bullet]:
         out.append(
             Bullet(
                 f"{dtype}, closest to one GPU:",
-                f"{best['run']} (set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
+                f"{best['run']} (timing set {best['set']}): {best['eff']} of one GPU ({best['eff_interval']}"
                 f"{target}); it {_vs_stock(best)}. " + _beaten(len(beat), len(with_stock), len(fs), dtype),
                 anchor,
                 LINK_TEXT[TOPIC_TIMING],
@@ -330,9 +334,49 @@ def traces_bullet(facts: list[dict], anchor: str) -> list[Bullet]:
     ]
 
 
+def set_key(timing: list[dict], campaign: list[dict]) -> str:
+    """ "Set codes: timing set AC: XL fp32, 4×256, NVIDIA H200, …; campaign set A: …": the workload of every set
+    the bullets name by its code (``timing``: the timing facts the bullets name, ``campaign``: the campaign
+    sets' facts), in order of use; "" when none."""
+    seen = dict.fromkeys(
+        [(f"timing set {f['set']}", f["workload"]) for f in timing if f.get("workload")]
+        + [(f"campaign set {f['set']}", f["workload"]) for f in campaign if f.get("workload")]
+    )
+    return ("Set codes: " + "; ".join(f"{s}: {w}" for s, w in seen) + ".") if seen else ""
+
+
+def plain_words(named: list[dict]) -> str:
+    """The summary's opening sentence, in plain words from the timing bullets' facts (per dtype, the
+    configuration closest to one GPU): how much of its one-GPU speed each GPU keeps, and whether that beats
+    stock PyTorch DDP outside noise; "" without timing facts."""
+    parts = []
+    for f in named:
+        vs = (
+            "it is stock PyTorch DDP itself"
+            if f["stock"]
+            else f"{f['diff']} {f['word']} than stock PyTorch DDP"
+            if f["established"]
+            else "not told apart from stock PyTorch DDP by the repeats"
+        )
+        parts.append(f"in {f['dtype']} each GPU keeps {f['eff']} of the speed one GPU has alone ({vs})")
+    if not parts:
+        return ""
+    return (
+        "In plain words: with the best data-parallel configuration measured, "
+        + "; ".join(parts)
+        + ". The bullets below say where the rest of the time goes and what each set's trace recommends."
+    )
+
+
 def build_summary(sections: list[Section]) -> Summary:
     """The summary of the sections' recorded facts (empty when they recorded none)."""
     out = Summary(table=timing_table(_facts(sections, TOPIC_TIMING)[0]))
+    timing = _facts(sections, TOPIC_TIMING)[0]
+    named = [closest_to_one_gpu([f for f in timing if f["dtype"] == d]) for d in _dtypes(timing)]
+    out.plain = plain_words(named)
+    out.key = set_key(
+        named, _facts(sections, TOPIC_CAMPAIGN_BEST)[0] + _facts(sections, TOPIC_CAMPAIGN_REC)[0]
+    )
     for topic, make in (
         (TOPIC_TIMING, timing_bullets),
         (TOPIC_LOSSES, loss_bullets),

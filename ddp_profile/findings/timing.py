@@ -66,14 +66,19 @@ def workload_title(key: tuple) -> str:
 
 
 def workload_short(key: tuple) -> str:
-    """ "XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell."""
+    """ "XL fp32, 4×256, NVIDIA H200, Python GC frozen": the workload of :func:`workload_title` in a table cell;
+    what the run JSON does not record (None, '?') is left out."""
     _, model, dtype, batch, seq, gpu, gc_mode, loop = key
+
+    def known(*vs) -> bool:
+        return all(v is not None and str(v) not in ("", "?", "None") for v in vs)
+
     return ", ".join(
         x
         for x in (
-            f"{'XL' if model == 'xl' else model} {dtype}",
-            f"{batch}×{seq}",
-            str(gpu),
+            " ".join(str(v) for v in ("XL" if model == "xl" else model, dtype) if known(v)),
+            f"{batch}×{seq}" if known(batch, seq) else "",
+            str(gpu) if known(gpu) else "",
             GC_TEXT.get(gc_mode, ""),
             LOOP_TEXT.get(loop, ""),
         )

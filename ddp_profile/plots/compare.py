@@ -108,8 +108,8 @@ def overlap_picture(kernels: pd.DataFrame, *, source: str = "", pixels: int = 20
                 base=(st[first] / 1e6).round(5),
                 x=((end - st[first]) / 1e6).round(5),
                 y=row[first],
-                hovertext=text,
-                hovertemplate="%{hovertext}<br>%{x:.3f} ms<extra></extra>",
+                hovertext=[f"{t}<br>{fmt_ms(e - b)}" for t, b, e in zip(text, st[first], end, strict=True)],
+                hovertemplate="%{hovertext}<extra></extra>",
                 width=0.8,
                 marker=marker,
             )
@@ -165,7 +165,8 @@ def ranked_step_bars(comparison: pd.DataFrame, *, source: str = "", time_label: 
                 "arrayminus": lo.tolist(),
                 "color": "#555",
             },
-            hovertemplate="%{y}: %{text} (+%{x:.3f} ms vs fastest)<extra></extra>",
+            customdata=[fmt_ms(v * 1e6) for v in d],
+            hovertemplate="%{y}: %{text} (+%{customdata} vs fastest)<extra></extra>",
         )
     )
     what = (

@@ -37,16 +37,15 @@ def step_breakdown(steps: pd.DataFrame, *, source: str = ""):
     for name, fn in SEGMENTS.items():
         y = (pd.to_numeric(fn(s), errors="coerce") / 1e6).round(4).tolist() if len(s) else []
         heights += np.nan_to_num(np.asarray(y, dtype=float))
-        total = (pd.to_numeric(s["step_ns"], errors="coerce") / 1e6).round(3).tolist() if len(s) else []
+        total = pd.to_numeric(s["step_ns"], errors="coerce").tolist() if len(s) else []
         fig.add_trace(
             go.Bar(
                 name=name,
                 x=xs,
                 y=y,
-                customdata=total,
+                customdata=[[fmt_ms(v * 1e6), fmt_ms(t)] for v, t in zip(y, total, strict=True)],
                 marker_color=SEGMENT_COLORS[name],
-                hovertemplate=f"{name}: %{{y:.3f}} ms<br>step time %{{customdata:.3f}} ms"
-                "<extra>%{x}</extra>",
+                hovertemplate=f"{name}: %{{customdata[0]}}<br>step time %{{customdata[1]}}<extra>%{{x}}</extra>",
             )
         )
     yaxis: dict = {"title": {"text": "time (ms)"}}
@@ -119,7 +118,8 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                 lo.append(round(med - float(v.min()), 4))
                 hi.append(round(float(v.max()) - med, 4))
                 text.append(
-                    "<br>".join(
+                    f"median {fmt_ms(med * 1e6)}<br>"
+                    + "<br>".join(
                         f"rank {int(r)}: {fmt_ms(m * 1e6)}"
                         for r, m in zip(g["rank"], v, strict=False)
                         if pd.notna(m)
@@ -133,8 +133,7 @@ def exposed_comm_figure(steps: pd.DataFrame, *, source: str = ""):
                 marker={"color": color},
                 hovertext=text,
                 error_y={"type": "data", "symmetric": False, "array": hi, "arrayminus": lo, "color": IDLE},
-                hovertemplate=f"<b>{name}</b> · %{{x}}<br>median %{{y:.3f}} ms<br>%{{hovertext}}"
-                "<extra></extra>",
+                hovertemplate=f"<b>{name}</b> · %{{x}}<br>%{{hovertext}}<extra></extra>",
             )
         )
     yaxis: dict = {"title": {"text": "time (ms)"}, "rangemode": "tozero"}

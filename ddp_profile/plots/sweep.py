@@ -188,9 +188,26 @@ def alpha_beta_figure(collectives: pd.DataFrame, cost_model: pd.DataFrame, *, so
             "type": "log",
             **size_ticks([v for tr in fig.data for v in (tr.x or ())]),
         },
-        yaxis={"title": {"text": "time (µs)"}, "type": "log"},
+        yaxis={
+            "title": {"text": "time (µs)"},
+            "type": "log",
+            **log_ticks([v for tr in fig.data for v in (tr.y or ())]),
+        },
     )
     return fig
+
+
+def log_ticks(values) -> dict:
+    """Log-axis ticks that never crowd: 1-2-5 steps over up to 3 decades, powers of 10 over up to 8, every
+    other power beyond (plotly's own labels every digit 2-9 of a short log axis, which overlap at 420 px)."""
+    v = np.asarray([float(x) for x in values if x is not None and np.isfinite(float(x)) and float(x) > 0])
+    if not len(v):
+        return {}
+    lo, hi = int(np.floor(np.log10(v.min()))), int(np.ceil(np.log10(v.max())))
+    span = hi - lo
+    mult = (1, 2, 5) if span <= 3 else (1,)
+    ticks = [m * 10.0**k for k in range(lo, hi + 1, 1 if span <= 8 else 2) for m in mult]
+    return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
 def size_ticks(sizes) -> dict:

@@ -200,7 +200,7 @@ def timeline_steps(
     launching threads, not NVTX (bands and rows say "inferred")."""
     cpu = host_calls if host_calls is not None and len(host_calls) else None
     cpu_ranks = set(cpu["rank"].astype(int)) if cpu is not None else set()
-    labels, rows, row_rank = timeline_rows(_in_steps(kernels, steps), phases, cpu_ranks, inferred)
+    labels, rows, row_rank, row_fold = timeline_rows(_in_steps(kernels, steps), phases, cpu_ranks, inferred)
     k, names = _prepare(kernels, collectives, rows)
     names_extra: dict[str, int] = {}
 
@@ -290,6 +290,7 @@ def timeline_steps(
     return {
         "rows": labels,
         "row_rank": row_rank,
+        "row_fold": row_fold,
         "names": names + list(names_extra),
         "phase_source": "inferred" if inferred else "NVTX",
         "steps": out,
@@ -581,6 +582,12 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
     st = data["steps"][index]
     span = max(st["span_ms"] * 1e6, 1.0)
     drawn = bars_for_window(data, index, -np.inf, np.inf, span / pixels)
+    # folded streams draw on their rank's shared row (the page can unfold them; a static figure cannot)
+    fold = data.get("row_fold") or [-1] * len(data["rows"])
+    shown = [r for r, f in enumerate(fold) if f < 0]
+    pos = {r: p for p, r in enumerate(shown)}
+    for b in drawn:
+        b["y"] = [pos[fold[y]] if fold[y] >= 0 else pos[y] for y in b["y"]]
     colors = trace_colors()
     fig = go.Figure()
     for i, (name, b) in enumerate(zip(trace_names(data), drawn, strict=False)):
@@ -602,7 +609,7 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
                 opacity=0.8 if len(KINDS) <= i < HOST_K else 0.95,
             )
         )
-    n = len(data["rows"])
+    n = len(shown)
     fig.update_layout(
         title=titled(f"Timeline · {st['label']}", source),
         barmode="overlay",
@@ -617,7 +624,7 @@ def figure_for_step(data: dict, index: int = 0, source: str = "", *, pixels: int
         yaxis={
             "title": {"text": "rank · stream"},
             "tickvals": list(range(n)),
-            "ticktext": data["rows"],
+            "ticktext": [data["rows"][r] for r in shown],
             "autorange": "reversed",
             "fixedrange": True,
         },

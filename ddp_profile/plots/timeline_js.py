@@ -9,7 +9,9 @@ even fetched. Each track's columns are decoded (base64 → typed array) only whe
 
 The page calls ``ddpTimeline(div, data, step_index, config, rank_or_null)`` once (config:
 :func:`~ddp_profile.plots.timeline.page_config`), ``ddpShowStep(div, i)`` from the step selector and
-``ddpShowRank(div, rank_or_null)`` from the rank selector. ``div.ddp`` is the chart's state and API (the
+``ddpShowRank(div, rank_or_null)`` from the rank selector; ``ddpUnfold(div[, row])`` (the button
+#tl-unfold, or a click on a folded row's label) gives folded streams their own rows. A row with no track in
+the shown step is not drawn. ``div.ddp`` is the chart's state and API (the
 drawn bars per trace, ``text(k, i)``: a bar's tooltip, ``px``/``py``: data to pixel, ``zoom``/``reset``);
 Keyboard: + / - zoom, arrows pan, 0 resets.
 ``div.__ddpDrawn`` counts draws; the first sets the performance mark ``ddp-timeline-drawn`` (the
@@ -28,7 +30,12 @@ function ddpMergeable(k){return k<4||k>8;}
 function ddpFix(v,d){var s=v.toFixed(d),e=Math.abs(v).toFixed(Math.min(100,d+60)),cut=e.indexOf('.')+1+d;
  if(!/^50*$/.test(e.slice(cut)))return s;var low=e.slice(0,d?cut:cut-1);
  return +low.slice(-1)%2?s:(v<0?'-':'')+low;}
-function ddpDur(ns){return Math.abs(ns)>=1e6?ddpFix(ns/1e6,3)+' ms':ddpFix(ns/1e3,1)+' \u00b5s';}
+// ddp_profile.fmt.sig: 3 significant digits, at most maxd decimals, whole digits kept, thousands separators.
+function ddpSig(v,maxd){var a=Math.abs(v),d=a===0?maxd:isFinite(a)?Math.min(maxd,Math.max(0,2-Math.floor(Math.log10(a)))):0;
+ if(a!==0&&d>0&&Math.abs(+ddpFix(a,d))>=Math.pow(10,3-d))d--;var s=ddpFix(v,d);
+ if(/^-[0.]*$/.test(s))s=s.slice(1);var p=s.split('.');p[0]=p[0].replace(/\B(?=(\d{3})+(?!\d))/g,',');return p.join('.');}
+function ddpDur(ns){var us=ddpSig(ns/1e3,1);return Math.abs(ns)>=1e6||Math.abs(+us.replace(/,/g,''))>=1000?
+ ddpSig(ns/1e6,3)+' ms':us+' \u00b5s';}
 function ddpBytes(n){if(n<0)return'\u2013';var u=['B','KiB','MiB','GiB'],i=0;
  while(n>=1024&&i<3){n/=1024;i++;}return i===0?ddpFix(n,0)+' B':ddpFix(n,1)+' '+u[i];}
 function ddpCol(v){var bin=atob(v.slice(2)),n=bin.length,u=new Uint8Array(n);
@@ -93,7 +100,7 @@ function ddpTicks(a,b,n){var step=Math.pow(10,Math.floor(Math.log10((b-a)/n))),f
  return {v:out,dec:Math.max(0,-Math.floor(Math.log10(step)+1e-9))};}
 function ddpEl(tag,cls,parent){var e=document.createElement(tag);if(cls)e.className=cls;if(parent)parent.appendChild(e);return e;}
 function ddpTimeline(div,data,idx,cfg,rank){
- var T={data:data,cfg:cfg,idx:idx,range:null,full:[0,1],hidden:{},shown:null,bars:null,q:'',hits:[],cur:-1};
+ var T={data:data,cfg:cfg,idx:idx,range:null,full:[0,1],hidden:{},shown:null,bars:null,q:'',hits:[],cur:-1,open:{},rank:null};
  div.ddp=T;div.innerHTML='';
  var title=ddpEl('div','tl-title',div),find=ddpEl('div','tl-find',div),legend=ddpEl('div','tl-legend',div),
   wrap=ddpEl('div','tl-wrap',div),
@@ -121,6 +128,9 @@ function ddpTimeline(div,data,idx,cfg,rank){
  pv.type=nx.type='button';pv.id='tl-prev';nx.id='tl-next';pv.textContent='\u25c0 previous';nx.textContent='next \u25b6';
  pv.style.marginLeft='6px';stat.id='tl-search-status';stat.setAttribute('role','status');stat.style.marginLeft='8px';
  T.status=stat;qi.addEventListener('input',function(){ddpSearch(div,qi.value);});
+ if((data.row_fold||[]).some(function(h){return h>=0;})){var uf=ddpEl('button','',find);uf.type='button';uf.id='tl-unfold';
+  uf.style.marginLeft='12px';uf.setAttribute('aria-pressed','false');uf.textContent=ddpUnfoldText(data);T.unfold=uf;
+  uf.addEventListener('click',function(){ddpUnfold(div);});}
  qi.addEventListener('keydown',function(e){if(e.key==='Enter'){ddpGo(div,e.shiftKey?-1:1);e.preventDefault();}});
  pv.addEventListener('click',function(){ddpGo(div,-1);});nx.addEventListener('click',function(){ddpGo(div,1);});
  T.search=function(q){return ddpSearch(div,q);};T.go=function(d){return ddpGo(div,d);};
@@ -134,7 +144,7 @@ function ddpTimeline(div,data,idx,cfg,rank){
  T.at=function(x,y){var v=(y-DDP_M.t)/DDP_ROW,p=Math.floor(v),r=T.rowAt[p],off=v-p-0.5,tol=1/T.pw*((T.range||T.full)[1]-(T.range||T.full)[0]),
   t=ms(x),best=null;if(r===undefined||x<DDP_M.l)return null;
   for(var k=DDP_NTRACES-1;k>=0;k--){var L=cfg.traces[k].lane;if(T.hidden[k]||off<L[0]||off>L[0]+L[1])continue;
-   var b=T.bars[k];for(var i=0;i<b.x.length;i++)if(b.y[i]===r&&b.base[i]-tol<=t&&b.base[i]+b.x[i]+tol>=t)best=[k,i];
+   var b=T.bars[k];for(var i=0;i<b.x.length;i++)if(T.pos[b.y[i]]===p&&b.base[i]-tol<=t&&b.base[i]+b.x[i]+tol>=t)best=[k,i];
    if(best)return best;}return null;};
  var drag=null;
  cv.addEventListener('mousedown',function(e){var x=e.offsetX;if(x<DDP_M.l||e.button!==0)return;drag=x;e.preventDefault();});
@@ -142,6 +152,9 @@ function ddpTimeline(div,data,idx,cfg,rank){
   x=Math.min(Math.max(e.clientX-r.left,DDP_M.l),DDP_M.l+T.pw),a=Math.min(drag,x),b=Math.max(drag,x);drag=null;
   sel.style.display='none';if(b-a>=4)T.zoom(ms(a),ms(b));});
  cv.addEventListener('dblclick',function(){T.reset();});
+ // a click on a folded row's label unfolds it (and on an unfolded one, folds it again)
+ cv.addEventListener('click',function(e){if(e.offsetX>=DDP_M.l)return;var r=T.rowAt[Math.floor((e.offsetY-DDP_M.t)/DDP_ROW)],
+  f=T.data.row_fold||[];if(r!==undefined&&f.indexOf(r)>=0)ddpUnfold(div,r);});
  // Keyboard: + and - zoom about the middle, the arrows pan a quarter of the view, 0 or Escape resets.
  cv.tabIndex=0;cv.setAttribute('aria-label','Timeline chart: + and - zoom, left and right arrows pan, 0 resets');
  cv.addEventListener('keydown',function(e){var r=T.range||T.full,w=r[1]-r[0],c=(r[0]+r[1])/2,k=e.key;
@@ -185,7 +198,9 @@ function ddpPaint(div){var T=div.ddp,cfg=T.cfg,cv=T.canvas,n=T.rowAt.length,pw=T
    if(a1<DDP_M.l||a0>DDP_M.l+pw)continue;var w=Math.max(a1-a0,3);drawn++;
    c.strokeStyle=h===T.cur?'#D55E00':'#000';c.strokeRect(a0-(w-(a1-a0))/2,T.py(D.r+L[0]),w,L[1]*DDP_ROW);}}
  c.restore();c.globalAlpha=1;c.fillStyle='#444';c.font='12px system-ui,sans-serif';c.textAlign='right';c.textBaseline='middle';
- T.rowAt.forEach(function(row,p){c.fillText(T.data.rows[row],DDP_M.l-6,DDP_M.t+(p+0.5)*DDP_ROW);});
+ var fo=T.data.row_fold||[];T.rowAt.forEach(function(row,p){var lab=T.data.rows[row];
+  if(fo.indexOf(row)>=0)lab=T.open[row]?lab.replace('(folded)','(unfolded) \u25be'):lab+' \u25b8';
+  c.fillText(lab,DDP_M.l-6,DDP_M.t+(p+0.5)*DDP_ROW);});
  c.textAlign='center';c.textBaseline='top';
  tk.v.forEach(function(v){c.fillText(v.toFixed(tk.dec),T.px(v),DDP_M.t+ph+4);});
  c.fillText(cfg.xtitle,DDP_M.l+pw/2,DDP_M.t+ph+24);c.strokeStyle='#888';c.strokeRect(DDP_M.l+0.5,DDP_M.t+0.5,pw,ph);
@@ -215,13 +230,28 @@ function ddpGo(div,d){var T=div.ddp;if(!T.hits.length)return null;T.cur=(T.cur+d
  T.status.textContent='match '+(T.cur+1)+' of '+T.hits.length+': '+nm.textContent+' at '+ddpDur(D.s[h[1]])+' ('+T.data.rows[D.r]+')';
  return T.cur;}
 function ddpShowStep(div,i){var T=div.ddp;if(i==='all')i=ddpAllStep(T.data);var st=T.data.steps[i];if(st.all)st._data=T.data;T.idx=i;T.range=null;
+ ddpLayout(div);
  T.title.textContent='Timeline \u00b7 '+st.label;var s=ddpEl('div','note',T.title);s.style.fontSize='12px';s.textContent=T.cfg.source;
  div.setAttribute('aria-label','Timeline \u00b7 '+st.label);
  T.cfg.xtitle=st.all?'time since the first step start (ms)':'time since step start (ms)';
  var p=ddpDraw(div,true);if(T.q)ddpSearch(div,T.q);return p;}
 // Show one rank's rows (null: every rank); its rows keep their order.
-function ddpShowRank(div,rank,i){var T=div.ddp,rr=T.data.row_rank;T.rank=rank;T.pos={};T.rowAt=[];
+function ddpShowRank(div,rank,i){var T=div.ddp,rr=T.data.row_rank;T.rank=rank;
  T.shown=rank===null?null:rr.map(function(r){return r===rank;});
- rr.forEach(function(r,row){if(rank===null||r===rank){T.pos[row]=T.rowAt.length;T.rowAt.push(row);}});
  return ddpShowStep(div,i===undefined?(T.data.steps[T.idx].all?'all':T.idx):i);}
+// Rows to draw for the shown step and rank: a row with no track in the step is dropped; a folded stream
+// (row_fold >= 0) draws on its rank's shared row until that row is unfolded (T.open), then on its own.
+function ddpLayout(div){var T=div.ddp,data=T.data,fold=data.row_fold||[],used={};T.pos={};T.rowAt=[];
+ ddpDecode(data.steps[T.idx]).forEach(function(D){used[D.r]=1;if(fold[D.r]>=0)used[fold[D.r]]=1;});
+ data.row_rank.forEach(function(r,row){if((T.rank!==null&&r!==T.rank)||!used[row])return;var h=fold[row];
+  if(h>=0&&!T.open[h]){T.pos[row]=T.pos[h];return;}T.pos[row]=T.rowAt.length;T.rowAt.push(row);});}
+// Unfold (or fold again) one rank's shared row (head), or every one (head undefined).
+function ddpUnfold(div,head){var T=div.ddp,fold=T.data.row_fold||[],heads={};
+ fold.forEach(function(h){if(h>=0)heads[h]=1;});var all=Object.keys(heads),to=head===undefined?!all.every(function(h){return T.open[h];}):!T.open[head];
+ (head===undefined?all:[head]).forEach(function(h){T.open[h]=to;});
+ if(T.unfold)T.unfold.textContent=all.every(function(h){return T.open[h];})?'Fold the streams again':ddpUnfoldText(T.data);
+ if(T.unfold)T.unfold.setAttribute('aria-pressed',String(all.some(function(h){return T.open[h];})));
+ ddpLayout(div);return ddpDraw(div,!T.range);}
+function ddpUnfoldText(data){var n=(data.row_fold||[]).filter(function(h){return h>=0;}).length;
+ return 'Show the '+n+' folded stream'+(n>1?'s':'')+' on their own rows';}
 """

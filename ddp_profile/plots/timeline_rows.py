@@ -1,5 +1,5 @@
 """The timeline's rows: per rank an NVTX (or inferred phases) row, a CPU row when the rank has host calls, then
-its streams, with many streams folded into one row."""
+its streams, with many streams folded into one row that the page can unfold."""
 
 from __future__ import annotations
 
@@ -27,11 +27,13 @@ def _stream_rows(mine: pd.DataFrame, busy: pd.Series, nccl: set) -> tuple[list[i
 
 def timeline_rows(
     kernels: pd.DataFrame, phases: pd.DataFrame, cpu_ranks=(), inferred: bool = False
-) -> tuple[list[str], pd.DataFrame, list[int]]:
+) -> tuple[list[str], pd.DataFrame, list[int], list[int]]:
     """Row labels (per rank: an NVTX row, a CPU row when the rank has host calls, then its streams), a frame
-    mapping (rank, pid, device, stream) to a row index (stream -1 marks the NVTX row, -2 the CPU row; the
-    streams folded into a rank's shared row all map to it), and each row's rank. Only streams with a kernel
-    in ``kernels`` get a row, so no row is empty."""
+    mapping (rank, pid, device, stream) to a row index (stream -1 marks the NVTX row, -2 the CPU row), each
+    row's rank, and each row's fold: -1, or for a folded stream the row of its rank's shared "N more streams
+    (folded)" row, which holds no track itself and is followed by the streams it folds (each with its own
+    row and label, drawn on the shared row until the page unfolds it). Only streams with a kernel in
+    ``kernels`` get a row."""
     ranks = sorted(set(kernels["rank"].dropna().astype(int)) | set(phases["rank"].dropna().astype(int)))
     cols = ["rank", "pid", "device", "stream"]
     k = kernels.dropna(subset=["rank", "pid", "device", "stream", "start_ns", "end_ns"])
@@ -42,12 +44,15 @@ def timeline_rows(
     labels: list[str] = []
     keys: list[tuple[int, ...]] = []
     row_rank: list[int] = []
+    row_fold: list[int] = []
 
-    def add(label, key_rows, r):
+    def add(label, key_rows, r, fold=-1):
         row = len(labels)
         labels.append(label)
         row_rank.append(r)
+        row_fold.append(fold)
         keys.extend((*key, row) for key in key_rows)
+        return row
 
     for r in ranks:
         add(f"rank {r} · " + ("phases (inferred)" if inferred else "NVTX"), [(r, -1, -1, -1)], r)
@@ -57,19 +62,17 @@ def timeline_rows(
         multi = mine["device"].nunique() > 1
         ids = mine[["pid", "device", "stream"]]
         keep, folded = _stream_rows(ids, busy, nccl)
+
+        def label(row, r=r, multi=multi):
+            return f"rank {r} · " + (f"dev {row.device} " if multi else "") + f"stream {row.stream}"
+
         for i, row in enumerate(mine.itertuples(index=False)):
             if i in keep:
-                add(
-                    f"rank {r} · " + (f"dev {row.device} " if multi else "") + f"stream {row.stream}",
-                    [(r, row.pid, row.device, row.stream)],
-                    r,
-                )
+                add(label(row), [(r, row.pid, row.device, row.stream)], r)
         if folded:
-            rest = [
-                (r, row.pid, row.device, row.stream)
-                for i, row in enumerate(mine.itertuples(index=False))
-                if i not in keep
-            ]
-            add(f"rank {r} · {folded} more streams (folded)", rest, r)
+            head = add(f"rank {r} · {folded} more streams (folded)", [], r)
+            for i, row in enumerate(mine.itertuples(index=False)):
+                if i not in keep:
+                    add(label(row), [(r, row.pid, row.device, row.stream)], r, head)
     table = pd.DataFrame(keys, columns=[*cols, "row"]).astype("int64")
-    return labels, table, row_rank
+    return labels, table, row_rank, row_fold

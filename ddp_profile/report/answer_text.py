@@ -73,18 +73,17 @@ def verdict_lines(v: dict | None) -> list[str]:
     """The verdict as sentences: what bounds the step and by how much (for compute: its share, nothing
     removable), what to change with its gain and spread, then each advice rule. [] without a verdict.
     Words as the run page's verdict (``report.verdicts.BOUND_NAMES``)."""
-    from ddp_profile.report.verdicts import BOUND_NAMES
+    from ddp_profile.report.verdicts import bound_words
 
     if not v:
         return []
     bound = str(v.get("bound_by"))
-    who = f", rank {v['rank']}" if bound == "straggler" and not missing(v.get("rank")) else ""
     of_step = (
         f" of the {fmt_ms(v['span_ns'])} critical-path step span"
         if not missing(v.get("span_ns"))
         else " of the step"
     )
-    head = f"Bound by {BOUND_NAMES.get(bound, bound)}{who}"
+    head = f"Bound by {bound_words(v)}"
     if bound == "compute":
         if not missing(v.get("share_pct")):
             head += (

@@ -126,13 +126,21 @@ NUMBER_UNIT = re.compile(r"^([+\u2212-]?[\d,.]+) (ms|µs|%|KiB|MiB|GiB|GB/s)$")
 
 
 def table(
-    df: pd.DataFrame, caption: str, max_rows: int = 200, links: dict | None = None, fold: bool = True
+    df: pd.DataFrame,
+    caption: str,
+    max_rows: int = 200,
+    links: dict | None = None,
+    fold: bool = True,
+    names: tuple = (),
+    clip: tuple = (),
 ) -> str:
     """An escaped, sortable HTML table in a horizontal scroll container, with units in the headers, a
     definition on hover (``title``) for every known metric, and a CSV download of all rows (a data: URL,
     offline). The first ``max_rows`` rows are shown (the note says so when cut). ``links``: {column:
     [href per row]} makes those cells links (a missing href leaves its cell plain). ``fold``: a table of more than
-    25 rows folds away under its caption (False for a page's main table)."""
+    25 rows folds away under its caption (False for a page's main table). ``names``: columns whose text never
+    breaks (run names: the table's other columns wrap instead); ``clip``: columns whose text never breaks
+    either but is cut with an ellipsis past 12em, the whole text kept in its link and in the cell's title."""
     if df is None or not len(df):
         return f"<h3>{esc(caption)}</h3><p class='empty'>none in this trace</p>"
     cut = len(df) > max_rows
@@ -169,7 +177,12 @@ def table(
             # TOKEN (a run name, its baseline; a linked one stays 12em wide), so wide tables fit the screen;
             # shorter words wrap at spaces only
             cls = ""
-            if not key and c in numeric and raw == DASH:
+            if c in clip and not key and raw != DASH:
+                cls = f" class='clip' title='{esc(raw)}'"
+                text = f"<span>{text}</span>" if not link else text
+            elif c in names and not key:
+                cls = " class='name'"
+            elif not key and c in numeric and raw == DASH:
                 cls = " class='na'"  # a missing number sits right, under its header, as the numbers do
             elif not key and any(len(w) > LONG_WORD for w in raw.split()):
                 cls = " class='long'"
@@ -212,8 +225,9 @@ def run_links(runs: list[Run]) -> str:
 
 
 def nav(crumbs) -> str:
-    """Breadcrumbs: [(label, href or None)], always starting at the index."""
-    items = [("All runs", "index.html")] + list(crumbs or [])
+    """Breadcrumbs: [(label, href or None)], always starting at the index ("All runs"); ``None`` on the index
+    itself, where "All runs" names the page instead of linking to it."""
+    items = [("All runs", "index.html")] + list(crumbs) if crumbs is not None else [("All runs", None)]
     return (
         "<nav aria-label='breadcrumb' class='crumbs'>"
         + " › ".join(
@@ -246,7 +260,9 @@ text-align:right}}th{{background:#f4f4f4;cursor:pointer}}th[aria-sort=ascending]
 th[aria-sort=descending]::after{{content:" ▼"}}td:first-child,th:first-child{{text-align:left}}
 .sr{{position:absolute;left:-9999px}}a.csv{{font-size:12px;font-weight:normal;margin-left:.6em}}
 .figure{{width:100%;min-height:260px;margin-bottom:1em;overflow-x:auto;position:relative}}td:not([data-v]),th.txt{{text-align:left}}td.na{{text-align:right}}.note,.empty{{color:#595959}}
-td.long{{max-width:32em;overflow-wrap:anywhere}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
+td.long{{max-width:32em;overflow-wrap:anywhere}}td.name{{white-space:nowrap}}
+td.clip{{white-space:nowrap}}td.clip>*{{display:inline-block;max-width:12em;overflow:hidden;text-overflow:ellipsis;
+vertical-align:bottom}}td.tok{{overflow-wrap:anywhere}}td.link{{min-width:12em}}.fail{{color:#b00}}
 .verdict{{background:#f3f7fb;border-left:4px solid #4C78A8;padding:.4em 1em;margin:.6em 0 1em;max-width:75em}}
 .crumbs{{font-size:13px}}code{{background:#f4f4f4;padding:1px 3px;overflow-wrap:anywhere}}
 h1{{overflow-wrap:anywhere}}dt{{font-weight:600;margin-top:.4em}}dd{{margin-left:1.5em}}

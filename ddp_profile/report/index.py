@@ -563,6 +563,8 @@ def render_index(
                 "Every run (trace: medians over profiled steps and ranks)",
                 fold=False,
                 links={"run": list(comp["page"]), "baseline": list(comp["baseline_page"])},
+                names=("run",),
+                clip=("baseline",),
             )
             + (
                 ""
@@ -580,7 +582,7 @@ def render_index(
         "ddp-profile report",
         "\n".join(parts),
         sub,
-        crumbs=[],
+        crumbs=None,
         verdict=verdict,
         glossary=["bound_by", *INDEX_COLUMNS],
     )

@@ -137,6 +137,9 @@ def memory_table(run: Run) -> pd.DataFrame:
     return out.loc[:, [c for c in out.columns if out[c].notna().any()]]
 
 
+CAPTION_RECORDED = "GPU, its memory and the run JSON's peaks, per rank"
+
+
 def memory_block(run: Run) -> str:
     df = memory_table(run)
     if not len(df):
@@ -145,13 +148,17 @@ def memory_block(run: Run) -> str:
     why = (
         ""
         if recorded
-        else (
-            " The run JSON records no peak memory for this run (the harness writes it; "
-            "an own job's trace holds only each GPU's size)."
-        )
+        else " The trace holds only each GPU's memory size, not the job's peaks."
+        if own_job(run)
+        else " The run JSON records no peak memory for this run (the harness writes it)."
     )
     return (
         "<h2>Memory per GPU</h2>"
-        + table(df, "GPU, its memory and the run JSON's peaks, per rank")
+        + table(
+            df,
+            "GPU, its memory and the run JSON's peaks, per rank"
+            if recorded
+            else "GPU and its memory, per rank",
+        )
         + (f"<p class='note'>{esc(why.strip())}</p>" if why else "")
     )

@@ -128,7 +128,8 @@ def beside_other(kernel_overlap: pd.DataFrame | None) -> pd.DataFrame | None:
 
 
 def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
-    """Collectives grouped by (collective, dtype, bucket, bytes): count and median times (µs)."""
+    """Collectives grouped by (collective, dtype, bucket, bytes): count and median times (µs); no bucket column
+    when no collective has one (a job without the harness's NVTX ranges)."""
     if col is None or not len(col):
         return pd.DataFrame()
     c = col.assign(
@@ -145,7 +146,7 @@ def collective_summary(col: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     for c_ in ("duration_us", "wait_us", "transfer_us"):
         out[c_] = pd.to_numeric(out[c_], errors="coerce") / 1e3
-    return out
+    return out if col["bucket"].notna().any() else out.drop(columns="bucket")
 
 
 def _nsys_rep_hint(trace) -> str:
@@ -548,7 +549,12 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
             else "<p class='note'>No collective sizes in this trace (the ddp-profile harness records them as NVTX "
             "ranges), so no α-β plot.</p>",
             shown(a.cost_model, "α-β fit per collective (t = o + bytes / w)"),
-            shown(collective_summary(a.collectives), "Collectives by bucket (medians)"),
+            shown(
+                collective_summary(a.collectives),
+                "Collectives by bucket (medians)"
+                if a.collectives["bucket"].notna().any()
+                else "Collectives by kind and size (medians)",
+            ),
             shown(
                 a.contention,
                 "Contention: compute kernels slowed while NCCL runs (counted: kernels seen both "
@@ -596,4 +602,10 @@ def render_run_page(run: Run, context: dict | None = None) -> str:
             "optimizer_state_bytes",
         ]
     )
+    if own:  # no run JSON: no definitions of what only the harness's run JSON records
+        keys = [
+            k
+            for k in keys
+            if k not in ("peak_allocated_bytes", "peak_reserved_bytes", "optimizer_state_bytes")
+        ]
     return page(f"Run {run.name}", body, src, crumbs=crumbs, verdict=verdict, glossary=keys)

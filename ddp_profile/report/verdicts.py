@@ -269,14 +269,24 @@ BOUND_NAMES = {
 """How the verdict's ``bound_by`` (``analysis.verdict``) reads in a sentence."""
 
 
+def bound_words(verdict: dict) -> str:
+    """What bounds the step, naming the straggler rank whenever the verdict names one: 'a straggler, rank 3';
+    'the host (GPU idle awaiting launches), with rank 3 the straggler' when the bound is another part but one
+    rank is the material straggler (``analysis.verdict``'s ``rank``), so every headline names it."""
+    k = str(verdict.get("bound_by"))
+    what = BOUND_NAMES.get(k, k)
+    rank = verdict.get("rank")
+    if rank is None or missing(rank):
+        return what
+    return f"a straggler, rank {rank}" if k == "straggler" else f"{what}, with rank {rank} the straggler"
+
+
 def bound_cell(verdict: dict | None) -> str:
     """The verdict in a table cell: 'a straggler, rank 0 (15.537 ms removable)', 'compute'; '–' without."""
     if not verdict or not verdict.get("bound_by"):
         return "–"
     k = verdict["bound_by"]
-    what = BOUND_NAMES.get(k, k)
-    if k == "straggler" and verdict.get("rank") is not None:
-        what = f"a straggler, rank {verdict['rank']}"
+    what = bound_words(verdict)
     if k != "compute" and not missing(verdict.get("removable_ns")):
         what += f" ({fmt_ms(verdict['removable_ns'])} removable)"
     return what
@@ -289,9 +299,7 @@ def bound_by(summary: dict, launch_bound: bool | None, verdict: dict | None = No
     largest of compute, exposed communication and idle (medians of the step table)."""
     if verdict and verdict.get("bound_by"):
         k = verdict["bound_by"]
-        what = BOUND_NAMES.get(k, k)
-        if k == "straggler" and verdict.get("rank") is not None:
-            what = f"a straggler, rank {verdict['rank']}"
+        what = bound_words(verdict)
         if k == "compute":
             why = (
                 f"compute is {fmt_pct(verdict.get('share_pct'))} of the {fmt_ms(verdict.get('span_ns'))} "

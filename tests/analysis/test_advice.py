@@ -84,10 +84,10 @@ def test_extra_kernels_on_one_rank_are_its_cause_though_its_peers_contention_hid
     got = _straggler(with_kernels=True)
     assert got["straggler_rank"] == 1 and got["straggler_cause"] == "gpu"
     assert got["straggler_evidence"].startswith(
-        "extra kernels 5.600 ms: extra_gemm ×4 more (other ranks' median ×0) 5.600 ms"
+        "extra kernels 5.60 ms: extra_gemm ×4 more (other ranks' median ×0) 5.60 ms"
     )
     # the shared kernels: gemm alike, gemm_bwd 2 ms against the peers' 6: rank 1 is faster like for like
-    assert "like-for-like kernels −4.000 ms" in got["straggler_evidence"]
+    assert "like-for-like kernels −4.00 ms" in got["straggler_evidence"]
 
 
 def test_ranks_arriving_at_once_name_no_straggler():
@@ -107,7 +107,7 @@ def _per_step(rank=1, lead=5.6 * MS, cause="gpu", n=8):
             "straggler_rank": pd.array([rank] * n, dtype="Int64"),
             "straggler_lead_ns": [lead] * n,
             "straggler_cause": [cause] * n,
-            "straggler_evidence": ["extra kernels 5.600 ms: x"] * n,
+            "straggler_evidence": ["extra kernels 5.60 ms: x"] * n,
         },
         index=pd.Index(range(n), name="step"),
     )
@@ -265,7 +265,7 @@ def test_a_job_whose_rank_runs_extra_gemms_gets_cause_gpu_and_a_straggler_verdic
     assert len(per_step) == 6 and (per_step["straggler_rank"] == 1).all()
     assert per_step["straggler_lead_ns"].to_numpy() == pytest.approx(5.6 * MS)
     assert (per_step["straggler_cause"] == "gpu").all()
-    assert per_step["straggler_evidence"].str.startswith("extra kernels 5.600 ms: extra_gemm ×4 more").all()
+    assert per_step["straggler_evidence"].str.startswith("extra kernels 5.60 ms: extra_gemm ×4 more").all()
     v = res.verdict
     assert v["bound_by"] == "straggler" and v["rank"] == 1 and v["advice"][0]["rule"] == "straggler_gpu"
     assert v["expected_gain_ns"] == pytest.approx(5.6 * MS)
@@ -304,7 +304,7 @@ def test_extra_work_on_a_rank_the_trace_does_not_name_straggler_is_its_own_rule(
         by["extra_work"]["expected_gain_ns"] == by["extra_work"]["gain_upper_ns"] == pytest.approx(4.6 * MS)
     )
     assert "rank 1" in by["extra_work"]["what_to_change"]
-    assert "sm90_gemm ×4 more (other ranks' median ×0) 4.600 ms" in by["extra_work"]["evidence"]
+    assert "sm90_gemm ×4 more (other ranks' median ×0) 4.60 ms" in by["extra_work"]["evidence"]
     v = vd.verdict(crit, per_step, rules)
     assert v["bound_by"] == "straggler" and v["rank"] == 3 and v["advice"][0]["rule"] == "straggler_host"
     # the straggler rule already naming that work: no second rule for it

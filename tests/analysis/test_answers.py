@@ -154,9 +154,9 @@ def test_straggler_rank_lead_and_host_cause_with_the_sync_call():
     assert out["straggler_cause"].tolist() == ["host", "host"]
     # what proves the cause first (its GPU idle awaiting launches), then the calls with counts and time
     assert out.loc[1, "straggler_evidence"] == (
-        "GPU idle awaiting launches 6.000 ms (other ranks' median 0.000 ms); host waits on the main thread: "
+        "GPU idle awaiting launches 6.00 ms (other ranks' median 0.000 ms); host waits on the main thread: "
         "cudaStreamSynchronize ×1 (other ranks' median ×1) + cudaMemcpyAsync ×1 (other ranks' median ×0), "
-        "14.000 ms (other ranks' median 0.100 ms)"
+        "14.0 ms (other ranks' median 0.100 ms)"
     )
 
 
@@ -389,7 +389,7 @@ def test_gpt_accum_names_rank_0s_per_iteration_sync_as_evidence(analysed):
 )
 def test_verdict_gain_is_its_rules_gain_at_the_head_of_the_advice(analysed, name):
     """One number per fact: the verdict's expected gain is the gain of the rule it advises, and that rule is
-    listed first (reviewer: pl-fsdp said 'up to 24.857 ms' beside the same rule at 27.381 ms)."""
+    listed first (reviewer: pl-fsdp said 'up to 24.9 ms' beside the same rule at 27.4 ms)."""
     v = analysed(name).verdict
     assert v["bound_by"] != "compute" and v["advice"]
     first = v["advice"][0]

@@ -76,7 +76,7 @@ def test_diff_names_the_extra_kernels_and_compares_shared_ones_like_for_like():
     assert d["like_ns"].tolist() == [-1 * MS, -1 * MS]
     assert d.loc[0, "extra_kernels"] == [("extra_gemm", 4, 0.0, 4 * MS)]
     text = kd.evidence(d.loc[0, "extra_kernels"], d.loc[0, "extra_ns"], d.loc[0, "like_ns"])
-    assert text.startswith("extra kernels 4.000 ms: extra_gemm ×4 more (other ranks' median ×0) 4.000 ms")
+    assert text.startswith("extra kernels 4.00 ms: extra_gemm ×4 more (other ranks' median ×0) 4.00 ms")
 
 
 def test_diff_of_alike_ranks_finds_no_extra_work():

@@ -71,7 +71,7 @@ def test_table_default_is_short_with_units_and_no_e_notation(capsys):
     steps = analyze(load_trace(SAMPLE)).steps
     med0 = steps.loc[steps["rank"] == 0, "step_ns"].median()
     row0 = next(line for line in text.splitlines() if re.match(r"\s*0\s", line))
-    assert f"{med0 / 1e6:,.3f}" in row0  # rank 0's median step, in ms with 3 decimals
+    assert fmt_ms(med0, unit=False) in row0  # rank 0's median step, in ms with 3 significant digits
     summary = next(line for line in text.splitlines() if line.startswith("summary: "))
     names = [kv.split("=", 1)[0] for kv in re.split(r", (?=[a-z_]+=)", summary.removeprefix("summary: "))]
     assert len(names) == len(set(names)), names  # 'comm=' once: the share of the step is comm_share

@@ -20,7 +20,7 @@ from ddp_profile.plots import (
     timeline_steps,
 )
 from ddp_profile.plots.figure_parts import merge_small_bars
-from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window
+from ddp_profile.plots.timeline import TAIL_K, TRACE_NAMES, bars_for_window, figure_for_step
 
 pytest.importorskip("plotly")
 SRC = describe_source(
@@ -72,8 +72,8 @@ def test_timeline_traces_axes_title_and_known_bars():
     hover = list(nccl.hovertext)
     assert {h.split("<br>bucket ")[1].split(" ·")[0] for h in hover} == {"0", "1"}  # bucket shown in hover
     assert all("25.0 MiB" in h and "rank " in h and "stream 17" in h for h in hover)
-    assert all("wait 10.0 µs · transfer 90.0 µs" in h and "duration 100.0 µs" in h for h in hover)
-    assert "start 0.500 ms" in hover[0] or "start 500.0 µs" in hover[0]
+    assert all("wait 10.0 µs · transfer 90.0 µs" in h and "duration 100 µs" in h for h in hover)
+    assert "start 500 µs" in hover[0]
     assert all("bucket" not in h for h in compute.hovertext)  # compute bars have no bucket line
     assert "rank 0 · NVTX" in fig.data[TAIL_K].hovertext[0]  # the tail has its own tooltip
     assert len(fig.data[TAIL_K].x) == 2 and fig.data[TAIL_K].x[0] == pytest.approx(
@@ -120,7 +120,9 @@ def test_a_stream_used_only_between_steps_gets_no_timeline_row():
 def test_a_rank_with_hundreds_of_streams_folds_them_into_one_row_and_keeps_every_kernel():
     """A CUDA-graph run launches each graph node on its own stream: one row per stream made a page thousands
     of pixels high. Past MAX_STREAM_ROWS a rank keeps its NCCL stream and its busiest streams and folds the
-    rest into one row; every kernel is still drawn, on its stream's row or the folded one."""
+    rest into one row; every kernel is still drawn, on its stream's row or the folded one. The folded streams
+    keep their own rows in the data (row_fold names their shared row) so the page can unfold them, and the
+    static figure draws them on the shared row."""
     from ddp_profile.plots.timeline_rows import MAX_STREAM_ROWS
 
     t, a = make_run(n_steps=1, kernels_per_phase=2)
@@ -129,16 +131,25 @@ def test_a_rank_with_hundreds_of_streams_folds_them_into_one_row_and_keeps_every
     many = pd.concat([one.assign(stream=1000 + i) for i in range(200)], ignore_index=True)
     t.kernels = pd.concat([k, many], ignore_index=True)
     data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
-    rank0 = [r for r in data["rows"] if r.startswith("rank 0 · stream")]
-    folded = [r for r in data["rows"] if r.startswith("rank 0") and "folded" in r]
+    fold = data["row_fold"]
+    shown = [r for r, f in zip(data["rows"], fold, strict=True) if f < 0]
+    rank0 = [r for r in shown if r.startswith("rank 0 · stream")]
+    folded = [r for r in shown if r.startswith("rank 0") and "folded" in r]
     n_streams = t.kernels.loc[t.kernels["rank"] == 0, "stream"].nunique()
     assert len(rank0) + len(folded) == MAX_STREAM_ROWS and len(folded) == 1
     assert folded[0] == f"rank 0 · {n_streams - len(rank0)} more streams (folded)"
     nccl = k.loc[(k["rank"] == 0) & (k["kind"] == "nccl"), "stream"].unique()
     assert all(f"rank 0 · stream {s}" in rank0 for s in nccl)
-    assert len(data["row_rank"]) == len(data["rows"])
+    assert len(data["row_rank"]) == len(data["rows"]) == len(fold)
+    head = data["rows"].index(folded[0])
+    members = [data["rows"][r] for r, f in enumerate(fold) if f == head]
+    assert len(members) == n_streams - len(rank0) and all(m.startswith("rank 0 · stream ") for m in members)
+    assert not any(tr["r"] == head for tr in data["steps"][0]["tracks"])  # the shared row holds no track
     drawn = sum(len(tr["s"]) for tr in data["steps"][0]["tracks"] if tr["k"] < 4)
     assert drawn == len(t.kernels)
+    fig = figure_for_step(data, 0)
+    assert list(fig.layout.yaxis.ticktext) == shown
+    assert max(y for tr in fig.data for y in tr.y) == len(shown) - 1
 
 
 def _merged_count(text):
@@ -172,7 +183,8 @@ def test_timeline_never_merges_kinds_and_formats_durations():
     bars = bars_for_window(data, 0, -np.inf, np.inf, 1e6)  # a whole step per pixel: everything merges
     assert all("memset" not in h.lower() for h in bars[0]["hovertext"])
     assert bars[3]["hovertext"] and all("memset" in h.lower() for h in bars[3]["hovertext"])
-    assert fmt_duration(247_105_900) == "247.106 ms" and fmt_duration(999_949) == "999.9 µs"
+    assert fmt_duration(247_105_900) == "247 ms" and fmt_duration(999_949) == "1.00 ms"
+    assert fmt_duration(999_400) == "999 µs" and fmt_duration(12_345) == "12.3 µs"
     assert fmt_duration(None) == "–"
 
 
@@ -309,7 +321,9 @@ def test_overlap_picture_rows_per_run():
         "bucketed · compute",
         "bucketed · comm",
     ]
-    assert list(fig.data[1].y) == [1, 3] and fig.data[1].hovertext[1] == "&lt;b&gt;x&lt;/b&gt;"
+    assert (
+        list(fig.data[1].y) == [1, 3] and fig.data[1].hovertext[1].split("<br>")[0] == "&lt;b&gt;x&lt;/b&gt;"
+    )
     assert fig.layout.xaxis.title.text == "time since step start (ms)"
 
 

@@ -104,3 +104,14 @@ def test_results_without_synthetic_sizes_render(tmp_path):
     assert "| kernels | floor |" in block and f"{res['replica']['rows']:,}" in block
     assert "ranks, compute" not in block
     assert results_md.write_results(res, tmp_path, write_json=False).is_file()
+
+
+def test_report_size_is_rendered_when_recorded():
+    """A report record with the output folder's size (pages and files, cache apart) says it; one without
+    (results from before the size was measured) says nothing of it."""
+    res = small_results()
+    res["report"] = {k: v for k, v in res["report"].items() if k not in ("size_mb", "cache_mb")}
+    assert "MB written" not in "\n".join(results_md.arrow_targets(res))
+    res["report"] = dict(res["report"], size_mb=135.2, cache_mb=80.4)
+    line = next(x for x in results_md.arrow_targets(res) if "shipped trace set" in x)
+    assert f"{res['report']['pages']} pages, 135 MB written beside a 80 MB cache)" in line

@@ -175,7 +175,7 @@ def test_advice_lines_say_how_the_rule_fared_in_the_ledger(monkeypatch):
         },
     )
     assert ledger_text("host_sync") == "ledger: confirmed within 12.0 % on 2 jobs"
-    assert ledger_text("launch_bound") == "ledger: within tolerance on 1 of 3 jobs (largest miss 4.000 ms)"
+    assert ledger_text("launch_bound") == "ledger: within tolerance on 1 of 3 jobs (largest miss 4.00 ms)"
     assert ledger_text("comm_tail") == "ledger: no entry yet"
     monkeypatch.setattr(
         answer_text, "_ledger_rules", lambda: {"contention": {"pairs": 0, "withdrawn": "it hurt"}}
@@ -188,7 +188,7 @@ def test_advice_lines_say_how_the_rule_fared_in_the_ledger(monkeypatch):
     )
     rule = {"rule": "host_sync", "expected_gain_ns": 1.5e6, "gain_upper_ns": 2e6, "spread_ns": 1e5}
     assert advice_numbers(rule) == (
-        "expected 1.500 ms, ≤ 2.000 ms, spread 0.100 ms, ledger: confirmed within 12.0 % on 2 jobs"
+        "expected 1.50 ms, ≤ 2.00 ms, spread 0.100 ms, ledger: confirmed within 12.0 % on 2 jobs"
     )
 
 

@@ -131,7 +131,7 @@ def test_torch_verdict_words_follow_the_ratios():
     )
     t3 = torch_verdict("S", close, Ref())
     assert t3.startswith(
-        "S: 2 of 3 hand-written strategies have a lower median step than torch_ddp's 100.000 ms "
+        "S: 2 of 3 hand-written strategies have a lower median step than torch_ddp's 100 ms "
         "(a, b); beyond the step ranges only a; the fastest is a at 0.836×"
     ), t3
     t4 = torch_verdict("S", close.assign(_overlap=True), Ref())

@@ -128,10 +128,10 @@ def test_q8_compares_per_token_when_batches_differ():
     a_k, b_k = (
         380 * MS * 1000 / 1024,
         180 * MS * 1000 / 4096,
-    )  # compute ns per 1k tokens: 371.100 ms, 43.950 ms
+    )  # compute ns per 1k tokens: 371 ms, 44.0 ms
     assert f"bf16 cuts the 1-GPU compute per token from {ms(a_k)} to {ms(b_k)} per 1k tokens" in t
     assert f"({a_k / b_k:.1f}× less)" in t
-    assert "from 380.000 ms to 180.000 ms" not in t  # raw step-level compute is not compared across batches
+    assert "from 380 ms to 180 ms" not in t  # raw step-level compute is not compared across batches
     assert "1-GPU throughput 2,560 → 20,480 tokens/s" in t  # 1024 tok / 0.4 s; 4096 tok / 0.2 s
     assert "Set B's step carries 4× set A's tokens per GPU (16×256 vs 4×256)" in t and "the larger batch" in t
     assert "compare across sets by throughput per GPU" in t
@@ -151,13 +151,11 @@ def test_q8_gpu_bound_vs_host_bound_follows_idle_share():
     gpu = text_of(qb.q8_dtype(*sets(b_none_idle=20.0), page, "m"))  # 20 / 200 = 10%
     host = text_of(qb.q8_dtype(*sets(b_none_idle=80.0), page, "m"))  # 80 / 200 = 40%
     assert (
-        "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.000 ms of its 200.000 ms (10.0 %, under the 25 %"
-        in gpu
+        "The 1-GPU bf16 step is GPU-bound: the GPU idles 20.0 ms of its 200 ms (10.0 %, under the 25 %" in gpu
     )
     assert "host/launch-bound" not in gpu
     assert (
-        "The 1-GPU bf16 step is host/launch-bound: the GPU idles 80.000 ms of its 200.000 ms (40.0 %, above"
-        in host
+        "The 1-GPU bf16 step is host/launch-bound: the GPU idles 80.0 ms of its 200 ms (40.0 %, above" in host
     )
     assert "GPU-bound" not in host
     assert (
@@ -203,7 +201,7 @@ def test_q8_ranks_per_token_when_a_set_mixes_batches():
     a, b = sets(b_batch=16)
     t = text_of(qb.q8_dtype(a, b, page, "m"))  # one batch: by step time, overlap 250 ms < naive 310 ms
     assert "ranked by step time within a set" in t and "bf16 order none < overlap < naive" in t
-    # overlap at 4×256: 250 ms / 1024 tok = 244 ms per 1k tokens; naive 310 ms / 4096 tok = 75.700 ms
+    # overlap at 4×256: 250 ms / 1024 tok = 244 ms per 1k tokens; naive 310 ms / 4096 tok = 75.7 ms
     b["overlap"] = fake("overlap", "bf16", 4, step=250, compute=200, spread=(240, 260))
     sec = qb.q8_dtype(a, b, page, "m")
     t = text_of(sec)

@@ -53,9 +53,9 @@ def check_markdown(md: str) -> list[dict]:
     # the anchor sits right before its section's heading
     for a in anchors:
         assert re.search(rf'^<a id="{a}"></a>\n\n## ', md, flags=re.M)
-    # nothing else in the summary but the bullets and one table (with its caption)
+    # nothing else in the summary but the bullets, the set codes they use and one table (with its caption)
     others = [line for line in region if line and not line.startswith(("- ", "|"))]
-    assert len(others) <= 1 and all(line.startswith("*") and line.endswith("*") for line in others), others
+    assert len(others) <= 2 and all(line.startswith("*") and line.endswith("*") for line in others), others
     return got
 
 
@@ -201,3 +201,72 @@ def test_closest_to_one_gpu_prefers_a_set_with_stock_then_the_surest_among_near_
     # without stock anywhere the highest lower end wins; NaN efficiencies never win
     nan = _timing_fact("Z", (float("nan"),) * 3)
     assert closest_to_one_gpu([nan, no_stock])["set"] == "Y"
+
+
+def test_long_sections_fold_on_the_page_and_a_link_to_one_opens_it():
+    from ddp_profile.findings.render import LONG_SECTION, OPEN_JS
+
+    short, long_ = Section("short", "Short"), Section("long", "Long")
+    short.p("a few words")
+    long_.p("word " * (LONG_SECTION // 4))
+    page = to_html("T", [], [short, long_], {}, Summary())
+    assert "<h2 id='short'>Short</h2><p>a few words</p>" in page
+    assert "<details id='long'><summary><h2>Long</h2></summary><p>word" in page
+    assert OPEN_JS in page and "href='#long'" in page  # the section list links to it; the script opens it
+    md = to_markdown("T", [], [short, long_], Summary())
+    assert "<details" not in md  # FINDINGS.md keeps every section open
+
+
+def test_set_codes_are_explained_below_the_bullets_in_both_documents():
+    from ddp_profile.findings.summary import set_key
+
+    facts = [
+        {"set": "A", "workload": "XL fp32, 4×256, NVIDIA H200"},
+        {"set": "D (2 GPUs)", "workload": "XL fp32, 4×256, NVIDIA H100"},
+        {"set": "A", "workload": "XL fp32, 4×256, NVIDIA H200"},  # named twice, explained once
+        {"set": "ZP", "workload": ""},  # nothing recorded: not explained with an empty text
+    ]
+    key = set_key(
+        [{"set": "AC", "workload": "XL fp32, 4×256, NVIDIA H200, every step one CUDA graph"}], facts
+    )
+    assert key == (
+        "Set codes: timing set AC: XL fp32, 4×256, NVIDIA H200, every step one CUDA graph; "
+        "campaign set A: XL fp32, 4×256, NVIDIA H200; campaign set D (2 GPUs): XL fp32, 4×256, NVIDIA H100."
+    )
+    s = Section("beat-ddp", "How to beat PyTorch DDP")
+    s.p("detail")
+    summary = Summary(
+        [Bullet("Campaign sets:", "stock has the lowest median in A", "beat-ddp", "how")], key=key
+    )
+    md, page = to_markdown("T", ["intro"], [s], summary), to_html("T", ["intro"], [s], {}, summary)
+    assert md.index("in A") < md.index(f"*{key}*") < md.index("intro")
+    assert page.index("in A") < page.index(key) < page.index("<p>intro</p>")
+
+
+def test_the_summary_opens_with_the_answer_in_plain_words_before_the_bullets():
+    from ddp_profile.findings.summary import plain_words
+
+    fact = {
+        "dtype": "fp32",
+        "eff": "100.2 %",
+        "stock": False,
+        "established": True,
+        "word": "faster",
+        "diff": "7.6 %",
+    }
+    noise = dict(fact, dtype="bf16", eff="84.1 %", established=False, word="within noise")
+    text = plain_words([fact, noise])
+    assert text.startswith(
+        "In plain words: with the best data-parallel configuration measured, in fp32 each GPU"
+    )
+    assert "keeps 100.2 % of the speed one GPU has alone (7.6 % faster than stock PyTorch DDP)" in text
+    assert "in bf16 each GPU keeps 84.1 % of the speed one GPU has alone (not told apart from stock" in text
+    assert plain_words([]) == ""
+    s = Section("timing", "Timing")
+    s.p("detail")
+    summary = Summary([Bullet("fp32, closest to one GPU:", "x", "timing", "timing sets")], plain=text)
+    md, page = to_markdown("T", [], [s], summary), to_html("T", [], [s], {}, summary)
+    assert md.index(text) < md.index("**Summary.**") and page.index(htmllib.escape(text)) < page.index(
+        "<strong>Summary.</strong>"
+    )
+    check_html(page, check_markdown(md))

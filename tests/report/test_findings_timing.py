@@ -228,9 +228,10 @@ def test_summary_bullet_and_row_take_the_sections_words(tmp_path):
     got = build_summary([sec])
     (bullet,) = got.bullets
     eff = timing.efficiency(one, fast)
+    assert got.key == f"Set codes: timing set F: {timing.workload_short(timing.workload_key(fast))}."
     assert bullet.lead == "fp32, closest to one GPU:" and bullet.anchor == sec.key == "timing"
     assert bullet.text == (
-        f"{fast.name} (set F): {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
+        f"{fast.name} (timing set F): {pct(eff[0])} of one GPU ({pct(eff[1])}–{pct(eff[2])}; "
         f"target 96 % missed); it is faster than stock DDP by {timing.rel_diff(fast, stock)} "
         "(intervals separate). Stock beaten outside noise in 1 of 1 fp32 timing set."
     )

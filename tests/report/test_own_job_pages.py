@@ -119,3 +119,16 @@ def test_a_harness_run_alone_says_what_to_change_without_a_no_comparison_sentenc
     page = _page(TRACES / "campaign" / "A" / "fsdp_xl_fp32_2xh200")
     box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
     assert "what to change: " in box and "No comparison holds this run" not in box
+
+
+def test_host_straggler_own_job_headline_names_the_rank_and_the_page_has_no_harness_wording():
+    """The what-if host straggler (rank 3's host falls behind): the verdict's first sentence names rank 3
+    although the bound is the host; an own job (no run JSON) gets no run-JSON or bucket wording."""
+    page = _page(TRACES / "whatif" / "straggler-host--gpt2-ddp-slowhost")
+    box = _text(page.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0]).strip()
+    assert box.startswith(
+        "The step is bound by the host (GPU idle awaiting launches), with rank 3 the straggler"
+    )
+    text = _text(page)
+    assert "run JSON" not in text and "Collectives by bucket" not in text
+    assert "Collectives by kind and size (medians)" in text

@@ -61,18 +61,18 @@ def test_lever_variants_of_one_strategy_form_a_strategy_comparison_per_gpu_count
     stock4 = next(r for r in runs if r.name == "torch_ddp-25mb_xl_fp32_4xh100")
     a = _text(measured_advice(stock4, context))
     # un-profiled medians from the JSONs: 395.075 (stock) vs 392.177 (ch9, hiprio)
-    assert a.startswith("What to change: switch to torch_ddp 25 MiB (ch9, hiprio) ×4, measured 392.177 ms")
+    assert a.startswith("What to change: switch to torch_ddp 25 MiB (ch9, hiprio) ×4, measured 392 ms")
     assert "No comparison holds this run" not in a
     ch9 = next(r for r in runs if r.name == "torch_ddp-25mb-ch9-hiprio_xl_fp32_4xh100")
     assert _text(measured_advice(ch9, context)).startswith("Keep this strategy")
     v = _text(index_verdict(runs, groups, {"comps": comps}))
     assert (
         "campaign/D/ · NVIDIA H100 80GB HBM3 · model xl · fp32 · 4 GPUs: torch_ddp 25 MiB (ch9, hiprio) ×4, "
-        "392.177 ms per step (un-profiled), fastest of 2" in v
+        "392 ms per step (un-profiled), fastest of 2" in v
     )
     assert (
         "campaign/D/ · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: torch_ddp 25 MiB (ch5, hiprio) ×2, "
-        "390.174 ms per step (un-profiled), fastest of 2" in v
+        "390 ms per step (un-profiled), fastest of 2" in v
     )
 
 
@@ -107,7 +107,7 @@ def test_strategy_verdict_never_calls_pytorch_strategies_ours():
 
     # campaign C: torch_ddp fastest, then FSDP2; no ddp-profile strategy in the set
     c = _text(strategy_verdict(pd.DataFrame([_row("torch_ddp", 390.0), _row("fsdp", 399.0)])))
-    assert "9.000 ms (2.3 %) faster than the next, fsdp ×4 (PyTorch FSDP2) (399.000 ms" in c
+    assert "9.00 ms (2.3 %) faster than the next, fsdp ×4 (PyTorch FSDP2) (399 ms" in c
     assert "ours" not in c and "ddp-profile's own" not in c
     # FSDP fastest, PyTorch's ZeRO-1 next: no sentence about 'ours' at all
     d = _text(
@@ -117,7 +117,7 @@ def test_strategy_verdict_never_calls_pytorch_strategies_ours():
             )
         )
     )
-    assert "Against PyTorch DDP (torch_ddp 25 MiB ×4, 395.000 ms)" in d and "ddp-profile's own" not in d
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×4, 395 ms)" in d and "ddp-profile's own" not in d
     assert (
         "faster than the next, torch_ddp 25 MiB (+zero1torch) ×4 (PyTorch DDP with ZeroRedundancyOptimizer)"
         in d
@@ -133,7 +133,7 @@ def test_strategy_verdict_never_calls_pytorch_strategies_ours():
     )
     assert (
         "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, bucketed 25 MiB ×4, is "
-        "20.000 ms (5.0 %) slower (spread unknown: no confidence interval recorded)."
+        "20.0 ms (5.0 %) slower (spread unknown: no confidence interval recorded)."
     ) in e
     assert "ours" not in e
 
@@ -178,14 +178,14 @@ def test_run_page_shows_both_step_times_and_its_advice_says_which_it_uses_and_th
     assert v.startswith("The step is bound by ")
     assert v.split("). ", 1)[1].split("Median step", 1)[0].startswith("What to change: switch to")
     assert (
-        "Median step 1.100 ms in the trace (over 3 profiled steps and every rank); 0.950 ms "
+        "Median step 1.10 ms in the trace (over 3 profiled steps and every rank); 0.950 ms "
         f"un-profiled (median of 3 runs without nsys, CUDA events; profiler overhead "
         f"{overhead:.1f} %)."
     ) in v
     assert (
         "switch to torch_ddp 25 MiB ×2, measured 0.900 ms per step (un-profiled), 0.050 ms (5.3 %) less than "
         "this run's 0.950 ms (un-profiled; evidence: the strategy comparison). It trades memory: it peaks at "
-        "40.00 GiB allocated per GPU against this run's 30.00 GiB (run JSONs)."
+        "40.0 GiB allocated per GPU against this run's 30.0 GiB (run JSONs)."
     ) in v
     keep = _text(measured_advice(runs[2], context))
     assert keep.startswith(
@@ -250,7 +250,8 @@ def test_unknown_bucket_and_size_are_blank_in_tables_and_left_out_of_timeline_to
     html_ = table(collective_summary(a.collectives), "Collectives by bucket (medians)")
     assert "NA" not in html_ and "nan" not in html_.lower()
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", html_)
-    assert cells[:4] == ["AllReduce", "–", "–", "–"]  # collective, dtype, bucket, message: unknown
+    assert cells[:3] == ["AllReduce", "–", "–"]  # collective, dtype, message: unknown
+    assert "data-k='bucket'" not in html_  # no collective has a bucket: no bucket column
     data = timeline_steps(t.kernels, a.phases, a.steps, a.collectives)
     hover = bars_for_window(data, 0, -1e18, 1e18, 0)[1]["hovertext"]
     assert hover and all("bucket" not in h and "–" not in h.split("duration")[1] for h in hover), hover[0]
@@ -273,7 +274,7 @@ def pd_na_bytes(n):
 def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
     from ddp_profile.report.verdicts import run_verdict
 
-    # campaign A's FSDP run: exposed 50.467 ms of a 530.608 ms median step, but the median of the per-step
+    # campaign A's FSDP run: exposed 50.5 ms of a 531 ms median step, but the median of the per-step
     # exposed shares is 10.2 % (the headline's exposed comm (%)); comm 43.5 % of the step in the table
     summary = {
         "step_ns": 530.608e6,
@@ -289,11 +290,11 @@ def test_run_verdict_names_each_share_by_what_it_is_with_one_value_per_fact():
     }
     v = _text(run_verdict(summary, None, False, "", 2))
     # 50.467 / 530.608 is 9.5 %: the median of the per-step shares says how it was taken, not "of the step"
-    assert "50.467 ms (median share of the step 10.2 %) is exposed" in v
-    assert "174.611 ms of it (78 %) is hidden" in v  # no pooled hidden share in this summary: the ratio
+    assert "50.5 ms (median share of the step 10.2 %) is exposed" in v
+    assert "175 ms of it (78 %) is hidden" in v  # no pooled hidden share in this summary: the ratio
     pooled = _text(run_verdict(dict(summary, overlap_pct=75.5), None, False, "", 2))
     # the headline's comm hidden (%), not a second value, named as pooled since it is not 174.611 / 223.872
-    assert "174.611 ms of it (75.5 % of all communication, pooled over ranks and steps) is hidden" in pooled
+    assert "175 ms of it (75.5 % of all communication, pooled over ranks and steps) is hidden" in pooled
     assert (
         "The step is bound by compute (share of the step: compute 72.8 %, exposed communication 10.2 %, "
         "idle gaps 14.4 %)."
@@ -397,7 +398,7 @@ def test_values_that_round_to_zero_have_no_minus_sign():
     from ddp_profile.report.glossary import cell_text, fmt_ms, fmt_pct
     from ddp_profile.report.html import table
 
-    assert fmt_ms(-1.0) == "0.000 ms" and fmt_ms(-2e6) == "-2.000 ms"
+    assert fmt_ms(-1.0) == "0.000 ms" and fmt_ms(-2e6) == "-2.00 ms"
     assert fmt_pct(-0.01) == "0.0 %" and fmt_pct(-1.5) == "-1.5 %"
     assert cell_text("lost_ns", -200.0) == "0.000" and cell_text("slowdown_pct", -0.04) == "0.0"
     html_ = table(pd.DataFrame({"name": ["k"], "lost_ns": [-3.0], "slowdown_pct": [-0.01]}), "Contention")
@@ -444,7 +445,7 @@ def test_run_page_channel_advice_quotes_the_recommendations_estimated_loss():
     head = res.recommendation.iloc[0]
     text = model_advice(Run("c-stock", trace, res))
     assert f"compute loses an estimated {fmt_ms(head['upper_gain_ns'])} per step beside NCCL" in text
-    assert f"contention ({head['upper_gain_ns'] / 1e6:.2f} ms/step" in head["basis"]
+    assert f"contention ({fmt_ms(head['upper_gain_ns'])}/step" in head["basis"]
     assert "--nccl-channels 9" in text
 
 
@@ -481,7 +482,7 @@ def test_sweep_model_table_numbers_sit_right_with_separators():
     body = html_[html_.index("<tbody>") :]
     assert "<tr><td>1</td><td data-v='338.0'>338</td><td data-v='7623'>7,623</td>" in body
     assert (
-        "<td data-v='9571000.0'>9.571</td>" in body and "<td>–</td>" in body
+        "<td data-v='9571000.0'>9.57</td>" in body and "<td>–</td>" in body
     )  # a missing value: a dash, left
 
 
@@ -499,7 +500,7 @@ def test_a_missing_number_sits_right_in_its_numeric_column():
     assert cells == [
         ("", "a"),
         ("", "f32"),
-        (" data-v='1.0'", "1.000"),
+        (" data-v='1.0'", "1.00"),
         ("", "b"),
         ("", "–"),
         (" class='na'", "–"),
@@ -509,14 +510,12 @@ def test_a_missing_number_sits_right_in_its_numeric_column():
 
 
 def test_a_number_and_its_unit_never_wrap_apart_in_a_table_cell():
-    """Findings tables hold numbers as text ('369.297 ms', '+4.9 %'); in a narrow column the unit wrapped to a
+    """Findings tables hold numbers as text ('369 ms', '+4.9 %'); in a narrow column the unit wrapped to a
     line of its own. Such a cell joins number and unit with a no-break space; other text is left as is."""
     import pandas as pd
 
     from ddp_profile.report.html import table
 
-    df = pd.DataFrame(
-        {"run": ["a b"], "measured": ["369.297 ms"], "error": ["−20.6 %"], "range": ["1.0–2.0 ms"]}
-    )
+    df = pd.DataFrame({"run": ["a b"], "measured": ["369 ms"], "error": ["−20.6 %"], "range": ["1.0–2.0 ms"]})
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", table(df, "T"))
-    assert cells == ["a b", "369.297\u00a0ms", "−20.6\u00a0%", "1.0–2.0 ms"]
+    assert cells == ["a b", "369\u00a0ms", "−20.6\u00a0%", "1.0–2.0 ms"]

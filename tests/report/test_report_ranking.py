@@ -17,6 +17,7 @@ from conftest import make_run, patch_analysis
 from ddp_profile import report
 from ddp_profile.findings import campaign as qc
 from ddp_profile.findings.data import CAMPAIGN, RunData
+from ddp_profile.fmt import fmt_ms
 from ddp_profile.report import Run, measures
 from ddp_profile.report.compare import assign_baselines, comparison
 from ddp_profile.report.index import numbers_table, render_index
@@ -84,7 +85,7 @@ def test_a_set_with_unprofiled_medians_is_ranked_by_them_and_the_verdict_says_so
     v = _text(strategy_verdict(comp))
     assert v.startswith(
         "Fastest: naive ×2 at 0.900 ms per step (un-profiled: median over 2 runs without nsys, CUDA "
-        "events, range 0.890–0.910 ms; 1.100 ms in the profiled trace)."
+        "events, range 0.890–0.910 ms; 1.10 ms in the profiled trace)."
     )
     assert "Ranked: 1. naive ×2 0.900 ms, 2. torch_ddp 25 MiB ×2 0.950 ms, 3. overlap ×2 0.990 ms." in v
     assert "Ranked by un-profiled step time" in v
@@ -146,7 +147,7 @@ def test_a_set_where_one_run_lacks_the_unprofiled_median_is_ranked_by_trace_time
         "naive_xl_fp32_2xh100",
     ]
     v = _text(strategy_verdict(comp))
-    assert v.startswith("Fastest: overlap ×2 at 1.000 ms per step (median over ranks and 3 profiled steps")
+    assert v.startswith("Fastest: overlap ×2 at 1.00 ms per step (median over ranks and 3 profiled steps")
     assert (
         "Ranked by profiled step time (the trace's median over ranks and profiled steps): 1 of these 3 runs "
         "(overlap ×2) were not timed without nsys"
@@ -177,8 +178,8 @@ def test_memory_columns_are_the_run_json_values_in_gib_and_blank_with_a_note_whe
         got.update(zip(re.findall(r"data-k='([^']+)'", part), cells, strict=True))
     # naive: 11 GiB on rank 0 (10 on rank 1), 13 GiB reserved, 2.75 GiB of optimizer state
     assert (got["peak_allocated_bytes"], got["peak_reserved_bytes"], got["optimizer_state_bytes"]) == (
-        "11.00",
-        "13.00",
+        "11.0",
+        "13.0",
         "2.75",
     )
     assert "peak allocated (GiB)" in t
@@ -235,7 +236,7 @@ def test_index_verdict_names_the_sets_and_the_fastest_run_and_links_its_comparis
     assert v.startswith("7 runs in 2 sets: campaign/A/ (4 runs, 1–2 GPUs), top level (3 runs, 1–2 GPUs).")
     assert "naive ×2, 0.900 ms per step (un-profiled), fastest of 3" in v
     assert (
-        "top level · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: overlap ×2, 1.200 ms per step (profiled, "
+        "top level · NVIDIA H100 80GB HBM3 · model xl · fp32 · 2 GPUs: overlap ×2, 1.20 ms per step (profiled, "
         "trace), fastest of 2" in v
     )
     pages = {g.page for g in groups if g.kind == "strategies"}
@@ -275,7 +276,7 @@ def test_committed_campaign_sets_rank_by_their_json_unprofiled_medians(monkeypat
         )
         assert ranked(comp)["run"].iloc[0] == fastest["run"]
         v = _text(strategy_verdict(comp))
-        assert f"at {fastest['unprofiled_step_ms_median']:,.3f} ms per step (un-profiled" in v
+        assert f"at {fmt_ms(fastest['unprofiled_step_ms_median'] * 1e6)} per step (un-profiled" in v
         by_run = comp.set_index("run")
         for m in (m for m in metas if m["world_size"] in (1, n)):
             assert by_run.loc[m["run"], "peak_allocated_bytes"] == max(
@@ -340,11 +341,15 @@ def test_baseline_cells_link_to_the_baseline_page_and_a_1gpu_run_names_none(monk
     assign_baselines(runs)
     one = runs[0]
     assert one.meta["world_size"] == 1 and all(r.baseline is one for r in runs)
-    link = f"<td class='tok link'><a href='{one.page}'>{one.name}</a></td>"
+    cell = f"<a href='{one.page}'>{one.name}</a></td>"
     index_table = (
         render_index(runs, group_runs(runs), []).split("<h2>Runs</h2>", 1)[1].split("</table>", 1)[0]
     )
-    for html_ in (index_table, numbers_table(comparison(runs), "Numbers")):
+    # the index clips a baseline name (whole in its title and link text); the numbers table lets it wrap
+    for html_, link in (
+        (index_table, f"<td class='clip' title='{one.name}'>{cell}"),
+        (numbers_table(comparison(runs), "Numbers"), f"<td class='tok link'>{cell}"),
+    ):
         rows: dict[str, str] = {}  # run page: its rows' cells (the numbers table's two tables joined)
         for tr in re.findall(r"<tr><td.*?</tr>", html_, re.S):
             page = re.search(r"href='([^']+)'", tr).group(1)

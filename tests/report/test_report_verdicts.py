@@ -44,19 +44,18 @@ def _text(html_):
 
 def test_strategy_verdict_names_the_fastest_and_flips_with_the_data():
     a = _text(strategy_verdict(_comp([395.0, 354.0, 380.0])))
-    assert a.startswith("Fastest: overlap ×2 at 354.000 ms per step")
-    assert "26.000 ms (6.8 %) faster than the next, torch_ddp 25 MiB ×2" in a
-    assert "41.000 ms (10.4 %) faster than the slowest, naive ×2" in a
-    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380.000 ms): 26.000 ms (6.8 %) faster" in a
+    assert a.startswith("Fastest: overlap ×2 at 354 ms per step")
+    assert "26.0 ms (6.8 %) faster than the next, torch_ddp 25 MiB ×2" in a
+    assert "41.0 ms (10.4 %) faster than the slowest, naive ×2" in a
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380 ms): 26.0 ms (6.8 %) faster" in a
     assert "these steps establish the order" in a
-    assert "Ranked: 1. overlap ×2 354.000 ms, 2. torch_ddp 25 MiB ×2 380.000 ms, 3. naive ×2 395.000 ms." in a
+    assert "Ranked: 1. overlap ×2 354 ms, 2. torch_ddp 25 MiB ×2 380 ms, 3. naive ×2 395 ms." in a
     b = _text(strategy_verdict(_comp([350.0, 354.0, 380.0], spreads=5.0)))
     assert b.startswith("Fastest: naive ×2") and "do not establish the order" in b
     c = _text(strategy_verdict(_comp([395.0, 354.0, 340.0])))
     assert (
         c.startswith("Fastest: torch_ddp")
-        and "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, overlap ×2, is 14.000 ms"
-        in c
+        and "PyTorch DDP is fastest; the fastest of ddp-profile's own strategies, overlap ×2, is 14.0 ms" in c
     )
 
 
@@ -72,23 +71,23 @@ def test_strategy_verdict_claims_an_order_only_where_intervals_separate():
     a = _text(strategy_verdict(_with_ci(_comp([395.0, 354.0, 380.0]), [(390, 400), (352, 356), (378, 382)])))
     assert a.startswith("Fastest: overlap ×2")
     assert (
-        "95 % confidence intervals (overlap ×2 352.000–356.000 ms, torch_ddp 25 MiB ×2 378.000–382.000 ms) do not "
+        "95 % confidence intervals (overlap ×2 352–356 ms, torch_ddp 25 MiB ×2 378–382 ms) do not "
         "overlap, so the order of the top two is established" in a
     )
-    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380.000 ms): 26.000 ms (6.8 %) faster." in a
+    assert "Against PyTorch DDP (torch_ddp 25 MiB ×2, 380 ms): 26.0 ms (6.8 %) faster." in a
     # overlapping intervals: within noise, both intervals given, no "fastest"/"faster" claim
     b = _text(strategy_verdict(_with_ci(_comp([395.0, 354.0, 380.0]), [(390, 400), (340, 385), (370, 390)])))
     assert b.startswith("Lowest median (within noise of the next): overlap ×2")
-    assert "Its median is 26.000 ms (6.8 %) below the next" in b
+    assert "Its median is 26.0 ms (6.8 %) below the next" in b
     assert "overlap: the top two are within noise of each other" in b
     assert (
-        "26.000 ms (6.8 %) faster by the medians but within noise (95 % confidence intervals "
-        "340.000–385.000 ms and 370.000–390.000 ms overlap)"
+        "26.0 ms (6.8 %) faster by the medians but within noise (95 % confidence intervals "
+        "340–385 ms and 370–390 ms overlap)"
     ) in b
     assert "Fastest:" not in b
     # no intervals (older run JSONs): medians compared, the spread said to be unknown
     c = _text(strategy_verdict(_comp([395.0, 354.0, 380.0])))
-    assert "26.000 ms (6.8 %) faster (spread unknown: no confidence interval recorded)" in c
+    assert "26.0 ms (6.8 %) faster (spread unknown: no confidence interval recorded)" in c
 
 
 def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present():
@@ -112,16 +111,16 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
         }
     )
     a = _text(run_verdict(summary, steps, False, "ADVICE", 2))
-    assert "Communication takes 40.000 ms per step; 30.000 ms of it (75 %) is hidden" in a
+    assert "Communication takes 40.0 ms per step; 30.0 ms of it (75 %) is hidden" in a
     # per rank, not pooled: the waiting rank is named beside the others' median
     assert (
-        "10.000 ms (2.5 % of the step) is exposed — rank 1 waits 6.000 ms per step for a later rank (other "
-        "ranks 0.000 ms), 4.000 ms transferring"
+        "10.0 ms (2.5 % of the step) is exposed — rank 1 waits 6.00 ms per step for a later rank (other "
+        "ranks 0.000 ms), 4.00 ms transferring"
     ) in a
-    assert "(2.000 ms after the last rank's backward)" in a
+    assert "(2.00 ms after the last rank's backward)" in a
     # the answer first: what bounds the step and what to change, then the measurements
     assert a.startswith("The step is bound by compute (") and "idle gaps 2.5 %). ADVICE" in a
-    assert a.index("ADVICE") < a.index("Median step 400.000 ms")
+    assert a.index("ADVICE") < a.index("Median step 400 ms")
     b = _text(run_verdict(dict(summary, compute_ns=100e6, exposed_comm_ns=250e6), None, False, "", 2))
     assert "bound by exposed communication" in b and "waiting" not in b
     assert "bound by kernel launches" in _text(run_verdict(summary, None, True, "", 2))
@@ -146,17 +145,20 @@ def test_run_verdict_says_what_bounds_the_step_and_uses_new_columns_when_present
 def test_sweep_verdict_recommends_the_measured_best_and_places_the_model_optimum():
     caps, steps, tails = [1.0, 25.0, 100.0, 1000.0], [380e6, 370e6, 360e6, 354e6], [5e6, 3e6, 1e6, 0.5e6]
     a = _text(sweep_verdict(caps, steps, tails, 243.0))
-    assert a.startswith("Use a bucket cap of 1000 MiB: it measured the shortest step, 354.000 ms")
-    assert "It is 16.000 ms (4.3 %) per step faster than the default 25 MiB." in a
+    assert a.startswith("Use a bucket cap of 1000 MiB: it measured the shortest step, 354 ms")
+    assert "It is 16.0 ms (4.3 %) per step faster than the default 25 MiB." in a
     assert "b* = 243 MiB lies between the measured caps 100 MiB and 1000 MiB and was not measured" in a
     b = _text(sweep_verdict(caps, [380e6, 350e6, 360e6, 370e6], tails, 30.0))
     assert b.startswith("Use a bucket cap of 25 MiB") and "model and measurement agree" in b
 
 
-def test_one_formatter_ms_three_decimals_mib_binary():
-    assert fmt_ms(384_306_123) == "384.306 ms" and fmt_ms(float("nan")) == "–"
+def test_one_formatter_ms_three_significant_digits_mib_binary():
+    assert fmt_ms(384_306_123) == "384 ms" and fmt_ms(4_509_000) == "4.51 ms" and fmt_ms(float("nan")) == "–"
+    assert (
+        fmt_ms(36_257_000) == "36.3 ms" and fmt_ms(1_234_567_890) == "1,235 ms" and fmt_ms(7e3) == "0.007 ms"
+    )
     assert fmt_mib(64_000_000) == "61.0 MiB" and fmt_mib(2**31) == "2.00 GiB"
-    assert cell_text("step_ns", 612_190_124) == "612.190"
+    assert cell_text("step_ns", 612_190_124) == "612"
     assert cell_text("bytes", 64_000_000) == "61.0" and cell_text("bucket_mb", 25.0) == "25"
     assert cell_text("exposed_comm_pct", 0.9551) == "1.0" and cell_text("launches", 6824) == "6,824"
 
@@ -174,7 +176,7 @@ def test_tables_are_sortable_with_csv_titles_and_a_scroll_container():
     h = table(df, "Numbers")
     assert "class='sortable'" in h and "<div class='scroll'>" in h
     assert f"title='{METRICS['step_ns'][1]}'" in h.replace("&#x27;", "'")
-    assert ">step time (ms)</th>" in h and "data-v='2.0'" in h and ">2.000</td>" in h
+    assert ">step time (ms)</th>" in h and "data-v='2.0'" in h and ">2.00</td>" in h
     href = re.search(r"href='(data:text/csv[^']*)'", h).group(1)
     csv = urllib.parse.unquote(href.split(",", 1)[1])
     assert csv.splitlines() == ["run,step time (ms),message (MiB)", "b,2.0,1.0", "a,1.0,2.0"]
@@ -191,7 +193,14 @@ def test_pages_start_with_a_verdict_link_back_and_index_has_no_plotly(site):
     out, _ = site
     for p in out.glob("*.html"):
         text = p.read_text()
-        assert "aria-label='breadcrumb'" in text and "href='index.html'" in text, p.name
+        assert "aria-label='breadcrumb'" in text, p.name
+        # every page links "All runs" to the index; the index names itself there instead of linking to itself
+        here = "<span aria-current='page'>All runs</span>"
+        assert (
+            (here in text and "href='index.html'" not in text)
+            if p.name == "index.html"
+            else ("<a href='index.html'>All runs</a>" in text)
+        ), p.name
         assert ("plotly.min.js" in text) == ("Plotly.newPlot(" in text), p.name
         for div in re.findall(r'<div id="[^"]+" class="figure"[^>]*>', text):
             # a chart is an image to assistive technology; the timeline, which holds controls, a figure
@@ -204,7 +213,7 @@ def test_pages_start_with_a_verdict_link_back_and_index_has_no_plotly(site):
     assert _text(sweep.split("<div class='verdict'>", 1)[1]).lstrip().startswith("Use a bucket cap of ")
     run = (out / "run-naive_xl_fp32_2xh100.html").read_text()
     v = _text(run.split("<div class='verdict'>", 1)[1].split("</div>", 1)[0])
-    assert v.startswith("The step is bound by ") and "Median step 1.002 ms" in v
+    assert v.startswith("The step is bound by ") and "Median step 1.00 ms" in v
     assert (
         "What to change: switch to overlap ×2" in v.split("Median step", 1)[0]
     )  # the answer before the numbers
@@ -264,12 +273,10 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
     a = _text(run_verdict(summary, None, False, "", 2, verdict=v))
     # the step-table medians alone would say compute (350 of 400 ms); the verdict says communication
     assert (
-        "bound by exposed communication (removable 34.000 ms per step, 8.5 % of the 400.000 ms critical-path "
+        "bound by exposed communication (removable 34.0 ms per step, 8.5 % of the 400 ms critical-path "
         "step span, spread 0.300 ms over steps" in a
     )
-    assert (
-        "what to change: overlap the gradient collectives with backward (expected gain up to 33.000 ms)" in a
-    )
+    assert "what to change: overlap the gradient collectives with backward (expected gain up to 33.0 ms)" in a
     c = _text(
         run_verdict(
             summary,
@@ -281,7 +288,7 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
         )
     )
     assert (
-        "bound by compute (compute is 90.0 % of the 400.000 ms critical-path step span" in c
+        "bound by compute (compute is 90.0 % of the 400 ms critical-path step span" in c
         and "expected gain" not in c
     )
     steps = pd.DataFrame(
@@ -298,15 +305,15 @@ def test_run_verdict_takes_bound_by_from_the_analysis_verdict():
     )
     s = _text(run_verdict(summary, steps, False, "", 2, verdict=dict(v, bound_by="straggler", rank=0)))
     assert (
-        "Rank 0 arrives last at the step's collectives in 2 of 2 steps, median 35.000 ms after the first rank; "
+        "Rank 0 arrives last at the step's collectives in 2 of 2 steps, median 35.0 ms after the first rank; "
         "cause host in 2 (e.g. step 1: cudaStreamSynchronize 41.2 ms on the main thread (peers 0.1 ms))." in s
     )
     assert "bound by a straggler, rank 0" in s
 
 
 def test_run_verdict_gives_each_rank_where_ranks_differ_more_than_2x():
-    # gpt-accum: rank 0 communicates 0.302 ms per step, rank 1 21.816 ms (waiting for rank 0); the pooled
-    # median, 2.511 ms, is no rank's value
+    # gpt-accum: rank 0 communicates 0.302 ms per step, rank 1 21.8 ms (waiting for rank 0); the pooled
+    # median, 2.51 ms, is no rank's value
     summary = {
         "step_ns": 43.644e6,
         "n_steps": 10,
@@ -322,13 +329,13 @@ def test_run_verdict_gives_each_rank_where_ranks_differ_more_than_2x():
     per_rank = {"comm_ns": {0: 0.302e6, 1: 21.816e6}, "exposed_comm_ns": {0: 0.291e6, 1: 18.529e6}}
     a = _text(run_verdict(summary, None, False, "", 2, per_rank=per_rank))
     assert (
-        "Communication takes rank 0 0.302 ms, rank 1 21.816 ms per step (ranks differ > 2×); 0.022 ms of it "
+        "Communication takes rank 0 0.302 ms, rank 1 21.8 ms per step (ranks differ > 2×); 0.022 ms of it "
         "(12.9 % of all communication, pooled over ranks and steps) is hidden under compute and rank 0 "
-        "0.291 ms, rank 1 18.529 ms is exposed"
+        "0.291 ms, rank 1 18.5 ms is exposed"
     ) in a
     assert "2.511" not in a and "1.986" not in a
     pooled = _text(run_verdict(summary, None, False, "", 2))
-    assert "1.986 ms (median share of the step 1.8 %) is exposed" in pooled  # 1.986 / 43.644 is 4.6 %
+    assert "1.99 ms (median share of the step 1.8 %) is exposed" in pooled  # 1.986 / 43.644 is 4.6 %
 
 
 def test_straggler_example_is_the_median_lead_step_of_the_cause_and_names_it():

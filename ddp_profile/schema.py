@@ -234,7 +234,8 @@ API_CALL_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # The calls during which a process's main thread (tid = pid) may wait for its GPU (Trace.host_waits, read by
 # load_trace; nsys.api.load_host_waits reads them again): kind "event" (cudaEventSynchronize: waits for one
 # recorded point, the GPU's queue is not emptied), "sync" (cudaStreamSynchronize, cudaDeviceSynchronize...) or
-# "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies of other directions are left out). name: the function as API_CALL_COLUMNS names it.
+# "copy" (a copy to the host, as tensor.item()'s: it returns when done; copies of other directions are left
+# out). name: the function as API_CALL_COLUMNS names it.
 HOST_WAIT_COLUMNS = ["rank", "pid", "tid", "name", "kind", "start_ns", "end_ns"]
 # Per (rank, step): device-to-device copies and optimizer kernels that start at or after the step's
 # backward_end_ns and end by its end_ns (how many, their summed GPU time), and the summed time of the step's

@@ -468,7 +468,7 @@ def advice(
     options may be named); ``last_grad_ns``: per step, the critical rank's last gradient collective's
     duration (what bucketing leaves after backward); ``extra_work``: ``kernel_diff.every_rank`` (the
     ``extra_work`` rule); ``drains_per_step``: per step, the calls on the critical rank's main thread that empty
-    the GPU's queue (stream or device syncs, copies to the host): in at least half the steps, ``host_sync``'s
+    the GPU's queue (stream or device syncs, copies to the host): in more than half the steps, ``host_sync``'s
     model is the queue's refill (:func:`_sync_gain`)."""
     if crit is None or crit.empty:
         return []
@@ -538,7 +538,7 @@ def advice(
         )
     hs = np.minimum(sync, host)
     drains = (drains_per_step if drains_per_step is not None else pd.Series(dtype=float)).reindex(c.index)
-    synced = bool(len(drains)) and float((drains.fillna(0.0) > 0).mean()) >= 0.5
+    synced = bool(len(drains)) and float((drains.fillna(0.0) > 0).mean()) > 0.5
     starved = host + c["idle_ns"]
     out.append(
         _rule(

@@ -51,9 +51,9 @@ DAMAGE = {
     "no NCCL kernels": drop_nccl_kernels,
 }
 NOTE = {
-    "clock +2 ms": "rank 1 by -2.0",
-    "clock +150 ms": "rank 1 by -150.0",
-    "clock +3 s": "rank 1 by -3,000.0",
+    "clock +2 ms": "rank 1 by -2",
+    "clock +150 ms": "rank 1 by -150 ms",
+    "clock +3 s": "rank 1 by -3,000 ms",
     "capture two steps late": "rank 1's capture starts 36 collective(s) later than rank 0's",
     "no CUDA API rows": "rank 1: no CUDA API rows",
     "no kernel names": "rank 1: 8585 kernel(s) have no name",

@@ -89,7 +89,7 @@ def test_per_rank_files_whose_clocks_disagree(how, tmp_path, capfd):
     assert code == 0, err
     doc = json.loads(out)
     if how != "clock drift":  # named as one job's ranks: aligned on their collectives, never refused
-        assert "rank 1 by -3,000.0" in " ".join(doc["notes"]), doc["notes"]
+        assert "rank 1 by -3,000 ms" in " ".join(doc["notes"]), doc["notes"]
     assert _ranks_steps(doc) == {(r, s) for r in (0, 1) for s in range(3)}
     assert all((row["straggler_lead_ns"] or 0) >= 0 for row in doc["steps"])
     cp = doc["critical_path"]

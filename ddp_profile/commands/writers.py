@@ -11,6 +11,7 @@ columns too.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from itertools import repeat
 
 import numpy as np
@@ -19,20 +20,34 @@ import pandas as pd
 INDENT = "  "
 
 
+ROWS_PER_CHUNK = 65536
+"""Rows of a section turned into text at a time (:func:`records_chunks`): a 450 MB answer is written as it is
+built, never held as one string."""
+
+
 def json_text(res, keys: list[str]) -> str:
     """``json.dumps({k: v for k, v in res.to_json_dict().items() if k in keep}, indent=2) + "\\n"`` with
     ``keep`` = the head (version, summary, notes, verdict, per_rank: ``res.json_head()``) and ``keys`` (JSON
-    section names), in to_json_dict's key order."""
+    section names), in to_json_dict's key order: :func:`json_chunks` joined."""
+    return "".join(json_chunks(res, keys))
+
+
+def json_chunks(res, keys: list[str]) -> Iterator[str]:
+    """The text of :func:`json_text` in pieces, as they are built (a section in blocks of ROWS_PER_CHUNK rows)."""
     from ddp_profile.schema import JSON_SECTIONS
 
-    items = [(k, _small(v)) for k, v in res.json_head().items()]
+    sep = "{\n"
+    for k, v in res.json_head().items():
+        yield f"{sep}{INDENT}{json.dumps(k)}: {_small(v)}"
+        sep = ",\n"
     for key, attr in JSON_SECTIONS.items():
         if key in keys:
             df = getattr(res, attr)
             extra = ("compute_overlap_pct", "overlap_pct", "kind", "nccl") if key == "kernels" else None
-            items.append((key, records_text(df, 2, extra)))
-    body = ",\n".join(f"{INDENT}{json.dumps(k)}: {v}" for k, v in items)
-    return "{\n" + body + "\n}\n"
+            yield f"{sep}{INDENT}{json.dumps(key)}: "
+            yield from records_chunks(df, 2, extra)
+            sep = ",\n"
+    yield "{\n\n}\n" if sep == "{\n" else "\n}\n"
 
 
 def _small(value) -> str:
@@ -44,28 +59,42 @@ def records_text(df: pd.DataFrame, level: int, extra=None) -> str:
     """A frame as the text of a JSON list of row objects at nesting ``level`` (list items at ``level``,
     their keys one deeper), as json.dumps(records(df), indent=2) nests it. ``extra`` = (key, column,
     mask column, mask value): rows whose mask column equals the value also get ``key`` = that column's
-    value, after the others (the kernels section's ``compute_overlap_pct``)."""
+    value, after the others (the kernels section's ``compute_overlap_pct``): :func:`records_chunks` joined."""
+    return "".join(records_chunks(df, level, extra))
+
+
+def records_chunks(df: pd.DataFrame, level: int, extra=None, rows: int = ROWS_PER_CHUNK) -> Iterator[str]:
+    """The text of :func:`records_text` in pieces of at most ``rows`` rows each."""
     if len(df) == 0:
-        return "[]"
+        yield "[]"
+        return
     if len(df.columns) == 0:
-        return "[\n" + ",\n".join([INDENT * level + "{}"] * len(df)) + "\n" + INDENT * (level - 1) + "]"
+        yield "[\n" + ",\n".join([INDENT * level + "{}"] * len(df)) + "\n" + INDENT * (level - 1) + "]"
+        return
     pad, inner = INDENT * level, INDENT * (level + 1)
-    seq: list = []
-    for i, col in enumerate(df.columns):
-        lead = (pad + "{\n" if i == 0 else ",\n") + inner + json.dumps(str(col)) + ": "
-        seq += [repeat(lead), tokens(df[col])]
-    if extra is not None:
-        key, src, mask_col, value = extra
-        hit = (
-            (df[mask_col] == value).fillna(False).to_numpy(dtype=bool)
-            if mask_col in df
-            else np.zeros(len(df), bool)
-        )
-        toks = np.array(tokens(df[src]), dtype=object)
-        seq.append(np.where(hit, ",\n" + inner + json.dumps(key) + ": " + toks, "").tolist())
-    seq.append(repeat("\n" + pad + "}"))
-    rows = map("".join, zip(*seq, strict=False))  # the repeat() parts are endless
-    return "[\n" + ",\n".join(rows) + "\n" + INDENT * (level - 1) + "]"
+    leads = [
+        (pad + "{\n" if i == 0 else ",\n") + inner + json.dumps(str(col)) + ": "
+        for i, col in enumerate(df.columns)
+    ]
+    sep = "[\n"
+    for a in range(0, len(df), rows):
+        block = df.iloc[a : a + rows]
+        seq: list = []
+        for i, lead in enumerate(leads):
+            seq += [repeat(lead), tokens(block.iloc[:, i])]
+        if extra is not None:
+            key, src, mask_col, value = extra
+            hit = (
+                (block[mask_col] == value).fillna(False).to_numpy(dtype=bool)
+                if mask_col in block
+                else np.zeros(len(block), bool)
+            )
+            toks = np.array(tokens(block[src]), dtype=object)
+            seq.append(np.where(hit, ",\n" + inner + json.dumps(key) + ": " + toks, "").tolist())
+        seq.append(repeat("\n" + pad + "}"))
+        yield sep + ",\n".join(map("".join, zip(*seq, strict=False)))  # the repeat() parts are endless
+        sep = ",\n"
+    yield "\n" + INDENT * (level - 1) + "]"
 
 
 def tokens(col: pd.Series) -> list[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -71,17 +70,21 @@ def records_chunks(df: pd.DataFrame, level: int, extra=None, rows: int = ROWS_PE
     if len(df.columns) == 0:
         yield "[\n" + ",\n".join([INDENT * level + "{}"] * len(df)) + "\n" + INDENT * (level - 1) + "]"
         return
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     pad, inner = INDENT * level, INDENT * (level + 1)
     leads = [
-        (pad + "{\n" if i == 0 else ",\n") + inner + json.dumps(str(col)) + ": "
+        pa.scalar((pad + "{\n" if i == 0 else ",\n") + inner + json.dumps(str(col)) + ": ")
         for i, col in enumerate(df.columns)
     ]
-    sep = "[\n"
+    # every row's text ends with the separator to the next row: the last row's is cut off at the end
+    tail = pa.scalar("\n" + pad + "},\n")
     for a in range(0, len(df), rows):
         block = df.iloc[a : a + rows]
-        seq: list = []
+        parts: list = []
         for i, lead in enumerate(leads):
-            seq += [repeat(lead), tokens(block.iloc[:, i])]
+            parts += [lead, _arrow_tokens(block.iloc[:, i])]
         if extra is not None:
             key, src, mask_col, value = extra
             hit = (
@@ -89,12 +92,45 @@ def records_chunks(df: pd.DataFrame, level: int, extra=None, rows: int = ROWS_PE
                 if mask_col in block
                 else np.zeros(len(block), bool)
             )
-            toks = np.array(tokens(block[src]), dtype=object)
-            seq.append(np.where(hit, ",\n" + inner + json.dumps(key) + ": " + toks, "").tolist())
-        seq.append(repeat("\n" + pad + "}"))
-        yield sep + ",\n".join(map("".join, zip(*seq, strict=False)))  # the repeat() parts are endless
-        sep = ",\n"
+            with_key = pc.binary_join_element_wise(
+                pa.scalar(",\n" + inner + json.dumps(key) + ": "), _arrow_tokens(block[src]), pa.scalar("")
+            )
+            parts.append(pc.if_else(pa.array(hit), with_key, pa.scalar("")))
+        parts.append(tail)
+        last = a + rows >= len(df)
+        text = _concatenated(pc.binary_join_element_wise(*parts, pa.scalar("")), cut=2 if last else 0)
+        yield "[\n" + text if a == 0 else text
     yield "\n" + INDENT * (level - 1) + "]"
+
+
+def _arrow_tokens(col: pd.Series):
+    """:func:`tokens` of a column as an Arrow string array without nulls: integers and booleans converted by
+    Arrow (the same digits as Python's repr), other columns' Python tokens carried over."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dtype = col.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return pc.cast(pa.array(col.to_numpy()), pa.string())
+    if isinstance(dtype, np.dtype) and dtype.kind == "b":
+        return pc.if_else(pa.array(col.to_numpy()), pa.scalar("true"), pa.scalar("false"))
+    if isinstance(dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and dtype.kind in "iu":  # Int64: <NA> -> null
+        missing = col.isna().to_numpy()
+        values = pa.array(col.to_numpy(dtype="int64", na_value=0), mask=missing)
+        return pc.fill_null(pc.cast(values, pa.string()), pa.scalar("null"))
+    return pa.array(tokens(col), type=pa.string())
+
+
+def _concatenated(arr, cut: int = 0) -> str:
+    """The values of an Arrow string array without nulls, one after the other (less the last ``cut``
+    characters; the text is ASCII: json.dumps escapes the rest): one span of its data buffer, decoded once."""
+    import pyarrow as pa
+
+    width = np.int64 if arr.type == pa.large_string() else np.int32
+    offsets = np.frombuffer(
+        arr.buffers()[1], dtype=width, count=len(arr) + 1, offset=arr.offset * width().itemsize
+    )
+    return str(memoryview(arr.buffers()[2])[int(offsets[0]) : int(offsets[-1]) - cut], "utf-8")
 
 
 def tokens(col: pd.Series) -> list[str]:

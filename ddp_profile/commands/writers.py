@@ -118,7 +118,38 @@ def _arrow_tokens(col: pd.Series):
         missing = col.isna().to_numpy()
         values = pa.array(col.to_numpy(dtype="int64", na_value=0), mask=missing)
         return pc.fill_null(pc.cast(values, pa.string()), pa.scalar("null"))
+    if dtype == np.float64:
+        return _float_tokens(col.to_numpy(), None)
+    if isinstance(dtype, pd.core.dtypes.dtypes.BaseMaskedDtype) and dtype == "Float64":  # <NA> -> null
+        return _float_tokens(col.to_numpy(dtype="float64", na_value=0), col.isna().to_numpy())
     return pa.array(tokens(col), type=pa.string())
+
+
+def _float_tokens(values: np.ndarray, missing: np.ndarray | None):
+    """:func:`tokens` of float64 values as an Arrow string array: a whole number under 2**53 in magnitude is its
+    integer's digits and '.0' (Python's repr of such a float), converted by Arrow; any other finite value is
+    Python's repr; infinities 'Infinity' / '-Infinity'; NaN and ``missing`` 'null'."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    finite = np.isfinite(values)
+    with np.errstate(invalid="ignore"):
+        whole = finite & (np.trunc(values) == values) & (np.abs(values) < 2.0**53)
+    whole &= ~((values == 0) & np.signbit(values))  # -0.0: repr '-0.0', not the integer's '0.0'
+    digits = pc.cast(pa.array(np.where(whole, values, 0).astype(np.int64)), pa.string())
+    text = pc.binary_join_element_wise(digits, pa.scalar(".0"), pa.scalar(""))
+    other = np.flatnonzero(finite & ~whole)
+    if other.size:
+        full = np.full(len(values), "", dtype=object)
+        full[other] = list(map(float.__repr__, values[other].tolist()))
+        text = pc.if_else(pa.array(whole), text, pa.array(full, type=pa.string()))
+    for mask, word in ((np.isposinf(values), "Infinity"), (np.isneginf(values), "-Infinity")):
+        if mask.any():
+            text = pc.if_else(pa.array(mask), pa.scalar(word), text)
+    missing = np.isnan(values) if missing is None else missing | np.isnan(values)
+    if missing.any():
+        text = pc.if_else(pa.array(missing), pa.scalar("null"), text)
+    return text
 
 
 def _concatenated(arr, cut: int = 0) -> str:

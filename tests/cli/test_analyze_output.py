@@ -61,6 +61,38 @@ def test_json_writer_tokens_of_awkward_values():
     assert records_text(df, 2, extra).count('"e": ') == int(df["b"].sum())
 
 
+def test_float_tokens_are_json_dumps_text_at_every_magnitude():
+    """Floats written by Arrow where whole (integer digits and '.0') and by repr otherwise: json.dumps' text for
+    whole numbers around 2**53, -0.0, the smallest subnormal, values from 1e-12 to 1e25; NaN as null."""
+    rng = np.random.default_rng(0)
+    special = [
+        0.0,
+        -0.0,
+        2.0**53,
+        2.0**53 - 1,
+        -(2.0**53) + 1,
+        2.0**53 + 2,
+        1e16,
+        1e15,
+        5e-324,
+        1e-5,
+        1e-4,
+        0.1,
+    ]
+    values = np.concatenate(
+        [
+            rng.random(3000) * 10.0 ** rng.integers(-12, 25, 3000),
+            rng.integers(-(2**60), 2**60, 3000).astype(float),
+            -rng.integers(0, 10**6, 3000).astype(float),
+            special,
+            [np.nan, np.inf, -np.inf],
+        ]
+    )
+    df = pd.DataFrame({"f": values})
+    want = json.dumps([{"f": None if v != v else v} for v in values.tolist()], indent=2)
+    assert records_text(df, 1, None) == want
+
+
 def test_analyze_json_streamed_to_the_file_is_the_json_dumps_text(tmp_path):
     out = tmp_path / "a.json"
     assert main(["analyze", str(SAMPLE), "--format", "json", "-o", str(out)]) == 0

@@ -95,16 +95,22 @@ def attach(
 ) -> None:
     """Fill ``res`` (an Analysis) in place: straggler columns of ``steps``, ``last_arrival_pct`` of
     ``rank_overlap``, ``critical_path``, ``verdict`` and ``per_rank``. ``gemm_ratio``, ``after_backward``: see
-    ``verdict.advice``; ``step_kernels``: ``kernel_diff.step_kernel_sums`` of every rank (the straggler's
-    extra work); ``run``: the harness's run JSON, None for a job of one's own (the profiler's overhead, and
-    whether the harness's options may be named); ``min_lead_ns``: the clock residual (``clocks.refuse_leads``)."""
+    ``verdict.advice`` (``gemm_ratio`` also moves the GEMM time slowed beside waiting NCCL kernels from the
+    rank paths' compute to their wait: ``critical_path.with_contention_wait``); ``step_kernels``:
+    ``kernel_diff.step_kernel_sums`` of every rank (the straggler's extra work); ``run``: the harness's run
+    JSON, None for a job of one's own (the profiler's overhead, and whether the harness's options may be named);
+    ``min_lead_ns``: the clock residual (``clocks.refuse_leads``)."""
     arr = st.arrivals(res.collectives)
     ro = res.rank_overlap
     res.rank_overlap = ro.assign(
         last_arrival_pct=st.last_arrival_pct(arr, ints(ro["rank"])) if len(ro) else []
     )
     step_ids = np.unique(ints(res.steps["step"])) if len(res.steps) else np.zeros(0, np.int64)
-    rp = rank_paths if rank_paths is not None else pd.DataFrame(columns=cp.PATH_COLUMNS)
+    rp = (
+        cp.with_contention_wait(rank_paths, gemm_ratio)  # the peers' GEMMs slowed while they wait: waiting
+        if rank_paths is not None
+        else pd.DataFrame(columns=cp.PATH_COLUMNS)
+    )
     kernel_table = kd.table(step_kernels)  # built once: the straggler's extra work and every rank's
     per_step = clocks.refuse_leads(
         st.stragglers(st.step_leads(arr), rp, waits, step_ids, step_kernels, kernel_table), min_lead_ns

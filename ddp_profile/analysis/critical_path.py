@@ -28,6 +28,20 @@ earliest launch call counts; an activity without a launch call (no CUDA API trac
 ``idle_ns``. (The launch call's end is not read by the loader, so a gap that began while the call ran counts
 as idle.)
 
+**Compute slowed by a waiting NCCL kernel is waiting.** An NCCL kernel waiting for a late peer holds SMs while
+it spins, and the compute beside it runs slower (a persistent GEMM spills into a second wave): that extra time
+is the peer's lateness, not the rank's own work. With G = the rank's GEMM-family kernels
+(``kernel_groups.GEMM``) and r = the like-for-like GEMM slowdown beside NCCL (the GEMMs' median time beside
+NCCL over alone, ``kernel_families.gemm_wave_ratio``), :func:`with_contention_wait` moves::
+
+    beside_wait_ns = |G ∩ N ∩ Wt ∩ J|                    (GEMM time beside a waiting NCCL kernel)
+    moved          = floor(beside_wait_ns · (1 − 1/r))   (what those GEMMs took over their time alone)
+    compute_ns    −= moved;   wait_ns += moved
+
+so the parts still add up to ``span_ns`` in integers (moved ≤ beside_wait_ns ≤ compute_ns). Nothing moves when
+r is unknown (NaN) or ≤ 1. :func:`rank_paths` records ``beside_wait_ns`` and moves when given r; the
+analysis moves once the contention table (r, over every rank) is done.
+
 Per step (:func:`critical_path`): the *critical rank* is the rank whose step ends last on the GPU (the
 step cannot end before it; ties: the lowest rank), and the step's row is that rank's parts::
 
@@ -43,6 +57,7 @@ import pandas as pd
 
 from ddp_profile import intervals as iv
 from ddp_profile.analysis.kernel_arrays import KernelArrays, ints
+from ddp_profile.analysis.kernel_groups import GEMM, GROUPS, kernel_group_codes
 from ddp_profile.analysis.steps import spans
 
 PATH_COLUMNS = [
@@ -56,8 +71,10 @@ PATH_COLUMNS = [
     "wait_ns",
     "host_ns",
     "idle_ns",
+    "beside_wait_ns",
 ]
-"""Per (rank, step), :func:`rank_paths`: the same parts as ``schema.CRITICAL_PATH_COLUMNS`` on each rank."""
+"""Per (rank, step), :func:`rank_paths`: the same parts as ``schema.CRITICAL_PATH_COLUMNS`` on each rank, and
+``beside_wait_ns`` (the GEMM time beside a waiting NCCL kernel: the module docstring)."""
 PARTS = ["compute_ns", "exposed_transfer_ns", "wait_ns", "host_ns", "idle_ns"]
 
 
@@ -86,14 +103,29 @@ def _host_gaps(karr: KernelArrays, idx) -> tuple[np.ndarray, np.ndarray]:
     return g0[keep], g1[keep]
 
 
-def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None) -> pd.DataFrame:
+def with_contention_wait(paths: pd.DataFrame, gemm_ratio: float) -> pd.DataFrame:
+    """``paths`` (PATH_COLUMNS) with the compute slowed beside waiting NCCL kernels moved to ``wait_ns`` (the
+    module docstring); ``gemm_ratio``: r, NaN or ≤ 1 moves nothing (``paths`` itself is returned)."""
+    if paths.empty or not np.isfinite(gemm_ratio) or gemm_ratio <= 1.0:
+        return paths
+    beside = ints(paths["beside_wait_ns"], 0)
+    moved = np.floor(beside * (1.0 - 1.0 / float(gemm_ratio))).astype(np.int64)
+    moved = np.minimum(moved, ints(paths["compute_ns"]))  # beside ≤ compute already: a guard, not a clip
+    return paths.assign(compute_ns=ints(paths["compute_ns"]) - moved, wait_ns=ints(paths["wait_ns"]) + moved)
+
+
+def rank_paths(
+    steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | None, gemm_ratio: float = float("nan")
+) -> pd.DataFrame:
     """PATH_COLUMNS, one row per (rank, step) of the step table (``steps``: STEP_METRIC_COLUMNS). Needs the
-    kernels' launch times (``karr.launch``); ``coll``: the collective table (waits), None: no wait."""
+    kernels' launch times (``karr.launch``); ``coll``: the collective table (waits), None: no wait;
+    ``gemm_ratio``: r of the module docstring (NaN: ``compute_ns`` keeps the slowed GEMMs' time)."""
     if steps is None or steps.empty:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in PATH_COLUMNS})
     sp = spans(steps)
     out = []
     waits = coll.groupby(ints(coll["rank"])).indices if coll is not None and len(coll) else {}
+    is_gemm = kernel_group_codes(karr) == GROUPS.index(GEMM)
     for rank, rows in sp.groupby("rank", sort=True).indices.items():
         js, je = sp["start_ns"].to_numpy()[rows], sp["end_ns"].to_numpy()[rows]
         idx = karr.rank_index(rank)
@@ -117,6 +149,8 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
             js, je, *iv.intersect_normalized(x_set, nw)
         )
         host = iv.covered_by_normalized(js, je, *_host_gaps(karr, idx))
+        g_set = iv.normalize_rows(s, e, is_gemm[idx])
+        beside = iv.covered_by_normalized(js, je, *iv.intersect_normalized(g_set, nw))
         out.append(
             pd.DataFrame(
                 {
@@ -130,11 +164,12 @@ def rank_paths(steps: pd.DataFrame, karr: KernelArrays, coll: pd.DataFrame | Non
                     "wait_ns": wait,
                     "host_ns": host,
                     "idle_ns": span_ns - compute - exposed - host,
+                    "beside_wait_ns": beside,
                 }
             )
         )
-        del x_set, n_set
-    return pd.concat(out, ignore_index=True)[PATH_COLUMNS]
+        del x_set, n_set, g_set
+    return with_contention_wait(pd.concat(out, ignore_index=True)[PATH_COLUMNS], gemm_ratio)
 
 
 def critical_path(paths: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,8 @@ the GPU time per step of each step's critical rank (the rank whose parts the cri
 over the profiled steps and divided by their number, for the 1-GPU run, the stock run and the set's runs that
 differ from stock only in NCCL settings with a channel limit (e.g. ``torch_ddp-25mb-ch2-hiprio``). The
 families other than NCCL add up to the critical rank's non-NCCL GPU time per step (a sum of durations: the
-critical path's ``compute_ns`` is the union of the same activities, equal when they do not overlap).
+critical path's ``compute_ns`` is the union of the same activities, equal when they do not overlap, less the
+GEMM time slowed beside an NCCL kernel waiting for a late peer, which the critical path counts as wait).
 
 Opens no file: the runs are ``data.RunData`` with their traces and analyses.
 """
@@ -340,7 +341,9 @@ def q13_where_lost(runs) -> Section | None:
         "the host had not launched the next work yet. Which compute grows: the GPU time per step of each kernel "
         "family (by kernel name; memcpy and memset as copy) on each step's critical rank, summed over the "
         "profiled steps and divided by their number (so the families add up to the row 'all but NCCL'; a sum "
-        "of kernel durations, equal to the compute part where kernels do not run at once), for the stock run "
+        "of kernel durations, equal to the compute part where kernels do not run at once, plus the GEMM time "
+        "slowed beside an NCCL kernel waiting for a late peer, which the critical path counts as wait), for the "
+        "stock run "
         "and for the set's runs that differ from it only in an NCCL channel limit."
     )
     for label, one, ref, limited, a, b in found:

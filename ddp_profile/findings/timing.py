@@ -365,14 +365,18 @@ def q11_timing(runs, machines: dict[str, str]) -> Section:
 
 
 def above_one_gpu(meta: dict) -> str:
-    """Why a 2-GPU step can be shorter than the 1-GPU step of the same per-GPU batch: less work per rank."""
+    """Why an N-GPU step can be shorter than the 1-GPU step of the same per-GPU batch: less work per rank."""
     sharded = bool((meta.get("config") or {}).get("sharded_update"))
+    n = meta.get("world_size")
+    n = n if isinstance(n, int) and n > 1 else None
+    share = {2: "half", 3: "a third", 4: "a quarter"}.get(n, f"1/{n}") if n else "1/N"
+    shed = {2: "half", 3: "two thirds", 4: "three quarters"}.get(n, f"{n - 1}/{n}") if n else "(N − 1)/N"
     return (
         "Above 100 % means each rank does less work a step than one GPU does, not that communication is free"
         + (
-            ": with --sharded-update each rank runs the optimizer over its half of every parameter only, so the "
-            "step sheds half of the 1-GPU step's optimizer time, while the reduce-scatter and all-gather hide "
-            "behind the backward."
+            f": with --sharded-update each rank runs the optimizer over {share} of every parameter only, so the "
+            f"step sheds {shed} of the 1-GPU step's optimizer time, while the reduce-scatter and "
+            "all-gather hide behind the backward."
             if sharded
             else "."
         )

@@ -139,8 +139,6 @@ def test_the_committed_ledger_page_and_summary_are_what_the_committed_folders_gi
 KNOWN_WRONG = {  # ledger pair (or rule id) -> why its prediction misses; docs/metrics.md#advice-gains says so too
     "launch-bound--gpt2-ddp-b2": "the graph of forward and backward saved more than the share of launches it "
     "takes (the prediction lies inside the realized interval, over 25 % under its median)",
-    "host-sync--gpt2-ddp-bwdsync": "the profiled compute overstates the un-profiled GPU work on this 2-GPU job "
-    "(the prediction lies inside the realized interval, over 25 % under its median)",
 }
 PAIRS = [
     pytest.param(

@@ -230,9 +230,13 @@ def test_real_set_b_section_carries_the_family_table():
     s = q13_where_lost(runs)
     t = _family_table(s).set_index("family")
     for col, run in (("1 GPU", runs[0]), ("2 GPUs", runs[1])):
-        compute = float(run.analysis.critical_path["compute_ns"].mean()) / 1e6
+        crit = run.analysis.critical_path
+        compute, wait = float(crit["compute_ns"].mean()) / 1e6, float(crit["wait_ns"].mean()) / 1e6
         total = t.loc["all but NCCL", col]
-        assert _cell_ms(total) == pytest.approx(compute, abs=_half_step(total) + 1e-9)
+        # the kernels' durations: the compute part, plus the GEMM time slowed beside a waiting NCCL kernel that
+        # the critical path counts as wait (none on one GPU)
+        slack = _half_step(total) + 1e-9
+        assert compute - slack <= _cell_ms(total) <= compute + (wait if col == "2 GPUs" else 0.0) + slack
         cells = t.drop(index=["all but NCCL", "NCCL"])[col]
         slack = _half_step(total) + sum(map(_half_step, cells)) + 1e-9
         assert cells.map(_cell_ms).sum() == pytest.approx(_cell_ms(total), abs=slack)

@@ -356,3 +356,5 @@ def test_a_two_gpu_step_shorter_than_one_gpu_is_explained_by_less_work_per_rank(
 def test_above_one_gpu_names_the_sharded_update_only_when_it_ran():
     assert "--sharded-update" in timing.above_one_gpu({"config": {"sharded_update": True}})
     assert timing.above_one_gpu({"config": {}}).endswith("not that communication is free.")
+    four = timing.above_one_gpu({"config": {"sharded_update": True}, "world_size": 4})
+    assert "a quarter of every parameter" in four and "sheds three quarters" in four

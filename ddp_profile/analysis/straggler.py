@@ -48,7 +48,7 @@ import pandas as pd
 from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.kernel_groups import GRADIENT, KINDS, kind_codes
-from ddp_profile.fmt import fmt_ms, fmt_ms_many
+from ddp_profile.fmt import fmt_ms_many
 from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
 
 CAUSE_SHARE = 0.5
@@ -170,33 +170,47 @@ def call_table(waits: pd.DataFrame | None, paths: pd.DataFrame) -> CallTable:
     return CallTable(names, ns, calls)
 
 
-def _evidence_call(
-    table: CallTable, me_row: int, peers_ns: np.ndarray, peers_calls: np.ndarray, lead: float
-) -> str | None:
-    """The host-wait functions that set the straggler (``table`` row ``me_row``) apart from its peers (their
-    medians ``peers_ns``, ``peers_calls``), each rank within its own step span: those it calls more often
-    than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at once
-    still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread: <function>
-    ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step); None
-    without any."""
-    mine_calls = table.calls[me_row]
-    have = np.flatnonzero(mine_calls > 0)
-    if not have.size:
-        return None
-    mine_ns, mine_calls = table.ns[me_row, have].astype(float), mine_calls[have]
-    t_base, n_base = peers_ns[have], peers_calls[have]
-    named = np.flatnonzero(((mine_ns - t_base) >= CALL_SHARE * lead) | (mine_calls > n_base))
-    if not named.size:
-        return None
-    named = named[np.argsort(-mine_ns[named], kind="stable")]
-    calls = " + ".join(
-        f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
-        for i in named.tolist()
+def _evidence_calls(
+    table: CallTable, me_row: np.ndarray, peers_ns: np.ndarray, peers_calls: np.ndarray, lead: np.ndarray
+) -> list[str | None]:
+    """Per straggler i: the host-wait functions that set it (``table`` row ``me_row[i]``) apart from its peers
+    (their medians ``peers_ns[i]``, ``peers_calls[i]``), each rank within its own step span: those it calls more
+    often than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at
+    once still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread:
+    <function> ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step,
+    functions by that time, longest first); None without any. All stragglers at once: one (straggler, function)
+    matrix, text only for the functions named."""
+    n = len(me_row)
+    if not n or not table.ns.shape[1]:
+        return [None] * n
+    mine_calls, mine_ns = table.calls[me_row], table.ns[me_row].astype(float)
+    named = (mine_calls > 0) & (
+        ((mine_ns - peers_ns) >= CALL_SHARE * lead[:, None]) | (mine_calls > peers_calls)
     )
-    return (
-        f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
-        f"(other ranks' median {fmt_ms(t_base[named].sum())})"
-    )
+    order = np.argsort(-mine_ns, axis=1, kind="stable")  # per straggler, its functions by time, longest first
+    rows = np.arange(n)[:, None]
+    named, mine_calls, peers_calls = named[rows, order], mine_calls[rows, order], peers_calls[rows, order]
+    # integer ns (and half-integer medians) as floats: the sums are exact in any order
+    mine_sum = np.where(named, mine_ns[rows, order], 0.0).sum(axis=1)
+    peers_sum = np.where(named, peers_ns[rows, order], 0.0).sum(axis=1)
+    r, k = np.nonzero(named)  # row-major: each straggler's named functions together, in order
+    names = table.names[order[r, k]]
+    parts = [
+        f"{name} ×{int(c)} (other ranks' median ×{b:g})"
+        for name, c, b in zip(
+            names.tolist(), mine_calls[r, k].tolist(), peers_calls[r, k].tolist(), strict=True
+        )
+    ]
+    out: list[str | None] = [None] * n
+    has = np.flatnonzero(named.any(axis=1))
+    if not has.size:
+        return out
+    cuts = np.searchsorted(r, has, side="left").tolist() + [len(r)]
+    mine_t, peers_t = fmt_ms_many(mine_sum[has]), fmt_ms_many(peers_sum[has])
+    for j, i in enumerate(has.tolist()):
+        calls = " + ".join(parts[cuts[j] : cuts[j + 1]])
+        out[i] = f"host waits on the main thread: {calls}, {mine_t[j]} (other ranks' median {peers_t[j]})"
+    return out
 
 
 class StepInputs(NamedTuple):
@@ -366,10 +380,12 @@ def _causes(
     sel = np.flatnonzero(is_host)
     if sel.size:
         mine, peers = fmt_ms_many(x.host[sel]), fmt_ms_many(x.peers_host[sel])
-        for i, me, peer in zip(sel.tolist(), mine, peers, strict=True):
-            text = f"GPU idle awaiting launches {me} (other ranks' median {peer})"
-            call = _evidence_call(calls, int(x.me_row[i]), x.peers_ns[i], x.peers_calls[i], float(lead[i]))
-            evidence[i] = text if call is None else f"{text}; {call}"
+        found = _evidence_calls(calls, x.me_row[sel], x.peers_ns[sel], x.peers_calls[sel], lead[sel])
+        evidence[sel] = [
+            f"GPU idle awaiting launches {me} (other ranks' median {peer})"
+            + ("" if call is None else f"; {call}")
+            for me, peer, call in zip(mine, peers, found, strict=True)
+        ]
     sel = np.flatnonzero(is_gpu & has_work)
     if sel.size:
         kernels = extra["extra_kernels"].to_numpy()[row[sel]]

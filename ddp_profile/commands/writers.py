@@ -2,10 +2,13 @@
 ``Analysis.to_json_dict()`` (a test holds them equal), built one column at a time.
 
 ``json.dumps`` with an indent runs its pure-Python encoder, one call per value (~0.5 s for the 15,000 rows of
-a 1M-kernel run); here each column becomes its JSON tokens in one numpy conversion (integers, floats, with
-NaN and missing values as ``null``) or one ``json.dumps`` per distinct value (names: a few hundred), and the
-rows are joined in C (``map(str.join, zip(...))``). CSV goes through pandas' writer, which formats whole
-columns too.
+a 1M-kernel run). Here a section is written in blocks of ROWS_PER_CHUNK rows, each yielded as soon as it is
+built (``analyze`` streams them to its atomic temp file: a long capture's answer is never one string). In a
+block, each column becomes an Arrow string array of its JSON tokens: integers, booleans and whole floats
+converted by Arrow (the digits Python's repr gives), other floats by repr, NaN and missing values as ``null``,
+names by one ``json.dumps`` per distinct value; the rows are then assembled by Arrow
+(``binary_join_element_wise``) and the block's text is one span of the result's data buffer. CSV goes
+through pandas' writer, which formats whole columns too.
 """
 
 from __future__ import annotations

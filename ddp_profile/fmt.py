@@ -80,6 +80,17 @@ def fmt_ms(ns, unit: bool = True) -> str:
     return sig(float(ns) / 1e6) + (" ms" if unit else "")
 
 
+def fmt_ms_many(values) -> list[str]:
+    """:func:`fmt_ms` of every value of an array (one call per distinct value: a column of many rows repeats
+    few values)."""
+    values = np.asarray(values, dtype=float)
+    if not values.size:
+        return []
+    uniq, inverse = np.unique(values, return_inverse=True)
+    words = np.array([fmt_ms(v) for v in uniq.tolist()], dtype=object)
+    return words[inverse.reshape(-1)].tolist()
+
+
 def fmt_duration(ns) -> str:
     """Tooltips: '247 ms' / '4.51 ms' from 1 ms up, '235 µs' / '12.3 µs' below (3 significant digits, at most
     one decimal of µs); '–' if missing (the timeline's ddpDur() is the same in the browser)."""

@@ -165,6 +165,18 @@ def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = Fa
     """Write ``data`` to ``path`` atomically; mode 0644 (mkstemp makes 0600, and these outputs are
     meant to be shared). Missing folders are created only with ``make_parents`` (a user's mistyped ``-o``
     folder is an error, not a new folder). An OSError becomes :class:`OutputError` naming the path."""
+    return write_chunks_atomic(path, [data], make_parents=make_parents)
+
+
+def write_text_chunks_atomic(path: Path | str, chunks: Iterable[str], *, make_parents: bool = False) -> Path:
+    """Text (UTF-8) written piece by piece as ``chunks`` yields it, atomically (:func:`write_chunks_atomic`):
+    a large output is never held as one string."""
+    return write_chunks_atomic(path, (c.encode("utf-8") for c in chunks), make_parents=make_parents)
+
+
+def write_chunks_atomic(path: Path | str, chunks: Iterable[bytes], *, make_parents: bool = False) -> Path:
+    """:func:`write_bytes_atomic` of the concatenation of ``chunks``, each written to the temporary file as it
+    comes; an error while they are made (or written) leaves ``path`` as it was."""
     path = Path(path)
     check_output_file(path)  # never replace a device, FIFO or folder with a file
     tmp = None
@@ -173,7 +185,8 @@ def write_bytes_atomic(path: Path | str, data: bytes, *, make_parents: bool = Fa
             path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for data in chunks:
+                fh.write(data)
         os.chmod(tmp, 0o644)
         commit_output(tmp, path)  # inside the CLI: put back as it was if a signal ends the command
         return path

@@ -68,13 +68,18 @@ def shards(frame: pd.DataFrame | None) -> bool:
     return rs > 0 or (gb > 0 and gb >= SHARDED_SYNC_RATIO * ar)
 
 
-def _by_rank(kernels: pd.DataFrame, mask: np.ndarray) -> dict:
-    """{rank: (start, end)} of the masked kernels, each rank's sorted by start (grouped once, not per step)."""
-    sel = kernels[mask]
+def _by_rank(cols: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], mask: np.ndarray) -> dict:
+    """{rank: (start, end)} of the masked kernels (``cols``: their rank, start and end columns, and whether the
+    rank is known), each rank's sorted by start (grouped once, not per step; only these columns are taken,
+    never the frame's rows)."""
+    rank, start, end, has_rank = cols
+    rows = np.flatnonzero(mask & has_rank)  # a kernel without a rank is in no rank's group
+    r = rank[rows]
     out = {}
-    for rank, g in sel.groupby("rank", sort=False, observed=True):
-        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
-        out[rank] = (g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order])
+    for value in pd.unique(r).tolist():  # in order of first appearance, as groupby(sort=False)
+        sub = rows[r == value]
+        sub = sub[np.argsort(start[sub], kind="stable")]
+        out[value] = (start[sub], end[sub])
     return out
 
 
@@ -100,7 +105,10 @@ def _in_windows(
 
 def _by_name(series: pd.Series, test) -> np.ndarray:
     """``test(value)`` per row of a (categorical or object) series, evaluated once per distinct value."""
-    codes, uniq = pd.factorize(series.astype("object"), use_na_sentinel=True)
+    if isinstance(series.dtype, pd.CategoricalDtype):  # its codes: no object per row
+        codes, uniq = series.cat.codes.to_numpy(), series.cat.categories
+    else:
+        codes, uniq = pd.factorize(series.astype("object"), use_na_sentinel=True)
     table = np.array([bool(test(v)) for v in uniq] + [False], dtype=bool)
     return table[codes]
 
@@ -110,19 +118,27 @@ def after_backward(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     start_ns, backward_end_ns, end_ns) from the ``kernels`` (``schema.KERNEL_COLUMNS``)."""
     if steps is None or steps.empty or kernels is None or kernels.empty:
         return schema.empty_frame(schema.AFTER_BACKWARD_COLUMNS)
-    kind = kernels["kind"].astype(str).to_numpy()
-    nccl = kind == "nccl"
+    kind_is = {
+        k: _by_name(kernels["kind"], lambda v, k=k: str(v) == k) for k in ("nccl", "memcpy", "compute")
+    }
+    nccl = kind_is["nccl"]
     kinds = kind_codes(kernels["collective"])  # index into KINDS, classified once per distinct name
-    copies = _by_rank(kernels, (kind == "memcpy") & (kernels["name"].astype(str) == DEVICE_COPY).to_numpy())
+    where = (
+        ints(kernels["rank"]),
+        ints(kernels["start_ns"]),
+        ints(kernels["end_ns"]),
+        kernels["rank"].notna().to_numpy(),
+    )
+    copies = _by_rank(where, kind_is["memcpy"] & _by_name(kernels["name"], lambda n: str(n) == DEVICE_COPY))
     optimizer = _by_rank(
-        kernels, (kind == "compute") & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER)
+        where, kind_is["compute"] & _by_name(kernels["name"], lambda n: name_group(n) == OPTIMIZER)
     )
     collectives = [
-        _by_rank(kernels, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
+        _by_rank(where, nccl & np.isin(kinds, [KINDS.index(k) for k in group]))
         for group in (("AllReduce",), ("ReduceScatter",), ("AllGather", "Broadcast"))
     ]
-    every = _by_rank(kernels, np.ones(len(kernels), bool))
-    compute = _by_rank(kernels, kind == "compute")
+    every = _by_rank(where, np.ones(len(kernels), bool))
+    compute = _by_rank(where, kind_is["compute"])
     keep = steps["backward_end_ns"].notna().to_numpy()  # no backward end: no row
     rank, step = ints(steps["rank"])[keep], ints(steps["step"])[keep]
     first, lo, hi = (ints(steps[c])[keep] for c in ("start_ns", "backward_end_ns", "end_ns"))

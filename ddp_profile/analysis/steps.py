@@ -202,10 +202,11 @@ def rank_cover(
     # copied whole (the pieces beside their concatenation: ~2 MB more on the 1M-kernel replica).
     cap = len(ns) + int(np.count_nonzero(karr.is_compute[idx]))
     over_s, over_e, n_over = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), 0
+    windows = iv.WindowIndex(ws, we)
     for name, mask in ((COMPUTE, karr.is_compute), ("copy", karr.is_copy), ("all", None)):
         got = np.zeros(len(ws), dtype=np.int64)
         for ps, pe in iv.normalized_pieces(s, e, None if mask is None else mask[idx], chunk):
-            got += iv.covered_by_normalized(ws, we, ps, pe)
+            windows.add_covered(got, ps, pe)
             if name != COMPUTE:
                 continue
             totals[COMPUTE] += int((pe - ps).sum())

@@ -40,7 +40,6 @@ then the like-for-like difference. Times in the text are ``fmt.fmt_ms``'s.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -49,7 +48,7 @@ import pandas as pd
 from ddp_profile.analysis import kernel_diff as kd
 from ddp_profile.analysis.kernel_arrays import ints
 from ddp_profile.analysis.kernel_groups import GRADIENT, KINDS, kind_codes
-from ddp_profile.fmt import fmt_ms
+from ddp_profile.fmt import fmt_ms_many
 from ddp_profile.schema import STEP_STRAGGLER_COLUMNS
 
 CAUSE_SHARE = 0.5
@@ -171,56 +170,86 @@ def call_table(waits: pd.DataFrame | None, paths: pd.DataFrame) -> CallTable:
     return CallTable(names, ns, calls)
 
 
-def _evidence_call(table: CallTable, x: StepInputs, lead: float) -> str | None:
-    """The host-wait functions that set the straggler (``table`` row ``x.me_row``) apart from its peers (their
-    medians ``x.peers_ns``, ``x.peers_calls``), each rank within its own step span: those it calls more often
-    than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at once
-    still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread: <function>
-    ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step); None
-    without any."""
-    mine_calls = table.calls[x.me_row]
-    have = np.flatnonzero(mine_calls > 0)
-    if not have.size:
-        return None
-    mine_ns, mine_calls = table.ns[x.me_row, have].astype(float), mine_calls[have]
-    t_base, n_base = x.peers_ns[have], x.peers_calls[have]
-    named = np.flatnonzero(((mine_ns - t_base) >= CALL_SHARE * lead) | (mine_calls > n_base))
-    if not named.size:
-        return None
-    named = named[np.argsort(-mine_ns[named], kind="stable")]
-    calls = " + ".join(
-        f"{table.names[have[i]]} ×{int(mine_calls[i])} (other ranks' median ×{n_base[i]:g})"
-        for i in named.tolist()
+def _evidence_calls(
+    table: CallTable, me_row: np.ndarray, peers_ns: np.ndarray, peers_calls: np.ndarray, lead: np.ndarray
+) -> list[str | None]:
+    """Per straggler i: the host-wait functions that set it (``table`` row ``me_row[i]``) apart from its peers
+    (their medians ``peers_ns[i]``, ``peers_calls[i]``), each rank within its own step span: those it calls more
+    often than its peers' median, or spends at least CALL_SHARE of the lead longer in (a sync that returns at
+    once still empties the GPU's queue: ``loss.item()`` on one rank), as 'host waits on the main thread:
+    <function> ×N (peers ×M) + ..., X ms (peers Y ms)' (X: the straggler's time in those functions in the step,
+    functions by that time, longest first); None without any. All stragglers at once: one (straggler, function)
+    matrix, text only for the functions named."""
+    n = len(me_row)
+    if not n or not table.ns.shape[1]:
+        return [None] * n
+    mine_calls, mine_ns = table.calls[me_row], table.ns[me_row].astype(float)
+    named = (mine_calls > 0) & (
+        ((mine_ns - peers_ns) >= CALL_SHARE * lead[:, None]) | (mine_calls > peers_calls)
     )
-    return (
-        f"host waits on the main thread: {calls}, {fmt_ms(mine_ns[named].sum())} "
-        f"(other ranks' median {fmt_ms(t_base[named].sum())})"
-    )
+    order = np.argsort(-mine_ns, axis=1, kind="stable")  # per straggler, its functions by time, longest first
+    rows = np.arange(n)[:, None]
+    named, mine_calls, peers_calls = named[rows, order], mine_calls[rows, order], peers_calls[rows, order]
+    # integer ns (and half-integer medians) as floats: the sums are exact in any order
+    mine_sum = np.where(named, mine_ns[rows, order], 0.0).sum(axis=1)
+    peers_sum = np.where(named, peers_ns[rows, order], 0.0).sum(axis=1)
+    r, k = np.nonzero(named)  # row-major: each straggler's named functions together, in order
+    names = table.names[order[r, k]]
+    parts = [
+        f"{name} ×{int(c)} (other ranks' median ×{b:g})"
+        for name, c, b in zip(
+            names.tolist(), mine_calls[r, k].tolist(), peers_calls[r, k].tolist(), strict=True
+        )
+    ]
+    out: list[str | None] = [None] * n
+    has = np.flatnonzero(named.any(axis=1))
+    if not has.size:
+        return out
+    cuts = np.searchsorted(r, has, side="left").tolist() + [len(r)]
+    mine_t, peers_t = fmt_ms_many(mine_sum[has]), fmt_ms_many(peers_sum[has])
+    for j, i in enumerate(has.tolist()):
+        calls = " + ".join(parts[cuts[j] : cuts[j + 1]])
+        out[i] = f"host waits on the main thread: {calls}, {mine_t[j]} (other ranks' median {peers_t[j]})"
+    return out
 
 
 class StepInputs(NamedTuple):
-    """What decides a step's cause: the straggler's ``rank_paths`` row and its parts, its peers' (the step's other
-    ranks') medians of the same parts, and of its host-wait calls per function (:class:`CallTable`)."""
+    """What decides each step's cause, one entry per straggler (rank, step): ``ok`` (False: the step has no
+    ``rank_paths`` row of the straggler or fewer than two rows; the other fields are then meaningless), the
+    straggler's ``rank_paths`` row and its parts, its peers' (the step's other ranks') medians of the same parts,
+    and of its host-wait calls per function (:class:`CallTable`; rows: stragglers, columns: functions)."""
 
-    me_row: int
-    host: float
-    peers_host: float
-    compute: float
-    peers_compute: float
-    span: float
+    ok: np.ndarray
+    me_row: np.ndarray
+    host: np.ndarray
+    peers_host: np.ndarray
+    compute: np.ndarray
+    peers_compute: np.ndarray
+    span: np.ndarray
     peers_ns: np.ndarray
     peers_calls: np.ndarray
 
 
-def step_inputs(
-    paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable
-) -> list[StepInputs | None]:
-    """:class:`StepInputs` of straggler ``rank[i]`` in step ``step[i]`` (steps distinct), None where the step has
-    no row of that rank in ``paths`` or fewer than two rows. All steps at once: each ``paths`` row is given the
-    position of its step, and the peers' medians are read from one sort per part (:func:`_group_median`)."""
+def step_inputs(paths: pd.DataFrame, step: np.ndarray, rank: np.ndarray, table: CallTable) -> StepInputs:
+    """:class:`StepInputs` of straggler ``rank[i]`` in step ``step[i]`` (steps distinct); ``ok[i]`` False where
+    the step has no row of that rank in ``paths`` or fewer than two rows. All steps at once: each ``paths`` row is
+    given the position of its step, and the peers' medians are read from one sort per part
+    (:func:`_group_median`)."""
     n = len(step)
+    f = table.ns.shape[1]
     if paths is None or not len(paths) or not n:
-        return [None] * n
+        nan = np.full(n, np.nan)
+        return StepInputs(
+            np.zeros(n, bool),
+            np.full(n, -1, np.int64),
+            nan,
+            nan,
+            nan,
+            nan,
+            nan,
+            np.zeros((n, f)),
+            np.zeros((n, f)),
+        )
     g = pd.Index(step).get_indexer(ints(paths["step"]))
     p_rank = ints(paths["rank"])
     rows = np.flatnonzero(g >= 0)
@@ -235,28 +264,25 @@ def step_inputs(
     def peers(values: np.ndarray, missing: float) -> np.ndarray:
         return np.where(has_peer, _group_median(g_peer, values[peer].astype(float), n), missing)
 
+    def mine(values: np.ndarray) -> np.ndarray:
+        return np.where(ok, values.astype(float)[np.maximum(me_row, 0)], np.nan)
+
     host, compute, span = (paths[c].to_numpy() for c in ("host_ns", "compute_ns", "span_ns"))
-    peers_host, peers_compute = peers(host, np.nan), peers(compute, np.nan)
-    f = table.ns.shape[1]
     peers_ns = np.stack([peers(table.ns[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
     peers_calls = (
         np.stack([peers(table.calls[:, j], 0.0) for j in range(f)], axis=1) if f else np.zeros((n, 0))
     )
-    return [
-        StepInputs(
-            int(r),
-            host[r],
-            float(peers_host[i]),
-            compute[r],
-            float(peers_compute[i]),
-            span[r],
-            peers_ns[i],
-            peers_calls[i],
-        )
-        if ok[i]
-        else None
-        for i, r in enumerate(me_row.tolist())
-    ]
+    return StepInputs(
+        ok,
+        me_row,
+        mine(host),
+        peers(host, np.nan),
+        mine(compute),
+        peers(compute, np.nan),
+        mine(span),
+        peers_ns,
+        peers_calls,
+    )
 
 
 def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -291,43 +317,29 @@ def stragglers(
     idx = pd.Index(np.asarray(steps, dtype=np.int64), name="step")
     rank_of = np.full(len(idx), -1, dtype=np.int64)
     lead_of = np.full(len(idx), np.nan)
-    cause_of: list = [None] * len(idx)
-    evidence_of: list = [None] * len(idx)
+    cause_of = np.full(len(idx), None, dtype=object)
+    evidence_of = np.full(len(idx), None, dtype=object)
     if not leads.empty:
         best = leads.sort_values(["step", "lead_ns", "rank"], ascending=[True, False, True], kind="stable")
         best = best.drop_duplicates("step")
         best = best.loc[best["lead_ns"].to_numpy(dtype=float) > 0]  # a zero lead names no straggler
-        at = idx.get_indexer(ints(best["step"]))  # -1: a step not asked for
+        b_step, b_rank = ints(best["step"]), ints(best["rank"])
+        at = idx.get_indexer(b_step)  # -1: a step not asked for
+        keep = at >= 0
         table = call_table(waits, paths)  # every (rank, step) span's host-wait calls at once
-        inputs = step_inputs(paths, ints(best["step"]), ints(best["rank"]), table)
-        extra = kd.diff(kernel_sums, pd.Series(ints(best["rank"]), index=ints(best["step"])), kernel_table)
+        inputs = step_inputs(paths, b_step[keep], b_rank[keep], table)
+        extra = kd.diff(kernel_sums, pd.Series(b_rank, index=b_step), kernel_table)
         # the straggler's kernel_diff row of every step, looked up once (-1: none)
         row = (
-            pd.Index(ints(extra["step"])).get_indexer(ints(best["step"]))
-            if len(extra)
-            else np.full(len(best), -1)
+            pd.Index(ints(extra["step"])).get_indexer(b_step[keep]) if len(extra) else np.full(keep.sum(), -1)
         )
-        cols = [extra[c].tolist() for c in ("extra_ns", "like_ns", "extra_kernels")] if len(extra) else []
-        for pos, r, s, lead, x in zip(
-            at.tolist(),
-            row.tolist(),
-            ints(best["rank"]).tolist(),
-            best["lead_ns"].to_numpy(dtype=float).tolist(),
-            inputs,
-            strict=True,
-        ):
-            if pos < 0:
-                continue
-            work = (
-                dict(zip(("extra_ns", "like_ns", "extra_kernels"), (c[r] for c in cols), strict=True))
-                if r >= 0
-                else None
-            )
-            cause, evidence = _cause(x, lead, table, work)
-            rank_of[pos], lead_of[pos], cause_of[pos], evidence_of[pos] = s, lead, cause, evidence
+        lead = best["lead_ns"].to_numpy(dtype=float)[keep]
+        pos = at[keep]
+        rank_of[pos], lead_of[pos] = b_rank[keep], lead
+        cause_of[pos], evidence_of[pos] = _causes(inputs, lead, table, extra, row)
     return pd.DataFrame(
         {
-            "straggler_rank": pd.array([r if r >= 0 else pd.NA for r in rank_of.tolist()], dtype="Int64"),
+            "straggler_rank": pd.arrays.IntegerArray(rank_of, rank_of < 0),
             "straggler_lead_ns": lead_of,
             "straggler_cause": pd.Series(cause_of, dtype=object, index=idx),
             "straggler_evidence": pd.Series(evidence_of, dtype=object, index=idx),
@@ -336,34 +348,62 @@ def stragglers(
     )
 
 
-def _cause(
-    x: StepInputs | None, lead: float, calls: CallTable, work: Mapping | None = None
-) -> tuple[str, str | None]:
-    """(straggler_cause, straggler_evidence) of a straggler whose step's inputs are ``x`` (:func:`step_inputs`).
-    ``work``: the straggler's row of ``kernel_diff.diff`` for the step (extra_ns, like_ns, extra_kernels), or
-    None: then its GPU work is its total compute against its peers' median."""
-    if x is None:
-        return "unknown", None
-    me_host, me_compute, peers_host, peers_compute = x.host, x.compute, x.peers_host, x.peers_compute
-    d_host = float(me_host - peers_host)
-    if (
-        work is not None
-    ):  # extra work by name and count, plus slower shared kernels (never the peers' contention)
-        d_gpu = float(work["extra_ns"]) + max(0.0, float(work["like_ns"]))
+def _causes(
+    x: StepInputs, lead: np.ndarray, calls: CallTable, extra: pd.DataFrame, row: np.ndarray
+) -> tuple[list, list]:
+    """(straggler_cause, straggler_evidence) of each straggler, whose step's inputs are ``x`` (:func:`step_inputs`)
+    and lead ``lead``. ``row``: the straggler's row of ``extra`` (``kernel_diff.diff``: extra_ns, like_ns,
+    extra_kernels) for the step, or -1: then its GPU work is its total compute against its peers' median. The
+    decision is taken over whole columns; text is written only for the steps of each kind, each time one
+    :func:`fmt.fmt_ms_many` per column."""
+    n = len(lead)
+    has_work = row >= 0
+    at = np.maximum(row, 0)
+    if len(extra):
+        extra_ns = extra["extra_ns"].to_numpy(dtype=float)[at]
+        like_ns = extra["like_ns"].to_numpy(dtype=float)[at]
     else:
-        d_gpu = float(me_compute - peers_compute)
-    material = 100.0 * lead >= MIN_LEAD_PCT * float(x.span)
-    if not material:
-        return "unknown", f"lead {fmt_ms(lead)}, under {MIN_LEAD_PCT:g} % of the step"
-    if d_host >= CAUSE_SHARE * lead and d_host >= d_gpu:
-        evidence = f"GPU idle awaiting launches {fmt_ms(me_host)} (other ranks' median {fmt_ms(peers_host)})"
-        call = _evidence_call(calls, x, lead)
-        return "host", evidence if call is None else f"{evidence}; {call}"
-    if d_gpu >= CAUSE_SHARE * lead:
-        if work is not None:
-            return "gpu", kd.evidence(work["extra_kernels"], float(work["extra_ns"]), float(work["like_ns"]))
-        return "gpu", f"GPU busy {fmt_ms(me_compute)} (other ranks' median {fmt_ms(peers_compute)})"
-    return "unknown", (
-        f"lead {fmt_ms(lead)}: neither its GPU idle awaiting launches ({d_host / 1e6:+.1f} ms) "
-        f"nor its GPU work ({d_gpu / 1e6:+.1f} ms) against its peers accounts for half of it"
-    )
+        extra_ns = like_ns = np.zeros(n)
+    d_host = x.host - x.peers_host
+    # extra work by name and count, plus slower shared kernels (never the peers' contention)
+    d_gpu = np.where(has_work, extra_ns + np.where(like_ns > 0.0, like_ns, 0.0), x.compute - x.peers_compute)
+    with np.errstate(invalid="ignore"):
+        material = 100.0 * lead >= MIN_LEAD_PCT * x.span
+        is_host = x.ok & material & (d_host >= CAUSE_SHARE * lead) & (d_host >= d_gpu)
+        is_gpu = x.ok & material & ~is_host & (d_gpu >= CAUSE_SHARE * lead)
+    cause = np.full(n, "unknown", dtype=object)
+    cause[is_host], cause[is_gpu] = "host", "gpu"
+    evidence = np.full(n, None, dtype=object)
+
+    small = np.flatnonzero(x.ok & ~material)
+    evidence[small] = [f"lead {t}, under {MIN_LEAD_PCT:g} % of the step" for t in fmt_ms_many(lead[small])]
+    sel = np.flatnonzero(is_host)
+    if sel.size:
+        mine, peers = fmt_ms_many(x.host[sel]), fmt_ms_many(x.peers_host[sel])
+        found = _evidence_calls(calls, x.me_row[sel], x.peers_ns[sel], x.peers_calls[sel], lead[sel])
+        evidence[sel] = [
+            f"GPU idle awaiting launches {me} (other ranks' median {peer})"
+            + ("" if call is None else f"; {call}")
+            for me, peer, call in zip(mine, peers, found, strict=True)
+        ]
+    sel = np.flatnonzero(is_gpu & has_work)
+    if sel.size:
+        kernels = extra["extra_kernels"].to_numpy()[row[sel]]
+        evidence[sel] = [
+            kd.evidence(k, e, w)
+            for k, e, w in zip(kernels.tolist(), extra_ns[sel].tolist(), like_ns[sel].tolist(), strict=True)
+        ]
+    sel = np.flatnonzero(is_gpu & ~has_work)
+    if sel.size:
+        evidence[sel] = [
+            f"GPU busy {me} (other ranks' median {peer})"
+            for me, peer in zip(fmt_ms_many(x.compute[sel]), fmt_ms_many(x.peers_compute[sel]), strict=True)
+        ]
+    sel = np.flatnonzero(x.ok & material & ~is_host & ~is_gpu)
+    if sel.size:
+        evidence[sel] = [
+            f"lead {t}: neither its GPU idle awaiting launches ({h / 1e6:+.1f} ms) "
+            f"nor its GPU work ({g / 1e6:+.1f} ms) against its peers accounts for half of it"
+            for t, h, g in zip(fmt_ms_many(lead[sel]), d_host[sel].tolist(), d_gpu[sel].tolist(), strict=True)
+        ]
+    return cause.tolist(), evidence.tolist()

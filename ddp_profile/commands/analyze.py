@@ -15,7 +15,7 @@ from ddp_profile.commands.options import (
     step_selection,
 )
 from ddp_profile.errors import UsageError
-from ddp_profile.safeio import check_output_file, write_text_atomic
+from ddp_profile.safeio import check_output_file, write_text_chunks_atomic
 from ddp_profile.schema import JSON_SECTIONS, OPTIONAL_SECTIONS
 
 # The CLI's section names are the JSON keys, except the cost model's shorter `model`.
@@ -154,9 +154,15 @@ def run(args) -> int:
         # What loading left out or changed (rows without a process, rebased times, duplicates) is said here too,
         # as inspect says it: the same rows whichever command reads the trace.
         res.notes = [*res.notes, *(f"loading: {w}" for w in (getattr(trace, "warnings", None) or []))]
-    text = render(res, args.format, args.section)
-    if args.output:
-        write_text_atomic(Path(args.output), text)
+    if args.format == "json":  # written as it is built: a long run's answer is never one string in memory
+        from ddp_profile.commands.writers import json_chunks
+
+        chunks = json_chunks(res, wanted)
     else:
-        sys.stdout.write(text)
+        chunks = iter([render(res, args.format, args.section)])
+    if args.output:
+        write_text_chunks_atomic(Path(args.output), chunks)
+    else:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
     return 0

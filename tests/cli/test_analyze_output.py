@@ -16,7 +16,7 @@ import pytest
 
 from ddp_profile.analysis import OPTIONAL_SECTIONS, analyze
 from ddp_profile.cli import main
-from ddp_profile.commands.writers import json_text, records_text
+from ddp_profile.commands.writers import json_text, records_chunks, records_text
 from ddp_profile.nsys.loader import load_trace
 from ddp_profile.nsys.synth import synth_ddp_run
 
@@ -51,6 +51,57 @@ def test_json_writer_tokens_of_awkward_values():
 
     want = json.dumps(records(df), indent=2)
     assert records_text(df, 1, None) == want
+    # written in blocks of a few rows (a 450 MB answer is written as it is built): the same text, whatever
+    # the block size, the kernels section's extra key included
+    for rows in (1, 4, 6, 100):
+        pieces = list(records_chunks(df, 1, None, rows=rows))
+        assert len(pieces) == -(-len(df) // rows) + 1 and "".join(pieces) == want
+    extra = ("e", "f", "b", True)
+    assert "".join(records_chunks(df, 2, extra, rows=4)) == records_text(df, 2, extra)
+    assert records_text(df, 2, extra).count('"e": ') == int(df["b"].sum())
+
+
+def test_float_tokens_are_json_dumps_text_at_every_magnitude():
+    """Floats written by Arrow where whole (integer digits and '.0') and by repr otherwise: json.dumps' text for
+    whole numbers around 2**53, -0.0, the smallest subnormal, values from 1e-12 to 1e25; NaN as null."""
+    rng = np.random.default_rng(0)
+    special = [
+        0.0,
+        -0.0,
+        2.0**53,
+        2.0**53 - 1,
+        -(2.0**53) + 1,
+        2.0**53 + 2,
+        1e16,
+        1e15,
+        5e-324,
+        1e-5,
+        1e-4,
+        0.1,
+    ]
+    values = np.concatenate(
+        [
+            rng.random(3000) * 10.0 ** rng.integers(-12, 25, 3000),
+            rng.integers(-(2**60), 2**60, 3000).astype(float),
+            -rng.integers(0, 10**6, 3000).astype(float),
+            special,
+            [np.nan, np.inf, -np.inf],
+        ]
+    )
+    df = pd.DataFrame({"f": values})
+    want = json.dumps([{"f": None if v != v else v} for v in values.tolist()], indent=2)
+    assert records_text(df, 1, None) == want
+
+
+def test_analyze_json_streamed_to_the_file_is_the_json_dumps_text(tmp_path):
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(SAMPLE), "--format", "json", "-o", str(out)]) == 0
+    res = analyze(load_trace(SAMPLE))
+    from ddp_profile.commands.analyze import JSON_KEY, chosen_sections
+
+    keep = set(res.json_head()) | {JSON_KEY.get(s, s) for s in chosen_sections("json", None)}
+    want = json.dumps({k: v for k, v in res.to_json_dict().items() if k in keep}, indent=2) + "\n"
+    assert out.read_text(encoding="utf-8") == want
 
 
 def test_default_json_leaves_out_the_optional_sections_and_all_puts_them_in(capsys):

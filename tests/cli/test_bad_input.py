@@ -458,6 +458,25 @@ def test_disk_full_library(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_streamed_output_failing_midway_keeps_the_previous_file(tmp_path):
+    """`analyze --format json` writes its answer as it is built: an error while a later piece is made leaves the
+    previous file as it was and no temp file behind."""
+    from ddp_profile.safeio import write_text_chunks_atomic
+
+    out = tmp_path / "a.json"
+    out.write_text("previous")
+
+    def pieces():
+        yield "{\n" + "x" * 100_000
+        raise MemoryError("while building the next section")
+
+    with pytest.raises(MemoryError):
+        write_text_chunks_atomic(out, pieces())
+    assert out.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    write_text_chunks_atomic(out, iter(["é", "", "b\n"]))
+    assert out.read_bytes() == "éb\n".encode() and oct(out.stat().st_mode & 0o777) == "0o644"
+
+
 def _previous_report(tmp_path: Path) -> tuple[Path, dict]:
     _good(tmp_path)
     assert run_cli(["report", "good.sqlite", "-o", "reports"], tmp_path).returncode == 0

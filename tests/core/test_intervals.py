@@ -156,3 +156,24 @@ def test_pieces_a_chunk_at_a_time_are_the_normalised_set(rows, chunk):
         assert pairs(iv.normalize_rows(s, e, m, chunk)) == expect
     unsorted = list(iv.normalized_pieces(s[::-1], e[::-1], chunk=chunk))  # unsorted: normalize's set
     assert [x for p in unsorted for x in pairs(p)] == pairs(iv.normalize(s, e))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 60), st.integers(0, 8), st.booleans()), min_size=0, max_size=40),
+    st.lists(st.tuples(st.integers(-5, 70), st.integers(-4, 30)), min_size=0, max_size=12),
+    st.integers(1, 7),
+)
+def test_window_index_adds_the_coverage_of_each_piece(rows, windows, chunk):
+    """WindowIndex.add_covered piece by piece (windows in any order, overlapping, inverted, outside every
+    piece) gives covered_by_normalized of the whole set: the windows it skips cover none of a piece."""
+    rows = sorted(rows)
+    s = np.array([r[0] for r in rows], dtype=np.int64)
+    e = s + np.array([r[1] for r in rows], dtype=np.int64)
+    ws = np.array([w[0] for w in windows], dtype=np.int64)
+    we = ws + np.array([w[1] for w in windows], dtype=np.int64)
+    index = iv.WindowIndex(ws, we)
+    got = np.zeros(len(ws), dtype=np.int64)
+    for ps, pe in iv.normalized_pieces(s, e, None, chunk):
+        index.add_covered(got, ps, pe)
+    assert got.tolist() == iv.covered_by_normalized(ws, we, *iv.normalize(s, e)).tolist()

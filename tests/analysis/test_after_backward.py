@@ -105,7 +105,7 @@ def test_many_copies_on_the_critical_rank_advise_bucket_views_with_their_time_as
     assert rule["gain_upper_ns"] == pytest.approx(4.5e6)
     assert "gradient_as_bucket_view=True" in rule["what_to_change"]
     assert rule["evidence"].startswith(
-        "435 device-to-device copies (4.5 ms) run after the last backward kernel"
+        "435 device-to-device copies (4.50 ms) run after the last backward kernel"
     )
     assert vd.CATEGORY["grad_copy_back"] == "compute"
 

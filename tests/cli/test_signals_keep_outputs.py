@@ -23,21 +23,36 @@ from ddp_profile.report.build import MARKER
 
 ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = """
-import os, sys, time
+import os, signal, sys, time
 _real, _target, _moment = os.replace, os.path.abspath(os.environ["SIG_TARGET"]), os.environ["SIG_MOMENT"]
+_landed = []
+_install = signal.signal
+def _signal(signum, handler):  # the command's own handlers, noting that a signal landed
+    if not callable(handler):
+        return _install(signum, handler)
+    def noted(n, frame):
+        _landed.append(n)
+        return handler(n, frame)
+    return _install(signum, noted)
+signal.signal = _signal
+def _stall(moment):  # an input made slow at will: up to 120 s, over once a signal has been handled
+    print("AT " + moment, file=sys.stderr, flush=True)
+    end = time.monotonic() + 120
+    while not _landed and time.monotonic() < end:
+        time.sleep(0.05)
 def _replace(src, dst, **kw):
     hit = os.path.abspath(os.fspath(dst)) == _target
     if hit and _moment == "before":
-        print("AT before", file=sys.stderr, flush=True); time.sleep(120)
+        _stall("before")
     _real(src, dst, **kw)
     if hit and _moment == "after":
-        print("AT after", file=sys.stderr, flush=True); time.sleep(120)
+        _stall("after")
 os.replace = _replace
 import sqlite3
 _connect = sqlite3.connect
 def _connect_slowly(*a, **kw):
     if _moment == "working":
-        print("AT working", file=sys.stderr, flush=True); time.sleep(120)
+        _stall("working")
     return _connect(*a, **kw)
 sqlite3.connect = _connect_slowly
 from ddp_profile.cli import main

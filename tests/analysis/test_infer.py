@@ -214,7 +214,7 @@ def test_a_logging_cycle_is_no_step_and_its_extra_work_is_reported():
     ).all()
     assert (s.loc[plain, ["extra_kernels", "extra_gpu_ns", "extra_host_ns"]] == 0).all().all()
     note = next(n for n in res.notes if "extra work" in n)
-    assert "rank 0" in note and "step 3: 3 extra kernels, 0.02 ms on the GPU" in note and "step 7" in note
+    assert "rank 0" in note and "step 3: 3 extra kernels, 0.024 ms on the GPU" in note and "step 7" in note
 
 
 def test_gradient_accumulation_counts_micro_steps_and_sums_phases():
